@@ -1,0 +1,171 @@
+"""A coconet program: a module holding SPMD `func.func`s over coco/comm, plus loading it from
+`.mlir` text or a Python file, and the one error type every user-facing tool reports."""
+
+from __future__ import annotations
+
+import runpy
+from dataclasses import dataclass
+from pathlib import Path
+
+from xdsl.context import Context
+from xdsl.dialects import builtin, func
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import BlockArgument, SSAValue
+from xdsl.parser import Parser
+from xdsl.printer import Printer
+from xdsl.utils.exceptions import DiagnosticException, ParseError
+
+from coconet.dialects import get_all_dialects
+from coconet.dialects.coco import GridAttr, TensorType
+
+
+class CocoError(Exception):
+    """A user-facing error: the tools print its message (no traceback) and exit non-zero."""
+
+
+def make_context() -> Context:
+    ctx = Context()
+    ctx.load_dialect(builtin.Builtin)
+    ctx.load_dialect(func.Func)
+    for name, factory in get_all_dialects().items():
+        ctx.register_dialect(name, factory)
+    return ctx
+
+
+def parse_module(text: str, source: str = "<input>") -> ModuleOp:
+    """Parse and verify `.mlir` text; any problem becomes one CocoError naming the source."""
+    try:
+        module = Parser(make_context(), text, source).parse_module()
+    except ParseError as e:
+        raise CocoError(f"{source}: cannot parse the program:\n{e}") from None
+    try:
+        module.verify()
+    except DiagnosticException as e:
+        raise CocoError(f"{source}: invalid program: {e}") from None
+    return module
+
+
+@dataclass
+class Argument:
+    name: str
+    type: TensorType
+    value: BlockArgument
+
+
+@dataclass
+class Output:
+    """A program output: a returned value, or the new content of an updated argument."""
+
+    name: str
+    type: TensorType
+    updated_argument: str | None = None
+
+
+class Program:
+    """One SPMD function of a module (the first, unless `entry` names another)."""
+
+    def __init__(self, module: ModuleOp, entry: str | None = None):
+        self.module = module
+        funcs = [op for op in module.ops if isinstance(op, func.FuncOp)]
+        if not funcs:
+            raise CocoError("the module holds no func.func to run")
+        if entry is None:
+            self.func = funcs[0]
+        else:
+            named = [f for f in funcs if f.sym_name.data == entry]
+            if not named:
+                raise CocoError(
+                    f"no function @{entry} in the module (it has "
+                    + ", ".join("@" + f.sym_name.data for f in funcs)
+                    + ")"
+                )
+            self.func = named[0]
+
+    @property
+    def name(self) -> str:
+        return self.func.sym_name.data
+
+    @property
+    def grid(self) -> GridAttr:
+        from coconet.dialects.layout_rules import grid_of
+
+        return grid_of(self.func)
+
+    @property
+    def arguments(self) -> list[Argument]:
+        args = []
+        for i, a in enumerate(self.func.body.block.args):
+            if not isinstance(a.type, TensorType):
+                raise CocoError(
+                    f"@{self.name}: argument #{i} has type {a.type}; program arguments must be "
+                    "!coco.tensor values"
+                )
+            args.append(Argument(a.name_hint or f"arg{i}", a.type, a))
+        return args
+
+    @property
+    def outputs(self) -> list[Output]:
+        from coconet.dialects.coco import UpdateOp
+
+        outs: list[Output] = []
+        for op in self.func.walk():
+            if isinstance(op, UpdateOp):
+                name = op.target.name_hint or f"arg{op.target.index}"
+                outs.append(Output(name, op.target.type, updated_argument=name))
+        ret = self.func.body.block.last_op
+        if isinstance(ret, func.ReturnOp):
+            for i, v in enumerate(ret.arguments):
+                outs.append(Output(output_name(v, i), v.type))
+        return outs
+
+    def clone(self) -> Program:
+        module = self.module.clone()
+        return Program(module, self.name)
+
+    def verify(self) -> None:
+        try:
+            self.module.verify()
+        except DiagnosticException as e:
+            raise CocoError(f"invalid program: {e}") from None
+
+    def __str__(self) -> str:
+        return str(self.module)
+
+    def print(self, generic: bool = False) -> str:
+        import io
+
+        out = io.StringIO()
+        Printer(stream=out, print_generic_format=generic).print_op(self.module)
+        return out.getvalue() + "\n"
+
+
+def output_name(v: SSAValue, index: int) -> str:
+    return v.name_hint or f"result{index}"
+
+
+def load(path: str | Path, entry: str | None = None) -> Program:
+    """Load a program from `.mlir` text or a Python file defining `program` (a Program or
+    a front-end function) or `build()` returning one."""
+    path = Path(path)
+    if not path.exists():
+        raise CocoError(f"no such file: {path}")
+    if path.suffix == ".mlir":
+        return Program(parse_module(path.read_text(), str(path)), entry)
+    if path.suffix == ".py":
+        try:
+            namespace = runpy.run_path(str(path), run_name="coconet_program")
+        except CocoError:
+            raise
+        except Exception as e:  # the user's Python failed: say where, briefly
+            raise CocoError(f"{path}: running the program file failed: {type(e).__name__}: {e}") from None
+        candidate = namespace.get("program")
+        if candidate is None and callable(namespace.get("build")):
+            candidate = namespace["build"]()
+        if candidate is None:
+            raise CocoError(f"{path}: define `program` (a coconet Program) or `build()` returning one")
+        if hasattr(candidate, "program") and not isinstance(candidate, Program):
+            candidate = candidate.program
+        if not isinstance(candidate, Program):
+            raise CocoError(f"{path}: `program` is a {type(candidate).__name__}, not a coconet Program")
+        return candidate
+    raise CocoError(f"{path}: expected a .mlir or .py program, got '{path.suffix or 'no extension'}'")

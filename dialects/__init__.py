@@ -1,0 +1,20 @@
+"""The coco (distributed tensors, computation) and comm (collectives, schedule regions)
+dialects. Factories are lazy, as xDSL's registries expect."""
+
+from collections.abc import Callable
+
+from xdsl.ir import Dialect
+
+
+def get_all_dialects() -> dict[str, Callable[[], Dialect]]:
+    def get_coco() -> Dialect:
+        from coconet.dialects.coco import Coco
+
+        return Coco
+
+    def get_comm() -> Dialect:
+        from coconet.dialects.comm import Comm
+
+        return Comm
+
+    return {"coco": get_coco, "comm": get_comm}

@@ -1,0 +1,1049 @@
+"""The `coco` dialect: distributed tensors over a process grid, and computation on them.
+
+A program is a `func.func` that runs SPMD on a process grid (`#coco.grid<[8]>`,
+`#coco.grid<[2, 4]>`, `#coco.grid<[?]>` for "as many ranks as launched"). Every value is a
+`!coco.tensor<SHAPE x ELT, LAYOUT>`; SHAPE is the global (logical) shape and LAYOUT says, for
+each grid axis, how the logical tensor lives on the ranks along that axis:
+
+* `replicated`  every rank along the axis holds the same full value;
+* `sliced<d>`   the tensor is cut in equal contiguous parts along dim `d`, one per rank;
+* `local`       every rank holds a value of its own (per-rank gradients, partial sums).
+
+A 1-D grid writes the single layout bare (`sliced<0>`); an N-D grid writes one layout per axis
+(`[local, sliced<2>]`). A tensor replicated on every axis writes no layout at all, which is
+also how scalars read: `!coco.tensor<f32>`.
+
+Numerics (the sim oracle implements exactly this, and generated kernels must too): every op
+computes in f32 for f16/bf16/f32 operands (f64 for f64, int64 for integers) and rounds its
+result to its element type, so a fused kernel that keeps intermediates in registers must still
+round them. Integer division truncates toward zero, as in C.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import auto
+from typing import ClassVar
+
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    BFloat16Type,
+    Float16Type,
+    Float32Type,
+    Float64Type,
+    FloatAttr,
+    IntAttr,
+    IntegerAttr,
+    IntegerType,
+    StringAttr,
+    f64,
+    i64,
+)
+from xdsl.ir import Attribute, Dialect, Operation, ParametrizedAttribute, SSAValue, TypeAttribute
+from xdsl.irdl import (
+    IRDLOperation,
+    base,
+    irdl_attr_definition,
+    irdl_op_definition,
+    operand_def,
+    prop_def,
+    result_def,
+    traits_def,
+)
+from xdsl.parser import AttrParser, Parser
+from xdsl.printer import Printer
+from xdsl.traits import Pure
+from xdsl.utils.exceptions import VerifyException
+from xdsl.utils.str_enum import StrEnum
+
+# --------------------------------------------------------------------------------------------
+# Element types
+# --------------------------------------------------------------------------------------------
+
+ELEMENT_TYPE_NAMES = ("f16", "bf16", "f32", "f64", "i32", "i64", "i1")
+
+
+def element_type_name(t: Attribute) -> str:
+    """The short name (`f16`, `i1`, ...) of a supported element type; raises otherwise."""
+    match t:
+        case Float16Type():
+            return "f16"
+        case BFloat16Type():
+            return "bf16"
+        case Float32Type():
+            return "f32"
+        case Float64Type():
+            return "f64"
+        case IntegerType() if t.width.data in (1, 32, 64) and t.signedness.data.name == "SIGNLESS":
+            return f"i{t.width.data}"
+    raise VerifyException(
+        f"unsupported element type {t}: coco tensors hold one of {', '.join(ELEMENT_TYPE_NAMES)}"
+    )
+
+
+def is_float_type(t: Attribute) -> bool:
+    return isinstance(t, Float16Type | BFloat16Type | Float32Type | Float64Type)
+
+
+# --------------------------------------------------------------------------------------------
+# Layouts
+# --------------------------------------------------------------------------------------------
+
+
+class LayoutAttr(ParametrizedAttribute):
+    """How a logical tensor lives on the ranks along one grid axis (abstract)."""
+
+
+@irdl_attr_definition
+class ReplicatedAttr(LayoutAttr):
+    """Every rank along the axis holds the same full value."""
+
+    name = "coco.replicated"
+
+
+@irdl_attr_definition
+class LocalAttr(LayoutAttr):
+    """Every rank along the axis holds a full-shape value of its own."""
+
+    name = "coco.local"
+
+
+@irdl_attr_definition
+class SlicedAttr(LayoutAttr):
+    """Equal contiguous parts along tensor dim `dim`; rank i along the axis holds part i."""
+
+    name = "coco.sliced"
+    dim: IntAttr
+
+    def __init__(self, dim: int | IntAttr):
+        super().__init__(IntAttr(dim) if isinstance(dim, int) else dim)
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
+        with parser.in_angle_brackets():
+            return (IntAttr(parser.parse_integer(allow_boolean=False, allow_negative=False)),)
+
+    def print_parameters(self, printer: Printer) -> None:
+        with printer.in_angle_brackets():
+            printer.print_int(self.dim.data)
+
+
+REPLICATED = ReplicatedAttr()
+LOCAL = LocalAttr()
+
+
+def layout_str(layout: LayoutAttr) -> str:
+    if isinstance(layout, SlicedAttr):
+        return f"sliced<{layout.dim.data}>"
+    return "local" if isinstance(layout, LocalAttr) else "replicated"
+
+
+def _parse_layout(parser: AttrParser) -> LayoutAttr:
+    if parser.parse_optional_keyword("replicated"):
+        return REPLICATED
+    if parser.parse_optional_keyword("local"):
+        return LOCAL
+    if parser.parse_optional_keyword("sliced"):
+        return SlicedAttr.new(SlicedAttr.parse_parameters(parser))
+    parser.raise_error("expected a layout: replicated, local or sliced<DIM>")
+
+
+def normalize_layouts(layouts: Sequence[LayoutAttr]) -> tuple[LayoutAttr, ...]:
+    """Replicated on every axis is written as no layout at all: one spelling per meaning."""
+    layouts = tuple(layouts)
+    if all(isinstance(lay, ReplicatedAttr) for lay in layouts):
+        return ()
+    return layouts
+
+
+# --------------------------------------------------------------------------------------------
+# The process grid
+# --------------------------------------------------------------------------------------------
+
+DYNAMIC = -1
+
+
+@irdl_attr_definition
+class GridAttr(ParametrizedAttribute):
+    """The process grid a function runs on: `#coco.grid<[2, 4]>`; `?` is sized at launch.
+
+    Axis 0 is the outermost (slowest varying) coordinate of a rank: on a `[stages, ranks]`
+    grid, rank r sits at stage r // ranks, position r % ranks.
+    """
+
+    name = "coco.grid"
+    sizes: ArrayAttr[IntAttr]
+
+    def __init__(self, sizes: Sequence[int]):
+        super().__init__(ArrayAttr(IntAttr(s) for s in sizes))
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(s.data for s in self.sizes)
+
+    @property
+    def rank(self) -> int:
+        return len(self.sizes)
+
+    def is_static(self) -> bool:
+        return DYNAMIC not in self.shape
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
+        def parse_size() -> IntAttr:
+            if parser.parse_optional_punctuation("?"):
+                return IntAttr(DYNAMIC)
+            return IntAttr(parser.parse_integer(allow_boolean=False, allow_negative=False))
+
+        with parser.in_angle_brackets():
+            sizes = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, parse_size)
+        return (ArrayAttr(sizes),)
+
+    def print_parameters(self, printer: Printer) -> None:
+        text = ", ".join("?" if s == DYNAMIC else str(s) for s in self.shape)
+        printer.print_string(f"<[{text}]>")
+
+    def verify(self) -> None:
+        if not self.sizes.data:
+            raise VerifyException("a process grid needs at least one axis")
+        for s in self.shape:
+            if s != DYNAMIC and s < 1:
+                raise VerifyException(f"grid axis sizes must be positive or '?', got {s}")
+        if self.shape.count(DYNAMIC) > 1:
+            raise VerifyException("at most one grid axis may be sized at launch ('?')")
+
+    def bind(self, num_ranks: int) -> tuple[int, ...]:
+        """The concrete axis sizes when `num_ranks` processes run the program."""
+        fixed = 1
+        for s in self.shape:
+            if s != DYNAMIC:
+                fixed *= s
+        if DYNAMIC not in self.shape:
+            if fixed != num_ranks:
+                raise ValueError(
+                    f"the program's grid {list(self.shape)} needs {fixed} ranks, "
+                    f"but {num_ranks} were given"
+                )
+            return self.shape
+        if num_ranks % fixed:
+            raise ValueError(
+                f"{num_ranks} ranks do not fill the grid {self}: "
+                f"the rank count must be a multiple of {fixed}"
+            )
+        return tuple(num_ranks // fixed if s == DYNAMIC else s for s in self.shape)
+
+    def __str__(self) -> str:
+        return "[" + ", ".join("?" if s == DYNAMIC else str(s) for s in self.shape) + "]"
+
+
+DEFAULT_GRID = GridAttr([DYNAMIC])
+GRID_ATTR_NAME = "coco.grid"
+
+
+# --------------------------------------------------------------------------------------------
+# The distributed tensor type
+# --------------------------------------------------------------------------------------------
+
+
+@irdl_attr_definition
+class TensorType(ParametrizedAttribute, TypeAttribute):
+    """`!coco.tensor<1024x512xf16, sliced<0>>`: global shape, element type, per-axis layouts."""
+
+    name = "coco.tensor"
+    shape: ArrayAttr[IntAttr]
+    element_type: Attribute
+    layouts: ArrayAttr[LayoutAttr]
+
+    def __init__(
+        self,
+        shape: Sequence[int],
+        element_type: Attribute,
+        layouts: LayoutAttr | Sequence[LayoutAttr] = (),
+    ):
+        if isinstance(layouts, LayoutAttr):
+            layouts = (layouts,)
+        super().__init__(
+            ArrayAttr(IntAttr(d) for d in shape),
+            element_type,
+            ArrayAttr(normalize_layouts(layouts)),
+        )
+
+    # -- queries -------------------------------------------------------------------------
+
+    def get_shape(self) -> tuple[int, ...]:
+        return tuple(d.data for d in self.shape)
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def elt(self) -> str:
+        return element_type_name(self.element_type)
+
+    def layout_on(self, axis: int) -> LayoutAttr:
+        """The layout along grid axis `axis` (replicated where none is written)."""
+        if axis < len(self.layouts):
+            return self.layouts.data[axis]
+        return REPLICATED
+
+    def layout_list(self, grid_rank: int) -> list[LayoutAttr]:
+        return [self.layout_on(a) for a in range(grid_rank)]
+
+    def is_replicated(self) -> bool:
+        return not self.layouts.data
+
+    def local_axes(self) -> tuple[int, ...]:
+        return tuple(a for a, lay in enumerate(self.layouts) if isinstance(lay, LocalAttr))
+
+    def slicing_axes(self, dim: int) -> tuple[int, ...]:
+        """The grid axes (outermost first) that cut tensor dim `dim`."""
+        return tuple(
+            a
+            for a, lay in enumerate(self.layouts)
+            if isinstance(lay, SlicedAttr) and lay.dim.data == dim
+        )
+
+    def local_shape(self, grid_shape: Sequence[int]) -> tuple[int, ...]:
+        """The shape of the part one rank holds on a grid of the given (bound) sizes."""
+        shape = list(self.get_shape())
+        for a, lay in enumerate(self.layouts):
+            if isinstance(lay, SlicedAttr):
+                shape[lay.dim.data] //= grid_shape[a]
+        return tuple(shape)
+
+    def with_layouts(self, layouts: LayoutAttr | Sequence[LayoutAttr]) -> TensorType:
+        return TensorType(self.get_shape(), self.element_type, layouts)
+
+    def with_element_type(self, element_type: Attribute) -> TensorType:
+        return TensorType(self.get_shape(), element_type, self.layouts.data)
+
+    def with_shape(self, shape: Sequence[int]) -> TensorType:
+        return TensorType(shape, self.element_type, self.layouts.data)
+
+    def layout_text(self) -> str:
+        lays = self.layouts.data
+        if not lays:
+            return "replicated"
+        if len(lays) == 1:
+            return layout_str(lays[0])
+        return "[" + ", ".join(layout_str(lay) for lay in lays) + "]"
+
+    # -- syntax --------------------------------------------------------------------------
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
+        with parser.in_angle_brackets():
+            dims, elt = parser.parse_ranked_shape()
+            layouts: list[LayoutAttr] = []
+            if parser.parse_optional_punctuation(","):
+                if parser.parse_optional_punctuation("["):
+                    layouts = [_parse_layout(parser)]
+                    while parser.parse_optional_punctuation(","):
+                        layouts.append(_parse_layout(parser))
+                    parser.parse_punctuation("]")
+                else:
+                    layouts = [_parse_layout(parser)]
+        if any(d < 0 for d in dims):
+            parser.raise_error("coco tensors have static shapes: '?' is not allowed here")
+        return (
+            ArrayAttr(IntAttr(d) for d in dims),
+            elt,
+            ArrayAttr(normalize_layouts(layouts)),
+        )
+
+    def print_parameters(self, printer: Printer) -> None:
+        with printer.in_angle_brackets():
+            printer.print_dimension_list(self.get_shape())
+            if self.shape.data:
+                printer.print_string("x")
+            printer.print_attribute(self.element_type)
+            if self.layouts.data:
+                printer.print_string(", " + self.layout_text())
+
+    def verify(self) -> None:
+        element_type_name(self.element_type)
+        for d in self.get_shape():
+            if d < 1:
+                raise VerifyException(f"tensor dims must be positive, got shape {self.get_shape()}")
+        if self.layouts.data and all(isinstance(x, ReplicatedAttr) for x in self.layouts):
+            raise VerifyException("an all-replicated layout is written as no layout")
+        for lay in self.layouts:
+            if isinstance(lay, SlicedAttr) and lay.dim.data >= self.rank:
+                raise VerifyException(
+                    f"[sliced-dim-in-range] sliced<{lay.dim.data}> names a dim that a "
+                    f"rank-{self.rank} tensor of shape {list(self.get_shape())} does not have"
+                )
+
+
+# --------------------------------------------------------------------------------------------
+# Ops
+# --------------------------------------------------------------------------------------------
+# Every op's result type follows from its operands by CoCoNet's layout rules
+# (layout_rules.py). Ops verify that the written result type is the inferred one, so a
+# layout violation is reported at the op that commits it, naming the rule.
+
+
+def print_signature(
+    printer: Printer, operand_types: Sequence[Attribute], result_types: Sequence[Attribute]
+) -> None:
+    """`: T` when every operand and result has type T, else `: T1, T2 -> T3`."""
+    printer.print_string(" : ")
+    types = [*operand_types, *result_types]
+    if types and all(t == types[0] for t in types) and (operand_types or result_types):
+        printer.print_attribute(types[0])
+        return
+    printer.print_list(operand_types, printer.print_attribute)
+    if result_types:
+        printer.print_string(" -> ")
+        printer.print_list(result_types, printer.print_attribute)
+
+
+def parse_signature(
+    parser: Parser, num_operands: int, num_results: int
+) -> tuple[list[Attribute], list[Attribute]]:
+    parser.parse_punctuation(":")
+    types = [parser.parse_type()]
+    while parser.parse_optional_punctuation(","):
+        types.append(parser.parse_type())
+    if parser.parse_optional_punctuation("->"):
+        results = [parser.parse_type()]
+        while parser.parse_optional_punctuation(","):
+            results.append(parser.parse_type())
+    elif len(types) == 1:
+        return [types[0]] * num_operands, [types[0]] * num_results
+    else:
+        results = []
+    if len(types) != num_operands or len(results) != num_results:
+        parser.raise_error(
+            f"expected {num_operands} operand type(s) and {num_results} result type(s), "
+            f"got {len(types)} and {len(results)}"
+        )
+    return types, results
+
+
+def parse_operands(parser: Parser, count: int) -> list[parser.UnresolvedOperand]:
+    operands = [parser.parse_unresolved_operand()]
+    for _ in range(count - 1):
+        parser.parse_punctuation(",")
+        operands.append(parser.parse_unresolved_operand())
+    return operands
+
+
+def parse_unary_like(cls, parser: Parser):
+    """`OP %x {attrs} : sig` for any op constructed as `cls(x, result_type)`."""
+    (x,) = parse_operands(parser, 1)
+    attrs = parser.parse_optional_attr_dict()
+    (xt,), (res,) = parse_signature(parser, 1, 1)
+    op = cls(parser.resolve_operand(x, xt), res)
+    op.attributes |= attrs
+    return op
+
+
+def parse_binary_like(cls, parser: Parser):
+    """`OP %a, %b {attrs} : sig` for any op constructed as `cls(a, b, result_type)`."""
+    lhs, rhs = parse_operands(parser, 2)
+    attrs = parser.parse_optional_attr_dict()
+    (lt, rt), (res,) = parse_signature(parser, 2, 1)
+    op = cls(parser.resolve_operand(lhs, lt), parser.resolve_operand(rhs, rt), res)
+    op.attributes |= attrs
+    return op
+
+
+class CocoOp(IRDLOperation):
+    """Shared verification for every coco/comm op: types fit the grid, results follow rules."""
+
+    def verify_(self) -> None:
+        from coconet.dialects import layout_rules
+
+        layout_rules.check_types_fit_grid(self)
+        self.verify_layouts()
+
+    def verify_layouts(self) -> None:
+        """Check the result types against the layout rules (overridden per op)."""
+
+    def expect_result(self, inferred: TensorType) -> None:
+        from coconet.dialects import layout_rules
+
+        layout_rules.expect_result_type(self, self.results[0].type, inferred)
+
+
+class ElementwiseOp(CocoOp):
+    """Marker base of ops that act element by element (reorder and fuse rely on it)."""
+
+
+class BinaryOp(ElementwiseOp):
+    lhs = operand_def(TensorType)
+    rhs = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    def __init__(self, lhs: SSAValue, rhs: SSAValue, result_type: Attribute | None = None):
+        if result_type is None:
+            from coconet.dialects import layout_rules
+
+            result_type = layout_rules.infer_elementwise([lhs.type, rhs.type])
+        super().__init__(operands=[lhs, rhs], result_types=[result_type])
+
+    def verify_layouts(self) -> None:
+        from coconet.dialects import layout_rules
+
+        self.expect_result(layout_rules.infer_elementwise([self.lhs.type, self.rhs.type]))
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_operand(self.lhs)
+        printer.print_string(", ")
+        printer.print_operand(self.rhs)
+        printer.print_op_attributes(self.attributes)
+        print_signature(printer, [self.lhs.type, self.rhs.type], [self.result.type])
+
+    @classmethod
+    def parse(cls, parser: Parser):
+        return parse_binary_like(cls, parser)
+
+
+@irdl_op_definition
+class AddOp(BinaryOp):
+    name = "coco.add"
+
+
+@irdl_op_definition
+class SubOp(BinaryOp):
+    name = "coco.sub"
+
+
+@irdl_op_definition
+class MulOp(BinaryOp):
+    name = "coco.mul"
+
+
+@irdl_op_definition
+class DivOp(BinaryOp):
+    name = "coco.div"
+
+
+@irdl_op_definition
+class MaxOp(BinaryOp):
+    name = "coco.max"
+
+
+@irdl_op_definition
+class MinOp(BinaryOp):
+    name = "coco.min"
+
+
+@irdl_op_definition
+class PowOp(BinaryOp):
+    name = "coco.pow"
+
+
+class UnaryOp(ElementwiseOp):
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+    FLOAT_ONLY: ClassVar[bool] = True
+
+    def __init__(self, input: SSAValue, result_type: Attribute | None = None):
+        super().__init__(operands=[input], result_types=[result_type or input.type])
+
+    def verify_layouts(self) -> None:
+        from coconet.dialects import layout_rules
+
+        self.expect_result(layout_rules.infer_unary(self.input.type, self.FLOAT_ONLY, self.name))
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_operand(self.input)
+        printer.print_op_attributes(self.attributes)
+        print_signature(printer, [self.input.type], [self.result.type])
+
+    @classmethod
+    def parse(cls, parser: Parser):
+        return parse_unary_like(cls, parser)
+
+
+@irdl_op_definition
+class NegOp(UnaryOp):
+    name = "coco.neg"
+    FLOAT_ONLY: ClassVar[bool] = False
+
+
+@irdl_op_definition
+class AbsOp(UnaryOp):
+    name = "coco.abs"
+    FLOAT_ONLY: ClassVar[bool] = False
+
+
+@irdl_op_definition
+class SqrtOp(UnaryOp):
+    name = "coco.sqrt"
+
+
+@irdl_op_definition
+class RsqrtOp(UnaryOp):
+    name = "coco.rsqrt"
+
+
+@irdl_op_definition
+class ExpOp(UnaryOp):
+    name = "coco.exp"
+
+
+@irdl_op_definition
+class LogOp(UnaryOp):
+    name = "coco.log"
+
+
+@irdl_op_definition
+class TanhOp(UnaryOp):
+    name = "coco.tanh"
+
+
+@irdl_op_definition
+class ReluOp(UnaryOp):
+    name = "coco.relu"
+    FLOAT_ONLY: ClassVar[bool] = False
+
+
+@irdl_op_definition
+class GeluOp(UnaryOp):
+    """tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+
+    name = "coco.gelu"
+
+
+@irdl_op_definition
+class SigmoidOp(UnaryOp):
+    name = "coco.sigmoid"
+
+
+class CmpPredicate(StrEnum):
+    EQ = auto()
+    NE = auto()
+    LT = auto()
+    LE = auto()
+    GT = auto()
+    GE = auto()
+
+
+@irdl_op_definition
+class CmpOp(ElementwiseOp):
+    """`coco.cmp gt %a, %b : ...`: elementwise comparison, i1 result."""
+
+    name = "coco.cmp"
+    predicate = prop_def(StringAttr)
+    lhs = operand_def(TensorType)
+    rhs = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    def __init__(
+        self,
+        predicate: str | CmpPredicate,
+        lhs: SSAValue,
+        rhs: SSAValue,
+        result_type: Attribute | None = None,
+    ):
+        if result_type is None:
+            from coconet.dialects import layout_rules
+
+            result_type = layout_rules.infer_compare(lhs.type, rhs.type)
+        super().__init__(
+            operands=[lhs, rhs],
+            result_types=[result_type],
+            properties={"predicate": StringAttr(str(predicate))},
+        )
+
+    def verify_layouts(self) -> None:
+        from coconet.dialects import layout_rules
+
+        if self.predicate.data not in {p.value for p in CmpPredicate}:
+            raise VerifyException(
+                f"unknown comparison '{self.predicate.data}': expected one of "
+                + ", ".join(p.value for p in CmpPredicate)
+            )
+        self.expect_result(layout_rules.infer_compare(self.lhs.type, self.rhs.type))
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(f" {self.predicate.data} ")
+        printer.print_operand(self.lhs)
+        printer.print_string(", ")
+        printer.print_operand(self.rhs)
+        printer.print_op_attributes(self.attributes)
+        print_signature(printer, [self.lhs.type, self.rhs.type], [self.result.type])
+
+    @classmethod
+    def parse(cls, parser: Parser):
+        pred = parser.parse_str_enum(CmpPredicate)
+        lhs, rhs = parse_operands(parser, 2)
+        attrs = parser.parse_optional_attr_dict()
+        (lt, rt), (res,) = parse_signature(parser, 2, 1)
+        op = cls(pred, parser.resolve_operand(lhs, lt), parser.resolve_operand(rhs, rt), res)
+        op.attributes |= attrs
+        return op
+
+
+@irdl_op_definition
+class SelectOp(ElementwiseOp):
+    """`coco.select %cond, %a, %b`: elementwise `cond ? a : b` (CoCoNet's Ite)."""
+
+    name = "coco.select"
+    cond = operand_def(TensorType)
+    true_value = operand_def(TensorType)
+    false_value = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    def __init__(
+        self, cond: SSAValue, a: SSAValue, b: SSAValue, result_type: Attribute | None = None
+    ):
+        if result_type is None:
+            from coconet.dialects import layout_rules
+
+            result_type = layout_rules.infer_select(cond.type, a.type, b.type)
+        super().__init__(operands=[cond, a, b], result_types=[result_type])
+
+    def verify_layouts(self) -> None:
+        from coconet.dialects import layout_rules
+
+        self.expect_result(
+            layout_rules.infer_select(
+                self.cond.type, self.true_value.type, self.false_value.type
+            )
+        )
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_list(self.operands, printer.print_operand)
+        printer.print_op_attributes(self.attributes)
+        print_signature(printer, [o.type for o in self.operands], [self.result.type])
+
+    @classmethod
+    def parse(cls, parser: Parser):
+        c, a, b = parse_operands(parser, 3)
+        attrs = parser.parse_optional_attr_dict()
+        (ct, at, bt), (res,) = parse_signature(parser, 3, 1)
+        op = cls(
+            parser.resolve_operand(c, ct),
+            parser.resolve_operand(a, at),
+            parser.resolve_operand(b, bt),
+            res,
+        )
+        op.attributes |= attrs
+        return op
+
+
+@irdl_op_definition
+class CastOp(ElementwiseOp):
+    """`coco.cast %x : T1 -> T2`: element type conversion (round to nearest even)."""
+
+    name = "coco.cast"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    def __init__(self, input: SSAValue, result_type: Attribute):
+        if not isinstance(result_type, TensorType):
+            result_type = input.type.with_element_type(result_type)
+        super().__init__(operands=[input], result_types=[result_type])
+
+    def verify_layouts(self) -> None:
+        res = self.result.type
+        self.expect_result(self.input.type.with_element_type(res.element_type))
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_operand(self.input)
+        printer.print_op_attributes(self.attributes)
+        print_signature(printer, [self.input.type], [self.result.type])
+
+    @classmethod
+    def parse(cls, parser: Parser):
+        return parse_unary_like(cls, parser)
+
+
+@irdl_op_definition
+class ConstantOp(CocoOp):
+    """`coco.constant 0.9 : !coco.tensor<f32>`: a splat value, the same on every rank."""
+
+    name = "coco.constant"
+    value = prop_def(base(FloatAttr) | base(IntegerAttr))
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    def __init__(self, value: float | int | bool, result_type: TensorType):
+        if is_float_type(result_type.element_type):
+            attr: Attribute = FloatAttr(float(value), f64)
+        else:
+            attr = IntegerAttr(int(value), i64)
+        super().__init__(result_types=[result_type], properties={"value": attr})
+
+    @property
+    def number(self) -> float | int:
+        return self.value.value.data
+
+    def verify_layouts(self) -> None:
+        res = self.result.type
+        if not res.is_replicated():
+            raise VerifyException(
+                f"[constant-replicated] a constant is the same on every rank, so its type "
+                f"must be replicated, not {res.layout_text()}"
+            )
+        if is_float_type(res.element_type) != isinstance(self.value, FloatAttr):
+            raise VerifyException(
+                f"constant {self.number} does not match element type {res.elt}"
+            )
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(f" {self.number!r}")
+        printer.print_op_attributes(self.attributes)
+        printer.print_string(" : ")
+        printer.print_attribute(self.result.type)
+
+    @classmethod
+    def parse(cls, parser: Parser):
+        number = parser.parse_number(allow_boolean=True)
+        attrs = parser.parse_optional_attr_dict()
+        parser.parse_punctuation(":")
+        res = parser.parse_type()
+        if not isinstance(res, TensorType):
+            parser.raise_error(f"coco.constant needs a !coco.tensor type, got {res}")
+        op = cls(number, res)
+        op.attributes |= attrs
+        return op
+
+
+@irdl_op_definition
+class DropoutOp(ElementwiseOp):
+    """`coco.dropout %x, 0.1 seed 7 : T`: zero elements with probability p, scale by 1/(1-p).
+
+    Element i of the logical tensor is kept iff `(h >> 40) >= ceil(p * 2^24)` where
+    `h = counter_hash(seed, global flat index of i, stream)` (runtime/counter_rng.py) and
+    `stream` is the rank's coordinate on the axes where x is `local` (0 otherwise). Because
+    the key is the global index, a sliced or fused schedule draws the unscheduled masks.
+    """
+
+    name = "coco.dropout"
+    input = operand_def(TensorType)
+    prob = prop_def(FloatAttr)
+    seed = prop_def(IntegerAttr)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    def __init__(
+        self, input: SSAValue, prob: float, seed: int, result_type: Attribute | None = None
+    ):
+        super().__init__(
+            operands=[input],
+            result_types=[result_type or input.type],
+            properties={"prob": FloatAttr(float(prob), f64), "seed": IntegerAttr(seed, i64)},
+        )
+
+    def verify_layouts(self) -> None:
+        from coconet.dialects import layout_rules
+
+        p = self.prob.value.data
+        if not 0.0 <= p < 1.0:
+            raise VerifyException(f"[dropout-probability] dropout probability must be in [0, 1), got {p}")
+        self.expect_result(layout_rules.infer_unary(self.input.type, True, self.name))
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_operand(self.input)
+        printer.print_string(f", {self.prob.value.data!r} seed {self.seed.value.data}")
+        printer.print_op_attributes(self.attributes)
+        print_signature(printer, [self.input.type], [self.result.type])
+
+    @classmethod
+    def parse(cls, parser: Parser):
+        (x,) = parse_operands(parser, 1)
+        parser.parse_punctuation(",")
+        prob = parser.parse_number()
+        parser.parse_keyword("seed")
+        seed = parser.parse_integer(allow_boolean=False)
+        attrs = parser.parse_optional_attr_dict()
+        (xt,), (res,) = parse_signature(parser, 1, 1)
+        op = cls(parser.resolve_operand(x, xt), float(prob), seed, res)
+        op.attributes |= attrs
+        return op
+
+
+@irdl_op_definition
+class MatmulOp(CocoOp):
+    """`coco.matmul %a, %b`: [..., M, K] x [K, N] (or batched [..., K, N]) -> [..., M, N]."""
+
+    name = "coco.matmul"
+    lhs = operand_def(TensorType)
+    rhs = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    def __init__(self, lhs: SSAValue, rhs: SSAValue, result_type: Attribute | None = None):
+        if result_type is None:
+            from coconet.dialects import layout_rules
+
+            result_type = layout_rules.infer_matmul(lhs.type, rhs.type)
+        super().__init__(operands=[lhs, rhs], result_types=[result_type])
+
+    def verify_layouts(self) -> None:
+        from coconet.dialects import layout_rules
+
+        self.expect_result(layout_rules.infer_matmul(self.lhs.type, self.rhs.type))
+
+    print = BinaryOp.print
+
+    @classmethod
+    def parse(cls, parser: Parser):
+        return parse_binary_like(cls, parser)
+
+
+class ReductionKind(StrEnum):
+    SUM = auto()
+    MAX = auto()
+    MIN = auto()
+    NORM = auto()
+
+
+@irdl_op_definition
+class ReduceOp(CocoOp):
+    """`coco.reduce sum %x : T -> !coco.tensor<f32>`: a full reduction to a scalar.
+
+    `norm` is the L2 norm. Over a sliced tensor sum/max/min give this rank's partial result
+    (a `local` scalar that an all_reduce combines); a norm of a slice is refused, since
+    partial norms do not combine by any collective: write sqrt(all_reduce(sum(x*x))).
+    """
+
+    name = "coco.reduce"
+    kind = prop_def(StringAttr)
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    def __init__(
+        self, kind: str | ReductionKind, input: SSAValue, result_type: Attribute | None = None
+    ):
+        if result_type is None:
+            from coconet.dialects import layout_rules
+
+            result_type = layout_rules.infer_reduction(str(kind), input.type)
+        super().__init__(
+            operands=[input], result_types=[result_type], properties={"kind": StringAttr(str(kind))}
+        )
+
+    def verify_layouts(self) -> None:
+        from coconet.dialects import layout_rules
+
+        if self.kind.data not in {k.value for k in ReductionKind}:
+            raise VerifyException(f"unknown reduction '{self.kind.data}'")
+        self.expect_result(layout_rules.infer_reduction(self.kind.data, self.input.type))
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(f" {self.kind.data} ")
+        printer.print_operand(self.input)
+        printer.print_op_attributes(self.attributes)
+        print_signature(printer, [self.input.type], [self.result.type])
+
+    @classmethod
+    def parse(cls, parser: Parser):
+        kind = parser.parse_str_enum(ReductionKind)
+        (x,) = parse_operands(parser, 1)
+        attrs = parser.parse_optional_attr_dict()
+        (xt,), (res,) = parse_signature(parser, 1, 1)
+        op = cls(kind, parser.resolve_operand(x, xt), res)
+        op.attributes |= attrs
+        return op
+
+
+@irdl_op_definition
+class SliceOp(CocoOp):
+    """`coco.slice %x : replicated -> sliced<d>`: this rank's part, no communication.
+
+    CoCoNet's Scatter: along every axis where the result is sliced and the input replicated,
+    the rank keeps its contiguous part; every other axis keeps its layout.
+    """
+
+    name = "coco.slice"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    def __init__(self, input: SSAValue, result_type: TensorType):
+        super().__init__(operands=[input], result_types=[result_type])
+
+    def verify_layouts(self) -> None:
+        from coconet.dialects import layout_rules
+
+        layout_rules.check_slice(self, self.input.type, self.result.type)
+
+    print = UnaryOp.print
+
+    @classmethod
+    def parse(cls, parser: Parser):
+        return parse_unary_like(cls, parser)
+
+
+@irdl_op_definition
+class UpdateOp(CocoOp):
+    """`coco.update %target, %value : T`: store `value` into the caller's buffer `target`.
+
+    The program's side effects. `target` is an argument of the enclosing function, updated
+    at most once, and read by no op after its update (so SSA order is execution order).
+    """
+
+    name = "coco.update"
+    target = operand_def(TensorType)
+    value = operand_def(TensorType)
+
+    def __init__(self, target: SSAValue, value: SSAValue):
+        super().__init__(operands=[target, value])
+
+    def verify_layouts(self) -> None:
+        from coconet.dialects import layout_rules
+
+        layout_rules.check_update(self)
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_operand(self.target)
+        printer.print_string(", ")
+        printer.print_operand(self.value)
+        printer.print_op_attributes(self.attributes)
+        print_signature(printer, [self.target.type, self.value.type], [])
+
+    @classmethod
+    def parse(cls, parser: Parser):
+        t, v = parse_operands(parser, 2)
+        attrs = parser.parse_optional_attr_dict()
+        (tt, vt), _ = parse_signature(parser, 2, 0)
+        op = cls(parser.resolve_operand(t, tt), parser.resolve_operand(v, vt))
+        op.attributes |= attrs
+        return op
+
+
+BINARY_OPS: tuple[type[BinaryOp], ...] = (AddOp, SubOp, MulOp, DivOp, MaxOp, MinOp, PowOp)
+UNARY_OPS: tuple[type[UnaryOp], ...] = (
+    NegOp, AbsOp, SqrtOp, RsqrtOp, ExpOp, LogOp, TanhOp, ReluOp, GeluOp, SigmoidOp,
+)  # fmt: skip
+
+Coco = Dialect(
+    "coco",
+    [
+        *BINARY_OPS,
+        *UNARY_OPS,
+        CmpOp,
+        SelectOp,
+        CastOp,
+        ConstantOp,
+        DropoutOp,
+        MatmulOp,
+        ReduceOp,
+        SliceOp,
+        UpdateOp,
+    ],
+    [ReplicatedAttr, LocalAttr, SlicedAttr, GridAttr, TensorType],
+)
+
+
+def is_elementwise(op: Operation) -> bool:
+    return isinstance(op, ElementwiseOp)

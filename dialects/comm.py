@@ -1,0 +1,598 @@
+"""The `comm` dialect: collectives and point-to-point transfers over process-grid axes, and
+the schedule regions (fused, overlapped) that transformations build around them.
+
+A collective spans the grid axes named by `over [..]` (all axes when omitted): the ranks that
+share their coordinates on every other axis form one group, as in MLIR's `shard` dialect. On a
+`[stages, ranks]` grid, `over [1]` is a collective inside each stage.
+
+Reductions combine in rank order, accumulating in f64 (int64 for integers) and rounding once
+to the element type; real collectives (NCCL rings) reorder this sum, which translation
+validation allows for with a per-dtype tolerance.
+
+Layout rules (per spanned axis; other axes keep their layout):
+
+* all-reduce-input      local | replicated -> replicated (a sliced input is refused)
+* reduce-scatter-input  local | replicated -> sliced<dim>
+* all-gather-input      sliced<d> -> replicated
+* broadcast-input       local | replicated -> replicated (root's value)
+* reduce-input          local | replicated -> local (root holds the result, the other ranks
+                        keep their input unchanged, as NCCL's in-place reduce leaves them)
+* send                  any -> local along the shifted axis: rank c receives what rank
+                        c - shift sent; ranks with no sender receive zeros.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import auto
+from typing import ClassVar
+
+from xdsl.dialects.builtin import ArrayAttr, IntAttr, IntegerAttr, StringAttr, i64
+from xdsl.ir import Attribute, Dialect, Region, SSAValue
+from xdsl.irdl import (
+    IRDLOperation,
+    irdl_op_definition,
+    operand_def,
+    opt_prop_def,
+    prop_def,
+    region_def,
+    result_def,
+    traits_def,
+    var_operand_def,
+    var_result_def,
+)
+from xdsl.parser import Parser
+from xdsl.printer import Printer
+from xdsl.traits import HasParent, IsTerminator, Pure
+from xdsl.utils.exceptions import VerifyException
+from xdsl.utils.str_enum import StrEnum
+
+from coconet.dialects.coco import (
+    LOCAL,
+    REPLICATED,
+    CocoOp,
+    LayoutAttr,
+    SlicedAttr,
+    TensorType,
+    layout_str,
+    parse_operands,
+    parse_signature,
+    print_signature,
+)
+
+
+class CollectiveKind(StrEnum):
+    SUM = auto()
+    PROD = auto()
+    MAX = auto()
+    MIN = auto()
+
+
+def _fail(rule: str, message: str) -> VerifyException:
+    return VerifyException(f"[{rule}] {message}")
+
+
+class CollectiveOp(CocoOp):
+    """Base of the collectives: an input, a result, the spanned axes (`over`)."""
+
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    axes = opt_prop_def(ArrayAttr[IntAttr])
+    traits = traits_def(Pure())
+
+    HAS_KIND: ClassVar[bool] = False
+    HAS_ROOT: ClassVar[bool] = False
+
+    def span(self) -> tuple[int, ...]:
+        """The grid axes this collective spans."""
+        from coconet.dialects.layout_rules import grid_of
+
+        if self.axes is not None:
+            return tuple(a.data for a in self.axes)
+        return tuple(range(grid_of(self).rank))
+
+    def check_axes(self) -> None:
+        from coconet.dialects.layout_rules import grid_of
+
+        grid = grid_of(self)
+        if self.axes is None:
+            return
+        seen = [a.data for a in self.axes]
+        if not seen or len(set(seen)) != len(seen) or any(not 0 <= a < grid.rank for a in seen):
+            raise _fail(
+                "collective-axes",
+                f"{self.name} spans axes {seen}, which are not distinct axes of the grid {grid}",
+            )
+
+    def infer(self) -> TensorType:
+        t: TensorType = self.input.type
+        span = self.span()
+        from coconet.dialects.layout_rules import grid_of
+
+        rank = max(grid_of(self).rank, len(t.layouts))
+        out = [
+            self.axis_rule(a, t.layout_on(a)) if a in span else t.layout_on(a) for a in range(rank)
+        ]
+        return t.with_layouts(out)
+
+    def axis_rule(self, axis: int, layout: LayoutAttr) -> LayoutAttr:
+        raise NotImplementedError
+
+    def verify_layouts(self) -> None:
+        self.check_axes()
+        self.expect_result(self.infer())
+
+    # -- syntax: comm.OP [KIND] %x [root N] [over [..]] {attrs} : T -> T ---------------------
+
+    def print(self, printer: Printer) -> None:
+        if self.HAS_KIND:
+            printer.print_string(f" {self.kind.data}")
+        printer.print_string(" ")
+        printer.print_operand(self.input)
+        self.print_extra(printer)
+        if self.axes is not None:
+            printer.print_string(" over [" + ", ".join(str(a.data) for a in self.axes) + "]")
+        printer.print_op_attributes(self.attributes)
+        print_signature(printer, [self.input.type], [self.result.type])
+
+    def print_extra(self, printer: Printer) -> None:
+        if self.HAS_ROOT:
+            printer.print_string(f" root {self.root.value.data}")
+
+    @classmethod
+    def parse(cls, parser: Parser):
+        props: dict[str, Attribute] = {}
+        if cls.HAS_KIND:
+            props["kind"] = StringAttr(parser.parse_str_enum(CollectiveKind).value)
+        (x,) = parse_operands(parser, 1)
+        props |= cls.parse_extra(parser)
+        if parser.parse_optional_keyword("over"):
+            axes = parser.parse_comma_separated_list(
+                parser.Delimiter.SQUARE,
+                lambda: IntAttr(parser.parse_integer(allow_boolean=False, allow_negative=False)),
+            )
+            props["axes"] = ArrayAttr(axes)
+        attrs = parser.parse_optional_attr_dict()
+        (xt,), (res,) = parse_signature(parser, 1, 1)
+        op = cls.build(
+            operands=[parser.resolve_operand(x, xt)], result_types=[res], properties=props
+        )
+        op.attributes |= attrs
+        return op
+
+    @classmethod
+    def parse_extra(cls, parser: Parser) -> dict[str, Attribute]:
+        if cls.HAS_ROOT:
+            parser.parse_keyword("root")
+            return {"root": IntegerAttr(parser.parse_integer(allow_boolean=False), i64)}
+        return {}
+
+
+def _props(kind: str | None, axes: Sequence[int] | None, **extra: Attribute):
+    props: dict[str, Attribute] = dict(extra)
+    if kind is not None:
+        if kind not in {k.value for k in CollectiveKind}:
+            raise ValueError(f"unknown reduction kind {kind!r}: use sum, prod, max or min")
+        props["kind"] = StringAttr(kind)
+    if axes is not None:
+        props["axes"] = ArrayAttr(IntAttr(a) for a in axes)
+    return props
+
+
+def _check_kind(op: CollectiveOp) -> None:
+    if op.kind.data not in {k.value for k in CollectiveKind}:
+        raise _fail("collective-kind", f"unknown reduction kind '{op.kind.data}'")
+
+
+@irdl_op_definition
+class AllReduceOp(CollectiveOp):
+    """`comm.all_reduce sum %g : !coco.tensor<Nxf32, local> -> !coco.tensor<Nxf32>`."""
+
+    name = "comm.all_reduce"
+    kind = prop_def(StringAttr)
+    HAS_KIND: ClassVar[bool] = True
+
+    def __init__(self, input: SSAValue, kind: str = "sum", axes: Sequence[int] | None = None):
+        super().__init__(operands=[input], result_types=[input.type], properties=_props(kind, axes))
+        self.results[0].type = self.infer()
+
+    def axis_rule(self, axis: int, layout: LayoutAttr) -> LayoutAttr:
+        if isinstance(layout, SlicedAttr):
+            raise _fail(
+                "all-reduce-input",
+                f"all_reduce of {self.input.type}, which is {layout_str(layout)} on grid axis "
+                f"{axis}: all_reduce takes local or replicated tensors (all_gather a slice)",
+            )
+        return REPLICATED
+
+    def verify_layouts(self) -> None:
+        _check_kind(self)
+        super().verify_layouts()
+
+
+@irdl_op_definition
+class ReduceScatterOp(CollectiveOp):
+    """`comm.reduce_scatter sum %g : local -> sliced<d>`: reduce, keep this rank's part."""
+
+    name = "comm.reduce_scatter"
+    kind = prop_def(StringAttr)
+    HAS_KIND: ClassVar[bool] = True
+
+    def __init__(
+        self, input: SSAValue, kind: str = "sum", dim: int = 0, axes: Sequence[int] | None = None
+    ):
+        super().__init__(operands=[input], result_types=[input.type], properties=_props(kind, axes))
+        self._dim = dim
+        self.results[0].type = self.infer()
+
+    @property
+    def dim(self) -> int:
+        """The tensor dim the result is sliced on (read off the result type)."""
+        for a in self.span():
+            lay = self.result.type.layout_on(a)
+            if isinstance(lay, SlicedAttr):
+                return lay.dim.data
+        return getattr(self, "_dim", 0)
+
+    def axis_rule(self, axis: int, layout: LayoutAttr) -> LayoutAttr:
+        if isinstance(layout, SlicedAttr):
+            raise _fail(
+                "reduce-scatter-input",
+                f"reduce_scatter of {self.input.type}, which is already sliced on grid axis "
+                f"{axis}: reduce_scatter takes local or replicated tensors",
+            )
+        return SlicedAttr(self.dim)
+
+    def verify_layouts(self) -> None:
+        _check_kind(self)
+        super().verify_layouts()
+
+
+@irdl_op_definition
+class AllGatherOp(CollectiveOp):
+    """`comm.all_gather %s : sliced<d> -> replicated`."""
+
+    name = "comm.all_gather"
+
+    def __init__(self, input: SSAValue, axes: Sequence[int] | None = None):
+        super().__init__(operands=[input], result_types=[input.type], properties=_props(None, axes))
+        self.results[0].type = self.infer()
+
+    def axis_rule(self, axis: int, layout: LayoutAttr) -> LayoutAttr:
+        if not isinstance(layout, SlicedAttr):
+            raise _fail(
+                "all-gather-input",
+                f"all_gather of {self.input.type}, which is {layout_str(layout)} on grid axis "
+                f"{axis}: all_gather takes sliced tensors",
+            )
+        return REPLICATED
+
+
+@irdl_op_definition
+class BroadcastOp(CollectiveOp):
+    """`comm.broadcast %x root 0 : local -> replicated`: the root's value on every rank."""
+
+    name = "comm.broadcast"
+    root = prop_def(IntegerAttr)
+    HAS_ROOT: ClassVar[bool] = True
+
+    def __init__(self, input: SSAValue, root: int = 0, axes: Sequence[int] | None = None):
+        super().__init__(
+            operands=[input],
+            result_types=[input.type],
+            properties=_props(None, axes, root=IntegerAttr(root, i64)),
+        )
+        self.results[0].type = self.infer()
+
+    def axis_rule(self, axis: int, layout: LayoutAttr) -> LayoutAttr:
+        if isinstance(layout, SlicedAttr):
+            raise _fail(
+                "broadcast-input",
+                f"broadcast of {self.input.type}, sliced on grid axis {axis}: broadcast takes "
+                "local or replicated tensors",
+            )
+        return REPLICATED
+
+    def verify_layouts(self) -> None:
+        if self.root.value.data < 0:
+            raise _fail("collective-root", f"root {self.root.value.data} is not a rank")
+        super().verify_layouts()
+
+
+@irdl_op_definition
+class ReduceOp(CollectiveOp):
+    """`comm.reduce sum %x root 0 : local -> local`: the reduction lands on the root only."""
+
+    name = "comm.reduce"
+    kind = prop_def(StringAttr)
+    root = prop_def(IntegerAttr)
+    HAS_KIND: ClassVar[bool] = True
+    HAS_ROOT: ClassVar[bool] = True
+
+    def __init__(
+        self, input: SSAValue, kind: str = "sum", root: int = 0, axes: Sequence[int] | None = None
+    ):
+        super().__init__(
+            operands=[input],
+            result_types=[input.type],
+            properties=_props(kind, axes, root=IntegerAttr(root, i64)),
+        )
+        self.results[0].type = self.infer()
+
+    def axis_rule(self, axis: int, layout: LayoutAttr) -> LayoutAttr:
+        if isinstance(layout, SlicedAttr):
+            raise _fail(
+                "reduce-input",
+                f"reduce of {self.input.type}, sliced on grid axis {axis}: reduce takes local "
+                "or replicated tensors",
+            )
+        return LOCAL
+
+    def verify_layouts(self) -> None:
+        _check_kind(self)
+        if self.root.value.data < 0:
+            raise _fail("collective-root", f"root {self.root.value.data} is not a rank")
+        super().verify_layouts()
+
+
+@irdl_op_definition
+class SendOp(CollectiveOp):
+    """`comm.send %y along 0 shift 1 : T -> T'`: point-to-point to the rank `shift` further
+    along grid axis `along` (CoCoNet's `Send(x, GroupRank(GROUP+1, RANK))`).
+
+    The result is what this rank received: rank c gets the value of rank c - shift; ranks with
+    no sender get zeros. It is `local` along the shifted axis (each stage has its own).
+    """
+
+    name = "comm.send"
+    along = prop_def(IntegerAttr)
+    shift = prop_def(IntegerAttr)
+
+    def __init__(self, input: SSAValue, along: int = 0, shift: int = 1):
+        super().__init__(
+            operands=[input],
+            result_types=[input.type],
+            properties={"along": IntegerAttr(along, i64), "shift": IntegerAttr(shift, i64)},
+        )
+        self.results[0].type = self.infer()
+
+    def span(self) -> tuple[int, ...]:
+        return (self.along.value.data,)
+
+    def check_axes(self) -> None:
+        from coconet.dialects.layout_rules import grid_of
+
+        grid = grid_of(self)
+        a = self.along.value.data
+        if not 0 <= a < grid.rank:
+            raise _fail("collective-axes", f"comm.send along axis {a}, which the grid {grid} lacks")
+        if self.shift.value.data == 0:
+            raise _fail("send-shift", "comm.send with shift 0 sends nothing")
+
+    def axis_rule(self, axis: int, layout: LayoutAttr) -> LayoutAttr:
+        return LOCAL
+
+    def print_extra(self, printer: Printer) -> None:
+        printer.print_string(f" along {self.along.value.data} shift {self.shift.value.data}")
+
+    @classmethod
+    def parse_extra(cls, parser: Parser) -> dict[str, Attribute]:
+        parser.parse_keyword("along")
+        along = parser.parse_integer(allow_boolean=False, allow_negative=False)
+        parser.parse_keyword("shift")
+        shift = parser.parse_integer(allow_boolean=False)
+        return {"along": IntegerAttr(along, i64), "shift": IntegerAttr(shift, i64)}
+
+
+COLLECTIVE_OPS = (AllReduceOp, ReduceScatterOp, AllGatherOp, BroadcastOp, ReduceOp, SendOp)
+
+
+# --------------------------------------------------------------------------------------------
+# Schedule regions
+# --------------------------------------------------------------------------------------------
+
+
+class FusionKind(StrEnum):
+    ELEMENTWISE = auto()  # a chain of elementwise ops: one kernel
+    ALL_REDUCE = auto()  # reduce_scatter + sliced computation + all_gather: one collective
+    SEND = auto()  # computation + send: one fused transfer
+
+
+class RegionOp(CocoOp):
+    """A schedule region: runs its body in place (it reads outer values directly) and yields
+    its results. The original ops stay inside, so the program still reads and interprets."""
+
+    body = region_def("single_block")
+    res = var_result_def(TensorType)
+
+    @property
+    def yield_op(self) -> YieldOp:
+        term = self.body.block.last_op
+        assert isinstance(term, YieldOp)
+        return term
+
+    def verify_layouts(self) -> None:
+        term = self.body.block.last_op
+        if not isinstance(term, YieldOp):
+            raise _fail("region-terminator", f"{self.name}'s body must end in comm.yield")
+        got = [v.type for v in term.values]
+        want = [r.type for r in self.res]
+        if got != want:
+            raise _fail(
+                "region-results",
+                f"{self.name} declares results ({', '.join(map(str, want))}) but yields "
+                f"({', '.join(map(str, got))})",
+            )
+
+    def print_head(self, printer: Printer) -> None:
+        raise NotImplementedError
+
+    def print(self, printer: Printer) -> None:
+        self.print_head(printer)
+        printer.print_op_attributes(self.attributes)
+        if self.res:
+            printer.print_string(" -> ")
+            printer.print_list([r.type for r in self.res], printer.print_attribute)
+        printer.print_string(" ")
+        printer.print_region(self.body, print_entry_block_args=False)
+
+    @classmethod
+    def parse_tail(cls, parser: Parser) -> tuple[dict[str, Attribute], list[Attribute], Region]:
+        attrs = parser.parse_optional_attr_dict()
+        types: list[Attribute] = []
+        if parser.parse_optional_punctuation("->"):
+            types = [parser.parse_type()]
+            while parser.parse_optional_punctuation(","):
+                types.append(parser.parse_type())
+        region = parser.parse_region()
+        return attrs, types, region
+
+
+@irdl_op_definition
+class FusedOp(RegionOp):
+    """`%w = comm.fused all_reduce -> T { ... comm.yield %w2 : T }`: ops that run as one kernel.
+
+    `all_reduce` holds one reduce_scatter, computation on its slices and the all_gathers that
+    re-replicate results (CoCoNet's FusedAllReduce); `elementwise` holds computation only.
+    """
+
+    name = "comm.fused"
+    kind = prop_def(StringAttr)
+
+    def __init__(self, kind: str, body: Region, result_types: Sequence[Attribute]):
+        super().__init__(
+            regions=[body], result_types=[list(result_types)], properties={"kind": StringAttr(kind)}
+        )
+
+    def verify_layouts(self) -> None:
+        super().verify_layouts()
+        kinds = {k.value for k in FusionKind}
+        if self.kind.data not in kinds:
+            raise _fail("fuse-kind", f"unknown fusion kind '{self.kind.data}'")
+        inner = [op for op in self.body.walk() if op is not self]
+        collectives = [op for op in inner if isinstance(op, CollectiveOp)]
+        if self.kind.data == FusionKind.ELEMENTWISE and collectives:
+            raise _fail(
+                "fuse-elementwise",
+                f"an elementwise fusion holds no collective, but this one holds {collectives[0].name}",
+            )
+        if self.kind.data == FusionKind.ALL_REDUCE:
+            scatters = [op for op in collectives if isinstance(op, ReduceScatterOp)]
+            if len(scatters) != 1:
+                raise _fail(
+                    "fuse-one-collective",
+                    f"a fused all_reduce holds exactly one reduce_scatter, this one holds "
+                    f"{len(scatters)}",
+                )
+
+    def print_head(self, printer: Printer) -> None:
+        printer.print_string(f" {self.kind.data}")
+
+    @classmethod
+    def parse(cls, parser: Parser):
+        kind = parser.parse_str_enum(FusionKind)
+        attrs, types, region = cls.parse_tail(parser)
+        op = cls(kind.value, region, types)
+        op.attributes |= attrs
+        return op
+
+
+@irdl_op_definition
+class OverlapOp(RegionOp):
+    """`comm.overlap chunks 4 -> T { ... }`: a producer (matmul) and the collective (or fused
+    collective) consuming it, run as a pipeline of `chunks` pieces so communication of one
+    chunk hides behind computation of the next."""
+
+    name = "comm.overlap"
+    chunks = prop_def(IntegerAttr)
+
+    def __init__(self, chunks: int, body: Region, result_types: Sequence[Attribute]):
+        super().__init__(
+            regions=[body],
+            result_types=[list(result_types)],
+            properties={"chunks": IntegerAttr(chunks, i64)},
+        )
+
+    def verify_layouts(self) -> None:
+        super().verify_layouts()
+        if self.chunks.value.data < 1:
+            raise _fail("overlap-chunks", f"chunk count must be positive, got {self.chunks.value.data}")
+
+    def print_head(self, printer: Printer) -> None:
+        printer.print_string(f" chunks {self.chunks.value.data}")
+
+    @classmethod
+    def parse(cls, parser: Parser):
+        parser.parse_keyword("chunks")
+        chunks = parser.parse_integer(allow_boolean=False)
+        attrs, types, region = cls.parse_tail(parser)
+        op = cls(chunks, region, types)
+        op.attributes |= attrs
+        return op
+
+
+@irdl_op_definition
+class YieldOp(IRDLOperation):
+    """Ends a schedule region, handing its results out."""
+
+    name = "comm.yield"
+    values = var_operand_def(TensorType)
+    traits = traits_def(IsTerminator(), HasParent(FusedOp, OverlapOp), Pure())
+
+    def __init__(self, values: Sequence[SSAValue] = ()):
+        super().__init__(operands=[list(values)])
+
+    def print(self, printer: Printer) -> None:
+        if self.values:
+            printer.print_string(" ")
+            printer.print_list(self.values, printer.print_operand)
+            printer.print_op_attributes(self.attributes)
+            printer.print_string(" : ")
+            printer.print_list([v.type for v in self.values], printer.print_attribute)
+        else:
+            printer.print_op_attributes(self.attributes)
+
+    @classmethod
+    def parse(cls, parser: Parser):
+        operands = []
+        if (first := parser.parse_optional_unresolved_operand()) is not None:
+            operands = [first]
+            while parser.parse_optional_punctuation(","):
+                operands.append(parser.parse_unresolved_operand())
+        attrs = parser.parse_optional_attr_dict()
+        values: list[SSAValue] = []
+        if operands:
+            parser.parse_punctuation(":")
+            types = [parser.parse_type()]
+            while parser.parse_optional_punctuation(","):
+                types.append(parser.parse_type())
+            if len(types) != len(operands):
+                parser.raise_error(f"comm.yield has {len(operands)} values but {len(types)} types")
+            values = [parser.resolve_operand(o, t) for o, t in zip(operands, types)]
+        op = cls(values)
+        op.attributes |= attrs
+        return op
+
+
+Comm = Dialect(
+    "comm",
+    [*COLLECTIVE_OPS, FusedOp, OverlapOp, YieldOp],
+    [],
+)
+
+__all__ = [
+    "AllGatherOp",
+    "AllReduceOp",
+    "BroadcastOp",
+    "CollectiveKind",
+    "CollectiveOp",
+    "Comm",
+    "FusedOp",
+    "FusionKind",
+    "OverlapOp",
+    "ReduceOp",
+    "ReduceScatterOp",
+    "RegionOp",
+    "SendOp",
+    "YieldOp",
+]

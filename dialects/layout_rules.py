@@ -1,0 +1,387 @@
+"""CoCoNet's layout rules: result types inferred from operand types, one grid axis at a time.
+
+Every violation raises a `VerifyException` whose message starts with the rule's name in
+brackets (`[elementwise-layouts]`, `[matmul-layouts]`, ...) and names the offending values,
+so a user can find the rule in this file and the value in their program.
+
+Rules (per grid axis; an axis a collective does not span keeps its layout):
+
+* elementwise-layouts  equal layouts give that layout; `replicated (+) X -> X`; two different
+                       non-replicated layouts are an error. A lower-rank operand broadcasts
+                       over leading dims, so its `sliced<d>` means result dim d + (rank gap).
+* broadcast-shapes     operand shapes broadcast as in NumPy.
+* element-types        operands of one elementwise op share an element type (cast first).
+* matmul-layouts       R x R -> R; sliced(row or batch dim) x R -> same; R x sliced(cols) ->
+                       sliced(cols); sliced(K) x sliced(K) -> local (partial sums); local x
+                       (local | R) -> local; anything else is an error.
+* reduction-layouts    replicated -> replicated; local -> local; sliced -> local (a partial
+                       result); norm of a slice is refused (norm-of-slice).
+* all-reduce-input / reduce-scatter-input / all-gather-input / broadcast-input / reduce-input:
+                       see comm.py.
+* update-target / update-type / update-once / update-last-use: see coco.UpdateOp.
+* uneven-slice         a sliced dim must divide evenly by the ranks that cut it.
+* layouts-per-axis     a type names one layout per grid axis (or none, for replicated).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from xdsl.dialects import func
+from xdsl.dialects.builtin import IntegerType, i1
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, SSAValue
+from xdsl.utils.exceptions import VerifyException
+
+from coconet.dialects.coco import (
+    DEFAULT_GRID,
+    GRID_ATTR_NAME,
+    LOCAL,
+    REPLICATED,
+    GridAttr,
+    LayoutAttr,
+    LocalAttr,
+    ReplicatedAttr,
+    SlicedAttr,
+    TensorType,
+    UpdateOp,
+    is_float_type,
+    layout_str,
+)
+
+
+def fail(rule: str, message: str) -> VerifyException:
+    return VerifyException(f"[{rule}] {message}")
+
+
+def value_name(v: SSAValue) -> str:
+    return f"%{v.name_hint}" if v.name_hint else "a value"
+
+
+def _as_tensor(t: Attribute, what: str) -> TensorType:
+    if not isinstance(t, TensorType):
+        raise fail("coco-types", f"{what} must be a !coco.tensor, got {t}")
+    return t
+
+
+# --------------------------------------------------------------------------------------------
+# Grid
+# --------------------------------------------------------------------------------------------
+
+
+def enclosing_function(op: Operation) -> func.FuncOp | None:
+    parent = op.parent_op()
+    while parent is not None and not isinstance(parent, func.FuncOp):
+        parent = parent.parent_op()
+    return parent
+
+
+def grid_of(op: Operation) -> GridAttr:
+    """The grid of the function `op` sits in (a 1-D world sized at launch by default)."""
+    if isinstance(op, func.FuncOp):
+        fn = op
+    else:
+        fn = enclosing_function(op)
+    if fn is not None:
+        grid = fn.attributes.get(GRID_ATTR_NAME)
+        if isinstance(grid, GridAttr):
+            return grid
+        if grid is not None:
+            raise fail("grid", f"'{GRID_ATTR_NAME}' must be a #coco.grid<[...]>, got {grid}")
+    return DEFAULT_GRID
+
+
+def check_type_fits_grid(t: TensorType, grid: GridAttr, what: str) -> None:
+    lays = t.layouts.data
+    if lays and len(lays) != grid.rank:
+        raise fail(
+            "layouts-per-axis",
+            f"{what} has type {t} with {len(lays)} layout(s), but the grid {grid} has "
+            f"{grid.rank} axis(es): write one layout per axis",
+        )
+    shape = t.get_shape()
+    for d in range(t.rank):
+        axes = t.slicing_axes(d)
+        parts = 1
+        for a in axes:
+            if grid.shape[a] < 0:
+                parts = 0  # sized at launch: checked when the grid is bound
+                break
+            parts *= grid.shape[a]
+        if parts and shape[d] % parts:
+            raise fail(
+                "uneven-slice",
+                f"{what} of type {t}: dim {d} of size {shape[d]} does not split evenly "
+                f"into {parts} parts (grid {grid}); uneven slices are not supported",
+            )
+
+
+def check_types_fit_grid(op: Operation) -> None:
+    grid = grid_of(op)
+    for i, v in enumerate(op.operands):
+        if isinstance(v.type, TensorType):
+            check_type_fits_grid(v.type, grid, f"operand #{i} ({value_name(v)}) of {op.name}")
+    for i, v in enumerate(op.results):
+        if isinstance(v.type, TensorType):
+            check_type_fits_grid(v.type, grid, f"result #{i} of {op.name}")
+
+
+def check_bound_shapes(t: TensorType, grid_shape: Sequence[int], what: str) -> None:
+    """At launch: every sliced dim divides evenly on the concrete grid."""
+    shape = t.get_shape()
+    for d in range(t.rank):
+        parts = 1
+        for a in t.slicing_axes(d):
+            parts *= grid_shape[a]
+        if shape[d] % parts:
+            raise fail(
+                "uneven-slice",
+                f"{what} of type {t}: dim {d} of size {shape[d]} does not split evenly into "
+                f"{parts} parts on a grid of {list(grid_shape)} ranks",
+            )
+
+
+def expect_result_type(op: Operation, declared: Attribute, inferred: TensorType) -> None:
+    if declared != inferred:
+        raise fail(
+            "result-type",
+            f"{op.name} produces {inferred} from its operands by the layout rules, "
+            f"but its result is declared as {declared}",
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Elementwise
+# --------------------------------------------------------------------------------------------
+
+
+def broadcast_shapes(shapes: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
+    rank = max(len(s) for s in shapes)
+    out = [1] * rank
+    for s in shapes:
+        for i, d in enumerate(s):
+            j = rank - len(s) + i
+            if d == out[j] or d == 1:
+                continue
+            if out[j] != 1:
+                raise fail(
+                    "broadcast-shapes",
+                    "operand shapes " + ", ".join(str(list(x)) for x in shapes) + " do not broadcast",
+                )
+            out[j] = d
+    return tuple(out)
+
+
+def _combine_axis(layouts: Sequence[LayoutAttr], describe: Callable[[], str]) -> LayoutAttr:
+    result: LayoutAttr = REPLICATED
+    for lay in layouts:
+        if isinstance(lay, ReplicatedAttr) or lay == result:
+            continue
+        if isinstance(result, ReplicatedAttr):
+            result = lay
+            continue
+        raise fail(
+            "elementwise-layouts",
+            f"{describe()}: layouts {layout_str(result)} and {layout_str(lay)} cannot meet in one "
+            "elementwise op (only replicated combines with another layout)",
+        )
+    return result
+
+
+def infer_elementwise(
+    types: Sequence[Attribute], *, same_element_type: bool = True, names: Sequence[str] = ()
+) -> TensorType:
+    """The result type of an elementwise op on operands of these types."""
+    tts = [_as_tensor(t, f"operand #{i}") for i, t in enumerate(types)]
+    shape = broadcast_shapes([t.get_shape() for t in tts])
+    rank = len(shape)
+    if same_element_type:
+        elts = {t.element_type for t in tts}
+        if len(elts) > 1:
+            raise fail(
+                "element-types",
+                "elementwise operands have different element types "
+                + ", ".join(t.elt for t in tts)
+                + ": insert a coco.cast",
+            )
+
+    def describe() -> str:
+        return "operands " + ", ".join(
+            f"{names[i] if i < len(names) else f'#{i}'} : {t}" for i, t in enumerate(tts)
+        )
+
+    grid_rank = max(len(t.layouts) for t in tts)
+    layouts: list[LayoutAttr] = []
+    for a in range(grid_rank):
+        per_operand: list[LayoutAttr] = []
+        for t in tts:
+            lay = t.layout_on(a)
+            if isinstance(lay, SlicedAttr):
+                d = lay.dim.data
+                gap = rank - t.rank
+                if t.get_shape()[d] != shape[d + gap]:
+                    raise fail(
+                        "elementwise-layouts",
+                        f"{describe()}: an operand sliced on dim {d} is broadcast along that dim",
+                    )
+                lay = SlicedAttr(d + gap)
+            per_operand.append(lay)
+        layouts.append(_combine_axis(per_operand, describe))
+    return TensorType(shape, tts[0].element_type, layouts)
+
+
+def infer_unary(t: Attribute, float_only: bool, op_name: str) -> TensorType:
+    tt = _as_tensor(t, "the operand")
+    if float_only and not is_float_type(tt.element_type):
+        raise fail("element-types", f"{op_name} needs a floating-point tensor, got {tt.elt}")
+    return tt
+
+
+def infer_compare(lhs: Attribute, rhs: Attribute) -> TensorType:
+    return infer_elementwise([lhs, rhs]).with_element_type(i1)
+
+
+def infer_select(cond: Attribute, a: Attribute, b: Attribute) -> TensorType:
+    ct = _as_tensor(cond, "the condition")
+    if not (isinstance(ct.element_type, IntegerType) and ct.element_type.width.data == 1):
+        raise fail("element-types", f"coco.select's condition must be i1, got {ct.elt}")
+    values = infer_elementwise([a, b])
+    full = infer_elementwise([ct.with_element_type(values.element_type), values])
+    return full
+
+
+# --------------------------------------------------------------------------------------------
+# Matmul and reductions
+# --------------------------------------------------------------------------------------------
+
+
+def infer_matmul(lhs: Attribute, rhs: Attribute) -> TensorType:
+    a = _as_tensor(lhs, "the left operand")
+    b = _as_tensor(rhs, "the right operand")
+    if a.element_type != b.element_type:
+        raise fail("element-types", f"matmul operands have element types {a.elt} and {b.elt}")
+    if a.rank < 2 or b.rank < 2:
+        raise fail("matmul-shapes", f"matmul needs operands of rank >= 2, got {a} and {b}")
+    ash, bsh = a.get_shape(), b.get_shape()
+    if ash[-1] != bsh[-2]:
+        raise fail(
+            "matmul-shapes",
+            f"contracting dims differ: {list(ash)} x {list(bsh)} ({ash[-1]} != {bsh[-2]})",
+        )
+    if b.rank > 2 and bsh[:-2] != ash[:-2]:
+        raise fail(
+            "matmul-shapes",
+            f"a batched right operand must share the left one's batch dims: {list(ash)} x {list(bsh)}",
+        )
+    shape = (*ash[:-1], bsh[-1])
+    rank = len(shape)
+    a_k, b_k, b_n = a.rank - 1, b.rank - 2, b.rank - 1
+    layouts: list[LayoutAttr] = []
+    for axis in range(max(len(a.layouts), len(b.layouts))):
+        la, lb = a.layout_on(axis), b.layout_on(axis)
+        ra, rb = isinstance(la, ReplicatedAttr), isinstance(lb, ReplicatedAttr)
+        sa = la.dim.data if isinstance(la, SlicedAttr) else None
+        sb = lb.dim.data if isinstance(lb, SlicedAttr) else None
+        if ra and rb:
+            out: LayoutAttr = REPLICATED
+        elif sa is not None and sa != a_k and rb:
+            out = SlicedAttr(sa)  # rows or batch of A: same dim of the result
+        elif ra and sb == b_n:
+            out = SlicedAttr(rank - 1)
+        elif sa == a_k and sb == b_k:
+            out = LOCAL  # each rank multiplies its K-slices: partial sums
+        elif (isinstance(la, LocalAttr) or isinstance(lb, LocalAttr)) and sa is None and sb is None:
+            out = LOCAL
+        else:
+            raise fail(
+                "matmul-layouts",
+                f"no matmul rule takes {layout_str(la)} x {layout_str(lb)} on grid axis {axis} "
+                f"({a} x {b}); legal: R x R, sliced(rows) x R, R x sliced(cols), "
+                "sliced(K) x sliced(K), local x (local | R)",
+            )
+        layouts.append(out)
+    return TensorType(shape, a.element_type, layouts)
+
+
+def infer_reduction(kind: str, t: Attribute) -> TensorType:
+    tt = _as_tensor(t, "the operand")
+    if kind == "norm" and not is_float_type(tt.element_type):
+        raise fail("element-types", f"norm needs a floating-point tensor, got {tt.elt}")
+    layouts: list[LayoutAttr] = []
+    for axis, lay in enumerate(tt.layouts):
+        if isinstance(lay, SlicedAttr):
+            if kind == "norm":
+                raise fail(
+                    "norm-of-slice",
+                    f"the norm of a tensor sliced on grid axis {axis} ({tt}) would be a partial "
+                    "norm that no collective combines: compute sqrt(all_reduce(sum(x * x)))",
+                )
+            layouts.append(LOCAL)  # this rank's partial result
+        else:
+            layouts.append(lay)
+    return TensorType((), tt.element_type, layouts)
+
+
+# --------------------------------------------------------------------------------------------
+# Slice and update
+# --------------------------------------------------------------------------------------------
+
+
+def check_slice(op: Operation, src: TensorType, dst: TensorType) -> None:
+    if src.get_shape() != dst.get_shape() or src.element_type != dst.element_type:
+        raise fail("slice-type", f"coco.slice keeps shape and element type: {src} -> {dst}")
+    for axis in range(max(len(src.layouts), len(dst.layouts))):
+        ls, ld = src.layout_on(axis), dst.layout_on(axis)
+        if ls == ld:
+            continue
+        if isinstance(ls, ReplicatedAttr) and isinstance(ld, SlicedAttr):
+            continue
+        raise fail(
+            "slice-layouts",
+            f"coco.slice of {value_name(op.operands[0])} takes a replicated axis to sliced, but "
+            f"grid axis {axis} goes {layout_str(ls)} -> {layout_str(ld)}",
+        )
+
+
+def _runs_after(user: Operation, op: Operation) -> bool:
+    """Whether `user` executes after `op` (both in one function, regions run in place)."""
+    ancestors: dict[Block, Operation] = {}
+    cur: Operation | None = op
+    while cur is not None and (block := cur.parent_block()) is not None:
+        ancestors[block] = cur
+        cur = cur.parent_op()
+    cur = user
+    while cur is not None and (block := cur.parent_block()) is not None:
+        if (mine := ancestors.get(block)) is not None:
+            return mine is not cur and mine.is_before_in_block(cur)
+        cur = cur.parent_op()
+    return False
+
+
+def check_update(op: Operation) -> None:
+    target, value = op.operands
+    if not isinstance(target, BlockArgument) or not isinstance(
+        target.block.parent_op(), func.FuncOp
+    ):
+        raise fail(
+            "update-target",
+            f"coco.update writes into {value_name(target)}, which is not an argument of the "
+            "enclosing function: only the caller's buffers can be updated",
+        )
+    if target.type != value.type:
+        raise fail(
+            "update-type",
+            f"coco.update of {value_name(target)} : {target.type} with a value of type "
+            f"{value.type}: the types must match (gather or slice the value first)",
+        )
+    for use in target.uses:
+        user = use.operation
+        if user is op:
+            continue
+        if isinstance(user, UpdateOp) and user.operands[0] is target:
+            raise fail("update-once", f"{value_name(target)} is updated more than once")
+        if _runs_after(user, op):
+            raise fail(
+                "update-last-use",
+                f"{user.name} reads {value_name(target)} after its coco.update: read the "
+                "updated value instead",
+            )
