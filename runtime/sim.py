@@ -1,0 +1,511 @@
+"""The sim backend: the reference interpreter of coco/comm programs, and so the oracle of
+their meaning. All ranks run in this one process; each SSA value is held as the list of every
+rank's piece (runtime/values.py), each op computes every rank's piece of its result.
+
+Numerics are those the dialects document: each op computes in f32 (f64, int64) and rounds its
+result to its element type; collectives and full reductions accumulate in f64 in rank order
+and round once. Schedule regions (`comm.fused`, `comm.overlap`) run their bodies in place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation, SSAValue
+
+from coconet.dialects import coco, comm
+from coconet.dialects.coco import TensorType
+from coconet.dialects.layout_rules import check_bound_shapes
+from coconet.program import CocoError, Program, load, output_name
+from coconet.runtime import values as V
+from coconet.runtime.counter_rng import dropout_keep
+
+Pieces = list[np.ndarray]
+
+
+@dataclass
+class SimResult:
+    """Outputs of one run: `outputs` holds logical values (runtime/values.py), `per_rank` what
+    each rank holds, by output name (updated arguments under their own name)."""
+
+    outputs: dict[str, np.ndarray]
+    per_rank: list[dict[str, np.ndarray]]
+    grid_shape: tuple[int, ...]
+    inputs: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.outputs[name]
+
+
+def as_program(program: Program | ModuleOp | str, entry: str | None = None) -> Program:
+    if isinstance(program, Program):
+        return program
+    if isinstance(program, ModuleOp):
+        return Program(program, entry)
+    if hasattr(program, "program"):  # a front-end object carrying its program
+        return program.program
+    return load(program, entry)
+
+
+def prepare_inputs(
+    program: Program,
+    inputs: Mapping[str, object] | None,
+    grid_shape: Sequence[int],
+    seed: int = 0,
+) -> dict[str, np.ndarray]:
+    """Check given inputs (logical values) against the signature; generate the missing ones
+    when `inputs` is None. Unknown or missing names are errors."""
+    args = program.arguments
+    names = [a.name for a in args]
+    for a in args:
+        check_bound_shapes(a.type, grid_shape, f"argument %{a.name}")
+    if inputs is None:
+        rng = np.random.default_rng(seed)
+        return {a.name: V.random_input(a.type, grid_shape, rng) for a in args}
+    unknown = sorted(set(inputs) - set(names))
+    if unknown:
+        raise CocoError(
+            f"@{program.name} has no argument(s) {', '.join(unknown)}; its arguments are "
+            + ", ".join(names)
+        )
+    missing = [n for n in names if n not in inputs]
+    if missing:
+        raise CocoError(f"@{program.name}: missing input(s) {', '.join(missing)}")
+    return {a.name: V.coerce_input(a.name, inputs[a.name], a.type, grid_shape) for a in args}
+
+
+def run(
+    program: Program | ModuleOp | str,
+    inputs: Mapping[str, object] | None = None,
+    ranks: int = 1,
+    *,
+    seed: int = 0,
+    entry: str | None = None,
+    inplace: bool = True,
+) -> SimResult:
+    """Run `program` on `ranks` ranks. `inputs` maps argument names to logical values (None:
+    seeded random ones). With `inplace`, updated arguments are written back into the caller's
+    arrays, as the program's side effects are on the caller's buffers."""
+    program = as_program(program, entry)
+    try:
+        grid_shape = program.grid.bind(ranks)
+    except ValueError as e:
+        raise CocoError(f"@{program.name}: {e}") from None
+    given = prepare_inputs(program, inputs, grid_shape, seed)
+    result = Interpreter(program, grid_shape).run(given)
+    result.inputs = given
+    if inplace and inputs is not None:
+        for out in program.outputs:
+            if out.updated_argument and isinstance(inputs.get(out.name), np.ndarray):
+                inputs[out.name][...] = result.outputs[out.name]
+    return result
+
+
+class Interpreter:
+    def __init__(self, program: Program, grid_shape: Sequence[int]):
+        self.program = program
+        self.grid_shape = tuple(grid_shape)
+        self.size = int(np.prod(self.grid_shape))
+        self.coords = [V.coords_of(r, self.grid_shape) for r in range(self.size)]
+        self.env: dict[SSAValue, Pieces] = {}
+        self.updates: dict[str, Pieces] = {}
+
+    # -- driver ---------------------------------------------------------------------------
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> SimResult:
+        for arg in self.program.arguments:
+            self.env[arg.value] = V.distribute(inputs[arg.name], arg.type, self.grid_shape)
+        returned: Pieces | list[Pieces] = []
+        for op in self.program.func.body.block.ops:
+            if isinstance(op, func.ReturnOp):
+                returned = [self.env[v] for v in op.arguments]
+                break
+            self.execute(op)
+        per_rank: list[dict[str, np.ndarray]] = [{} for _ in range(self.size)]
+        outputs: dict[str, np.ndarray] = {}
+        ret = self.program.func.body.block.last_op
+        named: list[tuple[str, TensorType, Pieces]] = []
+        for out in self.program.outputs:
+            if out.updated_argument:
+                named.append((out.name, out.type, self.updates[out.name]))
+        if isinstance(ret, func.ReturnOp):
+            for i, (v, pieces) in enumerate(zip(ret.arguments, returned)):
+                named.append((output_name(v, i), v.type, pieces))
+        for name, t, pieces in named:
+            outputs[name] = V.assemble(pieces, t, self.grid_shape)
+            for r in range(self.size):
+                per_rank[r][name] = pieces[r]
+        return SimResult(outputs, per_rank, self.grid_shape)
+
+    def execute(self, op: Operation) -> None:
+        handler = _HANDLERS.get(type(op))
+        if handler is None:
+            for cls, h in _HANDLERS.items():
+                if isinstance(op, cls):
+                    handler = h
+                    break
+        if handler is None:
+            raise CocoError(f"the sim backend cannot run {op.name}")
+        results = handler(self, op)
+        for res, pieces in zip(op.results, results):
+            self.env[res] = pieces
+
+    def get(self, v: SSAValue) -> Pieces:
+        return self.env[v]
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def localize(self, piece: np.ndarray, src: TensorType, dst: TensorType, rank: int) -> np.ndarray:
+        """Cut `piece` (held under layout `src`) down to what this rank holds under `dst`,
+        aligning trailing dims as broadcasting does (a replicated operand of a sliced result
+        is sliced implicitly; a broadcast dim of size 1 is left alone)."""
+        coords = self.coords[rank]
+        gap = dst.rank - src.rank
+        index = []
+        for d in range(src.rank):
+            if src.get_shape()[d] == 1 and dst.get_shape()[d + gap] != 1:
+                index.append(slice(None))
+                continue
+            s_start, _ = V.piece_range(src, d, coords, self.grid_shape)
+            d_start, d_len = V.piece_range(dst, d + gap, coords, self.grid_shape)
+            index.append(slice(d_start - s_start, d_start - s_start + d_len))
+        return piece[tuple(index)]
+
+    def groups(self, span: Sequence[int]) -> list[list[int]]:
+        """Ranks that share coordinates off the spanned axes, each group in rank order."""
+        by_key: dict[tuple[int, ...], list[int]] = {}
+        for r, c in enumerate(self.coords):
+            key = tuple(x for a, x in enumerate(c) if a not in span)
+            by_key.setdefault(key, []).append(r)
+        return list(by_key.values())
+
+
+# --------------------------------------------------------------------------------------------
+# Elementwise computation
+# --------------------------------------------------------------------------------------------
+
+
+def _c_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.dtype.kind == "f":
+        return a / b
+    # C semantics: truncate toward zero; x / 0 is defined here as 0 (C leaves it undefined).
+    safe = np.where(b == 0, 1, b)
+    q = np.abs(a) // np.abs(safe) * np.sign(a) * np.sign(safe)
+    return np.where(b == 0, 0, q)
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    c = x.dtype.type(0.7978845608028654)
+    k = x.dtype.type(0.044715)
+    half = x.dtype.type(0.5)
+    one = x.dtype.type(1.0)
+    return half * x * (one + np.tanh(c * (x + k * x * x * x)))
+
+
+def _pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.dtype.kind == "f":
+        return np.power(a, b)
+    return np.power(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype)
+
+
+BINARY_FUNCS: dict[type, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    coco.AddOp: np.add,
+    coco.SubOp: np.subtract,
+    coco.MulOp: np.multiply,
+    coco.DivOp: _c_div,
+    coco.MaxOp: np.maximum,
+    coco.MinOp: np.minimum,
+    coco.PowOp: _pow,
+}
+
+UNARY_FUNCS: dict[type, Callable[[np.ndarray], np.ndarray]] = {
+    coco.NegOp: np.negative,
+    coco.AbsOp: np.abs,
+    coco.SqrtOp: np.sqrt,
+    coco.RsqrtOp: lambda x: x.dtype.type(1) / np.sqrt(x),
+    coco.ExpOp: np.exp,
+    coco.LogOp: np.log,
+    coco.TanhOp: np.tanh,
+    coco.ReluOp: lambda x: np.maximum(x, x.dtype.type(0)),
+    coco.GeluOp: _gelu,
+    coco.SigmoidOp: lambda x: x.dtype.type(1) / (x.dtype.type(1) + np.exp(-x)),
+}
+
+CMP_FUNCS = {
+    "eq": np.equal,
+    "ne": np.not_equal,
+    "lt": np.less,
+    "le": np.less_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
+}
+
+
+def _to_compute(x: np.ndarray, t: TensorType) -> np.ndarray:
+    return x.astype(V.compute_dtype(t), copy=False)
+
+
+def _round(x: np.ndarray, t: TensorType) -> np.ndarray:
+    return np.asarray(x).astype(V.numpy_dtype(t))
+
+
+def _elementwise(
+    it: Interpreter, op: Operation, fn: Callable[..., np.ndarray], compute_type: TensorType
+) -> list[Pieces]:
+    res_t: TensorType = op.results[0].type
+    args = [it.get(v) for v in op.operands]
+    out: Pieces = []
+    with np.errstate(all="ignore"):  # inf/nan propagate as on a GPU; no warnings
+        for r in range(it.size):
+            operands = [
+                _to_compute(it.localize(a[r], v.type, res_t, r), v.type if v.type.elt == "i1" else compute_type)
+                for a, v in zip(args, op.operands)
+            ]
+            out.append(_round(fn(*operands), res_t))
+    return [out]
+
+
+def run_binary(it: Interpreter, op: coco.BinaryOp) -> list[Pieces]:
+    return _elementwise(it, op, BINARY_FUNCS[type(op)], op.result.type)
+
+
+def run_unary(it: Interpreter, op: coco.UnaryOp) -> list[Pieces]:
+    return _elementwise(it, op, UNARY_FUNCS[type(op)], op.result.type)
+
+
+def run_cmp(it: Interpreter, op: coco.CmpOp) -> list[Pieces]:
+    return _elementwise(it, op, CMP_FUNCS[op.predicate.data], op.lhs.type)
+
+
+def run_select(it: Interpreter, op: coco.SelectOp) -> list[Pieces]:
+    return _elementwise(it, op, np.where, op.result.type)
+
+
+def run_cast(it: Interpreter, op: coco.CastOp) -> list[Pieces]:
+    res_t: TensorType = op.result.type
+    out = []
+    with np.errstate(all="ignore"):
+        for piece in it.get(op.input):
+            if res_t.elt == "i1":
+                out.append(piece != 0)
+            elif piece.dtype == V.NUMPY_DTYPES["bf16"] and res_t.elt != "f32":
+                out.append(piece.astype(np.float32).astype(V.numpy_dtype(res_t)))
+            else:
+                out.append(piece.astype(V.numpy_dtype(res_t)))
+    return [out]
+
+
+def run_constant(it: Interpreter, op: coco.ConstantOp) -> list[Pieces]:
+    t: TensorType = op.result.type
+    value = np.full(t.get_shape(), op.number, dtype=V.numpy_dtype(t))
+    return [[value.copy() for _ in range(it.size)]]
+
+
+def global_flat_index(it: Interpreter, t: TensorType, rank: int) -> np.ndarray:
+    """Row-major index, in the global tensor, of every element of this rank's piece."""
+    coords = it.coords[rank]
+    shape = t.get_shape()
+    index = np.zeros((), dtype=np.uint64)
+    for d in range(t.rank):
+        start, length = V.piece_range(t, d, coords, it.grid_shape)
+        stride = int(np.prod(shape[d + 1 :], dtype=np.int64))
+        axis = (np.arange(start, start + length, dtype=np.uint64) * np.uint64(stride)).reshape(
+            [length if k == d else 1 for k in range(t.rank)]
+        )
+        index = index + axis
+    return index
+
+
+def run_dropout(it: Interpreter, op: coco.DropoutOp) -> list[Pieces]:
+    t: TensorType = op.input.type
+    prob = op.prob.value.data
+    seed = op.seed.value.data
+    cdt = V.compute_dtype(t)
+    scale = cdt.type(1.0 / (1.0 - prob))
+    out = []
+    for r, piece in enumerate(it.get(op.input)):
+        keep = dropout_keep(seed, global_flat_index(it, t, r), V.stream_index(t, it.coords[r], it.grid_shape), prob)
+        keep = np.broadcast_to(keep, piece.shape)
+        x = piece.astype(cdt)
+        out.append(_round(np.where(keep, x * scale, cdt.type(0)), t))
+    return [out]
+
+
+def run_matmul(it: Interpreter, op: coco.MatmulOp) -> list[Pieces]:
+    t: TensorType = op.result.type
+    cdt = V.compute_dtype(t)
+    out = []
+    for a, b in zip(it.get(op.lhs), it.get(op.rhs)):
+        out.append(_round(np.matmul(a.astype(cdt), b.astype(cdt)), t))
+    return [out]
+
+
+def _accumulate_dtype(t: TensorType) -> np.dtype:
+    return np.dtype(np.float64) if t.elt in ("f16", "bf16", "f32", "f64") else np.dtype(np.int64)
+
+
+def run_reduce(it: Interpreter, op: coco.ReduceOp) -> list[Pieces]:
+    t: TensorType = op.result.type
+    kind = op.kind.data
+    out = []
+    for piece in it.get(op.input):
+        x = piece.astype(_accumulate_dtype(op.input.type))
+        if kind == "sum":
+            v = x.sum()
+        elif kind == "max":
+            v = x.max()
+        elif kind == "min":
+            v = x.min()
+        else:
+            v = np.sqrt((x * x).sum())
+        out.append(_round(v, t))
+    return [out]
+
+
+def run_slice(it: Interpreter, op: coco.SliceOp) -> list[Pieces]:
+    src, dst = op.input.type, op.result.type
+    return [[np.ascontiguousarray(it.localize(p, src, dst, r)) for r, p in enumerate(it.get(op.input))]]
+
+
+def run_update(it: Interpreter, op: coco.UpdateOp) -> list[Pieces]:
+    name = op.target.name_hint or f"arg{op.target.index}"
+    it.updates[name] = [p.copy() for p in it.get(op.value)]
+    return []
+
+
+# --------------------------------------------------------------------------------------------
+# Collectives
+# --------------------------------------------------------------------------------------------
+
+
+def _combine(kind: str, pieces: Sequence[np.ndarray], t: TensorType) -> np.ndarray:
+    acc_dt = _accumulate_dtype(t) if t.elt != "i1" else np.dtype(np.bool_)
+    acc = pieces[0].astype(acc_dt)
+    for p in pieces[1:]:
+        x = p.astype(acc_dt)
+        if kind == "sum":
+            acc = acc | x if acc_dt == np.bool_ else acc + x
+        elif kind == "prod":
+            acc = acc & x if acc_dt == np.bool_ else acc * x
+        elif kind == "max":
+            acc = np.maximum(acc, x)
+        else:
+            acc = np.minimum(acc, x)
+    return acc
+
+
+def run_all_reduce(it: Interpreter, op: comm.AllReduceOp) -> list[Pieces]:
+    src, dst = op.input.type, op.result.type
+    pieces = it.get(op.input)
+    out: Pieces = [None] * it.size  # type: ignore[list-item]
+    for group in it.groups(op.span()):
+        total = _round(_combine(op.kind.data, [pieces[r] for r in group], src), dst)
+        for r in group:
+            out[r] = total.copy()
+    return [out]
+
+
+def run_reduce_scatter(it: Interpreter, op: comm.ReduceScatterOp) -> list[Pieces]:
+    src, dst = op.input.type, op.result.type
+    pieces = it.get(op.input)
+    out: Pieces = [None] * it.size  # type: ignore[list-item]
+    for group in it.groups(op.span()):
+        total = _round(_combine(op.kind.data, [pieces[r] for r in group], src), dst)
+        for r in group:
+            out[r] = np.ascontiguousarray(it.localize(total, src, dst, r))
+    return [out]
+
+
+def run_all_gather(it: Interpreter, op: comm.AllGatherOp) -> list[Pieces]:
+    src, dst = op.input.type, op.result.type
+    pieces = it.get(op.input)
+    out: Pieces = [None] * it.size  # type: ignore[list-item]
+    for group in it.groups(op.span()):
+        for r in group:
+            mine = np.empty(dst.local_shape(it.grid_shape), dtype=pieces[r].dtype)
+            starts = [V.piece_range(dst, d, it.coords[r], it.grid_shape)[0] for d in range(dst.rank)]
+            for m in group:
+                index = []
+                for d in range(src.rank):
+                    s, n = V.piece_range(src, d, it.coords[m], it.grid_shape)
+                    index.append(slice(s - starts[d], s - starts[d] + n))
+                mine[tuple(index)] = pieces[m]
+            out[r] = mine
+    return [out]
+
+
+def _root_of(op: Operation, group: list[int]) -> int:
+    root = op.root.value.data
+    if root >= len(group):
+        raise CocoError(
+            f"{op.name} names root {root}, but its groups have {len(group)} rank(s)"
+        )
+    return group[root]
+
+
+def run_broadcast(it: Interpreter, op: comm.BroadcastOp) -> list[Pieces]:
+    pieces = it.get(op.input)
+    out: Pieces = [None] * it.size  # type: ignore[list-item]
+    for group in it.groups(op.span()):
+        root = _root_of(op, group)
+        for r in group:
+            out[r] = pieces[root].copy()
+    return [out]
+
+
+def run_collective_reduce(it: Interpreter, op: comm.ReduceOp) -> list[Pieces]:
+    src, dst = op.input.type, op.result.type
+    pieces = it.get(op.input)
+    out: Pieces = [p.copy() for p in pieces]
+    for group in it.groups(op.span()):
+        root = _root_of(op, group)
+        out[root] = _round(_combine(op.kind.data, [pieces[r] for r in group], src), dst)
+    return [out]
+
+
+def run_send(it: Interpreter, op: comm.SendOp) -> list[Pieces]:
+    pieces = it.get(op.input)
+    axis, shift = op.along.value.data, op.shift.value.data
+    out = []
+    for r, c in enumerate(it.coords):
+        source = list(c)
+        source[axis] -= shift
+        if 0 <= source[axis] < it.grid_shape[axis]:
+            out.append(pieces[V.rank_of(source, it.grid_shape)].copy())
+        else:
+            out.append(np.zeros_like(pieces[r]))
+    return [out]
+
+
+def run_region(it: Interpreter, op: comm.RegionOp) -> list[Pieces]:
+    for inner in op.body.block.ops:
+        if isinstance(inner, comm.YieldOp):
+            return [it.get(v) for v in inner.values]
+        it.execute(inner)
+    return []
+
+
+_HANDLERS: dict[type, Callable[[Interpreter, Operation], list[Pieces]]] = {
+    coco.BinaryOp: run_binary,
+    coco.UnaryOp: run_unary,
+    coco.CmpOp: run_cmp,
+    coco.SelectOp: run_select,
+    coco.CastOp: run_cast,
+    coco.ConstantOp: run_constant,
+    coco.DropoutOp: run_dropout,
+    coco.MatmulOp: run_matmul,
+    coco.ReduceOp: run_reduce,
+    coco.SliceOp: run_slice,
+    coco.UpdateOp: run_update,
+    comm.AllReduceOp: run_all_reduce,
+    comm.ReduceScatterOp: run_reduce_scatter,
+    comm.AllGatherOp: run_all_gather,
+    comm.BroadcastOp: run_broadcast,
+    comm.ReduceOp: run_collective_reduce,
+    comm.SendOp: run_send,
+    comm.RegionOp: run_region,
+}

@@ -1,0 +1,174 @@
+"""How a distributed tensor's logical value maps to what each rank holds.
+
+The *logical value* of a tensor of global shape S is an array of shape `L + S`, where L lists
+the sizes of the grid axes on which the tensor is `local` (outermost first): a replicated or
+sliced tensor's logical value is just its global array; a tensor local on a 1-D grid of 4 ranks
+is a `(4, *S)` stack of per-rank values. Every backend takes inputs and returns outputs in this
+form, so results compare across backends and across schedules that change layouts.
+
+A rank's *piece* is the part of the logical value it holds: indexed by its coordinates on the
+local axes, then cut along every sliced dim. A dim sliced by several grid axes is cut in
+mixed radix, outermost axis first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import ml_dtypes
+import numpy as np
+
+from coconet.dialects.coco import TensorType
+from coconet.program import CocoError
+
+NUMPY_DTYPES: dict[str, np.dtype] = {
+    "f16": np.dtype(np.float16),
+    "bf16": np.dtype(ml_dtypes.bfloat16),
+    "f32": np.dtype(np.float32),
+    "f64": np.dtype(np.float64),
+    "i32": np.dtype(np.int32),
+    "i64": np.dtype(np.int64),
+    "i1": np.dtype(np.bool_),
+}
+
+
+def numpy_dtype(t: TensorType) -> np.dtype:
+    return NUMPY_DTYPES[t.elt]
+
+
+def compute_dtype(t: TensorType) -> np.dtype:
+    """The precision an op computes in before rounding to its element type."""
+    return {
+        "f16": np.dtype(np.float32),
+        "bf16": np.dtype(np.float32),
+        "f32": np.dtype(np.float32),
+        "f64": np.dtype(np.float64),
+        "i32": np.dtype(np.int64),
+        "i64": np.dtype(np.int64),
+        "i1": np.dtype(np.bool_),
+    }[t.elt]
+
+
+def coords_of(rank: int, grid_shape: Sequence[int]) -> tuple[int, ...]:
+    return tuple(int(c) for c in np.unravel_index(rank, tuple(grid_shape)))
+
+
+def rank_of(coords: Sequence[int], grid_shape: Sequence[int]) -> int:
+    return int(np.ravel_multi_index(tuple(coords), tuple(grid_shape)))
+
+
+def logical_shape(t: TensorType, grid_shape: Sequence[int]) -> tuple[int, ...]:
+    return tuple(grid_shape[a] for a in t.local_axes()) + t.get_shape()
+
+
+def piece_range(
+    t: TensorType, dim: int, coords: Sequence[int], grid_shape: Sequence[int]
+) -> tuple[int, int]:
+    """(start, length) in global coordinates of the part of dim `dim` this rank holds."""
+    start, length = 0, t.get_shape()[dim]
+    for a in t.slicing_axes(dim):
+        length //= grid_shape[a]
+        start += coords[a] * length
+    return start, length
+
+
+def stream_index(t: TensorType, coords: Sequence[int], grid_shape: Sequence[int]) -> int:
+    """The flat index of this rank's coordinates on the tensor's local axes (0 if none)."""
+    idx = 0
+    for a in t.local_axes():
+        idx = idx * grid_shape[a] + coords[a]
+    return idx
+
+
+def piece_of(
+    logical: np.ndarray, t: TensorType, coords: Sequence[int], grid_shape: Sequence[int]
+) -> np.ndarray:
+    value = logical
+    for a in t.local_axes():
+        value = value[coords[a]]
+    index = tuple(
+        slice(s, s + n)
+        for s, n in (piece_range(t, d, coords, grid_shape) for d in range(t.rank))
+    )
+    return np.ascontiguousarray(value[index])
+
+
+def distribute(logical: np.ndarray, t: TensorType, grid_shape: Sequence[int]) -> list[np.ndarray]:
+    size = int(np.prod(grid_shape))
+    return [piece_of(logical, t, coords_of(r, grid_shape), grid_shape) for r in range(size)]
+
+
+def assemble(
+    pieces: Sequence[np.ndarray], t: TensorType, grid_shape: Sequence[int], *, check: bool = True
+) -> np.ndarray:
+    """The logical value from every rank's piece. With `check`, ranks that must agree (those
+    differing only on axes where the tensor is replicated) are verified to agree: a mismatch
+    means a backend broke the program's semantics."""
+    out = np.zeros(logical_shape(t, grid_shape), dtype=pieces[0].dtype)
+    local = t.local_axes()
+    filled: dict[tuple, int] = {}
+    for r, piece in enumerate(pieces):
+        coords = coords_of(r, grid_shape)
+        key = tuple(coords[a] for a in local) + tuple(
+            piece_range(t, d, coords, grid_shape) for d in range(t.rank)
+        )
+        index = tuple(coords[a] for a in local) + tuple(
+            slice(s, s + n) for s, n in key[len(local) :]
+        )
+        if key in filled:
+            if check and not np.array_equal(out[index], piece, equal_nan=True):
+                raise CocoError(
+                    f"ranks {filled[key]} and {r} hold different values of a tensor of type {t} "
+                    "that they should share: the backend broke the program's semantics"
+                )
+            continue
+        filled[key] = r
+        out[index] = piece
+    return out
+
+
+def coerce_input(name: str, value, t: TensorType, grid_shape: Sequence[int]) -> np.ndarray:
+    """Check one user-given input against its declared type; one clear error if it is off."""
+    want_shape = logical_shape(t, grid_shape)
+    want_dtype = numpy_dtype(t)
+    if isinstance(value, (int, float, bool, np.number, np.bool_)) and not want_shape:
+        return np.asarray(value, dtype=want_dtype)
+    if not isinstance(value, np.ndarray):
+        if hasattr(value, "__array__") or hasattr(value, "__dlpack__"):
+            value = np.asarray(value)
+        else:
+            raise CocoError(
+                f"input '{name}': expected a NumPy array of shape {list(want_shape)} and dtype "
+                f"{t.elt}, got a {type(value).__name__}"
+            )
+    if value.shape != want_shape:
+        local = t.local_axes()
+        hint = (
+            f" ({len(local)} leading dim(s) for the ranks along its local grid axes, then the "
+            f"global shape {list(t.get_shape())})"
+            if local
+            else " (the global shape)"
+        )
+        raise CocoError(
+            f"input '{name}' of type {t}: expected shape {list(want_shape)}{hint}, got "
+            f"{list(value.shape)}"
+        )
+    if value.dtype != want_dtype:
+        raise CocoError(
+            f"input '{name}' of type {t}: expected dtype {t.elt} ({want_dtype.name}), got "
+            f"{value.dtype.name}"
+        )
+    return value
+
+
+def random_input(t: TensorType, grid_shape: Sequence[int], rng: np.random.Generator) -> np.ndarray:
+    """Seeded inputs for a program with no given inputs: floats uniform in [0.1, 1) (positive,
+    so square roots, logs and divisions of optimizer state stay finite), integers in [0, 10),
+    booleans fair coins."""
+    shape = logical_shape(t, grid_shape)
+    dtype = numpy_dtype(t)
+    if t.elt == "i1":
+        return rng.random(shape) < 0.5
+    if t.elt in ("i32", "i64"):
+        return rng.integers(0, 10, size=shape).astype(dtype)
+    return rng.uniform(0.1, 1.0, size=shape).astype(dtype)
