@@ -16,6 +16,7 @@ import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
+from xdsl.utils.exceptions import VerifyException
 
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import TensorType
@@ -61,8 +62,7 @@ def prepare_inputs(
     when `inputs` is None. Unknown or missing names are errors."""
     args = program.arguments
     names = [a.name for a in args]
-    for a in args:
-        check_bound_shapes(a.type, grid_shape, f"argument %{a.name}")
+    check_program_on_grid(program, grid_shape)
     if inputs is None:
         rng = np.random.default_rng(seed)
         return {a.name: V.random_input(a.type, grid_shape, rng) for a in args}
@@ -76,6 +76,21 @@ def prepare_inputs(
     if missing:
         raise CocoError(f"@{program.name}: missing input(s) {', '.join(missing)}")
     return {a.name: V.coerce_input(a.name, inputs[a.name], a.type, grid_shape) for a in args}
+
+
+def check_program_on_grid(program: Program, grid_shape: Sequence[int]) -> None:
+    """Every tensor of the program splits evenly on the concrete grid (uneven slices are
+    refused until they are supported)."""
+    try:
+        for a in program.arguments:
+            check_bound_shapes(a.type, grid_shape, f"argument %{a.name}")
+        for op in program.func.walk():
+            for i, res in enumerate(op.results):
+                if isinstance(res.type, TensorType):
+                    what = f"%{res.name_hint}" if res.name_hint else f"result #{i} of {op.name}"
+                    check_bound_shapes(res.type, grid_shape, what)
+    except VerifyException as e:
+        raise CocoError(f"@{program.name} cannot run on {int(np.prod(grid_shape))} rank(s): {e}") from None
 
 
 def run(
