@@ -1,0 +1,21 @@
+"""Lowering of scheduled coco/comm programs to execution plans and one CUDA translation unit
+(written against the device layer coco_device.h), and the compilers for that text: NVRTC for
+GPUs, the host C++ compiler for CPUs."""
+
+from collections.abc import Callable
+
+from xdsl.utils.target import Target
+
+
+def get_all_targets() -> dict[str, Callable[[], type[Target]]]:
+    def get_cuda() -> type[Target]:
+        from coconet.lowering.targets import CudaTarget
+
+        return CudaTarget
+
+    def get_plan() -> type[Target]:
+        from coconet.lowering.targets import PlanTarget
+
+        return PlanTarget
+
+    return {"cuda": get_cuda, "plan": get_plan}

@@ -413,33 +413,31 @@ def _combine(kind: str, pieces: Sequence[np.ndarray], t: TensorType) -> np.ndarr
     return acc
 
 
-def run_all_reduce(it: Interpreter, op: comm.AllReduceOp) -> list[Pieces]:
-    src, dst = op.input.type, op.result.type
-    pieces = it.get(op.input)
+# Collectives on every rank's piece at once. Plain parameters (not ops), so executors of
+# lowered plans reuse exactly these semantics for their library-collective steps.
+
+
+def all_reduce(it: Interpreter, pieces: Pieces, kind: str, src: TensorType, dst: TensorType, span) -> Pieces:
     out: Pieces = [None] * it.size  # type: ignore[list-item]
-    for group in it.groups(op.span()):
-        total = _round(_combine(op.kind.data, [pieces[r] for r in group], src), dst)
+    for group in it.groups(span):
+        total = _round(_combine(kind, [pieces[r] for r in group], src), dst)
         for r in group:
             out[r] = total.copy()
-    return [out]
+    return out
 
 
-def run_reduce_scatter(it: Interpreter, op: comm.ReduceScatterOp) -> list[Pieces]:
-    src, dst = op.input.type, op.result.type
-    pieces = it.get(op.input)
+def reduce_scatter(it: Interpreter, pieces: Pieces, kind: str, src: TensorType, dst: TensorType, span) -> Pieces:
     out: Pieces = [None] * it.size  # type: ignore[list-item]
-    for group in it.groups(op.span()):
-        total = _round(_combine(op.kind.data, [pieces[r] for r in group], src), dst)
+    for group in it.groups(span):
+        total = _round(_combine(kind, [pieces[r] for r in group], src), dst)
         for r in group:
             out[r] = np.ascontiguousarray(it.localize(total, src, dst, r))
-    return [out]
+    return out
 
 
-def run_all_gather(it: Interpreter, op: comm.AllGatherOp) -> list[Pieces]:
-    src, dst = op.input.type, op.result.type
-    pieces = it.get(op.input)
+def all_gather(it: Interpreter, pieces: Pieces, src: TensorType, dst: TensorType, span) -> Pieces:
     out: Pieces = [None] * it.size  # type: ignore[list-item]
-    for group in it.groups(op.span()):
+    for group in it.groups(span):
         for r in group:
             mine = np.empty(dst.local_shape(it.grid_shape), dtype=pieces[r].dtype)
             starts = [V.piece_range(dst, d, it.coords[r], it.grid_shape)[0] for d in range(dst.rank)]
@@ -450,50 +448,66 @@ def run_all_gather(it: Interpreter, op: comm.AllGatherOp) -> list[Pieces]:
                     index.append(slice(s - starts[d], s - starts[d] + n))
                 mine[tuple(index)] = pieces[m]
             out[r] = mine
-    return [out]
+    return out
 
 
-def _root_of(op: Operation, group: list[int]) -> int:
-    root = op.root.value.data
+def _root_rank(name: str, root: int, group: list[int]) -> int:
     if root >= len(group):
-        raise CocoError(
-            f"{op.name} names root {root}, but its groups have {len(group)} rank(s)"
-        )
+        raise CocoError(f"{name} names root {root}, but its groups have {len(group)} rank(s)")
     return group[root]
 
 
-def run_broadcast(it: Interpreter, op: comm.BroadcastOp) -> list[Pieces]:
-    pieces = it.get(op.input)
+def broadcast(it: Interpreter, pieces: Pieces, root: int, span) -> Pieces:
     out: Pieces = [None] * it.size  # type: ignore[list-item]
-    for group in it.groups(op.span()):
-        root = _root_of(op, group)
+    for group in it.groups(span):
+        source = _root_rank("comm.broadcast", root, group)
         for r in group:
-            out[r] = pieces[root].copy()
-    return [out]
+            out[r] = pieces[source].copy()
+    return out
 
 
-def run_collective_reduce(it: Interpreter, op: comm.ReduceOp) -> list[Pieces]:
-    src, dst = op.input.type, op.result.type
-    pieces = it.get(op.input)
+def reduce(it: Interpreter, pieces: Pieces, kind: str, root: int, src: TensorType, dst: TensorType, span) -> Pieces:
     out: Pieces = [p.copy() for p in pieces]
-    for group in it.groups(op.span()):
-        root = _root_of(op, group)
-        out[root] = _round(_combine(op.kind.data, [pieces[r] for r in group], src), dst)
-    return [out]
+    for group in it.groups(span):
+        target = _root_rank("comm.reduce", root, group)
+        out[target] = _round(_combine(kind, [pieces[r] for r in group], src), dst)
+    return out
 
 
-def run_send(it: Interpreter, op: comm.SendOp) -> list[Pieces]:
-    pieces = it.get(op.input)
-    axis, shift = op.along.value.data, op.shift.value.data
+def send(it: Interpreter, pieces: Pieces, along: int, shift: int) -> Pieces:
     out = []
     for r, c in enumerate(it.coords):
         source = list(c)
-        source[axis] -= shift
-        if 0 <= source[axis] < it.grid_shape[axis]:
+        source[along] -= shift
+        if 0 <= source[along] < it.grid_shape[along]:
             out.append(pieces[V.rank_of(source, it.grid_shape)].copy())
         else:
             out.append(np.zeros_like(pieces[r]))
-    return [out]
+    return out
+
+
+def run_all_reduce(it: Interpreter, op: comm.AllReduceOp) -> list[Pieces]:
+    return [all_reduce(it, it.get(op.input), op.kind.data, op.input.type, op.result.type, op.span())]
+
+
+def run_reduce_scatter(it: Interpreter, op: comm.ReduceScatterOp) -> list[Pieces]:
+    return [reduce_scatter(it, it.get(op.input), op.kind.data, op.input.type, op.result.type, op.span())]
+
+
+def run_all_gather(it: Interpreter, op: comm.AllGatherOp) -> list[Pieces]:
+    return [all_gather(it, it.get(op.input), op.input.type, op.result.type, op.span())]
+
+
+def run_broadcast(it: Interpreter, op: comm.BroadcastOp) -> list[Pieces]:
+    return [broadcast(it, it.get(op.input), op.root.value.data, op.span())]
+
+
+def run_collective_reduce(it: Interpreter, op: comm.ReduceOp) -> list[Pieces]:
+    return [reduce(it, it.get(op.input), op.kind.data, op.root.value.data, op.input.type, op.result.type, op.span())]
+
+
+def run_send(it: Interpreter, op: comm.SendOp) -> list[Pieces]:
+    return [send(it, it.get(op.input), op.along.value.data, op.shift.value.data)]
 
 
 def run_region(it: Interpreter, op: comm.RegionOp) -> list[Pieces]:

@@ -90,7 +90,7 @@ def piece_of(
         slice(s, s + n)
         for s, n in (piece_range(t, d, coords, grid_shape) for d in range(t.rank))
     )
-    return np.ascontiguousarray(value[index])
+    return np.array(value[index], order="C")  # a copy; ascontiguousarray makes 0-d arrays 1-d
 
 
 def distribute(logical: np.ndarray, t: TensorType, grid_shape: Sequence[int]) -> list[np.ndarray]:

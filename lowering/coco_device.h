@@ -1,0 +1,491 @@
+// coco_device.h -- the device layer that every generated CUDA C kernel includes.
+//
+// One kernel text, two executors (design.md section 5):
+//   * CUDA: NVRTC (CuPy RawModule) compiles the text; this header maps the COCO_* names onto
+//     CUDA built-ins. It includes no other header, so NVRTC needs no include path (the NVRTC
+//     wheel ships neither cuda_fp16.h nor cuda_bf16.h; fp16/bf16 are our own storage types).
+//   * Host: g++ -O3 -std=c++17 -fopenmp -ffp-contract=off compiles the SAME text into a shared
+//     library; blocks become an OpenMP loop and the threads of a block become plain loops.
+//
+// KERNEL CONVENTION (generated code must follow it; the host build rejects most violations):
+//
+//   COCO_KERNEL(scale_f32, const float* __restrict__ x, float* __restrict__ y, coco_i64 n) {
+//     COCO_KERNEL_BODY_BEGIN
+//     const coco_range r = coco_chunk(n, coco_grid_dim(), coco_block_idx(), 1);
+//     COCO_BLOCK_STRIDE_LOOP(coco_i64, i, r.begin, r.end) { y[i] = 2.0f * x[i]; }
+//     COCO_KERNEL_BODY_END
+//   }
+//
+// * COCO_KERNEL(name, params...) declares the entry point. CUDA: `extern "C" __global__ void
+//   name(params...)`, launched as usual (grid.x, block.x, dynamic shared bytes). Host:
+//   `extern "C" void name(unsigned grid, unsigned block, unsigned shared_bytes, params...)`.
+//   Only 1-D grids and blocks exist. A kernel has at least one parameter.
+// * The body sits between COCO_KERNEL_BODY_BEGIN and COCO_KERNEL_BODY_END. On the host BEGIN
+//   opens the OpenMP loop over blocks (schedule(static): every OpenMP thread runs its blocks in
+//   increasing index order, which keeps cross-rank waits between same-index blocks deadlock-free)
+//   and allocates the per-block dynamic shared memory.
+// * Code directly in the body is BLOCK LEVEL: it runs once per block on the host but once per
+//   thread on CUDA, so it must be uniform across the block and free of side effects: constants,
+//   block-uniform control flow (e.g. the levels of a tree reduction), shared-memory declarations,
+//   phases and coco_sync_block(). Stores, atomics and flag waits belong inside phases.
+// * A PHASE is either
+//     COCO_FOR_THREADS { ... }                    every thread of the block runs the body once,
+//                                                 coco_thread_idx() is valid inside;
+//     COCO_BLOCK_STRIDE_LOOP(T, i, begin, end) {} the threads of the block share the elements
+//                                                 [begin, end), thread t taking begin+t,
+//                                                 begin+t+blockDim, ... (coalesced on a GPU). On
+//                                                 the host it is one contiguous, vectorizable
+//                                                 loop, so the body must not depend on which
+//                                                 thread runs an element (coco_thread_idx() is
+//                                                 not defined there).
+//   `continue` and `break` inside a phase both end the current thread's (element's) iteration
+//   on both targets. `return` is not allowed in a kernel (the host rejects it).
+// * coco_sync_block() (= __syncthreads) separates phases; it must be at block level (a static
+//   assertion on the host). The host runs phases one after another, each as a loop over the
+//   threads, so any block size, including 1, works.
+// * Per-thread values never survive a phase boundary: on the host a block-level variable is one
+//   variable for the whole block. Carry them through shared memory indexed by coco_thread_idx().
+// * Shared memory: COCO_SHARED(T, name, N) for a fixed-size array; COCO_SHARED_DYN(T, name,
+//   byte_offset) for a pointer into the dynamic shared memory of the launch (16-byte aligned
+//   base; the launch's shared_bytes on the host).
+// * No warp-size assumptions, no waits between threads of one phase or between blocks of one
+//   rank. Cross-rank synchronization happens only between same-index blocks of different ranks,
+//   through flags in symmetric buffers: coco_store_release_u32 / coco_wait_flag_geq. The host
+//   spin-wait yields the core (ranks may outnumber cores).
+// * Helper functions are declared COCO_DEVICE and take any indices they need as parameters.
+// * fp16/bf16 (coco_f16, coco_bf16) are 2-byte storage types: compute in float through
+//   coco_to_f32 / coco_from_f32<T> (round to nearest even). fp32 accumulation throughout.
+// * Numerics are "round every operation": no FMA contraction (NVRTC --fmad=false, g++
+//   -ffp-contract=off), IEEE division and square root. coco_rsqrt is 1/sqrt for that reason.
+//   Transcendentals (exp, log, tanh) may differ by a few ulp between CUDA and libm.
+#ifndef COCO_DEVICE_H
+#define COCO_DEVICE_H
+
+#if defined(__CUDACC_RTC__) || defined(__CUDACC__)
+#define COCO_TARGET_CUDA 1
+#else
+#define COCO_TARGET_HOST 1
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// Scalar types. NVRTC has no <cstdint> without include paths, so spell them with built-ins.
+// ---------------------------------------------------------------------------------------------
+typedef signed char coco_i8;
+typedef int coco_i32;
+typedef long long coco_i64;
+typedef unsigned char coco_u8;
+typedef unsigned short coco_u16;
+typedef unsigned int coco_u32;
+typedef unsigned long long coco_u64;
+typedef float coco_f32;
+typedef double coco_f64;
+typedef bool coco_bool;
+
+// 2-byte storage types with the layout of numpy.float16 / ml_dtypes.bfloat16. No arithmetic
+// operators on purpose: arithmetic in fp16 would round differently on the two targets.
+struct coco_f16 {
+  coco_u16 bits;
+};
+struct coco_bf16 {
+  coco_u16 bits;
+};
+
+#ifdef COCO_TARGET_HOST
+// ---------------------------------------------------------------------------------------------
+// Host implementation of the launch model.
+// ---------------------------------------------------------------------------------------------
+#include <math.h>
+#include <sched.h>
+#include <string.h>
+
+#include <new>
+
+#define COCO_DEVICE static inline
+#define COCO_HD inline
+
+#ifdef _OPENMP
+#define COCO_OMP(directive) _Pragma(directive)
+#else
+#define COCO_OMP(directive)
+#endif
+
+namespace coco_host {
+// Per-OpenMP-thread dynamic shared memory; reused by all blocks that thread runs, like SM
+// shared memory is reused by successive blocks (contents are undefined at block start).
+struct DynShared {
+  unsigned char* ptr;
+  explicit DynShared(unsigned bytes)
+      : ptr(bytes ? static_cast<unsigned char*>(::operator new(bytes, std::align_val_t(64)))
+                  : nullptr) {}
+  ~DynShared() {
+    if (ptr) ::operator delete(ptr, std::align_val_t(64));
+  }
+  DynShared(const DynShared&) = delete;
+  DynShared& operator=(const DynShared&) = delete;
+};
+}  // namespace coco_host
+
+#define COCO_KERNEL(name, ...)                                                            \
+  extern "C" __attribute__((visibility("default"))) void name(                            \
+      [[maybe_unused]] unsigned int coco_grid_dim_,                                       \
+      [[maybe_unused]] unsigned int coco_block_dim_,                                      \
+      [[maybe_unused]] unsigned int coco_shared_bytes_, __VA_ARGS__)
+
+// coco_phase_depth_ is 0 at block level and 1 inside a phase; the static assertions in the
+// phase and sync macros read the innermost declaration, so misplaced ones fail to compile.
+#define COCO_KERNEL_BODY_BEGIN                                                            \
+  COCO_OMP("omp parallel") {                                                              \
+    coco_host::DynShared coco_dyn_shared_(coco_shared_bytes_);                            \
+    unsigned char* const coco_dyn_smem_ = coco_dyn_shared_.ptr;                           \
+    (void)coco_dyn_smem_;                                                                 \
+    COCO_OMP("omp for schedule(static)")                                                  \
+    for (unsigned int coco_b_ = 0; coco_b_ < coco_grid_dim_; ++coco_b_) {                 \
+      [[maybe_unused]] constexpr int coco_phase_depth_ = 0;
+
+#define COCO_KERNEL_BODY_END \
+  }                          \
+  }
+
+#define coco_block_idx() (coco_b_)
+#define coco_block_dim() (coco_block_dim_)
+#define coco_grid_dim() (coco_grid_dim_)
+// Defined only inside COCO_FOR_THREADS: anywhere else `coco_t_` is undeclared.
+#define coco_thread_idx() (coco_t_)
+
+#define COCO_FOR_THREADS                                                                  \
+  static_assert(coco_phase_depth_ == 0, "COCO_FOR_THREADS must be at block level");       \
+  for (unsigned int coco_t_ = 0; coco_t_ < coco_block_dim_; ++coco_t_)                    \
+    for (int coco_once_ = 1; coco_once_; coco_once_ = 0)                                  \
+      if (constexpr int coco_phase_depth_ = 1; coco_phase_depth_)
+
+// The elements of one phase belong to different CUDA threads, which run concurrently, so
+// they cannot depend on each other: that is what makes `ivdep` legitimate here.
+#define COCO_BLOCK_STRIDE_LOOP(T, i, begin, end)                                          \
+  static_assert(coco_phase_depth_ == 0, "COCO_BLOCK_STRIDE_LOOP must be at block level"); \
+  _Pragma("GCC ivdep") for (T i = (begin), coco_end_##i = (end); i < coco_end_##i; ++i)  \
+    for (int coco_once_ = 1; coco_once_; coco_once_ = 0)                                  \
+      if (constexpr int coco_phase_depth_ = 1; coco_phase_depth_)
+
+#define coco_sync_block() \
+  static_assert(coco_phase_depth_ == 0, "coco_sync_block() must sit between phases")
+
+#define COCO_SHARED(T, name, n) T name[n]
+#define COCO_SHARED_DYN(T, name, byte_offset) \
+  T* const name = reinterpret_cast<T*>(coco_dyn_smem_ + (byte_offset))
+
+// ---- bit casts ----
+COCO_HD coco_u32 coco_float_as_u32(float f) {
+  coco_u32 u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+COCO_HD float coco_u32_as_float(coco_u32 u) {
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// ---- atomics (relaxed read-modify-write, like CUDA atomicAdd) ----
+COCO_HD float coco_atomic_add_f32(float* addr, float v) {
+  coco_u32* p = reinterpret_cast<coco_u32*>(addr);
+  coco_u32 old = __atomic_load_n(p, __ATOMIC_RELAXED);
+  while (!__atomic_compare_exchange_n(p, &old, coco_float_as_u32(coco_u32_as_float(old) + v),
+                                      true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
+  return coco_u32_as_float(old);
+}
+COCO_HD double coco_atomic_add_f64(double* addr, double v) {
+  coco_u64* p = reinterpret_cast<coco_u64*>(addr);
+  coco_u64 old = __atomic_load_n(p, __ATOMIC_RELAXED);
+  for (;;) {
+    double o, n;
+    memcpy(&o, &old, sizeof o);
+    n = o + v;
+    coco_u64 nb;
+    memcpy(&nb, &n, sizeof nb);
+    if (__atomic_compare_exchange_n(p, &old, nb, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+      return o;
+  }
+}
+COCO_HD coco_u32 coco_atomic_add_u32(coco_u32* addr, coco_u32 v) {
+  return __atomic_fetch_add(addr, v, __ATOMIC_RELAXED);
+}
+// System scope is the only scope on the host (peers are MPI shared-memory windows).
+COCO_HD coco_u32 coco_atomic_add_u32_system(coco_u32* addr, coco_u32 v) {
+  return __atomic_fetch_add(addr, v, __ATOMIC_RELAXED);
+}
+
+// ---- cross-rank flags ----
+COCO_HD coco_u32 coco_load_acquire_u32(const volatile coco_u32* flag) {
+  return __atomic_load_n(flag, __ATOMIC_ACQUIRE);
+}
+COCO_HD void coco_store_release_u32(volatile coco_u32* flag, coco_u32 value) {
+  __atomic_store_n(flag, value, __ATOMIC_RELEASE);
+}
+COCO_HD void coco_threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+
+COCO_HD void coco_cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+#endif  // COCO_TARGET_HOST
+
+#ifdef COCO_TARGET_CUDA
+// ---------------------------------------------------------------------------------------------
+// CUDA implementation: thin names over the built-ins.
+// ---------------------------------------------------------------------------------------------
+#define COCO_DEVICE __device__ __forceinline__
+#define COCO_HD __device__ __forceinline__
+
+#define COCO_KERNEL(name, ...) extern "C" __global__ void name(__VA_ARGS__)
+#define COCO_KERNEL_BODY_BEGIN \
+  {                            \
+    extern __shared__ __align__(16) unsigned char coco_dyn_smem_[];
+#define COCO_KERNEL_BODY_END }
+
+#define coco_block_idx() (blockIdx.x)
+#define coco_block_dim() (blockDim.x)
+#define coco_grid_dim() (gridDim.x)
+#define coco_thread_idx() (threadIdx.x)
+
+// A one-trip loop so that `continue`/`break` mean the same as on the host.
+#define COCO_FOR_THREADS for (int coco_once_ = 1; coco_once_; coco_once_ = 0)
+#define COCO_BLOCK_STRIDE_LOOP(T, i, begin, end)                                     \
+  for (T i = (begin) + (T)threadIdx.x, coco_end_##i = (end); i < coco_end_##i;       \
+       i += (T)blockDim.x)                                                           \
+    for (int coco_once_ = 1; coco_once_; coco_once_ = 0)
+#define coco_sync_block() __syncthreads()
+
+#define COCO_SHARED(T, name, n) __shared__ T name[n]
+#define COCO_SHARED_DYN(T, name, byte_offset) \
+  T* const name = reinterpret_cast<T*>(coco_dyn_smem_ + (byte_offset))
+
+COCO_HD coco_u32 coco_float_as_u32(float f) { return __float_as_uint(f); }
+COCO_HD float coco_u32_as_float(coco_u32 u) { return __uint_as_float(u); }
+
+COCO_HD float coco_atomic_add_f32(float* addr, float v) { return atomicAdd(addr, v); }
+COCO_HD double coco_atomic_add_f64(double* addr, double v) { return atomicAdd(addr, v); }
+COCO_HD coco_u32 coco_atomic_add_u32(coco_u32* addr, coco_u32 v) { return atomicAdd(addr, v); }
+// For counters that peers (other GPUs through IPC) update as well.
+COCO_HD coco_u32 coco_atomic_add_u32_system(coco_u32* addr, coco_u32 v) {
+  return atomicAdd_system(addr, v);
+}
+
+// System scope: the flag may live in a peer GPU's memory mapped through CUDA IPC.
+COCO_HD coco_u32 coco_load_acquire_u32(const volatile coco_u32* flag) {
+  coco_u32 v;
+  asm volatile("ld.acquire.sys.u32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
+  return v;
+}
+COCO_HD void coco_store_release_u32(volatile coco_u32* flag, coco_u32 value) {
+  asm volatile("st.release.sys.u32 [%0], %1;" : : "l"(flag), "r"(value) : "memory");
+}
+COCO_HD void coco_threadfence_system() { __threadfence_system(); }
+COCO_HD void coco_cpu_relax() { __nanosleep(32); }
+#endif  // COCO_TARGET_CUDA
+
+// ---------------------------------------------------------------------------------------------
+// Shared by both targets.
+// ---------------------------------------------------------------------------------------------
+
+// Wrap-around-safe "flag >= value": flags are epoch counters that may wrap after 2^32 steps.
+COCO_HD bool coco_flag_reached(coco_u32 current, coco_u32 value) {
+  return static_cast<coco_i32>(current - value) >= 0;
+}
+
+// Spin until a peer has published `value` (or later) in `flag`. On the host the core is
+// yielded after a short spin: ranks may outnumber cores, and the peer needs this core.
+COCO_HD void coco_wait_flag_geq(volatile coco_u32* flag, coco_u32 value) {
+  for (coco_u32 spins = 0; !coco_flag_reached(coco_load_acquire_u32(flag), value); ++spins) {
+#ifdef COCO_TARGET_HOST
+    if (spins >= 64) {
+      sched_yield();
+      continue;
+    }
+#endif
+    coco_cpu_relax();
+  }
+}
+
+// Block-contiguous partition of [0, n) into `parts` pieces whose starts are multiples of
+// `align` elements (vector width / cache line), so blocks never share a line.
+struct coco_range {
+  coco_i64 begin;
+  coco_i64 end;
+};
+COCO_HD coco_range coco_chunk(coco_i64 n, coco_u32 parts, coco_u32 idx, coco_i64 align) {
+  coco_i64 per = (n + (coco_i64)parts - 1) / (coco_i64)parts;
+  per = (per + align - 1) / align * align;
+  coco_i64 b = per * (coco_i64)idx;
+  coco_i64 e = b + per;
+  coco_range r;
+  r.begin = b < n ? b : n;
+  r.end = e < n ? e : n;
+  return r;
+}
+
+// ---- fp16 / bf16 conversions (round to nearest even) ----
+// Portable bit-level versions, used on the host (and by the GPU only for bf16 below sm_80).
+// They are written with selects instead of branches so that g++ vectorizes loops over them
+// (4x faster than _Float16, whose conversions are libgcc calls without -mf16c). Tests check
+// them exhaustively against NumPy / ml_dtypes.
+COCO_HD float coco_f16_bits_to_f32(coco_u16 h) {
+  const coco_u32 sign = (coco_u32)(h & 0x8000u) << 16;
+  const coco_u32 exp = (h >> 10) & 0x1Fu;
+  const coco_u32 man = h & 0x3FFu;
+  const coco_u32 normal = ((exp + 112u) << 23) | (man << 13);
+  const coco_u32 inf_nan = 0x7F800000u | (man << 13);
+  // Subnormal or zero: man * 2^-24 is exact in float.
+  const coco_u32 subnormal = coco_float_as_u32((float)man * 5.9604644775390625e-8f);
+  const coco_u32 mag = exp == 0x1Fu ? inf_nan : (exp == 0 ? subnormal : normal);
+  return coco_u32_as_float(sign | mag);
+}
+
+COCO_HD coco_u16 coco_f32_to_f16_bits(float f) {
+  const coco_u32 x = coco_float_as_u32(f);
+  const coco_u32 sign = (x >> 16) & 0x8000u;
+  const coco_u32 ax = x & 0x7FFFFFFFu;
+  // Normal half: rebias the exponent (-112 << 23) and round to nearest even on bit 13.
+  const coco_u32 normal = (ax + 0xC8000FFFu + ((ax >> 13) & 1u)) >> 13;
+  // Below the smallest normal half: adding 0.5f rounds to a multiple of 2^-24 (one half
+  // subnormal ulp) with the FPU's round-to-nearest-even; the excess bits are the result.
+  const coco_u32 subnormal = coco_float_as_u32(coco_u32_as_float(ax) + 0.5f) - 0x3F000000u;
+  const coco_u32 nan = 0x7E00u | ((ax >> 13) & 0x3FFu);  // quiet, payload kept
+  coco_u32 mag = ax < 0x38800000u ? subnormal : normal;
+  mag = ax >= 0x477FF000u ? 0x7C00u : mag;  // rounds to infinity
+  mag = ax > 0x7F800000u ? nan : mag;
+  return (coco_u16)(sign | mag);
+}
+
+COCO_HD float coco_bf16_bits_to_f32(coco_u16 b) { return coco_u32_as_float((coco_u32)b << 16); }
+
+COCO_HD coco_u16 coco_f32_to_bf16_bits(float f) {
+  const coco_u32 x = coco_float_as_u32(f);
+  const coco_u32 rounded = (x + 0x7FFFu + ((x >> 16) & 1u)) >> 16;
+  const coco_u32 nan = (x >> 16) | 0x40u;  // quiet, sign and high payload kept
+  return (coco_u16)((x & 0x7FFFFFFFu) > 0x7F800000u ? nan : rounded);
+}
+
+#ifdef COCO_TARGET_CUDA
+// Single instructions on the GPU (cvt rounds to nearest even); bf16 cvt needs sm_80.
+COCO_HD float coco_to_f32(coco_f16 h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h.bits));
+  return f;
+}
+COCO_HD coco_f16 coco_f16_from_f32(float f) {
+  coco_f16 h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(f));
+  return h;
+}
+COCO_HD coco_bf16 coco_bf16_from_f32(float f) {
+  coco_bf16 b;
+#if __CUDA_ARCH__ >= 800
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(b.bits) : "f"(f));
+#else
+  b.bits = coco_f32_to_bf16_bits(f);
+#endif
+  return b;
+}
+#else
+#if defined(COCO_HOST_USE_FLOAT16) && defined(__FLT16_MAX__)
+// Opt-in: g++ >= 12 has _Float16 (round to nearest even), but without -mf16c every
+// conversion is a libgcc call that blocks vectorization; the bit version is faster.
+COCO_HD float coco_to_f32(coco_f16 h) {
+  _Float16 v;
+  memcpy(&v, &h.bits, sizeof v);
+  return (float)v;
+}
+COCO_HD coco_f16 coco_f16_from_f32(float f) {
+  _Float16 v = (_Float16)f;
+  coco_f16 h;
+  memcpy(&h.bits, &v, sizeof v);
+  return h;
+}
+#else
+COCO_HD float coco_to_f32(coco_f16 h) { return coco_f16_bits_to_f32(h.bits); }
+COCO_HD coco_f16 coco_f16_from_f32(float f) {
+  coco_f16 h;
+  h.bits = coco_f32_to_f16_bits(f);
+  return h;
+}
+#endif
+COCO_HD coco_bf16 coco_bf16_from_f32(float f) {
+  coco_bf16 b;
+  b.bits = coco_f32_to_bf16_bits(f);
+  return b;
+}
+#endif
+
+COCO_HD float coco_to_f32(coco_bf16 b) { return coco_bf16_bits_to_f32(b.bits); }
+COCO_HD float coco_to_f32(float f) { return f; }
+
+// coco_from_f32<T>(x): the printer can emit one spelling for every element type.
+template <class T>
+struct coco_from_f32_impl;
+template <>
+struct coco_from_f32_impl<coco_f16> {
+  static COCO_HD coco_f16 cvt(float f) { return coco_f16_from_f32(f); }
+};
+template <>
+struct coco_from_f32_impl<coco_bf16> {
+  static COCO_HD coco_bf16 cvt(float f) { return coco_bf16_from_f32(f); }
+};
+template <>
+struct coco_from_f32_impl<float> {
+  static COCO_HD float cvt(float f) { return f; }
+};
+template <>
+struct coco_from_f32_impl<double> {
+  static COCO_HD double cvt(float f) { return (double)f; }
+};
+template <class T>
+COCO_HD T coco_from_f32(float f) {
+  return coco_from_f32_impl<T>::cvt(f);
+}
+
+// ---- math (float and double overloads; same operation order on both targets) ----
+COCO_HD float coco_sqrt(float x) { return sqrtf(x); }
+COCO_HD double coco_sqrt(double x) { return sqrt(x); }
+// 1/sqrt rather than rsqrtf: CUDA's rsqrtf is approximate and would not match the host.
+COCO_HD float coco_rsqrt(float x) { return 1.0f / sqrtf(x); }
+COCO_HD double coco_rsqrt(double x) { return 1.0 / sqrt(x); }
+COCO_HD float coco_exp(float x) { return expf(x); }
+COCO_HD double coco_exp(double x) { return exp(x); }
+COCO_HD float coco_log(float x) { return logf(x); }
+COCO_HD double coco_log(double x) { return log(x); }
+COCO_HD float coco_tanh(float x) { return tanhf(x); }
+COCO_HD double coco_tanh(double x) { return tanh(x); }
+COCO_HD float coco_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+COCO_HD double coco_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+// GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+COCO_HD float coco_gelu(float x) {
+  float inner = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+  return 0.5f * x * (1.0f + tanhf(inner));
+}
+COCO_HD double coco_gelu(double x) {
+  double inner = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+  return 0.5 * x * (1.0 + tanh(inner));
+}
+
+// ---- counter-based random numbers (SplitMix64 finalizer) ----
+// Stateless so that any thread, block split or rank count draws the same number for the
+// same element: counter_hash(seed, index, stream) = mix64(index + mix64(seed ^ stream*golden)).
+COCO_HD coco_u64 coco_mix64(coco_u64 z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+COCO_HD coco_u64 coco_counter_hash(coco_u64 seed, coco_u64 index, coco_u64 stream) {
+  return coco_mix64(index + coco_mix64(seed ^ (stream * 0x9E3779B97F4A7C15ull)));
+}
+// Keep an element when the top 24 hash bits are >= threshold (threshold = round(p * 2^24)).
+COCO_HD bool coco_dropout_keep(coco_u64 seed, coco_u64 index, coco_u64 stream,
+                               coco_u32 threshold) {
+  return (coco_u32)(coco_counter_hash(seed, index, stream) >> 40) >= threshold;
+}
+
+#endif  // COCO_DEVICE_H

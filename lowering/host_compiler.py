@@ -1,0 +1,238 @@
+"""Compile generated CUDA C for the CPU with the host C++ compiler, and load it with ctypes.
+
+The same kernel text that NVRTC compiles for the GPU is compiled here against the host
+implementation of coco_device.h (blocks -> OpenMP loop, threads -> loops; see the header).
+This is the `cpu` backend and the way CI executes every generated kernel.
+
+Flags are chosen for reproducible, portable results rather than peak speed:
+no -march=native (the .so lives in a shared cache and must run on any x86-64 / aarch64 of the
+job), -ffp-contract=off (every operation rounds, as on the GPU with --fmad=false) and no
+-ffast-math. -fno-math-errno and -fno-trapping-math change no value; they only let sqrt be
+inlined and loops with float selects be vectorized.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import functools
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from coconet.lowering.kernel_cache import KernelCache, content_key
+
+__all__ = [
+    "HOST_CACHE",
+    "HostCompileError",
+    "HostKernel",
+    "HostLibrary",
+    "compile_host",
+    "host_cache_path",
+    "host_compile_flags",
+]
+
+LOWERING_DIR = Path(__file__).resolve().parent
+HOST_CACHE = KernelCache("host")
+# Bumped when the build recipe changes in a way the flags do not capture.
+_RECIPE_VERSION = "host-v1"
+
+
+class HostCompileError(RuntimeError):
+    """The host compiler rejected the source; `output` holds its full diagnostics."""
+
+    def __init__(self, message: str, output: str = "") -> None:
+        super().__init__(f"{message}\n{output}".rstrip())
+        self.output = output
+
+
+def _compiler() -> str:
+    return os.environ.get("CXX", "g++")
+
+
+@functools.cache
+def _compiler_identity(compiler: str) -> str:
+    """`--version` plus target triple: a compiler upgrade must miss the cache."""
+    try:
+        version = subprocess.run(
+            [compiler, "--version"], capture_output=True, text=True, check=True
+        ).stdout
+        machine = subprocess.run(
+            [compiler, "-dumpmachine"], capture_output=True, text=True, check=True
+        ).stdout
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise HostCompileError(f"host C++ compiler {compiler!r} is not usable: {exc}") from exc
+    return version + machine
+
+
+def host_compile_flags(*, openmp: bool = True, warnings_as_errors: bool = False) -> list[str]:
+    flags = [
+        "-O3",
+        "-std=c++17",
+        "-fPIC",
+        "-shared",
+        "-ffp-contract=off",
+        "-fno-math-errno",
+        # Value-preserving as well (only FP exception flags, which nobody reads); it lets g++
+        # if-convert and vectorize loops with selects on floats (fp16 conversions, masks).
+        "-fno-trapping-math",
+        # Only the COCO_KERNEL entry points are exported (they carry visibility("default")).
+        "-fvisibility=hidden",
+        "-Wall",
+        "-Wextra",
+    ]
+    if openmp:
+        flags.append("-fopenmp")
+    if warnings_as_errors:
+        flags.append("-Werror")
+    return flags
+
+
+def _device_headers() -> dict[str, str]:
+    return {p.name: p.read_text() for p in sorted(LOWERING_DIR.glob("*.h"))}
+
+
+def _cache_key(source: str, flags: Sequence[str], headers: dict[str, str]) -> str:
+    header_parts = [part for name in sorted(headers) for part in (name, headers[name])]
+    return content_key(
+        _RECIPE_VERSION,
+        source,
+        *header_parts,
+        "\0".join(flags),
+        _compiler_identity(_compiler()),
+    )
+
+
+def host_cache_path(
+    source: str, *, openmp: bool = True, warnings_as_errors: bool = False
+) -> Path:
+    """Where compile_host would cache the library for `source` (used by tests and tools)."""
+    flags = host_compile_flags(openmp=openmp, warnings_as_errors=warnings_as_errors)
+    return HOST_CACHE.path_for(_cache_key(source, flags, _device_headers()), ".so")
+
+
+# ----------------------------------------------------------------------------------------------
+# Loaded libraries
+# ----------------------------------------------------------------------------------------------
+
+# Leading parameters of every host entry point: grid, block, dynamic shared bytes.
+_LAUNCH_ARGTYPES: list[Any] = [ctypes.c_uint, ctypes.c_uint, ctypes.c_uint]
+
+
+def _to_c_argument(value: object, argtype: Any) -> object:
+    """NumPy arrays travel as their data pointer; everything else as ctypes converts it."""
+    if not isinstance(value, np.ndarray):
+        return value
+    if not value.flags.c_contiguous:
+        raise ValueError("kernel arguments must be C-contiguous arrays")
+    if argtype is ctypes.c_void_p:
+        return value.ctypes.data
+    return value.ctypes.data_as(argtype)
+
+
+@dataclass
+class HostKernel:
+    """A COCO_KERNEL entry point: call it like a CUDA launch, kernel(grid, block, *args)."""
+
+    name: str
+    function: Any
+    argtypes: tuple[Any, ...]
+
+    def __call__(self, grid: int, block: int, *args: object, shared_bytes: int = 0) -> None:
+        if grid < 1 or block < 1:
+            # The same configurations CUDA rejects; an empty launch is the caller's to skip.
+            raise ValueError(f"{self.name}: grid ({grid}) and block ({block}) must be >= 1")
+        if len(args) != len(self.argtypes):
+            raise TypeError(f"{self.name} takes {len(self.argtypes)} arguments, got {len(args)}")
+        converted = [_to_c_argument(v, t) for v, t in zip(args, self.argtypes, strict=True)]
+        self.function(grid, block, shared_bytes, *converted)
+
+
+@dataclass
+class HostLibrary:
+    """A compiled translation unit; `cache_hit` says whether it came from the disk cache."""
+
+    path: Path
+    cache_hit: bool
+    library: ctypes.CDLL = field(repr=False)
+
+    def kernel(self, name: str, *argtypes: Any) -> HostKernel:
+        """Bind entry point `name`; `argtypes` are the ctypes types of the kernel's own
+        parameters (pointers as ctypes.c_void_p or POINTER(...)), without launch parameters."""
+        try:
+            function = getattr(self.library, name)
+        except AttributeError:
+            raise HostCompileError(f"no kernel named {name!r} in {self.path}") from None
+        function.argtypes = [*_LAUNCH_ARGTYPES, *argtypes]
+        function.restype = None
+        return HostKernel(name, function, tuple(argtypes))
+
+
+# ----------------------------------------------------------------------------------------------
+# Compilation
+# ----------------------------------------------------------------------------------------------
+
+
+def _run_compiler(source: str, headers: dict[str, str], flags: Sequence[str], out: Path) -> None:
+    """Compile in a scratch directory holding the source and a copy of the device headers,
+    so the build never depends on where the package is installed."""
+    with tempfile.TemporaryDirectory(prefix="coconet-host-") as scratch:
+        src = Path(scratch) / "kernels.cpp"
+        src.write_text(source)
+        for name, text in headers.items():
+            (Path(scratch) / name).write_text(text)
+        cmd = [_compiler(), *flags, "-I", scratch, "-o", str(out), str(src)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=scratch)
+    if proc.returncode != 0:
+        raise HostCompileError(
+            f"host compilation failed ({' '.join(cmd[:-3])} ...)", proc.stdout + proc.stderr
+        )
+
+
+@contextmanager
+def _build_lock(path: Path) -> Iterator[None]:
+    """Serialize builders of one key across processes (MPI ranks compile the same kernels
+    at the same moment); correctness does not depend on it, only wasted compiler time."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _load(path: Path) -> ctypes.CDLL:
+    return ctypes.CDLL(str(path), mode=ctypes.RTLD_LOCAL)
+
+
+def compile_host(
+    source: str, *, openmp: bool = True, warnings_as_errors: bool = False
+) -> HostLibrary:
+    """Compile `source` (CUDA C in the coco kernel convention) into a loaded shared library.
+
+    A library with the same source, headers, flags and compiler is loaded from the cache
+    without compiling. Raises HostCompileError with the compiler's output on failure.
+    """
+    if shutil.which(_compiler()) is None:
+        raise HostCompileError(f"host C++ compiler {_compiler()!r} not found (set CXX)")
+    flags = host_compile_flags(openmp=openmp, warnings_as_errors=warnings_as_errors)
+    headers = _device_headers()
+    key = _cache_key(source, flags, headers)
+    path = HOST_CACHE.path_for(key, ".so")
+    with _build_lock(path):
+        artifact = HOST_CACHE.get_or_build(
+            key,
+            ".so",
+            lambda out: _run_compiler(source, headers, flags, out),
+            _load,
+        )
+    return HostLibrary(artifact.path, artifact.cache_hit, artifact.value)

@@ -1,0 +1,354 @@
+"""Lowering of a (scheduled) coco/comm function to an execution plan and its CUDA source.
+
+Top-level ops map to plan steps:
+
+* an elementwise op, or a `comm.fused elementwise` region: one kernel launch;
+* `coco.reduce`: a partials kernel and a one-block finish kernel;
+* `coco.matmul`: a library matmul; collectives and `comm.send`: library collectives;
+* `comm.fused all_reduce`: ONE kernel over symmetric buffers (fused_collective.py);
+* `comm.overlap`: its producer and consumer, chunked by rows and ordered on two streams;
+* `coco.update`: a copy into the caller's buffer (or the kernel writes there directly);
+* `coco.slice`: a kernel reading this rank's part (no communication).
+
+Every rank-dependent number (slice offsets, dropout streams) is a `RankValue` table, so the
+plan and the CUDA text are the same for every rank.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from xdsl.dialects import func
+from xdsl.ir import Operation, SSAValue
+
+from coconet.dialects import coco, comm
+from coconet.dialects.coco import TensorType
+from coconet.dialects.layout_rules import infer_elementwise
+from coconet.lowering import cuda_kernels as K
+from coconet.lowering.plan import (
+    COMM_STREAM,
+    COMPUTE_STREAM,
+    Buffer,
+    Collective,
+    Copy,
+    KernelArg,
+    Launch,
+    Matmul,
+    Plan,
+    RankValue,
+    RecordEvent,
+    Step,
+    WaitEvent,
+)
+from coconet.program import CocoError, Program
+from coconet.runtime import values as V
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """Block size and the most blocks a kernel launches (tests vary both, down to 1)."""
+
+    block: int = 256
+    max_blocks: int = 1024
+    elements_per_thread: int = 4
+
+    def grid_for(self, n: int) -> int:
+        per_block = self.block * self.elements_per_thread
+        return max(1, min(self.max_blocks, (n + per_block - 1) // per_block))
+
+
+class Lowering:
+    def __init__(self, program: Program, grid_shape: Sequence[int], config: LaunchConfig):
+        self.program = program
+        self.grid_shape = tuple(grid_shape)
+        self.size = int(np.prod(self.grid_shape))
+        self.coords = [V.coords_of(r, self.grid_shape) for r in range(self.size)]
+        self.config = config
+        self.buffers: dict[SSAValue, Buffer] = {}
+        self.all_buffers: list[Buffer] = []
+        self.steps: list[Step] = []
+        self.kernels: list[str] = []
+        self.kernel_names: set[str] = set()
+        self.names: set[str] = set()
+        self.updated: dict[str, Buffer] = {}
+        self.stream = COMPUTE_STREAM
+
+    # -- naming and buffers ----------------------------------------------------------------
+
+    def fresh(self, base: str) -> str:
+        base = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in base) or "v"
+        name, k = base, 1
+        while name in self.names:
+            name = f"{base}_{k}"
+            k += 1
+        self.names.add(name)
+        return name
+
+    def new_buffer(self, hint: str, t: TensorType, kind="temp", symmetric=False, elt="", shape=None) -> Buffer:
+        buf = Buffer(
+            self.fresh(hint),
+            t,
+            tuple(shape) if shape is not None else t.local_shape(self.grid_shape),
+            kind,
+            symmetric,
+            elt,
+        )
+        self.all_buffers.append(buf)
+        return buf
+
+    def buffer_for(self, v: SSAValue) -> Buffer:
+        if v not in self.buffers:
+            self.buffers[v] = self.new_buffer(v.name_hint or "v", v.type)
+        return self.buffers[v]
+
+    def rank_table(self, label: str, fn) -> RankValue:
+        return RankValue(label, tuple(int(fn(r)) for r in range(self.size)))
+
+    def add_kernel(self, name: str, source: str) -> str:
+        if name not in self.kernel_names:
+            self.kernel_names.add(name)
+            self.kernels.append(source)
+        return name
+
+    def emit(self, step: Step) -> None:
+        step.stream = self.stream
+        self.steps.append(step)
+
+    # -- driver ------------------------------------------------------------------------------
+
+    def run(self) -> Plan:
+        arguments = {}
+        for arg in self.program.arguments:
+            buf = self.new_buffer(arg.name, arg.type, kind="arg")
+            self.buffers[arg.value] = buf
+            arguments[arg.name] = buf
+        outputs: dict[str, Buffer] = {}
+        for op in self.program.func.body.block.ops:
+            if isinstance(op, func.ReturnOp):
+                for i, v in enumerate(op.arguments):
+                    outputs[v.name_hint or f"result{i}"] = self.value_buffer(v)
+                continue
+            self.lower_op(op)
+        for out in self.program.outputs:
+            if out.updated_argument:
+                outputs[out.name] = arguments[out.name]
+        outputs = {k: outputs[k] for k in [o.name for o in self.program.outputs]}
+        source = K.PRELUDE + "\n" + "\n".join(self.kernels)
+        return Plan(
+            self.program.name,
+            self.grid_shape,
+            self.all_buffers,
+            self.steps,
+            source,
+            arguments,
+            outputs,
+        )
+
+    def value_buffer(self, v: SSAValue) -> Buffer:
+        if v not in self.buffers:
+            raise CocoError(f"internal: no buffer holds {v.name_hint or v}")
+        return self.buffers[v]
+
+    def lower_op(self, op: Operation) -> None:
+        match op:
+            case coco.ElementwiseOp() | coco.ConstantOp():
+                self.lower_elementwise([op], kernel_hint=op.name.split(".")[1])
+            case comm.FusedOp() if op.kind.data == "elementwise":
+                self.lower_fused_elementwise(op)
+            case comm.FusedOp():
+                from coconet.lowering.fused_collective import lower_fused_collective
+
+                lower_fused_collective(self, op)
+            case comm.OverlapOp():
+                from coconet.lowering.overlap import lower_overlap
+
+                lower_overlap(self, op)
+            case coco.ReduceOp():
+                self.lower_reduction(op)
+            case coco.MatmulOp():
+                self.emit(Matmul(self.value_buffer(op.lhs), self.value_buffer(op.rhs), self.buffer_for(op.result)))
+            case coco.SliceOp():
+                self.lower_elementwise([op], kernel_hint="slice")
+            case coco.UpdateOp():
+                self.lower_update(op)
+            case comm.CollectiveOp():
+                self.lower_collective(op)
+            case _:
+                raise CocoError(f"cannot lower {op.name} to the plan")
+
+    # -- elementwise kernels -----------------------------------------------------------------
+
+    def iteration_type(self, ops: Sequence[Operation]) -> TensorType:
+        types = [r.type for op in ops for r in op.results]
+        try:
+            return infer_elementwise(types, same_element_type=False)
+        except Exception as e:
+            raise CocoError(
+                f"[lower-fused-layouts] cannot compute {', '.join(o.name for o in ops)} in one "
+                f"kernel: their results have incompatible layouts ({e})"
+            ) from None
+
+    def lower_elementwise(
+        self,
+        ops: Sequence[Operation],
+        kernel_hint: str,
+        stores: Sequence[SSAValue] | None = None,
+        updates: Sequence[coco.UpdateOp] = (),
+    ) -> None:
+        """One kernel computing `ops`; stores the values used after it (or `stores`) and
+        writes `updates` (inside a fused region) into the caller's buffers."""
+        inside = {r for op in ops for r in op.results}
+        inputs: list[SSAValue] = []
+        for op in ops:
+            for v in op.operands:
+                if v not in inside and v not in inputs:
+                    inputs.append(v)
+        if stores is None:
+            stores = [r for op in ops for r in op.results]
+        iteration = self.iteration_type(ops)
+        store_specs: list[tuple[SSAValue, str, TensorType]] = []
+        store_buffers: list[Buffer] = []
+        for k, v in enumerate(stores):
+            store_specs.append((v, f"out{k}", v.type))
+            store_buffers.append(self.buffer_for(v))
+        for k, upd in enumerate(updates):
+            store_specs.append((upd.value, f"upd{k}", upd.target.type))
+            store_buffers.append(self.value_buffer(upd.target))
+        kernel = K.ElementwiseKernel(self.fresh(f"k_{kernel_hint}"), ops, iteration, inputs, store_specs)
+        source, params = kernel.emit()
+        self.add_kernel(kernel.name, source)
+        n = int(np.prod(iteration.local_shape(self.grid_shape), dtype=np.int64))
+        args = self.kernel_args(params, iteration, store_buffers)
+        self.emit(Launch(kernel.name, self.config.grid_for(n), self.config.block, args,
+                         writes=tuple(b.name for b in store_buffers)))
+
+    def kernel_args(self, params, iteration: TensorType, store_buffers: list[Buffer]) -> list[KernelArg]:
+        it = iteration
+        it_local = it.local_shape(self.grid_shape)
+        n = int(np.prod(it_local, dtype=np.int64))
+        args: list[KernelArg] = []
+        outs = iter(store_buffers)
+        for kind, _decl, payload in params:
+            if kind == "in":
+                args.append(self.value_buffer(payload))
+            elif kind == "out":
+                args.append(next(outs))
+            elif kind == "begin":
+                args.append(0)
+            elif kind == "end":
+                args.append(n)
+            elif kind == "dim":
+                args.append(it_local[payload])
+            elif kind == "stride":
+                v, d = payload
+                t: TensorType = v.type
+                gap = it.rank - t.rank
+                local = t.local_shape(self.grid_shape)
+                args.append(int(np.prod(local[d - gap + 1 :], dtype=np.int64)))
+            elif kind == "base":
+                args.append(self.rank_table(f"base_{payload.name_hint or 'v'}", lambda r, v=payload: self.base_offset(v.type, it, r)))
+            elif kind == "gstart":
+                args.append(self.rank_table(f"start{payload}", lambda r, d=payload: V.piece_range(it, d, self.coords[r], self.grid_shape)[0]))
+            elif kind == "goffset":
+                stride0 = int(np.prod(it.get_shape()[1:], dtype=np.int64))
+                args.append(self.rank_table("goffset", lambda r: V.piece_range(it, 0, self.coords[r], self.grid_shape)[0] * stride0))
+            elif kind == "stream":
+                t = payload.input.type
+                args.append(self.rank_table("stream", lambda r, t=t: V.stream_index(t, self.coords[r], self.grid_shape)))
+        return args
+
+    def base_offset(self, t: TensorType, it: TensorType, rank: int) -> int:
+        """Offset into rank `rank`'s piece of `t` of the iteration piece's first element."""
+        gap = it.rank - t.rank
+        local = t.local_shape(self.grid_shape)
+        offset = 0
+        for d in range(t.rank):
+            if t.get_shape()[d] == 1 and it.get_shape()[d + gap] != 1:
+                continue
+            start_it, _ = V.piece_range(it, d + gap, self.coords[rank], self.grid_shape)
+            start_t, _ = V.piece_range(t, d, self.coords[rank], self.grid_shape)
+            stride = int(np.prod(local[d + 1 :], dtype=np.int64))
+            offset += (start_it - start_t) * stride
+        return offset
+
+    def lower_fused_elementwise(self, op: comm.FusedOp) -> None:
+        body = [o for o in op.body.block.ops if not isinstance(o, comm.YieldOp)]
+        updates = [o for o in body if isinstance(o, coco.UpdateOp)]
+        compute = [o for o in body if not isinstance(o, coco.UpdateOp)]
+        yielded = list(op.yield_op.values)
+        for res, v in zip(op.res, yielded):
+            self.buffers[res] = self.buffer_for(v)
+        direct, copied = [], []
+        for u in updates:
+            (direct if u.target.type == u.value.type else copied).append(u)
+        self.lower_elementwise(compute, "fused", stores=yielded + [u.value for u in copied], updates=direct)
+        for u in copied:
+            self.emit(Copy(self.value_buffer(u.value), self.value_buffer(u.target)))
+        for u in direct:
+            self.updated[u.target.name_hint or ""] = self.value_buffer(u.target)
+
+    # -- reductions, updates, collectives ---------------------------------------------------
+
+    def lower_reduction(self, op: coco.ReduceOp) -> None:
+        elt = op.input.type.elt
+        kind = op.kind.data
+        name = self.add_kernel(f"k_reduce_{kind}_{elt}", K.reduction_kernels(f"k_reduce_{kind}_{elt}", kind, elt))
+        x = self.value_buffer(op.input)
+        n = x.count
+        grid = self.config.grid_for(n)
+        acc = "f64" if elt in ("f16", "bf16", "f32", "f64") else "i64"
+        partials = self.new_buffer(f"{op.result.name_hint or 'r'}_partials", op.result.type, kind="scratch", elt=acc, shape=(grid,))
+        out = self.buffer_for(op.result)
+        acc_bytes = 8
+        self.emit(Launch(f"{name}_partial", grid, self.config.block, [x, partials, n],
+                         shared_bytes=acc_bytes * self.config.block, writes=(partials.name,)))
+        self.emit(Launch(f"{name}_finish", 1, 1, [partials, grid, out], writes=(out.name,)))
+
+    def lower_update(self, op: coco.UpdateOp) -> None:
+        target = self.value_buffer(op.target)
+        self.emit(Copy(self.value_buffer(op.value), target))
+
+    def lower_collective(self, op: comm.CollectiveOp, rows: tuple[int, int] | None = None) -> None:
+        src = self.value_buffer(op.input)
+        dst = self.buffer_for(op.result)
+        step = Collective(
+            op.name.split(".")[1],
+            src,
+            dst,
+            kind=op.kind.data if op.HAS_KIND else None,
+            axes=op.span(),
+            root=op.root.value.data if op.HAS_ROOT else None,
+            rows=rows,
+        )
+        if isinstance(op, comm.SendOp):
+            step.axes = ()
+            step.along = op.along.value.data
+            step.shift = op.shift.value.data
+        self.emit(step)
+
+
+def lower(
+    program: Program,
+    ranks: int | None = None,
+    config: LaunchConfig | None = None,
+) -> Plan:
+    """The plan of `program` on `ranks` ranks (the grid's static size when omitted)."""
+    grid = program.grid
+    if ranks is None:
+        if not grid.is_static():
+            ranks = int(np.prod([s for s in grid.shape if s > 0])) or 1
+        else:
+            ranks = int(np.prod(grid.shape))
+    try:
+        grid_shape = grid.bind(ranks)
+    except ValueError as e:
+        raise CocoError(f"@{program.name}: {e}") from None
+    from coconet.runtime.sim import check_program_on_grid
+
+    check_program_on_grid(program, grid_shape)
+    return Lowering(program, grid_shape, config or LaunchConfig()).run()
+
+
+__all__ = ["COMM_STREAM", "LaunchConfig", "Lowering", "RecordEvent", "WaitEvent", "lower"]

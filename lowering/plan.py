@@ -1,0 +1,204 @@
+"""The execution plan: what every rank does, in order, to run a scheduled program.
+
+A plan is SPMD like the program: one list of host steps that every rank walks, with the
+rank-dependent numbers (offsets of a rank's slice, its dropout stream) resolved per rank by the
+executor from `RankValue`s. Steps name buffers (a rank's piece of a value), launch kernels of
+the plan's one CUDA translation unit, call library collectives (NCCL on GPUs, MPI on CPUs, the
+sim's semantics in-process), run matmuls (cuBLAS / BLAS), copy, and order work on two streams
+(compute 0, communication 1) with events for overlap.
+
+The plan prints as text (`coco-opt -t plan`), deterministically, for humans and lit tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from coconet.dialects.coco import TensorType
+
+COMPUTE_STREAM = 0
+COMM_STREAM = 1
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A rank's piece of one value. `kind`: arg (the caller's buffer), temp, or partials
+    (scratch of reductions). Symmetric buffers are reachable by every rank of a node (CUDA IPC
+    / MPI shared-memory windows): fused collective kernels read and write their peers'."""
+
+    name: str
+    type: TensorType
+    shape: tuple[int, ...]
+    kind: Literal["arg", "temp", "scratch"] = "temp"
+    symmetric: bool = False
+    elt: str = ""
+
+    @property
+    def count(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    def describe(self) -> str:
+        sym = " symmetric" if self.symmetric else ""
+        shape = "x".join(map(str, self.shape)) or "scalar"
+        return f"buffer %{self.name} : {shape} {self.elt or self.type.elt} {self.kind}{sym}"
+
+
+@dataclass(frozen=True)
+class RankValue:
+    """An integer that depends on the rank: `table[rank]` (precomputed per rank at lowering)."""
+
+    label: str
+    table: tuple[int, ...]
+
+    def __str__(self) -> str:
+        if len(set(self.table)) == 1:
+            return str(self.table[0])
+        return f"{self.label}[rank]"
+
+
+KernelArg = Buffer | int | float | RankValue | tuple[str, "Buffer"]
+# ("peers", buf): a device array of every rank's pointer to its `buf` (symmetric buffers).
+# ("flags", buf): this launch's flag array in symmetric memory (same as peers, for flags).
+
+
+@dataclass
+class Step:
+    stream: int = field(default=COMPUTE_STREAM, kw_only=True)
+
+    def text(self) -> str:
+        raise NotImplementedError
+
+    def __str__(self) -> str:
+        prefix = "" if self.stream == COMPUTE_STREAM else f"[stream {self.stream}] "
+        return prefix + self.text()
+
+
+@dataclass
+class Launch(Step):
+    kernel: str
+    grid: int
+    block: int
+    args: list[KernelArg]
+    shared_bytes: int = 0
+    # Which argument positions are written (for the executors' bookkeeping and for humans).
+    writes: tuple[str, ...] = ()
+
+    def text(self) -> str:
+        def show(a: KernelArg) -> str:
+            if isinstance(a, Buffer):
+                return f"%{a.name}"
+            if isinstance(a, tuple):
+                return f"{a[0]}(%{a[1].name})"
+            return str(a)
+
+        return (
+            f"launch {self.kernel}<<<{self.grid}, {self.block}, {self.shared_bytes}>>>"
+            f"({', '.join(show(a) for a in self.args)})"
+        )
+
+
+@dataclass
+class Collective(Step):
+    """A library collective on whole buffers. `op`: all_reduce, reduce_scatter, all_gather,
+    broadcast, reduce, send (point-to-point shift). Types say the layouts (and so which part of
+    the logical tensor each rank holds before and after)."""
+
+    op: str
+    src: Buffer
+    dst: Buffer
+    kind: str | None = None
+    axes: tuple[int, ...] = ()
+    root: int | None = None
+    along: int | None = None
+    shift: int | None = None
+    # Row range [begin, end) of the leading dim when one chunk of an overlapped pipeline runs.
+    rows: tuple[int, int] | None = None
+
+    def text(self) -> str:
+        parts = [self.op]
+        if self.kind:
+            parts.append(self.kind)
+        parts.append(f"%{self.src.name} -> %{self.dst.name}")
+        if self.axes:
+            parts.append("over [" + ", ".join(map(str, self.axes)) + "]")
+        if self.root is not None:
+            parts.append(f"root {self.root}")
+        if self.along is not None:
+            parts.append(f"along {self.along} shift {self.shift}")
+        if self.rows is not None:
+            parts.append(f"rows [{self.rows[0]}, {self.rows[1]})")
+        return " ".join(parts)
+
+
+@dataclass
+class Matmul(Step):
+    """c = a @ b on this rank's pieces (batched over leading dims), computing in f32 for
+    f16/bf16 (cuBLAS with fp32 accumulation / NumPy BLAS). `rows` restricts it to a range of
+    a's rows (flattened leading dims) for overlapped chunks."""
+
+    a: Buffer
+    b: Buffer
+    c: Buffer
+    rows: tuple[int, int] | None = None
+
+    def text(self) -> str:
+        rows = f" rows [{self.rows[0]}, {self.rows[1]})" if self.rows else ""
+        return f"matmul %{self.a.name}, %{self.b.name} -> %{self.c.name}{rows}"
+
+
+@dataclass
+class Copy(Step):
+    src: Buffer
+    dst: Buffer
+
+    def text(self) -> str:
+        return f"copy %{self.src.name} -> %{self.dst.name}"
+
+
+@dataclass
+class RecordEvent(Step):
+    event: str
+
+    def text(self) -> str:
+        return f"record {self.event}"
+
+
+@dataclass
+class WaitEvent(Step):
+    event: str
+
+    def text(self) -> str:
+        return f"wait {self.event}"
+
+
+@dataclass
+class Plan:
+    program: str
+    grid_shape: tuple[int, ...]
+    buffers: list[Buffer]
+    steps: list[Step]
+    cuda_source: str
+    # Buffers the caller sees: argument name -> buffer, output name -> buffer.
+    arguments: dict[str, Buffer] = field(default_factory=dict)
+    outputs: dict[str, Buffer] = field(default_factory=dict)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for s in self.grid_shape:
+            n *= s
+        return n
+
+    def kernels(self) -> list[str]:
+        return sorted({s.kernel for s in self.steps if isinstance(s, Launch)})
+
+    def format(self) -> str:
+        lines = [f"plan @{self.program} on grid {list(self.grid_shape)}"]
+        lines += ["  " + b.describe() for b in self.buffers]
+        lines += ["  " + str(s) for s in self.steps]
+        lines += [f"  output {name} = %{b.name}" for name, b in self.outputs.items()]
+        return "\n".join(lines) + "\n"
