@@ -39,10 +39,11 @@
 //                                                 thread runs an element (coco_thread_idx() is
 //                                                 not defined there).
 //   `continue` and `break` inside a phase both end the current thread's (element's) iteration
-//   on both targets. `return` is not allowed in a kernel (the host rejects it).
-// * coco_sync_block() (= __syncthreads) separates phases; it must be at block level (a static
-//   assertion on the host). The host runs phases one after another, each as a loop over the
-//   threads, so any block size, including 1, works.
+//   on both targets. `return` is not allowed in a kernel (the OpenMP host build rejects it).
+//   Each phase macro is one statement, so it can be the body of a block-level if/for.
+// * coco_sync_block() (= __syncthreads) separates phases; it must be at block level (checked
+//   at compile time on the host, as is the nesting of phases). The host runs phases one after
+//   another, each as a loop over the threads, so any block size, including 1, works.
 // * Per-thread values never survive a phase boundary: on the host a block-level variable is one
 //   variable for the whole block. Carry them through shared memory indexed by coco_thread_idx().
 // * Shared memory: COCO_SHARED(T, name, N) for a fixed-size array; COCO_SHARED_DYN(T, name,
@@ -131,8 +132,19 @@ struct DynShared {
       [[maybe_unused]] unsigned int coco_block_dim_,                                      \
       [[maybe_unused]] unsigned int coco_shared_bytes_, __VA_ARGS__)
 
-// coco_phase_depth_ is 0 at block level and 1 inside a phase; the static assertions in the
-// phase and sync macros read the innermost declaration, so misplaced ones fail to compile.
+// coco_phase_depth_ is 0 at block level and 1 inside a phase. Phase and sync macros
+// instantiate coco_at_block_level<coco_phase_depth_> with the innermost declaration in scope,
+// so a misplaced one fails to compile while each macro stays a single statement. The inner
+// depth is declared by `if (...) {} else BODY`: a user's own `else` after a phase then binds
+// to the user's `if`, as it does on CUDA.
+template <int Depth>
+constexpr int coco_at_block_level() {
+  static_assert(Depth == 0,
+                "COCO_FOR_THREADS, COCO_BLOCK_STRIDE_LOOP and coco_sync_block() must be at "
+                "block level, not inside a phase");
+  return 1;
+}
+
 #define COCO_KERNEL_BODY_BEGIN                                                            \
   COCO_OMP("omp parallel") {                                                              \
     coco_host::DynShared coco_dyn_shared_(coco_shared_bytes_);                            \
@@ -152,22 +164,23 @@ struct DynShared {
 // Defined only inside COCO_FOR_THREADS: anywhere else `coco_t_` is undeclared.
 #define coco_thread_idx() (coco_t_)
 
-#define COCO_FOR_THREADS                                                                  \
-  static_assert(coco_phase_depth_ == 0, "COCO_FOR_THREADS must be at block level");       \
-  for (unsigned int coco_t_ = 0; coco_t_ < coco_block_dim_; ++coco_t_)                    \
-    for (int coco_once_ = 1; coco_once_; coco_once_ = 0)                                  \
-      if (constexpr int coco_phase_depth_ = 1; coco_phase_depth_)
+#define COCO_FOR_THREADS                                                              \
+  for (unsigned int coco_t_ = 0; coco_t_ < coco_block_dim_; ++coco_t_)                \
+    for (int coco_once_ = coco_at_block_level<coco_phase_depth_>(); coco_once_;       \
+         coco_once_ = 0)                                                              \
+      if (constexpr int coco_phase_depth_ = 1; !coco_phase_depth_) {                  \
+      } else
 
 // The elements of one phase belong to different CUDA threads, which run concurrently, so
 // they cannot depend on each other: that is what makes `ivdep` legitimate here.
-#define COCO_BLOCK_STRIDE_LOOP(T, i, begin, end)                                          \
-  static_assert(coco_phase_depth_ == 0, "COCO_BLOCK_STRIDE_LOOP must be at block level"); \
-  _Pragma("GCC ivdep") for (T i = (begin), coco_end_##i = (end); i < coco_end_##i; ++i)  \
-    for (int coco_once_ = 1; coco_once_; coco_once_ = 0)                                  \
-      if (constexpr int coco_phase_depth_ = 1; coco_phase_depth_)
+#define COCO_BLOCK_STRIDE_LOOP(T, i, begin, end)                                      \
+  _Pragma("GCC ivdep") for (T i = (begin), coco_end_##i = (end); i < coco_end_##i; ++i) \
+    for (int coco_once_ = coco_at_block_level<coco_phase_depth_>(); coco_once_;       \
+         coco_once_ = 0)                                                              \
+      if (constexpr int coco_phase_depth_ = 1; !coco_phase_depth_) {                  \
+      } else
 
-#define coco_sync_block() \
-  static_assert(coco_phase_depth_ == 0, "coco_sync_block() must sit between phases")
+#define coco_sync_block() ((void)coco_at_block_level<coco_phase_depth_>())
 
 #define COCO_SHARED(T, name, n) T name[n]
 #define COCO_SHARED_DYN(T, name, byte_offset) \
@@ -237,6 +250,10 @@ COCO_HD void coco_cpu_relax() {
 // ---------------------------------------------------------------------------------------------
 // CUDA implementation: thin names over the built-ins.
 // ---------------------------------------------------------------------------------------------
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 700
+#error "coco_device.h needs sm_70 or newer (acquire/release loads and stores, __nanosleep)"
+#endif
+
 #define COCO_DEVICE __device__ __forceinline__
 #define COCO_HD __device__ __forceinline__
 

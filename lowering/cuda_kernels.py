@@ -55,6 +55,14 @@ COCO_DEVICE coco_i64 coco_mini(coco_i64 a, coco_i64 b) { return a < b ? a : b; }
 COCO_DEVICE coco_i64 coco_divi(coco_i64 a, coco_i64 b) { return b == 0 ? 0 : a / b; }
 COCO_DEVICE coco_i64 coco_absi(coco_i64 a) { return a < 0 ? -a : a; }
 COCO_DEVICE coco_i64 coco_powi(coco_i64 a, coco_i64 b) { return (coco_i64)pow((double)a, (double)b); }
+// Double -> float rounding to odd: truncate, then set the last bit if anything was cut off.
+COCO_DEVICE float coco_f64_to_f32_odd(double d) {
+  float f = (float)d;
+  if ((double)f == d || f != f) return f;
+  coco_u32 u = coco_float_as_u32(f);
+  if (fabs((double)f) > fabs(d)) u -= 1;
+  return coco_u32_as_float(u | 1u);
+}
 COCO_DEVICE float coco_round_f16(float x) { return coco_to_f32(coco_f16_from_f32(x)); }
 COCO_DEVICE float coco_round_bf16(float x) { return coco_to_f32(coco_bf16_from_f32(x)); }
 """
@@ -99,6 +107,55 @@ def round_expr(elt: str, value: str) -> str:
     if elt == "i32":
         return f"(coco_i64)(coco_i32)({value})"
     return value
+
+
+def store_from_double(elt: str, value: str) -> str:
+    """Round a double to the element type ONCE (as NumPy does), in storage form. Going through
+    float would round twice for f16/bf16; rounding to odd first makes the second rounding
+    exact (float has more than twice the bits of either)."""
+    if elt in ("f16", "bf16"):
+        return store_expr(elt, f"coco_f64_to_f32_odd({value})")
+    if elt == "f32":
+        return f"(float)({value})"
+    if elt == "i1":
+        return f"(({value}) != 0)"
+    return store_expr(elt, f"(coco_i64)({value})") if elt == "i32" else f"({C_STORAGE[elt]})({value})"
+
+
+# Cross-rank protocol of a fused collective kernel, between same-index blocks only. `flags`
+# holds every group member's flag array: [entry flags | done flags], each nranks x grid.
+# Entry: a block announces it started (so every earlier write of its rank is complete) and
+# waits for its peers' same block before reading their inputs. Done: after its pushes, a
+# block announces them and waits for its peers' pushes into its own buffers; that also
+# keeps every rank's inputs intact until all peers have read them.
+COLLECTIVE_ENTRY = [
+    "  const coco_u32 g_ = coco_grid_dim();",
+    "  const coco_u32 b_ = coco_block_idx();",
+    "  COCO_FOR_THREADS {",
+    "    if (coco_thread_idx() == 0) {",
+    "      coco_threadfence_system();",
+    "      for (coco_i32 p_ = 0; p_ < nranks; ++p_)",
+    "        coco_store_release_u32((coco_u32*)flags[p_] + (coco_u64)me * g_ + b_, epoch);",
+    "      for (coco_i32 p_ = 0; p_ < nranks; ++p_)",
+    "        coco_wait_flag_geq((coco_u32*)flags[me] + (coco_u64)p_ * g_ + b_, epoch);",
+    "    }",
+    "  }",
+    "  coco_sync_block();",
+]
+COLLECTIVE_EXIT = [
+    "  coco_sync_block();",
+    "  COCO_FOR_THREADS {",
+    "    if (coco_thread_idx() == 0) {",
+    "      coco_threadfence_system();",
+    "      const coco_u64 done_ = (coco_u64)nranks * g_;",
+    "      for (coco_i32 p_ = 0; p_ < nranks; ++p_)",
+    "        coco_store_release_u32((coco_u32*)flags[p_] + done_ + (coco_u64)me * g_ + b_, epoch);",
+    "      for (coco_i32 p_ = 0; p_ < nranks; ++p_)",
+    "        coco_wait_flag_geq((coco_u32*)flags[me] + done_ + (coco_u64)p_ * g_ + b_, epoch);",
+    "      coco_threadfence_system();",
+    "    }",
+    "  }",
+]
 
 
 def _is_float(elt: str) -> bool:
@@ -203,6 +260,15 @@ class ElementwiseKernel:
         self.iteration = iteration
         self.inputs = list(inputs)
         self.stores = list(stores)
+        # Fused collectives (fused_collective.py): values reduced from every peer's symmetric
+        # buffer at the iteration element (result -> (input, reduction kind)), and values
+        # pushed into every peer's gathered buffer (value, gathered result).
+        self.peer_reductions: dict[SSAValue, tuple[SSAValue, str]] = {}
+        self.pushes: list[tuple[SSAValue, SSAValue]] = []
+
+    @property
+    def is_collective(self) -> bool:
+        return bool(self.peer_reductions or self.pushes)
 
     # An operand coincides with the iteration when it has the same shape and every dim is cut
     # by the same grid axes: then rank r's piece of both covers the same global elements.
@@ -251,18 +317,33 @@ class ElementwiseKernel:
         it = self.iteration
         params: list[tuple[str, str, object]] = []
         operands: dict[SSAValue, Operand] = {}
+        # An update writes the buffer of an argument the kernel may also read: no pointer of
+        # such a kernel can promise it is the only way to its memory.
+        restrict = "" if any(p.startswith("upd") for _, p, _ in self.stores) else " __restrict__"
         for k, v in enumerate(self.inputs):
             param = f"in{k}"
             op = self.operand_of(v, param)
             operands[v] = op
-            params.append(("in", f"const {C_STORAGE[v.type.elt]}* __restrict__ {param}", v))
+            params.append(("in", f"const {C_STORAGE[v.type.elt]}*{restrict} {param}", v))
         for k, (v, param, t) in enumerate(self.stores):
-            params.append(("out", f"{C_STORAGE[t.elt]}* __restrict__ {param}", v))
+            params.append(("out", f"{C_STORAGE[t.elt]}*{restrict} {param}", v))
+        peer_operands: dict[SSAValue, Operand] = {}
+        for k, (res, (src, _kind)) in enumerate(self.peer_reductions.items()):
+            peer_operands[res] = self.operand_of(src, f"rs{k}")
+            params.append(("peers_in", f"const coco_u64* __restrict__ rs{k}", src))
+        push_operands: list[tuple[SSAValue, Operand]] = []
+        for k, (v, gathered) in enumerate(self.pushes):
+            push_operands.append((v, self.operand_of(gathered, f"ag{k}")))
+            params.append(("peers_out", f"const coco_u64* __restrict__ ag{k}", gathered))
+        if self.is_collective:
+            params.append(("flags", "const coco_u64* __restrict__ flags", None))
+            params.append(("epoch", "coco_u32 epoch", None))
+            params.append(("me", "coco_i32 me", None))
+            params.append(("nranks", "coco_i32 nranks", None))
         params.append(("begin", "coco_i64 begin", None))
         params.append(("end", "coco_i64 end", None))
-        need_coords = any(
-            not o.identity and not o.scalar and not o.linear for o in operands.values()
-        )
+        mapped = [*operands.values(), *peer_operands.values(), *(o for _, o in push_operands)]
+        need_coords = any(not o.identity and not o.scalar and not o.linear for o in mapped)
         dropouts = [op for op in self.ops if isinstance(op, coco.DropoutOp)]
         sliced_iteration = any(it.slicing_axes(d) for d in range(it.rank))
         dim0_iteration = sliced_iteration and all(not it.slicing_axes(d) for d in range(1, it.rank))
@@ -273,7 +354,7 @@ class ElementwiseKernel:
         if need_coords:
             for d in range(it.rank):
                 params.append(("dim", f"coco_i64 dim{d}", d))
-        for o in operands.values():
+        for o in mapped:
             if o.identity or o.scalar:
                 continue
             if o.linear:
@@ -314,23 +395,49 @@ class ElementwiseKernel:
 
         local: dict[SSAValue, str] = {}
 
+        def index_of(o: Operand) -> str:
+            if o.identity:
+                return "i"
+            if o.scalar:
+                return "0"
+            if o.linear:
+                return f"{o.base_param} + i"
+            terms = [f"c{d} * {s}" for d, s in enumerate(o.stride_params) if s != "0"]
+            return " + ".join([o.base_param, *terms])
+
         def ref(v: SSAValue) -> str:
             if v in local:
                 return local[v]
+            if v in peer_operands:
+                return reduce_from_peers(v)
             o = operands[v]
-            if o.identity:
-                index = "i"
-            elif o.scalar:
-                index = "0"
-            elif o.linear:
-                index = f"{o.base_param} + i"
-            else:
-                terms = [f"c{d} * {s}" for d, s in enumerate(o.stride_params) if s != "0"]
-                index = " + ".join([o.base_param, *terms])
-            expr = load_expr(v.type.elt, f"{o.param}[{index}]")
+            expr = load_expr(v.type.elt, f"{o.param}[{index_of(o)}]")
             name = f"x{len(local)}"
             body.append(f"const {C_COMPUTE[v.type.elt]} {name} = {expr};")
             local[v] = name
+            return name
+
+        def reduce_from_peers(res: SSAValue) -> str:
+            # A reduce_scatter computed in place: this rank's element, combined from every
+            # peer's input in rank order in double (long long), rounded once, as in the sim.
+            src, kind = self.peer_reductions[res]
+            o = peer_operands[res]
+            elt = src.type.elt
+            acc = "double" if _is_float(elt) else "coco_i64"
+            name = f"x{len(local)}"
+            item = f"(({acc}){load_expr(elt, f'((const {C_STORAGE[elt]}*){o.param}[p_])[{index_of(o)}]')})"
+            combine = {
+                "sum": f"{name}_acc + {item}",
+                "prod": f"{name}_acc * {item}",
+                "max": f"coco_max{'d' if acc == 'double' else 'i'}({name}_acc, {item})",
+                "min": f"coco_min{'d' if acc == 'double' else 'i'}({name}_acc, {item})",
+            }[kind]
+            first = item.replace("p_", "0")
+            body.append(f"{acc} {name}_acc = {first};")
+            body.append(f"for (coco_i32 p_ = 1; p_ < nranks; ++p_) {name}_acc = {combine};")
+            rounded = load_expr(res.type.elt, store_from_double(res.type.elt, f"{name}_acc"))
+            body.append(f"const {C_COMPUTE[res.type.elt]} {name} = {rounded};  // comm.reduce_scatter")
+            local[res] = name
             return name
 
         for k, op in enumerate(self.ops):
@@ -365,13 +472,27 @@ class ElementwiseKernel:
                 f"if ({' && '.join(guards) or 'true'}) {param}[{index}] = {store_expr(t.elt, value)};"
             )
 
+        for v, o in push_operands:
+            # all_gather by pushing: this rank's element goes to its place in every peer's
+            # gathered buffer; the done-flags below tell each peer when its buffer is full.
+            t = o.value.type
+            value = store_expr(t.elt, ref(v))
+            body.append(
+                f"for (coco_i32 p_ = 0; p_ < nranks; ++p_) (({C_STORAGE[t.elt]}*){o.param}[p_])"
+                f"[{index_of(o)}] = {value};  // comm.all_gather"
+            )
+
         lines = [f"COCO_KERNEL({self.name}, {', '.join(p[1] for p in params)}) {{"]
         lines.append("  COCO_KERNEL_BODY_BEGIN")
         lines.append("  const coco_range r_ = coco_chunk(end - begin, coco_grid_dim(), coco_block_idx(), 4);")
+        if self.is_collective:
+            lines += COLLECTIVE_ENTRY
         lines.append("  COCO_BLOCK_STRIDE_LOOP(coco_i64, j_, r_.begin, r_.end) {")
         lines.append("    const coco_i64 i = begin + j_;")
         lines += ["    " + line for line in body]
         lines.append("  }")
+        if self.is_collective:
+            lines += COLLECTIVE_EXIT
         lines.append("  COCO_KERNEL_BODY_END")
         lines.append("}")
         return "\n".join(lines) + "\n", params
@@ -432,7 +553,7 @@ def reduction_kernels(name: str, kind: str, elt: str) -> str:
         combine = "coco_mind(a, b)" if acc == "double" else "coco_mini(a, b)"
     term = f"(({acc}){load}) * (({acc}){load})" if kind == "norm" else f"({acc}){load}"
     finish = "sqrt(total)" if kind == "norm" else "total"
-    out_value = f"({C_COMPUTE[elt]})({finish})"
+    out_value = finish
     return f"""\
 COCO_DEVICE {acc} {name}_combine({acc} a, {acc} b) {{ return {combine}; }}
 
@@ -462,7 +583,7 @@ COCO_KERNEL({name}_finish, const {acc}* __restrict__ partials, coco_i64 count, {
     if (coco_thread_idx() == 0 && coco_block_idx() == 0) {{
       {acc} total = {init};
       for (coco_i64 b = 0; b < count; ++b) total = {name}_combine(total, partials[b]);
-      out[0] = {store_expr(elt, out_value)};
+      out[0] = {store_from_double(elt, out_value)};
     }}
   }}
   COCO_KERNEL_BODY_END

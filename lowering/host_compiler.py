@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from coconet.lowering.kernel_cache import KernelCache, content_key
 
 __all__ = [
@@ -111,9 +110,7 @@ def _cache_key(source: str, flags: Sequence[str], headers: dict[str, str]) -> st
     )
 
 
-def host_cache_path(
-    source: str, *, openmp: bool = True, warnings_as_errors: bool = False
-) -> Path:
+def host_cache_path(source: str, *, openmp: bool = True, warnings_as_errors: bool = False) -> Path:
     """Where compile_host would cache the library for `source` (used by tests and tools)."""
     flags = host_compile_flags(openmp=openmp, warnings_as_errors=warnings_as_errors)
     return HOST_CACHE.path_for(_cache_key(source, flags, _device_headers()), ".so")
@@ -190,7 +187,7 @@ def _run_compiler(source: str, headers: dict[str, str], flags: Sequence[str], ou
         for name, text in headers.items():
             (Path(scratch) / name).write_text(text)
         cmd = [_compiler(), *flags, "-I", scratch, "-o", str(out), str(src)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=scratch)
+        proc = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=scratch)
     if proc.returncode != 0:
         raise HostCompileError(
             f"host compilation failed ({' '.join(cmd[:-3])} ...)", proc.stdout + proc.stderr
@@ -229,10 +226,13 @@ def compile_host(
     key = _cache_key(source, flags, headers)
     path = HOST_CACHE.path_for(key, ".so")
     with _build_lock(path):
-        artifact = HOST_CACHE.get_or_build(
-            key,
-            ".so",
-            lambda out: _run_compiler(source, headers, flags, out),
-            _load,
-        )
+        try:
+            artifact = HOST_CACHE.get_or_build(
+                key,
+                ".so",
+                lambda out: _run_compiler(source, headers, flags, out),
+                _load,
+            )
+        except OSError as exc:  # a fresh build that does not load (e.g. no libgomp)
+            raise HostCompileError(f"cannot load the compiled kernels from {path}: {exc}") from exc
     return HostLibrary(artifact.path, artifact.cache_hit, artifact.value)

@@ -103,6 +103,24 @@ class Lowering:
             self.buffers[v] = self.new_buffer(v.name_hint or "v", v.type)
         return self.buffers[v]
 
+    def make_symmetric(self, v: SSAValue) -> None:
+        """Place `v` in symmetric memory (peers of its group can reach it)."""
+        # Fused collectives only mark buffers (before any launch uses them): the executors
+        # allocate a symmetric buffer in symmetric memory and copy a caller's input into it.
+        self.value_buffer(v).symmetric = True
+
+    def groups(self, span: Sequence[int]) -> list[list[int]]:
+        by_key: dict[tuple[int, ...], list[int]] = {}
+        for r, c in enumerate(self.coords):
+            by_key.setdefault(tuple(x for a, x in enumerate(c) if a not in span), []).append(r)
+        return list(by_key.values())
+
+    def group_size(self, span: Sequence[int]) -> int:
+        return len(self.groups(span)[0])
+
+    def group_index(self, rank: int, span: Sequence[int]) -> int:
+        return next(g.index(rank) for g in self.groups(span) if rank in g)
+
     def rank_table(self, label: str, fn) -> RankValue:
         return RankValue(label, tuple(int(fn(r)) for r in range(self.size)))
 
@@ -180,8 +198,9 @@ class Lowering:
 
     # -- elementwise kernels -----------------------------------------------------------------
 
-    def iteration_type(self, ops: Sequence[Operation]) -> TensorType:
-        types = [r.type for op in ops for r in op.results]
+    def iteration_type(self, ops: Sequence[Operation], types: Sequence[TensorType] | None = None) -> TensorType:
+        if types is None:
+            types = [r.type for op in ops for r in op.results]
         try:
             return infer_elementwise(types, same_element_type=False)
         except Exception as e:

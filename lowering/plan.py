@@ -21,7 +21,7 @@ COMPUTE_STREAM = 0
 COMM_STREAM = 1
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class Buffer:
     """A rank's piece of one value. `kind`: arg (the caller's buffer), temp, or partials
     (scratch of reductions). Symmetric buffers are reachable by every rank of a node (CUDA IPC
@@ -60,9 +60,30 @@ class RankValue:
         return f"{self.label}[rank]"
 
 
-KernelArg = Buffer | int | float | RankValue | tuple[str, "Buffer"]
-# ("peers", buf): a device array of every rank's pointer to its `buf` (symmetric buffers).
-# ("flags", buf): this launch's flag array in symmetric memory (same as peers, for flags).
+@dataclass(frozen=True)
+class PeerTable:
+    """A device array of the pointers to `buffer` (symmetric) of every member of this rank's
+    group over grid axes `span`, in group order: how a fused collective kernel reaches peers."""
+
+    buffer: Buffer
+    span: tuple[int, ...]
+
+    def __str__(self) -> str:
+        return f"peers(%{self.buffer.name})"
+
+
+@dataclass(frozen=True)
+class Epoch:
+    """A counter the executor increments at every launch of the kernel at this site: the value
+    its cross-rank flags carry, so flags never need resetting."""
+
+    site: str
+
+    def __str__(self) -> str:
+        return f"epoch({self.site})"
+
+
+KernelArg = Buffer | int | float | RankValue | PeerTable | Epoch
 
 
 @dataclass
@@ -91,8 +112,6 @@ class Launch(Step):
         def show(a: KernelArg) -> str:
             if isinstance(a, Buffer):
                 return f"%{a.name}"
-            if isinstance(a, tuple):
-                return f"{a[0]}(%{a[1].name})"
             return str(a)
 
         return (

@@ -22,7 +22,9 @@ from coconet.lowering.plan import (
     Collective,
     Copy,
     Launch,
+    Epoch,
     Matmul,
+    PeerTable,
     Plan,
     RankValue,
     RecordEvent,
@@ -54,16 +56,13 @@ class ThreadedExecutor:
         self.sim.grid_shape = plan.grid_shape
         self.sim.size = self.size
         self.sim.coords = [V.coords_of(r, plan.grid_shape) for r in range(self.size)]
+        self.sim.groups = sim.Interpreter.groups.__get__(self.sim)
         self.memory: list[dict[str, np.ndarray]] = [
             {b.name: np.zeros(b.shape, dtype=buffer_dtype(b)) for b in plan.buffers}
             for _ in range(self.size)
         ]
-        # Peer tables: for every symmetric buffer, the array of every rank's base pointer.
-        self.peer_tables = {
-            b.name: np.array([self.memory[r][b.name].ctypes.data for r in range(self.size)], dtype=np.uint64)
-            for b in plan.buffers
-            if b.symmetric
-        }
+        self.peer_tables: dict[tuple[str, tuple[int, ...], int], np.ndarray] = {}
+        self.epochs: dict[str, int] = {}
         self.kernels: dict[str, object] = {}
         self.pool = ThreadPoolExecutor(max_workers=self.size) if self.size > 1 else None
 
@@ -71,7 +70,7 @@ class ThreadedExecutor:
         if launch.kernel not in self.kernels:
             types = []
             for a in launch.args:
-                if isinstance(a, (Buffer, tuple)):
+                if isinstance(a, (Buffer, PeerTable)):
                     types.append(ctypes.c_void_p)
                 elif isinstance(a, float):
                     types.append(ctypes.c_double)
@@ -83,8 +82,16 @@ class ThreadedExecutor:
     def argument(self, a, rank: int):
         if isinstance(a, Buffer):
             return self.memory[rank][a.name]
-        if isinstance(a, tuple):
-            return self.peer_tables[a[1].name]
+        if isinstance(a, PeerTable):
+            key = (a.buffer.name, a.span, rank)
+            if key not in self.peer_tables:
+                group = next(g for g in self.sim.groups(a.span) if rank in g)
+                self.peer_tables[key] = np.array(
+                    [self.memory[m][a.buffer.name].ctypes.data for m in group], dtype=np.uint64
+                )
+            return self.peer_tables[key]
+        if isinstance(a, Epoch):
+            return self.epochs[a.site]
         if isinstance(a, RankValue):
             return a.table[rank]
         return a
@@ -109,6 +116,9 @@ class ThreadedExecutor:
         match step:
             case Launch():
                 kernel = self.kernel(step)
+                for a in step.args:
+                    if isinstance(a, Epoch):
+                        self.epochs[a.site] = self.epochs.get(a.site, 0) + 1
 
                 def launch(rank: int) -> None:
                     args = [self.argument(a, rank) for a in step.args]

@@ -1,0 +1,164 @@
+"""Lowering of `comm.fused all_reduce` (CoCoNet's FusedAllReduce): reduce_scatter, the
+computation on slices and the all_gathers of its results in ONE kernel over symmetric buffers.
+
+Each rank's kernel computes its slice: block b reads chunk b of the reduce_scatter input from
+every peer (combining in rank order, as the oracle does), computes the sliced chain in
+registers, stores sliced results and optimizer state locally, and pushes gathered results into
+every peer's buffer; same-index blocks of different ranks synchronize through flags (see
+cuda_kernels.COLLECTIVE_ENTRY/EXIT). This is a direct (two-shot) all-reduce: every byte crosses
+the fabric once each way, like a ring, with one kernel launch and no reduced-gradient round
+trip through memory.
+
+A region whose computation needs a full reduction (LAMB's norms) cannot finish in one kernel:
+blocks of one rank never wait for each other (the device layer's rule), so the region is cut
+into segments at each op that is not elementwise; each segment is one (collective) kernel,
+the cutting op runs as it would unfused, and values crossing segments go through memory.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from xdsl.ir import Operation, SSAValue
+
+from coconet.dialects import coco, comm
+from coconet.lowering import cuda_kernels as K
+from coconet.lowering.plan import Epoch, Launch, PeerTable, RankValue
+from coconet.program import CocoError
+
+if TYPE_CHECKING:
+    from coconet.lowering.lower_to_plan import Lowering
+
+# Blocks of a fused collective kernel all wait on their peers, so they must be resident at
+# once on a GPU: keep the grid at most the SM count of the smallest supported part.
+MAX_COLLECTIVE_BLOCKS = 64
+
+
+def _in_kernel(op: Operation) -> bool:
+    return isinstance(
+        op,
+        coco.ElementwiseOp | coco.ConstantOp | coco.SliceOp | comm.ReduceScatterOp | comm.AllGatherOp,
+    )
+
+
+def lower_fused_collective(lw: Lowering, region: comm.FusedOp) -> None:
+    body = [o for o in region.body.block.ops if not isinstance(o, comm.YieldOp)]
+    segment: list[Operation] = []
+    updates: list[coco.UpdateOp] = []
+    for op in body:
+        if isinstance(op, coco.UpdateOp):
+            updates.append(op)  # stores: they never cut a segment
+            continue
+        if _in_kernel(op):
+            segment.append(op)
+            continue
+        emit_segment(lw, segment, updates)
+        segment, updates = [], []
+        lw.lower_op(op)
+    emit_segment(lw, segment, updates)
+    for res, v in zip(region.res, region.yield_op.values):
+        lw.buffers[res] = lw.value_buffer(v)
+
+
+def _used_outside(v: SSAValue, segment: set[Operation]) -> bool:
+    return any(
+        use.operation not in segment and not isinstance(use.operation, coco.UpdateOp)
+        for use in v.uses
+    )
+
+
+def emit_segment(lw: Lowering, ops: list[Operation], updates: list[coco.UpdateOp]) -> None:
+    members = set(ops)
+    scatters = [op for op in ops if isinstance(op, comm.ReduceScatterOp)]
+    gathers = [op for op in ops if isinstance(op, comm.AllGatherOp)]
+    compute = [op for op in ops if not isinstance(op, comm.ReduceScatterOp | comm.AllGatherOp)]
+    computed = {r for op in compute + scatters for r in op.results}
+    # An update of a value this kernel computes is a store of the kernel; any other update
+    # (of a gathered value, or of a value from elsewhere) is a copy once the kernel is done.
+    direct = [u for u in updates if u.value in computed and u.value.type == u.target.type]
+    copied = [u for u in updates if u not in direct]
+    if not ops:
+        pass
+    elif not scatters and not gathers:
+        stores = [r for op in compute for r in op.results if _used_outside(r, members)]
+        lw.lower_elementwise(compute, "fused", stores=stores, updates=direct)
+    else:
+        emit_collective_kernel(lw, members, scatters, gathers, compute, direct)
+    for u in copied:
+        lw.lower_update(u)
+
+
+def emit_collective_kernel(
+    lw: Lowering,
+    members: set[Operation],
+    scatters: list[comm.ReduceScatterOp],
+    gathers: list[comm.AllGatherOp],
+    compute: list[Operation],
+    updates: list[coco.UpdateOp],
+) -> None:
+    spans = {op.span() for op in scatters + gathers}
+    if len(spans) != 1:
+        raise CocoError(
+            "[lower-fused-collective] the collectives of one fused region must span the same "
+            f"grid axes, got {sorted(spans)}"
+        )
+    span = spans.pop()
+
+    # The kernel iterates over this rank's slice: the type of the sliced values.
+    sliced = [op.result for op in scatters] + [r for op in compute for r in op.results]
+    sliced += [op.input for op in gathers]
+    iteration = lw.iteration_type([v.owner for v in sliced if isinstance(v.owner, Operation)], [v.type for v in sliced])
+
+    inside = {r for op in members for r in op.results}
+    inputs: list[SSAValue] = []
+    for op in compute + gathers:
+        for v in op.operands:
+            if v not in inside and v not in inputs:
+                inputs.append(v)
+    # Values the rest of the program needs (gathered ones are pushed in place instead).
+    stores = [r for op in compute + scatters for r in op.results if _used_outside(r, members)]
+    store_specs = [(v, f"out{k}", v.type) for k, v in enumerate(stores)]
+    store_specs += [(u.value, f"upd{k}", u.target.type) for k, u in enumerate(updates)]
+    store_buffers = [lw.buffer_for(v) for v in stores] + [lw.value_buffer(u.target) for u in updates]
+
+    kernel = K.ElementwiseKernel(lw.fresh("k_fused_all_reduce"), compute, iteration, inputs, store_specs)
+    for op in scatters:
+        kernel.peer_reductions[op.result] = (op.input, op.kind.data)
+    for op in gathers:
+        kernel.pushes.append((op.input, op.result))
+    source, params = kernel.emit()
+    lw.add_kernel(kernel.name, source)
+
+    # Symmetric memory: reduce_scatter inputs (peers read them) and gathered results (peers
+    # write them); an argument becomes symmetric too, the executor placing the caller's data.
+    for op in scatters:
+        lw.make_symmetric(op.input)
+    for op in gathers:
+        lw.buffers[op.result] = lw.new_buffer(op.result.name_hint or "gathered", op.result.type, symmetric=True)
+    group = lw.group_size(span)
+    flags = lw.new_buffer(
+        f"{kernel.name}_flags", iteration, kind="scratch", symmetric=True, elt="u32",
+        shape=(2 * group * MAX_COLLECTIVE_BLOCKS,),
+    )
+    count = 1
+    for d in iteration.local_shape(lw.grid_shape):
+        count *= d
+    grid = min(lw.config.grid_for(count), MAX_COLLECTIVE_BLOCKS)
+
+    special = {"peers_in", "peers_out", "flags", "epoch", "me", "nranks"}
+    generic = iter(lw.kernel_args([p for p in params if p[0] not in special], iteration, store_buffers))
+    args = []
+    for kind, _decl, payload in params:
+        if kind in ("peers_in", "peers_out"):
+            args.append(PeerTable(lw.value_buffer(payload), span))
+        elif kind == "flags":
+            args.append(PeerTable(flags, span))
+        elif kind == "epoch":
+            args.append(Epoch(kernel.name))
+        elif kind == "me":
+            args.append(RankValue("me", tuple(lw.group_index(r, span) for r in range(lw.size))))
+        elif kind == "nranks":
+            args.append(group)
+        else:
+            args.append(next(generic))
+    lw.emit(Launch(kernel.name, grid, lw.config.block, args, writes=tuple(b.name for b in store_buffers)))
