@@ -161,4 +161,13 @@ def emit_collective_kernel(
             args.append(group)
         else:
             args.append(next(generic))
-    lw.emit(Launch(kernel.name, grid, lw.config.block, args, writes=tuple(b.name for b in store_buffers)))
+    from coconet.lowering.lower_to_plan import range_positions
+
+    lw.emit(
+        Launch(
+            kernel.name, grid, lw.config.block, args,
+            writes=tuple(b.name for b in store_buffers), range_positions=range_positions(params),
+            iteration_shape=iteration.local_shape(lw.grid_shape),
+            iteration_type=iteration,
+        )
+    )

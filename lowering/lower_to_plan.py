@@ -241,7 +241,10 @@ class Lowering:
         n = int(np.prod(iteration.local_shape(self.grid_shape), dtype=np.int64))
         args = self.kernel_args(params, iteration, store_buffers)
         self.emit(Launch(kernel.name, self.config.grid_for(n), self.config.block, args,
-                         writes=tuple(b.name for b in store_buffers)))
+                         writes=tuple(b.name for b in store_buffers),
+                         range_positions=range_positions(params),
+                         iteration_shape=iteration.local_shape(self.grid_shape),
+                         iteration_type=iteration))
 
     def kernel_args(self, params, iteration: TensorType, store_buffers: list[Buffer]) -> list[KernelArg]:
         it = iteration
@@ -346,6 +349,11 @@ class Lowering:
             step.along = op.along.value.data
             step.shift = op.shift.value.data
         self.emit(step)
+
+
+def range_positions(params) -> tuple[int, int]:
+    kinds = [p[0] for p in params]
+    return kinds.index("begin"), kinds.index("end")
 
 
 def lower(

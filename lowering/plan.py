@@ -105,8 +105,14 @@ class Launch(Step):
     block: int
     args: list[KernelArg]
     shared_bytes: int = 0
-    # Which argument positions are written (for the executors' bookkeeping and for humans).
+    # Which buffers the launch writes (for the executors' bookkeeping and for humans).
     writes: tuple[str, ...] = ()
+    # Positions of the kernel's `begin`/`end` arguments (element range of its iteration),
+    # so overlap can launch the same kernel on one chunk at a time.
+    range_positions: tuple[int, int] | None = None
+    # The local shape the kernel iterates over (rows = all dims but the last) and its type.
+    iteration_shape: tuple[int, ...] | None = None
+    iteration_type: TensorType | None = None
 
     def text(self) -> str:
         def show(a: KernelArg) -> str:
@@ -134,7 +140,8 @@ class Collective(Step):
     root: int | None = None
     along: int | None = None
     shift: int | None = None
-    # Row range [begin, end) of the leading dim when one chunk of an overlapped pipeline runs.
+    # Row range [begin, end) of the flattened leading dims when one chunk of an overlapped
+    # pipeline runs (the collective of those rows only).
     rows: tuple[int, int] | None = None
 
     def text(self) -> str:
@@ -162,10 +169,12 @@ class Matmul(Step):
     a: Buffer
     b: Buffer
     c: Buffer
-    rows: tuple[int, int] | None = None
+    rows: tuple[tuple[int, int], ...] | None = None
 
     def text(self) -> str:
-        rows = f" rows [{self.rows[0]}, {self.rows[1]})" if self.rows else ""
+        rows = (
+            " rows " + " ".join(f"[{lo}, {hi})" for lo, hi in self.rows) if self.rows else ""
+        )
         return f"matmul %{self.a.name}, %{self.b.name} -> %{self.c.name}{rows}"
 
 

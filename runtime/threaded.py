@@ -56,7 +56,6 @@ class ThreadedExecutor:
         self.sim.grid_shape = plan.grid_shape
         self.sim.size = self.size
         self.sim.coords = [V.coords_of(r, plan.grid_shape) for r in range(self.size)]
-        self.sim.groups = sim.Interpreter.groups.__get__(self.sim)
         self.memory: list[dict[str, np.ndarray]] = [
             {b.name: np.zeros(b.shape, dtype=buffer_dtype(b)) for b in plan.buffers}
             for _ in range(self.size)
@@ -136,10 +135,10 @@ class ThreadedExecutor:
                     if step.rows is None:
                         c[...] = np.matmul(a.astype(cdt), b.astype(cdt)).astype(c.dtype)
                     else:
-                        lo, hi = step.rows
                         a2 = a.reshape(-1, a.shape[-1])
                         c2 = c.reshape(-1, c.shape[-1])
-                        c2[lo:hi] = np.matmul(a2[lo:hi].astype(cdt), b.astype(cdt)).astype(c.dtype)
+                        for lo, hi in step.rows:
+                            c2[lo:hi] = np.matmul(a2[lo:hi].astype(cdt), b.astype(cdt)).astype(c.dtype)
             case Copy():
                 for mem in self.memory:
                     np.copyto(mem[step.dst.name], mem[step.src.name])
