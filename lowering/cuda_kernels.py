@@ -380,6 +380,8 @@ class ElementwiseKernel:
                     body.append("const coco_i64 c0 = rem_;")
                 else:
                     body.append(f"const coco_i64 c{d} = rem_ % dim{d}; rem_ /= dim{d};")
+            # Not every coordinate is read by every kernel.
+            body.append(" ".join(f"(void)c{d};" for d in range(it.rank)))
         if dropouts:
             if need_global:
                 gshape = it.get_shape()

@@ -1,0 +1,160 @@
+"""Every example under every schedule, lowered to a plan and one CUDA translation unit:
+
+* the CUDA text compiles with NVRTC (the compiler CuPy uses) for sm_80 and sm_90, warning-free;
+* the SAME text compiled for the host runs every rank (threads of this process, symmetric
+  buffers shared) and reproduces the sim oracle on 1, 2 and 4 ranks, with launch shapes down to
+  one thread per block: bit for bit, except where an op's result depends on a libm (pow, exp,
+  log, tanh, GELU, sigmoid: NumPy ships its own implementations) or on summation order
+  (full reductions, BLAS matmuls), which are compared with a tolerance.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import coconet
+from coconet.dialects import coco
+from coconet.lowering.lower_to_plan import LaunchConfig, lower
+from coconet.lowering.nvrtc import compile_cuda, nvrtc_available
+from coconet.program import Program
+from coconet.runtime.threaded import ThreadedExecutor
+from coconet.runtime.sim import prepare_inputs
+
+EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.mlir"))
+FULL = os.environ.get("COCONET_FULL") == "1"
+
+# Pipelines every example is lowered under (in addition to its named schedules).
+PIPELINES = {
+    "unscheduled": "",
+    "split": "coco-split-allreduce",
+    "split-reorder": "coco-split-allreduce,coco-reorder",
+    "rs-c-ag-greedy": "coco-split-allreduce,coco-reorder,coco-as-slice",
+    "fused-greedy": "coco-split-allreduce,coco-reorder,coco-as-slice,coco-fuse",
+    "ar-fused-greedy": "coco-fuse",
+}
+
+INEXACT_OPS = (
+    coco.PowOp,
+    coco.ExpOp,
+    coco.LogOp,
+    coco.TanhOp,
+    coco.GeluOp,
+    coco.SigmoidOp,
+    coco.ReduceOp,
+    coco.MatmulOp,
+)
+TOLERANCE = {"f16": 4e-3, "bf16": 3e-2, "f32": 2e-5, "f64": 1e-12}
+
+
+def schedules_of(program: Program) -> dict[str, str]:
+    found = dict(PIPELINES)
+    try:
+        from coconet.schedule import named_schedules
+    except ImportError:
+        return found
+    for name, pipeline in named_schedules(program).items():
+        found[f"named:{name}"] = pipeline
+    return found
+
+
+def scheduled(path: Path, pipeline: str) -> Program | None:
+    from coconet.tools.coco_run import apply_pipeline
+
+    program = coconet.load(path)
+    if not pipeline:
+        return program
+    try:
+        return apply_pipeline(program, pipeline)
+    except coconet.CocoError:
+        return None  # the pipeline does not apply to this program
+
+
+def cases():
+    for path in EXAMPLES:
+        program = coconet.load(path)
+        for name, pipeline in schedules_of(program).items():
+            yield pytest.param(path, pipeline, id=f"{path.stem}-{name}")
+
+
+def rank_counts(program: Program) -> list[int]:
+    return [2, 4] if program.grid.rank > 1 else [1, 2, 4]
+
+
+def is_exact(program: Program) -> bool:
+    return not any(isinstance(op, INEXACT_OPS) for op in program.func.walk())
+
+
+def compare(program: Program, got: dict, want: dict, context: str) -> None:
+    assert set(got) == set(want), context
+    exact = is_exact(program)
+    for name in want:
+        a, b = got[name], want[name]
+        assert a.shape == b.shape and a.dtype == b.dtype, f"{context}: {name}"
+        if exact or a.dtype.kind in "biu":
+            assert np.array_equal(a, b, equal_nan=True), f"{context}: {name} differs"
+        else:
+            rtol = TOLERANCE[program_dtype(a)]
+            np.testing.assert_allclose(
+                a.astype(np.float64), b.astype(np.float64), rtol=rtol, atol=rtol, err_msg=f"{context}: {name}"
+            )
+
+
+def program_dtype(a: np.ndarray) -> str:
+    return {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64"}[a.dtype.name]
+
+
+CONFIGS = [LaunchConfig(), LaunchConfig(block=1, max_blocks=3), LaunchConfig(block=3, max_blocks=7)]
+
+
+@pytest.mark.parametrize("path, pipeline", list(cases()))
+def test_host_execution_matches_oracle(path: Path, pipeline: str):
+    program = scheduled(path, pipeline)
+    if program is None:
+        pytest.skip("pipeline does not apply")
+    for ranks in rank_counts(program):
+        for config in CONFIGS if FULL or ranks == 2 else CONFIGS[:1]:
+            try:
+                plan = lower(program, ranks, config)
+            except coconet.CocoError as e:
+                if "uneven-slice" in str(e):
+                    continue
+                raise
+            inputs = prepare_inputs(program, None, plan.grid_shape, seed=ranks)
+            want = coconet.run(program, inputs, ranks=ranks, inplace=False).outputs
+            got = ThreadedExecutor(plan).run(inputs)
+            compare(program, got, want, f"{path.stem} [{pipeline}] ranks={ranks} block={config.block}")
+
+
+@functools.cache
+def _compiled(source: str, arch: str) -> int:
+    return len(compile_cuda(source, arch, warnings_as_errors=True).binary)
+
+
+@pytest.mark.skipif(not nvrtc_available(), reason="the nvidia-cuda-nvrtc wheel is not installed")
+@pytest.mark.parametrize("path, pipeline", list(cases()))
+def test_cuda_compiles_with_nvrtc(path: Path, pipeline: str):
+    program = scheduled(path, pipeline)
+    if program is None:
+        pytest.skip("pipeline does not apply")
+    plan = None
+    for ranks in reversed(rank_counts(program)):  # the text is the same at any rank count
+        try:
+            plan = lower(program, ranks)
+            break
+        except coconet.CocoError as e:
+            assert "uneven-slice" in str(e)
+    assert plan is not None
+    for arch in ("sm_80", "sm_90"):
+        assert _compiled(plan.cuda_source, arch) > 0
+
+
+def test_cuda_text_is_rank_independent_and_deterministic():
+    program = coconet.load(EXAMPLES[0])
+    texts = {lower(program, r).cuda_source for r in (1, 2, 4)}
+    assert len(texts) == 1
+    assert lower(program, 2).format() == lower(coconet.load(EXAMPLES[0]), 2).format()
