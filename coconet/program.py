@@ -159,7 +159,8 @@ def load(path: str | Path, entry: str | None = None) -> Program:
         except Exception as e:  # the user's Python failed: say where, briefly
             raise CocoError(f"{path}: running the program file failed: {type(e).__name__}: {e}") from None
         candidate = namespace.get("program")
-        if candidate is None and callable(namespace.get("build")):
+        # `program` may also be the front end's decorator, imported by name: then `build()`.
+        if not isinstance(candidate, Program) and callable(namespace.get("build")):
             candidate = namespace["build"]()
         if candidate is None:
             raise CocoError(f"{path}: define `program` (a coconet Program) or `build()` returning one")

@@ -1,0 +1,45 @@
+// Adam, data parallel, f16 gradients with fp32 master weights and state (the
+// mixed-precision setup of CoCoNet's hand-written fused kernel). Built also by adam_f16_grads.py.
+// The gradient is all-reduced in f16 (half the bytes of fp32), then cast to f32 for the update.
+// Schedules: AR_C; RS_C_AG (split, reorder the cast and the update onto slices, as-slice m, v);
+// fuse_RS_C_AG (one FusedAllReduce moving f16 gradients).
+
+func.func @adam_f16_grads(
+    %g: !coco.tensor<4096xf16, local>,
+    %w: !coco.tensor<4096xf32>,
+    %m: !coco.tensor<4096xf32>,
+    %v: !coco.tensor<4096xf32>,
+    %lr: !coco.tensor<f32>,
+    %beta1: !coco.tensor<f32>,
+    %beta2: !coco.tensor<f32>,
+    %eps: !coco.tensor<f32>,
+    %step: !coco.tensor<f32>
+) attributes {coco.grid = #coco.grid<[?]>} {
+  %g1 = comm.all_reduce sum %g : !coco.tensor<4096xf16, local> -> !coco.tensor<4096xf16>
+  %gf = coco.cast %g1 : !coco.tensor<4096xf16> -> !coco.tensor<4096xf32>
+  %0 = coco.mul %beta1, %m : !coco.tensor<f32>, !coco.tensor<4096xf32> -> !coco.tensor<4096xf32>
+  %1 = coco.constant 1.0 : !coco.tensor<f32>
+  %2 = coco.sub %1, %beta1 : !coco.tensor<f32>
+  %3 = coco.mul %2, %gf : !coco.tensor<f32>, !coco.tensor<4096xf32> -> !coco.tensor<4096xf32>
+  %m1 = coco.add %0, %3 : !coco.tensor<4096xf32>
+  %4 = coco.mul %beta2, %v : !coco.tensor<f32>, !coco.tensor<4096xf32> -> !coco.tensor<4096xf32>
+  %5 = coco.sub %1, %beta2 : !coco.tensor<f32>
+  %6 = coco.mul %5, %gf : !coco.tensor<f32>, !coco.tensor<4096xf32> -> !coco.tensor<4096xf32>
+  %7 = coco.mul %6, %gf : !coco.tensor<4096xf32>
+  %v1 = coco.add %4, %7 : !coco.tensor<4096xf32>
+  coco.update %m, %m1 : !coco.tensor<4096xf32>
+  coco.update %v, %v1 : !coco.tensor<4096xf32>
+  %8 = coco.pow %beta1, %step : !coco.tensor<f32>
+  %9 = coco.sub %1, %8 : !coco.tensor<f32>
+  %mhat = coco.div %m1, %9 : !coco.tensor<4096xf32>, !coco.tensor<f32> -> !coco.tensor<4096xf32>
+  %10 = coco.pow %beta2, %step : !coco.tensor<f32>
+  %11 = coco.sub %1, %10 : !coco.tensor<f32>
+  %vhat = coco.div %v1, %11 : !coco.tensor<4096xf32>, !coco.tensor<f32> -> !coco.tensor<4096xf32>
+  %12 = coco.mul %lr, %mhat : !coco.tensor<f32>, !coco.tensor<4096xf32> -> !coco.tensor<4096xf32>
+  %13 = coco.sqrt %vhat : !coco.tensor<4096xf32>
+  %14 = coco.add %13, %eps : !coco.tensor<4096xf32>, !coco.tensor<f32> -> !coco.tensor<4096xf32>
+  %15 = coco.div %12, %14 : !coco.tensor<4096xf32>
+  %w1 = coco.sub %w, %15 : !coco.tensor<4096xf32>
+  coco.update %w, %w1 : !coco.tensor<4096xf32>
+  func.return
+}

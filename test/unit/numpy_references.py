@@ -1,0 +1,249 @@
+"""Independent NumPy references for the example programs (examples/*.mlir, examples/*.py).
+
+Each reference takes the logical inputs (the convention of runtime/values.py: a tensor that is
+`local` on some grid axes carries those axes' sizes as leading dims, then its global shape) and
+the rank count, and computes the logical outputs the way an SPMD execution would: rank by rank,
+each rank slicing what it holds, collectives written out by hand. It imports nothing from
+coconet (not the sim, not values.py), so it checks the interpreter rather than restating it.
+
+Numerics, as the dialects define them: an op on f16/bf16/f32 computes in f32 and rounds its
+result to the element type; a collective or full reduction accumulates in f64, in rank order,
+and rounds once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import ml_dtypes
+import numpy as np
+
+F16 = np.dtype(np.float16)
+BF16 = np.dtype(ml_dtypes.bfloat16)
+F32 = np.dtype(np.float32)
+F64 = np.dtype(np.float64)
+
+Inputs = dict[str, np.ndarray]
+
+
+# --------------------------------------------------------------------------------------------
+# Numerics and collectives, written out
+# --------------------------------------------------------------------------------------------
+
+
+def f32(x) -> np.ndarray:
+    """Widen to the compute precision (scalars stay 0-d arrays, so ufuncs see arrays)."""
+    return np.asarray(x).astype(F32)
+
+
+def ew(fn: Callable[..., np.ndarray], *xs, out: np.dtype) -> np.ndarray:
+    """One elementwise op: compute in f32, round to `out`."""
+    with np.errstate(all="ignore"):
+        return np.asarray(fn(*(f32(x) for x in xs))).astype(out)
+
+
+def all_reduce_sum(pieces: Sequence[np.ndarray], dtype: np.dtype) -> np.ndarray:
+    """What every rank of the group receives: the f64 sum in rank order, rounded once."""
+    acc = np.asarray(pieces[0]).astype(F64)
+    for p in pieces[1:]:
+        acc = acc + np.asarray(p).astype(F64)
+    return acc.astype(dtype)
+
+
+def norm(x: np.ndarray) -> np.ndarray:
+    """L2 norm accumulated in f64 (exactly rounded with fsum), rounded once."""
+    x64 = np.asarray(x).astype(F64).ravel()
+    return np.asarray(math.sqrt(math.fsum(x64 * x64))).astype(np.asarray(x).dtype)
+
+
+def agree(per_rank: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Replicated results must be bit-identical on every rank; return rank 0's."""
+    first = per_rank[0]
+    for r, outs in enumerate(per_rank[1:], start=1):
+        for k, v in outs.items():
+            assert np.array_equal(v, first[k], equal_nan=True), f"rank {r} disagrees on {k}"
+    return first
+
+
+def block(n: int, parts: int, i: int) -> slice:
+    """Part i of n elements cut in `parts` equal contiguous pieces."""
+    size = n // parts
+    return slice(i * size, (i + 1) * size)
+
+
+# --------------------------------------------------------------------------------------------
+# Dropout's counter hash, from its definition (dialects/coco.py DropoutOp)
+# --------------------------------------------------------------------------------------------
+
+_MASK64 = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+
+
+def _mix64_int(z: int) -> int:
+    z &= _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+
+def _mix64_array(z: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def dropout_keep(seed: int, shape: Sequence[int], stream: int, p: float) -> np.ndarray:
+    """keep iff (h >> 40) >= ceil(p 2^24), h = mix64(index + mix64(seed ^ (stream * GOLDEN))),
+    index = the element's row-major index in the global tensor."""
+    key = _mix64_int((seed & _MASK64) ^ ((stream * _GOLDEN) & _MASK64))
+    index = np.arange(int(np.prod(shape)), dtype=np.uint64).reshape(shape)
+    with np.errstate(over="ignore"):
+        h = _mix64_array(index + np.uint64(key))
+    return (h >> np.uint64(40)) >= np.uint64(math.ceil(p * (1 << 24)))
+
+
+def dropout(x: np.ndarray, p: float, seed: int, stream: int = 0) -> np.ndarray:
+    keep = dropout_keep(seed, x.shape, stream, p)
+    scale = np.float32(1.0 / (1.0 - p))
+    return np.where(keep, f32(x) * scale, np.float32(0)).astype(x.dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# Data parallel: SGD, Adam, LAMB
+# --------------------------------------------------------------------------------------------
+
+
+def sgd(inputs: Inputs, ranks: int) -> dict[str, np.ndarray]:
+    g, w, lr = inputs["g"], inputs["w"], f32(inputs["lr"])
+    held = [g[r] for r in range(ranks)]  # local: rank r holds row r
+    per_rank = []
+    for _ in range(ranks):
+        g1 = all_reduce_sum(held, g.dtype)
+        t = ew(np.multiply, lr, g1, out=F32)
+        w1 = ew(np.subtract, w, t, out=F32)
+        per_rank.append({"w": w1})
+    return agree(per_rank)
+
+
+def _adam_moments(g1, m, v, beta1, beta2, step):
+    """The moments and their bias corrections, one f32 op per line in the program's order."""
+    def op(fn, *xs):
+        return ew(fn, *xs, out=F32)
+
+    one = np.float32(1.0)
+    m1 = op(np.add, op(np.multiply, beta1, m), op(np.multiply, op(np.subtract, one, beta1), g1))
+    t = op(np.multiply, op(np.subtract, one, beta2), g1)
+    v1 = op(np.add, op(np.multiply, beta2, v), op(np.multiply, t, g1))
+    mhat = op(np.divide, m1, op(np.subtract, one, op(np.power, beta1, step)))
+    vhat = op(np.divide, v1, op(np.subtract, one, op(np.power, beta2, step)))
+    return m1, v1, mhat, vhat
+
+
+def _scalars(inputs: Inputs, *names: str) -> list[np.ndarray]:
+    return [f32(inputs[n]) for n in names]
+
+
+def adam(inputs: Inputs, ranks: int) -> dict[str, np.ndarray]:
+    """Adam with the gradient in its own dtype (f32, f16 or bf16): all-reduced in that dtype,
+    then cast to f32 (a no-op for f32 gradients, as adam.mlir has no cast)."""
+    g, w, m, v = inputs["g"], inputs["w"], inputs["m"], inputs["v"]
+    lr, beta1, beta2, eps, step = _scalars(inputs, "lr", "beta1", "beta2", "eps", "step")
+    held = [g[r] for r in range(ranks)]
+    per_rank = []
+    for _ in range(ranks):
+        g1 = all_reduce_sum(held, g.dtype).astype(F32)
+        m1, v1, mhat, vhat = _adam_moments(g1, m, v, beta1, beta2, step)
+        num = ew(np.multiply, lr, mhat, out=F32)
+        den = ew(np.add, ew(np.sqrt, vhat, out=F32), eps, out=F32)
+        w1 = ew(np.subtract, w, ew(np.divide, num, den, out=F32), out=F32)
+        per_rank.append({"w": w1, "m": m1, "v": v1})
+    return agree(per_rank)
+
+
+def lamb(inputs: Inputs, ranks: int) -> dict[str, np.ndarray]:
+    g, w, m, v = inputs["g"], inputs["w"], inputs["m"], inputs["v"]
+    lr, beta1, beta2, eps, wd, step = _scalars(
+        inputs, "lr", "beta1", "beta2", "eps", "weight_decay", "step"
+    )
+    held = [g[r] for r in range(ranks)]
+    per_rank = []
+    for _ in range(ranks):
+        g1 = all_reduce_sum(held, g.dtype)
+        m1, v1, mhat, vhat = _adam_moments(g1, m, v, beta1, beta2, step)
+        den = ew(np.add, ew(np.sqrt, vhat, out=F32), eps, out=F32)
+        r = ew(np.add, ew(np.divide, mhat, den, out=F32), ew(np.multiply, wd, w, out=F32), out=F32)
+        trust = ew(np.divide, norm(w), norm(r), out=F32)
+        step_size = ew(np.multiply, lr, trust, out=F32)
+        w1 = ew(np.subtract, w, ew(np.multiply, step_size, r, out=F32), out=F32)
+        per_rank.append({"w": w1, "m": m1, "v": v1})
+    return agree(per_rank)
+
+
+# --------------------------------------------------------------------------------------------
+# Model parallel: matmul of K-sliced operands -> all_reduce -> bias -> dropout -> residual
+# --------------------------------------------------------------------------------------------
+
+
+def _stage_output(
+    x: np.ndarray, w: np.ndarray, b: np.ndarray, r: np.ndarray, p: int, rank: int,
+    group: Sequence[int], seed: int, stream: int,
+) -> np.ndarray:  # fmt: skip
+    """One rank of a tensor-parallel group of `p` ranks (`rank` is its position in it)."""
+    k = x.shape[-1]
+    partial = {}
+    for j in group:  # every member's partial sum: [.., K/p] x [K/p, H] in f32, rounded
+        xs, ws = x[..., block(k, p, j)], w[block(k, p, j), :]
+        partial[j] = np.matmul(f32(xs), f32(ws)).astype(x.dtype)
+    total = all_reduce_sum([partial[j] for j in group], x.dtype)
+    biased = ew(np.add, total, b, out=x.dtype)
+    dropped = dropout(biased, 0.1, seed, stream)
+    return ew(np.add, dropped, r, out=x.dtype)
+
+
+def model_parallel(seed: int) -> Callable[[Inputs, int], dict[str, np.ndarray]]:
+    def reference(inputs: Inputs, ranks: int) -> dict[str, np.ndarray]:
+        x, w, b, r = inputs["x"], inputs["w"], inputs["b"], inputs["r"]
+        group = list(range(ranks))
+        per_rank = [
+            {"out": _stage_output(x, w, b, r, ranks, me, group, seed, stream=0)} for me in group
+        ]
+        return agree(per_rank)
+
+    return reference
+
+
+model_parallel_attention = model_parallel(seed=1)
+model_parallel_mlp = model_parallel(seed=2)
+
+
+def pipeline_boundary(inputs: Inputs, ranks: int, stages: int = 2) -> dict[str, np.ndarray]:
+    """Grid [stages, p]: rank = stage * p + j. Tensors are local on the stage axis (leading
+    dim of the logical value); dropout's stream is the stage; the send shifts by one stage."""
+    x, w, b, r = inputs["x"], inputs["w"], inputs["b"], inputs["r"]
+    p = ranks // stages
+    out: dict[int, np.ndarray] = {}
+    for rank in range(ranks):
+        stage, j = divmod(rank, p)
+        group = list(range(p))
+        mine = _stage_output(x[stage], w[stage], b[stage], r[stage], p, j, group, 3, stage)
+        if stage in out:
+            assert np.array_equal(out[stage], mine), f"stage {stage}: rank {rank} disagrees"
+        out[stage] = mine
+    recv = np.zeros((stages, *out[0].shape), dtype=out[0].dtype)  # stage 0: no sender
+    for stage in range(1, stages):
+        recv[stage] = out[stage - 1]  # the same rank of the previous stage sent it
+    return {"recv": recv}
+
+
+REFERENCES: dict[str, Callable[[Inputs, int], dict[str, np.ndarray]]] = {
+    "sgd": sgd,
+    "adam": adam,
+    "adam_f16_grads": adam,
+    "adam_bf16_grads": adam,
+    "lamb": lamb,
+    "model_parallel_attention": model_parallel_attention,
+    "model_parallel_mlp": model_parallel_mlp,
+    "pipeline_boundary": pipeline_boundary,
+}
