@@ -127,7 +127,7 @@ def emit_collective_kernel(
     for op in gathers:
         kernel.pushes.append((op.input, op.result))
     source, params = kernel.emit()
-    lw.add_kernel(kernel.name, source)
+    name = lw.add_kernel(kernel.name, source)
 
     # Symmetric memory: reduce_scatter inputs (peers read them) and gathered results (peers
     # write them); an argument becomes symmetric too, the executor placing the caller's data.
@@ -154,7 +154,7 @@ def emit_collective_kernel(
         elif kind == "flags":
             args.append(PeerTable(flags, span))
         elif kind == "epoch":
-            args.append(Epoch(kernel.name))
+            args.append(Epoch(flags.name))  # one flag array, one launch counter
         elif kind == "me":
             args.append(RankValue("me", tuple(lw.group_index(r, span) for r in range(lw.size))))
         elif kind == "nranks":
@@ -165,7 +165,7 @@ def emit_collective_kernel(
 
     lw.emit(
         Launch(
-            kernel.name, grid, lw.config.block, args,
+            name, grid, lw.config.block, args,
             writes=tuple(b.name for b in store_buffers), range_positions=range_positions(params),
             iteration_shape=iteration.local_shape(lw.grid_shape),
             iteration_type=iteration,

@@ -71,6 +71,7 @@ class Lowering:
         self.steps: list[Step] = []
         self.kernels: list[str] = []
         self.kernel_names: set[str] = set()
+        self.kernel_texts: dict[str, str] = {}
         self.names: set[str] = set()
         self.updated: dict[str, Buffer] = {}
         self.stream = COMPUTE_STREAM
@@ -100,7 +101,7 @@ class Lowering:
 
     def buffer_for(self, v: SSAValue) -> Buffer:
         if v not in self.buffers:
-            self.buffers[v] = self.new_buffer(v.name_hint or "v", v.type)
+            self.buffers[v] = self.new_buffer(v.name_hint or "tmp", v.type)
         return self.buffers[v]
 
     def make_symmetric(self, v: SSAValue) -> None:
@@ -125,9 +126,15 @@ class Lowering:
         return RankValue(label, tuple(int(fn(r)) for r in range(self.size)))
 
     def add_kernel(self, name: str, source: str) -> str:
+        """Add a kernel to the translation unit; an identical kernel (same text under another
+        name, e.g. the same chain on tensors of other sizes) is reused. Returns its name."""
+        key = source.replace(f"COCO_KERNEL({name},", "COCO_KERNEL(@,")
+        if key in self.kernel_texts:
+            return self.kernel_texts[key]
         if name not in self.kernel_names:
             self.kernel_names.add(name)
             self.kernels.append(source)
+            self.kernel_texts[key] = name
         return name
 
     def emit(self, step: Step) -> None:
@@ -237,10 +244,10 @@ class Lowering:
             store_buffers.append(self.value_buffer(upd.target))
         kernel = K.ElementwiseKernel(self.fresh(f"k_{kernel_hint}"), ops, iteration, inputs, store_specs)
         source, params = kernel.emit()
-        self.add_kernel(kernel.name, source)
+        name = self.add_kernel(kernel.name, source)
         n = int(np.prod(iteration.local_shape(self.grid_shape), dtype=np.int64))
         args = self.kernel_args(params, iteration, store_buffers)
-        self.emit(Launch(kernel.name, self.config.grid_for(n), self.config.block, args,
+        self.emit(Launch(name, self.config.grid_for(n), self.config.block, args,
                          writes=tuple(b.name for b in store_buffers),
                          range_positions=range_positions(params),
                          iteration_shape=iteration.local_shape(self.grid_shape),

@@ -47,7 +47,7 @@ func.func @fused(%g: !coco.tensor<64xf16, local>, %w: !coco.tensor<64xf32>, %m: 
 // CHECK-NEXT:    buffer %m : 16 f32 arg
 // CHECK-NEXT:    buffer %w2 : 64 f32 temp symmetric
 // CHECK-NEXT:    buffer %k_fused_all_reduce_flags : {{[0-9]+}} u32 scratch symmetric
-// CHECK-NEXT:    launch k_fused_all_reduce<<<1, 256, 0>>>({{.*}}peers(%g), peers(%w2), peers(%k_fused_all_reduce_flags), epoch(k_fused_all_reduce), me[rank], 4,
+// CHECK-NEXT:    launch k_fused_all_reduce<<<1, 256, 0>>>({{.*}}peers(%g), peers(%w2), peers(%k_fused_all_reduce_flags), epoch(k_fused_all_reduce_flags), me[rank], 4,
 // CHECK-NEXT:    copy %w2 -> %w
 // CHECK-NOT:     all_reduce
 // CHECK-NOT:     reduce_scatter
