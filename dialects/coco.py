@@ -77,7 +77,8 @@ def element_type_name(t: Attribute) -> str:
         case IntegerType() if t.width.data in (1, 32, 64) and t.signedness.data.name == "SIGNLESS":
             return f"i{t.width.data}"
     raise VerifyException(
-        f"unsupported element type {t}: coco tensors hold one of {', '.join(ELEMENT_TYPE_NAMES)}"
+        f"[unsupported-element-type] unsupported element type {t}: coco tensors hold one of "
+        + ", ".join(ELEMENT_TYPE_NAMES)
     )
 
 
@@ -205,12 +206,12 @@ class GridAttr(ParametrizedAttribute):
 
     def verify(self) -> None:
         if not self.sizes.data:
-            raise VerifyException("a process grid needs at least one axis")
+            raise VerifyException("[grid] a process grid needs at least one axis")
         for s in self.shape:
             if s != DYNAMIC and s < 1:
-                raise VerifyException(f"grid axis sizes must be positive or '?', got {s}")
+                raise VerifyException(f"[grid] grid axis sizes must be positive or '?', got {s}")
         if self.shape.count(DYNAMIC) > 1:
-            raise VerifyException("at most one grid axis may be sized at launch ('?')")
+            raise VerifyException("[grid] at most one grid axis may be sized at launch ('?')")
 
     def bind(self, num_ranks: int) -> tuple[int, ...]:
         """The concrete axis sizes when `num_ranks` processes run the program."""
@@ -334,6 +335,7 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
     @classmethod
     def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
         with parser.in_angle_brackets():
+            shape_pos = parser.pos
             dims, elt = parser.parse_ranked_shape()
             layouts: list[LayoutAttr] = []
             if parser.parse_optional_punctuation(","):
@@ -345,7 +347,9 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
                 else:
                     layouts = [_parse_layout(parser)]
         if any(d < 0 for d in dims):
-            parser.raise_error("coco tensors have static shapes: '?' is not allowed here")
+            parser.raise_error(
+                "coco tensors have static shapes: '?' is not allowed here", shape_pos
+            )
         return (
             ArrayAttr(IntAttr(d) for d in dims),
             elt,
@@ -365,7 +369,10 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
         element_type_name(self.element_type)
         for d in self.get_shape():
             if d < 1:
-                raise VerifyException(f"tensor dims must be positive, got shape {self.get_shape()}")
+                raise VerifyException(
+                    f"[tensor-shape] tensor dims must be positive, got shape "
+                    f"{list(self.get_shape())}"
+                )
         if self.layouts.data and all(isinstance(x, ReplicatedAttr) for x in self.layouts):
             raise VerifyException("an all-replicated layout is written as no layout")
         for lay in self.layouts:
@@ -382,6 +389,14 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
 # Every op's result type follows from its operands by CoCoNet's layout rules
 # (layout_rules.py). Ops verify that the written result type is the inferred one, so a
 # layout violation is reported at the op that commits it, naming the rule.
+
+
+def float_literal(x: float) -> str:
+    """`repr(x)` as MLIR's lexer reads it: `1e-05` has no `.`, so it would lex as `1`."""
+    mantissa, e, exponent = repr(x).partition("e")
+    if e and "." not in mantissa:
+        return f"{mantissa}.0e{exponent}"
+    return repr(x)
 
 
 def print_signature(
@@ -403,6 +418,7 @@ def parse_signature(
     parser: Parser, num_operands: int, num_results: int
 ) -> tuple[list[Attribute], list[Attribute]]:
     parser.parse_punctuation(":")
+    start = parser.pos
     types = [parser.parse_type()]
     while parser.parse_optional_punctuation(","):
         types.append(parser.parse_type())
@@ -417,7 +433,8 @@ def parse_signature(
     if len(types) != num_operands or len(results) != num_results:
         parser.raise_error(
             f"expected {num_operands} operand type(s) and {num_results} result type(s), "
-            f"got {len(types)} and {len(results)}"
+            f"got {len(types)} and {len(results)}",
+            start,
         )
     return types, results
 
@@ -488,7 +505,12 @@ class BinaryOp(ElementwiseOp):
     def verify_layouts(self) -> None:
         from coconet.dialects import layout_rules
 
-        self.expect_result(layout_rules.infer_elementwise([self.lhs.type, self.rhs.type]))
+        self.expect_result(
+            layout_rules.infer_elementwise(
+                [self.lhs.type, self.rhs.type],
+                names=[layout_rules.value_name(self.lhs), layout_rules.value_name(self.rhs)],
+            )
+        )
 
     def print(self, printer: Printer) -> None:
         printer.print_string(" ")
@@ -660,10 +682,16 @@ class CmpOp(ElementwiseOp):
 
         if self.predicate.data not in {p.value for p in CmpPredicate}:
             raise VerifyException(
-                f"unknown comparison '{self.predicate.data}': expected one of "
+                f"[cmp-predicate] unknown comparison '{self.predicate.data}': expected one of "
                 + ", ".join(p.value for p in CmpPredicate)
             )
-        self.expect_result(layout_rules.infer_compare(self.lhs.type, self.rhs.type))
+        self.expect_result(
+            layout_rules.infer_compare(
+                self.lhs.type,
+                self.rhs.type,
+                names=[layout_rules.value_name(self.lhs), layout_rules.value_name(self.rhs)],
+            )
+        )
 
     def print(self, printer: Printer) -> None:
         printer.print_string(f" {self.predicate.data} ")
@@ -709,7 +737,10 @@ class SelectOp(ElementwiseOp):
 
         self.expect_result(
             layout_rules.infer_select(
-                self.cond.type, self.true_value.type, self.false_value.type
+                self.cond.type,
+                self.true_value.type,
+                self.false_value.type,
+                names=[layout_rules.value_name(v) for v in self.operands],
             )
         )
 
@@ -744,7 +775,7 @@ class CastOp(ElementwiseOp):
     traits = traits_def(Pure())
 
     def __init__(self, input: SSAValue, result_type: Attribute):
-        if not isinstance(result_type, TensorType):
+        if not isinstance(result_type, TensorType) and isinstance(input.type, TensorType):
             result_type = input.type.with_element_type(result_type)
         super().__init__(operands=[input], result_types=[result_type])
 
@@ -792,23 +823,50 @@ class ConstantOp(CocoOp):
             )
         if is_float_type(res.element_type) != isinstance(self.value, FloatAttr):
             raise VerifyException(
-                f"constant {self.number} does not match element type {res.elt}"
+                f"[constant-type] constant {self.number} does not match element type {res.elt}"
             )
+        if isinstance(res.element_type, IntegerType):
+            width = res.element_type.width.data
+            low, high = (0, 1) if width == 1 else (-(2 ** (width - 1)), 2**width - 1)
+            if not low <= self.number <= high:
+                raise VerifyException(
+                    f"[constant-type] constant {self.number} does not fit element type {res.elt}"
+                )
 
     def print(self, printer: Printer) -> None:
-        printer.print_string(f" {self.number!r}")
+        number = self.number
+        text = float_literal(number) if isinstance(number, float) else str(number)
+        printer.print_string(f" {text}")
         printer.print_op_attributes(self.attributes)
         printer.print_string(" : ")
         printer.print_attribute(self.result.type)
 
     @classmethod
     def parse(cls, parser: Parser):
-        number = parser.parse_number(allow_boolean=True)
+        number_pos = parser.pos
+        # `inf`, `-inf` and `nan` are how print() writes non-finite values
+        negative = parser.parse_optional_punctuation("-") is not None
+        number: float | int
+        if parser.parse_optional_keyword("inf") is not None:
+            number = float("inf")
+        elif not negative and parser.parse_optional_keyword("nan") is not None:
+            number = float("nan")
+        else:
+            number = parser.parse_number(allow_boolean=not negative)
+        if negative:
+            number = -number
         attrs = parser.parse_optional_attr_dict()
         parser.parse_punctuation(":")
+        type_pos = parser.pos
         res = parser.parse_type()
         if not isinstance(res, TensorType):
-            parser.raise_error(f"coco.constant needs a !coco.tensor type, got {res}")
+            parser.raise_error(f"coco.constant needs a !coco.tensor type, got {res}", type_pos)
+        if isinstance(number, float) and not is_float_type(res.element_type):
+            # int() would silently truncate the literal
+            parser.raise_error(
+                f"coco.constant of element type {res.elt} needs an integer literal, got {number}",
+                number_pos,
+            )
         op = cls(number, res)
         op.attributes |= attrs
         return op
@@ -851,7 +909,7 @@ class DropoutOp(ElementwiseOp):
     def print(self, printer: Printer) -> None:
         printer.print_string(" ")
         printer.print_operand(self.input)
-        printer.print_string(f", {self.prob.value.data!r} seed {self.seed.value.data}")
+        printer.print_string(f", {float_literal(self.prob.value.data)} seed {self.seed.value.data}")
         printer.print_op_attributes(self.attributes)
         print_signature(printer, [self.input.type], [self.result.type])
 
@@ -935,7 +993,10 @@ class ReduceOp(CocoOp):
         from coconet.dialects import layout_rules
 
         if self.kind.data not in {k.value for k in ReductionKind}:
-            raise VerifyException(f"unknown reduction '{self.kind.data}'")
+            raise VerifyException(
+                f"[reduction-kind] unknown reduction '{self.kind.data}': expected one of "
+                + ", ".join(k.value for k in ReductionKind)
+            )
         self.expect_result(layout_rules.infer_reduction(self.kind.data, self.input.type))
 
     def print(self, printer: Printer) -> None:

@@ -43,11 +43,13 @@ from xdsl.irdl import (
 )
 from xdsl.parser import Parser
 from xdsl.printer import Printer
+from xdsl.rewriter import Rewriter
 from xdsl.traits import HasParent, IsTerminator, Pure
-from xdsl.utils.exceptions import VerifyException
+from xdsl.utils.exceptions import ParseError, VerifyException
 from xdsl.utils.str_enum import StrEnum
 
 from coconet.dialects.coco import (
+    DYNAMIC,
     LOCAL,
     REPLICATED,
     CocoOp,
@@ -72,6 +74,11 @@ def _fail(rule: str, message: str) -> VerifyException:
     return VerifyException(f"[{rule}] {message}")
 
 
+def _describe(v: SSAValue) -> str:
+    """`%name : T` (or just `T` for an unnamed value), for messages."""
+    return f"%{v.name_hint} : {v.type}" if v.name_hint else str(v.type)
+
+
 class CollectiveOp(CocoOp):
     """Base of the collectives: an input, a result, the spanned axes (`over`)."""
 
@@ -89,7 +96,9 @@ class CollectiveOp(CocoOp):
 
         if self.axes is not None:
             return tuple(a.data for a in self.axes)
-        return tuple(range(grid_of(self).rank))
+        # An op built before it sits in a function sees the default 1-D grid: span every
+        # axis its input's type names, so a builder infers the same type the verifier does.
+        return tuple(range(max(grid_of(self).rank, len(self.input.type.layouts))))
 
     def check_axes(self) -> None:
         from coconet.dialects.layout_rules import grid_of
@@ -117,6 +126,11 @@ class CollectiveOp(CocoOp):
 
     def axis_rule(self, axis: int, layout: LayoutAttr) -> LayoutAttr:
         raise NotImplementedError
+
+    def _set_inferred_result_type(self) -> None:
+        """For constructors: results are built with a placeholder type (inference needs the
+        op), and an OpResult's type cannot be assigned, so swap in a result of the right type."""
+        Rewriter.replace_value_with_new_type(self.results[0], self.infer())
 
     def verify_layouts(self) -> None:
         self.check_axes()
@@ -179,9 +193,33 @@ def _props(kind: str | None, axes: Sequence[int] | None, **extra: Attribute):
     return props
 
 
+def _check_root(op: CollectiveOp) -> None:
+    from coconet.dialects.layout_rules import grid_of
+
+    root = op.root.value.data
+    if root < 0:
+        raise _fail("collective-root", f"root {root} is not a rank")
+    grid = grid_of(op)
+    span = op.span()
+    if all(0 <= a < grid.rank and grid.shape[a] != DYNAMIC for a in span):
+        size = 1
+        for a in span:
+            size *= grid.shape[a]
+        if root >= size:
+            raise _fail(
+                "collective-root",
+                f"{op.name} with root {root}, but its group on the grid {grid} has only "
+                f"{size} rank(s)",
+            )
+
+
 def _check_kind(op: CollectiveOp) -> None:
     if op.kind.data not in {k.value for k in CollectiveKind}:
-        raise _fail("collective-kind", f"unknown reduction kind '{op.kind.data}'")
+        raise _fail(
+            "collective-kind",
+            f"{op.name} has unknown reduction kind '{op.kind.data}': expected one of "
+            + ", ".join(k.value for k in CollectiveKind),
+        )
 
 
 @irdl_op_definition
@@ -194,14 +232,14 @@ class AllReduceOp(CollectiveOp):
 
     def __init__(self, input: SSAValue, kind: str = "sum", axes: Sequence[int] | None = None):
         super().__init__(operands=[input], result_types=[input.type], properties=_props(kind, axes))
-        self.results[0].type = self.infer()
+        self._set_inferred_result_type()
 
     def axis_rule(self, axis: int, layout: LayoutAttr) -> LayoutAttr:
         if isinstance(layout, SlicedAttr):
             raise _fail(
                 "all-reduce-input",
-                f"all_reduce of {self.input.type}, which is {layout_str(layout)} on grid axis "
-                f"{axis}: all_reduce takes local or replicated tensors (all_gather a slice)",
+                f"all_reduce of {_describe(self.input)}, which is {layout_str(layout)} on grid "
+                f"axis {axis}: all_reduce takes local or replicated tensors (all_gather a slice)",
             )
         return REPLICATED
 
@@ -223,7 +261,7 @@ class ReduceScatterOp(CollectiveOp):
     ):
         super().__init__(operands=[input], result_types=[input.type], properties=_props(kind, axes))
         self._dim = dim
-        self.results[0].type = self.infer()
+        self._set_inferred_result_type()
 
     @property
     def dim(self) -> int:
@@ -238,7 +276,7 @@ class ReduceScatterOp(CollectiveOp):
         if isinstance(layout, SlicedAttr):
             raise _fail(
                 "reduce-scatter-input",
-                f"reduce_scatter of {self.input.type}, which is already sliced on grid axis "
+                f"reduce_scatter of {_describe(self.input)}, which is already sliced on grid axis "
                 f"{axis}: reduce_scatter takes local or replicated tensors",
             )
         return SlicedAttr(self.dim)
@@ -256,14 +294,14 @@ class AllGatherOp(CollectiveOp):
 
     def __init__(self, input: SSAValue, axes: Sequence[int] | None = None):
         super().__init__(operands=[input], result_types=[input.type], properties=_props(None, axes))
-        self.results[0].type = self.infer()
+        self._set_inferred_result_type()
 
     def axis_rule(self, axis: int, layout: LayoutAttr) -> LayoutAttr:
         if not isinstance(layout, SlicedAttr):
             raise _fail(
                 "all-gather-input",
-                f"all_gather of {self.input.type}, which is {layout_str(layout)} on grid axis "
-                f"{axis}: all_gather takes sliced tensors",
+                f"all_gather of {_describe(self.input)}, which is {layout_str(layout)} on grid "
+                f"axis {axis}: all_gather takes sliced tensors",
             )
         return REPLICATED
 
@@ -282,20 +320,19 @@ class BroadcastOp(CollectiveOp):
             result_types=[input.type],
             properties=_props(None, axes, root=IntegerAttr(root, i64)),
         )
-        self.results[0].type = self.infer()
+        self._set_inferred_result_type()
 
     def axis_rule(self, axis: int, layout: LayoutAttr) -> LayoutAttr:
         if isinstance(layout, SlicedAttr):
             raise _fail(
                 "broadcast-input",
-                f"broadcast of {self.input.type}, sliced on grid axis {axis}: broadcast takes "
-                "local or replicated tensors",
+                f"broadcast of {_describe(self.input)}, sliced on grid axis {axis}: broadcast "
+                "takes local or replicated tensors",
             )
         return REPLICATED
 
     def verify_layouts(self) -> None:
-        if self.root.value.data < 0:
-            raise _fail("collective-root", f"root {self.root.value.data} is not a rank")
+        _check_root(self)
         super().verify_layouts()
 
 
@@ -317,21 +354,20 @@ class ReduceOp(CollectiveOp):
             result_types=[input.type],
             properties=_props(kind, axes, root=IntegerAttr(root, i64)),
         )
-        self.results[0].type = self.infer()
+        self._set_inferred_result_type()
 
     def axis_rule(self, axis: int, layout: LayoutAttr) -> LayoutAttr:
         if isinstance(layout, SlicedAttr):
             raise _fail(
                 "reduce-input",
-                f"reduce of {self.input.type}, sliced on grid axis {axis}: reduce takes local "
-                "or replicated tensors",
+                f"reduce of {_describe(self.input)}, sliced on grid axis {axis}: reduce takes "
+                "local or replicated tensors",
             )
         return LOCAL
 
     def verify_layouts(self) -> None:
         _check_kind(self)
-        if self.root.value.data < 0:
-            raise _fail("collective-root", f"root {self.root.value.data} is not a rank")
+        _check_root(self)
         super().verify_layouts()
 
 
@@ -354,7 +390,7 @@ class SendOp(CollectiveOp):
             result_types=[input.type],
             properties={"along": IntegerAttr(along, i64), "shift": IntegerAttr(shift, i64)},
         )
-        self.results[0].type = self.infer()
+        self._set_inferred_result_type()
 
     def span(self) -> tuple[int, ...]:
         return (self.along.value.data,)
@@ -366,8 +402,15 @@ class SendOp(CollectiveOp):
         a = self.along.value.data
         if not 0 <= a < grid.rank:
             raise _fail("collective-axes", f"comm.send along axis {a}, which the grid {grid} lacks")
-        if self.shift.value.data == 0:
+        shift = self.shift.value.data
+        if shift == 0:
             raise _fail("send-shift", "comm.send with shift 0 sends nothing")
+        if grid.shape[a] != DYNAMIC and abs(shift) >= grid.shape[a]:
+            raise _fail(
+                "send-shift",
+                f"comm.send along axis {a} with shift {shift} reaches no rank: the axis has "
+                f"{grid.shape[a]} rank(s)",
+            )
 
     def axis_rule(self, axis: int, layout: LayoutAttr) -> LayoutAttr:
         return LOCAL
@@ -438,7 +481,18 @@ class RegionOp(CocoOp):
 
     @classmethod
     def parse_tail(cls, parser: Parser) -> tuple[dict[str, Attribute], list[Attribute], Region]:
-        attrs = parser.parse_optional_attr_dict()
+        # With no results, `{` may open the attr-dict or the body (`comm.fused elementwise {
+        # comm.yield }` reads as the unit attribute `comm.yield`): an attr-dict is always
+        # followed by `->` or the body's `{`, so anything else means it was the body.
+        start = parser.pos
+        try:
+            attrs = parser.parse_optional_attr_dict()
+            is_attr_dict = not attrs or parser._current_token.text in ("->", "{")
+        except ParseError:
+            is_attr_dict = False
+        if not is_attr_dict:
+            parser._resume_from(start)
+            attrs = {}
         types: list[Attribute] = []
         if parser.parse_optional_punctuation("->"):
             types = [parser.parse_type()]
@@ -563,11 +617,14 @@ class YieldOp(IRDLOperation):
         values: list[SSAValue] = []
         if operands:
             parser.parse_punctuation(":")
+            types_pos = parser.pos
             types = [parser.parse_type()]
             while parser.parse_optional_punctuation(","):
                 types.append(parser.parse_type())
             if len(types) != len(operands):
-                parser.raise_error(f"comm.yield has {len(operands)} values but {len(types)} types")
+                parser.raise_error(
+                    f"comm.yield has {len(operands)} values but {len(types)} types", types_pos
+                )
             values = [parser.resolve_operand(o, t) for o, t in zip(operands, types)]
         op = cls(values)
         op.attributes |= attrs

@@ -236,17 +236,21 @@ def infer_unary(t: Attribute, float_only: bool, op_name: str) -> TensorType:
     return tt
 
 
-def infer_compare(lhs: Attribute, rhs: Attribute) -> TensorType:
-    return infer_elementwise([lhs, rhs]).with_element_type(i1)
+def infer_compare(lhs: Attribute, rhs: Attribute, names: Sequence[str] = ()) -> TensorType:
+    return infer_elementwise([lhs, rhs], names=names).with_element_type(i1)
 
 
-def infer_select(cond: Attribute, a: Attribute, b: Attribute) -> TensorType:
+def infer_select(
+    cond: Attribute, a: Attribute, b: Attribute, names: Sequence[str] = ()
+) -> TensorType:
+    """`names`: of the condition and the two values, for messages."""
     ct = _as_tensor(cond, "the condition")
     if not (isinstance(ct.element_type, IntegerType) and ct.element_type.width.data == 1):
         raise fail("element-types", f"coco.select's condition must be i1, got {ct.elt}")
-    values = infer_elementwise([a, b])
-    full = infer_elementwise([ct.with_element_type(values.element_type), values])
-    return full
+    values = infer_elementwise([a, b], names=names[1:])
+    cond_names = [names[0], "the selected values"] if names else ()
+    full = infer_elementwise([ct, values], same_element_type=False, names=cond_names)
+    return full.with_element_type(values.element_type)
 
 
 # --------------------------------------------------------------------------------------------

@@ -3,13 +3,14 @@ targets registered. Errors end in one message and exit 1, never a Python traceba
 
 from __future__ import annotations
 
+import argparse
 import sys
 import warnings
 from collections.abc import Sequence
 from typing import IO
 
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.utils.exceptions import DiagnosticException, ParseError
+from xdsl.utils.exceptions import DiagnosticException, MultipleSpansParseError, ParseError
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from coconet.dialects import get_all_dialects
@@ -42,6 +43,70 @@ class CocoOptMain(xDSLOptMain):
             return
         self.available_targets.update(get_all_targets())
 
+    # -- --verify-equivalence: translation validation of the pipeline in the sim oracle ------
+
+    def register_all_arguments(self, arg_parser: argparse.ArgumentParser) -> None:
+        super().register_all_arguments(arg_parser)
+        arg_parser.add_argument(
+            "--verify-equivalence",
+            action="store_true",
+            help="run every function before and after the pipeline in the sim oracle on the "
+            "same random inputs and fail (exit 1, with a report) if any output differs",
+        )
+        arg_parser.add_argument(
+            "--equivalence-ranks",
+            type=_int_list,
+            default=(1, 2, 4),
+            metavar="N,N,...",
+            help="rank counts --verify-equivalence runs (default 1,2,4)",
+        )
+        arg_parser.add_argument(
+            "--equivalence-seeds",
+            type=_int_list,
+            default=(0, 1),
+            metavar="S,S,...",
+            help="input seeds --verify-equivalence runs (default 0,1)",
+        )
+        arg_parser.add_argument(
+            "--equivalence-tolerant",
+            action="store_true",
+            help="compare within per-dtype tolerances (coconet.equivalence.TOLERANCES) "
+            "instead of bit-exactly",
+        )
+
+    def apply_passes(self, prog: ModuleOp) -> None:
+        if not self.args.verify_equivalence:
+            super().apply_passes(prog)
+            return
+        from coconet.equivalence import EquivalenceError, check_module_equivalence
+
+        before = prog.clone()
+        super().apply_passes(prog)
+        reports = check_module_equivalence(
+            before,
+            prog,
+            self.args.equivalence_ranks,
+            self.args.equivalence_seeds,
+            exact=not self.args.equivalence_tolerant,
+        )
+        pipeline = self.args.passes or "(no passes)"
+        failed = [r for r in reports if not r.ok]
+        if failed:
+            raise EquivalenceError(
+                f"--verify-equivalence: the pipeline '{pipeline}' changed the meaning of "
+                + ", ".join(f"@{r.function}" for r in failed)
+                + "\n"
+                + "\n".join(str(r) for r in failed)
+            )
+        unchecked = [r for r in reports if not r.checked]
+        if unchecked:
+            raise EquivalenceError(
+                "--verify-equivalence compared nothing for "
+                + ", ".join(f"@{r.function}" for r in unchecked)
+                + f" at rank counts {','.join(map(str, self.args.equivalence_ranks))}\n"
+                + "\n".join(str(r) for r in unchecked)
+            )
+
     def parse_chunk(self, chunk: IO[bytes], file_extension: str, start_offset: int = 0) -> ModuleOp | None:
         module = super().parse_chunk(chunk, file_extension, start_offset)
         # Verify what the user wrote before any pass sees it, so a layout violation is
@@ -51,17 +116,48 @@ class CocoOptMain(xDSLOptMain):
         return module
 
 
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got '{text}'") from None
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one integer")
+    return values
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     warnings.filterwarnings("default", category=DeprecationWarning)
     from coconet.program import CocoError
 
     try:
         CocoOptMain(argv).run()
-    except (ParseError, DiagnosticException, CocoError) as e:
+    except ParseError as e:
+        # `FILE:LINE:COL: message` on the error line itself, then the source excerpt.
+        print(f"coco-opt: error: {e.span.get_location()}: {e.msg}", file=sys.stderr)
+        excerpt = e.span.print_with_context().partition("\n")[2]
+        print(excerpt, end="", file=sys.stderr)
+        if isinstance(e, MultipleSpansParseError):
+            if e.ref_text is not None:
+                print(e.ref_text, file=sys.stderr)
+            for span, note in e.refs:
+                print(span.print_with_context(note), end="", file=sys.stderr)
+        sys.exit(1)
+    except DiagnosticException as e:
+        # xDSL's IRDL messages span lines ("... does not verify:\n<why>"): keep one line.
+        msg = " ".join(line.strip() for line in str(e).splitlines() if line.strip())
+        print(f"coco-opt: error: {msg}", file=sys.stderr)
+        sys.exit(1)
+    except CocoError as e:
         print(f"coco-opt: error: {e}", file=sys.stderr)
         sys.exit(1)
-    except (ValueError, KeyError, FileNotFoundError, IsADirectoryError) as e:
-        # xDSL reports unknown passes, bad pass options and bad files this way.
+    except OSError as e:
+        # A missing or unreadable input: its args are (errno, strerror).
+        msg = e.strerror or str(e)
+        print(f"coco-opt: error: {f'{e.filename}: ' if e.filename else ''}{msg}", file=sys.stderr)
+        sys.exit(1)
+    except (ValueError, KeyError) as e:
+        # xDSL reports unknown passes, bad pass options and bad file names this way.
         msg = e.args[0] if e.args else str(e)
         print(f"coco-opt: error: {msg}", file=sys.stderr)
         sys.exit(1)

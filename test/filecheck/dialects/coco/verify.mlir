@@ -1,0 +1,670 @@
+// RUN: COCO_VERIFY
+
+// One refusal per chunk (--verify-diagnostics reports only the first error of a chunk):
+// every layout rule and op verifier of the coco dialect, each naming its rule. The
+// CHECK-LABEL on each chunk's separator keeps an error from being matched in another chunk.
+
+// elementwise-layouts: two different non-replicated layouts.
+func.func @local_and_sliced(%a: !coco.tensor<8xf32, local>, %b: !coco.tensor<8xf32, sliced<0>>) {
+  %0 = coco.add %a, %b : !coco.tensor<8xf32, local>, !coco.tensor<8xf32, sliced<0>> -> !coco.tensor<8xf32, local>
+  func.return
+}
+
+// CHECK: [elementwise-layouts] operands %a : !coco.tensor<8xf32, local>, %b : !coco.tensor<8xf32, sliced<0>>: layouts local and sliced<0> cannot meet in one elementwise op (only replicated combines with another layout)
+
+// -----
+
+func.func @sliced_on_different_dims(%a: !coco.tensor<4x8xf32, sliced<0>>, %b: !coco.tensor<4x8xf32, sliced<1>>) {
+  %0 = coco.mul %a, %b : !coco.tensor<4x8xf32, sliced<0>>, !coco.tensor<4x8xf32, sliced<1>> -> !coco.tensor<4x8xf32, sliced<0>>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [elementwise-layouts] operands %a : !coco.tensor<4x8xf32, sliced<0>>, %b : !coco.tensor<4x8xf32, sliced<1>>: layouts sliced<0> and sliced<1> cannot meet in one elementwise op (only replicated combines with another layout)
+
+// -----
+
+func.func @sliced_on_broadcast_dim(%a: !coco.tensor<1x8xf32, sliced<0>>, %b: !coco.tensor<4x8xf32>) {
+  %0 = coco.add %a, %b : !coco.tensor<1x8xf32, sliced<0>>, !coco.tensor<4x8xf32> -> !coco.tensor<4x8xf32, sliced<0>>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [elementwise-layouts] operands %a : !coco.tensor<1x8xf32, sliced<0>>, %b : !coco.tensor<4x8xf32>: an operand sliced on dim 0 is broadcast along that dim
+
+// -----
+
+func.func @second_grid_axis(%a: !coco.tensor<8x8xf32, [local, local]>, %b: !coco.tensor<8x8xf32, [local, sliced<1>]>) attributes {coco.grid = #coco.grid<[2, 4]>} {
+  %0 = coco.sub %a, %b : !coco.tensor<8x8xf32, [local, local]>, !coco.tensor<8x8xf32, [local, sliced<1>]> -> !coco.tensor<8x8xf32, [local, local]>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [elementwise-layouts] operands %a : !coco.tensor<8x8xf32, [local, local]>, %b : !coco.tensor<8x8xf32, [local, sliced<1>]>: layouts local and sliced<1> cannot meet in one elementwise op (only replicated combines with another layout)
+
+// -----
+
+func.func @cmp_layouts(%a: !coco.tensor<8xi32, local>, %b: !coco.tensor<8xi32, sliced<0>>) {
+  %0 = coco.cmp lt %a, %b : !coco.tensor<8xi32, local>, !coco.tensor<8xi32, sliced<0>> -> !coco.tensor<8xi1, local>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [elementwise-layouts] operands %a : !coco.tensor<8xi32, local>, %b : !coco.tensor<8xi32, sliced<0>>: layouts local and sliced<0> cannot meet in one elementwise op (only replicated combines with another layout)
+
+// -----
+
+func.func @select_layouts(%c: !coco.tensor<8xi1, sliced<0>>, %a: !coco.tensor<8xf32, local>) {
+  %0 = coco.select %c, %a, %a : !coco.tensor<8xi1, sliced<0>>, !coco.tensor<8xf32, local>, !coco.tensor<8xf32, local> -> !coco.tensor<8xf32, local>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [elementwise-layouts] operands %c : !coco.tensor<8xi1, sliced<0>>, the selected values : !coco.tensor<8xf32, local>: layouts sliced<0> and local cannot meet in one elementwise op (only replicated combines with another layout)
+
+// -----
+
+// broadcast-shapes
+func.func @shapes(%a: !coco.tensor<4x8xf32>, %b: !coco.tensor<4x7xf32>) {
+  %0 = coco.add %a, %b : !coco.tensor<4x8xf32>, !coco.tensor<4x7xf32> -> !coco.tensor<4x8xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [broadcast-shapes] operand shapes [4, 8], [4, 7] do not broadcast
+
+// -----
+
+// element-types
+func.func @mixed_elements(%a: !coco.tensor<8xf32>, %b: !coco.tensor<8xf16>) {
+  %0 = coco.add %a, %b : !coco.tensor<8xf32>, !coco.tensor<8xf16> -> !coco.tensor<8xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [element-types] elementwise operands have different element types f32, f16: insert a coco.cast
+
+// -----
+
+func.func @cmp_mixed_elements(%a: !coco.tensor<8xi32>, %b: !coco.tensor<8xi64>) {
+  %0 = coco.cmp eq %a, %b : !coco.tensor<8xi32>, !coco.tensor<8xi64> -> !coco.tensor<8xi1>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [element-types] elementwise operands have different element types i32, i64: insert a coco.cast
+
+// -----
+
+func.func @sqrt_of_int(%a: !coco.tensor<8xi32>) {
+  %0 = coco.sqrt %a : !coco.tensor<8xi32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [element-types] coco.sqrt needs a floating-point tensor, got i32
+
+// -----
+
+func.func @gelu_of_bool(%a: !coco.tensor<8xi1>) {
+  %0 = coco.gelu %a : !coco.tensor<8xi1>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [element-types] coco.gelu needs a floating-point tensor, got i1
+
+// -----
+
+func.func @select_condition(%c: !coco.tensor<8xf32>, %a: !coco.tensor<8xf32>) {
+  %0 = coco.select %c, %a, %a : !coco.tensor<8xf32>, !coco.tensor<8xf32>, !coco.tensor<8xf32> -> !coco.tensor<8xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [element-types] coco.select's condition must be i1, got f32
+
+// -----
+
+func.func @matmul_elements(%a: !coco.tensor<4x8xf32>, %b: !coco.tensor<8x16xf16>) {
+  %0 = coco.matmul %a, %b : !coco.tensor<4x8xf32>, !coco.tensor<8x16xf16> -> !coco.tensor<4x16xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [element-types] matmul operands have element types f32 and f16
+
+// -----
+
+func.func @norm_of_int(%a: !coco.tensor<8xi32>) {
+  %0 = coco.reduce norm %a : !coco.tensor<8xi32> -> !coco.tensor<i32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [element-types] norm needs a floating-point tensor, got i32
+
+// -----
+
+func.func @dropout_of_int(%a: !coco.tensor<8xi64>) {
+  %0 = coco.dropout %a, 0.5 seed 1 : !coco.tensor<8xi64>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [element-types] coco.dropout needs a floating-point tensor, got i64
+
+// -----
+
+// matmul-layouts
+func.func @rows_times_cols(%a: !coco.tensor<4x8xf32, sliced<0>>, %b: !coco.tensor<8x16xf32, sliced<1>>) {
+  %0 = coco.matmul %a, %b : !coco.tensor<4x8xf32, sliced<0>>, !coco.tensor<8x16xf32, sliced<1>> -> !coco.tensor<4x16xf32, sliced<0>>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [matmul-layouts] no matmul rule takes sliced<0> x sliced<1> on grid axis 0 (!coco.tensor<4x8xf32, sliced<0>> x !coco.tensor<8x16xf32, sliced<1>>); legal: R x R, sliced(rows) x R, R x sliced(cols), sliced(K) x sliced(K), local x (local | R)
+
+// -----
+
+func.func @k_slice_times_replicated(%a: !coco.tensor<4x8xf32, sliced<1>>, %b: !coco.tensor<8x16xf32>) {
+  %0 = coco.matmul %a, %b : !coco.tensor<4x8xf32, sliced<1>>, !coco.tensor<8x16xf32> -> !coco.tensor<4x16xf32, local>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [matmul-layouts] no matmul rule takes sliced<1> x replicated on grid axis 0 (!coco.tensor<4x8xf32, sliced<1>> x !coco.tensor<8x16xf32>); legal: R x R, sliced(rows) x R, R x sliced(cols), sliced(K) x sliced(K), local x (local | R)
+
+// -----
+
+func.func @local_times_sliced(%a: !coco.tensor<4x8xf32, local>, %b: !coco.tensor<8x16xf32, sliced<1>>) {
+  %0 = coco.matmul %a, %b : !coco.tensor<4x8xf32, local>, !coco.tensor<8x16xf32, sliced<1>> -> !coco.tensor<4x16xf32, local>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [matmul-layouts] no matmul rule takes local x sliced<1> on grid axis 0 (!coco.tensor<4x8xf32, local> x !coco.tensor<8x16xf32, sliced<1>>); legal: R x R, sliced(rows) x R, R x sliced(cols), sliced(K) x sliced(K), local x (local | R)
+
+// -----
+
+// matmul-shapes
+func.func @matmul_rank(%a: !coco.tensor<8xf32>, %b: !coco.tensor<8x16xf32>) {
+  %0 = coco.matmul %a, %b : !coco.tensor<8xf32>, !coco.tensor<8x16xf32> -> !coco.tensor<16xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [matmul-shapes] matmul needs operands of rank >= 2, got !coco.tensor<8xf32> and !coco.tensor<8x16xf32>
+
+// -----
+
+func.func @matmul_contracting(%a: !coco.tensor<4x8xf32>, %b: !coco.tensor<7x16xf32>) {
+  %0 = coco.matmul %a, %b : !coco.tensor<4x8xf32>, !coco.tensor<7x16xf32> -> !coco.tensor<4x16xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [matmul-shapes] contracting dims differ: [4, 8] x [7, 16] (8 != 7)
+
+// -----
+
+func.func @matmul_batch(%a: !coco.tensor<2x4x8xf32>, %b: !coco.tensor<3x8x16xf32>) {
+  %0 = coco.matmul %a, %b : !coco.tensor<2x4x8xf32>, !coco.tensor<3x8x16xf32> -> !coco.tensor<2x4x16xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [matmul-shapes] a batched right operand must share the left one's batch dims: [2, 4, 8] x [3, 8, 16]
+
+// -----
+
+// norm-of-slice
+func.func @norm_of_slice(%a: !coco.tensor<8xf32, sliced<0>>) {
+  %0 = coco.reduce norm %a : !coco.tensor<8xf32, sliced<0>> -> !coco.tensor<f32, local>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [norm-of-slice] the norm of a tensor sliced on grid axis 0 (!coco.tensor<8xf32, sliced<0>>) would be a partial norm that no collective combines: compute sqrt(all_reduce(sum(x * x)))
+
+// -----
+
+// reduction layouts: over a slice, sum/max/min give a partial (local) scalar.
+func.func @partial_sum_is_local(%a: !coco.tensor<8xf32, sliced<0>>) {
+  %0 = coco.reduce sum %a : !coco.tensor<8xf32, sliced<0>> -> !coco.tensor<f32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [result-type] coco.reduce produces !coco.tensor<f32, local> from its operands by the layout rules, but its result is declared as !coco.tensor<f32>
+
+// -----
+
+func.func @reduction_of_local_stays_local(%a: !coco.tensor<8xf32, local>) {
+  %0 = coco.reduce max %a : !coco.tensor<8xf32, local> -> !coco.tensor<f32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [result-type] coco.reduce produces !coco.tensor<f32, local> from its operands by the layout rules, but its result is declared as !coco.tensor<f32>
+
+// -----
+
+func.func @reduction_is_scalar(%a: !coco.tensor<8xf32>) {
+  %0 = coco.reduce min %a : !coco.tensor<8xf32> -> !coco.tensor<1xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [result-type] coco.reduce produces !coco.tensor<f32> from its operands by the layout rules, but its result is declared as !coco.tensor<1xf32>
+
+// -----
+
+func.func @reduction_kind(%a: !coco.tensor<8xf32>) {
+  %0 = "coco.reduce"(%a) <{kind = "avg"}> : (!coco.tensor<8xf32>) -> !coco.tensor<f32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [reduction-kind] unknown reduction 'avg': expected one of sum, max, min, norm
+
+// -----
+
+// slice-layouts / slice-type
+func.func @slice_of_local(%a: !coco.tensor<8xf32, local>) {
+  %0 = coco.slice %a : !coco.tensor<8xf32, local> -> !coco.tensor<8xf32, sliced<0>>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [slice-layouts] coco.slice of %a takes a replicated axis to sliced, but grid axis 0 goes local -> sliced<0>
+
+// -----
+
+func.func @slice_cannot_gather(%a: !coco.tensor<8xf32, sliced<0>>) {
+  %0 = coco.slice %a : !coco.tensor<8xf32, sliced<0>> -> !coco.tensor<8xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [slice-layouts] coco.slice of %a takes a replicated axis to sliced, but grid axis 0 goes sliced<0> -> replicated
+
+// -----
+
+func.func @slice_keeps_element_type(%a: !coco.tensor<8xf32>) {
+  %0 = coco.slice %a : !coco.tensor<8xf32> -> !coco.tensor<8xf16, sliced<0>>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [slice-type] coco.slice keeps shape and element type: !coco.tensor<8xf32> -> !coco.tensor<8xf16, sliced<0>>
+
+// -----
+
+func.func @slice_keeps_shape(%a: !coco.tensor<8xf32>) {
+  %0 = coco.slice %a : !coco.tensor<8xf32> -> !coco.tensor<4xf32, sliced<0>>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [slice-type] coco.slice keeps shape and element type: !coco.tensor<8xf32> -> !coco.tensor<4xf32, sliced<0>>
+
+// -----
+
+// update-target / update-type / update-once / update-last-use
+func.func @update_non_argument(%a: !coco.tensor<8xf32>) {
+  %t = coco.neg %a : !coco.tensor<8xf32>
+  coco.update %t, %a : !coco.tensor<8xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [update-target] coco.update writes into %t, which is not an argument of the enclosing function: only the caller's buffers can be updated
+
+// -----
+
+func.func @update_type(%a: !coco.tensor<8xf32>, %b: !coco.tensor<8xf32, sliced<0>>) {
+  coco.update %a, %b : !coco.tensor<8xf32>, !coco.tensor<8xf32, sliced<0>>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [update-type] coco.update of %a : !coco.tensor<8xf32> with a value of type !coco.tensor<8xf32, sliced<0>>: the types must match (gather or slice the value first)
+
+// -----
+
+func.func @update_twice(%a: !coco.tensor<8xf32>, %b: !coco.tensor<8xf32>) {
+  coco.update %a, %b : !coco.tensor<8xf32>
+  coco.update %a, %b : !coco.tensor<8xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [update-once] %a is updated more than once
+
+// -----
+
+func.func @read_after_update(%a: !coco.tensor<8xf32>, %b: !coco.tensor<8xf32>) {
+  coco.update %a, %b : !coco.tensor<8xf32>
+  %0 = coco.neg %a : !coco.tensor<8xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [update-last-use] coco.neg reads %a after its coco.update: read the updated value instead
+
+// -----
+
+func.func @return_after_update(%a: !coco.tensor<8xf32>, %b: !coco.tensor<8xf32>) -> !coco.tensor<8xf32> {
+  coco.update %a, %b : !coco.tensor<8xf32>
+  func.return %a : !coco.tensor<8xf32>
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [update-last-use] func.return reads %a after its coco.update: read the updated value instead
+
+// -----
+
+func.func @read_after_update_in_region(%a: !coco.tensor<8xf32>, %b: !coco.tensor<8xf32>) {
+  comm.fused elementwise {
+    coco.update %a, %b : !coco.tensor<8xf32>
+    comm.yield
+  }
+  %0 = coco.exp %a : !coco.tensor<8xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [update-last-use] coco.exp reads %a after its coco.update: read the updated value instead
+
+// -----
+
+// constant-replicated / constant-type
+func.func @local_constant() {
+  %0 = coco.constant 1.0 : !coco.tensor<8xf32, local>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [constant-replicated] a constant is the same on every rank, so its type must be replicated, not local
+
+// -----
+
+func.func @constant_type() {
+  %0 = "coco.constant"() <{value = 1 : i64}> : () -> !coco.tensor<f32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [constant-type] constant 1 does not match element type f32
+
+// -----
+
+func.func @constant_does_not_fit_i1() {
+  %0 = coco.constant 2 : !coco.tensor<i1>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [constant-type] constant 2 does not fit element type i1
+
+// -----
+
+func.func @constant_does_not_fit_i32() {
+  %0 = coco.constant 4294967296 : !coco.tensor<8xi32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [constant-type] constant 4294967296 does not fit element type i32
+
+// -----
+
+// dropout-probability
+func.func @dropout_one(%a: !coco.tensor<8xf32>) {
+  %0 = coco.dropout %a, 1.0 seed 1 : !coco.tensor<8xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [dropout-probability] dropout probability must be in [0, 1), got 1.0
+
+// -----
+
+func.func @dropout_negative(%a: !coco.tensor<8xf32>) {
+  %0 = coco.dropout %a, -0.1 seed 1 : !coco.tensor<8xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [dropout-probability] dropout probability must be in [0, 1), got -0.1
+
+// -----
+
+// result-type: a declared result type that the rules do not produce.
+func.func @add_result(%a: !coco.tensor<8xf32>) {
+  %0 = coco.add %a, %a : !coco.tensor<8xf32>, !coco.tensor<8xf32> -> !coco.tensor<8xf32, local>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [result-type] coco.add produces !coco.tensor<8xf32> from its operands by the layout rules, but its result is declared as !coco.tensor<8xf32, local>
+
+// -----
+
+func.func @cast_keeps_layout(%a: !coco.tensor<8xf32>) {
+  %0 = coco.cast %a : !coco.tensor<8xf32> -> !coco.tensor<8xf16, local>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [result-type] coco.cast produces !coco.tensor<8xf16> from its operands by the layout rules, but its result is declared as !coco.tensor<8xf16, local>
+
+// -----
+
+func.func @unary_keeps_shape(%a: !coco.tensor<8xf32>) {
+  %0 = coco.neg %a : !coco.tensor<8xf32> -> !coco.tensor<4xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [result-type] coco.neg produces !coco.tensor<8xf32> from its operands by the layout rules, but its result is declared as !coco.tensor<4xf32>
+
+// -----
+
+func.func @cmp_result(%a: !coco.tensor<8xf32>) {
+  %0 = coco.cmp eq %a, %a : !coco.tensor<8xf32>, !coco.tensor<8xf32> -> !coco.tensor<8xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [result-type] coco.cmp produces !coco.tensor<8xi1> from its operands by the layout rules, but its result is declared as !coco.tensor<8xf32>
+
+// -----
+
+func.func @matmul_result(%a: !coco.tensor<4x8xf32, sliced<1>>, %b: !coco.tensor<8x16xf32, sliced<0>>) {
+  %0 = coco.matmul %a, %b : !coco.tensor<4x8xf32, sliced<1>>, !coco.tensor<8x16xf32, sliced<0>> -> !coco.tensor<4x16xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [result-type] coco.matmul produces !coco.tensor<4x16xf32, local> from its operands by the layout rules, but its result is declared as !coco.tensor<4x16xf32>
+
+// -----
+
+func.func @dropout_result(%a: !coco.tensor<8xf32>) {
+  %0 = coco.dropout %a, 0.5 seed 1 : !coco.tensor<8xf32> -> !coco.tensor<8xf32, local>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [result-type] coco.dropout produces !coco.tensor<8xf32> from its operands by the layout rules, but its result is declared as !coco.tensor<8xf32, local>
+
+// -----
+
+// uneven-slice (static grids)
+func.func @uneven(%a: !coco.tensor<9xf32, sliced<0>>) attributes {coco.grid = #coco.grid<[2]>} {
+  %0 = coco.neg %a : !coco.tensor<9xf32, sliced<0>>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [uneven-slice] operand #0 (%a) of coco.neg of type !coco.tensor<9xf32, sliced<0>>: dim 0 of size 9 does not split evenly into 2 parts (grid [2]); uneven slices are not supported
+
+// -----
+
+func.func @uneven_two_axes(%a: !coco.tensor<8x3xf32, [sliced<0>, sliced<0>]>) attributes {coco.grid = #coco.grid<[4, 4]>} {
+  %0 = coco.neg %a : !coco.tensor<8x3xf32, [sliced<0>, sliced<0>]>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [uneven-slice] operand #0 (%a) of coco.neg of type !coco.tensor<8x3xf32, [sliced<0>, sliced<0>]>: dim 0 of size 8 does not split evenly into 16 parts (grid [4, 4]); uneven slices are not supported
+
+// -----
+
+func.func @uneven_result(%a: !coco.tensor<6xf32>) attributes {coco.grid = #coco.grid<[4]>} {
+  %0 = coco.slice %a : !coco.tensor<6xf32> -> !coco.tensor<6xf32, sliced<0>>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [uneven-slice] result #0 of coco.slice of type !coco.tensor<6xf32, sliced<0>>: dim 0 of size 6 does not split evenly into 4 parts (grid [4]); uneven slices are not supported
+
+// -----
+
+// layouts-per-axis
+func.func @too_few_layouts(%a: !coco.tensor<8xf32, [local]>) attributes {coco.grid = #coco.grid<[2, 2]>} {
+  %0 = coco.neg %a : !coco.tensor<8xf32, [local]>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [layouts-per-axis] operand #0 (%a) of coco.neg has type !coco.tensor<8xf32, local> with 1 layout(s), but the grid [2, 2] has 2 axis(es): write one layout per axis
+
+// -----
+
+func.func @too_many_layouts(%a: !coco.tensor<8xf32, [local, local]>) {
+  %0 = coco.neg %a : !coco.tensor<8xf32, [local, local]>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [layouts-per-axis] operand #0 (%a) of coco.neg has type !coco.tensor<8xf32, [local, local]> with 2 layout(s), but the grid [?] has 1 axis(es): write one layout per axis
+
+// -----
+
+// sliced-dim-in-range
+func.func @sliced_dim(%a: !coco.tensor<8xf32, sliced<1>>) {
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [sliced-dim-in-range] sliced<1> names a dim that a rank-1 tensor of shape [8] does not have
+
+// -----
+
+func.func @sliced_scalar(%a: !coco.tensor<f32, sliced<0>>) {
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [sliced-dim-in-range] sliced<0> names a dim that a rank-0 tensor of shape [] does not have
+
+// -----
+
+// unsupported element types and shapes
+func.func @i8(%a: !coco.tensor<8xi8>) {
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [unsupported-element-type] unsupported element type i8: coco tensors hold one of f16, bf16, f32, f64, i32, i64, i1
+
+// -----
+
+func.func @unsigned(%a: !coco.tensor<8xui32>) {
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [unsupported-element-type] unsupported element type ui32: coco tensors hold one of f16, bf16, f32, f64, i32, i64, i1
+
+// -----
+
+func.func @index(%a: !coco.tensor<8xindex>) {
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [unsupported-element-type] unsupported element type index: coco tensors hold one of f16, bf16, f32, f64, i32, i64, i1
+
+// -----
+
+func.func @zero_dim(%a: !coco.tensor<0x4xf32>) {
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [tensor-shape] tensor dims must be positive, got shape [0, 4]
+
+// -----
+
+// grid errors
+func.func @empty_grid() attributes {coco.grid = #coco.grid<[]>} {
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [grid] a process grid needs at least one axis
+
+// -----
+
+func.func @zero_grid() attributes {coco.grid = #coco.grid<[4, 0]>} {
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [grid] grid axis sizes must be positive or '?', got 0
+
+// -----
+
+func.func @two_dynamic_axes() attributes {coco.grid = #coco.grid<[?, ?]>} {
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [grid] at most one grid axis may be sized at launch ('?')
+
+// -----
+
+func.func @not_a_grid(%a: !coco.tensor<8xf32>) attributes {coco.grid = 8} {
+  %0 = coco.neg %a : !coco.tensor<8xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [grid] 'coco.grid' must be a #coco.grid<[...]>, got 8 : i64
+
+// -----
+
+// cmp-predicate
+func.func @predicate(%a: !coco.tensor<8xi32>) {
+  %0 = "coco.cmp"(%a, %a) <{predicate = "lol"}> : (!coco.tensor<8xi32>, !coco.tensor<8xi32>) -> !coco.tensor<8xi1>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [cmp-predicate] unknown comparison 'lol': expected one of eq, ne, lt, le, gt, ge
+
+// -----
+
+// operands and results are !coco.tensor
+func.func @not_a_tensor(%a: f32) {
+  %0 = coco.neg %a : f32
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: operand 'input' at position 0 does not verify:
+// CHECK-NEXT: f32 should be of base attribute coco.tensor

@@ -1,0 +1,425 @@
+// RUN: COCO_VERIFY
+
+// One refusal per chunk (--verify-diagnostics reports only the first error of a chunk):
+// every layout rule and op verifier of the comm dialect, each naming its rule. The
+// CHECK-LABEL on each chunk's separator keeps an error from being matched in another chunk.
+
+// all-reduce-input
+func.func @all_reduce_of_slice(%a: !coco.tensor<8xf32, sliced<0>>) {
+  %0 = comm.all_reduce sum %a : !coco.tensor<8xf32, sliced<0>> -> !coco.tensor<8xf32>
+  func.return
+}
+
+// CHECK: [all-reduce-input] all_reduce of %a : !coco.tensor<8xf32, sliced<0>>, which is sliced<0> on grid axis 0: all_reduce takes local or replicated tensors (all_gather a slice)
+
+// -----
+
+func.func @all_reduce_of_slice_on_spanned_axis(%a: !coco.tensor<8x8xf32, [local, sliced<1>]>) attributes {coco.grid = #coco.grid<[2, 4]>} {
+  %0 = comm.all_reduce sum %a over [1] : !coco.tensor<8x8xf32, [local, sliced<1>]> -> !coco.tensor<8x8xf32, [local, replicated]>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [all-reduce-input] all_reduce of %a : !coco.tensor<8x8xf32, [local, sliced<1>]>, which is sliced<1> on grid axis 1: all_reduce takes local or replicated tensors (all_gather a slice)
+
+// -----
+
+// reduce-scatter-input
+func.func @reduce_scatter_of_slice(%a: !coco.tensor<8xf32, sliced<0>>) {
+  %0 = comm.reduce_scatter sum %a : !coco.tensor<8xf32, sliced<0>>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [reduce-scatter-input] reduce_scatter of %a : !coco.tensor<8xf32, sliced<0>>, which is already sliced on grid axis 0: reduce_scatter takes local or replicated tensors
+
+// -----
+
+// all-gather-input
+func.func @all_gather_of_local(%a: !coco.tensor<8xf32, local>) {
+  %0 = comm.all_gather %a : !coco.tensor<8xf32, local> -> !coco.tensor<8xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [all-gather-input] all_gather of %a : !coco.tensor<8xf32, local>, which is local on grid axis 0: all_gather takes sliced tensors
+
+// -----
+
+func.func @all_gather_of_replicated(%a: !coco.tensor<8xf32>) {
+  %0 = comm.all_gather %a : !coco.tensor<8xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [all-gather-input] all_gather of %a : !coco.tensor<8xf32>, which is replicated on grid axis 0: all_gather takes sliced tensors
+
+// -----
+
+// broadcast-input
+func.func @broadcast_of_slice(%a: !coco.tensor<8xf32, sliced<0>>) {
+  %0 = comm.broadcast %a root 0 : !coco.tensor<8xf32, sliced<0>> -> !coco.tensor<8xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [broadcast-input] broadcast of %a : !coco.tensor<8xf32, sliced<0>>, sliced on grid axis 0: broadcast takes local or replicated tensors
+
+// -----
+
+// reduce-input
+func.func @reduce_of_slice(%a: !coco.tensor<8xf32, sliced<0>>) {
+  %0 = comm.reduce sum %a root 0 : !coco.tensor<8xf32, sliced<0>> -> !coco.tensor<8xf32, local>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [reduce-input] reduce of %a : !coco.tensor<8xf32, sliced<0>>, sliced on grid axis 0: reduce takes local or replicated tensors
+
+// -----
+
+// collective-axes
+func.func @axis_out_of_range(%a: !coco.tensor<8xf32, local>) {
+  %0 = comm.all_reduce sum %a over [1] : !coco.tensor<8xf32, local> -> !coco.tensor<8xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [collective-axes] comm.all_reduce spans axes [1], which are not distinct axes of the grid [?]
+
+// -----
+
+func.func @repeated_axis(%a: !coco.tensor<8xf32, [local, local]>) attributes {coco.grid = #coco.grid<[2, 2]>} {
+  %0 = comm.all_gather %a over [1, 1] : !coco.tensor<8xf32, [local, local]>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [collective-axes] comm.all_gather spans axes [1, 1], which are not distinct axes of the grid [2, 2]
+
+// -----
+
+func.func @no_axis(%a: !coco.tensor<8xf32, local>) {
+  %0 = comm.broadcast %a root 0 over [] : !coco.tensor<8xf32, local> -> !coco.tensor<8xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [collective-axes] comm.broadcast spans axes [], which are not distinct axes of the grid [?]
+
+// -----
+
+func.func @send_along_missing_axis(%a: !coco.tensor<8xf32, local>) {
+  %0 = comm.send %a along 1 shift 1 : !coco.tensor<8xf32, local>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [collective-axes] comm.send along axis 1, which the grid [?] lacks
+
+// -----
+
+// send-shift
+func.func @shift_zero(%a: !coco.tensor<8xf32, local>) {
+  %0 = comm.send %a along 0 shift 0 : !coco.tensor<8xf32, local>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [send-shift] comm.send with shift 0 sends nothing
+
+// -----
+
+func.func @shift_past_the_axis(%a: !coco.tensor<8xf32, [local, local]>) attributes {coco.grid = #coco.grid<[2, 4]>} {
+  %0 = comm.send %a along 0 shift -2 : !coco.tensor<8xf32, [local, local]>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [send-shift] comm.send along axis 0 with shift -2 reaches no rank: the axis has 2 rank(s)
+
+// -----
+
+// collective-kind
+func.func @all_reduce_kind(%a: !coco.tensor<8xf32, local>) {
+  %0 = "comm.all_reduce"(%a) <{kind = "avg"}> : (!coco.tensor<8xf32, local>) -> !coco.tensor<8xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [collective-kind] comm.all_reduce has unknown reduction kind 'avg': expected one of sum, prod, max, min
+
+// -----
+
+func.func @reduce_scatter_kind(%a: !coco.tensor<8xf32, local>) {
+  %0 = "comm.reduce_scatter"(%a) <{kind = "xor"}> : (!coco.tensor<8xf32, local>) -> !coco.tensor<8xf32, sliced<0>>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [collective-kind] comm.reduce_scatter has unknown reduction kind 'xor': expected one of sum, prod, max, min
+
+// -----
+
+func.func @reduce_kind(%a: !coco.tensor<8xf32, local>) {
+  %0 = "comm.reduce"(%a) <{kind = "mean", root = 0 : i64}> : (!coco.tensor<8xf32, local>) -> !coco.tensor<8xf32, local>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [collective-kind] comm.reduce has unknown reduction kind 'mean': expected one of sum, prod, max, min
+
+// -----
+
+// collective-root
+func.func @negative_root(%a: !coco.tensor<8xf32, local>) {
+  %0 = comm.broadcast %a root -1 : !coco.tensor<8xf32, local> -> !coco.tensor<8xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [collective-root] root -1 is not a rank
+
+// -----
+
+func.func @root_outside_group(%a: !coco.tensor<8xf32, [local, local]>) attributes {coco.grid = #coco.grid<[2, 4]>} {
+  %0 = comm.reduce sum %a root 4 over [1] : !coco.tensor<8xf32, [local, local]>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [collective-root] comm.reduce with root 4, but its group on the grid [2, 4] has only 4 rank(s)
+
+// -----
+
+// result-type: the declared result is not what the layout rules produce.
+func.func @all_reduce_result(%a: !coco.tensor<8xf32, local>) {
+  %0 = comm.all_reduce sum %a : !coco.tensor<8xf32, local>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [result-type] comm.all_reduce produces !coco.tensor<8xf32> from its operands by the layout rules, but its result is declared as !coco.tensor<8xf32, local>
+
+// -----
+
+func.func @reduce_scatter_result(%a: !coco.tensor<8xf32, local>) {
+  %0 = comm.reduce_scatter sum %a : !coco.tensor<8xf32, local> -> !coco.tensor<8xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [result-type] comm.reduce_scatter produces !coco.tensor<8xf32, sliced<0>> from its operands by the layout rules, but its result is declared as !coco.tensor<8xf32>
+
+// -----
+
+func.func @all_gather_keeps_unspanned_axes(%a: !coco.tensor<8xf32, [local, sliced<0>]>) attributes {coco.grid = #coco.grid<[2, 4]>} {
+  %0 = comm.all_gather %a over [1] : !coco.tensor<8xf32, [local, sliced<0>]> -> !coco.tensor<8xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [result-type] comm.all_gather produces !coco.tensor<8xf32, [local, replicated]> from its operands by the layout rules, but its result is declared as !coco.tensor<8xf32>
+
+// -----
+
+func.func @reduce_result(%a: !coco.tensor<8xf32, local>) {
+  %0 = comm.reduce sum %a root 0 : !coco.tensor<8xf32, local> -> !coco.tensor<8xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [result-type] comm.reduce produces !coco.tensor<8xf32, local> from its operands by the layout rules, but its result is declared as !coco.tensor<8xf32>
+
+// -----
+
+func.func @send_result(%a: !coco.tensor<8xf32>) {
+  %0 = comm.send %a along 0 shift 1 : !coco.tensor<8xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [result-type] comm.send produces !coco.tensor<8xf32, local> from its operands by the layout rules, but its result is declared as !coco.tensor<8xf32>
+
+// -----
+
+// uneven-slice / layouts-per-axis apply to collectives too
+func.func @uneven_reduce_scatter(%a: !coco.tensor<6xf32, local>) attributes {coco.grid = #coco.grid<[4]>} {
+  %0 = comm.reduce_scatter sum %a : !coco.tensor<6xf32, local> -> !coco.tensor<6xf32, sliced<0>>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [uneven-slice] result #0 of comm.reduce_scatter of type !coco.tensor<6xf32, sliced<0>>: dim 0 of size 6 does not split evenly into 4 parts (grid [4]); uneven slices are not supported
+
+// -----
+
+func.func @collective_layouts_per_axis(%a: !coco.tensor<8xf32, local>) attributes {coco.grid = #coco.grid<[2, 4]>} {
+  %0 = comm.all_reduce sum %a : !coco.tensor<8xf32, local> -> !coco.tensor<8xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [layouts-per-axis] operand #0 (%a) of comm.all_reduce has type !coco.tensor<8xf32, local> with 1 layout(s), but the grid [2, 4] has 2 axis(es): write one layout per axis
+
+// -----
+
+// region-results / region-terminator
+func.func @yields_too_many(%a: !coco.tensor<8xf32>) {
+  %0 = comm.fused elementwise -> !coco.tensor<8xf32> {
+    comm.yield %a, %a : !coco.tensor<8xf32>, !coco.tensor<8xf32>
+  }
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [region-results] comm.fused declares results (!coco.tensor<8xf32>) but yields (!coco.tensor<8xf32>, !coco.tensor<8xf32>)
+
+// -----
+
+func.func @yields_other_type(%a: !coco.tensor<8xf32>) {
+  %0 = comm.overlap chunks 2 -> !coco.tensor<8xf32, local> {
+    comm.yield %a : !coco.tensor<8xf32>
+  }
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [region-results] comm.overlap declares results (!coco.tensor<8xf32, local>) but yields (!coco.tensor<8xf32>)
+
+// -----
+
+func.func @yields_nothing(%a: !coco.tensor<8xf32>) {
+  %0 = comm.fused elementwise -> !coco.tensor<8xf32> {
+    comm.yield
+  }
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [region-results] comm.fused declares results (!coco.tensor<8xf32>) but yields ()
+
+// -----
+
+func.func @other_terminator(%a: !coco.tensor<8xf32>) {
+  comm.fused elementwise {
+    "test.termop"() : () -> ()
+  }
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [region-terminator] comm.fused's body must end in comm.yield
+
+// -----
+
+func.func @no_terminator(%a: !coco.tensor<8xf32>) {
+  comm.fused elementwise {
+    %0 = coco.neg %a : !coco.tensor<8xf32>
+  }
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: Operation coco.neg terminates block in single-block region but is not a terminator
+
+// -----
+
+func.func @yield_outside_region(%a: !coco.tensor<8xf32>) {
+  comm.yield %a : !coco.tensor<8xf32>
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: 'comm.yield' expects parent op to be one of 'comm.fused', 'comm.overlap'
+
+// -----
+
+// fuse-kind / fuse-elementwise / fuse-one-collective
+func.func @fuse_kind(%a: !coco.tensor<8xf32>) {
+  %0 = "comm.fused"() <{kind = "magic"}> ({
+    "comm.yield"(%a) : (!coco.tensor<8xf32>) -> ()
+  }) : () -> !coco.tensor<8xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [fuse-kind] unknown fusion kind 'magic'
+
+// -----
+
+func.func @collective_in_elementwise_fusion(%a: !coco.tensor<8xf32, local>) {
+  %0 = comm.fused elementwise -> !coco.tensor<8xf32> {
+    %1 = comm.all_reduce sum %a : !coco.tensor<8xf32, local> -> !coco.tensor<8xf32>
+    comm.yield %1 : !coco.tensor<8xf32>
+  }
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [fuse-elementwise] an elementwise fusion holds no collective, but this one holds comm.all_reduce
+
+// -----
+
+func.func @fused_all_reduce_without_reduce_scatter(%a: !coco.tensor<8xf32, local>) {
+  %0 = comm.fused all_reduce -> !coco.tensor<8xf32> {
+    %1 = comm.all_reduce sum %a : !coco.tensor<8xf32, local> -> !coco.tensor<8xf32>
+    comm.yield %1 : !coco.tensor<8xf32>
+  }
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [fuse-one-collective] a fused all_reduce holds exactly one reduce_scatter, this one holds 0
+
+// -----
+
+func.func @fused_all_reduce_with_two(%a: !coco.tensor<8xf32, local>) {
+  %0, %1 = comm.fused all_reduce -> !coco.tensor<8xf32, sliced<0>>, !coco.tensor<8xf32, sliced<0>> {
+    %2 = comm.reduce_scatter sum %a : !coco.tensor<8xf32, local> -> !coco.tensor<8xf32, sliced<0>>
+    %3 = comm.reduce_scatter max %a : !coco.tensor<8xf32, local> -> !coco.tensor<8xf32, sliced<0>>
+    comm.yield %2, %3 : !coco.tensor<8xf32, sliced<0>>, !coco.tensor<8xf32, sliced<0>>
+  }
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [fuse-one-collective] a fused all_reduce holds exactly one reduce_scatter, this one holds 2
+
+// -----
+
+// overlap-chunks
+func.func @zero_chunks(%a: !coco.tensor<8xf32>) {
+  %0 = comm.overlap chunks 0 -> !coco.tensor<8xf32> {
+    comm.yield %a : !coco.tensor<8xf32>
+  }
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [overlap-chunks] chunk count must be positive, got 0
+
+// -----
+
+func.func @negative_chunks() {
+  comm.overlap chunks -2 {
+    comm.yield
+  }
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [overlap-chunks] chunk count must be positive, got -2
+
+// -----
+
+// ops inside regions are verified too
+func.func @nested(%a: !coco.tensor<8xf32, sliced<0>>) {
+  %0 = comm.overlap chunks 2 -> !coco.tensor<8xf32> {
+    %1 = comm.all_reduce sum %a : !coco.tensor<8xf32, sliced<0>> -> !coco.tensor<8xf32>
+    comm.yield %1 : !coco.tensor<8xf32>
+  }
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [all-reduce-input] all_reduce of %a : !coco.tensor<8xf32, sliced<0>>, which is sliced<0> on grid axis 0: all_reduce takes local or replicated tensors (all_gather a slice)

@@ -1,0 +1,3 @@
+func.func @f(%a: !coco.tensor<8xi8>) {
+  func.return
+}
