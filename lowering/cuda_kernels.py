@@ -11,6 +11,7 @@ and reductions accumulate in double. Comments in the generated code say which op
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -156,6 +157,46 @@ COLLECTIVE_EXIT = [
     "    }",
     "  }",
 ]
+
+
+def table_form(source: str, name: str) -> str:
+    """The TABLE form of a (non-collective) kernel: one launch running the same computation
+    over many tensors of different sizes (CoCoNet's scattered tensors: an optimizer step over
+    every parameter tensor of a model) instead of one launch per tensor, with no flattening
+    copy.
+
+    Every parameter becomes a per-tensor table (pointers travel as 64-bit addresses);
+    `blocks` holds the prefix sums of the blocks each tensor gets, so block b serves tensor t
+    with blocks[t] <= b < blocks[t + 1], as block b - blocks[t] of a grid of
+    blocks[t + 1] - blocks[t]. The body is the single-tensor body, reading its block index
+    and grid size from there."""
+    header, rest = source.split("\n", 1)
+    match = re.fullmatch(r"COCO_KERNEL\((\w+), (.*)\) \{", header)
+    assert match and rest.startswith("  COCO_KERNEL_BODY_BEGIN\n"), header
+    body = rest.split("\n", 1)[1]
+    decls, loads = [], []
+    for decl in match.group(2).split(", "):
+        ctype, pname = decl.replace("__restrict__", "").rsplit(None, 1)
+        ctype = " ".join(ctype.split())
+        if ctype.endswith("*"):
+            decls.append(f"const coco_u64* __restrict__ {pname}_tab")
+            loads.append(f"  {ctype} const {pname} = ({ctype}){pname}_tab[t_];")
+        else:
+            decls.append(f"const {ctype}* __restrict__ {pname}_tab")
+            loads.append(f"  const {ctype} {pname} = {pname}_tab[t_];")
+    decls += ["const coco_i64* __restrict__ blocks", "coco_i32 ntensors"]
+    head = [
+        f"COCO_KERNEL({name}, {', '.join(decls)}) {{",
+        "  COCO_KERNEL_BODY_BEGIN",
+        "  coco_i32 t_ = 0;",
+        "  while (t_ + 1 < ntensors && blocks[t_ + 1] <= (coco_i64)coco_block_idx()) ++t_;",
+        *loads,
+        "  const coco_u32 tb_ = (coco_u32)(coco_block_idx() - blocks[t_]);",
+        "  const coco_u32 tg_ = (coco_u32)(blocks[t_ + 1] - blocks[t_]);",
+        "  (void)tb_; (void)tg_;",
+    ]
+    body = body.replace("coco_block_idx()", "tb_").replace("coco_grid_dim()", "tg_")
+    return "\n".join(head) + "\n" + body
 
 
 def _is_float(elt: str) -> bool:
@@ -539,9 +580,10 @@ class ElementwiseKernel:
         raise NotImplementedError(f"no CUDA lowering for {op.name}")
 
 
-def reduction_kernels(name: str, kind: str, elt: str) -> str:
+def reduction_kernels(name: str, kind: str, elt: str) -> tuple[str, str, str]:
     """Two kernels for a full reduction: per-block partials (double / long long, in a fixed
-    order) and a one-block finish that combines them in block order and rounds once."""
+    order) and a one-block finish that combines them in block order and rounds once.
+    Returns (combine helper, partial kernel, finish kernel)."""
     acc = "double" if _is_float(elt) else "coco_i64"
     storage = C_STORAGE[elt]
     load = load_expr(elt, "x[i]")
@@ -556,9 +598,8 @@ def reduction_kernels(name: str, kind: str, elt: str) -> str:
     term = f"(({acc}){load}) * (({acc}){load})" if kind == "norm" else f"({acc}){load}"
     finish = "sqrt(total)" if kind == "norm" else "total"
     out_value = finish
-    return f"""\
-COCO_DEVICE {acc} {name}_combine({acc} a, {acc} b) {{ return {combine}; }}
-
+    helper = f"COCO_DEVICE {acc} {name}_combine({acc} a, {acc} b) {{ return {combine}; }}\n"
+    partial = f"""\
 COCO_KERNEL({name}_partial, const {storage}* __restrict__ x, {acc}* __restrict__ partials, coco_i64 n) {{
   COCO_KERNEL_BODY_BEGIN
   COCO_SHARED_DYN({acc}, acc_, 0);
@@ -578,7 +619,8 @@ COCO_KERNEL({name}_partial, const {storage}* __restrict__ x, {acc}* __restrict__
   }}
   COCO_KERNEL_BODY_END
 }}
-
+"""
+    finish = f"""\
 COCO_KERNEL({name}_finish, const {acc}* __restrict__ partials, coco_i64 count, {storage}* __restrict__ out) {{
   COCO_KERNEL_BODY_BEGIN
   COCO_FOR_THREADS {{
@@ -591,3 +633,4 @@ COCO_KERNEL({name}_finish, const {acc}* __restrict__ partials, coco_i64 count, {
   COCO_KERNEL_BODY_END
 }}
 """
+    return helper, partial, finish

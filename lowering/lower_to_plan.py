@@ -29,6 +29,7 @@ from coconet.dialects.layout_rules import infer_elementwise
 from coconet.lowering import cuda_kernels as K
 from coconet.lowering.plan import (
     COMM_STREAM,
+    ArgTable,
     COMPUTE_STREAM,
     Buffer,
     Collective,
@@ -36,6 +37,7 @@ from coconet.lowering.plan import (
     KernelArg,
     Launch,
     Matmul,
+    PeerTable,
     Plan,
     RankValue,
     RecordEvent,
@@ -72,6 +74,8 @@ class Lowering:
         self.kernels: list[str] = []
         self.kernel_names: set[str] = set()
         self.kernel_texts: dict[str, str] = {}
+        # Kernels that can run in table form (not collective ones), by name -> their text.
+        self.batchable_sources: dict[str, str] = {}
         self.names: set[str] = set()
         self.updated: dict[str, Buffer] = {}
         self.stream = COMPUTE_STREAM
@@ -160,6 +164,7 @@ class Lowering:
             if out.updated_argument:
                 outputs[out.name] = arguments[out.name]
         outputs = {k: outputs[k] for k in [o.name for o in self.program.outputs]}
+        self.steps = self.batch_launches(self.steps)
         source = K.PRELUDE + "\n" + "\n".join(self.kernels)
         return Plan(
             self.program.name,
@@ -170,6 +175,76 @@ class Lowering:
             arguments,
             outputs,
         )
+
+    # -- scattered tensors -----------------------------------------------------------------
+
+    def batch_launches(self, steps: list[Step]) -> list[Step]:
+        """Fold launches of one elementwise kernel (the same computation on tensors of other
+        sizes, e.g. an optimizer over every parameter tensor) into ONE launch of the kernel's
+        table form.
+
+        Steps are list-scheduled on their buffer dependencies: every ready step that cannot be
+        batched goes first (in program order), so that collectives and reductions unlock the
+        launches waiting for them; when only batchable launches are ready, the largest group
+        of one kernel goes out as one launch. Events are barriers: streams keep their order."""
+        out: list[Step] = []
+        segment: list[Step] = []
+        for step in steps:
+            if isinstance(step, RecordEvent | WaitEvent):
+                out += self.schedule_segment(segment)
+                out.append(step)
+                segment = []
+            else:
+                segment.append(step)
+        return out + self.schedule_segment(segment)
+
+    def schedule_segment(self, steps: list[Step]) -> list[Step]:
+        n = len(steps)
+        touched = [step_buffers(s) for s in steps]
+        preds: list[set[int]] = [set() for _ in range(n)]
+        for j in range(n):
+            reads_j, writes_j = touched[j]
+            for i in range(j):
+                reads_i, writes_i = touched[i]
+                if writes_i & (reads_j | writes_j) or writes_j & reads_i:
+                    preds[j].add(i)
+        done: set[int] = set()
+        out: list[Step] = []
+        while len(done) < n:
+            ready = [j for j in range(n) if j not in done and preds[j] <= done]
+            plain = [j for j in ready if not self.batchable(steps[j])]
+            if plain:
+                out += [steps[j] for j in plain]
+                done.update(plain)
+                continue
+            groups: dict[tuple[str, int], list[int]] = {}
+            for j in ready:
+                groups.setdefault((steps[j].kernel, steps[j].stream), []).append(j)
+            group = max(groups.values(), key=lambda g: (len(g), -g[0]))
+            run = [steps[j] for j in group]
+            out.append(self.table_launch(run) if len(run) > 1 else run[0])
+            done.update(group)
+        return out
+
+    def batchable(self, step: Step) -> bool:
+        return isinstance(step, Launch) and step.kernel in self.batchable_sources
+
+    def table_launch(self, run: list[Launch]) -> Launch:
+        name = f"{run[0].kernel}_table"
+        if name not in self.kernel_names:
+            self.kernel_names.add(name)
+            self.kernels.append(K.table_form(self.batchable_sources[run[0].kernel], name))
+        blocks = [0]
+        for launch in run:
+            blocks.append(blocks[-1] + launch.grid)
+        args: list[KernelArg] = [
+            ArgTable(tuple(launch.args[k] for launch in run)) for k in range(len(run[0].args))
+        ]
+        args += [ArgTable(tuple(blocks)), len(run)]
+        writes = tuple(w for launch in run for w in launch.writes)
+        step = Launch(name, blocks[-1], run[0].block, args, run[0].shared_bytes, writes)
+        step.stream = run[0].stream
+        return step
 
     def value_buffer(self, v: SSAValue) -> Buffer:
         if v not in self.buffers:
@@ -245,6 +320,7 @@ class Lowering:
         kernel = K.ElementwiseKernel(self.fresh(f"k_{kernel_hint}"), ops, iteration, inputs, store_specs)
         source, params = kernel.emit()
         name = self.add_kernel(kernel.name, source)
+        self.batchable_sources.setdefault(name, source)
         n = int(np.prod(iteration.local_shape(self.grid_shape), dtype=np.int64))
         args = self.kernel_args(params, iteration, store_buffers)
         self.emit(Launch(name, self.config.grid_for(n), self.config.block, args,
@@ -323,7 +399,14 @@ class Lowering:
     def lower_reduction(self, op: coco.ReduceOp) -> None:
         elt = op.input.type.elt
         kind = op.kind.data
-        name = self.add_kernel(f"k_reduce_{kind}_{elt}", K.reduction_kernels(f"k_reduce_{kind}_{elt}", kind, elt))
+        name = f"k_reduce_{kind}_{elt}"
+        if name not in self.kernel_names:
+            helper, partial, finish = K.reduction_kernels(name, kind, elt)
+            self.kernels.append(helper)
+            self.kernel_names.add(name)
+            for kernel_name, source in ((f"{name}_partial", partial), (f"{name}_finish", finish)):
+                self.add_kernel(kernel_name, source)
+                self.batchable_sources[kernel_name] = source
         x = self.value_buffer(op.input)
         n = x.count
         grid = self.config.grid_for(n)
@@ -356,6 +439,25 @@ class Lowering:
             step.along = op.along.value.data
             step.shift = op.shift.value.data
         self.emit(step)
+
+
+def step_buffers(step: Step) -> tuple[set[str], set[str]]:
+    """Names of the buffers a step reads and writes (symmetric peers count as both)."""
+    match step:
+        case Launch():
+            reads = {a.name for a in step.args if isinstance(a, Buffer)}
+            for a in step.args:
+                if isinstance(a, PeerTable):
+                    reads.add(a.buffer.name)
+                elif isinstance(a, ArgTable):
+                    reads |= {x.name for x in a.items if isinstance(x, Buffer)}
+            writes = set(step.writes) | {a.buffer.name for a in step.args if isinstance(a, PeerTable)}
+            return reads - writes, writes
+        case Collective() | Copy():
+            return {step.src.name}, {step.dst.name}
+        case Matmul():
+            return {step.a.name, step.b.name}, {step.c.name}
+    return set(), set()
 
 
 def range_positions(params) -> tuple[int, int]:

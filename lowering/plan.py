@@ -83,7 +83,21 @@ class Epoch:
         return f"epoch({self.site})"
 
 
-KernelArg = Buffer | int | float | RankValue | PeerTable | Epoch
+@dataclass(frozen=True)
+class ArgTable:
+    """A device array of per-tensor values (pointers of buffers, integers) for a kernel's
+    table form: one launch serving many tensors."""
+
+    items: tuple
+
+    def __str__(self) -> str:
+        def show(a) -> str:
+            return f"%{a.name}" if isinstance(a, Buffer) else str(a)
+
+        return "[" + ", ".join(show(a) for a in self.items) + "]"
+
+
+KernelArg = Buffer | int | float | RankValue | PeerTable | Epoch | ArgTable
 
 
 @dataclass

@@ -22,6 +22,7 @@ from coconet.lowering.plan import (
     Collective,
     Copy,
     Launch,
+    ArgTable,
     Epoch,
     Matmul,
     PeerTable,
@@ -62,6 +63,7 @@ class ThreadedExecutor:
         ]
         self.peer_tables: dict[tuple[str, tuple[int, ...], int], np.ndarray] = {}
         self.epochs: dict[str, int] = {}
+        self.arg_tables: dict[tuple[int, int], np.ndarray] = {}
         self.kernels: dict[str, object] = {}
         self.pool = ThreadPoolExecutor(max_workers=self.size) if self.size > 1 else None
 
@@ -69,7 +71,7 @@ class ThreadedExecutor:
         if launch.kernel not in self.kernels:
             types = []
             for a in launch.args:
-                if isinstance(a, (Buffer, PeerTable)):
+                if isinstance(a, (Buffer, PeerTable, ArgTable)):
                     types.append(ctypes.c_void_p)
                 elif isinstance(a, float):
                     types.append(ctypes.c_double)
@@ -91,6 +93,15 @@ class ThreadedExecutor:
             return self.peer_tables[key]
         if isinstance(a, Epoch):
             return self.epochs[a.site]
+        if isinstance(a, ArgTable):
+            key = (id(a), rank)
+            if key not in self.arg_tables:
+                values = [self.argument(x, rank) for x in a.items]
+                self.arg_tables[key] = np.array(
+                    [v.ctypes.data if isinstance(v, np.ndarray) else v for v in values],
+                    dtype=np.uint64 if isinstance(values[0], np.ndarray) else np.int64,
+                )
+            return self.arg_tables[key]
         if isinstance(a, RankValue):
             return a.table[rank]
         return a
