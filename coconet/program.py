@@ -156,17 +156,25 @@ def load(path: str | Path, entry: str | None = None) -> Program:
             namespace = runpy.run_path(str(path), run_name="coconet_program")
         except CocoError:
             raise
-        except Exception as e:  # the user's Python failed: say where, briefly
-            raise CocoError(f"{path}: running the program file failed: {type(e).__name__}: {e}") from None
+        except Exception as e:  # noqa: BLE001 -- any error of the user's file: report it briefly
+            raise CocoError(
+                f"{path}: running the program file failed: {type(e).__name__}: {e}"
+            ) from None
         candidate = namespace.get("program")
         # `program` may also be the front end's decorator, imported by name: then `build()`.
         if not isinstance(candidate, Program) and callable(namespace.get("build")):
             candidate = namespace["build"]()
         if candidate is None:
-            raise CocoError(f"{path}: define `program` (a coconet Program) or `build()` returning one")
+            raise CocoError(
+                f"{path}: define `program` (a coconet Program) or `build()` returning one"
+            )
         if hasattr(candidate, "program") and not isinstance(candidate, Program):
             candidate = candidate.program
         if not isinstance(candidate, Program):
-            raise CocoError(f"{path}: `program` is a {type(candidate).__name__}, not a coconet Program")
+            raise CocoError(
+                f"{path}: `program` is a {type(candidate).__name__}, not a coconet Program"
+            )
         return candidate
-    raise CocoError(f"{path}: expected a .mlir or .py program, got '{path.suffix or 'no extension'}'")
+    raise CocoError(
+        f"{path}: expected a .mlir or .py program, got '{path.suffix or 'no extension'}'"
+    )

@@ -16,11 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from xdsl.ir import Operation, SSAValue
-
 from coconet.dialects import coco
 from coconet.dialects.coco import TensorType
 from coconet.runtime.values import NUMPY_DTYPES
+from xdsl.ir import Operation, SSAValue
 
 C_STORAGE = {
     "f16": "coco_f16",
@@ -120,7 +119,9 @@ def store_from_double(elt: str, value: str) -> str:
         return f"(float)({value})"
     if elt == "i1":
         return f"(({value}) != 0)"
-    return store_expr(elt, f"(coco_i64)({value})") if elt == "i32" else f"({C_STORAGE[elt]})({value})"
+    return (
+        store_expr(elt, f"(coco_i64)({value})") if elt == "i32" else f"({C_STORAGE[elt]})({value})"
+    )
 
 
 # Cross-rank protocol of a fused collective kernel, between same-index blocks only. `flags`
@@ -234,7 +235,11 @@ def _unary(op: coco.UnaryOp, x: str) -> str:
         case coco.NegOp():
             return f"(-{x})"
         case coco.AbsOp():
-            return f"fabs({x})" if elt == "f64" else (f"fabsf({x})" if _is_float(elt) else f"coco_absi({x})")
+            return (
+                f"fabs({x})"
+                if elt == "f64"
+                else (f"fabsf({x})" if _is_float(elt) else f"coco_absi({x})")
+            )
         case coco.ReluOp():
             return f"({x} > {zero} ? {x} : {zero})" if _is_float(elt) else f"coco_maxi({x}, 0)"
     fn = {
@@ -333,7 +338,9 @@ class ElementwiseKernel:
         if self.coincides(t, it):
             return Operand(v, param, identity=True, scalar=False)
         if self.dim0_only(t, it):
-            return Operand(v, param, identity=False, scalar=False, linear=True, base_param=f"{param}_base")
+            return Operand(
+                v, param, identity=False, scalar=False, linear=True, base_param=f"{param}_base"
+            )
         gap = it.rank - t.rank
         strides = []
         all_broadcast = True
@@ -346,7 +353,14 @@ class ElementwiseKernel:
                 all_broadcast = False
         if all_broadcast:
             return Operand(v, param, identity=False, scalar=True)
-        return Operand(v, param, identity=False, scalar=False, stride_params=strides, base_param=f"{param}_base")
+        return Operand(
+            v,
+            param,
+            identity=False,
+            scalar=False,
+            stride_params=strides,
+            base_param=f"{param}_base",
+        )
 
     def emit(self) -> tuple[str, list[tuple[str, str, object]]]:
         """The kernel text and its parameters: (kind, c declaration, payload) in order.
@@ -389,8 +403,8 @@ class ElementwiseKernel:
         sliced_iteration = any(it.slicing_axes(d) for d in range(it.rank))
         dim0_iteration = sliced_iteration and all(not it.slicing_axes(d) for d in range(1, it.rank))
         need_global = bool(dropouts) and sliced_iteration and not dim0_iteration
-        need_coords = need_coords or need_global or any(
-            not self.coincides(t, it) for _, _, t in self.stores
+        need_coords = (
+            need_coords or need_global or any(not self.coincides(t, it) for _, _, t in self.stores)
         )
         if need_coords:
             for d in range(it.rank):
@@ -479,7 +493,9 @@ class ElementwiseKernel:
             body.append(f"{acc} {name}_acc = {first};")
             body.append(f"for (coco_i32 p_ = 1; p_ < nranks; ++p_) {name}_acc = {combine};")
             rounded = load_expr(res.type.elt, store_from_double(res.type.elt, f"{name}_acc"))
-            body.append(f"const {C_COMPUTE[res.type.elt]} {name} = {rounded};  // comm.reduce_scatter")
+            body.append(
+                f"const {C_COMPUTE[res.type.elt]} {name} = {rounded};  // comm.reduce_scatter"
+            )
             local[res] = name
             return name
 
@@ -527,7 +543,9 @@ class ElementwiseKernel:
 
         lines = [f"COCO_KERNEL({self.name}, {', '.join(p[1] for p in params)}) {{"]
         lines.append("  COCO_KERNEL_BODY_BEGIN")
-        lines.append("  const coco_range r_ = coco_chunk(end - begin, coco_grid_dim(), coco_block_idx(), 4);")
+        lines.append(
+            "  const coco_range r_ = coco_chunk(end - begin, coco_grid_dim(), coco_block_idx(), 4);"
+        )
         if self.is_collective:
             lines += COLLECTIVE_ENTRY
         lines.append("  COCO_BLOCK_STRIDE_LOOP(coco_i64, j_, r_.begin, r_.end) {")
@@ -569,13 +587,13 @@ class ElementwiseKernel:
                 k = dropouts.index(op)
                 elt = op.result.type.elt
                 prob = op.prob.value.data
-                scale = np.array(1.0 / (1.0 - prob), dtype=np.float64 if elt == "f64" else np.float32)
+                scale = np.array(
+                    1.0 / (1.0 - prob), dtype=np.float64 if elt == "f64" else np.float32
+                )
                 scale_lit = scale.item().hex() + ("" if elt == "f64" else "f")
                 zero = "0.0" if elt == "f64" else "0.0f"
                 seed = op.seed.value.data & 0xFFFFFFFFFFFFFFFF
-                keep = (
-                    f"coco_dropout_keep({seed}ull, gidx_, stream{k}, {dropout_threshold(prob)}u)"
-                )
+                keep = f"coco_dropout_keep({seed}ull, gidx_, stream{k}, {dropout_threshold(prob)}u)"
                 return f"({keep} ? {args[0]} * {scale_lit} : {zero})"
         raise NotImplementedError(f"no CUDA lowering for {op.name}")
 

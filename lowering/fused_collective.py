@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from xdsl.ir import Operation, SSAValue
-
 from coconet.dialects import coco, comm
 from coconet.lowering import cuda_kernels as K
 from coconet.lowering.plan import Epoch, Launch, PeerTable, RankValue
+from xdsl.ir import Operation, SSAValue
+
 from coconet.program import CocoError
 
 if TYPE_CHECKING:
@@ -37,7 +37,11 @@ MAX_COLLECTIVE_BLOCKS = 64
 def _in_kernel(op: Operation) -> bool:
     return isinstance(
         op,
-        coco.ElementwiseOp | coco.ConstantOp | coco.SliceOp | comm.ReduceScatterOp | comm.AllGatherOp,
+        coco.ElementwiseOp
+        | coco.ConstantOp
+        | coco.SliceOp
+        | comm.ReduceScatterOp
+        | comm.AllGatherOp,
     )
 
 
@@ -107,7 +111,9 @@ def emit_collective_kernel(
     # The kernel iterates over this rank's slice: the type of the sliced values.
     sliced = [op.result for op in scatters] + [r for op in compute for r in op.results]
     sliced += [op.input for op in gathers]
-    iteration = lw.iteration_type([v.owner for v in sliced if isinstance(v.owner, Operation)], [v.type for v in sliced])
+    iteration = lw.iteration_type(
+        [v.owner for v in sliced if isinstance(v.owner, Operation)], [v.type for v in sliced]
+    )
 
     inside = {r for op in members for r in op.results}
     inputs: list[SSAValue] = []
@@ -119,9 +125,13 @@ def emit_collective_kernel(
     stores = [r for op in compute + scatters for r in op.results if _used_outside(r, members)]
     store_specs = [(v, f"out{k}", v.type) for k, v in enumerate(stores)]
     store_specs += [(u.value, f"upd{k}", u.target.type) for k, u in enumerate(updates)]
-    store_buffers = [lw.buffer_for(v) for v in stores] + [lw.value_buffer(u.target) for u in updates]
+    store_buffers = [lw.buffer_for(v) for v in stores] + [
+        lw.value_buffer(u.target) for u in updates
+    ]
 
-    kernel = K.ElementwiseKernel(lw.fresh("k_fused_all_reduce"), compute, iteration, inputs, store_specs)
+    kernel = K.ElementwiseKernel(
+        lw.fresh("k_fused_all_reduce"), compute, iteration, inputs, store_specs
+    )
     for op in scatters:
         kernel.peer_reductions[op.result] = (op.input, op.kind.data)
     for op in gathers:
@@ -134,10 +144,16 @@ def emit_collective_kernel(
     for op in scatters:
         lw.make_symmetric(op.input)
     for op in gathers:
-        lw.buffers[op.result] = lw.new_buffer(op.result.name_hint or "gathered", op.result.type, symmetric=True)
+        lw.buffers[op.result] = lw.new_buffer(
+            op.result.name_hint or "gathered", op.result.type, symmetric=True
+        )
     group = lw.group_size(span)
     flags = lw.new_buffer(
-        f"{kernel.name}_flags", iteration, kind="scratch", symmetric=True, elt="u32",
+        f"{kernel.name}_flags",
+        iteration,
+        kind="scratch",
+        symmetric=True,
+        elt="u32",
         shape=(2 * group * MAX_COLLECTIVE_BLOCKS,),
     )
     count = 1
@@ -146,7 +162,9 @@ def emit_collective_kernel(
     grid = min(lw.config.grid_for(count), MAX_COLLECTIVE_BLOCKS)
 
     special = {"peers_in", "peers_out", "flags", "epoch", "me", "nranks"}
-    generic = iter(lw.kernel_args([p for p in params if p[0] not in special], iteration, store_buffers))
+    generic = iter(
+        lw.kernel_args([p for p in params if p[0] not in special], iteration, store_buffers)
+    )
     args = []
     for kind, _decl, payload in params:
         if kind in ("peers_in", "peers_out"):
@@ -165,8 +183,12 @@ def emit_collective_kernel(
 
     lw.emit(
         Launch(
-            name, grid, lw.config.block, args,
-            writes=tuple(b.name for b in store_buffers), range_positions=range_positions(params),
+            name,
+            grid,
+            lw.config.block,
+            args,
+            writes=tuple(b.name for b in store_buffers),
+            range_positions=range_positions(params),
             iteration_shape=iteration.local_shape(lw.grid_shape),
             iteration_type=iteration,
         )

@@ -20,17 +20,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from xdsl.dialects import func
-from xdsl.ir import Operation, SSAValue
-
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import TensorType
 from coconet.dialects.layout_rules import infer_elementwise
 from coconet.lowering import cuda_kernels as K
 from coconet.lowering.plan import (
     COMM_STREAM,
-    ArgTable,
     COMPUTE_STREAM,
+    ArgTable,
     Buffer,
     Collective,
     Copy,
@@ -44,8 +41,12 @@ from coconet.lowering.plan import (
     Step,
     WaitEvent,
 )
-from coconet.program import CocoError, Program
 from coconet.runtime import values as V
+from xdsl.dialects import func
+from xdsl.ir import Operation, SSAValue
+from xdsl.utils.exceptions import VerifyException
+
+from coconet.program import CocoError, Program
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,9 @@ class Lowering:
         self.names.add(name)
         return name
 
-    def new_buffer(self, hint: str, t: TensorType, kind="temp", symmetric=False, elt="", shape=None) -> Buffer:
+    def new_buffer(
+        self, hint: str, t: TensorType, kind="temp", symmetric=False, elt="", shape=None
+    ) -> Buffer:
         buf = Buffer(
             self.fresh(hint),
             t,
@@ -268,7 +271,13 @@ class Lowering:
             case coco.ReduceOp():
                 self.lower_reduction(op)
             case coco.MatmulOp():
-                self.emit(Matmul(self.value_buffer(op.lhs), self.value_buffer(op.rhs), self.buffer_for(op.result)))
+                self.emit(
+                    Matmul(
+                        self.value_buffer(op.lhs),
+                        self.value_buffer(op.rhs),
+                        self.buffer_for(op.result),
+                    )
+                )
             case coco.SliceOp():
                 self.lower_elementwise([op], kernel_hint="slice")
             case coco.UpdateOp():
@@ -280,12 +289,14 @@ class Lowering:
 
     # -- elementwise kernels -----------------------------------------------------------------
 
-    def iteration_type(self, ops: Sequence[Operation], types: Sequence[TensorType] | None = None) -> TensorType:
+    def iteration_type(
+        self, ops: Sequence[Operation], types: Sequence[TensorType] | None = None
+    ) -> TensorType:
         if types is None:
             types = [r.type for op in ops for r in op.results]
         try:
             return infer_elementwise(types, same_element_type=False)
-        except Exception as e:
+        except VerifyException as e:
             raise CocoError(
                 f"[lower-fused-layouts] cannot compute {', '.join(o.name for o in ops)} in one "
                 f"kernel: their results have incompatible layouts ({e})"
@@ -317,19 +328,30 @@ class Lowering:
         for k, upd in enumerate(updates):
             store_specs.append((upd.value, f"upd{k}", upd.target.type))
             store_buffers.append(self.value_buffer(upd.target))
-        kernel = K.ElementwiseKernel(self.fresh(f"k_{kernel_hint}"), ops, iteration, inputs, store_specs)
+        kernel = K.ElementwiseKernel(
+            self.fresh(f"k_{kernel_hint}"), ops, iteration, inputs, store_specs
+        )
         source, params = kernel.emit()
         name = self.add_kernel(kernel.name, source)
         self.batchable_sources.setdefault(name, source)
         n = int(np.prod(iteration.local_shape(self.grid_shape), dtype=np.int64))
         args = self.kernel_args(params, iteration, store_buffers)
-        self.emit(Launch(name, self.config.grid_for(n), self.config.block, args,
-                         writes=tuple(b.name for b in store_buffers),
-                         range_positions=range_positions(params),
-                         iteration_shape=iteration.local_shape(self.grid_shape),
-                         iteration_type=iteration))
+        self.emit(
+            Launch(
+                name,
+                self.config.grid_for(n),
+                self.config.block,
+                args,
+                writes=tuple(b.name for b in store_buffers),
+                range_positions=range_positions(params),
+                iteration_shape=iteration.local_shape(self.grid_shape),
+                iteration_type=iteration,
+            )
+        )
 
-    def kernel_args(self, params, iteration: TensorType, store_buffers: list[Buffer]) -> list[KernelArg]:
+    def kernel_args(
+        self, params, iteration: TensorType, store_buffers: list[Buffer]
+    ) -> list[KernelArg]:
         it = iteration
         it_local = it.local_shape(self.grid_shape)
         n = int(np.prod(it_local, dtype=np.int64))
@@ -353,15 +375,38 @@ class Lowering:
                 local = t.local_shape(self.grid_shape)
                 args.append(int(np.prod(local[d - gap + 1 :], dtype=np.int64)))
             elif kind == "base":
-                args.append(self.rank_table(f"base_{payload.name_hint or 'v'}", lambda r, v=payload: self.base_offset(v.type, it, r)))
+                args.append(
+                    self.rank_table(
+                        f"base_{payload.name_hint or 'v'}",
+                        lambda r, v=payload: self.base_offset(v.type, it, r),
+                    )
+                )
             elif kind == "gstart":
-                args.append(self.rank_table(f"start{payload}", lambda r, d=payload: V.piece_range(it, d, self.coords[r], self.grid_shape)[0]))
+                args.append(
+                    self.rank_table(
+                        f"start{payload}",
+                        lambda r, d=payload: V.piece_range(it, d, self.coords[r], self.grid_shape)[
+                            0
+                        ],
+                    )
+                )
             elif kind == "goffset":
                 stride0 = int(np.prod(it.get_shape()[1:], dtype=np.int64))
-                args.append(self.rank_table("goffset", lambda r: V.piece_range(it, 0, self.coords[r], self.grid_shape)[0] * stride0))
+                args.append(
+                    self.rank_table(
+                        "goffset",
+                        lambda r, s0=stride0: (
+                            V.piece_range(it, 0, self.coords[r], self.grid_shape)[0] * s0
+                        ),
+                    )
+                )
             elif kind == "stream":
                 t = payload.input.type
-                args.append(self.rank_table("stream", lambda r, t=t: V.stream_index(t, self.coords[r], self.grid_shape)))
+                args.append(
+                    self.rank_table(
+                        "stream", lambda r, t=t: V.stream_index(t, self.coords[r], self.grid_shape)
+                    )
+                )
         return args
 
     def base_offset(self, t: TensorType, it: TensorType, rank: int) -> int:
@@ -388,7 +433,9 @@ class Lowering:
         direct, copied = [], []
         for u in updates:
             (direct if u.target.type == u.value.type else copied).append(u)
-        self.lower_elementwise(compute, "fused", stores=yielded + [u.value for u in copied], updates=direct)
+        self.lower_elementwise(
+            compute, "fused", stores=yielded + [u.value for u in copied], updates=direct
+        )
         for u in copied:
             self.emit(Copy(self.value_buffer(u.value), self.value_buffer(u.target)))
         for u in direct:
@@ -411,11 +458,25 @@ class Lowering:
         n = x.count
         grid = self.config.grid_for(n)
         acc = "f64" if elt in ("f16", "bf16", "f32", "f64") else "i64"
-        partials = self.new_buffer(f"{op.result.name_hint or 'r'}_partials", op.result.type, kind="scratch", elt=acc, shape=(grid,))
+        partials = self.new_buffer(
+            f"{op.result.name_hint or 'r'}_partials",
+            op.result.type,
+            kind="scratch",
+            elt=acc,
+            shape=(grid,),
+        )
         out = self.buffer_for(op.result)
         acc_bytes = 8
-        self.emit(Launch(f"{name}_partial", grid, self.config.block, [x, partials, n],
-                         shared_bytes=acc_bytes * self.config.block, writes=(partials.name,)))
+        self.emit(
+            Launch(
+                f"{name}_partial",
+                grid,
+                self.config.block,
+                [x, partials, n],
+                shared_bytes=acc_bytes * self.config.block,
+                writes=(partials.name,),
+            )
+        )
         self.emit(Launch(f"{name}_finish", 1, 1, [partials, grid, out], writes=(out.name,)))
 
     def lower_update(self, op: coco.UpdateOp) -> None:
@@ -451,7 +512,9 @@ def step_buffers(step: Step) -> tuple[set[str], set[str]]:
                     reads.add(a.buffer.name)
                 elif isinstance(a, ArgTable):
                     reads |= {x.name for x in a.items if isinstance(x, Buffer)}
-            writes = set(step.writes) | {a.buffer.name for a in step.args if isinstance(a, PeerTable)}
+            writes = set(step.writes) | {
+                a.buffer.name for a in step.args if isinstance(a, PeerTable)
+            }
             return reads - writes, writes
         case Collective() | Copy():
             return {step.src.name}, {step.dst.name}

@@ -28,6 +28,7 @@ from coconet.lowering.plan import (
     Step,
     WaitEvent,
 )
+
 from coconet.program import CocoError
 
 if TYPE_CHECKING:
@@ -82,7 +83,9 @@ def lower_overlap(lw: Lowering, region: comm.OverlapOp) -> None:
     for c in range(chunks):
         lo, hi = c * mi // chunks, (c + 1) * mi // chunks
         lw.stream = COMPUTE_STREAM
-        lw.emit(Matmul(a_buf, b_buf, c_buf, rows=tuple((k * mi + lo, k * mi + hi) for k in range(g))))
+        lw.emit(
+            Matmul(a_buf, b_buf, c_buf, rows=tuple((k * mi + lo, k * mi + hi) for k in range(g)))
+        )
         lw.emit(RecordEvent(f"{c_buf.name}_chunk{c}"))
         lw.stream = COMM_STREAM
         lw.emit(WaitEvent(f"{c_buf.name}_chunk{c}"))

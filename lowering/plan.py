@@ -186,9 +186,7 @@ class Matmul(Step):
     rows: tuple[tuple[int, int], ...] | None = None
 
     def text(self) -> str:
-        rows = (
-            " rows " + " ".join(f"[{lo}, {hi})" for lo, hi in self.rows) if self.rows else ""
-        )
+        rows = " rows " + " ".join(f"[{lo}, {hi})" for lo, hi in self.rows) if self.rows else ""
         return f"matmul %{self.a.name}, %{self.b.name} -> %{self.c.name}{rows}"
 
 

@@ -37,4 +37,6 @@ def dropout_threshold(prob: float) -> int:
 
 
 def dropout_keep(seed: int, index: np.ndarray, stream: int, prob: float) -> np.ndarray:
-    return (counter_hash(seed, index, stream) >> np.uint64(40)) >= np.uint64(dropout_threshold(prob))
+    return (counter_hash(seed, index, stream) >> np.uint64(40)) >= np.uint64(
+        dropout_threshold(prob)
+    )

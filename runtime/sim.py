@@ -13,17 +13,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from coconet.dialects import coco, comm
+from coconet.dialects.coco import TensorType
+from coconet.dialects.layout_rules import check_bound_shapes
+from coconet.runtime import values as V
+from coconet.runtime.counter_rng import dropout_keep
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
-from coconet.dialects import coco, comm
-from coconet.dialects.coco import TensorType
-from coconet.dialects.layout_rules import check_bound_shapes
 from coconet.program import CocoError, Program, load, output_name
-from coconet.runtime import values as V
-from coconet.runtime.counter_rng import dropout_keep
 
 Pieces = list[np.ndarray]
 
@@ -90,7 +90,9 @@ def check_program_on_grid(program: Program, grid_shape: Sequence[int]) -> None:
                     what = f"%{res.name_hint}" if res.name_hint else f"result #{i} of {op.name}"
                     check_bound_shapes(res.type, grid_shape, what)
     except VerifyException as e:
-        raise CocoError(f"@{program.name} cannot run on {int(np.prod(grid_shape))} rank(s): {e}") from None
+        raise CocoError(
+            f"@{program.name} cannot run on {int(np.prod(grid_shape))} rank(s): {e}"
+        ) from None
 
 
 def run(
@@ -174,7 +176,9 @@ class Interpreter:
 
     # -- helpers --------------------------------------------------------------------------
 
-    def localize(self, piece: np.ndarray, src: TensorType, dst: TensorType, rank: int) -> np.ndarray:
+    def localize(
+        self, piece: np.ndarray, src: TensorType, dst: TensorType, rank: int
+    ) -> np.ndarray:
         """Cut `piece` (held under layout `src`) down to what this rank holds under `dst`,
         aligning trailing dims as broadcasting does (a replicated operand of a sliced result
         is sliced implicitly; a broadcast dim of size 1 is left alone)."""
@@ -277,7 +281,10 @@ def _elementwise(
     with np.errstate(all="ignore"):  # inf/nan propagate as on a GPU; no warnings
         for r in range(it.size):
             operands = [
-                _to_compute(it.localize(a[r], v.type, res_t, r), v.type if v.type.elt == "i1" else compute_type)
+                _to_compute(
+                    it.localize(a[r], v.type, res_t, r),
+                    v.type if v.type.elt == "i1" else compute_type,
+                )
                 for a, v in zip(args, op.operands)
             ]
             out.append(_round(fn(*operands), res_t))
@@ -343,7 +350,9 @@ def run_dropout(it: Interpreter, op: coco.DropoutOp) -> list[Pieces]:
     scale = cdt.type(1.0 / (1.0 - prob))
     out = []
     for r, piece in enumerate(it.get(op.input)):
-        keep = dropout_keep(seed, global_flat_index(it, t, r), V.stream_index(t, it.coords[r], it.grid_shape), prob)
+        keep = dropout_keep(
+            seed, global_flat_index(it, t, r), V.stream_index(t, it.coords[r], it.grid_shape), prob
+        )
         keep = np.broadcast_to(keep, piece.shape)
         x = piece.astype(cdt)
         out.append(_round(np.where(keep, x * scale, cdt.type(0)), t))
@@ -383,7 +392,9 @@ def run_reduce(it: Interpreter, op: coco.ReduceOp) -> list[Pieces]:
 
 def run_slice(it: Interpreter, op: coco.SliceOp) -> list[Pieces]:
     src, dst = op.input.type, op.result.type
-    return [[np.ascontiguousarray(it.localize(p, src, dst, r)) for r, p in enumerate(it.get(op.input))]]
+    return [
+        [np.ascontiguousarray(it.localize(p, src, dst, r)) for r, p in enumerate(it.get(op.input))]
+    ]
 
 
 def run_update(it: Interpreter, op: coco.UpdateOp) -> list[Pieces]:
@@ -417,7 +428,9 @@ def _combine(kind: str, pieces: Sequence[np.ndarray], t: TensorType) -> np.ndarr
 # lowered plans reuse exactly these semantics for their library-collective steps.
 
 
-def all_reduce(it: Interpreter, pieces: Pieces, kind: str, src: TensorType, dst: TensorType, span) -> Pieces:
+def all_reduce(
+    it: Interpreter, pieces: Pieces, kind: str, src: TensorType, dst: TensorType, span
+) -> Pieces:
     out: Pieces = [None] * it.size  # type: ignore[list-item]
     for group in it.groups(span):
         total = _round(_combine(kind, [pieces[r] for r in group], src), dst)
@@ -426,7 +439,9 @@ def all_reduce(it: Interpreter, pieces: Pieces, kind: str, src: TensorType, dst:
     return out
 
 
-def reduce_scatter(it: Interpreter, pieces: Pieces, kind: str, src: TensorType, dst: TensorType, span) -> Pieces:
+def reduce_scatter(
+    it: Interpreter, pieces: Pieces, kind: str, src: TensorType, dst: TensorType, span
+) -> Pieces:
     out: Pieces = [None] * it.size  # type: ignore[list-item]
     for group in it.groups(span):
         total = _round(_combine(kind, [pieces[r] for r in group], src), dst)
@@ -440,7 +455,9 @@ def all_gather(it: Interpreter, pieces: Pieces, src: TensorType, dst: TensorType
     for group in it.groups(span):
         for r in group:
             mine = np.empty(dst.local_shape(it.grid_shape), dtype=pieces[r].dtype)
-            starts = [V.piece_range(dst, d, it.coords[r], it.grid_shape)[0] for d in range(dst.rank)]
+            starts = [
+                V.piece_range(dst, d, it.coords[r], it.grid_shape)[0] for d in range(dst.rank)
+            ]
             for m in group:
                 index = []
                 for d in range(src.rank):
@@ -466,7 +483,9 @@ def broadcast(it: Interpreter, pieces: Pieces, root: int, span) -> Pieces:
     return out
 
 
-def reduce(it: Interpreter, pieces: Pieces, kind: str, root: int, src: TensorType, dst: TensorType, span) -> Pieces:
+def reduce(
+    it: Interpreter, pieces: Pieces, kind: str, root: int, src: TensorType, dst: TensorType, span
+) -> Pieces:
     out: Pieces = [p.copy() for p in pieces]
     for group in it.groups(span):
         target = _root_rank("comm.reduce", root, group)
@@ -487,11 +506,15 @@ def send(it: Interpreter, pieces: Pieces, along: int, shift: int) -> Pieces:
 
 
 def run_all_reduce(it: Interpreter, op: comm.AllReduceOp) -> list[Pieces]:
-    return [all_reduce(it, it.get(op.input), op.kind.data, op.input.type, op.result.type, op.span())]
+    return [
+        all_reduce(it, it.get(op.input), op.kind.data, op.input.type, op.result.type, op.span())
+    ]
 
 
 def run_reduce_scatter(it: Interpreter, op: comm.ReduceScatterOp) -> list[Pieces]:
-    return [reduce_scatter(it, it.get(op.input), op.kind.data, op.input.type, op.result.type, op.span())]
+    return [
+        reduce_scatter(it, it.get(op.input), op.kind.data, op.input.type, op.result.type, op.span())
+    ]
 
 
 def run_all_gather(it: Interpreter, op: comm.AllGatherOp) -> list[Pieces]:
@@ -503,7 +526,17 @@ def run_broadcast(it: Interpreter, op: comm.BroadcastOp) -> list[Pieces]:
 
 
 def run_collective_reduce(it: Interpreter, op: comm.ReduceOp) -> list[Pieces]:
-    return [reduce(it, it.get(op.input), op.kind.data, op.root.value.data, op.input.type, op.result.type, op.span())]
+    return [
+        reduce(
+            it,
+            it.get(op.input),
+            op.kind.data,
+            op.root.value.data,
+            op.input.type,
+            op.result.type,
+            op.span(),
+        )
+    ]
 
 
 def run_send(it: Interpreter, op: comm.SendOp) -> list[Pieces]:

@@ -15,15 +15,14 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-
 from coconet.lowering.host_compiler import HostLibrary, compile_host
 from coconet.lowering.plan import (
+    ArgTable,
     Buffer,
     Collective,
     Copy,
-    Launch,
-    ArgTable,
     Epoch,
+    Launch,
     Matmul,
     PeerTable,
     Plan,
@@ -31,11 +30,12 @@ from coconet.lowering.plan import (
     RecordEvent,
     WaitEvent,
 )
-from coconet.program import CocoError, Program
 from coconet.runtime import sim
 from coconet.runtime import values as V
 
-HOST_DTYPES = dict(V.NUMPY_DTYPES, **{"f64acc": np.dtype(np.float64)})
+from coconet.program import CocoError, Program
+
+HOST_DTYPES = dict(V.NUMPY_DTYPES, f64acc=np.dtype(np.float64))
 
 
 def buffer_dtype(buf: Buffer) -> np.dtype:
@@ -149,7 +149,9 @@ class ThreadedExecutor:
                         a2 = a.reshape(-1, a.shape[-1])
                         c2 = c.reshape(-1, c.shape[-1])
                         for lo, hi in step.rows:
-                            c2[lo:hi] = np.matmul(a2[lo:hi].astype(cdt), b.astype(cdt)).astype(c.dtype)
+                            c2[lo:hi] = np.matmul(a2[lo:hi].astype(cdt), b.astype(cdt)).astype(
+                                c.dtype
+                            )
             case Copy():
                 for mem in self.memory:
                     np.copyto(mem[step.dst.name], mem[step.src.name])

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 
 import ml_dtypes
 import numpy as np
-
 from coconet.dialects.coco import TensorType
+
 from coconet.program import CocoError
 
 NUMPY_DTYPES: dict[str, np.dtype] = {
@@ -87,8 +87,7 @@ def piece_of(
     for a in t.local_axes():
         value = value[coords[a]]
     index = tuple(
-        slice(s, s + n)
-        for s, n in (piece_range(t, d, coords, grid_shape) for d in range(t.rank))
+        slice(s, s + n) for s, n in (piece_range(t, d, coords, grid_shape) for d in range(t.rank))
     )
     return np.array(value[index], order="C")  # a copy; ascontiguousarray makes 0-d arrays 1-d
 

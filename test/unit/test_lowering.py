@@ -16,14 +16,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-import coconet
 from coconet.dialects import coco
 from coconet.lowering.lower_to_plan import LaunchConfig, lower
 from coconet.lowering.nvrtc import compile_cuda, nvrtc_available
-from coconet.program import Program
-from coconet.runtime.threaded import ThreadedExecutor
 from coconet.runtime.sim import prepare_inputs
+from coconet.runtime.threaded import ThreadedExecutor
+
+import coconet
+from coconet.program import Program
 
 EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.mlir"))
 FULL = os.environ.get("COCONET_FULL") == "1"
@@ -100,7 +100,11 @@ def compare(program: Program, got: dict, want: dict, context: str) -> None:
         else:
             rtol = TOLERANCE[program_dtype(a)]
             np.testing.assert_allclose(
-                a.astype(np.float64), b.astype(np.float64), rtol=rtol, atol=rtol, err_msg=f"{context}: {name}"
+                a.astype(np.float64),
+                b.astype(np.float64),
+                rtol=rtol,
+                atol=rtol,
+                err_msg=f"{context}: {name}",
             )
 
 
@@ -127,7 +131,9 @@ def test_host_execution_matches_oracle(path: Path, pipeline: str):
             inputs = prepare_inputs(program, None, plan.grid_shape, seed=ranks)
             want = coconet.run(program, inputs, ranks=ranks, inplace=False).outputs
             got = ThreadedExecutor(plan).run(inputs)
-            compare(program, got, want, f"{path.stem} [{pipeline}] ranks={ranks} block={config.block}")
+            compare(
+                program, got, want, f"{path.stem} [{pipeline}] ranks={ranks} block={config.block}"
+            )
 
 
 @functools.cache

@@ -7,16 +7,15 @@ oracle on 1, 2 and 4 ranks."""
 from pathlib import Path
 
 import numpy as np
+import numpy_references as ref
 import pytest
-
-import coconet
 from coconet.lowering.lower_to_plan import LaunchConfig, lower
 from coconet.lowering.plan import ArgTable, Launch
 from coconet.runtime.sim import prepare_inputs
 from coconet.runtime.threaded import ThreadedExecutor
 from coconet.tools.coco_run import apply_pipeline
 
-import numpy_references as ref
+import coconet
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SIZES = (2048, 1024, 512, 64)
