@@ -505,12 +505,12 @@ class BinaryOp(ElementwiseOp):
     def verify_layouts(self) -> None:
         from coconet.dialects import layout_rules
 
-        self.expect_result(
-            layout_rules.infer_elementwise(
-                [self.lhs.type, self.rhs.type],
-                names=[layout_rules.value_name(self.lhs), layout_rules.value_name(self.rhs)],
-            )
+        inferred = layout_rules.infer_elementwise(
+            [self.lhs.type, self.rhs.type],
+            names=[layout_rules.value_name(self.lhs), layout_rules.value_name(self.rhs)],
         )
+        layout_rules.check_not_boolean(inferred, self.name)
+        self.expect_result(inferred)
 
     def print(self, printer: Printer) -> None:
         printer.print_string(" ")

@@ -133,8 +133,16 @@ class CollectiveOp(CocoOp):
         Rewriter.replace_value_with_new_type(self.results[0], self.infer())
 
     def verify_layouts(self) -> None:
+        from coconet.dialects.layout_rules import check_innermost_slicing
+
         self.check_axes()
-        self.expect_result(self.infer())
+        inferred = self.infer()
+        self.expect_result(inferred)
+        # Gathering or scattering a dim that several axes cut must act on the innermost ones.
+        if isinstance(self, AllGatherOp):
+            check_innermost_slicing(self, self.input.type, self.span())
+        elif isinstance(self, ReduceScatterOp):
+            check_innermost_slicing(self, inferred, self.span())
 
     # -- syntax: comm.OP [KIND] %x [root N] [over [..]] {attrs} : T -> T ---------------------
 
@@ -413,6 +421,13 @@ class SendOp(CollectiveOp):
             )
 
     def axis_rule(self, axis: int, layout: LayoutAttr) -> LayoutAttr:
+        if isinstance(layout, SlicedAttr):
+            # Each rank would receive a slice but the result type promises a full value.
+            raise _fail(
+                "send-input",
+                f"comm.send along grid axis {axis} of {self.input.type}, which is sliced along "
+                "that axis: all_gather it first, or send it along another axis",
+            )
         return LOCAL
 
     def print_extra(self, printer: Printer) -> None:

@@ -233,7 +233,17 @@ def infer_unary(t: Attribute, float_only: bool, op_name: str) -> TensorType:
     tt = _as_tensor(t, "the operand")
     if float_only and not is_float_type(tt.element_type):
         raise fail("element-types", f"{op_name} needs a floating-point tensor, got {tt.elt}")
+    check_not_boolean(tt, op_name)
     return tt
+
+
+def check_not_boolean(t: TensorType, op_name: str) -> None:
+    """i1 tensors are masks: compared, selected with, cast, but not computed with."""
+    if t.elt == "i1":
+        raise fail(
+            "element-types",
+            f"{op_name} does not compute on i1 tensors ({t}): cast the mask to a number first",
+        )
 
 
 def infer_compare(lhs: Attribute, rhs: Attribute, names: Sequence[str] = ()) -> TensorType:
@@ -330,6 +340,22 @@ def infer_reduction(kind: str, t: Attribute) -> TensorType:
 # --------------------------------------------------------------------------------------------
 
 
+def check_innermost_slicing(op: Operation, sliced: TensorType, axes: Sequence[int]) -> None:
+    """A dim cut by several grid axes is cut in mixed radix, outermost axis first; a gather,
+    scatter or slice that changes some of those axes keeps every piece one contiguous run
+    only if they are the innermost ones."""
+    for d in range(sliced.rank):
+        cutting = sliced.slicing_axes(d)
+        changed = [a for a in cutting if a in axes]
+        if changed and tuple(changed) != cutting[len(cutting) - len(changed) :]:
+            raise fail(
+                "mixed-radix-order",
+                f"{op.name} changes the slicing of dim {d} of {sliced} along grid axes "
+                f"{changed}, but that dim is cut by axes {list(cutting)} (outermost first): "
+                "only the innermost cutting axes can be gathered, scattered or sliced",
+            )
+
+
 def check_slice(op: Operation, src: TensorType, dst: TensorType) -> None:
     if src.get_shape() != dst.get_shape() or src.element_type != dst.element_type:
         raise fail("slice-type", f"coco.slice keeps shape and element type: {src} -> {dst}")
@@ -344,6 +370,10 @@ def check_slice(op: Operation, src: TensorType, dst: TensorType) -> None:
             f"coco.slice of {value_name(op.operands[0])} takes a replicated axis to sliced, but "
             f"grid axis {axis} goes {layout_str(ls)} -> {layout_str(ld)}",
         )
+    changed = [
+        a for a in range(max(len(src.layouts), len(dst.layouts))) if src.layout_on(a) != dst.layout_on(a)
+    ]
+    check_innermost_slicing(op, dst, changed)
 
 
 def _runs_after(user: Operation, op: Operation) -> bool:

@@ -641,7 +641,7 @@ def test_result_type_is_checked() -> None:
         (lambda x: comm.ReduceOp(x, "prod", root=1), T([8], f32, LOCAL), T([8], f32, LOCAL)),
         (lambda x: comm.ReduceOp(x), T([8]), T([8], f32, LOCAL)),
         (lambda x: SendOp(x), T([8]), T([8], f32, LOCAL)),
-        (lambda x: SendOp(x, along=0, shift=-1), T([8], f32, S0), T([8], f32, LOCAL)),
+        (lambda x: SendOp(x, along=0, shift=-1), T([8], f32, LOCAL), T([8], f32, LOCAL)),
         # on a 2-D grid: `over` picks the axes; the others keep their layout
         (lambda x: AllReduceOp(x, axes=[1]), T([8], f32, LOCAL, LOCAL), T([8], f32, LOCAL, REPLICATED)),
         (lambda x: AllReduceOp(x, axes=[0, 1]), T([8], f32, LOCAL, LOCAL), T([8])),

@@ -668,3 +668,21 @@ func.func @not_a_tensor(%a: f32) {
 // CHECK-LABEL: // {{-----}}
 // CHECK: operand 'input' at position 0 does not verify:
 // CHECK-NEXT: f32 should be of base attribute coco.tensor
+
+// -----
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [element-types] coco.sub does not compute on i1 tensors
+func.func @boolean_arithmetic(%a: !coco.tensor<8xi1>, %b: !coco.tensor<8xi1>) {
+  %c = coco.sub %a, %b : !coco.tensor<8xi1>
+  func.return
+}
+
+// -----
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [mixed-radix-order] coco.slice changes the slicing of dim 0
+func.func @slice_outer_axis(%x: !coco.tensor<8xf32, [replicated, sliced<0>]>) attributes {coco.grid = #coco.grid<[2, 2]>} {
+  %y = coco.slice %x : !coco.tensor<8xf32, [replicated, sliced<0>]> -> !coco.tensor<8xf32, [sliced<0>, sliced<0>]>
+  func.return
+}

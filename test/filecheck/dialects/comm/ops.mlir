@@ -24,7 +24,7 @@ func.func @collectives(%g: !coco.tensor<4096xf16, local>, %r: !coco.tensor<64x8x
   %11 = comm.reduce sum %l root 7 : !coco.tensor<16xi64, local>
   %12 = comm.reduce prod %r root 0 {k} : !coco.tensor<64x8xbf16> -> !coco.tensor<64x8xbf16, local>
   %13 = comm.send %l along 0 shift 1 : !coco.tensor<16xi64, local>
-  %14 = comm.send %s along 0 shift -2 {k} : !coco.tensor<64x8xf32, sliced<1>> -> !coco.tensor<64x8xf32, local>
+  %14 = comm.send %l along 0 shift -2 {k} : !coco.tensor<16xi64, local>
   func.return
 }
 
@@ -44,7 +44,7 @@ func.func @collectives(%g: !coco.tensor<4096xf16, local>, %r: !coco.tensor<64x8x
 // CHECK-NEXT:    %11 = comm.reduce sum %l root 7 : !coco.tensor<16xi64, local>{{$}}
 // CHECK-NEXT:    %12 = comm.reduce prod %r root 0 {k} : !coco.tensor<64x8xbf16> -> !coco.tensor<64x8xbf16, local>{{$}}
 // CHECK-NEXT:    %13 = comm.send %l along 0 shift 1 : !coco.tensor<16xi64, local>{{$}}
-// CHECK-NEXT:    %14 = comm.send %s along 0 shift -2 {k} : !coco.tensor<64x8xf32, sliced<1>> -> !coco.tensor<64x8xf32, local>{{$}}
+// CHECK-NEXT:    %14 = comm.send %l along 0 shift -2 {k} : !coco.tensor<16xi64, local>{{$}}
 // CHECK-NEXT:    func.return{{$}}
 
 // GENERIC-LABEL: "func.func"() <{sym_name = "collectives"

@@ -423,3 +423,21 @@ func.func @nested(%a: !coco.tensor<8xf32, sliced<0>>) {
 
 // CHECK-LABEL: // {{-----}}
 // CHECK: [all-reduce-input] all_reduce of %a : !coco.tensor<8xf32, sliced<0>>, which is sliced<0> on grid axis 0: all_reduce takes local or replicated tensors (all_gather a slice)
+
+// -----
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [send-input] comm.send along grid axis 0 of !coco.tensor<8x4xf32, [sliced<1>, local]>, which is sliced along that axis
+func.func @send_of_slice(%x: !coco.tensor<8x4xf32, [sliced<1>, local]>) attributes {coco.grid = #coco.grid<[2, 2]>} {
+  %y = comm.send %x along 0 shift 1 : !coco.tensor<8x4xf32, [sliced<1>, local]> -> !coco.tensor<8x4xf32, [local, local]>
+  func.return
+}
+
+// -----
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [mixed-radix-order] comm.all_gather changes the slicing of dim 0 of !coco.tensor<8xf32, [sliced<0>, sliced<0>]> along grid axes [0], but that dim is cut by axes [0, 1]
+func.func @gather_outer_axis(%x: !coco.tensor<8xf32, [sliced<0>, sliced<0>]>) attributes {coco.grid = #coco.grid<[2, 2]>} {
+  %y = comm.all_gather %x over [0] : !coco.tensor<8xf32, [sliced<0>, sliced<0>]> -> !coco.tensor<8xf32, [replicated, sliced<0>]>
+  func.return
+}
