@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 run: setup
-	$(BIN)/coco-run examples/adam.mlir --np 4 --backend sim
+	$(BIN)/coco-run examples/adam.mlir --np 4 --backend cpu --schedule ar-c --schedule rs-c-ag --schedule 'fuse(rs-c-ag)' --check --bench -q
 
 lit: setup
 	$(BIN)/lit -sv test/filecheck

@@ -5,9 +5,10 @@
     result = coconet.run(program, inputs, ranks=4)      # the sim oracle
 """
 
+from coconet.compile import compile  # noqa: A004 -- coconet.compile(program, ...) by design
 from coconet.program import CocoError, Program, load, parse_module
 
-__all__ = ["CocoError", "Program", "load", "parse_module", "run"]
+__all__ = ["CocoError", "Program", "compile", "load", "parse_module", "run"]
 
 
 def run(program, inputs=None, ranks: int = 1, **kwargs):

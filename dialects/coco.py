@@ -16,7 +16,9 @@ also how scalars read: `!coco.tensor<f32>`.
 Numerics (the sim oracle implements exactly this, and generated kernels must too): every op
 computes in f32 for f16/bf16/f32 operands (f64 for f64, int64 for integers) and rounds its
 result to its element type, so a fused kernel that keeps intermediates in registers must still
-round them. Integer division truncates toward zero, as in C.
+round them. Transcendentals (pow, exp, log, tanh, gelu, sigmoid) compute in f64 and round
+once: f32 implementations differ between NumPy, glibc and CUDA, f64 ones rarely enough that
+their rounded results agree. Integer division truncates toward zero, as in C.
 """
 
 from __future__ import annotations

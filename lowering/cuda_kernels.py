@@ -204,6 +204,22 @@ def _is_float(elt: str) -> bool:
     return elt in ("f16", "bf16", "f32", "f64")
 
 
+# Ops whose float results differ between math libraries: computed in double and rounded once
+# (the sim does the same), so CUDA, glibc and NumPy agree on nearly every input.
+TRANSCENDENTAL = (coco.PowOp, coco.ExpOp, coco.LogOp, coco.TanhOp, coco.GeluOp, coco.SigmoidOp)
+
+
+def in_double(op: Operation) -> bool:
+    return isinstance(op, TRANSCENDENTAL) and op.results[0].type.elt in ("f16", "bf16", "f32")
+
+
+def round_from_double(elt: str, value: str) -> str:
+    """Round a double to `elt` once, staying in the compute type (float)."""
+    if elt in ("f16", "bf16"):
+        return f"coco_round_{elt}(coco_f64_to_f32_odd({value}))"
+    return f"(float)({value})"
+
+
 def _binary(op: coco.BinaryOp, a: str, b: str) -> str:
     elt = op.result.type.elt
     f = _is_float(elt)
@@ -224,7 +240,7 @@ def _binary(op: coco.BinaryOp, a: str, b: str) -> str:
         case coco.PowOp():
             if not f:
                 return f"coco_powi({a}, {b})"
-            return f"powf({a}, {b})" if elt != "f64" else f"pow({a}, {b})"
+            return f"pow((double){a}, (double){b})"
     raise NotImplementedError(op.name)
 
 
@@ -242,6 +258,8 @@ def _unary(op: coco.UnaryOp, x: str) -> str:
             )
         case coco.ReluOp():
             return f"({x} > {zero} ? {x} : {zero})" if _is_float(elt) else f"coco_maxi({x}, 0)"
+    if in_double(op):
+        x = f"(double){x}"
     fn = {
         coco.SqrtOp: "coco_sqrt",
         coco.RsqrtOp: "coco_rsqrt",
@@ -451,6 +469,8 @@ class ElementwiseKernel:
                 body.append("const coco_u64 gidx_ = (coco_u64)i;")
 
         local: dict[SSAValue, str] = {}
+        hoisted: list[str] = []
+        invariant: set[str] = set()
 
         def index_of(o: Operand) -> str:
             if o.identity:
@@ -469,6 +489,12 @@ class ElementwiseKernel:
                 return reduce_from_peers(v)
             o = operands[v]
             expr = load_expr(v.type.elt, f"{o.param}[{index_of(o)}]")
+            if o.scalar:
+                name = f"x{len(local)}"
+                hoisted.append(f"const {C_COMPUTE[v.type.elt]} {name} = {expr};")
+                invariant.add(name)
+                local[v] = name
+                return name
             name = f"x{len(local)}"
             body.append(f"const {C_COMPUTE[v.type.elt]} {name} = {expr};")
             local[v] = name
@@ -500,12 +526,21 @@ class ElementwiseKernel:
             return name
 
         for k, op in enumerate(self.ops):
-            expr = self.expression(op, [ref(v) for v in op.operands], dropouts)
+            args = [ref(v) for v in op.operands]
+            expr = self.expression(op, args, dropouts)
             res = op.results[0]
             elt = res.type.elt
             name = f"t{k}"
             comment = f"  // {op.name}" + (f" %{res.name_hint}" if res.name_hint else "")
-            body.append(f"const {C_COMPUTE[elt]} {name} = {round_expr(elt, expr)};{comment}")
+            rounded = round_from_double(elt, expr) if in_double(op) else round_expr(elt, expr)
+            line = f"const {C_COMPUTE[elt]} {name} = {rounded};{comment}"
+            # Values that do not depend on the element (scalars: bias corrections, constants)
+            # are computed once per block (per thread on a GPU), outside the element loop.
+            if not isinstance(op, coco.DropoutOp) and all(a in invariant for a in args):
+                hoisted.append(line)
+                invariant.add(name)
+            else:
+                body.append(line)
             local[res] = name
         for v, param, t in self.stores:
             value = ref(v)
@@ -546,6 +581,7 @@ class ElementwiseKernel:
         lines.append(
             "  const coco_range r_ = coco_chunk(end - begin, coco_grid_dim(), coco_block_idx(), 4);"
         )
+        lines += ["  " + line for line in hoisted]
         if self.is_collective:
             lines += COLLECTIVE_ENTRY
         lines.append("  COCO_BLOCK_STRIDE_LOOP(coco_i64, j_, r_.begin, r_.end) {")

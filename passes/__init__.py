@@ -7,5 +7,54 @@ from xdsl.passes import ModulePass
 
 
 def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
-    passes: dict[str, Callable[[], type[ModulePass]]] = {}
-    return passes
+    def split_allreduce() -> type[ModulePass]:
+        from coconet.passes.split_allreduce import SplitAllReducePass
+
+        return SplitAllReducePass
+
+    def reorder() -> type[ModulePass]:
+        from coconet.passes.reorder import ReorderPass
+
+        return ReorderPass
+
+    def as_slice() -> type[ModulePass]:
+        from coconet.passes.as_slice import AsSlicePass
+
+        return AsSlicePass
+
+    def dce() -> type[ModulePass]:
+        from coconet.passes.dce import DeadCodeEliminationPass
+
+        return DeadCodeEliminationPass
+
+    def fuse() -> type[ModulePass]:
+        from coconet.passes.fuse import FusePass
+
+        return FusePass
+
+    def overlap() -> type[ModulePass]:
+        from coconet.passes.overlap import OverlapPass
+
+        return OverlapPass
+
+    def sliced_send() -> type[ModulePass]:
+        from coconet.passes.sliced_send import SlicedSendPass
+
+        return SlicedSendPass
+
+    def canonicalize() -> type[ModulePass]:
+        from coconet.passes.canonicalize import CanonicalizePass
+
+        return CanonicalizePass
+
+    return {
+        "coco-split-allreduce": split_allreduce,
+        "coco-reorder": reorder,
+        "coco-as-slice": as_slice,
+        "coco-dce": dce,
+        "coco-fuse": fuse,
+        "coco-overlap": overlap,
+        "coco-sliced-send": sliced_send,
+        "coco-canonicalize": canonicalize,
+        "coco-schedule": lambda: __import__("coconet.passes.schedule", fromlist=["_"]).SchedulePass,
+    }

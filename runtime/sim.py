@@ -254,6 +254,10 @@ UNARY_FUNCS: dict[type, Callable[[np.ndarray], np.ndarray]] = {
     coco.SigmoidOp: lambda x: x.dtype.type(1) / (x.dtype.type(1) + np.exp(-x)),
 }
 
+# Functions whose f32 implementations differ between libraries (NumPy, glibc, CUDA): they
+# compute in f64 and round once, so every implementation agrees on (nearly) every input.
+TRANSCENDENTAL = (coco.PowOp, coco.ExpOp, coco.LogOp, coco.TanhOp, coco.GeluOp, coco.SigmoidOp)
+
 CMP_FUNCS = {
     "eq": np.equal,
     "ne": np.not_equal,
@@ -269,7 +273,7 @@ def _to_compute(x: np.ndarray, t: TensorType) -> np.ndarray:
 
 
 def _round(x: np.ndarray, t: TensorType) -> np.ndarray:
-    return np.asarray(x).astype(V.numpy_dtype(t))
+    return V.round_f64(x, t.elt)
 
 
 def _elementwise(
@@ -287,6 +291,8 @@ def _elementwise(
                 )
                 for a, v in zip(args, op.operands)
             ]
+            if isinstance(op, TRANSCENDENTAL) and operands[0].dtype == np.float32:
+                operands = [x.astype(np.float64) for x in operands]
             out.append(_round(fn(*operands), res_t))
     return [out]
 

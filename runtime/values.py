@@ -49,6 +49,22 @@ def compute_dtype(t: TensorType) -> np.dtype:
     }[t.elt]
 
 
+def round_f64(x: np.ndarray, elt: str) -> np.ndarray:
+    """Round f64 values to element type `elt` ONCE, to nearest even. NumPy does so for f16 and
+    f32, but ml_dtypes converts f64 to bf16 through f32 (rounding twice): round to odd in f32
+    first, which makes the second rounding exact."""
+    x = np.asarray(x)
+    if elt != "bf16" or x.dtype != np.float64:
+        return x.astype(NUMPY_DTYPES[elt])
+    f = x.astype(np.float32)
+    inexact = f.astype(np.float64) != x
+    away = np.abs(f.astype(np.float64)) > np.abs(x)
+    bits = f.view(np.uint32).copy()
+    bits = np.where(inexact & away, bits - np.uint32(1), bits)
+    bits = np.where(inexact, bits | np.uint32(1), bits)
+    return bits.view(np.float32).astype(NUMPY_DTYPES["bf16"])
+
+
 def coords_of(rank: int, grid_shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(int(c) for c in np.unravel_index(rank, tuple(grid_shape)))
 

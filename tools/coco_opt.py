@@ -82,14 +82,22 @@ class CocoOptMain(xDSLOptMain):
 
         before = prog.clone()
         super().apply_passes(prog)
-        reports = check_module_equivalence(
-            before,
-            prog,
-            self.args.equivalence_ranks,
-            self.args.equivalence_seeds,
-            exact=not self.args.equivalence_tolerant,
-        )
         pipeline = self.args.passes or "(no passes)"
+        try:
+            reports = check_module_equivalence(
+                before,
+                prog,
+                self.args.equivalence_ranks,
+                self.args.equivalence_seeds,
+                exact=not self.args.equivalence_tolerant,
+            )
+        except EquivalenceError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the sim cannot run the original: say so, briefly
+            raise EquivalenceError(
+                f"--verify-equivalence: the sim cannot run the original program, so the "
+                f"pipeline '{pipeline}' cannot be checked: {type(e).__name__}: {e}"
+            ) from None
         failed = [r for r in reports if not r.ok]
         if failed:
             raise EquivalenceError(
@@ -120,7 +128,9 @@ def _int_list(text: str) -> tuple[int, ...]:
     try:
         values = tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got '{text}'") from None
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got '{text}'"
+        ) from None
     if not values:
         raise argparse.ArgumentTypeError("expected at least one integer")
     return values

@@ -132,12 +132,16 @@ def _adam_moments(g1, m, v, beta1, beta2, step):
     def op(fn, *xs):
         return ew(fn, *xs, out=F32)
 
+    def pow_(a, b):
+        # Transcendentals compute in f64 and round once to f32 (dialects/coco.py numerics).
+        return np.power(np.float64(a), np.float64(b)).astype(F32)
+
     one = np.float32(1.0)
     m1 = op(np.add, op(np.multiply, beta1, m), op(np.multiply, op(np.subtract, one, beta1), g1))
     t = op(np.multiply, op(np.subtract, one, beta2), g1)
     v1 = op(np.add, op(np.multiply, beta2, v), op(np.multiply, t, g1))
-    mhat = op(np.divide, m1, op(np.subtract, one, op(np.power, beta1, step)))
-    vhat = op(np.divide, v1, op(np.subtract, one, op(np.power, beta2, step)))
+    mhat = op(np.divide, m1, op(np.subtract, one, pow_(beta1, step)))
+    vhat = op(np.divide, v1, op(np.subtract, one, pow_(beta2, step)))
     return m1, v1, mhat, vhat
 
 

@@ -1,0 +1,1211 @@
+"""The schedule API: CoCoNet's transformations as calls on a program, each one a verified IR pass.
+
+    from coconet.schedule import Schedule
+    s = Schedule(program)                      # works on a clone; `program` is untouched
+    rs, ag = s.split("g1")                     # coco-split-allreduce{ops=g1}
+    s.reorder(ag)                              # coco-reorder{ops=g1}: computation onto slices
+    s.as_slice("m", "v")                       # coco-as-slice{ops=m,v}: ZeRO-style sharded state
+    fused = s.fuse(rs, mode="all_reduce")      # coco-fuse{mode=all_reduce ops=g1_rs}
+    s.program, s.ir(), s.pipeline              # the scheduled Program, its text, and the
+                                               # coco-opt pipeline that reproduces it
+
+Every method applies the corresponding pass in TARGETED mode (its `ops` option names the SSA
+values to act on; a call without targets runs the pass greedily), verifies the result and
+returns name-based handles (`Handle`) to what the pass created. An illegal request raises
+`ScheduleError` (a `CocoError`) carrying the pass's `[rule] message`; the program is left as
+it was. `s.pipeline` is the comma-separated pass pipeline of every step so far:
+`coco-opt FILE -p "<s.pipeline>"` gives the same IR (for a module holding one function: a
+Schedule schedules one function and runs each pass on it alone).
+
+Targets are SSA names (`"g1"` or `"%g1"`), handles, or xDSL values/ops of `s.program`. Only
+named values can be targeted (passes find ops by `name_hint`); to act on unnamed ops, call the
+method without targets (greedy mode).
+
+Named schedules (CoCoNet's variants, chosen by a program's structure): `named_schedules`,
+`apply_schedule`, and the `coco-schedule{name=...}` pass (passes/schedule.py). The autotuner's
+space: `enumerate_schedules`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import BlockArgument, Operation, OpResult, SSAValue
+from xdsl.passes import ModulePass, PassPipeline
+from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException
+
+from coconet.dialects import coco, comm
+from coconet.dialects.coco import ReplicatedAttr, SlicedAttr, TensorType
+from coconet.program import CocoError, Program, make_context
+
+__all__ = [
+    "Handle",
+    "Reordered",
+    "Schedule",
+    "ScheduleError",
+    "apply_pipeline",
+    "apply_schedule",
+    "enumerate_schedules",
+    "enumerate_scheduled_programs",
+    "named_schedules",
+    "resolve_schedule_name",
+    "schedule",
+    "NAMED_SCHEDULES",
+]
+
+# A dynamic (`?`) process-grid axis is sized at launch: a split then slices the lowest tensor
+# dim that divides by this many ranks (a node of 8 GPUs), so the schedule runs on 1, 2, 4 and 8
+# ranks; failing that, the dim with the largest power-of-two factor.
+PREFERRED_GROUP = 8
+
+
+VERIFY_RULE = "schedule-verify"  # a pass left IR that does not verify: a pass bug
+
+
+class ScheduleError(CocoError):
+    """An illegal schedule request. `rule` is the refusing pass's rule (`split-allreduce-op`,
+    `reorder-local`, ...; `schedule-*` for the API's own checks), `step` the pass spec that was
+    refused (None for the API's own checks)."""
+
+    def __init__(self, message: str, rule: str | None = None, step: str | None = None):
+        super().__init__(message)
+        self.rule = rule
+        self.step = step
+
+
+_RULE = re.compile(r"^\[([A-Za-z0-9_.-]+)\]")
+
+
+def _error(rule: str, message: str) -> ScheduleError:
+    return ScheduleError(f"[{rule}] {message}", rule)
+
+
+# --------------------------------------------------------------------------------------------
+# Pass pipelines as text
+# --------------------------------------------------------------------------------------------
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+
+
+def _format_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return str(v)
+    text = str(v)
+    if _IDENT.fullmatch(text) and text not in ("true", "false"):
+        return text
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def format_pass(p: ModulePass) -> str:
+    """`p` as coco-opt pipeline text, options at their defaults left out: names print bare
+    where xDSL's pipeline lexer reads them back as identifiers, quoted otherwise."""
+    spec = p.spec()
+    if not spec.parameters:
+        return spec.name
+    opts = []
+    for key, values in spec.parameters.items():
+        if not values:
+            opts.append(key)
+        else:
+            opts.append(f"{key}=" + ",".join(_format_value(v) for v in values))
+    return f"{spec.name}{{{' '.join(opts)}}}"
+
+
+def format_pipeline(passes: Iterable[ModulePass]) -> str:
+    return ",".join(format_pass(p) for p in passes)
+
+
+def parse_pipeline(text: str) -> list[ModulePass]:
+    """The passes of a coco-opt pipeline string (coconet's passes and xDSL's)."""
+    from xdsl.transforms import get_all_passes as xdsl_passes
+
+    from coconet.passes import get_all_passes
+
+    available = dict(xdsl_passes()) | dict(get_all_passes())
+    try:
+        return list(PassPipeline.parse_spec(available, text).passes)
+    except (ValueError, DiagnosticException, ArgSpecParseError) as e:
+        # ArgSpecParseError is a BaseException in xDSL 0.74
+        hint = ""
+        if "coco-schedule" in text and "(" in text:
+            hint = ' (quote a schedule name with parentheses: name="fuse(rs-c-ag)")'
+        raise _error("schedule-pipeline", f"cannot parse the pipeline '{text}'{hint}: {e}") from None
+
+
+def _pass(name: str, **options: Any) -> ModulePass:
+    from coconet.passes import get_all_passes
+
+    cls = get_all_passes()[name]()
+    return cls(**{k: v for k, v in options.items() if v is not None})
+
+
+# --------------------------------------------------------------------------------------------
+# Running passes on one function
+# --------------------------------------------------------------------------------------------
+
+_CTX: Context | None = None
+
+
+def _context() -> Context:
+    global _CTX
+    if _CTX is None:
+        _CTX = make_context()
+    return _CTX
+
+
+def _run_on_function(program: Program, p: ModulePass) -> None:
+    """Apply `p` to `program.func` alone (targeted passes find values by name module-wide, so
+    a module's other functions are set aside meanwhile)."""
+    module, fn = program.module, program.func
+    if all(op is fn for op in module.ops):
+        p.apply(_context(), module)
+        return
+    block = module.body.block
+    after = fn.next_op
+    fn.detach()
+    alone = ModuleOp([fn])
+    try:
+        p.apply(_context(), alone)
+    finally:
+        fn.detach()
+        if after is not None:
+            block.insert_op_before(fn, after)
+        else:
+            block.add_op(fn)
+
+
+def _as_program(program: Any) -> Program:
+    if isinstance(program, Program):
+        return program
+    if isinstance(program, ModuleOp):
+        return Program(program)
+    if isinstance(program, str | Path):
+        from coconet.program import load
+
+        return load(program)
+    inner = getattr(program, "program", None)
+    if isinstance(inner, Program):
+        return inner
+    raise CocoError(f"cannot schedule a {type(program).__name__}: expected a coconet Program")
+
+
+# --------------------------------------------------------------------------------------------
+# Handles
+# --------------------------------------------------------------------------------------------
+
+
+def _top_level_named(fn: func.FuncOp, name: str) -> SSAValue | None:
+    block = fn.body.block
+    for a in block.args:
+        if a.name_hint == name:
+            return a
+    found = None
+    for op in block.ops:
+        for r in op.results:
+            if r.name_hint == name:
+                found = r
+    if found is not None:
+        return found
+    for op in fn.walk():
+        for r in op.results:
+            if r.name_hint == name:
+                return r
+    return None
+
+
+@dataclass(frozen=True, eq=False)
+class Handle:
+    """A name-based reference to a value (or the op producing it) of a Schedule's program.
+
+    It stays valid across later steps as long as some op still produces a value of that name
+    (a value moved into a fused region is found inside it). `str(handle)` is `%name`. A region
+    with no results has no name: such a handle holds the op itself and cannot be targeted."""
+
+    schedule: Schedule = field(repr=False)
+    name: str | None
+    kind: str  # the producing op's name (`comm.reduce_scatter`, ...) or `argument`
+    _op: Operation | None = field(default=None, repr=False)
+
+    @property
+    def value(self) -> SSAValue | None:
+        if self.name is None:
+            return None
+        return _top_level_named(self.schedule.program.func, self.name)
+
+    @property
+    def op(self) -> Operation | None:
+        """The op producing the value now (None for an argument)."""
+        if self.name is None:
+            return self._op if self._op is not None and self._op.parent is not None else None
+        v = self.value
+        return v.owner if isinstance(v, OpResult) else None
+
+    @property
+    def type(self) -> Any:
+        v = self.value
+        return None if v is None else v.type
+
+    def __str__(self) -> str:
+        return f"%{self.name}" if self.name else f"<unnamed {self.kind}>"
+
+
+class Reordered:
+    """What `Schedule.reorder` returns: unpacks as CoCoNet's `(newComps, newAGs)`: the moved
+    computations (their sliced values) and the all_gathers re-inserted for values that leave
+    the moved set; `slices` holds the slices of replicated operands it made."""
+
+    def __init__(self, computations: list[Handle], gathers: list[Handle], slices: list[Handle]):
+        self.computations = computations
+        self.gathers = gathers
+        self.slices = slices
+
+    def __iter__(self) -> Iterator[list[Handle]]:
+        return iter((self.computations, self.gathers))
+
+    def __repr__(self) -> str:
+        show = lambda hs: "[" + ", ".join(map(str, hs)) + "]"  # noqa: E731
+        return (
+            f"Reordered(computations={show(self.computations)}, gathers={show(self.gathers)}, "
+            f"slices={show(self.slices)})"
+        )
+
+
+Target = str | Handle | SSAValue | Operation
+
+
+def _target_name(t: Target, method: str) -> str:
+    if isinstance(t, Handle):
+        if t.name is None:
+            raise _error(
+                "schedule-target",
+                f"{method}: {t} has no SSA name, so no pass can target it; target a named op "
+                "it holds, or call without targets (greedy mode)",
+            )
+        return t.name
+    if isinstance(t, str):
+        name = t[1:] if t.startswith("%") else t
+        if not name:
+            raise _error("schedule-target", f"{method}: empty target name")
+        return name
+    if isinstance(t, SSAValue):
+        if not t.name_hint:
+            raise _error(
+                "schedule-target",
+                f"{method}: the value has no SSA name; name it in the program (passes find "
+                "ops by name) or call without targets (greedy mode)",
+            )
+        return t.name_hint
+    if isinstance(t, Operation):
+        named = [r.name_hint for r in t.results if r.name_hint]
+        if not named:
+            raise _error("schedule-target", f"{method}: {t.name} has no named result to target")
+        return named[0]
+    raise _error("schedule-target", f"{method}: cannot target a {type(t).__name__}")
+
+
+def _flatten(targets: Iterable[Any]) -> list[Target]:
+    out: list[Target] = []
+    for t in targets:
+        if isinstance(t, list | tuple | set | frozenset | Reordered):
+            out.extend(_flatten(t))
+        elif t is not None:
+            out.append(t)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# The schedule
+# --------------------------------------------------------------------------------------------
+
+
+class Schedule:
+    """A schedule of one program (its first function, or `entry`): see the module docstring."""
+
+    def __init__(self, program: Any, entry: str | None = None):
+        p = _as_program(program)
+        if entry is not None and entry != p.name:
+            p = Program(p.module, entry)
+        self._program = p.clone()
+        self._steps: list[ModulePass] = []
+        self._new_values: list[SSAValue] = []
+
+    # -- state -------------------------------------------------------------------------
+
+    @property
+    def program(self) -> Program:
+        """The scheduled program (a clone of the one given)."""
+        return self._program
+
+    @property
+    def steps(self) -> list[str]:
+        """The pass specs applied so far, in order."""
+        return [format_pass(p) for p in self._steps]
+
+    @property
+    def pipeline(self) -> str:
+        """The coco-opt pipeline reproducing this schedule (`""` for no steps)."""
+        return format_pipeline(self._steps)
+
+    def ir(self, generic: bool = False) -> str:
+        """The scheduled module as text."""
+        return self._program.print(generic=generic)
+
+    def copy(self) -> Schedule:
+        """An independent schedule with the same steps so far (for exploring alternatives)."""
+        other = object.__new__(Schedule)
+        other._program = self._program.clone()
+        other._steps = list(self._steps)
+        other._new_values = []
+        return other
+
+    def __repr__(self) -> str:
+        return f"Schedule(@{self._program.name}, pipeline={self.pipeline!r})"
+
+    # -- applying passes -----------------------------------------------------------------
+
+    def _snapshot(self) -> tuple[set[int], list[Any]]:
+        keep: list[Any] = list(self._program.func.walk())
+        for op in list(keep):
+            keep.extend(op.results)
+        keep.extend(self._program.func.body.block.args)
+        return {id(x) for x in keep}, keep
+
+    def _run(self, p: ModulePass) -> list[Operation]:
+        """Apply `p`, verify, record it; returns the ops it created (program order). On a
+        refusal the program is left as it was and ScheduleError carries the rule."""
+        spec = format_pass(p)
+        seen, keep = self._snapshot()
+        backup = self._program.clone()
+        try:
+            _run_on_function(self._program, p)
+        except DiagnosticException as e:
+            self._restore(backup)
+            msg = str(e).strip()
+            m = _RULE.match(msg)
+            raise ScheduleError(f"{spec}: {msg}", m.group(1) if m else None, spec) from None
+        except CocoError as e:
+            self._restore(backup)
+            rule = getattr(e, "rule", None)
+            raise ScheduleError(f"{spec}: {e}", rule, spec) from None
+        except BaseException:
+            self._restore(backup)  # a pass crashed: keep the schedule as it was, and say so
+            raise
+        try:
+            self._program.verify()
+        except CocoError as e:
+            self._restore(backup)
+            raise ScheduleError(
+                f"{spec}: the pass produced invalid IR (a pass bug): {e}", VERIFY_RULE, spec
+            ) from None
+        self._steps.append(p)
+        new_ops = [op for op in self._program.func.walk() if id(op) not in seen]
+        self._new_values = [
+            r for op in self._program.func.walk() for r in op.results if id(r) not in seen
+        ]
+        del keep
+        return new_ops
+
+    def _restore(self, backup: Program) -> None:
+        self._program = backup
+
+    def _handle(self, v: SSAValue) -> Handle:
+        kind = "argument" if isinstance(v, BlockArgument) else v.owner.name  # type: ignore[union-attr]
+        return Handle(self, v.name_hint, kind)
+
+    def _op_handle(self, op: Operation) -> Handle:
+        named = [r for r in op.results if r.name_hint]
+        if named:
+            return Handle(self, named[0].name_hint, op.name)
+        return Handle(self, None, op.name, op)
+
+    def handle(self, target: Target) -> Handle:
+        """A handle to a named value of the program (checks that it exists)."""
+        name = _target_name(target, "handle")
+        v = _top_level_named(self._program.func, name)
+        if v is None:
+            raise _error("schedule-target", f"no value named %{name} in @{self._program.name}")
+        return self._handle(v)
+
+    def _names(self, targets: Sequence[Any], method: str) -> tuple[str, ...]:
+        return tuple(_target_name(t, method) for t in _flatten(targets))
+
+    def apply(self, pipeline: str | ModulePass | Sequence[ModulePass]) -> list[Handle]:
+        """Apply any pass or pipeline (text or pass objects), step by step; returns handles
+        to the named values the steps created."""
+        passes = parse_pipeline(pipeline) if isinstance(pipeline, str) else (
+            [pipeline] if isinstance(pipeline, ModulePass) else list(pipeline)
+        )
+        new: list[Operation] = []
+        with self._all_or_nothing():
+            for p in passes:
+                new = [op for op in new if op.parent is not None] + self._run(p)
+        return [self._handle(r) for op in new for r in op.results if r.name_hint]
+
+    @contextlib.contextmanager
+    def _all_or_nothing(self) -> Iterator[None]:
+        """Several passes as one step: if one is refused, none of them stays applied."""
+        program, steps = self._program.clone(), list(self._steps)
+        try:
+            yield
+        except BaseException:
+            self._program, self._steps = program, steps
+            raise
+
+    # -- CoCoNet's transformations -------------------------------------------------------
+
+    def split(self, *targets: Target, dim: int | str | None = None) -> Any:
+        """`rs, ag = s.split(ar)`: all_reduce -> reduce_scatter + all_gather (the gather
+        keeps the all_reduce's name; the reduce_scatter is `%<name>_rs`). Several targets
+        give a list of pairs; none splits every all_reduce (greedy). `dim`: the tensor dim
+        the reduce_scatter slices (default 0, the pass's default); `"auto"` picks per target
+        the dim that divides on the group (see PREFERRED_GROUP)."""
+        names = self._names(targets, "split")
+        if dim == "auto":
+            dims = {n: self._auto_dim(n) for n in names}
+            groups: dict[int, list[str]] = {}
+            for n in names:
+                groups.setdefault(dims[n], []).append(n)
+            if not names:
+                ars = [o for o in self._program.func.body.block.ops if isinstance(o, comm.AllReduceOp)]
+                groups = {auto_split_dim(ars[0]) if ars else 0: []}
+            new: list[Operation] = []
+            with self._all_or_nothing():
+                for d, ns in groups.items():
+                    new = [o for o in new if o.parent is not None] + self._run(
+                        _pass("coco-split-allreduce", ops=tuple(ns), dim=d or None)
+                    )
+        else:
+            if dim is not None and not isinstance(dim, int):
+                raise _error("schedule-option", f"split: dim must be an int or 'auto', got {dim!r}")
+            new = self._run(_pass("coco-split-allreduce", ops=names, dim=dim or None))
+        pairs = [
+            (self._handle(op.input), self._handle(op.result))
+            for op in new
+            if isinstance(op, comm.AllGatherOp) and isinstance(op.input.owner, comm.ReduceScatterOp)
+        ]
+        return pairs[0] if len(names) == 1 and len(pairs) == 1 else pairs
+
+    def _auto_dim(self, name: str) -> int:
+        v = _top_level_named(self._program.func, name)
+        if v is None or not isinstance(v.owner, comm.AllReduceOp):
+            return 0  # the pass refuses with its own rule
+        return auto_split_dim(v.owner)
+
+    def reorder(self, computations: Any = None, ag: Target | None = None) -> Reordered:
+        """CoCoNet's `reorder(comps, ag)`: move elementwise computation consuming the
+        all_gather `ag` before it, onto slices. `s.reorder(ag)` moves the maximal legal set;
+        `s.reorder([c1, c2], ag)` (or without `ag`) exactly the named computations; with no
+        arguments, every all_gather (greedy). Returns `Reordered` (`comps, ags = ...`)."""
+        if ag is None and computations is not None and not isinstance(
+            computations, list | tuple | set | frozenset
+        ):
+            computations, ag = None, computations
+        names = self._names([computations, ag], "reorder")
+        new = self._run(_pass("coco-reorder", ops=names))
+        comps: list[Handle] = []
+        gathers: list[Handle] = []
+        slices: list[Handle] = []
+        # moved ops keep their op but get a new (sliced) result value; moved reductions
+        # become new ops (partial reduction, all_reduce, ...)
+        for v in self._new_values:
+            op = v.owner
+            if isinstance(op, comm.AllGatherOp):
+                gathers.append(self._handle(v))
+            elif isinstance(op, coco.SliceOp):
+                slices.append(self._handle(v))
+            elif v.name_hint and not isinstance(op, comm.CollectiveOp):
+                comps.append(self._handle(v))
+        return Reordered(comps, gathers, slices)
+
+    def as_slice(self, *args: Target) -> list[Handle]:
+        """CoCoNet's `asSlice(tensors)`: keep replicated arguments (optimizer state) sliced.
+        Returns handles to the (now sliced) arguments; none given: every legal updated
+        argument (greedy)."""
+        names = self._names(args, "as_slice")
+        self._run(_pass("coco-as-slice", ops=names))
+        fn = self._program.func
+        if names:
+            return [self.handle(n) for n in names]
+        return [self._handle(a) for a in fn.body.block.args if a.name_hint and _sliced_somewhere(a.type)]
+
+    def fuse(self, *targets: Target, mode: str = "auto") -> Any:
+        """CoCoNet's `fuse`: `mode="elementwise"` fuses the named elementwise ops into one
+        kernel; `mode="all_reduce"` fuses a reduce_scatter's chain (name the reduce_scatter,
+        or the exact set) into one FusedAllReduce; `mode="send"` fuses computation into a
+        send; `auto` picks by the targets. No targets: greedy. Returns the new region's
+        handle (a list when several regions were made)."""
+        names = self._names(targets, "fuse")
+        new = self._run(_pass("coco-fuse", ops=names, mode=None if mode == "auto" else mode))
+        regions = [self._op_handle(op) for op in new if isinstance(op, comm.FusedOp)]
+        return regions[0] if len(regions) == 1 else regions
+
+    def overlap(
+        self, producer: Target | None = None, consumer: Target | None = None, chunks: int = 4
+    ) -> Any:
+        """CoCoNet's `overlap(mm, fusedAR)`: pipeline a matmul with the collective (or fused
+        collective) consuming it, in `chunks` pieces. Name the matmul, the consumer, or both
+        (then the consumer must be the one reading the matmul). Neither: greedy. Returns the
+        overlap region's handle."""
+        names: tuple[str, ...]
+        if producer is not None:
+            names = (_target_name(producer, "overlap"),)
+            if consumer is not None:
+                self._check_consumer(names[0], consumer)
+        elif consumer is not None:
+            names = (_target_name(consumer, "overlap"),)
+        else:
+            names = ()
+        new = self._run(_pass("coco-overlap", ops=names, chunks=None if chunks == 4 else chunks))
+        regions = [self._op_handle(op) for op in new if isinstance(op, comm.OverlapOp)]
+        return regions[0] if len(regions) == 1 else regions
+
+    def _check_consumer(self, producer: str, consumer: Target) -> None:
+        mm = _top_level_named(self._program.func, producer)
+        if isinstance(consumer, Handle) and consumer.name is None:
+            want = consumer.op
+        else:
+            cv = _top_level_named(self._program.func, _target_name(consumer, "overlap"))
+            want = cv.owner if isinstance(cv, OpResult) else None
+        if mm is None or want is None:
+            return  # the pass reports missing names
+        block = self._program.func.body.block
+        users = {block.find_ancestor_op_in_block(u.operation) for u in mm.uses}
+        if users != {want}:
+            raise _error(
+                "overlap-consumer",
+                f"overlap: %{producer} is not read (only) by {consumer}: the consumer to overlap "
+                "must be the collective reading the matmul",
+            )
+
+    def sliced_send(self, *sends: Target) -> Any:
+        """CoCoNet's reorder of an AllGather with a Send: each rank sends only its slice and
+        the receiving stage all_gathers. Returns `(send, gather)` handles (a list of pairs for
+        several sends); none named: every legal send (greedy)."""
+        names = self._names(sends, "sliced_send")
+        new = self._run(_pass("coco-sliced-send", ops=names))
+        pairs = [
+            (self._handle(op.input), self._handle(op.result))
+            for op in new
+            if isinstance(op, comm.AllGatherOp) and isinstance(op.input.owner, comm.SendOp)
+        ]
+        return pairs[0] if len(names) == 1 and len(pairs) == 1 else pairs
+
+    def dce(self, *ops: Target) -> None:
+        """Dead-code elimination: the named (dead) ops, or every dead op."""
+        self._run(_pass("coco-dce", ops=self._names(ops, "dce")))
+
+    def canonicalize(self, *ops: Target) -> None:
+        """Fold slice/all_gather round trips: the named ops, or all of them."""
+        self._run(_pass("coco-canonicalize", ops=self._names(ops, "canonicalize")))
+
+    def named(self, name: str) -> Schedule:
+        """Apply the named schedule `name` (see NAMED_SCHEDULES) on top of this one."""
+        canonical = resolve_schedule_name(name)
+        info = _Structure(self._program)
+        if not NAMED_SCHEDULES[canonical].applies(info):
+            raise _error(
+                "schedule-unknown",
+                f"the schedule '{canonical}' does not fit @{self._program.name}'s structure "
+                f"({NAMED_SCHEDULES[canonical].requires})",
+            )
+        NAMED_SCHEDULES[canonical].recipe(self, info)
+        return self
+
+
+def schedule(program: Any, entry: str | None = None) -> Schedule:
+    """`s = schedule(program)`: a Schedule of (a clone of) `program`."""
+    return Schedule(program, entry)
+
+
+def _sliced_somewhere(t: Any) -> bool:
+    return isinstance(t, TensorType) and any(isinstance(lay, SlicedAttr) for lay in t.layouts.data)
+
+
+# --------------------------------------------------------------------------------------------
+# Structure of a program (what named schedules and the enumeration look at)
+# --------------------------------------------------------------------------------------------
+
+
+def _v2(n: int) -> int:
+    return (n & -n).bit_length() - 1 if n > 0 else 0
+
+
+def auto_split_dim(ar: comm.AllReduceOp) -> int:
+    """The tensor dim a split of `ar` slices: on a static group, the lowest dim that divides
+    by it; on a group sized at launch, the lowest dim divisible by PREFERRED_GROUP, else the
+    dim with the largest power-of-two factor (lowest first)."""
+    from coconet.dialects.layout_rules import grid_of
+
+    t: TensorType = ar.input.type
+    shape = t.get_shape()
+    if not shape:
+        return 0
+    grid = grid_of(ar)
+    sizes = [grid.shape[a] for a in ar.span()]
+    if all(s > 0 for s in sizes):
+        group = 1
+        for s in sizes:
+            group *= s
+        for d, n in enumerate(shape):
+            if n > 0 and n % group == 0:
+                return d
+        return 0
+    for d, n in enumerate(shape):
+        if n > 0 and n % PREFERRED_GROUP == 0:
+            return d
+    return max(range(len(shape)), key=lambda d: (_v2(shape[d]), -d))
+
+
+class _Structure:
+    """The shape of a program that decides which schedules fit it."""
+
+    def __init__(self, program: Program):
+        fn = program.func
+        block = fn.body.block
+        ops = list(block.ops)
+        self.all_reduces = [
+            op
+            for op in ops
+            if isinstance(op, comm.AllReduceOp)
+            and isinstance(op.input.type, TensorType)
+            and op.input.type.rank > 0
+        ]
+        # matmuls whose only reader is an all_reduce (Megatron's row-parallel layer)
+        self.matmuls = []
+        for op in ops:
+            if isinstance(op, coco.MatmulOp):
+                users = {u.operation for u in op.result.uses}
+                if len(users) == 1 and next(iter(users)) in self.all_reduces:
+                    self.matmuls.append(op)
+        # sends of a value computed (elementwise) from an all_reduce
+        derived: set[SSAValue] = {ar.result for ar in self.all_reduces}
+        self.sends = []
+        for op in ops:
+            if isinstance(op, comm.SendOp):
+                if op.input in derived:
+                    self.sends.append(op)
+            elif isinstance(op, coco.ElementwiseOp) and any(v in derived for v in op.operands):
+                derived.update(op.results)
+        # optimizer state: replicated arguments whose new value (the one their update stores)
+        # the program also reads (m, v of Adam feed the weight update; the weights do not)
+        self.state: list[BlockArgument] = []
+        for a in block.args:
+            t = a.type
+            if not isinstance(t, TensorType) or t.rank == 0:
+                continue
+            if not all(isinstance(lay, ReplicatedAttr) for lay in t.layouts.data):
+                continue
+            for use in a.uses:
+                up = use.operation
+                if isinstance(up, coco.UpdateOp) and use.index == 0:
+                    if any(u.operation is not up for u in up.value.uses):
+                        self.state.append(a)
+                        break
+
+    @staticmethod
+    def names(ops: Iterable[Any]) -> tuple[str, ...] | None:
+        """The ops' result names, or None if one is unnamed (then use greedy mode)."""
+        out = []
+        for op in ops:
+            v = op if isinstance(op, SSAValue) else op.results[0]
+            if not v.name_hint:
+                return None
+            out.append(v.name_hint)
+        return tuple(out)
+
+
+# --------------------------------------------------------------------------------------------
+# Named schedules (CoCoNet's variants)
+# --------------------------------------------------------------------------------------------
+
+
+def _split_reorder(s: Schedule, info: _Structure) -> None:
+    names = info.names(info.all_reduces)
+    if names is None:
+        s.split(dim="auto")
+        s.reorder()
+        return
+    for ar, name in zip(info.all_reduces, names, strict=True):
+        d = auto_split_dim(ar)
+        s.split(name, dim=d)
+    for name in names:
+        s.reorder(name)
+
+
+def _slice_state(s: Schedule, info: _Structure) -> None:
+    """as-slice the optimizer state where it can be sliced (all together if legal, else each
+    one that is)."""
+    names = info.names(info.state)
+    if not names:
+        return
+    try:
+        s.as_slice(*names)
+        return
+    except ScheduleError as e:
+        if e.rule == VERIFY_RULE:
+            raise
+    for n in names:
+        try:
+            s.as_slice(n)
+        except ScheduleError as e:
+            if e.rule == VERIFY_RULE:
+                raise
+
+
+def _rs_names(s: Schedule) -> tuple[str, ...] | None:
+    rss = [op for op in s.program.func.body.block.ops if isinstance(op, comm.ReduceScatterOp)]
+    return _Structure.names(rss)
+
+
+def _fuse_all_reduce(s: Schedule) -> None:
+    names = _rs_names(s)
+    s.fuse(*(names or ()), mode="all_reduce")
+
+
+def _overlap(s: Schedule, info: _Structure, chunks: int = 4) -> None:
+    names = info.names(info.matmuls)
+    if names is None:
+        s.overlap(chunks=chunks)
+        return
+    for n in names:
+        s.overlap(n, chunks=chunks)
+
+
+def _sliced_send(s: Schedule, info: _Structure) -> None:
+    names = info.names(info.sends)
+    s.sliced_send(*(names or ()))
+
+
+def _sent_slices(s: Schedule) -> tuple[str, ...] | None:
+    sends = [op for op in s.program.func.body.block.ops if isinstance(op, comm.SendOp)]
+    return _Structure.names(sends)
+
+
+def recipe_ar_c(s: Schedule, info: _Structure) -> None:
+    s.fuse(mode="elementwise")
+
+
+def recipe_rs_c_ag(s: Schedule, info: _Structure) -> None:
+    _split_reorder(s, info)
+    _slice_state(s, info)
+    s.fuse(mode="elementwise")
+
+
+def recipe_fuse_rs_c_ag(s: Schedule, info: _Structure) -> None:
+    _split_reorder(s, info)
+    _slice_state(s, info)
+    _fuse_all_reduce(s)
+
+
+def recipe_ol_mm_fuse_rs_c_ag(s: Schedule, info: _Structure) -> None:
+    recipe_fuse_rs_c_ag(s, info)
+    _overlap(s, info)
+
+
+def recipe_sliced_send(s: Schedule, info: _Structure) -> None:
+    _split_reorder(s, info)
+    _slice_state(s, info)
+    _sliced_send(s, info)
+    s.fuse(mode="elementwise")
+
+
+def recipe_fuse_sliced_send(s: Schedule, info: _Structure) -> None:
+    _split_reorder(s, info)
+    _slice_state(s, info)
+    _sliced_send(s, info)
+    s.fuse(*(_sent_slices(s) or ()), mode="send")
+
+
+def recipe_ol_rs_fuse_sliced_send(s: Schedule, info: _Structure) -> None:
+    recipe_fuse_sliced_send(s, info)
+    _overlap(s, info)
+
+
+@dataclass(frozen=True)
+class NamedSchedule:
+    name: str
+    coconet: str  # CoCoNet's name for the variant
+    description: str
+    requires: str  # the structure it needs, in words
+    applies: Callable[[_Structure], bool]
+    recipe: Callable[[Schedule, _Structure], None]
+    aliases: tuple[str, ...] = ()
+
+
+NAMED_SCHEDULES: dict[str, NamedSchedule] = {
+    s.name: s
+    for s in [
+        NamedSchedule(
+            "ar-c",
+            "AR_C / MM_AR_C / AR_P2P_C",
+            "the all_reduce as written, the computation after it fused into one kernel",
+            "an all_reduce",
+            lambda i: bool(i.all_reduces),
+            recipe_ar_c,
+            ("mm-ar-c", "ar-p2p-c"),
+        ),
+        NamedSchedule(
+            "rs-c-ag",
+            "RS_C_AG / MM_RS_C_AG",
+            "split the all_reduce, reorder the computation onto slices, as-slice the optimizer "
+            "state, fuse the sliced computation into one kernel",
+            "an all_reduce",
+            lambda i: bool(i.all_reduces),
+            recipe_rs_c_ag,
+            ("mm-rs-c-ag",),
+        ),
+        NamedSchedule(
+            "fuse(rs-c-ag)",
+            "fuse_RS_C_AG",
+            "rs-c-ag with reduce_scatter + sliced computation + all_gather as one FusedAllReduce",
+            "an all_reduce",
+            lambda i: bool(i.all_reduces),
+            recipe_fuse_rs_c_ag,
+            ("mm-fuse-rs-c-ag",),
+        ),
+        NamedSchedule(
+            "ol(mm,fuse(rs-c-ag))",
+            "ol_MM_fuse_RS_C_AG",
+            "fuse(rs-c-ag), overlapped (4 chunks) with the matmul producing the partial sums",
+            "a matmul whose only reader is an all_reduce",
+            lambda i: bool(i.matmuls),
+            recipe_ol_mm_fuse_rs_c_ag,
+        ),
+        NamedSchedule(
+            "sliced-send",
+            "RS_P2P_C_AG",
+            "rs-c-ag, then each rank sends only its slice to the next stage, which all_gathers",
+            "a send of a value computed from an all_reduce",
+            lambda i: bool(i.sends),
+            recipe_sliced_send,
+            ("rs-p2p-c-ag",),
+        ),
+        NamedSchedule(
+            "fuse(sliced-send)",
+            "fuse(C, P2P)",
+            "sliced-send with the sliced computation fused into the send",
+            "a send of a value computed from an all_reduce",
+            lambda i: bool(i.sends),
+            recipe_fuse_sliced_send,
+        ),
+        NamedSchedule(
+            "ol(mm,rs)+fuse(sliced-send)",
+            "ol_RS_fuse_P2P_C_AG",
+            "fuse(sliced-send), with the matmul overlapped (4 chunks) with its reduce_scatter",
+            "a send of a value computed from an all_reduce of a matmul",
+            lambda i: bool(i.sends) and bool(i.matmuls),
+            recipe_ol_rs_fuse_sliced_send,
+            ("ol-rs-fuse-p2p-c-ag",),
+        ),
+    ]
+}
+
+
+def _alias_key(name: str) -> str:
+    """Spelling-insensitive form: lowercase, `_`, `(`, `)`, `,`, `+` as `-`, no doubles."""
+    key = re.sub(r"[_(),+\s]+", "-", name.strip().lower())
+    return key.strip("-")
+
+
+_ALIASES: dict[str, str] = {}
+for _s in NAMED_SCHEDULES.values():
+    for _a in (_s.name, *_s.aliases):
+        _ALIASES[_alias_key(_a)] = _s.name
+
+
+def resolve_schedule_name(name: str) -> str:
+    """The canonical name of a named schedule. Accepted spellings: the canonical name
+    (`fuse(rs-c-ag)`), the same without parentheses and commas (`fuse-rs-c-ag`,
+    `ol-mm-fuse-rs-c-ag`, `ol-mm-rs-fuse-sliced-send`), CoCoNet's names in any case
+    (`fuse_RS_C_AG`, `MM_AR_C`, `ol_MM_fuse_RS_C_AG`, `RS_P2P_C_AG`, `ol_RS_fuse_P2P_C_AG`)."""
+    canonical = _ALIASES.get(_alias_key(name))
+    if canonical is None:
+        raise _error(
+            "schedule-unknown",
+            f"no schedule named '{name}'; named schedules: " + ", ".join(NAMED_SCHEDULES),
+        )
+    return canonical
+
+
+def _try_named(program: Program, info: _Structure, name: str) -> Schedule | None:
+    s = Schedule(program)
+    try:
+        NAMED_SCHEDULES[name].recipe(s, info)
+    except ScheduleError as e:
+        if e.rule == VERIFY_RULE:
+            raise  # a pass bug, not a schedule that does not fit
+        return None
+    return s
+
+
+def named_schedules(program: Any) -> dict[str, str]:
+    """The named schedules that fit `program` (by its structure: an all_reduce; a matmul
+    feeding one; a send of a value computed from one), each with its coco-opt pipeline, in a
+    fixed order. A schedule is listed only if its passes all apply."""
+    p = _as_program(program)
+    info = _Structure(p)
+    out: dict[str, str] = {}
+    for name, ns in NAMED_SCHEDULES.items():
+        if not ns.applies(info):
+            continue
+        s = _try_named(p, info, name)
+        if s is not None:
+            out[name] = s.pipeline
+    return out
+
+
+def apply_schedule(program: Any, name: str) -> Program:
+    """`program` (cloned) scheduled by the named schedule `name` (any accepted spelling)."""
+    p = _as_program(program)
+    canonical = resolve_schedule_name(name)
+    info = _Structure(p)
+    ns = NAMED_SCHEDULES[canonical]
+    if not ns.applies(info):
+        fits = [n for n, x in NAMED_SCHEDULES.items() if x.applies(info)]
+        raise _error(
+            "schedule-unknown",
+            f"the schedule '{canonical}' needs {ns.requires}, which @{p.name} lacks; schedules "
+            f"that fit it: {', '.join(fits) or 'none'}",
+        )
+    s = Schedule(p)
+    ns.recipe(s, info)
+    return s.program
+
+
+def apply_pipeline(program: Any, pipeline: str) -> Program:
+    """`program` (cloned) with the coco-opt `pipeline` applied to its function."""
+    s = Schedule(program)
+    s.apply(pipeline)
+    return s.program
+
+
+# --------------------------------------------------------------------------------------------
+# Enumeration: the autotuner's space
+# --------------------------------------------------------------------------------------------
+
+FUSE_CHOICES: tuple[tuple[str, ...], ...] = (
+    ("all_reduce",),
+    ("send",),
+    ("elementwise",),
+    ("all_reduce", "elementwise"),
+    ("send", "elementwise"),
+    ("all_reduce", "send"),
+    ("all_reduce", "send", "elementwise"),
+)
+
+
+@dataclass
+class _Node:
+    s: Schedule
+    parts: list[str]
+    ir: str
+
+
+def _step(node: _Node, label: str, action: Callable[[Schedule], Any]) -> _Node | None:
+    """`node` with one more step, or None if the step is refused or changes nothing."""
+    s = node.s.copy()
+    try:
+        action(s)
+    except ScheduleError as e:
+        if e.rule == VERIFY_RULE:
+            raise  # a pass bug, not an illegal schedule: do not hide it
+        return None
+    ir = s.ir()
+    if ir == node.ir:
+        return None
+    return _Node(s, [*node.parts, label], ir)
+
+
+def _legal_split_dims(node: _Node, name: str) -> list[int]:
+    v = _top_level_named(node.s.program.func, name)
+    if v is None or not isinstance(v.owner, comm.AllReduceOp):
+        return []
+    return list(range(v.owner.input.type.rank))
+
+
+def enumerate_schedules(
+    program: Any,
+    *,
+    chunks: Sequence[int] = (2, 4),
+    split_dims: str = "all",
+    limit: int | None = None,
+) -> list[tuple[str, str]]:
+    """Every legal schedule of `program` as `(name, pipeline)`: see
+    `enumerate_scheduled_programs`, which also returns the scheduled programs."""
+    return [(n, pipe) for n, pipe, _ in enumerate_scheduled_programs(
+        program, chunks=chunks, split_dims=split_dims, limit=limit
+    )]
+
+
+def enumerate_scheduled_programs(
+    program: Any,
+    *,
+    chunks: Sequence[int] = (2, 4),
+    split_dims: str = "all",
+    limit: int | None = None,
+) -> list[tuple[str, str, Program]]:
+    """Every legal schedule of `program` in the autotuner's space, as `(name, pipeline,
+    scheduled program)`.
+
+    The space, step by step (each choice tried by applying the pass; refused or no-op choices
+    are dropped): for each all_reduce, no split or a split on each tensor dim (`split_dims=
+    "auto"`: only the dim `auto_split_dim` picks); for each split, no reorder or the maximal
+    reorder across its all_gather; as-slice of every subset of the arguments that can be
+    sliced; for each send of an all_gather, the sliced send or not; fusion: none, or greedy
+    `all_reduce`, `send` and `elementwise` fusion in each combination (in that order); for each
+    matmul feeding a collective, no overlap or an overlap with each of `chunks`.
+
+    Names are the choices made, e.g. `split(g1,dim=0)+reorder(g1)+as-slice(m,v)+
+    fuse(all_reduce)`; the unscheduled program is `as-written` (pipeline `""`). The order is
+    deterministic (depth first, "no" before "yes", choices in program order), and schedules
+    whose IR equals an earlier one's are left out (the simpler pipeline is kept).
+
+    The space grows exponentially with the number of all_reduces, sliceable arguments and
+    matmuls (the examples have 11 to 207 schedules); `limit` stops after that many schedules
+    (the first ones in the order above).
+
+    A pass that leaves IR that does not verify is a pass bug, not an illegal schedule: its
+    ScheduleError (rule `schedule-verify`) propagates instead of pruning the branch.
+    """
+    p = _as_program(program)
+    root = Schedule(p)
+    root_node = _Node(root, [], root.ir())
+    out: list[tuple[str, str, Program]] = []
+    seen: set[str] = set()
+
+    class _Full(Exception):
+        pass
+
+    def emit(node: _Node) -> None:
+        if node.ir in seen:
+            return
+        seen.add(node.ir)
+        out.append(("+".join(node.parts) or "as-written", node.s.pipeline, node.s.program))
+        if limit is not None and len(out) >= limit:
+            raise _Full
+
+    info = _Structure(p)
+    ar_names = [ar.result.name_hint for ar in info.all_reduces if ar.result.name_hint]
+
+    def splits(node: _Node, i: int, done: list[str]) -> Iterator[tuple[_Node, list[str]]]:
+        if i == len(ar_names):
+            yield node, done
+            return
+        name = ar_names[i]
+        yield from splits(node, i + 1, done)
+        if split_dims == "auto":
+            v = _top_level_named(node.s.program.func, name)
+            dims = [auto_split_dim(v.owner)] if v is not None and isinstance(v.owner, comm.AllReduceOp) else []
+        else:
+            dims = _legal_split_dims(node, name)
+        for d in dims:
+            nxt = _step(node, f"split({name},dim={d})", lambda s, n=name, d=d: s.split(n, dim=d))
+            if nxt is not None:
+                yield from splits(nxt, i + 1, [*done, name])
+
+    def reorders(node: _Node, names: list[str], i: int) -> Iterator[_Node]:
+        if i == len(names):
+            yield node
+            return
+        yield from reorders(node, names, i + 1)
+        nxt = _step(node, f"reorder({names[i]})", lambda s, n=names[i]: s.reorder(n))
+        if nxt is not None:
+            yield from reorders(nxt, names, i + 1)
+
+    def as_slices(node: _Node) -> Iterator[_Node]:
+        yield node
+        fn = node.s.program.func
+        cands = []
+        for a in fn.body.block.args:
+            if not a.name_hint or not isinstance(a.type, TensorType):
+                continue
+            if any(isinstance(u.operation, coco.SliceOp) for u in a.uses):
+                if _step(node, "", lambda s, n=a.name_hint: s.as_slice(n)) is not None:
+                    cands.append(a.name_hint)
+        for k in range(1, len(cands) + 1):
+            for subset in itertools.combinations(cands, k):
+                nxt = _step(node, f"as-slice({','.join(subset)})", lambda s, ns=subset: s.as_slice(*ns))
+                if nxt is not None:
+                    yield nxt
+
+    def sliced_sends(node: _Node) -> Iterator[_Node]:
+        sends = [
+            op.result.name_hint
+            for op in node.s.program.func.body.block.ops
+            if isinstance(op, comm.SendOp)
+            and isinstance(op.input.owner, comm.AllGatherOp)
+            and op.result.name_hint
+        ]
+
+        def rec(n: _Node, i: int) -> Iterator[_Node]:
+            if i == len(sends):
+                yield n
+                return
+            yield from rec(n, i + 1)
+            nxt = _step(n, f"sliced-send({sends[i]})", lambda s, x=sends[i]: s.sliced_send(x))
+            if nxt is not None:
+                yield from rec(nxt, i + 1)
+
+        yield from rec(node, 0)
+
+    def fusions(node: _Node) -> Iterator[_Node]:
+        yield node
+        for choice in FUSE_CHOICES:
+            cur: _Node | None = node
+            for kind in choice:
+                assert cur is not None
+                cur = _step(cur, f"fuse({kind})", lambda s, k=kind: s.fuse(mode=k))
+                if cur is None:
+                    break
+            if cur is not None:
+                yield cur
+
+    def overlaps(node: _Node) -> Iterator[_Node]:
+        block = node.s.program.func.body.block
+        mms = []
+        for op in block.ops:
+            if isinstance(op, coco.MatmulOp) and op.result.name_hint:
+                users = {block.find_ancestor_op_in_block(u.operation) for u in op.result.uses}
+                if len(users) == 1:
+                    (u,) = users
+                    if isinstance(u, comm.CollectiveOp) or (
+                        isinstance(u, comm.FusedOp) and u.kind.data != "elementwise"
+                    ):
+                        mms.append(op.result.name_hint)
+
+        def rec(n: _Node, i: int) -> Iterator[_Node]:
+            if i == len(mms):
+                yield n
+                return
+            yield from rec(n, i + 1)
+            for c in chunks:
+                nxt = _step(n, f"overlap({mms[i]},chunks={c})", lambda s, m=mms[i], c=c: s.overlap(m, chunks=c))
+                if nxt is not None:
+                    yield from rec(nxt, i + 1)
+
+        yield from rec(node, 0)
+
+    if limit is not None and limit <= 0:
+        return out
+    try:
+        for n1, split_names in splits(root_node, 0, []):
+            for n2 in reorders(n1, split_names, 0):
+                for n3 in as_slices(n2):
+                    for n4 in sliced_sends(n3):
+                        for n5 in fusions(n4):
+                            for n6 in overlaps(n5):
+                                emit(n6)
+    except _Full:
+        pass
+    return out

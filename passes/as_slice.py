@@ -1,0 +1,146 @@
+"""`coco-as-slice`: keep a replicated argument (optimizer state) sliced (CoCoNet's `asSlice`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import FunctionType, ModuleOp
+from xdsl.ir import BlockArgument, Operation
+from xdsl.passes import ModulePass
+from xdsl.rewriter import Rewriter
+
+from coconet.dialects import coco, comm
+from coconet.dialects.coco import TensorType
+from coconet.passes.common import (
+    body_block,
+    fail,
+    find_named_args,
+    functions,
+    name_of,
+    op_name,
+    runs_after,
+)
+
+RULE = "as-slice"
+
+
+@dataclass
+class _Plan:
+    fn: func.FuncOp
+    arg: BlockArgument
+    sliced: TensorType
+    slices: list[coco.SliceOp]
+    update: coco.UpdateOp | None
+    gather: comm.AllGatherOp | None
+
+
+@dataclass(frozen=True)
+class AsSlicePass(ModulePass):
+    """Store a replicated function argument sliced, as ZeRO stores Adam's `m` and `v`: after
+    `coco-reorder`, the argument is read only through `coco.slice`s and its update stores
+    `all_gather(s)` of a slice `s`. The argument's type becomes the slices' type (the function
+    signature changes: the caller now hands a sliced buffer), the slices fold to the argument,
+    the update stores `s` itself, and the all_gather that only re-replicated it is erased.
+    Logical values do not change, so the sim's outputs compare equal.
+
+    Options: `ops` names the arguments (targeted); none (greedy): every argument that has a
+    `coco.update` and passes the rules (read-only arguments are sliced only when named).
+
+    Legality (refusals name the rule):
+    * [as-slice-arg]     a named value is a (!coco.tensor) argument of a function.
+    * [as-slice-uses]    every use of the argument is a `coco.slice` (or the target of its
+                         update), there is at least one slice, and no slice is read after
+                         the update (it would then read the overwritten buffer).
+    * [as-slice-layout]  all those slices produce the same type.
+    * [as-slice-update]  the update (if any) stores `comm.all_gather %s` with `%s` of exactly
+                         the slices' type.
+    """
+
+    name = "coco-as-slice"
+
+    ops: tuple[str, ...] = ()
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.ops:
+            plans = [self._plan(fn, a) for fn, a in find_named_args(op, self.ops, f"{RULE}-arg")]
+            refused = [p for p in plans if not isinstance(p, _Plan)]
+            if refused:
+                raise refused[0]
+        else:
+            plans = []
+            for fn in functions(op):
+                for a in body_block(fn).args:
+                    p = self._plan(fn, a)
+                    if isinstance(p, _Plan) and p.update is not None:
+                        plans.append(p)
+        for p in plans:
+            assert isinstance(p, _Plan)
+            self._rewrite(p)
+
+    def _plan(self, fn: func.FuncOp, arg: BlockArgument) -> _Plan | Exception:
+        if not isinstance(arg.type, TensorType):
+            return fail(f"{RULE}-arg", f"{name_of(arg)} is not a !coco.tensor")
+        slices: list[coco.SliceOp] = []
+        update: coco.UpdateOp | None = None
+        for use in arg.uses:
+            user = use.operation
+            if isinstance(user, coco.UpdateOp) and use.index == 0:
+                update = user
+            elif isinstance(user, coco.SliceOp):
+                slices.append(user)
+            else:
+                return fail(
+                    f"{RULE}-uses",
+                    f"{name_of(arg)} is read by {op_name(user)}, not through a coco.slice: every "
+                    "use must be a slice (run coco-reorder first)",
+                )
+        if not slices:
+            return fail(f"{RULE}-uses", f"{name_of(arg)} is never read through a coco.slice")
+        types = {s.result.type for s in slices}
+        if len(types) != 1:
+            return fail(
+                f"{RULE}-layout",
+                f"the slices of {name_of(arg)} have different types: "
+                + ", ".join(sorted(map(str, types))),
+            )
+        (sliced,) = types
+        if update is not None:
+            for sl in slices:
+                late = [u.operation for u in sl.result.uses if runs_after(u.operation, update)]
+                if late:
+                    return fail(
+                        f"{RULE}-uses",
+                        f"{op_name(late[0])} reads {name_of(sl.result)}, the slice of "
+                        f"{name_of(arg)}, after the update of {name_of(arg)}: stored sliced, "
+                        "the argument would be read after it was overwritten",
+                    )
+        gather: comm.AllGatherOp | None = None
+        if update is not None:
+            owner = update.value.owner
+            if not isinstance(owner, comm.AllGatherOp) or owner.input.type != sliced:
+                what = op_name(owner) if isinstance(owner, Operation) else name_of(update.value)
+                return fail(
+                    f"{RULE}-update",
+                    f"the update of {name_of(arg)} stores {what}, not an all_gather of a value "
+                    f"of type {sliced}",
+                )
+            gather = owner
+        return _Plan(fn, arg, sliced, slices, update, gather)
+
+    def _rewrite(self, p: _Plan) -> None:
+        arg = Rewriter.replace_value_with_new_type(p.arg, p.sliced)
+        for s in p.slices:
+            s.result.replace_all_uses_with(arg)
+            s.detach()
+            s.erase()
+        if p.update is not None and p.gather is not None:
+            p.update.operands[1] = p.gather.input
+            if not p.gather.result.uses:
+                p.gather.detach()
+                p.gather.erase()
+        fn = p.fn
+        fn.properties["function_type"] = FunctionType.from_lists(
+            [a.type for a in fn.args], fn.function_type.outputs.data
+        )

@@ -1,0 +1,425 @@
+"""Shared machinery of coconet's schedule passes.
+
+Every pass plans first and mutates second: legality is checked on the untouched IR, and a
+refusal raises `PassFailedException` with a message `[rule] ...` before anything changes, so
+a refused targeted request never leaves half-rewritten IR behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ArrayAttr, IntAttr, IntegerAttr, ModuleOp, StringAttr, i64
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, Region, SSAValue
+from xdsl.traits import IsTerminator, Pure
+from xdsl.utils.exceptions import PassFailedException
+
+from coconet.dialects import coco, comm
+from coconet.dialects.coco import (
+    LOCAL,
+    REPLICATED,
+    LayoutAttr,
+    LocalAttr,
+    ReplicatedAttr,
+    SlicedAttr,
+    TensorType,
+)
+from coconet.dialects.layout_rules import grid_of
+
+# --------------------------------------------------------------------------------------------
+# Errors and names
+# --------------------------------------------------------------------------------------------
+
+
+def fail(rule: str, message: str) -> PassFailedException:
+    """The one exception a pass raises for an illegal request: `[rule] message`."""
+    return PassFailedException(f"[{rule}] {message}")
+
+
+def name_of(v: SSAValue) -> str:
+    if v.name_hint:
+        return f"%{v.name_hint}"
+    if isinstance(v, BlockArgument):
+        return f"argument #{v.index}"
+    return f"a result of {v.owner.name}" if isinstance(v, OpResult) else "a value"
+
+
+def op_name(op: Operation) -> str:
+    """`%x (coco.add)`: how refusals point at an op."""
+    named = [r for r in op.results if r.name_hint]
+    if named:
+        return f"{name_of(named[0])} ({op.name})"
+    return op.name
+
+
+def set_name(v: SSAValue, name: str | None) -> None:
+    if name:
+        v.name_hint = name
+
+
+def derived_name(v: SSAValue, suffix: str) -> str | None:
+    return f"{v.name_hint}_{suffix}" if v.name_hint else None
+
+
+def _normalize(name: str) -> str:
+    # xDSL drops a `_N` suffix from name hints (`%x_1` parses as `x`); compare the same way.
+    try:
+        return SSAValue.extract_valid_name(name)
+    except ValueError:
+        return name
+
+
+def functions(module: ModuleOp) -> list[func.FuncOp]:
+    return [op for op in module.ops if isinstance(op, func.FuncOp)]
+
+
+def body_block(fn: func.FuncOp) -> Block:
+    return fn.body.block
+
+
+def grid_rank(fn: func.FuncOp) -> int:
+    return grid_of(fn).rank
+
+
+def find_named_ops(
+    module: ModuleOp, names: Sequence[str], rule: str, what: str
+) -> list[tuple[func.FuncOp, Operation]]:
+    """The top-level ops (in function bodies) producing a value named by `names`, in program
+    order per function. A name found nowhere is a refusal naming `rule`."""
+    wanted = {_normalize(n): n for n in names}
+    found: list[tuple[func.FuncOp, Operation]] = []
+    seen: set[str] = set()
+    for fn in functions(module):
+        for op in body_block(fn).ops:
+            hits = {r.name_hint for r in op.results if r.name_hint in wanted}
+            if hits:
+                found.append((fn, op))
+                seen |= hits
+    missing = [wanted[n] for n in wanted if n not in seen]
+    if missing:
+        raise fail(
+            rule,
+            "no " + what + " named " + ", ".join("%" + m for m in missing) + " in the program",
+        )
+    return found
+
+
+def find_named_args(
+    module: ModuleOp, names: Sequence[str], rule: str
+) -> list[tuple[func.FuncOp, BlockArgument]]:
+    wanted = {_normalize(n): n for n in names}
+    found: list[tuple[func.FuncOp, BlockArgument]] = []
+    seen: set[str] = set()
+    for fn in functions(module):
+        for a in body_block(fn).args:
+            if a.name_hint in wanted:
+                found.append((fn, a))
+                seen.add(a.name_hint)
+    missing = [wanted[n] for n in wanted if n not in seen]
+    if missing:
+        raise fail(
+            rule,
+            "no function argument named " + ", ".join("%" + m for m in missing) + " in the program",
+        )
+    return found
+
+
+# --------------------------------------------------------------------------------------------
+# Types and collectives
+# --------------------------------------------------------------------------------------------
+
+
+def is_scalar(v: SSAValue) -> bool:
+    return isinstance(v.type, TensorType) and v.type.rank == 0
+
+
+def span_of(op: comm.CollectiveOp) -> tuple[int, ...]:
+    return op.span()
+
+
+def local_on(t: TensorType, axes: Iterable[int]) -> bool:
+    return any(isinstance(t.layout_on(a), LocalAttr) for a in axes)
+
+
+def collective_type(
+    kind: str, t: TensorType, span: Sequence[int], rank: int, dim: int = 0
+) -> TensorType:
+    """The result type of a collective of `kind` on `t` spanning `span` of a rank-`rank`
+    grid (the dialect's own rules, computed without building the op)."""
+    out: list[LayoutAttr] = []
+    for a in range(max(rank, len(t.layouts))):
+        lay = t.layout_on(a)
+        if a in span:
+            lay = {
+                "all_reduce": REPLICATED,
+                "all_gather": REPLICATED,
+                "reduce_scatter": SlicedAttr(dim),
+                "send": LOCAL,
+            }[kind]
+        out.append(lay)
+    return t.with_layouts(out)
+
+
+def _axes_props(axes: Sequence[int] | None) -> dict[str, Attribute]:
+    if axes is None:
+        return {}
+    return {"axes": ArrayAttr(IntAttr(a) for a in axes)}
+
+
+def _span(axes: Sequence[int] | None, rank: int) -> tuple[int, ...]:
+    return tuple(axes) if axes is not None else tuple(range(rank))
+
+
+def axes_prop(op: comm.CollectiveOp) -> tuple[int, ...] | None:
+    """The op's written `over` axes (None: all axes)."""
+    return None if op.axes is None else tuple(a.data for a in op.axes)
+
+
+def build_all_gather(x: SSAValue, axes: Sequence[int] | None, rank: int) -> comm.AllGatherOp:
+    t = collective_type("all_gather", x.type, _span(axes, rank), rank)
+    return comm.AllGatherOp.build(operands=[x], result_types=[t], properties=_axes_props(axes))
+
+
+def build_reduce_scatter(
+    x: SSAValue, kind: str, dim: int, axes: Sequence[int] | None, rank: int
+) -> comm.ReduceScatterOp:
+    t = collective_type("reduce_scatter", x.type, _span(axes, rank), rank, dim)
+    props = _axes_props(axes) | {"kind": StringAttr(kind)}
+    return comm.ReduceScatterOp.build(operands=[x], result_types=[t], properties=props)
+
+
+def build_all_reduce(
+    x: SSAValue, kind: str, axes: Sequence[int] | None, rank: int
+) -> comm.AllReduceOp:
+    t = collective_type("all_reduce", x.type, _span(axes, rank), rank)
+    props = _axes_props(axes) | {"kind": StringAttr(kind)}
+    return comm.AllReduceOp.build(operands=[x], result_types=[t], properties=props)
+
+
+def build_send(x: SSAValue, along: int, shift: int, rank: int) -> comm.SendOp:
+    t = collective_type("send", x.type, (along,), rank)
+    props: dict[str, Attribute] = {
+        "along": IntegerAttr(along, i64),
+        "shift": IntegerAttr(shift, i64),
+    }
+    return comm.SendOp.build(operands=[x], result_types=[t], properties=props)
+
+
+def replicated_on(t: TensorType, axes: Iterable[int]) -> bool:
+    return all(isinstance(t.layout_on(a), ReplicatedAttr) for a in axes)
+
+
+# --------------------------------------------------------------------------------------------
+# Use and effect analysis of top-level ops
+# --------------------------------------------------------------------------------------------
+
+
+def ancestor_in(block: Block, op: Operation) -> Operation | None:
+    """The op of `block` that is `op` or holds it (None if `op` is not under `block`)."""
+    return block.find_ancestor_op_in_block(op)
+
+
+def nested_ops(op: Operation) -> Iterator[Operation]:
+    yield from op.walk()
+
+
+def used_values(op: Operation) -> set[SSAValue]:
+    """Values `op` or ops nested in it read, excluding values defined inside it."""
+    inner: set[SSAValue] = set()
+    used: set[SSAValue] = set()
+    for o in op.walk():
+        used.update(o.operands)
+        if o is not op:
+            inner.update(o.results)
+        for region in o.regions:
+            for block in region.blocks:
+                inner.update(block.args)
+    return used - inner
+
+
+def updated_targets(op: Operation) -> set[SSAValue]:
+    return {o.target for o in op.walk() if isinstance(o, coco.UpdateOp)}
+
+
+def read_arguments(op: Operation) -> set[SSAValue]:
+    """Function arguments `op` (or a nested op) reads: every use except an update's target."""
+    reads: set[SSAValue] = set()
+    for o in op.walk():
+        for i, v in enumerate(o.operands):
+            if not isinstance(v, BlockArgument):
+                continue
+            if isinstance(o, coco.UpdateOp) and i == 0:
+                continue
+            reads.add(v)
+    return reads
+
+
+def has_side_effects(op: Operation) -> bool:
+    """Updates write the caller's buffers; unknown ops are assumed to have effects."""
+    for o in op.walk():
+        if isinstance(o, coco.UpdateOp):
+            return True
+        if o.has_trait(IsTerminator):
+            continue
+        if isinstance(o, comm.RegionOp):
+            continue
+        if not o.has_trait(Pure):
+            return True
+    return False
+
+
+class OrderInfo:
+    """Must-run-before edges between the top-level ops of one block: a def precedes its uses
+    (also uses nested in regions), and every read of an argument precedes its update."""
+
+    def __init__(self, block: Block):
+        self.ops = list(block.ops)
+        self.index = {op: i for i, op in enumerate(self.ops)}
+        self.defs = {op: set(op.results) for op in self.ops}
+        self.uses = {op: used_values(op) for op in self.ops}
+        self.reads = {op: read_arguments(op) for op in self.ops}
+        self.writes = {op: updated_targets(op) for op in self.ops}
+
+    def precedes(self, a: Operation, b: Operation) -> bool:
+        """Whether `a` must run before `b` (a direct edge)."""
+        return bool(self.defs[a] & self.uses[b]) or bool(self.reads[a] & self.writes[b])
+
+
+def plan_contiguous(
+    block: Block,
+    members: set[Operation],
+    rule: str,
+    what: str,
+    info: OrderInfo | None = None,
+) -> tuple[list[Operation], list[Operation]]:
+    """Make `members` (top-level ops of `block`) contiguous: returns (hoisted, members in
+    order). Ops between the members that depend on none of them are hoisted above; the rest
+    sink below. An op that depends on a member and that a member depends on closes a cycle:
+    refused under `rule`."""
+    info = info or OrderInfo(block)
+    order = sorted(members, key=info.index.__getitem__)
+    first, last = info.index[order[0]], info.index[order[-1]]
+    sunk: list[Operation] = []
+    hoisted: list[Operation] = []
+    for op in info.ops[first : last + 1]:
+        if op in members:
+            continue
+        if any(info.precedes(x, op) for x in (*order, *sunk) if info.index[x] < info.index[op]):
+            sunk.append(op)
+        else:
+            hoisted.append(op)
+    for s in sunk:
+        for m in order:
+            if info.index[m] > info.index[s] and info.precedes(s, m):
+                raise fail(
+                    rule,
+                    f"{what} would form a cycle: {op_name(s)} depends on the set and "
+                    f"{op_name(m)} in the set depends on it",
+                )
+    return hoisted, order
+
+
+def outside_uses(values: Iterable[SSAValue], inside: set[Operation], block: Block) -> list[SSAValue]:
+    """Those of `values` used by a top-level op of `block` not in `inside`."""
+    out: list[SSAValue] = []
+    for v in values:
+        for use in v.uses:
+            top = ancestor_in(block, use.operation)
+            if top is None or top not in inside:
+                out.append(v)
+                break
+    return out
+
+
+def wrap_in_region(
+    block: Block,
+    hoisted: Sequence[Operation],
+    members: Sequence[Operation],
+    make: Callable[[Region, list[Attribute]], comm.RegionOp],
+) -> comm.RegionOp:
+    """Move `hoisted` above the first member, then the members (in order) into a new region op
+    built by `make(body, result_types)`, yielding the member results used outside."""
+    anchor = members[0]
+    for h in hoisted:
+        h.detach()
+        block.insert_op_before(h, anchor)
+    member_set = set(members)
+    yielded = outside_uses([r for m in members for r in m.results], member_set, block)
+    body = Block()
+    region_op = make(Region(body), [v.type for v in yielded])
+    block.insert_op_before(region_op, anchor)
+    for m in members:
+        m.detach()
+        body.add_op(m)
+    body.add_op(comm.YieldOp(yielded))
+    for v, r in zip(yielded, region_op.results, strict=True):
+        set_name(r, v.name_hint)
+        v.replace_uses_with_if(r, lambda use: ancestor_in(block, use.operation) is not region_op)
+    return region_op
+
+
+def erase_if_dead(op: Operation) -> bool:
+    if any(r.uses for r in op.results) or has_side_effects(op):
+        return False
+    op.detach()
+    op.erase()
+    return True
+
+
+
+def check_groups_acyclic(
+    block: Block, groups: Sequence[set[Operation]], rule: str, what: str
+) -> None:
+    """Refuse (under `rule`) if contracting each group of top-level ops into one op would close
+    a cycle: then building several regions one after the other would fail half-way."""
+    info = OrderInfo(block)
+    node: dict[Operation, object] = {op: op for op in info.ops}
+    for i, g in enumerate(groups):
+        for op in g:
+            node[op] = ("group", i)
+    succ: dict[object, set[object]] = {}
+    for i, a in enumerate(info.ops):
+        for b in info.ops[i + 1 :]:
+            if node[a] != node[b] and info.precedes(a, b):
+                succ.setdefault(node[a], set()).add(node[b])
+    state: dict[object, int] = {}
+
+    def visit(n: object) -> bool:
+        state[n] = 1
+        for m in succ.get(n, ()):
+            if state.get(m) == 1 or (state.get(m) is None and visit(m)):
+                return True
+        state[n] = 2
+        return False
+
+    for n in set(node.values()):
+        if state.get(n) is None and visit(n):
+            raise fail(rule, f"{what} would form a cycle between the requested regions")
+
+
+def runs_after(user: Operation, op: Operation) -> bool:
+    """Whether `user` executes after `op` in one function (regions run in place)."""
+    ancestors: dict[Block, Operation] = {}
+    cur: Operation | None = op
+    while cur is not None and (block := cur.parent_block()) is not None:
+        ancestors[block] = cur
+        cur = cur.parent_op()
+    cur = user
+    while cur is not None and (block := cur.parent_block()) is not None:
+        if (mine := ancestors.get(block)) is not None:
+            return mine is not cur and mine.is_before_in_block(cur)
+        cur = cur.parent_op()
+    return False
+
+
+def readable_at(v: SSAValue, user: Operation) -> bool:
+    """Whether `user` may read `v`: not when `v` is an argument `user` would read after the
+    argument's `coco.update` (the buffer is overwritten then; see update-last-use)."""
+    if not isinstance(v, BlockArgument):
+        return True
+    for use in v.uses:
+        if isinstance(use.operation, coco.UpdateOp) and use.index == 0:
+            if runs_after(user, use.operation):
+                return False
+    return True

@@ -1,0 +1,524 @@
+"""`coco-fuse`: group computation (and a reduce_scatter/all_gather chain) into one
+`comm.fused` region, i.e. one kernel (CoCoNet's `fuse`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.utils.exceptions import PassFailedException
+
+from coconet.dialects import coco, comm
+from coconet.dialects.coco import TensorType
+from coconet.passes.common import (
+    OrderInfo,
+    ancestor_in,
+    body_block,
+    check_groups_acyclic,
+    fail,
+    find_named_ops,
+    functions,
+    op_name,
+    plan_contiguous,
+    wrap_in_region,
+)
+
+RULE = "fuse"
+MODES = ("auto", "elementwise", "all_reduce", "send")
+
+Space = tuple[tuple[int, ...], tuple[Attribute, ...]] | None
+
+
+def _space(v: SSAValue) -> Space:
+    """The iteration space a value occupies in a kernel: its shape and layouts (element type
+    aside); None for a scalar, which fits any space."""
+    t = v.type
+    if not isinstance(t, TensorType) or t.rank == 0:
+        return None
+    return (t.get_shape(), tuple(t.layouts.data))
+
+
+def _op_space(op: Operation) -> Space | str:
+    spaces = {_space(r) for r in op.results} - {None}
+    if len(spaces) > 1:
+        return "mixed"
+    return spaces.pop() if spaces else None
+
+
+def _meet(a: Space, b: Space) -> Space | str:
+    if a is None:
+        return b
+    if b is None or a == b:
+        return a
+    return "mismatch"
+
+
+def _in_order(members: set[Operation]) -> list[Operation]:
+    """Members in program order (so refusals name the same op every run)."""
+    by_block: dict[Block | None, list[Operation]] = {}
+    for m in members:
+        by_block.setdefault(m.parent_block(), []).append(m)
+    out: list[Operation] = []
+    for block, ops in by_block.items():
+        if block is None:
+            out.extend(ops)
+            continue
+        index = {op: i for i, op in enumerate(block.ops)}
+        out.extend(sorted(ops, key=index.__getitem__))
+    return out
+
+
+def _make_fused(kind: str):
+    def make(body: Region, types: list[Attribute]) -> comm.RegionOp:
+        return comm.FusedOp(kind, body, types)
+
+    return make
+
+
+def _absorb_updates(block: Block, members: set[Operation], info: OrderInfo) -> set[Operation]:
+    """Add the updates that store a member's result, each only if that keeps the set acyclic."""
+    produced = {r for m in members for r in m.results}
+    for op in info.ops:
+        if isinstance(op, coco.UpdateOp) and op.value in produced and op not in members:
+            try:
+                plan_contiguous(block, members | {op}, RULE, "", info)
+            except PassFailedException:
+                continue
+            members = members | {op}
+    return members
+
+
+def _absorb_feeders(block: Block, members: set[Operation]) -> set[Operation]:
+    """Add slices and splat constants read only by members: they move no data, and inside
+    the region the kernel sees them as a pointer offset / an immediate."""
+    members = set(members)
+    for op in block.ops:
+        if op in members or not isinstance(op, coco.SliceOp | coco.ConstantOp):
+            continue
+        users = {ancestor_in(block, use.operation) for use in op.results[0].uses}
+        if users and users <= members:
+            members.add(op)
+    return members
+
+
+@dataclass(frozen=True)
+class FusePass(ModulePass):
+    """Group ops into one `comm.fused KIND` region (one kernel, or one fused collective). The
+    region keeps the original ops, runs in place (it reads outer values directly), and yields
+    the values used outside it; ops between the grouped ones move above the region if they do
+    not depend on it, below if they do.
+
+    Modes (`mode` option):
+    * `elementwise`: a connected set of elementwise ops -> `comm.fused elementwise`. Greedy:
+      every maximal connected set (grown in program order, an op joining only where it keeps
+      the set acyclic and in one iteration space) of two or more ops with a tensor result,
+      plus the slices and constants only it reads. Targeted (`ops` names the ops): exactly
+      those. Updates storing a fused value join the region when that keeps it acyclic (the
+      kernel writes the buffer).
+    * `all_reduce`: a reduce_scatter, the sliced computation consuming it and the all_gathers
+      of its results -> `comm.fused all_reduce` (CoCoNet's FusedAllReduce). From the
+      reduce_scatter, the chain grows in program order over: elementwise ops with a result in
+      the reduce_scatter's iteration space (same shape and layouts) or scalar; reductions of
+      chain values (partial norms) and all_reduces of scalar partials; all_gathers of chain
+      values over the reduce_scatter's axes; and the updates storing chain or gathered
+      values. Then ops feeding only the chain (slices of arguments, constants, scalar
+      arithmetic, elementwise ops in the chain's space) are pulled in, and so is scalar
+      arithmetic the chain both feeds and reads (LAMB's trust ratio ||w|| / ||r||).
+      Targeted: `ops` names reduce_scatters (their maximal chain), or names the exact set
+      to fuse (one reduce_scatter, at least one all_gather; updates of its values join).
+    * `send`: the elementwise computation feeding a `comm.send` (in the send's iteration
+      space, walking back from its input) and the send -> `comm.fused send` (CoCoNet's fused
+      computation + P2P). Targeted: `ops` names sends (their maximal feeding computation), or
+      the exact set (one send plus elementwise ops).
+    * `auto` (default): `all_reduce` on every reduce_scatter, then `send` on every send,
+      then `elementwise` on the rest.
+
+    Legality (refusals name the rule; greedy mode skips what they refuse):
+    * [fuse-cycle]       no op outside the set depends on the set and feeds back into it.
+    * [fuse-chain]       an all_reduce fusion holds exactly one reduce_scatter and at least
+                         one all_gather of its chain (one collective chain per region); a
+                         send fusion holds exactly one send, fed by elementwise computation.
+    * [fuse-sizes]       tensors computed in the region share one iteration space (the
+                         reduce_scatter's, for all_reduce); scalars fit any.
+    * [fuse-elementwise] an elementwise fusion holds only elementwise ops (and updates).
+    * [fuse-connected]   a targeted set is connected through its own values.
+    * [fuse-block]       named ops sit in one function body, not inside regions.
+    * [fuse-mode]        `mode` is one of auto, elementwise, all_reduce, send.
+    """
+
+    name = "coco-fuse"
+
+    mode: str = "auto"
+    ops: tuple[str, ...] = ()
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.mode not in MODES:
+            raise fail(f"{RULE}-mode", f"unknown mode '{self.mode}': use one of {', '.join(MODES)}")
+        if self.ops:
+            self._apply_targeted(op)
+            return
+        for fn in functions(op):
+            block = body_block(fn)
+            if self.mode in ("auto", "all_reduce"):
+                for rs in [o for o in block.ops if isinstance(o, comm.ReduceScatterOp)]:
+                    if rs.parent_block() is not block:
+                        continue
+                    try:
+                        members = self._chain(block, rs)
+                        self._fuse(block, members, "all_reduce")
+                    except PassFailedException:
+                        continue
+            if self.mode in ("auto", "send"):
+                for send in [o for o in block.ops if isinstance(o, comm.SendOp)]:
+                    if send.parent_block() is not block:
+                        continue
+                    try:
+                        self._fuse(block, self._send_chain(block, send), "send")
+                    except PassFailedException:
+                        continue
+            if self.mode in ("auto", "elementwise"):
+                for members in self._components(block):
+                    try:
+                        self._fuse(block, members, "elementwise")
+                    except PassFailedException:
+                        continue
+
+    # -- targeted ------------------------------------------------------------------------
+
+    def _apply_targeted(self, module: ModuleOp) -> None:
+        sites = find_named_ops(module, self.ops, f"{RULE}-block", "op")
+        fns = {fn for fn, _ in sites}
+        named = [s for _, s in sites]
+        kind = self.mode
+        if kind == "auto":
+            kind = "all_reduce" if any(isinstance(s, comm.ReduceScatterOp) for s in named) else "elementwise"
+        plans: list[tuple[Block, set[Operation], str]] = []
+        if kind == "all_reduce" and all(isinstance(s, comm.ReduceScatterOp) for s in named):
+            for fn, rs in sites:
+                block = body_block(fn)
+                plans.append((block, self._chain(block, rs), "all_reduce"))
+        elif kind == "send" and all(isinstance(s, comm.SendOp) for s in named):
+            for fn, send in sites:
+                block = body_block(fn)
+                plans.append((block, self._send_chain(block, send), "send"))
+        else:
+            if len(fns) != 1:
+                raise fail(f"{RULE}-block", "the named ops are in different functions")
+            block = body_block(next(iter(fns)))
+            members = set(named)
+            if kind == "elementwise":
+                self._check_elementwise(members)
+            elif kind == "send":
+                self._check_send(members)
+            else:
+                self._check_chain(members)
+            self._check_connected(members)
+            self._check_sizes(members, kind)
+            members = _absorb_updates(block, members, OrderInfo(block))
+            plans.append((block, members, kind))
+        # check every region before building any
+        for block, members, _ in plans:
+            plan_contiguous(block, members, f"{RULE}-cycle", "fusing " + self._describe(members))
+        if len(plans) > 1:
+            self._check_disjoint(plans)
+            for block in {b for b, _, _ in plans}:
+                check_groups_acyclic(
+                    block, [m for b, m, _ in plans if b is block], f"{RULE}-cycle", "fusing these sets"
+                )
+        for block, members, kind in plans:
+            self._fuse(block, members, kind)
+
+    def _describe(self, members: set[Operation]) -> str:
+        names = [op_name(m) for m in members if m.results and m.results[0].name_hint]
+        return "{" + ", ".join(sorted(names)[:6]) + (", ...}" if len(names) > 6 else "}")
+
+    def _check_disjoint(self, plans: list[tuple[Block, set[Operation], str]]) -> None:
+        seen: set[Operation] = set()
+        for _, members, _ in plans:
+            if seen & members:
+                raise fail(
+                    f"{RULE}-chain",
+                    f"the named chains share {op_name(next(iter(seen & members)))}: fuse them "
+                    "one at a time",
+                )
+            seen |= members
+
+    def _check_elementwise(self, members: set[Operation]) -> None:
+        for m in _in_order(members):
+            if not isinstance(m, coco.ElementwiseOp):
+                raise fail(
+                    f"{RULE}-elementwise",
+                    f"{op_name(m)} is not elementwise: an elementwise fusion holds elementwise "
+                    "ops only (use mode=all_reduce for a reduce_scatter chain)",
+                )
+
+    def _check_chain(self, members: set[Operation]) -> None:
+        scatters = [m for m in members if isinstance(m, comm.ReduceScatterOp)]
+        gathers = [m for m in members if isinstance(m, comm.AllGatherOp)]
+        if len(scatters) != 1:
+            raise fail(
+                f"{RULE}-chain",
+                f"a fused all_reduce holds exactly one reduce_scatter; the named ops hold "
+                f"{len(scatters)}",
+            )
+        if not gathers:
+            raise fail(
+                f"{RULE}-chain",
+                "a fused all_reduce needs an all_gather re-replicating its chain; the named ops "
+                "hold none",
+            )
+        for m in _in_order(members):
+            ok = isinstance(
+                m,
+                coco.ElementwiseOp
+                | coco.ReduceOp
+                | coco.SliceOp
+                | coco.ConstantOp
+                | coco.UpdateOp
+                | comm.ReduceScatterOp
+                | comm.AllGatherOp,
+            ) or (isinstance(m, comm.AllReduceOp) and m.input.type.rank == 0)
+            if not ok:
+                raise fail(
+                    f"{RULE}-chain",
+                    f"{op_name(m)} cannot be part of a fused all_reduce (one collective chain: "
+                    "reduce_scatter, computation, all_gathers, scalar all_reduces of partials)",
+                )
+
+    def _check_send(self, members: set[Operation]) -> None:
+        sends = [m for m in members if isinstance(m, comm.SendOp)]
+        if len(sends) != 1:
+            raise fail(
+                f"{RULE}-chain",
+                f"a fused send holds exactly one comm.send; the named ops hold {len(sends)}",
+            )
+        self._check_elementwise(members - set(sends))
+
+    def _send_chain(self, block: Block, send: comm.SendOp) -> set[Operation]:
+        """The elementwise computation feeding `send` (in its iteration space), and the send."""
+        if send.parent_block() is not block:
+            raise fail(f"{RULE}-block", f"{op_name(send)} is not in a function body")
+        space = _space(send.input)
+        producer = send.input.owner
+        if not (isinstance(producer, coco.ElementwiseOp) and producer.parent_block() is block):
+            raise fail(
+                f"{RULE}-chain",
+                f"the input of {op_name(send)} is not computed by an elementwise op: there is "
+                "no computation to fuse into the send",
+            )
+        members: set[Operation] = {producer}
+        work = [producer]
+        while work:
+            op = work.pop()
+            for v in op.operands:
+                p = v.owner
+                if (
+                    isinstance(p, coco.ElementwiseOp)
+                    and p.parent_block() is block
+                    and p not in members
+                    and _meet(space, _op_space(p)) == space
+                ):
+                    members.add(p)
+                    work.append(p)
+        members = _absorb_feeders(block, members | {send})
+        plan_contiguous(block, members, f"{RULE}-cycle", f"fusing the computation of {op_name(send)}")
+        return members
+
+    def _check_connected(self, members: set[Operation]) -> None:
+        ops = list(members)
+        parent = {m: m for m in ops}
+
+        def find(m: Operation) -> Operation:
+            while parent[m] is not m:
+                m = parent[m]
+            return m
+
+        for m in ops:
+            for v in m.operands:
+                owner = v.owner
+                if isinstance(owner, Operation) and owner in members:
+                    parent[find(m)] = find(owner)
+        roots = {find(m) for m in ops}
+        if len(roots) > 1:
+            raise fail(
+                f"{RULE}-connected",
+                "the named ops are not connected through their own values: they form "
+                f"{len(roots)} separate groups",
+            )
+
+    def _check_sizes(self, members: set[Operation], kind: str) -> None:
+        space: Space = None
+        if kind == "all_reduce":
+            rs = next(m for m in members if isinstance(m, comm.ReduceScatterOp))
+            space = _space(rs.result)
+        for m in _in_order(members):
+            if isinstance(m, comm.AllGatherOp | coco.UpdateOp | comm.SendOp):
+                continue
+            s = _op_space(m)
+            met = s if s == "mixed" else _meet(space, s)
+            if isinstance(met, str):
+                raise fail(
+                    f"{RULE}-sizes",
+                    f"{op_name(m)} computes over a different iteration space than the rest of "
+                    "the fused set (one kernel runs one space)",
+                )
+            space = met
+
+    # -- greedy: the chain of a reduce_scatter ---------------------------------------------
+
+    def _chain(self, block: Block, rs: comm.ReduceScatterOp) -> set[Operation]:
+        """The maximal fused all_reduce around `rs` (before the cycle check)."""
+        if rs.parent_block() is not block:
+            raise fail(f"{RULE}-block", f"{op_name(rs)} is not in a function body")
+        space = _space(rs.result)
+        span = set(rs.span())
+        members: set[Operation] = {rs}
+        chain: set[SSAValue] = {rs.result}
+        gathered: set[SSAValue] = set()
+        ops = list(block.ops)
+        for u in ops[ops.index(rs) + 1 :]:
+            reads_chain = any(v in chain for v in u.operands)
+            if isinstance(u, coco.UpdateOp):
+                if u.value in chain or u.value in gathered:
+                    members.add(u)
+                continue
+            if not reads_chain:
+                continue
+            if isinstance(u, comm.AllGatherOp):
+                if set(u.span()) == span and _space(u.input) == space:
+                    members.add(u)
+                    gathered.add(u.result)
+                continue
+            if isinstance(u, coco.ElementwiseOp) and _meet(space, _space(u.results[0])) == space:
+                members.add(u)
+                chain.add(u.results[0])
+            elif isinstance(u, coco.ReduceOp):
+                members.add(u)
+                chain.add(u.result)
+            elif isinstance(u, comm.AllReduceOp) and u.input.type.rank == 0:
+                members.add(u)
+                chain.add(u.result)
+        if not any(isinstance(m, comm.AllGatherOp) for m in members):
+            raise fail(
+                f"{RULE}-chain",
+                f"no all_gather of the chain of {op_name(rs)} over its axes: a fused all_reduce "
+                "needs reduce_scatter, computation and all_gather",
+            )
+        # pull in ops that only feed the chain
+        changed = True
+        while changed:
+            changed = False
+            for p in reversed(ops):
+                if p in members or not p.results:
+                    continue
+                if not isinstance(p, coco.SliceOp | coco.ConstantOp | coco.ElementwiseOp):
+                    continue
+                # slices and splat constants move no data, so any shape may join
+                if isinstance(p, coco.ElementwiseOp) and _meet(space, _op_space(p)) != space:
+                    continue
+                users = {ancestor_in(block, use.operation) for r in p.results for use in r.uses}
+                if users and users <= members:
+                    members.add(p)
+                    changed = True
+        # scalar arithmetic between chain values (e.g. a trust ratio of two norms) that the
+        # chain both feeds and reads belongs in the chain too
+        info = OrderInfo(block)
+        while True:
+            try:
+                plan_contiguous(block, members, f"{RULE}-cycle", f"fusing the chain of {op_name(rs)}", info)
+                return members
+            except PassFailedException:
+                bridge = self._bridges(info, members)
+                if not bridge:
+                    raise
+                members |= bridge
+
+    def _bridges(self, info: OrderInfo, members: set[Operation]) -> set[Operation]:
+        """Scalar elementwise ops outside the set that depend on it and feed it."""
+        order = sorted(members, key=info.index.__getitem__)
+        first, last = info.index[order[0]], info.index[order[-1]]
+        after: set[Operation] = set()
+        for op in info.ops[first : last + 1]:
+            if op in members:
+                continue
+            if any(info.precedes(x, op) for x in (*members, *after) if info.index[x] < info.index[op]):
+                after.add(op)
+        bridges: set[Operation] = set()
+        for op in after:
+            feeds = any(info.precedes(op, m) for m in members if info.index[m] > info.index[op])
+            if feeds and isinstance(op, coco.ElementwiseOp) and _op_space(op) is None:
+                bridges.add(op)
+        return bridges
+
+    # -- greedy: elementwise components --------------------------------------------------
+
+    def _components(self, block: Block) -> list[set[Operation]]:
+        info = OrderInfo(block)
+        comps: list[set[Operation]] = []
+        spaces: list[Space] = []
+        comp_of: dict[Operation, int] = {}
+        for u in info.ops:
+            if not isinstance(u, coco.ElementwiseOp):
+                continue
+            s = _op_space(u)
+            neighbours = sorted(
+                {comp_of[v.owner] for v in u.operands if v.owner in comp_of}  # type: ignore[index]
+            )
+            placed = False
+            if neighbours:
+                merged = {u}.union(*(comps[i] for i in neighbours))
+                space: Space | str = s
+                for i in neighbours:
+                    space = space if isinstance(space, str) else _meet(space, spaces[i])
+                if not isinstance(space, str) and self._acyclic(block, merged, info):
+                    keep = neighbours[0]
+                    for i in neighbours[1:]:
+                        for m in comps[i]:
+                            comp_of[m] = keep
+                        comps[i] = set()
+                    comps[keep] = merged
+                    spaces[keep] = space
+                    comp_of[u] = keep
+                    placed = True
+                else:
+                    for i in neighbours:
+                        sp = _meet(spaces[i], s) if not isinstance(s, str) else "mismatch"
+                        if isinstance(sp, str) or not self._acyclic(block, comps[i] | {u}, info):
+                            continue
+                        comps[i] = comps[i] | {u}
+                        spaces[i] = sp
+                        comp_of[u] = i
+                        placed = True
+                        break
+            if not placed:
+                comp_of[u] = len(comps)
+                comps.append({u})
+                spaces.append(None if isinstance(s, str) else s)
+        result = []
+        for c, sp in zip(comps, spaces, strict=True):
+            if len(c) < 2 or sp is None:
+                continue
+            c = _absorb_feeders(block, c)
+            result.append(_absorb_updates(block, c, info))
+        return result
+
+    def _acyclic(self, block: Block, members: set[Operation], info: OrderInfo) -> bool:
+        try:
+            plan_contiguous(block, members, RULE, "", info)
+        except PassFailedException:
+            return False
+        return True
+
+    # -- building ------------------------------------------------------------------------
+
+    def _fuse(self, block: Block, members: set[Operation], kind: str) -> comm.RegionOp:
+        if any(m.parent_block() is not block for m in members):
+            raise fail(f"{RULE}-block", "a fused set lies partly inside another region")
+        hoisted, order = plan_contiguous(
+            block, members, f"{RULE}-cycle", "fusing " + self._describe(members)
+        )
+        return wrap_in_region(block, hoisted, order, _make_fused(kind))
+

@@ -1,0 +1,560 @@
+"""`coco-reorder`: move elementwise computation that consumes an all_gather before it, onto
+the slices (CoCoNet's `reorder(comps, ag)`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Block, Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.rewriter import Rewriter
+from xdsl.utils.exceptions import PassFailedException, VerifyException
+
+from coconet.dialects import coco, comm
+from coconet.dialects.coco import LocalAttr, ReplicatedAttr, SlicedAttr, TensorType
+from coconet.dialects.layout_rules import infer_elementwise, infer_reduction
+from coconet.passes.common import (
+    ancestor_in,
+    body_block,
+    build_all_gather,
+    build_all_reduce,
+    derived_name,
+    fail,
+    find_named_ops,
+    functions,
+    grid_rank,
+    name_of,
+    op_name,
+    readable_at,
+    set_name,
+)
+
+RULE = "reorder"
+REDUCTION_KINDS = ("sum", "max", "min", "norm")
+
+
+@dataclass
+class _Plan:
+    """What one reorder across one all_gather will do; built without touching the IR."""
+
+    ag: comm.AllGatherOp
+    span: tuple[int, ...]
+    # moved elementwise ops (downstream of the gather, or pulled up because they only feed
+    # moved ops), and the type each result will have
+    moved: dict[Operation, TensorType] = field(default_factory=dict)
+    # values whose new (sliced) type is planned: the gather's result and moved results
+    planned: dict[SSAValue, TensorType] = field(default_factory=dict)
+    # (op, operand index) -> the sliced type that operand needs from a `coco.slice`
+    demands: dict[tuple[Operation, int], TensorType] = field(default_factory=dict)
+    reductions: list[coco.ReduceOp] = field(default_factory=list)
+
+
+def _layouts_len(*types: TensorType, span: tuple[int, ...] = ()) -> int:
+    return max([len(t.layouts) for t in types] + [max(span, default=-1) + 1])
+
+
+def _slice_type(vt: TensorType, result: TensorType, span: tuple[int, ...]) -> TensorType:
+    """The type an operand of type `vt` takes so that it lines up, by broadcasting, with a
+    result of type `result`: sliced wherever the result is sliced on a spanned axis and the
+    operand is replicated there and really spans the sliced dim (not broadcast along it)."""
+    n = _layouts_len(vt, result, span=span)
+    lays = [vt.layout_on(a) for a in range(n)]
+    gap = result.rank - vt.rank
+    for a in span:
+        r = result.layout_on(a)
+        if not (isinstance(r, SlicedAttr) and isinstance(lays[a], ReplicatedAttr)):
+            continue
+        d = r.dim.data - gap
+        if d >= 0 and vt.get_shape()[d] == result.get_shape()[r.dim.data]:
+            lays[a] = SlicedAttr(d)
+    return vt.with_layouts(lays)
+
+
+def _gather_axes(new: TensorType, old: TensorType, span: tuple[int, ...]) -> list[int] | None:
+    """The spanned axes an all_gather must cover to take `new` back to `old`; None if no
+    all_gather can (the layouts differ off the span, or not as sliced -> replicated)."""
+    axes: list[int] = []
+    for a in range(_layouts_len(new, old, span=span)):
+        ln, lo = new.layout_on(a), old.layout_on(a)
+        if ln == lo:
+            continue
+        if a in span and isinstance(ln, SlicedAttr) and isinstance(lo, ReplicatedAttr):
+            axes.append(a)
+            continue
+        return None
+    return axes
+
+
+class _Refusal(Exception):
+    def __init__(self, rule: str, message: str):
+        super().__init__(message)
+        self.rule = rule
+        self.message = message
+
+    def exception(self) -> PassFailedException:
+        return fail(self.rule, self.message)
+
+
+@dataclass(frozen=True)
+class ReorderPass(ModulePass):
+    """Move elementwise computation that consumes `%X = comm.all_gather %x over A` before the
+    gather, onto slices: the moved ops read `%x` instead of `%X`, their replicated tensor
+    operands read a `coco.slice` (this rank's part, no communication; a slice of an
+    all_gather's result folds to the gather's input), rank-0 operands stay as they are, and
+    result layouts are re-inferred (they become sliced on A). Each moved value still used
+    outside the moved set (by another op, a region, `func.return`, or the `coco.update` of a
+    replicated argument) gets a new `comm.all_gather` right after it, and those uses read it.
+    The old gather is erased once nothing reads it.
+
+    Names: a moved value `%v` becomes `%v_s` (it now holds this rank's slice) and the new
+    gather takes the name `%v`, so outside readers and the program's output names stay; the
+    slice of an operand `%w` is `%w_s`; a moved reduction keeps its name for its final value.
+
+    Moved set:
+    * targeted by gather (`ops` names all_gathers) and greedy (no `ops`: every all_gather of
+      a function body, in program order): the maximal legal set, i.e. every elementwise op
+      (coco.ElementwiseOp: arithmetic, cmp, select, cast, dropout) of the same block reading
+      the gather or a moved value, whose operands pass the rules below; then, pulled up, every
+      elementwise op whose results are read only by moved ops (so `beta1 * %m` is computed on
+      the slice of `%m`, and `%m` is then read only through a slice, which `coco-as-slice`
+      needs). Ops the rules refuse are left in place and read the re-gathered value.
+    * targeted by computations (`ops` names elementwise/reduce ops): exactly those; they must
+      consume exactly one all_gather, directly or through each other, or feed only named ops.
+
+    Reductions (`coco.reduce`) of a moved value move too: `sum`/`max`/`min` become this rank's
+    partial reduction (a `local` scalar) and a `comm.all_reduce` of the same kind over the
+    gather's axes; `norm` becomes `sqrt(all_reduce sum(sum(x * x)))`. Their results are the
+    same replicated scalars as before (the order of the sum changes, so compare with a
+    tolerance), and they do not propagate slicing further.
+
+    Dropout stays exact: its mask is keyed on global element indices.
+
+    Legality (refusals name the rule; greedy mode skips what they refuse):
+    * [reorder-gather]      named ops are all_gathers or computations; computations consume
+                            exactly one all_gather.
+    * [reorder-elementwise] a moved op is elementwise (or a sum/max/min/norm reduction).
+    * [reorder-local]       no operand of a moved op is `local` on an axis the gather spans.
+    * [reorder-layouts]     the sliced operands combine by the layout rules, and a moved
+                            result goes back to its old type by an all_gather.
+    * [reorder-block]       moved ops sit in the gather's block (not inside a region).
+    * [reorder-connected]   every named computation reads the gather or a moved value, or
+                            feeds only moved ops.
+    * [reorder-nothing]     a named gather has at least one movable consumer.
+    * [reorder-update]      a moved op does not run after the update of the argument the
+                            gather gathers (it would read the overwritten buffer).
+    """
+
+    name = "coco-reorder"
+
+    ops: tuple[str, ...] = ()
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if not self.ops:
+            for fn in functions(op):
+                for ag in [o for o in body_block(fn).ops if isinstance(o, comm.AllGatherOp)]:
+                    if ag.parent is None:
+                        continue
+                    plan = self._plan_maximal(ag, strict=False)
+                    if plan is not None and (plan.moved or plan.reductions):
+                        self._rewrite(fn, plan)
+            return
+        sites = find_named_ops(op, self.ops, f"{RULE}-gather", "op")
+        for _, s in sites:
+            if isinstance(s, comm.CollectiveOp) and not isinstance(s, comm.AllGatherOp):
+                raise fail(
+                    f"{RULE}-gather",
+                    f"{op_name(s)} is not a comm.all_gather: reorder moves computation across "
+                    "an all_gather (split an all_reduce first)",
+                )
+        gathers = [(fn, s) for fn, s in sites if isinstance(s, comm.AllGatherOp)]
+        comps = [(fn, s) for fn, s in sites if not isinstance(s, comm.AllGatherOp)]
+        try:
+            if comps:
+                fn, plan = self._plan_exact(comps, gathers)
+                self._rewrite(fn, plan)
+                return
+            for fn, ag in gathers:  # check every request before changing anything
+                self._plan_maximal(ag, strict=True)
+        except _Refusal as r:
+            raise r.exception() from None
+        for fn, ag in gathers:
+            # re-plan on the current IR: an earlier gather's reorder may have moved ops that
+            # also read this one
+            if ag.parent is None:
+                continue
+            plan = self._plan_maximal(ag, strict=False)
+            if plan is not None:
+                self._rewrite(fn, plan)
+
+    # -- planning ------------------------------------------------------------------------
+
+    def _new_plan(self, ag: comm.AllGatherOp) -> _Plan:
+        plan = _Plan(ag, ag.span())
+        plan.planned[ag.result] = ag.input.type
+        return plan
+
+    def _plan_forward(self, plan: _Plan, u: Operation) -> tuple[TensorType, dict[int, TensorType]]:
+        """The new result type of a downstream op `u` and the slices its operands need."""
+        if not isinstance(u, coco.ElementwiseOp):
+            raise _Refusal(
+                f"{RULE}-elementwise",
+                f"{op_name(u)} reads {self._moved_operand_name(plan, u)} but is not elementwise: "
+                "only elementwise ops (and sum/max/min/norm reductions) commute with an all_gather",
+            )
+        self._check_operands(plan, u)
+        self._check_readable(plan, u)
+        types = [plan.planned.get(v, v.type) for v in u.operands]
+        result = self._infer(u, types)
+        demands: dict[int, TensorType] = {}
+        for i, v in enumerate(u.operands):
+            if v in plan.planned or v.type.rank == 0:
+                continue
+            st = _slice_type(v.type, result, plan.span)
+            if st != v.type:
+                demands[i] = st
+                types[i] = st
+        if self._infer(u, types) != result:
+            raise _Refusal(
+                f"{RULE}-layouts",
+                f"the sliced operands of {op_name(u)} do not line up with its sliced result",
+            )
+        self._check_regather(u, result, plan)
+        return result, demands
+
+    def _check_readable(self, plan: _Plan, u: Operation) -> None:
+        x = plan.ag.input
+        if plan.ag.result in u.operands and not readable_at(x, u):
+            raise _Refusal(
+                f"{RULE}-update",
+                f"{op_name(u)} runs after the update of {name_of(x)}: reading the slice "
+                f"{name_of(x)} instead of {op_name(plan.ag)} would read the overwritten buffer",
+            )
+
+    def _moved_operand_name(self, plan: _Plan, u: Operation) -> str:
+        for v in u.operands:
+            if v in plan.planned:
+                return name_of(v)
+        return "a moved value"
+
+    def _check_operands(self, plan: _Plan, u: Operation) -> None:
+        for v in u.operands:
+            if v in plan.planned or not isinstance(v.type, TensorType):
+                continue
+            for a in plan.span:
+                if isinstance(v.type.layout_on(a), LocalAttr):
+                    raise _Refusal(
+                        f"{RULE}-local",
+                        f"{op_name(u)} reads {name_of(v)} : {v.type}, which is local on grid "
+                        f"axis {a}: a per-rank value cannot be sliced, so {op_name(u)} cannot "
+                        "move before the all_gather",
+                    )
+
+    def _infer(self, u: Operation, types: list[TensorType]) -> TensorType:
+        old: TensorType = u.results[0].type
+        try:
+            inferred = infer_elementwise(types, same_element_type=False)
+        except VerifyException as e:
+            raise _Refusal(
+                f"{RULE}-layouts", f"on slices, the operands of {op_name(u)} do not combine: {e}"
+            ) from None
+        return old.with_layouts(inferred.layouts.data)
+
+    def _check_regather(self, u: Operation, new: TensorType, plan: _Plan) -> None:
+        old: TensorType = u.results[0].type
+        if _gather_axes(new, old, plan.span) is None:
+            raise _Refusal(
+                f"{RULE}-layouts",
+                f"{op_name(u)} would produce {new}, which no all_gather over the gather's axes "
+                f"takes back to its type {old}",
+            )
+
+    def _plan_reduction(self, plan: _Plan, r: coco.ReduceOp) -> None:
+        if r.kind.data not in REDUCTION_KINDS:
+            raise _Refusal(f"{RULE}-elementwise", f"{op_name(r)}: unknown reduction '{r.kind.data}'")
+        self._check_readable(plan, r)
+        x = plan.planned[r.input]
+        if x == r.input.type:
+            return  # the input's layout does not change: the reduction stays as it is
+        kind = "sum" if r.kind.data == "norm" else r.kind.data
+        try:
+            part = infer_reduction(kind, x)
+        except VerifyException as e:
+            raise _Refusal(f"{RULE}-layouts", f"{op_name(r)} on slices: {e}") from None
+        old: TensorType = r.result.type
+        for a in range(_layouts_len(part, old, span=plan.span)):
+            lp, lo = part.layout_on(a), old.layout_on(a)
+            if lp != lo and not (a in plan.span and isinstance(lp, LocalAttr) and isinstance(lo, ReplicatedAttr)):
+                raise _Refusal(
+                    f"{RULE}-layouts",
+                    f"{op_name(r)}: the partial result {part} does not all_reduce back to {old}",
+                )
+        plan.reductions.append(r)
+
+    def _add_forward(self, plan: _Plan, u: Operation) -> None:
+        result, demands = self._plan_forward(plan, u)
+        plan.moved[u] = result
+        plan.planned[u.results[0]] = result
+        for i, t in demands.items():
+            plan.demands[(u, i)] = t
+
+    def _pull_type(self, plan: _Plan, p: Operation) -> TensorType | None:
+        """The single sliced type every use of `p`'s result asks for, if all uses are
+        demands of moved ops (else None)."""
+        v = p.results[0] if len(p.results) == 1 else None
+        if v is None or v.type.rank == 0 or not v.uses:
+            return None
+        wanted: set[TensorType] = set()
+        for use in v.uses:
+            t = plan.demands.get((use.operation, use.index))
+            if t is None:
+                return None
+            wanted.add(t)
+        return wanted.pop() if len(wanted) == 1 else None
+
+    def _plan_pull(self, plan: _Plan, p: Operation, target: TensorType) -> dict[int, TensorType]:
+        if not isinstance(p, coco.ElementwiseOp):
+            raise _Refusal(f"{RULE}-elementwise", f"{op_name(p)} is not elementwise")
+        self._check_operands(plan, p)
+        types: list[TensorType] = []
+        demands: dict[int, TensorType] = {}
+        for i, v in enumerate(p.operands):
+            if v.type.rank == 0:
+                types.append(v.type)
+                continue
+            st = _slice_type(v.type, target, plan.span)
+            if st != v.type:
+                demands[i] = st
+            types.append(st)
+        if self._infer(p, types) != target:
+            raise _Refusal(
+                f"{RULE}-layouts", f"{op_name(p)} cannot compute the slice {target} from slices"
+            )
+        return demands
+
+    def _add_pull(self, plan: _Plan, p: Operation, target: TensorType) -> None:
+        demands = self._plan_pull(plan, p, target)
+        v = p.results[0]
+        for use in list(v.uses):
+            plan.demands.pop((use.operation, use.index), None)
+        plan.moved[p] = target
+        plan.planned[v] = target
+        for i, t in demands.items():
+            plan.demands[(p, i)] = t
+
+    def _plan_maximal(self, ag: comm.AllGatherOp, strict: bool) -> _Plan | None:
+        plan = self._new_plan(ag)
+        block = ag.parent_block()
+        assert block is not None
+        first_refusal: _Refusal | None = None
+        ops = list(block.ops)
+        start = ops.index(ag) + 1
+        for u in ops[start:]:
+            if not any(v in plan.planned for v in u.operands):
+                continue
+            if isinstance(u, coco.UpdateOp | func.ReturnOp):
+                continue
+            try:
+                if isinstance(u, coco.ReduceOp):
+                    self._plan_reduction(plan, u)
+                else:
+                    self._add_forward(plan, u)
+            except _Refusal as r:
+                first_refusal = first_refusal or r
+        if not (plan.moved or plan.reductions):
+            if not strict:
+                return None
+            if first_refusal is not None:
+                raise first_refusal
+            nested = [use.operation for use in ag.result.uses if use.operation.parent_block() is not block]
+            if nested:
+                raise _Refusal(
+                    f"{RULE}-block",
+                    f"{op_name(ag)} is read only inside a region ({nested[0].name}); reorder "
+                    "moves ops of the gather's own block",
+                )
+            raise _Refusal(
+                f"{RULE}-nothing", f"{op_name(ag)} has no elementwise consumer to move before it"
+            )
+        for p in reversed(ops[:]):
+            if p in plan.moved or p is ag or p.parent_block() is not block:
+                continue
+            target = self._pull_type(plan, p)
+            if target is None:
+                continue
+            try:
+                self._add_pull(plan, p, target)
+            except _Refusal:
+                continue
+        return plan
+
+    def _plan_exact(
+        self,
+        comps: list[tuple[func.FuncOp, Operation]],
+        gathers: list[tuple[func.FuncOp, Operation]],
+    ) -> tuple[func.FuncOp, _Plan]:
+        fns = {fn for fn, _ in comps} | {fn for fn, _ in gathers}
+        if len(fns) != 1:
+            raise _Refusal(f"{RULE}-gather", "the named ops are in different functions")
+        fn = comps[0][0]
+        block = body_block(fn)
+        named = {c for _, c in comps}
+        for c in named:
+            if not isinstance(c, coco.ElementwiseOp | coco.ReduceOp):
+                raise _Refusal(
+                    f"{RULE}-elementwise",
+                    f"{op_name(c)} is not elementwise: only elementwise ops (and sum/max/min/norm "
+                    "reductions) commute with an all_gather",
+                )
+        # the gather: the one all_gather a named op reads
+        read = {
+            v.owner
+            for c in named
+            for v in c.operands
+            if isinstance(v.owner, comm.AllGatherOp)
+        }
+        named_gathers = {g for _, g in gathers}
+        if len(read) != 1 or (named_gathers and named_gathers != read):
+            found = ", ".join(sorted(op_name(g) for g in read)) or "none"
+            raise _Refusal(
+                f"{RULE}-gather",
+                "the named computations must read exactly one all_gather (the one named, if "
+                f"any); they read: {found}",
+            )
+        (ag,) = read
+        plan = self._new_plan(ag)
+        ops = list(block.ops)
+        upstream: list[Operation] = []
+        for u in ops:
+            if u not in named:
+                continue
+            if not any(v in plan.planned for v in u.operands):
+                upstream.append(u)
+                continue
+            if isinstance(u, coco.ReduceOp):
+                self._plan_reduction(plan, u)
+            else:
+                self._add_forward(plan, u)
+        for p in reversed(upstream):
+            target = self._pull_type(plan, p)
+            if target is None:
+                raise _Refusal(
+                    f"{RULE}-connected",
+                    f"{op_name(p)} neither reads {op_name(ag)} (or a moved value) nor feeds only "
+                    "moved ops",
+                )
+            self._add_pull(plan, p, target)
+        return fn, plan
+
+    # -- rewriting -----------------------------------------------------------------------
+
+    def _rewrite(self, fn: func.FuncOp, plan: _Plan) -> None:
+        block = body_block(fn)
+        rank = grid_rank(fn)
+        ag = plan.ag
+        x = ag.input
+        order = {op: i for i, op in enumerate(block.ops)}
+        touched = set(plan.moved) | set(plan.reductions)
+
+        # 1. the slices (one per value and type, before its first reader; a slice of an
+        #    all_gather's result folds to the gather's input)
+        slices: dict[tuple[SSAValue, TensorType], SSAValue] = {}
+        folded: set[Operation] = set()
+        for (u, i), t in sorted(plan.demands.items(), key=lambda kv: order[kv[0][0]]):
+            v = u.operands[i]
+            key = (v, t)
+            if key not in slices:
+                owner = v.owner
+                readers = [uu for (uu, ii), tt in plan.demands.items() if uu.operands[ii] is v and tt == t]
+                if (
+                    isinstance(owner, comm.AllGatherOp)
+                    and owner.input.type == t
+                    and all(readable_at(owner.input, r) for r in readers)
+                ):
+                    slices[key] = owner.input
+                    folded.add(owner)
+                else:
+                    s = coco.SliceOp(v, t)
+                    set_name(s.result, derived_name(v, "s"))
+                    block.insert_op_before(s, u)
+                    slices[key] = s.result
+            u.operands[i] = slices[key]
+
+        # 2. moved ops read the slices; results take their sliced types; outside readers get
+        #    a new all_gather
+        for u in sorted(plan.moved, key=order.__getitem__):
+            for i, v in enumerate(u.operands):
+                if v is ag.result:
+                    u.operands[i] = x
+            old = u.results[0]
+            old_type = old.type
+            new_type = plan.moved[u]
+            if new_type == old_type:
+                continue
+            name = old.name_hint
+            new = Rewriter.replace_value_with_new_type(old, new_type)
+            new.name_hint = f"{name}_s" if name else None
+            outside = [
+                use
+                for use in new.uses
+                if ancestor_in(block, use.operation) not in touched
+            ]
+            if not outside:
+                continue
+            axes = _gather_axes(new_type, old_type, plan.span)
+            assert axes is not None
+            ag_axes = None if (axes == list(range(rank)) and ag.axes is None) else axes
+            gather = build_all_gather(new, ag_axes, rank)
+            set_name(gather.result, name)
+            block.insert_op_after(gather, u)
+            for use in outside:
+                use.operation.operands[use.index] = gather.result
+
+        # 3. reductions become partial reductions + all_reduce
+        for r in plan.reductions:
+            self._rewrite_reduction(block, r, x if r.input is ag.result else r.input, rank, plan)
+
+        # 4. gathers nothing reads any more
+        for g in (ag, *folded):
+            if g.parent is not None and not g.result.uses:
+                g.detach()
+                g.erase()
+
+    def _rewrite_reduction(
+        self, block: Block, r: coco.ReduceOp, x: SSAValue, rank: int, plan: _Plan
+    ) -> None:
+        kind = r.kind.data
+        new_ops: list[Operation] = []
+        src = x
+        if kind == "norm":
+            sq = coco.MulOp(x, x)
+            set_name(sq.result, derived_name(r.result, "sq"))
+            new_ops.append(sq)
+            src = sq.result
+        part = coco.ReduceOp("sum" if kind == "norm" else kind, src)
+        set_name(part.result, derived_name(r.result, "part"))
+        new_ops.append(part)
+        old: TensorType = r.result.type
+        axes = [
+            a
+            for a in plan.span
+            if isinstance(part.result.type.layout_on(a), LocalAttr)
+            and isinstance(old.layout_on(a), ReplicatedAttr)
+        ]
+        ar_axes = None if (axes == list(range(rank)) and plan.ag.axes is None) else axes
+        ar = build_all_reduce(part.result, "sum" if kind == "norm" else kind, ar_axes, rank)
+        new_ops.append(ar)
+        final = ar.result
+        if kind == "norm":
+            set_name(ar.result, derived_name(r.result, "sumsq"))
+            root = coco.SqrtOp(ar.result)
+            new_ops.append(root)
+            final = root.result
+        block.insert_ops_before(new_ops, r)
+        name = r.result.name_hint
+        r.result.replace_all_uses_with(final)
+        set_name(final, name)
+        r.detach()
+        r.erase()

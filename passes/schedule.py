@@ -1,0 +1,105 @@
+"""`coco-schedule`: apply one of CoCoNet's named schedules (coconet.schedule.NAMED_SCHEDULES)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+from xdsl.utils.arg_spec import ArgSpec
+
+from coconet.passes.common import fail
+
+RULE = "schedule"
+
+
+@dataclass(frozen=True)
+class SchedulePass(ModulePass):
+    """Apply the named schedule `name` to every function of the module: the schedule's pass
+    pipeline, built for each function from its structure (coconet.schedule.named_schedules
+    lists it per program; `s.pipeline` of the same recipe is the equivalent pipeline of
+    coconet's other passes).
+
+    Names (any spelling `resolve_schedule_name` accepts):
+    * `ar-c`                 (AR_C, MM_AR_C, AR_P2P_C): computation after the all_reduce fused
+                             into one kernel.
+    * `rs-c-ag`              (RS_C_AG, MM_RS_C_AG): split, reorder onto slices, as-slice the
+                             optimizer state, fuse the sliced computation.
+    * `fuse(rs-c-ag)`        (fuse_RS_C_AG): the same as one FusedAllReduce.
+    * `ol(mm,fuse(rs-c-ag))` (ol_MM_fuse_RS_C_AG): that, overlapped with the producing matmul.
+    * `sliced-send`          (RS_P2P_C_AG): rs-c-ag, then send only this rank's slice.
+    * `fuse(sliced-send)`:   the sliced computation fused into the send.
+    * `ol(mm,rs)+fuse(sliced-send)` (ol_RS_fuse_P2P_C_AG): plus the matmul overlapped with
+                             its reduce_scatter.
+    Names with parentheses or commas must be quoted in a pipeline
+    (`coco-schedule{name="fuse(rs-c-ag)"}`), or written without them (`name=fuse-rs-c-ag`,
+    `name=ol-mm-fuse-rs-c-ag`); CoCoNet's names work too (`name=fuse_RS_C_AG`).
+
+    The option may also be spelled `schedule=`. Legality (refusals name the rule):
+    * [schedule-unknown] the name is a named schedule, and the function has the structure it
+                         needs (an all_reduce; a matmul feeding it; a send of its result).
+    * the rules of the passes the schedule runs (e.g. [split-allreduce-uneven]).
+    """
+
+    name = "coco-schedule"
+
+    schedule: str = ""
+
+    @classmethod
+    def from_spec(cls, spec: ArgSpec) -> SchedulePass:
+        # `name` is the pass's own class attribute, so the option lives in `schedule`
+        params = dict(spec.normalize_parameter_names().parameters)
+        if "name" in params:
+            if "schedule" in params:
+                raise ValueError(f"{cls.name}: give the schedule once (name= or schedule=)")
+            params["schedule"] = params.pop("name")
+        return super().from_spec(ArgSpec(spec.name, params))
+
+    def spec(self, *, include_default: bool = False) -> ArgSpec:
+        base = super().spec(include_default=include_default)
+        params = dict(base.parameters)
+        if "schedule" in params:
+            params = {"name": params.pop("schedule"), **params}
+        return ArgSpec(base.name, params)
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        from coconet.program import CocoError, Program
+        from coconet.schedule import apply_schedule, resolve_schedule_name
+
+        if not self.schedule:
+            from coconet.schedule import NAMED_SCHEDULES
+
+            raise fail(
+                f"{RULE}-unknown",
+                "coco-schedule needs a schedule name (name=...): one of " + ", ".join(NAMED_SCHEDULES),
+            )
+        try:
+            resolve_schedule_name(self.schedule)
+            fns = [f for f in op.ops if isinstance(f, func.FuncOp) and not f.is_declaration]
+            scheduled = []
+            for fn in fns:
+                scheduled.append(apply_schedule(Program(op, fn.sym_name.data), self.schedule).func)
+        except CocoError as e:
+            raise self._refusal(e) from None
+        block = op.body.block
+        for fn, new in zip(fns, scheduled, strict=True):
+            new.detach()
+            block.insert_op_before(new, fn)
+            fn.detach()
+            fn.erase()
+
+    def _refusal(self, e: Exception) -> Exception:
+        """The failing pass's `[rule] message`, saying which step of which schedule it was."""
+        from xdsl.utils.exceptions import PassFailedException
+
+        msg = str(e)
+        rule = getattr(e, "rule", None)
+        step = getattr(e, "step", None)
+        if step and msg.startswith(step + ": "):
+            msg = msg[len(step) + 2 :]
+        if rule and msg.startswith(f"[{rule}] "):
+            msg = msg[len(rule) + 3 :]
+        where = f" ({step}, in schedule '{self.schedule}')" if step else ""
+        return PassFailedException(f"[{rule or RULE + '-unknown'}]{where} {msg}")

@@ -1,0 +1,146 @@
+"""Comparing a backend's per-rank outputs with the sim oracle (`coco-run --check`).
+
+Integers and booleans compare exactly. Floats compare within the per-dtype tolerances of
+coconet.equivalence.TOLERANCES (library reductions in f32/f16 and in another order than the
+oracle's f64 rank-order accumulation, libm vs NumPy transcendentals): |x - ref| <= atol +
+rtol |ref|, NaN matching NaN. Each comparison also says whether it was bit-exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+# Used only if coconet.equivalence (the translation-validation module) is not importable.
+_FALLBACK_TOLERANCES = {
+    "float16": (2e-3, 1e-3),
+    "bfloat16": (1.6e-2, 1e-2),
+    "float32": (1e-5, 1e-6),
+    "float64": (1e-12, 1e-12),
+}
+_ELT_OF_DTYPE = {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64"}
+
+
+def tolerance(dtype: np.dtype) -> tuple[float, float]:
+    """(rtol, atol) for a dtype; (0, 0) for integers and booleans."""
+    name = np.dtype(dtype).name
+    if name not in _ELT_OF_DTYPE:
+        return 0.0, 0.0
+    try:
+        from coconet.equivalence import TOLERANCES
+
+        tol = TOLERANCES[_ELT_OF_DTYPE[name]]
+        return float(tol.rtol), float(tol.atol)
+    except (ImportError, KeyError, AttributeError):
+        return _FALLBACK_TOLERANCES[name]
+
+
+@dataclass
+class Difference:
+    output: str
+    rank: int
+    max_abs_error: float
+    num_different: int
+    num_elements: int
+    detail: str = ""
+
+    def __str__(self) -> str:
+        if self.detail:
+            return f"output '{self.output}' on rank {self.rank}: {self.detail}"
+        return (
+            f"output '{self.output}' on rank {self.rank} differs from the sim oracle: "
+            f"{self.num_different} of {self.num_elements} element(s) out of tolerance, "
+            f"max abs error {self.max_abs_error:.6g}"
+        )
+
+
+@dataclass
+class CheckResult:
+    differences: list[Difference]
+    bit_exact: bool
+    max_abs_error: float
+
+    @property
+    def ok(self) -> bool:
+        return not self.differences
+
+
+def _as_f64(a: np.ndarray) -> np.ndarray:
+    return a.astype(np.float64) if a.dtype.kind != "b" else a.astype(np.int64).astype(np.float64)
+
+
+def compare_piece(
+    name: str, rank: int, got: np.ndarray, want: np.ndarray
+) -> tuple[Difference | None, bool, float]:
+    """(difference or None, bit-exact?, max abs error) of one rank's piece of one output."""
+    if got.shape != want.shape:
+        return (
+            Difference(
+                name,
+                rank,
+                float("inf"),
+                got.size,
+                want.size,
+                f"shape {list(got.shape)}, the oracle's {list(want.shape)}",
+            ),
+            False,
+            float("inf"),
+        )
+    if got.dtype != want.dtype:
+        return (
+            Difference(
+                name,
+                rank,
+                float("inf"),
+                got.size,
+                want.size,
+                f"dtype {got.dtype.name}, the oracle's {want.dtype.name}",
+            ),
+            False,
+            float("inf"),
+        )
+    if got.size == 0:
+        return None, True, 0.0
+    x, y = _as_f64(got), _as_f64(want)
+    with np.errstate(all="ignore"):
+        both_nan = np.isnan(x) & np.isnan(y)
+        equal = (x == y) | both_nan
+        bits = bool(
+            np.array_equal(
+                np.ascontiguousarray(got).view(np.uint8), np.ascontiguousarray(want).view(np.uint8)
+            )
+        ) or bool(equal.all() and got.dtype.kind in "biu")
+        err = np.where(equal, 0.0, np.abs(x - y))
+        err = np.where(np.isnan(err), np.inf, err)
+        rtol, atol = tolerance(got.dtype)
+        ok = equal | (err <= atol + rtol * np.abs(y))
+    max_err = float(err.max())
+    if ok.all():
+        return None, bits or bool(equal.all()), max_err
+    return Difference(name, rank, max_err, int((~ok).sum()), int(ok.size)), False, max_err
+
+
+def compare_outputs(
+    got: Sequence[Mapping[str, np.ndarray]], want: Sequence[Mapping[str, np.ndarray]]
+) -> CheckResult:
+    """Compare every rank's pieces (`got[rank][name]`) with the oracle's."""
+    diffs: list[Difference] = []
+    exact, worst = True, 0.0
+    for rank, (g, w) in enumerate(zip(got, want, strict=True)):
+        for name, ref in w.items():
+            if name not in g:
+                diffs.append(
+                    Difference(
+                        name, rank, float("inf"), 0, ref.size, "missing from the backend's outputs"
+                    )
+                )
+                exact = False
+                continue
+            d, bits, err = compare_piece(name, rank, np.asarray(g[name]), np.asarray(ref))
+            exact &= bits
+            worst = max(worst, err)
+            if d is not None:
+                diffs.append(d)
+    return CheckResult(diffs, exact and not diffs, worst)

@@ -1,0 +1,589 @@
+"""The `cpu` backend: one MPI process per rank (mpi4py).
+
+* Kernels: the plan's CUDA source compiled by the host C++ compiler against the host device
+  layer (lowering/host_compiler.py, cached on disk by content hash), called through ctypes with
+  the parameter types of each kernel's signature.
+* Symmetric buffers: MPI-3 shared-memory windows (`MPI.Win.Allocate_shared` on the node
+  communicator, `Shared_query` for peers' addresses), zeroed before first use; fused collective
+  kernels get a per-rank array of their group members' addresses (a PeerTable).
+* Library collectives: mpi4py on a communicator per set of grid axes (split by the coordinates
+  off those axes, keyed by rank, so communicator rank order is the sim's group order).
+  Exactness against the sim oracle (which accumulates in f64 in rank order and rounds once):
+  - all_gather, broadcast and send move bytes: always bit-exact;
+  - f16, bf16, i1, and max/min of floats are reduced by exchanging the pieces (Allgather /
+    Alltoall / Gather) and combining them locally in rank order with the sim's own code:
+    bit-exact;
+  - sum/prod of f32/f64 use MPI's reductions (MPI_Allreduce, MPI_Reduce_scatter_block,
+    MPI_Reduce) in the data's own precision and MPI's order: equal to the oracle within the
+    per-dtype tolerance (coconet.equivalence.TOLERANCES), usually bit-exact on 2 ranks;
+    `exact_collectives=True` routes them through the exact path as well;
+  - integer reductions use MPI's (wrapping, order-free): bit-exact.
+* Matmul: NumPy (BLAS), computing in f32 for f16/bf16, as the sim does.
+* Streams: compute-stream steps run in order, synchronously. Collectives on the communication
+  stream become non-blocking MPI calls (Iallreduce, ...), started where the plan puts them
+  (after the chunk's matmul and its event) and completed at the WaitEvent that needs them, a
+  later conflicting communication step, or the end of the step, so the communication of chunk
+  c overlaps the matmul of chunk c+1. MPICH progresses them when MPI is called, so the runner
+  polls them between compute steps. Other work on the communication stream (a fused kernel's
+  chunk, a copy) completes the pending communication first (stream order) and runs inline.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Generator, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from coconet.lowering.host_compiler import HOST_CACHE, HostCompileError, compile_host
+from coconet.lowering.plan import COMM_STREAM, Buffer, Collective, Copy, Launch, Matmul, Plan
+from coconet.runtime import sim
+from coconet.runtime import values as V
+from coconet.runtime.executor import (
+    KernelArg,
+    buffer_dtype,
+    consecutive_blocks,
+    group_of,
+    groups_of,
+    member_region,
+)
+
+from coconet.program import CocoError
+
+CTYPES = {
+    "ptr": ctypes.c_void_p,
+    "bool": ctypes.c_bool,
+    "i32": ctypes.c_int32,
+    "u32": ctypes.c_uint32,
+    "i64": ctypes.c_int64,
+    "u64": ctypes.c_uint64,
+    "f32": ctypes.c_float,
+    "f64": ctypes.c_double,
+}
+
+# Defaults for every rank process: ranks may outnumber cores, and a spinning OpenMP or BLAS
+# worker would take the core a peer needs. Set before the kernels' libgomp is loaded; the
+# user's own settings win.
+RANK_ENV_DEFAULTS = {
+    "OMP_NUM_THREADS": "1",
+    "OMP_WAIT_POLICY": "PASSIVE",
+    "OPENBLAS_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+}
+
+
+def apply_rank_env_defaults(env: dict[str, str] | None = None) -> dict[str, str]:
+    target = os.environ if env is None else env
+    for k, v in RANK_ENV_DEFAULTS.items():
+        target.setdefault(k, v)
+    return target  # type: ignore[return-value]
+
+
+def host_matmul(a: np.ndarray, b: np.ndarray, c: np.ndarray, t, rows) -> None:
+    """c = a @ b computing in the result's compute dtype (f32 for f16/bf16), as the sim;
+    `rows`: ranges of a's flattened leading dims (overlap chunks)."""
+    cdt = V.compute_dtype(t)
+    if rows is None:
+        c[...] = np.matmul(a.astype(cdt, copy=False), b.astype(cdt, copy=False)).astype(c.dtype)
+        return
+    a2 = a.reshape(-1, a.shape[-1])
+    c2 = c.reshape(-1, c.shape[-1])
+    bc = b.astype(cdt, copy=False)
+    for lo, hi in rows:
+        c2[lo:hi] = np.matmul(a2[lo:hi].astype(cdt, copy=False), bc).astype(c.dtype)
+
+
+def _raw(a: np.ndarray) -> np.ndarray:
+    """A byte view of a C-contiguous array (MPI has no bf16 datatype; bytes move any dtype)."""
+    return a.reshape(-1).view(np.uint8)
+
+
+def _rows_view(a: np.ndarray, rows: tuple[int, int] | None) -> np.ndarray:
+    if rows is None:
+        return a
+    return a.reshape(-1, a.shape[-1])[rows[0] : rows[1]]
+
+
+# Collectives as generators: each yields the MPI request(s) it waits on, then finishes locally.
+CollectiveOps = Generator[Any, None, None]
+
+
+@dataclass
+class Pending:
+    """A non-blocking collective in flight on the communication stream."""
+
+    seq: int
+    step: Collective
+    ops: CollectiveOps
+    request: Any = None
+    done: bool = False
+
+    def advance(self) -> None:
+        try:
+            self.request = next(self.ops)
+        except StopIteration:
+            self.request, self.done = None, True
+
+    def test(self, MPI) -> None:
+        while not self.done:
+            req = self.request
+            ok = MPI.Request.Testall(req) if isinstance(req, list) else req.Test()
+            if not ok:
+                return
+            self.advance()
+
+    def wait(self, MPI) -> None:
+        while not self.done:
+            req = self.request
+            if isinstance(req, list):
+                MPI.Request.Waitall(req)
+            else:
+                req.Wait()
+            self.advance()
+
+    def touches(self, other: Collective) -> bool:
+        mine = {self.step.src.name, self.step.dst.name}
+        if not mine & {other.src.name, other.dst.name}:
+            return False
+        a, b = self.step.rows, other.rows
+        return a is None or b is None or (a[0] < b[1] and b[0] < a[1])
+
+
+class CpuBackend:
+    """One rank of the cpu backend (see the module docstring)."""
+
+    name = "cpu"
+
+    def __init__(self, comm=None, *, exact_collectives: bool = False, nonblocking: bool = True):
+        from mpi4py import MPI
+
+        self.MPI = MPI
+        self.comm = comm if comm is not None else MPI.COMM_WORLD
+        self.rank = self.comm.Get_rank()
+        self.size = self.comm.Get_size()
+        self.exact = exact_collectives
+        self.nonblocking = nonblocking
+        self.plan: Plan | None = None
+        self.grid_shape: tuple[int, ...] = ()
+        self.arrays: dict[str, np.ndarray] = {}
+        self.own: dict[str, np.ndarray] = {}
+        self.addresses: dict[str, int] = {}
+        self.tables: list[np.ndarray] = []
+        self.keyed_tables: dict[object, np.ndarray] = {}
+        self.windows: list[Any] = []
+        self.node = None
+        self.comms: dict[tuple[int, ...], Any] = {}
+        self.library = None
+        self.kernels: dict[str, Any] = {}
+        self.pending: list[Pending] = []
+        self.issued = 0
+        self.events: dict[str, int] = {}
+        self.compiled = 0
+        self.cached = 0
+
+    # -- setup -------------------------------------------------------------------------------
+
+    def prepare(self, plan: Plan) -> None:
+        if plan.size != self.size:
+            raise CocoError(
+                f"the plan of @{plan.program} is for {plan.size} rank(s), but this job has "
+                f"{self.size} MPI process(es)"
+            )
+        self.plan = plan
+        self.grid_shape = plan.grid_shape
+        if any(isinstance(s, Launch) for s in plan.steps):
+            builds = HOST_CACHE.stats.builds
+            try:
+                self.library = compile_host(plan.cuda_source)
+            except HostCompileError as e:
+                errors = [ln for ln in e.output.splitlines() if "error" in ln][:8]
+                detail = "\n".join(errors) if errors else str(e)
+                raise CocoError(
+                    f"compiling the kernels of @{plan.program} failed:\n{detail}"
+                ) from None
+            if HOST_CACHE.stats.builds > builds:
+                self.compiled += 1
+            else:
+                self.cached += 1
+        for step in plan.steps:
+            if isinstance(step, Collective) and step.op != "send":
+                self.group_comm(step.axes)
+
+    def group_comm(self, span: tuple[int, ...]):
+        """The communicator of this rank's group over `span` (collective on first use)."""
+        if span not in self.comms:
+            groups = groups_of(self.grid_shape, span)
+            if len(groups) == 1:
+                self.comms[span] = self.comm
+            else:
+                color = next(i for i, g in enumerate(groups) if self.rank in g)
+                self.comms[span] = self.comm.Split(color, self.rank)
+        return self.comms[span]
+
+    def allocate(self, buffers: Sequence[Buffer]) -> None:
+        for buf in buffers:
+            arr = np.zeros(buf.shape, dtype=buffer_dtype(buf))
+            self.own[buf.name] = self.arrays[buf.name] = arr
+            self.addresses[buf.name] = arr.ctypes.data
+
+    def allocate_symmetric(self, buffers: Sequence[Buffer]) -> dict[str, dict[int, int]]:
+        MPI = self.MPI
+        if self.node is None:
+            self.node = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
+        node = self.node
+        world_of = node.allgather(self.rank)
+        info = MPI.Info.Create()
+        info.Set("alloc_shared_noncontig", "true")
+        peers: dict[str, dict[int, int]] = {}
+        try:
+            for buf in buffers:
+                dtype = buffer_dtype(buf)
+                nbytes = buf.count * dtype.itemsize
+                win = MPI.Win.Allocate_shared(max(nbytes, 64), 1, info, comm=node)
+                self.windows.append(win)
+                mem = win.tomemory()
+                arr = (
+                    np.frombuffer(mem, dtype=np.uint8, count=nbytes).view(dtype).reshape(buf.shape)
+                )
+                arr[...] = 0
+                self.own[buf.name] = self.arrays[buf.name] = arr
+                self.addresses[buf.name] = arr.ctypes.data if nbytes else 0
+                peers[buf.name] = {}
+                for q in range(node.Get_size()):
+                    peer_mem, _ = win.Shared_query(q)
+                    peers[buf.name][world_of[q]] = MPI.buffer(peer_mem).address
+        finally:
+            info.Free()
+        node.Barrier()  # every rank's flags are zero before any kernel can set them
+        return peers
+
+    def peer_table(self, addresses: Sequence[int]) -> int:
+        return self.table(addresses, np.dtype(np.uint64))
+
+    def table(self, values: Sequence[int], dtype: np.dtype, key: object = None) -> int:
+        table = np.array(list(values), dtype=dtype)
+        if key is None:
+            self.tables.append(table)
+        else:
+            self.keyed_tables[key] = table  # kernels run synchronously: the old one is free
+        return table.ctypes.data
+
+    # -- data ----------------------------------------------------------------------------------
+
+    def address(self, name: str) -> int:
+        return self.addresses[name]
+
+    def bind(self, buf: Buffer, value: Any) -> bool:
+        if not isinstance(value, np.ndarray):
+            return False
+        if (
+            value.dtype != buffer_dtype(buf)
+            or value.shape != tuple(buf.shape)
+            or not value.flags.c_contiguous
+            or not value.flags.writeable
+        ):
+            return False
+        for name, arr in self.arrays.items():
+            if arr is not self.own.get(name) and np.may_share_memory(arr, value):
+                return False  # the caller passed one array twice: copy, do not alias
+        self.arrays[buf.name] = value
+        self.addresses[buf.name] = value.ctypes.data
+        return True
+
+    def unbind(self, buf: Buffer) -> None:
+        self.arrays[buf.name] = self.own[buf.name]
+        self.addresses[buf.name] = self.own[buf.name].ctypes.data
+
+    def write(self, buf: Buffer, value: Any) -> None:
+        self.arrays[buf.name][...] = np.asarray(value)
+
+    def read(self, buf: Buffer) -> np.ndarray:
+        return self.arrays[buf.name].copy()
+
+    def array(self, name: str) -> np.ndarray:
+        return self.arrays[name]
+
+    def coerce_input(self, name: str, value: Any, buf: Buffer) -> np.ndarray:
+        """The caller's value as a host array (not converted: dtypes must match exactly)."""
+        if isinstance(value, np.ndarray):
+            return value
+        if isinstance(value, (int, float, bool, np.generic)) and not buf.shape:
+            return np.asarray(value, dtype=buffer_dtype(buf))
+        if hasattr(value, "__array__") or hasattr(value, "__dlpack__"):
+            try:
+                return np.asarray(value)
+            except Exception as e:  # noqa: BLE001 - any failure to convert is the message
+                raise CocoError(f"input '{name}': cannot read it as a host array: {e}") from None
+        raise CocoError(
+            f"input '{name}': expected a NumPy array of shape {list(buf.shape)} and dtype "
+            f"{buf.type.elt}, got a {type(value).__name__}"
+        )
+
+    @staticmethod
+    def shape_of(value: np.ndarray) -> tuple[int, ...]:
+        return value.shape
+
+    @staticmethod
+    def dtype_of(value: np.ndarray) -> np.dtype:
+        return value.dtype
+
+    def write_back(self, buf: Buffer, caller: Any, *, bound: bool) -> Any:
+        """An updated argument: already in the caller's array when it was bound, else copied
+        there; a caller value that cannot take it (a Python number) gets a new array."""
+        if bound:
+            return caller
+        arr = self.arrays[buf.name]
+        if (
+            isinstance(caller, np.ndarray)
+            and caller.flags.writeable
+            and caller.shape == arr.shape
+            and caller.dtype == arr.dtype
+        ):
+            caller[...] = arr
+            return caller
+        return arr.copy()
+
+    def output(self, buf: Buffer) -> np.ndarray:
+        return self.read(buf)
+
+    # -- steps ---------------------------------------------------------------------------------
+
+    def kernel(self, name: str, kinds: Sequence[str]):
+        if name not in self.kernels:
+            assert self.library is not None
+            self.kernels[name] = self.library.kernel(name, *(CTYPES[k] for k in kinds))
+        return self.kernels[name]
+
+    def launch(self, step: Launch, args: Sequence[KernelArg]) -> None:
+        if step.stream == COMM_STREAM:
+            self.drain()
+        else:
+            self.poll()
+        kernel = self.kernel(step.kernel, [a.kind for a in args])
+        kernel(step.grid, step.block, *(a.value for a in args), shared_bytes=step.shared_bytes)
+
+    def matmul(self, step: Matmul) -> None:
+        if step.stream == COMM_STREAM:
+            self.drain()
+        a, b, c = self.arrays[step.a.name], self.arrays[step.b.name], self.arrays[step.c.name]
+        host_matmul(a, b, c, step.c.type, step.rows)
+        self.poll()
+
+    def copy(self, step: Copy) -> None:
+        if step.stream == COMM_STREAM:
+            self.drain()
+        np.copyto(self.arrays[step.dst.name], self.arrays[step.src.name])
+        self.poll()
+
+    def collective(self, step: Collective) -> None:
+        ops = self.collective_ops(step)
+        if step.stream == COMM_STREAM and self.nonblocking:
+            for p in list(self.pending):
+                if p.touches(step):
+                    p.wait(self.MPI)
+            pending = Pending(self.issued, step, ops)
+            self.issued += 1
+            pending.advance()
+            self.pending.append(pending)
+            self.pending = [p for p in self.pending if not p.done]
+            return
+        if step.stream == COMM_STREAM:
+            self.drain()
+        pending = Pending(-1, step, ops)
+        pending.advance()
+        pending.wait(self.MPI)
+
+    def record_event(self, event: str, stream: int) -> None:
+        # Compute-stream work is done when its record is reached; a record on the
+        # communication stream covers the collectives issued before it.
+        self.events[event] = self.issued if stream == COMM_STREAM else -1
+
+    def wait_event(self, event: str, stream: int) -> None:
+        marker = self.events.get(event, -1)
+        if stream == COMM_STREAM or marker < 0:
+            return
+        for p in self.pending:
+            if p.seq < marker:
+                p.wait(self.MPI)
+        self.pending = [p for p in self.pending if not p.done]
+
+    def poll(self) -> None:
+        for p in self.pending:
+            p.test(self.MPI)
+        self.pending = [p for p in self.pending if not p.done]
+
+    def drain(self) -> None:
+        for p in self.pending:
+            p.wait(self.MPI)
+        self.pending = []
+
+    def synchronize(self) -> None:
+        self.drain()
+
+    def barrier(self) -> None:
+        self.comm.Barrier()
+
+    def close(self) -> None:
+        self.drain()
+        self.arrays.clear()
+        self.own.clear()
+        self.tables.clear()
+        self.keyed_tables.clear()
+        for win in self.windows:
+            win.Free()
+        self.windows.clear()
+        for c in self.comms.values():
+            if c is not self.comm:
+                c.Free()
+        self.comms.clear()
+        if self.node is not None:
+            self.node.Free()
+            self.node = None
+
+    # -- collectives ---------------------------------------------------------------------------
+
+    def _mpi_op(self, kind: str):
+        return {
+            "sum": self.MPI.SUM,
+            "prod": self.MPI.PROD,
+            "max": self.MPI.MAX,
+            "min": self.MPI.MIN,
+        }[kind]
+
+    def _library_reduction(self, t, kind: str) -> bool:
+        """Whether MPI's own reduction may combine values of element type t."""
+        if t.elt in ("i32", "i64"):
+            return True
+        return not self.exact and t.elt in ("f32", "f64") and kind in ("sum", "prod")
+
+    def collective_ops(self, step: Collective) -> CollectiveOps:
+        src = self.arrays[step.src.name]
+        dst = self.arrays[step.dst.name]
+        if step.rows is not None and step.op in ("reduce_scatter", "all_gather"):
+            raise CocoError(f"the cpu backend cannot run {step.op} on a row chunk ({step})")
+        src = _rows_view(src, step.rows)
+        dst = _rows_view(dst, step.rows)
+        if step.op == "send":
+            return self._send(step, src, dst)
+        gc = self.group_comm(step.axes)
+        group = group_of(self.grid_shape, step.axes, self.rank)
+        match step.op:
+            case "all_reduce":
+                return self._all_reduce(step, gc, src, dst)
+            case "reduce_scatter":
+                return self._reduce_scatter(step, gc, group, src, dst)
+            case "all_gather":
+                return self._all_gather(step, gc, group, src, dst)
+            case "broadcast":
+                return self._broadcast(step, gc, group, src, dst)
+            case "reduce":
+                return self._reduce(step, gc, group, src, dst)
+        raise CocoError(f"the cpu backend has no collective {step.op}")
+
+    @staticmethod
+    def _combine(kind: str, parts: Iterable[np.ndarray], src_t, dst_t) -> np.ndarray:
+        return sim._round(sim._combine(kind, list(parts), src_t), dst_t)
+
+    def _all_reduce(self, step, gc, src, dst) -> CollectiveOps:
+        kind, src_t, dst_t = step.kind, step.src.type, step.dst.type
+        if self._library_reduction(src_t, kind) and src.dtype == dst.dtype:
+            yield gc.Iallreduce(src, dst, self._mpi_op(kind))
+            return
+        p = gc.Get_size()
+        gathered = np.empty((p, *src.shape), dtype=src.dtype)
+        yield gc.Iallgather(_raw(np.ascontiguousarray(src)), _raw(gathered))
+        dst[...] = self._combine(kind, gathered, src_t, dst_t)
+
+    def _reduce_scatter(self, step, gc, group, src, dst) -> CollectiveOps:
+        kind, src_t, dst_t = step.kind, step.src.type, step.dst.type
+        regions = [member_region(src_t, self.rank, dst_t, m, self.grid_shape) for m in group]
+        if consecutive_blocks(regions, src.shape):
+            packed = src.reshape(len(group), -1)
+        else:
+            packed = np.stack([np.ascontiguousarray(src[r]).reshape(-1) for r in regions])
+        if self._library_reduction(src_t, kind) and src.dtype == dst.dtype:
+            yield gc.Ireduce_scatter_block(packed, dst, self._mpi_op(kind))
+            return
+        received = np.empty_like(packed)
+        yield gc.Ialltoall(_raw(packed), _raw(received))
+        dst[...] = self._combine(kind, received, src_t, dst_t).reshape(dst.shape)
+
+    def _all_gather(self, step, gc, group, src, dst) -> CollectiveOps:
+        src_t, dst_t = step.src.type, step.dst.type
+        regions = [member_region(dst_t, self.rank, src_t, m, self.grid_shape) for m in group]
+        piece = np.ascontiguousarray(src)
+        if consecutive_blocks(regions, dst.shape):
+            yield gc.Iallgather(_raw(piece), _raw(dst))
+            return
+        gathered = np.empty((len(group), *piece.shape), dtype=piece.dtype)
+        yield gc.Iallgather(_raw(piece), _raw(gathered))
+        for j, r in enumerate(regions):
+            dst[r] = gathered[j]
+
+    def _root(self, step, group) -> int:
+        if step.root is None or step.root >= len(group):
+            raise CocoError(
+                f"{step.op} names root {step.root}, but its groups have {len(group)} rank(s)"
+            )
+        return step.root
+
+    def _broadcast(self, step, gc, group, src, dst) -> CollectiveOps:
+        root = self._root(step, group)
+        if gc.Get_rank() == root and step.src.name != step.dst.name:
+            dst[...] = src
+        yield gc.Ibcast(_raw(dst), root=root)
+
+    def _reduce(self, step, gc, group, src, dst) -> CollectiveOps:
+        kind, src_t, dst_t = step.kind, step.src.type, step.dst.type
+        root = self._root(step, group)
+        me = gc.Get_rank()
+        if self._library_reduction(src_t, kind) and src.dtype == dst.dtype:
+            if me == root:
+                out = dst if step.src.name != step.dst.name else np.empty_like(dst)
+                yield gc.Ireduce(np.ascontiguousarray(src), out, self._mpi_op(kind), root=root)
+                if out is not dst:
+                    dst[...] = out
+            else:
+                yield gc.Ireduce(np.ascontiguousarray(src), None, self._mpi_op(kind), root=root)
+                if step.src.name != step.dst.name:
+                    dst[...] = src
+            return
+        piece = np.ascontiguousarray(src)
+        gathered = (
+            np.empty((gc.Get_size(), *piece.shape), dtype=piece.dtype) if me == root else None
+        )
+        yield gc.Igather(_raw(piece), _raw(gathered) if gathered is not None else None, root=root)
+        if me == root:
+            dst[...] = self._combine(kind, gathered, src_t, dst_t)
+        elif step.src.name != step.dst.name:
+            dst[...] = src
+
+    def _send(self, step, src, dst) -> CollectiveOps:
+        """comm.send: every rank sends its piece `shift` steps along grid axis `along`; a rank
+        with no sender gets zeros (the sim's semantics)."""
+        coords = list(V.coords_of(self.rank, self.grid_shape))
+        along, shift = step.along, step.shift
+        to, frm = list(coords), list(coords)
+        to[along] += shift
+        frm[along] -= shift
+        n = self.grid_shape[along]
+        dest = V.rank_of(to, self.grid_shape) if 0 <= to[along] < n else self.MPI.PROC_NULL
+        source = V.rank_of(frm, self.grid_shape) if 0 <= frm[along] < n else self.MPI.PROC_NULL
+        piece = np.ascontiguousarray(src)
+        if source == self.MPI.PROC_NULL:
+            dst[...] = 0
+            if dest == self.MPI.PROC_NULL:
+                return
+            yield [self.comm.Isend(_raw(piece), dest=dest, tag=77)]
+            return
+        recv = (
+            dst if dst.flags.c_contiguous and step.src.name != step.dst.name else np.empty_like(dst)
+        )
+        reqs = [self.comm.Irecv(_raw(recv), source=source, tag=77)]
+        if dest != self.MPI.PROC_NULL:
+            reqs.append(self.comm.Isend(_raw(piece), dest=dest, tag=77))
+        yield reqs
+        if recv is not dst:
+            dst[...] = recv

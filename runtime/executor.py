@@ -1,0 +1,607 @@
+"""The one plan walker every multi-process backend shares, and the hooks a backend provides.
+
+A lowered plan (lowering/plan.py) is SPMD: every rank walks the same steps. `PlanRunner` is one
+rank's walk. It owns everything that does not depend on where memory lives or how bytes move:
+
+* resolving kernel arguments: `Buffer` -> the address of this rank's buffer, `PeerTable` -> the
+  address of a device array holding the group members' addresses of a symmetric buffer (in
+  group order), `Epoch` -> the per-site launch counter (flags carry it, so they never reset),
+  `RankValue` -> `table[rank]`, literals as they are;
+* typing them: the parameter types come from the kernel's own `COCO_KERNEL(...)` signature in
+  the plan's CUDA source, so a `coco_u32 epoch` is passed as 4 bytes to CuPy as it is to ctypes;
+* the order of steps, streams (0 compute, 1 communication) and events;
+* checking the caller's inputs against the plan before anything is launched.
+
+A backend (`Backend`) provides memory (plain and symmetric), kernel launches, library
+collectives, matmuls, copies and events: `cpu` (runtime/cpu.py: MPI ranks, host-compiled
+kernels, MPI-3 shared-memory windows) and `cuda` (runtime/cuda.py: CuPy, NCCL, CUDA IPC).
+The `sim` backend is the oracle (runtime/sim.py) and interprets the IR, not plans.
+
+Helpers here are pure functions of the plan and the grid, shared by both backends and
+unit-tested: process groups, the regions of a piece that collectives exchange, traffic.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import ml_dtypes
+import numpy as np
+from coconet.dialects.coco import TensorType
+from coconet.lowering.plan import (
+    COMM_STREAM,
+    COMPUTE_STREAM,
+    ArgTable,
+    Buffer,
+    Collective,
+    Copy,
+    Epoch,
+    Launch,
+    Matmul,
+    PeerTable,
+    Plan,
+    RankValue,
+    RecordEvent,
+    Step,
+    WaitEvent,
+)
+from coconet.runtime import values as V
+
+from coconet.program import CocoError
+
+__all__ = [
+    "Backend",
+    "KernelArg",
+    "PlanRunner",
+    "buffer_dtype",
+    "flat_block",
+    "group_of",
+    "groups_of",
+    "kernel_signatures",
+    "member_region",
+    "plan_traffic",
+]
+
+# ---------------------------------------------------------------------------------------------
+# Kernel signatures
+# ---------------------------------------------------------------------------------------------
+
+# Parameter kinds: a pointer, or a scalar of this C type.
+PARAM_KINDS = ("ptr", "bool", "i32", "u32", "i64", "u64", "f32", "f64")
+
+_SCALAR_KINDS = {
+    "coco_i64": "i64",
+    "long long": "i64",
+    "coco_u64": "u64",
+    "unsigned long long": "u64",
+    "coco_i32": "i32",
+    "int": "i32",
+    "coco_u32": "u32",
+    "unsigned int": "u32",
+    "unsigned": "u32",
+    "float": "f32",
+    "coco_f32": "f32",
+    "double": "f64",
+    "coco_f64": "f64",
+    "bool": "bool",
+    "coco_bool": "bool",
+}
+_KERNEL_RE = re.compile(r"COCO_KERNEL\(\s*(\w+)\s*,([^)]*)\)", re.DOTALL)
+
+
+def _param_kind(decl: str, kernel: str) -> str:
+    if "*" in decl:
+        return "ptr"
+    words = [w for w in decl.replace("const", " ").split() if w != "__restrict__"]
+    c_type = " ".join(words[:-1])  # the last word is the parameter's name
+    kind = _SCALAR_KINDS.get(c_type)
+    if kind is None:
+        raise CocoError(
+            f"kernel {kernel}: parameter '{decl.strip()}' has a type the runtime cannot pass"
+        )
+    return kind
+
+
+def kernel_signatures(source: str) -> dict[str, tuple[str, ...]]:
+    """Parameter kinds (PARAM_KINDS) of every `COCO_KERNEL(name, params...)` in `source`."""
+    out: dict[str, tuple[str, ...]] = {}
+    for m in _KERNEL_RE.finditer(source):
+        name, params = m.group(1), m.group(2)
+        out[name] = tuple(_param_kind(p, name) for p in params.split(",") if p.strip())
+    return out
+
+
+@dataclass(frozen=True)
+class KernelArg:
+    """One resolved kernel argument: its parameter kind and its value (an address for "ptr")."""
+
+    kind: str
+    value: int | float
+
+
+# ---------------------------------------------------------------------------------------------
+# Process groups and the regions collectives exchange
+# ---------------------------------------------------------------------------------------------
+
+
+def groups_of(grid_shape: Sequence[int], span: Sequence[int]) -> list[list[int]]:
+    """Ranks sharing their coordinates off the spanned axes, each group in rank order (the
+    sim's grouping, so group index = position in the sim's rank-order accumulation)."""
+    size = int(np.prod(grid_shape))
+    by_key: dict[tuple[int, ...], list[int]] = {}
+    for r in range(size):
+        c = V.coords_of(r, grid_shape)
+        by_key.setdefault(tuple(x for a, x in enumerate(c) if a not in span), []).append(r)
+    return list(by_key.values())
+
+
+def group_of(grid_shape: Sequence[int], span: Sequence[int], rank: int) -> list[int]:
+    return next(g for g in groups_of(grid_shape, span) if rank in g)
+
+
+def member_region(
+    outer: TensorType,
+    outer_rank: int,
+    inner: TensorType,
+    inner_rank: int,
+    grid_shape: Sequence[int],
+) -> tuple[slice, ...]:
+    """The index region, within `outer_rank`'s piece of a tensor of type `outer`, that holds
+    `inner_rank`'s piece of the same logical tensor under type `inner`.
+
+    reduce_scatter: outer = the source at me, inner = the result at member m (what I send m);
+    all_gather: outer = the result at me, inner = the source at member m (where m's piece goes).
+    """
+    oc = V.coords_of(outer_rank, grid_shape)
+    ic = V.coords_of(inner_rank, grid_shape)
+    index = []
+    for d in range(inner.rank):
+        o_start, _ = V.piece_range(outer, d, oc, grid_shape)
+        i_start, i_len = V.piece_range(inner, d, ic, grid_shape)
+        index.append(slice(i_start - o_start, i_start - o_start + i_len))
+    return tuple(index)
+
+
+def flat_block(region: tuple[slice, ...], shape: Sequence[int]) -> tuple[int, int] | None:
+    """(offset, count) in elements when `region` of a C-contiguous array of `shape` is one
+    contiguous run of memory, else None: single indices on the leading dims, any range on one
+    dim, full ranges after it."""
+    if not shape:
+        return 0, 1
+    lengths = [s.stop - s.start for s in region]
+    j = len(shape) - 1
+    while j > 0 and lengths[j] == shape[j]:
+        j -= 1
+    if any(lengths[d] != 1 for d in range(j)):
+        return None
+    strides = [int(np.prod(shape[d + 1 :], dtype=np.int64)) for d in range(len(shape))]
+    offset = sum(s.start * st for s, st in zip(region, strides))
+    count = int(np.prod(lengths, dtype=np.int64))
+    return offset, count
+
+
+def consecutive_blocks(regions: Sequence[tuple[slice, ...]], shape: Sequence[int]) -> bool:
+    """True when the regions, in order, tile the array as equal consecutive runs of memory
+    (then a library collective can work on the buffer as it is, without packing)."""
+    blocks = [flat_block(r, shape) for r in regions]
+    if any(b is None for b in blocks):
+        return False
+    count = blocks[0][1]  # type: ignore[index]
+    total = int(np.prod(shape, dtype=np.int64))
+    return count * len(blocks) == total and all(
+        b == (i * count, count)
+        for i, b in enumerate(blocks)  # type: ignore[comparison-overlap]
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Buffers
+# ---------------------------------------------------------------------------------------------
+
+SCRATCH_DTYPES = {
+    "i64": np.dtype(np.int64),
+    "f64": np.dtype(np.float64),
+    "u32": np.dtype(np.uint32),
+}
+
+
+def buffer_dtype(buf: Buffer) -> np.dtype:
+    """Host dtype of a buffer: its tensor's element type, or a scratch element type."""
+    if buf.elt in SCRATCH_DTYPES:
+        return SCRATCH_DTYPES[buf.elt]
+    return V.numpy_dtype(buf.type)
+
+
+def buffer_nbytes(buf: Buffer) -> int:
+    return buf.count * buffer_dtype(buf).itemsize
+
+
+def is_bf16(dtype: np.dtype) -> bool:
+    return dtype == np.dtype(ml_dtypes.bfloat16)
+
+
+# ---------------------------------------------------------------------------------------------
+# Traffic (for --bench tables)
+# ---------------------------------------------------------------------------------------------
+
+
+def _rows_fraction(step: Collective | Launch, count: int) -> float:
+    if isinstance(step, Collective) and step.rows is not None:
+        rows = max(1, count // max(1, step.src.shape[-1] if step.src.shape else 1))
+        return (step.rows[1] - step.rows[0]) / rows
+    if isinstance(step, Launch) and step.range_positions and step.iteration_shape:
+        b, e = step.range_positions
+        n = int(np.prod(step.iteration_shape, dtype=np.int64))
+        lo, hi = step.args[b], step.args[e]
+        if isinstance(lo, int) and isinstance(hi, int) and n:
+            return (hi - lo) / n
+    return 1.0
+
+
+def plan_traffic(plan: Plan, rank: int = 0) -> int:
+    """Bytes this rank sends to other ranks in one step of the plan, counted as bandwidth-
+    optimal algorithms move them: all_reduce 2(p-1)/p n (ring), reduce_scatter (p-1)/p of its
+    input, all_gather (p-1)/p of its result, broadcast and reduce n, send n; a fused collective
+    kernel (p-1)/p of every symmetric buffer it reaches through a peer table except its flags
+    (it reads peers' slices of its reduce_scatter input and pushes its gathered slice to every
+    peer). Chunked steps count their rows."""
+    total = 0.0
+    for step in plan.steps:
+        if isinstance(step, Collective):
+            if step.op == "send":
+                c = list(V.coords_of(rank, plan.grid_shape))
+                c[step.along] += step.shift  # type: ignore[index,operator]
+                if 0 <= c[step.along] < plan.grid_shape[step.along]:  # type: ignore[index]
+                    total += buffer_nbytes(step.src) * _rows_fraction(step, step.src.count)
+                continue
+            p = len(group_of(plan.grid_shape, step.axes, rank))
+            if p <= 1:
+                continue
+            n_src, n_dst = buffer_nbytes(step.src), buffer_nbytes(step.dst)
+            frac = _rows_fraction(step, step.src.count)
+            total += frac * {
+                "all_reduce": 2 * (p - 1) / p * n_src,
+                "reduce_scatter": (p - 1) / p * n_src,
+                "all_gather": (p - 1) / p * n_dst,
+                "broadcast": n_src,
+                "reduce": n_src,
+            }.get(step.op, 0.0)
+        elif isinstance(step, Launch):
+            frac = _rows_fraction(step, 0)
+            for a in step.args:
+                if isinstance(a, PeerTable) and a.buffer.kind != "scratch":
+                    p = len(group_of(plan.grid_shape, a.span, rank))
+                    total += frac * (p - 1) / p * buffer_nbytes(a.buffer)
+    return round(total)
+
+
+# ---------------------------------------------------------------------------------------------
+# The backend interface
+# ---------------------------------------------------------------------------------------------
+
+
+class Backend(Protocol):
+    """What one rank's backend provides to the walker. Methods marked collective are called by
+    every rank of the job in the same order (the plan is SPMD)."""
+
+    name: str
+    rank: int
+    size: int
+
+    def prepare(self, plan: Plan) -> None:
+        """Compile the plan's kernels and create the communicators its steps need
+        (collective)."""
+
+    def allocate(self, buffers: Sequence[Buffer]) -> None:
+        """Allocate this rank's plain buffers."""
+
+    def allocate_symmetric(self, buffers: Sequence[Buffer]) -> dict[str, dict[int, int]]:
+        """Allocate symmetric buffers (zeroed) reachable by the ranks of this node; returns,
+        per buffer name, every reachable rank's address of it by global rank (collective)."""
+
+    def peer_table(self, addresses: Sequence[int]) -> int:
+        """A device array holding `addresses` (u64); returns its address."""
+
+    def table(self, values: Sequence[int], dtype: np.dtype, key: object = None) -> int:
+        """A device array holding `values` (u64 addresses or i64 integers of a kernel's table
+        form); returns its address. It replaces the previous table of the same `key` once no
+        launch can still read that one (None: kept until close())."""
+
+    def address(self, name: str) -> int:
+        """The address of this rank's buffer `name`."""
+
+    def bind(self, buf: Buffer, value: Any) -> bool:
+        """Use the caller's array as the buffer if possible (zero copy); False: copy it in."""
+
+    def write(self, buf: Buffer, value: Any) -> None:
+        """Copy the caller's piece into the buffer."""
+
+    def read(self, buf: Buffer) -> Any:
+        """A copy of the buffer's content (for outputs)."""
+
+    def unbind(self, buf: Buffer) -> None:
+        """Stop using a bound caller array (back to the backend's own buffer)."""
+
+    # The caller's values (coconet.compile): what the backend accepts, and the results.
+
+    def coerce_input(self, name: str, value: Any, buf: Buffer) -> Any:
+        """The caller's value as an array this backend can check and place (no dtype
+        conversion: a wrong dtype must be reported, not fixed)."""
+
+    def shape_of(self, value: Any) -> tuple[int, ...]: ...
+
+    def dtype_of(self, value: Any) -> np.dtype: ...
+
+    def write_back(self, buf: Buffer, caller: Any, *, bound: bool) -> Any:
+        """An updated argument's new value, in the caller's array where it can take it."""
+
+    def output(self, buf: Buffer) -> Any:
+        """A returned value: a new array of the backend's kind (NumPy, CuPy)."""
+
+    # Steps.
+
+    def launch(self, step: Launch, args: Sequence[KernelArg]) -> None: ...
+
+    def collective(self, step: Collective) -> None: ...
+
+    def matmul(self, step: Matmul) -> None: ...
+
+    def copy(self, step: Copy) -> None: ...
+
+    def record_event(self, event: str, stream: int) -> None: ...
+
+    def wait_event(self, event: str, stream: int) -> None: ...
+
+    def synchronize(self) -> None:
+        """Wait for every outstanding operation of this rank."""
+
+    def barrier(self) -> None:
+        """All ranks of the job (collective)."""
+
+    def close(self) -> None: ...
+
+
+# ---------------------------------------------------------------------------------------------
+# The walker
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StepProgress:
+    """What the rank is doing, for the watchdog and for failure messages."""
+
+    index: int = -1
+    text: str = "setup"
+    since: float = field(default_factory=time.monotonic)
+
+    def enter(self, index: int, text: str) -> None:
+        self.index, self.text, self.since = index, text, time.monotonic()
+
+
+class PlanRunner:
+    """One rank's execution of a plan on a backend: `setup()` once (collective), then
+    `set_inputs(pieces)`, `run()` and `outputs()` per call, or `run()` alone on resident data."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        rank: int,
+        backend: Backend,
+        *,
+        fault: Callable[[int, Step], None] | None = None,
+    ):
+        if not 0 <= rank < plan.size:
+            raise CocoError(f"rank {rank} is outside the plan's grid {list(plan.grid_shape)}")
+        self.plan = plan
+        self.rank = rank
+        self.backend = backend
+        self.signatures = kernel_signatures(plan.cuda_source)
+        self.epochs: dict[str, int] = {}
+        self.peer_tables: dict[tuple[str, tuple[int, ...]], int] = {}
+        # ArgTable -> (the values it was built from, its device address); rebuilt when a
+        # bound caller array moves a buffer.
+        self.arg_tables: dict[int, tuple[tuple[int, ...], int]] = {}
+        self.progress = StepProgress()
+        self.fault = fault
+        self.steps_run = 0
+        self.bound: set[str] = set()
+        self._ready = False
+
+    # -- setup -------------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        plan, b = self.plan, self.backend
+        for step in plan.steps:
+            if isinstance(step, Launch):
+                if step.kernel not in self.signatures:
+                    raise CocoError(
+                        f"the plan launches {step.kernel}, which its CUDA source does not define"
+                    )
+                want = len(self.signatures[step.kernel])
+                if want != len(step.args):
+                    raise CocoError(
+                        f"the plan passes {len(step.args)} argument(s) to {step.kernel}, "
+                        f"which takes {want}"
+                    )
+        b.prepare(plan)
+        b.allocate([buf for buf in plan.buffers if not buf.symmetric])
+        symmetric = [buf for buf in plan.buffers if buf.symmetric]
+        addresses = b.allocate_symmetric(symmetric) if symmetric else {}
+        for step in plan.steps:
+            if not isinstance(step, Launch):
+                continue
+            for a in step.args:
+                if not isinstance(a, PeerTable):
+                    continue
+                key = (a.buffer.name, a.span)
+                if key in self.peer_tables:
+                    continue
+                if not a.buffer.symmetric:
+                    raise CocoError(
+                        f"{step.kernel} reaches peers' %{a.buffer.name}, which is not symmetric"
+                    )
+                group = group_of(plan.grid_shape, a.span, self.rank)
+                reachable = addresses.get(a.buffer.name, {})
+                missing = [m for m in group if m not in reachable]
+                if missing:
+                    raise CocoError(
+                        f"{step.kernel} is a fused collective over ranks {group}, but rank(s) "
+                        f"{missing} are not on this rank's node: fused collectives need their "
+                        "group on one node (schedule the split collectives instead)"
+                    )
+                self.peer_tables[key] = b.peer_table([reachable[m] for m in group])
+        self._ready = True
+
+    # -- inputs and outputs ------------------------------------------------------------------
+
+    def expected_inputs(self) -> dict[str, tuple[tuple[int, ...], np.dtype, TensorType]]:
+        return {
+            name: (buf.shape, buffer_dtype(buf), buf.type)
+            for name, buf in self.plan.arguments.items()
+        }
+
+    def check_inputs(
+        self,
+        pieces: Mapping[str, Any],
+        shape_of: Callable[[Any], tuple],
+        dtype_of: Callable[[Any], Any],
+    ) -> None:
+        """Every argument present, no unknown one, each of this rank's piece shape and dtype:
+        one clear error before anything is launched."""
+        want = self.expected_inputs()
+        unknown = sorted(set(pieces) - set(want))
+        if unknown:
+            raise CocoError(
+                f"@{self.plan.program} has no argument(s) {', '.join(unknown)}; its arguments are "
+                + ", ".join(want)
+            )
+        missing = [n for n in want if n not in pieces]
+        if missing:
+            raise CocoError(f"@{self.plan.program}: missing input(s) {', '.join(missing)}")
+        for name, (shape, dtype, t) in want.items():
+            got_shape, got_dtype = shape_of(pieces[name]), dtype_of(pieces[name])
+            if tuple(got_shape) != tuple(shape):
+                raise CocoError(
+                    f"input '{name}' of type {t}: rank {self.rank} must pass its piece of shape "
+                    f"{list(shape)}, got {list(got_shape)}"
+                )
+            if np.dtype(got_dtype) != dtype:
+                raise CocoError(
+                    f"input '{name}' of type {t}: expected dtype {t.elt} ({dtype.name}), got "
+                    f"{np.dtype(got_dtype).name}"
+                )
+
+    def set_inputs(self, pieces: Mapping[str, Any], *, zero_copy: bool = True) -> None:
+        """Place this rank's pieces in the argument buffers (checked before by check_inputs)."""
+        for name in list(self.bound):
+            self.backend.unbind(self.plan.arguments[name])
+        self.bound.clear()
+        for name, buf in self.plan.arguments.items():
+            value = pieces[name]
+            if zero_copy and not buf.symmetric and self.backend.bind(buf, value):
+                self.bound.add(name)
+            else:
+                self.backend.write(buf, value)
+
+    def output_buffers(self) -> dict[str, Buffer]:
+        return dict(self.plan.outputs)
+
+    # -- execution ---------------------------------------------------------------------------
+
+    def resolve(self, launch: Launch) -> list[KernelArg]:
+        kinds = self.signatures[launch.kernel]
+        args: list[KernelArg] = []
+        for a, kind in zip(launch.args, kinds, strict=True):
+            if isinstance(a, Buffer):
+                args.append(KernelArg("ptr", self.backend.address(a.name)))
+            elif isinstance(a, PeerTable):
+                args.append(KernelArg("ptr", self.peer_tables[(a.buffer.name, a.span)]))
+            elif isinstance(a, ArgTable):
+                args.append(KernelArg("ptr", self.arg_table(a)))
+            elif isinstance(a, Epoch):
+                value = self.epochs[a.site]
+                args.append(
+                    KernelArg(kind, value & 0xFFFFFFFF if kind in ("u32", "i32") else value)
+                )
+            elif isinstance(a, RankValue):
+                args.append(KernelArg(kind, int(a.table[self.rank])))
+            elif isinstance(a, bool):
+                args.append(KernelArg(kind, int(a)))
+            elif isinstance(a, (int, float)):
+                args.append(KernelArg(kind, float(a) if kind in ("f32", "f64") else int(a)))
+            else:
+                raise CocoError(f"{launch.kernel}: cannot pass argument {a!r}")
+            if kind == "ptr" and args[-1].kind != "ptr":
+                raise CocoError(f"{launch.kernel}: a pointer parameter gets {a}")
+            if kind != "ptr" and args[-1].kind == "ptr":
+                raise CocoError(f"{launch.kernel}: a {kind} parameter gets the buffer {a}")
+        return args
+
+    def arg_table(self, table: ArgTable) -> int:
+        """The device array of a kernel's table-form argument: buffers' addresses (u64) or
+        integers (i64), one per tensor the launch serves."""
+        values = []
+        pointers = False
+        for x in table.items:
+            if isinstance(x, Buffer):
+                values.append(self.backend.address(x.name))
+                pointers = True
+            elif isinstance(x, RankValue):
+                values.append(int(x.table[self.rank]))
+            elif isinstance(x, (int, np.integer)):
+                values.append(int(x))
+            else:
+                raise CocoError(f"cannot put {x!r} in a kernel's argument table")
+        key = tuple(values)
+        cached = self.arg_tables.get(id(table))
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        dtype = np.dtype(np.uint64) if pointers else np.dtype(np.int64)
+        address = self.backend.table(values, dtype, key=id(table))
+        self.arg_tables[id(table)] = (key, address)
+        return address
+
+    def execute(self, index: int, step: Step) -> None:
+        self.progress.enter(index, str(step))
+        if self.fault is not None:
+            self.fault(index, step)
+        b = self.backend
+        match step:
+            case Launch():
+                for a in step.args:
+                    if isinstance(a, Epoch):
+                        self.epochs[a.site] = self.epochs.get(a.site, 0) + 1
+                b.launch(step, self.resolve(step))
+            case Collective():
+                b.collective(step)
+            case Matmul():
+                b.matmul(step)
+            case Copy():
+                b.copy(step)
+            case RecordEvent():
+                b.record_event(step.event, step.stream)
+            case WaitEvent():
+                b.wait_event(step.event, step.stream)
+            case _:
+                raise CocoError(f"the {b.name} backend cannot run the plan step {step}")
+
+    def run(self) -> None:
+        """One execution of every step, and a wait for all of it."""
+        if not self._ready:
+            raise CocoError("PlanRunner.setup() must run before run()")
+        for i, step in enumerate(self.plan.steps):
+            self.execute(i, step)
+        self.progress.enter(len(self.plan.steps), "synchronize")
+        self.backend.synchronize()
+        self.progress.enter(-1, "idle")
+        self.steps_run += 1
+
+    def close(self) -> None:
+        self.backend.close()
+
+
+STREAM_NAMES = {COMPUTE_STREAM: "compute", COMM_STREAM: "comm"}

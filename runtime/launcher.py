@@ -1,0 +1,354 @@
+"""Start a coconet job on N MPI ranks and turn however it ends into one clear outcome.
+
+`launch(job, ranks)` runs `mpiexec -n N python -m coconet.runtime.mpi_worker JOB.json` with the
+`mpiexec` of the mpich wheel installed next to this Python (no system MPI needed), streams the
+ranks' standard output through (minus mpiexec's own banners), and on failure finds the rank that
+failed and why:
+
+1. a rank that caught its failure wrote `rankR.error` (runtime/failures.py) and aborted the job;
+2. a failed `--check` wrote `rank0.check` and every rank exited 1;
+3. a watchdog fired (`rankR.watchdog`: no progress in a plan step);
+4. a rank died without a word (a signal, a hard exit): every rank holds a connection to the
+   launcher's monitor socket and says goodbye on a normal exit; the first connection to close
+   without one is the rank that died (mpiexec kills the others only after it noticed), the
+   signal comes from mpiexec's report, and the rank's faulthandler file shows where a crash
+   happened;
+5. the whole job ran past `timeout` seconds: every process of the job is killed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from coconet.runtime.failures import MONITOR_ENV, STATUS_DIR_ENV
+
+from coconet.program import CocoError
+
+_NOISE = re.compile(
+    r"^(=+|=\s.*|\s*BAD TERMINATION.*|.*RUNNING AT .*|\s*EXIT CODE:.*|.*CLEANING UP REMAINING.*|"
+    r".*YOU CAN IGNORE THE BELOW.*|YOUR APPLICATION TERMINATED WITH THE EXIT STRING.*|"
+    r"This typically refers to a problem.*|Please see the FAQ page.*|Abort\(\d+\) on node.*|"
+    r"\[proxy:.*|\[mpiexec@.*)\s*$"
+)
+
+
+@dataclass
+class LaunchResult:
+    returncode: int
+    message: str | None  # why the job failed, naming the rank; None when it succeeded
+    stderr: str = ""
+    elapsed: float = 0.0
+
+
+def find_mpiexec() -> str:
+    """The mpich wheel's mpiexec next to this interpreter, else one on PATH."""
+    here = Path(sys.executable).parent / "mpiexec"
+    if here.exists():
+        return str(here)
+    found = shutil.which("mpiexec")
+    if found:
+        return found
+    raise CocoError(
+        "cannot find mpiexec: install the MPI extra (pip install 'coconet[mpi]', which brings "
+        "mpi4py and the mpich wheel), or use --backend sim"
+    )
+
+
+def job_environment(
+    ranks: int, status_dir: str, extra: dict[str, str] | None = None
+) -> dict[str, str]:
+    from coconet.runtime.cpu import apply_rank_env_defaults
+
+    env = dict(os.environ)
+    apply_rank_env_defaults(env)
+    cores = os.cpu_count() or 1
+    if ranks > cores:
+        # More ranks than cores: MPICH's busy polling would starve the rank it waits for.
+        env.setdefault("MPIR_CVAR_CH4_PROGRESS_THROTTLE", "1")
+    env[STATUS_DIR_ENV] = status_dir
+    env.update(extra or {})
+    return env
+
+
+def _pump(stream: IO[str], sink: IO[str] | None, keep: list[str], noise: list[str]) -> None:
+    """Forward a stream line by line, holding blank lines back until it is clear whether they
+    open one of mpiexec's banners (which are kept for diagnosis, not shown)."""
+    blanks: list[str] = []
+    for line in iter(stream.readline, ""):
+        if not line.strip():
+            blanks.append(line)
+            continue
+        if _NOISE.match(line.rstrip("\n")):
+            noise.extend(blanks)
+            noise.append(line)
+            blanks = []
+            continue
+        for out in [*blanks, line]:
+            keep.append(out)
+            if sink is not None:
+                sink.write(out)
+        blanks = []
+        if sink is not None:
+            sink.flush()
+    stream.close()
+
+
+class Monitor(threading.Thread):
+    """Accepts one connection per rank and records, in order, the ranks whose connection
+    closed without a goodbye (`done` for a normal exit, `failing` for a reported failure)."""
+
+    def __init__(self, path: Path):
+        super().__init__(daemon=True, name="coconet-monitor")
+        import socket
+
+        self.path = path
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.server.bind(str(path))
+        self.server.listen(64)
+        self.server.setblocking(False)
+        self.deaths: list[tuple[int, int]] = []  # (rank, pid) in the order they were seen
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        import selectors
+
+        sel = selectors.DefaultSelector()
+        sel.register(self.server, selectors.EVENT_READ, None)
+        state: dict[Any, dict[str, Any]] = {}
+        while not self.stopping.is_set():
+            for key, _ in sel.select(timeout=0.05):
+                if key.data is None:
+                    try:
+                        conn, _ = self.server.accept()
+                    except OSError:
+                        continue
+                    conn.setblocking(False)
+                    state[conn] = {"buf": b"", "rank": None, "pid": None, "said": None}
+                    sel.register(conn, selectors.EVENT_READ, "conn")
+                    continue
+                conn = key.fileobj
+                st = state[conn]
+                try:
+                    data = conn.recv(4096)
+                except OSError:
+                    data = b""
+                if data:
+                    st["buf"] += data
+                    *lines, st["buf"] = st["buf"].split(b"\n")
+                    for ln in lines:
+                        words = ln.decode(errors="replace").split()
+                        if words[:1] == ["hello"] and len(words) == 3:
+                            st["rank"], st["pid"] = int(words[1]), int(words[2])
+                        elif words:
+                            st["said"] = words[0]
+                    continue
+                sel.unregister(conn)
+                conn.close()
+                if st["said"] is None and st["rank"] is not None:
+                    self.deaths.append((st["rank"], st["pid"]))
+        sel.close()
+        self.server.close()
+
+    def stop(self) -> None:
+        time.sleep(0.1)  # let the last closes arrive
+        self.stopping.set()
+        self.join(timeout=2)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=3)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def launch(
+    job: dict[str, Any],
+    ranks: int,
+    *,
+    timeout: float | None = None,
+    env: dict[str, str] | None = None,
+    stdout: IO[str] | None = None,
+) -> LaunchResult:
+    """Run `job` on `ranks` MPI processes; never hangs past `timeout` seconds."""
+    mpiexec = find_mpiexec()
+    stdout = sys.stdout if stdout is None else stdout
+    with tempfile.TemporaryDirectory(prefix="coconet-job-") as tmp:
+        status = Path(tmp) / "status"
+        status.mkdir()
+        job_file = Path(tmp) / "job.json"
+        job_file.write_text(json.dumps(job))
+        cmd = [
+            mpiexec,
+            "-n",
+            str(ranks),
+            sys.executable,
+            "-m",
+            "coconet.runtime.mpi_worker",
+            str(job_file),
+        ]
+        monitor = Monitor(Path(tmp) / "monitor.sock")
+        monitor.start()
+        start = time.monotonic()
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=job_environment(
+                ranks, str(status), {MONITOR_ENV: str(monitor.path), **(env or {})}
+            ),
+            start_new_session=True,  # one process group: a timeout kills every rank
+        )
+        out_lines: list[str] = []
+        err_lines: list[str] = []
+        noise: list[str] = []
+        pumps = [
+            threading.Thread(
+                target=_pump, args=(proc.stdout, stdout, out_lines, noise), daemon=True
+            ),
+            threading.Thread(target=_pump, args=(proc.stderr, None, err_lines, noise), daemon=True),
+        ]
+        for t in pumps:
+            t.start()
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc)
+        except KeyboardInterrupt:
+            _kill_group(proc)
+            raise
+        for t in pumps:
+            t.join(timeout=5)
+        monitor.stop()
+        elapsed = time.monotonic() - start
+        stderr = "".join(err_lines)
+        if timed_out:
+            return LaunchResult(124, timeout_message(status, timeout, ranks), stderr, elapsed)
+        if proc.returncode == 0:
+            return LaunchResult(0, None, stderr, elapsed)
+        message = diagnose(status, ranks, proc.returncode, "".join(noise) + stderr, monitor.deaths)
+        return LaunchResult(proc.returncode or 1, message, stderr, elapsed)
+
+
+def _read_reports(status: Path, kind: str) -> list[dict[str, Any]]:
+    reports = []
+    for f in sorted(status.glob(f"rank*.{kind}")):
+        try:
+            reports.append(json.loads(f.read_text()))
+        except (OSError, ValueError):
+            continue
+    return sorted(reports, key=lambda r: (r.get("time", 0), r.get("rank", 0)))
+
+
+def _pids(status: Path) -> dict[int, int]:
+    out = {}
+    for f in status.glob("rank*.pid"):
+        try:
+            out[int(f.read_text().strip())] = int(f.stem[4:])
+        except ValueError:
+            continue
+    return out
+
+
+def _signal_name(n: int) -> str:
+    try:
+        return signal.Signals(n).name
+    except ValueError:
+        return f"signal {n}"
+
+
+def _crash_location(status: Path, rank: int) -> str:
+    """Where a crashed rank was, from its faulthandler report (the crashing thread's frame)."""
+    f = status / f"rank{rank}.fault"
+    try:
+        text = [ln.strip() for ln in f.read_text().strip().splitlines()]
+    except OSError:
+        return ""
+    if not text:
+        return ""
+    current = next((i for i, ln in enumerate(text) if ln.startswith("Current thread")), -1)
+    frames = [ln for ln in text[current + 1 :] if ln.startswith("File ")]
+    return f" ({text[0]}{'; ' + frames[0] if frames else ''})"
+
+
+def diagnose(
+    status: Path,
+    ranks: int,
+    returncode: int,
+    output: str,
+    deaths: list[tuple[int, int]] | None = None,
+) -> str:
+    errors = _read_reports(status, "error")
+    if errors:
+        first = errors[0]
+        return f"rank {first['rank']}: {first['message']}"
+    checks = _read_reports(status, "check")
+    if checks:
+        return f"check failed: {checks[0]['message']}"
+    watchdogs = _read_reports(status, "watchdog")
+    if watchdogs:
+        w = min(
+            watchdogs,
+            key=lambda r: (r.get("step") if r.get("step") is not None else 1 << 30, r["time"]),
+        )
+        return f"rank {w['rank']}: {w['message']}"
+    pids = _pids(status)
+    m = re.search(r"PID (\d+) RUNNING AT .*?EXIT CODE: (\d+)", output, re.DOTALL)
+    sig = re.search(r"EXIT STRING: ([^\n]*?) \(signal (\d+)\)", output)
+    if deaths:
+        # The first rank to vanish. hydra's banner names the first exit IT noticed, which can
+        # be a rank it killed itself afterwards: trust its signal only for the same pid.
+        rank, pid = deaths[0]
+        who = f"rank {rank} (pid {pid})"
+        stopped = "; the other ranks were stopped"
+        if m and sig and int(m.group(1)) == pid:
+            n = int(sig.group(2))
+            return f"{who} was killed by {_signal_name(n)} ({sig.group(1)}){_crash_location(status, rank)}{stopped}"
+        crash = _crash_location(status, rank)
+        if crash:
+            return f"{who} crashed{crash}{stopped}"
+        if sig:
+            return f"{who} died without reporting an error (the job ended with {_signal_name(int(sig.group(2)))}){stopped}"
+        return f"{who} exited with status {returncode} without reporting an error{stopped}"
+    if m:
+        pid, code = int(m.group(1)), int(m.group(2))
+        rank = pids.get(pid)
+        who = f"rank {rank} (pid {pid})" if rank is not None else f"an MPI process (pid {pid})"
+        if sig:
+            n = int(sig.group(2))
+            where = _crash_location(status, rank) if rank is not None else ""
+            return f"{who} was killed by {_signal_name(n)} ({sig.group(1)}){where}; the other ranks were stopped"
+        return f"{who} exited with status {code} without reporting an error; the other ranks were stopped"
+    if returncode < 0:
+        return f"mpiexec was killed by {_signal_name(-returncode)}"
+    tail = [ln for ln in output.strip().splitlines() if ln.strip()][-5:]
+    detail = ("; last output: " + " | ".join(tail)) if tail else ""
+    return f"an MPI rank exited with status {returncode} without reporting an error{detail}"
+
+
+def timeout_message(status: Path, timeout: float | None, ranks: int) -> str:
+    return (
+        f"the job ran past --timeout {timeout:g} s on {ranks} rank(s) and was stopped "
+        "(a rank is stuck; --step-timeout names the step)"
+    )

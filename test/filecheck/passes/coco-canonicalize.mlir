@@ -1,0 +1,45 @@
+// RUN: coco-opt %s -p coco-canonicalize | filecheck %s
+// RUN: coco-opt %s -p 'coco-canonicalize{ops=back}' | filecheck %s --check-prefix=TARGET
+// RUN: not coco-opt %s -p 'coco-canonicalize{ops=keep}' 2>&1 | filecheck %s --check-prefix=FOLD
+
+// all_gather(slice(x)) -> x; slice(all_gather(y)) -> y; a slice that cuts nothing -> its
+// input. The producers left unread go too.
+// CHECK-LABEL: func.func @f
+// CHECK-NEXT:    %keep = coco.slice %x : !coco.tensor<16xf32> -> !coco.tensor<16xf32, sliced<0>>
+// CHECK-NEXT:    %sum = coco.add %x, %x : !coco.tensor<16xf32>
+// CHECK-NEXT:    %t = coco.add %y, %y : !coco.tensor<16xf32, sliced<0>>
+// CHECK-NEXT:    %u = coco.add %t, %y : !coco.tensor<16xf32, sliced<0>>
+// CHECK-NEXT:    func.return %sum, %u, %keep
+// TARGET-LABEL: func.func @f
+// TARGET-NEXT:    %keep = coco.slice %x
+// TARGET-NEXT:    %sum = coco.add %x, %x
+func.func @f(%x: !coco.tensor<16xf32>, %y: !coco.tensor<16xf32, sliced<0>>) -> (!coco.tensor<16xf32>, !coco.tensor<16xf32, sliced<0>>, !coco.tensor<16xf32, sliced<0>>) attributes {coco.grid = #coco.grid<[?]>} {
+  %keep = coco.slice %x : !coco.tensor<16xf32> -> !coco.tensor<16xf32, sliced<0>>
+  %back = comm.all_gather %keep : !coco.tensor<16xf32, sliced<0>> -> !coco.tensor<16xf32>
+  %sum = coco.add %back, %back : !coco.tensor<16xf32>
+  %yg = comm.all_gather %y : !coco.tensor<16xf32, sliced<0>> -> !coco.tensor<16xf32>
+  %ys = coco.slice %yg : !coco.tensor<16xf32> -> !coco.tensor<16xf32, sliced<0>>
+  %same = coco.slice %ys : !coco.tensor<16xf32, sliced<0>>
+  %t = coco.add %same, %ys : !coco.tensor<16xf32, sliced<0>>
+  %u = coco.add %t, %y : !coco.tensor<16xf32, sliced<0>>
+  func.return %sum, %u, %keep : !coco.tensor<16xf32>, !coco.tensor<16xf32, sliced<0>>, !coco.tensor<16xf32, sliced<0>>
+}
+
+// FOLD: coco-opt: error: [canonicalize-fold] %keep (coco.slice) is not a foldable slice/all_gather round trip
+// FOLD-NOT: {{.}}
+
+// all_gather(slice(%w)) read after %w's update: folding to %w would read the overwritten
+// buffer, so it stays.
+// CHECK-LABEL: func.func @after_update
+// CHECK-NEXT:    %ws = coco.slice %w
+// CHECK-NEXT:    %wg = comm.all_gather %ws
+// CHECK-NEXT:    %wn = coco.neg %wg
+// CHECK-NEXT:    coco.update %w, %wn
+// CHECK-NEXT:    func.return %wg
+func.func @after_update(%w: !coco.tensor<8xf16>) -> !coco.tensor<8xf16> attributes {coco.grid = #coco.grid<[?]>} {
+  %ws = coco.slice %w : !coco.tensor<8xf16> -> !coco.tensor<8xf16, sliced<0>>
+  %wg = comm.all_gather %ws : !coco.tensor<8xf16, sliced<0>> -> !coco.tensor<8xf16>
+  %wn = coco.neg %wg : !coco.tensor<8xf16>
+  coco.update %w, %wn : !coco.tensor<8xf16>
+  func.return %wg : !coco.tensor<8xf16>
+}

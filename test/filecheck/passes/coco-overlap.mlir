@@ -1,0 +1,90 @@
+// RUN: coco-opt %s -p coco-overlap | filecheck %s
+// RUN: coco-opt %s -p 'coco-overlap{ops=fsum chunks=2}' | filecheck %s --check-prefix=TARGET
+// RUN: not coco-opt %s -p 'coco-overlap{ops=l2}' 2>&1 | filecheck %s --check-prefix=CHUNKS
+// RUN: not coco-opt %s -p 'coco-overlap{ops=l3}' 2>&1 | filecheck %s --check-prefix=USES
+// RUN: not coco-opt %s -p 'coco-overlap{ops=l4}' 2>&1 | filecheck %s --check-prefix=CONSUMER
+// RUN: not coco-opt %s -p 'coco-overlap{ops=l5}' 2>&1 | filecheck %s --check-prefix=FUSED-ELT
+// RUN: not coco-opt %s -p 'coco-overlap{ops=s4}' 2>&1 | filecheck %s --check-prefix=PRODUCER
+// RUN: not coco-opt %s -p 'coco-overlap{chunks=0}' 2>&1 | filecheck %s --check-prefix=ZERO
+
+// A matmul of partial sums and the all_reduce consuming it: one chunked pipeline. An op in
+// between that does not depend on the matmul moves above the region.
+// CHECK-LABEL: func.func @mp
+// CHECK-NEXT:    %e = coco.exp %r
+// CHECK-NEXT:    %sum = comm.overlap chunks 4 -> !coco.tensor<2x8x32xf32> {
+// CHECK-NEXT:      %layer = coco.matmul %in, %w
+// CHECK-NEXT:      %sum_1 = comm.all_reduce sum %layer
+// CHECK-NEXT:      comm.yield %sum_1
+// CHECK-NEXT:    }
+// CHECK-NEXT:    %out = coco.add %sum, %e
+func.func @mp(%in: !coco.tensor<2x8x32xf32, sliced<2>>, %w: !coco.tensor<32x32xf32, sliced<0>>, %r: !coco.tensor<2x8x32xf32>) -> !coco.tensor<2x8x32xf32> attributes {coco.grid = #coco.grid<[?]>} {
+  %layer = coco.matmul %in, %w : !coco.tensor<2x8x32xf32, sliced<2>>, !coco.tensor<32x32xf32, sliced<0>> -> !coco.tensor<2x8x32xf32, local>
+  %e = coco.exp %r : !coco.tensor<2x8x32xf32>
+  %sum = comm.all_reduce sum %layer : !coco.tensor<2x8x32xf32, local> -> !coco.tensor<2x8x32xf32>
+  %out = coco.add %sum, %e : !coco.tensor<2x8x32xf32>
+  func.return %out : !coco.tensor<2x8x32xf32>
+}
+
+// The consumer may be a fused all_reduce (CoCoNet's overlap(MatMul, fused RS-C-AG)); here
+// named by the fused region's result.
+// CHECK-LABEL: func.func @fused
+// CHECK-NEXT:    %fsum = comm.overlap chunks 4
+// TARGET-LABEL: func.func @fused
+// TARGET-NEXT:    %fsum = comm.overlap chunks 2 -> !coco.tensor<16x32xf32> {
+// TARGET-NEXT:      %fl = coco.matmul %fin, %fw
+// TARGET-NEXT:      %fsum_1 = comm.fused all_reduce -> !coco.tensor<16x32xf32> {
+// TARGET-NEXT:        %rs = comm.reduce_scatter sum %fl
+// TARGET-NEXT:        %rs2 = coco.relu %rs
+// TARGET-NEXT:        %ag = comm.all_gather %rs2
+// TARGET-NEXT:        comm.yield %ag
+// TARGET-NEXT:      }
+// TARGET-NEXT:      comm.yield %fsum_1
+// TARGET-NEXT:    }
+func.func @fused(%fin: !coco.tensor<16x32xf32, sliced<1>>, %fw: !coco.tensor<32x32xf32, sliced<0>>) -> !coco.tensor<16x32xf32> attributes {coco.grid = #coco.grid<[?]>} {
+  %fl = coco.matmul %fin, %fw : !coco.tensor<16x32xf32, sliced<1>>, !coco.tensor<32x32xf32, sliced<0>> -> !coco.tensor<16x32xf32, local>
+  %fsum = comm.fused all_reduce -> !coco.tensor<16x32xf32> {
+    %rs = comm.reduce_scatter sum %fl : !coco.tensor<16x32xf32, local> -> !coco.tensor<16x32xf32, sliced<0>>
+    %rs2 = coco.relu %rs : !coco.tensor<16x32xf32, sliced<0>>
+    %ag = comm.all_gather %rs2 : !coco.tensor<16x32xf32, sliced<0>> -> !coco.tensor<16x32xf32>
+    comm.yield %ag : !coco.tensor<16x32xf32>
+  }
+  func.return %fsum : !coco.tensor<16x32xf32>
+}
+
+// Refused sites stay as they are in greedy mode.
+// CHECK-LABEL: func.func @refused
+// CHECK-NEXT:    %l2 = coco.matmul
+// CHECK-NEXT:    %s2 = comm.all_reduce sum %l2
+// CHECK-NEXT:    %l3 = coco.matmul
+// CHECK-NEXT:    %s3 = comm.all_reduce sum %l3
+// CHECK-NEXT:    %n3 = coco.neg %l3
+// CHECK-NEXT:    %l4 = coco.matmul
+// CHECK-NEXT:    %n4 = coco.neg %l4
+// CHECK-NEXT:    %s4 = comm.all_reduce sum %n4
+// CHECK-NEXT:    %l5 = coco.matmul
+// CHECK-NEXT:    %m5 = comm.fused elementwise
+func.func @refused(%a: !coco.tensor<6x4xf32, local>, %b: !coco.tensor<4x4xf32>, %z5: !coco.tensor<6x4xf32, local>) -> (!coco.tensor<6x4xf32>, !coco.tensor<6x4xf32>, !coco.tensor<6x4xf32, local>, !coco.tensor<6x4xf32>, !coco.tensor<6x4xf32, local>) attributes {coco.grid = #coco.grid<[?]>} {
+  %l2 = coco.matmul %a, %b : !coco.tensor<6x4xf32, local>, !coco.tensor<4x4xf32> -> !coco.tensor<6x4xf32, local>
+  %s2 = comm.all_reduce sum %l2 : !coco.tensor<6x4xf32, local> -> !coco.tensor<6x4xf32>
+  %l3 = coco.matmul %a, %b : !coco.tensor<6x4xf32, local>, !coco.tensor<4x4xf32> -> !coco.tensor<6x4xf32, local>
+  %s3 = comm.all_reduce sum %l3 : !coco.tensor<6x4xf32, local> -> !coco.tensor<6x4xf32>
+  %n3 = coco.neg %l3 : !coco.tensor<6x4xf32, local>
+  %l4 = coco.matmul %a, %b : !coco.tensor<6x4xf32, local>, !coco.tensor<4x4xf32> -> !coco.tensor<6x4xf32, local>
+  %n4 = coco.neg %l4 : !coco.tensor<6x4xf32, local>
+  %s4 = comm.all_reduce sum %n4 : !coco.tensor<6x4xf32, local> -> !coco.tensor<6x4xf32>
+  %l5 = coco.matmul %a, %b : !coco.tensor<6x4xf32, local>, !coco.tensor<4x4xf32> -> !coco.tensor<6x4xf32, local>
+  %m5 = comm.fused elementwise -> !coco.tensor<6x4xf32, local> {
+    %y5 = coco.add %l5, %z5 : !coco.tensor<6x4xf32, local>
+    comm.yield %y5 : !coco.tensor<6x4xf32, local>
+  }
+  func.return %s2, %s3, %n3, %s4, %m5 : !coco.tensor<6x4xf32>, !coco.tensor<6x4xf32>, !coco.tensor<6x4xf32, local>, !coco.tensor<6x4xf32>, !coco.tensor<6x4xf32, local>
+}
+
+// CHUNKS:   coco-opt: error: [overlap-chunks] 4 chunks do not divide the 6 rows of %l2 (coco.matmul) (shape [6, 4])
+// CHUNKS-NOT: {{.}}
+// USES:     coco-opt: error: [overlap-consumer] %l3 (coco.matmul) is read by 2 ops: its result must go only to the overlapped collective
+// USES-NOT: {{.}}
+// CONSUMER: coco-opt: error: [overlap-consumer] %l4 (coco.matmul) is consumed by %n4 (coco.neg), which is not a collective or a fused collective
+// FUSED-ELT: coco-opt: error: [overlap-consumer] %l5 (coco.matmul) is consumed by %m5 (comm.fused), which is not a collective or a fused collective
+// PRODUCER: coco-opt: error: [overlap-producer] %s4 (comm.all_reduce) reads 0 matmul results; overlap needs exactly one
+// ZERO:     coco-opt: error: [overlap-chunks] chunk count must be positive, got 0

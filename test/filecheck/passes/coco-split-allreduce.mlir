@@ -1,0 +1,68 @@
+// RUN: coco-opt %s -p coco-split-allreduce | filecheck %s
+// RUN: coco-opt %s -p 'coco-split-allreduce{ops=g1 dim=1}' | filecheck %s --check-prefix=TARGET
+// RUN: not coco-opt %s -p 'coco-split-allreduce{ops=d}' 2>&1 | filecheck %s --check-prefix=NOT-AR
+// RUN: not coco-opt %s -p 'coco-split-allreduce{ops=sc}' 2>&1 | filecheck %s --check-prefix=SCALAR
+// RUN: not coco-opt %s -p 'coco-split-allreduce{ops=u}' 2>&1 | filecheck %s --check-prefix=UNEVEN
+// RUN: not coco-opt %s -p 'coco-split-allreduce{ops=nope}' 2>&1 | filecheck %s --check-prefix=MISSING
+// RUN: not coco-opt %s -p 'coco-split-allreduce{ops=z}' 2>&1 | filecheck %s --check-prefix=NESTED
+
+// Greedy: every all_reduce with a dim to slice; the uses read the all_gather, which keeps
+// the all_reduce's name.
+// CHECK-LABEL: func.func @sgd
+// CHECK-NEXT:    %g1_rs = comm.reduce_scatter sum %g : !coco.tensor<64x8xf32, local> -> !coco.tensor<64x8xf32, sliced<0>>
+// CHECK-NEXT:    %g1 = comm.all_gather %g1_rs : !coco.tensor<64x8xf32, sliced<0>> -> !coco.tensor<64x8xf32>
+// CHECK-NEXT:    %d = coco.mul %lr, %g1
+// CHECK-NEXT:    %w1 = coco.sub %w, %d
+// CHECK-NEXT:    coco.update %w, %w1
+// CHECK-NEXT:    %sc = comm.all_reduce sum %s
+// CHECK:       func.return
+
+// Targeted, with a dim option.
+// TARGET-LABEL: func.func @sgd
+// TARGET-NEXT:    %g1_rs = comm.reduce_scatter sum %g : !coco.tensor<64x8xf32, local> -> !coco.tensor<64x8xf32, sliced<1>>
+// TARGET-NEXT:    %g1 = comm.all_gather %g1_rs : !coco.tensor<64x8xf32, sliced<1>> -> !coco.tensor<64x8xf32>
+// TARGET-LABEL: func.func @grid2
+// TARGET-NEXT:    %y = comm.all_reduce sum %x over [1]
+// TARGET-NEXT:    %u = comm.all_reduce max %v over [1]
+
+// NOT-AR-NOT: Traceback
+// NOT-AR:     coco-opt: error: [split-allreduce-op] %d (coco.mul) is not a comm.all_reduce: only all_reduces split
+// NOT-AR-NOT: {{.}}
+
+// SCALAR:     coco-opt: error: [split-allreduce-scalar] %sc (comm.all_reduce) reduces a value of type !coco.tensor<f32, local>, which has no dim 0 to slice for a reduce_scatter
+// SCALAR-NOT: {{.}}
+
+// UNEVEN:     coco-opt: error: [split-allreduce-uneven] the reduce_scatter of %u (comm.all_reduce) of type !coco.tensor<6x4xf32, [sliced<0>, sliced<0>]>: dim 0 of size 6 does not split evenly into 4 parts (grid [2, 2]); uneven slices are not supported
+// UNEVEN-NOT: {{.}}
+
+// MISSING:     coco-opt: error: [split-allreduce-op] no all_reduce named %nope in the program
+// MISSING-NOT: {{.}}
+
+func.func @sgd(%g: !coco.tensor<64x8xf32, local>, %w: !coco.tensor<64x8xf32>, %lr: !coco.tensor<f32>, %s: !coco.tensor<f32, local>) -> !coco.tensor<f32> attributes {coco.grid = #coco.grid<[?]>} {
+  %g1 = comm.all_reduce sum %g : !coco.tensor<64x8xf32, local> -> !coco.tensor<64x8xf32>
+  %d = coco.mul %lr, %g1 : !coco.tensor<f32>, !coco.tensor<64x8xf32> -> !coco.tensor<64x8xf32>
+  %w1 = coco.sub %w, %d : !coco.tensor<64x8xf32>
+  coco.update %w, %w1 : !coco.tensor<64x8xf32>
+  %sc = comm.all_reduce sum %s : !coco.tensor<f32, local> -> !coco.tensor<f32>
+  func.return %sc : !coco.tensor<f32>
+}
+
+// On a [2, 2] grid an all_reduce over axis 1 splits over axis 1 (%y: dim 0 of size 6 on 2
+// ranks). %u's dim 0 is already sliced by axis 0: 6 does not split into 2 x 2, so greedy
+// mode leaves it and a targeted request is refused (UNEVEN).
+// CHECK-LABEL: func.func @grid2
+// CHECK-NEXT:    %y_rs = comm.reduce_scatter sum %x over [1] : !coco.tensor<6x4xf32, [local, local]> -> !coco.tensor<6x4xf32, [local, sliced<0>]>
+// CHECK-NEXT:    %y = comm.all_gather %y_rs over [1] : !coco.tensor<6x4xf32, [local, sliced<0>]> -> !coco.tensor<6x4xf32, [local, replicated]>
+// CHECK-NEXT:    %u = comm.all_reduce max %v over [1]
+// CHECK-NEXT:    %z = comm.all_reduce sum %zz over [0]
+func.func @grid2(%x: !coco.tensor<6x4xf32, [local, local]>, %v: !coco.tensor<6x4xf32, [sliced<0>, local]>, %zz: !coco.tensor<8x4xf32, [local, sliced<0>]>) -> (!coco.tensor<6x4xf32, [local, replicated]>, !coco.tensor<6x4xf32, [sliced<0>, replicated]>, !coco.tensor<8x4xf32, [replicated, sliced<0>]>) attributes {coco.grid = #coco.grid<[2, 2]>} {
+  %y = comm.all_reduce sum %x over [1] : !coco.tensor<6x4xf32, [local, local]> -> !coco.tensor<6x4xf32, [local, replicated]>
+  %u = comm.all_reduce max %v over [1] : !coco.tensor<6x4xf32, [sliced<0>, local]> -> !coco.tensor<6x4xf32, [sliced<0>, replicated]>
+  %z = comm.all_reduce sum %zz over [0] : !coco.tensor<8x4xf32, [local, sliced<0>]> -> !coco.tensor<8x4xf32, [replicated, sliced<0>]>
+  func.return %y, %u, %z : !coco.tensor<6x4xf32, [local, replicated]>, !coco.tensor<6x4xf32, [sliced<0>, replicated]>, !coco.tensor<8x4xf32, [replicated, sliced<0>]>
+}
+
+// Dim 0 of %zz is cut by axis 1, inner to the all_reduce's axis 0: no reduce_scatter over
+// axis 0 can cut it further (greedy mode leaves it; dim=1 would split).
+// NESTED: coco-opt: error: [split-allreduce-dim] %z (comm.all_reduce): dim 0 of !coco.tensor<8x4xf32, [local, sliced<0>]> is already sliced by grid axis 1, inner to the all_reduce's axes [0]: a reduce_scatter cannot slice it further (each rank's part would lie on another rank); pick another dim
+// NESTED-NOT: {{.}}

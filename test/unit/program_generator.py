@@ -1,0 +1,753 @@
+"""Hypothesis strategies for random *valid* coconet programs and random pass pipelines.
+
+A program is built with the dialects' op constructors, which infer result types by the layout
+rules; an illegal combination raises a `VerifyException` at construction and is simply not
+emitted (rejected by construction), so every generated module verifies. Programs run on a
+dynamic 1-D grid `[?]` (mostly) or on `[2, ?]`; every sliceable dim is a multiple of 4, so the
+rank counts 1, 2 and 4 all fit (a `[2, ?]` grid skips 1 rank).
+
+What a program holds, at random: arguments of random legal layouts (replicated state, local
+gradients, sliced tensors, scalars) in f32/f16/bf16 (and a few i32); elementwise binary and
+unary ops, constants, casts, compare/select, dropout, matmul, full reductions, all_reduce,
+reduce_scatter/all_gather pairs, slice, broadcast, send (on `[2, ?]`); then updates of
+arguments (mostly replicated ones, as optimizers do) and returned values. Operands are drawn
+with a bias to recent values, so chains like `all_reduce -> elementwise with replicated state
+-> update` (what split/reorder/as-slice/fuse act on) are common.
+
+Draws shrink toward shorter programs, earlier op kinds and the most recent operands, so a
+failing case shrinks to a small program.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Sequence
+
+from hypothesis import strategies as st
+from xdsl.builder import Builder
+from xdsl.dialects import func
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    FunctionType,
+    IntAttr,
+    IntegerAttr,
+    ModuleOp,
+    StringAttr,
+    bf16,
+    f16,
+    f32,
+    i1,
+    i32,
+    i64,
+)
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.printer import Printer
+from xdsl.rewriter import InsertPoint
+from xdsl.utils.exceptions import DiagnosticException
+
+from coconet.dialects import coco, comm
+from coconet.dialects.coco import (
+    DYNAMIC,
+    GRID_ATTR_NAME,
+    LOCAL,
+    REPLICATED,
+    GridAttr,
+    LayoutAttr,
+    LocalAttr,
+    ReplicatedAttr,
+    SlicedAttr,
+    TensorType,
+)
+from coconet.program import Program
+
+ELEMENT_TYPES: dict[str, Attribute] = {"f32": f32, "f16": f16, "bf16": bf16, "i32": i32, "i1": i1}
+FLOATS = ("f32", "f16", "bf16")
+SHAPES: tuple[tuple[int, ...], ...] = ((8,), (4,), (4, 8), (8, 4), (16,), ())
+CONSTANTS = (0.5, 0.9, 2.0, -1.0, 0.0, 1e-3, 3.0)
+INT_CONSTANTS = (1, 2, 0, -3, 7)
+
+OP_KINDS = (
+    "binary",
+    "all_reduce",
+    "unary",
+    "constant",
+    "reduce_scatter",
+    "all_gather",
+    "slice",
+    "cast",
+    "reduce",
+    "cmp_select",
+    "dropout",
+    "matmul",
+    "broadcast",
+    "send",
+)
+
+MOTIFS = ("optimizer", "sliced_optimizer", "megatron", "boundary", "regather")
+
+GRIDS: tuple[tuple[int, ...], ...] = ((DYNAMIC,), (DYNAMIC,), (2, DYNAMIC))
+
+
+class GeneratedProgram:
+    """A generated module (one function) and its grid; prints as its IR text."""
+
+    def __init__(self, module: ModuleOp, grid: tuple[int, ...]):
+        self.module = module
+        self.grid = grid
+
+    @property
+    def program(self) -> Program:
+        return Program(self.module)
+
+    @property
+    def text(self) -> str:
+        out = io.StringIO()
+        Printer(stream=out).print_op(self.module)
+        return out.getvalue() + "\n"
+
+    def __repr__(self) -> str:
+        return "GeneratedProgram:\n" + self.text
+
+    def _repr_pretty_(self, p, cycle: bool) -> None:  # how hypothesis prints an example
+        p.text(repr(self))
+
+
+class _Gen:
+    """Builds one function, drawing every decision from hypothesis."""
+
+    def __init__(self, draw: Callable, grid: tuple[int, ...]):
+        self.draw = draw
+        self.grid = grid
+        self.grid_rank = len(grid)
+        self.block: Block | None = None
+        self.builder: Builder | None = None
+        self.func: func.FuncOp | None = None
+        self.pool: list[SSAValue] = []
+        self.counter = 0
+        # arguments a motif computed a new value for: finish() updates them with it
+        self.intended: dict[SSAValue, SSAValue] = {}
+        # values a motif wants returned (after the updates, so they outlive them)
+        self.wanted_returns: list[SSAValue] = []
+
+    # -- types ---------------------------------------------------------------------------
+
+    def layout_for_axis(self, shape: tuple[int, ...], allow_local: bool = True) -> LayoutAttr:
+        choices: list[LayoutAttr] = [REPLICATED]
+        if allow_local:
+            choices.append(LOCAL)
+        choices += [SlicedAttr(d) for d in range(len(shape))]
+        return self.draw(st.sampled_from(choices))
+
+    def tensor_type(
+        self, shape: tuple[int, ...], elt: str, layouts: Sequence[LayoutAttr]
+    ) -> TensorType:
+        return TensorType(shape, ELEMENT_TYPES[elt], list(layouts))
+
+    def draw_arg_type(self) -> TensorType:
+        role = self.draw(st.sampled_from(("state", "grad", "any", "scalar", "sliced")))
+        if role == "scalar":
+            elt = self.draw(st.sampled_from(("f32", "f32", "f16", "i32")))
+            return self.tensor_type((), elt, [])
+        shape = self.draw(st.sampled_from([s for s in SHAPES if s]))
+        elt = self.draw(st.sampled_from(("f32", "f32", "f16", "bf16", "i32")))
+        if role == "state":
+            lays: list[LayoutAttr] = [REPLICATED] * self.grid_rank
+        elif role == "grad":
+            lays = [LOCAL] * self.grid_rank
+            if self.grid_rank == 2 and self.draw(st.booleans()):
+                lays[0] = self.layout_for_axis(shape)
+        elif role == "sliced":
+            lays = [SlicedAttr(self.draw(st.integers(0, len(shape) - 1)))]
+            if self.grid_rank == 2:
+                lays = [self.layout_for_axis(shape), lays[0]]
+        else:
+            lays = [self.layout_for_axis(shape) for _ in range(self.grid_rank)]
+        if self.grid_rank == 2 and lays[0] == lays[1] and isinstance(lays[0], SlicedAttr):
+            lays[0] = REPLICATED  # no dim cut by two axes (see _multi_sliced)
+        return self.tensor_type(shape, elt, lays)
+
+    # -- emitting ops --------------------------------------------------------------------
+
+    def name(self, v: SSAValue, prefix: str = "v") -> None:
+        self.counter += 1
+        v.name_hint = f"{prefix}{self.counter}"
+
+    def emit(self, make: Callable[[], Operation]) -> SSAValue | None:
+        """Build an op with `make` (its constructor infers the result type); if the layout
+        rules refuse it, emit nothing."""
+        assert self.builder is not None
+        try:
+            op = make()
+        except DiagnosticException:
+            return None
+        return self._insert(op)
+
+    def _insert(self, op: Operation) -> SSAValue | None:
+        assert self.builder is not None
+        if any(_multi_sliced(r.type) for r in op.results):
+            op.erase()
+            return None
+        self.builder.insert(op)
+        try:
+            op.verify()
+        except DiagnosticException:
+            op.detach()
+            op.erase()
+            return None
+        if not op.results:
+            return None
+        v = op.results[0]
+        self.name(v)
+        self.pool.append(v)
+        return v
+
+    def collective(
+        self,
+        cls: type[comm.CollectiveOp],
+        x: SSAValue,
+        kind: str | None = None,
+        axes: Sequence[int] | None = None,
+        root: int | None = None,
+        dim: int = 0,
+        along: int | None = None,
+    ) -> SSAValue | None:
+        """A collective whose result type the dialect infers on the function's grid.
+
+        The op constructors infer before the op sits in a function, so on the default 1-D
+        grid; on `[2, ?]` that can be the wrong type. So: build a probe with the input's type
+        inside the function, let it infer its type by the dialect's own rules (`infer`), and
+        build the real op with that type."""
+        assert self.builder is not None
+        props: dict[str, Attribute] = {}
+        if kind is not None:
+            props["kind"] = StringAttr(kind)
+        if axes is not None:
+            props["axes"] = ArrayAttr(IntAttr(a) for a in axes)
+        if root is not None:
+            props["root"] = IntegerAttr(root, i64)
+        if along is not None:
+            props["along"] = IntegerAttr(along, i64)
+            props["shift"] = IntegerAttr(1, i64)
+        probe = cls.build(operands=[x], result_types=[x.type], properties=dict(props))
+        probe._dim = dim  # reduce_scatter reads its dim off the result type, or this
+        self.builder.insert(probe)
+        try:
+            t = probe.infer()
+        except DiagnosticException:
+            t = None
+        probe.detach()
+        probe.erase()
+        if t is None:
+            return None
+        return self._insert(cls.build(operands=[x], result_types=[t], properties=props))
+
+    def pick(self, pred: Callable[[SSAValue], bool] = lambda v: True) -> SSAValue | None:
+        """A value from the pool, most recent first (so draws shrink toward chains)."""
+        cands = [v for v in reversed(self.pool) if pred(v)]
+        if not cands:
+            return None
+        # Skewed toward the front: most draws take one of the last few values.
+        i = self.draw(st.integers(0, len(cands) - 1) | st.integers(0, min(2, len(cands) - 1)))
+        return cands[i]
+
+    def constant(
+        self, elt: str, shape: tuple[int, ...] = (), zero: bool = False
+    ) -> SSAValue | None:
+        # Zero only where asked: a multiplication by zero hides whatever it multiplies.
+        if elt in FLOATS:
+            value: float | int = self.draw(
+                st.sampled_from(CONSTANTS if zero else tuple(c for c in CONSTANTS if c))
+            )
+        elif elt == "i1":
+            value = self.draw(st.booleans())
+        else:
+            value = self.draw(st.sampled_from(INT_CONSTANTS))
+        t = self.tensor_type(shape, elt, [])
+        return self.emit(lambda: coco.ConstantOp(value, t))
+
+    def axes(self) -> list[int] | None:
+        if self.grid_rank == 1:
+            return None
+        return self.draw(st.sampled_from([None, [1], [0], [0, 1]]))
+
+    # -- one random op -------------------------------------------------------------------
+
+    def step(self) -> None:
+        if self.draw(st.integers(0, 3)) == 0:
+            # On a [2, ?] grid, stage boundaries (sliced-send's input) come up twice as often.
+            kind = self.draw(
+                st.sampled_from(MOTIFS + (("boundary",) if self.grid_rank > 1 else ()))
+            )
+            getattr(self, f"motif_{kind}")()
+            return
+        kind = self.draw(st.sampled_from(OP_KINDS))
+        getattr(self, f"op_{kind}")()
+
+    # -- motifs: the shapes of CoCoNet's workloads, which the schedule passes act on -------
+
+    def arg(self, t: TensorType, prefix: str) -> SSAValue:
+        """An argument of type `t`: an existing one not yet meant for an update, or a new one."""
+        assert self.block is not None
+        for a in self.block.args:
+            if a.type == t and a not in self.intended and self.draw(st.booleans()):
+                return a
+        a = self.block.insert_arg(t, len(self.block.args))
+        a.name_hint = f"{prefix}{len(self.block.args) - 1}"
+        self.pool.append(a)
+        return a
+
+    def float_elt(self) -> str:
+        return self.draw(st.sampled_from(("f32", "f32", "f16", "bf16")))
+
+    def span_axes(self) -> tuple[list[LayoutAttr], list[int] | None]:
+        """(layouts of a local gradient, the axes its all_reduce spans)."""
+        if self.grid_rank == 1:
+            return [LOCAL], None
+        which = self.draw(st.sampled_from(("all", "inner")))
+        if which == "all":
+            return [LOCAL, LOCAL], None
+        return [LOCAL, LOCAL], [1]
+
+    def motif_optimizer(self) -> None:
+        """SGD / Adam-like: g1 = all_reduce(g); m1 = b m + (1 - b) g1; w1 = w - lr * m1;
+        update w (and m). What split, reorder, as-slice and fuse rewrite."""
+        shape = self.draw(st.sampled_from(((16,), (8,), (8, 4))))
+        elt = self.float_elt()
+        lays, axes = self.span_axes()
+        g = self.arg(self.tensor_type(shape, elt, lays), "g")
+        if self.draw(st.integers(0, 2)) == 0:
+            # already split: reorder's input
+            rs = self.collective(comm.ReduceScatterOp, g, "sum", axes, dim=0)
+            g1 = self.collective(comm.AllGatherOp, rs, axes=axes) if rs is not None else None
+        else:
+            g1 = self.collective(comm.AllReduceOp, g, "sum", axes)
+        if g1 is None:
+            return
+        w_t = g1.type
+        w = self.arg(w_t, "w")
+        step = g1
+        if self.draw(st.booleans()):
+            m = self.arg(w_t, "m")
+            b = self.constant(elt)
+            c = self.constant(elt)
+            bm = self.emit(lambda: coco.MulOp(b, m))
+            cg = self.emit(lambda: coco.MulOp(c, g1))
+            m1 = self.emit(lambda: coco.AddOp(bm, cg)) if bm and cg else None
+            if m1 is not None:
+                self.intended[m] = m1
+                step = m1
+                if self.draw(st.booleans()):
+                    a = self.emit(lambda: coco.AbsOp(m1))
+                    r = self.emit(lambda: coco.SqrtOp(a)) if a else None
+                    step = self.emit(lambda: coco.DivOp(m1, r)) if r else m1
+        lr = (
+            self.constant(elt)
+            if self.draw(st.booleans())
+            else self.arg(self.tensor_type((), elt, []), "lr")
+        )
+        d = self.emit(lambda: coco.MulOp(lr, step))
+        w1 = self.emit(lambda: coco.SubOp(w, d)) if d is not None else None
+        if w1 is not None:
+            self.intended[w] = w1
+
+    def motif_sliced_optimizer(self) -> None:
+        """The optimizer after split + reorder: rs = reduce_scatter(g); w1 = slice(w) - lr rs;
+        update w with all_gather(w1). What as-slice and fuse (RS + C + AG) rewrite."""
+        shape = self.draw(st.sampled_from(((16,), (8,), (8, 4))))
+        elt = self.float_elt()
+        lays, axes = self.span_axes()
+        g = self.arg(self.tensor_type(shape, elt, lays), "g")
+        rs = self.collective(comm.ReduceScatterOp, g, "sum", axes, dim=0)
+        if rs is None:
+            return
+        w = self.arg(self.tensor_type(shape, elt, [REPLICATED] * self.grid_rank), "w")
+        ws = self.emit(lambda: coco.SliceOp(w, w.type.with_layouts(rs.type.layouts.data)))
+        if ws is None:
+            return
+        lr = self.constant(elt)
+        d = self.emit(lambda: coco.MulOp(lr, rs))
+        w1 = self.emit(lambda: coco.SubOp(ws, d)) if d is not None else None
+        if w1 is None:
+            return
+        w2 = self.collective(comm.AllGatherOp, w1, axes=axes)
+        if w2 is not None and w2.type == w.type:
+            self.intended[w] = w2
+        if self.draw(st.integers(0, 3)) == 0:
+            # The state's slice or new value escapes too: returned after w's update.
+            self.wanted_returns.append(self.draw(st.sampled_from([v for v in (ws, w2) if v])))
+
+    def motif_regather(self) -> None:
+        """all_gather(slice(w)) used as w's new value and returned: what canonicalization
+        folds to w, and what as-slice makes of w (values that alias an updated argument)."""
+        shape = self.draw(st.sampled_from(((8,), (16,), (4, 8))))
+        w = self.arg(self.tensor_type(shape, self.float_elt(), [REPLICATED] * self.grid_rank), "w")
+        lays: list[LayoutAttr] = [REPLICATED] * self.grid_rank
+        lays[-1] = SlicedAttr(0)
+        ws = self.emit(lambda: coco.SliceOp(w, w.type.with_layouts(lays)))
+        if ws is None:
+            return
+        axes = None if self.grid_rank == 1 else [self.grid_rank - 1]
+        g = self.collective(comm.AllGatherOp, ws, axes=axes)
+        if g is None:
+            return
+        if self.draw(st.booleans()):
+            self.intended[w] = g
+        if self.draw(st.booleans()):
+            self.wanted_returns.append(self.draw(st.sampled_from((ws, g))))
+
+    def motif_megatron(self) -> None:
+        """A tensor-parallel layer: local = matmul(x sliced on K, W sliced on K);
+        out = dropout(all_reduce(local) + b) + r. What overlap (and split/reorder) rewrite."""
+        elt = self.float_elt()
+        m, k, n = 4, 8, self.draw(st.sampled_from((4, 8)))
+        rest: list[LayoutAttr] = [REPLICATED] * (self.grid_rank - 1)
+        x = self.arg(self.tensor_type((m, k), elt, [*rest, SlicedAttr(1)]), "x")
+        wt = self.arg(self.tensor_type((k, n), elt, [*rest, SlicedAttr(0)]), "wt")
+        y = self.emit(lambda: coco.MatmulOp(x, wt))
+        if y is None:
+            return
+        axes = None if self.grid_rank == 1 else [1]
+        s = self.collective(comm.AllReduceOp, y, "sum", axes)
+        if s is None:
+            return
+        b = self.arg(self.tensor_type((n,), elt, []), "b")
+        h = self.emit(lambda: coco.AddOp(s, b))
+        if h is not None and self.draw(st.booleans()):
+            h = self.emit(lambda: coco.DropoutOp(h, 0.1, self.draw(st.integers(0, 9)))) or h
+        if h is not None:
+            r = self.arg(self.tensor_type((m, n), elt, []), "r")
+            self.emit(lambda: coco.AddOp(h, r))
+
+    def motif_boundary(self) -> None:
+        """A pipeline-stage boundary on [2, ?]: all_gather within the stage, then send to
+        the next stage. What sliced-send rewrites."""
+        if self.grid_rank < 2:
+            return self.motif_optimizer()
+        elt = self.float_elt()
+        shape = self.draw(st.sampled_from(((8,), (4, 8))))
+        p = self.arg(self.tensor_type(shape, elt, [LOCAL, LOCAL]), "p")
+        s = self.collective(comm.ReduceScatterOp, p, "sum", [1], dim=0)
+        if s is None:
+            return
+        if self.draw(st.booleans()):
+            s = self.emit(lambda: coco.AddOp(s, self.constant(elt))) or s
+        ag = self.collective(comm.AllGatherOp, s, axes=[1])
+        if ag is None:
+            return
+        self.collective(comm.SendOp, ag, along=0)
+
+    def op_binary(self) -> None:
+        # Not on i1: the sim cannot subtract or negate booleans (reported; the dialect lets
+        # arithmetic take i1 operands).
+        a = self.pick(lambda v: v.type.elt != "i1")
+        if a is None:
+            return
+        cls = self.draw(st.sampled_from(coco.BINARY_OPS))
+        if self.draw(st.integers(0, 3)) == 0:
+            b = self.constant(a.type.elt)
+        else:
+            b = self.pick(lambda v: v is not a and _combines(a.type, v.type)) or a
+        if b is None:
+            return
+        if cls is coco.PowOp and a.type.elt in FLOATS:
+            a = self.emit(lambda: coco.AbsOp(a)) or a  # keep pow's base off the NaN half
+        if self.draw(st.booleans()):
+            a, b = b, a
+        self.emit(lambda: cls(a, b))
+
+    def op_unary(self) -> None:
+        a = self.pick(lambda v: v.type.elt != "i1")
+        if a is None:
+            return
+        cls = self.draw(st.sampled_from(coco.UNARY_OPS))
+        if cls in (coco.SqrtOp, coco.RsqrtOp, coco.LogOp) and a.type.elt in FLOATS:
+            a = self.emit(lambda: coco.AbsOp(a)) or a  # fewer NaNs: NaNs hide differences
+        self.emit(lambda: cls(a))
+
+    def op_constant(self) -> None:
+        elt = self.draw(st.sampled_from(("f32", "f32", "f16", "bf16", "i32")))
+        shape = self.draw(st.sampled_from(((), (), (8,), (4, 8))))
+        self.constant(elt, shape, zero=True)
+
+    def op_cast(self) -> None:
+        a = self.pick(lambda v: v.type.elt in FLOATS or v.type.elt == "i1")
+        if a is None:
+            return
+        to = self.draw(st.sampled_from([e for e in FLOATS if e != a.type.elt]))
+        self.emit(lambda: coco.CastOp(a, ELEMENT_TYPES[to]))
+
+    def op_all_reduce(self) -> None:
+        if self.draw(st.integers(0, 3)):
+            a = self.pick(lambda v: v.type.local_axes() != ())
+        else:
+            a = self.pick()
+        if a is None:
+            return
+        kind = self.draw(st.sampled_from(("sum", "sum", "max", "min", "prod")))
+        axes = self.axes()
+        self.collective(comm.AllReduceOp, a, kind, axes)
+
+    def op_reduce_scatter(self) -> None:
+        a = self.pick(lambda v: v.type.rank > 0)
+        if a is None:
+            return
+        kind = self.draw(st.sampled_from(("sum", "sum", "max", "min")))
+        dim = self.draw(st.integers(0, a.type.rank - 1))
+        axes = self.axes()
+        self.collective(comm.ReduceScatterOp, a, kind, axes, dim=dim)
+
+    def op_all_gather(self) -> None:
+        a = self.pick(lambda v: any(isinstance(lay, SlicedAttr) for lay in v.type.layouts))
+        if a is None:
+            return
+        axes = self.axes()
+        self.collective(comm.AllGatherOp, a, axes=axes)
+
+    def op_slice(self) -> None:
+        a = self.pick(
+            lambda v: (
+                v.type.rank > 0
+                and any(
+                    isinstance(v.type.layout_on(x), ReplicatedAttr) for x in range(self.grid_rank)
+                )
+            )
+        )
+        if a is None:
+            return
+        t: TensorType = a.type
+        lays = t.layout_list(self.grid_rank)
+        repl = [x for x in range(self.grid_rank) if isinstance(lays[x], ReplicatedAttr)]
+        axis = self.draw(st.sampled_from(repl))
+        lays[axis] = SlicedAttr(self.draw(st.integers(0, t.rank - 1)))
+        self.emit(lambda: coco.SliceOp(a, t.with_layouts(lays)))
+
+    def op_reduce(self) -> None:
+        a = self.pick(lambda v: v.type.elt != "i1")
+        if a is None:
+            return
+        kind = self.draw(st.sampled_from(("sum", "max", "min", "norm")))
+        self.emit(lambda: coco.ReduceOp(kind, a))
+
+    def op_cmp_select(self) -> None:
+        a = self.pick(lambda v: v.type.elt != "i1")
+        if a is None:
+            return
+        b = self.pick(lambda v: v is not a and _combines(a.type, v.type))
+        b = b or self.constant(a.type.elt)
+        if b is None:
+            return
+        pred = self.draw(st.sampled_from(tuple(p.value for p in coco.CmpPredicate)))
+        c = self.emit(lambda: coco.CmpOp(pred, a, b))
+        if c is None or self.draw(st.integers(0, 3)) == 0:
+            return
+        self.emit(lambda: coco.SelectOp(c, a, b))
+
+    def op_dropout(self) -> None:
+        a = self.pick(lambda v: v.type.elt in FLOATS)
+        if a is None:
+            return
+        p = self.draw(st.sampled_from((0.1, 0.5, 0.0)))
+        seed = self.draw(st.integers(0, 3))
+        self.emit(lambda: coco.DropoutOp(a, p, seed))
+
+    def op_matmul(self) -> None:
+        a = self.pick(lambda v: v.type.rank == 2)
+        if a is None:
+            return
+        k = a.type.get_shape()[-1]
+        b = self.pick(
+            lambda v: v.type.rank == 2 and v.type.get_shape()[0] == k and v.type.elt == a.type.elt
+        )
+        if b is None:
+            # A replicated weight argument is not in the pool mid-body; build one by slicing
+            # or broadcasting a constant of the right shape.
+            b = self.constant(a.type.elt, (k, self.draw(st.sampled_from((4, 8)))))
+            if b is not None and self.draw(st.booleans()):
+                lays = [REPLICATED] * self.grid_rank
+                lays[-1] = self.draw(st.sampled_from((SlicedAttr(0), SlicedAttr(1))))
+                b = self.emit(lambda: coco.SliceOp(b, b.type.with_layouts(lays))) or b
+        if b is None:
+            return
+        self.emit(lambda: coco.MatmulOp(a, b))
+
+    def op_broadcast(self) -> None:
+        a = self.pick(lambda v: v.type.local_axes() != ())
+        if a is None:
+            return
+        self.collective(comm.BroadcastOp, a, axes=self.axes(), root=0)
+
+    def op_send(self) -> None:
+        if self.grid_rank < 2:
+            return self.op_all_reduce()
+        # Not a value sliced along the send's axis: the dialect types the received value
+        # local (full shape) while each rank receives a slice; the sim crashes (reported).
+        a = self.pick(lambda v: not isinstance(v.type.layout_on(0), SlicedAttr))
+        if a is None:
+            return
+        self.collective(comm.SendOp, a, along=0)
+
+    # -- outputs -------------------------------------------------------------------------
+
+    def coerce(self, v: SSAValue, t: TensorType) -> SSAValue | None:
+        """Turn `v` into a value of type `t` with collectives, slices and casts (or None)."""
+        if v.type.get_shape() != t.get_shape():
+            return None
+        if v.type.element_type != t.element_type:
+            if v.type.elt not in FLOATS or t.elt not in FLOATS:
+                return None
+            v = self.emit(lambda: coco.CastOp(v, t.element_type))
+            if v is None:
+                return None
+        for axis in range(self.grid_rank):
+            have, want = v.type.layout_on(axis), t.layout_on(axis)
+            if have == want:
+                continue
+            axes = None if self.grid_rank == 1 else [axis]
+            cur = v
+            if isinstance(have, SlicedAttr):
+                cur = self.collective(comm.AllGatherOp, cur, axes=axes)
+            elif isinstance(have, LocalAttr):
+                if isinstance(want, SlicedAttr):
+                    cur = self.collective(comm.ReduceScatterOp, cur, "sum", axes, dim=want.dim.data)
+                else:
+                    cur = self.collective(comm.AllReduceOp, cur, "sum", axes)
+            if cur is None:
+                return None
+            have = cur.type.layout_on(axis)
+            if have != want and isinstance(have, ReplicatedAttr):
+                if isinstance(want, SlicedAttr):
+                    lays = cur.type.layout_list(self.grid_rank)
+                    lays[axis] = want
+                    new_t = cur.type.with_layouts(lays)
+                    cur = self.emit(lambda x=cur, t=new_t: coco.SliceOp(x, t))
+                elif isinstance(want, LocalAttr):
+                    cur = self.collective(comm.ReduceOp, cur, "sum", axes, root=0)
+            if cur is None:
+                return None
+            v = cur
+        return v if v.type == t else None
+
+    def finish(self, args: Sequence[SSAValue]) -> list[SSAValue]:
+        """Updates of some arguments, then returned values; at least one output."""
+        computed = [v for v in self.pool if v not in args]
+        staged: list[tuple[SSAValue, SSAValue]] = []
+        for a in args:
+            t: TensorType = a.type
+            if a in self.intended and self.draw(st.integers(0, 4)):
+                staged.append((a, self.intended[a]))
+                continue
+            likely = t.is_replicated() and t.rank > 0
+            if not self.draw(st.integers(0, 3 if likely else 9)) < (3 if likely else 2):
+                continue
+            shape = t.get_shape()
+            src = self.pick(lambda v, s=shape: v not in args and v.type.get_shape() == s)
+            if src is None:
+                continue
+            v = self.coerce(src, t)
+            if v is not None:
+                staged.append((a, v))
+        # Every coercion is emitted before the first update: no op reads an updated
+        # argument after its update (update-last-use).
+        assert self.builder is not None
+        for a, v in staged:
+            self.builder.insert(coco.UpdateOp(a, v))
+        updated = {a for a, _ in staged}
+        returns: list[SSAValue] = list(dict.fromkeys(self.wanted_returns))
+        n_ret = self.draw(st.integers(0, 2))
+        cands = [v for v in reversed(computed)] + [a for a in args if a not in updated]
+        for i in range(min(n_ret, len(cands))):
+            j = self.draw(st.integers(0, len(cands) - 1) | st.just(0))
+            if cands[j] not in returns:
+                returns.append(cands[j])
+        if not staged and not returns:
+            returns.append(cands[0] if cands else args[0])
+        return returns
+
+
+def _multi_sliced(t: Attribute) -> bool:
+    """A dim cut by two grid axes (mixed radix). Left out: the dialect accepts collectives and
+    slices over the outer of two such axes, but their results are not a gather/scatter of
+    the group's pieces, and the sim crashes or computes garbage on them (reported)."""
+    return isinstance(t, TensorType) and any(len(t.slicing_axes(d)) > 1 for d in range(t.rank))
+
+
+def _combines(a: TensorType, b: TensorType) -> bool:
+    from coconet.dialects.layout_rules import infer_elementwise
+
+    try:
+        infer_elementwise([a, b])
+    except DiagnosticException:
+        return False
+    return True
+
+
+@st.composite
+def programs(draw, max_ops: int = 10, grids: Sequence[tuple[int, ...]] = GRIDS) -> GeneratedProgram:
+    """A random valid single-function program (see the module docstring)."""
+    grid = draw(st.sampled_from(tuple(grids)))
+    g = _Gen(draw, grid)
+    n_args = draw(st.integers(1, 4))
+    arg_types = [g.draw_arg_type() for _ in range(n_args)]
+    block = Block(arg_types=arg_types)
+    for i, a in enumerate(block.args):
+        t: TensorType = a.type
+        a.name_hint = (
+            "s" if t.rank == 0 else "g" if t.local_axes() else "w" if t.is_replicated() else "x"
+        ) + str(i)
+    g.block = block
+    # Ops go in before a placeholder terminator, so each verifies as it is emitted (a
+    # single-block region must end in a terminator).
+    placeholder = func.ReturnOp()
+    block.add_op(placeholder)
+    g.builder = Builder(InsertPoint.before(placeholder))
+    fn = func.FuncOp("random", (arg_types, []), Region(block))
+    if grid != (DYNAMIC,) or draw(st.booleans()):
+        fn.attributes[GRID_ATTR_NAME] = GridAttr(list(grid))
+    g.func = fn
+    g.pool = list(block.args)
+    for _ in range(draw(st.integers(1, max_ops))):
+        g.step()
+    returns = g.finish(list(block.args))
+    g.builder.insert(func.ReturnOp(*returns))
+    placeholder.detach()
+    placeholder.erase()
+    # Motifs may have added arguments: the signature is the block's.
+    fn.function_type = FunctionType.from_lists(
+        [a.type for a in block.args], [v.type for v in returns]
+    )
+    module = ModuleOp([fn])
+    module.verify()  # a generator bug (or a dialect bug) if this fails: let it raise
+    return GeneratedProgram(module, grid)
+
+
+def registered_pass_names() -> list[str]:
+    """coconet's passes, as registered right now (new passes are picked up automatically)."""
+    from coconet.passes import get_all_passes
+
+    names = []
+    for name, factory in get_all_passes().items():
+        try:
+            factory()
+        except ImportError:  # registered, but its module is not written yet
+            continue
+        names.append(name)
+    return sorted(names)
+
+
+# xDSL's generic cleanups also run in coconet pipelines; they must preserve meaning too.
+XDSL_CLEANUPS = ("cse", "canonicalize", "dce")
+
+
+def pipelines(
+    max_len: int = 5, extra: Sequence[str] = XDSL_CLEANUPS
+) -> st.SearchStrategy[list[str]]:
+    """A random pipeline: registered coconet passes (with repeats) in random order, now and
+    then one of xDSL's cleanups. The registry is read once, here, so that every draw sees
+    the same passes (hypothesis needs deterministic strategies)."""
+    names = registered_pass_names()
+    pool = names + list(extra)
+    if not pool:
+        return st.just([])
+    mostly = st.sampled_from(names) if names else st.sampled_from(pool)
+    element = st.one_of(mostly, mostly, mostly, st.sampled_from(pool))
+    return st.lists(element, min_size=1, max_size=max_len)

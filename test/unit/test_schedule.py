@@ -1,0 +1,528 @@
+"""The schedule API (coconet/schedule.py) and the `coco-schedule` pass: handles to what each
+transformation creates, refusals that carry the refusing pass's rule and leave the program as
+it was, pipelines that reproduce a schedule through coco-opt's passes, the named schedules
+chosen by a program's structure, and the enumeration of the autotuner's space.
+
+Whether schedules preserve meaning, for every example and every enumerated schedule, is
+test_schedules_examples.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from xdsl.passes import PassPipeline
+
+import coconet
+from coconet.dialects import coco, comm
+from coconet.dialects.coco import SlicedAttr
+from coconet.passes import get_all_passes
+from coconet.program import CocoError, Program, make_context, parse_module
+from coconet.schedule import (
+    NAMED_SCHEDULES,
+    Handle,
+    Reordered,
+    Schedule,
+    ScheduleError,
+    apply_pipeline,
+    apply_schedule,
+    auto_split_dim,
+    enumerate_schedules,
+    format_pass,
+    named_schedules,
+    parse_pipeline,
+    resolve_schedule_name,
+    schedule,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+BIN = Path(sys.executable).parent
+
+
+def load(name: str) -> Program:
+    return coconet.load(EXAMPLES / f"{name}.mlir")
+
+
+SGD = """
+func.func @sgd(%g: !coco.tensor<64xf32, local>, %w: !coco.tensor<64xf32>, %lr: !coco.tensor<f32>)
+    attributes {coco.grid = #coco.grid<[?]>} {
+  %g1 = comm.all_reduce sum %g : !coco.tensor<64xf32, local> -> !coco.tensor<64xf32>
+  %d = coco.mul %lr, %g1 : !coco.tensor<f32>, !coco.tensor<64xf32> -> !coco.tensor<64xf32>
+  %w1 = coco.sub %w, %d : !coco.tensor<64xf32>
+  coco.update %w, %w1 : !coco.tensor<64xf32>
+  func.return
+}
+"""
+
+
+def sgd() -> Program:
+    return Program(parse_module(SGD))
+
+
+def run_passes(program: Program, pipeline: str) -> str:
+    """`pipeline` through xDSL's PassPipeline with coco-opt's registry, on a clone."""
+    p = program.clone()
+    PassPipeline.parse_spec(get_all_passes(), pipeline).apply(make_context(), p.module)
+    p.verify()
+    return p.print()
+
+
+# --------------------------------------------------------------------------------------------
+# Handles
+# --------------------------------------------------------------------------------------------
+
+
+def test_split_returns_reduce_scatter_and_all_gather_handles():
+    s = Schedule(load("adam"))
+    rs, ag = s.split("g1")
+    assert isinstance(rs, Handle) and isinstance(ag, Handle)
+    assert (rs.name, rs.kind) == ("g1_rs", "comm.reduce_scatter")
+    assert (ag.name, ag.kind) == ("g1", "comm.all_gather")
+    assert isinstance(rs.op, comm.ReduceScatterOp) and isinstance(ag.op, comm.AllGatherOp)
+    assert ag.op.input is rs.value
+    assert str(rs) == "%g1_rs"
+    assert isinstance(rs.type.layout_on(0), SlicedAttr)
+    assert s.pipeline == "coco-split-allreduce{ops=g1}"
+
+
+def test_targets_by_name_handle_value_or_op():
+    p = load("sgd")
+    by_name = Schedule(p)
+    by_name.split("%g1")
+    by_value = Schedule(p)
+    ar = next(op for op in by_value.program.func.walk() if isinstance(op, comm.AllReduceOp))
+    by_value.split(ar.result)
+    by_op = Schedule(p)
+    ar = next(op for op in by_op.program.func.walk() if isinstance(op, comm.AllReduceOp))
+    by_op.split(ar)
+    by_handle = Schedule(p)
+    by_handle.split(by_handle.handle("g1"))
+    assert by_name.ir() == by_value.ir() == by_op.ir() == by_handle.ir()
+    assert by_name.pipeline == by_handle.pipeline == "coco-split-allreduce{ops=g1}"
+
+
+def test_coconet_adam_script():
+    """CoCoNet's `(rs, ag) = split(g1); reorder(comps, ag); asSlice({m, v}); fuse(...)`."""
+    p = load("adam")
+    s = Schedule(p)
+    rs, ag = s.split("g1")
+    moved = s.reorder(ag)
+    assert isinstance(moved, Reordered)
+    comps, gathers = moved
+    assert {h.name for h in comps} >= {"m1_s", "v1_s", "mhat_s", "vhat_s", "w1_s"}
+    assert {h.name for h in gathers} == {"m1", "v1", "w1"}
+    assert all(h.kind == "comm.all_gather" for h in gathers)
+    assert {h.name for h in moved.slices} == {"m_s", "v_s", "w_s"}
+    m, v = s.as_slice("m", "v")
+    assert (m.kind, v.kind) == ("argument", "argument")
+    assert isinstance(m.type.layout_on(0), SlicedAttr)
+    fused = s.fuse(rs, mode="all_reduce")
+    assert fused.kind == "comm.fused"
+    assert isinstance(fused.op, comm.FusedOp) and fused.op.kind.data == "all_reduce"
+    assert fused.name is None  # everything it computes is stored by updates inside it
+    assert s.pipeline == (
+        "coco-split-allreduce{ops=g1},coco-reorder{ops=g1},coco-as-slice{ops=m,v},"
+        "coco-fuse{mode=all_reduce ops=g1_rs}"
+    )
+    # the original is untouched
+    assert "comm.all_reduce" in p.print() and "comm.fused" not in p.print()
+    # the same program as the named schedule
+    assert s.ir() == apply_schedule(p, "fuse(rs-c-ag)").print()
+
+
+def test_model_parallel_script_with_overlap():
+    p = load("model_parallel_attention")
+    s = schedule(p)
+    rs, ag = s.split("total", dim="auto")
+    assert rs.type.layouts.data[0] == SlicedAttr(auto_split_dim(load_ar(p)))
+    s.reorder(ag)
+    fused = s.fuse(rs, mode="all_reduce")
+    assert fused.name == "out"
+    ol = s.overlap("layer", fused, chunks=2)
+    assert ol.kind == "comm.overlap" and ol.name == "out"
+    assert ol.op.chunks.value.data == 2
+    inner = [o.name for o in ol.op.body.block.ops]
+    assert inner == ["coco.matmul", "comm.fused", "comm.yield"]
+    assert s.steps[-1] == "coco-overlap{chunks=2 ops=layer}"
+
+
+def load_ar(p: Program) -> comm.AllReduceOp:
+    return next(op for op in p.func.walk() if isinstance(op, comm.AllReduceOp))
+
+
+def test_sliced_send_handles():
+    s = Schedule(load("pipeline_boundary"))
+    s.split("total", dim="auto")
+    s.reorder("total")
+    sent, gathered = s.sliced_send("recv")
+    assert (sent.name, sent.kind) == ("recv_s", "comm.send")
+    assert (gathered.name, gathered.kind) == ("recv", "comm.all_gather")
+    fused = s.fuse(sent, mode="send")
+    assert fused.op.kind.data == "send" and fused.name == "recv_s"
+
+
+def test_reorder_exact_computations():
+    s = Schedule(sgd())
+    s.split("g1")
+    comps, gathers = s.reorder(["d"], "g1")
+    assert [h.name for h in comps] == ["d_s"]
+    assert [h.name for h in gathers] == ["d"]
+    assert s.steps[-1] == "coco-reorder{ops=d,g1}"
+
+
+def test_greedy_when_no_targets():
+    s = Schedule(load("adam"))
+    s.split()
+    s.reorder()
+    s.as_slice()
+    s.fuse()
+    assert s.pipeline == "coco-split-allreduce,coco-reorder,coco-as-slice,coco-fuse"
+    assert s.ir() == run_passes(load("adam"), s.pipeline)
+
+
+def test_handles_follow_values_into_regions():
+    s = Schedule(load("model_parallel_mlp"))
+    rs, ag = s.split("total", dim=1)
+    s.fuse(rs, mode="all_reduce")
+    # %total_rs now lives inside the fused region
+    assert isinstance(rs.op, comm.ReduceScatterOp)
+    assert isinstance(rs.op.parent_op(), comm.FusedOp)
+
+
+def test_generic_apply_and_copy():
+    s = Schedule(load("sgd"))
+    new = s.apply("coco-split-allreduce{ops=g1},coco-reorder{ops=g1}")
+    assert "w1" in {h.name for h in new}
+    t = s.copy()
+    t.fuse(mode="all_reduce")
+    assert "comm.fused" in t.ir() and "comm.fused" not in s.ir()
+    assert t.pipeline.startswith(s.pipeline + ",")
+
+
+# --------------------------------------------------------------------------------------------
+# Refusals: ScheduleError with the pass's rule; the program stays as it was
+# --------------------------------------------------------------------------------------------
+
+
+def refused(s: Schedule, call, rule: str) -> ScheduleError:
+    before_ir, before_pipeline = s.ir(), s.pipeline
+    with pytest.raises(ScheduleError) as info:
+        call()
+    e = info.value
+    assert isinstance(e, CocoError)
+    assert e.rule == rule, str(e)
+    assert f"[{rule}]" in str(e)
+    assert s.ir() == before_ir and s.pipeline == before_pipeline
+    return e
+
+
+def test_refusals_carry_the_rule():
+    s = Schedule(load("adam"))
+    e = refused(s, lambda: s.split("m1"), "split-allreduce-op")
+    assert e.step == "coco-split-allreduce{ops=m1}"
+    assert "is not a comm.all_reduce" in str(e)
+    refused(s, lambda: s.split("nope"), "split-allreduce-op")
+    refused(s, lambda: s.reorder("g1"), "reorder-gather")  # still an all_reduce
+    refused(s, lambda: s.as_slice("m"), "as-slice-uses")  # read directly, not via a slice
+    refused(s, lambda: s.fuse("g1", "m1", mode="elementwise"), "fuse-elementwise")
+    refused(s, lambda: s.fuse(mode="bogus"), "fuse-mode")
+    refused(s, lambda: s.sliced_send("g1"), "sliced-send-op")
+    refused(s, lambda: s.dce("m1"), "dce-live")
+    refused(s, lambda: s.split("g1", dim=3), "split-allreduce-scalar")
+    # after all that, the schedule still works
+    rs, ag = s.split("g1")
+    assert rs.name == "g1_rs"
+
+
+def test_refusals_model_parallel():
+    s = Schedule(load("model_parallel_attention"))
+    refused(s, lambda: s.overlap("layer", chunks=5), "overlap-chunks")
+    refused(s, lambda: s.overlap("biased"), "overlap-producer")
+    s.split("total", dim=1)
+    s.reorder("total")
+    refused(s, lambda: s.as_slice("x"), "as-slice-uses")
+    rs = s.handle("total_rs")
+    # the consumer named is not the op reading the matmul
+    refused(s, lambda: s.overlap("layer", "out", chunks=4), "overlap-consumer")
+    s.overlap("layer", rs, chunks=4)
+
+
+def test_uneven_split_is_refused_on_a_static_grid():
+    text = SGD.replace("[?]", "[3]")
+    s = Schedule(Program(parse_module(text)))
+    refused(s, lambda: s.split("g1"), "split-allreduce-uneven")
+
+
+def test_unnamed_targets_are_refused():
+    s = Schedule(load("adam"))
+    unnamed = next(
+        op for op in s.program.func.walk() if isinstance(op, coco.MulOp) and not op.result.name_hint
+    )
+    with pytest.raises(ScheduleError) as info:
+        s.fuse(unnamed.result)
+    assert info.value.rule == "schedule-target"
+    with pytest.raises(ScheduleError) as info:
+        s.split(42)  # type: ignore[arg-type]
+    assert info.value.rule == "schedule-target"
+    # a fused region with no results has no name: its handle cannot be targeted
+    s2 = Schedule(load("adam"))
+    region = s2.fuse(mode="elementwise")
+    assert region.name is None and isinstance(region.op, comm.FusedOp)
+    with pytest.raises(ScheduleError) as info:
+        s2.overlap(region)
+    assert info.value.rule == "schedule-target"
+
+
+def test_unknown_schedule_names():
+    with pytest.raises(ScheduleError) as info:
+        apply_schedule(load("sgd"), "bogus")
+    assert info.value.rule == "schedule-unknown"
+    assert "ar-c" in str(info.value)
+    with pytest.raises(ScheduleError) as info:
+        apply_schedule(load("sgd"), "ol(mm,fuse(rs-c-ag))")  # no matmul
+    assert info.value.rule == "schedule-unknown"
+    assert "matmul" in str(info.value)
+
+
+# --------------------------------------------------------------------------------------------
+# Pipelines reproduce schedules through coco-opt's passes
+# --------------------------------------------------------------------------------------------
+
+EXAMPLE_NAMES = sorted(p.stem for p in EXAMPLES.glob("*.mlir"))
+
+
+@pytest.mark.parametrize("example", EXAMPLE_NAMES)
+def test_named_pipelines_reproduce_the_ir(example):
+    p = load(example)
+    named = named_schedules(p)
+    assert named, f"no named schedule fits {example}"
+    for name, pipeline in named.items():
+        scheduled = apply_schedule(p, name)
+        assert run_passes(p, pipeline) == scheduled.print(), name
+        assert apply_pipeline(p, pipeline).print() == scheduled.print(), name
+        # and through the coco-schedule pass
+        via_pass = run_passes(p, format_pass(get_all_passes()["coco-schedule"]()(schedule=name)))
+        assert via_pass == scheduled.print(), name
+
+
+def coco_opt(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    exe = BIN / "coco-opt"
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "coconet.tools.coco_opt"]
+    return subprocess.run(
+        [*cmd, *args], input=stdin, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"},
+    )
+
+
+@pytest.mark.parametrize(
+    "example, name",
+    [("adam", "fuse(rs-c-ag)"), ("model_parallel_mlp", "ol(mm,fuse(rs-c-ag))"),
+     ("pipeline_boundary", "ol(mm,rs)+fuse(sliced-send)")],
+)
+def test_pipeline_reproduces_through_the_coco_opt_cli(example, name):
+    p = load(example)
+    s = Schedule(p).named(name)
+    out = coco_opt(str(EXAMPLES / f"{example}.mlir"), "-p", s.pipeline)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == s.ir().strip()
+    quoted = coco_opt(str(EXAMPLES / f"{example}.mlir"), "-p", f'coco-schedule{{name="{name}"}}')
+    assert quoted.returncode == 0, quoted.stderr
+    assert quoted.stdout == out.stdout
+
+
+def test_coco_opt_schedule_refusal_is_one_line():
+    out = coco_opt(str(EXAMPLES / "sgd.mlir"), "-p", "coco-schedule{name=bogus}")
+    assert out.returncode == 1
+    assert out.stderr.startswith("coco-opt: error: [schedule-unknown] no schedule named 'bogus'")
+    assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"ops": ("g1",)},
+        {"ops": ("m", "v")},
+        {"ops": ("1x", "a.b", "true", "12", 'q"uote')},
+        {"ops": ("x",), "dim": 2},
+    ],
+)
+def test_format_pass_round_trips(options):
+    cls = get_all_passes()["coco-split-allreduce"]()
+    p = cls(**options)
+    text = format_pass(p)
+    (back,) = parse_pipeline(text)
+    assert back == p, text
+
+
+def test_schedule_pass_option_spellings():
+    cls = get_all_passes()["coco-schedule"]()
+    for text in ['coco-schedule{name="fuse(rs-c-ag)"}', 'coco-schedule{schedule="fuse(rs-c-ag)"}']:
+        (p,) = parse_pipeline(text)
+        assert p == cls(schedule="fuse(rs-c-ag)")
+    assert format_pass(cls(schedule="fuse(rs-c-ag)")) == 'coco-schedule{name="fuse(rs-c-ag)"}'
+    assert format_pass(cls(schedule="rs-c-ag")) == "coco-schedule{name=rs-c-ag}"
+    with pytest.raises(ScheduleError):
+        parse_pipeline("coco-schedule{name=fuse(rs-c-ag)}")  # unquoted parentheses
+
+
+@pytest.mark.parametrize(
+    "spelling, canonical",
+    [
+        ("ar-c", "ar-c"),
+        ("AR_C", "ar-c"),
+        ("MM_AR_C", "ar-c"),
+        ("AR_P2P_C", "ar-c"),
+        ("RS_C_AG", "rs-c-ag"),
+        ("MM_RS_C_AG", "rs-c-ag"),
+        ("fuse(rs-c-ag)", "fuse(rs-c-ag)"),
+        ("fuse-rs-c-ag", "fuse(rs-c-ag)"),
+        ("fuse_RS_C_AG", "fuse(rs-c-ag)"),
+        ("ol(mm,fuse(rs-c-ag))", "ol(mm,fuse(rs-c-ag))"),
+        ("ol-mm-fuse-rs-c-ag", "ol(mm,fuse(rs-c-ag))"),
+        ("ol_MM_fuse_RS_C_AG", "ol(mm,fuse(rs-c-ag))"),
+        ("sliced-send", "sliced-send"),
+        ("RS_P2P_C_AG", "sliced-send"),
+        ("fuse-sliced-send", "fuse(sliced-send)"),
+        ("ol(mm,rs)+fuse(sliced-send)", "ol(mm,rs)+fuse(sliced-send)"),
+        ("ol-mm-rs-fuse-sliced-send", "ol(mm,rs)+fuse(sliced-send)"),
+        ("ol_RS_fuse_P2P_C_AG", "ol(mm,rs)+fuse(sliced-send)"),
+    ],
+)
+def test_schedule_name_spellings(spelling, canonical):
+    assert resolve_schedule_name(spelling) == canonical
+
+
+# --------------------------------------------------------------------------------------------
+# Named schedules by structure
+# --------------------------------------------------------------------------------------------
+
+DATA_PARALLEL = ["ar-c", "rs-c-ag", "fuse(rs-c-ag)"]
+MODEL_PARALLEL = [*DATA_PARALLEL, "ol(mm,fuse(rs-c-ag))"]
+PIPELINE = [*MODEL_PARALLEL, "sliced-send", "fuse(sliced-send)", "ol(mm,rs)+fuse(sliced-send)"]
+
+
+@pytest.mark.parametrize(
+    "example, expected",
+    [
+        ("sgd", DATA_PARALLEL),
+        ("adam", DATA_PARALLEL),
+        ("adam_f16_grads", DATA_PARALLEL),
+        ("adam_bf16_grads", DATA_PARALLEL),
+        ("lamb", DATA_PARALLEL),
+        ("model_parallel_attention", MODEL_PARALLEL),
+        ("model_parallel_mlp", MODEL_PARALLEL),
+        ("pipeline_boundary", PIPELINE),
+    ],
+)
+def test_named_schedules_by_structure(example, expected):
+    if not (EXAMPLES / f"{example}.mlir").exists():
+        pytest.skip(f"no example {example}")
+    named = named_schedules(load(example))
+    assert list(named) == expected
+
+
+def test_named_schedule_shapes():
+    adam = named_schedules(load("adam"))
+    assert adam["ar-c"] == "coco-fuse{mode=elementwise}"
+    # the optimizer state m, v is sliced (ZeRO); the weights stay replicated
+    assert "coco-as-slice{ops=m,v}" in adam["rs-c-ag"]
+    assert adam["fuse(rs-c-ag)"].endswith("coco-fuse{mode=all_reduce ops=g1_rs}")
+    # SGD has no state to slice
+    assert "as-slice" not in named_schedules(load("sgd"))["rs-c-ag"]
+    mp = named_schedules(load("model_parallel_mlp"))
+    assert mp["ol(mm,fuse(rs-c-ag))"].endswith("coco-overlap{ops=layer}")
+    fused = apply_schedule(load("adam"), "fuse(rs-c-ag)")
+    (region,) = [op for op in fused.func.body.block.ops if isinstance(op, comm.FusedOp)]
+    assert region.kind.data == "all_reduce"
+    kinds = [op.name for op in region.body.block.ops]
+    assert kinds[0] == "comm.reduce_scatter" and "comm.all_gather" in kinds
+    # w stays replicated and is all-gathered inside the fused collective; m, v are sliced
+    types = {a.name_hint: a.type for a in fused.func.body.block.args}
+    assert all(not isinstance(lay, SlicedAttr) for lay in types["w"].layouts.data)
+    assert isinstance(types["m"].layout_on(0), SlicedAttr)
+
+
+def test_no_all_reduce_no_named_schedule():
+    text = """
+    func.func @f(%x: !coco.tensor<8xf32>, %y: !coco.tensor<8xf32>) -> !coco.tensor<8xf32>
+        attributes {coco.grid = #coco.grid<[?]>} {
+      %a = coco.add %x, %y : !coco.tensor<8xf32>
+      %b = coco.mul %a, %y : !coco.tensor<8xf32>
+      func.return %b : !coco.tensor<8xf32>
+    }
+    """
+    p = Program(parse_module(text))
+    assert named_schedules(p) == {}
+    names = [n for n, _ in enumerate_schedules(p)]
+    assert names == ["as-written", "fuse(elementwise)"]
+
+
+def test_schedule_one_function_of_many():
+    text = SGD + SGD.replace("@sgd", "@other")
+    module = parse_module(text)
+    p = Program(module, "other")
+    s = Schedule(p)
+    s.split("g1")
+    funcs = {f.sym_name.data: f for f in s.program.module.ops}
+    assert "comm.reduce_scatter" in str(funcs["other"])
+    assert "comm.reduce_scatter" not in str(funcs["sgd"])  # same names, left alone
+    assert [f.sym_name.data for f in s.program.module.ops] == ["sgd", "other"]
+    # the coco-schedule pass schedules every function
+    out = run_passes(Program(parse_module(text)), "coco-schedule{name=rs-c-ag}")
+    assert out.count("comm.reduce_scatter") == 2
+
+
+# --------------------------------------------------------------------------------------------
+# Enumeration
+# --------------------------------------------------------------------------------------------
+
+
+def test_enumeration_is_deterministic_unique_and_legal():
+    p = load("sgd")
+    first = enumerate_schedules(p)
+    assert first == enumerate_schedules(p)
+    names = [n for n, _ in first]
+    assert len(set(names)) == len(names)
+    assert first[0] == ("as-written", "")
+    irs = [apply_pipeline(p, pipe).print() for _, pipe in first]
+    assert len(set(irs)) == len(irs)
+    assert {
+        "fuse(elementwise)",
+        "split(g1,dim=0)+reorder(g1)+fuse(all_reduce)",
+        "split(g1,dim=0)+reorder(g1)+as-slice(w)",
+    } <= set(names)
+
+
+def test_enumeration_options():
+    p = load("model_parallel_attention")
+    full = enumerate_schedules(p)
+    auto = enumerate_schedules(p, split_dims="auto", chunks=(4,))
+    assert len(auto) < len(full)
+    assert set(auto) <= set(full)
+    assert not any("chunks=2" in n for n, _ in auto)
+    assert any("overlap(layer,chunks=2)" in n for n, _ in full)
+    d = auto_split_dim(load_ar(p))
+    assert all(f"dim={d}" in n for n, _ in auto if "split" in n)
+
+
+def test_enumeration_limit():
+    p = load("adam")
+    full = enumerate_schedules(p)
+    assert enumerate_schedules(p, limit=5) == full[:5]
+    assert enumerate_schedules(p, limit=0) == []
+
+
+def test_named_schedule_table():
+    assert list(NAMED_SCHEDULES) == PIPELINE
+    for name, ns in NAMED_SCHEDULES.items():
+        assert resolve_schedule_name(name) == name
+        assert ns.coconet and ns.description and ns.requires
+        # every name has a spelling without quotes for coco-opt pipelines
+        plain = name.replace("(", "-").replace(")", "").replace(",", "-").replace("+", "-")
+        assert resolve_schedule_name(plain) == name
+        (p,) = parse_pipeline(f"coco-schedule{{name={plain}}}")
+        assert p.schedule == plain
