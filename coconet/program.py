@@ -118,6 +118,12 @@ class Program:
                 outs.append(Output(output_name(v, i), v.type))
         return outs
 
+    def schedule(self):
+        """A CoCoNet-style schedule of (a clone of) this program: coconet.schedule.Schedule."""
+        from coconet.schedule import Schedule
+
+        return Schedule(self)
+
     def clone(self) -> Program:
         module = self.module.clone()
         return Program(module, self.name)

@@ -140,7 +140,9 @@ def parse_pipeline(text: str) -> list[ModulePass]:
         hint = ""
         if "coco-schedule" in text and "(" in text:
             hint = ' (quote a schedule name with parentheses: name="fuse(rs-c-ag)")'
-        raise _error("schedule-pipeline", f"cannot parse the pipeline '{text}'{hint}: {e}") from None
+        raise _error(
+            "schedule-pipeline", f"cannot parse the pipeline '{text}'{hint}: {e}"
+        ) from None
 
 
 def _pass(name: str, **options: Any) -> ModulePass:
@@ -420,7 +422,7 @@ class Schedule:
         self._program = backup
 
     def _handle(self, v: SSAValue) -> Handle:
-        kind = "argument" if isinstance(v, BlockArgument) else v.owner.name  # type: ignore[union-attr]
+        kind = "argument" if isinstance(v, BlockArgument) else v.owner.name
         return Handle(self, v.name_hint, kind)
 
     def _op_handle(self, op: Operation) -> Handle:
@@ -477,7 +479,8 @@ class Schedule:
             for n in names:
                 groups.setdefault(dims[n], []).append(n)
             if not names:
-                ars = [o for o in self._program.func.body.block.ops if isinstance(o, comm.AllReduceOp)]
+                block = self._program.func.body.block
+                ars = [o for o in block.ops if isinstance(o, comm.AllReduceOp)]
                 groups = {auto_split_dim(ars[0]) if ars else 0: []}
             new: list[Operation] = []
             with self._all_or_nothing():
@@ -537,7 +540,9 @@ class Schedule:
         fn = self._program.func
         if names:
             return [self.handle(n) for n in names]
-        return [self._handle(a) for a in fn.body.block.args if a.name_hint and _sliced_somewhere(a.type)]
+        return [
+            self._handle(a) for a in fn.body.block.args if a.name_hint and _sliced_somewhere(a.type)
+        ]
 
     def fuse(self, *targets: Target, mode: str = "auto") -> Any:
         """CoCoNet's `fuse`: `mode="elementwise"` fuses the named elementwise ops into one
@@ -715,14 +720,27 @@ class _Structure:
 
     @staticmethod
     def names(ops: Iterable[Any]) -> tuple[str, ...] | None:
-        """The ops' result names, or None if one is unnamed (then use greedy mode)."""
-        out = []
+        """The ops' (or values') names, each once, in order; None if one is unnamed (then use
+        greedy mode). Ops may share a name (`%gsum_1` reads back as `gsum`): a targeted pass
+        acts on all of them at once."""
+        out: list[str] = []
         for op in ops:
             v = op if isinstance(op, SSAValue) else op.results[0]
             if not v.name_hint:
                 return None
-            out.append(v.name_hint)
+            if v.name_hint not in out:
+                out.append(v.name_hint)
         return tuple(out)
+
+    @staticmethod
+    def unique_names(ops: Iterable[Any]) -> list[str]:
+        """The names of the named ones of `ops` (or values), each once, in order."""
+        out: list[str] = []
+        for op in ops:
+            v = op if isinstance(op, SSAValue) else op.results[0]
+            if v.name_hint and v.name_hint not in out:
+                out.append(v.name_hint)
+        return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -736,9 +754,11 @@ def _split_reorder(s: Schedule, info: _Structure) -> None:
         s.split(dim="auto")
         s.reorder()
         return
-    for ar, name in zip(info.all_reduces, names, strict=True):
-        d = auto_split_dim(ar)
-        s.split(name, dim=d)
+    first = {}
+    for ar in info.all_reduces:
+        first.setdefault(ar.result.name_hint, ar)
+    for name in names:
+        s.split(name, dim=auto_split_dim(first[name]))
     for name in names:
         s.reorder(name)
 
@@ -1027,11 +1047,13 @@ def _step(node: _Node, label: str, action: Callable[[Schedule], Any]) -> _Node |
     return _Node(s, [*node.parts, label], ir)
 
 
-def _legal_split_dims(node: _Node, name: str) -> list[int]:
-    v = _top_level_named(node.s.program.func, name)
-    if v is None or not isinstance(v.owner, comm.AllReduceOp):
-        return []
-    return list(range(v.owner.input.type.rank))
+def _reorder_each(names: Sequence[str]) -> Callable[[Schedule], None]:
+    def run(s: Schedule) -> None:
+        with s._all_or_nothing():
+            for n in names:
+                s.reorder(n)
+
+    return run
 
 
 def enumerate_schedules(
@@ -1040,12 +1062,23 @@ def enumerate_schedules(
     chunks: Sequence[int] = (2, 4),
     split_dims: str = "all",
     limit: int | None = None,
+    max_independent: int = 2,
+    max_as_slice_subsets: int = 3,
 ) -> list[tuple[str, str]]:
     """Every legal schedule of `program` as `(name, pipeline)`: see
-    `enumerate_scheduled_programs`, which also returns the scheduled programs."""
-    return [(n, pipe) for n, pipe, _ in enumerate_scheduled_programs(
-        program, chunks=chunks, split_dims=split_dims, limit=limit
-    )]
+    `enumerate_scheduled_programs` (same options), which also returns the scheduled
+    programs."""
+    return [
+        (n, pipe)
+        for n, pipe, _ in enumerate_scheduled_programs(
+            program,
+            chunks=chunks,
+            split_dims=split_dims,
+            limit=limit,
+            max_independent=max_independent,
+            max_as_slice_subsets=max_as_slice_subsets,
+        )
+    ]
 
 
 def enumerate_scheduled_programs(
@@ -1054,26 +1087,34 @@ def enumerate_scheduled_programs(
     chunks: Sequence[int] = (2, 4),
     split_dims: str = "all",
     limit: int | None = None,
+    max_independent: int = 2,
+    max_as_slice_subsets: int = 3,
 ) -> list[tuple[str, str, Program]]:
     """Every legal schedule of `program` in the autotuner's space, as `(name, pipeline,
     scheduled program)`.
 
     The space, step by step (each choice tried by applying the pass; refused or no-op choices
-    are dropped): for each all_reduce, no split or a split on each tensor dim (`split_dims=
-    "auto"`: only the dim `auto_split_dim` picks); for each split, no reorder or the maximal
-    reorder across its all_gather; as-slice of every subset of the arguments that can be
-    sliced; for each send of an all_gather, the sliced send or not; fusion: none, or greedy
-    `all_reduce`, `send` and `elementwise` fusion in each combination (in that order); for each
-    matmul feeding a collective, no overlap or an overlap with each of `chunks`.
+    are dropped):
+    1. split: for each all_reduce (by SSA name: all_reduces sharing a name are one choice, as
+       a targeted pass acts on all of them), no split or a split on each tensor dim
+       (`split_dims="auto"`: only the dim `auto_split_dim` picks);
+    2. reorder: for each split, no reorder or the maximal reorder across its all_gather;
+    3. as-slice: every subset of the arguments that can be sliced (with more than
+       `max_as_slice_subsets` candidates: none, the optimizer state (see named schedules), or
+       all of them);
+    4. sliced-send: for each send of an all_gather, the sliced send or not;
+    5. fusion: none, or greedy `all_reduce`, `send` and `elementwise` fusion in each
+       combination (in that order);
+    6. overlap: for each matmul feeding a collective, none or an overlap with each of `chunks`.
+    With more than `max_independent` all_reduce names, steps 1-2 choose for all of them at
+    once (no split; split all on their auto dims; split and reorder all), as CoCoNet's
+    autotuner does: the per-collective product would grow as 3^n.
 
     Names are the choices made, e.g. `split(g1,dim=0)+reorder(g1)+as-slice(m,v)+
     fuse(all_reduce)`; the unscheduled program is `as-written` (pipeline `""`). The order is
     deterministic (depth first, "no" before "yes", choices in program order), and schedules
-    whose IR equals an earlier one's are left out (the simpler pipeline is kept).
-
-    The space grows exponentially with the number of all_reduces, sliceable arguments and
-    matmuls (the examples have 11 to 207 schedules); `limit` stops after that many schedules
-    (the first ones in the order above).
+    whose IR equals an earlier one's are left out (the simpler pipeline is kept). `limit`
+    stops after that many schedules.
 
     A pass that leaves IR that does not verify is a pass bug, not an illegal schedule: its
     ScheduleError (rule `schedule-verify`) propagates instead of pruning the branch.
@@ -1096,7 +1137,16 @@ def enumerate_scheduled_programs(
             raise _Full
 
     info = _Structure(p)
-    ar_names = [ar.result.name_hint for ar in info.all_reduces if ar.result.name_hint]
+    ar_names = list(info.unique_names(info.all_reduces))
+    state = list(info.unique_names(info.state))
+
+    def split_dims_of(node: _Node, name: str) -> list[int]:
+        v = _top_level_named(node.s.program.func, name)
+        if v is None or not isinstance(v.owner, comm.AllReduceOp):
+            return []
+        if split_dims == "auto":
+            return [auto_split_dim(v.owner)]
+        return list(range(v.owner.input.type.rank))
 
     def splits(node: _Node, i: int, done: list[str]) -> Iterator[tuple[_Node, list[str]]]:
         if i == len(ar_names):
@@ -1104,12 +1154,7 @@ def enumerate_scheduled_programs(
             return
         name = ar_names[i]
         yield from splits(node, i + 1, done)
-        if split_dims == "auto":
-            v = _top_level_named(node.s.program.func, name)
-            dims = [auto_split_dim(v.owner)] if v is not None and isinstance(v.owner, comm.AllReduceOp) else []
-        else:
-            dims = _legal_split_dims(node, name)
-        for d in dims:
+        for d in split_dims_of(node, name):
             nxt = _step(node, f"split({name},dim={d})", lambda s, n=name, d=d: s.split(n, dim=d))
             if nxt is not None:
                 yield from splits(nxt, i + 1, [*done, name])
@@ -1123,30 +1168,56 @@ def enumerate_scheduled_programs(
         if nxt is not None:
             yield from reorders(nxt, names, i + 1)
 
+    def joint(node: _Node) -> Iterator[_Node]:
+        yield node
+        split = _step(node, "split(all)", lambda s: s.split(*ar_names, dim="auto"))
+        if split is None:
+            return
+        yield split
+        both = _step(split, "reorder(all)", _reorder_each(ar_names))
+        if both is not None:
+            yield both
+
+    def split_and_reorder() -> Iterator[_Node]:
+        if len(ar_names) > max_independent:
+            yield from joint(root_node)
+            return
+        for n1, split_names in splits(root_node, 0, []):
+            yield from reorders(n1, split_names, 0)
+
     def as_slices(node: _Node) -> Iterator[_Node]:
         yield node
         fn = node.s.program.func
         cands = []
         for a in fn.body.block.args:
-            if not a.name_hint or not isinstance(a.type, TensorType):
+            if not a.name_hint or not isinstance(a.type, TensorType) or a.name_hint in cands:
                 continue
             if any(isinstance(u.operation, coco.SliceOp) for u in a.uses):
                 if _step(node, "", lambda s, n=a.name_hint: s.as_slice(n)) is not None:
                     cands.append(a.name_hint)
-        for k in range(1, len(cands) + 1):
-            for subset in itertools.combinations(cands, k):
-                nxt = _step(node, f"as-slice({','.join(subset)})", lambda s, ns=subset: s.as_slice(*ns))
-                if nxt is not None:
-                    yield nxt
+        if len(cands) <= max_as_slice_subsets:
+            subsets = [
+                c for k in range(1, len(cands) + 1) for c in itertools.combinations(cands, k)
+            ]
+        else:
+            subsets = []
+            legal_state = tuple(n for n in state if n in cands)
+            if legal_state and len(legal_state) < len(cands):
+                subsets.append(legal_state)
+            subsets.append(tuple(cands))
+        for subset in subsets:
+            nxt = _step(node, f"as-slice({','.join(subset)})", lambda s, ns=subset: s.as_slice(*ns))
+            if nxt is not None:
+                yield nxt
 
     def sliced_sends(node: _Node) -> Iterator[_Node]:
-        sends = [
-            op.result.name_hint
+        sends = _Structure.unique_names(
+            op
             for op in node.s.program.func.body.block.ops
             if isinstance(op, comm.SendOp)
             and isinstance(op.input.owner, comm.AllGatherOp)
             and op.result.name_hint
-        ]
+        )
 
         def rec(n: _Node, i: int) -> Iterator[_Node]:
             if i == len(sends):
@@ -1173,7 +1244,7 @@ def enumerate_scheduled_programs(
 
     def overlaps(node: _Node) -> Iterator[_Node]:
         block = node.s.program.func.body.block
-        mms = []
+        feeding = []
         for op in block.ops:
             if isinstance(op, coco.MatmulOp) and op.result.name_hint:
                 users = {block.find_ancestor_op_in_block(u.operation) for u in op.result.uses}
@@ -1182,7 +1253,8 @@ def enumerate_scheduled_programs(
                     if isinstance(u, comm.CollectiveOp) or (
                         isinstance(u, comm.FusedOp) and u.kind.data != "elementwise"
                     ):
-                        mms.append(op.result.name_hint)
+                        feeding.append(op)
+        mms = _Structure.unique_names(feeding)
 
         def rec(n: _Node, i: int) -> Iterator[_Node]:
             if i == len(mms):
@@ -1190,7 +1262,11 @@ def enumerate_scheduled_programs(
                 return
             yield from rec(n, i + 1)
             for c in chunks:
-                nxt = _step(n, f"overlap({mms[i]},chunks={c})", lambda s, m=mms[i], c=c: s.overlap(m, chunks=c))
+                nxt = _step(
+                    n,
+                    f"overlap({mms[i]},chunks={c})",
+                    lambda s, m=mms[i], c=c: s.overlap(m, chunks=c),
+                )
                 if nxt is not None:
                     yield from rec(nxt, i + 1)
 
@@ -1199,13 +1275,12 @@ def enumerate_scheduled_programs(
     if limit is not None and limit <= 0:
         return out
     try:
-        for n1, split_names in splits(root_node, 0, []):
-            for n2 in reorders(n1, split_names, 0):
-                for n3 in as_slices(n2):
-                    for n4 in sliced_sends(n3):
-                        for n5 in fusions(n4):
-                            for n6 in overlaps(n5):
-                                emit(n6)
+        for n2 in split_and_reorder():
+            for n3 in as_slices(n2):
+                for n4 in sliced_sends(n3):
+                    for n5 in fusions(n4):
+                        for n6 in overlaps(n5):
+                            emit(n6)
     except _Full:
         pass
     return out

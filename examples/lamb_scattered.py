@@ -32,13 +32,14 @@ def build(sizes=SIZES):
             w = Tensor(F32, [n], Replicated, f"w{i}")
             m = Tensor(F32, [n], Replicated, f"m{i}")
             v = Tensor(F32, [n], Replicated, f"v{i}")
-            gsum = AllReduce("+", g)
-            m_new = beta1 * m + (1 - beta1) * gsum
-            v_new = beta2 * v + (1 - beta2) * gsum * gsum
+            # Per-tensor names (xDSL folds `x_1`-style suffixes, so number them plainly).
+            gsum = AllReduce("+", g).named(f"gsum{i}")
+            m_new = (beta1 * m + (1 - beta1) * gsum).named(f"m_new{i}")
+            v_new = (beta2 * v + (1 - beta2) * gsum * gsum).named(f"v_new{i}")
             Update(m, m_new)
             Update(v, v_new)
-            r = (m_new / bias1) / (Sqrt(v_new / bias2) + eps) + weight_decay * w
-            Update(w, w - lr * (Norm(w) / Norm(r)) * r)
+            r = ((m_new / bias1) / (Sqrt(v_new / bias2) + eps) + weight_decay * w).named(f"r{i}")
+            Update(w, (w - lr * (Norm(w) / Norm(r)) * r).named(f"w_new{i}"))
 
     return lamb_scattered
 

@@ -7,7 +7,7 @@ a refused targeted request never leaves half-rewritten IR behind.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, IntAttr, IntegerAttr, ModuleOp, StringAttr, i64
@@ -20,8 +20,6 @@ from coconet.dialects.coco import (
     LOCAL,
     REPLICATED,
     LayoutAttr,
-    LocalAttr,
-    ReplicatedAttr,
     SlicedAttr,
     TensorType,
 )
@@ -130,16 +128,7 @@ def find_named_args(
 # --------------------------------------------------------------------------------------------
 
 
-def is_scalar(v: SSAValue) -> bool:
-    return isinstance(v.type, TensorType) and v.type.rank == 0
 
-
-def span_of(op: comm.CollectiveOp) -> tuple[int, ...]:
-    return op.span()
-
-
-def local_on(t: TensorType, axes: Iterable[int]) -> bool:
-    return any(isinstance(t.layout_on(a), LocalAttr) for a in axes)
 
 
 def collective_type(
@@ -206,9 +195,6 @@ def build_send(x: SSAValue, along: int, shift: int, rank: int) -> comm.SendOp:
     return comm.SendOp.build(operands=[x], result_types=[t], properties=props)
 
 
-def replicated_on(t: TensorType, axes: Iterable[int]) -> bool:
-    return all(isinstance(t.layout_on(a), ReplicatedAttr) for a in axes)
-
 
 # --------------------------------------------------------------------------------------------
 # Use and effect analysis of top-level ops
@@ -219,9 +205,6 @@ def ancestor_in(block: Block, op: Operation) -> Operation | None:
     """The op of `block` that is `op` or holds it (None if `op` is not under `block`)."""
     return block.find_ancestor_op_in_block(op)
 
-
-def nested_ops(op: Operation) -> Iterator[Operation]:
-    yield from op.walk()
 
 
 def used_values(op: Operation) -> set[SSAValue]:

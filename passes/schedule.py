@@ -73,7 +73,8 @@ class SchedulePass(ModulePass):
 
             raise fail(
                 f"{RULE}-unknown",
-                "coco-schedule needs a schedule name (name=...): one of " + ", ".join(NAMED_SCHEDULES),
+                "coco-schedule needs a schedule name (name=...): one of "
+                + ", ".join(NAMED_SCHEDULES),
             )
         try:
             resolve_schedule_name(self.schedule)

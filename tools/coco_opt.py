@@ -10,7 +10,12 @@ from collections.abc import Sequence
 from typing import IO
 
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.utils.exceptions import DiagnosticException, MultipleSpansParseError, ParseError
+from xdsl.utils.exceptions import (
+    ArgSpecParseError,
+    DiagnosticException,
+    MultipleSpansParseError,
+    ParseError,
+)
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from coconet.dialects import get_all_dialects
@@ -170,6 +175,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         # xDSL reports unknown passes, bad pass options and bad file names this way.
         msg = e.args[0] if e.args else str(e)
         print(f"coco-opt: error: {msg}", file=sys.stderr)
+        sys.exit(1)
+    except ArgSpecParseError as e:
+        # A malformed -p pipeline (xDSL raises a BaseException for it).
+        print(
+            f"coco-opt: error: malformed pass pipeline: {e} (quote option values holding "
+            "parentheses or commas: -p 'coco-schedule{name=\"fuse(rs-c-ag)\"}')",
+            file=sys.stderr,
+        )
         sys.exit(1)
 
 

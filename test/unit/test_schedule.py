@@ -413,6 +413,7 @@ PIPELINE = [*MODEL_PARALLEL, "sliced-send", "fuse(sliced-send)", "ol(mm,rs)+fuse
         ("adam_f16_grads", DATA_PARALLEL),
         ("adam_bf16_grads", DATA_PARALLEL),
         ("lamb", DATA_PARALLEL),
+        ("lamb_scattered", DATA_PARALLEL),
         ("model_parallel_attention", MODEL_PARALLEL),
         ("model_parallel_mlp", MODEL_PARALLEL),
         ("pipeline_boundary", PIPELINE),
@@ -526,3 +527,47 @@ def test_named_schedule_table():
         assert resolve_schedule_name(plain) == name
         (p,) = parse_pipeline(f"coco-schedule{{name={plain}}}")
         assert p.schedule == plain
+
+
+THREE_LAYERS = """
+func.func @three(%ga: !coco.tensor<64xf32, local>, %gb: !coco.tensor<32xf32, local>,
+                 %gc: !coco.tensor<16x8xf32, local>, %wa: !coco.tensor<64xf32>,
+                 %wb: !coco.tensor<32xf32>, %wc: !coco.tensor<16x8xf32>, %lr: !coco.tensor<f32>)
+    attributes {coco.grid = #coco.grid<[?]>} {
+  %a = comm.all_reduce sum %ga : !coco.tensor<64xf32, local> -> !coco.tensor<64xf32>
+  %b = comm.all_reduce sum %gb : !coco.tensor<32xf32, local> -> !coco.tensor<32xf32>
+  %c = comm.all_reduce sum %gc : !coco.tensor<16x8xf32, local> -> !coco.tensor<16x8xf32>
+  %da = coco.mul %lr, %a : !coco.tensor<f32>, !coco.tensor<64xf32> -> !coco.tensor<64xf32>
+  %wa1 = coco.sub %wa, %da : !coco.tensor<64xf32>
+  coco.update %wa, %wa1 : !coco.tensor<64xf32>
+  %db = coco.mul %lr, %b : !coco.tensor<f32>, !coco.tensor<32xf32> -> !coco.tensor<32xf32>
+  %wb1 = coco.sub %wb, %db : !coco.tensor<32xf32>
+  coco.update %wb, %wb1 : !coco.tensor<32xf32>
+  %dc = coco.mul %lr, %c : !coco.tensor<f32>, !coco.tensor<16x8xf32> -> !coco.tensor<16x8xf32>
+  %wc1 = coco.sub %wc, %dc : !coco.tensor<16x8xf32>
+  coco.update %wc, %wc1 : !coco.tensor<16x8xf32>
+  func.return
+}
+"""
+
+
+def test_enumeration_of_many_collectives_chooses_jointly():
+    from coconet.equivalence import check_equivalence
+
+    p = Program(parse_module(THREE_LAYERS))
+    space = enumerate_schedules(p)
+    names = [n for n, _ in space]
+    assert "split(all)+reorder(all)" in names
+    assert not any("split(a," in n for n in names)
+    (pipe,) = [pp for n, pp in space if n == "split(all)+reorder(all)"]
+    assert pipe.startswith("coco-split-allreduce{ops=a,b,c}")
+    # independent choices when allowed: 3 collectives -> many more schedules
+    independent = enumerate_schedules(p, max_independent=3, split_dims="auto")
+    assert len(independent) > len(space)
+    assert "split(a,dim=0)+split(c,dim=0)+reorder(c)" in [n for n, _ in independent]
+    for _, pipeline in space:
+        report = check_equivalence(p, apply_pipeline(p, pipeline), ranks=(1, 2, 4), seeds=(0,))
+        assert report.ok, f"{pipeline}\n{report}"
+    # the named schedules handle every collective
+    named = named_schedules(p)
+    assert named["fuse(rs-c-ag)"].endswith("coco-fuse{mode=all_reduce ops=a_rs,b_rs,c_rs}")
