@@ -26,6 +26,13 @@
 // UNKNOWN-PASS:      coco-opt: error: Unrecognized passes: ['nope']
 // UNKNOWN-PASS-NOT:  Traceback
 
+// An unquoted option value with parentheses: xDSL raises a BaseException for it.
+// RUN: not coco-opt %s -p 'coco-schedule{name=fuse(rs-c-ag)}' 2>&1 | filecheck %s --check-prefix=PIPELINE
+// PIPELINE-NOT:  Traceback
+// PIPELINE:      coco-opt: error: malformed pass pipeline: Error parsing pass pipeline specification:
+// PIPELINE:      (quote option values holding parentheses or commas: -p 'coco-schedule{name="fuse(rs-c-ag)"}')
+// PIPELINE-NOT:  Traceback
+
 // RUN: not coco-opt %s -p 'canonicalize{bogus=1}' 2>&1 | filecheck %s --check-prefix=PASS-OPTION
 // PASS-OPTION-NOT:  Traceback
 // PASS-OPTION:      coco-opt: error: Provided arguments ["bogus"] not found in expected arguments []
