@@ -27,11 +27,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from xdsl.dialects import func
-from xdsl.dialects.builtin import IntegerType, i1
-from xdsl.ir import Attribute, Block, BlockArgument, Operation, SSAValue
-from xdsl.utils.exceptions import VerifyException
-
 from coconet.dialects.coco import (
     DEFAULT_GRID,
     GRID_ATTR_NAME,
@@ -47,6 +42,10 @@ from coconet.dialects.coco import (
     is_float_type,
     layout_str,
 )
+from xdsl.dialects import func
+from xdsl.dialects.builtin import IntegerType, i1
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, SSAValue
+from xdsl.utils.exceptions import VerifyException
 
 
 def fail(rule: str, message: str) -> VerifyException:
@@ -54,7 +53,12 @@ def fail(rule: str, message: str) -> VerifyException:
 
 
 def value_name(v: SSAValue) -> str:
-    return f"%{v.name_hint}" if v.name_hint else "a value"
+    """How a diagnostic points at a value: `%name`, else where it comes from."""
+    if v.name_hint:
+        return f"%{v.name_hint}"
+    if isinstance(v, BlockArgument):
+        return f"argument #{v.index}"
+    return f"a result of {v.owner.name}" if isinstance(v, OpResult) else "a value"
 
 
 def _as_tensor(t: Attribute, what: str) -> TensorType:

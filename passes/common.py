@@ -9,12 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from xdsl.dialects import func
-from xdsl.dialects.builtin import ArrayAttr, IntAttr, IntegerAttr, ModuleOp, StringAttr, i64
-from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, Region, SSAValue
-from xdsl.traits import IsTerminator, Pure
-from xdsl.utils.exceptions import PassFailedException
-
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import (
     LOCAL,
@@ -23,7 +17,12 @@ from coconet.dialects.coco import (
     SlicedAttr,
     TensorType,
 )
-from coconet.dialects.layout_rules import grid_of
+from coconet.dialects.layout_rules import grid_of, value_name
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ArrayAttr, IntAttr, IntegerAttr, ModuleOp, StringAttr, i64
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region, SSAValue
+from xdsl.traits import IsTerminator, Pure
+from xdsl.utils.exceptions import PassFailedException
 
 # --------------------------------------------------------------------------------------------
 # Errors and names
@@ -35,12 +34,7 @@ def fail(rule: str, message: str) -> PassFailedException:
     return PassFailedException(f"[{rule}] {message}")
 
 
-def name_of(v: SSAValue) -> str:
-    if v.name_hint:
-        return f"%{v.name_hint}"
-    if isinstance(v, BlockArgument):
-        return f"argument #{v.index}"
-    return f"a result of {v.owner.name}" if isinstance(v, OpResult) else "a value"
+name_of = value_name  # how refusals point at a value: the verifier's own spelling
 
 
 def op_name(op: Operation) -> str:

@@ -473,15 +473,7 @@ class PlanRunner:
         """Every argument present, no unknown one, each of this rank's piece shape and dtype:
         one clear error before anything is launched."""
         want = self.expected_inputs()
-        unknown = sorted(set(pieces) - set(want))
-        if unknown:
-            raise CocoError(
-                f"@{self.plan.program} has no argument(s) {', '.join(unknown)}; its arguments are "
-                + ", ".join(want)
-            )
-        missing = [n for n in want if n not in pieces]
-        if missing:
-            raise CocoError(f"@{self.plan.program}: missing input(s) {', '.join(missing)}")
+        V.check_input_names(self.plan.program, pieces, list(want))
         for name, (shape, dtype, t) in want.items():
             got_shape, got_dtype = shape_of(pieces[name]), dtype_of(pieces[name])
             if tuple(got_shape) != tuple(shape):

@@ -66,15 +66,7 @@ def prepare_inputs(
     if inputs is None:
         rng = np.random.default_rng(seed)
         return {a.name: V.random_input(a.type, grid_shape, rng) for a in args}
-    unknown = sorted(set(inputs) - set(names))
-    if unknown:
-        raise CocoError(
-            f"@{program.name} has no argument(s) {', '.join(unknown)}; its arguments are "
-            + ", ".join(names)
-        )
-    missing = [n for n in names if n not in inputs]
-    if missing:
-        raise CocoError(f"@{program.name}: missing input(s) {', '.join(missing)}")
+    V.check_input_names(program.name, inputs, names)
     return {a.name: V.coerce_input(a.name, inputs[a.name], a.type, grid_shape) for a in args}
 
 

@@ -13,7 +13,7 @@ mixed radix, outermost axis first.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import ml_dtypes
 import numpy as np
@@ -140,6 +140,20 @@ def assemble(
         filled[key] = r
         out[index] = piece
     return out
+
+
+def check_input_names(program: str, given: Iterable[str], expected: Sequence[str]) -> None:
+    """Every argument given, and nothing else: one clear error naming what is off."""
+    given = set(given)
+    unknown = sorted(given - set(expected))
+    if unknown:
+        raise CocoError(
+            f"@{program} has no argument(s) {', '.join(unknown)}; its arguments are "
+            + ", ".join(expected)
+        )
+    missing = [n for n in expected if n not in given]
+    if missing:
+        raise CocoError(f"@{program}: missing input(s) {', '.join(missing)}")
 
 
 def coerce_input(name: str, value, t: TensorType, grid_shape: Sequence[int]) -> np.ndarray:
