@@ -38,8 +38,11 @@ def parse_module(text: str, source: str = "<input>") -> ModuleOp:
         module = Parser(make_context(), text, source).parse_module()
     except ParseError as e:
         raise CocoError(f"{source}: cannot parse the program:\n{e}") from None
+    from coconet.dialects.layout_rules import check_signatures
+
     try:
         module.verify()
+        check_signatures(module)
     except DiagnosticException as e:
         raise CocoError(f"{source}: invalid program: {e}") from None
     return module

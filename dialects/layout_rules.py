@@ -119,6 +119,23 @@ def check_type_fits_grid(t: TensorType, grid: GridAttr, what: str) -> None:
             )
 
 
+def check_signatures(module: Operation) -> None:
+    """Function arguments and results fit their function's grid, used or not (ops check the
+    values they touch; this catches an argument no op reads)."""
+    for fn in module.walk():
+        if not isinstance(fn, func.FuncOp):
+            continue
+        grid = grid_of(fn)
+        for i, t in enumerate(fn.function_type.inputs):
+            if isinstance(t, TensorType):
+                arg = fn.body.block.args[i] if fn.body.blocks else None
+                what = f"argument {value_name(arg)}" if arg is not None else f"argument #{i}"
+                check_type_fits_grid(t, grid, f"{what} of @{fn.sym_name.data}")
+        for i, t in enumerate(fn.function_type.outputs):
+            if isinstance(t, TensorType):
+                check_type_fits_grid(t, grid, f"result #{i} of @{fn.sym_name.data}")
+
+
 def check_types_fit_grid(op: Operation) -> None:
     grid = grid_of(op)
     for i, v in enumerate(op.operands):

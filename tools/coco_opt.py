@@ -126,6 +126,9 @@ class CocoOptMain(xDSLOptMain):
         # reported against their program (with no passes, xDSL would not verify at all).
         if module is not None and not self.args.disable_verify:
             module.verify()
+            from coconet.dialects.layout_rules import check_signatures
+
+            check_signatures(module)
         return module
 
 

@@ -686,3 +686,13 @@ func.func @slice_outer_axis(%x: !coco.tensor<8xf32, [replicated, sliced<0>]>) at
   %y = coco.slice %x : !coco.tensor<8xf32, [replicated, sliced<0>]> -> !coco.tensor<8xf32, [sliced<0>, sliced<0>]>
   func.return
 }
+
+// -----
+
+// An argument no op reads still has to fit the grid.
+func.func @unused_uneven(%a: !coco.tensor<6xf32, sliced<0>>) attributes {coco.grid = #coco.grid<[4]>} {
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [uneven-slice] argument %a of @unused_uneven of type !coco.tensor<6xf32, sliced<0>>: dim 0 of size 6 does not split evenly into 4 parts
