@@ -1,0 +1,76 @@
+"""coco-run on the sim backend as a user drives it: seeded inputs, --inputs/--output round trip,
+and every bad input ending in one `coco-run: error:` line with exit status 1."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def coco_run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "coconet.tools.coco_run", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_summary_and_output_round_trip(tmp_path: Path):
+    out = tmp_path / "out.npz"
+    r = coco_run(str(EXAMPLES / "sgd.mlir"), "--np", "2", "--backend", "sim", "--output", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "@sgd on 2 rank(s), backend sim" in r.stdout and "rank 1:" in r.stdout
+    saved = np.load(out)
+    assert saved["w"].shape == (4096,) and saved["w"].dtype == np.float32
+    # The same inputs given explicitly give the same outputs.
+    rng = np.random.default_rng(3)
+    inputs = {
+        "g": rng.random((2, 4096), dtype=np.float32),
+        "w": rng.random(4096, dtype=np.float32),
+        "lr": np.float32(0.5),
+    }
+    np.savez(tmp_path / "in.npz", **inputs)
+    r = coco_run(str(EXAMPLES / "sgd.mlir"), "--np", "2", "--backend", "sim",
+                 "--inputs", str(tmp_path / "in.npz"), "--output", str(out))
+    assert r.returncode == 0, r.stderr
+    want = inputs["w"] - np.float32(0.5) * (inputs["g"][0] + inputs["g"][1])
+    np.testing.assert_array_equal(np.load(out)["w"], want.astype(np.float32))
+
+
+@pytest.mark.parametrize(
+    "inputs, message",
+    [
+        ({"g": np.zeros((3, 4096), np.float32)}, "input 'g' of type !coco.tensor<4096xf32, local>: expected shape [2, 4096]"),
+        ({"w": np.zeros(4096, np.float64)}, "input 'w' of type !coco.tensor<4096xf32>: expected dtype f32"),
+        ({"bogus": np.zeros(1, np.float32)}, "@sgd has no argument(s) bogus"),
+    ],
+)
+def test_bad_inputs_are_one_clear_error(tmp_path: Path, inputs: dict, message: str):
+    good = {"g": np.zeros((2, 4096), np.float32), "w": np.zeros(4096, np.float32), "lr": np.float32(1)}
+    np.savez(tmp_path / "in.npz", **(good | inputs))
+    r = coco_run(str(EXAMPLES / "sgd.mlir"), "--np", "2", "--backend", "sim", "--inputs", str(tmp_path / "in.npz"))
+    assert r.returncode == 1
+    assert r.stderr.startswith("coco-run: error: ") and message in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["missing.mlir"], "no such file: missing.mlir"),
+        ([str(EXAMPLES / "sgd.mlir"), "--np", "3", "--schedule", "rs-c-ag"], "[uneven-slice]"),
+        ([str(EXAMPLES / "pipeline_boundary.mlir"), "--np", "3"], "must be a multiple of 2"),
+        ([str(EXAMPLES / "sgd.mlir"), "--inputs", "nothing.npz"], "nothing.npz"),
+        ([str(EXAMPLES / "sgd.mlir"), "-p", "coco-nope"], "coco-nope"),
+    ],
+)
+def test_bad_invocations_are_one_clear_error(args: list[str], message: str):
+    r = coco_run(*args, "--backend", "sim")
+    assert r.returncode == 1, r.stdout
+    assert r.stderr.startswith("coco-run: error: ") and message in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
