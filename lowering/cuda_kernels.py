@@ -329,6 +329,9 @@ class ElementwiseKernel:
         # pushed into every peer's gathered buffer (value, gathered result).
         self.peer_reductions: dict[SSAValue, tuple[SSAValue, str]] = {}
         self.pushes: list[tuple[SSAValue, SSAValue]] = []
+        # Full reductions finished inside the kernel and all-reduced across the group
+        # (LAMB's norms): (reduced value, kind, the all_reduce's result).
+        self.reductions: list[tuple[SSAValue, str, SSAValue]] = []
 
     @property
     def is_collective(self) -> bool:
@@ -408,6 +411,12 @@ class ElementwiseKernel:
         for k, (v, gathered) in enumerate(self.pushes):
             push_operands.append((v, self.operand_of(gathered, f"ag{k}")))
             params.append(("peers_out", f"const coco_u64* __restrict__ ag{k}", gathered))
+        for k, (_v, _kind, out) in enumerate(self.reductions):
+            params.append(("red_out", f"{C_STORAGE[out.type.elt]}* __restrict__ red{k}", out))
+        if self.reductions:
+            params.append(("partials", "double* __restrict__ partials", None))
+            params.append(("counter", "coco_u32* __restrict__ counter", None))
+            params.append(("exchange", "const coco_u64* __restrict__ exchange", None))
         if self.is_collective:
             params.append(("flags", "const coco_u64* __restrict__ flags", None))
             params.append(("epoch", "coco_u32 epoch", None))
@@ -584,15 +593,129 @@ class ElementwiseKernel:
         lines += ["  " + line for line in hoisted]
         if self.is_collective:
             lines += COLLECTIVE_ENTRY
-        lines.append("  COCO_BLOCK_STRIDE_LOOP(coco_i64, j_, r_.begin, r_.end) {")
-        lines.append("    const coco_i64 i = begin + j_;")
-        lines += ["    " + line for line in body]
-        lines.append("  }")
+        if self.reductions:
+            lines += self.reducing_loop(body, [ref(v) for v, _, _ in self.reductions])
+        else:
+            lines.append("  COCO_BLOCK_STRIDE_LOOP(coco_i64, j_, r_.begin, r_.end) {")
+            lines.append("    const coco_i64 i = begin + j_;")
+            lines += ["    " + line for line in body]
+            lines.append("  }")
         if self.is_collective:
             lines += COLLECTIVE_EXIT
+        if self.reductions:
+            lines += self.finish_reductions()
         lines.append("  COCO_KERNEL_BODY_END")
         lines.append("}")
         return "\n".join(lines) + "\n", params
+
+    # -- full reductions inside the kernel ------------------------------------------------
+    # Each thread accumulates its elements in double (in a fixed order), the block combines
+    # its threads in order into partials[block]; the LAST block of the rank to finish (an
+    # atomic ticket: no block ever waits for another block of its rank) combines the blocks
+    # in order, rounds the rank's partial to the element type as the unfused reduce does,
+    # and exchanges it with the last blocks of its peers through symmetric memory; every
+    # rank then combines the partials in rank order, in double, and rounds once: the
+    # all_reduce. That exchange runs after the done-flags, which depend only on same-index
+    # blocks, so no rank can wait on a block its own rank has not started.
+
+    def _acc(self, k: int) -> tuple[str, str, str]:
+        v, kind, _ = self.reductions[k]
+        is_float = _is_float(v.type.elt)
+        acc = "double" if is_float else "coco_i64"
+        inf = "__builtin_huge_val()" if is_float else "9223372036854775807LL"
+        init = {"sum": "0", "max": f"-{inf}", "min": inf}[kind]
+        sfx = "d" if is_float else "i"
+        combine = {
+            "sum": "{a} + {b}",
+            "max": f"coco_max{sfx}({{a}}, {{b}})",
+            "min": f"coco_min{sfx}({{a}}, {{b}})",
+        }[kind]
+        return acc, init, combine
+
+    def reducing_loop(self, body: list[str], values: list[str]) -> list[str]:
+        n = len(self.reductions)
+        lines = ["  COCO_SHARED_DYN(double, red_, 0);", "  COCO_FOR_THREADS {"]
+        for k in range(n):
+            acc, init, _ = self._acc(k)
+            lines.append(f"    {acc} acc{k}_ = {init};")
+        lines.append(
+            "    for (coco_i64 j_ = r_.begin + coco_thread_idx(); j_ < r_.end; j_ += coco_block_dim()) {"
+        )
+        lines.append("      const coco_i64 i = begin + j_;")
+        lines += ["      " + line for line in body]
+        for k, value in enumerate(values):
+            acc, _, combine = self._acc(k)
+            lines.append(f"      acc{k}_ = {combine.format(a=f'acc{k}_', b=f'({acc}){value}')};")
+        lines.append("    }")
+        for k in range(n):
+            lines.append(f"    red_[{k} * coco_block_dim() + coco_thread_idx()] = (double)acc{k}_;")
+        lines += [
+            "  }",
+            "  coco_sync_block();",
+            "  COCO_FOR_THREADS {",
+            "    if (coco_thread_idx() == 0) {",
+        ]
+        for k in range(n):
+            acc, init, combine = self._acc(k)
+            lines.append(f"      double a{k}_ = {init};")
+            lines.append(
+                f"      for (coco_u32 t_ = 0; t_ < coco_block_dim(); ++t_) a{k}_ = "
+                f"{combine.format(a=f'a{k}_', b=f'red_[{k} * coco_block_dim() + t_]').replace('coco_maxi', 'coco_maxd').replace('coco_mini', 'coco_mind')};"
+            )
+            lines.append(f"      partials[{k} * coco_grid_dim() + coco_block_idx()] = a{k}_;")
+        lines += [
+            "      coco_threadfence_system();",
+            "      last_ = coco_atomic_add_u32(counter, 1u) == coco_grid_dim() - 1;",
+            "    }",
+            "  }",
+            "  coco_sync_block();",
+        ]
+        return ["  COCO_SHARED(bool, last_shared_, 1);", "  bool& last_ = last_shared_[0];", *lines]
+
+    def finish_reductions(self) -> list[str]:
+        lines = [
+            "  COCO_FOR_THREADS {",
+            "    if (coco_thread_idx() == 0 && last_) {",
+            "      coco_threadfence_system();",
+        ]
+        n = len(self.reductions)
+        for k, (v, _kind, out) in enumerate(self.reductions):
+            _, init, combine = self._acc(k)
+            combine_d = combine.replace("coco_maxi", "coco_maxd").replace("coco_mini", "coco_mind")
+            lines.append(f"      double rank{k}_ = {init};")
+            lines.append(
+                f"      for (coco_u32 b2_ = 0; b2_ < coco_grid_dim(); ++b2_) rank{k}_ = "
+                f"{combine_d.format(a=f'rank{k}_', b=f'partials[{k} * coco_grid_dim() + b2_]')};"
+            )
+            # The unfused reduce rounds this rank's partial to the element type.
+            local = load_expr(v.type.elt, store_from_double(v.type.elt, f"rank{k}_"))
+            lines.append(
+                f"      for (coco_i32 p_ = 0; p_ < nranks; ++p_) "
+                f"((double*)exchange[p_])[{k} * nranks + me] = (double)({local});"
+            )
+        lines += [
+            "      coco_threadfence_system();",
+            "      const coco_u64 xchg_ = 2 * (coco_u64)nranks * g_;",
+            "      for (coco_i32 p_ = 0; p_ < nranks; ++p_)",
+            "        coco_store_release_u32((coco_u32*)flags[p_] + xchg_ + me, epoch);",
+            "      for (coco_i32 p_ = 0; p_ < nranks; ++p_)",
+            "        coco_wait_flag_geq((coco_u32*)flags[me] + xchg_ + p_, epoch);",
+            "      const double* mine_ = (const double*)exchange[me];",
+        ]
+        for k, (_v, _kind, out) in enumerate(self.reductions):
+            _, init, combine = self._acc(k)
+            combine_d = combine.replace("coco_maxi", "coco_maxd").replace("coco_mini", "coco_mind")
+            lines.append(f"      double all{k}_ = mine_[{k} * nranks];")
+            lines.append(
+                f"      for (coco_i32 p_ = 1; p_ < nranks; ++p_) all{k}_ = "
+                f"{combine_d.format(a=f'all{k}_', b=f'mine_[{k} * nranks + p_]')};"
+            )
+            lines.append(
+                f"      red{k}[0] = {store_from_double(out.type.elt, f'all{k}_')};  // comm.all_reduce"
+            )
+        lines += ["      *counter = 0u;  // ready for the next launch", "    }", "  }"]
+        del n
+        return lines
 
     def expression(self, op: Operation, args: list[str], dropouts: list[Operation]) -> str:
         match op:

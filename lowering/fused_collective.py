@@ -49,12 +49,23 @@ def lower_fused_collective(lw: Lowering, region: comm.FusedOp) -> None:
     body = [o for o in region.body.block.ops if not isinstance(o, comm.YieldOp)]
     segment: list[Operation] = []
     updates: list[coco.UpdateOp] = []
+    absorbed: set[Operation] = set()
     for op in body:
+        if op in absorbed:
+            continue
         if isinstance(op, coco.UpdateOp):
             updates.append(op)  # stores: they never cut a segment
             continue
         if _in_kernel(op):
             segment.append(op)
+            continue
+        finisher = _in_kernel_reduction(op, segment)
+        if finisher is not None:
+            # The reduction and the all_reduce of its partials end this segment's kernel.
+            segment += [op, finisher]
+            absorbed.add(finisher)
+            emit_segment(lw, segment, updates)
+            segment, updates = [], []
             continue
         emit_segment(lw, segment, updates)
         segment, updates = [], []
@@ -62,6 +73,24 @@ def lower_fused_collective(lw: Lowering, region: comm.FusedOp) -> None:
     emit_segment(lw, segment, updates)
     for res, v in zip(region.res, region.yield_op.values):
         lw.buffers[res] = lw.value_buffer(v)
+
+
+def _in_kernel_reduction(op: Operation, segment: list[Operation]) -> comm.AllReduceOp | None:
+    """The all_reduce that finishes `op`, if `op` is a full reduction of a value of this
+    collective segment whose partials only that all_reduce reads (LAMB's sliced norms)."""
+    if not isinstance(op, coco.ReduceOp) or op.kind.data == "norm":
+        return None
+    scatters = [s for s in segment if isinstance(s, comm.ReduceScatterOp)]
+    produced = {r for s in segment for r in s.results}
+    uses = list(op.result.uses)
+    if not scatters or op.input not in produced or len(uses) != 1:
+        return None
+    user = uses[0].operation
+    if not isinstance(user, comm.AllReduceOp) or user.kind.data != op.kind.data:
+        return None
+    if user.span() != scatters[0].span():
+        return None
+    return user
 
 
 def _used_outside(v: SSAValue, segment: set[Operation]) -> bool:
@@ -75,7 +104,14 @@ def emit_segment(lw: Lowering, ops: list[Operation], updates: list[coco.UpdateOp
     members = set(ops)
     scatters = [op for op in ops if isinstance(op, comm.ReduceScatterOp)]
     gathers = [op for op in ops if isinstance(op, comm.AllGatherOp)]
-    compute = [op for op in ops if not isinstance(op, comm.ReduceScatterOp | comm.AllGatherOp)]
+    reductions = [op for op in ops if isinstance(op, coco.ReduceOp | comm.AllReduceOp)]
+    compute = [
+        op
+        for op in ops
+        if not isinstance(
+            op, comm.ReduceScatterOp | comm.AllGatherOp | coco.ReduceOp | comm.AllReduceOp
+        )
+    ]
     computed = {r for op in compute + scatters for r in op.results}
     # An update of a value this kernel computes is a store of the kernel; any other update
     # (of a gathered value, or of a value from elsewhere) is a copy once the kernel is done.
@@ -87,7 +123,7 @@ def emit_segment(lw: Lowering, ops: list[Operation], updates: list[coco.UpdateOp
         stores = [r for op in compute for r in op.results if _used_outside(r, members)]
         lw.lower_elementwise(compute, "fused", stores=stores, updates=direct)
     else:
-        emit_collective_kernel(lw, members, scatters, gathers, compute, direct)
+        emit_collective_kernel(lw, members, scatters, gathers, compute, direct, reductions)
     for u in copied:
         lw.lower_update(u)
 
@@ -99,6 +135,7 @@ def emit_collective_kernel(
     gathers: list[comm.AllGatherOp],
     compute: list[Operation],
     updates: list[coco.UpdateOp],
+    reductions: list[Operation] = (),
 ) -> None:
     spans = {op.span() for op in scatters + gathers}
     if len(spans) != 1:
@@ -136,6 +173,10 @@ def emit_collective_kernel(
         kernel.peer_reductions[op.result] = (op.input, op.kind.data)
     for op in gathers:
         kernel.pushes.append((op.input, op.result))
+    finishers = {r.operands[0]: r for r in reductions if isinstance(r, comm.AllReduceOp)}
+    for op in reductions:
+        if isinstance(op, coco.ReduceOp):
+            kernel.reductions.append((op.input, op.kind.data, finishers[op.result].result))
     source, params = kernel.emit()
     name = lw.add_kernel(kernel.name, source)
 
@@ -148,20 +189,54 @@ def emit_collective_kernel(
             op.result.name_hint or "gathered", op.result.type, symmetric=True
         )
     group = lw.group_size(span)
+    # Flags: entry and done (nranks x grid each), then one per rank for reductions.
     flags = lw.new_buffer(
         f"{kernel.name}_flags",
         iteration,
         kind="scratch",
         symmetric=True,
         elt="u32",
-        shape=(2 * group * MAX_COLLECTIVE_BLOCKS,),
+        shape=(2 * group * MAX_COLLECTIVE_BLOCKS + group,),
     )
+    n_red = len(kernel.reductions)
+    if n_red:
+        partials = lw.new_buffer(
+            f"{kernel.name}_partials",
+            iteration,
+            kind="scratch",
+            elt="f64",
+            shape=(n_red * MAX_COLLECTIVE_BLOCKS,),
+        )
+        counter = lw.new_buffer(
+            f"{kernel.name}_counter", iteration, kind="scratch", elt="u32", shape=(1,)
+        )
+        exchange = lw.new_buffer(
+            f"{kernel.name}_exchange",
+            iteration,
+            kind="scratch",
+            symmetric=True,
+            elt="f64",
+            shape=(n_red * group,),
+        )
+        for _v, _kind, out in kernel.reductions:
+            lw.buffer_for(out)
     count = 1
     for d in iteration.local_shape(lw.grid_shape):
         count *= d
     grid = min(lw.config.grid_for(count), MAX_COLLECTIVE_BLOCKS)
 
-    special = {"peers_in", "peers_out", "flags", "epoch", "me", "nranks"}
+    special = {
+        "peers_in",
+        "peers_out",
+        "flags",
+        "epoch",
+        "me",
+        "nranks",
+        "red_out",
+        "partials",
+        "counter",
+        "exchange",
+    }
     generic = iter(
         lw.kernel_args([p for p in params if p[0] not in special], iteration, store_buffers)
     )
@@ -177,6 +252,14 @@ def emit_collective_kernel(
             args.append(RankValue("me", tuple(lw.group_index(r, span) for r in range(lw.size))))
         elif kind == "nranks":
             args.append(group)
+        elif kind == "red_out":
+            args.append(lw.value_buffer(payload))
+        elif kind == "partials":
+            args.append(partials)
+        elif kind == "counter":
+            args.append(counter)
+        elif kind == "exchange":
+            args.append(PeerTable(exchange, span))
         else:
             args.append(next(generic))
     from coconet.lowering.lower_to_plan import range_positions
@@ -187,8 +270,11 @@ def emit_collective_kernel(
             grid,
             lw.config.block,
             args,
-            writes=tuple(b.name for b in store_buffers),
-            range_positions=range_positions(params),
+            shared_bytes=8 * n_red * lw.config.block,
+            writes=tuple(b.name for b in store_buffers)
+            + tuple(lw.value_buffer(out).name for _, _, out in kernel.reductions),
+            # A kernel finishing reductions covers its whole slice: not split into chunks.
+            range_positions=None if n_red else range_positions(params),
             iteration_shape=iteration.local_shape(lw.grid_shape),
             iteration_type=iteration,
         )

@@ -35,8 +35,17 @@ def test_summary_and_output_round_trip(tmp_path: Path):
         "lr": np.float32(0.5),
     }
     np.savez(tmp_path / "in.npz", **inputs)
-    r = coco_run(str(EXAMPLES / "sgd.mlir"), "--np", "2", "--backend", "sim",
-                 "--inputs", str(tmp_path / "in.npz"), "--output", str(out))
+    r = coco_run(
+        str(EXAMPLES / "sgd.mlir"),
+        "--np",
+        "2",
+        "--backend",
+        "sim",
+        "--inputs",
+        str(tmp_path / "in.npz"),
+        "--output",
+        str(out),
+    )
     assert r.returncode == 0, r.stderr
     want = inputs["w"] - np.float32(0.5) * (inputs["g"][0] + inputs["g"][1])
     np.testing.assert_array_equal(np.load(out)["w"], want.astype(np.float32))
@@ -45,15 +54,33 @@ def test_summary_and_output_round_trip(tmp_path: Path):
 @pytest.mark.parametrize(
     "inputs, message",
     [
-        ({"g": np.zeros((3, 4096), np.float32)}, "input 'g' of type !coco.tensor<4096xf32, local>: expected shape [2, 4096]"),
-        ({"w": np.zeros(4096, np.float64)}, "input 'w' of type !coco.tensor<4096xf32>: expected dtype f32"),
+        (
+            {"g": np.zeros((3, 4096), np.float32)},
+            "input 'g' of type !coco.tensor<4096xf32, local>: expected shape [2, 4096]",
+        ),
+        (
+            {"w": np.zeros(4096, np.float64)},
+            "input 'w' of type !coco.tensor<4096xf32>: expected dtype f32",
+        ),
         ({"bogus": np.zeros(1, np.float32)}, "@sgd has no argument(s) bogus"),
     ],
 )
 def test_bad_inputs_are_one_clear_error(tmp_path: Path, inputs: dict, message: str):
-    good = {"g": np.zeros((2, 4096), np.float32), "w": np.zeros(4096, np.float32), "lr": np.float32(1)}
+    good = {
+        "g": np.zeros((2, 4096), np.float32),
+        "w": np.zeros(4096, np.float32),
+        "lr": np.float32(1),
+    }
     np.savez(tmp_path / "in.npz", **(good | inputs))
-    r = coco_run(str(EXAMPLES / "sgd.mlir"), "--np", "2", "--backend", "sim", "--inputs", str(tmp_path / "in.npz"))
+    r = coco_run(
+        str(EXAMPLES / "sgd.mlir"),
+        "--np",
+        "2",
+        "--backend",
+        "sim",
+        "--inputs",
+        str(tmp_path / "in.npz"),
+    )
     assert r.returncode == 1
     assert r.stderr.startswith("coco-run: error: ") and message in r.stderr, r.stderr
     assert "Traceback" not in r.stderr

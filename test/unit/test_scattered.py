@@ -69,3 +69,23 @@ def test_table_launches_match_oracle(ranks: int, config: LaunchConfig, pipeline:
     for name, value in want.items():
         # Norms sum in another order than NumPy: a few ulp.
         np.testing.assert_allclose(got[name], value, rtol=2e-5, atol=1e-6, err_msg=name)
+
+
+def test_lamb_norms_finish_inside_the_fused_kernel():
+    """fuse(rs-c-ag) of LAMB: the sliced norm of r (partials, blocks, ranks) completes inside
+    the first fused kernel: no reduction kernel and no library all_reduce of it remain."""
+    from coconet.lowering.plan import Collective
+
+    schedule = coconet.load(EXAMPLES / "lamb.mlir").schedule()
+    schedule.named("fuse(rs-c-ag)")
+    plan = lower(schedule.program, 2)
+    fused = [
+        s for s in plan.steps if isinstance(s, Launch) and s.kernel.startswith("k_fused_all_reduce")
+    ]
+    assert len(fused) == 2
+    assert not [s for s in plan.steps if isinstance(s, Collective)]
+    partial_kernels = [
+        s for s in plan.steps if isinstance(s, Launch) and s.kernel.endswith("_partial")
+    ]
+    # Only the norm of the replicated w (outside the fused region) remains a reduction.
+    assert [s.args[0].name for s in partial_kernels] == ["w"]

@@ -57,3 +57,31 @@ func.func @fused(%g: !coco.tensor<64xf32, local>) -> !coco.tensor<64xf32> {
 // CHECK-NEXT:    for (coco_i32 p_ = 1; p_ < nranks; ++p_) x0_acc = x0_acc + ((double)((const float*)rs0[p_])[rs0_base + i]);
 // CHECK:         for (coco_i32 p_ = 0; p_ < nranks; ++p_) ((float*)ag0[p_])[ag0_base + i] = t0;  // comm.all_gather
 // CHECK:         coco_wait_flag_geq((coco_u32*)flags[me] + done_ + (coco_u64)p_ * g_ + b_, epoch);
+
+// -----
+
+// A full reduction inside a fused all_reduce (LAMB's sliced norms): per-thread partials, the
+// block's partial in order, the rank's last block (an atomic ticket, no waiting between
+// blocks of one rank) exchanging rank partials with its peers after the done-flags.
+func.func @norm_inside(%g: !coco.tensor<64xf32, local>) -> (!coco.tensor<64xf32, sliced<0>>, !coco.tensor<f32>) {
+  %x, %n = comm.fused all_reduce -> !coco.tensor<64xf32, sliced<0>>, !coco.tensor<f32> {
+    %rs = comm.reduce_scatter sum %g : !coco.tensor<64xf32, local> -> !coco.tensor<64xf32, sliced<0>>
+    %sq = coco.mul %rs, %rs : !coco.tensor<64xf32, sliced<0>>
+    %part = coco.reduce sum %sq : !coco.tensor<64xf32, sliced<0>> -> !coco.tensor<f32, local>
+    %total = comm.all_reduce sum %part : !coco.tensor<f32, local> -> !coco.tensor<f32>
+    comm.yield %rs, %total : !coco.tensor<64xf32, sliced<0>>, !coco.tensor<f32>
+  }
+  func.return %x, %n : !coco.tensor<64xf32, sliced<0>>, !coco.tensor<f32>
+}
+// CHECK-LABEL: COCO_KERNEL(k_fused_all_reduce,
+// CHECK-SAME:    float* __restrict__ red0, double* __restrict__ partials, coco_u32* __restrict__ counter, const coco_u64* __restrict__ exchange
+// CHECK:         for (coco_i64 j_ = r_.begin + coco_thread_idx(); j_ < r_.end; j_ += coco_block_dim()) {
+// CHECK:           acc0_ = acc0_ + (double)t0;
+// CHECK:         partials[0 * coco_grid_dim() + coco_block_idx()] = a0_;
+// CHECK:         last_ = coco_atomic_add_u32(counter, 1u) == coco_grid_dim() - 1;
+// CHECK:         coco_wait_flag_geq((coco_u32*)flags[me] + done_ + (coco_u64)p_ * g_ + b_, epoch);
+// CHECK:         if (coco_thread_idx() == 0 && last_) {
+// CHECK:           ((double*)exchange[p_])[0 * nranks + me] = (double)((float)(rank0_));
+// CHECK:           coco_wait_flag_geq((coco_u32*)flags[me] + xchg_ + p_, epoch);
+// CHECK:           red0[0] = (float)(all0_);  // comm.all_reduce
+// CHECK:           *counter = 0u;
