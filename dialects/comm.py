@@ -586,6 +586,35 @@ class OverlapOp(RegionOp):
         super().verify_layouts()
         if self.chunks.value.data < 1:
             raise _fail("overlap-chunks", f"chunk count must be positive, got {self.chunks.value.data}")
+        # One producer (a matmul) and the collectives consuming it: what the lowering chunks.
+        # (A region that dead-code elimination emptied is harmless and stays legal.)
+        from coconet.dialects.coco import MatmulOp
+
+        body = [op for op in self.body.block.ops if not isinstance(op, YieldOp)]
+        producers = [op for op in body if isinstance(op, MatmulOp)]
+        if len(producers) > 1:
+            raise _fail(
+                "overlap-producer",
+                f"an overlap region holds one matmul producer, this one holds {len(producers)}",
+            )
+        if not producers:
+            return
+        # A fused consumer reads the matmul inside its body: count the top-level op around
+        # each use.
+        consumers = []
+        for use in producers[0].result.uses:
+            user = use.operation
+            while user is not None and user.parent_block() is not self.body.block:
+                user = user.parent_op()
+            if user is not None and user not in consumers and not isinstance(user, YieldOp):
+                consumers.append(user)
+        strangers = [op for op in consumers if not isinstance(op, CollectiveOp | FusedOp)]
+        if strangers:
+            raise _fail(
+                "overlap-consumer",
+                "the matmul of an overlap region must feed a collective or a fused collective "
+                "inside it, got " + ", ".join(op.name for op in strangers),
+            )
 
     def print_head(self, printer: Printer) -> None:
         printer.print_string(f" chunks {self.chunks.value.data}")

@@ -184,7 +184,7 @@ func.func @fused(%g: !coco.tensor<1024xf32, local>, %w: !coco.tensor<1024xf32>,
 
 // -----
 
-// Overlap regions: a matmul pipelined with the collective that consumes it; one, two or no
+// Overlap regions: a matmul pipelined with the collective that consumes it; one or two
 // results; attr-dicts; a fused collective inside an overlap.
 
 func.func @overlap(%a: !coco.tensor<64x32xf16, sliced<1>>, %b: !coco.tensor<32x16xf16, sliced<0>>) {
@@ -201,9 +201,6 @@ func.func @overlap(%a: !coco.tensor<64x32xf16, sliced<1>>, %b: !coco.tensor<32x1
       comm.yield %ag : !coco.tensor<64x16xf16>
     }
     comm.yield %p, %f : !coco.tensor<64x16xf16, local>, !coco.tensor<64x16xf16>
-  }
-  comm.overlap chunks 1 {
-    comm.yield
   }
   func.return
 }
@@ -222,9 +219,6 @@ func.func @overlap(%a: !coco.tensor<64x32xf16, sliced<1>>, %b: !coco.tensor<32x1
 // CHECK-NEXT:        comm.yield %ag : !coco.tensor<64x16xf16>{{$}}
 // CHECK-NEXT:      }{{$}}
 // CHECK-NEXT:      comm.yield %p_1, %f : !coco.tensor<64x16xf16, local>, !coco.tensor<64x16xf16>{{$}}
-// CHECK-NEXT:    }{{$}}
-// CHECK-NEXT:    comm.overlap chunks 1 {{{$}}
-// CHECK-NEXT:      comm.yield{{$}}
 // CHECK-NEXT:    }{{$}}
 // CHECK-NEXT:    func.return{{$}}
 

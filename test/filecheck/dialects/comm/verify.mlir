@@ -441,3 +441,31 @@ func.func @gather_outer_axis(%x: !coco.tensor<8xf32, [sliced<0>, sliced<0>]>) at
   %y = comm.all_gather %x over [0] : !coco.tensor<8xf32, [sliced<0>, sliced<0>]> -> !coco.tensor<8xf32, [replicated, sliced<0>]>
   func.return
 }
+
+// -----
+
+func.func @overlap_two_producers(%a: !coco.tensor<8x8xf32>, %b: !coco.tensor<8x8xf32>) {
+  %o, %o2 = comm.overlap chunks 2 -> !coco.tensor<8x8xf32>, !coco.tensor<8x8xf32> {
+    %c = coco.matmul %a, %b : !coco.tensor<8x8xf32>
+    %d = coco.matmul %b, %a : !coco.tensor<8x8xf32>
+    comm.yield %c, %d : !coco.tensor<8x8xf32>, !coco.tensor<8x8xf32>
+  }
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [overlap-producer] an overlap region holds one matmul producer, this one holds 2
+
+// -----
+
+func.func @overlap_feeding_computation(%a: !coco.tensor<8x8xf32>, %b: !coco.tensor<8x8xf32>) {
+  %o = comm.overlap chunks 2 -> !coco.tensor<8x8xf32> {
+    %c = coco.matmul %a, %b : !coco.tensor<8x8xf32>
+    %d = coco.add %c, %c : !coco.tensor<8x8xf32>
+    comm.yield %d : !coco.tensor<8x8xf32>
+  }
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [overlap-consumer] the matmul of an overlap region must feed a collective or a fused collective inside it, got coco.add
