@@ -150,6 +150,9 @@ class FailureGuard:
             self._say("failing")
             self.record(kind, message, step)
             print(f"{self.prefix}: error: rank {self.rank}: {message}", file=sys.stderr, flush=True)
+            # mpiexec forwards a rank's stderr asynchronously and MPI_Abort kills at once:
+            # give the line a moment to reach the user before the job goes down.
+            time.sleep(0.5)
         finally:
             try:
                 self.comm.Abort(code)
