@@ -117,17 +117,11 @@ class Lowering:
         # allocate a symmetric buffer in symmetric memory and copy a caller's input into it.
         self.value_buffer(v).symmetric = True
 
-    def groups(self, span: Sequence[int]) -> list[list[int]]:
-        by_key: dict[tuple[int, ...], list[int]] = {}
-        for r, c in enumerate(self.coords):
-            by_key.setdefault(tuple(x for a, x in enumerate(c) if a not in span), []).append(r)
-        return list(by_key.values())
-
     def group_size(self, span: Sequence[int]) -> int:
-        return len(self.groups(span)[0])
+        return len(V.groups_of(self.grid_shape, span)[0])
 
     def group_index(self, rank: int, span: Sequence[int]) -> int:
-        return next(g.index(rank) for g in self.groups(span) if rank in g)
+        return V.group_of(self.grid_shape, span, rank).index(rank)
 
     def rank_table(self, label: str, fn) -> RankValue:
         return RankValue(label, tuple(int(fn(r)) for r in range(self.size)))

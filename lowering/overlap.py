@@ -29,8 +29,6 @@ from coconet.lowering.plan import (
     WaitEvent,
 )
 
-from coconet.program import CocoError
-
 if TYPE_CHECKING:
     from coconet.lowering.lower_to_plan import Lowering
 

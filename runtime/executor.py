@@ -128,19 +128,8 @@ class KernelArg:
 # ---------------------------------------------------------------------------------------------
 
 
-def groups_of(grid_shape: Sequence[int], span: Sequence[int]) -> list[list[int]]:
-    """Ranks sharing their coordinates off the spanned axes, each group in rank order (the
-    sim's grouping, so group index = position in the sim's rank-order accumulation)."""
-    size = int(np.prod(grid_shape))
-    by_key: dict[tuple[int, ...], list[int]] = {}
-    for r in range(size):
-        c = V.coords_of(r, grid_shape)
-        by_key.setdefault(tuple(x for a, x in enumerate(c) if a not in span), []).append(r)
-    return list(by_key.values())
-
-
-def group_of(grid_shape: Sequence[int], span: Sequence[int], rank: int) -> list[int]:
-    return next(g for g in groups_of(grid_shape, span) if rank in g)
+groups_of = V.groups_of
+group_of = V.group_of
 
 
 def member_region(

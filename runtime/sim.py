@@ -187,12 +187,7 @@ class Interpreter:
         return piece[tuple(index)]
 
     def groups(self, span: Sequence[int]) -> list[list[int]]:
-        """Ranks that share coordinates off the spanned axes, each group in rank order."""
-        by_key: dict[tuple[int, ...], list[int]] = {}
-        for r, c in enumerate(self.coords):
-            key = tuple(x for a, x in enumerate(c) if a not in span)
-            by_key.setdefault(key, []).append(r)
-        return list(by_key.values())
+        return V.groups_of(self.grid_shape, span)
 
 
 # --------------------------------------------------------------------------------------------

@@ -86,7 +86,7 @@ class ThreadedExecutor:
         if isinstance(a, PeerTable):
             key = (a.buffer.name, a.span, rank)
             if key not in self.peer_tables:
-                group = next(g for g in self.sim.groups(a.span) if rank in g)
+                group = V.group_of(self.plan.grid_shape, a.span, rank)
                 self.peer_tables[key] = np.array(
                     [self.memory[m][a.buffer.name].ctypes.data for m in group], dtype=np.uint64
                 )

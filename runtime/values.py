@@ -73,6 +73,20 @@ def rank_of(coords: Sequence[int], grid_shape: Sequence[int]) -> int:
     return int(np.ravel_multi_index(tuple(coords), tuple(grid_shape)))
 
 
+def groups_of(grid_shape: Sequence[int], span: Sequence[int]) -> list[list[int]]:
+    """The groups a collective over grid axes `span` works in: ranks sharing their coordinates
+    off those axes, each group in rank order (the order every reduction accumulates in)."""
+    by_key: dict[tuple[int, ...], list[int]] = {}
+    for r in range(int(np.prod(grid_shape))):
+        c = coords_of(r, grid_shape)
+        by_key.setdefault(tuple(x for a, x in enumerate(c) if a not in span), []).append(r)
+    return list(by_key.values())
+
+
+def group_of(grid_shape: Sequence[int], span: Sequence[int], rank: int) -> list[int]:
+    return next(g for g in groups_of(grid_shape, span) if rank in g)
+
+
 def logical_shape(t: TensorType, grid_shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(grid_shape[a] for a in t.local_axes()) + t.get_shape()
 
