@@ -618,19 +618,10 @@ class ElementwiseKernel:
     # all_reduce. That exchange runs after the done-flags, which depend only on same-index
     # blocks, so no rank can wait on a block its own rank has not started.
 
-    def _acc(self, k: int) -> tuple[str, str, str]:
+    def _acc(self, k: int, elt: str | None = None) -> tuple[str, str, str]:
+        """Reduction k's accumulator (of its values, or of doubles when `elt` is "f64")."""
         v, kind, _ = self.reductions[k]
-        is_float = _is_float(v.type.elt)
-        acc = "double" if is_float else "coco_i64"
-        inf = "__builtin_huge_val()" if is_float else "9223372036854775807LL"
-        init = {"sum": "0", "max": f"-{inf}", "min": inf}[kind]
-        sfx = "d" if is_float else "i"
-        combine = {
-            "sum": "{a} + {b}",
-            "max": f"coco_max{sfx}({{a}}, {{b}})",
-            "min": f"coco_min{sfx}({{a}}, {{b}})",
-        }[kind]
-        return acc, init, combine
+        return accumulator(kind, elt or v.type.elt)
 
     def reducing_loop(self, body: list[str], values: list[str]) -> list[str]:
         n = len(self.reductions)
@@ -656,11 +647,11 @@ class ElementwiseKernel:
             "    if (coco_thread_idx() == 0) {",
         ]
         for k in range(n):
-            acc, init, combine = self._acc(k)
+            _, init, combine = self._acc(k, "f64")  # threads' partials travel as doubles
             lines.append(f"      double a{k}_ = {init};")
             lines.append(
                 f"      for (coco_u32 t_ = 0; t_ < coco_block_dim(); ++t_) a{k}_ = "
-                f"{combine.format(a=f'a{k}_', b=f'red_[{k} * coco_block_dim() + t_]').replace('coco_maxi', 'coco_maxd').replace('coco_mini', 'coco_mind')};"
+                f"{combine.format(a=f'a{k}_', b=f'red_[{k} * coco_block_dim() + t_]')};"
             )
             lines.append(f"      partials[{k} * coco_grid_dim() + coco_block_idx()] = a{k}_;")
         lines += [
@@ -678,10 +669,8 @@ class ElementwiseKernel:
             "    if (coco_thread_idx() == 0 && last_) {",
             "      coco_threadfence_system();",
         ]
-        n = len(self.reductions)
-        for k, (v, _kind, out) in enumerate(self.reductions):
-            _, init, combine = self._acc(k)
-            combine_d = combine.replace("coco_maxi", "coco_maxd").replace("coco_mini", "coco_mind")
+        for k, (v, _kind, _out) in enumerate(self.reductions):
+            _, init, combine_d = self._acc(k, "f64")
             lines.append(f"      double rank{k}_ = {init};")
             lines.append(
                 f"      for (coco_u32 b2_ = 0; b2_ < coco_grid_dim(); ++b2_) rank{k}_ = "
@@ -703,8 +692,7 @@ class ElementwiseKernel:
             "      const double* mine_ = (const double*)exchange[me];",
         ]
         for k, (_v, _kind, out) in enumerate(self.reductions):
-            _, init, combine = self._acc(k)
-            combine_d = combine.replace("coco_maxi", "coco_maxd").replace("coco_mini", "coco_mind")
+            _, _, combine_d = self._acc(k, "f64")
             lines.append(f"      double all{k}_ = mine_[{k} * nranks];")
             lines.append(
                 f"      for (coco_i32 p_ = 1; p_ < nranks; ++p_) all{k}_ = "
@@ -714,7 +702,6 @@ class ElementwiseKernel:
                 f"      red{k}[0] = {store_from_double(out.type.elt, f'all{k}_')};  // comm.all_reduce"
             )
         lines += ["      *counter = 0u;  // ready for the next launch", "    }", "  }"]
-        del n
         return lines
 
     def expression(self, op: Operation, args: list[str], dropouts: list[Operation]) -> str:
@@ -757,21 +744,32 @@ class ElementwiseKernel:
         raise NotImplementedError(f"no CUDA lowering for {op.name}")
 
 
+def accumulator(kind: str, elt: str) -> tuple[str, str, str]:
+    """How a reduction of `elt` values accumulates: (C type, initial value, combine format with
+    {a} and {b}). Floats accumulate in double, integers in long long; norms sum squares."""
+    if _is_float(elt):
+        acc, inf, sfx = "double", "(1.0 / 0.0)", "d"
+    else:
+        acc, inf, sfx = "coco_i64", "9223372036854775807LL", "i"
+    if kind in ("sum", "norm"):
+        return acc, "0", "{a} + {b}"
+    if kind == "max":
+        return (
+            acc,
+            f"(-{inf} - 1)" if acc == "coco_i64" else f"-{inf}",
+            f"coco_max{sfx}({{a}}, {{b}})",
+        )
+    return acc, inf, f"coco_min{sfx}({{a}}, {{b}})"
+
+
 def reduction_kernels(name: str, kind: str, elt: str) -> tuple[str, str, str]:
     """Two kernels for a full reduction: per-block partials (double / long long, in a fixed
     order) and a one-block finish that combines them in block order and rounds once.
     Returns (combine helper, partial kernel, finish kernel)."""
-    acc = "double" if _is_float(elt) else "coco_i64"
+    acc, init, combine_fmt = accumulator(kind, elt)
+    combine = combine_fmt.format(a="a", b="b")
     storage = C_STORAGE[elt]
     load = load_expr(elt, "x[i]")
-    if kind in ("sum", "norm"):
-        init, combine = "0", "a + b"
-    elif kind == "max":
-        init = "-1.0 / 0.0" if acc == "double" else "(coco_i64)(-9223372036854775807LL - 1)"
-        combine = "coco_maxd(a, b)" if acc == "double" else "coco_maxi(a, b)"
-    else:
-        init = "1.0 / 0.0" if acc == "double" else "(coco_i64)9223372036854775807LL"
-        combine = "coco_mind(a, b)" if acc == "double" else "coco_mini(a, b)"
     term = f"(({acc}){load}) * (({acc}){load})" if kind == "norm" else f"({acc}){load}"
     finish = "sqrt(total)" if kind == "norm" else "total"
     out_value = finish
