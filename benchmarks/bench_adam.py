@@ -24,32 +24,12 @@ SCHEDULES = ("ar-c", "rs-c-ag", "fuse(rs-c-ag)")
 
 
 def build(n: int):
-    from coconet import frontend
-    from coconet.frontend import F32, AllReduce, Local, Replicated, Scalar, Sqrt, Tensor, Update
+    """The Adam example itself (examples/adam.py), at n parameters."""
+    import runpy
+    from pathlib import Path
 
-    @frontend.program(grid=[None])
-    def adam(
-        g: Tensor(F32, [n], Local),
-        w: Tensor(F32, [n], Replicated),
-        m: Tensor(F32, [n], Replicated),
-        v: Tensor(F32, [n], Replicated),
-        lr: Scalar(F32),
-        beta1: Scalar(F32),
-        beta2: Scalar(F32),
-        eps: Scalar(F32),
-        step: Scalar(F32),
-    ):
-        g1 = AllReduce("+", g)
-        m1 = beta1 * m + (1 - beta1) * g1
-        v1 = beta2 * v + (1 - beta2) * g1 * g1
-        Update(m, m1)
-        Update(v, v1)
-        mhat = m1 / (1 - beta1**step)
-        vhat = v1 / (1 - beta2**step)
-        w1 = w - lr * mhat / (Sqrt(vhat) + eps)
-        Update(w, w1)
-
-    return adam
+    example = Path(__file__).resolve().parents[1] / "examples" / "adam.py"
+    return runpy.run_path(str(example))["build"](n)
 
 
 def worker(args: argparse.Namespace) -> None:
