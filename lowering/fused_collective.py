@@ -117,13 +117,11 @@ def emit_segment(lw: Lowering, ops: list[Operation], updates: list[coco.UpdateOp
     # (of a gathered value, or of a value from elsewhere) is a copy once the kernel is done.
     direct = [u for u in updates if u.value in computed and u.value.type == u.target.type]
     copied = [u for u in updates if u not in direct]
-    if not ops:
-        pass
-    elif not scatters and not gathers:
+    if scatters or gathers:
+        emit_collective_kernel(lw, members, scatters, gathers, compute, direct, reductions)
+    elif ops:
         stores = [r for op in compute for r in op.results if _used_outside(r, members)]
         lw.lower_elementwise(compute, "fused", stores=stores, updates=direct)
-    else:
-        emit_collective_kernel(lw, members, scatters, gathers, compute, direct, reductions)
     for u in copied:
         lw.lower_update(u)
 

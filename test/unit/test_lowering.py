@@ -84,8 +84,8 @@ def is_exact(program: Program) -> bool:
 def compare(program: Program, got: dict, want: dict, context: str) -> None:
     assert set(got) == set(want), context
     exact = is_exact(program)
-    for name in want:
-        a, b = got[name], want[name]
+    for name, b in want.items():
+        a = got[name]
         assert a.shape == b.shape and a.dtype == b.dtype, f"{context}: {name}"
         if exact or a.dtype.kind in "biu":
             assert np.array_equal(a, b, equal_nan=True), f"{context}: {name} differs"
