@@ -32,23 +32,17 @@ from __future__ import annotations
 
 import ctypes
 import os
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from coconet.lowering.host_compiler import HOST_CACHE, HostCompileError, compile_host
 from coconet.lowering.plan import COMM_STREAM, Buffer, Collective, Copy, Launch, Matmul, Plan
-from coconet.runtime import sim
 from coconet.runtime import values as V
-from coconet.runtime.executor import (
-    KernelArg,
-    buffer_dtype,
-    consecutive_blocks,
-    group_of,
-    groups_of,
-    member_region,
-)
+from coconet.runtime.collectives import CollectiveContext, CollectiveOps, collective_ops
+from coconet.runtime.executor import KernelArg, buffer_dtype, groups_of
+from coconet.runtime.transport import MpiTransport
 
 from coconet.program import CocoError
 
@@ -95,19 +89,10 @@ def host_matmul(a: np.ndarray, b: np.ndarray, c: np.ndarray, t, rows) -> None:
         c2[lo:hi] = np.matmul(a2[lo:hi].astype(cdt, copy=False), bc).astype(c.dtype)
 
 
-def _raw(a: np.ndarray) -> np.ndarray:
-    """A byte view of a C-contiguous array (MPI has no bf16 datatype; bytes move any dtype)."""
-    return a.reshape(-1).view(np.uint8)
-
-
 def _rows_view(a: np.ndarray, rows: tuple[int, int] | None) -> np.ndarray:
     if rows is None:
         return a
     return a.reshape(-1, a.shape[-1])[rows[0] : rows[1]]
-
-
-# Collectives as generators: each yields the MPI request(s) it waits on, then finishes locally.
-CollectiveOps = Generator[Any, None, None]
 
 
 @dataclass
@@ -128,19 +113,14 @@ class Pending:
 
     def test(self, MPI) -> None:
         while not self.done:
-            req = self.request
-            ok = MPI.Request.Testall(req) if isinstance(req, list) else req.Test()
-            if not ok:
+            if self.request and not MPI.Request.Testall(self.request):
                 return
             self.advance()
 
     def wait(self, MPI) -> None:
         while not self.done:
-            req = self.request
-            if isinstance(req, list):
-                MPI.Request.Waitall(req)
-            else:
-                req.Wait()
+            if self.request:
+                MPI.Request.Waitall(self.request)
             self.advance()
 
     def touches(self, other: Collective) -> bool:
@@ -444,146 +424,24 @@ class CpuBackend:
 
     # -- collectives ---------------------------------------------------------------------------
 
-    def _mpi_op(self, kind: str):
-        return {
-            "sum": self.MPI.SUM,
-            "prod": self.MPI.PROD,
-            "max": self.MPI.MAX,
-            "min": self.MPI.MIN,
-        }[kind]
-
-    def _library_reduction(self, t, kind: str) -> bool:
-        """Whether MPI's own reduction may combine values of element type t."""
-        if t.elt in ("i32", "i64"):
-            return True
-        return not self.exact and t.elt in ("f32", "f64") and kind in ("sum", "prod")
+    def transport(self, span: tuple[int, ...]) -> MpiTransport:
+        return MpiTransport(self.group_comm(span))
 
     def collective_ops(self, step: Collective) -> CollectiveOps:
-        src = self.arrays[step.src.name]
-        dst = self.arrays[step.dst.name]
-        if step.rows is not None and step.op in ("reduce_scatter", "all_gather"):
-            raise CocoError(f"the cpu backend cannot run {step.op} on a row chunk ({step})")
-        src = _rows_view(src, step.rows)
-        dst = _rows_view(dst, step.rows)
-        if step.op == "send":
-            return self._send(step, src, dst)
-        gc = self.group_comm(step.axes)
-        group = group_of(self.grid_shape, step.axes, self.rank)
-        match step.op:
-            case "all_reduce":
-                return self._all_reduce(step, gc, src, dst)
-            case "reduce_scatter":
-                return self._reduce_scatter(step, gc, group, src, dst)
-            case "all_gather":
-                return self._all_gather(step, gc, group, src, dst)
-            case "broadcast":
-                return self._broadcast(step, gc, group, src, dst)
-            case "reduce":
-                return self._reduce(step, gc, group, src, dst)
-        raise CocoError(f"the cpu backend has no collective {step.op}")
-
-    @staticmethod
-    def _combine(kind: str, parts: Iterable[np.ndarray], src_t, dst_t) -> np.ndarray:
-        return sim._round(sim._combine(kind, list(parts), src_t), dst_t)
-
-    def _all_reduce(self, step, gc, src, dst) -> CollectiveOps:
-        kind, src_t, dst_t = step.kind, step.src.type, step.dst.type
-        if self._library_reduction(src_t, kind) and src.dtype == dst.dtype:
-            yield gc.Iallreduce(src, dst, self._mpi_op(kind))
-            return
-        p = gc.Get_size()
-        gathered = np.empty((p, *src.shape), dtype=src.dtype)
-        yield gc.Iallgather(_raw(np.ascontiguousarray(src)), _raw(gathered))
-        dst[...] = self._combine(kind, gathered, src_t, dst_t)
-
-    def _reduce_scatter(self, step, gc, group, src, dst) -> CollectiveOps:
-        kind, src_t, dst_t = step.kind, step.src.type, step.dst.type
-        regions = [member_region(src_t, self.rank, dst_t, m, self.grid_shape) for m in group]
-        if consecutive_blocks(regions, src.shape):
-            packed = src.reshape(len(group), -1)
-        else:
-            packed = np.stack([np.ascontiguousarray(src[r]).reshape(-1) for r in regions])
-        if self._library_reduction(src_t, kind) and src.dtype == dst.dtype:
-            yield gc.Ireduce_scatter_block(packed, dst, self._mpi_op(kind))
-            return
-        received = np.empty_like(packed)
-        yield gc.Ialltoall(_raw(packed), _raw(received))
-        dst[...] = self._combine(kind, received, src_t, dst_t).reshape(dst.shape)
-
-    def _all_gather(self, step, gc, group, src, dst) -> CollectiveOps:
-        src_t, dst_t = step.src.type, step.dst.type
-        regions = [member_region(dst_t, self.rank, src_t, m, self.grid_shape) for m in group]
-        piece = np.ascontiguousarray(src)
-        if consecutive_blocks(regions, dst.shape):
-            yield gc.Iallgather(_raw(piece), _raw(dst))
-            return
-        gathered = np.empty((len(group), *piece.shape), dtype=piece.dtype)
-        yield gc.Iallgather(_raw(piece), _raw(gathered))
-        for j, r in enumerate(regions):
-            dst[r] = gathered[j]
-
-    def _root(self, step, group) -> int:
-        if step.root is None or step.root >= len(group):
-            raise CocoError(
-                f"{step.op} names root {step.root}, but its groups have {len(group)} rank(s)"
-            )
-        return step.root
-
-    def _broadcast(self, step, gc, group, src, dst) -> CollectiveOps:
-        root = self._root(step, group)
-        if gc.Get_rank() == root and step.src.name != step.dst.name:
-            dst[...] = src
-        yield gc.Ibcast(_raw(dst), root=root)
-
-    def _reduce(self, step, gc, group, src, dst) -> CollectiveOps:
-        kind, src_t, dst_t = step.kind, step.src.type, step.dst.type
-        root = self._root(step, group)
-        me = gc.Get_rank()
-        if self._library_reduction(src_t, kind) and src.dtype == dst.dtype:
-            if me == root:
-                out = dst if step.src.name != step.dst.name else np.empty_like(dst)
-                yield gc.Ireduce(np.ascontiguousarray(src), out, self._mpi_op(kind), root=root)
-                if out is not dst:
-                    dst[...] = out
-            else:
-                yield gc.Ireduce(np.ascontiguousarray(src), None, self._mpi_op(kind), root=root)
-                if step.src.name != step.dst.name:
-                    dst[...] = src
-            return
-        piece = np.ascontiguousarray(src)
-        gathered = (
-            np.empty((gc.Get_size(), *piece.shape), dtype=piece.dtype) if me == root else None
+        ctx = CollectiveContext(
+            xp=np,
+            rank=self.rank,
+            grid_shape=self.grid_shape,
+            exact=self.exact,
+            transport=self.transport,
+            world=lambda: MpiTransport(self.comm),
+            empty=lambda shape, dtype: np.empty(shape, dtype),
         )
-        yield gc.Igather(_raw(piece), _raw(gathered) if gathered is not None else None, root=root)
-        if me == root:
-            dst[...] = self._combine(kind, gathered, src_t, dst_t)
-        elif step.src.name != step.dst.name:
-            dst[...] = src
-
-    def _send(self, step, src, dst) -> CollectiveOps:
-        """comm.send: every rank sends its piece `shift` steps along grid axis `along`; a rank
-        with no sender gets zeros (the sim's semantics)."""
-        coords = list(V.coords_of(self.rank, self.grid_shape))
-        along, shift = step.along, step.shift
-        to, frm = list(coords), list(coords)
-        to[along] += shift
-        frm[along] -= shift
-        n = self.grid_shape[along]
-        dest = V.rank_of(to, self.grid_shape) if 0 <= to[along] < n else self.MPI.PROC_NULL
-        source = V.rank_of(frm, self.grid_shape) if 0 <= frm[along] < n else self.MPI.PROC_NULL
-        piece = np.ascontiguousarray(src)
-        if source == self.MPI.PROC_NULL:
-            dst[...] = 0
-            if dest == self.MPI.PROC_NULL:
-                return
-            yield [self.comm.Isend(_raw(piece), dest=dest, tag=77)]
-            return
-        recv = (
-            dst if dst.flags.c_contiguous and step.src.name != step.dst.name else np.empty_like(dst)
+        return collective_ops(
+            ctx,
+            step,
+            _rows_view(self.arrays[step.src.name], step.rows),
+            _rows_view(self.arrays[step.dst.name], step.rows),
+            buffer_dtype(step.src),
+            buffer_dtype(step.dst),
         )
-        reqs = [self.comm.Irecv(_raw(recv), source=source, tag=77)]
-        if dest != self.MPI.PROC_NULL:
-            reqs.append(self.comm.Isend(_raw(piece), dest=dest, tag=77))
-        yield reqs
-        if recv is not dst:
-            dst[...] = recv

@@ -1,0 +1,248 @@
+"""The plan's library collectives, written once for every backend over a `Transport`
+(runtime/transport.py).
+
+A collective step names its source and destination buffers, the grid axes it spans and, for
+reductions, a kind. Turning that into transport calls is the same on every backend: which
+member region of the source goes to which rank (packing regions that are not one contiguous
+run), when the library may reduce and when the pieces are gathered and combined here in rank
+order in f64 (int64) and rounded once -- the sim's semantics, bit for bit --, what a root's
+peers keep, and which neighbours a `comm.send` pairs.
+
+`collective_ops` is a generator: it yields each transport request it must wait on and then
+finishes locally, so the cpu backend can leave MPI requests in flight while it computes, and
+the cuda backend (whose NCCL calls are stream-ordered) simply runs it to the end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from coconet.lowering.plan import Collective
+from coconet.runtime import values as V
+from coconet.runtime.executor import consecutive_blocks, group_of, member_region
+from coconet.runtime.transport import Request, Transport, is_bf16
+
+from coconet.program import CocoError
+
+CollectiveOps = Generator[Request, None, None]
+
+
+@dataclass
+class CollectiveContext:
+    """What a collective needs of the rank that runs it."""
+
+    xp: Any  # the array module of the buffers (NumPy, CuPy)
+    rank: int
+    grid_shape: tuple[int, ...]
+    exact: bool  # reduce floats in rank order here, never in the library
+    transport: Callable[[tuple[int, ...]], Transport]  # the group over these grid axes
+    world: Callable[[], Transport]  # every rank, in rank order (for send)
+    empty: Callable[[tuple[int, ...], np.dtype], Any]  # a scratch array like the buffers
+
+
+# ---------------------------------------------------------------------------------------------
+# Exact combination: the sim's accumulation, on any array module
+# ---------------------------------------------------------------------------------------------
+
+
+def widen(xp: Any, a: Any, logical: np.dtype) -> Any:
+    """Values of `a` in the sim's accumulation type: bool for i1, f64 for floats, int64 for
+    integers. bf16 may be stored as uint16 bit patterns (device arrays)."""
+    if logical == np.bool_:
+        return a.astype(xp.bool_)
+    if is_bf16(logical):
+        if a.dtype == np.uint16:
+            return (a.astype(xp.uint32) << xp.uint32(16)).view(xp.float32).astype(xp.float64)
+        return a.astype(xp.float64)
+    if logical.kind == "f":
+        return a.astype(xp.float64)
+    return a.astype(xp.int64)
+
+
+def bf16_bits(xp: Any, x: Any) -> Any:
+    """f64 values rounded ONCE to bf16 (nearest even), as uint16 bit patterns: round to odd
+    in f32 first, which makes the second rounding exact (runtime/values.py `round_f64`)."""
+    f = x.astype(xp.float32)
+    back = f.astype(xp.float64)
+    inexact = back != x
+    away = xp.abs(back) > xp.abs(x)
+    bits = f.view(xp.uint32)
+    one = xp.uint32(1)
+    bits = xp.where(inexact & away, bits - one, bits)
+    bits = xp.where(inexact, bits | one, bits)
+    rounded = ((bits + xp.uint32(0x7FFF) + ((bits >> xp.uint32(16)) & one)) >> xp.uint32(16)).astype(
+        xp.uint16
+    )
+    quiet_nan = ((bits >> xp.uint32(16)) | xp.uint32(0x40)).astype(xp.uint16)
+    return xp.where((bits & xp.uint32(0x7FFFFFFF)) > xp.uint32(0x7F800000), quiet_nan, rounded)
+
+
+def narrow(xp: Any, x: Any, logical: np.dtype, storage: np.dtype) -> Any:
+    """Accumulated values rounded to `logical`, in `storage` (uint16 for device bf16)."""
+    if is_bf16(logical) and storage in (np.dtype(np.uint16), logical):
+        bits = bf16_bits(xp, x.astype(xp.float64))
+        return bits if storage == np.uint16 else bits.view(storage)
+    return x.astype(storage)
+
+
+def combine(
+    xp: Any, kind: str, pieces: Any, src: np.dtype, dst: np.dtype, storage: np.dtype
+) -> Any:
+    """The rank-order combination of `pieces` (a sequence, or an array with one piece per
+    row), rounded once to `dst` -- the sim's all_reduce of those pieces."""
+    acc = widen(xp, pieces[0], src)
+    for p in list(pieces)[1:]:
+        x = widen(xp, p, src)
+        if kind == "sum":
+            acc = acc | x if src == np.bool_ else acc + x
+        elif kind == "prod":
+            acc = acc & x if src == np.bool_ else acc * x
+        elif kind == "max":
+            acc = xp.maximum(acc, x)
+        else:
+            acc = xp.minimum(acc, x)
+    return narrow(xp, acc, dst, storage)
+
+
+# ---------------------------------------------------------------------------------------------
+# The collectives
+# ---------------------------------------------------------------------------------------------
+
+
+def collective_ops(
+    ctx: CollectiveContext, step: Collective, src: Any, dst: Any, src_dt: np.dtype, dst_dt: np.dtype
+) -> CollectiveOps:
+    """One collective step on this rank: `src`/`dst` are its buffers (already narrowed to the
+    step's rows), `src_dt`/`dst_dt` their logical dtypes."""
+    if step.rows is not None and step.op in ("reduce_scatter", "all_gather"):
+        raise CocoError(f"{step.op} cannot run on a row chunk ({step})")
+    if step.op == "send":
+        return _send(ctx, step, src, dst)
+    run = _COLLECTIVES.get(step.op)
+    if run is None:
+        raise CocoError(f"no library collective {step.op}")
+    group = group_of(ctx.grid_shape, step.axes, ctx.rank)
+    return run(ctx, step, ctx.transport(step.axes), group, src, dst, src_dt, dst_dt)
+
+
+def _library(ctx: CollectiveContext, t: Transport, dtype: np.dtype, kind: str) -> bool:
+    if not t.reduces(dtype, kind):
+        return False
+    return not ctx.exact or np.dtype(dtype).kind in "iub"
+
+
+def _contiguous(ctx: CollectiveContext, a: Any) -> Any:
+    return ctx.xp.ascontiguousarray(a)
+
+
+def _all_reduce(ctx, step, t, group, src, dst, src_dt, dst_dt) -> CollectiveOps:
+    if _library(ctx, t, src_dt, step.kind) and src.dtype == dst.dtype:
+        yield t.all_reduce(src, dst, step.kind, src_dt)
+        return
+    gathered = ctx.empty((len(group), *src.shape), src.dtype)
+    yield t.all_gather(_contiguous(ctx, src), gathered)
+    dst[...] = combine(ctx.xp, step.kind, gathered, src_dt, dst_dt, dst.dtype)
+
+
+def _reduce_scatter(ctx, step, t, group, src, dst, src_dt, dst_dt) -> CollectiveOps:
+    regions = [
+        member_region(step.src.type, ctx.rank, step.dst.type, m, ctx.grid_shape) for m in group
+    ]
+    if consecutive_blocks(regions, src.shape):
+        packed = src.reshape(len(group), -1)
+    else:
+        packed = ctx.xp.stack([_contiguous(ctx, src[r]).reshape(-1) for r in regions])
+    if _library(ctx, t, src_dt, step.kind) and src.dtype == dst.dtype:
+        yield t.reduce_scatter(packed, dst, step.kind, src_dt)
+        return
+    received = ctx.empty(tuple(packed.shape), packed.dtype)
+    yield t.all_to_all(_contiguous(ctx, packed), received)
+    dst[...] = combine(ctx.xp, step.kind, received, src_dt, dst_dt, dst.dtype).reshape(dst.shape)
+
+
+def _all_gather(ctx, step, t, group, src, dst, src_dt, dst_dt) -> CollectiveOps:
+    regions = [
+        member_region(step.dst.type, ctx.rank, step.src.type, m, ctx.grid_shape) for m in group
+    ]
+    piece = _contiguous(ctx, src)
+    if consecutive_blocks(regions, dst.shape):
+        yield t.all_gather(piece, dst)
+        return
+    gathered = ctx.empty((len(group), *piece.shape), piece.dtype)
+    yield t.all_gather(piece, gathered)
+    for j, r in enumerate(regions):
+        dst[r] = gathered[j]
+
+
+def _root(step: Collective, group: list[int]) -> int:
+    if step.root is None or step.root >= len(group):
+        raise CocoError(
+            f"{step.op} names root {step.root}, but its groups have {len(group)} rank(s)"
+        )
+    return step.root
+
+
+def _broadcast(ctx, step, t, group, src, dst, src_dt, dst_dt) -> CollectiveOps:
+    root = _root(step, group)
+    if t.rank() == root and step.src.name != step.dst.name:
+        dst[...] = src
+    yield t.broadcast(dst, root)
+
+
+def _reduce(ctx, step, t, group, src, dst, src_dt, dst_dt) -> CollectiveOps:
+    root = _root(step, group)
+    me = t.rank()
+    in_place = step.src.name == step.dst.name
+    piece = _contiguous(ctx, src)
+    if _library(ctx, t, src_dt, step.kind) and src.dtype == dst.dtype:
+        out = None
+        if me == root:
+            out = ctx.empty(tuple(dst.shape), dst.dtype) if in_place else dst
+        yield t.reduce(piece, out, step.kind, src_dt, root)
+        if me == root and out is not dst:
+            dst[...] = out
+    else:
+        gathered = ctx.empty((len(group), *piece.shape), piece.dtype) if me == root else None
+        yield t.gather(piece, gathered, root)
+        if me == root:
+            dst[...] = combine(ctx.xp, step.kind, gathered, src_dt, dst_dt, dst.dtype)
+    if me != root and not in_place:
+        dst[...] = src  # the sim: ranks other than the root keep their input
+
+
+def _send(ctx: CollectiveContext, step: Collective, src: Any, dst: Any) -> CollectiveOps:
+    """comm.send: every rank sends its piece `shift` steps along grid axis `along`; a rank with
+    no sender gets zeros (the sim's semantics)."""
+    coords = list(V.coords_of(ctx.rank, ctx.grid_shape))
+    along, shift = step.along, step.shift
+    to, frm = list(coords), list(coords)
+    to[along] += shift
+    frm[along] -= shift
+    n = ctx.grid_shape[along]
+    dest = V.rank_of(to, ctx.grid_shape) if 0 <= to[along] < n else None
+    source = V.rank_of(frm, ctx.grid_shape) if 0 <= frm[along] < n else None
+    piece = _contiguous(ctx, src) if dest is not None else None
+    recv = None
+    if source is None:
+        dst[...] = 0
+    elif dst.flags.c_contiguous and step.src.name != step.dst.name:
+        recv = dst
+    else:  # receiving in place would overwrite what is being sent
+        recv = ctx.empty(tuple(dst.shape), dst.dtype)
+    if piece is None and recv is None:
+        return
+    yield ctx.world().exchange(piece, dest, recv, source)
+    if recv is not None and recv is not dst:
+        dst[...] = recv
+
+
+_COLLECTIVES = {
+    "all_reduce": _all_reduce,
+    "reduce_scatter": _reduce_scatter,
+    "all_gather": _all_gather,
+    "broadcast": _broadcast,
+    "reduce": _reduce,
+}
