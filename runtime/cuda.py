@@ -1,32 +1,39 @@
-"""The `cuda` backend: one MPI process per GPU; CuPy for memory and kernels, NCCL collectives,
-CUDA IPC for symmetric buffers, two streams with events for overlap.
+"""The `cuda` backend: one MPI process per rank, a GPU each or several ranks sharing one; CuPy
+for memory and kernels, NCCL or host-staged MPI for library collectives, CUDA IPC for
+symmetric buffers, two streams with events for overlap.
 
 Everything that needs a GPU sits behind `Device` (a small protocol, implemented for real by
-`CupyDevice`); `CudaBackend` holds the logic — buffers and their dtypes, typed kernel
-arguments, peer tables, which NCCL call each plan collective becomes (packing regions that
-are not one contiguous run), stream and event ordering — and is unit-tested with a fake device
-that runs on host memory (test/unit/test_runtime_cuda.py).
+`CupyDevice`); `CudaBackend` holds the logic -- buffers and their dtypes, typed kernel
+arguments, peer tables, stream and event ordering, the choice of transport -- and is
+unit-tested with a strict double that models CuPy 14's types and CUDA's stream semantics
+(test/unit/test_runtime_cuda.py).
 
 * Kernels: the plan's CUDA source compiled by NVRTC (lowering/nvrtc.py: the same options as CI,
   the device headers in memory) for this GPU's architecture, the cubin cached on disk by content
   hash (`CUDA_CACHE`, like the host .so), loaded as a CuPy RawModule. Scalars are passed with
-  the exact C type of each parameter (NumPy scalars), pointers as u64.
-* bf16 has no CuPy dtype: bf16 buffers are uint16 on the device (bit patterns); NCCL reduces
-  them as ncclBfloat16, matmuls and exact combines decode them to f32.
-* Collectives: NCCL on a communicator per set of grid axes (unique id from the group's first
-  rank, broadcast over MPI); `comm.send` is ncclSend/ncclRecv on the world communicator.
-  NCCL reduces in the data's precision and its own order: equal to the oracle within the
-  per-dtype tolerance. `exact_collectives` gathers the pieces and combines them in rank order
-  in f64 on the device (bit-exact except bf16, which rounds through f32).
+  the exact C type of each parameter (NumPy scalars), pointers as u64. Fused collective kernels
+  (their blocks wait on peers' blocks) are launched cooperatively, with a grid clamped to what
+  the occupancy API says is co-resident, agreed by every rank so block b meets block b.
+* bf16 is stored as its uint16 bit pattern on the device; CuPy 14 arrays and DLPack tensors of
+  `ml_dtypes.bfloat16` are viewed as such when they come in. NCCL reduces them as
+  ncclBfloat16; exact combines round once from f64 (runtime/collectives.py).
+* Collectives: runtime/collectives.py over a transport (runtime/transport.py): NCCL when every
+  rank has its own GPU (a communicator per set of grid axes, its unique id -- `bytes` since
+  CuPy 14 -- from the group's first rank over MPI), MPI through host copies when ranks share a
+  GPU (NCCL refuses two ranks on one device). `COCONET_CUDA_TRANSPORT=nccl|mpi` overrides.
 * Symmetric buffers: cudaMalloc'd outside CuPy's pool (an IPC handle names a whole
-  allocation), zeroed, handles exchanged with an MPI allgather on the node, peers' opened.
-* Streams: compute (0) and communication (1), CUDA events for the plan's Record/WaitEvent.
+  allocation), zeroed on the compute stream, handles exchanged with an MPI allgather on the
+  node, peers' opened; peer access between distinct GPUs is checked first.
+* Streams: every copy, memset, upload and launch runs on the compute (0) or communication (1)
+  stream, never on CuPy's current (legacy) stream; CUDA events carry the plan's
+  Record/WaitEvent; arrays adopted through DLPack are ordered against the compute stream.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
+import os
+from collections import deque
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -40,38 +47,49 @@ from coconet.lowering.plan import (
     Copy,
     Launch,
     Matmul,
+    PeerTable,
     Plan,
 )
 from coconet.runtime import values as V
-from coconet.runtime.executor import (
-    KernelArg,
-    buffer_dtype,
-    consecutive_blocks,
-    group_of,
-    groups_of,
+from coconet.runtime.collectives import CollectiveContext, collective_ops, narrow, widen
+from coconet.runtime.executor import KernelArg, buffer_dtype, groups_of
+from coconet.runtime.transport import (
+    NCCL_DTYPES,
+    HostStagedTransport,
+    MpiTransport,
+    NcclTransport,
+    Transport,
     is_bf16,
-    member_region,
+    nccl_dtype,
+    nccl_op,
 )
 
 from coconet.program import CocoError
 
+__all__ = [
+    "CUDA_CACHE",
+    "NCCL_DTYPES",
+    "CudaBackend",
+    "CupyDevice",
+    "Device",
+    "compile_cubin",
+    "device_dtype",
+    "kernel_scalars",
+    "nccl_dtype",
+    "nccl_op",
+]
+
 CUDA_CACHE = KernelCache("cuda")
 _RECIPE_VERSION = "cuda-v1"
 
-# NCCL's enums (nccl.h); CuPy exposes the same numbers as cupy.cuda.nccl.NCCL_*.
-NCCL_DTYPES = {
-    "int8": 0,
-    "uint8": 1,
-    "int32": 2,
-    "uint32": 3,
-    "int64": 4,
-    "uint64": 5,
-    "float16": 6,
-    "float32": 7,
-    "float64": 8,
-    "bfloat16": 9,
-}
-NCCL_OPS = {"sum": 0, "prod": 1, "max": 2, "min": 3}
+# How many issued steps the backend remembers for debugging and tests (a long-running job
+# must not grow without bound).
+TRACE_LENGTH = 4096
+
+# DLPack device types (dlpack.h): where a tensor's memory lives.
+DLPACK_CPU, DLPACK_CUDA, DLPACK_CUDA_HOST, DLPACK_CUDA_MANAGED = 1, 2, 3, 13
+
+TRANSPORT_ENV = "COCONET_CUDA_TRANSPORT"
 
 SCALAR_TYPES = {
     "ptr": np.uint64,
@@ -90,22 +108,6 @@ def device_dtype(host: np.dtype) -> np.dtype:
     return np.dtype(np.uint16) if is_bf16(host) else np.dtype(host)
 
 
-def nccl_dtype(host: np.dtype) -> int:
-    if is_bf16(host):
-        return NCCL_DTYPES["bfloat16"]
-    if host == np.bool_:
-        return NCCL_DTYPES["uint8"]
-    if host.name not in NCCL_DTYPES:
-        raise CocoError(f"NCCL cannot move elements of dtype {host.name}")
-    return NCCL_DTYPES[host.name]
-
-
-def nccl_op(kind: str, host: np.dtype) -> int:
-    if host == np.bool_:  # i1: sum is or, prod is and (the sim's semantics) on 0/1 bytes
-        return NCCL_OPS[{"sum": "max", "prod": "min"}.get(kind, kind)]
-    return NCCL_OPS[kind]
-
-
 def kernel_scalars(args: Sequence[KernelArg]) -> list[Any]:
     """Kernel arguments as NumPy scalars of each parameter's exact C type (what a CuPy
     RawKernel passes by value); pointers as u64 addresses."""
@@ -117,6 +119,42 @@ def kernel_scalars(args: Sequence[KernelArg]) -> list[Any]:
         else:
             out.append(t(a.value))
     return out
+
+
+def dlpack_placement(value: Any, device_id: int) -> str:
+    """Where a caller's value lives: "device" (CUDA memory of this rank's GPU, taken without a
+    copy), or "host" (copied in). Refuses, with the reason, what cannot be either."""
+    if isinstance(value, np.ndarray) or not hasattr(value, "__dlpack_device__"):
+        return "host"
+    kind, index = (int(x) for x in value.__dlpack_device__())
+    if kind in (DLPACK_CPU, DLPACK_CUDA_HOST):
+        if getattr(value, "requires_grad", False):
+            raise CocoError(
+                "the tensor requires grad: pass tensor.detach() so it can be read and updated "
+                "in place"
+            )
+        return "host"
+    if kind not in (DLPACK_CUDA, DLPACK_CUDA_MANAGED):
+        raise CocoError(f"the tensor lives on DLPack device type {kind}, which is not CUDA memory")
+    if kind == DLPACK_CUDA and index != device_id:
+        raise CocoError(f"the tensor is on GPU {index}, but this rank runs on GPU {device_id}")
+    if getattr(value, "requires_grad", False):
+        raise CocoError(
+            "the tensor requires grad: pass tensor.detach() so it can be read and updated in "
+            "place"
+        )
+    return "device"
+
+
+def as_bit_patterns(array: Any, xp: Any) -> Any:
+    """A device array as the backend stores it: bf16 (ml_dtypes.bfloat16, how CuPy 14 and
+    DLPack hand it over) viewed as its uint16 bit patterns."""
+    return array.view(xp.uint16) if is_bf16(np.dtype(array.dtype)) else array
+
+
+def needs_coresidency(step: Launch) -> bool:
+    """A kernel that reaches peers waits on their blocks: all its blocks must be resident."""
+    return any(isinstance(a, PeerTable) for a in step.args)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -168,35 +206,53 @@ def compile_cubin(source: str, arch: str):
 
 
 class Device(Protocol):
-    """The GPU operations the cuda backend uses. `xp` is the array module of its arrays
-    (CuPy; NumPy for the test double); array work the backend does through `xp` runs inside
-    `on(stream)`."""
+    """The GPU operations the cuda backend uses. `xp` is the array module of its arrays;
+    every operation that touches device memory names the stream it runs on, and array work
+    the backend does through `xp` runs inside `on(stream)`."""
 
     xp: Any
 
     def arch(self) -> str: ...
 
+    def device_id(self) -> int: ...
+
+    def bus_id(self) -> str:
+        """A name of the physical GPU that two processes agree on (its PCI bus id)."""
+
+    def can_access_peer(self, other: int) -> bool: ...
+
+    def is_device_array(self, value: Any) -> bool:
+        """Whether `value` is an array of this device's kind (not host memory)."""
+
     def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> Any: ...
 
-    def zeros(self, shape: tuple[int, ...], dtype: np.dtype) -> Any: ...
+    def zeros(self, shape: tuple[int, ...], dtype: np.dtype, stream: Any) -> Any: ...
 
     def address(self, array: Any) -> int: ...
 
-    def upload(self, host: np.ndarray) -> Any: ...
+    def upload(self, host: np.ndarray, stream: Any) -> Any:
+        """A new device array holding `host` (bf16 as bit patterns), copied on `stream`."""
 
-    def download(self, array: Any) -> np.ndarray: ...
+    def copy_from_host(self, dst: Any, host: np.ndarray, stream: Any) -> None: ...
 
-    def adopt(self, value: Any) -> Any | None:
-        """The caller's value as a device array without a copy (CuPy array, __dlpack__), or
-        None when it is not device memory."""
+    def download(self, array: Any, stream: Any) -> np.ndarray:
+        """`array` on the host, copied on `stream` once its work is done (blocks)."""
 
-    def alloc_ipc(self, shape: tuple[int, ...], dtype: np.dtype) -> tuple[Any, bytes]:
+    def adopt(self, value: Any, stream: Any) -> Any | None:
+        """The caller's value as a device array without a copy (CuPy array, __dlpack__),
+        ordered before `stream`'s later work; None when it is host memory. Raises CocoError
+        for values it cannot take."""
+
+    def alloc_ipc(self, shape: tuple[int, ...], dtype: np.dtype, stream: Any) -> tuple[Any, bytes]:
         """A zeroed array in its own allocation, and the IPC handle of that allocation."""
 
     def open_ipc(self, handle: bytes) -> int: ...
 
     def load_module(self, cubin_path: str, source: str) -> Any:
         """The compiled kernels (`source` is what the cubin was compiled from)."""
+
+    def max_coresident_blocks(self, module: Any, kernel: str, block: int, shared: int) -> int:
+        """How many blocks of `kernel` the whole GPU holds at once (occupancy x SMs)."""
 
     def launch(
         self,
@@ -207,6 +263,8 @@ class Device(Protocol):
         args: list[Any],
         shared_bytes: int,
         stream: Any,
+        *,
+        cooperative: bool = False,
     ) -> None: ...
 
     def stream(self, index: int) -> Any: ...
@@ -217,26 +275,32 @@ class Device(Protocol):
 
     def wait(self, event: str, stream: Any) -> None: ...
 
-    def synchronize(self) -> None: ...
+    def synchronize(self) -> None:
+        """Wait for all work on the device, whatever stream it was issued on."""
 
-    def nccl_unique_id(self) -> Any: ...
+    def nccl_unique_id(self) -> bytes: ...
 
-    def nccl_comm(self, unique_id: Any, size: int, rank: int) -> Any: ...
+    def nccl_comm(self, unique_id: bytes, size: int, rank: int) -> Any: ...
 
     def nccl(self, call: str, comm: Any, stream: Any, **kw: Any) -> None:
         """One NCCL call: all_reduce(src, dst, count, dtype, op), reduce_scatter(src, dst,
         count, dtype, op), all_gather(src, dst, count, dtype), broadcast(src, dst, count, dtype,
         root), reduce(src, dst, count, dtype, op, root), send(src, count, dtype, peer),
-        recv(dst, count, dtype, peer); src/dst are device arrays, counts in elements."""
+        recv(dst, count, dtype, peer); src/dst are device arrays, counts in elements (of dst
+        for reduce_scatter, of src for all_gather)."""
 
     def group(self) -> contextlib.AbstractContextManager:
         """ncclGroupStart/End around point-to-point calls."""
 
-    def close(self) -> None: ...
+    def close_peers(self) -> None:
+        """Close the peers' IPC mappings this process opened."""
+
+    def close(self) -> None:
+        """Free this process's own allocations (peers must have closed theirs first)."""
 
 
 class CupyDevice:
-    """`Device` on a real GPU through CuPy (thin by design; everything testable lives in
+    """`Device` on a real GPU through CuPy 14 (thin by design; everything testable lives in
     CudaBackend)."""
 
     def __init__(self, device_id: int = 0):
@@ -253,12 +317,14 @@ class CupyDevice:
             COMM_STREAM: cupy.cuda.Stream(non_blocking=True),
         }
         self.events: dict[str, Any] = {}
+        self.functions: dict[tuple[int, str], Any] = {}
         self.raw: list[int] = []
         self.opened: list[int] = []
 
     @classmethod
     def for_rank(cls, comm: Any) -> CupyDevice:
-        """The GPU of this rank: its index on its node, modulo the node's GPUs."""
+        """The GPU of this rank: its index on its node, modulo the node's GPUs (ranks share
+        GPUs when they outnumber them)."""
         import cupy
         from mpi4py import MPI
 
@@ -271,37 +337,73 @@ class CupyDevice:
     def arch(self) -> str:
         return f"sm_{self.device.compute_capability}"
 
+    def device_id(self) -> int:
+        return int(self.device.id)
+
+    def bus_id(self) -> str:
+        return str(self.device.pci_bus_id)
+
+    def can_access_peer(self, other: int) -> bool:
+        return bool(self.cp.cuda.runtime.deviceCanAccessPeer(self.device_id(), other))
+
+    def is_device_array(self, value) -> bool:
+        return isinstance(value, self.cp.ndarray)
+
     def empty(self, shape, dtype):
         return self.cp.empty(shape, dtype=dtype)
 
-    def zeros(self, shape, dtype):
-        return self.cp.zeros(shape, dtype=dtype)
+    def zeros(self, shape, dtype, stream):
+        with stream:
+            return self.cp.zeros(shape, dtype=dtype)
 
     def address(self, array) -> int:
         return int(array.data.ptr)
 
-    def upload(self, host: np.ndarray):
+    @staticmethod
+    def _bits(host: np.ndarray) -> np.ndarray:
         host = np.ascontiguousarray(host)
-        if is_bf16(host.dtype):
-            host = host.view(np.uint16)
-        return self.cp.asarray(host)
+        return host.view(np.uint16) if is_bf16(host.dtype) else host
 
-    def download(self, array) -> np.ndarray:
-        return self.cp.asnumpy(array)
+    def upload(self, host, stream):
+        with stream:
+            return self.cp.asarray(self._bits(host))
 
-    def adopt(self, value):
-        if isinstance(value, self.cp.ndarray):
-            return value
-        if hasattr(value, "__dlpack__") and not isinstance(value, np.ndarray):
-            return self.cp.from_dlpack(value)
-        return None
+    def copy_from_host(self, dst, host, stream) -> None:
+        with stream:
+            dst.set(self._bits(host).reshape(dst.shape), stream=stream)
 
-    def alloc_ipc(self, shape, dtype):
+    def download(self, array, stream) -> np.ndarray:
+        # asnumpy on a stream copies after that stream's work and blocks until the copy is done
+        return self.cp.asnumpy(array, stream=stream, blocking=True)
+
+    def adopt(self, value, stream):
+        cp = self.cp
+        if isinstance(value, cp.ndarray):
+            if value.device.id != self.device_id():
+                raise CocoError(
+                    f"the CuPy array is on GPU {value.device.id}, but this rank runs on GPU "
+                    f"{self.device_id()}"
+                )
+            # The caller's work on its current stream comes first.
+            stream.wait_event(cp.cuda.get_current_stream().record())
+            return as_bit_patterns(value, cp)
+        if dlpack_placement(value, self.device_id()) != "device":
+            return None
+        try:
+            # Under `stream`, from_dlpack asks the producer to order its pending work
+            # (PyTorch's current stream, e.g. the backward pass) before this stream's.
+            with stream:
+                array = cp.from_dlpack(value)
+        except (BufferError, TypeError, RuntimeError, ValueError) as e:
+            raise CocoError(f"cannot use the tensor as device memory: {e}") from None
+        return as_bit_patterns(array, cp)
+
+    def alloc_ipc(self, shape, dtype, stream):
         rt = self.cp.cuda.runtime
         nbytes = max(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize, 256)
         ptr = rt.malloc(nbytes)
         self.raw.append(ptr)
-        rt.memset(ptr, 0, nbytes)
+        rt.memsetAsync(ptr, 0, nbytes, stream.ptr)
         mem = self.cp.cuda.UnownedMemory(ptr, nbytes, self)
         array = self.cp.ndarray(shape, dtype=dtype, memptr=self.cp.cuda.MemoryPointer(mem, 0))
         return array, bytes(rt.ipcGetMemHandle(ptr))
@@ -313,10 +415,28 @@ class CupyDevice:
         return int(ptr)
 
     def load_module(self, cubin_path: str, source: str):
-        return self.cp.RawModule(path=cubin_path)
+        # Two handles on one cubin: cooperative launches need a module that asks for them.
+        return (
+            self.cp.RawModule(path=cubin_path),
+            self.cp.RawModule(path=cubin_path, enable_cooperative_groups=True),
+        )
 
-    def launch(self, module, kernel, grid, block, args, shared_bytes, stream) -> None:
-        fn = module.get_function(kernel)
+    def _function(self, module, kernel: str, cooperative: bool):
+        key = (id(module), kernel, cooperative)
+        fn = self.functions.get(key)
+        if fn is None:
+            fn = self.functions[key] = module[1 if cooperative else 0].get_function(kernel)
+        return fn
+
+    def max_coresident_blocks(self, module, kernel, block, shared) -> int:
+        fn = self._function(module, kernel, True)
+        per_sm = self.cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
+            fn.kernel.ptr, block, shared
+        )
+        return int(per_sm) * int(self.device.attributes["MultiProcessorCount"])
+
+    def launch(self, module, kernel, grid, block, args, shared_bytes, stream, *, cooperative=False):
+        fn = self._function(module, kernel, cooperative)
         with stream:
             fn((grid,), (block,), tuple(args), shared_mem=shared_bytes)
 
@@ -336,14 +456,13 @@ class CupyDevice:
         stream.wait_event(self.events[event])
 
     def synchronize(self) -> None:
-        for s in self.streams.values():
-            s.synchronize()
+        self.cp.cuda.runtime.deviceSynchronize()
 
-    def nccl_unique_id(self):
+    def nccl_unique_id(self) -> bytes:
         return self.nccl_mod.get_unique_id()
 
-    def nccl_comm(self, unique_id, size: int, rank: int):
-        return self.nccl_mod.NcclCommunicator(size, tuple(unique_id), rank)
+    def nccl_comm(self, unique_id: bytes, size: int, rank: int):
+        return self.nccl_mod.NcclCommunicator(size, unique_id, rank)
 
     def nccl(self, call: str, comm, stream, **kw) -> None:
         s = stream.ptr
@@ -375,14 +494,18 @@ class CupyDevice:
         finally:
             self.nccl_mod.groupEnd()
 
-    def close(self) -> None:
+    def close_peers(self) -> None:
         self.synchronize()
         rt = self.cp.cuda.runtime
         for ptr in self.opened:
             rt.ipcCloseMemHandle(ptr)
+        self.opened.clear()
+
+    def close(self) -> None:
+        self.synchronize()
+        rt = self.cp.cuda.runtime
         for ptr in self.raw:
             rt.free(ptr)
-        self.opened.clear()
         self.raw.clear()
 
 
@@ -391,24 +514,19 @@ class CupyDevice:
 # ---------------------------------------------------------------------------------------------
 
 
-def _f32_of(xp, a, host: np.dtype):
-    """Values of a device array as f32 (bf16 bit patterns decoded)."""
-    if is_bf16(host):
-        return (a.astype(xp.uint32) << 16).view(xp.float32)
-    return a.astype(xp.float32)
-
-
-def _encode(xp, x, host: np.dtype):
-    """f32/f64 device values rounded to `host` in device storage (bf16: round to nearest even
-    through f32)."""
-    if is_bf16(host):
-        bits = x.astype(xp.float32).view(xp.uint32)
-        rounded = ((bits + xp.uint32(0x7FFF) + ((bits >> 16) & xp.uint32(1))) >> 16).astype(
-            xp.uint16
+def choose_transport(shared_gpu: bool) -> str:
+    """'nccl' or 'mpi' (host-staged): NCCL unless ranks share a GPU, or the user says."""
+    asked = os.environ.get(TRANSPORT_ENV, "auto").strip().lower() or "auto"
+    if asked not in ("auto", "nccl", "mpi"):
+        raise CocoError(f"{TRANSPORT_ENV}={asked!r}: use auto, nccl or mpi")
+    if asked == "nccl" and shared_gpu:
+        raise CocoError(
+            f"{TRANSPORT_ENV}=nccl, but ranks share a GPU, which NCCL refuses: run one rank per "
+            f"GPU, or leave {TRANSPORT_ENV} unset (library collectives then go through MPI)"
         )
-        nan = ((bits >> 16) | xp.uint32(0x40)).astype(xp.uint16)
-        return xp.where((bits & xp.uint32(0x7FFFFFFF)) > xp.uint32(0x7F800000), nan, rounded)
-    return x.astype(host)
+    if asked == "auto":
+        return "mpi" if shared_gpu else "nccl"
+    return asked
 
 
 class CudaBackend:
@@ -416,8 +534,11 @@ class CudaBackend:
 
     name = "cuda"
 
-    def __init__(self, device: Device, comm: Any, *, exact_collectives: bool = False):
+    def __init__(
+        self, device: Device, comm: Any, *, exact_collectives: bool = False, mpi: Any = None
+    ):
         self.device = device
+        self.mpi = mpi  # the mpi4py.MPI module (None: import it); tests pass a double
         self.xp = device.xp
         self.comm = comm
         self.rank = comm.Get_rank()
@@ -431,12 +552,16 @@ class CudaBackend:
         self.addresses: dict[str, int] = {}
         self.tables: list[Any] = []
         self.module = None
+        self.transport_kind = "nccl"
+        self.shared_gpu = False
+        self.ranks_on_my_gpu = 1
         self.comms: dict[tuple[int, ...], tuple[Any, Any]] = {}  # span -> (MPI comm, NCCL comm)
         self.world_nccl = None
+        self.launch_grids: dict[int, int] = {}  # id(Launch) -> the grid it is launched with
         self.compiled = 0
         self.cached = 0
-        # (what, stream, detail) of every step issued: stream order for tests and debugging.
-        self.trace: list[tuple[str, int, str]] = []
+        # (what, stream, detail) of the last steps issued: stream order for tests and debugging.
+        self.trace: deque[tuple[str, int, str]] = deque(maxlen=TRACE_LENGTH)
 
     # -- setup -------------------------------------------------------------------------------
 
@@ -448,19 +573,62 @@ class CudaBackend:
             )
         self.plan = plan
         self.grid_shape = plan.grid_shape
-        if any(isinstance(s, Launch) for s in plan.steps):
+        self._find_shared_gpus()
+        launches = [s for s in plan.steps if isinstance(s, Launch)]
+        if launches:
             artifact = compile_cubin(plan.cuda_source, self.device.arch())
             if artifact.cache_hit:
                 self.cached += 1
             else:
                 self.compiled += 1
             self.module = self.device.load_module(str(artifact.path), plan.cuda_source)
+            self._clamp_grids(launches)
         for step in plan.steps:
-            if isinstance(step, Collective):
-                if step.op == "send":
-                    self._world()
-                else:
-                    self.group_comm(step.axes)
+            if isinstance(step, Collective) and step.op != "send":
+                self.group_comm(step.axes)
+        if self.transport_kind == "nccl" and any(
+            isinstance(s, Collective) and s.op == "send" for s in plan.steps
+        ):
+            self._world()
+
+    def _find_shared_gpus(self) -> None:
+        """How many ranks run on this rank's GPU, whether any GPU of the job is shared, and
+        so the transport (collective)."""
+        node = self.comm.Split_type(_comm_type_shared(), key=self.rank)
+        buses = node.allgather(self.device.bus_id())
+        node.Free()
+        self.ranks_on_my_gpu = buses.count(self.device.bus_id())
+        self.shared_gpu = any(self.comm.allgather(self.ranks_on_my_gpu > 1))
+        self.transport_kind = choose_transport(self.shared_gpu)
+
+    def _clamp_grids(self, launches: Sequence[Launch]) -> None:
+        """Fused collective kernels are launched cooperatively with at most as many blocks as
+        the GPU holds at once (shared among the ranks on it); every rank takes the smallest
+        grid any rank can hold, so block b of each rank meets block b of its peers."""
+        wanted: dict[str, int] = {}
+        for step in launches:
+            if not needs_coresidency(step):
+                continue
+            fits = self.device.max_coresident_blocks(
+                self.module, step.kernel, step.block, step.shared_bytes
+            )
+            wanted[step.kernel] = min(
+                wanted.get(step.kernel, step.grid), fits // self.ranks_on_my_gpu
+            )
+        limits = {
+            name: min(w[name] for w in self.comm.allgather(wanted)) for name in sorted(wanted)
+        }
+        for step in launches:
+            if not needs_coresidency(step):
+                continue
+            grid = min(step.grid, limits[step.kernel])
+            if grid < 1:
+                raise CocoError(
+                    f"{step.kernel} needs all its blocks resident at once, but not one block of "
+                    f"{step.block} threads fits per rank on this GPU "
+                    f"({self.ranks_on_my_gpu} rank(s) share it)"
+                )
+            self.launch_grids[id(step)] = grid
 
     def _nccl_for(self, mpi_comm: Any) -> Any:
         uid = self.device.nccl_unique_id() if mpi_comm.Get_rank() == 0 else None
@@ -473,14 +641,16 @@ class CudaBackend:
         return self.world_nccl
 
     def group_comm(self, span: tuple[int, ...]) -> tuple[Any, Any]:
+        """(MPI communicator, NCCL communicator or None) of this rank's group over `span`."""
         if span not in self.comms:
             groups = groups_of(self.grid_shape, span)
+            nccl = self.transport_kind == "nccl"
             if len(groups) == 1:
-                self.comms[span] = (self.comm, self._world())
+                self.comms[span] = (self.comm, self._world() if nccl else None)
             else:
                 color = next(i for i, g in enumerate(groups) if self.rank in g)
                 sub = self.comm.Split(color, self.rank)
-                self.comms[span] = (sub, self._nccl_for(sub))
+                self.comms[span] = (sub, self._nccl_for(sub) if nccl else None)
         return self.comms[span]
 
     def _track(self, buf: Buffer, array: Any) -> None:
@@ -488,35 +658,71 @@ class CudaBackend:
         self.host_dtypes[buf.name] = buffer_dtype(buf)
         self.addresses[buf.name] = self.device.address(array)
 
+    def _compute(self) -> Any:
+        return self.device.stream(COMPUTE_STREAM)
+
     def allocate(self, buffers: Sequence[Buffer]) -> None:
         for buf in buffers:
-            self._track(buf, self.device.zeros(buf.shape, device_dtype(buffer_dtype(buf))))
+            dtype = device_dtype(buffer_dtype(buf))
+            self._track(buf, self.device.zeros(buf.shape, dtype, self._compute()))
 
     def allocate_symmetric(self, buffers: Sequence[Buffer]) -> dict[str, dict[int, int]]:
         node = self.comm.Split_type(_comm_type_shared(), key=self.rank)
-        world_of = node.allgather(self.rank)
-        peers: dict[str, dict[int, int]] = {}
-        for buf in buffers:
-            array, handle = self.device.alloc_ipc(buf.shape, device_dtype(buffer_dtype(buf)))
-            self._track(buf, array)
-            handles = node.allgather(handle)
-            peers[buf.name] = {}
-            for q, h in enumerate(handles):
-                r = world_of[q]
-                peers[buf.name][r] = (
-                    self.addresses[buf.name] if r == self.rank else self.device.open_ipc(h)
+        try:
+            world_of = node.allgather(self.rank)
+            self._check_peer_access(node, world_of)
+            peers: dict[str, dict[int, int]] = {}
+            for buf in buffers:
+                array, handle = self.device.alloc_ipc(
+                    buf.shape, device_dtype(buffer_dtype(buf)), self._compute()
                 )
-        self.device.synchronize()
-        node.Barrier()  # every rank's buffers (and flags) are zero before any kernel runs
-        node.Free()
+                self._track(buf, array)
+                handles = node.allgather(handle)
+                peers[buf.name] = {}
+                for q, h in enumerate(handles):
+                    r = world_of[q]
+                    peers[buf.name][r] = (
+                        self.addresses[buf.name] if r == self.rank else self.device.open_ipc(h)
+                    )
+            self.device.synchronize()
+            node.Barrier()  # every rank's buffers (and flags) are zero before any kernel runs
+        finally:
+            node.Free()
         return peers
+
+    def _check_peer_access(self, node: Any, world_of: list[int]) -> None:
+        """Kernels load and store peers' memory: distinct GPUs must reach each other (P2P).
+        Every rank of the node learns the verdict, so all refuse together."""
+        devices = node.allgather(self.device.device_id())
+        mine = self.device.device_id()
+        blocked = sorted(
+            {d for d in devices if d != mine and not self.device.can_access_peer(d)}
+        )
+        problem = (
+            f"rank {self.rank} on GPU {mine} cannot access GPU(s) {blocked} (no peer-to-peer "
+            "access)"
+            if blocked
+            else None
+        )
+        problems = [p for p in node.allgather(problem) if p]
+        if problems:
+            raise CocoError(
+                "fused collective kernels read and write their peers' GPU memory, but "
+                + "; ".join(problems)
+                + ": schedule the split collectives instead (e.g. rs-c-ag)"
+            )
 
     def peer_table(self, addresses: Sequence[int]) -> int:
         return self.table(addresses, np.dtype(np.uint64))
 
     def table(self, values: Sequence[int], dtype: np.dtype, key: object = None) -> int:
-        # Kept until close() even when replaced: a launch on a stream may still read it.
-        table = self.device.upload(np.array(list(values), dtype=dtype))
+        """A small device array a kernel reads (peer addresses, argument tables). Uploaded on
+        the compute stream and waited for: a kernel on either stream may read it next. Kept
+        until close() even when replaced: a launch on a stream may still read it."""
+        stream = self._compute()
+        table = self.device.upload(np.array(list(values), dtype=dtype), stream)
+        self.device.record("coco_table_ready", stream)
+        self.device.wait("coco_table_ready", self.device.stream(COMM_STREAM))
         self.tables.append(table)
         return self.device.address(table)
 
@@ -526,9 +732,12 @@ class CudaBackend:
         return self.addresses[name]
 
     def coerce_input(self, name: str, value: Any, buf: Buffer) -> Any:
-        """Device arrays (CuPy, DLPack) as they are; host values become NumPy arrays (copied
-        to the device when written)."""
-        adopted = self.device.adopt(value)
+        """Device arrays (CuPy, DLPack) as they are (bf16 viewed as its bit pattern); host
+        values become NumPy arrays (copied to the device when written)."""
+        try:
+            adopted = self.device.adopt(value, self._compute())
+        except CocoError as e:
+            raise CocoError(f"input '{name}': {e}") from None
         if adopted is not None:
             return adopted
         if isinstance(value, np.ndarray):
@@ -536,7 +745,10 @@ class CudaBackend:
         if isinstance(value, (int, float, bool, np.generic)) and not buf.shape:
             return np.asarray(value, dtype=buffer_dtype(buf))
         if hasattr(value, "__array__"):
-            return np.asarray(value)
+            try:
+                return np.asarray(value)
+            except Exception as e:  # noqa: BLE001 - any failure to convert is the message
+                raise CocoError(f"input '{name}': cannot read it as a host array: {e}") from None
         raise CocoError(
             f"input '{name}': expected a CuPy array, a DLPack tensor or a NumPy array of shape "
             f"{list(buf.shape)} and dtype {buf.type.elt}, got a {type(value).__name__}"
@@ -547,26 +759,32 @@ class CudaBackend:
         return tuple(value.shape)
 
     def dtype_of(self, value: Any) -> np.dtype:
-        """A device array's dtype; uint16 on the device is how bf16 travels (no coco type is
-        u16), so it reads as bf16."""
+        """A value's dtype; uint16 on the device is how bf16 travels (no coco type is u16), so
+        a device array of it reads as bf16."""
         dt = np.dtype(value.dtype)
-        if not isinstance(value, np.ndarray) and dt == np.uint16:
+        if self.device.is_device_array(value) and dt == np.uint16:
             return np.dtype(V.NUMPY_DTYPES["bf16"])
         return dt
 
     def _device_value_ok(self, buf: Buffer, value: Any) -> bool:
         return (
-            not isinstance(value, np.ndarray)
+            self.device.is_device_array(value)
             and tuple(value.shape) == tuple(buf.shape)
             and np.dtype(value.dtype) == device_dtype(buffer_dtype(buf))
             and bool(value.flags.c_contiguous)
         )
 
+    def _inputs_ready(self) -> None:
+        """Inputs are placed on the compute stream: the communication stream waits for them."""
+        self.device.record("coco_inputs_ready", self._compute())
+        self.device.wait("coco_inputs_ready", self.device.stream(COMM_STREAM))
+
     def bind(self, buf: Buffer, value: Any) -> bool:
-        if isinstance(value, np.ndarray) or not self._device_value_ok(buf, value):
+        if not self._device_value_ok(buf, value):
             return False
         self.arrays[buf.name] = value
         self.addresses[buf.name] = self.device.address(value)
+        self._inputs_ready()
         return True
 
     def unbind(self, buf: Buffer) -> None:
@@ -575,15 +793,18 @@ class CudaBackend:
 
     def write(self, buf: Buffer, value: Any) -> None:
         target = self.arrays[buf.name]
-        with self.device.on(self.device.stream(COMPUTE_STREAM)):
-            if isinstance(value, np.ndarray):
-                value = self.device.upload(value)
-            self.xp.copyto(target, value.reshape(target.shape))
+        stream = self._compute()
+        if not self.device.is_device_array(value):
+            self.device.copy_from_host(target, np.asarray(value), stream)
+        else:
+            with self.device.on(stream):
+                self.xp.copyto(target, value.reshape(target.shape))
+        self._inputs_ready()
 
     def read(self, buf: Buffer) -> np.ndarray:
         """The buffer's content on the host (bf16 restored from its bit pattern)."""
         self.device.synchronize()
-        host = self.device.download(self.arrays[buf.name])
+        host = self.device.download(self.arrays[buf.name], self._compute())
         dtype = self.host_dtypes[buf.name]
         return host.view(dtype) if host.dtype != dtype else host
 
@@ -597,12 +818,21 @@ class CudaBackend:
         ):
             caller[...] = self.read(buf)
             return caller
+        if self.device.is_device_array(caller) and tuple(caller.shape) == tuple(buf.shape):
+            # e.g. a non-contiguous CuPy array: updated in place, as coco.update says
+            with self.device.on(self._compute()):
+                self.xp.copyto(as_bit_patterns(caller, self.xp), self.arrays[buf.name])
+            self.device.synchronize()
+            return caller
         return self.output(buf)
 
     def output(self, buf: Buffer) -> Any:
         """A device copy of an output buffer."""
         self.device.synchronize()
-        return self.arrays[buf.name].copy()
+        with self.device.on(self._compute()):
+            copy = self.arrays[buf.name].copy()
+        self.device.synchronize()  # the caller may use it on any stream
+        return copy
 
     # -- steps ---------------------------------------------------------------------------------
 
@@ -611,14 +841,16 @@ class CudaBackend:
 
     def launch(self, step: Launch, args: Sequence[KernelArg]) -> None:
         self.trace.append(("launch", step.stream, step.kernel))
+        cooperative = needs_coresidency(step)
         self.device.launch(
             self.module,
             step.kernel,
-            step.grid,
+            self.launch_grids.get(id(step), step.grid),
             step.block,
             kernel_scalars(args),
             step.shared_bytes,
             self._stream(step),
+            cooperative=cooperative,
         )
 
     def matmul(self, step: Matmul) -> None:
@@ -630,16 +862,17 @@ class CudaBackend:
         with self.device.on(self._stream(step)):
 
             def value(x, t):
-                return _f32_of(xp, x, t) if cdt == np.float32 else x.astype(cdt)
+                # f16/bf16 compute in f32 (the sim's compute dtype), decoded from storage
+                return widen(xp, x, t).astype(cdt) if is_bf16(t) else x.astype(cdt)
 
             bc = value(b, tb)
             if step.rows is None:
-                c[...] = _encode(xp, xp.matmul(value(a, ta), bc), tc)
+                c[...] = narrow(xp, xp.matmul(value(a, ta), bc), tc, c.dtype)
                 return
             a2 = a.reshape(-1, a.shape[-1])
             c2 = c.reshape(-1, c.shape[-1])
             for lo, hi in step.rows:
-                c2[lo:hi] = _encode(xp, xp.matmul(value(a2[lo:hi], ta), bc), tc)
+                c2[lo:hi] = narrow(xp, xp.matmul(value(a2[lo:hi], ta), bc), tc, c.dtype)
 
     def copy(self, step: Copy) -> None:
         self.trace.append(("copy", step.stream, step.dst.name))
@@ -662,6 +895,8 @@ class CudaBackend:
         self.comm.Barrier()
 
     def close(self) -> None:
+        """Collective: peers may still read this rank's exported memory until every rank has
+        finished and closed its mappings, so free only after a barrier."""
         self.device.synchronize()
         self.arrays.clear()
         self.own.clear()
@@ -670,6 +905,8 @@ class CudaBackend:
             if c is not self.comm and hasattr(c, "Free"):
                 c.Free()
         self.comms.clear()
+        self.device.close_peers()
+        self.comm.Barrier()
         self.device.close()
 
     # -- collectives ---------------------------------------------------------------------------
@@ -677,220 +914,41 @@ class CudaBackend:
     def _rows(self, a: Any, rows: tuple[int, int] | None) -> Any:
         return a if rows is None else a.reshape(-1, a.shape[-1])[rows[0] : rows[1]]
 
-    def _library_reduction(self, host: np.dtype, kind: str) -> bool:
-        return not self.exact or host.kind in "iub"
+    def transport(self, span: tuple[int, ...] | None, stream: Any) -> Transport:
+        """The transport of this rank's group over `span` (None: the world), on `stream`."""
+        mpi_comm, nccl = (self.comm, None) if span is None else self.group_comm(span)
+        if self.transport_kind == "nccl":
+            if nccl is None:
+                nccl = self._world()
+            return NcclTransport(
+                self.device, nccl, mpi_comm.Get_size(), mpi_comm.Get_rank(), stream
+            )
+        return HostStagedTransport(self.device, MpiTransport(mpi_comm, self.mpi), stream)
 
     def collective(self, step: Collective) -> None:
-        if step.rows is not None and step.op in ("reduce_scatter", "all_gather"):
-            raise CocoError(f"the cuda backend cannot run {step.op} on a row chunk ({step})")
         self.trace.append((step.op, step.stream, str(step.rows)))
-        src = self._rows(self.arrays[step.src.name], step.rows)
-        dst = self._rows(self.arrays[step.dst.name], step.rows)
-        host = self.host_dtypes[step.src.name]
         stream = self._stream(step)
+        ctx = CollectiveContext(
+            xp=self.xp,
+            rank=self.rank,
+            grid_shape=self.grid_shape,
+            exact=self.exact,
+            transport=lambda span: self.transport(span, stream),
+            world=lambda: self.transport(None, stream),
+            empty=self.device.empty,
+        )
         with self.device.on(stream):
-            if step.op == "send":
-                self._send(step, src, dst, host, stream)
-                return
-            _mpi_comm, nccl = self.group_comm(step.axes)
-            group = group_of(self.grid_shape, step.axes, self.rank)
-            getattr(self, "_" + step.op)(step, nccl, group, src, dst, host, stream)
-
-    def _exact_combine(
-        self, kind: str, gathered: Any, src_host: np.dtype, dst_host: np.dtype
-    ) -> Any:
-        """Rank-order combination in f64 (int64) of gathered pieces, rounded once."""
-        xp = self.xp
-        if src_host == np.bool_:  # i1: sum is or, prod is and
-            ops = {
-                "sum": xp.logical_or,
-                "prod": xp.logical_and,
-                "max": xp.maximum,
-                "min": xp.minimum,
-            }
-            acc = gathered[0].astype(xp.bool_)
-            for g in gathered[1:]:
-                acc = ops[kind](acc, g.astype(xp.bool_))
-            return acc
-        wide = xp.float64 if src_host.kind == "f" or is_bf16(src_host) else xp.int64
-
-        def load(x: Any) -> Any:
-            return _f32_of(xp, x, src_host).astype(wide) if is_bf16(src_host) else x.astype(wide)
-
-        ops = {"sum": xp.add, "prod": xp.multiply, "max": xp.maximum, "min": xp.minimum}
-        acc = load(gathered[0])
-        for g in gathered[1:]:
-            acc = ops[kind](acc, load(g))
-        return _encode(xp, acc, dst_host)
-
-    def _all_reduce(self, step, nccl, group, src, dst, host, stream) -> None:
-        n = int(np.prod(src.shape, dtype=np.int64))
-        if self._library_reduction(host, step.kind):
-            self.device.nccl(
-                "all_reduce",
-                nccl,
-                stream,
-                src=src,
-                dst=dst,
-                count=n,
-                dtype=nccl_dtype(host),
-                op=nccl_op(step.kind, host),
-            )
-            return
-        gathered = self.device.empty((len(group), *src.shape), src.dtype)
-        self.device.nccl(
-            "all_gather",
-            nccl,
-            stream,
-            src=self.xp.ascontiguousarray(src),
-            dst=gathered,
-            count=n,
-            dtype=nccl_dtype(host),
-        )
-        dst[...] = self._exact_combine(step.kind, gathered, host, self.host_dtypes[step.dst.name])
-
-    def _reduce_scatter(self, step, nccl, group, src, dst, host, stream) -> None:
-        regions = [
-            member_region(step.src.type, self.rank, step.dst.type, m, self.grid_shape)
-            for m in group
-        ]
-        if consecutive_blocks(regions, src.shape):
-            packed = src.reshape(len(group), -1)
-        else:
-            packed = self.xp.stack([self.xp.ascontiguousarray(src[r]).reshape(-1) for r in regions])
-        count = int(packed.shape[1])
-        if self._library_reduction(host, step.kind):
-            self.device.nccl(
-                "reduce_scatter",
-                nccl,
-                stream,
-                src=packed,
-                dst=dst,
-                count=count,
-                dtype=nccl_dtype(host),
-                op=nccl_op(step.kind, host),
-            )
-            return
-        me = group.index(self.rank)
-        gathered = self.device.empty((len(group), len(group), count), packed.dtype)
-        self.device.nccl(
-            "all_gather",
-            nccl,
-            stream,
-            src=self.xp.ascontiguousarray(packed),
-            dst=gathered,
-            count=len(group) * count,
-            dtype=nccl_dtype(host),
-        )
-        mine = gathered[:, me, :]
-        dst[...] = self._exact_combine(
-            step.kind, mine, host, self.host_dtypes[step.dst.name]
-        ).reshape(dst.shape)
-
-    def _all_gather(self, step, nccl, group, src, dst, host, stream) -> None:
-        regions = [
-            member_region(step.dst.type, self.rank, step.src.type, m, self.grid_shape)
-            for m in group
-        ]
-        piece = self.xp.ascontiguousarray(src)
-        count = int(np.prod(piece.shape, dtype=np.int64))
-        if consecutive_blocks(regions, dst.shape):
-            self.device.nccl(
-                "all_gather", nccl, stream, src=piece, dst=dst, count=count, dtype=nccl_dtype(host)
-            )
-            return
-        gathered = self.device.empty((len(group), *piece.shape), piece.dtype)
-        self.device.nccl(
-            "all_gather", nccl, stream, src=piece, dst=gathered, count=count, dtype=nccl_dtype(host)
-        )
-        for j, r in enumerate(regions):
-            dst[r] = gathered[j]
-
-    def _root(self, step, group) -> int:
-        if step.root is None or step.root >= len(group):
-            raise CocoError(
-                f"{step.op} names root {step.root}, but its groups have {len(group)} rank(s)"
-            )
-        return step.root
-
-    def _broadcast(self, step, nccl, group, src, dst, host, stream) -> None:
-        root = self._root(step, group)
-        n = int(np.prod(src.shape, dtype=np.int64))
-        self.device.nccl(
-            "broadcast", nccl, stream, src=src, dst=dst, count=n, dtype=nccl_dtype(host), root=root
-        )
-
-    def _reduce(self, step, nccl, group, src, dst, host, stream) -> None:
-        root = self._root(step, group)
-        me = group.index(self.rank)
-        n = int(np.prod(src.shape, dtype=np.int64))
-        if self._library_reduction(host, step.kind):
-            out = dst if me == root else self.device.empty(dst.shape, dst.dtype)
-            self.device.nccl(
-                "reduce",
-                nccl,
-                stream,
-                src=src,
-                dst=out,
-                count=n,
-                dtype=nccl_dtype(host),
-                op=nccl_op(step.kind, host),
-                root=root,
-            )
-        else:
-            gathered = self.device.empty((len(group), *src.shape), src.dtype)
-            self.device.nccl(
-                "all_gather",
-                nccl,
-                stream,
-                src=self.xp.ascontiguousarray(src),
-                dst=gathered,
-                count=n,
-                dtype=nccl_dtype(host),
-            )
-            if me == root:
-                dst[...] = self._exact_combine(
-                    step.kind, gathered, host, self.host_dtypes[step.dst.name]
-                )
-        if me != root and step.src.name != step.dst.name:
-            self.xp.copyto(dst, src)  # the sim: ranks other than the root keep their input
-
-    def _send(self, step, src, dst, host, stream) -> None:
-        coords = list(V.coords_of(self.rank, self.grid_shape))
-        to, frm = list(coords), list(coords)
-        to[step.along] += step.shift
-        frm[step.along] -= step.shift
-        n_axis = self.grid_shape[step.along]
-        nccl = self._world()
-        count = int(np.prod(src.shape, dtype=np.int64))
-        has_dest = 0 <= to[step.along] < n_axis
-        has_source = 0 <= frm[step.along] < n_axis
-        if not has_source:
-            dst[...] = 0
-        with self.device.group():
-            if has_dest:
-                self.device.nccl(
-                    "send",
-                    nccl,
-                    stream,
-                    src=self.xp.ascontiguousarray(src),
-                    count=count,
-                    dtype=nccl_dtype(host),
-                    peer=V.rank_of(to, self.grid_shape),
-                )
-            if has_source:
-                self.device.nccl(
-                    "recv",
-                    nccl,
-                    stream,
-                    dst=dst,
-                    count=count,
-                    dtype=nccl_dtype(host),
-                    peer=V.rank_of(frm, self.grid_shape),
-                )
+            for request in collective_ops(
+                ctx,
+                step,
+                self._rows(self.arrays[step.src.name], step.rows),
+                self._rows(self.arrays[step.dst.name], step.rows),
+                self.host_dtypes[step.src.name],
+                self.host_dtypes[step.dst.name],
+            ):
+                assert request is None, "device transports are stream-ordered"
 
 
-@functools.cache
 def _comm_type_shared() -> int:
     from mpi4py import MPI
 

@@ -1,14 +1,14 @@
-"""The cuda backend's logic without a GPU: CudaBackend drives a fake `Device` that keeps arrays
-in host memory, runs the plan's kernels through the host build of the same CUDA source, and
-emulates NCCL and CUDA IPC between threads (one per rank). So plan walking, buffer dtypes,
-typed kernel arguments, peer tables, NCCL call selection and stream/event order all run for
-real and are compared with the sim oracle. What is left for a GPU (CuPy, NVRTC modules, NCCL,
-IPC) sits in CupyDevice, exercised by the `gpu`-marked test at the end."""
+"""The cuda backend's logic without a GPU: CudaBackend drives `StrictDevice`
+(test/unit/cuda_double.py), which keeps arrays in host memory, runs the plan's kernels through
+the host build of the same CUDA source, emulates NCCL and CUDA IPC between threads (one per
+rank), takes and returns the types CuPy 14 does, and fails a test on any access to memory that
+stream order does not make safe. Plan walking, buffer dtypes, typed kernel arguments, peer
+tables, transports, cooperative launches and stream/event order all run for real and are
+compared with the sim oracle. Contract tests check the same calls against the real CuPy and
+NCCL wheels where they import without a GPU; the `gpu`-marked test runs on a real device."""
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import threading
 import uuid
 from pathlib import Path
@@ -17,7 +17,6 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
-from coconet.lowering.host_compiler import compile_host
 from coconet.lowering.lower_to_plan import lower
 from coconet.lowering.nvrtc import nvrtc_available
 from coconet.lowering.plan import COMM_STREAM, COMPUTE_STREAM, Epoch, Launch, PeerTable
@@ -26,6 +25,7 @@ from coconet.runtime import values as V
 from coconet.runtime.check import compare_outputs
 from coconet.runtime.cuda import (
     NCCL_DTYPES,
+    TRANSPORT_ENV,
     CudaBackend,
     device_dtype,
     kernel_scalars,
@@ -36,6 +36,17 @@ from coconet.runtime.executor import KernelArg, PlanRunner, buffer_dtype, group_
 
 import coconet
 from coconet.compile import apply_schedule
+from coconet.program import CocoError
+
+from cuda_double import (
+    FakeComm,
+    FakeMPI,
+    FakeTensor,
+    FakeWorld,
+    Hazard,
+    NcclError,
+    StrictDevice,
+)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -44,237 +55,28 @@ pytestmark = pytest.mark.skipif(
 )
 
 # ---------------------------------------------------------------------------------------------
-# A fake world: MPI-like communicators, NCCL and IPC between threads
-# ---------------------------------------------------------------------------------------------
-
-
-class Board:
-    """Rendezvous of the members of one communicator: each call contributes a value and gets
-    every member's, in member order."""
-
-    def __init__(self):
-        self.cond = threading.Condition()
-        self.slots: dict[tuple, dict[int, Any]] = {}
-
-    def exchange(self, key: tuple, index: int, size: int, value: Any) -> list[Any]:
-        with self.cond:
-            slot = self.slots.setdefault(key, {})
-            slot[index] = value
-            self.cond.notify_all()
-            if not self.cond.wait_for(lambda: len(slot) == size, timeout=60):
-                raise TimeoutError(f"fake collective {key} timed out")
-            return [slot[i] for i in range(size)]
-
-
-BOARD = Board()
-
-
-class FakeComm:
-    """The subset of mpi4py's Comm the backend uses, between threads."""
-
-    def __init__(self, cid: str, members: list[int], rank: int):
-        self.cid, self.members, self.world_rank = cid, members, rank
-        self.seq = 0
-
-    def Get_rank(self) -> int:
-        return self.members.index(self.world_rank)
-
-    def Get_size(self) -> int:
-        return len(self.members)
-
-    def allgather(self, value):
-        self.seq += 1
-        return BOARD.exchange((self.cid, self.seq), self.Get_rank(), self.Get_size(), value)
-
-    def bcast(self, value, root=0):
-        return self.allgather(value)[root]
-
-    def Barrier(self):
-        self.allgather(None)
-
-    def Split(self, color, key=0):
-        infos = self.allgather((color, key, self.world_rank))
-        members = [r for c, k, r in sorted((i for i in infos if i[0] == color), key=lambda i: i[1])]
-        return FakeComm(f"{self.cid}/{self.seq}/{color}", members, self.world_rank)
-
-    def Split_type(self, split_type, key=0):
-        return self.Split(0, key)
-
-    def Free(self):
-        pass
-
-
-def _decode(a: np.ndarray, code: int) -> np.ndarray:
-    if code == NCCL_DTYPES["bfloat16"]:
-        return a.view(ml_dtypes.bfloat16).astype(np.float64)
-    return a.astype(np.float64) if a.dtype.kind == "f" else a.astype(np.int64)
-
-
-def _encode(x: np.ndarray, like: np.ndarray, code: int) -> np.ndarray:
-    if code == NCCL_DTYPES["bfloat16"]:
-        return x.astype(ml_dtypes.bfloat16).view(np.uint16)
-    return x.astype(like.dtype)
-
-
-class FakeNccl:
-    def __init__(self, uid: str, size: int, rank: int):
-        self.uid, self.size, self.rank, self.seq = uid, size, rank, 0
-
-    def exchange(self, value):
-        self.seq += 1
-        return BOARD.exchange((self.uid, self.seq), self.rank, self.size, value)
-
-
-class FakeDevice:
-    """`Device` on host memory; records every call."""
-
-    xp = np
-
-    def __init__(self):
-        self.calls: list[tuple] = []
-        self.keep: list[np.ndarray] = []
-        self.current = None
-        self.group_ops: list[tuple] | None = None
-
-    def arch(self) -> str:
-        return "sm_90"
-
-    def empty(self, shape, dtype):
-        return np.empty(shape, dtype)
-
-    def zeros(self, shape, dtype):
-        return np.zeros(shape, dtype)
-
-    def address(self, array) -> int:
-        return array.ctypes.data
-
-    def upload(self, host):
-        host = np.ascontiguousarray(host)
-        return host.view(np.uint16).copy() if host.dtype == ml_dtypes.bfloat16 else host.copy()
-
-    def download(self, array):
-        return array.copy()
-
-    def adopt(self, value):
-        return None
-
-    def alloc_ipc(self, shape, dtype):
-        a = np.zeros(shape, dtype)
-        self.keep.append(a)
-        return a, a.ctypes.data.to_bytes(8, "little")
-
-    def open_ipc(self, handle: bytes) -> int:
-        self.calls.append(("open_ipc",))
-        return int.from_bytes(handle, "little")
-
-    def load_module(self, cubin_path: str, source: str):
-        self.calls.append(("load_module", Path(cubin_path).suffix))
-        return compile_host(source)
-
-    def launch(self, module, kernel, grid, block, args, shared_bytes, stream):
-        self.calls.append(
-            ("launch", kernel, stream, tuple(type(a).__name__ for a in args), tuple(args))
-        )
-        ctypes_of = {
-            np.uint64: ctypes.c_uint64,
-            np.int64: ctypes.c_int64,
-            np.int32: ctypes.c_int32,
-            np.uint32: ctypes.c_uint32,
-            np.float32: ctypes.c_float,
-            np.float64: ctypes.c_double,
-            np.bool_: ctypes.c_bool,
-        }
-        fn = module.kernel(kernel, *(ctypes_of[type(a)] for a in args))
-        fn(grid, block, *(a.item() for a in args), shared_bytes=shared_bytes)
-
-    def stream(self, index: int):
-        return f"s{index}"
-
-    @contextlib.contextmanager
-    def on(self, stream):
-        self.current = stream
-        yield
-        self.current = None
-
-    def record(self, event, stream):
-        self.calls.append(("record", event, stream))
-
-    def wait(self, event, stream):
-        self.calls.append(("wait", event, stream))
-
-    def synchronize(self):
-        pass
-
-    def nccl_unique_id(self):
-        return uuid.uuid4().hex
-
-    def nccl_comm(self, uid, size, rank):
-        return FakeNccl(uid, size, rank)
-
-    def nccl(self, call, comm: FakeNccl, stream, **kw):
-        self.calls.append(("nccl", call, stream, kw.get("count"), kw.get("dtype")))
-        if call in ("send", "recv"):
-            assert self.group_ops is not None, "point-to-point outside a group"
-            self.group_ops.append((call, kw))
-            return
-        src, dst, code = kw["src"], kw["dst"], kw["dtype"]
-        parts = comm.exchange(np.ascontiguousarray(src).reshape(-1).copy())
-        n = kw["count"]
-        flat = dst.reshape(-1) if dst is not None else None
-        if call in ("all_reduce", "reduce_scatter", "reduce"):
-            op = {0: np.add, 1: np.multiply, 2: np.maximum, 3: np.minimum}[kw["op"]]
-            acc = _decode(parts[0], code)
-            for p in parts[1:]:
-                acc = op(acc, _decode(p, code))
-            total = _encode(acc, parts[0], code)
-            if call == "all_reduce":
-                flat[...] = total
-            elif call == "reduce_scatter":
-                flat[...] = total[comm.rank * n : (comm.rank + 1) * n]
-            elif comm.rank == kw["root"]:
-                flat[...] = total
-        elif call == "all_gather":
-            flat[...] = np.concatenate(parts)
-        elif call == "broadcast":
-            flat[...] = parts[kw["root"]]
-
-    @contextlib.contextmanager
-    def group(self):
-        self.group_ops = []
-        yield
-        ops, self.group_ops = self.group_ops, None
-        # Every rank of the world enters the group for a send step; exchange what was sent.
-        sends = {
-            kw["peer"]: np.ascontiguousarray(kw["src"]).reshape(-1).copy()
-            for c, kw in ops
-            if c == "send"
-        }
-        posted = self._world.exchange(sends)
-        for c, kw in ops:
-            if c == "recv":
-                kw["dst"].reshape(-1)[...] = posted[kw["peer"]][self._rank]
-
-    def close(self):
-        pass
-
-
-class GroupAwareBackend(CudaBackend):
-    """CudaBackend whose fake device learns the world NCCL communicator for p2p groups."""
-
-    def _world(self):
-        world = super()._world()
-        self.device._world = world  # type: ignore[attr-defined]
-        self.device._rank = self.rank  # type: ignore[attr-defined]
-        return world
-
-
-# ---------------------------------------------------------------------------------------------
 # Running a plan on N fake GPUs
 # ---------------------------------------------------------------------------------------------
 
 
-def run_fake(program, ranks: int, inputs: dict[str, np.ndarray], *, exact=False, steps=1):
+def run_fake(
+    program,
+    ranks: int,
+    inputs: dict[str, np.ndarray],
+    *,
+    exact=False,
+    steps=1,
+    gpus: int | None = None,
+    backend_class=CudaBackend,
+    device_options: dict | None = None,
+    on_device_inputs=False,
+    close=True,
+):
+    """Run `program` on `ranks` threads, each with a StrictDevice; `gpus` GPUs in all (ranks
+    share them round-robin when fewer, as CupyDevice.for_rank assigns them)."""
     plan = lower(program, ranks)
+    gpus = ranks if gpus is None else gpus
+    world = FakeWorld()
     cid = uuid.uuid4().hex
     results: list[Any] = [None] * ranks
     backends: list[CudaBackend] = [None] * ranks  # type: ignore[list-item]
@@ -282,9 +84,13 @@ def run_fake(program, ranks: int, inputs: dict[str, np.ndarray], *, exact=False,
 
     def rank_main(r: int) -> None:
         try:
-            device = FakeDevice()
-            backend = GroupAwareBackend(
-                device, FakeComm(cid, list(range(ranks)), r), exact_collectives=exact
+            device = StrictDevice(
+                world, bus=f"0000:{r % gpus + 1:02x}:00.0", device_id=r % gpus,
+                **(device_options or {}),
+            )
+            backend = backend_class(
+                device, FakeComm(world, cid, list(range(ranks)), r), exact_collectives=exact,
+                mpi=FakeMPI,
             )
             backends[r] = backend
             runner = PlanRunner(plan, r, backend)
@@ -295,11 +101,18 @@ def run_fake(program, ranks: int, inputs: dict[str, np.ndarray], *, exact=False,
                 )
                 for name, buf in plan.arguments.items()
             }
+            if on_device_inputs:
+                pieces = {
+                    n: backend.coerce_input(n, device.user_array(np.asarray(v)), plan.arguments[n])
+                    for n, v in pieces.items()
+                }
             runner.check_inputs(pieces, backend.shape_of, backend.dtype_of)
             runner.set_inputs(pieces)
             for _ in range(steps):
                 runner.run()
             results[r] = {name: backend.read(buf) for name, buf in plan.outputs.items()}
+            if close:
+                runner.close()
         except BaseException as e:  # noqa: BLE001
             errors.append(e)
 
@@ -362,7 +175,7 @@ def test_fused_collective_gets_typed_args_peer_tables_and_epochs():
         "coco-split-allreduce,coco-reorder,coco-as-slice{ops=m,v},coco-fuse",
     )
     inputs = sim.prepare_inputs(program, None, (2,), seed=0)
-    plan, _got, backends = run_fake(program, 2, inputs, steps=3)
+    plan, _got, backends = run_fake(program, 2, inputs, steps=3, close=False)
     launch = next(
         s
         for s in plan.steps
@@ -383,7 +196,7 @@ def test_fused_collective_gets_typed_args_peer_tables_and_epochs():
     for a in launch.args:
         if isinstance(a, PeerTable):
             table_addr = int(calls[0][4][launch.args.index(a)])
-            table = next(t for t in b1.tables if t.ctypes.data == table_addr)
+            table = b1.device.find(table_addr).array
             group = group_of(plan.grid_shape, a.span, 1)
             expect = [backends[m].own[a.buffer.name].ctypes.data for m in group]
             assert list(map(int, table)) == expect
@@ -455,18 +268,277 @@ def test_dtypes_on_the_device():
     assert nccl_op("sum", np.dtype(np.float32)) == 0
 
 
-def test_bf16_inputs_travel_as_uint16_on_the_device():
-    program = coconet.load(EXAMPLES / "adam_bf16_grads.mlir")
+def test_bf16_device_arrays_of_cupy14_are_taken_as_bit_patterns():
+    """CuPy 14 and DLPack hand bf16 over as ml_dtypes.bfloat16: the backend views it as the
+    uint16 bit patterns it stores, before the ranks agree to run (no rank left waiting)."""
+    program = apply_schedule(
+        coconet.load(EXAMPLES / "adam_bf16_grads.mlir"),
+        "coco-split-allreduce,coco-reorder,coco-as-slice{ops=m,v},coco-fuse",
+    )
+    inputs = sim.prepare_inputs(program, None, (2,), seed=5)
+    assert any(v.dtype == ml_dtypes.bfloat16 for v in inputs.values())
+    want = sim.run(program, {k: v.copy() for k, v in inputs.items()}, ranks=2, inplace=False)
+    _plan, got, backends = run_fake(program, 2, inputs, on_device_inputs=True, close=False)
+    assert compare_outputs(got, want.per_rank).ok
+    g = backends[0].arrays["g"]
+    assert backends[0].device.is_device_array(g) and g.dtype == np.uint16
+
+
+def test_device_inputs_are_ordered_after_their_producer_stream():
+    """A caller's tensor still being written on its own stream (PyTorch's backward) is read
+    only after that write: adoption orders it before the backend's streams."""
+    program = coconet.load(EXAMPLES / "sgd.mlir")
+    inputs = sim.prepare_inputs(program, None, (2,), seed=2)
+    want = sim.run(program, {k: v.copy() for k, v in inputs.items()}, ranks=2, inplace=False)
+    _plan, got, backends = run_fake(program, 2, inputs, on_device_inputs=True)
+    assert compare_outputs(got, want.per_rank).ok
+    assert not backends[0].device.hazards
+
+
+class ForgetfulAdoptionDevice(StrictDevice):
+    """Adopts device arrays without ordering them (the defect: DLPack arrays were ordered only
+    against the legacy stream)."""
+
+    def adopt(self, value, stream):
+        return value if self.is_device_array(value) else None
+
+
+def test_the_stream_model_catches_unordered_device_inputs():
+    program = coconet.load(EXAMPLES / "sgd.mlir")
+    inputs = sim.prepare_inputs(program, None, (1,), seed=2)
+    plan = lower(program, 1)
+    world = FakeWorld()
+    device = ForgetfulAdoptionDevice(world)
+    backend = CudaBackend(device, FakeComm(world, "c", [0], 0), mpi=FakeMPI)
+    runner = PlanRunner(plan, 0, backend)
+    runner.setup()
+    pieces = {n: device.user_array(np.asarray(v)) for n, v in inputs.items()}
+    runner.set_inputs(pieces)
+    with pytest.raises(Hazard, match="torch"):
+        runner.run()
+
+
+class LegacyStreamBackend(CudaBackend):
+    """The defect: tables uploaded on CuPy's current (legacy) stream with nothing ordering
+    them before the kernels that read them."""
+
+    def table(self, values, dtype, key=None):
+        table = self.device.upload(np.array(list(values), dtype=dtype), self.device.legacy)
+        self.tables.append(table)
+        return self.device.address(table)
+
+
+def test_the_stream_model_catches_a_table_read_before_its_upload_lands():
+    program = apply_schedule(
+        coconet.load(EXAMPLES / "adam.mlir"),
+        "coco-split-allreduce,coco-reorder,coco-as-slice{ops=m,v},coco-fuse",
+    )
+    inputs = sim.prepare_inputs(program, None, (2,), seed=0)
+    with pytest.raises(Hazard, match="legacy"):
+        run_fake(program, 2, inputs, backend_class=LegacyStreamBackend)
+
+
+SHARED_GPU_CASES = [
+    ("sgd", "coco-split-allreduce,coco-reorder,coco-as-slice,coco-fuse", 4),
+    ("adam", "coco-split-allreduce,coco-reorder,coco-as-slice{ops=m,v}", 2),
+    ("adam_bf16_grads", "", 2),
+    ("adam_f16_grads", "coco-split-allreduce", 4),
+    ("model_parallel_mlp", "coco-overlap", 2),
+    ("pipeline_boundary", "coco-sliced-send,coco-fuse", 4),
+]
+
+
+@pytest.mark.parametrize("name,spec,ranks", SHARED_GPU_CASES)
+def test_ranks_sharing_one_gpu_run_library_collectives_through_mpi(name, spec, ranks):
+    """NCCL refuses two ranks on one GPU; with one GPU for all ranks the backend moves library
+    collectives through host copies and MPI, and every schedule still matches the oracle."""
+    program = apply_schedule(coconet.load(EXAMPLES / f"{name}.mlir"), spec or None)
+    inputs = sim.prepare_inputs(program, None, program.grid.bind(ranks), seed=4)
+    want = sim.run(program, {k: v.copy() for k, v in inputs.items()}, ranks=ranks, inplace=False)
+    _plan, got, backends = run_fake(program, ranks, inputs, gpus=1)
+    result = compare_outputs(got, want.per_rank)
+    assert result.ok, "\n".join(map(str, result.differences))
+    assert all(b.transport_kind == "mpi" and b.ranks_on_my_gpu == ranks for b in backends)
+    assert not [c for b in backends for c in b.device.calls if c[0] == "nccl"]
+
+
+def test_two_gpus_for_four_ranks_also_avoid_nccl():
+    program = coconet.load(EXAMPLES / "sgd.mlir")
+    inputs = sim.prepare_inputs(program, None, (4,), seed=1)
+    want = sim.run(program, {k: v.copy() for k, v in inputs.items()}, ranks=4, inplace=False)
+    _plan, got, backends = run_fake(program, 4, inputs, gpus=2)
+    assert compare_outputs(got, want.per_rank).ok
+    assert {b.transport_kind for b in backends} == {"mpi"}
+
+
+def test_the_double_refuses_two_ranks_of_one_gpu_in_one_nccl_communicator(monkeypatch):
+    monkeypatch.setenv(TRANSPORT_ENV, "nccl")
+    program = coconet.load(EXAMPLES / "sgd.mlir")
+    inputs = sim.prepare_inputs(program, None, (2,), seed=1)
+    with pytest.raises(CocoError, match="share a GPU"):
+        run_fake(program, 2, inputs, gpus=1)
+    world = FakeWorld()
+    a, b = StrictDevice(world), StrictDevice(world)
+    uid = a.nccl_unique_id()
+    a.nccl_comm(uid, 2, 0)
+    with pytest.raises(NcclError, match="Duplicate GPU"):
+        b.nccl_comm(uid, 2, 1)
+
+
+def test_transport_can_be_forced_to_mpi(monkeypatch):
+    monkeypatch.setenv(TRANSPORT_ENV, "mpi")
+    program = coconet.load(EXAMPLES / "sgd.mlir")
+    inputs = sim.prepare_inputs(program, None, (2,), seed=1)
+    want = sim.run(program, {k: v.copy() for k, v in inputs.items()}, ranks=2, inplace=False)
+    _plan, got, backends = run_fake(program, 2, inputs)
+    assert compare_outputs(got, want.per_rank).ok
+    assert backends[0].transport_kind == "mpi"
+    monkeypatch.setenv(TRANSPORT_ENV, "gloo")
+    with pytest.raises(CocoError, match="auto, nccl or mpi"):
+        run_fake(program, 2, inputs)
+
+
+def test_nccl_unique_ids_are_bytes_and_communicators_refuse_tuples():
+    world = FakeWorld()
+    device = StrictDevice(world)
+    uid = device.nccl_unique_id()
+    assert isinstance(uid, bytes) and len(uid) == 128
+    with pytest.raises(TypeError, match="commId"):
+        device.nccl_comm(tuple(uid), 1, 0)
+
+
+def _fused_adam():
+    return apply_schedule(
+        coconet.load(EXAMPLES / "adam.mlir"),
+        "coco-split-allreduce,coco-reorder,coco-as-slice{ops=m,v},coco-fuse",
+    )
+
+
+class UnevenGpus(CudaBackend):
+    """Rank 0's GPU holds fewer co-resident blocks than rank 1's."""
+
+    def prepare(self, plan):
+        self.device.coresident = 1 if self.rank == 0 else 5
+        super().prepare(plan)
+
+
+def test_fused_kernels_launch_cooperatively_with_a_grid_every_rank_can_hold():
+    program = _fused_adam()
+    inputs = sim.prepare_inputs(program, None, (2,), seed=0)
+    want = sim.run(program, {k: v.copy() for k, v in inputs.items()}, ranks=2, inplace=False)
+    plan, got, backends = run_fake(program, 2, inputs, backend_class=UnevenGpus)
+    assert compare_outputs(got, want.per_rank).ok
+    fused = {s.kernel: s.grid for s in plan.steps if isinstance(s, Launch) and any(
+        isinstance(a, PeerTable) for a in s.args)}
+    assert fused and max(fused.values()) > 1  # the clamp is exercised
+    for b in backends:
+        launches = [c for c in b.device.calls if c[0] == "launch" and c[1] in fused]
+        assert launches and all(c[6] for c in launches)  # cooperative
+        assert {c[5] for c in launches} == {1}  # rank 1 could hold 5, but meets rank 0's 1
+    others = [c for c in backends[0].device.calls if c[0] == "launch" and c[1] not in fused]
+    assert all(not c[6] for c in others)
+
+
+def test_a_fused_kernel_that_cannot_be_resident_is_refused():
+    program = _fused_adam()
+    inputs = sim.prepare_inputs(program, None, (2,), seed=0)
+    with pytest.raises(CocoError, match="resident at once"):
+        run_fake(program, 2, inputs, device_options={"coresident_blocks": 1}, gpus=1)
+
+
+def test_fused_kernels_without_peer_access_are_refused_on_every_rank():
+    program = _fused_adam()
+    inputs = sim.prepare_inputs(program, None, (2,), seed=0)
+    with pytest.raises(CocoError, match="peer-to-peer"):
+        run_fake(program, 2, inputs, device_options={"peer_access": False})
+
+
+def test_the_trace_is_bounded():
+    program = coconet.load(EXAMPLES / "sgd.mlir")
+    inputs = sim.prepare_inputs(program, None, (1,), seed=0)
+    _plan, _got, backends = run_fake(program, 1, inputs, steps=3000)
+    from coconet.runtime.cuda import TRACE_LENGTH
+
+    assert len(backends[0].trace) == TRACE_LENGTH
+
+
+class OrderedClose(StrictDevice):
+    log: list[tuple[str, int]] = []
+
+    def close_peers(self):
+        OrderedClose.log.append(("close_peers", self.id))
+        super().close_peers()
+
+    def close(self):
+        OrderedClose.log.append(("free", self.id))
+        super().close()
+
+
+class SlowToClose(CudaBackend):
+    def close(self):
+        if self.rank == 1:
+            import time
+
+            time.sleep(0.3)
+        super().close()
+
+
+def test_exported_memory_is_freed_only_after_every_peer_closed_its_mappings():
+    program = _fused_adam()
+    inputs = sim.prepare_inputs(program, None, (2,), seed=0)
+    OrderedClose.log = []
+    world = FakeWorld()
     plan = lower(program, 2)
-    buf = plan.arguments["g"]
-    assert buffer_dtype(buf) == ml_dtypes.bfloat16
-    backend = CudaBackend(FakeDevice(), FakeComm(uuid.uuid4().hex, [0], 0))
+    errors = []
 
-    class DeviceArray:  # looks like a CuPy array of bf16 bit patterns: not a NumPy ndarray
-        shape, dtype = buf.shape, np.dtype(np.uint16)
+    def rank_main(r):
+        try:
+            device = OrderedClose(world, bus=f"bus{r}", device_id=r)
+            backend = SlowToClose(device, FakeComm(world, "c", [0, 1], r), mpi=FakeMPI)
+            runner = PlanRunner(plan, r, backend)
+            runner.setup()
+            runner.close()
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
 
-    assert backend.dtype_of(DeviceArray()) == ml_dtypes.bfloat16
-    assert backend.dtype_of(np.zeros(3, np.uint16)) == np.uint16  # host arrays say what they are
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    kinds = [k for k, _ in OrderedClose.log]
+    assert kinds.index("free") > max(i for i, k in enumerate(kinds) if k == "close_peers")
+
+
+def test_dlpack_placement_of_torch_like_tensors():
+    from coconet.runtime.cuda import dlpack_placement
+
+    world = FakeWorld()
+    device = StrictDevice(world, device_id=0)
+    data = device.user_array(np.zeros(3, np.float32))
+    assert dlpack_placement(FakeTensor(data), 0) == "device"
+    assert dlpack_placement(FakeTensor(data, device_type=1), 0) == "host"
+    assert dlpack_placement(np.zeros(3), 0) == "host"
+    with pytest.raises(CocoError, match="detach"):
+        dlpack_placement(FakeTensor(data, requires_grad=True), 0)
+    with pytest.raises(CocoError, match="detach"):
+        dlpack_placement(FakeTensor(data, device_type=1, requires_grad=True), 0)
+    with pytest.raises(CocoError, match="on GPU 1"):
+        dlpack_placement(FakeTensor(data, device_index=1), 0)
+    with pytest.raises(CocoError, match="not CUDA memory"):
+        dlpack_placement(FakeTensor(data, device_type=10), 0)
+
+
+def test_a_tensor_that_requires_grad_is_refused_with_one_clear_message():
+    program = coconet.load(EXAMPLES / "sgd.mlir")
+    plan = lower(program, 1)
+    world = FakeWorld()
+    device = StrictDevice(world)
+    backend = CudaBackend(device, FakeComm(world, "c", [0], 0), mpi=FakeMPI)
+    g = FakeTensor(device.user_array(np.zeros(4096, np.float32)), requires_grad=True)
+    with pytest.raises(CocoError, match="input 'g': .*detach"):
+        backend.coerce_input("g", g, plan.arguments["g"])
 
 
 # ---------------------------------------------------------------------------------------------

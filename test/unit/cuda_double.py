@@ -1,0 +1,779 @@
+"""A strict stand-in for a GPU, for the cuda backend's tests on machines without one.
+
+`StrictDevice` implements runtime/cuda.py's `Device` on host memory and is strict where the
+real libraries are:
+
+* Types as CuPy 14 has them: NCCL unique ids are 128 `bytes` and the communicator takes
+  `(int, bytes, int)` (a tuple raises TypeError, as Cython's typed signature does); NCCL calls
+  take integer addresses, counts, enums and a stream handle; kernels take NumPy scalars of each
+  parameter's exact C type; bf16 arrays handed in are `ml_dtypes.bfloat16`.
+* Limits as CUDA has them: two ranks on one GPU in one NCCL communicator fail ("Duplicate GPU
+  detected"); a cooperative launch larger than what is co-resident fails; peer access between
+  GPUs can be switched off.
+* Stream semantics: every copy, memset, upload, NCCL call and kernel launch is recorded on its
+  stream; vector clocks model stream order, events, stream and device synchronization. Reading
+  or overwriting memory last written on a stream that is not ordered before the reader (no event,
+  no synchronization) raises `Hazard`. Array work the backend does through NumPy is attributed
+  to the stream of the enclosing `on(stream)`, or to CuPy's legacy default stream when there is
+  none -- which is not ordered with the backend's non-blocking streams.
+
+Kernels run for real: the plan's CUDA source compiled by the host compiler (the cpu backend's
+device layer). Ranks are threads of one process; `FakeWorld` holds what they share.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import itertools
+import os
+import threading
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+from coconet.lowering.host_compiler import compile_host
+from coconet.runtime.cuda import as_bit_patterns, dlpack_placement
+from coconet.runtime.transport import NCCL_DTYPES
+
+LEGACY = "legacy"
+
+
+class Hazard(AssertionError):
+    """Memory touched on a stream that is not ordered after its last write."""
+
+
+class NcclError(RuntimeError):
+    pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Threads as ranks: communicators, NCCL rendezvous, IPC handles
+# ---------------------------------------------------------------------------------------------
+
+
+class Board:
+    """Rendezvous of the members of one communicator: each call contributes a value and gets
+    every member's, in member order."""
+
+    def __init__(self):
+        self.cond = threading.Condition()
+        self.slots: dict[tuple, dict[int, Any]] = {}
+
+    def exchange(self, key: tuple, index: int, size: int, value: Any) -> list[Any]:
+        with self.cond:
+            slot = self.slots.setdefault(key, {})
+            slot[index] = value
+            self.cond.notify_all()
+            if not self.cond.wait_for(lambda: len(slot) == size, timeout=60):
+                raise TimeoutError(f"fake collective {key} timed out")
+            return [slot[i] for i in range(size)]
+
+
+class FakeWorld:
+    """What the rank threads of one job share."""
+
+    def __init__(self):
+        self.board = Board()
+        self.ipc: dict[bytes, int] = {}
+        self.nccl_members: dict[bytes, dict[int, str]] = defaultdict(dict)
+        self.mailbox: dict[tuple, list[np.ndarray]] = defaultdict(list)
+        self.lock = threading.Condition()
+
+
+class FakeRequest:
+    """An mpi4py request: `wait` finishes the operation."""
+
+    def __init__(self, finish=None):
+        self.finish = finish
+
+    def Wait(self):
+        if self.finish is not None:
+            f, self.finish = self.finish, None
+            f()
+
+    def Test(self):
+        self.Wait()
+        return True
+
+
+class FakeMPI:
+    """The parts of mpi4py.MPI the transports use."""
+
+    SUM, PROD, MAX, MIN = "sum", "prod", "max", "min"
+    COMM_TYPE_SHARED = 1
+
+    class Request:
+        @staticmethod
+        def Waitall(reqs):
+            for r in reqs:
+                r.Wait()
+
+        @staticmethod
+        def Testall(reqs):
+            FakeMPI.Request.Waitall(reqs)
+            return True
+
+
+_REDUCE = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+class FakeComm:
+    """The subset of mpi4py's Comm the backend and MpiTransport use, between threads.
+    Non-blocking calls rendezvous when waited on."""
+
+    def __init__(self, world: FakeWorld, cid: str, members: list[int], rank: int):
+        self.world, self.cid, self.members, self.world_rank = world, cid, members, rank
+        self.seq = 0
+
+    def Get_rank(self) -> int:
+        return self.members.index(self.world_rank)
+
+    def Get_size(self) -> int:
+        return len(self.members)
+
+    def allgather(self, value):
+        self.seq += 1
+        return self.world.board.exchange(
+            (self.cid, self.seq), self.Get_rank(), self.Get_size(), value
+        )
+
+    def bcast(self, value, root=0):
+        return self.allgather(value)[root]
+
+    def Barrier(self):
+        self.allgather(None)
+
+    def Split(self, color, key=0):
+        infos = self.allgather((color, key, self.world_rank))
+        members = [r for c, k, r in sorted((i for i in infos if i[0] == color), key=lambda i: i[1])]
+        return FakeComm(self.world, f"{self.cid}/{self.seq}/{color}", members, self.world_rank)
+
+    def Split_type(self, split_type, key=0):
+        return self.Split(0, key)
+
+    def Free(self):
+        pass
+
+    # -- non-blocking collectives on host arrays (what MpiTransport calls) ---------------------
+
+    def _collective(self, send: np.ndarray | None, finish) -> FakeRequest:
+        self.seq += 1
+        key, me, n = (self.cid, self.seq), self.Get_rank(), self.Get_size()
+        payload = None if send is None else np.array(send, copy=True)
+        return FakeRequest(lambda: finish(self.world.board.exchange(key, me, n, payload)))
+
+    def Iallreduce(self, src, dst, op):
+        def finish(parts):
+            acc = parts[0]
+            for p in parts[1:]:
+                acc = _REDUCE[op](acc, p)
+            dst[...] = acc
+
+        return self._collective(src, finish)
+
+    def Ireduce_scatter_block(self, packed, dst, op):
+        me = self.Get_rank()
+
+        def finish(parts):
+            acc = parts[0][me]
+            for p in parts[1:]:
+                acc = _REDUCE[op](acc, p[me])
+            dst.reshape(-1)[...] = acc.reshape(-1)
+
+        return self._collective(packed, finish)
+
+    def Iallgather(self, piece, out):
+        return self._collective(piece, lambda parts: out.__setitem__(..., np.concatenate(parts)))
+
+    def Ialltoall(self, packed, out):
+        me, n = self.Get_rank(), self.Get_size()
+
+        def finish(parts):
+            out.reshape(n, -1)[...] = np.stack([p.reshape(n, -1)[me] for p in parts])
+
+        return self._collective(packed, finish)
+
+    def Ibcast(self, buf, root=0):
+        return self._collective(buf, lambda parts: buf.__setitem__(..., parts[root]))
+
+    def Ireduce(self, src, dst, op, root=0):
+        def finish(parts):
+            if dst is not None:
+                acc = parts[0]
+                for p in parts[1:]:
+                    acc = _REDUCE[op](acc, p)
+                dst[...] = acc
+
+        return self._collective(src, finish)
+
+    def Igather(self, piece, out, root=0):
+        def finish(parts):
+            if out is not None:
+                out[...] = np.concatenate(parts)
+
+        return self._collective(piece, finish)
+
+    def Isend(self, buf, dest, tag=0):
+        with self.world.lock:
+            key = (self.cid, self.world_rank, self.members[dest], tag)
+            self.world.mailbox[key].append(np.array(buf, copy=True))
+            self.world.lock.notify_all()
+        return FakeRequest()
+
+    def Irecv(self, buf, source, tag=0):
+        key = (self.cid, self.members[source], self.world_rank, tag)
+
+        def finish():
+            with self.world.lock:
+                if not self.world.lock.wait_for(lambda: self.world.mailbox[key], timeout=60):
+                    raise TimeoutError(f"fake receive {key} timed out")
+                buf[...] = self.world.mailbox[key].pop(0)
+
+        return FakeRequest(finish)
+
+
+# ---------------------------------------------------------------------------------------------
+# NCCL, typed as CuPy 14's cupy.cuda.nccl
+# ---------------------------------------------------------------------------------------------
+
+
+def _require(value: Any, kind: type, what: str) -> None:
+    ok = isinstance(value, kind) and not isinstance(value, bool)
+    if kind is int:
+        ok = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+    if not ok:
+        raise TypeError(f"{what}: expected {kind.__name__}, got {type(value).__name__}")
+
+
+class FakeNcclCommunicator:
+    """cupy.cuda.nccl.NcclCommunicator(int ndev, bytes commId, int rank): typed as in CuPy 14;
+    calls take integer addresses, resolved on the owning device."""
+
+    def __init__(self, ndev, comm_id, rank, *, device: StrictDevice):
+        _require(ndev, int, "ndev")
+        _require(comm_id, bytes, "commId")
+        _require(rank, int, "rank")
+        if len(comm_id) != 128:
+            raise NcclError("invalid unique id")
+        members = device.world.nccl_members[comm_id]
+        with device.world.lock:
+            if device.bus in members.values():
+                raise NcclError("Duplicate GPU detected: two ranks of one communicator share a GPU")
+            members[int(rank)] = device.bus
+        self.device, self.size, self.rank, self.uid, self.seq = device, ndev, rank, comm_id, 0
+
+    def _exchange(self, value):
+        self.seq += 1
+        board = self.device.world.board
+        return board.exchange((self.uid, self.seq), self.rank, self.size, value)
+
+    def _check(self, ints: dict[str, Any]) -> None:
+        for name, v in ints.items():
+            _require(v, int, name)
+
+    def _reduce(self, call, sendbuf, recvbuf, count, datatype, op, stream, root=None):
+        self._check(dict(sendbuf=sendbuf, recvbuf=recvbuf, count=count, datatype=datatype, op=op,
+                         stream=stream))
+        d = self.device
+        s = d.stream_of(stream)
+        n_in = count * self.size if call == "reduce_scatter" else count
+        src = d.read_bytes(sendbuf, n_in, datatype, s)
+        parts = self._exchange(src)
+        fn = {0: np.add, 1: np.multiply, 2: np.maximum, 3: np.minimum}[op]
+        acc = _decode(parts[0], datatype)
+        for p in parts[1:]:
+            acc = fn(acc, _decode(p, datatype))
+        if call == "reduce_scatter":
+            acc = acc[self.rank * count : (self.rank + 1) * count]
+        total = _encode(acc, datatype)
+        if call != "reduce" or self.rank == root:
+            d.write_bytes(recvbuf, total, s)
+
+    def allReduce(self, sendbuf, recvbuf, count, datatype, op, stream):
+        self._reduce("all_reduce", sendbuf, recvbuf, count, datatype, op, stream)
+
+    def reduceScatter(self, sendbuf, recvbuf, recvcount, datatype, op, stream):
+        self._reduce("reduce_scatter", sendbuf, recvbuf, recvcount, datatype, op, stream)
+
+    def reduce(self, sendbuf, recvbuf, count, datatype, op, root, stream):
+        _require(root, int, "root")
+        self._reduce("reduce", sendbuf, recvbuf, count, datatype, op, stream, root=root)
+
+    def allGather(self, sendbuf, recvbuf, count, datatype, stream):
+        self._check(dict(sendbuf=sendbuf, recvbuf=recvbuf, count=count, datatype=datatype,
+                         stream=stream))
+        d = self.device
+        s = d.stream_of(stream)
+        parts = self._exchange(d.read_bytes(sendbuf, count, datatype, s))
+        d.write_bytes(recvbuf, np.concatenate(parts), s)
+
+    def broadcast(self, sendbuff, recvbuff, count, datatype, root, stream):
+        self._check(dict(sendbuff=sendbuff, recvbuff=recvbuff, count=count, datatype=datatype,
+                         root=root, stream=stream))
+        d = self.device
+        s = d.stream_of(stream)
+        mine = d.read_bytes(sendbuff, count, datatype, s) if self.rank == root else None
+        d.write_bytes(recvbuff, self._exchange(mine)[root], s)
+
+    def send(self, sendbuf, count, datatype, peer, stream):
+        self._check(dict(sendbuf=sendbuf, count=count, datatype=datatype, peer=peer, stream=stream))
+        d = self.device
+        if d.group_ops is None:
+            raise NcclError("point-to-point call outside ncclGroupStart/End in this test world")
+        d.group_comm = self
+        d.group_ops.append(
+            ("send", peer, d.read_bytes(sendbuf, count, datatype, d.stream_of(stream)))
+        )
+
+    def recv(self, recvbuf, count, datatype, peer, stream):
+        self._check(dict(recvbuf=recvbuf, count=count, datatype=datatype, peer=peer, stream=stream))
+        d = self.device
+        if d.group_ops is None:
+            raise NcclError("point-to-point call outside ncclGroupStart/End in this test world")
+        d.group_comm = self
+        d.group_ops.append(("recv", peer, (recvbuf, d.stream_of(stream))))
+
+
+_NCCL_NUMPY = {
+    NCCL_DTYPES["int8"]: np.int8,
+    NCCL_DTYPES["uint8"]: np.uint8,
+    NCCL_DTYPES["int32"]: np.int32,
+    NCCL_DTYPES["uint32"]: np.uint32,
+    NCCL_DTYPES["int64"]: np.int64,
+    NCCL_DTYPES["uint64"]: np.uint64,
+    NCCL_DTYPES["float16"]: np.float16,
+    NCCL_DTYPES["float32"]: np.float32,
+    NCCL_DTYPES["float64"]: np.float64,
+    NCCL_DTYPES["bfloat16"]: ml_dtypes.bfloat16,
+}
+
+
+def _decode(a: np.ndarray, code: int) -> np.ndarray:
+    x = a.view(_NCCL_NUMPY[code])
+    return x.astype(np.float64) if x.dtype.kind in "fV" or code == 9 else x.astype(np.int64)
+
+
+def _encode(x: np.ndarray, code: int) -> np.ndarray:
+    return x.astype(_NCCL_NUMPY[code]).view(np.uint8)
+
+
+# ---------------------------------------------------------------------------------------------
+# The device
+# ---------------------------------------------------------------------------------------------
+
+
+class FakeDeviceArray(np.ndarray):
+    """Device memory (a cupy.ndarray stand-in): a NumPy array that is not host memory."""
+
+
+class FakeStream:
+    """cupy.cuda.Stream: `ptr` is its handle; `with stream:` makes it current."""
+
+    _handles = itertools.count(0x1000, 0x10)
+
+    def __init__(self, device: StrictDevice, name: str):
+        self.device, self.name, self.ptr = device, name, next(self._handles)
+
+    def __enter__(self):
+        self.device._enter(self)
+        return self
+
+    def __exit__(self, *exc):
+        self.device._exit()
+
+    def __repr__(self) -> str:
+        return f"<stream {self.name}>"
+
+
+@dataclass
+class Allocation:
+    name: str
+    array: np.ndarray
+    symmetric: bool = False
+    last_write: tuple[str, int] | None = None
+    snapshot: bytes = b""
+    start: int = 0
+    nbytes: int = 0
+
+
+@dataclass
+class FakeTensor:
+    """A PyTorch-like tensor: DLPack device, requires_grad, and a pending write on its
+    producer's stream (the backward pass)."""
+
+    data: FakeDeviceArray
+    device_type: int = 2
+    device_index: int = 0
+    requires_grad: bool = False
+    producer: str = "torch"
+    shape: tuple = field(default=())
+    dtype: Any = None
+
+    def __post_init__(self):
+        self.shape, self.dtype = self.data.shape, self.data.dtype
+
+    def __dlpack_device__(self):
+        return (self.device_type, self.device_index)
+
+    def __dlpack__(self, stream=None):
+        raise AssertionError("StrictDevice.adopt models from_dlpack itself")
+
+
+class StrictDevice:
+    """`Device` (runtime/cuda.py) on host memory, strict about types and streams."""
+
+    xp = np
+
+    def __init__(
+        self,
+        world: FakeWorld,
+        *,
+        bus: str = "0000:01:00.0",
+        device_id: int = 0,
+        coresident_blocks: int = 6,
+        peer_access: bool = True,
+        check_streams: bool = True,
+    ):
+        self.world, self.bus, self.id = world, bus, device_id
+        self.coresident = coresident_blocks
+        self.peer_access = peer_access
+        self.check_streams = check_streams
+        self.calls: list[tuple] = []
+        self.allocations: list[Allocation] = []
+        self.streams = {0: FakeStream(self, "s0"), 1: FakeStream(self, "s1")}
+        self.legacy = FakeStream(self, LEGACY)
+        self.by_ptr = {s.ptr: s for s in (*self.streams.values(), self.legacy)}
+        self.clock: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        self.host: dict[str, int] = defaultdict(int)
+        self.events: dict[str, dict[str, int]] = {}
+        self.current: list[FakeStream] = []
+        self.group_ops: list[tuple] | None = None
+        self.group_comm: FakeNcclCommunicator | None = None
+        self.opened: list[int] = []
+        self.closed = False
+        self.hazards: list[str] = []
+
+    # -- the stream model ----------------------------------------------------------------------
+
+    def _name(self, stream: FakeStream) -> str:
+        if not isinstance(stream, FakeStream) or stream.device is not self:
+            raise TypeError(f"expected a stream of this device, got {stream!r}")
+        return stream.name
+
+    def stream_of(self, handle: int) -> str:
+        _require(handle, int, "stream")
+        if int(handle) not in self.by_ptr:
+            raise NcclError(f"unknown stream handle {handle:#x}")
+        return self.by_ptr[int(handle)].name
+
+    def _absorb_host(self, s: str) -> None:
+        clock = self.clock[s]
+        for k, v in self.host.items():
+            clock[k] = max(clock[k], v)
+
+    def _tick(self, s: str) -> tuple[str, int]:
+        self._absorb_host(s)
+        self.clock[s][s] += 1
+        return (s, self.clock[s][s])
+
+    def _ordered(self, s: str, stamp: tuple[str, int] | None) -> bool:
+        if stamp is None:
+            return True
+        self._absorb_host(s)
+        return self.clock[s][stamp[0]] >= stamp[1]
+
+    def _hazard(self, message: str) -> None:
+        self.hazards.append(message)
+        if self.check_streams:
+            raise Hazard(message)
+
+    def _read(self, alloc: Allocation | None, s: str, what: str) -> None:
+        if alloc is not None and not self._ordered(s, alloc.last_write):
+            self._hazard(
+                f"{what} reads {alloc.name} on stream {s}, but it was last written on stream "
+                f"{alloc.last_write[0]} with nothing ordering that write first"
+            )
+
+    def _write(self, alloc: Allocation | None, s: str, what: str) -> None:
+        if alloc is None:
+            return
+        if not self._ordered(s, alloc.last_write):
+            self._hazard(
+                f"{what} writes {alloc.name} on stream {s}, but its last write on stream "
+                f"{alloc.last_write[0]} is not ordered before"
+            )
+        alloc.last_write = self._tick(s)
+        alloc.snapshot = alloc.array.tobytes()
+
+    def _settle(self) -> None:
+        """Attribute NumPy work since the last device call to the current stream (CuPy's
+        current stream: the legacy default stream outside any `with stream`)."""
+        s = self.current[-1].name if self.current else LEGACY
+        for a in self.allocations:
+            if a.symmetric:
+                continue  # peers' kernels write it; ordered by in-kernel flags, not streams
+            if a.array.tobytes() != a.snapshot:
+                self._write(a, s, "array work")
+
+    def _enter(self, stream: FakeStream) -> None:
+        self._settle()
+        self.current.append(stream)
+
+    def _exit(self) -> None:
+        self._settle()
+        self.current.pop()
+
+    def _alloc(self, name: str, array: np.ndarray, *, symmetric: bool = False) -> FakeDeviceArray:
+        array = np.asarray(array, order="C").view(FakeDeviceArray)
+        a = Allocation(name, array, symmetric, None, array.tobytes(),
+                       array.ctypes.data, max(array.nbytes, 1))
+        self.allocations.append(a)
+        return array
+
+    def find(self, address: int) -> Allocation | None:
+        for a in self.allocations:
+            if a.start <= address < a.start + a.nbytes:
+                return a
+        return None
+
+    def read_bytes(self, address: int, count: int, datatype: int, s: str) -> np.ndarray:
+        self._settle()
+        a = self.find(int(address))
+        if a is None:
+            raise NcclError(f"address {int(address):#x} is not device memory of this rank")
+        self._read(a, s, "an NCCL call")
+        n = count * np.dtype(_NCCL_NUMPY[datatype]).itemsize
+        off = int(address) - a.start
+        return a.array.reshape(-1).view(np.uint8)[off : off + n].copy()
+
+    def write_bytes(self, address: int, data: np.ndarray, s: str) -> None:
+        a = self.find(int(address))
+        if a is None:
+            raise NcclError(f"address {int(address):#x} is not device memory of this rank")
+        off = int(address) - a.start
+        a.array.reshape(-1).view(np.uint8)[off : off + data.nbytes] = data.view(np.uint8)
+        self._write(a, s, "an NCCL call")
+
+    # -- Device --------------------------------------------------------------------------------
+
+    def arch(self) -> str:
+        return "sm_90"
+
+    def device_id(self) -> int:
+        return self.id
+
+    def bus_id(self) -> str:
+        return self.bus
+
+    def can_access_peer(self, other: int) -> bool:
+        _require(other, int, "peerDevice")
+        return self.peer_access
+
+    def is_device_array(self, value) -> bool:
+        return isinstance(value, FakeDeviceArray)
+
+    def empty(self, shape, dtype):
+        self._settle()
+        return self._alloc("scratch", np.empty(shape, dtype))
+
+    def zeros(self, shape, dtype, stream):
+        self._settle()
+        array = self._alloc("buffer", np.zeros(shape, dtype))
+        self._write(self.find(array.ctypes.data), self._name(stream), "cudaMemsetAsync")
+        return array
+
+    def address(self, array) -> int:
+        return array.ctypes.data
+
+    def upload(self, host, stream):
+        self._settle()
+        host = np.ascontiguousarray(host)
+        if host.dtype == ml_dtypes.bfloat16:
+            host = host.view(np.uint16)
+        array = self._alloc("upload", host.copy())
+        self._write(self.find(array.ctypes.data), self._name(stream), "an upload")
+        self.calls.append(("upload", self._name(stream)))
+        return array
+
+    def copy_from_host(self, dst, host, stream):
+        self._settle()
+        host = np.ascontiguousarray(host)
+        if host.dtype == ml_dtypes.bfloat16:
+            host = host.view(np.uint16)
+        dst[...] = host.reshape(dst.shape)
+        self._write(self.find(dst.ctypes.data), self._name(stream), "a host-to-device copy")
+
+    def download(self, array, stream) -> np.ndarray:
+        self._settle()
+        s = self._name(stream)
+        self._read(self.find(array.ctypes.data), s, "a device-to-host copy")
+        self._absorb_host(s)
+        for k, v in self.clock[s].items():  # blocking: the host has seen the stream's work
+            self.host[k] = max(self.host[k], v)
+        return np.array(array, copy=True).view(np.ndarray)
+
+    def user_array(self, host: np.ndarray, *, producer: str = "torch") -> FakeDeviceArray:
+        """A caller's device array, written on the caller's stream (not yet synchronized)."""
+        array = self._alloc(f"{producer} array", np.array(host, copy=True))
+        alloc = self.find(array.ctypes.data)
+        alloc.last_write = self._tick(producer)
+        return array
+
+    def adopt(self, value, stream):
+        s = self._name(stream)
+        if isinstance(value, FakeDeviceArray):  # a CuPy array: ordered after its stream
+            alloc = self.find(value.ctypes.data)
+            producer = alloc.last_write[0] if alloc and alloc.last_write else LEGACY
+            self._merge(s, dict(self.clock[producer]))
+            return as_bit_patterns(value, np)
+        if dlpack_placement(value, self.id) != "device":
+            return None
+        # cupy.from_dlpack under `with stream`: __dlpack__(stream=...) orders the producer's
+        # pending work before `stream`.
+        self._merge(s, dict(self.clock[value.producer]))
+        return as_bit_patterns(value.data, np)
+
+    def _merge(self, s: str, other: dict[str, int]) -> None:
+        clock = self.clock[s]
+        for k, v in other.items():
+            clock[k] = max(clock[k], v)
+
+    def alloc_ipc(self, shape, dtype, stream):
+        self._settle()
+        array = self._alloc("symmetric", np.zeros(shape, dtype), symmetric=True)
+        self._write(self.find(array.ctypes.data), self._name(stream), "cudaMemsetAsync")
+        handle = os.urandom(64)  # cudaIpcMemHandle_t is 64 opaque bytes
+        self.world.ipc[handle] = array.ctypes.data
+        return array, handle
+
+    def open_ipc(self, handle: bytes) -> int:
+        _require(handle, bytes, "handle")
+        self.calls.append(("open_ipc",))
+        ptr = self.world.ipc[handle]
+        self.opened.append(ptr)
+        return ptr
+
+    def load_module(self, cubin_path: str, source: str):
+        self.calls.append(("load_module", os.path.splitext(cubin_path)[1]))
+        return compile_host(source)
+
+    def max_coresident_blocks(self, module, kernel, block, shared) -> int:
+        return self.coresident
+
+    _CTYPES = {
+        np.uint64: ctypes.c_uint64,
+        np.int64: ctypes.c_int64,
+        np.int32: ctypes.c_int32,
+        np.uint32: ctypes.c_uint32,
+        np.float32: ctypes.c_float,
+        np.float64: ctypes.c_double,
+        np.bool_: ctypes.c_bool,
+    }
+
+    def launch(self, module, kernel, grid, block, args, shared_bytes, stream, *, cooperative=False):
+        self._settle()
+        s = self._name(stream)
+        for a in args:
+            if type(a) not in self._CTYPES:
+                raise TypeError(f"{kernel}: a kernel argument of type {type(a).__name__}")
+        if cooperative and grid > self.coresident:
+            raise RuntimeError(
+                "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE: "
+                f"{grid} blocks, {self.coresident} co-resident"
+            )
+        self.calls.append(("launch", kernel, s, tuple(type(a).__name__ for a in args),
+                           tuple(args), grid, cooperative))
+        for a in args:
+            if type(a) is np.uint64:
+                self._read(self.find(int(a)), s, f"kernel {kernel}")
+        fn = module.kernel(kernel, *(self._CTYPES[type(a)] for a in args))
+        fn(grid, block, *(a.item() for a in args), shared_bytes=shared_bytes)
+        for alloc in self.allocations:
+            if not alloc.symmetric and alloc.array.tobytes() != alloc.snapshot:
+                self._write(alloc, s, f"kernel {kernel}")
+
+    def stream(self, index: int):
+        return self.streams[index]
+
+    def on(self, stream):
+        self._name(stream)
+        return stream
+
+    def record(self, event: str, stream) -> None:
+        self._settle()
+        s = self._name(stream)
+        self.calls.append(("record", event, s))
+        self._absorb_host(s)
+        self.events[event] = dict(self.clock[s])
+
+    def wait(self, event: str, stream) -> None:
+        self._settle()
+        s = self._name(stream)
+        self.calls.append(("wait", event, s))
+        if event not in self.events:
+            raise KeyError(f"event {event} waited on before it was recorded")
+        self._merge(s, self.events[event])
+
+    def synchronize(self) -> None:
+        self._settle()
+        for clock in list(self.clock.values()):
+            for k, v in clock.items():
+                self.host[k] = max(self.host[k], v)
+
+    def nccl_unique_id(self) -> bytes:
+        return os.urandom(128)
+
+    def nccl_comm(self, unique_id, size, rank):
+        return FakeNcclCommunicator(size, unique_id, rank, device=self)
+
+    def nccl(self, call: str, comm, stream, **kw) -> None:
+        """What CupyDevice.nccl does: arrays become addresses, the stream its handle."""
+        self._settle()
+        self.calls.append(("nccl", call, self._name(stream), kw.get("count"), kw.get("dtype")))
+        p = self.address
+        s = stream.ptr
+        if call == "all_reduce":
+            comm.allReduce(p(kw["src"]), p(kw["dst"]), kw["count"], kw["dtype"], kw["op"], s)
+        elif call == "reduce_scatter":
+            comm.reduceScatter(p(kw["src"]), p(kw["dst"]), kw["count"], kw["dtype"], kw["op"], s)
+        elif call == "all_gather":
+            comm.allGather(p(kw["src"]), p(kw["dst"]), kw["count"], kw["dtype"], s)
+        elif call == "broadcast":
+            comm.broadcast(p(kw["src"]), p(kw["dst"]), kw["count"], kw["dtype"], kw["root"], s)
+        elif call == "reduce":
+            comm.reduce(
+                p(kw["src"]), p(kw["dst"]), kw["count"], kw["dtype"], kw["op"], kw["root"], s
+            )
+        elif call == "send":
+            comm.send(p(kw["src"]), kw["count"], kw["dtype"], kw["peer"], s)
+        elif call == "recv":
+            comm.recv(p(kw["dst"]), kw["count"], kw["dtype"], kw["peer"], s)
+        else:
+            raise ValueError(f"unknown NCCL call {call}")
+
+    @contextlib.contextmanager
+    def group(self):
+        self.group_ops = []
+        yield
+        ops, self.group_ops = self.group_ops, None
+        comm, self.group_comm = self.group_comm, None
+        if comm is None:
+            return
+        # every member of the communicator joins the group and posts what it sends
+        sends = {int(peer): data for kind, peer, data in ops if kind == "send"}
+        posted = comm._exchange(sends)
+        for kind, peer, x in ops:
+            if kind == "recv":
+                address, s = x
+                self.write_bytes(address, posted[int(peer)][comm.rank], s)
+
+    def close_peers(self) -> None:
+        self.synchronize()
+        self.opened.clear()
+
+    def close(self) -> None:
+        self.synchronize()
+        self.closed = True
