@@ -1,12 +1,15 @@
 # One command sets up and runs the main job; one sets up and passes the tests.
 #   make run    -- create .venv, install coconet, run the main CoCoNet workload on the CPU
 #   make test   -- create .venv, install coconet with its test tools, run lit + pytest
+#   make gpu-check -- on a machine with a CUDA GPU: install coconet[cuda,test] into .venv-gpu and
+#                  validate the cuda backend (benchmarks/gpu_check.py -> gpu-check-results.md);
+#                  without a GPU: one line saying so, exit 0, nothing installed
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 
-.PHONY: setup run test lit pytest clean
+.PHONY: setup run test lit pytest clean gpu-check gpu-setup
 
 setup: $(VENV)/.installed
 
@@ -29,5 +32,35 @@ test: setup
 	$(BIN)/lit -sv test/filecheck
 	$(BIN)/python -m pytest -q test
 
+# gpu-check uses its own venv, made with --system-site-packages so that the CuPy (matching the
+# driver's CUDA) and PyTorch a GPU image ships are reused rather than shadowed; cupy-cuda13x is
+# installed only when no CuPy is importable. GPU_CHECK_ARGS passes options to the script
+# (e.g. GPU_CHECK_ARGS='--quick --ranks 1,2').
+GPU_VENV ?= .venv-gpu
+GPU_BIN := $(abspath $(GPU_VENV))/bin
+GPU_CHECK_ARGS ?=
+NO_GPU = gpu-check: no CUDA GPU visible ($(1)); nothing to check on this machine
+
+gpu-setup: $(GPU_VENV)/.installed
+
+$(GPU_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv --system-site-packages $(GPU_VENV)
+	$(GPU_BIN)/python -m pip install --quiet --upgrade pip
+	if $(GPU_BIN)/python -c 'import cupy' 2>/dev/null; then extras=test; else extras=cuda,test; fi; \
+	$(GPU_BIN)/python -m pip install --quiet -e ".[$$extras]"
+	touch $@
+
+# The GPU test comes first and is cheap (nvidia-smi), so a GPU-less machine installs nothing.
+# Once nvidia-smi has listed a GPU, CuPy not seeing one is an error (--require-gpu), not a note.
+gpu-check:
+	@if ! command -v nvidia-smi >/dev/null 2>&1; then \
+		echo "$(call NO_GPU,no nvidia-smi on PATH)"; exit 0; \
+	fi; \
+	if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then \
+		echo "$(call NO_GPU,nvidia-smi lists no GPU)"; exit 0; \
+	fi; \
+	$(MAKE) --no-print-directory gpu-setup && \
+	$(GPU_BIN)/python benchmarks/gpu_check.py --require-gpu $(GPU_CHECK_ARGS)
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) $(GPU_VENV) build *.egg-info .pytest_cache
