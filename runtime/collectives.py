@@ -73,9 +73,9 @@ def bf16_bits(xp: Any, x: Any) -> Any:
     one = xp.uint32(1)
     bits = xp.where(inexact & away, bits - one, bits)
     bits = xp.where(inexact, bits | one, bits)
-    rounded = ((bits + xp.uint32(0x7FFF) + ((bits >> xp.uint32(16)) & one)) >> xp.uint32(16)).astype(
-        xp.uint16
-    )
+    rounded = (
+        (bits + xp.uint32(0x7FFF) + ((bits >> xp.uint32(16)) & one)) >> xp.uint32(16)
+    ).astype(xp.uint16)
     quiet_nan = ((bits >> xp.uint32(16)) | xp.uint32(0x40)).astype(xp.uint16)
     return xp.where((bits & xp.uint32(0x7FFFFFFF)) > xp.uint32(0x7F800000), quiet_nan, rounded)
 

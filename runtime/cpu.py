@@ -6,13 +6,14 @@
 * Symmetric buffers: MPI-3 shared-memory windows (`MPI.Win.Allocate_shared` on the node
   communicator, `Shared_query` for peers' addresses), zeroed before first use; fused collective
   kernels get a per-rank array of their group members' addresses (a PeerTable).
-* Library collectives: mpi4py on a communicator per set of grid axes (split by the coordinates
-  off those axes, keyed by rank, so communicator rank order is the sim's group order).
+* Library collectives: runtime/collectives.py (shared with the cuda backend) over an
+  `MpiTransport` on a communicator per set of grid axes (split by the coordinates off those
+  axes, keyed by rank, so communicator rank order is the sim's group order).
   Exactness against the sim oracle (which accumulates in f64 in rank order and rounds once):
   - all_gather, broadcast and send move bytes: always bit-exact;
   - f16, bf16, i1, and max/min of floats are reduced by exchanging the pieces (Allgather /
-    Alltoall / Gather) and combining them locally in rank order with the sim's own code:
-    bit-exact;
+    Alltoall / Gather) and combining them locally in rank order in f64, rounded once, as the
+    sim does: bit-exact;
   - sum/prod of f32/f64 use MPI's reductions (MPI_Allreduce, MPI_Reduce_scatter_block,
     MPI_Reduce) in the data's own precision and MPI's order: equal to the oracle within the
     per-dtype tolerance (coconet.equivalence.TOLERANCES), usually bit-exact on 2 ranks;

@@ -140,8 +140,7 @@ def dlpack_placement(value: Any, device_id: int) -> str:
         raise CocoError(f"the tensor is on GPU {index}, but this rank runs on GPU {device_id}")
     if getattr(value, "requires_grad", False):
         raise CocoError(
-            "the tensor requires grad: pass tensor.detach() so it can be read and updated in "
-            "place"
+            "the tensor requires grad: pass tensor.detach() so it can be read and updated in place"
         )
     return "device"
 
@@ -198,6 +197,30 @@ def compile_cubin(source: str, arch: str):
         return CUDA_CACHE.get_or_build(key, ".cubin", build, load)
     except NvrtcError as e:
         raise CocoError(f"NVRTC could not compile the kernels for {arch}: {e}") from None
+
+
+def call_nccl(comm: Any, call: str, address: Any, stream: int, **kw: Any) -> None:
+    """`Device.nccl` on CuPy's NcclCommunicator: arrays become addresses, the stream its
+    handle, in the order of the communicator's typed methods."""
+    p = address
+    if call == "all_reduce":
+        comm.allReduce(p(kw["src"]), p(kw["dst"]), kw["count"], kw["dtype"], kw["op"], stream)
+    elif call == "reduce_scatter":
+        comm.reduceScatter(p(kw["src"]), p(kw["dst"]), kw["count"], kw["dtype"], kw["op"], stream)
+    elif call == "all_gather":
+        comm.allGather(p(kw["src"]), p(kw["dst"]), kw["count"], kw["dtype"], stream)
+    elif call == "broadcast":
+        comm.broadcast(p(kw["src"]), p(kw["dst"]), kw["count"], kw["dtype"], kw["root"], stream)
+    elif call == "reduce":
+        comm.reduce(
+            p(kw["src"]), p(kw["dst"]), kw["count"], kw["dtype"], kw["op"], kw["root"], stream
+        )
+    elif call == "send":
+        comm.send(p(kw["src"]), kw["count"], kw["dtype"], kw["peer"], stream)
+    elif call == "recv":
+        comm.recv(p(kw["dst"]), kw["count"], kw["dtype"], kw["peer"], stream)
+    else:
+        raise CocoError(f"unknown NCCL call {call}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -465,26 +488,7 @@ class CupyDevice:
         return self.nccl_mod.NcclCommunicator(size, unique_id, rank)
 
     def nccl(self, call: str, comm, stream, **kw) -> None:
-        s = stream.ptr
-        p = self.address
-        if call == "all_reduce":
-            comm.allReduce(p(kw["src"]), p(kw["dst"]), kw["count"], kw["dtype"], kw["op"], s)
-        elif call == "reduce_scatter":
-            comm.reduceScatter(p(kw["src"]), p(kw["dst"]), kw["count"], kw["dtype"], kw["op"], s)
-        elif call == "all_gather":
-            comm.allGather(p(kw["src"]), p(kw["dst"]), kw["count"], kw["dtype"], s)
-        elif call == "broadcast":
-            comm.broadcast(p(kw["src"]), p(kw["dst"]), kw["count"], kw["dtype"], kw["root"], s)
-        elif call == "reduce":
-            comm.reduce(
-                p(kw["src"]), p(kw["dst"]), kw["count"], kw["dtype"], kw["op"], kw["root"], s
-            )
-        elif call == "send":
-            comm.send(p(kw["src"]), kw["count"], kw["dtype"], kw["peer"], s)
-        elif call == "recv":
-            comm.recv(p(kw["dst"]), kw["count"], kw["dtype"], kw["peer"], s)
-        else:
-            raise CocoError(f"unknown NCCL call {call}")
+        call_nccl(comm, call, self.address, stream.ptr, **kw)
 
     @contextlib.contextmanager
     def group(self):
@@ -695,9 +699,7 @@ class CudaBackend:
         Every rank of the node learns the verdict, so all refuse together."""
         devices = node.allgather(self.device.device_id())
         mine = self.device.device_id()
-        blocked = sorted(
-            {d for d in devices if d != mine and not self.device.can_access_peer(d)}
-        )
+        blocked = sorted({d for d in devices if d != mine and not self.device.can_access_peer(d)})
         problem = (
             f"rank {self.rank} on GPU {mine} cannot access GPU(s) {blocked} (no peer-to-peer "
             "access)"

@@ -30,12 +30,12 @@ import os
 import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import ml_dtypes
 import numpy as np
 from coconet.lowering.host_compiler import compile_host
-from coconet.runtime.cuda import as_bit_patterns, dlpack_placement
+from coconet.runtime.cuda import as_bit_patterns, call_nccl, dlpack_placement
 from coconet.runtime.transport import NCCL_DTYPES
 
 LEGACY = "legacy"
@@ -275,8 +275,16 @@ class FakeNcclCommunicator:
             _require(v, int, name)
 
     def _reduce(self, call, sendbuf, recvbuf, count, datatype, op, stream, root=None):
-        self._check(dict(sendbuf=sendbuf, recvbuf=recvbuf, count=count, datatype=datatype, op=op,
-                         stream=stream))
+        self._check(
+            {
+                "sendbuf": sendbuf,
+                "recvbuf": recvbuf,
+                "count": count,
+                "datatype": datatype,
+                "op": op,
+                "stream": stream,
+            }
+        )
         d = self.device
         s = d.stream_of(stream)
         n_in = count * self.size if call == "reduce_scatter" else count
@@ -303,23 +311,46 @@ class FakeNcclCommunicator:
         self._reduce("reduce", sendbuf, recvbuf, count, datatype, op, stream, root=root)
 
     def allGather(self, sendbuf, recvbuf, count, datatype, stream):
-        self._check(dict(sendbuf=sendbuf, recvbuf=recvbuf, count=count, datatype=datatype,
-                         stream=stream))
+        self._check(
+            {
+                "sendbuf": sendbuf,
+                "recvbuf": recvbuf,
+                "count": count,
+                "datatype": datatype,
+                "stream": stream,
+            }
+        )
         d = self.device
         s = d.stream_of(stream)
         parts = self._exchange(d.read_bytes(sendbuf, count, datatype, s))
         d.write_bytes(recvbuf, np.concatenate(parts), s)
 
     def broadcast(self, sendbuff, recvbuff, count, datatype, root, stream):
-        self._check(dict(sendbuff=sendbuff, recvbuff=recvbuff, count=count, datatype=datatype,
-                         root=root, stream=stream))
+        self._check(
+            {
+                "sendbuff": sendbuff,
+                "recvbuff": recvbuff,
+                "count": count,
+                "datatype": datatype,
+                "root": root,
+                "stream": stream,
+            }
+        )
         d = self.device
         s = d.stream_of(stream)
         mine = d.read_bytes(sendbuff, count, datatype, s) if self.rank == root else None
         d.write_bytes(recvbuff, self._exchange(mine)[root], s)
 
     def send(self, sendbuf, count, datatype, peer, stream):
-        self._check(dict(sendbuf=sendbuf, count=count, datatype=datatype, peer=peer, stream=stream))
+        self._check(
+            {
+                "sendbuf": sendbuf,
+                "count": count,
+                "datatype": datatype,
+                "peer": peer,
+                "stream": stream,
+            }
+        )
         d = self.device
         if d.group_ops is None:
             raise NcclError("point-to-point call outside ncclGroupStart/End in this test world")
@@ -329,7 +360,15 @@ class FakeNcclCommunicator:
         )
 
     def recv(self, recvbuf, count, datatype, peer, stream):
-        self._check(dict(recvbuf=recvbuf, count=count, datatype=datatype, peer=peer, stream=stream))
+        self._check(
+            {
+                "recvbuf": recvbuf,
+                "count": count,
+                "datatype": datatype,
+                "peer": peer,
+                "stream": stream,
+            }
+        )
         d = self.device
         if d.group_ops is None:
             raise NcclError("point-to-point call outside ncclGroupStart/End in this test world")
@@ -528,8 +567,9 @@ class StrictDevice:
 
     def _alloc(self, name: str, array: np.ndarray, *, symmetric: bool = False) -> FakeDeviceArray:
         array = np.asarray(array, order="C").view(FakeDeviceArray)
-        a = Allocation(name, array, symmetric, None, array.tobytes(),
-                       array.ctypes.data, max(array.nbytes, 1))
+        a = Allocation(
+            name, array, symmetric, None, array.tobytes(), array.ctypes.data, max(array.nbytes, 1)
+        )
         self.allocations.append(a)
         return array
 
@@ -663,7 +703,7 @@ class StrictDevice:
     def max_coresident_blocks(self, module, kernel, block, shared) -> int:
         return self.coresident
 
-    _CTYPES = {
+    _CTYPES: ClassVar[dict[type, Any]] = {
         np.uint64: ctypes.c_uint64,
         np.int64: ctypes.c_int64,
         np.int32: ctypes.c_int32,
@@ -684,8 +724,17 @@ class StrictDevice:
                 "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE: "
                 f"{grid} blocks, {self.coresident} co-resident"
             )
-        self.calls.append(("launch", kernel, s, tuple(type(a).__name__ for a in args),
-                           tuple(args), grid, cooperative))
+        self.calls.append(
+            (
+                "launch",
+                kernel,
+                s,
+                tuple(type(a).__name__ for a in args),
+                tuple(args),
+                grid,
+                cooperative,
+            )
+        )
         for a in args:
             if type(a) is np.uint64:
                 self._read(self.find(int(a)), s, f"kernel {kernel}")
@@ -730,29 +779,11 @@ class StrictDevice:
         return FakeNcclCommunicator(size, unique_id, rank, device=self)
 
     def nccl(self, call: str, comm, stream, **kw) -> None:
-        """What CupyDevice.nccl does: arrays become addresses, the stream its handle."""
+        """What CupyDevice.nccl does (the same code): arrays become addresses, the stream
+        its handle."""
         self._settle()
         self.calls.append(("nccl", call, self._name(stream), kw.get("count"), kw.get("dtype")))
-        p = self.address
-        s = stream.ptr
-        if call == "all_reduce":
-            comm.allReduce(p(kw["src"]), p(kw["dst"]), kw["count"], kw["dtype"], kw["op"], s)
-        elif call == "reduce_scatter":
-            comm.reduceScatter(p(kw["src"]), p(kw["dst"]), kw["count"], kw["dtype"], kw["op"], s)
-        elif call == "all_gather":
-            comm.allGather(p(kw["src"]), p(kw["dst"]), kw["count"], kw["dtype"], s)
-        elif call == "broadcast":
-            comm.broadcast(p(kw["src"]), p(kw["dst"]), kw["count"], kw["dtype"], kw["root"], s)
-        elif call == "reduce":
-            comm.reduce(
-                p(kw["src"]), p(kw["dst"]), kw["count"], kw["dtype"], kw["op"], kw["root"], s
-            )
-        elif call == "send":
-            comm.send(p(kw["src"]), kw["count"], kw["dtype"], kw["peer"], s)
-        elif call == "recv":
-            comm.recv(p(kw["dst"]), kw["count"], kw["dtype"], kw["peer"], s)
-        else:
-            raise ValueError(f"unknown NCCL call {call}")
+        call_nccl(comm, call, self.address, stream.ptr, **kw)
 
     @contextlib.contextmanager
     def group(self):

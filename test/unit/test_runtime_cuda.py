@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import ml_dtypes
 import numpy as np
@@ -32,12 +32,7 @@ from coconet.runtime.cuda import (
     nccl_dtype,
     nccl_op,
 )
-from coconet.runtime.executor import KernelArg, PlanRunner, buffer_dtype, group_of
-
-import coconet
-from coconet.compile import apply_schedule
-from coconet.program import CocoError
-
+from coconet.runtime.executor import KernelArg, PlanRunner, group_of
 from cuda_double import (
     FakeComm,
     FakeMPI,
@@ -47,6 +42,10 @@ from cuda_double import (
     NcclError,
     StrictDevice,
 )
+
+import coconet
+from coconet.compile import apply_schedule
+from coconet.program import CocoError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -85,11 +84,15 @@ def run_fake(
     def rank_main(r: int) -> None:
         try:
             device = StrictDevice(
-                world, bus=f"0000:{r % gpus + 1:02x}:00.0", device_id=r % gpus,
+                world,
+                bus=f"0000:{r % gpus + 1:02x}:00.0",
+                device_id=r % gpus,
                 **(device_options or {}),
             )
             backend = backend_class(
-                device, FakeComm(world, cid, list(range(ranks)), r), exact_collectives=exact,
+                device,
+                FakeComm(world, cid, list(range(ranks)), r),
+                exact_collectives=exact,
                 mpi=FakeMPI,
             )
             backends[r] = backend
@@ -428,8 +431,11 @@ def test_fused_kernels_launch_cooperatively_with_a_grid_every_rank_can_hold():
     want = sim.run(program, {k: v.copy() for k, v in inputs.items()}, ranks=2, inplace=False)
     plan, got, backends = run_fake(program, 2, inputs, backend_class=UnevenGpus)
     assert compare_outputs(got, want.per_rank).ok
-    fused = {s.kernel: s.grid for s in plan.steps if isinstance(s, Launch) and any(
-        isinstance(a, PeerTable) for a in s.args)}
+    fused = {
+        s.kernel: s.grid
+        for s in plan.steps
+        if isinstance(s, Launch) and any(isinstance(a, PeerTable) for a in s.args)
+    }
     assert fused and max(fused.values()) > 1  # the clamp is exercised
     for b in backends:
         launches = [c for c in b.device.calls if c[0] == "launch" and c[1] in fused]
@@ -463,7 +469,7 @@ def test_the_trace_is_bounded():
 
 
 class OrderedClose(StrictDevice):
-    log: list[tuple[str, int]] = []
+    log: ClassVar[list[tuple[str, int]]] = []
 
     def close_peers(self):
         OrderedClose.log.append(("close_peers", self.id))
@@ -485,7 +491,7 @@ class SlowToClose(CudaBackend):
 
 def test_exported_memory_is_freed_only_after_every_peer_closed_its_mappings():
     program = _fused_adam()
-    inputs = sim.prepare_inputs(program, None, (2,), seed=0)
+    sim.prepare_inputs(program, None, (2,), seed=0)
     OrderedClose.log = []
     world = FakeWorld()
     plan = lower(program, 2)
@@ -566,3 +572,219 @@ def test_cupy_device_runs_sgd_on_one_gpu():
     out = compiled(g=g, w=w, lr=0.25)
     assert np.all(out["w"] == 0.5) and out["w"] is w
     compiled.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Every example under every named schedule, 1/2/4 ranks on ONE GPU (the double)
+# ---------------------------------------------------------------------------------------------
+
+
+def _one_gpu_matrix():
+    from coconet.schedule import named_schedules
+
+    cases = []
+    for path in sorted(EXAMPLES.glob("*.mlir")):
+        program = coconet.load(path)
+        for name in named_schedules(program):
+            for ranks in (1, 2, 4):
+                try:
+                    program.grid.bind(ranks)
+                except ValueError:
+                    continue
+                cases.append((path.stem, name, ranks))
+    return cases
+
+
+ONE_GPU = _one_gpu_matrix()
+
+
+@pytest.mark.parametrize(
+    "name,schedule,ranks", ONE_GPU, ids=[f"{n}[{s}]x{r}" for n, s, r in ONE_GPU]
+)
+def test_every_named_schedule_on_one_shared_gpu_matches_the_oracle(name, schedule, ranks):
+    from coconet.schedule import apply_schedule as apply_named
+
+    program = apply_named(coconet.load(EXAMPLES / f"{name}.mlir"), schedule)
+    try:
+        lower(program, ranks)
+    except CocoError as e:  # a schedule the lowering refuses at this size says so
+        pytest.skip(f"not legal at {ranks} rank(s): {e}")
+    inputs = sim.prepare_inputs(program, None, program.grid.bind(ranks), seed=6)
+    want = sim.run(program, {k: v.copy() for k, v in inputs.items()}, ranks=ranks, inplace=False)
+    _plan, got, backends = run_fake(program, ranks, inputs, gpus=1)
+    result = compare_outputs(got, want.per_rank)
+    assert result.ok, "\n".join(map(str, result.differences))
+    assert not backends[0].device.hazards
+
+
+# ---------------------------------------------------------------------------------------------
+# CupyDevice against a strict stand-in for the `cupy` module
+# ---------------------------------------------------------------------------------------------
+
+
+class _Recorder:
+    def __init__(self):
+        self.calls: list[tuple] = []
+        self.current = "legacy"
+
+
+class FakeCupyStream:
+    def __init__(self, rec: _Recorder, name: str, ptr: int):
+        self.rec, self.name, self.ptr = rec, name, ptr
+        self.prev: list[str] = []
+
+    def __enter__(self):
+        self.prev.append(self.rec.current)
+        self.rec.current = self.name
+        return self
+
+    def __exit__(self, *exc):
+        self.rec.current = self.prev.pop()
+
+    def wait_event(self, ev):
+        self.rec.calls.append(("wait_event", self.name))
+
+    def record(self, event=None):
+        return ("event", self.name)
+
+
+def _cupy_double():
+    """A `cupy` look-alike that records what CupyDevice calls, with CuPy 14's types."""
+    import types
+
+    rec = _Recorder()
+
+    class ndarray:
+        def __init__(self, data, dtype=None, memptr=None):
+            self.data_ = np.zeros(data, dtype) if memptr is not None else np.asarray(data, dtype)
+            self.dtype, self.shape = self.data_.dtype, self.data_.shape
+            self.device = types.SimpleNamespace(id=0)
+
+        def view(self, dtype):
+            return ndarray(self.data_.view(dtype))
+
+    class Function:
+        ptr = 0xF00
+
+    class RawKernel:
+        kernel = Function()
+
+        def __call__(self, grid, block, args, shared_mem=0):
+            rec.calls.append(("kernel", rec.current, grid, block))
+
+    class RawModule:
+        def __init__(self, code=None, *, path=None, enable_cooperative_groups=False):
+            self.cooperative = enable_cooperative_groups
+
+        def get_function(self, name):
+            rec.calls.append(("get_function", name, self.cooperative))
+            return RawKernel()
+
+    runtime = types.SimpleNamespace(
+        deviceSynchronize=lambda: rec.calls.append(("deviceSynchronize",)),
+        malloc=lambda n: 0x1000,
+        memset=lambda *a: rec.calls.append(("memset_on_legacy_stream",)),
+        memsetAsync=lambda ptr, v, n, s: rec.calls.append(("memsetAsync", s)),
+        ipcGetMemHandle=lambda ptr: b"\0" * 64,
+    )
+
+    def from_dlpack(value):
+        rec.calls.append(("from_dlpack", rec.current))
+        return ndarray(value.host, dtype=value.host.dtype)
+
+    def zeros(shape, dtype=None):
+        rec.calls.append(("zeros", rec.current))
+        return ndarray(np.zeros(shape, dtype))
+
+    def asarray(host):
+        rec.calls.append(("asarray", rec.current))
+        return ndarray(host)
+
+    cuda = types.SimpleNamespace(
+        runtime=runtime,
+        driver=types.SimpleNamespace(occupancyMaxActiveBlocksPerMultiprocessor=lambda f, b, s: 3),
+        UnownedMemory=lambda ptr, n, owner: ("mem", ptr, n),
+        MemoryPointer=lambda mem, off: ("ptr", mem, off),
+        get_current_stream=lambda: FakeCupyStream(rec, rec.current, 0),
+    )
+    cp = types.SimpleNamespace(
+        ndarray=ndarray,
+        RawModule=RawModule,
+        cuda=cuda,
+        from_dlpack=from_dlpack,
+        zeros=zeros,
+        asarray=asarray,
+        uint16=np.uint16,
+    )
+    return cp, rec
+
+
+def _cupy_device():
+    from coconet.runtime.cuda import CupyDevice
+
+    cp, rec = _cupy_double()
+    d = object.__new__(CupyDevice)
+    d.cp = d.xp = cp
+    d.device = type("Dev", (), {"id": 0, "attributes": {"MultiProcessorCount": 132}})()
+    d.streams = {
+        COMPUTE_STREAM: FakeCupyStream(rec, "s0", 0x10),
+        COMM_STREAM: FakeCupyStream(rec, "s1", 0x20),
+    }
+    d.events, d.functions, d.raw, d.opened = {}, {}, [], []
+    return d, cp, rec
+
+
+def test_cupy_device_synchronizes_the_whole_device():
+    d, _cp, rec = _cupy_device()
+    d.synchronize()
+    assert rec.calls == [("deviceSynchronize",)]
+
+
+def test_cupy_device_zeroes_and_uploads_on_the_given_stream():
+    d, _cp, rec = _cupy_device()
+    s0 = d.stream(COMPUTE_STREAM)
+    d.zeros((4,), np.float32, s0)
+    d.upload(np.zeros(4, np.float32), s0)
+    d.alloc_ipc((4,), np.float32, s0)
+    assert ("zeros", "s0") in rec.calls and ("asarray", "s0") in rec.calls
+    assert ("memsetAsync", 0x10) in rec.calls
+    assert not [c for c in rec.calls if c[0] == "memset_on_legacy_stream"]
+
+
+def test_cupy_device_looks_kernels_up_once_and_launches_fused_ones_cooperatively():
+    d, _cp, rec = _cupy_device()
+    module = d.load_module("k.cubin", "")
+    s0 = d.stream(COMPUTE_STREAM)
+    for _ in range(3):
+        d.launch(module, "k", 4, 256, [], 0, s0)
+        d.launch(module, "k_fused", 4, 256, [], 0, s0, cooperative=True)
+    lookups = [c for c in rec.calls if c[0] == "get_function"]
+    assert lookups == [("get_function", "k", False), ("get_function", "k_fused", True)]
+    assert all(c[1] == "s0" for c in rec.calls if c[0] == "kernel")
+    assert d.max_coresident_blocks(module, "k_fused", 256, 0) == 3 * 132
+
+
+def test_cupy_device_adopts_dlpack_tensors_under_the_compute_stream_and_views_bf16():
+    d, _cp, rec = _cupy_device()
+
+    class Tensor:
+        requires_grad = False
+
+        def __init__(self, host):
+            self.host = host
+
+        def __dlpack_device__(self):
+            return (2, 0)
+
+        def __dlpack__(self, stream=None):
+            raise AssertionError("the double's from_dlpack reads .host")
+
+    s0 = d.stream(COMPUTE_STREAM)
+    bf = d.adopt(Tensor(np.zeros(4, ml_dtypes.bfloat16)), s0)
+    assert ("from_dlpack", "s0") in rec.calls
+    assert bf.dtype == np.uint16
+    assert d.adopt(np.zeros(3), s0) is None
+    t = Tensor(np.zeros(3, np.float32))
+    t.requires_grad = True
+    with pytest.raises(CocoError, match="detach"):
+        d.adopt(t, s0)
