@@ -109,3 +109,21 @@ def test_cupy_knows_bf16_as_ml_dtypes():
     assert np.dtype(ml_dtypes.bfloat16).itemsize == 2
     # CuPy 14's dtype machinery accepts ml_dtypes' bfloat16 (what from_dlpack returns for it)
     assert cupy.dtype(ml_dtypes.bfloat16) == np.dtype(ml_dtypes.bfloat16)
+
+
+def test_the_cuda_extra_brings_nccl_cublas_and_a_matching_nvrtc():
+    """`pip install coconet[cuda]` must bring everything the backend loads: CuPy 14 with its
+    toolkit wheels (cuBLAS for matmul, NVRTC for CuPy's own kernels), NCCL, MPI; and an NVRTC
+    that cannot drift past the CUDA 13 driver."""
+    from importlib.metadata import requires
+
+    from packaging.requirements import Requirement
+
+    reqs = [Requirement(r) for r in requires("coconet") or []]
+    cuda = {r.name: r for r in reqs if r.marker and r.marker.evaluate({"extra": "cuda"})}
+    assert "ctk" in cuda["cupy-cuda13x"].extras
+    assert not cuda["cupy-cuda13x"].specifier.contains("15.0")
+    assert "nvidia-nccl-cu13" in cuda and "mpi4py" in cuda and "mpich" in cuda
+    for r in reqs:
+        if r.name == "nvidia-cuda-nvrtc":
+            assert not r.specifier.contains("14.0"), r
