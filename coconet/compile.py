@@ -7,10 +7,13 @@
 
 The contract:
 
-* `compile` is COLLECTIVE on the cpu and cuda backends: every rank of `MPI.COMM_WORLD` calls it
-  with the same program and schedule (it allocates symmetric buffers and communicators). The
-  rank and the number of ranks come from MPI; `ranks`, when given, must equal the number of
-  MPI processes.
+* `compile` is COLLECTIVE on the cpu and cuda backends: every rank of the job calls it. The job
+  is `MPI.COMM_WORLD` under mpiexec, or torch.distributed's process group under torchrun (gloo
+  for library collectives, POSIX shared memory for fused kernels; runtime/torch_comm.py); a
+  process launched as one of several that cannot join its job refuses instead of running
+  alone. Every rank calls it with the same program and schedule (it allocates symmetric
+  buffers and communicators). The rank and the number of ranks come from the job; `ranks`,
+  when given, must equal the number of processes.
 * cpu / cuda: each rank passes ITS OWN PIECE of every argument (runtime/values.py `piece_of`):
   a replicated tensor's full value, its part of a sliced tensor, its own value of a local
   tensor (a data-parallel rank's local gradient) — for a tensor of global shape S that is
@@ -336,19 +339,14 @@ def compile(
     from coconet.runtime.cpu import apply_rank_env_defaults
 
     apply_rank_env_defaults()
-    try:
-        from mpi4py import MPI
-    except ImportError:
-        raise CocoError(
-            f"backend '{backend}' needs mpi4py (pip install 'coconet[mpi]'); use backend='sim' "
-            "to run without MPI"
-        ) from None
-    comm = comm if comm is not None else MPI.COMM_WORLD
+    from coconet.runtime.torch_comm import job_communicator
+
+    comm = comm if comm is not None else job_communicator(backend)
     size = comm.Get_size()
     if ranks is not None and ranks != size:
         raise CocoError(
-            f"compile(ranks={ranks}) but this job has {size} MPI process(es): run it with "
-            f"mpiexec -n {ranks}"
+            f"compile(ranks={ranks}) but this job has {size} process(es): run it with "
+            f"mpiexec -n {ranks} or torchrun --nproc-per-node {ranks}"
         )
     from coconet.lowering.lower_to_plan import lower
     from coconet.runtime.executor import PlanRunner

@@ -43,6 +43,7 @@ from coconet.lowering.plan import COMM_STREAM, Buffer, Collective, Copy, Launch,
 from coconet.runtime import values as V
 from coconet.runtime.collectives import CollectiveContext, CollectiveOps, collective_ops
 from coconet.runtime.executor import KernelArg, buffer_dtype, groups_of
+from coconet.runtime.symmetric import MpiWindows, PosixSegments
 from coconet.runtime.transport import MpiTransport
 
 from coconet.program import CocoError
@@ -137,11 +138,24 @@ class CpuBackend:
 
     name = "cpu"
 
-    def __init__(self, comm=None, *, exact_collectives: bool = False, nonblocking: bool = True):
-        from mpi4py import MPI
+    def __init__(
+        self,
+        comm=None,
+        *,
+        exact_collectives: bool = False,
+        nonblocking: bool = True,
+        mpi: Any = None,
+    ):
+        from coconet.runtime.torch_comm import TORCH_MPI, TorchComm
 
-        self.MPI = MPI
-        self.comm = comm if comm is not None else MPI.COMM_WORLD
+        if mpi is None and isinstance(comm, TorchComm):
+            mpi = TORCH_MPI
+        if mpi is None:
+            from mpi4py import MPI as mpi
+        # mpi4py's MPI module, or its stand-in for a torch.distributed job
+        self.MPI = mpi
+        self.comm = comm if comm is not None else mpi.COMM_WORLD
+        self.symmetric = MpiWindows(mpi) if hasattr(mpi, "Win") else PosixSegments()
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
         self.exact = exact_collectives
@@ -153,7 +167,6 @@ class CpuBackend:
         self.addresses: dict[str, int] = {}
         self.tables: list[np.ndarray] = []
         self.keyed_tables: dict[object, np.ndarray] = {}
-        self.windows: list[Any] = []
         self.node = None
         self.comms: dict[tuple[int, ...], Any] = {}
         self.library = None
@@ -210,33 +223,20 @@ class CpuBackend:
             self.addresses[buf.name] = arr.ctypes.data
 
     def allocate_symmetric(self, buffers: Sequence[Buffer]) -> dict[str, dict[int, int]]:
-        MPI = self.MPI
         if self.node is None:
-            self.node = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
+            self.node = self.comm.Split_type(self.MPI.COMM_TYPE_SHARED, key=self.rank)
         node = self.node
         world_of = node.allgather(self.rank)
-        info = MPI.Info.Create()
-        info.Set("alloc_shared_noncontig", "true")
         peers: dict[str, dict[int, int]] = {}
-        try:
-            for buf in buffers:
-                dtype = buffer_dtype(buf)
-                nbytes = buf.count * dtype.itemsize
-                win = MPI.Win.Allocate_shared(max(nbytes, 64), 1, info, comm=node)
-                self.windows.append(win)
-                mem = win.tomemory()
-                arr = (
-                    np.frombuffer(mem, dtype=np.uint8, count=nbytes).view(dtype).reshape(buf.shape)
-                )
-                arr[...] = 0
-                self.own[buf.name] = self.arrays[buf.name] = arr
-                self.addresses[buf.name] = arr.ctypes.data if nbytes else 0
-                peers[buf.name] = {}
-                for q in range(node.Get_size()):
-                    peer_mem, _ = win.Shared_query(q)
-                    peers[buf.name][world_of[q]] = MPI.buffer(peer_mem).address
-        finally:
-            info.Free()
+        for buf in buffers:
+            dtype = buffer_dtype(buf)
+            nbytes = buf.count * dtype.itemsize
+            mine, addresses = self.symmetric.allocate(node, nbytes)
+            arr = mine.view(dtype).reshape(buf.shape)
+            arr[...] = 0
+            self.own[buf.name] = self.arrays[buf.name] = arr
+            self.addresses[buf.name] = arr.ctypes.data if nbytes else 0
+            peers[buf.name] = {world_of[q]: a for q, a in enumerate(addresses)}
         node.Barrier()  # every rank's flags are zero before any kernel can set them
         return peers
 
@@ -412,9 +412,9 @@ class CpuBackend:
         self.own.clear()
         self.tables.clear()
         self.keyed_tables.clear()
-        for win in self.windows:
-            win.Free()
-        self.windows.clear()
+        if self.node is not None:
+            self.node.Barrier()  # peers are done reading this rank's segments
+        self.symmetric.close()
         for c in self.comms.values():
             if c is not self.comm:
                 c.Free()
@@ -426,7 +426,7 @@ class CpuBackend:
     # -- collectives ---------------------------------------------------------------------------
 
     def transport(self, span: tuple[int, ...]) -> MpiTransport:
-        return MpiTransport(self.group_comm(span))
+        return MpiTransport(self.group_comm(span), self.MPI)
 
     def collective_ops(self, step: Collective) -> CollectiveOps:
         ctx = CollectiveContext(
@@ -435,7 +435,7 @@ class CpuBackend:
             grid_shape=self.grid_shape,
             exact=self.exact,
             transport=self.transport,
-            world=lambda: MpiTransport(self.comm),
+            world=lambda: MpiTransport(self.comm, self.MPI),
             empty=lambda shape, dtype: np.empty(shape, dtype),
         )
         return collective_ops(

@@ -53,6 +53,7 @@ from coconet.lowering.plan import (
 from coconet.runtime import values as V
 from coconet.runtime.collectives import CollectiveContext, collective_ops, narrow, widen
 from coconet.runtime.executor import KernelArg, buffer_dtype, groups_of
+from coconet.runtime.torch_comm import mpi_module_for
 from coconet.runtime.transport import (
     NCCL_DTYPES,
     HostStagedTransport,
@@ -349,9 +350,8 @@ class CupyDevice:
         """The GPU of this rank: its index on its node, modulo the node's GPUs (ranks share
         GPUs when they outnumber them)."""
         import cupy
-        from mpi4py import MPI
 
-        node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+        node = comm.Split_type(mpi_module_for(comm).COMM_TYPE_SHARED, key=comm.Get_rank())
         local = node.Get_rank()
         node.Free()
         count = cupy.cuda.runtime.getDeviceCount()
@@ -595,10 +595,13 @@ class CudaBackend:
         ):
             self._world()
 
+    def _mpi(self) -> Any:
+        return self.mpi if self.mpi is not None else mpi_module_for(self.comm)
+
     def _find_shared_gpus(self) -> None:
         """How many ranks run on this rank's GPU, whether any GPU of the job is shared, and
         so the transport (collective)."""
-        node = self.comm.Split_type(_comm_type_shared(), key=self.rank)
+        node = self.comm.Split_type(self._mpi().COMM_TYPE_SHARED, key=self.rank)
         buses = node.allgather(self.device.bus_id())
         node.Free()
         self.ranks_on_my_gpu = buses.count(self.device.bus_id())
@@ -671,7 +674,7 @@ class CudaBackend:
             self._track(buf, self.device.zeros(buf.shape, dtype, self._compute()))
 
     def allocate_symmetric(self, buffers: Sequence[Buffer]) -> dict[str, dict[int, int]]:
-        node = self.comm.Split_type(_comm_type_shared(), key=self.rank)
+        node = self.comm.Split_type(self._mpi().COMM_TYPE_SHARED, key=self.rank)
         try:
             world_of = node.allgather(self.rank)
             self._check_peer_access(node, world_of)
@@ -925,7 +928,7 @@ class CudaBackend:
             return NcclTransport(
                 self.device, nccl, mpi_comm.Get_size(), mpi_comm.Get_rank(), stream
             )
-        return HostStagedTransport(self.device, MpiTransport(mpi_comm, self.mpi), stream)
+        return HostStagedTransport(self.device, MpiTransport(mpi_comm, self._mpi()), stream)
 
     def collective(self, step: Collective) -> None:
         self.trace.append((step.op, step.stream, str(step.rows)))
@@ -949,9 +952,3 @@ class CudaBackend:
                 self.host_dtypes[step.dst.name],
             ):
                 assert request is None, "device transports are stream-ordered"
-
-
-def _comm_type_shared() -> int:
-    from mpi4py import MPI
-
-    return MPI.COMM_TYPE_SHARED

@@ -213,8 +213,8 @@ def run_job(job: dict[str, Any], comm, guard) -> int:
                 t0 = time.perf_counter()
                 runner.run()
                 dt = time.perf_counter() - t0
-                times.append(comm.allreduce(dt, op=_max_op()))
-            traffic = comm.allreduce(plan_traffic(plan, rank), op=_max_op())
+                times.append(comm.allreduce(dt, op=_max_op(comm)))
+            traffic = comm.allreduce(plan_traffic(plan, rank), op=_max_op(comm))
             rows.append(
                 BenchRow(
                     label,
@@ -241,10 +241,10 @@ def run_job(job: dict[str, Any], comm, guard) -> int:
     return 0
 
 
-def _max_op():
-    from mpi4py import MPI
+def _max_op(comm):
+    from coconet.runtime.torch_comm import mpi_module_for
 
-    return MPI.MAX
+    return mpi_module_for(comm).MAX
 
 
 def check_per_rank(label, scheduled, inputs, per_rank, size) -> list[str]:
@@ -284,6 +284,22 @@ def check_logical(label, program, inputs, outputs, size) -> list[str]:
     return problems
 
 
+def run_job_guarded(job: dict[str, Any], comm, guard) -> int:
+    """`run_job`, where every failure ends the whole job with its reason (guard.fail)."""
+    code = 1
+    try:
+        guard.step_timeout = job.get("step_timeout") or None
+        code = run_job(job, comm, guard)
+    except BaseException as e:  # noqa: BLE001 - every failure ends the whole job, with its reason
+        if isinstance(e, SystemExit) and not e.code:
+            code = 0
+        else:
+            guard.fail(e)
+    guard.close()
+    sys.stdout.flush()
+    return code
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     from coconet.runtime.cpu import apply_rank_env_defaults
@@ -294,18 +310,12 @@ def main(argv: list[str] | None = None) -> None:
 
     comm = MPI.COMM_WORLD
     guard = FailureGuard(comm, prefix="coco-run")
+    job: dict[str, Any] = {}
     try:
         job = json.loads(Path(argv[0]).read_text())
-        guard.step_timeout = job.get("step_timeout") or None
-        code = run_job(job, comm, guard)
-    except BaseException as e:  # noqa: BLE001 - every failure ends the whole job, with its reason
-        if isinstance(e, SystemExit) and not e.code:
-            code = 0
-        else:
-            guard.fail(e)
-    guard.close()
-    sys.stdout.flush()
-    sys.exit(code)
+    except BaseException as e:  # noqa: BLE001 - an unreadable job ends the whole job
+        guard.fail(e)
+    sys.exit(run_job_guarded(job, comm, guard))
 
 
 if __name__ == "__main__":

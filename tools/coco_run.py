@@ -48,7 +48,14 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run a coconet program (.mlir or .py) on N ranks.",
     )
     p.add_argument("program", help="a .mlir file, or a .py file defining `program` or `build()`")
-    p.add_argument("--np", dest="ranks", type=int, default=1, help="number of ranks (default 1)")
+    p.add_argument(
+        "--np",
+        dest="ranks",
+        type=int,
+        default=None,
+        help="number of ranks (default 1; under torchrun, its WORLD_SIZE: each torchrun process "
+        "is one rank)",
+    )
     p.add_argument(
         "--backend",
         choices=BACKENDS,
@@ -170,10 +177,23 @@ def print_summary(
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.ranks < 1:
-        raise CocoError(f"--np must be at least 1, got {args.ranks}")
+    from coconet.runtime.torch_comm import torchrun_world
+
     from coconet.compile import default_backend, require_gpu
 
+    torch_world = torchrun_world()
+    under_torchrun = torch_world is not None and torch_world[1] > 1
+    if under_torchrun:
+        assert torch_world is not None
+        if args.ranks not in (None, torch_world[1]):
+            raise CocoError(
+                f"--np {args.ranks}, but torchrun started {torch_world[1]} process(es): each is "
+                "one rank (leave --np out under torchrun)"
+            )
+        args.ranks = torch_world[1]
+    args.ranks = 1 if args.ranks is None else args.ranks
+    if args.ranks < 1:
+        raise CocoError(f"--np must be at least 1, got {args.ranks}")
     backend = args.backend or default_backend()
     if backend == "cuda":
         require_gpu()
@@ -181,6 +201,8 @@ def run(args: argparse.Namespace) -> int:
     program = load(args.program, args.entry)
     if backend == "sim":
         return run_sim(args, program, schedules)
+    if under_torchrun:
+        return run_in_torchrun(args, backend, program, schedules)
     return run_mpi(args, backend, program, schedules)
 
 
@@ -259,8 +281,44 @@ def run_mpi(
 ) -> int:
     """Check everything that can be checked here (schedules apply, the program fits the grid,
     given inputs fit the signature), then run the job on `--np` MPI processes."""
-    from coconet.lowering.lower_to_plan import lower
     from coconet.runtime.launcher import launch
+
+    job = prepared_job(args, backend, program, schedules)
+    result = launch(job, args.ranks, timeout=args.timeout)
+    if result.returncode != 0:
+        raise CocoError(result.message or f"the job failed with status {result.returncode}")
+    if args.verbose and result.stderr.strip():
+        sys.stderr.write(result.stderr)
+    return 0
+
+
+def run_in_torchrun(
+    args: argparse.Namespace,
+    backend: str,
+    program: Program,
+    schedules: list[tuple[str, str | None]],
+) -> int:
+    """This process is one rank of a torchrun job: run the job here, over torch.distributed
+    (no mpiexec). A failing rank ends the job through torchrun (it stops the others)."""
+    from coconet.runtime.cpu import apply_rank_env_defaults
+    from coconet.runtime.failures import FailureGuard
+    from coconet.runtime.mpi_worker import run_job_guarded
+    from coconet.runtime.torch_comm import TorchComm
+
+    apply_rank_env_defaults()
+    job = prepared_job(args, backend, program, schedules)
+    comm = TorchComm.world()
+    return run_job_guarded(job, comm, FailureGuard(comm, prefix="coco-run"))
+
+
+def prepared_job(
+    args: argparse.Namespace,
+    backend: str,
+    program: Program,
+    schedules: list[tuple[str, str | None]],
+) -> dict:
+    """The job description every rank runs, once everything checkable here is checked."""
+    from coconet.lowering.lower_to_plan import lower
     from coconet.runtime.sim import prepare_inputs
 
     from coconet.compile import apply_schedule
@@ -293,12 +351,7 @@ def run_mpi(
         "exact_collectives": args.exact_collectives,
         "step_timeout": args.step_timeout,
     }
-    result = launch(job, args.ranks, timeout=args.timeout)
-    if result.returncode != 0:
-        raise CocoError(result.message or f"the job failed with status {result.returncode}")
-    if args.verbose and result.stderr.strip():
-        sys.stderr.write(result.stderr)
-    return 0
+    return job
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -1,0 +1,342 @@
+"""A job launched by `torchrun`: the process group of `torch.distributed` as the communicator.
+
+The runtime is written against the part of mpi4py's `Comm` it needs (ranks, object
+collectives, splits, the non-blocking buffer collectives of `MpiTransport`, point-to-point).
+`TorchComm` provides that part over a `torch.distributed` group (gloo for host memory), and
+`TORCH_MPI` stands in for the `mpi4py.MPI` module (reduction ops, `Request.Waitall`), so the
+same transport and backends run under `torchrun` with no MPI installed:
+
+    torchrun --nproc-per-node 2 train.py      # coconet.compile(...) inside
+
+Groups: `Split` creates one `torch.distributed.new_group` per color, called by every rank of
+the parent in the same order (torch requires it). Symmetric memory for fused kernels comes from
+POSIX shared memory between the ranks of a node (runtime/symmetric.py), not MPI windows.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+import numpy as np
+
+from coconet.program import CocoError
+
+# torchrun's environment (torch.distributed.run): every process gets these.
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def torchrun_world() -> tuple[int, int] | None:
+    """(rank, world size) when this process was started by torchrun, else None."""
+    if not all(v in os.environ for v in ("RANK", "WORLD_SIZE")):
+        return None
+    try:
+        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    except ValueError:
+        raise CocoError(
+            f"RANK={os.environ['RANK']!r} WORLD_SIZE={os.environ['WORLD_SIZE']!r}: torchrun's "
+            "variables must be integers"
+        ) from None
+
+
+class _Ops:
+    """The reduction ops of `TORCH_MPI`, as torch names them."""
+
+    SUM, PROD, MAX, MIN = "sum", "prod", "max", "min"
+
+
+class _Work:
+    """A request: torch's async work, and what to do once it is done (copy results back)."""
+
+    def __init__(self, work: Any = None, then: Any = None):
+        self.work, self.then = work, then
+
+    def Wait(self) -> None:
+        if self.work is not None:
+            self.work.wait()
+            self.work = None
+        if self.then is not None:
+            then, self.then = self.then, None
+            then()
+
+    def Test(self) -> bool:
+        if self.work is not None and not self.work.is_completed():
+            return False
+        self.Wait()
+        return True
+
+
+class _Request:
+    @staticmethod
+    def Waitall(requests: list[_Work]) -> None:
+        for r in requests:
+            r.Wait()
+
+    @staticmethod
+    def Testall(requests: list[_Work]) -> bool:
+        return all(r.Test() for r in requests)
+
+
+class TorchMPI(_Ops):
+    """What the runtime uses of the `mpi4py.MPI` module, for a torch.distributed job."""
+
+    Request = _Request
+    COMM_TYPE_SHARED = "shared"
+
+
+TORCH_MPI = TorchMPI()
+
+
+def _tensor(a: np.ndarray) -> Any:
+    import torch
+
+    return torch.from_numpy(a)
+
+
+def _reduce_op(op: str) -> Any:
+    import torch.distributed as dist
+
+    return {
+        "sum": dist.ReduceOp.SUM,
+        "prod": dist.ReduceOp.PRODUCT,
+        "max": dist.ReduceOp.MAX,
+        "min": dist.ReduceOp.MIN,
+    }[op]
+
+
+def _combine(op: str, values: list[Any]) -> Any:
+    out = values[0]
+    for v in values[1:]:
+        out = {
+            "sum": lambda a, b: a + b,
+            "prod": lambda a, b: a * b,
+            "max": max,
+            "min": min,
+        }[op](out, v)
+    return out
+
+
+class TorchComm:
+    """mpi4py's `Comm`, as far as coconet uses it, over a torch.distributed process group.
+    `members` are the group's global ranks in group-rank order (None: the whole world)."""
+
+    def __init__(self, group: Any = None, members: list[int] | None = None):
+        import torch.distributed as dist
+
+        self.dist = dist
+        self.group = group
+        self.members = members if members is not None else list(range(dist.get_world_size()))
+        self.me = dist.get_rank()
+
+    @classmethod
+    def world(cls) -> TorchComm:
+        """The default group, initialized from torchrun's environment when it is not yet."""
+        import torch.distributed as dist
+
+        if not dist.is_available():
+            raise CocoError("this PyTorch has no torch.distributed")
+        if not dist.is_initialized():
+            dist.init_process_group(backend="gloo")
+        return cls()
+
+    # -- identity ------------------------------------------------------------------------------
+
+    def Get_rank(self) -> int:
+        return self.members.index(self.me)
+
+    def Get_size(self) -> int:
+        return len(self.members)
+
+    def _global(self, rank: int) -> int:
+        return self.members[rank]
+
+    # -- object collectives --------------------------------------------------------------------
+
+    def allgather(self, value: Any) -> list[Any]:
+        out: list[Any] = [None] * self.Get_size()
+        self.dist.all_gather_object(out, value, group=self.group)
+        return out
+
+    def bcast(self, value: Any, root: int = 0) -> Any:
+        box = [value]
+        self.dist.broadcast_object_list(box, src=self._global(root), group=self.group)
+        return box[0]
+
+    def gather(self, value: Any, root: int = 0) -> list[Any] | None:
+        everything = self.allgather(value)
+        return everything if self.Get_rank() == root else None
+
+    def allreduce(self, value: Any, op: str = "sum") -> Any:
+        return _combine(op, self.allgather(value))
+
+    def Barrier(self) -> None:
+        self.dist.barrier(group=self.group)
+
+    def Split(self, color: int, key: int = 0) -> TorchComm:
+        infos = self.allgather((color, key, self.me))
+        mine = None
+        # new_group is collective over the whole world: every rank creates every group, in
+        # one order (sorted colors), and keeps its own.
+        for c in sorted({i[0] for i in infos}):
+            members = [g for _c, _k, g in sorted((i for i in infos if i[0] == c), key=_by_key)]
+            group = self.dist.new_group(ranks=members)
+            if c == color:
+                mine = TorchComm(group, members)
+        assert mine is not None
+        return mine
+
+    def Split_type(self, split_type: Any, key: int = 0) -> TorchComm:
+        """The ranks of this group on this machine (split_type is ignored: only shared)."""
+        hosts = self.allgather(socket.gethostname())
+        names = sorted(set(hosts))
+        return self.Split(names.index(hosts[self.Get_rank()]), key)
+
+    def Free(self) -> None:
+        pass
+
+    def Abort(self, code: int = 1) -> None:
+        # torchrun's agent ends the other ranks when one exits non-zero.
+        os._exit(code)
+
+    # -- point-to-point (blocking) ------------------------------------------------------------
+
+    def Send(self, buf: np.ndarray, dest: int, tag: int = 0) -> None:
+        self.dist.send(_tensor(buf), dst=self._global(dest), group=self.group, tag=tag)
+
+    def Recv(self, buf: np.ndarray, source: int, tag: int = 0) -> None:
+        self.dist.recv(_tensor(buf), src=self._global(source), group=self.group, tag=tag)
+
+    # -- non-blocking buffer collectives (MpiTransport) ----------------------------------------
+
+    def _async(self, call: Any, *args: Any, **kw: Any) -> _Work:
+        return call(*args, group=self.group, async_op=True, **kw)
+
+    def Iallreduce(self, src: np.ndarray, dst: np.ndarray, op: str) -> _Work:
+        if dst is not src:
+            np.copyto(dst, src)
+        return _Work(self._async(self.dist.all_reduce, _tensor(dst), op=_reduce_op(op)))
+
+    def Ireduce_scatter_block(self, packed: np.ndarray, dst: np.ndarray, op: str) -> _Work:
+        # gloo has no reduce_scatter: reduce everything, keep this rank's block
+        total = np.array(packed, copy=True)
+        work = self._async(self.dist.all_reduce, _tensor(total), op=_reduce_op(op))
+        me = self.Get_rank()
+        return _Work(work, lambda: np.copyto(dst.reshape(-1), total[me].reshape(-1)))
+
+    def Iallgather(self, piece: np.ndarray, out: np.ndarray) -> _Work:
+        parts = list(_tensor(out).view(self.Get_size(), -1).unbind(0))
+        return _Work(self._async(self.dist.all_gather, parts, _tensor(piece)))
+
+    def Ialltoall(self, packed: np.ndarray, out: np.ndarray) -> _Work:
+        return _Work(self._async(self.dist.all_to_all_single, _tensor(out), _tensor(packed)))
+
+    def Ibcast(self, buf: np.ndarray, root: int = 0) -> _Work:
+        return _Work(self._async(self.dist.broadcast, _tensor(buf), src=self._global(root)))
+
+    def Ireduce(self, src: np.ndarray, dst: np.ndarray | None, op: str, root: int = 0) -> _Work:
+        scratch = np.array(src, copy=True)  # torch reduces in place
+        work = self._async(
+            self.dist.reduce, _tensor(scratch), dst=self._global(root), op=_reduce_op(op)
+        )
+        if dst is None:
+            return _Work(work)
+        return _Work(work, lambda: np.copyto(dst, scratch.reshape(dst.shape)))
+
+    def Igather(self, piece: np.ndarray, out: np.ndarray | None, root: int = 0) -> _Work:
+        parts = None if out is None else list(_tensor(out).view(self.Get_size(), -1).unbind(0))
+        return _Work(
+            self._async(self.dist.gather, _tensor(piece), gather_list=parts, dst=self._global(root))
+        )
+
+    def Isend(self, buf: np.ndarray, dest: int, tag: int = 0) -> _Work:
+        return _Work(
+            self.dist.isend(_tensor(buf), dst=self._global(dest), group=self.group, tag=tag)
+        )
+
+    def Irecv(self, buf: np.ndarray, source: int, tag: int = 0) -> _Work:
+        return _Work(
+            self.dist.irecv(_tensor(buf), src=self._global(source), group=self.group, tag=tag)
+        )
+
+
+def mpi_module_for(comm: Any) -> Any:
+    """The `mpi4py.MPI` module, or its stand-in when `comm` is a torch.distributed group."""
+    if isinstance(comm, TorchComm):
+        return TORCH_MPI
+    from mpi4py import MPI
+
+    return MPI
+
+
+# How launchers tell a process the size of its job: MPICH/hydra (PMI), Open MPI, MVAPICH, Slurm.
+MPI_LAUNCH_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE", "PMIX_SIZE")
+
+
+def mpi_launch_size() -> int | None:
+    """The job size an MPI launcher announced to this process, if any."""
+    for var in MPI_LAUNCH_SIZE_VARS:
+        value = os.environ.get(var, "")
+        if value.isdigit():
+            return int(value)
+    return None
+
+
+def job_communicator(backend: str) -> Any:
+    """The communicator of the job this process belongs to: torch.distributed's when torchrun
+    started it (or the program initialized a process group), MPI's when mpiexec did; a launch of
+    several processes that this process cannot join is refused, never run as 1 rank."""
+    torch_world = torchrun_world()
+    mpi_size = mpi_launch_size()
+    if mpi_size is None and (
+        torch_world is not None and torch_world[1] > 1 or _torch_initialized()
+    ):
+        try:
+            import torch.distributed  # noqa: F401
+        except ImportError:
+            assert torch_world is not None
+            raise CocoError(
+                f"this process is rank {torch_world[0]} of {torch_world[1]} started by torchrun "
+                "(RANK and WORLD_SIZE are set), but PyTorch cannot be imported: install torch, "
+                "or launch the job with mpiexec"
+            ) from None
+        return TorchComm.world()
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        if mpi_size and mpi_size > 1:
+            raise CocoError(
+                f"this process is one of {mpi_size} started by an MPI launcher, but mpi4py cannot "
+                "be imported (pip install 'coconet[mpi]')"
+            ) from None
+        raise CocoError(
+            f"backend '{backend}' needs mpi4py (pip install 'coconet[mpi]') or a torchrun launch; "
+            "use backend='sim' to run without either"
+        ) from None
+    world = MPI.COMM_WORLD
+    launched = mpi_size or (torch_world[1] if torch_world else 1)
+    if world.Get_size() != launched:
+        how = (
+            f"{MPI_LAUNCH_SIZE_VARS[0]}-style launcher variables say {mpi_size}"
+            if mpi_size
+            else f"torchrun's WORLD_SIZE is {launched}"
+        )
+        raise CocoError(
+            f"this process was launched as one of {launched} ({how}), but MPI sees a world of "
+            f"{world.Get_size()}: mpi4py is not connected to the launcher that started it (a "
+            "different MPI library?); refusing to run a job of the wrong size"
+        )
+    return world
+
+
+def _torch_initialized() -> bool:
+    import sys
+
+    if "torch.distributed" not in sys.modules:
+        return False
+    dist = sys.modules["torch.distributed"]
+    return bool(dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1)
+
+
+def _by_key(info: tuple[int, int, int]) -> tuple[int, int]:
+    return (info[1], info[2])

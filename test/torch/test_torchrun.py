@@ -1,0 +1,195 @@
+"""coconet under torchrun: `compile()` joins the torch.distributed job (gloo for library
+collectives, POSIX shared memory for fused kernels) with no MPI, and every schedule gives every
+rank the right answer; a process launched as one of several that cannot join its job refuses
+with one clear message instead of running as a 1-rank job (replicas silently diverging)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+torch = pytest.importorskip("torch", reason="the test extra installs torch")
+
+# SGD on 2 ranks: rank r's local gradient is r+1 everywhere, w = 1, lr = 0.25, so after the
+# all-reduce every rank must hold w = 1 - 0.25 * (1 + 2) = 0.25. A silent 1-rank run gives
+# 0.75 on rank 0 and 0.5 on rank 1.
+SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import coconet
+
+    out = {}
+    for schedule in sys.argv[1:]:
+        step = coconet.compile("examples/sgd.mlir", schedule=schedule, backend="cpu")
+        rank = step.rank
+        g = np.full(4096, rank + 1.0, np.float32)
+        w = np.ones(4096, np.float32)
+        res = step(g=g, w=w, lr=0.25)
+        out[schedule] = [float(res["w"].min()), float(res["w"].max()), step.size]
+        step.close()
+    print("RESULT", rank, json.dumps(out), flush=True)
+    """
+)
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PMI_", "OMPI_", "MPI_", "HYDRA_", "RANK", "WORLD_SIZE"))
+    }
+    env.update(extra)
+    return env
+
+
+def test_compile_under_torchrun_joins_the_job_for_every_schedule(tmp_path):
+    script = tmp_path / "sgd_step.py"
+    script.write_text(SCRIPT)
+    schedules = ["ar-c", "rs-c-ag", "fuse(rs-c-ag)"]
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            str(script),
+            *schedules,
+        ],
+        check=False,
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT"):
+            _tag, rank, payload = line.split(" ", 2)
+            results[int(rank)] = json.loads(payload)
+    assert sorted(results) == [0, 1]
+    for rank, per_schedule in results.items():
+        for schedule in schedules:
+            lo, hi, size = per_schedule[schedule]
+            assert size == 2, (rank, schedule)
+            assert lo == hi == 0.25, (rank, schedule, lo, hi)
+
+
+def _run_alone(code: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        check=False,
+        cwd=ROOT,
+        env=_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+CALL = (
+    "import coconet\n"
+    "from coconet.program import CocoError\n"
+    "try:\n"
+    "    coconet.compile('examples/sgd.mlir', backend='cpu')\n"
+    "except CocoError as e:\n"
+    "    print('REFUSED', e)\n"
+)
+
+
+def test_a_torchrun_process_without_torch_refuses_instead_of_running_alone():
+    proc = _run_alone(
+        "import sys; sys.modules['torch'] = None\n" + CALL,
+        RANK="1",
+        WORLD_SIZE="2",
+        LOCAL_RANK="1",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT="29999",
+    )
+    assert "REFUSED" in proc.stdout, proc.stdout + proc.stderr
+    assert "rank 1 of 2 started by torchrun" in proc.stdout
+    assert "PyTorch cannot be imported" in proc.stdout
+
+
+def test_an_mpi_launch_that_mpi4py_cannot_see_is_refused():
+    # the launcher says 2 processes, but this mpi4py's world has 1 (another MPI library)
+    proc = _run_alone(CALL, PMI_SIZE="2", PMI_RANK="0")
+    assert "REFUSED" in proc.stdout, proc.stdout + proc.stderr
+    assert "launched as one of 2" in proc.stdout and "MPI sees a world of 1" in proc.stdout
+
+
+def test_coco_run_under_torchrun_runs_each_process_as_one_rank():
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "coconet.tools.coco_run",
+            "examples/adam.mlir",
+            "--backend",
+            "cpu",
+            "--schedule",
+            "ar-c",
+            "--schedule",
+            "fuse(rs-c-ag)",
+            "--check",
+            "--bench",
+            "--iters",
+            "2",
+            "--warmup",
+            "1",
+            "-q",
+        ],
+        check=False,
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    assert "check [ar-c]: every rank's outputs match the sim oracle" in out
+    assert "check [fuse(rs-c-ag)]: every rank's outputs match the sim oracle" in out
+    assert "on 2 rank(s), backend cpu" in out
+
+
+def test_coco_run_under_torchrun_refuses_a_different_np():
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "coconet.tools.coco_run",
+            "examples/sgd.mlir",
+            "--backend",
+            "cpu",
+            "--np",
+            "4",
+        ],
+        check=False,
+        cwd=ROOT,
+        env=_env(
+            RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT="29998"
+        ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1
+    assert "torchrun started 2 process(es)" in proc.stderr and "Traceback" not in proc.stderr
