@@ -52,7 +52,7 @@ from xdsl.irdl import (
     result_def,
     traits_def,
 )
-from xdsl.parser import AttrParser, Parser
+from xdsl.parser import AttrParser, Parser, UnresolvedOperand
 from xdsl.printer import Printer
 from xdsl.traits import Pure
 from xdsl.utils.exceptions import VerifyException
@@ -441,7 +441,7 @@ def parse_signature(
     return types, results
 
 
-def parse_operands(parser: Parser, count: int) -> list[parser.UnresolvedOperand]:
+def parse_operands(parser: Parser, count: int) -> list[UnresolvedOperand]:
     operands = [parser.parse_unresolved_operand()]
     for _ in range(count - 1):
         parser.parse_punctuation(",")
@@ -805,7 +805,7 @@ class ConstantOp(CocoOp):
     result = result_def(TensorType)
     traits = traits_def(Pure())
 
-    def __init__(self, value: float | int | bool, result_type: TensorType):
+    def __init__(self, value: float | bool, result_type: TensorType):
         if is_float_type(result_type.element_type):
             attr: Attribute = FloatAttr(float(value), f64)
         else:
@@ -905,7 +905,9 @@ class DropoutOp(ElementwiseOp):
 
         p = self.prob.value.data
         if not 0.0 <= p < 1.0:
-            raise VerifyException(f"[dropout-probability] dropout probability must be in [0, 1), got {p}")
+            raise VerifyException(
+                f"[dropout-probability] dropout probability must be in [0, 1), got {p}"
+            )
         self.expect_result(layout_rules.infer_unary(self.input.type, True, self.name))
 
     def print(self, printer: Printer) -> None:

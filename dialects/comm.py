@@ -27,6 +27,19 @@ from collections.abc import Sequence
 from enum import auto
 from typing import ClassVar
 
+from coconet.dialects.coco import (
+    DYNAMIC,
+    LOCAL,
+    REPLICATED,
+    CocoOp,
+    LayoutAttr,
+    SlicedAttr,
+    TensorType,
+    layout_str,
+    parse_operands,
+    parse_signature,
+    print_signature,
+)
 from xdsl.dialects.builtin import ArrayAttr, IntAttr, IntegerAttr, StringAttr, i64
 from xdsl.ir import Attribute, Dialect, Region, SSAValue
 from xdsl.irdl import (
@@ -47,20 +60,6 @@ from xdsl.rewriter import Rewriter
 from xdsl.traits import HasParent, IsTerminator, Pure
 from xdsl.utils.exceptions import ParseError, VerifyException
 from xdsl.utils.str_enum import StrEnum
-
-from coconet.dialects.coco import (
-    DYNAMIC,
-    LOCAL,
-    REPLICATED,
-    CocoOp,
-    LayoutAttr,
-    SlicedAttr,
-    TensorType,
-    layout_str,
-    parse_operands,
-    parse_signature,
-    print_signature,
-)
 
 
 class CollectiveKind(StrEnum):
@@ -585,7 +584,9 @@ class OverlapOp(RegionOp):
     def verify_layouts(self) -> None:
         super().verify_layouts()
         if self.chunks.value.data < 1:
-            raise _fail("overlap-chunks", f"chunk count must be positive, got {self.chunks.value.data}")
+            raise _fail(
+                "overlap-chunks", f"chunk count must be positive, got {self.chunks.value.data}"
+            )
         # One producer (a matmul) and the collectives consuming it: what the lowering chunks.
         # (A region that dead-code elimination emptied is harmless and stays legal.)
         from coconet.dialects.coco import MatmulOp

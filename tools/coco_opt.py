@@ -9,6 +9,8 @@ import warnings
 from collections.abc import Sequence
 from typing import IO
 
+from coconet.dialects import get_all_dialects
+from coconet.passes import get_all_passes
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.utils.exceptions import (
     ArgSpecParseError,
@@ -17,9 +19,6 @@ from xdsl.utils.exceptions import (
     ParseError,
 )
 from xdsl.xdsl_opt_main import xDSLOptMain
-
-from coconet.dialects import get_all_dialects
-from coconet.passes import get_all_passes
 
 
 class CocoOptMain(xDSLOptMain):
@@ -120,7 +119,9 @@ class CocoOptMain(xDSLOptMain):
                 + "\n".join(str(r) for r in unchecked)
             )
 
-    def parse_chunk(self, chunk: IO[bytes], file_extension: str, start_offset: int = 0) -> ModuleOp | None:
+    def parse_chunk(
+        self, chunk: IO[bytes], file_extension: str, start_offset: int = 0
+    ) -> ModuleOp | None:
         module = super().parse_chunk(chunk, file_extension, start_offset)
         # Verify what the user wrote before any pass sees it, so a layout violation is
         # reported against their program (with no passes, xDSL would not verify at all).
