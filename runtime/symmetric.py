@@ -73,6 +73,10 @@ class PosixSegments:
             _untrack(peer)
             self.attached.append(peer)
             peers.append(_address(peer))
+        # Every peer has mapped it: remove the name now, so nothing is left behind in /dev/shm
+        # however the job ends (the memory lives until the last process unmaps it).
+        node.Barrier()
+        segment.unlink()
         mine = np.frombuffer(segment.buf, dtype=np.uint8, count=nbytes)
         return mine, peers
 
@@ -82,7 +86,6 @@ class PosixSegments:
             peer.close()
         for segment in self.own:
             segment.close()
-            segment.unlink()
         self.attached.clear()
         self.own.clear()
 

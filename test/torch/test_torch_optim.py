@@ -1,0 +1,213 @@
+"""coconet.torch: optimizers whose step() is one compiled coconet program. In one process
+(a 1-rank job) they must track torch.optim's own SGD/Adam/AdamW; under torchrun on 2 ranks a
+small transformer LM (examples/torch_lm.py) must train with the same loss at every step as
+DDP + torch.optim.AdamW, under every schedule, also behind DDP with the local-gradients hook;
+state_dict() gathers the sliced state into torch.optim's layout and load_state_dict() puts it
+back."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the test extra installs torch")
+
+import coconet.torch as ct  # noqa: E402
+from coconet.program import CocoError  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _model(dtype=torch.float32):
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(7, 5), torch.nn.Tanh(), torch.nn.Linear(5, 3)).to(
+        dtype
+    )
+
+
+def _train(model, opt, steps=4, seed=1):
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        x = torch.randn(6, 7, generator=gen).to(next(model.parameters()).dtype)
+        model(x).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+
+
+CASES = [
+    (ct.SGD, torch.optim.SGD, {"lr": 0.05, "momentum": 0.9, "weight_decay": 0.01}),
+    (ct.Adam, torch.optim.Adam, {"lr": 0.01, "weight_decay": 0.01}),
+    (ct.AdamW, torch.optim.AdamW, {"lr": 0.01, "weight_decay": 0.1}),
+]
+
+
+@pytest.mark.parametrize("schedule", ["ar-c", "rs-c-ag", "fuse(rs-c-ag)"])
+@pytest.mark.parametrize("ours,theirs,options", CASES, ids=["sgd", "adam", "adamw"])
+def test_one_rank_tracks_torch_optim(ours, theirs, options, schedule):
+    ref, mine = _model(), _model()
+    _train(ref, theirs(ref.parameters(), **options))
+    params = list(mine.parameters())
+    _train(mine, ours(params, schedule=schedule, **options))
+    for a, b in zip(ref.parameters(), mine.parameters(), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+    # the user's Parameters are still the module's, now views of the flat buffer
+    assert params == list(mine.parameters())
+
+
+def test_gradients_replaced_by_other_code_are_taken():
+    ref, mine = _model(), _model()
+    _train(ref, torch.optim.AdamW(ref.parameters(), lr=0.01))
+    opt = ct.AdamW(mine.parameters(), lr=0.01)
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(4):
+        x = torch.randn(6, 7, generator=gen)
+        mine.zero_grad(set_to_none=True)  # the module drops the optimizer's gradient views
+        mine(x).pow(2).mean().backward()
+        opt.step()
+    for a, b in zip(ref.parameters(), mine.parameters(), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+
+
+def test_bf16_parameters_are_updated_in_place_with_f32_state():
+    ref, mine = _model(), _model(torch.bfloat16)
+    _train(ref, torch.optim.AdamW(ref.parameters(), lr=0.01))
+    opt = ct.AdamW(mine.parameters(), lr=0.01, schedule="fuse(rs-c-ag)")
+    _train(mine, opt)
+    assert all(p.dtype == torch.bfloat16 for p in mine.parameters())
+    assert opt.buckets[0].state["m"].dtype == torch.float32
+    for a, b in zip(ref.parameters(), mine.parameters(), strict=True):
+        torch.testing.assert_close(b.float(), a, rtol=0.05, atol=0.02)
+
+
+def test_state_dict_is_torch_optims_layout_and_round_trips_across_schedules():
+    ref, mine = _model(), _model()
+    ref_opt = torch.optim.AdamW(ref.parameters(), lr=0.01)
+    opt = ct.AdamW(mine.parameters(), lr=0.01, schedule="rs-c-ag")
+    _train(ref, ref_opt)
+    _train(mine, opt)
+    sd, ref_sd = opt.state_dict(), ref_opt.state_dict()
+    assert sd["state"].keys() == ref_sd["state"].keys()
+    for k, entry in ref_sd["state"].items():
+        for name in ("exp_avg", "exp_avg_sq"):
+            torch.testing.assert_close(sd["state"][k][name], entry[name], rtol=1e-5, atol=1e-7)
+        assert float(sd["state"][k]["step"]) == float(entry["step"])
+    # continue under another schedule from the checkpoint: same as continuing uninterrupted
+    other = _model()
+    with torch.no_grad():
+        for p, q in zip(other.parameters(), mine.parameters(), strict=True):
+            p.copy_(q)
+    resumed = ct.AdamW(other.parameters(), lr=0.01, schedule="fuse(rs-c-ag)")
+    resumed.load_state_dict(sd)
+    _train(mine, opt, steps=2, seed=7)
+    _train(other, resumed, steps=2, seed=7)
+    for a, b in zip(mine.parameters(), other.parameters(), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-7)
+
+
+def test_refusals_are_one_clear_message():
+    with pytest.raises(CocoError, match="schedule"):
+        ct.AdamW(_model().parameters(), schedule="fast")
+    with pytest.raises(CocoError, match="float32 or bfloat16"):
+        ct.AdamW(_model(torch.float64).parameters())
+
+
+def _env() -> dict[str, str]:
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PMI_", "OMPI_", "MPI_", "HYDRA_", "RANK", "WORLD_SIZE"))
+    }
+
+
+def _torchrun(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            *args,
+        ],
+        check=False,
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_two_ranks_train_a_transformer_with_the_losses_of_ddp_adamw():
+    proc = _torchrun("examples/torch_lm.py", "--steps", "12", "--json")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("CURVES "))
+    curves = json.loads(line[len("CURVES ") :])
+    want = curves.pop("torch AdamW + DDP")
+    assert want[-1] < 0.7 * want[0]  # it trains
+    assert len(curves) == 3
+    for name, got in curves.items():
+        for step, (a, b) in enumerate(zip(want, got, strict=True)):
+            assert abs(a - b) <= 1e-4 * abs(a), (name, step, a, b)
+
+
+DDP_HOOK_AND_STATE = textwrap.dedent(
+    """
+    import json, sys
+    import torch, torch.distributed as dist
+    sys.path.insert(0, "examples")
+    import torch_lm
+    import coconet.torch as ct
+
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    reference = torch_lm.train("torch", "", 6, 8, 3e-3)
+
+    torch.manual_seed(0)
+    model = torch_lm.TinyLM()
+    opt = ct.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1, schedule="rs-c-ag")
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    ddp.register_comm_hook(None, ct.local_gradients_hook)
+    losses = []
+    for x, y in torch_lm.batches(6, 8, rank, world):
+        loss = torch.nn.functional.cross_entropy(ddp(x).reshape(-1, 64), y.reshape(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(torch_lm.mean_over_ranks(loss))
+    sd = opt.state_dict()  # collective: gathers the sliced m and v
+    n = sum(p.numel() for p in model.parameters())
+    m_total = sum(float(e["exp_avg"].abs().sum()) for e in sd["state"].values())
+    sliced = opt.buckets[0].state["m"].numel()
+    print("RESULT", rank, json.dumps({"ref": reference, "hook": losses, "m": m_total,
+          "sliced": sliced, "n": n, "entries": len(sd["state"])}), flush=True)
+    dist.destroy_process_group()
+    """
+)
+
+
+def test_behind_ddp_with_the_local_gradients_hook_and_a_gathered_state_dict(tmp_path):
+    script = tmp_path / "hook.py"
+    script.write_text(DDP_HOOK_AND_STATE)
+    proc = _torchrun(str(script))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT"):
+            _t, rank, payload = line.split(" ", 2)
+            results[int(rank)] = json.loads(payload)
+    assert sorted(results) == [0, 1]
+    for r in results.values():
+        for a, b in zip(r["ref"], r["hook"], strict=True):
+            assert abs(a - b) <= 1e-4 * abs(a)
+        assert r["sliced"] < r["n"]  # ZeRO-1: each rank holds a slice of m
+    # both ranks gathered the same full state, one entry per parameter
+    assert results[0]["m"] == results[1]["m"] > 0
+    assert results[0]["entries"] == results[1]["entries"] > 5
