@@ -54,7 +54,7 @@ SCHEDULES = ("ar-c", "rs-c-ag", "fuse(rs-c-ag)")
 ALIGN = 4
 
 
-def local_gradients_hook(state, bucket):  # noqa: ANN001, ANN201 - DDP checks annotations
+def local_gradients_hook(state, bucket):
     """A DDP communication hook that leaves each rank's gradients local: the coconet
     optimizer's program reduces them (ddp.register_comm_hook(None, local_gradients_hook)).
     Unannotated on purpose: DDP refuses a `bucket` annotation other than the real

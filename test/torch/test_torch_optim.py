@@ -18,8 +18,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the test extra installs torch")
 
-import coconet.torch as ct  # noqa: E402
-from coconet.program import CocoError  # noqa: E402
+import coconet.torch as ct
+from coconet.program import CocoError
 
 ROOT = Path(__file__).resolve().parents[2]
 
