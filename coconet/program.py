@@ -38,11 +38,13 @@ def parse_module(text: str, source: str = "<input>") -> ModuleOp:
         module = Parser(make_context(), text, source).parse_module()
     except ParseError as e:
         raise CocoError(f"{source}: cannot parse the program:\n{e}") from None
-    from coconet.dialects.layout_rules import check_signatures
+    except DiagnosticException as e:
+        # Types and attributes verify as they are built, i.e. while parsing (`[grid-size]`).
+        raise CocoError(f"{source}: invalid program: {e}") from None
+    from coconet.dialects.program_rules import verify_program
 
     try:
-        module.verify()
-        check_signatures(module)
+        verify_program(module)
     except DiagnosticException as e:
         raise CocoError(f"{source}: invalid program: {e}") from None
     return module
@@ -132,8 +134,12 @@ class Program:
         return Program(module, self.name)
 
     def verify(self) -> None:
+        """Every rule a program must keep (coconet.dialects.program_rules.verify_program);
+        a violation is a CocoError naming the rule."""
+        from coconet.dialects.program_rules import verify_program
+
         try:
-            self.module.verify()
+            verify_program(self.module)
         except DiagnosticException as e:
             raise CocoError(f"invalid program: {e}") from None
 

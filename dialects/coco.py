@@ -23,6 +23,7 @@ their rounded results agree. Integer division truncates toward zero, as in C.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from enum import auto
 from typing import ClassVar
@@ -165,13 +166,25 @@ def normalize_layouts(layouts: Sequence[LayoutAttr]) -> tuple[LayoutAttr, ...]:
 
 DYNAMIC = -1
 
+# The most ranks a program's grid may have. CoCoNet targets one job's GPUs (the largest
+# training clusters hold ~10^5); beyond that a grid is a typo or a fuzzer's, and tools that
+# enumerate ranks (the lowering builds per-rank plans and process groups) would run for hours
+# or exhaust memory rather than fail, so the verifier refuses it up front.
+MAX_RANKS = 2**16
+
+# The most elements a tensor may have: its element count and flat indices are int64 in the
+# sim (NumPy) and in the generated kernels.
+MAX_ELEMENTS = 2**63 - 1
+
 
 @irdl_attr_definition
 class GridAttr(ParametrizedAttribute):
     """The process grid a function runs on: `#coco.grid<[2, 4]>`; `?` is sized at launch.
 
     Axis 0 is the outermost (slowest varying) coordinate of a rank: on a `[stages, ranks]`
-    grid, rank r sits at stage r // ranks, position r % ranks.
+    grid, rank r sits at stage r // ranks, position r % ranks. A grid has at most
+    `MAX_RANKS` (2^16) ranks, counting its fixed axes before launch and all of them once
+    bound (`[grid-size]`).
     """
 
     name = "coco.grid"
@@ -214,9 +227,20 @@ class GridAttr(ParametrizedAttribute):
                 raise VerifyException(f"[grid] grid axis sizes must be positive or '?', got {s}")
         if self.shape.count(DYNAMIC) > 1:
             raise VerifyException("[grid] at most one grid axis may be sized at launch ('?')")
+        fixed = math.prod(s for s in self.shape if s != DYNAMIC)
+        if fixed > MAX_RANKS:
+            raise VerifyException(
+                f"[grid-size] the grid {self} has {fixed} ranks"
+                + (" before its '?' axis is sized" if not self.is_static() else "")
+                + f": at most {MAX_RANKS} (2^16) ranks are supported"
+            )
 
     def bind(self, num_ranks: int) -> tuple[int, ...]:
         """The concrete axis sizes when `num_ranks` processes run the program."""
+        if num_ranks > MAX_RANKS:
+            raise ValueError(
+                f"{num_ranks} ranks exceed the supported maximum of {MAX_RANKS} (2^16)"
+            )
         fixed = 1
         for s in self.shape:
             if s != DYNAMIC:
@@ -375,6 +399,12 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
                     f"[tensor-shape] tensor dims must be positive, got shape "
                     f"{list(self.get_shape())}"
                 )
+        # Python ints never overflow, but NumPy and the kernels count elements in int64.
+        if (count := math.prod(self.get_shape())) > MAX_ELEMENTS:
+            raise VerifyException(
+                f"[tensor-size] a tensor of shape {list(self.get_shape())} has {count} "
+                f"elements, more than int64 can count (at most 2^63 - 1)"
+            )
         if self.layouts.data and all(isinstance(x, ReplicatedAttr) for x in self.layouts):
             raise VerifyException("an all-replicated layout is written as no layout")
         for lay in self.layouts:

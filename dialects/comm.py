@@ -544,6 +544,19 @@ class FusedOp(RegionOp):
                 "fuse-elementwise",
                 f"an elementwise fusion holds no collective, but this one holds {collectives[0].name}",
             )
+        if self.kind.data == FusionKind.ELEMENTWISE:
+            # What one elementwise kernel computes at every element (the members coco-fuse
+            # gathers): a reduction, a matmul or a nested region has no place in it.
+            from coconet.dialects.coco import ConstantOp, ElementwiseOp, SliceOp, UpdateOp
+
+            members = ElementwiseOp | ConstantOp | SliceOp | UpdateOp | YieldOp
+            for op in self.body.block.ops:
+                if not isinstance(op, members):
+                    raise _fail(
+                        "fuse-elementwise",
+                        f"an elementwise fusion holds elementwise ops, constants, slices and "
+                        f"updates, but this one holds {op.name}",
+                    )
         if self.kind.data == FusionKind.ALL_REDUCE:
             scatters = [op for op in collectives if isinstance(op, ReduceScatterOp)]
             if len(scatters) != 1:

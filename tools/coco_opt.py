@@ -126,10 +126,9 @@ class CocoOptMain(xDSLOptMain):
         # Verify what the user wrote before any pass sees it, so a layout violation is
         # reported against their program (with no passes, xDSL would not verify at all).
         if module is not None and not self.args.disable_verify:
-            module.verify()
-            from coconet.dialects.layout_rules import check_signatures
+            from coconet.dialects.program_rules import verify_program
 
-            check_signatures(module)
+            verify_program(module)
         return module
 
 

@@ -638,6 +638,74 @@ func.func @two_dynamic_axes() attributes {coco.grid = #coco.grid<[?, ?]>} {
 
 // -----
 
+// grid-size: at most 2^16 ranks (coco.MAX_RANKS). 2^40 ranks used to hang the lowering and
+// 2^64 to fail in NumPy.
+func.func @huge_grid() attributes {coco.grid = #coco.grid<[1099511627776]>} {
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [grid-size] the grid [1099511627776] has 1099511627776 ranks: at most 65536 (2^16) ranks are supported
+
+// -----
+
+func.func @grid_beyond_int64() attributes {coco.grid = #coco.grid<[18446744073709551616]>} {
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [grid-size] the grid [18446744073709551616] has 18446744073709551616 ranks: at most 65536 (2^16) ranks are supported
+
+// -----
+
+func.func @grid_axes_multiply(%a: !coco.tensor<8xf32>) attributes {coco.grid = #coco.grid<[512, 256]>} {
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [grid-size] the grid [512, 256] has 131072 ranks: at most 65536 (2^16) ranks are supported
+
+// -----
+
+func.func @grid_fixed_part_too_big(%a: !coco.tensor<8xf32>) attributes {coco.grid = #coco.grid<[131072, ?]>} {
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [grid-size] the grid [131072, ?] has 131072 ranks before its '?' axis is sized: at most 65536 (2^16) ranks are supported
+
+// -----
+
+// The largest grid is fine.
+func.func @largest_grid(%a: !coco.tensor<65536xf32, [sliced<0>, sliced<0>]>) attributes {coco.grid = #coco.grid<[256, 256]>} {
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: func.func @largest_grid
+// CHECK-NOT: error
+
+// -----
+
+// tensor-size: element counts are int64 in the sim and the kernels.
+func.func @dim_beyond_int64(%a: !coco.tensor<9223372036854775808xf32>) {
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [tensor-size] a tensor of shape [9223372036854775808] has 9223372036854775808 elements, more than int64 can count (at most 2^63 - 1)
+
+// -----
+
+func.func @element_count_beyond_int64(%a: !coco.tensor<4294967296x4294967296xf32>) {
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [tensor-size] a tensor of shape [4294967296, 4294967296] has 18446744073709551616 elements, more than int64 can count (at most 2^63 - 1)
+
+// -----
+
 func.func @not_a_grid(%a: !coco.tensor<8xf32>) attributes {coco.grid = 8} {
   %0 = coco.neg %a : !coco.tensor<8xf32>
   func.return

@@ -1,0 +1,215 @@
+"""What a coconet module may hold: the program-level rules, checked before any op verifier.
+
+Op verifiers (coco.py, comm.py, layout_rules.py) judge one op at a time and assume the op sits
+in a well-formed program: a module of `func.func`s, each one block of coco/comm ops ending in
+`func.return`, every value defined before it is used. The tools downstream (the sim, the
+lowering) assume the same, so a program breaking it must be refused here, with a diagnostic,
+rather than crash or hang there. Every violation raises a `VerifyException` whose message
+starts with the rule's name in brackets, as in layout_rules.py:
+
+* module-ops            a module holds only `func.func`s (no op outside a function), and the
+                        rewrite patterns and scripts xDSL's passes read from it (`pdl`,
+                        `pdl_interp`, `transform`: apply-pdl, transform-interpreter), which
+                        coconet's tools ignore.
+* function-declaration  every function has a body: a declaration has nothing to run.
+* function-blocks       a function body is one block (coco has no control flow).
+* nested-function       a `func.func` sits at module level, never inside a function.
+* foreign-op            a function holds coco and comm ops and its `func.return`, nothing from
+                        another (or an unregistered) dialect: no tool could run it.
+* unknown-attribute     attributes in the `coco.`/`comm.` namespaces are coconet's own: only
+                        `coco.grid`, on a `func.func`; any other (a misspelt `coco.gird`)
+                        would be silently ignored otherwise.
+* dominance             a value is used only after its definition, by ops its block encloses:
+                        no use before the def, no op using its own result, no value of another
+                        function or of a region's inside used outside it.
+
+xDSL 0.74 verifies none of these for us: it has no SSA dominance check (`irdl/dominance.py`
+only orders the blocks of one region, and a coco function is a single block).
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import NoReturn
+
+from coconet.dialects.coco import GRID_ATTR_NAME, CocoOp
+from coconet.dialects.comm import YieldOp
+from xdsl.dialects import func
+from xdsl.dialects.builtin import DictionaryAttr, ModuleOp, UnregisteredOp
+from xdsl.ir import Block, BlockArgument, Operation, OpResult, SSAValue
+from xdsl.utils.exceptions import VerifyException
+
+# The coco/comm-namespaced attributes coconet reads, by the kind of op that may carry them.
+KNOWN_FUNCTION_ATTRIBUTES = frozenset({GRID_ATTR_NAME})
+COCONET_NAMESPACES = ("coco.", "comm.")
+# Dialects whose ops may sit beside the functions: rewrites for xDSL passes, not program.
+PATTERN_DIALECTS = frozenset({"pdl", "pdl_interp", "transform"})
+
+
+def verify_program(module: ModuleOp) -> None:
+    """Verify a whole coconet module: the program-level rules, then every op's verifier, then
+    the function signatures against their grids. Raises a `DiagnosticException` (the first
+    violation) whose message starts with the rule's name."""
+    from coconet.dialects.layout_rules import check_signatures
+
+    check_structure(module)
+    module.verify()
+    check_signatures(module)
+
+
+def check_structure(module: ModuleOp) -> None:
+    """The program-level rules of this module's docstring (not the op verifiers)."""
+    _check_attributes(module, "builtin.module", frozenset())
+    for op in module.ops:
+        if not isinstance(op, func.FuncOp):
+            if _op_name(op).split(".", 1)[0] in PATTERN_DIALECTS:
+                continue
+            _refuse(
+                op,
+                "module-ops",
+                f"{_op_name(op)} at module level, outside any function: a coconet module "
+                "holds only func.func",
+            )
+        _check_function(op)
+
+
+def _check_function(fn: func.FuncOp) -> None:
+    where = f"@{fn.sym_name.data}"
+    _check_attributes(fn, where, KNOWN_FUNCTION_ATTRIBUTES)
+    _check_argument_attributes(fn)
+    if not fn.body.blocks:
+        _refuse(
+            fn,
+            "function-declaration",
+            f"{where} is a declaration without a body: every function of a coconet program "
+            "needs one (there is nothing to link a declaration against)",
+        )
+    if len(fn.body.blocks) > 1:
+        _refuse(
+            fn,
+            "function-blocks",
+            f"{where} has {len(fn.body.blocks)} blocks: a coconet function is one block of "
+            "ops (coco has no control flow)",
+        )
+    # Each op's position in its block, so dominance is one lookup per operand.
+    position: dict[Operation, int] = {}
+    for block in fn.walk_blocks():
+        for i, op in enumerate(block.ops):
+            position[op] = i
+    for op in fn.body.walk():
+        if isinstance(op, func.FuncOp):
+            _refuse(
+                op,
+                "nested-function",
+                f"func.func @{op.sym_name.data} is nested in {where}: functions live at "
+                "module level",
+            )
+        if not isinstance(op, CocoOp | YieldOp | func.ReturnOp):
+            _refuse(
+                op,
+                "foreign-op",
+                f"{_op_name(op)} in {where} is not a coco or comm op: a coconet function "
+                "holds coco and comm ops and ends in func.return",
+            )
+        _check_attributes(op, f"{_op_name(op)} in {where}", frozenset())
+        for v in op.operands:
+            if (problem := _dominance_problem(v, op, position)) is not None:
+                _refuse(op, "dominance", f"{_op_name(op)} in {where} {problem}")
+
+
+def _dominance_problem(v: SSAValue, user: Operation, position: dict[Operation, int]) -> str | None:
+    """Why `user` may not read `v` (None if it may): as in MLIR, a value is visible to the ops
+    after its definition in its block and to everything nested in them."""
+    if isinstance(v, BlockArgument):
+        if _encloses(v.block, user):
+            return None
+        owner = v.block.parent_op()
+        if isinstance(owner, func.FuncOp):
+            return f"uses {_name(v)}, an argument of @{owner.sym_name.data}"
+        return f"uses {_name(v)}, a block argument that does not enclose it"
+    if not isinstance(v, OpResult):
+        return f"uses {_name(v)}, which no op defines"
+    definer = v.op
+    block = definer.parent_block()
+    anchor = block.find_ancestor_op_in_block(user) if block is not None else None
+    if anchor is None:
+        where = _function_of(definer)
+        if where is not None and where is not _function_of(user):
+            return f"uses {_name(v)}, a value of @{where.sym_name.data}"
+        container = definer.parent_op()
+        inside = f" inside {_op_name(container)}" if container is not None else ""
+        return f"uses {_name(v)}, defined{inside} where it cannot see it"
+    if anchor is definer:
+        if user is definer:
+            return "uses its own result" + (f" %{v.name_hint}" if v.name_hint else "")
+        return f"uses {_name(v)}, a result of the {_op_name(definer)} it is nested in"
+    if position[definer] > position[anchor]:
+        return (
+            f"uses {_name(v)} before its definition: a value is used only after the op defining it"
+        )
+    return None
+
+
+def _encloses(block: Block, op: Operation) -> bool:
+    """Whether `op` sits in `block`, directly or nested in one of its ops."""
+    cur: Operation | None = op
+    while cur is not None:
+        if cur.parent_block() is block:
+            return True
+        cur = cur.parent_op()
+    return False
+
+
+def _function_of(op: Operation) -> func.FuncOp | None:
+    cur = op.parent_op()
+    while cur is not None and not isinstance(cur, func.FuncOp):
+        cur = cur.parent_op()
+    return cur
+
+
+def _check_attributes(op: Operation, owner: str, known: frozenset[str]) -> None:
+    """`owner`: how the message names `op`."""
+    for name in op.attributes:
+        if name.startswith(COCONET_NAMESPACES) and name not in known:
+            _refuse(op, "unknown-attribute", _unknown_attribute(owner, name, known))
+
+
+def _check_argument_attributes(fn: func.FuncOp) -> None:
+    """Argument and result attributes: coconet reads none in its namespaces."""
+    for what, dicts in (("argument", fn.arg_attrs), ("result", fn.res_attrs)):
+        for i, attrs in enumerate(dicts.data if dicts is not None else ()):
+            assert isinstance(attrs, DictionaryAttr)
+            for name in attrs.data:
+                if name.startswith(COCONET_NAMESPACES):
+                    owner = f"{what} #{i} of @{fn.sym_name.data}"
+                    _refuse(fn, "unknown-attribute", _unknown_attribute(owner, name, frozenset()))
+
+
+def _unknown_attribute(owner: str, name: str, known: frozenset[str]) -> str:
+    message = f"{owner} has attribute '{name}', which coconet does not know"
+    if name == GRID_ATTR_NAME:
+        return message + f": '{GRID_ATTR_NAME}' belongs on a func.func"
+    if close := difflib.get_close_matches(name, sorted(known), n=1):
+        return message + f" (did you mean '{close[0]}'?)"
+    if known:
+        return message + " (known: " + ", ".join(f"'{k}'" for k in sorted(known)) + ")"
+    return message
+
+
+def _op_name(op: Operation) -> str:
+    return op.op_name.data if isinstance(op, UnregisteredOp) else op.name
+
+
+def _name(v: SSAValue) -> str:
+    from coconet.dialects.layout_rules import value_name
+
+    return value_name(v)
+
+
+def _refuse(op: Operation, rule: str, message: str) -> NoReturn:
+    """Raise `[rule] message`, annotating `op` in the printed IR as op verifiers do."""
+    error = VerifyException(f"[{rule}] {message}")
+    op.emit_error(f"Operation does not verify: {error}", error)
+
+
+__all__ = ["check_structure", "verify_program"]
