@@ -51,8 +51,9 @@
 //   base; the launch's shared_bytes on the host).
 // * No warp-size assumptions, no waits between threads of one phase or between blocks of one
 //   rank. Cross-rank synchronization happens only between same-index blocks of different ranks,
-//   through flags in symmetric buffers: coco_store_release_u32 / coco_wait_flag_geq. The host
-//   spin-wait yields the core (ranks may outnumber cores).
+//   through flags in symmetric buffers: coco_store_release_u32 / coco_wait_flag_geq, and the
+//   protocol of fused collectives built on them (coco_peers_*). The host spin-wait yields the
+//   core (ranks may outnumber cores).
 // * Helper functions are declared COCO_DEVICE and take any indices they need as parameters.
 // * fp16/bf16 (coco_f16, coco_bf16) are 2-byte storage types: compute in float through
 //   coco_to_f32 / coco_from_f32<T> (round to nearest even). fp32 accumulation throughout.
@@ -325,6 +326,55 @@ COCO_HD void coco_wait_flag_geq(volatile coco_u32* flag, coco_u32 value) {
 #endif
     coco_cpu_relax();
   }
+}
+
+// ---- the cross-rank protocol of fused collective kernels ----
+// Only between same-index blocks of the members of a group, and only thread 0 of a block
+// calls these. `flags` holds the addresses of every member's flag array (a symmetric u32
+// buffer), in group order: entry flags, then done flags (nranks x grid each: flag p * grid + b
+// says member p's block b got there), then nranks exchange flags. Flags carry the launch's
+// epoch, so they never need resetting.
+
+// Publish this rank's writes and `epoch` in flag offset + me * stride of every member, then
+// wait for every member's flag offset + p * stride in this rank's array.
+COCO_HD void coco_peers_signal_wait(const coco_u64* flags, coco_u64 offset, coco_u64 stride,
+                                    coco_i32 me, coco_i32 nranks, coco_u32 epoch) {
+  coco_threadfence_system();
+  for (coco_i32 p = 0; p < nranks; ++p)
+    coco_store_release_u32((coco_u32*)flags[p] + offset + (coco_u64)me * stride, epoch);
+  for (coco_i32 p = 0; p < nranks; ++p)
+    coco_wait_flag_geq((coco_u32*)flags[me] + offset + (coco_u64)p * stride, epoch);
+}
+
+// Entry: the block announces it started (so every earlier write of its rank is complete) and
+// waits for its peers' same block before reading their inputs.
+COCO_HD void coco_peers_entry(const coco_u64* flags, coco_i32 me, coco_i32 nranks,
+                              coco_u32 epoch, coco_u32 grid, coco_u32 block) {
+  coco_peers_signal_wait(flags, block, grid, me, nranks, epoch);
+}
+
+// Done: after its pushes, the block announces them and waits for its peers' pushes into its
+// own buffers; that also keeps every rank's inputs intact until all peers have read them.
+COCO_HD void coco_peers_done(const coco_u64* flags, coco_i32 me, coco_i32 nranks,
+                             coco_u32 epoch, coco_u32 grid, coco_u32 block) {
+  coco_peers_signal_wait(flags, (coco_u64)nranks * grid + block, grid, me, nranks, epoch);
+  coco_threadfence_system();
+}
+
+// Exchange: the last block of each rank (coco_block_is_last) announces the partials it wrote
+// into every peer's exchange buffer and waits for theirs. It runs after the done flags, which
+// depend only on same-index blocks, so no rank waits on a block its own rank has not started.
+COCO_HD void coco_peers_exchange(const coco_u64* flags, coco_i32 me, coco_i32 nranks,
+                                 coco_u32 epoch, coco_u32 grid) {
+  coco_peers_signal_wait(flags, 2 * (coco_u64)nranks * grid, 1, me, nranks, epoch);
+}
+
+// A block publishes its partial results and takes a ticket: true for the block of the launch
+// that finishes last, which then (after a fence of its own) sees every block's partials. The
+// counter must be 0 at launch: the last block resets it for the next one.
+COCO_HD bool coco_block_is_last(coco_u32* counter, coco_u32 grid) {
+  coco_threadfence_system();
+  return coco_atomic_add_u32(counter, 1u) == grid - 1;
 }
 
 // Block-contiguous partition of [0, n) into `parts` pieces whose starts are multiples of

@@ -284,6 +284,38 @@ COCO_KERNEL(flag_reached, const coco_u32* __restrict__ cur, const coco_u32* __re
 }
 """
 
+# The cross-rank protocol of fused collective kernels (coco_peers_*), as the generated kernels
+# call it: entry, the last-block ticket, done, and the exchange of the last blocks.
+PEERS_PROTOCOL = """
+COCO_KERNEL(peers_protocol, const coco_u64* __restrict__ flags, coco_u32* __restrict__ counter,
+            coco_u32* __restrict__ lasts, coco_u32 epoch, coco_i32 me, coco_i32 nranks) {
+  COCO_KERNEL_BODY_BEGIN
+  COCO_SHARED(bool, last, 1);
+  COCO_FOR_THREADS {
+    if (coco_thread_idx() == 0)
+      coco_peers_entry(flags, me, nranks, epoch, coco_grid_dim(), coco_block_idx());
+  }
+  coco_sync_block();
+  COCO_FOR_THREADS {
+    if (coco_thread_idx() == 0) last[0] = coco_block_is_last(counter, coco_grid_dim());
+  }
+  coco_sync_block();
+  COCO_FOR_THREADS {
+    if (coco_thread_idx() == 0)
+      coco_peers_done(flags, me, nranks, epoch, coco_grid_dim(), coco_block_idx());
+  }
+  COCO_FOR_THREADS {
+    if (coco_thread_idx() == 0 && last[0]) {
+      coco_threadfence_system();
+      lasts[0] += 1;
+      coco_peers_exchange(flags, me, nranks, epoch, coco_grid_dim());
+      counter[0] = 0u;
+    }
+  }
+  COCO_KERNEL_BODY_END
+}
+"""
+
 ELEMENT_TYPES = ("coco_f16", "coco_bf16", "float")
 NUMPY_TYPE = {"coco_f16": F16, "coco_bf16": BF16, "float": F32, "double": np.float64}
 
@@ -303,6 +335,7 @@ SNIPPETS: dict[str, str] = {
     "conversions": CONVERSIONS,
     "math": _per_type(MATH, ("float", "double")),
     "exchange": EXCHANGE,
+    "peers_protocol": PEERS_PROTOCOL,
 }
 
 
@@ -678,6 +711,47 @@ def test_cross_rank_flags_between_concurrent_launches(
             e = F32(epoch)
             np.testing.assert_array_equal(out, base[r] * e + base[1 - r] * e)
         assert flags[r].tolist() == [epochs] * grid
+
+
+@pytest.mark.parametrize(("nranks", "grid", "block"), [(2, 1, 1), (3, 5, 3), (4, 8, 32)])
+def test_peers_protocol_flag_layout(lib: HostLibrary, nranks: int, grid: int, block: int) -> None:
+    """Ranks (threads) run the protocol of fused collective kernels for several epochs. It
+    finishes (every wait is on a flag a peer sets), exactly one block per launch takes the
+    last ticket and resets the counter, and every flag of the documented layout (entry and
+    done: nranks x grid each, then nranks exchange flags) carries the epoch: no step writes
+    outside its region or leaves part of it unset."""
+    epochs = 5
+    size = 2 * nranks * grid + nranks
+    flags = [np.zeros(size, np.uint32) for _ in range(nranks)]
+    table = np.array([f.ctypes.data for f in flags], np.uint64)
+    counters = [np.zeros(1, np.uint32) for _ in range(nranks)]
+    lasts = [np.zeros(1, np.uint32) for _ in range(nranks)]
+    kernel = lib.kernel("peers_protocol", VP, VP, VP, ctypes.c_uint, ctypes.c_int, ctypes.c_int)
+    errors: list[Exception] = []
+    barrier = threading.Barrier(nranks)
+    seen: list[list[np.ndarray]] = [[] for _ in range(nranks)]
+
+    def rank(r: int) -> None:
+        try:
+            for epoch in range(1, epochs + 1):
+                kernel(grid, block, table, counters[r], lasts[r], epoch, r, nranks)
+                barrier.wait(timeout=60)  # every rank's launch of this epoch is done
+                seen[r].append(flags[r].copy())
+                barrier.wait(timeout=60)
+        except Exception as exc:  # noqa: BLE001 -- re-raised by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=rank, args=(r,), daemon=True) for r in range(nranks)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "the peers protocol deadlocked"
+    assert not errors
+    for r in range(nranks):
+        for epoch, snapshot in enumerate(seen[r], start=1):
+            assert snapshot.tolist() == [epoch] * size
+        assert lasts[r].tolist() == [epochs] and counters[r].tolist() == [0]
 
 
 def test_block_level_misuse_is_rejected_by_the_host_build() -> None:
