@@ -5,7 +5,7 @@ Each rank's kernel computes its slice: block b reads chunk b of the reduce_scatt
 every peer (combining in rank order, as the oracle does), computes the sliced chain in
 registers, stores sliced results and optimizer state locally, and pushes gathered results into
 every peer's buffer; same-index blocks of different ranks synchronize through flags (see
-cuda_kernels.COLLECTIVE_ENTRY/EXIT). This is a direct (two-shot) all-reduce: every byte crosses
+the coco_peers_* protocol of coco_device.h). This is a direct (two-shot) all-reduce: every byte crosses
 the fabric once each way, like a ring, with one kernel launch and no reduced-gradient round
 trip through memory.
 
@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 
 from coconet.dialects import coco, comm
 from coconet.lowering import cuda_kernels as K
-from coconet.lowering.plan import Epoch, Launch, PeerTable, RankValue
+from coconet.lowering.kernel_ir import ParamKind
+from coconet.lowering.plan import Epoch, KernelArg, Launch, PeerTable, RankValue
 from xdsl.ir import Operation, SSAValue
 
 from coconet.program import CocoError
@@ -158,8 +159,8 @@ def emit_collective_kernel(
                 inputs.append(v)
     # Values the rest of the program needs (gathered ones are pushed in place instead).
     stores = [r for op in compute + scatters for r in op.results if _used_outside(r, members)]
-    store_specs = [(v, f"out{k}", v.type) for k, v in enumerate(stores)]
-    store_specs += [(u.value, f"upd{k}", u.target.type) for k, u in enumerate(updates)]
+    store_specs = [K.Store(v, v.type) for v in stores]
+    store_specs += [K.Store(u.value, u.target.type, u.target) for u in updates]
     store_buffers = [lw.buffer_for(v) for v in stores] + [
         lw.value_buffer(u.target) for u in updates
     ]
@@ -175,8 +176,9 @@ def emit_collective_kernel(
     for op in reductions:
         if isinstance(op, coco.ReduceOp):
             kernel.reductions.append((op.input, op.kind.data, finishers[op.result].result))
-    source, params = kernel.emit()
-    name = lw.add_kernel(kernel.name, source)
+    built = kernel.build()
+    params = built.params
+    name = lw.add_kernel(built)
 
     # Symmetric memory: reduce_scatter inputs (peers read them) and gathered results (peers
     # write them); an argument becomes symmetric too, the executor placing the caller's data.
@@ -223,43 +225,48 @@ def emit_collective_kernel(
         count *= d
     grid = min(lw.config.grid_for(count), MAX_COLLECTIVE_BLOCKS)
 
+    # Parameters of the collective machinery; the lowering fills the others as for any
+    # elementwise kernel.
     special = {
-        "peers_in",
-        "peers_out",
-        "flags",
-        "epoch",
-        "me",
-        "nranks",
-        "red_out",
-        "partials",
-        "counter",
-        "exchange",
+        ParamKind.PEERS_IN,
+        ParamKind.PEERS_OUT,
+        ParamKind.FLAGS,
+        ParamKind.EPOCH,
+        ParamKind.ME,
+        ParamKind.NRANKS,
+        ParamKind.RED_OUT,
+        ParamKind.PARTIALS,
+        ParamKind.COUNTER,
+        ParamKind.EXCHANGE,
     }
     generic = iter(
-        lw.kernel_args([p for p in params if p[0] not in special], iteration, store_buffers)
+        lw.kernel_args([p for p in params if p.kind not in special], iteration, store_buffers)
     )
-    args = []
-    for kind, _decl, payload in params:
-        if kind in ("peers_in", "peers_out"):
-            args.append(PeerTable(lw.value_buffer(payload), span))
-        elif kind == "flags":
-            args.append(PeerTable(flags, span))
-        elif kind == "epoch":
-            args.append(Epoch(flags.name))  # one flag array, one launch counter
-        elif kind == "me":
-            args.append(RankValue("me", tuple(lw.group_index(r, span) for r in range(lw.size))))
-        elif kind == "nranks":
-            args.append(group)
-        elif kind == "red_out":
-            args.append(lw.value_buffer(payload))
-        elif kind == "partials":
-            args.append(partials)
-        elif kind == "counter":
-            args.append(counter)
-        elif kind == "exchange":
-            args.append(PeerTable(exchange, span))
-        else:
-            args.append(next(generic))
+    args: list[KernelArg] = []
+    for p in params:
+        match p.kind:
+            case ParamKind.PEERS_IN | ParamKind.PEERS_OUT:
+                assert p.value is not None
+                args.append(PeerTable(lw.value_buffer(p.value), span))
+            case ParamKind.FLAGS:
+                args.append(PeerTable(flags, span))
+            case ParamKind.EPOCH:
+                args.append(Epoch(flags.name))  # one flag array, one launch counter
+            case ParamKind.ME:
+                args.append(RankValue("me", tuple(lw.group_index(r, span) for r in range(lw.size))))
+            case ParamKind.NRANKS:
+                args.append(group)
+            case ParamKind.RED_OUT:
+                assert p.value is not None
+                args.append(lw.value_buffer(p.value))
+            case ParamKind.PARTIALS:
+                args.append(partials)
+            case ParamKind.COUNTER:
+                args.append(counter)
+            case ParamKind.EXCHANGE:
+                args.append(PeerTable(exchange, span))
+            case _:
+                args.append(next(generic))
     from coconet.lowering.lower_to_plan import range_positions
 
     lw.emit(

@@ -16,6 +16,7 @@ plan and the CUDA text are the same for every rank.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -24,6 +25,8 @@ from coconet.dialects import coco, comm
 from coconet.dialects.coco import TensorType
 from coconet.dialects.layout_rules import infer_elementwise
 from coconet.lowering import cuda_kernels as K
+from coconet.lowering.cuda_printer import kernel_signature, print_kernel, print_unit
+from coconet.lowering.kernel_ir import Kernel, Param, ParamKind
 from coconet.lowering.plan import (
     COMM_STREAM,
     COMPUTE_STREAM,
@@ -72,11 +75,12 @@ class Lowering:
         self.buffers: dict[SSAValue, Buffer] = {}
         self.all_buffers: list[Buffer] = []
         self.steps: list[Step] = []
-        self.kernels: list[str] = []
+        self.kernels: list[Kernel] = []
         self.kernel_names: set[str] = set()
-        self.kernel_texts: dict[str, str] = {}
-        # Kernels that can run in table form (not collective ones), by name -> their text.
-        self.batchable_sources: dict[str, str] = {}
+        # A kernel's text up to its name and variable names -> the name it was added under.
+        self.kernel_keys: dict[str, str] = {}
+        # Kernels that can run in table form (not collective ones), by name.
+        self.batchable_kernels: dict[str, Kernel] = {}
         self.names: set[str] = set()
         self.updated: dict[str, Buffer] = {}
         self.stream = COMPUTE_STREAM
@@ -126,17 +130,23 @@ class Lowering:
     def rank_table(self, label: str, fn) -> RankValue:
         return RankValue(label, tuple(int(fn(r)) for r in range(self.size)))
 
-    def add_kernel(self, name: str, source: str) -> str:
-        """Add a kernel to the translation unit; an identical kernel (same text under another
-        name, e.g. the same chain on tensors of other sizes) is reused. Returns its name."""
-        key = source.replace(f"COCO_KERNEL({name},", "COCO_KERNEL(@,")
-        if key in self.kernel_texts:
-            return self.kernel_texts[key]
-        if name not in self.kernel_names:
-            self.kernel_names.add(name)
-            self.kernels.append(source)
-            self.kernel_texts[key] = name
-        return name
+    def add_kernel(self, kernel: Kernel) -> str:
+        """Add a kernel to the translation unit; an identical kernel (the same computation
+        under another kernel name, e.g. the same chain on tensors of other sizes) is reused.
+        Returns its name.
+
+        Kernels are compared as printed with positional variable names, so the names of
+        their parameters and inputs do not matter; the op comments still name the values
+        each kernel computes, which keeps kernels of differently named values apart (and so
+        the plan's launches and batches as they were when kernels were text)."""
+        key = print_kernel(dataclasses.replace(kernel, name="@"), hints=False)
+        if key in self.kernel_keys:
+            return self.kernel_keys[key]
+        if kernel.name not in self.kernel_names:
+            self.kernel_names.add(kernel.name)
+            self.kernels.append(kernel)
+            self.kernel_keys[key] = kernel.name
+        return kernel.name
 
     def emit(self, step: Step) -> None:
         step.stream = self.stream
@@ -162,15 +172,15 @@ class Lowering:
                 outputs[out.name] = arguments[out.name]
         outputs = {k: outputs[k] for k in [o.name for o in self.program.outputs]}
         self.steps = self.batch_launches(self.steps)
-        source = K.PRELUDE + "\n" + "\n".join(self.kernels)
         return Plan(
             self.program.name,
             self.grid_shape,
             self.all_buffers,
             self.steps,
-            source,
+            print_unit(self.kernels),
             arguments,
             outputs,
+            {k.name: kernel_signature(k) for k in self.kernels},
         )
 
     # -- scattered tensors -----------------------------------------------------------------
@@ -224,13 +234,13 @@ class Lowering:
         return out
 
     def batchable(self, step: Step) -> bool:
-        return isinstance(step, Launch) and step.kernel in self.batchable_sources
+        return isinstance(step, Launch) and step.kernel in self.batchable_kernels
 
     def table_launch(self, run: list[Launch]) -> Launch:
         name = f"{run[0].kernel}_table"
         if name not in self.kernel_names:
             self.kernel_names.add(name)
-            self.kernels.append(K.table_form(self.batchable_sources[run[0].kernel], name))
+            self.kernels.append(K.table_form(self.batchable_kernels[run[0].kernel], name))
         blocks = [0]
         for launch in run:
             blocks.append(blocks[-1] + launch.grid)
@@ -314,22 +324,17 @@ class Lowering:
         if stores is None:
             stores = [r for op in ops for r in op.results]
         iteration = self.iteration_type(ops)
-        store_specs: list[tuple[SSAValue, str, TensorType]] = []
-        store_buffers: list[Buffer] = []
-        for k, v in enumerate(stores):
-            store_specs.append((v, f"out{k}", v.type))
-            store_buffers.append(self.buffer_for(v))
-        for k, upd in enumerate(updates):
-            store_specs.append((upd.value, f"upd{k}", upd.target.type))
-            store_buffers.append(self.value_buffer(upd.target))
+        store_specs = [K.Store(v, v.type) for v in stores]
+        store_specs += [K.Store(u.value, u.target.type, u.target) for u in updates]
+        store_buffers = [self.buffer_for(v) for v in stores]
+        store_buffers += [self.value_buffer(u.target) for u in updates]
         kernel = K.ElementwiseKernel(
             self.fresh(f"k_{kernel_hint}"), ops, iteration, inputs, store_specs
-        )
-        source, params = kernel.emit()
-        name = self.add_kernel(kernel.name, source)
-        self.batchable_sources.setdefault(name, source)
+        ).build()
+        name = self.add_kernel(kernel)
+        self.batchable_kernels.setdefault(name, kernel)
         n = int(np.prod(iteration.local_shape(self.grid_shape), dtype=np.int64))
-        args = self.kernel_args(params, iteration, store_buffers)
+        args = self.kernel_args(kernel.params, iteration, store_buffers)
         self.emit(
             Launch(
                 name,
@@ -337,70 +342,77 @@ class Lowering:
                 self.config.block,
                 args,
                 writes=tuple(b.name for b in store_buffers),
-                range_positions=range_positions(params),
+                range_positions=range_positions(kernel.params),
                 iteration_shape=iteration.local_shape(self.grid_shape),
                 iteration_type=iteration,
             )
         )
 
     def kernel_args(
-        self, params, iteration: TensorType, store_buffers: list[Buffer]
+        self, params: Sequence[Param], iteration: TensorType, store_buffers: list[Buffer]
     ) -> list[KernelArg]:
         it = iteration
         it_local = it.local_shape(self.grid_shape)
         n = int(np.prod(it_local, dtype=np.int64))
         args: list[KernelArg] = []
         outs = iter(store_buffers)
-        for kind, _decl, payload in params:
-            if kind == "in":
-                args.append(self.value_buffer(payload))
-            elif kind == "out":
-                args.append(next(outs))
-            elif kind == "begin":
-                args.append(0)
-            elif kind == "end":
-                args.append(n)
-            elif kind == "dim":
-                args.append(it_local[payload])
-            elif kind == "stride":
-                v, d = payload
-                t: TensorType = v.type
-                gap = it.rank - t.rank
-                local = t.local_shape(self.grid_shape)
-                args.append(int(np.prod(local[d - gap + 1 :], dtype=np.int64)))
-            elif kind == "base":
-                args.append(
-                    self.rank_table(
-                        f"base_{payload.name_hint or 'v'}",
-                        lambda r, v=payload: self.base_offset(v.type, it, r),
+        for p in params:
+            match p.kind:
+                case ParamKind.IN:
+                    assert p.value is not None
+                    args.append(self.value_buffer(p.value))
+                case ParamKind.OUT:
+                    args.append(next(outs))
+                case ParamKind.BEGIN:
+                    args.append(0)
+                case ParamKind.END:
+                    args.append(n)
+                case ParamKind.DIM:
+                    assert p.dim is not None
+                    args.append(it_local[p.dim])
+                case ParamKind.STRIDE:
+                    assert p.value is not None and p.dim is not None
+                    t: TensorType = p.value.type
+                    local = t.local_shape(self.grid_shape)
+                    args.append(
+                        int(np.prod(local[p.dim - (it.rank - t.rank) + 1 :], dtype=np.int64))
                     )
-                )
-            elif kind == "gstart":
-                args.append(
-                    self.rank_table(
-                        f"start{payload}",
-                        lambda r, d=payload: V.piece_range(it, d, self.coords[r], self.grid_shape)[
-                            0
-                        ],
+                case ParamKind.BASE:
+                    v = p.value
+                    assert v is not None
+                    args.append(
+                        self.rank_table(
+                            f"base_{v.name_hint or 'v'}",
+                            lambda r, v=v: self.base_offset(v.type, it, r),
+                        )
                     )
-                )
-            elif kind == "goffset":
-                stride0 = int(np.prod(it.get_shape()[1:], dtype=np.int64))
-                args.append(
-                    self.rank_table(
-                        "goffset",
-                        lambda r, s0=stride0: (
-                            V.piece_range(it, 0, self.coords[r], self.grid_shape)[0] * s0
-                        ),
+                case ParamKind.GSTART:
+                    d = p.dim
+                    args.append(
+                        self.rank_table(
+                            f"start{d}",
+                            lambda r, d=d: V.piece_range(it, d, self.coords[r], self.grid_shape)[0],
+                        )
                     )
-                )
-            elif kind == "stream":
-                t = payload.input.type
-                args.append(
-                    self.rank_table(
-                        "stream", lambda r, t=t: V.stream_index(t, self.coords[r], self.grid_shape)
+                case ParamKind.GOFFSET:
+                    stride0 = int(np.prod(it.get_shape()[1:], dtype=np.int64))
+                    args.append(
+                        self.rank_table(
+                            "goffset",
+                            lambda r, s0=stride0: (
+                                V.piece_range(it, 0, self.coords[r], self.grid_shape)[0] * s0
+                            ),
+                        )
                     )
-                )
+                case ParamKind.STREAM:
+                    assert p.value is not None
+                    t = p.value.type
+                    args.append(
+                        self.rank_table(
+                            "stream",
+                            lambda r, t=t: V.stream_index(t, self.coords[r], self.grid_shape),
+                        )
+                    )
         return args
 
     def base_offset(self, t: TensorType, it: TensorType, rank: int) -> int:
@@ -442,12 +454,10 @@ class Lowering:
         kind = op.kind.data
         name = f"k_reduce_{kind}_{elt}"
         if name not in self.kernel_names:
-            helper, partial, finish = K.reduction_kernels(name, kind, elt)
-            self.kernels.append(helper)
             self.kernel_names.add(name)
-            for kernel_name, source in ((f"{name}_partial", partial), (f"{name}_finish", finish)):
-                self.add_kernel(kernel_name, source)
-                self.batchable_sources[kernel_name] = source
+            for kernel in K.reduction_kernels(name, kind, elt):
+                self.add_kernel(kernel)
+                self.batchable_kernels[kernel.name] = kernel
         x = self.value_buffer(op.input)
         n = x.count
         grid = self.config.grid_for(n)
@@ -517,9 +527,9 @@ def step_buffers(step: Step) -> tuple[set[str], set[str]]:
     return set(), set()
 
 
-def range_positions(params) -> tuple[int, int]:
-    kinds = [p[0] for p in params]
-    return kinds.index("begin"), kinds.index("end")
+def range_positions(params: Sequence[Param]) -> tuple[int, int]:
+    kinds = [p.kind for p in params]
+    return kinds.index(ParamKind.BEGIN), kinds.index(ParamKind.END)
 
 
 def lower(

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from coconet.dialects.coco import TensorType
+from coconet.lowering.kernel_ir import KernelParam
 
 COMPUTE_STREAM = 0
 COMM_STREAM = 1
@@ -225,6 +226,9 @@ class Plan:
     # Buffers the caller sees: argument name -> buffer, output name -> buffer.
     arguments: dict[str, Buffer] = field(default_factory=dict)
     outputs: dict[str, Buffer] = field(default_factory=dict)
+    # Every kernel of `cuda_source` -> its parameters in order: how executors type the
+    # arguments of a launch (never read back from the text).
+    signatures: dict[str, tuple[KernelParam, ...]] = field(default_factory=dict)
 
     @property
     def size(self) -> int:

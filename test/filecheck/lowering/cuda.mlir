@@ -12,15 +12,24 @@ func.func @chain(%x: !coco.tensor<256xf16, sliced<0>>, %r: !coco.tensor<256xf16>
   func.return
 }
 // CHECK:       #include "coco_device.h"
-// CHECK-LABEL: COCO_KERNEL(k_fused, const coco_f16* __restrict__ in0, const coco_f16* __restrict__ in1, coco_f16* __restrict__ out0, coco_i64 begin, coco_i64 end, coco_i64 in1_base, coco_i64 goffset, coco_u64 stream0) {
+// Parameters and values are named after the program's SSA names.
+// CHECK-LABEL: COCO_KERNEL(k_fused,
+// CHECK-NEXT:      const coco_f16* __restrict__ x_in,
+// CHECK-NEXT:      const coco_f16* __restrict__ r_in,
+// CHECK-NEXT:      coco_f16* __restrict__ d_out,
+// CHECK-NEXT:      coco_i64 begin,
+// CHECK-NEXT:      coco_i64 end,
+// CHECK-NEXT:      coco_i64 r_base,
+// CHECK-NEXT:      coco_i64 goffset,
+// CHECK-NEXT:      coco_u64 d_stream) {
 // CHECK-NEXT:    COCO_KERNEL_BODY_BEGIN
 // CHECK:         COCO_BLOCK_STRIDE_LOOP(coco_i64, j_, r_.begin, r_.end) {
 // CHECK:           const coco_u64 gidx_ = (coco_u64)(goffset + i);
-// CHECK:           const float x0 = coco_to_f32(in0[i]);
-// CHECK:           const float x1 = coco_to_f32(in1[in1_base + i]);
-// CHECK:           const float t0 = coco_round_f16((x0 + x1));  // coco.add %y
-// CHECK:           const float t1 = coco_round_f16((coco_dropout_keep(11ull, gidx_, stream0, 4194304u) ? t0 * 0x1.5555560000000p+0f : 0.0f));  // coco.dropout %d
-// CHECK:           out0[i] = coco_f16_from_f32(t1);
+// CHECK:           const float x = coco_to_f32(x_in[i]);
+// CHECK:           const float r = coco_to_f32(r_in[r_base + i]);
+// CHECK:           const float y = coco_round_f16(x + r);  // coco.add %y
+// CHECK:           const float d = coco_round_f16(coco_dropout_keep(11ull, gidx_, d_stream, 4194304u) ? y * 0x1.5555560000000p+0f : 0.0f);  // coco.dropout %d
+// CHECK:           d_out[i] = coco_f16_from_f32(d);
 // CHECK:         COCO_KERNEL_BODY_END
 
 // -----
@@ -30,16 +39,21 @@ func.func @norm(%x: !coco.tensor<1000xbf16>) -> !coco.tensor<bf16> {
   %n = coco.reduce norm %x : !coco.tensor<1000xbf16> -> !coco.tensor<bf16>
   func.return %n : !coco.tensor<bf16>
 }
-// CHECK-LABEL: COCO_KERNEL(k_reduce_norm_bf16_partial, const coco_bf16* __restrict__ x, double* __restrict__ partials, coco_i64 n) {
+// CHECK-LABEL: COCO_KERNEL(k_reduce_norm_bf16_partial,
+// CHECK-NEXT:      const coco_bf16* __restrict__ x,
+// CHECK-NEXT:      double* __restrict__ partials,
+// CHECK-NEXT:      coco_i64 n) {
 // CHECK:         COCO_SHARED_DYN(double, acc_, 0);
+// CHECK:           a = a + (double)coco_to_f32(x[i]) * (double)coco_to_f32(x[i]);
 // CHECK:         coco_sync_block();
 // CHECK-LABEL: COCO_KERNEL(k_reduce_norm_bf16_finish,
 // CHECK:         out[0] = coco_bf16_from_f32(coco_f64_to_f32_odd(sqrt(total)));
 
 // -----
 
-// A fused all_reduce: entry and done flags between same-index blocks of the group, the
-// reduce_scatter combined from every peer in rank order in double, all_gather by push.
+// A fused all_reduce: entry and done flags between same-index blocks of the group (the
+// protocol's steps are functions of coco_device.h), the reduce_scatter combined from every
+// peer in rank order in double, all_gather by push.
 func.func @fused(%g: !coco.tensor<64xf32, local>) -> !coco.tensor<64xf32> {
   %r = comm.fused all_reduce -> !coco.tensor<64xf32> {
     %rs = comm.reduce_scatter sum %g : !coco.tensor<64xf32, local> -> !coco.tensor<64xf32, sliced<0>>
@@ -50,13 +64,24 @@ func.func @fused(%g: !coco.tensor<64xf32, local>) -> !coco.tensor<64xf32> {
   func.return %r : !coco.tensor<64xf32>
 }
 // CHECK-LABEL: COCO_KERNEL(k_fused_all_reduce,
-// CHECK-SAME:    const coco_u64* __restrict__ rs0, const coco_u64* __restrict__ ag0, const coco_u64* __restrict__ flags, coco_u32 epoch, coco_i32 me, coco_i32 nranks
-// CHECK:         coco_store_release_u32((coco_u32*)flags[p_] + (coco_u64)me * g_ + b_, epoch);
-// CHECK:         coco_wait_flag_geq((coco_u32*)flags[me] + (coco_u64)p_ * g_ + b_, epoch);
-// CHECK:         double x0_acc = ((double)((const float*)rs0[0])[rs0_base + i]);
-// CHECK-NEXT:    for (coco_i32 p_ = 1; p_ < nranks; ++p_) x0_acc = x0_acc + ((double)((const float*)rs0[p_])[rs0_base + i]);
-// CHECK:         for (coco_i32 p_ = 0; p_ < nranks; ++p_) ((float*)ag0[p_])[ag0_base + i] = t0;  // comm.all_gather
-// CHECK:         coco_wait_flag_geq((coco_u32*)flags[me] + done_ + (coco_u64)p_ * g_ + b_, epoch);
+// CHECK-NEXT:      const coco_u64* __restrict__ g_peers,
+// CHECK-NEXT:      const coco_u64* __restrict__ ag_peers,
+// CHECK-NEXT:      const coco_u64* __restrict__ flags,
+// CHECK-NEXT:      coco_u32 epoch,
+// CHECK-NEXT:      coco_i32 me,
+// CHECK-NEXT:      coco_i32 nranks,
+// CHECK:         if (coco_thread_idx() == 0) {
+// CHECK-NEXT:      coco_peers_entry(flags, me, nranks, epoch, coco_grid_dim(), coco_block_idx());
+// CHECK:         coco_sync_block();
+// CHECK:         double rs_acc = (double)((const float*)g_peers[0])[g_base + i];
+// CHECK-NEXT:    for (coco_i32 p_ = 1; p_ < nranks; ++p_) {
+// CHECK-NEXT:      rs_acc = rs_acc + (double)((const float*)g_peers[p_])[g_base + i];
+// CHECK:         const float rs = (float)rs_acc;  // comm.reduce_scatter
+// CHECK:         for (coco_i32 p_ = 0; p_ < nranks; ++p_) {
+// CHECK-NEXT:      ((float*)ag_peers[p_])[ag_base + i] = h;  // comm.all_gather
+// CHECK:         coco_sync_block();
+// CHECK:         if (coco_thread_idx() == 0) {
+// CHECK-NEXT:      coco_peers_done(flags, me, nranks, epoch, coco_grid_dim(), coco_block_idx());
 
 // -----
 
@@ -74,14 +99,17 @@ func.func @norm_inside(%g: !coco.tensor<64xf32, local>) -> (!coco.tensor<64xf32,
   func.return %x, %n : !coco.tensor<64xf32, sliced<0>>, !coco.tensor<f32>
 }
 // CHECK-LABEL: COCO_KERNEL(k_fused_all_reduce,
-// CHECK-SAME:    float* __restrict__ red0, double* __restrict__ partials, coco_u32* __restrict__ counter, const coco_u64* __restrict__ exchange
+// CHECK:           float* __restrict__ total_out,
+// CHECK-NEXT:      double* __restrict__ partials,
+// CHECK-NEXT:      coco_u32* __restrict__ counter,
+// CHECK-NEXT:      const coco_u64* __restrict__ exchange,
 // CHECK:         for (coco_i64 j_ = r_.begin + coco_thread_idx(); j_ < r_.end; j_ += coco_block_dim()) {
-// CHECK:           acc0_ = acc0_ + (double)t0;
-// CHECK:         partials[0 * coco_grid_dim() + coco_block_idx()] = a0_;
-// CHECK:         last_ = coco_atomic_add_u32(counter, 1u) == coco_grid_dim() - 1;
-// CHECK:         coco_wait_flag_geq((coco_u32*)flags[me] + done_ + (coco_u64)p_ * g_ + b_, epoch);
-// CHECK:         if (coco_thread_idx() == 0 && last_) {
-// CHECK:           ((double*)exchange[p_])[0 * nranks + me] = (double)((float)(rank0_));
-// CHECK:           coco_wait_flag_geq((coco_u32*)flags[me] + xchg_ + p_, epoch);
-// CHECK:           red0[0] = (float)(all0_);  // comm.all_reduce
-// CHECK:           *counter = 0u;
+// CHECK:           acc0_ = acc0_ + (double)sq;
+// CHECK:         partials[coco_block_idx()] = a0_;
+// CHECK:         last_[0] = coco_block_is_last(counter, coco_grid_dim());
+// CHECK:         coco_peers_done(flags, me, nranks, epoch, coco_grid_dim(), coco_block_idx());
+// CHECK:         if (coco_thread_idx() == 0 && last_[0]) {
+// CHECK:           ((double*)exchange[p_])[me] = (double)(float)rank0_;
+// CHECK:           coco_peers_exchange(flags, me, nranks, epoch, coco_grid_dim());
+// CHECK:           total_out[0] = (float)all0_;  // comm.all_reduce
+// CHECK:           counter[0] = 0u;

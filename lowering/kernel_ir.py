@@ -1,0 +1,486 @@
+"""The kernel IR: the CUDA C kernels of a plan as typed data, printed by cuda_printer.py.
+
+The lowering builds kernels out of these nodes instead of text, so that what other parts of
+the compiler need to know about a kernel is read from the data: the executors type launch
+arguments from each parameter's `CType` (carried by the plan as `KernelParam`s), the lowering
+picks arguments by `ParamKind`, and the table form of a kernel is a rewrite of its body.
+
+The node set is just what the kernels of the lowering use, in the shape of the device layer
+(coco_device.h): block-level statements, the two phase kinds (`ForThreads`,
+`BlockStrideLoop`), block synchronization, shared memory, and the cross-rank protocol of
+fused collectives (`PeerSync`, whose steps are named functions of the header).
+
+Values are `Var`s (identity objects: two variables may carry the same hint). A variable has
+a `hint`, the program's SSA name where it has one, and a positional `fallback`; the printer
+turns them into unique C identifiers. Printing with fallbacks only gives the kernel's text up
+to naming, which is how the lowering finds identical kernels over differently named tensors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields, replace
+from enum import Enum
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from xdsl.utils.str_enum import StrEnum
+
+if TYPE_CHECKING:
+    from xdsl.ir import SSAValue
+
+# ---------------------------------------------------------------------------------------------
+# Types
+# ---------------------------------------------------------------------------------------------
+
+# C types of the device layer -> how the runtime passes a value of that type by value (one of
+# "bool", "i32", "u32", "i64", "u64", "f32", "f64"), or None where it is never a parameter.
+SCALAR_ABI: dict[str, str | None] = {
+    "bool": "bool",
+    "coco_i32": "i32",
+    "coco_u32": "u32",
+    "coco_i64": "i64",
+    "coco_u64": "u64",
+    "float": "f32",
+    "double": "f64",
+    "coco_f16": None,
+    "coco_bf16": None,
+    "coco_range": None,
+}
+
+# Every parameter kind the runtime passes: a pointer, or a scalar of one of these C types.
+ABI_KINDS = ("ptr", "bool", "i32", "u32", "i64", "u64", "f32", "f64")
+
+
+@dataclass(frozen=True)
+class CType:
+    """A C type: a scalar of the device layer, or a pointer to one."""
+
+    name: str
+    pointer: bool = False
+    # Of the pointee: `const float*`.
+    const: bool = False
+    # Only meaningful on pointer parameters (locals are printed without it).
+    restrict: bool = False
+
+    def __post_init__(self) -> None:
+        if self.name not in SCALAR_ABI:
+            raise ValueError(f"'{self.name}' is not a C type of the device layer")
+        if (self.const or self.restrict) and not self.pointer:
+            raise ValueError("const and __restrict__ qualify pointers only")
+
+    @property
+    def abi(self) -> str:
+        """How the runtime passes a value of this type (ABI_KINDS)."""
+        if self.pointer:
+            return "ptr"
+        kind = SCALAR_ABI[self.name]
+        if kind is None:
+            raise ValueError(f"a {self.name} cannot be passed to a kernel by value")
+        return kind
+
+    def ptr(self, *, const: bool = False, restrict: bool = False) -> CType:
+        assert not self.pointer, "no pointers to pointers in kernels"
+        return CType(self.name, pointer=True, const=const, restrict=restrict)
+
+    def pointee(self) -> CType:
+        assert self.pointer
+        return CType(self.name)
+
+    def unrestricted(self) -> CType:
+        return replace(self, restrict=False)
+
+
+BOOL = CType("bool")
+I32 = CType("coco_i32")
+U32 = CType("coco_u32")
+I64 = CType("coco_i64")
+U64 = CType("coco_u64")
+F32 = CType("float")
+F64 = CType("double")
+RANGE = CType("coco_range")
+
+
+# ---------------------------------------------------------------------------------------------
+# Parameters
+# ---------------------------------------------------------------------------------------------
+
+
+class ParamKind(StrEnum):
+    """What a kernel parameter is: how the lowering fills it at a launch."""
+
+    IN = "in"  # an input tensor (payload: its value)
+    OUT = "out"  # a stored result or an updated argument
+    BEGIN = "begin"  # the element range [begin, end) a launch covers (overlap chunks)
+    END = "end"
+    COUNT = "count"  # an element or partial count (reduction kernels)
+    DIM = "dim"  # the local size of iteration dim `dim`
+    STRIDE = "stride"  # the local stride of `value` along iteration dim `dim`
+    BASE = "base"  # where this rank's iteration piece starts in `value`'s piece
+    GSTART = "gstart"  # the global start of this rank's piece along iteration dim `dim`
+    GOFFSET = "goffset"  # the global linear offset of this rank's piece (dim-0 slices)
+    STREAM = "stream"  # a dropout's random stream for this rank (payload: its input)
+    PEERS_IN = "peers_in"  # every group member's reduce_scatter input (symmetric)
+    PEERS_OUT = "peers_out"  # every group member's gathered buffer (symmetric)
+    RED_OUT = "red_out"  # the all_reduced result of an in-kernel reduction
+    PARTIALS = "partials"  # per-block partials of a reduction (scratch)
+    COUNTER = "counter"  # the last-block ticket counter (scratch)
+    EXCHANGE = "exchange"  # every group member's rank-partials buffer (symmetric)
+    FLAGS = "flags"  # every group member's flag array (symmetric)
+    EPOCH = "epoch"  # the value flags carry at this launch
+    ME = "me"  # this rank's index in its group
+    NRANKS = "nranks"  # the group's size
+    BLOCKS = "blocks"  # table form: prefix sums of the blocks of each tensor
+    NTENSORS = "ntensors"  # table form: how many tensors the launch serves
+
+
+@dataclass(frozen=True)
+class KernelParam:
+    """One parameter of a kernel's signature, as the plan carries it for the executors."""
+
+    name: str
+    kind: ParamKind
+    ctype: CType
+    # Table form: a device array of this parameter's value for every tensor of the launch.
+    table: bool = False
+
+
+# ---------------------------------------------------------------------------------------------
+# Expressions
+# ---------------------------------------------------------------------------------------------
+
+
+class Expr:
+    """A C expression. Arithmetic operators build `Binary` nodes (ints become literals)."""
+
+    def __add__(self, other: Expr | int) -> Binary:
+        return Binary("+", self, as_expr(other))
+
+    def __radd__(self, other: int) -> Binary:
+        return Binary("+", as_expr(other), self)
+
+    def __sub__(self, other: Expr | int) -> Binary:
+        return Binary("-", self, as_expr(other))
+
+    def __rsub__(self, other: int) -> Binary:
+        return Binary("-", as_expr(other), self)
+
+    def __mul__(self, other: Expr | int) -> Binary:
+        return Binary("*", self, as_expr(other))
+
+    def __rmul__(self, other: int) -> Binary:
+        return Binary("*", as_expr(other), self)
+
+    def __truediv__(self, other: Expr | int) -> Binary:
+        return Binary("/", self, as_expr(other))
+
+    def __mod__(self, other: Expr | int) -> Binary:
+        return Binary("%", self, as_expr(other))
+
+    # No __getitem__: it would make every expression iterable (Python's legacy protocol).
+    def at(self, index: Expr | int) -> Index:
+        return Index(self, as_expr(index))
+
+
+@dataclass(eq=False)
+class Var(Expr):
+    """A variable (a local or, as `Param`, a parameter). Identity matters, not the name."""
+
+    ctype: CType
+    # The program's SSA name of the value (or a name the lowering chose), if any.
+    hint: str | None
+    # The name when there is no hint, or when printing up to naming.
+    fallback: str
+
+
+@dataclass(eq=False)
+class Param(Var):
+    """A kernel parameter, with what the lowering needs to fill it (never printed)."""
+
+    kind: ParamKind = ParamKind.IN
+    value: SSAValue | None = field(default=None, repr=False)
+    dim: int | None = None
+    table: bool = False
+
+
+@dataclass(frozen=True)
+class Lit(Expr):
+    """A literal, spelled as it must appear (exact float literals are chosen by the lowering)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Call(Expr):
+    fn: str
+    args: tuple[Expr, ...] = ()
+
+
+@dataclass(frozen=True)
+class Binary(Expr):
+    op: str
+    lhs: Expr
+    rhs: Expr
+
+
+@dataclass(frozen=True)
+class Unary(Expr):
+    op: str
+    operand: Expr
+
+
+@dataclass(frozen=True)
+class Cast(Expr):
+    ctype: CType
+    operand: Expr
+
+
+@dataclass(frozen=True)
+class Select(Expr):
+    cond: Expr
+    then: Expr
+    otherwise: Expr
+
+
+@dataclass(frozen=True)
+class Index(Expr):
+    """`base[index]`: a load, or a store as the target of an `Assign`."""
+
+    base: Expr
+    index: Expr
+
+
+@dataclass(frozen=True)
+class Field(Expr):
+    base: Expr
+    name: str
+
+
+def as_expr(x: Expr | int) -> Expr:
+    return x if isinstance(x, Expr) else Lit(str(x))
+
+
+def peer(table: Expr, rank: Expr | int, elt: CType, *, const: bool = False) -> Expr:
+    """Peer `rank`'s buffer, from a table of the group members' addresses (a symmetric
+    buffer reached through CUDA IPC / a shared-memory window)."""
+    return Cast(elt.ptr(const=const), Index(table, as_expr(rank)))
+
+
+def binary(op: str, lhs: Expr | int, rhs: Expr | int) -> Binary:
+    return Binary(op, as_expr(lhs), as_expr(rhs))
+
+
+def all_of(conds: list[Expr]) -> Expr:
+    if not conds:
+        return Lit("true")
+    out = conds[0]
+    for c in conds[1:]:
+        out = Binary("&&", out, c)
+    return out
+
+
+def sum_of(terms: list[Expr]) -> Expr:
+    out = terms[0]
+    for t in terms[1:]:
+        out = out + t
+    return out
+
+
+def product_of(factors: list[Expr]) -> Expr:
+    out = factors[0]
+    for f in factors[1:]:
+        out = out * f
+    return out
+
+
+# The launch geometry. Block-level code may use them anywhere; `thread_idx` only inside a phase.
+BLOCK_IDX = Call("coco_block_idx")
+GRID_DIM = Call("coco_grid_dim")
+BLOCK_DIM = Call("coco_block_dim")
+THREAD_IDX = Call("coco_thread_idx")
+
+
+class ReduceKind(StrEnum):
+    SUM = "sum"
+    PROD = "prod"
+    MAX = "max"
+    MIN = "min"
+    NORM = "norm"  # a sum (of squares: the terms are squared where they are read)
+
+
+@dataclass(frozen=True)
+class Combine(Expr):
+    """One step of a reduction in accumulator type `acc` (double, or coco_i64 for integers):
+    `lhs (+) rhs`, with NumPy's max/min (a NaN wins) for floats."""
+
+    kind: ReduceKind
+    acc: CType
+    lhs: Expr
+    rhs: Expr
+
+
+@dataclass(frozen=True)
+class Identity(Expr):
+    """The initial value of a reduction of kind `kind` in accumulator type `acc`."""
+
+    kind: ReduceKind
+    acc: CType
+
+
+# ---------------------------------------------------------------------------------------------
+# Statements
+# ---------------------------------------------------------------------------------------------
+
+
+class Stmt:
+    pass
+
+
+@dataclass(frozen=True)
+class Decl(Stmt):
+    """Declares `var` (initialised by `init`); `comment` says which op it computes."""
+
+    var: Var
+    init: Expr | None
+    const: bool = True
+    comment: str = ""
+
+
+@dataclass(frozen=True)
+class Assign(Stmt):
+    """`target op value`, op one of "=", "+=", "/="."""
+
+    target: Expr
+    value: Expr
+    op: str = "="
+    comment: str = ""
+
+
+@dataclass(frozen=True)
+class ExprStmt(Stmt):
+    expr: Expr
+
+
+@dataclass(frozen=True)
+class Unused(Stmt):
+    """`(void)x;` for variables some kernels never read (no warnings on either compiler)."""
+
+    vars: tuple[Var, ...]
+
+
+@dataclass(frozen=True)
+class If(Stmt):
+    cond: Expr
+    then: tuple[Stmt, ...]
+
+
+@dataclass(frozen=True)
+class For(Stmt):
+    """`for (T var = begin; var < end; ++var)`, or `var += step` when a step is given."""
+
+    var: Var
+    begin: Expr
+    end: Expr
+    body: tuple[Stmt, ...]
+    step: Expr | None = None
+
+
+@dataclass(frozen=True)
+class While(Stmt):
+    cond: Expr
+    body: tuple[Stmt, ...]
+
+
+@dataclass(frozen=True)
+class ForThreads(Stmt):
+    """A phase in which every thread of the block runs `body` once."""
+
+    body: tuple[Stmt, ...]
+
+
+@dataclass(frozen=True)
+class BlockStrideLoop(Stmt):
+    """A phase in which the threads of the block share the elements [begin, end)."""
+
+    var: Var
+    begin: Expr
+    end: Expr
+    body: tuple[Stmt, ...]
+
+
+@dataclass(frozen=True)
+class SyncBlock(Stmt):
+    pass
+
+
+@dataclass(frozen=True)
+class SharedArray(Stmt):
+    """A fixed-size shared-memory array of `size` elements of `var`'s type."""
+
+    var: Var
+    size: int
+
+
+@dataclass(frozen=True)
+class SharedDyn(Stmt):
+    """`var` points `offset` bytes into the launch's dynamic shared memory."""
+
+    var: Var
+    offset: int = 0
+
+
+class SyncStep(Enum):
+    """The steps of the cross-rank protocol of a fused collective kernel (coco_device.h)."""
+
+    ENTRY = "coco_peers_entry"
+    DONE = "coco_peers_done"
+    EXCHANGE = "coco_peers_exchange"
+
+
+@dataclass(frozen=True)
+class PeerSync(Stmt):
+    """Thread 0 of a block runs one step of the cross-rank protocol with the same-index
+    blocks of its peers (the exchange step: the last blocks of the ranks)."""
+
+    step: SyncStep
+    flags: Expr
+    me: Expr
+    nranks: Expr
+    epoch: Expr
+    grid: Expr
+    block: Expr
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A `COCO_KERNEL`: its parameters and its body (between BODY_BEGIN and BODY_END)."""
+
+    name: str
+    params: tuple[Param, ...]
+    body: tuple[Stmt, ...]
+
+
+# ---------------------------------------------------------------------------------------------
+# Rewriting
+# ---------------------------------------------------------------------------------------------
+
+N = TypeVar("N")
+
+
+def rewrite(node: N, fn: Callable[[Any], Any | None]) -> N:
+    """`node` with every sub-node `x` for which fn(x) is not None replaced by fn(x), top
+    down (a replacement is not visited again). Variables are leaves: the body refers to them
+    by identity."""
+    if isinstance(node, tuple):
+        return tuple(rewrite(x, fn) for x in node)  # type: ignore[return-value]
+    replaced = fn(node)
+    if replaced is not None:
+        return replaced
+    if isinstance(node, Var) or not isinstance(node, Expr | Stmt):
+        return node
+    changes = {}
+    for f in fields(node):  # type: ignore[arg-type]
+        old = getattr(node, f.name)
+        new = rewrite(old, fn)
+        if new is not old:
+            changes[f.name] = new
+    return replace(node, **changes) if changes else node  # type: ignore[type-var]
