@@ -7,8 +7,9 @@ rank's walk. It owns everything that does not depend on where memory lives or ho
   address of a device array holding the group members' addresses of a symmetric buffer (in
   group order), `Epoch` -> the per-site launch counter (flags carry it, so they never reset),
   `RankValue` -> `table[rank]`, literals as they are;
-* typing them: the parameter types come from the kernel's own `COCO_KERNEL(...)` signature in
-  the plan's CUDA source, so a `coco_u32 epoch` is passed as 4 bytes to CuPy as it is to ctypes;
+* typing them: the parameter types come from the kernel signatures the plan carries (the C
+  type of each parameter, from the lowering's kernel IR), so a `coco_u32 epoch` is passed as
+  4 bytes to CuPy as it is to ctypes;
 * the order of steps, streams (0 compute, 1 communication) and events;
 * checking the caller's inputs against the plan before anything is launched.
 
@@ -23,7 +24,6 @@ unit-tested: process groups, the regions of a piece that collectives exchange, t
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +32,7 @@ from typing import Any, Protocol
 import ml_dtypes
 import numpy as np
 from coconet.dialects.coco import TensorType
+from coconet.lowering.kernel_ir import ABI_KINDS
 from coconet.lowering.plan import (
     COMM_STREAM,
     COMPUTE_STREAM,
@@ -71,47 +72,18 @@ __all__ = [
 # ---------------------------------------------------------------------------------------------
 
 # Parameter kinds: a pointer, or a scalar of this C type.
-PARAM_KINDS = ("ptr", "bool", "i32", "u32", "i64", "u64", "f32", "f64")
-
-_SCALAR_KINDS = {
-    "coco_i64": "i64",
-    "long long": "i64",
-    "coco_u64": "u64",
-    "unsigned long long": "u64",
-    "coco_i32": "i32",
-    "int": "i32",
-    "coco_u32": "u32",
-    "unsigned int": "u32",
-    "unsigned": "u32",
-    "float": "f32",
-    "coco_f32": "f32",
-    "double": "f64",
-    "coco_f64": "f64",
-    "bool": "bool",
-    "coco_bool": "bool",
-}
-_KERNEL_RE = re.compile(r"COCO_KERNEL\(\s*(\w+)\s*,([^)]*)\)", re.DOTALL)
+PARAM_KINDS = ABI_KINDS
 
 
-def _param_kind(decl: str, kernel: str) -> str:
-    if "*" in decl:
-        return "ptr"
-    words = [w for w in decl.replace("const", " ").split() if w != "__restrict__"]
-    c_type = " ".join(words[:-1])  # the last word is the parameter's name
-    kind = _SCALAR_KINDS.get(c_type)
-    if kind is None:
-        raise CocoError(
-            f"kernel {kernel}: parameter '{decl.strip()}' has a type the runtime cannot pass"
-        )
-    return kind
-
-
-def kernel_signatures(source: str) -> dict[str, tuple[str, ...]]:
-    """Parameter kinds (PARAM_KINDS) of every `COCO_KERNEL(name, params...)` in `source`."""
+def kernel_signatures(plan: Plan) -> dict[str, tuple[str, ...]]:
+    """Parameter kinds (PARAM_KINDS) of every kernel of `plan`, from the plan's kernel
+    signatures (the lowering's own description of each kernel, not its CUDA text)."""
     out: dict[str, tuple[str, ...]] = {}
-    for m in _KERNEL_RE.finditer(source):
-        name, params = m.group(1), m.group(2)
-        out[name] = tuple(_param_kind(p, name) for p in params.split(",") if p.strip())
+    for name, params in plan.signatures.items():
+        try:
+            out[name] = tuple(p.ctype.abi for p in params)
+        except ValueError as e:
+            raise CocoError(f"kernel {name}: {e}") from None
     return out
 
 
@@ -388,7 +360,7 @@ class PlanRunner:
         self.plan = plan
         self.rank = rank
         self.backend = backend
-        self.signatures = kernel_signatures(plan.cuda_source)
+        self.signatures = kernel_signatures(plan)
         self.epochs: dict[str, int] = {}
         self.peer_tables: dict[tuple[str, tuple[int, ...]], int] = {}
         # ArgTable -> (the values it was built from, its device address); rebuilt when a
@@ -408,7 +380,7 @@ class PlanRunner:
             if isinstance(step, Launch):
                 if step.kernel not in self.signatures:
                     raise CocoError(
-                        f"the plan launches {step.kernel}, which its CUDA source does not define"
+                        f"the plan launches {step.kernel} but carries no signature of it"
                     )
                 want = len(self.signatures[step.kernel])
                 if want != len(step.args):

@@ -6,6 +6,7 @@ test/mpi/."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -14,6 +15,8 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
+from coconet.lowering.cuda_printer import c_type
+from coconet.lowering.kernel_ir import CType, KernelParam, ParamKind
 from coconet.lowering.lower_to_plan import lower
 from coconet.lowering.plan import Epoch, Launch, PeerTable, RankValue
 from coconet.runtime import sim
@@ -53,7 +56,8 @@ def load(name: str):
 
 def test_kernel_signatures_type_every_parameter():
     plan = lower(apply_schedule(load("adam"), FUSED), 2)
-    sigs = kernel_signatures(plan.cuda_source)
+    sigs = kernel_signatures(plan)
+    assert {s.kernel for s in plan.steps if isinstance(s, Launch)} <= set(sigs)
     launch = next(
         s for s in plan.steps if isinstance(s, Launch) and any(isinstance(a, Epoch) for a in s.args)
     )
@@ -66,12 +70,24 @@ def test_kernel_signatures_type_every_parameter():
             assert k == "ptr"
         elif isinstance(a, RankValue):
             assert k in ("i32", "i64")
-    src = (
-        "COCO_KERNEL(k, const float* __restrict__ x, coco_u32 e, double d, float f, coco_bool b) {}"
-    )
-    assert kernel_signatures(src) == {"k": ("ptr", "u32", "f64", "f32", "bool")}
-    with pytest.raises(CocoError, match="cannot pass"):
-        kernel_signatures("COCO_KERNEL(k, struct foo s) {}")
+    # The plan's signatures are the parameters the CUDA text declares, in order.
+    for name, params in plan.signatures.items():
+        head = plan.cuda_source.split(f"COCO_KERNEL({name},", 1)[1].split(") {", 1)[0]
+        declared = [" ".join(d.split()) for d in head.split(",")]
+        assert declared == [f"{c_type(p.ctype)} {p.name}" for p in params]
+    assert [CType(t).abi for t in ("coco_u32", "double", "float", "bool", "coco_i64")] == [
+        "u32",
+        "f64",
+        "f32",
+        "bool",
+        "i64",
+    ]
+    assert CType("float", pointer=True, const=True, restrict=True).abi == "ptr"
+    f16 = KernelParam("h", ParamKind.IN, CType("coco_f16"))
+    with pytest.raises(CocoError, match="cannot be passed"):
+        kernel_signatures(dataclasses.replace(plan, signatures={"k": (f16,)}))
+    with pytest.raises(ValueError, match="not a C type"):
+        CType("struct foo")
 
 
 def test_groups_follow_the_sim():
