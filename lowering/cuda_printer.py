@@ -194,10 +194,11 @@ _COMPARISON = 10
 
 
 def c_identifier(name: str) -> str:
-    """`name` as a C identifier that is not reserved to the implementation or the layer."""
-    s = re.sub(r"__+", "_", re.sub(r"[^A-Za-z0-9_]", "_", name))
-    if not s or not (s[0].isalpha()) or s.lower().startswith("coco_"):
-        s = "v" + ("" if s.startswith("_") else "_") + s if s else "v"
+    """`name` as a C identifier that is not reserved to the implementation (a leading
+    underscore, a double underscore) or to the device layer (a `coco_` prefix)."""
+    s = re.sub(r"_+", "_", re.sub(r"[^A-Za-z0-9_]", "_", name))
+    if not s[:1].isalpha() or s.lower().startswith("coco_"):
+        s = "v" + ("" if s.startswith("_") else "_") + s
     return s
 
 
@@ -220,8 +221,9 @@ class CudaPrinter(BasePrinter):
         assert var not in self.names, f"{var.fallback} is declared twice"
         base = c_identifier(var.hint if self.hints and var.hint else var.fallback)
         name, k = base, 1
+        sep = "" if base.endswith("_") else "_"  # no double underscore: reserved in C++
         while name in RESERVED or any(name in scope for scope in self.scopes):
-            name = f"{base}_{k}"
+            name = f"{base}{sep}{k}"
             k += 1
         self.scopes[-1].add(name)
         self.names[var] = name
@@ -448,7 +450,9 @@ def identity_expr(e: Identity) -> Expr:
             return Lit("1")
     if e.acc == I64:
         largest: Expr = Lit("9223372036854775807LL")
-        return Binary("-", Lit("-9223372036854775807LL"), Lit("1")) if e.kind == "max" else largest
+        if e.kind == ReduceKind.MAX:
+            return Binary("-", Lit("-9223372036854775807LL"), Lit("1"))
+        return largest
     infinity = Binary("/", Lit("1.0"), Lit("0.0"))
     return Unary("-", infinity) if e.kind == ReduceKind.MAX else infinity
 

@@ -1,0 +1,192 @@
+"""The kernel IR (lowering/kernel_ir.py) and its CUDA printer (lowering/cuda_printer.py):
+C precedence, naming (SSA names where they exist, valid, unreserved and unique in scope,
+positional names otherwise), the table-form rewrite, and a program whose SSA names collide
+with C keywords, libm functions and the kernel's own variables, compiled by both compilers
+and run against the oracle."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+from coconet.lowering import cuda_kernels as K
+from coconet.lowering.cuda_printer import CudaPrinter, c_identifier, print_kernel
+from coconet.lowering.kernel_ir import (
+    BLOCK_IDX,
+    F32,
+    F64,
+    GRID_DIM,
+    I32,
+    I64,
+    Assign,
+    Binary,
+    Cast,
+    Combine,
+    CType,
+    Decl,
+    For,
+    Identity,
+    Index,
+    Kernel,
+    Lit,
+    Param,
+    ParamKind,
+    ReduceKind,
+    Select,
+    Unary,
+    Var,
+    binary,
+    peer,
+    rewrite,
+)
+from coconet.lowering.lower_to_plan import lower
+from coconet.lowering.nvrtc import compile_cuda, nvrtc_available
+from coconet.runtime.sim import prepare_inputs
+from coconet.runtime.threaded import ThreadedExecutor
+
+import coconet
+
+
+def _printer(*names: str) -> tuple[CudaPrinter, list[Var]]:
+    printer = CudaPrinter(stream=io.StringIO())
+    variables = [Var(F32, name, name) for name in names]
+    for v in variables:
+        printer.declare(v)
+    return printer, variables
+
+
+def test_expressions_get_the_parentheses_c_needs():
+    p, (a, b, c) = _printer("a", "b", "c")
+    cases = [
+        (a - (b - c), "a - (b - c)"),
+        (a - b - c, "a - b - c"),
+        ((a + b) * c, "(a + b) * c"),
+        (a + b * c, "a + b * c"),
+        (Unary("-", Unary("-", a)), "-(-a)"),
+        (Unary("-", Lit("-1.0f")), "-(-1.0f)"),
+        (Cast(F64, a + b), "(double)(a + b)"),
+        (Cast(F64, Cast(I32, a)), "(double)(coco_i32)a"),
+        (Index(peer(a, b, F32, const=True), c), "((const float*)a[b])[c]"),
+        (Select(a, Select(b, a, c), c), "a ? (b ? a : c) : c"),
+        (Cast(F32, Select(a, b, c)), "(float)(a ? b : c)"),
+        # No comparisons of comparisons, no && inside || without parentheses (-Wparentheses).
+        (binary("==", binary("<", a, b), c), "(a < b) == c"),
+        (Binary("||", Binary("&&", a, b), c), "(a && b) || c"),
+        (Binary("&&", Binary("&&", a, b), c), "a && b && c"),
+        (Combine(ReduceKind.MAX, F64, a, b), "coco_maxd(a, b)"),
+        (Combine(ReduceKind.MIN, I64, a, b), "coco_mini(a, b)"),
+        (Identity(ReduceKind.MAX, F64), "-(1.0 / 0.0)"),
+        (Identity(ReduceKind.MAX, I64), "-9223372036854775807LL - 1"),
+        (a * Identity(ReduceKind.MIN, F64), "a * (1.0 / 0.0)"),
+    ]
+    for expr, text in cases:
+        assert p.expr(expr) == text
+
+
+@pytest.mark.parametrize(
+    ("hint", "identifier"),
+    [("m1_s", "m1_s"), ("_x", "v_x"), ("a__b", "a_b"), ("3d", "v_3d"), ("x.1", "x_1")]
+    + [("coco_thing", "v_coco_thing"), ("COCO_T", "v_COCO_T")],
+)
+def test_names_are_valid_unreserved_c_identifiers(hint: str, identifier: str):
+    assert c_identifier(hint) == identifier
+
+
+def test_names_are_unique_in_scope_and_reused_after_it():
+    i = Param(I64, "i", "in0", kind=ParamKind.IN)
+    n = Param(I64, None, "n", kind=ParamKind.COUNT)
+    pow_ = Var(F32, "pow", "t0")
+    twin = Var(F32, "i", "t1")
+    loops = [For(Var(I32, None, "p_"), Lit("0"), n, ()) for _ in range(2)]
+    inner = Var(I32, None, "p_")
+    nested = For(Var(I32, None, "p_"), Lit("0"), n, (For(inner, Lit("0"), n, ()),))
+    kernel = Kernel(
+        "k",
+        (i, n),
+        (Decl(pow_, Lit("1.0f")), Decl(twin, pow_), *loops, nested, Assign(twin, pow_)),
+    )
+    text = print_kernel(kernel)
+    assert "COCO_KERNEL(k, coco_i64 i, coco_i64 n) {" in text
+    assert "const float pow_1 = 1.0f;" in text  # libm's pow stays callable
+    assert "const float i_1 = pow_1;" in text  # not the parameter's name
+    # Sequential loops reuse a name; a nested one cannot shadow the outer one.
+    assert text.count("for (coco_i32 p_ = 0; p_ < n; ++p_)") == 3
+    assert "for (coco_i32 p__1 = 0;" not in text and "for (coco_i32 p_1 = 0;" in text
+    # Up to naming: fallbacks only.
+    positional = print_kernel(kernel, hints=False)
+    assert "COCO_KERNEL(k, coco_i64 in0, coco_i64 n) {" in positional
+    assert "const float t0 = 1.0f;" in positional and "const float t1 = t0;" in positional
+
+
+def test_ctype_validates_and_knows_its_abi():
+    assert CType("coco_u32").abi == "u32" and F32.ptr(const=True).abi == "ptr"
+    with pytest.raises(ValueError, match="not a C type"):
+        CType("long double")
+    with pytest.raises(ValueError, match="qualify pointers"):
+        CType("float", const=True)
+    with pytest.raises(ValueError, match="by value"):
+        _ = CType("coco_f16").abi
+
+
+def test_table_form_rewrites_the_launch_geometry_and_tables_every_parameter():
+    partial, _ = K.reduction_kernels("k_reduce_sum_f32", "sum", "f32")
+    table = K.table_form(partial, "k_table")
+    assert [p.kind for p in table.params] == [
+        ParamKind.IN,
+        ParamKind.PARTIALS,
+        ParamKind.COUNT,
+        ParamKind.BLOCKS,
+        ParamKind.NTENSORS,
+    ]
+    assert [p.table for p in table.params] == [True, True, True, False, False]
+    assert all(p.ctype.pointer for p in table.params[:3])
+    found: list[object] = []
+    rewrite(partial.body, lambda n: found.append(n) if n in (BLOCK_IDX, GRID_DIM) else None)
+    assert found  # the single-tensor body uses them ...
+    found.clear()
+    rewrite(table.body[6:], lambda n: found.append(n) if n in (BLOCK_IDX, GRID_DIM) else None)
+    assert not found  # ... the table form's body reads its tensor's own block and grid
+    text = print_kernel(table)
+    assert "const float* const x = (const float*)x_tab[t_];" in text
+    assert "partials[tb_] = a;" in text
+
+
+COLLIDING = """
+func.func @names(%i: !coco.tensor<64xf32>, %end: !coco.tensor<64xf32>, %pow: !coco.tensor<f32>)
+    -> !coco.tensor<64xf32> attributes {coco.grid = #coco.grid<[?]>} {
+  %f = comm.fused elementwise -> !coco.tensor<64xf32> {
+    %int = coco.add %i, %end : !coco.tensor<64xf32>
+    %coco_x = coco.mul %pow, %int : !coco.tensor<f32>, !coco.tensor<64xf32> -> !coco.tensor<64xf32>
+    %r_ = coco.pow %coco_x, %pow : !coco.tensor<64xf32>, !coco.tensor<f32> -> !coco.tensor<64xf32>
+    %j_ = coco.sub %r_, %i : !coco.tensor<64xf32>
+    comm.yield %j_ : !coco.tensor<64xf32>
+  }
+  func.return %f : !coco.tensor<64xf32>
+}
+"""
+
+
+def test_ssa_names_that_collide_with_c_compile_and_compute_the_same(tmp_path: Path):
+    path = tmp_path / "names.mlir"
+    path.write_text(COLLIDING)
+    program = coconet.load(path)
+    plan = lower(program, 2)
+    src = plan.cuda_source
+    for line in (
+        "const float pow_1 = pow_in[0];",
+        "const float i_1 = i_in[i];",
+        "const float int_1 = i_1 + end_1;  // coco.add %int",
+        "const float v_coco_x = pow_1 * int_1;  // coco.mul %coco_x",
+        "const float r_1 = (float)pow((double)v_coco_x, (double)pow_1);  // coco.pow %r_",
+    ):
+        assert line in src, line
+    if nvrtc_available():
+        for arch in ("sm_80", "sm_90"):
+            assert compile_cuda(src, arch, warnings_as_errors=True).binary
+    inputs = prepare_inputs(program, None, plan.grid_shape, seed=3)
+    want = coconet.run(program, inputs, ranks=2, inplace=False).outputs
+    got = ThreadedExecutor(plan).run(inputs)
+    for name, value in want.items():
+        assert np.array_equal(got[name], value), name
