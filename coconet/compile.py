@@ -237,6 +237,7 @@ class CompiledProgram:
                 for name, value, buf in self._pairs(inputs)
             }
             self.runner.check_inputs(pieces, backend.shape_of, backend.dtype_of)
+            self._check_aliasing(pieces)
         except CocoError as e:
             error = str(e)
         self._agree(error)
@@ -252,6 +253,26 @@ class CompiledProgram:
             else:
                 out[name] = backend.output(buf)
         return out
+
+    def _check_aliasing(self, pieces: Mapping[str, Any]) -> None:
+        """An argument the program updates in place must not share memory with another
+        argument: the update would change that input while the program reads it."""
+        updated = [n for n, b in self.plan.outputs.items() if self.plan.arguments.get(n) is b]
+        for name in updated:
+            for other, value in pieces.items():
+                mine = pieces[name]
+                if (
+                    other != name
+                    and isinstance(mine, np.ndarray)
+                    and isinstance(value, np.ndarray)
+                    and mine.size
+                    and value.size
+                    and np.may_share_memory(mine, value)
+                ):
+                    raise CocoError(
+                        f"input '{name}' is updated in place, but it shares memory with input "
+                        f"'{other}': pass separate arrays"
+                    )
 
     def _pairs(self, inputs: Mapping[str, Any]):
         args = self.plan.arguments

@@ -91,6 +91,31 @@ def host_matmul(a: np.ndarray, b: np.ndarray, c: np.ndarray, t, rows) -> None:
         c2[lo:hi] = np.matmul(a2[lo:hi].astype(cdt, copy=False), bc).astype(c.dtype)
 
 
+def host_view(value: Any) -> np.ndarray | None:
+    """A NumPy array sharing memory with `value` -- a NumPy array, or a host tensor of another
+    library (PyTorch CPU tensors, any DLPack producer; bf16 through its int16 bits) -- or None
+    when `value` is not host memory that can be viewed (Python numbers, lists)."""
+    if isinstance(value, np.ndarray):
+        return value
+    if not hasattr(value, "__dlpack__") or not hasattr(value, "__dlpack_device__"):
+        return None
+    if int(value.__dlpack_device__()[0]) != 1:  # kDLCPU
+        raise CocoError(
+            "the tensor is not in host memory: the cpu backend takes CPU tensors (use the "
+            "cuda backend for GPU tensors)"
+        )
+    if getattr(value, "requires_grad", False):
+        raise CocoError("the tensor requires grad: pass tensor.detach() so it can be updated")
+    try:
+        if str(getattr(value, "dtype", "")) == "torch.bfloat16":
+            import torch
+
+            return np.from_dlpack(value.view(torch.int16)).view(V.NUMPY_DTYPES["bf16"])
+        return np.from_dlpack(value)
+    except (BufferError, RuntimeError, TypeError, ValueError) as e:
+        raise CocoError(f"cannot view the tensor's memory: {e}") from None
+
+
 def _rows_view(a: np.ndarray, rows: tuple[int, int] | None) -> np.ndarray:
     if rows is None:
         return a
@@ -287,9 +312,20 @@ class CpuBackend:
         return self.arrays[name]
 
     def coerce_input(self, name: str, value: Any, buf: Buffer) -> np.ndarray:
-        """The caller's value as a host array (not converted: dtypes must match exactly)."""
-        if isinstance(value, np.ndarray):
-            return value
+        """The caller's value as a host array (not converted: dtypes must match exactly);
+        tensors of other libraries (PyTorch) as views of their memory, so updates land in
+        them. An argument the program updates must be writeable."""
+        try:
+            view = host_view(value)
+        except CocoError as e:
+            raise CocoError(f"input '{name}': {e}") from None
+        if view is not None:
+            if not view.flags.writeable and self._updated(name, buf):
+                raise CocoError(
+                    f"input '{name}' is updated in place (coco.update), but the array passed is "
+                    "read-only"
+                )
+            return view
         if isinstance(value, (int, float, bool, np.generic)) and not buf.shape:
             return np.asarray(value, dtype=buffer_dtype(buf))
         if hasattr(value, "__array__") or hasattr(value, "__dlpack__"):
@@ -310,19 +346,25 @@ class CpuBackend:
     def dtype_of(value: np.ndarray) -> np.dtype:
         return value.dtype
 
+    def _updated(self, name: str, buf: Buffer) -> bool:
+        plan = self.plan
+        return plan is not None and plan.outputs.get(name) is buf
+
     def write_back(self, buf: Buffer, caller: Any, *, bound: bool) -> Any:
         """An updated argument: already in the caller's array when it was bound, else copied
-        there; a caller value that cannot take it (a Python number) gets a new array."""
+        there (a non-contiguous array or tensor too, through a view of its memory); a caller
+        value that cannot take it (a Python number) gets a new array."""
         if bound:
             return caller
         arr = self.arrays[buf.name]
+        target = host_view(caller)
         if (
-            isinstance(caller, np.ndarray)
-            and caller.flags.writeable
-            and caller.shape == arr.shape
-            and caller.dtype == arr.dtype
+            target is not None
+            and target.flags.writeable
+            and target.shape == arr.shape
+            and target.dtype == arr.dtype
         ):
-            caller[...] = arr
+            target[...] = arr
             return caller
         return arr.copy()
 
