@@ -12,8 +12,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the test extra installs torch")
 
-import coconet  # noqa: E402
-from coconet.program import CocoError  # noqa: E402
+import coconet
+from coconet.program import CocoError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
