@@ -122,10 +122,10 @@ class Lowering:
         self.value_buffer(v).symmetric = True
 
     def group_size(self, span: Sequence[int]) -> int:
-        return len(V.groups_of(self.grid_shape, span)[0])
+        return int(np.prod([self.grid_shape[a] for a in span], dtype=np.int64))
 
     def group_index(self, rank: int, span: Sequence[int]) -> int:
-        return V.group_of(self.grid_shape, span, rank).index(rank)
+        return V.group_index(self.grid_shape, span, rank)
 
     def rank_table(self, label: str, fn) -> RankValue:
         return RankValue(label, tuple(int(fn(r)) for r in range(self.size)))

@@ -15,6 +15,8 @@ POSIX shared memory between the ranks of a node (runtime/symmetric.py), not MPI 
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
 import socket
 from typing import Any
@@ -138,6 +140,9 @@ class TorchComm:
             raise CocoError("this PyTorch has no torch.distributed")
         if not dist.is_initialized():
             dist.init_process_group(backend="gloo")
+            # The group is ours: tear it down before the interpreter exits, or gloo's threads
+            # may be killed mid-flight ("terminate called without an active exception").
+            atexit.register(_destroy_group)
         return cls()
 
     # -- identity ------------------------------------------------------------------------------
@@ -336,6 +341,14 @@ def _torch_initialized() -> bool:
         return False
     dist = sys.modules["torch.distributed"]
     return bool(dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1)
+
+
+def _destroy_group() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        with contextlib.suppress(Exception):  # at exit: nothing left to report it to
+            dist.destroy_process_group()
 
 
 def _by_key(info: tuple[int, int, int]) -> tuple[int, int]:

@@ -75,16 +75,40 @@ def rank_of(coords: Sequence[int], grid_shape: Sequence[int]) -> int:
 
 def groups_of(grid_shape: Sequence[int], span: Sequence[int]) -> list[list[int]]:
     """The groups a collective over grid axes `span` works in: ranks sharing their coordinates
-    off those axes, each group in rank order (the order every reduction accumulates in)."""
-    by_key: dict[tuple[int, ...], list[int]] = {}
-    for r in range(int(np.prod(grid_shape))):
-        c = coords_of(r, grid_shape)
-        by_key.setdefault(tuple(x for a, x in enumerate(c) if a not in span), []).append(r)
-    return list(by_key.values())
+    off those axes, each group in rank order (the order every reduction accumulates in), the
+    groups in the order of their first rank. Vectorized: grids may hold many ranks."""
+    shape = tuple(int(s) for s in grid_shape)
+    inside = [a for a in range(len(shape)) if a in span]
+    outside = [a for a in range(len(shape)) if a not in span]
+    ranks = np.arange(int(np.prod(shape, dtype=np.int64)), dtype=np.int64).reshape(shape)
+    size = int(np.prod([shape[a] for a in inside], dtype=np.int64))
+    return ranks.transpose(outside + inside).reshape(-1, size).tolist()
 
 
 def group_of(grid_shape: Sequence[int], span: Sequence[int], rank: int) -> list[int]:
-    return next(g for g in groups_of(grid_shape, span) if rank in g)
+    """The group of `rank` over grid axes `span` (see groups_of), without listing the others."""
+    shape = tuple(int(s) for s in grid_shape)
+    coords = coords_of(rank, shape)
+    strides = np.cumprod((1, *shape[:0:-1]), dtype=np.int64)[::-1]
+    base = sum(int(c) * int(st) for a, (c, st) in enumerate(zip(coords, strides)) if a not in span)
+    offsets = np.zeros(1, dtype=np.int64)
+    for a in range(len(shape)):
+        if a in span:
+            offsets = (offsets[:, None] + np.arange(shape[a], dtype=np.int64) * strides[a]).reshape(
+                -1
+            )
+    return (base + offsets).tolist()
+
+
+def group_index(grid_shape: Sequence[int], span: Sequence[int], rank: int) -> int:
+    """`rank`'s position in its group over `span`: its coordinates on those axes, row-major."""
+    shape = tuple(int(s) for s in grid_shape)
+    coords = coords_of(rank, shape)
+    index = 0
+    for a in range(len(shape)):
+        if a in span:
+            index = index * shape[a] + int(coords[a])
+    return index
 
 
 def logical_shape(t: TensorType, grid_shape: Sequence[int]) -> tuple[int, ...]:
