@@ -18,7 +18,8 @@ real libraries are:
   none -- which is not ordered with the backend's non-blocking streams.
 
 Kernels run for real: the plan's CUDA source compiled by the host compiler (the cpu backend's
-device layer). Ranks are threads of one process; `FakeWorld` holds what they share.
+device layer). Ranks are threads of one process over runtime/inprocess.py (the communicator
+the threaded executor uses too); `FakeWorld` adds what the GPU libraries share.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import ml_dtypes
 import numpy as np
 from coconet.lowering.host_compiler import compile_host
 from coconet.runtime.cuda import as_bit_patterns, call_nccl, dlpack_placement
+from coconet.runtime.inprocess import InProcessWorld
 from coconet.runtime.transport import NCCL_DTYPES
 
 LEGACY = "legacy"
@@ -54,185 +56,16 @@ class NcclError(RuntimeError):
 # ---------------------------------------------------------------------------------------------
 
 
-class Board:
-    """Rendezvous of the members of one communicator: each call contributes a value and gets
-    every member's, in member order."""
+class FakeWorld(InProcessWorld):
+    """What the rank threads of one job share: the in-process communicators' rendezvous
+    (runtime/inprocess.py, the same one the threaded executor runs on), IPC handles and NCCL
+    communicators' members."""
 
-    def __init__(self):
-        self.cond = threading.Condition()
-        self.slots: dict[tuple, dict[int, Any]] = {}
-
-    def exchange(self, key: tuple, index: int, size: int, value: Any) -> list[Any]:
-        with self.cond:
-            slot = self.slots.setdefault(key, {})
-            slot[index] = value
-            self.cond.notify_all()
-            if not self.cond.wait_for(lambda: len(slot) == size, timeout=60):
-                raise TimeoutError(f"fake collective {key} timed out")
-            return [slot[i] for i in range(size)]
-
-
-class FakeWorld:
-    """What the rank threads of one job share."""
-
-    def __init__(self):
-        self.board = Board()
+    def __init__(self, size: int = 0):
+        super().__init__(size)
         self.ipc: dict[bytes, int] = {}
         self.nccl_members: dict[bytes, dict[int, str]] = defaultdict(dict)
-        self.mailbox: dict[tuple, list[np.ndarray]] = defaultdict(list)
-        self.lock = threading.Condition()
-
-
-class FakeRequest:
-    """An mpi4py request: `wait` finishes the operation."""
-
-    def __init__(self, finish=None):
-        self.finish = finish
-
-    def Wait(self):
-        if self.finish is not None:
-            f, self.finish = self.finish, None
-            f()
-
-    def Test(self):
-        self.Wait()
-        return True
-
-
-class FakeMPI:
-    """The parts of mpi4py.MPI the transports use."""
-
-    SUM, PROD, MAX, MIN = "sum", "prod", "max", "min"
-    COMM_TYPE_SHARED = 1
-
-    class Request:
-        @staticmethod
-        def Waitall(reqs):
-            for r in reqs:
-                r.Wait()
-
-        @staticmethod
-        def Testall(reqs):
-            FakeMPI.Request.Waitall(reqs)
-            return True
-
-
-_REDUCE = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
-
-
-class FakeComm:
-    """The subset of mpi4py's Comm the backend and MpiTransport use, between threads.
-    Non-blocking calls rendezvous when waited on."""
-
-    def __init__(self, world: FakeWorld, cid: str, members: list[int], rank: int):
-        self.world, self.cid, self.members, self.world_rank = world, cid, members, rank
-        self.seq = 0
-
-    def Get_rank(self) -> int:
-        return self.members.index(self.world_rank)
-
-    def Get_size(self) -> int:
-        return len(self.members)
-
-    def allgather(self, value):
-        self.seq += 1
-        return self.world.board.exchange(
-            (self.cid, self.seq), self.Get_rank(), self.Get_size(), value
-        )
-
-    def bcast(self, value, root=0):
-        return self.allgather(value)[root]
-
-    def Barrier(self):
-        self.allgather(None)
-
-    def Split(self, color, key=0):
-        infos = self.allgather((color, key, self.world_rank))
-        members = [r for c, k, r in sorted((i for i in infos if i[0] == color), key=lambda i: i[1])]
-        return FakeComm(self.world, f"{self.cid}/{self.seq}/{color}", members, self.world_rank)
-
-    def Split_type(self, split_type, key=0):
-        return self.Split(0, key)
-
-    def Free(self):
-        pass
-
-    # -- non-blocking collectives on host arrays (what MpiTransport calls) ---------------------
-
-    def _collective(self, send: np.ndarray | None, finish) -> FakeRequest:
-        self.seq += 1
-        key, me, n = (self.cid, self.seq), self.Get_rank(), self.Get_size()
-        payload = None if send is None else np.array(send, copy=True)
-        return FakeRequest(lambda: finish(self.world.board.exchange(key, me, n, payload)))
-
-    def Iallreduce(self, src, dst, op):
-        def finish(parts):
-            acc = parts[0]
-            for p in parts[1:]:
-                acc = _REDUCE[op](acc, p)
-            dst[...] = acc
-
-        return self._collective(src, finish)
-
-    def Ireduce_scatter_block(self, packed, dst, op):
-        me = self.Get_rank()
-
-        def finish(parts):
-            acc = parts[0][me]
-            for p in parts[1:]:
-                acc = _REDUCE[op](acc, p[me])
-            dst.reshape(-1)[...] = acc.reshape(-1)
-
-        return self._collective(packed, finish)
-
-    def Iallgather(self, piece, out):
-        return self._collective(piece, lambda parts: out.__setitem__(..., np.concatenate(parts)))
-
-    def Ialltoall(self, packed, out):
-        me, n = self.Get_rank(), self.Get_size()
-
-        def finish(parts):
-            out.reshape(n, -1)[...] = np.stack([p.reshape(n, -1)[me] for p in parts])
-
-        return self._collective(packed, finish)
-
-    def Ibcast(self, buf, root=0):
-        return self._collective(buf, lambda parts: buf.__setitem__(..., parts[root]))
-
-    def Ireduce(self, src, dst, op, root=0):
-        def finish(parts):
-            if dst is not None:
-                acc = parts[0]
-                for p in parts[1:]:
-                    acc = _REDUCE[op](acc, p)
-                dst[...] = acc
-
-        return self._collective(src, finish)
-
-    def Igather(self, piece, out, root=0):
-        def finish(parts):
-            if out is not None:
-                out[...] = np.concatenate(parts)
-
-        return self._collective(piece, finish)
-
-    def Isend(self, buf, dest, tag=0):
-        with self.world.lock:
-            key = (self.cid, self.world_rank, self.members[dest], tag)
-            self.world.mailbox[key].append(np.array(buf, copy=True))
-            self.world.lock.notify_all()
-        return FakeRequest()
-
-    def Irecv(self, buf, source, tag=0):
-        key = (self.cid, self.members[source], self.world_rank, tag)
-
-        def finish():
-            with self.world.lock:
-                if not self.world.lock.wait_for(lambda: self.world.mailbox[key], timeout=60):
-                    raise TimeoutError(f"fake receive {key} timed out")
-                buf[...] = self.world.mailbox[key].pop(0)
-
-        return FakeRequest(finish)
+        self.lock = threading.Lock()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -267,8 +100,7 @@ class FakeNcclCommunicator:
 
     def _exchange(self, value):
         self.seq += 1
-        board = self.device.world.board
-        return board.exchange((self.uid, self.seq), self.rank, self.size, value)
+        return self.device.world.exchange((self.uid, self.seq), self.rank, self.size, value)
 
     def _check(self, ints: dict[str, Any]) -> None:
         for name, v in ints.items():

@@ -33,9 +33,9 @@ from coconet.runtime.cuda import (
     nccl_op,
 )
 from coconet.runtime.executor import KernelArg, PlanRunner, group_of
+from coconet.runtime.inprocess import IN_PROCESS_MPI as FakeMPI
+from coconet.runtime.inprocess import InProcessComm as FakeComm
 from cuda_double import (
-    FakeComm,
-    FakeMPI,
     FakeTensor,
     FakeWorld,
     Hazard,
