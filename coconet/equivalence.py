@@ -9,7 +9,7 @@ Matching. Updated arguments match by argument name. Returned values match by pos
 `func.return` (a function's results are positional; the name a pass gives a new SSA value is
 cosmetic) and are reported under `before`'s name. A missing or extra output is a mismatch.
 
-Exactness (design.md §3.4). The sim's collectives accumulate in f64 (int64) in rank order and
+Exactness (docs/architecture.md §3.4). The sim's collectives accumulate in f64 (int64) in rank order and
 round once, whatever the schedule, and each op rounds to its element type exactly as the
 unscheduled op did; so a schedule that keeps the order of every reduction computes
 bit-identical results, and by default the check demands bit identity (any NaN equals any NaN;
@@ -433,7 +433,7 @@ def check_equivalence(
     `(ranks, seed) -> mapping` supplies inputs per run.
 
     With `exact` (the default) outputs must be bit-identical where the schedule keeps the
-    order of every reduction (design.md §3.4). An output downstream of a reduction the
+    order of every reduction (docs/architecture.md §3.4). An output downstream of a reduction the
     schedule reassociates (a full sum or norm turned into per-slice partials and an
     all_reduce, as reorder does) is compared within `tolerances` instead, and the report
     names those reductions (`reassociated`); `allow_reassociation=False` demands bit

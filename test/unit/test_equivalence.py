@@ -513,7 +513,7 @@ def test_cli_sim_failure_is_one_clear_error(tmp_path, capsys, monkeypatch) -> No
     assert "the sim cannot run the original program" in err and "the sim fell over" in err
 
 
-# -- reassociated reductions (design.md §3.4: tolerance where the order changes) -----------------
+# -- reassociated reductions (docs/architecture.md §3.4: tolerance where the order changes) ----
 
 FULL_SUM = """
 func.func @f(%x: !coco.tensor<16xf32>, %y: !coco.tensor<16xf32>) -> (!coco.tensor<f32>, !coco.tensor<16xf32>) {
