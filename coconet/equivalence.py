@@ -9,8 +9,8 @@ Matching. Updated arguments match by argument name. Returned values match by pos
 `func.return` (a function's results are positional; the name a pass gives a new SSA value is
 cosmetic) and are reported under `before`'s name. A missing or extra output is a mismatch.
 
-Exactness (docs/architecture.md §3.4). The sim's collectives accumulate in f64 (int64) in rank order and
-round once, whatever the schedule, and each op rounds to its element type exactly as the
+Exactness (docs/architecture.md §3.4). The sim's collectives accumulate in f64 (int64) in rank
+order and round once, whatever the schedule, and each op rounds to its element type exactly as the
 unscheduled op did; so a schedule that keeps the order of every reduction computes
 bit-identical results, and by default the check demands bit identity (any NaN equals any NaN;
 -0.0 and 0.0 differ). One kind of schedule does change an order: a full sum or norm of a

@@ -1,6 +1,6 @@
 """Random valid programs x random pipelines of the registered passes preserve semantics
-(docs/architecture.md §8, item 2): every pass, in any order and combination, either refuses with a rule
-or leaves a verifying program that the sim computes bit-identically at 1, 2 and 4 ranks.
+(docs/architecture.md §8, item 2): every pass, in any order and combination, either refuses with
+a rule or leaves a verifying program that the sim computes bit-identically at 1, 2 and 4 ranks.
 
 Passes come from `coconet.passes.get_all_passes()` when the test runs (a new pass is picked up
 automatically), plus xDSL's generic cleanups. Each case is: a program from
