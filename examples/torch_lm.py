@@ -110,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
             print("step  " + "  ".join(f"{n:>26}" for n in names))
             for i in range(args.steps):
                 print(f"{i:>4}  " + "  ".join(f"{curves[n][i]:>26.6f}" for n in names))
+    dist.barrier()  # destroying is local: leave together, or a peer's gloo thread aborts
     dist.destroy_process_group()
     return 0
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import datetime
 import os
 import socket
 from typing import Any
@@ -348,6 +349,9 @@ def _destroy_group() -> None:
 
     if dist.is_initialized():
         with contextlib.suppress(Exception):  # at exit: nothing left to report it to
+            # Destroying is local: a rank that closes its connections while a peer's gloo
+            # thread still uses them makes that peer abort. Leave together.
+            dist.monitored_barrier(timeout=datetime.timedelta(seconds=60))
             dist.destroy_process_group()
 
 

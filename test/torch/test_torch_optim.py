@@ -190,6 +190,7 @@ DDP_HOOK_AND_STATE = textwrap.dedent(
               "entries": len(sd["state"])}
     with open(f"{sys.argv[1]}/rank{rank}.json", "w") as f:  # stdout of two ranks interleaves
         json.dump(result, f)
+    dist.barrier()
     dist.destroy_process_group()
     """
 )
