@@ -25,9 +25,10 @@ With DDP: let coconet do the reduction -- register `local_gradients_hook` as DDP
 communication hook (DDP then only buckets, no all-reduce), or use `no_sync()`. Build the
 optimizer before wrapping the model in DDP (DDP keeps references to the parameters' storage).
 
-Algorithms: SGD with momentum (torch.optim.SGD), Adam with L2 weight decay (torch.optim.Adam)
-and AdamW with decoupled weight decay (torch.optim.AdamW), in f32 state over f32 or bf16
-parameters. `state_dict()` gathers the sliced state into full per-parameter tensors in
+Algorithms: SGD with momentum (torch.optim.SGD), Adam with L2 weight decay (torch.optim.Adam),
+AdamW with decoupled weight decay (torch.optim.AdamW), and LAMB (a trust ratio per parameter
+tensor: one program over every tensor, each in its own padded segment), in f32 state over f32
+or bf16 parameters. `state_dict()` gathers the sliced state into full per-parameter tensors in
 torch.optim's layout (`exp_avg`, `exp_avg_sq`, `momentum_buffer`, `step`), and
 `load_state_dict()` scatters it back, so checkpoints move between schedules and rank counts.
 """
@@ -46,7 +47,7 @@ import torch.distributed as dist
 
 from coconet.program import CocoError
 
-__all__ = ["SGD", "Adam", "AdamW", "CoconetOptimizer", "local_gradients_hook"]
+__all__ = ["LAMB", "SGD", "Adam", "AdamW", "CoconetOptimizer", "local_gradients_hook"]
 
 SCHEDULES = ("ar-c", "rs-c-ag", "fuse(rs-c-ag)")
 
@@ -400,3 +401,169 @@ class AdamW(Adam):
         **kw: Any,
     ):
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, **kw)
+
+
+class LAMB(CoconetOptimizer):
+    """LAMB (You et al. 2020): Adam's direction plus decoupled weight decay, scaled per
+    parameter tensor by the trust ratio ||w|| / ||r|| (1 where either norm is 0). One program
+    over every parameter tensor at once -- CoCoNet's scattered tensors: each tensor keeps its own
+    norm, and sits in its own segment of the flat buffers, padded to divide among the ranks."""
+
+    algorithm = "lamb"
+    state_names = ("m", "v")
+
+    def __init__(
+        self,
+        params,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-6,
+        weight_decay: float = 0.01,
+        **kw: Any,
+    ):
+        super().__init__(
+            params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay}, **kw
+        )
+
+    def _flatten(self, dtype: torch.dtype, params: list[torch.nn.Parameter]) -> _Bucket:
+        unit = self.world * ALIGN
+        offsets, self.segments, total = [], [], 0
+        for p in params:
+            offsets.append(total)
+            padded = max(unit, -(-p.numel() // unit) * unit)
+            self.segments.append((total, padded))
+            total += padded
+        flat_param = torch.zeros(total, dtype=dtype)
+        flat_grad = torch.zeros(total, dtype=dtype)
+        with torch.no_grad():
+            for p, o in zip(params, offsets, strict=True):
+                view = flat_param[o : o + p.numel()].view_as(p)
+                view.copy_(p.data)
+                p.data = view
+                p.grad = flat_grad[o : o + p.numel()].view_as(p)
+        return _Bucket(dtype, params, offsets, total, flat_param, flat_grad)
+
+    def _compile(self, b: _Bucket) -> Any:
+        import coconet
+
+        program = self.build_program([n for _o, n in self.segments], b.dtype)
+        compiled = coconet.compile(program, schedule=self.schedule, backend=self.backend)
+        shapes = compiled.input_shapes()
+        # one state piece per tensor and per name, in the order of the segments
+        self.pieces = {
+            s: [
+                torch.zeros(shapes[f"{s}{i}"][0], dtype=torch.float32)
+                for i in range(len(self.segments))
+            ]
+            for s in self.state_names
+        }
+        return compiled
+
+    def build_program(self, sizes: list[int], dtype: torch.dtype) -> Any:
+        from coconet import frontend
+        from coconet.frontend import (
+            BF16,
+            F32,
+            AllReduce,
+            Cast,
+            Ite,
+            Local,
+            Norm,
+            Replicated,
+            Sqrt,
+            Tensor,
+            Update,
+        )
+
+        elt = BF16 if dtype == torch.bfloat16 else F32
+        params: list[tuple[str, Any]] = []
+        for i, n in enumerate(sizes):
+            params += [
+                (f"g{i}", Tensor(elt, [n], Local)),
+                (f"w{i}", Tensor(elt, [n], Replicated)),
+                (f"m{i}", Tensor(F32, [n], Replicated)),
+                (f"v{i}", Tensor(F32, [n], Replicated)),
+            ]
+        scalars = ("lr", "beta1", "beta2", "eps", "wd", "bc1", "bc2", "gscale")
+        params += list(_scalar_kwargs(scalars).items())
+        names = [n for n, _t in params]
+
+        def lamb(*args):
+            a = dict(zip(names, args, strict=True))
+            for i in range(len(sizes)):
+                gsum = AllReduce("+", a[f"g{i}"])
+                gavg = (Cast(F32, gsum) if elt is BF16 else gsum) * a["gscale"]
+                w = Cast(F32, a[f"w{i}"]) if elt is BF16 else a[f"w{i}"]
+                m = a["beta1"] * a[f"m{i}"] + (1 - a["beta1"]) * gavg
+                v = a["beta2"] * a[f"v{i}"] + (1 - a["beta2"]) * gavg * gavg
+                Update(a[f"m{i}"], m)
+                Update(a[f"v{i}"], v)
+                r = (m / a["bc1"]) / (Sqrt(v / a["bc2"]) + a["eps"]) + a["wd"] * w
+                w_norm, r_norm = Norm(w), Norm(r)
+                trust = Ite(w_norm > 0, Ite(r_norm > 0, w_norm / r_norm, 1.0), 1.0)
+                new_w = w - a["lr"] * trust * r
+                Update(a[f"w{i}"], Cast(BF16, new_w) if elt is BF16 else new_w)
+
+        lamb.__signature__ = _signature(params)  # type: ignore[attr-defined]
+        return frontend.program(grid=[None], name="lamb")(lamb)
+
+    scalars = Adam.scalars
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Any:
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        b = self.buckets[0] if len(self.buckets) == 1 else None
+        if b is None:
+            raise CocoError("LAMB takes parameters of one dtype")
+        self._gather_grads(b)
+        b.steps += 1
+        inputs: dict[str, Any] = {}
+        for i, (o, n) in enumerate(self.segments):
+            inputs[f"g{i}"] = _numpy(b.flat_grad[o : o + n])
+            inputs[f"w{i}"] = _numpy(b.flat_param[o : o + n])
+            for s in self.state_names:
+                inputs[f"{s}{i}"] = self.pieces[s][i].numpy()
+        inputs.update(self.scalars(b))
+        inputs["gscale"] = 1.0 / self.world
+        b.compiled(**inputs)
+        return loss
+
+    def _gathered(self, piece: torch.Tensor, n: int) -> torch.Tensor:
+        if piece.numel() == n or self.world == 1:
+            return piece.clone()
+        parts = [torch.empty_like(piece) for _ in range(self.world)]
+        dist.all_gather(parts, piece)
+        return torch.cat(parts)
+
+    def state_dict(self) -> dict[str, Any]:
+        """torch.optim's layout, one entry per parameter (gathered: collective)."""
+        b = self.buckets[0]
+        state: dict[int, dict[str, Any]] = {}
+        for i, (p, (_o, n)) in enumerate(zip(b.params, self.segments, strict=True)):
+            entry: dict[str, Any] = {"step": torch.tensor(float(b.steps))}
+            for s in self.state_names:
+                full = self._gathered(self.pieces[s][i], n)
+                entry[self.torch_name(s)] = full[: p.numel()].view(p.shape).clone()
+            state[i] = entry
+        group = {k: v for k, v in self.param_groups[0].items() if k != "params"}
+        group["params"] = list(range(len(b.params)))
+        return {"state": state, "param_groups": [group]}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        groups = state_dict["param_groups"]
+        self.param_groups[0].update({k: v for k, v in groups[0].items() if k != "params"})
+        b = self.buckets[0]
+        rank = dist.get_rank() if self.world > 1 else 0
+        for i, (p, (_o, n)) in enumerate(zip(b.params, self.segments, strict=True)):
+            entry = state_dict["state"].get(i, state_dict["state"].get(str(i), {}))
+            b.steps = int(float(entry.get("step", 0)))
+            for s in self.state_names:
+                full = torch.zeros(n, dtype=torch.float32)
+                if self.torch_name(s) in entry:
+                    full[: p.numel()] = entry[self.torch_name(s)].reshape(-1)
+                piece = self.pieces[s][i]
+                k = piece.numel()
+                piece.copy_(full if k == n else full[rank * k : (rank + 1) * k])

@@ -209,3 +209,42 @@ def test_behind_ddp_with_the_local_gradients_hook_and_a_gathered_state_dict(tmp_
     # both ranks gathered the same full state, one entry per parameter
     assert results[0]["m"] == results[1]["m"] > 0
     assert results[0]["entries"] == results[1]["entries"] > 5
+
+
+def _reference_lamb(model, steps, lr=0.01, betas=(0.9, 0.999), eps=1e-6, wd=0.01, seed=1):
+    """LAMB written out in PyTorch, per parameter tensor (f64 norms), as coconet computes it."""
+    state = {p: (torch.zeros_like(p), torch.zeros_like(p)) for p in model.parameters()}
+    gen = torch.Generator().manual_seed(seed)
+    for t in range(1, steps + 1):
+        x = torch.randn(6, 7, generator=gen)
+        model(x).pow(2).mean().backward()
+        with torch.no_grad():
+            for p in model.parameters():
+                m, v = state[p]
+                m.mul_(betas[0]).add_((1 - betas[0]) * p.grad)
+                v.mul_(betas[1]).add_((1 - betas[1]) * p.grad * p.grad)
+                r = (m / (1 - betas[0] ** t)) / ((v / (1 - betas[1] ** t)).sqrt() + eps) + wd * p
+                wn, rn = p.double().norm(), r.double().norm()
+                trust = float(wn / rn) if wn > 0 and rn > 0 else 1.0
+                p.sub_(lr * trust * r)
+                p.grad = None
+
+
+@pytest.mark.parametrize("schedule", ["ar-c", "rs-c-ag", "fuse(rs-c-ag)"])
+def test_lamb_takes_a_trust_ratio_per_parameter_tensor(schedule):
+    ref, mine = _model(), _model()
+    with torch.no_grad():
+        ref[2].bias.zero_()  # a zero norm: trust ratio 1, the tensor still trains
+        mine[2].bias.zero_()
+    _reference_lamb(ref, steps=4)
+    opt = ct.LAMB(mine.parameters(), lr=0.01, schedule=schedule)
+    _train(mine, opt)
+    for a, b in zip(ref.parameters(), mine.parameters(), strict=True):
+        torch.testing.assert_close(b, a, rtol=2e-5, atol=1e-6)
+    assert mine[2].bias.abs().sum() > 0
+    sd = opt.state_dict()
+    assert len(sd["state"]) == 4 and sd["state"][0]["exp_avg"].shape == mine[0].weight.shape
+    again = ct.LAMB(_model().parameters(), lr=0.01, schedule="ar-c")
+    again.load_state_dict(sd)
+    for s in ("exp_avg", "exp_avg_sq"):
+        torch.testing.assert_close(again.state_dict()["state"][3][s], sd["state"][3][s])
