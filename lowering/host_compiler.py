@@ -197,14 +197,25 @@ def _run_compiler(source: str, headers: dict[str, str], flags: Sequence[str], ou
 @contextmanager
 def _build_lock(path: Path) -> Iterator[None]:
     """Serialize builders of one key across processes (MPI ranks compile the same kernels
-    at the same moment); correctness does not depend on it, only wasted compiler time."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    at the same moment); correctness does not depend on it, only wasted compiler time, so a
+    lock that cannot be taken (read-only cache, a symlink planted at its path) is skipped.
+    The lock file is never followed through a symlink nor truncated."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(
+            path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600
+        )
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             yield
         finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 def _load(path: Path) -> ctypes.CDLL:
