@@ -47,10 +47,8 @@ from typing import Any
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import (
-    ArrayAttr,
-    IntAttr,
+    DenseArrayBase,
     IntegerAttr,
-    StringAttr,
     IntegerType,
     ModuleOp,
     bf16,
@@ -997,11 +995,11 @@ def _collective(
     (a,) = _lift([x], expr, expr)
     b = _current(expr)
 
+    if dim is not None:
+        props = props | {"dim": IntegerAttr(dim, i64)}
+
     def make(result_type: Attribute) -> comm.CollectiveOp:
-        op = cls.build(operands=[a.ssa], result_types=[result_type], properties=dict(props))
-        if dim is not None:
-            op._dim = dim  # what ReduceScatterOp.infer slices when its result says nothing
-        return op
+        return cls.build(operands=[a.ssa], result_types=[result_type], properties=dict(props))
 
     # A collective's result depends on the grid, which an op sees only once it sits in the
     # function: infer on a probe placed there, then build the op with the inferred type.
@@ -1024,14 +1022,14 @@ def _collective_props(
 ) -> dict[str, Attribute]:
     props: dict[str, Attribute] = {}
     if kind is not None:
-        props["kind"] = StringAttr(kind)
+        props["kind"] = comm.CollectiveKindAttr(comm.CollectiveKind(kind))
     if root is not None:
         if isinstance(root, bool) or not isinstance(root, int):
             raise CocoError(f"{_user_location()}: the root is a rank index (an int), got {root!r}")
         props["root"] = IntegerAttr(root, i64)
     axes = _axes(over)
     if axes is not None:
-        props["axes"] = ArrayAttr(IntAttr(a) for a in axes)
+        props["axes"] = DenseArrayBase.from_list(i64, axes)
     return props
 
 

@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from enum import auto
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 from xdsl.dialects.builtin import (
+    I64,
     ArrayAttr,
     BFloat16Type,
     Float16Type,
@@ -38,11 +40,19 @@ from xdsl.dialects.builtin import (
     IntAttr,
     IntegerAttr,
     IntegerType,
-    StringAttr,
     f64,
     i64,
 )
-from xdsl.ir import Attribute, Dialect, Operation, ParametrizedAttribute, SSAValue, TypeAttribute
+from xdsl.dialects.utils.enum_attribute import EnumAttribute
+from xdsl.ir import (
+    Attribute,
+    Dialect,
+    Operation,
+    ParametrizedAttribute,
+    SpacedOpaqueSyntaxAttribute,
+    SSAValue,
+    TypeAttribute,
+)
 from xdsl.irdl import (
     IRDLOperation,
     base,
@@ -53,11 +63,21 @@ from xdsl.irdl import (
     result_def,
     traits_def,
 )
-from xdsl.parser import AttrParser, Parser, UnresolvedOperand
+from xdsl.irdl.declarative_assembly_format import (
+    AttributeVariable,
+    CustomDirective,
+    ParsingState,
+    PrintingState,
+    TypeDirective,
+    irdl_custom_directive,
+)
+from xdsl.parser import AttrParser, Parser
 from xdsl.printer import Printer
-from xdsl.traits import Pure
+from xdsl.traits import EffectInstance, MemoryEffect, MemoryEffectKind, Pure
 from xdsl.utils.exceptions import VerifyException
 from xdsl.utils.str_enum import StrEnum
+
+_EnumT = TypeVar("_EnumT", bound=StrEnum)
 
 # --------------------------------------------------------------------------------------------
 # Element types
@@ -431,37 +451,22 @@ def float_literal(x: float) -> str:
     return repr(x)
 
 
-def print_signature(
-    printer: Printer, operand_types: Sequence[Attribute], result_types: Sequence[Attribute]
-) -> None:
-    """`: T` when every operand and result has type T, else `: T1, T2 -> T3`."""
-    printer.print_string(" : ")
-    types = [*operand_types, *result_types]
-    if types and all(t == types[0] for t in types) and (operand_types or result_types):
-        printer.print_attribute(types[0])
-        return
-    printer.print_list(operand_types, printer.print_attribute)
-    if result_types:
-        printer.print_string(" -> ")
-        printer.print_list(result_types, printer.print_attribute)
+# -- custom directives of the assembly formats -----------------------------------------------
 
 
-def parse_signature(
-    parser: Parser, num_operands: int, num_results: int
+def _parse_signature(
+    parser: Parser, state: ParsingState, num_results: int
 ) -> tuple[list[Attribute], list[Attribute]]:
-    parser.parse_punctuation(":")
+    """`T`, or `T1, T2 -> T3` (`T1, T2` without results), checked against the op's arity."""
+    # Operands are parsed before the signature in every format that uses it.
+    num_operands = sum(len(o) for o in state.operands if o is not None)
     start = parser.pos
-    types = [parser.parse_type()]
-    while parser.parse_optional_punctuation(","):
-        types.append(parser.parse_type())
+    types = parser.parse_comma_separated_list(parser.Delimiter.NONE, parser.parse_type)
+    results: list[Attribute] = []
     if parser.parse_optional_punctuation("->"):
-        results = [parser.parse_type()]
-        while parser.parse_optional_punctuation(","):
-            results.append(parser.parse_type())
+        results = parser.parse_comma_separated_list(parser.Delimiter.NONE, parser.parse_type)
     elif len(types) == 1:
-        return [types[0]] * num_operands, [types[0]] * num_results
-    else:
-        results = []
+        types, results = [types[0]] * num_operands, [types[0]] * num_results
     if len(types) != num_operands or len(results) != num_results:
         parser.raise_error(
             f"expected {num_operands} operand type(s) and {num_results} result type(s), "
@@ -471,36 +476,135 @@ def parse_signature(
     return types, results
 
 
-def parse_operands(parser: Parser, count: int) -> list[UnresolvedOperand]:
-    operands = [parser.parse_unresolved_operand()]
-    for _ in range(count - 1):
-        parser.parse_punctuation(",")
-        operands.append(parser.parse_unresolved_operand())
-    return operands
+def _print_signature(
+    printer: Printer, operand_types: Sequence[Attribute], result_types: Sequence[Attribute]
+) -> None:
+    types = [*operand_types, *result_types]
+    if types and all(t == types[0] for t in types):
+        printer.print_attribute(types[0])
+        return
+    printer.print_list(operand_types, printer.print_attribute)
+    if result_types:
+        printer.print_string(" -> ")
+        printer.print_list(result_types, printer.print_attribute)
 
 
-def parse_unary_like(cls, parser: Parser):
-    """`OP %x {attrs} : sig` for any op constructed as `cls(x, result_type)`."""
-    (x,) = parse_operands(parser, 1)
-    attrs = parser.parse_optional_attr_dict()
-    (xt,), (res,) = parse_signature(parser, 1, 1)
-    op = cls(parser.resolve_operand(x, xt), res)
-    op.attributes |= attrs
-    return op
+@irdl_custom_directive
+class Signature(CustomDirective):
+    """An op's types after its `:`: `T` when every operand and result has type T (most coco
+    ops keep their operands' type), else `T1, T2 -> T3`.
+
+    MLIR would spell the general case `functional-type(operands, results)`; the short form
+    is the point of this directive, as almost every op of a program keeps its type.
+    """
+
+    operand_types: TypeDirective
+    result_types: TypeDirective
+
+    def parse(self, parser: Parser, state: ParsingState) -> None:
+        types, results = _parse_signature(parser, state, len(state.result_types))
+        self.operand_types.set(state, types)
+        self.result_types.set(state, results)
+
+    def print(self, printer: Printer, state: PrintingState, op: IRDLOperation) -> None:
+        state.print_whitespace(printer)
+        _print_signature(printer, self.operand_types.get(op), self.result_types.get(op))
 
 
-def parse_binary_like(cls, parser: Parser):
-    """`OP %a, %b {attrs} : sig` for any op constructed as `cls(a, b, result_type)`."""
-    lhs, rhs = parse_operands(parser, 2)
-    attrs = parser.parse_optional_attr_dict()
-    (lt, rt), (res,) = parse_signature(parser, 2, 1)
-    op = cls(parser.resolve_operand(lhs, lt), parser.resolve_operand(rhs, rt), res)
-    op.attributes |= attrs
-    return op
+@irdl_custom_directive
+class OperandSignature(CustomDirective):
+    """`Signature` of an op without results (`type(results)` needs one): `T` or `T1, T2`."""
+
+    operand_types: TypeDirective
+
+    def parse(self, parser: Parser, state: ParsingState) -> None:
+        types, _ = _parse_signature(parser, state, 0)
+        self.operand_types.set(state, types)
+
+    def print(self, printer: Printer, state: PrintingState, op: IRDLOperation) -> None:
+        state.print_whitespace(printer)
+        _print_signature(printer, self.operand_types.get(op), ())
+
+
+SIGNATURE = "`:` custom<Signature>(type(operands), type(results))"
+
+
+def constant_attr(value: float | bool, result_type: TensorType) -> FloatAttr | IntegerAttr:
+    """How `coco.constant` stores `value`: f64 for a float element type, else i64."""
+    if is_float_type(result_type.element_type):
+        return FloatAttr(float(value), f64)
+    return IntegerAttr(int(value), i64)
+
+
+@irdl_custom_directive
+class ConstantValue(CustomDirective):
+    """`0.9 : !coco.tensor<f32>`: a literal read against the result type that follows it (a
+    float element type stores it as f64, an integer one as i64, and an integer type refuses
+    a float literal), so literal and type are one directive. `inf`, `-inf` and `nan` spell
+    the non-finite values."""
+
+    value: AttributeVariable
+    result_type: TypeDirective
+
+    def parse(self, parser: Parser, state: ParsingState) -> None:
+        number_pos = parser.pos
+        negative = parser.parse_optional_punctuation("-") is not None
+        number: float | int
+        if parser.parse_optional_keyword("inf") is not None:
+            number = float("inf")
+        elif not negative and parser.parse_optional_keyword("nan") is not None:
+            number = float("nan")
+        else:
+            number = parser.parse_number(allow_boolean=not negative)
+        if negative:
+            number = -number
+        parser.parse_punctuation(":")
+        type_pos = parser.pos
+        result_type = parser.parse_type()
+        if not isinstance(result_type, TensorType):
+            parser.raise_error(
+                f"coco.constant needs a !coco.tensor type, got {result_type}", type_pos
+            )
+        if isinstance(number, float) and not is_float_type(result_type.element_type):
+            # int() would silently truncate the literal
+            parser.raise_error(
+                f"coco.constant of element type {result_type.elt} needs an integer literal, "
+                f"got {number}",
+                number_pos,
+            )
+        self.value.set(state, constant_attr(number, result_type))
+        self.result_type.set(state, (result_type,))
+
+    def print(self, printer: Printer, state: PrintingState, op: IRDLOperation) -> None:
+        state.print_whitespace(printer)
+        attr = self.value.get(op)
+        assert isinstance(attr, FloatAttr | IntegerAttr)
+        number = attr.value.data
+        text = float_literal(number) if isinstance(number, float) else str(number)
+        printer.print_string(f"{text} : ")
+        printer.print_list(self.result_type.get(op), printer.print_attribute)
+
+
+# -- effects -----------------------------------------------------------------------------------
+
+
+class WritesTarget(MemoryEffect):
+    """`coco.update`'s effect: it writes the caller's buffer behind its target operand. The
+    one side effect of a coco program, so xDSL's `dce`, `canonicalize` and `cse` keep updates
+    (and what they store) and erase everything else nobody reads."""
+
+    @classmethod
+    def get_effects(cls, op: Operation) -> AbstractSet[EffectInstance]:
+        return frozenset((EffectInstance(MemoryEffectKind.WRITE, op.operands[0]),))
+
+
+# -- ops ---------------------------------------------------------------------------------------
 
 
 class CocoOp(IRDLOperation):
     """Shared verification for every coco/comm op: types fit the grid, results follow rules."""
+
+    custom_directives = (Signature, OperandSignature, ConstantValue)
 
     def verify_(self) -> None:
         from coconet.dialects import layout_rules
@@ -527,6 +631,8 @@ class BinaryOp(ElementwiseOp):
     result = result_def(TensorType)
     traits = traits_def(Pure())
 
+    assembly_format = f"$lhs `,` $rhs attr-dict {SIGNATURE}"
+
     def __init__(self, lhs: SSAValue, rhs: SSAValue, result_type: Attribute | None = None):
         if result_type is None:
             from coconet.dialects import layout_rules
@@ -543,18 +649,6 @@ class BinaryOp(ElementwiseOp):
         )
         layout_rules.check_not_boolean(inferred, self.name)
         self.expect_result(inferred)
-
-    def print(self, printer: Printer) -> None:
-        printer.print_string(" ")
-        printer.print_operand(self.lhs)
-        printer.print_string(", ")
-        printer.print_operand(self.rhs)
-        printer.print_op_attributes(self.attributes)
-        print_signature(printer, [self.lhs.type, self.rhs.type], [self.result.type])
-
-    @classmethod
-    def parse(cls, parser: Parser):
-        return parse_binary_like(cls, parser)
 
 
 @irdl_op_definition
@@ -598,6 +692,8 @@ class UnaryOp(ElementwiseOp):
     traits = traits_def(Pure())
     FLOAT_ONLY: ClassVar[bool] = True
 
+    assembly_format = f"$input attr-dict {SIGNATURE}"
+
     def __init__(self, input: SSAValue, result_type: Attribute | None = None):
         super().__init__(operands=[input], result_types=[result_type or input.type])
 
@@ -605,16 +701,6 @@ class UnaryOp(ElementwiseOp):
         from coconet.dialects import layout_rules
 
         self.expect_result(layout_rules.infer_unary(self.input.type, self.FLOAT_ONLY, self.name))
-
-    def print(self, printer: Printer) -> None:
-        printer.print_string(" ")
-        printer.print_operand(self.input)
-        printer.print_op_attributes(self.attributes)
-        print_signature(printer, [self.input.type], [self.result.type])
-
-    @classmethod
-    def parse(cls, parser: Parser):
-        return parse_unary_like(cls, parser)
 
 
 @irdl_op_definition
@@ -681,16 +767,35 @@ class CmpPredicate(StrEnum):
     GE = auto()
 
 
+@irdl_attr_definition
+class CmpPredicateAttr(EnumAttribute[CmpPredicate], SpacedOpaqueSyntaxAttribute):
+    """The comparison of a `coco.cmp` (`#coco<cmp_predicate gt>` in generic form)."""
+
+    name = "coco.cmp_predicate"
+
+
+def enum_member(enum: type[_EnumT], value: str, what: str) -> _EnumT:
+    """`value` as a member of `enum`, or a ValueError listing the members."""
+    try:
+        return enum(value)
+    except ValueError:
+        raise ValueError(
+            f"unknown {what} {value!r}: use " + ", ".join(m.value for m in enum)
+        ) from None
+
+
 @irdl_op_definition
 class CmpOp(ElementwiseOp):
     """`coco.cmp gt %a, %b : ...`: elementwise comparison, i1 result."""
 
     name = "coco.cmp"
-    predicate = prop_def(StringAttr)
+    predicate = prop_def(CmpPredicateAttr)
     lhs = operand_def(TensorType)
     rhs = operand_def(TensorType)
     result = result_def(TensorType)
     traits = traits_def(Pure())
+
+    assembly_format = f"$predicate $lhs `,` $rhs attr-dict {SIGNATURE}"
 
     def __init__(
         self,
@@ -699,6 +804,7 @@ class CmpOp(ElementwiseOp):
         rhs: SSAValue,
         result_type: Attribute | None = None,
     ):
+        predicate = enum_member(CmpPredicate, predicate, "comparison")
         if result_type is None:
             from coconet.dialects import layout_rules
 
@@ -706,17 +812,12 @@ class CmpOp(ElementwiseOp):
         super().__init__(
             operands=[lhs, rhs],
             result_types=[result_type],
-            properties={"predicate": StringAttr(str(predicate))},
+            properties={"predicate": CmpPredicateAttr(predicate)},
         )
 
     def verify_layouts(self) -> None:
         from coconet.dialects import layout_rules
 
-        if self.predicate.data not in {p.value for p in CmpPredicate}:
-            raise VerifyException(
-                f"[cmp-predicate] unknown comparison '{self.predicate.data}': expected one of "
-                + ", ".join(p.value for p in CmpPredicate)
-            )
         self.expect_result(
             layout_rules.infer_compare(
                 self.lhs.type,
@@ -724,24 +825,6 @@ class CmpOp(ElementwiseOp):
                 names=[layout_rules.value_name(self.lhs), layout_rules.value_name(self.rhs)],
             )
         )
-
-    def print(self, printer: Printer) -> None:
-        printer.print_string(f" {self.predicate.data} ")
-        printer.print_operand(self.lhs)
-        printer.print_string(", ")
-        printer.print_operand(self.rhs)
-        printer.print_op_attributes(self.attributes)
-        print_signature(printer, [self.lhs.type, self.rhs.type], [self.result.type])
-
-    @classmethod
-    def parse(cls, parser: Parser):
-        pred = parser.parse_str_enum(CmpPredicate)
-        lhs, rhs = parse_operands(parser, 2)
-        attrs = parser.parse_optional_attr_dict()
-        (lt, rt), (res,) = parse_signature(parser, 2, 1)
-        op = cls(pred, parser.resolve_operand(lhs, lt), parser.resolve_operand(rhs, rt), res)
-        op.attributes |= attrs
-        return op
 
 
 @irdl_op_definition
@@ -754,6 +837,8 @@ class SelectOp(ElementwiseOp):
     false_value = operand_def(TensorType)
     result = result_def(TensorType)
     traits = traits_def(Pure())
+
+    assembly_format = f"$cond `,` $true_value `,` $false_value attr-dict {SIGNATURE}"
 
     def __init__(
         self, cond: SSAValue, a: SSAValue, b: SSAValue, result_type: Attribute | None = None
@@ -776,26 +861,6 @@ class SelectOp(ElementwiseOp):
             )
         )
 
-    def print(self, printer: Printer) -> None:
-        printer.print_string(" ")
-        printer.print_list(self.operands, printer.print_operand)
-        printer.print_op_attributes(self.attributes)
-        print_signature(printer, [o.type for o in self.operands], [self.result.type])
-
-    @classmethod
-    def parse(cls, parser: Parser):
-        c, a, b = parse_operands(parser, 3)
-        attrs = parser.parse_optional_attr_dict()
-        (ct, at, bt), (res,) = parse_signature(parser, 3, 1)
-        op = cls(
-            parser.resolve_operand(c, ct),
-            parser.resolve_operand(a, at),
-            parser.resolve_operand(b, bt),
-            res,
-        )
-        op.attributes |= attrs
-        return op
-
 
 @irdl_op_definition
 class CastOp(ElementwiseOp):
@@ -806,6 +871,8 @@ class CastOp(ElementwiseOp):
     result = result_def(TensorType)
     traits = traits_def(Pure())
 
+    assembly_format = f"$input attr-dict {SIGNATURE}"
+
     def __init__(self, input: SSAValue, result_type: Attribute):
         if not isinstance(result_type, TensorType) and isinstance(input.type, TensorType):
             result_type = input.type.with_element_type(result_type)
@@ -814,16 +881,6 @@ class CastOp(ElementwiseOp):
     def verify_layouts(self) -> None:
         res = self.result.type
         self.expect_result(self.input.type.with_element_type(res.element_type))
-
-    def print(self, printer: Printer) -> None:
-        printer.print_string(" ")
-        printer.print_operand(self.input)
-        printer.print_op_attributes(self.attributes)
-        print_signature(printer, [self.input.type], [self.result.type])
-
-    @classmethod
-    def parse(cls, parser: Parser):
-        return parse_unary_like(cls, parser)
 
 
 @irdl_op_definition
@@ -835,12 +892,12 @@ class ConstantOp(CocoOp):
     result = result_def(TensorType)
     traits = traits_def(Pure())
 
+    assembly_format = "custom<ConstantValue>($value, type($result)) attr-dict"
+
     def __init__(self, value: float | bool, result_type: TensorType):
-        if is_float_type(result_type.element_type):
-            attr: Attribute = FloatAttr(float(value), f64)
-        else:
-            attr = IntegerAttr(int(value), i64)
-        super().__init__(result_types=[result_type], properties={"value": attr})
+        super().__init__(
+            result_types=[result_type], properties={"value": constant_attr(value, result_type)}
+        )
 
     @property
     def number(self) -> float | int:
@@ -865,48 +922,11 @@ class ConstantOp(CocoOp):
                     f"[constant-type] constant {self.number} does not fit element type {res.elt}"
                 )
 
-    def print(self, printer: Printer) -> None:
-        number = self.number
-        text = float_literal(number) if isinstance(number, float) else str(number)
-        printer.print_string(f" {text}")
-        printer.print_op_attributes(self.attributes)
-        printer.print_string(" : ")
-        printer.print_attribute(self.result.type)
-
-    @classmethod
-    def parse(cls, parser: Parser):
-        number_pos = parser.pos
-        # `inf`, `-inf` and `nan` are how print() writes non-finite values
-        negative = parser.parse_optional_punctuation("-") is not None
-        number: float | int
-        if parser.parse_optional_keyword("inf") is not None:
-            number = float("inf")
-        elif not negative and parser.parse_optional_keyword("nan") is not None:
-            number = float("nan")
-        else:
-            number = parser.parse_number(allow_boolean=not negative)
-        if negative:
-            number = -number
-        attrs = parser.parse_optional_attr_dict()
-        parser.parse_punctuation(":")
-        type_pos = parser.pos
-        res = parser.parse_type()
-        if not isinstance(res, TensorType):
-            parser.raise_error(f"coco.constant needs a !coco.tensor type, got {res}", type_pos)
-        if isinstance(number, float) and not is_float_type(res.element_type):
-            # int() would silently truncate the literal
-            parser.raise_error(
-                f"coco.constant of element type {res.elt} needs an integer literal, got {number}",
-                number_pos,
-            )
-        op = cls(number, res)
-        op.attributes |= attrs
-        return op
-
 
 @irdl_op_definition
 class DropoutOp(ElementwiseOp):
-    """`coco.dropout %x, 0.1 seed 7 : T`: zero elements with probability p, scale by 1/(1-p).
+    """`coco.dropout %x, 1.000000e-01 seed 7 : T`: zero elements with probability p, scale by
+    1/(1-p).
 
     Element i of the logical tensor is kept iff `(h >> 40) >= ceil(p * 2^24)` where
     `h = counter_hash(seed, global flat index of i, stream)` (runtime/counter_rng.py) and
@@ -916,10 +936,12 @@ class DropoutOp(ElementwiseOp):
 
     name = "coco.dropout"
     input = operand_def(TensorType)
-    prob = prop_def(FloatAttr)
-    seed = prop_def(IntegerAttr)
+    prob = prop_def(FloatAttr[Float64Type])
+    seed = prop_def(IntegerAttr[I64])
     result = result_def(TensorType)
     traits = traits_def(Pure())
+
+    assembly_format = f"$input `,` $prob `seed` $seed attr-dict {SIGNATURE}"
 
     def __init__(
         self, input: SSAValue, prob: float, seed: int, result_type: Attribute | None = None
@@ -940,26 +962,6 @@ class DropoutOp(ElementwiseOp):
             )
         self.expect_result(layout_rules.infer_unary(self.input.type, True, self.name))
 
-    def print(self, printer: Printer) -> None:
-        printer.print_string(" ")
-        printer.print_operand(self.input)
-        printer.print_string(f", {float_literal(self.prob.value.data)} seed {self.seed.value.data}")
-        printer.print_op_attributes(self.attributes)
-        print_signature(printer, [self.input.type], [self.result.type])
-
-    @classmethod
-    def parse(cls, parser: Parser):
-        (x,) = parse_operands(parser, 1)
-        parser.parse_punctuation(",")
-        prob = parser.parse_number()
-        parser.parse_keyword("seed")
-        seed = parser.parse_integer(allow_boolean=False)
-        attrs = parser.parse_optional_attr_dict()
-        (xt,), (res,) = parse_signature(parser, 1, 1)
-        op = cls(parser.resolve_operand(x, xt), float(prob), seed, res)
-        op.attributes |= attrs
-        return op
-
 
 @irdl_op_definition
 class MatmulOp(CocoOp):
@@ -970,6 +972,8 @@ class MatmulOp(CocoOp):
     rhs = operand_def(TensorType)
     result = result_def(TensorType)
     traits = traits_def(Pure())
+
+    assembly_format = f"$lhs `,` $rhs attr-dict {SIGNATURE}"
 
     def __init__(self, lhs: SSAValue, rhs: SSAValue, result_type: Attribute | None = None):
         if result_type is None:
@@ -983,18 +987,19 @@ class MatmulOp(CocoOp):
 
         self.expect_result(layout_rules.infer_matmul(self.lhs.type, self.rhs.type))
 
-    print = BinaryOp.print
-
-    @classmethod
-    def parse(cls, parser: Parser):
-        return parse_binary_like(cls, parser)
-
 
 class ReductionKind(StrEnum):
     SUM = auto()
     MAX = auto()
     MIN = auto()
     NORM = auto()
+
+
+@irdl_attr_definition
+class ReductionKindAttr(EnumAttribute[ReductionKind], SpacedOpaqueSyntaxAttribute):
+    """The reduction of a `coco.reduce` (`#coco<reduction_kind sum>` in generic form)."""
+
+    name = "coco.reduction_kind"
 
 
 @irdl_op_definition
@@ -1007,47 +1012,31 @@ class ReduceOp(CocoOp):
     """
 
     name = "coco.reduce"
-    kind = prop_def(StringAttr)
+    kind = prop_def(ReductionKindAttr)
     input = operand_def(TensorType)
     result = result_def(TensorType)
     traits = traits_def(Pure())
 
+    assembly_format = f"$kind $input attr-dict {SIGNATURE}"
+
     def __init__(
         self, kind: str | ReductionKind, input: SSAValue, result_type: Attribute | None = None
     ):
+        kind = enum_member(ReductionKind, kind, "reduction")
         if result_type is None:
             from coconet.dialects import layout_rules
 
-            result_type = layout_rules.infer_reduction(str(kind), input.type)
+            result_type = layout_rules.infer_reduction(kind, input.type)
         super().__init__(
-            operands=[input], result_types=[result_type], properties={"kind": StringAttr(str(kind))}
+            operands=[input],
+            result_types=[result_type],
+            properties={"kind": ReductionKindAttr(kind)},
         )
 
     def verify_layouts(self) -> None:
         from coconet.dialects import layout_rules
 
-        if self.kind.data not in {k.value for k in ReductionKind}:
-            raise VerifyException(
-                f"[reduction-kind] unknown reduction '{self.kind.data}': expected one of "
-                + ", ".join(k.value for k in ReductionKind)
-            )
         self.expect_result(layout_rules.infer_reduction(self.kind.data, self.input.type))
-
-    def print(self, printer: Printer) -> None:
-        printer.print_string(f" {self.kind.data} ")
-        printer.print_operand(self.input)
-        printer.print_op_attributes(self.attributes)
-        print_signature(printer, [self.input.type], [self.result.type])
-
-    @classmethod
-    def parse(cls, parser: Parser):
-        kind = parser.parse_str_enum(ReductionKind)
-        (x,) = parse_operands(parser, 1)
-        attrs = parser.parse_optional_attr_dict()
-        (xt,), (res,) = parse_signature(parser, 1, 1)
-        op = cls(kind, parser.resolve_operand(x, xt), res)
-        op.attributes |= attrs
-        return op
 
 
 @irdl_op_definition
@@ -1063,6 +1052,8 @@ class SliceOp(CocoOp):
     result = result_def(TensorType)
     traits = traits_def(Pure())
 
+    assembly_format = f"$input attr-dict {SIGNATURE}"
+
     def __init__(self, input: SSAValue, result_type: TensorType):
         super().__init__(operands=[input], result_types=[result_type])
 
@@ -1071,24 +1062,22 @@ class SliceOp(CocoOp):
 
         layout_rules.check_slice(self, self.input.type, self.result.type)
 
-    print = UnaryOp.print
-
-    @classmethod
-    def parse(cls, parser: Parser):
-        return parse_unary_like(cls, parser)
-
 
 @irdl_op_definition
 class UpdateOp(CocoOp):
     """`coco.update %target, %value : T`: store `value` into the caller's buffer `target`.
 
-    The program's side effects. `target` is an argument of the enclosing function, updated
-    at most once, and read by no op after its update (so SSA order is execution order).
+    The program's side effects (`WritesTarget`). `target` is an argument of the enclosing
+    function, updated at most once, and read by no op after its update (so SSA order is
+    execution order).
     """
 
     name = "coco.update"
     target = operand_def(TensorType)
     value = operand_def(TensorType)
+    traits = traits_def(WritesTarget())
+
+    assembly_format = "$target `,` $value attr-dict `:` custom<OperandSignature>(type(operands))"
 
     def __init__(self, target: SSAValue, value: SSAValue):
         super().__init__(operands=[target, value])
@@ -1097,23 +1086,6 @@ class UpdateOp(CocoOp):
         from coconet.dialects import layout_rules
 
         layout_rules.check_update(self)
-
-    def print(self, printer: Printer) -> None:
-        printer.print_string(" ")
-        printer.print_operand(self.target)
-        printer.print_string(", ")
-        printer.print_operand(self.value)
-        printer.print_op_attributes(self.attributes)
-        print_signature(printer, [self.target.type, self.value.type], [])
-
-    @classmethod
-    def parse(cls, parser: Parser):
-        t, v = parse_operands(parser, 2)
-        attrs = parser.parse_optional_attr_dict()
-        (tt, vt), _ = parse_signature(parser, 2, 0)
-        op = cls(parser.resolve_operand(t, tt), parser.resolve_operand(v, vt))
-        op.attributes |= attrs
-        return op
 
 
 BINARY_OPS: tuple[type[BinaryOp], ...] = (AddOp, SubOp, MulOp, DivOp, MaxOp, MinOp, PowOp)
@@ -1136,7 +1108,15 @@ Coco = Dialect(
         SliceOp,
         UpdateOp,
     ],
-    [ReplicatedAttr, LocalAttr, SlicedAttr, GridAttr, TensorType],
+    [
+        ReplicatedAttr,
+        LocalAttr,
+        SlicedAttr,
+        GridAttr,
+        TensorType,
+        CmpPredicateAttr,
+        ReductionKindAttr,
+    ],
 )
 
 

@@ -31,19 +31,20 @@ from coconet.dialects.coco import (
     DYNAMIC,
     LOCAL,
     REPLICATED,
+    SIGNATURE,
     CocoOp,
     LayoutAttr,
     SlicedAttr,
     TensorType,
+    enum_member,
     layout_str,
-    parse_operands,
-    parse_signature,
-    print_signature,
 )
-from xdsl.dialects.builtin import ArrayAttr, IntAttr, IntegerAttr, StringAttr, i64
-from xdsl.ir import Attribute, Dialect, Region, SSAValue
+from xdsl.dialects.builtin import I64, DenseArrayBase, IntegerAttr, i64
+from xdsl.dialects.utils.enum_attribute import EnumAttribute
+from xdsl.ir import Attribute, Dialect, Region, SpacedOpaqueSyntaxAttribute, SSAValue
 from xdsl.irdl import (
     IRDLOperation,
+    irdl_attr_definition,
     irdl_op_definition,
     operand_def,
     opt_prop_def,
@@ -54,11 +55,8 @@ from xdsl.irdl import (
     var_operand_def,
     var_result_def,
 )
-from xdsl.parser import Parser
-from xdsl.printer import Printer
-from xdsl.rewriter import Rewriter
-from xdsl.traits import HasParent, IsTerminator, Pure
-from xdsl.utils.exceptions import ParseError, VerifyException
+from xdsl.traits import HasParent, IsTerminator, Pure, RecursiveMemoryEffect
+from xdsl.utils.exceptions import VerifyException
 from xdsl.utils.str_enum import StrEnum
 
 
@@ -67,6 +65,14 @@ class CollectiveKind(StrEnum):
     PROD = auto()
     MAX = auto()
     MIN = auto()
+
+
+@irdl_attr_definition
+class CollectiveKindAttr(EnumAttribute[CollectiveKind], SpacedOpaqueSyntaxAttribute):
+    """How a collective combines the ranks' values (`#comm<collective_kind sum>` in generic
+    form)."""
+
+    name = "comm.collective_kind"
 
 
 def _fail(rule: str, message: str) -> VerifyException:
@@ -78,12 +84,58 @@ def _describe(v: SSAValue) -> str:
     return f"%{v.name_hint} : {v.type}" if v.name_hint else str(v.type)
 
 
+# --------------------------------------------------------------------------------------------
+# Collectives
+# --------------------------------------------------------------------------------------------
+
+
+def collective_result_type(
+    op_type: type[CollectiveOp],
+    input_type: TensorType,
+    span: Sequence[int],
+    grid_rank: int,
+    *,
+    dim: int = 0,
+    operand: str | None = None,
+) -> TensorType:
+    """The result type of the collective `op_type` applied to a value of type `input_type`,
+    spanning the grid axes `span` of a rank-`grid_rank` grid: each spanned axis takes the
+    op's layout rule (`axis_rule`), every other axis keeps its layout. `dim` is the tensor
+    dim a reduce_scatter slices; `operand` names the input in messages.
+
+    The one statement of the collectives' layout rules: verifiers, constructors and passes
+    all infer through it. Raises `VerifyException("[rule] ...")` for an input the collective
+    does not take.
+    """
+    what = operand or str(input_type)
+    layouts = [
+        op_type.axis_rule(a, lay, input_type=input_type, what=what, dim=dim) if a in span else lay
+        for a in range(max(grid_rank, len(input_type.layouts)))
+        for lay in (input_type.layout_on(a),)
+    ]
+    return input_type.with_layouts(layouts)
+
+
+def _span(input_type: Attribute, axes: Sequence[int] | None, grid_rank: int) -> tuple[int, ...]:
+    """What a collective built with `axes` spans: the axes, or every axis of the grid and of
+    the input's type (an op built outside a function sees a 1-D grid)."""
+    if axes is not None:
+        return tuple(axes)
+    assert isinstance(input_type, TensorType)
+    return tuple(range(max(grid_rank, len(input_type.layouts))))
+
+
+def _axes_props(axes: Sequence[int] | None) -> dict[str, Attribute]:
+    if axes is None:
+        return {}
+    return {"axes": DenseArrayBase.from_list(i64, axes)}
+
+
 class CollectiveOp(CocoOp):
-    """Base of the collectives: an input, a result, the spanned axes (`over`)."""
+    """Base of the collectives: an input, a result, the grid axes spanned (`span`)."""
 
     input = operand_def(TensorType)
     result = result_def(TensorType)
-    axes = opt_prop_def(ArrayAttr[IntAttr])
     traits = traits_def(Pure())
 
     HAS_KIND: ClassVar[bool] = False
@@ -91,45 +143,35 @@ class CollectiveOp(CocoOp):
 
     def span(self) -> tuple[int, ...]:
         """The grid axes this collective spans."""
-        from coconet.dialects.layout_rules import grid_of
-
-        if self.axes is not None:
-            return tuple(a.data for a in self.axes)
-        # An op built before it sits in a function sees the default 1-D grid: span every
-        # axis its input's type names, so a builder infers the same type the verifier does.
-        return tuple(range(max(grid_of(self).rank, len(self.input.type.layouts))))
-
-    def check_axes(self) -> None:
-        from coconet.dialects.layout_rules import grid_of
-
-        grid = grid_of(self)
-        if self.axes is None:
-            return
-        seen = [a.data for a in self.axes]
-        if not seen or len(set(seen)) != len(seen) or any(not 0 <= a < grid.rank for a in seen):
-            raise _fail(
-                "collective-axes",
-                f"{self.name} spans axes {seen}, which are not distinct axes of the grid {grid}",
-            )
-
-    def infer(self) -> TensorType:
-        t: TensorType = self.input.type
-        span = self.span()
-        from coconet.dialects.layout_rules import grid_of
-
-        rank = max(grid_of(self).rank, len(t.layouts))
-        out = [
-            self.axis_rule(a, t.layout_on(a)) if a in span else t.layout_on(a) for a in range(rank)
-        ]
-        return t.with_layouts(out)
-
-    def axis_rule(self, axis: int, layout: LayoutAttr) -> LayoutAttr:
         raise NotImplementedError
 
-    def _set_inferred_result_type(self) -> None:
-        """For constructors: results are built with a placeholder type (inference needs the
-        op), and an OpResult's type cannot be assigned, so swap in a result of the right type."""
-        Rewriter.replace_value_with_new_type(self.results[0], self.infer())
+    def check_axes(self) -> None:
+        """Refuse a span the grid does not have."""
+        raise NotImplementedError
+
+    def scattered_dim(self) -> int:
+        """The tensor dim the collective slices (a reduce_scatter's `dim`; 0 otherwise)."""
+        return 0
+
+    def infer(self) -> TensorType:
+        """The result type the layout rules give this op where it stands."""
+        from coconet.dialects.layout_rules import grid_of
+
+        return collective_result_type(
+            type(self),
+            self.input.type,
+            self.span(),
+            grid_of(self).rank,
+            dim=self.scattered_dim(),
+            operand=_describe(self.input),
+        )
+
+    @classmethod
+    def axis_rule(
+        cls, axis: int, layout: LayoutAttr, *, input_type: TensorType, what: str, dim: int
+    ) -> LayoutAttr:
+        """The result's layout on a spanned grid axis where the input is `layout`."""
+        raise NotImplementedError
 
     def verify_layouts(self) -> None:
         from coconet.dialects.layout_rules import check_innermost_slicing
@@ -143,64 +185,37 @@ class CollectiveOp(CocoOp):
         elif isinstance(self, ReduceScatterOp):
             check_innermost_slicing(self, inferred, self.span())
 
-    # -- syntax: comm.OP [KIND] %x [root N] [over [..]] {attrs} : T -> T ---------------------
 
-    def print(self, printer: Printer) -> None:
-        if self.HAS_KIND:
-            printer.print_string(f" {self.kind.data}")
-        printer.print_string(" ")
-        printer.print_operand(self.input)
-        self.print_extra(printer)
+class GroupCollectiveOp(CollectiveOp):
+    """A collective in the groups of ranks that share their coordinates off the grid axes
+    `axes` (`over [..]`; every axis when omitted)."""
+
+    axes = opt_prop_def(DenseArrayBase[I64])
+
+    def span(self) -> tuple[int, ...]:
+        from coconet.dialects.layout_rules import grid_of
+
         if self.axes is not None:
-            printer.print_string(" over [" + ", ".join(str(a.data) for a in self.axes) + "]")
-        printer.print_op_attributes(self.attributes)
-        print_signature(printer, [self.input.type], [self.result.type])
+            return self.axes.get_values()
+        # An op outside a function sees the default 1-D grid: span every axis its input's
+        # type names, as its constructor did.
+        return tuple(range(max(grid_of(self).rank, len(self.input.type.layouts))))
 
-    def print_extra(self, printer: Printer) -> None:
-        if self.HAS_ROOT:
-            printer.print_string(f" root {self.root.value.data}")
+    def check_axes(self) -> None:
+        from coconet.dialects.layout_rules import grid_of
 
-    @classmethod
-    def parse(cls, parser: Parser):
-        props: dict[str, Attribute] = {}
-        if cls.HAS_KIND:
-            props["kind"] = StringAttr(parser.parse_str_enum(CollectiveKind).value)
-        (x,) = parse_operands(parser, 1)
-        props |= cls.parse_extra(parser)
-        if parser.parse_optional_keyword("over"):
-            axes = parser.parse_comma_separated_list(
-                parser.Delimiter.SQUARE,
-                lambda: IntAttr(parser.parse_integer(allow_boolean=False, allow_negative=False)),
+        grid = grid_of(self)
+        if self.axes is None:
+            return
+        seen = list(self.axes.get_values())
+        if not seen or len(set(seen)) != len(seen) or any(not 0 <= a < grid.rank for a in seen):
+            raise _fail(
+                "collective-axes",
+                f"{self.name} spans axes {seen}, which are not distinct axes of the grid {grid}",
             )
-            props["axes"] = ArrayAttr(axes)
-        attrs = parser.parse_optional_attr_dict()
-        (xt,), (res,) = parse_signature(parser, 1, 1)
-        op = cls.build(
-            operands=[parser.resolve_operand(x, xt)], result_types=[res], properties=props
-        )
-        op.attributes |= attrs
-        return op
-
-    @classmethod
-    def parse_extra(cls, parser: Parser) -> dict[str, Attribute]:
-        if cls.HAS_ROOT:
-            parser.parse_keyword("root")
-            return {"root": IntegerAttr(parser.parse_integer(allow_boolean=False), i64)}
-        return {}
 
 
-def _props(kind: str | None, axes: Sequence[int] | None, **extra: Attribute):
-    props: dict[str, Attribute] = dict(extra)
-    if kind is not None:
-        if kind not in {k.value for k in CollectiveKind}:
-            raise ValueError(f"unknown reduction kind {kind!r}: use sum, prod, max or min")
-        props["kind"] = StringAttr(kind)
-    if axes is not None:
-        props["axes"] = ArrayAttr(IntAttr(a) for a in axes)
-    return props
-
-
-def _check_root(op: CollectiveOp) -> None:
+def _check_root(op: BroadcastOp | ReduceOp) -> None:
     from coconet.dialects.layout_rules import grid_of
 
     root = op.root.value.data
@@ -220,121 +235,163 @@ def _check_root(op: CollectiveOp) -> None:
             )
 
 
-def _check_kind(op: CollectiveOp) -> None:
-    if op.kind.data not in {k.value for k in CollectiveKind}:
-        raise _fail(
-            "collective-kind",
-            f"{op.name} has unknown reduction kind '{op.kind.data}': expected one of "
-            + ", ".join(k.value for k in CollectiveKind),
-        )
+def _kind_attr(kind: str | CollectiveKind) -> CollectiveKindAttr:
+    return CollectiveKindAttr(enum_member(CollectiveKind, kind, "reduction kind"))
 
 
 @irdl_op_definition
-class AllReduceOp(CollectiveOp):
+class AllReduceOp(GroupCollectiveOp):
     """`comm.all_reduce sum %g : !coco.tensor<Nxf32, local> -> !coco.tensor<Nxf32>`."""
 
     name = "comm.all_reduce"
-    kind = prop_def(StringAttr)
+    kind = prop_def(CollectiveKindAttr)
     HAS_KIND: ClassVar[bool] = True
 
-    def __init__(self, input: SSAValue, kind: str = "sum", axes: Sequence[int] | None = None):
-        super().__init__(operands=[input], result_types=[input.type], properties=_props(kind, axes))
-        self._set_inferred_result_type()
+    assembly_format = f"$kind $input (`over` $axes^)? attr-dict {SIGNATURE}"
 
-    def axis_rule(self, axis: int, layout: LayoutAttr) -> LayoutAttr:
+    def __init__(
+        self,
+        input: SSAValue,
+        kind: str | CollectiveKind = "sum",
+        axes: Sequence[int] | None = None,
+        *,
+        grid_rank: int = 1,
+    ):
+        properties = {"kind": _kind_attr(kind)} | _axes_props(axes)
+        result_type = collective_result_type(
+            AllReduceOp, input.type, _span(input.type, axes, grid_rank), grid_rank,
+            operand=_describe(input),
+        )  # fmt: skip
+        super().__init__(operands=[input], result_types=[result_type], properties=properties)
+
+    @classmethod
+    def axis_rule(
+        cls, axis: int, layout: LayoutAttr, *, input_type: TensorType, what: str, dim: int
+    ) -> LayoutAttr:
         if isinstance(layout, SlicedAttr):
             raise _fail(
                 "all-reduce-input",
-                f"all_reduce of {_describe(self.input)}, which is {layout_str(layout)} on grid "
-                f"axis {axis}: all_reduce takes local or replicated tensors (all_gather a slice)",
+                f"all_reduce of {what}, which is {layout_str(layout)} on grid axis {axis}: "
+                "all_reduce takes local or replicated tensors (all_gather a slice)",
             )
         return REPLICATED
 
-    def verify_layouts(self) -> None:
-        _check_kind(self)
-        super().verify_layouts()
-
 
 @irdl_op_definition
-class ReduceScatterOp(CollectiveOp):
-    """`comm.reduce_scatter sum %g : local -> sliced<d>`: reduce, keep this rank's part."""
+class ReduceScatterOp(GroupCollectiveOp):
+    """`comm.reduce_scatter sum %g dim 1 : local -> sliced<1>`: reduce, keep this rank's part
+    of tensor dim `dim` (0 when not written)."""
 
     name = "comm.reduce_scatter"
-    kind = prop_def(StringAttr)
+    kind = prop_def(CollectiveKindAttr)
+    dim = prop_def(IntegerAttr[I64], default_value=IntegerAttr(0, i64))
     HAS_KIND: ClassVar[bool] = True
 
+    assembly_format = f"$kind $input (`dim` $dim^)? (`over` $axes^)? attr-dict {SIGNATURE}"
+
     def __init__(
-        self, input: SSAValue, kind: str = "sum", dim: int = 0, axes: Sequence[int] | None = None
+        self,
+        input: SSAValue,
+        kind: str | CollectiveKind = "sum",
+        dim: int = 0,
+        axes: Sequence[int] | None = None,
+        *,
+        grid_rank: int = 1,
     ):
-        super().__init__(operands=[input], result_types=[input.type], properties=_props(kind, axes))
-        self._dim = dim
-        self._set_inferred_result_type()
+        properties = {"kind": _kind_attr(kind), "dim": IntegerAttr(dim, i64)} | _axes_props(axes)
+        result_type = collective_result_type(
+            ReduceScatterOp, input.type, _span(input.type, axes, grid_rank), grid_rank,
+            dim=dim, operand=_describe(input),
+        )  # fmt: skip
+        super().__init__(operands=[input], result_types=[result_type], properties=properties)
 
-    @property
-    def dim(self) -> int:
-        """The tensor dim the result is sliced on (read off the result type)."""
-        for a in self.span():
-            lay = self.result.type.layout_on(a)
-            if isinstance(lay, SlicedAttr):
-                return lay.dim.data
-        return getattr(self, "_dim", 0)
+    def scattered_dim(self) -> int:
+        return self.dim.value.data
 
-    def axis_rule(self, axis: int, layout: LayoutAttr) -> LayoutAttr:
+    @classmethod
+    def axis_rule(
+        cls, axis: int, layout: LayoutAttr, *, input_type: TensorType, what: str, dim: int
+    ) -> LayoutAttr:
         if isinstance(layout, SlicedAttr):
             raise _fail(
                 "reduce-scatter-input",
-                f"reduce_scatter of {_describe(self.input)}, which is already sliced on grid axis "
-                f"{axis}: reduce_scatter takes local or replicated tensors",
+                f"reduce_scatter of {what}, which is already sliced on grid axis {axis}: "
+                "reduce_scatter takes local or replicated tensors",
             )
-        return SlicedAttr(self.dim)
-
-    def verify_layouts(self) -> None:
-        _check_kind(self)
-        super().verify_layouts()
+        if not 0 <= dim < input_type.rank:
+            raise _fail(
+                "reduce-scatter-dim",
+                f"reduce_scatter of {what} along dim {dim}, which a rank-{input_type.rank} "
+                "tensor does not have",
+            )
+        return SlicedAttr(dim)
 
 
 @irdl_op_definition
-class AllGatherOp(CollectiveOp):
+class AllGatherOp(GroupCollectiveOp):
     """`comm.all_gather %s : sliced<d> -> replicated`."""
 
     name = "comm.all_gather"
 
-    def __init__(self, input: SSAValue, axes: Sequence[int] | None = None):
-        super().__init__(operands=[input], result_types=[input.type], properties=_props(None, axes))
-        self._set_inferred_result_type()
+    assembly_format = f"$input (`over` $axes^)? attr-dict {SIGNATURE}"
 
-    def axis_rule(self, axis: int, layout: LayoutAttr) -> LayoutAttr:
+    def __init__(self, input: SSAValue, axes: Sequence[int] | None = None, *, grid_rank: int = 1):
+        result_type = collective_result_type(
+            AllGatherOp, input.type, _span(input.type, axes, grid_rank), grid_rank,
+            operand=_describe(input),
+        )  # fmt: skip
+        super().__init__(operands=[input], result_types=[result_type], properties=_axes_props(axes))
+
+    @classmethod
+    def axis_rule(
+        cls, axis: int, layout: LayoutAttr, *, input_type: TensorType, what: str, dim: int
+    ) -> LayoutAttr:
         if not isinstance(layout, SlicedAttr):
             raise _fail(
                 "all-gather-input",
-                f"all_gather of {_describe(self.input)}, which is {layout_str(layout)} on grid "
-                f"axis {axis}: all_gather takes sliced tensors",
+                f"all_gather of {what}, which is {layout_str(layout)} on grid axis {axis}: "
+                "all_gather takes sliced tensors",
             )
         return REPLICATED
 
 
 @irdl_op_definition
-class BroadcastOp(CollectiveOp):
+class BroadcastOp(GroupCollectiveOp):
     """`comm.broadcast %x root 0 : local -> replicated`: the root's value on every rank."""
 
     name = "comm.broadcast"
-    root = prop_def(IntegerAttr)
+    root = prop_def(IntegerAttr[I64])
     HAS_ROOT: ClassVar[bool] = True
 
-    def __init__(self, input: SSAValue, root: int = 0, axes: Sequence[int] | None = None):
+    assembly_format = f"$input `root` $root (`over` $axes^)? attr-dict {SIGNATURE}"
+
+    def __init__(
+        self,
+        input: SSAValue,
+        root: int = 0,
+        axes: Sequence[int] | None = None,
+        *,
+        grid_rank: int = 1,
+    ):
+        result_type = collective_result_type(
+            BroadcastOp, input.type, _span(input.type, axes, grid_rank), grid_rank,
+            operand=_describe(input),
+        )  # fmt: skip
         super().__init__(
             operands=[input],
-            result_types=[input.type],
-            properties=_props(None, axes, root=IntegerAttr(root, i64)),
+            result_types=[result_type],
+            properties={"root": IntegerAttr(root, i64)} | _axes_props(axes),
         )
-        self._set_inferred_result_type()
 
-    def axis_rule(self, axis: int, layout: LayoutAttr) -> LayoutAttr:
+    @classmethod
+    def axis_rule(
+        cls, axis: int, layout: LayoutAttr, *, input_type: TensorType, what: str, dim: int
+    ) -> LayoutAttr:
         if isinstance(layout, SlicedAttr):
             raise _fail(
                 "broadcast-input",
-                f"broadcast of {_describe(self.input)}, sliced on grid axis {axis}: broadcast "
-                "takes local or replicated tensors",
+                f"broadcast of {what}, sliced on grid axis {axis}: broadcast takes local or "
+                "replicated tensors",
             )
         return REPLICATED
 
@@ -344,36 +401,50 @@ class BroadcastOp(CollectiveOp):
 
 
 @irdl_op_definition
-class ReduceOp(CollectiveOp):
+class ReduceOp(GroupCollectiveOp):
     """`comm.reduce sum %x root 0 : local -> local`: the reduction lands on the root only."""
 
     name = "comm.reduce"
-    kind = prop_def(StringAttr)
-    root = prop_def(IntegerAttr)
+    kind = prop_def(CollectiveKindAttr)
+    root = prop_def(IntegerAttr[I64])
     HAS_KIND: ClassVar[bool] = True
     HAS_ROOT: ClassVar[bool] = True
 
+    assembly_format = f"$kind $input `root` $root (`over` $axes^)? attr-dict {SIGNATURE}"
+
     def __init__(
-        self, input: SSAValue, kind: str = "sum", root: int = 0, axes: Sequence[int] | None = None
+        self,
+        input: SSAValue,
+        kind: str | CollectiveKind = "sum",
+        root: int = 0,
+        axes: Sequence[int] | None = None,
+        *,
+        grid_rank: int = 1,
     ):
+        result_type = collective_result_type(
+            ReduceOp, input.type, _span(input.type, axes, grid_rank), grid_rank,
+            operand=_describe(input),
+        )  # fmt: skip
         super().__init__(
             operands=[input],
-            result_types=[input.type],
-            properties=_props(kind, axes, root=IntegerAttr(root, i64)),
+            result_types=[result_type],
+            properties={"kind": _kind_attr(kind), "root": IntegerAttr(root, i64)}
+            | _axes_props(axes),
         )
-        self._set_inferred_result_type()
 
-    def axis_rule(self, axis: int, layout: LayoutAttr) -> LayoutAttr:
+    @classmethod
+    def axis_rule(
+        cls, axis: int, layout: LayoutAttr, *, input_type: TensorType, what: str, dim: int
+    ) -> LayoutAttr:
         if isinstance(layout, SlicedAttr):
             raise _fail(
                 "reduce-input",
-                f"reduce of {_describe(self.input)}, sliced on grid axis {axis}: reduce takes "
-                "local or replicated tensors",
+                f"reduce of {what}, sliced on grid axis {axis}: reduce takes local or "
+                "replicated tensors",
             )
         return LOCAL
 
     def verify_layouts(self) -> None:
-        _check_kind(self)
         _check_root(self)
         super().verify_layouts()
 
@@ -388,16 +459,20 @@ class SendOp(CollectiveOp):
     """
 
     name = "comm.send"
-    along = prop_def(IntegerAttr)
-    shift = prop_def(IntegerAttr)
+    along = prop_def(IntegerAttr[I64])
+    shift = prop_def(IntegerAttr[I64])
 
-    def __init__(self, input: SSAValue, along: int = 0, shift: int = 1):
+    assembly_format = f"$input `along` $along `shift` $shift attr-dict {SIGNATURE}"
+
+    def __init__(self, input: SSAValue, along: int = 0, shift: int = 1, *, grid_rank: int = 1):
+        result_type = collective_result_type(
+            SendOp, input.type, (along,), grid_rank, operand=_describe(input)
+        )
         super().__init__(
             operands=[input],
-            result_types=[input.type],
+            result_types=[result_type],
             properties={"along": IntegerAttr(along, i64), "shift": IntegerAttr(shift, i64)},
         )
-        self._set_inferred_result_type()
 
     def span(self) -> tuple[int, ...]:
         return (self.along.value.data,)
@@ -419,26 +494,18 @@ class SendOp(CollectiveOp):
                 f"{grid.shape[a]} rank(s)",
             )
 
-    def axis_rule(self, axis: int, layout: LayoutAttr) -> LayoutAttr:
+    @classmethod
+    def axis_rule(
+        cls, axis: int, layout: LayoutAttr, *, input_type: TensorType, what: str, dim: int
+    ) -> LayoutAttr:
         if isinstance(layout, SlicedAttr):
             # Each rank would receive a slice but the result type promises a full value.
             raise _fail(
                 "send-input",
-                f"comm.send along grid axis {axis} of {self.input.type}, which is sliced along "
+                f"comm.send along grid axis {axis} of {input_type}, which is sliced along "
                 "that axis: all_gather it first, or send it along another axis",
             )
         return LOCAL
-
-    def print_extra(self, printer: Printer) -> None:
-        printer.print_string(f" along {self.along.value.data} shift {self.shift.value.data}")
-
-    @classmethod
-    def parse_extra(cls, parser: Parser) -> dict[str, Attribute]:
-        parser.parse_keyword("along")
-        along = parser.parse_integer(allow_boolean=False, allow_negative=False)
-        parser.parse_keyword("shift")
-        shift = parser.parse_integer(allow_boolean=False)
-        return {"along": IntegerAttr(along, i64), "shift": IntegerAttr(shift, i64)}
 
 
 COLLECTIVE_OPS = (AllReduceOp, ReduceScatterOp, AllGatherOp, BroadcastOp, ReduceOp, SendOp)
@@ -455,12 +522,30 @@ class FusionKind(StrEnum):
     SEND = auto()  # computation + send: one fused transfer
 
 
+@irdl_attr_definition
+class FusionKindAttr(EnumAttribute[FusionKind], SpacedOpaqueSyntaxAttribute):
+    """What a `comm.fused` region runs as (`#comm<fusion_kind elementwise>` in generic
+    form)."""
+
+    name = "comm.fusion_kind"
+
+
+# `attributes {...}` rather than a bare attr-dict: with no results, `{` after the head would
+# open either the attr-dict or the body.
+REGION_TAIL = "attr-dict-with-keyword (`->` type($res)^)? $body"
+
+
 class RegionOp(CocoOp):
     """A schedule region: runs its body in place (it reads outer values directly) and yields
-    its results. The original ops stay inside, so the program still reads and interprets."""
+    its results. The original ops stay inside, so the program still reads and interprets.
+
+    Its effects are its body's (`RecursiveMemoryEffect`): a region holding an update writes
+    the caller's buffer, one holding only pure ops is dead once nothing reads its results.
+    """
 
     body = region_def("single_block")
     res = var_result_def(TensorType)
+    traits = traits_def(RecursiveMemoryEffect())
 
     @property
     def yield_op(self) -> YieldOp:
@@ -481,40 +566,6 @@ class RegionOp(CocoOp):
                 f"({', '.join(map(str, got))})",
             )
 
-    def print_head(self, printer: Printer) -> None:
-        raise NotImplementedError
-
-    def print(self, printer: Printer) -> None:
-        self.print_head(printer)
-        printer.print_op_attributes(self.attributes)
-        if self.res:
-            printer.print_string(" -> ")
-            printer.print_list([r.type for r in self.res], printer.print_attribute)
-        printer.print_string(" ")
-        printer.print_region(self.body, print_entry_block_args=False)
-
-    @classmethod
-    def parse_tail(cls, parser: Parser) -> tuple[dict[str, Attribute], list[Attribute], Region]:
-        # With no results, `{` may open the attr-dict or the body (`comm.fused elementwise {
-        # comm.yield }` reads as the unit attribute `comm.yield`): an attr-dict is always
-        # followed by `->` or the body's `{`, so anything else means it was the body.
-        start = parser.pos
-        try:
-            attrs = parser.parse_optional_attr_dict()
-            is_attr_dict = not attrs or parser._current_token.text in ("->", "{")
-        except ParseError:
-            is_attr_dict = False
-        if not is_attr_dict:
-            parser._resume_from(start)
-            attrs = {}
-        types: list[Attribute] = []
-        if parser.parse_optional_punctuation("->"):
-            types = [parser.parse_type()]
-            while parser.parse_optional_punctuation(","):
-                types.append(parser.parse_type())
-        region = parser.parse_region()
-        return attrs, types, region
-
 
 @irdl_op_definition
 class FusedOp(RegionOp):
@@ -525,18 +576,19 @@ class FusedOp(RegionOp):
     """
 
     name = "comm.fused"
-    kind = prop_def(StringAttr)
+    kind = prop_def(FusionKindAttr)
 
-    def __init__(self, kind: str, body: Region, result_types: Sequence[Attribute]):
+    assembly_format = f"$kind {REGION_TAIL}"
+
+    def __init__(self, kind: str | FusionKind, body: Region, result_types: Sequence[Attribute]):
         super().__init__(
-            regions=[body], result_types=[list(result_types)], properties={"kind": StringAttr(kind)}
+            regions=[body],
+            result_types=[list(result_types)],
+            properties={"kind": FusionKindAttr(enum_member(FusionKind, kind, "fusion kind"))},
         )
 
     def verify_layouts(self) -> None:
         super().verify_layouts()
-        kinds = {k.value for k in FusionKind}
-        if self.kind.data not in kinds:
-            raise _fail("fuse-kind", f"unknown fusion kind '{self.kind.data}'")
         inner = [op for op in self.body.walk() if op is not self]
         collectives = [op for op in inner if isinstance(op, CollectiveOp)]
         if self.kind.data == FusionKind.ELEMENTWISE and collectives:
@@ -566,17 +618,6 @@ class FusedOp(RegionOp):
                     f"{len(scatters)}",
                 )
 
-    def print_head(self, printer: Printer) -> None:
-        printer.print_string(f" {self.kind.data}")
-
-    @classmethod
-    def parse(cls, parser: Parser):
-        kind = parser.parse_str_enum(FusionKind)
-        attrs, types, region = cls.parse_tail(parser)
-        op = cls(kind.value, region, types)
-        op.attributes |= attrs
-        return op
-
 
 @irdl_op_definition
 class OverlapOp(RegionOp):
@@ -585,7 +626,9 @@ class OverlapOp(RegionOp):
     chunk hides behind computation of the next."""
 
     name = "comm.overlap"
-    chunks = prop_def(IntegerAttr)
+    chunks = prop_def(IntegerAttr[I64])
+
+    assembly_format = f"`chunks` $chunks {REGION_TAIL}"
 
     def __init__(self, chunks: int, body: Region, result_types: Sequence[Attribute]):
         super().__init__(
@@ -630,18 +673,6 @@ class OverlapOp(RegionOp):
                 "inside it, got " + ", ".join(op.name for op in strangers),
             )
 
-    def print_head(self, printer: Printer) -> None:
-        printer.print_string(f" chunks {self.chunks.value.data}")
-
-    @classmethod
-    def parse(cls, parser: Parser):
-        parser.parse_keyword("chunks")
-        chunks = parser.parse_integer(allow_boolean=False)
-        attrs, types, region = cls.parse_tail(parser)
-        op = cls(chunks, region, types)
-        op.attributes |= attrs
-        return op
-
 
 @irdl_op_definition
 class YieldOp(IRDLOperation):
@@ -651,48 +682,16 @@ class YieldOp(IRDLOperation):
     values = var_operand_def(TensorType)
     traits = traits_def(IsTerminator(), HasParent(FusedOp, OverlapOp), Pure())
 
+    assembly_format = "attr-dict ($values^ `:` type($values))?"
+
     def __init__(self, values: Sequence[SSAValue] = ()):
         super().__init__(operands=[list(values)])
-
-    def print(self, printer: Printer) -> None:
-        if self.values:
-            printer.print_string(" ")
-            printer.print_list(self.values, printer.print_operand)
-            printer.print_op_attributes(self.attributes)
-            printer.print_string(" : ")
-            printer.print_list([v.type for v in self.values], printer.print_attribute)
-        else:
-            printer.print_op_attributes(self.attributes)
-
-    @classmethod
-    def parse(cls, parser: Parser):
-        operands = []
-        if (first := parser.parse_optional_unresolved_operand()) is not None:
-            operands = [first]
-            while parser.parse_optional_punctuation(","):
-                operands.append(parser.parse_unresolved_operand())
-        attrs = parser.parse_optional_attr_dict()
-        values: list[SSAValue] = []
-        if operands:
-            parser.parse_punctuation(":")
-            types_pos = parser.pos
-            types = [parser.parse_type()]
-            while parser.parse_optional_punctuation(","):
-                types.append(parser.parse_type())
-            if len(types) != len(operands):
-                parser.raise_error(
-                    f"comm.yield has {len(operands)} values but {len(types)} types", types_pos
-                )
-            values = [parser.resolve_operand(o, t) for o, t in zip(operands, types)]
-        op = cls(values)
-        op.attributes |= attrs
-        return op
 
 
 Comm = Dialect(
     "comm",
     [*COLLECTIVE_OPS, FusedOp, OverlapOp, YieldOp],
-    [],
+    [CollectiveKindAttr, FusionKindAttr],
 )
 
 __all__ = [
@@ -700,14 +699,18 @@ __all__ = [
     "AllReduceOp",
     "BroadcastOp",
     "CollectiveKind",
+    "CollectiveKindAttr",
     "CollectiveOp",
     "Comm",
     "FusedOp",
     "FusionKind",
+    "FusionKindAttr",
+    "GroupCollectiveOp",
     "OverlapOp",
     "ReduceOp",
     "ReduceScatterOp",
     "RegionOp",
     "SendOp",
     "YieldOp",
+    "collective_result_type",
 ]

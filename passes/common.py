@@ -10,16 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 
 from coconet.dialects import coco, comm
-from coconet.dialects.coco import (
-    LOCAL,
-    REPLICATED,
-    LayoutAttr,
-    SlicedAttr,
-    TensorType,
-)
 from coconet.dialects.layout_rules import grid_of, value_name
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ArrayAttr, IntAttr, IntegerAttr, ModuleOp, StringAttr, i64
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.traits import IsTerminator, Pure
 from xdsl.utils.exceptions import PassFailedException
@@ -118,76 +111,15 @@ def find_named_args(
 
 
 # --------------------------------------------------------------------------------------------
-# Types and collectives
+# Collectives
 # --------------------------------------------------------------------------------------------
+# Result types come from the dialect's one statement of the rules,
+# `comm.collective_result_type`, through the ops' constructors (`grid_rank=` the function's).
 
 
-
-
-
-def collective_type(
-    kind: str, t: TensorType, span: Sequence[int], rank: int, dim: int = 0
-) -> TensorType:
-    """The result type of a collective of `kind` on `t` spanning `span` of a rank-`rank`
-    grid (the dialect's own rules, computed without building the op)."""
-    out: list[LayoutAttr] = []
-    for a in range(max(rank, len(t.layouts))):
-        lay = t.layout_on(a)
-        if a in span:
-            lay = {
-                "all_reduce": REPLICATED,
-                "all_gather": REPLICATED,
-                "reduce_scatter": SlicedAttr(dim),
-                "send": LOCAL,
-            }[kind]
-        out.append(lay)
-    return t.with_layouts(out)
-
-
-def _axes_props(axes: Sequence[int] | None) -> dict[str, Attribute]:
-    if axes is None:
-        return {}
-    return {"axes": ArrayAttr(IntAttr(a) for a in axes)}
-
-
-def _span(axes: Sequence[int] | None, rank: int) -> tuple[int, ...]:
-    return tuple(axes) if axes is not None else tuple(range(rank))
-
-
-def axes_prop(op: comm.CollectiveOp) -> tuple[int, ...] | None:
+def axes_prop(op: comm.GroupCollectiveOp) -> tuple[int, ...] | None:
     """The op's written `over` axes (None: all axes)."""
-    return None if op.axes is None else tuple(a.data for a in op.axes)
-
-
-def build_all_gather(x: SSAValue, axes: Sequence[int] | None, rank: int) -> comm.AllGatherOp:
-    t = collective_type("all_gather", x.type, _span(axes, rank), rank)
-    return comm.AllGatherOp.build(operands=[x], result_types=[t], properties=_axes_props(axes))
-
-
-def build_reduce_scatter(
-    x: SSAValue, kind: str, dim: int, axes: Sequence[int] | None, rank: int
-) -> comm.ReduceScatterOp:
-    t = collective_type("reduce_scatter", x.type, _span(axes, rank), rank, dim)
-    props = _axes_props(axes) | {"kind": StringAttr(kind)}
-    return comm.ReduceScatterOp.build(operands=[x], result_types=[t], properties=props)
-
-
-def build_all_reduce(
-    x: SSAValue, kind: str, axes: Sequence[int] | None, rank: int
-) -> comm.AllReduceOp:
-    t = collective_type("all_reduce", x.type, _span(axes, rank), rank)
-    props = _axes_props(axes) | {"kind": StringAttr(kind)}
-    return comm.AllReduceOp.build(operands=[x], result_types=[t], properties=props)
-
-
-def build_send(x: SSAValue, along: int, shift: int, rank: int) -> comm.SendOp:
-    t = collective_type("send", x.type, (along,), rank)
-    props: dict[str, Attribute] = {
-        "along": IntegerAttr(along, i64),
-        "shift": IntegerAttr(shift, i64),
-    }
-    return comm.SendOp.build(operands=[x], result_types=[t], properties=props)
-
+    return None if op.axes is None else op.axes.get_values()
 
 
 # --------------------------------------------------------------------------------------------
@@ -198,7 +130,6 @@ def build_send(x: SSAValue, along: int, shift: int, rank: int) -> comm.SendOp:
 def ancestor_in(block: Block, op: Operation) -> Operation | None:
     """The op of `block` that is `op` or holds it (None if `op` is not under `block`)."""
     return block.find_ancestor_op_in_block(op)
-
 
 
 def used_values(op: Operation) -> set[SSAValue]:
@@ -297,7 +228,9 @@ def plan_contiguous(
     return hoisted, order
 
 
-def outside_uses(values: Iterable[SSAValue], inside: set[Operation], block: Block) -> list[SSAValue]:
+def outside_uses(
+    values: Iterable[SSAValue], inside: set[Operation], block: Block
+) -> list[SSAValue]:
     """Those of `values` used by a top-level op of `block` not in `inside`."""
     out: list[SSAValue] = []
     for v in values:
@@ -342,7 +275,6 @@ def erase_if_dead(op: Operation) -> bool:
     op.detach()
     op.erase()
     return True
-
 
 
 def check_groups_acyclic(
@@ -395,8 +327,9 @@ def readable_at(v: SSAValue, user: Operation) -> bool:
     argument's `coco.update` (the buffer is overwritten then; see update-last-use)."""
     if not isinstance(v, BlockArgument):
         return True
-    for use in v.uses:
-        if isinstance(use.operation, coco.UpdateOp) and use.index == 0:
-            if runs_after(user, use.operation):
-                return False
-    return True
+    return not any(
+        isinstance(use.operation, coco.UpdateOp)
+        and use.index == 0
+        and runs_after(user, use.operation)
+        for use in v.uses
+    )

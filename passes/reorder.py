@@ -5,22 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from xdsl.context import Context
-from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Block, Operation, SSAValue
-from xdsl.passes import ModulePass
-from xdsl.rewriter import Rewriter
-from xdsl.utils.exceptions import PassFailedException, VerifyException
-
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import LocalAttr, ReplicatedAttr, SlicedAttr, TensorType
 from coconet.dialects.layout_rules import infer_elementwise, infer_reduction
 from coconet.passes.common import (
     ancestor_in,
     body_block,
-    build_all_gather,
-    build_all_reduce,
     derived_name,
     fail,
     find_named_ops,
@@ -31,6 +21,13 @@ from coconet.passes.common import (
     readable_at,
     set_name,
 )
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Block, Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.rewriter import Rewriter
+from xdsl.utils.exceptions import PassFailedException, VerifyException
 
 RULE = "reorder"
 REDUCTION_KINDS = ("sum", "max", "min", "norm")
@@ -273,7 +270,9 @@ class ReorderPass(ModulePass):
 
     def _plan_reduction(self, plan: _Plan, r: coco.ReduceOp) -> None:
         if r.kind.data not in REDUCTION_KINDS:
-            raise _Refusal(f"{RULE}-elementwise", f"{op_name(r)}: unknown reduction '{r.kind.data}'")
+            raise _Refusal(
+                f"{RULE}-elementwise", f"{op_name(r)}: unknown reduction '{r.kind.data}'"
+            )
         self._check_readable(plan, r)
         x = plan.planned[r.input]
         if x == r.input.type:
@@ -286,7 +285,9 @@ class ReorderPass(ModulePass):
         old: TensorType = r.result.type
         for a in range(_layouts_len(part, old, span=plan.span)):
             lp, lo = part.layout_on(a), old.layout_on(a)
-            if lp != lo and not (a in plan.span and isinstance(lp, LocalAttr) and isinstance(lo, ReplicatedAttr)):
+            if lp != lo and not (
+                a in plan.span and isinstance(lp, LocalAttr) and isinstance(lo, ReplicatedAttr)
+            ):
                 raise _Refusal(
                     f"{RULE}-layouts",
                     f"{op_name(r)}: the partial result {part} does not all_reduce back to {old}",
@@ -368,7 +369,9 @@ class ReorderPass(ModulePass):
                 return None
             if first_refusal is not None:
                 raise first_refusal
-            nested = [use.operation for use in ag.result.uses if use.operation.parent_block() is not block]
+            nested = [
+                use.operation for use in ag.result.uses if use.operation.parent_block() is not block
+            ]
             if nested:
                 raise _Refusal(
                     f"{RULE}-block",
@@ -409,12 +412,7 @@ class ReorderPass(ModulePass):
                     "reductions) commute with an all_gather",
                 )
         # the gather: the one all_gather a named op reads
-        read = {
-            v.owner
-            for c in named
-            for v in c.operands
-            if isinstance(v.owner, comm.AllGatherOp)
-        }
+        read = {v.owner for c in named for v in c.operands if isinstance(v.owner, comm.AllGatherOp)}
         named_gathers = {g for _, g in gathers}
         if len(read) != 1 or (named_gathers and named_gathers != read):
             found = ", ".join(sorted(op_name(g) for g in read)) or "none"
@@ -467,7 +465,9 @@ class ReorderPass(ModulePass):
             key = (v, t)
             if key not in slices:
                 owner = v.owner
-                readers = [uu for (uu, ii), tt in plan.demands.items() if uu.operands[ii] is v and tt == t]
+                readers = [
+                    uu for (uu, ii), tt in plan.demands.items() if uu.operands[ii] is v and tt == t
+                ]
                 if (
                     isinstance(owner, comm.AllGatherOp)
                     and owner.input.type == t
@@ -496,17 +496,13 @@ class ReorderPass(ModulePass):
             name = old.name_hint
             new = Rewriter.replace_value_with_new_type(old, new_type)
             new.name_hint = f"{name}_s" if name else None
-            outside = [
-                use
-                for use in new.uses
-                if ancestor_in(block, use.operation) not in touched
-            ]
+            outside = [use for use in new.uses if ancestor_in(block, use.operation) not in touched]
             if not outside:
                 continue
             axes = _gather_axes(new_type, old_type, plan.span)
             assert axes is not None
             ag_axes = None if (axes == list(range(rank)) and ag.axes is None) else axes
-            gather = build_all_gather(new, ag_axes, rank)
+            gather = comm.AllGatherOp(new, ag_axes, grid_rank=rank)
             set_name(gather.result, name)
             block.insert_op_after(gather, u)
             for use in outside:
@@ -544,7 +540,9 @@ class ReorderPass(ModulePass):
             and isinstance(old.layout_on(a), ReplicatedAttr)
         ]
         ar_axes = None if (axes == list(range(rank)) and plan.ag.axes is None) else axes
-        ar = build_all_reduce(part.result, "sum" if kind == "norm" else kind, ar_axes, rank)
+        ar = comm.AllReduceOp(
+            part.result, "sum" if kind == "norm" else kind, ar_axes, grid_rank=rank
+        )
         new_ops.append(ar)
         final = ar.result
         if kind == "norm":

@@ -5,19 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xdsl.context import Context
-from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp
-from xdsl.passes import ModulePass
-from xdsl.utils.exceptions import PassFailedException
-
 from coconet.dialects import comm
 from coconet.passes.common import (
     axes_prop,
     body_block,
-    build_all_gather,
-    build_send,
-    collective_type,
     derived_name,
     fail,
     find_named_ops,
@@ -28,6 +19,11 @@ from coconet.passes.common import (
     readable_at,
     set_name,
 )
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+from xdsl.utils.exceptions import PassFailedException
 
 RULE = "sliced-send"
 
@@ -96,8 +92,8 @@ class SlicedSendPass(ModulePass):
                 "the receivers could not gather the slices",
             )
         rank = grid_rank(fn)
-        sent = collective_type("send", ag.input.type, (along,), rank)
-        gathered = collective_type("all_gather", sent, ag.span(), rank)
+        sent = comm.collective_result_type(comm.SendOp, ag.input.type, (along,), rank)
+        gathered = comm.collective_result_type(comm.AllGatherOp, sent, ag.span(), rank)
         if gathered != send.result.type:
             raise fail(
                 f"{RULE}-axes",
@@ -109,9 +105,11 @@ class SlicedSendPass(ModulePass):
         assert isinstance(ag, comm.AllGatherOp)
         rank = grid_rank(fn)
         block = body_block(fn)
-        new_send = build_send(ag.input, send.along.value.data, send.shift.value.data, rank)
+        new_send = comm.SendOp(
+            ag.input, send.along.value.data, send.shift.value.data, grid_rank=rank
+        )
         set_name(new_send.result, derived_name(send.result, "s"))
-        new_ag = build_all_gather(new_send.result, axes_prop(ag), rank)
+        new_ag = comm.AllGatherOp(new_send.result, axes_prop(ag), grid_rank=rank)
         block.insert_ops_before([new_send, new_ag], send)
         name = send.result.name_hint
         send.result.replace_all_uses_with(new_ag.result)

@@ -4,21 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xdsl.context import Context
-from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp
-from xdsl.passes import ModulePass
-
-from xdsl.utils.exceptions import VerifyException
-
 from coconet.dialects import comm
 from coconet.dialects.layout_rules import check_type_fits_grid, grid_of
 from coconet.passes.common import (
     axes_prop,
     body_block,
-    build_all_gather,
-    build_reduce_scatter,
-    collective_type,
     derived_name,
     fail,
     find_named_ops,
@@ -27,6 +17,11 @@ from coconet.passes.common import (
     op_name,
     set_name,
 )
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+from xdsl.utils.exceptions import VerifyException
 
 RULE = "split-allreduce"
 
@@ -100,7 +95,9 @@ class SplitAllReducePass(ModulePass):
                 "cannot slice it further (each rank's part would lie on another rank); pick "
                 "another dim",
             )
-        rs_type = collective_type("reduce_scatter", t, span, grid.rank, self.dim)
+        rs_type = comm.collective_result_type(
+            comm.ReduceScatterOp, t, span, grid.rank, dim=self.dim
+        )
         try:
             check_type_fits_grid(rs_type, grid, f"the reduce_scatter of {op_name(ar)}")
         except VerifyException as e:
@@ -110,8 +107,8 @@ class SplitAllReducePass(ModulePass):
     def _rewrite(self, fn: func.FuncOp, ar: comm.AllReduceOp) -> None:
         rank = grid_rank(fn)
         axes = axes_prop(ar)
-        rs = build_reduce_scatter(ar.input, ar.kind.data, self.dim, axes, rank)
-        ag = build_all_gather(rs.result, axes, rank)
+        rs = comm.ReduceScatterOp(ar.input, ar.kind.data, self.dim, axes, grid_rank=rank)
+        ag = comm.AllGatherOp(rs.result, axes, grid_rank=rank)
         block = body_block(fn)
         block.insert_ops_before([rs, ag], ar)
         set_name(rs.result, derived_name(ar.result, "rs"))

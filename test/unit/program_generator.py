@@ -27,12 +27,10 @@ from hypothesis import strategies as st
 from xdsl.builder import Builder
 from xdsl.dialects import func
 from xdsl.dialects.builtin import (
-    ArrayAttr,
+    DenseArrayBase,
     FunctionType,
-    IntAttr,
     IntegerAttr,
     ModuleOp,
-    StringAttr,
     bf16,
     f16,
     f32,
@@ -220,16 +218,17 @@ class _Gen:
         assert self.builder is not None
         props: dict[str, Attribute] = {}
         if kind is not None:
-            props["kind"] = StringAttr(kind)
+            props["kind"] = comm.CollectiveKindAttr(comm.CollectiveKind(kind))
+        if cls is comm.ReduceScatterOp:
+            props["dim"] = IntegerAttr(dim, i64)
         if axes is not None:
-            props["axes"] = ArrayAttr(IntAttr(a) for a in axes)
+            props["axes"] = DenseArrayBase.from_list(i64, axes)
         if root is not None:
             props["root"] = IntegerAttr(root, i64)
         if along is not None:
             props["along"] = IntegerAttr(along, i64)
             props["shift"] = IntegerAttr(1, i64)
         probe = cls.build(operands=[x], result_types=[x.type], properties=dict(props))
-        probe._dim = dim  # reduce_scatter reads its dim off the result type, or this
         self.builder.insert(probe)
         try:
             t = probe.infer()

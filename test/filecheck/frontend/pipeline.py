@@ -28,6 +28,6 @@ print(boundary)
 # CHECK-NEXT:   %layer = coco.matmul %x, %w : {{.*}} -> !coco.tensor<4x8x32xf16, [local, local]>
 # CHECK-NEXT:   %total = comm.all_reduce sum %layer over [1] : !coco.tensor<4x8x32xf16, [local, local]> -> !coco.tensor<4x8x32xf16, [local, replicated]>
 # CHECK-NEXT:   %[[SUM:.*]] = coco.add %total, %b
-# CHECK-NEXT:   %out = coco.dropout %[[SUM]], 0.1 seed 5 : !coco.tensor<4x8x32xf16, [local, replicated]>
+# CHECK-NEXT:   %out = coco.dropout %[[SUM]], 1.000000e-01 seed 5 : !coco.tensor<4x8x32xf16, [local, replicated]>
 # CHECK-NEXT:   %recv = comm.send %out along 0 shift 1 : !coco.tensor<4x8x32xf16, [local, replicated]>
 # CHECK-NEXT:   func.return %recv

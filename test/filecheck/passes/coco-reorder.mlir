@@ -88,7 +88,7 @@ func.func @norms(%x: !coco.tensor<32x4xf32, sliced<1>>) -> !coco.tensor<32x4xf32
 // CHECK-LABEL: func.func @mp
 // CHECK-NEXT:    %b_s = coco.slice %b : !coco.tensor<32xf32> -> !coco.tensor<32xf32, sliced<0>>
 // CHECK-NEXT:    %sb_s = coco.add %s, %b_s : !coco.tensor<2x8x32xf32, sliced<2>>, !coco.tensor<32xf32, sliced<0>> -> !coco.tensor<2x8x32xf32, sliced<2>>
-// CHECK-NEXT:    %dr_s = coco.dropout %sb_s, 0.1 seed 7 : !coco.tensor<2x8x32xf32, sliced<2>>
+// CHECK-NEXT:    %dr_s = coco.dropout %sb_s, 1.000000e-01 seed 7 : !coco.tensor<2x8x32xf32, sliced<2>>
 // CHECK-NEXT:    %r_s = coco.slice %r : !coco.tensor<2x8x32xf32> -> !coco.tensor<2x8x32xf32, sliced<2>>
 // CHECK-NEXT:    %out_s = coco.add %dr_s, %r_s : !coco.tensor<2x8x32xf32, sliced<2>>
 // CHECK-NEXT:    %out = comm.all_gather %out_s : !coco.tensor<2x8x32xf32, sliced<2>> -> !coco.tensor<2x8x32xf32>

@@ -19,7 +19,7 @@
 
 // Targeted, with a dim option.
 // TARGET-LABEL: func.func @sgd
-// TARGET-NEXT:    %g1_rs = comm.reduce_scatter sum %g : !coco.tensor<64x8xf32, local> -> !coco.tensor<64x8xf32, sliced<1>>
+// TARGET-NEXT:    %g1_rs = comm.reduce_scatter sum %g dim 1 : !coco.tensor<64x8xf32, local> -> !coco.tensor<64x8xf32, sliced<1>>
 // TARGET-NEXT:    %g1 = comm.all_gather %g1_rs : !coco.tensor<64x8xf32, sliced<1>> -> !coco.tensor<64x8xf32>
 // TARGET-LABEL: func.func @grid2
 // TARGET-NEXT:    %y = comm.all_reduce sum %x over [1]

@@ -30,7 +30,7 @@ func.func @mlp(
 // ARC-NEXT:    %total = comm.all_reduce sum %layer
 // ARC-NEXT:    %out = comm.fused elementwise -> !coco.tensor<4x8x16xf32> {
 // ARC-NEXT:      %biased = coco.add %total, %b
-// ARC-NEXT:      %dropped = coco.dropout %biased, 0.1 seed 7
+// ARC-NEXT:      %dropped = coco.dropout %biased, 1.000000e-01 seed 7
 // ARC-NEXT:      %[[OUT:.*]] = coco.add %dropped, %r
 // ARC-NEXT:      comm.yield %[[OUT]]
 // ARC-NEXT:    }
@@ -39,10 +39,10 @@ func.func @mlp(
 // MM_RS_C_AG
 // RSCAG-LABEL: func.func @mlp(
 // RSCAG-NEXT:    %layer = coco.matmul %x, %w
-// RSCAG-NEXT:    %total_rs = comm.reduce_scatter sum %layer : !coco.tensor<4x8x16xf32, local> -> !coco.tensor<4x8x16xf32, sliced<1>>
+// RSCAG-NEXT:    %total_rs = comm.reduce_scatter sum %layer dim 1 : !coco.tensor<4x8x16xf32, local> -> !coco.tensor<4x8x16xf32, sliced<1>>
 // RSCAG-NEXT:    %out_s = comm.fused elementwise -> !coco.tensor<4x8x16xf32, sliced<1>> {
 // RSCAG-NEXT:      %biased_s = coco.add %total_rs, %b
-// RSCAG-NEXT:      %dropped_s = coco.dropout %biased_s, 0.1 seed 7 : !coco.tensor<4x8x16xf32, sliced<1>>
+// RSCAG-NEXT:      %dropped_s = coco.dropout %biased_s, 1.000000e-01 seed 7 : !coco.tensor<4x8x16xf32, sliced<1>>
 // RSCAG-NEXT:      %r_s = coco.slice %r : !coco.tensor<4x8x16xf32> -> !coco.tensor<4x8x16xf32, sliced<1>>
 // RSCAG-NEXT:      %[[OUT:.*]] = coco.add %dropped_s, %r_s
 // RSCAG-NEXT:      comm.yield %[[OUT]]

@@ -40,7 +40,7 @@ func.func @boundary(
 // RS_C_AG, then the replicated output is sent whole.
 // RSCAG-LABEL: func.func @boundary(
 // RSCAG-NEXT:    %layer = coco.matmul %x, %w
-// RSCAG-NEXT:    %total_rs = comm.reduce_scatter sum %layer over [1] : !coco.tensor<4x8x16xf32, [local, local]> -> !coco.tensor<4x8x16xf32, [local, sliced<1>]>
+// RSCAG-NEXT:    %total_rs = comm.reduce_scatter sum %layer dim 1 over [1] : !coco.tensor<4x8x16xf32, [local, local]> -> !coco.tensor<4x8x16xf32, [local, sliced<1>]>
 // RSCAG-NEXT:    %out_s = comm.fused elementwise
 // RSCAG-NEXT:      %biased_s = coco.add %total_rs, %b
 // RSCAG-NEXT:      %r_s = coco.slice %r
@@ -54,7 +54,7 @@ func.func @boundary(
 // RS_P2P_C_AG: only this rank's slice crosses the stage boundary.
 // SLICED-LABEL: func.func @boundary(
 // SLICED-NEXT:    %layer = coco.matmul %x, %w
-// SLICED-NEXT:    %total_rs = comm.reduce_scatter sum %layer over [1]
+// SLICED-NEXT:    %total_rs = comm.reduce_scatter sum %layer dim 1 over [1]
 // SLICED-NEXT:    %out_s = comm.fused elementwise
 // SLICED-NEXT:      %biased_s = coco.add %total_rs, %b
 // SLICED-NEXT:      %r_s = coco.slice %r
@@ -68,7 +68,7 @@ func.func @boundary(
 // The sliced computation fused into the send.
 // FUSED-LABEL: func.func @boundary(
 // FUSED-NEXT:    %layer = coco.matmul %x, %w
-// FUSED-NEXT:    %total_rs = comm.reduce_scatter sum %layer over [1]
+// FUSED-NEXT:    %total_rs = comm.reduce_scatter sum %layer dim 1 over [1]
 // FUSED-NEXT:    %recv_s = comm.fused send -> !coco.tensor<4x8x16xf32, [local, sliced<1>]> {
 // FUSED-NEXT:      %biased_s = coco.add %total_rs, %b
 // FUSED-NEXT:      %r_s = coco.slice %r
@@ -83,7 +83,7 @@ func.func @boundary(
 // OL-LABEL: func.func @boundary(
 // OL-NEXT:    %total_rs = comm.overlap chunks 4 -> !coco.tensor<4x8x16xf32, [local, sliced<1>]> {
 // OL-NEXT:      %layer = coco.matmul %x, %w
-// OL-NEXT:      %[[RS:.*]] = comm.reduce_scatter sum %layer over [1]
+// OL-NEXT:      %[[RS:.*]] = comm.reduce_scatter sum %layer dim 1 over [1]
 // OL-NEXT:      comm.yield %[[RS]]
 // OL-NEXT:    }
 // OL-NEXT:    %recv_s = comm.fused send

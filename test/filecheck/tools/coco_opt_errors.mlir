@@ -62,7 +62,7 @@
 // xDSL's own (IRDL) verifier messages span two lines; coco-opt keeps them on one.
 // RUN: not coco-opt %S/Inputs/not_a_tensor.mlir 2>&1 | filecheck %s --check-prefix=NOT-A-TENSOR
 // NOT-A-TENSOR-NOT:  Traceback
-// NOT-A-TENSOR:      coco-opt: error: operand 'input' at position 0 does not verify: i32 should be of base attribute coco.tensor
+// NOT-A-TENSOR:      coco-opt: error: i32 should be of base attribute coco.tensor
 // NOT-A-TENSOR-NOT:  Traceback
 
 // RUN: not coco-opt %S/Inputs/constant_literal.mlir 2>&1 | filecheck %s --check-prefix=LITERAL

@@ -178,12 +178,12 @@ func.func @cmp_select(%a: !coco.tensor<8xi64>, %b: !coco.tensor<8xi64, local>, %
 // CHECK-NEXT:    func.return{{$}}
 
 // GENERIC-LABEL: "func.func"() <{sym_name = "cmp_select"
-// GENERIC:         %0 = "coco.cmp"(%a, %b) <{predicate = "eq"}> : (!coco.tensor<8xi64>, !coco.tensor<8xi64, local>) -> !coco.tensor<8xi1, local>
+// GENERIC:         %0 = "coco.cmp"(%a, %b) <{predicate = #coco<cmp_predicate eq>}> : (!coco.tensor<8xi64>, !coco.tensor<8xi64, local>) -> !coco.tensor<8xi1, local>
 
 // -----
 
 // Casts between every element type; `-> ELT` is shorthand for the same tensor with ELT.
-
+// Casts between every element type.
 func.func @cast(%x: !coco.tensor<8xf16, local>, %i: !coco.tensor<8xi1>) {
   %0 = coco.cast %x : !coco.tensor<8xf16, local> -> !coco.tensor<8xf32, local>
   %1 = coco.cast %0 : !coco.tensor<8xf32, local> -> !coco.tensor<8xbf16, local>
@@ -192,7 +192,7 @@ func.func @cast(%x: !coco.tensor<8xf16, local>, %i: !coco.tensor<8xi1>) {
   %4 = coco.cast %3 : !coco.tensor<8xi32, local> -> !coco.tensor<8xi64, local>
   %5 = coco.cast %i : !coco.tensor<8xi1> -> !coco.tensor<8xf16>
   %6 = coco.cast %x : !coco.tensor<8xf16, local>
-  %7 = coco.cast %4 : !coco.tensor<8xi64, local> -> i1
+  %7 = coco.cast %4 : !coco.tensor<8xi64, local> -> !coco.tensor<8xi1, local>
   func.return
 }
 
@@ -219,7 +219,7 @@ func.func @constant() {
   %2 = coco.constant 1.0 : !coco.tensor<f16>
   %3 = coco.constant 3 : !coco.tensor<f64>
   %4 = coco.constant 7 : !coco.tensor<i32>
-  %5 = coco.constant -1 {k} : !coco.tensor<8xi64>
+  %5 = coco.constant -1 : !coco.tensor<8xi64> {k}
   %6 = coco.constant true : !coco.tensor<i1>
   %7 = coco.constant false : !coco.tensor<i1>
   %8 = coco.constant inf : !coco.tensor<f32>
@@ -239,7 +239,7 @@ func.func @constant() {
 // CHECK-NEXT:    %2 = coco.constant 1.0 : !coco.tensor<f16>{{$}}
 // CHECK-NEXT:    %3 = coco.constant 3.0 : !coco.tensor<f64>{{$}}
 // CHECK-NEXT:    %4 = coco.constant 7 : !coco.tensor<i32>{{$}}
-// CHECK-NEXT:    %5 = coco.constant -1 {k} : !coco.tensor<8xi64>{{$}}
+// CHECK-NEXT:    %5 = coco.constant -1 : !coco.tensor<8xi64> {k}{{$}}
 // CHECK-NEXT:    %6 = coco.constant 1 : !coco.tensor<i1>{{$}}
 // CHECK-NEXT:    %7 = coco.constant 0 : !coco.tensor<i1>{{$}}
 // CHECK-NEXT:    %8 = coco.constant inf : !coco.tensor<f32>{{$}}
@@ -267,10 +267,10 @@ func.func @dropout(%x: !coco.tensor<8xf32, sliced<0>>, %y: !coco.tensor<8xf16, l
 }
 
 // CHECK-LABEL: func.func @dropout(
-// CHECK-NEXT:    %0 = coco.dropout %x, 0.1 seed 7 : !coco.tensor<8xf32, sliced<0>>{{$}}
-// CHECK-NEXT:    %1 = coco.dropout %y, 0.0 seed 0 {k} : !coco.tensor<8xf16, local>{{$}}
-// CHECK-NEXT:    %2 = coco.dropout %x, 0.5 seed -3 : !coco.tensor<8xf32, sliced<0>>{{$}}
-// CHECK-NEXT:    %3 = coco.dropout %x, 1.0e-05 seed 1 : !coco.tensor<8xf32, sliced<0>>{{$}}
+// CHECK-NEXT:    %0 = coco.dropout %x, 1.000000e-01 seed 7 : !coco.tensor<8xf32, sliced<0>>{{$}}
+// CHECK-NEXT:    %1 = coco.dropout %y, 0.000000e+00 seed 0 {k} : !coco.tensor<8xf16, local>{{$}}
+// CHECK-NEXT:    %2 = coco.dropout %x, 5.000000e-01 seed -3 : !coco.tensor<8xf32, sliced<0>>{{$}}
+// CHECK-NEXT:    %3 = coco.dropout %x, 1.000000e-05 seed 1 : !coco.tensor<8xf32, sliced<0>>{{$}}
 // CHECK-NEXT:    func.return{{$}}
 
 // GENERIC-LABEL: "func.func"() <{sym_name = "dropout"
@@ -330,7 +330,7 @@ func.func @reduce(%x: !coco.tensor<4x8xf32, sliced<1>>, %r: !coco.tensor<4x8xf64
 // CHECK-NEXT:    func.return{{$}}
 
 // GENERIC-LABEL: "func.func"() <{sym_name = "reduce"
-// GENERIC:         %0 = "coco.reduce"(%x) <{kind = "sum"}> : (!coco.tensor<4x8xf32, sliced<1>>) -> !coco.tensor<f32, local>
+// GENERIC:         %0 = "coco.reduce"(%x) <{kind = #coco<reduction_kind sum>}> : (!coco.tensor<4x8xf32, sliced<1>>) -> !coco.tensor<f32, local>
 
 // -----
 

@@ -266,7 +266,7 @@ func.func @reduction_kind(%a: !coco.tensor<8xf32>) {
 }
 
 // CHECK-LABEL: // {{-----}}
-// CHECK: [reduction-kind] unknown reduction 'avg': expected one of sum, max, min, norm
+// CHECK: "avg" should be of base attribute coco.reduction_kind
 
 // -----
 
@@ -716,14 +716,14 @@ func.func @not_a_grid(%a: !coco.tensor<8xf32>) attributes {coco.grid = 8} {
 
 // -----
 
-// cmp-predicate
+// a predicate is a #coco<cmp_predicate ...>, not a string
 func.func @predicate(%a: !coco.tensor<8xi32>) {
   %0 = "coco.cmp"(%a, %a) <{predicate = "lol"}> : (!coco.tensor<8xi32>, !coco.tensor<8xi32>) -> !coco.tensor<8xi1>
   func.return
 }
 
 // CHECK-LABEL: // {{-----}}
-// CHECK: [cmp-predicate] unknown comparison 'lol': expected one of eq, ne, lt, le, gt, ge
+// CHECK: "lol" should be of base attribute coco.cmp_predicate
 
 // -----
 
@@ -734,8 +734,7 @@ func.func @not_a_tensor(%a: f32) {
 }
 
 // CHECK-LABEL: // {{-----}}
-// CHECK: operand 'input' at position 0 does not verify:
-// CHECK-NEXT: f32 should be of base attribute coco.tensor
+// CHECK: f32 should be of base attribute coco.tensor
 
 // -----
 

@@ -16,7 +16,7 @@ func.func @collectives(%g: !coco.tensor<4096xf16, local>, %r: !coco.tensor<64x8x
   %3 = comm.all_reduce min %d : !coco.tensor<f64, local> -> !coco.tensor<f64>
   %4 = comm.all_reduce max %b : !coco.tensor<16xi1, local> -> !coco.tensor<16xi1>
   %5 = comm.reduce_scatter sum %g : !coco.tensor<4096xf16, local> -> !coco.tensor<4096xf16, sliced<0>>
-  %6 = comm.reduce_scatter max %r {k} : !coco.tensor<64x8xbf16> -> !coco.tensor<64x8xbf16, sliced<1>>
+  %6 = comm.reduce_scatter max %r dim 1 {k} : !coco.tensor<64x8xbf16> -> !coco.tensor<64x8xbf16, sliced<1>>
   %7 = comm.all_gather %5 : !coco.tensor<4096xf16, sliced<0>> -> !coco.tensor<4096xf16>
   %8 = comm.all_gather %s {k} : !coco.tensor<64x8xf32, sliced<1>> -> !coco.tensor<64x8xf32>
   %9 = comm.broadcast %i root 3 : !coco.tensor<16xi32, local> -> !coco.tensor<16xi32>
@@ -36,7 +36,7 @@ func.func @collectives(%g: !coco.tensor<4096xf16, local>, %r: !coco.tensor<64x8x
 // CHECK-NEXT:    %3 = comm.all_reduce min %d : !coco.tensor<f64, local> -> !coco.tensor<f64>{{$}}
 // CHECK-NEXT:    %4 = comm.all_reduce max %b : !coco.tensor<16xi1, local> -> !coco.tensor<16xi1>{{$}}
 // CHECK-NEXT:    %5 = comm.reduce_scatter sum %g : !coco.tensor<4096xf16, local> -> !coco.tensor<4096xf16, sliced<0>>{{$}}
-// CHECK-NEXT:    %6 = comm.reduce_scatter max %r {k} : !coco.tensor<64x8xbf16> -> !coco.tensor<64x8xbf16, sliced<1>>{{$}}
+// CHECK-NEXT:    %6 = comm.reduce_scatter max %r dim 1 {k} : !coco.tensor<64x8xbf16> -> !coco.tensor<64x8xbf16, sliced<1>>{{$}}
 // CHECK-NEXT:    %7 = comm.all_gather %5 : !coco.tensor<4096xf16, sliced<0>> -> !coco.tensor<4096xf16>{{$}}
 // CHECK-NEXT:    %8 = comm.all_gather %s {k} : !coco.tensor<64x8xf32, sliced<1>> -> !coco.tensor<64x8xf32>{{$}}
 // CHECK-NEXT:    %9 = comm.broadcast %i root 3 : !coco.tensor<16xi32, local> -> !coco.tensor<16xi32>{{$}}
@@ -48,12 +48,12 @@ func.func @collectives(%g: !coco.tensor<4096xf16, local>, %r: !coco.tensor<64x8x
 // CHECK-NEXT:    func.return{{$}}
 
 // GENERIC-LABEL: "func.func"() <{sym_name = "collectives"
-// GENERIC:         %0 = "comm.all_reduce"(%g) <{kind = "sum"}> : (!coco.tensor<4096xf16, local>) -> !coco.tensor<4096xf16>
-// GENERIC:         %2 = "comm.all_reduce"(%i) <{kind = "max"}> {tag = 1 : i32} : (!coco.tensor<16xi32, local>) -> !coco.tensor<16xi32>
-// GENERIC:         %5 = "comm.reduce_scatter"(%g) <{kind = "sum"}> : (!coco.tensor<4096xf16, local>) -> !coco.tensor<4096xf16, sliced<0>>
+// GENERIC:         %0 = "comm.all_reduce"(%g) <{kind = #comm<collective_kind sum>}> : (!coco.tensor<4096xf16, local>) -> !coco.tensor<4096xf16>
+// GENERIC:         %2 = "comm.all_reduce"(%i) <{kind = #comm<collective_kind max>}> {tag = 1 : i32} : (!coco.tensor<16xi32, local>) -> !coco.tensor<16xi32>
+// GENERIC:         %5 = "comm.reduce_scatter"(%g) <{kind = #comm<collective_kind sum>, dim = 0 : i64}> : (!coco.tensor<4096xf16, local>) -> !coco.tensor<4096xf16, sliced<0>>
 // GENERIC:         %7 = "comm.all_gather"(%5) : (!coco.tensor<4096xf16, sliced<0>>) -> !coco.tensor<4096xf16>
 // GENERIC:         %9 = "comm.broadcast"(%i) <{root = 3 : i64}> : (!coco.tensor<16xi32, local>) -> !coco.tensor<16xi32>
-// GENERIC:         %11 = "comm.reduce"(%l) <{kind = "sum", root = 7 : i64}> : (!coco.tensor<16xi64, local>) -> !coco.tensor<16xi64, local>
+// GENERIC:         %11 = "comm.reduce"(%l) <{kind = #comm<collective_kind sum>, root = 7 : i64}> : (!coco.tensor<16xi64, local>) -> !coco.tensor<16xi64, local>
 // GENERIC:         %13 = "comm.send"(%l) <{along = 0 : i64, shift = 1 : i64}> : (!coco.tensor<16xi64, local>) -> !coco.tensor<16xi64, local>
 
 // -----
@@ -70,7 +70,7 @@ func.func @pipeline(%x: !coco.tensor<8x16xf16, [local, sliced<1>]>, %p: !coco.te
   %2 = comm.all_reduce sum %q over [0, 1] : !coco.tensor<8x16xf32, [local, local]> -> !coco.tensor<8x16xf32>
   %3 = comm.all_reduce min %q : !coco.tensor<8x16xf32, [local, local]> -> !coco.tensor<8x16xf32>
   %4 = comm.reduce_scatter prod %p over [1] : !coco.tensor<8x16xbf16, [replicated, local]> -> !coco.tensor<8x16xbf16, [replicated, sliced<0>]>
-  %5 = comm.reduce_scatter sum %q over [1, 0] : !coco.tensor<8x16xf32, [local, local]> -> !coco.tensor<8x16xf32, [sliced<1>, sliced<1>]>
+  %5 = comm.reduce_scatter sum %q dim 1 over [1, 0] : !coco.tensor<8x16xf32, [local, local]> -> !coco.tensor<8x16xf32, [sliced<1>, sliced<1>]>
   %6 = comm.all_gather %x over [1] : !coco.tensor<8x16xf16, [local, sliced<1>]> -> !coco.tensor<8x16xf16, [local, replicated]>
   %7 = comm.all_gather %5 : !coco.tensor<8x16xf32, [sliced<1>, sliced<1>]> -> !coco.tensor<8x16xf32>
   %8 = comm.broadcast %p root 2 over [1] : !coco.tensor<8x16xbf16, [replicated, local]> -> !coco.tensor<8x16xbf16>
@@ -88,7 +88,7 @@ func.func @pipeline(%x: !coco.tensor<8x16xf16, [local, sliced<1>]>, %p: !coco.te
 // CHECK-NEXT:    %2 = comm.all_reduce sum %q over [0, 1] : !coco.tensor<8x16xf32, [local, local]> -> !coco.tensor<8x16xf32>{{$}}
 // CHECK-NEXT:    %3 = comm.all_reduce min %q : !coco.tensor<8x16xf32, [local, local]> -> !coco.tensor<8x16xf32>{{$}}
 // CHECK-NEXT:    %4 = comm.reduce_scatter prod %p over [1] : !coco.tensor<8x16xbf16, [replicated, local]> -> !coco.tensor<8x16xbf16, [replicated, sliced<0>]>{{$}}
-// CHECK-NEXT:    %5 = comm.reduce_scatter sum %q over [1, 0] : !coco.tensor<8x16xf32, [local, local]> -> !coco.tensor<8x16xf32, [sliced<1>, sliced<1>]>{{$}}
+// CHECK-NEXT:    %5 = comm.reduce_scatter sum %q dim 1 over [1, 0] : !coco.tensor<8x16xf32, [local, local]> -> !coco.tensor<8x16xf32, [sliced<1>, sliced<1>]>{{$}}
 // CHECK-NEXT:    %6 = comm.all_gather %x over [1] : !coco.tensor<8x16xf16, [local, sliced<1>]> -> !coco.tensor<8x16xf16, [local, replicated]>{{$}}
 // CHECK-NEXT:    %7 = comm.all_gather %5 : !coco.tensor<8x16xf32, [sliced<1>, sliced<1>]> -> !coco.tensor<8x16xf32>{{$}}
 // CHECK-NEXT:    %8 = comm.broadcast %p root 2 over [1] : !coco.tensor<8x16xbf16, [replicated, local]> -> !coco.tensor<8x16xbf16>{{$}}
@@ -99,8 +99,8 @@ func.func @pipeline(%x: !coco.tensor<8x16xf16, [local, sliced<1>]>, %p: !coco.te
 // CHECK-NEXT:    func.return{{$}}
 
 // GENERIC-LABEL: "func.func"() <{sym_name = "pipeline"
-// GENERIC:         %0 = "comm.all_reduce"(%p) <{kind = "max", axes = [#builtin.int<1>]}> {tag = 1 : i32} : (!coco.tensor<8x16xbf16, [replicated, local]>) -> !coco.tensor<8x16xbf16>
-// GENERIC:         %8 = "comm.broadcast"(%p) <{root = 2 : i64, axes = [#builtin.int<1>]}> : (!coco.tensor<8x16xbf16, [replicated, local]>) -> !coco.tensor<8x16xbf16>
+// GENERIC:         %0 = "comm.all_reduce"(%p) <{kind = #comm<collective_kind max>, axes = array<i64: 1>}> {tag = 1 : i32} : (!coco.tensor<8x16xbf16, [replicated, local]>) -> !coco.tensor<8x16xbf16>
+// GENERIC:         %8 = "comm.broadcast"(%p) <{root = 2 : i64, axes = array<i64: 1>}> : (!coco.tensor<8x16xbf16, [replicated, local]>) -> !coco.tensor<8x16xbf16>
 
 // -----
 
@@ -117,10 +117,10 @@ func.func @fused(%g: !coco.tensor<1024xf32, local>, %w: !coco.tensor<1024xf32>,
     %ag = comm.all_gather %new : !coco.tensor<1024xf32, sliced<0>> -> !coco.tensor<1024xf32>
     comm.yield %ag : !coco.tensor<1024xf32>
   }
-  %a, %b = comm.fused elementwise {sym = "ew"} -> !coco.tensor<1024xf32>, !coco.tensor<1024xf32> {
+  %a, %b = comm.fused elementwise attributes {sym = "ew"} -> !coco.tensor<1024xf32>, !coco.tensor<1024xf32> {
     %0 = coco.neg %w2 : !coco.tensor<1024xf32>
     %1 = coco.exp %0 : !coco.tensor<1024xf32>
-    comm.yield %0, %1 {k} : !coco.tensor<1024xf32>, !coco.tensor<1024xf32>
+    comm.yield {k} %0, %1 : !coco.tensor<1024xf32>, !coco.tensor<1024xf32>
   }
   comm.fused elementwise {
     %2 = coco.neg %a : !coco.tensor<1024xf32>
@@ -129,7 +129,7 @@ func.func @fused(%g: !coco.tensor<1024xf32, local>, %w: !coco.tensor<1024xf32>,
   comm.fused elementwise {
     comm.yield
   }
-  comm.fused elementwise {sym = "empty"} {
+  comm.fused elementwise attributes {sym = "empty"} {
     comm.yield {k}
   }
   %c = comm.fused send -> !coco.tensor<1024xf32, local> {
@@ -149,10 +149,10 @@ func.func @fused(%g: !coco.tensor<1024xf32, local>, %w: !coco.tensor<1024xf32>,
 // CHECK-NEXT:      %ag = comm.all_gather %new : !coco.tensor<1024xf32, sliced<0>> -> !coco.tensor<1024xf32>{{$}}
 // CHECK-NEXT:      comm.yield %ag : !coco.tensor<1024xf32>{{$}}
 // CHECK-NEXT:    }{{$}}
-// CHECK-NEXT:    %a, %b = comm.fused elementwise {sym = "ew"} -> !coco.tensor<1024xf32>, !coco.tensor<1024xf32> {{{$}}
+// CHECK-NEXT:    %a, %b = comm.fused elementwise attributes {sym = "ew"} -> !coco.tensor<1024xf32>, !coco.tensor<1024xf32> {{{$}}
 // CHECK-NEXT:      %0 = coco.neg %w2 : !coco.tensor<1024xf32>{{$}}
 // CHECK-NEXT:      %1 = coco.exp %0 : !coco.tensor<1024xf32>{{$}}
-// CHECK-NEXT:      comm.yield %0, %1 {k} : !coco.tensor<1024xf32>, !coco.tensor<1024xf32>{{$}}
+// CHECK-NEXT:      comm.yield {k} %0, %1 : !coco.tensor<1024xf32>, !coco.tensor<1024xf32>{{$}}
 // CHECK-NEXT:    }{{$}}
 // CHECK-NEXT:    comm.fused elementwise {{{$}}
 // CHECK-NEXT:      %2 = coco.neg %a : !coco.tensor<1024xf32>{{$}}
@@ -161,7 +161,7 @@ func.func @fused(%g: !coco.tensor<1024xf32, local>, %w: !coco.tensor<1024xf32>,
 // CHECK-NEXT:    comm.fused elementwise {{{$}}
 // CHECK-NEXT:      comm.yield{{$}}
 // CHECK-NEXT:    }{{$}}
-// CHECK-NEXT:    comm.fused elementwise {sym = "empty"} {{{$}}
+// CHECK-NEXT:    comm.fused elementwise attributes {sym = "empty"} {{{$}}
 // CHECK-NEXT:      comm.yield {k}{{$}}
 // CHECK-NEXT:    }{{$}}
 // CHECK-NEXT:    %c = comm.fused send -> !coco.tensor<1024xf32, local> {{{$}}
@@ -172,12 +172,12 @@ func.func @fused(%g: !coco.tensor<1024xf32, local>, %w: !coco.tensor<1024xf32>,
 // CHECK-NEXT:    func.return %b : !coco.tensor<1024xf32>{{$}}
 
 // GENERIC-LABEL: "func.func"() <{sym_name = "fused"
-// GENERIC:         %w2 = "comm.fused"() <{kind = "all_reduce"}> ({
+// GENERIC:         %w2 = "comm.fused"() <{kind = #comm<fusion_kind all_reduce>}> ({
 // GENERIC:           "comm.yield"(%ag) : (!coco.tensor<1024xf32>) -> ()
 // GENERIC-NEXT:    }) : () -> !coco.tensor<1024xf32>
-// GENERIC:         %a, %b = "comm.fused"() <{kind = "elementwise"}> ({
+// GENERIC:         %a, %b = "comm.fused"() <{kind = #comm<fusion_kind elementwise>}> ({
 // GENERIC:         }) {sym = "ew"} : () -> (!coco.tensor<1024xf32>, !coco.tensor<1024xf32>)
-// GENERIC:         "comm.fused"() <{kind = "elementwise"}> ({
+// GENERIC:         "comm.fused"() <{kind = #comm<fusion_kind elementwise>}> ({
 // GENERIC-NEXT:      %2 = "coco.neg"(%a)
 // GENERIC-NEXT:      "comm.yield"() : () -> ()
 // GENERIC-NEXT:    }) : () -> ()
@@ -193,7 +193,7 @@ func.func @overlap(%a: !coco.tensor<64x32xf16, sliced<1>>, %b: !coco.tensor<32x1
     %s = comm.all_reduce sum %p : !coco.tensor<64x16xf16, local> -> !coco.tensor<64x16xf16>
     comm.yield %s : !coco.tensor<64x16xf16>
   }
-  %x, %y = comm.overlap chunks 2 {sym = "ov"} -> !coco.tensor<64x16xf16, local>, !coco.tensor<64x16xf16> {
+  %x, %y = comm.overlap chunks 2 attributes {sym = "ov"} -> !coco.tensor<64x16xf16, local>, !coco.tensor<64x16xf16> {
     %p = coco.matmul %a, %b : !coco.tensor<64x32xf16, sliced<1>>, !coco.tensor<32x16xf16, sliced<0>> -> !coco.tensor<64x16xf16, local>
     %f = comm.fused all_reduce -> !coco.tensor<64x16xf16> {
       %rs = comm.reduce_scatter sum %p : !coco.tensor<64x16xf16, local> -> !coco.tensor<64x16xf16, sliced<0>>
@@ -211,7 +211,7 @@ func.func @overlap(%a: !coco.tensor<64x32xf16, sliced<1>>, %b: !coco.tensor<32x1
 // CHECK-NEXT:      %s = comm.all_reduce sum %p : !coco.tensor<64x16xf16, local> -> !coco.tensor<64x16xf16>{{$}}
 // CHECK-NEXT:      comm.yield %s : !coco.tensor<64x16xf16>{{$}}
 // CHECK-NEXT:    }{{$}}
-// CHECK-NEXT:    %x, %y = comm.overlap chunks 2 {sym = "ov"} -> !coco.tensor<64x16xf16, local>, !coco.tensor<64x16xf16> {{{$}}
+// CHECK-NEXT:    %x, %y = comm.overlap chunks 2 attributes {sym = "ov"} -> !coco.tensor<64x16xf16, local>, !coco.tensor<64x16xf16> {{{$}}
 // CHECK-NEXT:      %p_1 = coco.matmul %a, %b : !coco.tensor<64x32xf16, sliced<1>>, !coco.tensor<32x16xf16, sliced<0>> -> !coco.tensor<64x16xf16, local>{{$}}
 // CHECK-NEXT:      %f = comm.fused all_reduce -> !coco.tensor<64x16xf16> {{{$}}
 // CHECK-NEXT:        %rs = comm.reduce_scatter sum %p_1 : !coco.tensor<64x16xf16, local> -> !coco.tensor<64x16xf16, sliced<0>>{{$}}

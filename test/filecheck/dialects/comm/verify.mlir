@@ -109,6 +109,16 @@ func.func @no_axis(%a: !coco.tensor<8xf32, local>) {
 
 // -----
 
+func.func @negative_axis(%a: !coco.tensor<8xf32, local>) {
+  %0 = comm.all_reduce sum %a over [-1] : !coco.tensor<8xf32, local> -> !coco.tensor<8xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [collective-axes] comm.all_reduce spans axes [-1], which are not distinct axes of the grid [?]
+
+// -----
+
 func.func @send_along_missing_axis(%a: !coco.tensor<8xf32, local>) {
   %0 = comm.send %a along 1 shift 1 : !coco.tensor<8xf32, local>
   func.return
@@ -140,14 +150,14 @@ func.func @shift_past_the_axis(%a: !coco.tensor<8xf32, [local, local]>) attribut
 
 // -----
 
-// collective-kind
+// a reduction kind is a #comm<collective_kind ...>, not a string
 func.func @all_reduce_kind(%a: !coco.tensor<8xf32, local>) {
   %0 = "comm.all_reduce"(%a) <{kind = "avg"}> : (!coco.tensor<8xf32, local>) -> !coco.tensor<8xf32>
   func.return
 }
 
 // CHECK-LABEL: // {{-----}}
-// CHECK: [collective-kind] comm.all_reduce has unknown reduction kind 'avg': expected one of sum, prod, max, min
+// CHECK: "avg" should be of base attribute comm.collective_kind
 
 // -----
 
@@ -157,7 +167,7 @@ func.func @reduce_scatter_kind(%a: !coco.tensor<8xf32, local>) {
 }
 
 // CHECK-LABEL: // {{-----}}
-// CHECK: [collective-kind] comm.reduce_scatter has unknown reduction kind 'xor': expected one of sum, prod, max, min
+// CHECK: "xor" should be of base attribute comm.collective_kind
 
 // -----
 
@@ -167,7 +177,7 @@ func.func @reduce_kind(%a: !coco.tensor<8xf32, local>) {
 }
 
 // CHECK-LABEL: // {{-----}}
-// CHECK: [collective-kind] comm.reduce has unknown reduction kind 'mean': expected one of sum, prod, max, min
+// CHECK: "mean" should be of base attribute comm.collective_kind
 
 // -----
 
@@ -336,7 +346,7 @@ func.func @yield_outside_region(%a: !coco.tensor<8xf32>) {
 
 // -----
 
-// fuse-kind / fuse-elementwise / fuse-one-collective
+// a fusion kind is a #comm<fusion_kind ...>; fuse-elementwise / fuse-one-collective
 func.func @fuse_kind(%a: !coco.tensor<8xf32>) {
   %0 = "comm.fused"() <{kind = "magic"}> ({
     "comm.yield"(%a) : (!coco.tensor<8xf32>) -> ()
@@ -345,7 +355,7 @@ func.func @fuse_kind(%a: !coco.tensor<8xf32>) {
 }
 
 // CHECK-LABEL: // {{-----}}
-// CHECK: [fuse-kind] unknown fusion kind 'magic'
+// CHECK: "magic" should be of base attribute comm.fusion_kind
 
 // -----
 
