@@ -27,7 +27,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import ml_dtypes
 import numpy as np
@@ -53,6 +53,9 @@ from coconet.lowering.plan import (
 from coconet.runtime import values as V
 
 from coconet.program import CocoError
+
+if TYPE_CHECKING:
+    from coconet.runtime.trace import StepTracer
 
 __all__ = [
     "Backend",
@@ -371,6 +374,7 @@ class PlanRunner:
         self.steps_run = 0
         self.bound: set[str] = set()
         self._ready = False
+        self.tracer: StepTracer | None = None
 
     # -- setup -------------------------------------------------------------------------------
 
@@ -542,6 +546,15 @@ class PlanRunner:
             case _:
                 raise CocoError(f"the {b.name} backend cannot run the plan step {step}")
 
+    def trace(self, tracer: StepTracer | None) -> None:
+        """Time every step through `tracer` (runtime/trace.py) from now on; None stops. The
+        traced `execute` is bound on this instance in place of the class's, so an untraced
+        walk tests no flag per step: tracing off costs nothing."""
+        self.tracer = tracer
+        self.__dict__.pop("execute", None)
+        if tracer is not None:
+            self.execute = tracer.timed(self.execute)  # type: ignore[method-assign]
+
     def run(self) -> None:
         """One execution of every step, and a wait for all of it."""
         if not self._ready:
@@ -549,7 +562,10 @@ class PlanRunner:
         for i, step in enumerate(self.plan.steps):
             self.execute(i, step)
         self.progress.enter(len(self.plan.steps), "synchronize")
-        self.backend.synchronize()
+        if self.tracer is None:
+            self.backend.synchronize()
+        else:
+            self.tracer.span("synchronize", "sync", COMPUTE_STREAM, self.backend.synchronize)
         self.progress.enter(-1, "idle")
         self.steps_run += 1
 

@@ -19,21 +19,145 @@ import json
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+# Bandwidth conventions of the bench rows (coco-run --bench, coco-bench), as nccl-tests defines
+# them for one collective, extended to whole programs through the plan's traffic.
+ALGBW_CONVENTION = (
+    "algbw = size / time; size = the bytes of the program's collectives as written, the same "
+    "for every schedule (nccl-tests' size: an all_reduce's buffer, a reduce_scatter's input, "
+    "an all_gather's output)"
+)
+BUSBW_CONVENTION = (
+    "busbw = bytes/rank / time; bytes/rank = what each rank sends per step in the scheduled plan "
+    "(runtime/executor.py plan_traffic): nccl-tests' busbw for one collective, algbw x 2(n-1)/n "
+    "for all_reduce, x (n-1)/n for reduce_scatter and all_gather, x 1 for broadcast and reduce"
+)
+
+
+def conventions(prefix: str) -> str:
+    """The two conventions, wrapped to 100 columns, each line starting with `prefix`."""
+    import textwrap
+
+    return "\n".join(
+        textwrap.fill(text, 100, initial_indent=prefix, subsequent_indent=prefix + "  ")
+        for text in (ALGBW_CONVENTION, BUSBW_CONVENTION)
+    )
+
+
+# GB/s as nccl-tests prints them: 1e9 bytes per second.
+GB = 1e9
+
+
+def nccl_bus_factor(op: str, ranks: int) -> float:
+    """busbw / algbw of one collective on `ranks` ranks (nccl-tests' convention)."""
+    n = ranks
+    factors = {
+        "all_reduce": 2 * (n - 1) / n,
+        "reduce_scatter": (n - 1) / n,
+        "all_gather": (n - 1) / n,
+        "broadcast": 1.0,
+        "reduce": 1.0,
+        "send": 1.0,
+    }
+    if op not in factors:
+        raise ValueError(f"no bus bandwidth factor for {op!r}: one of {', '.join(factors)}")
+    return factors[op] if n > 1 else 0.0
+
 
 @dataclass
 class BenchRow:
+    """One schedule's timing: median and min over the timed steps (slowest rank per step),
+    what each rank sends per step, and the program's collective size (None: not known)."""
+
     label: str
     median_s: float
     min_s: float
     bytes_per_rank: int
     steps: int
     launches: int
+    size_bytes: int | None = None
+    times_s: list[float] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def algbw(self) -> float | None:
+        """GB/s: size / median time (ALGBW_CONVENTION)."""
+        if self.size_bytes is None or self.median_s <= 0:
+            return None
+        return self.size_bytes / self.median_s / GB
+
+    @property
+    def busbw(self) -> float | None:
+        """GB/s: bytes/rank / median time (BUSBW_CONVENTION)."""
+        if self.median_s <= 0:
+            return None
+        return self.bytes_per_rank / self.median_s / GB
+
+    def as_json(self) -> dict[str, Any]:
+        factor = self.bytes_per_rank / self.size_bytes if self.size_bytes else None
+        return {
+            **self.meta,
+            "schedule": self.label,
+            "size_bytes": self.size_bytes,
+            "time_s": self.median_s,
+            "min_time_s": self.min_s,
+            "algbw_GBps": self.algbw,
+            "busbw_GBps": self.busbw,
+            "bytes_per_rank": self.bytes_per_rank,
+            "busbw_factor": factor,
+            "steps": self.steps,
+            "launches": self.launches,
+            "times_s": list(self.times_s),
+        }
+
+
+def plan_size(plan, rank: int = 0) -> int:
+    """The bytes of the plan's library collectives in nccl-tests' size convention: an
+    all_reduce's (or broadcast's, reduce's, send's) buffer, a reduce_scatter's input, an
+    all_gather's output; chunked steps count their rows. With runtime/executor.py plan_traffic
+    (the same steps times their bus factors), busbw / algbw is the collective's factor."""
+    from coconet.lowering.plan import Collective
+    from coconet.runtime import values as V
+    from coconet.runtime.executor import _rows_fraction, buffer_nbytes, group_of
+
+    total = 0.0
+    for step in plan.steps:
+        if not isinstance(step, Collective):
+            continue
+        if step.op == "send":
+            c = list(V.coords_of(rank, plan.grid_shape))
+            c[step.along] += step.shift
+            if not 0 <= c[step.along] < plan.grid_shape[step.along]:
+                continue
+        elif len(group_of(plan.grid_shape, step.axes, rank)) <= 1:
+            continue
+        nbytes = buffer_nbytes(step.dst if step.op == "all_gather" else step.src)
+        total += nbytes * _rows_fraction(step, step.src.count)
+    return round(total)
+
+
+def program_size(program, ranks: int, comm=None) -> int | None:
+    """The size (plan_size, largest over ranks) of the program as written on `ranks` ranks:
+    what every schedule of it moves, so all its rows share one size. None when the program as
+    written does not lower (or holds no library collective, e.g. written already fused)."""
+    from coconet.lowering.lower_to_plan import lower
+
+    from coconet.program import CocoError
+
+    try:
+        plan = lower(program, ranks)
+    except CocoError:
+        return None
+    if comm is not None:
+        size = comm.allreduce(plan_size(plan, comm.Get_rank()), op=_max_op(comm))
+    else:
+        size = max(plan_size(plan, r) for r in range(ranks))
+    return size or None
 
 
 def _raw(a: np.ndarray) -> np.ndarray:
@@ -93,26 +217,184 @@ def _fmt_bytes(n: int) -> str:
     return str(n)
 
 
+def _fmt_gbps(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
 def print_bench_table(
-    rows: list[BenchRow], program: str, ranks: int, backend: str, warmup: int, iters: int
+    rows: list[BenchRow],
+    program: str,
+    ranks: int,
+    backend: str,
+    warmup: int,
+    iters: int,
+    timing: str = "slowest rank per step",
 ) -> None:
+    """coco-run --bench's table: one row per schedule (the schedule, then its median and min
+    step time in ms: benchmarks/gpu_check.py parses that much), then nccl-tests' size, algbw
+    and busbw, and the plan's bytes per rank, steps and kernel launches."""
     print(
         f"\nbench @{program} on {ranks} rank(s), backend {backend}: median of {iters} step(s) "
-        f"after {warmup} warm-up, slowest rank per step"
+        f"after {warmup} warm-up, {timing}"
     )
     width = max([len("schedule")] + [len(r.label) for r in rows])
     print(
-        f"  {'schedule':<{width}}  {'median':>10}  {'min':>10}  {'bytes/rank':>12}  {'steps':>5}  {'launches':>8}"
+        f"  {'schedule':<{width}}  {'median':>10}  {'min':>10}  {'size':>11}  "
+        f"{'algbw GB/s':>10}  {'busbw GB/s':>10}  {'bytes/rank':>11}  {'steps':>5}  "
+        f"{'launches':>8}"
     )
     for r in rows:
+        size = "-" if r.size_bytes is None else _fmt_bytes(r.size_bytes)
         print(
             f"  {r.label:<{width}}  {r.median_s * 1e3:>8.3f}ms  {r.min_s * 1e3:>8.3f}ms  "
-            f"{_fmt_bytes(r.bytes_per_rank):>12}  {r.steps:>5}  {r.launches:>8}"
+            f"{size:>11}  {_fmt_gbps(r.algbw):>10}  {_fmt_gbps(r.busbw):>10}  "
+            f"{_fmt_bytes(r.bytes_per_rank):>11}  {r.steps:>5}  {r.launches:>8}"
         )
+    print("\n" + conventions("  "))
     sys.stdout.flush()
 
 
+# coco-bench's rows, nccl-tests' layout: one line per size and schedule, printed as measured.
+SWEEP_COLUMNS = (
+    ("size", 12),
+    ("count", 12),
+    ("type", 5),
+    ("schedule", 0),  # as wide as the longest schedule label
+    ("time(us)", 11),
+    ("min(us)", 11),
+    ("algbw(GB/s)", 11),
+    ("busbw(GB/s)", 11),
+    ("bytes/rank", 12),
+)
+
+
+def sweep_header(title: str, labels: list[str]) -> str:
+    width = max([len("schedule")] + [len(x) for x in labels])
+    cells = [f"{name:>{w}}" if w else f"{name:<{width}}" for name, w in SWEEP_COLUMNS]
+    return "\n".join(
+        [
+            f"# {title}",
+            conventions("# "),
+            "#",
+            "#" + " ".join(cells)[1:],
+        ]
+    )
+
+
+def sweep_row(row: BenchRow, labels: list[str]) -> str:
+    width = max([len("schedule")] + [len(x) for x in labels])
+    count = row.meta.get("count")
+    values = [
+        "-" if row.size_bytes is None else str(row.size_bytes),
+        "-" if count is None else str(count),
+        str(row.meta.get("dtype") or "-"),
+        row.label,
+        f"{row.median_s * 1e6:.1f}",
+        f"{row.min_s * 1e6:.1f}",
+        _fmt_gbps(row.algbw),
+        _fmt_gbps(row.busbw),
+        str(row.bytes_per_rank),
+    ]
+    cells = [f"{v:>{w}}" if w else f"{v:<{width}}" for v, (_, w) in zip(values, SWEEP_COLUMNS)]
+    return " ".join(cells)
+
+
+# A line rank 0 prints after every measured schedule when the job asks for progress: coco-bench
+# turns these into its progress bar and shows none of them.
+PROGRESS_MARKER = "#coco-bench-progress"
+
+
+def bench_document(job: dict[str, Any], rows: list[BenchRow], ranks: int) -> dict[str, Any]:
+    """The machine-readable form of the bench rows (`--json FILE`)."""
+    return {
+        "ranks": ranks,
+        "backend": job["backend"],
+        "warmup": job.get("warmup", 3),
+        "iters": job.get("iters", 10),
+        "time": "median over the timed steps of the slowest rank's step time, seconds",
+        "units": {"size_bytes": "bytes", "algbw_GBps": "1e9 bytes/s", "busbw_GBps": "1e9 bytes/s"},
+        "conventions": {"algbw": ALGBW_CONVENTION, "busbw": BUSBW_CONVENTION},
+        "rows": [r.as_json() for r in rows],
+    }
+
+
+def write_json(path: str, document: dict[str, Any]) -> None:
+    from coconet.program import CocoError
+
+    try:
+        Path(path).write_text(json.dumps(document, indent=1) + "\n")
+    except OSError as e:
+        raise CocoError(f"cannot write {path}: {e.strerror or e}") from None
+
+
+def job_programs(job: dict[str, Any]) -> list[dict[str, Any]]:
+    """The programs a job runs, in order: coco-bench's sweep lists one per size (`programs`:
+    path, entry, meta for its rows); coco-run's job names one (`program`)."""
+    if job.get("programs"):
+        return list(job["programs"])
+    return [{"path": job["program"], "entry": job.get("entry"), "meta": {}}]
+
+
 def run_job(job: dict[str, Any], comm, guard) -> int:
+    from coconet.runtime.trace import (
+        StepTracer,
+        common_origin,
+        load_nvtx,
+        trace_document,
+        write_trace,
+    )
+
+    rank, size = comm.Get_rank(), comm.Get_size()
+    labels = [s["label"] for s in job["schedules"]]
+    sweep = job.get("report") == "sweep"
+    if sweep and rank == 0:
+        print(sweep_header(job.get("title", "coco-bench"), labels), flush=True)
+    tracer = None
+    if job.get("trace"):
+        nvtx = load_nvtx() if job["backend"] == "cuda" else None
+        tracer = StepTracer(rank, origin_ns=common_origin(comm), nvtx=nvtx)
+    rows: list[BenchRow] = []
+    failures: list[str] = []
+    title = "coconet"
+    for entry in job_programs(job):
+        title, problems = run_program(job, entry, comm, guard, tracer, rows, labels)
+        failures += problems
+
+    if rank == 0 and rows and not sweep:
+        print_bench_table(
+            rows, title, size, job["backend"], job.get("warmup", 3), job.get("iters", 10)
+        )
+    if rank == 0 and job.get("json"):
+        write_json(job["json"], bench_document(job, rows, size))
+    if tracer is not None:
+        per_rank = comm.gather(tracer.events, root=0)
+        if rank == 0:
+            meta = {"program": title, "backend": job["backend"], "ranks": size}
+            write_trace(job["trace"], trace_document(per_rank, meta))
+            if not job.get("quiet_trace"):
+                events = sum(len(e) for e in per_rank)
+                print(f"trace: {events} step event(s) of {size} rank(s) in {job['trace']}")
+    failed = comm.bcast(failures if rank == 0 else None, root=0)
+    if failed:
+        if rank == 0:
+            guard.record("check", "; ".join(failed))
+            for f in failed:
+                print(f"coco-run: error: check failed: {f}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+def run_program(
+    job: dict[str, Any],
+    entry: dict[str, Any],
+    comm,
+    guard,
+    tracer,
+    rows: list[BenchRow],
+    labels: list[str],
+) -> tuple[str, list[str]]:
+    """Every schedule of one program: lower, set up, run once (summary, check, output), and
+    with `bench` time warm steps into `rows`. Returns the program's name and failed checks."""
     from coconet.lowering.lower_to_plan import LaunchConfig, lower
     from coconet.lowering.plan import Launch
     from coconet.runtime import sim
@@ -126,10 +408,14 @@ def run_job(job: dict[str, Any], comm, guard) -> int:
     rank, size = comm.Get_rank(), comm.Get_size()
     backend_name = job["backend"]
     verbose = job.get("verbose", False)
-    program = load(job["program"], job.get("entry"))
+    program = load(entry["path"], entry.get("entry"))
     given = read_inputs(job["inputs"]) if job.get("inputs") and rank == 0 else None
     config = LaunchConfig(**job["launch_config"]) if job.get("launch_config") else None
-    rows: list[BenchRow] = []
+    bench = job.get("bench")
+    # The collective size every schedule of this program shares (the bench rows' algbw).
+    collective_size = program_size(program, size, comm) if bench else None
+    # Gathering every rank's outputs costs a full copy to rank 0: only when something reads them.
+    gather = not job.get("quiet") or job.get("check") or job.get("output")
     failures: list[str] = []
     saved = False
     for sched in job["schedules"]:
@@ -167,15 +453,21 @@ def run_job(job: dict[str, Any], comm, guard) -> int:
         runner.check_inputs(pieces, lambda a: a.shape, lambda a: a.dtype)
         runner.set_inputs(pieces)
         guard.before_run()
+        traced_once = tracer is not None and not bench  # without --bench, trace this one run
+        if traced_once:
+            tracer.context = {"program": program.name, "schedule": label}
+            runner.trace(tracer)
         runner.run()
-        mine = {name: backend.read(buf) for name, buf in plan.outputs.items()}
-        if guard.corrupts_outputs() and mine:  # tests of --check (COCONET_FAULT=R:corrupt)
-            first = next(iter(mine))
-            mine[first] = (mine[first].astype(np.float64) + 0.5).astype(mine[first].dtype)
-        per_rank = gather_outputs(comm, plan, mine)
+        runner.trace(None)
+        per_rank = None
+        if gather:
+            mine = {name: backend.read(buf) for name, buf in plan.outputs.items()}
+            if guard.corrupts_outputs() and mine:  # tests of --check (COCONET_FAULT=R:corrupt)
+                first = next(iter(mine))
+                mine[first] = (mine[first].astype(np.float64) + 0.5).astype(mine[first].dtype)
+            per_rank = gather_outputs(comm, plan, mine)
 
-        if rank == 0:
-            assert per_rank is not None
+        if rank == 0 and per_rank is not None:
             title = "" if len(job["schedules"]) == 1 and not spec else f" [{label}]"
             if not job.get("quiet"):
                 print_summary(scheduled, per_rank, backend_name + title)
@@ -201,44 +493,48 @@ def run_job(job: dict[str, Any], comm, guard) -> int:
                     failures += check_logical(label, program, reference_inputs, outputs, size)
         comm.Barrier()
 
-        if job.get("bench"):
+        if bench:
             warmup, iters = job.get("warmup", 3), job.get("iters", 10)
             for _ in range(warmup):
                 guard.before_run()
                 runner.run()
             times = []
-            for _ in range(iters):
+            for i in range(iters):
                 guard.before_run()
+                if tracer is not None:
+                    tracer.context = {"program": program.name, "schedule": label, "iteration": i}
+                    runner.trace(tracer)
                 comm.Barrier()
                 t0 = time.perf_counter()
                 runner.run()
                 dt = time.perf_counter() - t0
+                runner.trace(None)
                 times.append(comm.allreduce(dt, op=_max_op(comm)))
             traffic = comm.allreduce(plan_traffic(plan, rank), op=_max_op(comm))
-            rows.append(
-                BenchRow(
-                    label,
-                    statistics.median(times),
-                    min(times),
-                    traffic,
-                    len(plan.steps),
-                    sum(isinstance(s, Launch) for s in plan.steps),
-                )
+            row = BenchRow(
+                label,
+                statistics.median(times),
+                min(times),
+                traffic,
+                len(plan.steps),
+                sum(isinstance(s, Launch) for s in plan.steps),
+                size_bytes=collective_size,
+                times_s=times,
+                meta={
+                    "program": program.name,
+                    **entry.get("meta", {}),
+                    "pipeline": spec,
+                    "ranks": size,
+                    "backend": backend_name,
+                },
             )
+            rows.append(row)
+            if rank == 0 and job.get("report") == "sweep":
+                print(sweep_row(row, labels), flush=True)
         runner.close()
-
-    if rank == 0 and rows:
-        print_bench_table(
-            rows, program.name, size, backend_name, job.get("warmup", 3), job.get("iters", 10)
-        )
-    failed = comm.bcast(failures if rank == 0 else None, root=0)
-    if failed:
-        if rank == 0:
-            guard.record("check", "; ".join(failed))
-            for f in failed:
-                print(f"coco-run: error: check failed: {f}", file=sys.stderr, flush=True)
-        return 1
-    return 0
+        if rank == 0 and job.get("progress"):
+            print(PROGRESS_MARKER, flush=True)
+    return program.name, failures
 
 
 def _max_op(comm):

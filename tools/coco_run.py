@@ -14,14 +14,19 @@ with one array per argument. `--schedule NAME` (a named schedule) and `-p [LABEL
 may repeat: each is run in turn (one row of the `--bench` table each). `--check` compares every
 rank's outputs with the sim oracle (exact for integers, per-dtype tolerance for floats) and
 fails naming the output, the rank and the error. `--bench` times warm steps (3 warm-up, 10
-timed, barrier-synchronized, the slowest rank's time; median) and prints the bytes each rank
-sends per step. Every user-facing problem ends in one `coco-run: error:` line and exit status
+timed, barrier-synchronized, the slowest rank's time; median) and prints, per schedule, the
+program's collective size, algbw and busbw in nccl-tests' conventions (runtime/mpi_worker.py
+ALGBW_CONVENTION, BUSBW_CONVENTION) and the bytes each rank sends per step; `--json FILE`
+writes the rows. `--trace FILE.json` (cpu/cuda) writes a Chrome/Perfetto timeline of every
+rank's plan steps on both streams (runtime/trace.py): of the timed steps with `--bench`, else
+of the one run. Every user-facing problem ends in one `coco-run: error:` line and exit status
 1 (2 for bad command-line usage), never a traceback; when a rank fails, the line names it.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import zipfile
 from collections.abc import Sequence
@@ -92,6 +97,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=3, help="--bench warm-up steps (default 3)")
     p.add_argument("--iters", type=int, default=10, help="--bench timed steps (default 10)")
     p.add_argument(
+        "--json",
+        metavar="FILE",
+        help="--bench: also write every row (times, size, algbw, busbw, bytes/rank) as JSON",
+    )
+    p.add_argument(
+        "--trace",
+        metavar="FILE.json",
+        help="cpu/cuda: write a Chrome/Perfetto trace-event timeline of every rank's plan "
+        "steps, one track per rank and stream (the timed steps with --bench, else the run)",
+    )
+    p.add_argument(
         "--exact-collectives",
         action="store_true",
         help="cpu/cuda: reduce f32/f64 by exchanging pieces and combining them in rank order "
@@ -131,6 +147,48 @@ def schedule_label(kind: str, value: str) -> tuple[str, str | None]:
     if not value:
         return "as written", None
     return value, value
+
+
+def check_bench_options(args: argparse.Namespace, backend: str) -> None:
+    """--warmup/--iters/--json/--trace make sense, and their files can be written: refused
+    here, before anything is launched, rather than by rank 0 after the whole run."""
+    if args.warmup < 0:
+        raise CocoError(f"--warmup must be at least 0, got {args.warmup}")
+    if args.iters < 1:
+        raise CocoError(f"--iters must be at least 1, got {args.iters}")
+    if args.json and not args.bench:
+        raise CocoError("--json writes the --bench rows: add --bench")
+    if args.trace and backend == "sim":
+        raise CocoError(
+            "--trace times the steps of a lowered plan: use --backend cpu or cuda (the sim "
+            "backend interprets the program and has no plan steps or streams)"
+        )
+    if args.json:
+        args.json = writable_path(args.json, "the JSON rows")
+    if args.trace:
+        args.trace = writable_path(args.trace, "the trace")
+
+
+def writable_path(path: str, what: str) -> str:
+    """The absolute path of an output file once it is known to be writable (its folder is
+    created if missing); else one CocoError naming it. A file that did not exist is removed
+    again: the job writes it at the end."""
+    p = Path(path).expanduser().absolute()
+    if p.is_dir():
+        raise CocoError(f"cannot write {what} to {path}: it is a directory")
+    folder = next(a for a in p.parents if a.exists())
+    if not folder.is_dir():
+        raise CocoError(f"cannot write {what} to {path}: {folder} is not a directory")
+    existed = p.exists()
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with open(p, "a"):
+            pass
+        if not existed:
+            p.unlink()
+    except OSError as e:
+        raise CocoError(f"cannot write {what} to {path}: {e.strerror or e}") from None
+    return str(p)
 
 
 def read_inputs(path: str) -> dict[str, np.ndarray]:
@@ -197,6 +255,7 @@ def run(args: argparse.Namespace) -> int:
     backend = args.backend or default_backend()
     if backend == "cuda":
         require_gpu()
+    check_bench_options(args, backend)
     schedules = [schedule_label(k, v) for k, v in args.schedules] or [("as written", None)]
     program = load(args.program, args.entry)
     if backend == "sim":
@@ -212,12 +271,14 @@ def run_sim(
     import time
 
     from coconet.runtime.check import compare_piece
+    from coconet.runtime.mpi_worker import BenchRow, bench_document, program_size, write_json
     from coconet.runtime.sim import run as sim_run
 
     from coconet.compile import apply_schedule
 
     inputs = read_inputs(args.inputs) if args.inputs else None
-    bench_rows = []
+    bench_rows: list[BenchRow] = []
+    collective_size = program_size(program, args.ranks) if args.bench else None
     failures = []
     saved = False
     for label, spec in schedules:
@@ -259,18 +320,64 @@ def run_sim(
                 t0 = time.perf_counter()
                 sim_run(scheduled, given, ranks=args.ranks, inplace=False)
                 times.append(time.perf_counter() - t0)
-            bench_rows.append((label, sorted(times)[len(times) // 2], min(times)))
+            bench_rows.append(sim_bench_row(label, spec, scheduled, times, collective_size, args))
     if bench_rows:
-        print(
-            f"\nbench @{program.name} on {args.ranks} rank(s), backend sim (all ranks in one process)"
+        from coconet.runtime.mpi_worker import print_bench_table
+
+        print_bench_table(
+            bench_rows,
+            program.name,
+            args.ranks,
+            "sim",
+            args.warmup,
+            args.iters,
+            timing="every rank in this process",
         )
-        width = max(len(r[0]) for r in bench_rows + [("schedule", 0, 0)])
-        print(f"  {'schedule':<{width}}  {'median':>10}  {'min':>10}")
-        for label, med, low in bench_rows:
-            print(f"  {label:<{width}}  {med * 1e3:>8.3f}ms  {low * 1e3:>8.3f}ms")
+        if args.json:
+            job = {"backend": "sim", "warmup": args.warmup, "iters": args.iters}
+            write_json(args.json, bench_document(job, bench_rows, args.ranks))
     if failures:
         raise CocoError("check failed: " + "; ".join(failures))
     return 0
+
+
+def sim_bench_row(
+    label: str,
+    spec: str | None,
+    scheduled: Program,
+    times: list[float],
+    collective_size: int | None,
+    args: argparse.Namespace,
+):
+    """A --bench row of the sim backend: its times, with the bytes/rank, steps and launches of
+    the plan the cpu/cuda backends would run (0 when the program does not lower)."""
+    import statistics
+
+    from coconet.lowering.lower_to_plan import lower
+    from coconet.lowering.plan import Launch
+    from coconet.runtime.executor import plan_traffic
+    from coconet.runtime.mpi_worker import BenchRow
+
+    try:
+        plan = lower(scheduled, args.ranks)
+    except CocoError:
+        plan = None
+    return BenchRow(
+        label,
+        statistics.median(times),
+        min(times),
+        max(plan_traffic(plan, r) for r in range(args.ranks)) if plan else 0,
+        len(plan.steps) if plan else 0,
+        sum(isinstance(s, Launch) for s in plan.steps) if plan else 0,
+        size_bytes=collective_size,
+        times_s=times,
+        meta={
+            "program": scheduled.name,
+            "pipeline": spec,
+            "ranks": args.ranks,
+            "backend": "sim",
+        },
+    )
 
 
 def run_mpi(
@@ -344,6 +451,8 @@ def prepared_job(
         "seed": args.seed,
         "check": args.check,
         "bench": args.bench,
+        "json": args.json,
+        "trace": args.trace,
         "warmup": args.warmup,
         "iters": args.iters,
         "verbose": args.verbose,
@@ -361,9 +470,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     except CocoError as e:
         print(f"coco-run: error: {e}", file=sys.stderr)
         sys.exit(1)
-    except KeyboardInterrupt:
-        print("coco-run: interrupted", file=sys.stderr)
-        sys.exit(130)
+    except KeyboardInterrupt as e:
+        # Ctrl-C, or SIGTERM/SIGHUP while a job runs (runtime/launcher.py Terminated): every
+        # rank has been ended with the front end
+        signum = getattr(e, "signum", signal.SIGINT)
+        print(
+            f"coco-run: {'interrupted' if signum == signal.SIGINT else 'terminated'} "
+            f"({signal.Signals(signum).name}); the job's ranks were ended",
+            file=sys.stderr,
+        )
+        sys.exit(128 + int(signum))
 
 
 if __name__ == "__main__":

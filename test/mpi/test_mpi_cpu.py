@@ -190,11 +190,13 @@ def test_bench_prints_a_table():
         "fuse(rs-c-ag)",
     )
     assert r.returncode == 0, r.stderr
-    table = r.stdout[r.stdout.index("bench @adam") :].splitlines()
-    assert "bytes/rank" in table[1]
+    table = r.stdout[r.stdout.index("bench @adam") :].split("\n\n")[0].splitlines()
+    assert "bytes/rank" in table[1] and "busbw GB/s" in table[1]
     rows = {ln.split()[0]: ln for ln in table[2:] if ln.strip()}
     assert set(rows) == {"ar-c", "fuse(rs-c-ag)"}
-    assert all("16.00 KiB" in row for row in rows.values())  # 2 (p-1)/p x 16 KiB at p = 2
+    # size: the all_reduce's 16 KiB buffer; bytes/rank: 2 (p-1)/p x 16 KiB at p = 2
+    assert all(row.count("16.00 KiB") == 2 for row in rows.values())
+    assert "busbw = bytes/rank / time" in r.stdout  # the table says which convention it uses
 
 
 # ---------------------------------------------------------------------------------------------
