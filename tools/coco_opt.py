@@ -1,17 +1,26 @@
 """`coco-opt`: xDSL's optimizer driver with the coco/comm dialects, coconet's passes and its
-targets registered. Errors end in one message and exit 1, never a Python traceback."""
+targets registered. Errors end in one message and exit 1, never a Python traceback.
+
+`coco-opt --list-passes` lists every pass, one line each (its options, then the first
+sentence of its docstring): coconet's first, then xDSL's. `--help` lists coconet's.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import re
 import sys
+import types
+import typing
 import warnings
-from collections.abc import Sequence
-from typing import IO
+from collections.abc import Callable, Sequence
+from typing import IO, Any
 
 from coconet.dialects import get_all_dialects
 from coconet.passes import get_all_passes
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import (
     ArgSpecParseError,
     DiagnosticException,
@@ -51,6 +60,24 @@ class CocoOptMain(xDSLOptMain):
 
     def register_all_arguments(self, arg_parser: argparse.ArgumentParser) -> None:
         super().register_all_arguments(arg_parser)
+        # xDSL's -p help names all ~140 passes in one comma-separated run: point at the listing
+        # instead, and show coconet's own passes (one line each) below the options.
+        for action in arg_parser._actions:
+            if "--passes" in action.option_strings:
+                action.help = (
+                    "pass pipeline: comma-separated NAME or NAME{OPTION=VALUE ...} (coconet's "
+                    "passes are listed below; --list-passes lists every pass with its options)"
+                )
+        arg_parser.formatter_class = argparse.RawDescriptionHelpFormatter
+        arg_parser.epilog = "coconet passes:\n" + "\n".join(
+            pass_lines(get_all_passes(), indent="  ")
+        )
+        arg_parser.add_argument(
+            "--list-passes",
+            action="store_true",
+            help="list every pass, one line each with its options and what it does: "
+            "coconet's passes first, then xDSL's; then exit",
+        )
         arg_parser.add_argument(
             "--verify-equivalence",
             action="store_true",
@@ -77,6 +104,17 @@ class CocoOptMain(xDSLOptMain):
             help="compare within per-dtype tolerances (coconet.equivalence.TOLERANCES) "
             "instead of bit-exactly",
         )
+
+    def run(self) -> None:
+        if self.args.list_passes:
+            coco = get_all_passes()
+            xdsl = {k: v for k, v in self.available_passes.items() if k not in coco}
+            print("coconet passes (-p NAME or -p 'NAME{OPTION=VALUE ...}'):")
+            print("\n".join(pass_lines(coco, indent="  ")))
+            print(f"\nxDSL passes ({len(xdsl)}):")
+            print("\n".join(pass_lines(xdsl, indent="  ")))
+            return
+        super().run()
 
     def apply_passes(self, prog: ModuleOp) -> None:
         if not self.args.verify_equivalence:
@@ -132,6 +170,85 @@ class CocoOptMain(xDSLOptMain):
         return module
 
 
+# -- the pass listing --------------------------------------------------------------------------
+
+
+def _type_name(t: Any) -> str:
+    """A pass option's type as a user writes its value: int, str, str,... (a tuple)."""
+    if isinstance(t, str):  # annotations are strings under `from __future__ import annotations`
+        t = t.replace("typing.", "")
+        m = re.fullmatch(r"tuple\[(\w+), \.\.\.\]", t)
+        if m:
+            return f"{m.group(1)},..."
+        return t.replace(" | None", "").replace("None | ", "")
+    origin = typing.get_origin(t)
+    if origin is tuple:
+        inner = [a for a in typing.get_args(t) if a is not Ellipsis]
+        return f"{_type_name(inner[0]) if inner else 'value'},..."
+    if origin in (typing.Union, types.UnionType):
+        parts = [_type_name(a) for a in typing.get_args(t) if a is not type(None)]
+        return "|".join(parts)
+    return getattr(t, "__name__", str(t))
+
+
+def pass_options(cls: type[ModulePass]) -> str:
+    """`{name=type(default) ...}` of a pass's dataclass fields, as -p spells them; "" when it
+    has none. A pass may spell an option differently from its field (coco-schedule's `name`
+    is its `schedule` field): the default instance's spec says how."""
+    fields = [f for f in dataclasses.fields(cls) if f.init and f.name != "name"]
+    if not fields:
+        return ""
+    spelled = {f.name: f.name.replace("_", "-") for f in fields}
+    try:
+        spec_names = list(cls().spec(include_default=True).parameters)
+    except Exception:  # noqa: BLE001 - a required option: no default instance, keep the fields
+        spec_names = []
+    if len(spec_names) == len(fields):
+        # -p reads `a-b` and `a_b` alike; the CLI's spelling is with dashes.
+        spelled = {f.name: n.replace("_", "-") for f, n in zip(fields, spec_names)}
+    parts = []
+    for f in fields:
+        text = f"{spelled[f.name]}={_type_name(f.type)}"
+        default = f.default
+        if default is dataclasses.MISSING and f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        if default is dataclasses.MISSING:
+            text += "(required)"
+        elif isinstance(default, bool):
+            text += f"({str(default).lower()})"
+        elif isinstance(default, str):
+            text += f'("{default}")' if default else ""
+        elif default not in (None, ()):
+            text += f"({default})"
+        parts.append(text)
+    return "{" + " ".join(parts) + "}"
+
+
+def pass_summary(cls: type[ModulePass]) -> str:
+    """The first sentence of a pass's own docstring (not one it inherits, nor the signature
+    a dataclass makes up for a class without one)."""
+    doc = cls.__dict__.get("__doc__") or ""
+    if not doc.strip() or doc.startswith(cls.__name__ + "("):
+        return "(no description)"
+    text = " ".join(doc.split())
+    m = re.search(r"[.:](\s|$)", text)
+    return text[: m.start() + 1].rstrip(":") if m else text
+
+
+def pass_lines(passes: dict[str, Callable[[], type[ModulePass]]], indent: str = "") -> list[str]:
+    """One line per pass: `NAME{OPTIONS}  summary` (summaries aligned after names up to 40
+    columns; the line is as long as the summary: a cut description says too little)."""
+    heads: list[tuple[str, str]] = []
+    for name, factory in passes.items():
+        try:
+            cls = factory()
+            heads.append((name + pass_options(cls), pass_summary(cls)))
+        except Exception as e:  # noqa: BLE001 - a pass whose module cannot load: say so, go on
+            heads.append((name, f"(cannot load: {type(e).__name__}: {e})"))
+    column = min(max((len(h) for h, _ in heads), default=0), 40)
+    return [f"{indent}{head:<{column}}  {summary}" for head, summary in heads]
+
+
 def _int_list(text: str) -> tuple[int, ...]:
     try:
         values = tuple(int(x) for x in text.split(",") if x.strip())
@@ -169,6 +286,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     except CocoError as e:
         print(f"coco-opt: error: {e}", file=sys.stderr)
         sys.exit(1)
+    except BrokenPipeError:
+        # `coco-opt --list-passes | head`: the reader left. Point stdout at /dev/null so that
+        # the flush at exit does not fail again, and stop quietly.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
     except OSError as e:
         # A missing or unreadable input: its args are (errno, strerror).
         msg = e.strerror or str(e)
