@@ -14,7 +14,8 @@ from coconet.dialects.layout_rules import grid_of, value_name
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region, SSAValue
-from xdsl.traits import IsTerminator, Pure
+from xdsl.rewriter import Rewriter
+from xdsl.transforms.dead_code_elimination import is_trivially_dead, result_only_effects
 from xdsl.utils.exceptions import PassFailedException
 
 # --------------------------------------------------------------------------------------------
@@ -164,17 +165,10 @@ def read_arguments(op: Operation) -> set[SSAValue]:
 
 
 def has_side_effects(op: Operation) -> bool:
-    """Updates write the caller's buffers; unknown ops are assumed to have effects."""
-    for o in op.walk():
-        if isinstance(o, coco.UpdateOp):
-            return True
-        if o.has_trait(IsTerminator):
-            continue
-        if isinstance(o, comm.RegionOp):
-            continue
-        if not o.has_trait(Pure):
-            return True
-    return False
+    """Whether `op` (or an op nested in it) does more than compute its results, by xDSL's
+    effect model: `coco.update` writes, schedule regions have their bodies' effects, and an op
+    without effect traits (another dialect's) is assumed to have effects."""
+    return not result_only_effects(op)
 
 
 class OrderInfo:
@@ -270,10 +264,9 @@ def wrap_in_region(
 
 
 def erase_if_dead(op: Operation) -> bool:
-    if any(r.uses for r in op.results) or has_side_effects(op):
+    if not is_trivially_dead(op):
         return False
-    op.detach()
-    op.erase()
+    Rewriter.erase_op(op)
     return True
 
 

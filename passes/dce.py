@@ -1,105 +1,73 @@
-"""`coco-dce`: dead-code elimination that keeps the program's side effects."""
+"""`coco-dce`: dead-code elimination that keeps the program's side effects.
+
+The effects are xDSL's: `coco.update` declares its write (`coco.WritesTarget`), schedule
+regions have their bodies' effects (`RecursiveMemoryEffect`), every other coco/comm op is
+`Pure`, and an op of another dialect without effect traits is assumed to have effects. So
+xDSL's own `dce` and `canonicalize` already erase what nobody reads. This pass is kept for
+what they do not do with coco's schedule regions, whose results a region op hands out for its
+body: drop the results nobody reads (so the ops computing them die inside the region), and
+replace a region left with nothing but its yield by the values it forwards. It also keeps the
+targeted form (`ops=...`), which refuses [dce-live] to erase a live op.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from coconet.dialects import comm
+from coconet.passes.common import fail, find_named_ops, has_side_effects, op_name
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Block, Operation
 from xdsl.passes import ModulePass
-from xdsl.rewriter import Rewriter
-from xdsl.traits import IsTerminator
-
-from coconet.dialects import comm
-from coconet.passes.common import (
-    body_block,
-    fail,
-    find_named_ops,
-    functions,
-    has_side_effects,
-    op_name,
+from xdsl.pattern_rewriter import (
+    GreedyRewritePatternApplier,
+    PatternRewriter,
+    PatternRewriteWalker,
+    RewritePattern,
+    op_type_rewrite_pattern,
 )
+from xdsl.rewriter import Rewriter
+from xdsl.transforms.dead_code_elimination import is_trivially_dead
 
 RULE = "dce"
 
 
-def is_dead(op: Operation) -> bool:
-    if op.has_trait(IsTerminator):
-        return False
-    return not any(r.uses for r in op.results) and not has_side_effects(op)
+class PruneRegionResults(RewritePattern):
+    """Drop the results of a schedule region nobody reads, and their yields."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: comm.RegionOp, rewriter: PatternRewriter) -> None:
+        keep = [i for i, r in enumerate(op.results) if r.uses]
+        if len(keep) == len(op.results):
+            return
+        old_yield = op.yield_op
+        new_yield = comm.YieldOp([old_yield.values[i] for i in keep])
+        new_yield.attributes |= old_yield.attributes
+        rewriter.replace(old_yield, new_yield)
+        # A result cannot be removed in place: build the region op anew around the body.
+        new = type(op).create(
+            result_types=[op.results[i].type for i in keep],
+            properties=dict(op.properties),
+            attributes=dict(op.attributes),
+            regions=[rewriter.move_region_contents_to_new_regions(op.body)],
+        )
+        new_results = [None] * len(op.results)
+        for i, r in zip(keep, new.results, strict=True):
+            new_results[i] = r
+        rewriter.replace(op, new, new_results)
 
 
-def _prune_region_results(op: comm.RegionOp) -> comm.RegionOp:
-    """Drop the results of a schedule region nobody reads (and their yields), so the ops that
-    produced them become dead inside the region. Returns the (possibly new) region op."""
-    keep = [i for i, r in enumerate(op.results) if r.uses]
-    if len(keep) == len(op.results):
-        return op
-    yield_op = op.yield_op
-    kept_values = [yield_op.values[i] for i in keep]
-    new_yield = comm.YieldOp(kept_values)
-    new_yield.attributes |= yield_op.attributes
-    yield_block = yield_op.parent_block()
-    assert yield_block is not None
-    yield_block.insert_op_after(new_yield, yield_op)
-    yield_op.detach()
-    yield_op.erase()
-    region = Rewriter.move_region_contents_to_new_regions(op.body)
-    new = type(op).create(
-        result_types=[op.results[i].type for i in keep],
-        properties=dict(op.properties),
-        attributes=dict(op.attributes),
-        regions=[region],
-    )
-    for i, r in zip(keep, new.results, strict=True):
-        r.name_hint = op.results[i].name_hint
-    for i, r in zip(keep, new.results, strict=True):
-        op.results[i].replace_all_uses_with(r)
-    block = op.parent_block()
-    assert block is not None
-    block.insert_op_after(new, op)
-    op.detach()
-    op.erase()
-    return new
+class InlineForwardingRegion(RewritePattern):
+    """A schedule region holding nothing but its yield forwards outer values: use them."""
 
-
-def _inline_trivial_region(op: comm.RegionOp) -> bool:
-    """A region holding nothing but its yield forwards outer values: replace it by them."""
-    if len(op.body.block.ops) != 1:
-        return False
-    values = list(op.yield_op.values)
-    for r, v in zip(op.results, values, strict=True):
-        r.replace_all_uses_with(v)
-    op.detach()
-    op.erase()
-    return True
-
-
-def dce_block(block: Block) -> bool:
-    """Erase dead ops of `block` and of the regions nested in it, to a fixpoint."""
-    changed_any = False
-    changed = True
-    while changed:
-        changed = False
-        for op in reversed(list(block.ops)):
-            if isinstance(op, comm.RegionOp):
-                op = _prune_region_results(op)
-                for b in op.body.blocks:
-                    changed |= dce_block(b)
-                if _inline_trivial_region(op):
-                    changed = True
-                    continue
-            else:
-                for region in op.regions:
-                    for b in region.blocks:
-                        changed |= dce_block(b)
-            if is_dead(op):
-                op.detach()
-                op.erase()
-                changed = True
-        changed_any |= changed
-    return changed_any
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: comm.RegionOp, rewriter: PatternRewriter) -> None:
+        if len(op.body.block.ops) != 1:
+            return
+        # Not `rewriter.replace`: it would hand the region's names to unnamed outer values.
+        for r, v in zip(op.results, op.yield_op.values, strict=True):
+            rewriter.replace_all_uses_with(r, v)
+        rewriter.erase(op)
 
 
 @dataclass(frozen=True)
@@ -124,12 +92,17 @@ class DeadCodeEliminationPass(ModulePass):
         if self.ops:
             sites = find_named_ops(op, self.ops, f"{RULE}-op", "op")
             for _, site in sites:
-                if not is_dead(site):
+                if not is_trivially_dead(site):
                     why = "has side effects" if has_side_effects(site) else "is still read"
                     raise fail(f"{RULE}-live", f"{op_name(site)} {why}: it is not dead")
             for _, site in sites:
-                site.detach()
-                site.erase()
+                Rewriter.erase_op(site)
             return
-        for fn in functions(op):
-            dce_block(body_block(fn))
+        # The applier erases every trivially dead op it visits (`dce_enabled`); the walker
+        # repeats until nothing changes, so pruning a region's results kills what fed them.
+        PatternRewriteWalker(
+            GreedyRewritePatternApplier(
+                [PruneRegionResults(), InlineForwardingRegion()], dce_enabled=True
+            ),
+            walk_reverse=True,
+        ).rewrite_module(op)
