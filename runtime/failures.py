@@ -113,6 +113,9 @@ class FailureGuard:
                 self._monitor.sendall(f"hello {self.rank} {os.getpid()}\n".encode())
             except OSError:
                 self._monitor = None
+        self._closing = False
+        if self._monitor is not None:
+            threading.Thread(target=self._lifeline, name="coconet-lifeline", daemon=True).start()
         self._previous_hook = sys.excepthook
         sys.excepthook = self._excepthook
         threading.excepthook = self._thread_excepthook
@@ -246,8 +249,24 @@ class FailureGuard:
             except OSError:
                 pass
 
+    def _lifeline(self) -> None:
+        """The front end (coco-run) never writes to the monitor socket: the read returns only
+        when it is gone -- killed, even by SIGKILL -- and then nobody is left to collect this
+        job, so it ends rather than run on as orphans."""
+        assert self._monitor is not None
+        try:
+            data = self._monitor.recv(1)
+        except OSError:
+            data = b""
+        if not data and not self._closing:
+            self.fail(
+                "the coco-run front end that launched this job is gone; ending every rank",
+                kind="orphaned",
+            )
+
     def close(self) -> None:
         """This rank is done (a normal exit, whatever its status)."""
+        self._closing = True
         self._say("done")
         sys.excepthook = self._previous_hook
         if self._fault_file is not None:

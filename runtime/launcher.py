@@ -167,6 +167,18 @@ class Monitor(threading.Thread):
         self.join(timeout=2)
 
 
+class Terminated(KeyboardInterrupt):
+    """The front end got SIGTERM or SIGHUP: the job was ended with it (as Ctrl-C does)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_terminated(signum: int, _frame: Any) -> None:
+    raise Terminated(signum)
+
+
 def _kill_group(proc: subprocess.Popen) -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
@@ -230,6 +242,14 @@ def launch(
         for t in pumps:
             t.start()
         timed_out = False
+        # SIGTERM/SIGHUP end the job with the front end (signal handlers: main thread only).
+        # SIGKILL cannot be caught: the ranks notice the front end is gone (failures.py).
+        handlers = {}
+        if threading.current_thread() is threading.main_thread():
+            handlers = {
+                sig: signal.signal(sig, _raise_terminated)
+                for sig in (signal.SIGTERM, signal.SIGHUP)
+            }
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -238,6 +258,9 @@ def launch(
         except KeyboardInterrupt:
             _kill_group(proc)
             raise
+        finally:
+            for sig, previous in handlers.items():
+                signal.signal(sig, previous)
         for t in pumps:
             t.join(timeout=5)
         monitor.stop()

@@ -1,0 +1,100 @@
+"""Ending the front end ends the job: a `coco-run` killed in the middle of a long --bench run
+by SIGTERM, SIGHUP or even SIGKILL (which it cannot catch: its ranks notice it is gone) leaves
+no mpiexec, proxy or rank running; each case measures how long until every process is gone."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+MPIEXEC = Path(sys.executable).parent / "mpiexec"
+
+pytestmark = [
+    pytest.mark.mpi,
+    pytest.mark.skipif(not MPIEXEC.exists(), reason="needs the mpich wheel's mpiexec"),
+]
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _alive(procs: list[psutil.Process]) -> list[psutil.Process]:
+    out = []
+    for p in procs:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGKILL])
+def test_killing_the_front_end_ends_every_rank(sig):
+    front = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "coconet.tools.coco_run",
+            "examples/adam.mlir",
+            "--np",
+            "2",
+            "--backend",
+            "cpu",
+            "--bench",
+            "--warmup",
+            "1",
+            "--iters",
+            "1000000",
+            "-q",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        workers: list[psutil.Process] = []
+        while time.monotonic() < deadline:
+            workers = [  # the ranks (mpiexec's own command line names the worker too)
+                p
+                for p in _descendants(front.pid)
+                if p.name().startswith("python") and "mpi_worker" in " ".join(p.cmdline())
+            ]
+            if len(workers) == 2:
+                break
+            time.sleep(0.2)
+        assert len(workers) == 2, "the job did not start"
+        time.sleep(2)  # inside the bench loop
+        everything = _descendants(front.pid)
+        os.kill(front.pid, sig)
+        start = time.monotonic()
+        front.wait(timeout=30)
+        while _alive(everything) and time.monotonic() - start < 20:
+            time.sleep(0.1)
+        left = _alive(everything)
+        elapsed = time.monotonic() - start
+        assert not left, f"still running {elapsed:.1f} s after {sig.name}: {left}"
+        assert front.returncode != 0
+        if sig != signal.SIGKILL:
+            err = front.stderr.read()
+            assert "the job's ranks were ended" in err and "Traceback" not in err
+        print(f"{sig.name}: every process gone in {elapsed:.2f} s")
+    finally:
+        if front.poll() is None:
+            front.kill()
+        for p in _alive(_descendants(front.pid)):
+            p.kill()
