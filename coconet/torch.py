@@ -65,6 +65,11 @@ def local_gradients_hook(state, bucket):
     return fut
 
 
+def _padded(n: int, unit: int) -> int:
+    """n rounded up to a multiple of unit (at least one unit)."""
+    return max(unit, -(-n // unit) * unit)
+
+
 def _numpy(t: torch.Tensor) -> np.ndarray:
     """A NumPy view of a contiguous CPU tensor (bf16 as ml_dtypes.bfloat16): same memory."""
     if t.dtype == torch.bfloat16:
@@ -134,13 +139,17 @@ class CoconetOptimizer(torch.optim.Optimizer):
 
     # -- buffers -----------------------------------------------------------------------------
 
-    def _flatten(self, dtype: torch.dtype, params: list[torch.nn.Parameter]) -> _Bucket:
+    def _layout(self, params: list[torch.nn.Parameter]) -> tuple[list[int], int]:
+        """Where each parameter starts in the flat buffer, and the buffer's (padded) size:
+        packed one after another, the whole padded to divide among the ranks."""
         offsets, total = [], 0
         for p in params:
             offsets.append(total)
             total += p.numel()
-        unit = self.world * ALIGN
-        padded = max(unit, -(-total // unit) * unit)
+        return offsets, _padded(total, self.world * ALIGN)
+
+    def _flatten(self, dtype: torch.dtype, params: list[torch.nn.Parameter]) -> _Bucket:
+        offsets, padded = self._layout(params)
         flat_param = torch.zeros(padded, dtype=dtype)
         flat_grad = torch.zeros(padded, dtype=dtype)
         with torch.no_grad():
@@ -425,23 +434,17 @@ class LAMB(CoconetOptimizer):
             params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay}, **kw
         )
 
-    def _flatten(self, dtype: torch.dtype, params: list[torch.nn.Parameter]) -> _Bucket:
+    def _layout(self, params: list[torch.nn.Parameter]) -> tuple[list[int], int]:
+        """Each parameter in its own segment, padded to divide among the ranks (its norm is
+        its own, and each segment is sliced across the ranks on its own)."""
         unit = self.world * ALIGN
         offsets, self.segments, total = [], [], 0
         for p in params:
             offsets.append(total)
-            padded = max(unit, -(-p.numel() // unit) * unit)
+            padded = _padded(p.numel(), unit)
             self.segments.append((total, padded))
             total += padded
-        flat_param = torch.zeros(total, dtype=dtype)
-        flat_grad = torch.zeros(total, dtype=dtype)
-        with torch.no_grad():
-            for p, o in zip(params, offsets, strict=True):
-                view = flat_param[o : o + p.numel()].view_as(p)
-                view.copy_(p.data)
-                p.data = view
-                p.grad = flat_grad[o : o + p.numel()].view_as(p)
-        return _Bucket(dtype, params, offsets, total, flat_param, flat_grad)
+        return offsets, total
 
     def _compile(self, b: _Bucket) -> Any:
         import coconet
