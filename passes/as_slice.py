@@ -4,13 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xdsl.context import Context
-from xdsl.dialects import func
-from xdsl.dialects.builtin import FunctionType, ModuleOp
-from xdsl.ir import BlockArgument, Operation
-from xdsl.passes import ModulePass
-from xdsl.rewriter import Rewriter
-
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import TensorType
 from coconet.passes.common import (
@@ -22,6 +15,13 @@ from coconet.passes.common import (
     op_name,
     runs_after,
 )
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import FunctionType, ModuleOp
+from xdsl.ir import BlockArgument, Operation
+from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import PatternRewriter
+from xdsl.rewriter import InsertPoint
 
 RULE = "as-slice"
 
@@ -130,17 +130,21 @@ class AsSlicePass(ModulePass):
         return _Plan(fn, arg, sliced, slices, update, gather)
 
     def _rewrite(self, p: _Plan) -> None:
-        arg = Rewriter.replace_value_with_new_type(p.arg, p.sliced)
+        rewriter = PatternRewriter(InsertPoint.at_start(p.fn.body.block))
+        arg = rewriter.replace_value_with_new_type(p.arg, p.sliced)
         for s in p.slices:
-            s.result.replace_all_uses_with(arg)
-            s.detach()
-            s.erase()
+            # Not `replace`: it would hand the slice's name to an unnamed argument.
+            rewriter.replace_all_uses_with(s.result, arg)
+            rewriter.erase(s)
         if p.update is not None and p.gather is not None:
-            p.update.operands[1] = p.gather.input
+            update = p.update
+            rewriter.replace_uses_with_if(
+                p.gather.result, p.gather.input, lambda use: use.operation is update
+            )
             if not p.gather.result.uses:
-                p.gather.detach()
-                p.gather.erase()
+                rewriter.erase(p.gather)
         fn = p.fn
         fn.properties["function_type"] = FunctionType.from_lists(
             [a.type for a in fn.args], fn.function_type.outputs.data
         )
+        rewriter.notify_op_modified(fn)

@@ -4,20 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from coconet.dialects import coco, comm
+from coconet.passes.common import fail, find_named_ops, functions, op_name, readable_at
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
-
-from coconet.dialects import coco, comm
-from coconet.passes.common import (
-    erase_if_dead,
-    fail,
-    find_named_ops,
-    functions,
-    op_name,
-    readable_at,
+from xdsl.pattern_rewriter import (
+    PatternRewriter,
+    PatternRewriteWalker,
+    RewritePattern,
 )
+from xdsl.transforms.dead_code_elimination import is_trivially_dead
 
 RULE = "canonicalize"
 
@@ -47,6 +45,21 @@ def _equivalent(op: Operation) -> SSAValue | None:
     return None
 
 
+class FoldLayoutRoundTrip(RewritePattern):
+    """Replace a slice or all_gather that moves no data by the value it is equivalent to, and
+    erase its producer once nothing reads it."""
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        value = _fold(op)
+        if value is None:
+            return
+        producer = op.operands[0].owner
+        # `replace` names an unnamed `value` after the folded op, keeping the program's names
+        rewriter.replace(op, [], [value])
+        if isinstance(producer, Operation) and is_trivially_dead(producer):
+            rewriter.erase(producer)
+
+
 @dataclass(frozen=True)
 class CanonicalizePass(ModulePass):
     """Fold layout round trips that move no data:
@@ -66,32 +79,16 @@ class CanonicalizePass(ModulePass):
     ops: tuple[str, ...] = ()
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        if self.ops:
-            sites = [s for _, s in find_named_ops(op, self.ops, f"{RULE}-fold", "op")]
-            for s in sites:
-                if _fold(s) is None:
-                    raise fail(f"{RULE}-fold", f"{op_name(s)} is not a foldable slice/all_gather round trip")
-            for s in sites:
-                self._replace(s)
-            return
-        changed = True
-        while changed:
-            changed = False
+        pattern = FoldLayoutRoundTrip()
+        if not self.ops:
             for fn in functions(op):
-                for o in list(fn.walk()):
-                    if o.parent is not None and _fold(o) is not None:
-                        self._replace(o)
-                        changed = True
-
-    def _replace(self, op: Operation) -> None:
-        value = _fold(op)
-        assert value is not None
-        producer = op.operands[0].owner
-        name = op.results[0].name_hint
-        op.results[0].replace_all_uses_with(value)
-        if value.name_hint is None:
-            value.name_hint = name
-        op.detach()
-        op.erase()
-        if isinstance(producer, Operation) and producer.parent is not None:
-            erase_if_dead(producer)
+                PatternRewriteWalker(pattern).rewrite_region(fn.body)
+            return
+        sites = [s for _, s in find_named_ops(op, self.ops, f"{RULE}-fold", "op")]
+        for s in sites:
+            if _fold(s) is None:
+                raise fail(
+                    f"{RULE}-fold", f"{op_name(s)} is not a foldable slice/all_gather round trip"
+                )
+        for s in sites:
+            pattern.match_and_rewrite(s, PatternRewriter(s))

@@ -14,8 +14,9 @@ from coconet.dialects.layout_rules import grid_of, value_name
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region, SSAValue
-from xdsl.rewriter import Rewriter
-from xdsl.transforms.dead_code_elimination import is_trivially_dead, result_only_effects
+from xdsl.pattern_rewriter import PatternRewriter
+from xdsl.rewriter import InsertPoint
+from xdsl.transforms.dead_code_elimination import result_only_effects
 from xdsl.utils.exceptions import PassFailedException
 
 # --------------------------------------------------------------------------------------------
@@ -126,6 +127,13 @@ def axes_prop(op: comm.GroupCollectiveOp) -> tuple[int, ...] | None:
 # --------------------------------------------------------------------------------------------
 # Use and effect analysis of top-level ops
 # --------------------------------------------------------------------------------------------
+
+
+def replace_operand(rewriter: PatternRewriter, op: Operation, index: int, value: SSAValue) -> None:
+    """Make operand `index` of `op` read `value`, through the rewriter."""
+    rewriter.replace_uses_with_if(
+        op.operands[index], value, lambda use: use.operation is op and use.index == index
+    )
 
 
 def ancestor_in(block: Block, op: Operation) -> Operation | None:
@@ -245,29 +253,26 @@ def wrap_in_region(
     """Move `hoisted` above the first member, then the members (in order) into a new region op
     built by `make(body, result_types)`, yielding the member results used outside."""
     anchor = members[0]
-    for h in hoisted:
+    rewriter = PatternRewriter(anchor)
+    for h in hoisted:  # xDSL moves an op by detaching and inserting it
         h.detach()
-        block.insert_op_before(h, anchor)
+        rewriter.insert(h, InsertPoint.before(anchor))
     member_set = set(members)
     yielded = outside_uses([r for m in members for r in m.results], member_set, block)
     body = Block()
-    region_op = make(Region(body), [v.type for v in yielded])
-    block.insert_op_before(region_op, anchor)
+    region_op = rewriter.insert(
+        make(Region(body), [v.type for v in yielded]), InsertPoint.before(anchor)
+    )
     for m in members:
         m.detach()
-        body.add_op(m)
-    body.add_op(comm.YieldOp(yielded))
+        rewriter.insert(m, InsertPoint.at_end(body))
+    rewriter.insert(comm.YieldOp(yielded), InsertPoint.at_end(body))
     for v, r in zip(yielded, region_op.results, strict=True):
         set_name(r, v.name_hint)
-        v.replace_uses_with_if(r, lambda use: ancestor_in(block, use.operation) is not region_op)
+        rewriter.replace_uses_with_if(
+            v, r, lambda use: ancestor_in(block, use.operation) is not region_op
+        )
     return region_op
-
-
-def erase_if_dead(op: Operation) -> bool:
-    if not is_trivially_dead(op):
-        return False
-    Rewriter.erase_op(op)
-    return True
 
 
 def check_groups_acyclic(

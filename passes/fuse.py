@@ -5,12 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
-from xdsl.passes import ModulePass
-from xdsl.utils.exceptions import PassFailedException
-
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import TensorType
 from coconet.passes.common import (
@@ -25,6 +19,11 @@ from coconet.passes.common import (
     plan_contiguous,
     wrap_in_region,
 )
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.utils.exceptions import PassFailedException
 
 RULE = "fuse"
 MODES = ("auto", "elementwise", "all_reduce", "send")
@@ -194,7 +193,11 @@ class FusePass(ModulePass):
         named = [s for _, s in sites]
         kind = self.mode
         if kind == "auto":
-            kind = "all_reduce" if any(isinstance(s, comm.ReduceScatterOp) for s in named) else "elementwise"
+            kind = (
+                "all_reduce"
+                if any(isinstance(s, comm.ReduceScatterOp) for s in named)
+                else "elementwise"
+            )
         plans: list[tuple[Block, set[Operation], str]] = []
         if kind == "all_reduce" and all(isinstance(s, comm.ReduceScatterOp) for s in named):
             for fn, rs in sites:
@@ -226,7 +229,10 @@ class FusePass(ModulePass):
             self._check_disjoint(plans)
             for block in {b for b, _, _ in plans}:
                 check_groups_acyclic(
-                    block, [m for b, m, _ in plans if b is block], f"{RULE}-cycle", "fusing these sets"
+                    block,
+                    [m for b, m, _ in plans if b is block],
+                    f"{RULE}-cycle",
+                    "fusing these sets",
                 )
         for block, members, kind in plans:
             self._fuse(block, members, kind)
@@ -324,7 +330,9 @@ class FusePass(ModulePass):
                     members.add(p)
                     work.append(p)
         members = _absorb_feeders(block, members | {send})
-        plan_contiguous(block, members, f"{RULE}-cycle", f"fusing the computation of {op_name(send)}")
+        plan_contiguous(
+            block, members, f"{RULE}-cycle", f"fusing the computation of {op_name(send)}"
+        )
         return members
 
     def _check_connected(self, members: set[Operation]) -> None:
@@ -395,10 +403,9 @@ class FusePass(ModulePass):
             if isinstance(u, coco.ElementwiseOp) and _meet(space, _space(u.results[0])) == space:
                 members.add(u)
                 chain.add(u.results[0])
-            elif isinstance(u, coco.ReduceOp):
-                members.add(u)
-                chain.add(u.result)
-            elif isinstance(u, comm.AllReduceOp) and u.input.type.rank == 0:
+            elif isinstance(u, coco.ReduceOp) or (
+                isinstance(u, comm.AllReduceOp) and u.input.type.rank == 0
+            ):
                 members.add(u)
                 chain.add(u.result)
         if not any(isinstance(m, comm.AllGatherOp) for m in members):
@@ -428,7 +435,9 @@ class FusePass(ModulePass):
         info = OrderInfo(block)
         while True:
             try:
-                plan_contiguous(block, members, f"{RULE}-cycle", f"fusing the chain of {op_name(rs)}", info)
+                plan_contiguous(
+                    block, members, f"{RULE}-cycle", f"fusing the chain of {op_name(rs)}", info
+                )
                 return members
             except PassFailedException:
                 bridge = self._bridges(info, members)
@@ -444,7 +453,9 @@ class FusePass(ModulePass):
         for op in info.ops[first : last + 1]:
             if op in members:
                 continue
-            if any(info.precedes(x, op) for x in (*members, *after) if info.index[x] < info.index[op]):
+            if any(
+                info.precedes(x, op) for x in (*members, *after) if info.index[x] < info.index[op]
+            ):
                 after.add(op)
         bridges: set[Operation] = set()
         for op in after:
@@ -521,4 +532,3 @@ class FusePass(ModulePass):
             block, members, f"{RULE}-cycle", "fusing " + self._describe(members)
         )
         return wrap_in_region(block, hoisted, order, _make_fused(kind))
-

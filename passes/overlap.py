@@ -6,13 +6,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from xdsl.context import Context
-from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Attribute, Block, Operation, Region
-from xdsl.passes import ModulePass
-from xdsl.utils.exceptions import PassFailedException
-
 from coconet.dialects import coco, comm
 from coconet.passes.common import (
     ancestor_in,
@@ -25,6 +18,12 @@ from coconet.passes.common import (
     plan_contiguous,
     wrap_in_region,
 )
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Attribute, Block, Operation, Region
+from xdsl.passes import ModulePass
+from xdsl.utils.exceptions import PassFailedException
 
 RULE = "overlap"
 
@@ -73,7 +72,10 @@ class OverlapPass(ModulePass):
         if self.chunks < 1:
             raise fail(f"{RULE}-chunks", f"chunk count must be positive, got {self.chunks}")
         if self.ops:
-            sites = [self._site(fn, s) for fn, s in find_named_ops(op, self.ops, f"{RULE}-producer", "op")]
+            sites = [
+                self._site(fn, s)
+                for fn, s in find_named_ops(op, self.ops, f"{RULE}-producer", "op")
+            ]
             for s in sites:
                 self._check(s)
             if len({(s.producer, s.consumer) for s in sites}) != len(sites):
@@ -88,7 +90,9 @@ class OverlapPass(ModulePass):
             for fn in {s.fn for s in sites}:
                 groups = [{s.producer, s.consumer} for s in sites if s.fn is fn]
                 if len(groups) > 1:
-                    check_groups_acyclic(body_block(fn), groups, f"{RULE}-cycle", "overlapping these pairs")
+                    check_groups_acyclic(
+                        body_block(fn), groups, f"{RULE}-cycle", "overlapping these pairs"
+                    )
             for s in sites:
                 self._rewrite(s)
             return
@@ -162,7 +166,10 @@ class OverlapPass(ModulePass):
                 f"(shape {list(shape)})",
             )
         plan_contiguous(
-            block, {mm, consumer}, f"{RULE}-cycle", f"overlapping {op_name(mm)} with {op_name(consumer)}"
+            block,
+            {mm, consumer},
+            f"{RULE}-cycle",
+            f"overlapping {op_name(mm)} with {op_name(consumer)}",
         )
 
     def _rewrite(self, site: _Site) -> None:

@@ -19,14 +19,16 @@ from coconet.passes.common import (
     name_of,
     op_name,
     readable_at,
+    replace_operand,
     set_name,
 )
 from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Block, Operation, SSAValue
+from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
-from xdsl.rewriter import Rewriter
+from xdsl.pattern_rewriter import PatternRewriter
+from xdsl.rewriter import InsertPoint
 from xdsl.utils.exceptions import PassFailedException, VerifyException
 
 RULE = "reorder"
@@ -455,6 +457,7 @@ class ReorderPass(ModulePass):
         x = ag.input
         order = {op: i for i, op in enumerate(block.ops)}
         touched = set(plan.moved) | set(plan.reductions)
+        rewriter = PatternRewriter(ag)
 
         # 1. the slices (one per value and type, before its first reader; a slice of an
         #    all_gather's result folds to the gather's input)
@@ -478,25 +481,27 @@ class ReorderPass(ModulePass):
                 else:
                     s = coco.SliceOp(v, t)
                     set_name(s.result, derived_name(v, "s"))
-                    block.insert_op_before(s, u)
+                    rewriter.insert(s, InsertPoint.before(u))
                     slices[key] = s.result
-            u.operands[i] = slices[key]
+            replace_operand(rewriter, u, i, slices[key])
 
         # 2. moved ops read the slices; results take their sliced types; outside readers get
         #    a new all_gather
         for u in sorted(plan.moved, key=order.__getitem__):
-            for i, v in enumerate(u.operands):
-                if v is ag.result:
-                    u.operands[i] = x
+            rewriter.replace_uses_with_if(ag.result, x, lambda use, u=u: use.operation is u)
             old = u.results[0]
             old_type = old.type
             new_type = plan.moved[u]
             if new_type == old_type:
                 continue
             name = old.name_hint
-            new = Rewriter.replace_value_with_new_type(old, new_type)
+            new = rewriter.replace_value_with_new_type(old, new_type)
             new.name_hint = f"{name}_s" if name else None
-            outside = [use for use in new.uses if ancestor_in(block, use.operation) not in touched]
+            outside = {
+                (use.operation, use.index)
+                for use in new.uses
+                if ancestor_in(block, use.operation) not in touched
+            }
             if not outside:
                 continue
             axes = _gather_axes(new_type, old_type, plan.span)
@@ -504,22 +509,25 @@ class ReorderPass(ModulePass):
             ag_axes = None if (axes == list(range(rank)) and ag.axes is None) else axes
             gather = comm.AllGatherOp(new, ag_axes, grid_rank=rank)
             set_name(gather.result, name)
-            block.insert_op_after(gather, u)
-            for use in outside:
-                use.operation.operands[use.index] = gather.result
+            rewriter.insert(gather, InsertPoint.after(u))
+            rewriter.replace_uses_with_if(
+                new,
+                gather.result,
+                lambda use, outside=outside: (use.operation, use.index) in outside,
+            )
 
         # 3. reductions become partial reductions + all_reduce
         for r in plan.reductions:
-            self._rewrite_reduction(block, r, x if r.input is ag.result else r.input, rank, plan)
+            x_r = x if r.input is ag.result else r.input
+            self._rewrite_reduction(rewriter, r, x_r, rank, plan)
 
         # 4. gathers nothing reads any more
         for g in (ag, *folded):
             if g.parent is not None and not g.result.uses:
-                g.detach()
-                g.erase()
+                rewriter.erase(g)
 
     def _rewrite_reduction(
-        self, block: Block, r: coco.ReduceOp, x: SSAValue, rank: int, plan: _Plan
+        self, rewriter: PatternRewriter, r: coco.ReduceOp, x: SSAValue, rank: int, plan: _Plan
     ) -> None:
         kind = r.kind.data
         new_ops: list[Operation] = []
@@ -550,9 +558,5 @@ class ReorderPass(ModulePass):
             root = coco.SqrtOp(ar.result)
             new_ops.append(root)
             final = root.result
-        block.insert_ops_before(new_ops, r)
-        name = r.result.name_hint
-        r.result.replace_all_uses_with(final)
-        set_name(final, name)
-        r.detach()
-        r.erase()
+        # the final value takes the reduction's name: readers and output names stay
+        rewriter.replace(r, new_ops, [final])

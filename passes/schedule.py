@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from coconet.passes.common import fail
 from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import PatternRewriter
 from xdsl.utils.arg_spec import ArgSpec
-
-from coconet.passes.common import fail
 
 RULE = "schedule"
 
@@ -84,12 +84,9 @@ class SchedulePass(ModulePass):
                 scheduled.append(apply_schedule(Program(op, fn.sym_name.data), self.schedule).func)
         except CocoError as e:
             raise self._refusal(e) from None
-        block = op.body.block
         for fn, new in zip(fns, scheduled, strict=True):
-            new.detach()
-            block.insert_op_before(new, fn)
-            fn.detach()
-            fn.erase()
+            new.detach()  # from the scheduled copy of the module
+            PatternRewriter(fn).replace(fn, new)
 
     def _refusal(self, e: Exception) -> Exception:
         """The failing pass's `[rule] message`, saying which step of which schedule it was."""

@@ -6,14 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from coconet.dialects import comm
+from coconet.dialects.layout_rules import grid_of
 from coconet.passes.common import (
     axes_prop,
-    body_block,
     derived_name,
     fail,
     find_named_ops,
-    functions,
-    grid_rank,
     name_of,
     op_name,
     readable_at,
@@ -23,9 +21,75 @@ from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
-from xdsl.utils.exceptions import PassFailedException
+from xdsl.pattern_rewriter import (
+    PatternRewriter,
+    PatternRewriteWalker,
+    RewritePattern,
+    op_type_rewrite_pattern,
+)
+from xdsl.utils.exceptions import PassFailedException, VerifyException
 
 RULE = "sliced-send"
+
+
+def check_sliced_send(send: comm.SendOp) -> None:
+    """Refuse (PassFailedException, naming the rule) what this pass cannot do with `send`."""
+    ag = send.input.owner
+    if not isinstance(ag, comm.AllGatherOp) or ag.parent_block() is not send.parent_block():
+        raise fail(
+            f"{RULE}-gather",
+            f"the input of {op_name(send)} is not the result of a comm.all_gather: there is "
+            "no gather to move to the receiving stage",
+        )
+    if not readable_at(ag.input, send):
+        raise fail(
+            f"{RULE}-update",
+            f"{op_name(send)} runs after the update of {name_of(ag.input)}: sending the "
+            "slice itself would read the overwritten buffer",
+        )
+    along = send.along.value.data
+    if along in ag.span():
+        raise fail(
+            f"{RULE}-axes",
+            f"{op_name(ag)} spans grid axis {along}, the axis {op_name(send)} sends along: "
+            "the receivers could not gather the slices",
+        )
+    rank = grid_of(send).rank
+    try:
+        sent = comm.collective_result_type(comm.SendOp, ag.input.type, (along,), rank)
+        gathered = comm.collective_result_type(comm.AllGatherOp, sent, ag.span(), rank)
+    except VerifyException as e:
+        raise fail(f"{RULE}-axes", f"sending the slice of {op_name(ag)}: {e}") from None
+    if gathered != send.result.type:
+        raise fail(
+            f"{RULE}-axes",
+            f"sending the slice and gathering gives {gathered}, not {send.result.type}",
+        )
+
+
+class SliceSend(RewritePattern):
+    """`%y = comm.send (comm.all_gather %x)` -> `%y_s = comm.send %x` and
+    `%y = comm.all_gather %y_s`, for a send of a function body the rules allow (the others are
+    left alone); the old gather goes once nothing else reads it."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: comm.SendOp, rewriter: PatternRewriter) -> None:
+        if not isinstance(op.parent_op(), func.FuncOp):
+            return
+        try:
+            check_sliced_send(op)
+        except PassFailedException:
+            return
+        ag = op.input.owner
+        assert isinstance(ag, comm.AllGatherOp)
+        rank = grid_of(op).rank
+        new_send = comm.SendOp(ag.input, op.along.value.data, op.shift.value.data, grid_rank=rank)
+        set_name(new_send.result, derived_name(op.result, "s"))
+        new_ag = comm.AllGatherOp(new_send.result, axes_prop(ag), grid_rank=rank)
+        # the new gather takes the send's name: readers and output names stay
+        rewriter.replace(op, [new_send, new_ag], [new_ag.result])
+        if not ag.result.uses:
+            rewriter.erase(ag)
 
 
 @dataclass(frozen=True)
@@ -52,70 +116,13 @@ class SlicedSendPass(ModulePass):
     ops: tuple[str, ...] = ()
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        if self.ops:
-            sites = find_named_ops(op, self.ops, f"{RULE}-op", "send")
-            for fn, s in sites:
-                if not isinstance(s, comm.SendOp):
-                    raise fail(f"{RULE}-op", f"{op_name(s)} is not a comm.send")
-                self._check(fn, s)
-            for fn, s in sites:
-                assert isinstance(s, comm.SendOp)
-                self._rewrite(fn, s)
+        if not self.ops:
+            PatternRewriteWalker(SliceSend(), apply_recursively=False).rewrite_module(op)
             return
-        for fn in functions(op):
-            for s in [o for o in body_block(fn).ops if isinstance(o, comm.SendOp)]:
-                try:
-                    self._check(fn, s)
-                except PassFailedException:
-                    continue
-                self._rewrite(fn, s)
-
-    def _check(self, fn: func.FuncOp, send: comm.SendOp) -> None:
-        ag = send.input.owner
-        if not isinstance(ag, comm.AllGatherOp) or ag.parent_block() is not send.parent_block():
-            raise fail(
-                f"{RULE}-gather",
-                f"the input of {op_name(send)} is not the result of a comm.all_gather: there is "
-                "no gather to move to the receiving stage",
-            )
-        if not readable_at(ag.input, send):
-            raise fail(
-                f"{RULE}-update",
-                f"{op_name(send)} runs after the update of {name_of(ag.input)}: sending the "
-                "slice itself would read the overwritten buffer",
-            )
-        along = send.along.value.data
-        if along in ag.span():
-            raise fail(
-                f"{RULE}-axes",
-                f"{op_name(ag)} spans grid axis {along}, the axis {op_name(send)} sends along: "
-                "the receivers could not gather the slices",
-            )
-        rank = grid_rank(fn)
-        sent = comm.collective_result_type(comm.SendOp, ag.input.type, (along,), rank)
-        gathered = comm.collective_result_type(comm.AllGatherOp, sent, ag.span(), rank)
-        if gathered != send.result.type:
-            raise fail(
-                f"{RULE}-axes",
-                f"sending the slice and gathering gives {gathered}, not {send.result.type}",
-            )
-
-    def _rewrite(self, fn: func.FuncOp, send: comm.SendOp) -> None:
-        ag = send.input.owner
-        assert isinstance(ag, comm.AllGatherOp)
-        rank = grid_rank(fn)
-        block = body_block(fn)
-        new_send = comm.SendOp(
-            ag.input, send.along.value.data, send.shift.value.data, grid_rank=rank
-        )
-        set_name(new_send.result, derived_name(send.result, "s"))
-        new_ag = comm.AllGatherOp(new_send.result, axes_prop(ag), grid_rank=rank)
-        block.insert_ops_before([new_send, new_ag], send)
-        name = send.result.name_hint
-        send.result.replace_all_uses_with(new_ag.result)
-        set_name(new_ag.result, name)
-        send.detach()
-        send.erase()
-        if not ag.result.uses:
-            ag.detach()
-            ag.erase()
+        sites = [s for _, s in find_named_ops(op, self.ops, f"{RULE}-op", "send")]
+        for s in sites:  # check every request before changing anything
+            if not isinstance(s, comm.SendOp):
+                raise fail(f"{RULE}-op", f"{op_name(s)} is not a comm.send")
+            check_sliced_send(s)
+        for s in sites:
+            SliceSend().match_and_rewrite(s, PatternRewriter(s))

@@ -8,12 +8,9 @@ from coconet.dialects import comm
 from coconet.dialects.layout_rules import check_type_fits_grid, grid_of
 from coconet.passes.common import (
     axes_prop,
-    body_block,
     derived_name,
     fail,
     find_named_ops,
-    functions,
-    grid_rank,
     op_name,
     set_name,
 )
@@ -21,15 +18,70 @@ from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
-from xdsl.utils.exceptions import VerifyException
+from xdsl.pattern_rewriter import (
+    PatternRewriter,
+    PatternRewriteWalker,
+    RewritePattern,
+    op_type_rewrite_pattern,
+)
+from xdsl.utils.exceptions import PassFailedException, VerifyException
 
 RULE = "split-allreduce"
+
+
+def split_refusal(ar: comm.AllReduceOp, dim: int) -> PassFailedException | None:
+    """Why `ar` cannot be split along tensor dim `dim` (None: it can)."""
+    t = ar.input.type
+    if t.rank == 0 or not 0 <= dim < t.rank:
+        return fail(
+            f"{RULE}-scalar",
+            f"{op_name(ar)} reduces a value of type {t}, which has no dim {dim} to "
+            "slice for a reduce_scatter",
+        )
+    grid = grid_of(ar)
+    span = ar.span()
+    inner = [a for a in t.slicing_axes(dim) if a > min(span)]
+    if inner:
+        return fail(
+            f"{RULE}-dim",
+            f"{op_name(ar)}: dim {dim} of {t} is already sliced by grid axis "
+            f"{inner[0]}, inner to the all_reduce's axes {list(span)}: a reduce_scatter "
+            "cannot slice it further (each rank's part would lie on another rank); pick "
+            "another dim",
+        )
+    rs_type = comm.collective_result_type(comm.ReduceScatterOp, t, span, grid.rank, dim=dim)
+    try:
+        check_type_fits_grid(rs_type, grid, f"the reduce_scatter of {op_name(ar)}")
+    except VerifyException as e:
+        return fail(f"{RULE}-uneven", str(e).split("] ", 1)[-1])
+    return None
+
+
+@dataclass
+class SplitAllReduce(RewritePattern):
+    """`%y = comm.all_reduce K %x` -> `%y_rs = comm.reduce_scatter K %x dim D` and
+    `%y = comm.all_gather %y_rs`, for an all_reduce of a function body the rules allow (the
+    others are left alone)."""
+
+    dim: int
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: comm.AllReduceOp, rewriter: PatternRewriter) -> None:
+        if not isinstance(op.parent_op(), func.FuncOp) or split_refusal(op, self.dim) is not None:
+            return
+        rank = grid_of(op).rank
+        axes = axes_prop(op)
+        rs = comm.ReduceScatterOp(op.input, op.kind.data, self.dim, axes, grid_rank=rank)
+        ag = comm.AllGatherOp(rs.result, axes, grid_rank=rank)
+        set_name(rs.result, derived_name(op.result, "rs"))
+        # the gather takes the all_reduce's name: readers and output names stay
+        rewriter.replace(op, [rs, ag], [ag.result])
 
 
 @dataclass(frozen=True)
 class SplitAllReducePass(ModulePass):
     """Split `%y = comm.all_reduce K %x over A` into
-    `%y_rs = comm.reduce_scatter K %x over A` (sliced on tensor dim `dim`) and
+    `%y_rs = comm.reduce_scatter K %x dim D over A` (sliced on tensor dim D, option `dim`) and
     `%y = comm.all_gather %y_rs over A`; every use of the all_reduce reads the all_gather.
     Ring all_reduce moves exactly these bytes, and the split exposes the sliced middle that
     `coco-reorder` moves computation into. The sim reduces both in f64 in rank order, so the
@@ -55,65 +107,20 @@ class SplitAllReducePass(ModulePass):
     dim: int = 0
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        if self.ops:
-            sites = find_named_ops(op, self.ops, f"{RULE}-op", "all_reduce")
-            for _, site in sites:
-                if not isinstance(site, comm.AllReduceOp):
-                    raise fail(
-                        f"{RULE}-op",
-                        f"{op_name(site)} is not a comm.all_reduce: only all_reduces split",
-                    )
-            plans = [(fn, site, self._check(site)) for fn, site in sites]
-            if any(p[2] is not None for p in plans):
-                raise next(p[2] for p in plans if p[2] is not None)
-        else:
-            plans = [
-                (fn, site, None)
-                for fn in functions(op)
-                for site in body_block(fn).ops
-                if isinstance(site, comm.AllReduceOp) and self._check(site) is None
-            ]
-        for fn, site, _ in plans:
-            self._rewrite(fn, site)
-
-    def _check(self, ar: comm.AllReduceOp) -> Exception | None:
-        t = ar.input.type
-        if t.rank == 0 or not 0 <= self.dim < t.rank:
-            return fail(
-                f"{RULE}-scalar",
-                f"{op_name(ar)} reduces a value of type {t}, which has no dim {self.dim} to "
-                "slice for a reduce_scatter",
-            )
-        grid = grid_of(ar)
-        span = ar.span()
-        inner = [a for a in t.slicing_axes(self.dim) if a > min(span)]
-        if inner:
-            return fail(
-                f"{RULE}-dim",
-                f"{op_name(ar)}: dim {self.dim} of {t} is already sliced by grid axis "
-                f"{inner[0]}, inner to the all_reduce's axes {list(span)}: a reduce_scatter "
-                "cannot slice it further (each rank's part would lie on another rank); pick "
-                "another dim",
-            )
-        rs_type = comm.collective_result_type(
-            comm.ReduceScatterOp, t, span, grid.rank, dim=self.dim
-        )
-        try:
-            check_type_fits_grid(rs_type, grid, f"the reduce_scatter of {op_name(ar)}")
-        except VerifyException as e:
-            return fail(f"{RULE}-uneven", str(e).split("] ", 1)[-1])
-        return None
-
-    def _rewrite(self, fn: func.FuncOp, ar: comm.AllReduceOp) -> None:
-        rank = grid_rank(fn)
-        axes = axes_prop(ar)
-        rs = comm.ReduceScatterOp(ar.input, ar.kind.data, self.dim, axes, grid_rank=rank)
-        ag = comm.AllGatherOp(rs.result, axes, grid_rank=rank)
-        block = body_block(fn)
-        block.insert_ops_before([rs, ag], ar)
-        set_name(rs.result, derived_name(ar.result, "rs"))
-        name = ar.result.name_hint
-        ar.result.replace_all_uses_with(ag.result)
-        set_name(ag.result, name)
-        ar.detach()
-        ar.erase()
+        pattern = SplitAllReduce(self.dim)
+        if not self.ops:
+            PatternRewriteWalker(pattern, apply_recursively=False).rewrite_module(op)
+            return
+        sites = [site for _, site in find_named_ops(op, self.ops, f"{RULE}-op", "all_reduce")]
+        for site in sites:
+            if not isinstance(site, comm.AllReduceOp):
+                raise fail(
+                    f"{RULE}-op",
+                    f"{op_name(site)} is not a comm.all_reduce: only all_reduces split",
+                )
+        # check every request before changing anything
+        for site in sites:
+            if (refusal := split_refusal(site, self.dim)) is not None:
+                raise refusal
+        for site in sites:
+            pattern.match_and_rewrite(site, PatternRewriter(site))
