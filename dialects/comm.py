@@ -12,7 +12,8 @@ validation allows for with a per-dtype tolerance.
 Layout rules (per spanned axis; other axes keep their layout):
 
 * all-reduce-input      local | replicated -> replicated (a sliced input is refused)
-* reduce-scatter-input  local | replicated -> sliced<dim>
+* reduce-scatter-input  local | replicated -> sliced<dim>; reduce-scatter-dim: `dim` is a dim
+                        of the tensor
 * all-gather-input      sliced<d> -> replicated
 * broadcast-input       local | replicated -> replicated (root's value)
 * reduce-input          local | replicated -> local (root holds the result, the other ranks

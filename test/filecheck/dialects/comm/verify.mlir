@@ -35,6 +35,27 @@ func.func @reduce_scatter_of_slice(%a: !coco.tensor<8xf32, sliced<0>>) {
 
 // -----
 
+// reduce-scatter-dim: the dim a reduce_scatter slices is a property of the op
+func.func @reduce_scatter_dim(%a: !coco.tensor<8x4xf32, local>) {
+  %0 = comm.reduce_scatter sum %a dim 2 : !coco.tensor<8x4xf32, local> -> !coco.tensor<8x4xf32, sliced<1>>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [reduce-scatter-dim] reduce_scatter of %a : !coco.tensor<8x4xf32, local> along dim 2, which a rank-2 tensor does not have
+
+// -----
+
+func.func @reduce_scatter_dim_mismatch(%a: !coco.tensor<8x4xf32, local>) {
+  %0 = comm.reduce_scatter sum %a dim 1 : !coco.tensor<8x4xf32, local> -> !coco.tensor<8x4xf32, sliced<0>>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [result-type] comm.reduce_scatter produces !coco.tensor<8x4xf32, sliced<1>> from its operands by the layout rules, but its result is declared as !coco.tensor<8x4xf32, sliced<0>>
+
+// -----
+
 // all-gather-input
 func.func @all_gather_of_local(%a: !coco.tensor<8xf32, local>) {
   %0 = comm.all_gather %a : !coco.tensor<8xf32, local> -> !coco.tensor<8xf32>
