@@ -54,6 +54,16 @@
 //   through flags in symmetric buffers: coco_store_release_u32 / coco_wait_flag_geq, and the
 //   protocol of fused collectives built on them (coco_peers_*). The host spin-wait yields the
 //   core (ranks may outnumber cores).
+// * VECTORS (fused collective kernels): a BLOCK_STRIDE_LOOP may run over whole vectors of
+//   `lanes` = COCO_VEC_BYTES / (element size) consecutive elements, each iteration one vector:
+//     COCO_VEC_IN(T, x, lanes, src);    x[k] is src[k]
+//     COCO_VEC_OUT(T, y, lanes, dst);   y[k] = ... lands in dst[k] at coco_vec_store(y, dst)
+//     COCO_FOR_LANES(k, lanes) { ... }  the lanes, independent elements
+//   On a GPU a vector is 16 bytes: registers filled and drained with 128-bit loads and stores
+//   (coalesced across the threads of a warp), so `src`/`dst` must be coco_vec_aligned and
+//   lanes * sizeof(T) a multiple of 16. On the host a vector is a 1 KiB tile of views of the
+//   memory itself, which the compiler vectorizes. Lanes loops read inputs before they store
+//   outputs at the same element (in-place updates), like the lanes of a GPU register vector.
 // * Helper functions are declared COCO_DEVICE and take any indices they need as parameters.
 // * fp16/bf16 (coco_f16, coco_bf16) are 2-byte storage types: compute in float through
 //   coco_to_f32 / coco_from_f32<T> (round to nearest even). fp32 accumulation throughout.
@@ -245,6 +255,21 @@ COCO_HD void coco_cpu_relax() {
   __asm__ __volatile__("yield");
 #endif
 }
+
+// ---- vectors (see "VECTORS" above) ----
+// A host "vector" is a tile of COCO_VEC_BYTES that the C++ compiler vectorizes with the CPU's
+// own SIMD width: the lanes loop of one vector is a plain counted loop over in-place views.
+// Small tiles would leave the compiler a loop of a few iterations per vector (a measured 5x
+// slower than a 1 KiB tile); larger ones gain nothing and keep less of a block in L1.
+#ifndef COCO_VEC_BYTES
+#define COCO_VEC_BYTES 1024
+#endif
+#define COCO_VEC_IN(T, name, lanes, src) const T* const name = (src)
+#define COCO_VEC_OUT(T, name, lanes, dst) T* const name = (dst)
+// The lanes were stored in place by the lanes loop.
+#define coco_vec_store(name, dst) ((void)(name))
+// Lanes are distinct elements (distinct GPU threads' work): no dependence between them.
+#define COCO_FOR_LANES(k, lanes) _Pragma("GCC ivdep") for (coco_i32 k = 0; k < (lanes); ++k)
 #endif  // COCO_TARGET_HOST
 
 #ifdef COCO_TARGET_CUDA
@@ -303,6 +328,31 @@ COCO_HD void coco_store_release_u32(volatile coco_u32* flag, coco_u32 value) {
 }
 COCO_HD void coco_threadfence_system() { __threadfence_system(); }
 COCO_HD void coco_cpu_relax() { __nanosleep(32); }
+
+// ---- vectors (see "VECTORS" above) ----
+// A GPU thread moves 16 bytes per access (one 128-bit load or store per 16 bytes of a vector);
+// the lanes live in registers (the lanes loop is unrolled).
+#define COCO_VEC_BYTES 16
+template <class T, int L>
+COCO_HD void coco_vload(T (&dst)[L], const T* src) {
+  static_assert(sizeof(T) * L % 16 == 0, "a vector is a whole number of 16-byte accesses");
+#pragma unroll
+  for (int c = 0; c < (int)(sizeof(T) * L / 16); ++c)
+    reinterpret_cast<uint4*>(dst)[c] = reinterpret_cast<const uint4*>(src)[c];
+}
+template <class T, int L>
+COCO_HD void coco_vstore(T* dst, const T (&src)[L]) {
+  static_assert(sizeof(T) * L % 16 == 0, "a vector is a whole number of 16-byte accesses");
+#pragma unroll
+  for (int c = 0; c < (int)(sizeof(T) * L / 16); ++c)
+    reinterpret_cast<uint4*>(dst)[c] = reinterpret_cast<const uint4*>(src)[c];
+}
+#define COCO_VEC_IN(T, name, lanes, src) \
+  alignas(16) T name[lanes];             \
+  coco_vload(name, (src))
+#define COCO_VEC_OUT(T, name, lanes, dst) alignas(16) T name[lanes]
+#define coco_vec_store(name, dst) coco_vstore((dst), name)
+#define COCO_FOR_LANES(k, lanes) _Pragma("unroll") for (coco_i32 k = 0; k < (lanes); ++k)
 #endif  // COCO_TARGET_CUDA
 
 // ---------------------------------------------------------------------------------------------
@@ -347,14 +397,18 @@ COCO_HD void coco_peers_signal_wait(const coco_u64* flags, coco_u64 offset, coco
 }
 
 // Entry: the block announces it started (so every earlier write of its rank is complete) and
-// waits for its peers' same block before reading their inputs.
+// waits for its peers' same block before reading their inputs. A peer's block b entering the
+// NEXT launch has therefore finished this one: only then may it overwrite what this launch's
+// block b reads of it (its piece of a gathered value).
 COCO_HD void coco_peers_entry(const coco_u64* flags, coco_i32 me, coco_i32 nranks,
                               coco_u32 epoch, coco_u32 grid, coco_u32 block) {
   coco_peers_signal_wait(flags, block, grid, me, nranks, epoch);
 }
 
-// Done: after its pushes, the block announces them and waits for its peers' pushes into its
-// own buffers; that also keeps every rank's inputs intact until all peers have read them.
+// Done: after storing its piece of every gathered value in its own symmetric buffer, the block
+// announces it and waits for its peers' same block: their pieces are then complete (the block
+// pulls them from their buffers next), and they have read all they read of this rank's
+// inputs, which stay intact until then. Every rank writes only its own memory.
 COCO_HD void coco_peers_done(const coco_u64* flags, coco_i32 me, coco_i32 nranks,
                              coco_u32 epoch, coco_u32 grid, coco_u32 block) {
   coco_peers_signal_wait(flags, (coco_u64)nranks * grid + block, grid, me, nranks, epoch);
@@ -376,6 +430,10 @@ COCO_HD bool coco_block_is_last(coco_u32* counter, coco_u32 grid) {
   coco_threadfence_system();
   return coco_atomic_add_u32(counter, 1u) == grid - 1;
 }
+
+// A vector access at p is allowed when p is 16-byte aligned (both targets decide alike, so the
+// host runs the paths a GPU takes).
+COCO_HD bool coco_vec_aligned(const void* p) { return ((coco_u64)p & 15u) == 0; }
 
 // Block-contiguous partition of [0, n) into `parts` pieces whose starts are multiples of
 // `align` elements (vector width / cache line), so blocks never share a line.

@@ -49,7 +49,9 @@ from coconet.lowering.kernel_ir import (
     If,
     Index,
     Kernel,
+    LaneLoop,
     Lit,
+    LocalArray,
     Param,
     ParamKind,
     PeerSync,
@@ -63,13 +65,18 @@ from coconet.lowering.kernel_ir import (
     Unary,
     Unused,
     Var,
+    VecIn,
+    VecOut,
+    VecStore,
     While,
     all_of,
     binary,
+    fresh_copy,
     peer,
     product_of,
     rewrite,
     sum_of,
+    uses,
 )
 from coconet.runtime.values import NUMPY_DTYPES
 from xdsl.ir import Operation, SSAValue
@@ -93,6 +100,10 @@ C_COMPUTE = {
     "i64": I64,
     "i1": BOOL,
 }
+
+
+# Bytes of one stored element (vector widths are counted in the narrowest element).
+STORAGE_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8, "i32": 4, "i64": 8, "i1": 1}
 
 
 def _is_float(elt: str) -> bool:
@@ -307,16 +318,20 @@ class ElementwiseKernel:
         self.stores = list(stores)
         # Fused collectives (fused_collective.py): values reduced from every peer's symmetric
         # buffer at the iteration element (result -> (input, reduction kind)), and values
-        # pushed into every peer's gathered buffer (value, gathered result).
+        # all-gathered (value, gathered result): this rank stores its piece in its own
+        # symmetric gathered buffer and pulls the peers' pieces from theirs.
         self.peer_reductions: dict[SSAValue, tuple[SSAValue, str]] = {}
-        self.pushes: list[tuple[SSAValue, SSAValue]] = []
+        self.all_gathers: list[tuple[SSAValue, SSAValue]] = []
+        # Gathered results assembled directly in the argument they update (gathered result ->
+        # the update's target), instead of in the gathered buffer and copied after.
+        self.gather_targets: dict[SSAValue, SSAValue] = {}
         # Full reductions finished inside the kernel and all-reduced across the group
         # (LAMB's norms): (reduced value, kind, the all_reduce's result).
         self.reductions: list[tuple[SSAValue, str, SSAValue]] = []
 
     @property
     def is_collective(self) -> bool:
-        return bool(self.peer_reductions or self.pushes)
+        return bool(self.peer_reductions or self.all_gathers)
 
     # An operand coincides with the iteration when it has the same shape and every dim is cut
     # by the same grid axes: then rank r's piece of both covers the same global elements.
@@ -366,10 +381,57 @@ class ElementwiseKernel:
         return _ElementwiseBuilder(self).build()
 
 
+@dataclass
+class _Gather:
+    """An all_gather inside a fused collective kernel: `value` (this rank's piece) is stored
+    in this rank's symmetric gathered buffer (`operand` maps the element there), and every
+    peer's piece is pulled from its buffer into `dest` (the updated argument) or, without
+    one, into this rank's gathered buffer. `bases[q]`: where member q's piece starts."""
+
+    value: SSAValue
+    operand: Operand
+    bases: Param
+    dest: Param | None = None
+
+
+@dataclass
+class _VecAccess:
+    """A load or store of the element body at the element's own contiguous position
+    (`pointer[index]`), done as a vector access by the vector loop; `name` names the
+    vector."""
+
+    pointer: Expr
+    index: Expr
+    elt: str
+    name: str
+    target: Var | None = None  # a load: the variable it declares
+    value: Expr | None = None  # a store: the value it writes
+
+
+@dataclass
+class _PeerReduction:
+    """A reduce_scatter element read from every peer (the statements of the element body
+    that declare its accumulator and combine the peers, and what the vector loop needs)."""
+
+    acc: Var
+    kind: ReduceKind
+    operand: Operand
+    elt: str
+    combine: Stmt
+
+
 class _ElementwiseBuilder:
     """The state of building one elementwise kernel: parameters, then the per-element body
     (loads and ops in program order, values that do not depend on the element hoisted out of
-    the loop), then the kernel around it."""
+    the loop), then the kernel around it.
+
+    Fused collective kernels also get a VECTOR loop (coco_device.h): over whole vectors of the
+    block's chunk, peers' buffers (and the kernel's other contiguous accesses) are read and
+    written as vectors -- 16-byte accesses on a GPU, a tile the compiler vectorizes on the
+    host -- and the element body runs once per lane; the element loop does the rest (the
+    chunk's tail, or all of it where an address is not 16-byte aligned). The vector loop is
+    the element body rewritten: `vec_loads`, `vec_stores` and `peer_reads` say which of its
+    statements become vector accesses."""
 
     def __init__(self, k: ElementwiseKernel):
         self.k = k
@@ -377,7 +439,7 @@ class _ElementwiseBuilder:
         self.params: list[Param] = []
         self.operands: dict[SSAValue, Operand] = {}
         self.peer_operands: dict[SSAValue, Operand] = {}
-        self.push_operands: list[tuple[SSAValue, Operand]] = []
+        self.gathers: list[_Gather] = []
         self.out_params: list[Param] = []
         self.red_params: list[Param] = []
         self.dims: list[Param] = []
@@ -400,6 +462,12 @@ class _ElementwiseBuilder:
         self.hoisted: list[Stmt] = []
         self.invariant: set[Var] = set()
         self.body: list[Stmt] = []
+        self.index_stmts: list[Stmt] = []
+        # Statements of `body` (by identity) that the vector loop does as vector accesses.
+        self.vec_loads: dict[int, _VecAccess] = {}
+        self.vec_stores: dict[int, _VecAccess] = {}
+        self.peer_reads: dict[int, _PeerReduction] = {}
+        self.lanes = Var(I32, None, "lanes_")
 
     def param(self, ctype: CType, hint: str | None, fallback: str, kind: ParamKind, **kw) -> Param:
         p = Param(ctype, hint, fallback, kind=kind, **kw)
@@ -429,10 +497,26 @@ class _ElementwiseBuilder:
         for n, (res, (src, _kind)) in enumerate(k.peer_reductions.items()):
             p = self.param(table, _hint(src, "_peers"), f"rs{n}", ParamKind.PEERS_IN, value=src)
             self.peer_operands[res] = k.operand_of(src, p, src.name_hint)
-        for n, (v, gathered) in enumerate(k.pushes):
+        for n, (v, gathered) in enumerate(k.all_gathers):
             hint = _hint(gathered, "_peers")
             p = self.param(table, hint, f"ag{n}", ParamKind.PEERS_OUT, value=gathered)
-            self.push_operands.append((v, k.operand_of(gathered, p, gathered.name_hint)))
+            operand = k.operand_of(gathered, p, gathered.name_hint)
+            bases = self.param(
+                I64.ptr(const=True, restrict=True),
+                _hint(gathered, "_bases"),
+                f"ag{n}_bases",
+                ParamKind.PEER_BASES,
+                value=gathered,
+            )
+            dest = None
+            target = k.gather_targets.get(gathered)
+            if target is not None:
+                # Not restrict: the kernel may read the argument too (its own piece).
+                ctype = C_STORAGE[target.type.elt].ptr()
+                dest = self.param(
+                    ctype, _hint(target, "_out"), f"ag{n}_out", ParamKind.GATHER_OUT, value=target
+                )
+            self.gathers.append(_Gather(v, operand, bases, dest))
         for n, (_v, _kind, out) in enumerate(k.reductions):
             ctype = C_STORAGE[out.type.elt].ptr(restrict=True)
             self.red_params.append(
@@ -451,7 +535,7 @@ class _ElementwiseBuilder:
         self.end = self.param(I64, None, "end", ParamKind.END)
 
         mapped = [*self.operands.values(), *self.peer_operands.values()]
-        mapped += [o for _, o in self.push_operands]
+        mapped += [g.operand for g in self.gathers]
         self.need_coords = (
             any(not o.identity and not o.scalar and not o.linear for o in mapped)
             or self.need_global
@@ -486,16 +570,18 @@ class _ElementwiseBuilder:
         it = self.k.iteration
         if self.need_coords:
             rem = Var(I64, None, "rem_")
-            self.body.append(Decl(rem, self.i, const=False))
+            index: list[Stmt] = [Decl(rem, self.i, const=False)]
             self.coords = [Var(I64, None, f"c{d}") for d in range(it.rank)]
             for d in reversed(range(it.rank)):
                 if d == 0:
-                    self.body.append(Decl(self.coords[0], rem))
+                    index.append(Decl(self.coords[0], rem))
                 else:
-                    self.body.append(Decl(self.coords[d], rem % self.dims[d]))
-                    self.body.append(Assign(rem, self.dims[d], op="/="))
+                    index.append(Decl(self.coords[d], rem % self.dims[d]))
+                    index.append(Assign(rem, self.dims[d], op="/="))
             # Not every coordinate is read by every kernel (nor dim 0's size by any).
-            self.body.append(Unused((*self.coords, self.dims[0])))
+            index.append(Unused((*self.coords, self.dims[0])))
+            self.index_stmts = index
+            self.body += index
         if not self.dropouts:
             return
         self.gidx = Var(U64, None, "gidx_")
@@ -539,6 +625,10 @@ class _ElementwiseBuilder:
             self.invariant.add(var)
         else:
             self.body.append(decl)
+            if o.identity or o.linear:
+                self.vec_loads[id(decl)] = _VecAccess(
+                    o.param, self.index_of(o), v.type.elt, var.hint or var.fallback, target=var
+                )
         self.local[v] = var
         return var
 
@@ -558,8 +648,10 @@ class _ElementwiseBuilder:
             return Cast(acc_t, load_expr(elt, element))
 
         combine = Assign(acc, Combine(ReduceKind(kind), acc_t, acc, item(p)))
-        self.body.append(Decl(acc, item(Lit("0")), const=False))
-        self.body.append(For(p, Lit("1"), self.nranks, (combine,)))
+        first = Decl(acc, item(Lit("0")), const=False)
+        rest = For(p, Lit("1"), self.nranks, (combine,))
+        self.body += [first, rest]
+        self.peer_reads[id(first)] = _PeerReduction(acc, ReduceKind(kind), o, elt, rest)
         var = Var(C_COMPUTE[res.type.elt], res.name_hint, fallback)
         rounded = load_expr(res.type.elt, store_from_double(res.type.elt, acc))
         self.body.append(Decl(var, rounded, comment="comm.reduce_scatter"))
@@ -638,7 +730,11 @@ class _ElementwiseBuilder:
             value = store_expr(s.type.elt, self.ref(s.value))
             t = s.type
             if self.k.coincides(t, it):
-                self.body.append(Assign(Index(p, self.i), value))
+                store = Assign(Index(p, self.i), value)
+                self.body.append(store)
+                self.vec_stores[id(store)] = _VecAccess(
+                    p, self.i, t.elt, p.hint or p.fallback, value=value
+                )
                 continue
             # A smaller (broadcast) result: written once, by the elements at coordinate 0 of
             # every dim it is broadcast along.
@@ -656,15 +752,24 @@ class _ElementwiseBuilder:
                 terms.append(product_of([self.coords[d], *inner]))
             index = sum_of(terms) if terms else Lit("0")
             self.body.append(If(all_of(guards), (Assign(Index(p, index), value),)))
-        for v, o in self.push_operands:
-            # all_gather by pushing: this rank's element goes to its place in every peer's
-            # gathered buffer; the done-flags below tell each peer when its buffer is full.
+        for g in self.gathers:
+            # all_gather: this rank's element goes to its place in its own symmetric gathered
+            # buffer, where the peers pull it from after the done-flags (and into the
+            # updated argument the gathered value is assembled in, if any).
+            o = g.operand
             t = o.value.type
-            value = store_expr(t.elt, self.ref(v))
-            p = Var(I32, None, "p_")
-            target = Index(peer(o.param, p, C_STORAGE[t.elt]), self.index_of(o))
-            push = Assign(target, value, comment="comm.all_gather")
-            self.body.append(For(p, Lit("0"), self.nranks, (push,)))
+            value = store_expr(t.elt, self.ref(g.value))
+            index = self.index_of(o)
+            mine = peer(o.param, self.me, C_STORAGE[t.elt])
+            own = Assign(Index(mine, index), value, comment="comm.all_gather")
+            self.body.append(own)
+            name = o.value.name_hint or o.param.fallback
+            self.vec_stores[id(own)] = _VecAccess(mine, index, t.elt, name, value=value)
+            if g.dest is not None:
+                store = Assign(Index(g.dest, index), value)
+                self.body.append(store)
+                dest = g.dest.hint or g.dest.fallback
+                self.vec_stores[id(store)] = _VecAccess(g.dest, index, t.elt, dest, value=value)
 
     # -- the kernel --------------------------------------------------------------------------
 
@@ -678,8 +783,17 @@ class _ElementwiseBuilder:
         self.build_ops()
         self.build_stores()
         reduced = [self.ref(v) for v, _, _ in k.reductions]
-        chunk = _call("coco_chunk", self.end - self.begin, GRID_DIM, BLOCK_IDX, Lit("4"))
-        stmts: list[Stmt] = [Decl(self.range, chunk), *self.hoisted]
+        # Kernels with in-kernel reductions keep their per-thread order of accumulation.
+        vector = k.is_collective and not k.reductions and self.contiguous_peers()
+        pull_vector = bool(self.gathers) and all(g.operand.linear for g in self.gathers)
+        stmts: list[Stmt] = []
+        align: Expr = Lit("4")
+        if vector or pull_vector:
+            narrowest = min(self.vector_elements(all_accesses=vector))
+            stmts.append(Decl(self.lanes, Lit(f"COCO_VEC_BYTES / {narrowest}")))
+            align = self.lanes  # chunks start at whole vectors
+        chunk = _call("coco_chunk", self.end - self.begin, GRID_DIM, BLOCK_IDX, align)
+        stmts += [Decl(self.range, chunk), *self.hoisted]
         if k.is_collective:
             # Entry: every earlier write of each peer is complete before any peer's input
             # is read (coco_device.h).
@@ -687,16 +801,203 @@ class _ElementwiseBuilder:
         element = (Decl(self.i, self.begin + self.j), *self.body)
         if k.reductions:
             stmts += self.reducing_loop(element, reduced)
+        elif vector:
+            stmts += self.vector_loops(element)
         else:
             begin, end = Field(self.range, "begin"), Field(self.range, "end")
             stmts.append(BlockStrideLoop(self.j, begin, end, element))
         if k.is_collective:
-            # Done: every push into this block's part of each peer's buffers has landed, and
-            # no peer still reads this rank's inputs.
+            # Done: this block's piece of every gathered value is in this rank's buffer, the
+            # peers' pieces are in theirs, and no peer still reads this rank's inputs.
             stmts += [SyncBlock(), _thread_zero(self.peer_sync(SyncStep.DONE))]
+        if self.gathers:
+            stmts += [SyncBlock(), *self.pull(pull_vector)]
         if k.reductions:
             stmts += self.finish_reductions()
         return Kernel(k.name, tuple(self.params), tuple(stmts))
+
+    # -- vectors ---------------------------------------------------------------------------
+
+    def contiguous_peers(self) -> bool:
+        """Whether every peer access is at the element's own contiguous position."""
+        peers = [*self.peer_operands.values(), *(g.operand for g in self.gathers)]
+        return all(o.identity or o.linear for o in peers)
+
+    def vector_elements(self, *, all_accesses: bool) -> list[int]:
+        """Bytes of the elements the kernel moves as vectors (the pull's, or every one)."""
+        sizes = [STORAGE_BYTES[g.operand.value.type.elt] for g in self.gathers]
+        if all_accesses:
+            sizes += [STORAGE_BYTES[r.elt] for r in self.peer_reads.values()]
+            accesses = [*self.vec_loads.values(), *self.vec_stores.values()]
+            sizes += [STORAGE_BYTES[a.elt] for a in accesses]
+        return sizes
+
+    def whole_vectors(self, ok: Expr) -> Expr:
+        """Where the vectors of the block's chunk end (its start where `ok` does not hold)."""
+        begin, end = Field(self.range, "begin"), Field(self.range, "end")
+        return Select(ok, begin + (end - begin) / self.lanes * self.lanes, begin)
+
+    def at_element(self, index: Expr, element: Expr) -> Expr:
+        return rewrite(index, lambda x: element if x is self.i else None)
+
+    def vector_loops(self, element: tuple[Stmt, ...]) -> list[Stmt]:
+        """The vector loop over the chunk's whole vectors, where every vector access is
+        aligned (block-uniform: a GPU takes 16-byte accesses, which need it, and the host
+        takes the same path), then the element loop over the rest."""
+        begin, end = Field(self.range, "begin"), Field(self.range, "end")
+        p = Var(I32, None, "p_")
+
+        def aligned(pointer: Expr, index: Expr) -> Expr:
+            return _call("coco_vec_aligned", pointer + self.at_element(index, self.begin))
+
+        mine = [aligned(a.pointer, a.index) for a in self.vec_loads.values()]
+        mine += [aligned(a.pointer, a.index) for a in self.vec_stores.values()]
+        peers = [
+            aligned(
+                peer(r.operand.param, p, C_STORAGE[r.elt], const=True), self.index_of(r.operand)
+            )
+            for r in self.peer_reads.values()
+        ]
+        ok = Var(BOOL, None, "vec_")
+        vend = Var(I64, None, "vend_")
+        v = Var(I64, None, "v_")
+        stmts: list[Stmt] = [Decl(ok, all_of(mine), const=not peers)]
+        if peers:
+            stmts.append(For(p, Lit("0"), self.nranks, (Assign(ok, all_of([ok, *peers])),)))
+        stmts += [
+            Decl(vend, self.whole_vectors(ok)),
+            BlockStrideLoop(v, begin / self.lanes, vend / self.lanes, self.vector_body(v)),
+            BlockStrideLoop(self.j, vend, end, element),
+        ]
+        return stmts
+
+    def vector_body(self, v: Var) -> tuple[Stmt, ...]:
+        """One vector of the chunk: the element body, its contiguous loads and stores done as
+        vectors around a loop over the lanes (a fresh copy of the element body's variables)."""
+        L = self.lanes
+        i0 = Var(I64, None, "i0_")
+        k = Var(I32, None, "k_")
+        prologue: list[Stmt] = []
+        lane: list[Stmt] = []
+        epilogue: list[Stmt] = []
+        combines = {id(r.combine) for r in self.peer_reads.values()}
+        for st in self.body:
+            if id(st) in combines:
+                continue
+            if id(st) in self.peer_reads:
+                r = self.peer_reads[id(st)]
+                arr = Var(r.acc.ctype, f"{r.acc.hint}_v" if r.acc.hint else None, "acc_v")
+                prologue += self.peer_vector(r, arr, i0)
+                lane.append(Decl(r.acc, Index(arr, k)))
+            elif id(st) in self.vec_loads:
+                a = self.vec_loads[id(st)]
+                arr = Var(C_STORAGE[a.elt], f"{a.name}_v", "in_v")
+                prologue.append(VecIn(arr, L, a.pointer + self.at_element(a.index, i0)))
+                assert a.target is not None
+                lane.append(Decl(a.target, load_expr(a.elt, Index(arr, k))))
+            elif id(st) in self.vec_stores:
+                a = self.vec_stores[id(st)]
+                arr = Var(C_STORAGE[a.elt], f"{a.name}_v", "out_v")
+                dst = a.pointer + self.at_element(a.index, i0)
+                prologue.append(VecOut(arr, L, dst))
+                assert a.value is not None and isinstance(st, Assign)
+                lane.append(Assign(Index(arr, k), a.value, comment=st.comment))
+                epilogue.append(VecStore(arr, dst))
+            else:
+                lane.append(st)
+        if uses(tuple(lane), self.i):
+            lane.insert(0, Decl(self.i, i0 + k))
+        body = (
+            Decl(i0, self.begin + v * L),
+            *prologue,
+            LaneLoop(k, L, tuple(lane)),
+            *epilogue,
+        )
+        return fresh_copy(body)
+
+    def peer_vector(self, r: _PeerReduction, arr: Var, i0: Var) -> list[Stmt]:
+        """`arr` = a reduce_scatter's vector, combined from every peer's in rank order."""
+        L, elt, acc_t = self.lanes, r.elt, r.acc.ctype
+        storage = C_STORAGE[elt]
+        index = self.at_element(self.index_of(r.operand), i0)
+
+        def combined(rank: Expr, first: bool) -> list[Stmt]:
+            x, k = Var(storage, None, "x_"), Var(I32, None, "k_")
+            item = Cast(acc_t, load_expr(elt, Index(x, k)))
+            value = item if first else Combine(r.kind, acc_t, Index(arr, k), item)
+            return [
+                VecIn(x, L, peer(r.operand.param, rank, storage, const=True) + index),
+                LaneLoop(k, L, (Assign(Index(arr, k), value),)),
+            ]
+
+        p = Var(I32, None, "p_")
+        return [
+            LocalArray(arr, L),
+            *combined(Lit("0"), True),
+            For(p, Lit("1"), self.nranks, tuple(combined(p, False))),
+        ]
+
+    # -- the all_gather's pull ---------------------------------------------------------------
+
+    def pull(self, vector: bool) -> list[Stmt]:
+        """After the done-flags: the same chunk of every peer's piece of each gathered value,
+        read from the peer's gathered buffer into this rank's destination (vectors where
+        aligned)."""
+        q = Var(I32, None, "q_")
+        begin, end = Field(self.range, "begin"), Field(self.range, "end")
+
+        def src(g: _Gather) -> Expr:
+            return peer(g.operand.param, q, C_STORAGE[g.operand.value.type.elt], const=True)
+
+        def dst(g: _Gather) -> Expr:
+            if g.dest is not None:
+                return g.dest
+            return peer(g.operand.param, self.me, C_STORAGE[g.operand.value.type.elt])
+
+        def at(g: _Gather, element: Expr) -> Expr:
+            """Where member q's element lands: its own base instead of this rank's."""
+            base = g.operand.base
+            return rewrite(
+                self.index_of(g.operand),
+                lambda x: Index(g.bases, q) if x is base else (element if x is self.i else None),
+            )
+
+        j = Var(I64, None, "j_")
+        if not vector:
+            # Strided pieces: the element's coordinates as in the element body.
+            i = self.i
+            copies = [
+                Assign(Index(dst(g), at(g, i)), Index(src(g), at(g, i))) for g in self.gathers
+            ]
+            body = fresh_copy((Decl(i, self.begin + j), *self.index_stmts, *copies))
+            per_peer: list[Stmt] = [BlockStrideLoop(j, begin, end, body)]
+        else:
+            ok, qend = Var(BOOL, None, "qvec_"), Var(I64, None, "qend_")
+            checks = []
+            for g in self.gathers:
+                checks.append(_call("coco_vec_aligned", src(g) + at(g, self.begin)))
+                checks.append(_call("coco_vec_aligned", dst(g) + at(g, self.begin)))
+            v, i0 = Var(I64, None, "v_"), Var(I64, None, "i0_")
+            vec_body: list[Stmt] = [Decl(i0, self.begin + v * self.lanes)]
+            for g in self.gathers:
+                storage = C_STORAGE[g.operand.value.type.elt]
+                x, y, k = Var(storage, None, "x_"), Var(storage, None, "y_"), Var(I32, None, "k_")
+                vec_body += [
+                    VecIn(x, self.lanes, src(g) + at(g, i0)),
+                    VecOut(y, self.lanes, dst(g) + at(g, i0)),
+                    LaneLoop(k, self.lanes, (Assign(Index(y, k), Index(x, k)),)),
+                    VecStore(y, dst(g) + at(g, i0)),
+                ]
+            i = Var(I64, None, "i")
+            tail = [Decl(i, self.begin + j)]
+            tail += [Assign(Index(dst(g), at(g, i)), Index(src(g), at(g, i))) for g in self.gathers]
+            per_peer = [
+                Decl(ok, all_of(checks)),
+                Decl(qend, self.whole_vectors(ok)),
+                BlockStrideLoop(v, begin / self.lanes, qend / self.lanes, tuple(vec_body)),
+                BlockStrideLoop(j, qend, end, tuple(tail)),
+            ]
+        return [For(q, Lit("0"), self.nranks, (If(binary("!=", q, self.me), tuple(per_peer)),))]
 
     # -- full reductions inside the kernel ------------------------------------------------
     # Each thread accumulates its elements in double (in a fixed order), the block combines

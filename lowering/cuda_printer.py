@@ -41,7 +41,9 @@ from coconet.lowering.kernel_ir import (
     Index,
     Kernel,
     KernelParam,
+    LaneLoop,
     Lit,
+    LocalArray,
     PeerSync,
     ReduceKind,
     Select,
@@ -53,6 +55,9 @@ from coconet.lowering.kernel_ir import (
     Unary,
     Unused,
     Var,
+    VecIn,
+    VecOut,
+    VecStore,
     While,
 )
 from xdsl.utils.base_printer import BasePrinter
@@ -350,6 +355,36 @@ class CudaPrinter(BasePrinter):
         name = self.declare(stmt.var)
         elt = c_type(stmt.var.ctype.pointee())
         self.print_string(f"\nCOCO_SHARED_DYN({elt}, {name}, {stmt.offset});")
+
+    @print_stmt.register
+    def _(self, stmt: LocalArray) -> None:
+        size = self.expr(stmt.size)
+        name = self.declare(stmt.var)
+        self.print_string(f"\n{c_type(stmt.var.ctype)} {name}[{size}];")
+
+    @print_stmt.register
+    def _(self, stmt: VecIn) -> None:
+        lanes, src = self.expr(stmt.lanes), self.expr(stmt.src)
+        name = self.declare(stmt.var)
+        self.print_string(f"\nCOCO_VEC_IN({c_type(stmt.var.ctype)}, {name}, {lanes}, {src});")
+
+    @print_stmt.register
+    def _(self, stmt: VecOut) -> None:
+        lanes, dst = self.expr(stmt.lanes), self.expr(stmt.dst)
+        name = self.declare(stmt.var)
+        self.print_string(f"\nCOCO_VEC_OUT({c_type(stmt.var.ctype)}, {name}, {lanes}, {dst});")
+
+    @print_stmt.register
+    def _(self, stmt: VecStore) -> None:
+        self.print_string(f"\ncoco_vec_store({self.expr(stmt.vec)}, {self.expr(stmt.dst)});")
+
+    @print_stmt.register
+    def _(self, stmt: LaneLoop) -> None:
+        lanes = self.expr(stmt.lanes)
+        with self.scope():
+            k = self.declare(stmt.var)
+            with self.braces(f"COCO_FOR_LANES({k}, {lanes})"):
+                self.print_block(stmt.body)
 
     @print_stmt.register
     def _(self, stmt: PeerSync) -> None:

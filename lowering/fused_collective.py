@@ -3,11 +3,17 @@ computation on slices and the all_gathers of its results in ONE kernel over symm
 
 Each rank's kernel computes its slice: block b reads chunk b of the reduce_scatter input from
 every peer (combining in rank order, as the oracle does), computes the sliced chain in
-registers, stores sliced results and optimizer state locally, and pushes gathered results into
-every peer's buffer; same-index blocks of different ranks synchronize through flags (see
-the coco_peers_* protocol of coco_device.h). This is a direct (two-shot) all-reduce: every byte crosses
-the fabric once each way, like a ring, with one kernel launch and no reduced-gradient round
-trip through memory.
+registers, stores sliced results and optimizer state locally and its piece of every gathered
+result in its own symmetric buffer, then -- after the same-index blocks of its peers have done
+the same (the coco_peers_* flag protocol of coco_device.h) -- pulls the peers' pieces of chunk
+b from their buffers. This is a direct (two-shot) all-reduce: every byte crosses the fabric
+once each way, like a ring, with one kernel launch and no reduced-gradient round trip through
+memory. Peer accesses are vectors where aligned (16-byte loads on a GPU).
+
+A gathered result that updates an argument is assembled in that argument itself (the
+pull writes it), not in a buffer copied into the argument after the kernel: every rank's
+kernel only ever writes its own memory, so the argument needs no symmetric memory and is
+passed without a copy.
 
 A region whose computation needs a full reduction (LAMB's norms) cannot finish in one kernel:
 blocks of one rank never wait for each other (the device layer's rule), so the region is cut
@@ -20,9 +26,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from coconet.dialects import coco, comm
+from coconet.dialects.coco import TensorType
 from coconet.lowering import cuda_kernels as K
 from coconet.lowering.kernel_ir import ParamKind
-from coconet.lowering.plan import Epoch, KernelArg, Launch, PeerTable, RankValue
+from coconet.lowering.plan import ArgTable, Epoch, KernelArg, Launch, PeerTable, RankValue
+from coconet.runtime import values as V
 from xdsl.ir import Operation, SSAValue
 
 from coconet.program import CocoError
@@ -114,17 +122,30 @@ def emit_segment(lw: Lowering, ops: list[Operation], updates: list[coco.UpdateOp
         )
     ]
     computed = {r for op in compute + scatters for r in op.results}
-    # An update of a value this kernel computes is a store of the kernel; any other update
-    # (of a gathered value, or of a value from elsewhere) is a copy once the kernel is done.
+    # An update of a value this kernel computes is a store of the kernel, and one of a value
+    # it gathers is where the gather assembles it; any other update (of a value from
+    # elsewhere) is a copy once the kernel is done.
     direct = [u for u in updates if u.value in computed and u.value.type == u.target.type]
-    copied = [u for u in updates if u not in direct]
+    candidates = [u for u in updates if _assembled_in_target(u, gathers)]
+    assembled: list[coco.UpdateOp] = []
     if scatters or gathers:
-        emit_collective_kernel(lw, members, scatters, gathers, compute, direct, reductions)
+        assembled = emit_collective_kernel(
+            lw, members, scatters, gathers, compute, direct, reductions, candidates
+        )
     elif ops:
         stores = [r for op in compute for r in op.results if _used_outside(r, members)]
         lw.lower_elementwise(compute, "fused", stores=stores, updates=direct)
-    for u in copied:
-        lw.lower_update(u)
+    for u in updates:
+        if u not in direct and u not in assembled:
+            lw.lower_update(u)
+
+
+def _assembled_in_target(u: coco.UpdateOp, gathers: list[comm.AllGatherOp]) -> bool:
+    """Whether the update's value is gathered by this kernel into the target's type: the
+    kernel then assembles it in the target directly, which holds the value from then on (no
+    op reads the target after its update, and the kernel reads it, if at all, only at this
+    rank's own elements, which no pull writes)."""
+    return any(u.value is op.result for op in gathers) and u.value.type == u.target.type
 
 
 def emit_collective_kernel(
@@ -135,7 +156,10 @@ def emit_collective_kernel(
     compute: list[Operation],
     updates: list[coco.UpdateOp],
     reductions: list[Operation] = (),
-) -> None:
+    assembled: list[coco.UpdateOp] = (),
+) -> list[coco.UpdateOp]:
+    """Emits the kernel; returns the updates of `assembled` (candidates) whose gathered value
+    it assembles in the target."""
     spans = {op.span() for op in scatters + gathers}
     if len(spans) != 1:
         raise CocoError(
@@ -171,7 +195,13 @@ def emit_collective_kernel(
     for op in scatters:
         kernel.peer_reductions[op.result] = (op.input, op.kind.data)
     for op in gathers:
-        kernel.pushes.append((op.input, op.result))
+        kernel.all_gathers.append((op.input, op.result))
+    targets: dict[SSAValue, coco.UpdateOp] = {}
+    for u in assembled:
+        # A target peers read (a reduce_scatter input of this kernel) cannot take pulls.
+        if u.value not in targets and not any(s.input is u.target for s in scatters):
+            kernel.gather_targets[u.value] = u.target
+            targets[u.value] = u
     finishers = {r.operands[0]: r for r in reductions if isinstance(r, comm.AllReduceOp)}
     for op in reductions:
         if isinstance(op, coco.ReduceOp):
@@ -180,8 +210,8 @@ def emit_collective_kernel(
     params = built.params
     name = lw.add_kernel(built)
 
-    # Symmetric memory: reduce_scatter inputs (peers read them) and gathered results (peers
-    # write them); an argument becomes symmetric too, the executor placing the caller's data.
+    # Symmetric memory: reduce_scatter inputs and gathered results (peers read them); an
+    # argument becomes symmetric too, the executor placing the caller's data.
     for op in scatters:
         lw.make_symmetric(op.input)
     for op in gathers:
@@ -238,6 +268,8 @@ def emit_collective_kernel(
         ParamKind.PARTIALS,
         ParamKind.COUNTER,
         ParamKind.EXCHANGE,
+        ParamKind.GATHER_OUT,
+        ParamKind.PEER_BASES,
     }
     generic = iter(
         lw.kernel_args([p for p in params if p.kind not in special], iteration, store_buffers)
@@ -265,10 +297,17 @@ def emit_collective_kernel(
                 args.append(counter)
             case ParamKind.EXCHANGE:
                 args.append(PeerTable(exchange, span))
+            case ParamKind.GATHER_OUT:
+                assert p.value is not None
+                args.append(lw.value_buffer(p.value))
+            case ParamKind.PEER_BASES:
+                assert p.value is not None
+                args.append(member_bases(lw, p.value.type, iteration, span))
             case _:
                 args.append(next(generic))
     from coconet.lowering.lower_to_plan import range_positions
 
+    assembled_in = tuple(lw.value_buffer(u.target).name for u in targets.values())
     lw.emit(
         Launch(
             name,
@@ -277,10 +316,31 @@ def emit_collective_kernel(
             args,
             shared_bytes=8 * n_red * lw.config.block,
             writes=tuple(b.name for b in store_buffers)
-            + tuple(lw.value_buffer(out).name for _, _, out in kernel.reductions),
+            + tuple(lw.value_buffer(out).name for _, _, out in kernel.reductions)
+            + assembled_in,
             # A kernel finishing reductions covers its whole slice: not split into chunks.
             range_positions=None if n_red else range_positions(params),
             iteration_shape=iteration.local_shape(lw.grid_shape),
             iteration_type=iteration,
         )
     )
+    # Later uses of an assembled gathered value read it where it was assembled.
+    for value, u in targets.items():
+        lw.buffers[value] = lw.value_buffer(u.target)
+    return list(targets.values())
+
+
+def member_bases(lw: Lowering, t: TensorType, iteration: TensorType, span: tuple[int, ...]):
+    """Where the iteration piece of each member of a rank's group starts in its piece of the
+    gathered type `t` (the same piece for every member: `t` is replicated over the group), in
+    group order: the offsets a rank pulls the members' pieces at."""
+    group = lw.group_size(span)
+    rows = []
+    for m in range(group):
+        rows.append(
+            lw.rank_table(
+                f"base{m}",
+                lambda r, m=m: lw.base_offset(t, iteration, V.group_of(lw.grid_shape, span, r)[m]),
+            )
+        )
+    return ArgTable(tuple(rows))

@@ -121,6 +121,8 @@ class ParamKind(StrEnum):
     STREAM = "stream"  # a dropout's random stream for this rank (payload: its input)
     PEERS_IN = "peers_in"  # every group member's reduce_scatter input (symmetric)
     PEERS_OUT = "peers_out"  # every group member's gathered buffer (symmetric)
+    GATHER_OUT = "gather_out"  # the updated argument a gathered value is assembled in
+    PEER_BASES = "peer_bases"  # where each group member's piece starts in a gathered buffer
     RED_OUT = "red_out"  # the all_reduced result of an in-kernel reduction
     PARTIALS = "partials"  # per-block partials of a reduction (scratch)
     COUNTER = "counter"  # the last-block ticket counter (scratch)
@@ -413,6 +415,51 @@ class SyncBlock(Stmt):
 
 
 @dataclass(frozen=True)
+class LocalArray(Stmt):
+    """`T var[size];`: a per-thread array (registers on a GPU once its loops are unrolled)."""
+
+    var: Var
+    size: Expr
+
+
+@dataclass(frozen=True)
+class VecIn(Stmt):
+    """`var` holds the vector of `lanes` elements at `src` (COCO_VEC_IN of the device layer:
+    16-byte loads into registers on a GPU, a view of the memory on the host)."""
+
+    var: Var
+    lanes: Expr
+    src: Expr
+
+
+@dataclass(frozen=True)
+class VecOut(Stmt):
+    """`var` is the vector of `lanes` elements that a `VecStore` writes to `dst`."""
+
+    var: Var
+    lanes: Expr
+    dst: Expr
+
+
+@dataclass(frozen=True)
+class VecStore(Stmt):
+    """Writes the lanes of `vec` (a `VecOut` of the same `dst`) to memory."""
+
+    vec: Var
+    dst: Expr
+
+
+@dataclass(frozen=True)
+class LaneLoop(Stmt):
+    """The lanes of a vector, `var` in [0, lanes): independent elements (unrolled on a GPU,
+    one vectorized loop on the host)."""
+
+    var: Var
+    lanes: Expr
+    body: tuple[Stmt, ...]
+
+
+@dataclass(frozen=True)
 class SharedArray(Stmt):
     """A fixed-size shared-memory array of `size` elements of `var`'s type."""
 
@@ -484,3 +531,44 @@ def rewrite(node: N, fn: Callable[[Any], Any | None]) -> N:
         if new is not old:
             changes[f.name] = new
     return replace(node, **changes) if changes else node  # type: ignore[type-var]
+
+
+def declared(node: Any) -> list[Var]:
+    """The variables `node` (a statement or a tuple of them) declares, in order."""
+    out: list[Var] = []
+
+    def visit(x: Any) -> None:
+        if isinstance(x, tuple):
+            for y in x:
+                visit(y)
+            return
+        if not isinstance(x, Stmt):
+            return
+        for f in fields(x):  # type: ignore[arg-type]
+            value = getattr(x, f.name)
+            if f.name == "var" and isinstance(value, Var):
+                out.append(value)
+            elif isinstance(value, tuple | Stmt):
+                visit(value)
+
+    visit(node)
+    return out
+
+
+def fresh_copy(stmts: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
+    """`stmts` with every variable they declare replaced by a new one of the same type and
+    names: a second copy of a body (each variable is declared once in a kernel)."""
+    renamed = {id(v): Var(v.ctype, v.hint, v.fallback) for v in declared(stmts)}
+    return rewrite(stmts, lambda x: renamed.get(id(x)) if isinstance(x, Var) else None)
+
+
+def uses(node: Any, var: Var) -> bool:
+    """Whether `var` occurs anywhere in `node`."""
+    found = False
+
+    def check(x: Any) -> None:
+        nonlocal found
+        found = found or x is var
+
+    rewrite(node, check)
+    return found

@@ -173,3 +173,65 @@ def test_reductions_of_every_kind_compile_and_match_oracle():
     if nvrtc_available():
         for arch in ("sm_80", "sm_90"):
             assert _compiled(plan.cuda_source, arch) > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Fused collective kernels: vector loop, element loop, all_gather by pull
+# ---------------------------------------------------------------------------------------------
+
+
+def _fused_adam(n: int) -> Program:
+    """examples/adam.py at n parameters under the fuse(rs-c-ag) schedule."""
+    import runpy
+
+    from coconet.tools.coco_run import apply_pipeline
+
+    from coconet.schedule import named_schedules
+
+    example = Path(__file__).parents[2] / "examples" / "adam.py"
+    program = runpy.run_path(str(example))["build"](n)
+    return apply_pipeline(program, named_schedules(program)["fuse(rs-c-ag)"])
+
+
+@pytest.mark.parametrize(
+    "n, ranks, vec_bytes",
+    [
+        (4096, 2, None),  # every block's chunk in whole vectors
+        (4100, 4, None),  # slices of 1025: odd ranks' addresses are not 16-byte aligned
+        (4096 + 40, 2, None),  # chunks with a tail of elements
+        (4096, 4, 16),  # the GPU's vectors (16 bytes) on the host: lanes of 4
+        (4100, 4, 16),
+    ],
+)
+def test_fused_adam_vector_and_element_loops_match_oracle(n, ranks, vec_bytes):
+    """The fused kernel's vector loop (whole aligned vectors, the peers' pieces pulled as
+    vectors) and its element loop (tails, unaligned addresses) both reproduce the oracle bit
+    for bit, at the host's vector width and at the GPU's."""
+    import dataclasses
+
+    program = _fused_adam(n)
+    for config in CONFIGS:
+        plan = lower(program, ranks, config)
+        if vec_bytes is not None:
+            source = f"#define COCO_VEC_BYTES {vec_bytes}\n" + plan.cuda_source
+            plan = dataclasses.replace(plan, cuda_source=source)
+        inputs = prepare_inputs(program, None, plan.grid_shape, seed=ranks)
+        want = coconet.run(program, inputs, ranks=ranks, inplace=False).outputs
+        got = ThreadedExecutor(plan).run(inputs)
+        compare(program, got, want, f"n={n} ranks={ranks} vec={vec_bytes} block={config.block}")
+
+
+def test_fused_adam_assembles_the_gathered_weights_in_the_argument():
+    """The all_gather pulls every peer's piece straight into the updated argument: one launch,
+    no copy after it, and each rank reads the peers' pieces at their offsets."""
+    from coconet.lowering.plan import ArgTable, Copy, Launch
+
+    plan = lower(_fused_adam(4096), 4)
+    assert not any(isinstance(s, Copy) for s in plan.steps)
+    (launch,) = [s for s in plan.steps if isinstance(s, Launch)]
+    assert "w" in launch.writes
+    (bases,) = [a for a in launch.args if isinstance(a, ArgTable)]
+    assert [int(b.table[0]) for b in bases.items] == [0, 1024, 2048, 3072]
+    source = plan.cuda_source
+    assert "coco_peers_done" in source and "w_out[w1_bases[q_] + i]" in source
+    assert "COCO_VEC_IN(float, x_, lanes_, (const float*)g_peers[0]" in source
