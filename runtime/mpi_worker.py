@@ -486,7 +486,7 @@ def run_program(
                     for name, buf in plan.outputs.items()
                 }
                 if job.get("output") and not saved:
-                    np.savez(job["output"], **outputs)
+                    V.save_arrays(job["output"], outputs)
                     print(f"saved {len(outputs)} output(s) to {job['output']}")
                     saved = True
                 if checking and spec and not problems:

@@ -239,3 +239,89 @@ def random_input(t: TensorType, grid_shape: Sequence[int], rng: np.random.Genera
     if t.elt in ("i32", "i64"):
         return rng.integers(0, 10, size=shape).astype(dtype)
     return rng.uniform(0.1, 1.0, size=shape).astype(dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Arrays in .npz files (coco-run --inputs / --output)
+# ---------------------------------------------------------------------------------------------
+
+# NumPy has no bf16: it writes ml_dtypes.bfloat16 arrays as raw 2-byte records ('V2') that
+# read back as bytes of no known type. coconet's encoding: a bf16 array is stored as its uint16
+# bit patterns, and this entry (a JSON object as a 0-d string array, no pickle) maps its name to
+# "bf16". Any tool can write it: np.savez(f, x=x.view(np.uint16),
+# __coconet_dtypes__=np.array('{"x": "bf16"}')).
+NPZ_DTYPES_KEY = "__coconet_dtypes__"
+
+
+def save_arrays(path: str, arrays: dict[str, np.ndarray]) -> None:
+    """Write `arrays` to the .npz file `path` (bf16 encoded as above), atomically: a reader
+    or a failure midway never sees a half-written file."""
+    import json
+    import os
+    import tempfile
+    from pathlib import Path
+
+    stored: dict[str, np.ndarray] = {}
+    dtypes: dict[str, str] = {}
+    for name, a in arrays.items():
+        a = np.asarray(a)
+        if a.dtype == NUMPY_DTYPES["bf16"]:
+            stored[name] = a.view(np.uint16)
+            dtypes[name] = "bf16"
+        else:
+            stored[name] = a
+    if dtypes:
+        stored[NPZ_DTYPES_KEY] = np.array(json.dumps(dtypes))
+    target = Path(path)
+    if target.suffix != ".npz":
+        target = target.with_name(target.name + ".npz")  # where np.savez would have written
+    try:
+        if target.is_dir():
+            raise IsADirectoryError(21, "Is a directory", str(target))
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                np.savez(f, **stored)
+            os.replace(tmp, target)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    except OSError as e:
+        raise CocoError(f"cannot write {target}: {e.strerror or e}") from None
+
+
+def load_arrays(path: str) -> dict[str, np.ndarray]:
+    """Read an .npz file of named arrays (bf16 decoded from the encoding above)."""
+    import json
+    import zipfile
+
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {k: data[k] for k in data.files}
+    except FileNotFoundError:
+        raise CocoError(f"no such inputs file: {path}") from None
+    except (OSError, ValueError, zipfile.BadZipFile) as e:
+        raise CocoError(f"cannot read inputs from {path}: {e}") from None
+    dtypes: dict[str, str] = {}
+    if NPZ_DTYPES_KEY in arrays:
+        try:
+            dtypes = json.loads(str(arrays.pop(NPZ_DTYPES_KEY)))
+            assert isinstance(dtypes, dict)
+        except (ValueError, AssertionError):
+            raise CocoError(f"{path}: {NPZ_DTYPES_KEY} is not a JSON object of dtypes") from None
+    for name, a in arrays.items():
+        want = dtypes.get(name)
+        if want == "bf16":
+            if a.dtype != np.uint16:
+                raise CocoError(
+                    f"{path}: '{name}' is marked bf16 but holds {a.dtype.name}, not uint16 bits"
+                )
+            arrays[name] = a.view(NUMPY_DTYPES["bf16"])
+        elif want is not None:
+            raise CocoError(f"{path}: '{name}' has an unknown dtype mark {want!r} (only bf16 is)")
+        elif a.dtype.kind == "V":
+            raise CocoError(
+                f"{path}: '{name}' holds raw {a.dtype.itemsize}-byte records (how NumPy saves "
+                f"bf16): store bf16 as uint16 bits with {NPZ_DTYPES_KEY} (see coco-run --help)"
+            )
+    return arrays

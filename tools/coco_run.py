@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -69,7 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
         "each (default: cuda when a GPU is visible, else cpu)",
     )
     p.add_argument("--entry", help="the function to run (default: the module's first)")
-    p.add_argument("--inputs", help=".npz file with one logical array per argument")
+    p.add_argument(
+        "--inputs",
+        help=".npz file with one logical array per argument; bf16 arrays as their uint16 bits, "
+        "named in a '__coconet_dtypes__' entry: np.savez(f, x=x.view(np.uint16), "
+        '__coconet_dtypes__=np.array(\'{"x": "bf16"}\')) (--output writes the same)',
+    )
     p.add_argument("--output", help="save every output's logical value to this .npz")
     p.add_argument("--seed", type=int, default=0, help="seed of generated inputs (default 0)")
     p.add_argument(
@@ -192,13 +196,10 @@ def writable_path(path: str, what: str) -> str:
 
 
 def read_inputs(path: str) -> dict[str, np.ndarray]:
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            return {k: data[k] for k in data.files}
-    except FileNotFoundError:
-        raise CocoError(f"no such inputs file: {path}") from None
-    except (OSError, ValueError, zipfile.BadZipFile) as e:
-        raise CocoError(f"cannot read inputs from {path}: {e}") from None
+    """An --inputs file (bf16 arrays as uint16 bits, runtime/values.py NPZ_DTYPES_KEY)."""
+    from coconet.runtime.values import load_arrays
+
+    return load_arrays(path)
 
 
 def apply_pipeline(program: Program, pipeline: str) -> Program:
@@ -288,10 +289,9 @@ def run_sim(
         if not args.quiet:
             print_summary(scheduled, result.per_rank, "sim" + title)
         if args.output and not saved:
-            try:
-                np.savez(args.output, **result.outputs)
-            except OSError as e:
-                raise CocoError(f"cannot write {args.output}: {e}") from None
+            from coconet.runtime.values import save_arrays
+
+            save_arrays(args.output, result.outputs)
             print(f"saved {len(result.outputs)} output(s) to {args.output}")
             saved = True
         if args.check:

@@ -1,0 +1,102 @@
+"""bf16 arrays through .npz files: coco-run --inputs reads and --output writes the documented
+encoding (uint16 bits named in `__coconet_dtypes__`), refuses NumPy's raw 'V2' records with a
+message saying what to do, and never leaves a half-written output file."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+from coconet.runtime.values import NPZ_DTYPES_KEY, load_arrays, save_arrays
+
+from coconet.program import CocoError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_bf16_round_trips_bit_for_bit(tmp_path):
+    x = np.array([1.5, -0.0, np.inf, np.nan, 3.0e-39], dtype=ml_dtypes.bfloat16)
+    y = np.arange(4, dtype=np.float32)
+    save_arrays(str(tmp_path / "a.npz"), {"x": x, "y": y})
+    with np.load(tmp_path / "a.npz") as raw:  # what other tools see: plain uint16 + a map
+        assert raw["x"].dtype == np.uint16
+        assert json.loads(str(raw[NPZ_DTYPES_KEY])) == {"x": "bf16"}
+    back = load_arrays(str(tmp_path / "a.npz"))
+    assert back["x"].dtype == ml_dtypes.bfloat16
+    assert back["x"].view(np.uint16).tolist() == x.view(np.uint16).tolist()
+    assert np.array_equal(back["y"], y)
+
+
+def test_numpys_raw_bf16_records_are_refused_with_the_way_out(tmp_path):
+    np.savez(tmp_path / "raw.npz", g=np.ones(3, dtype=ml_dtypes.bfloat16))
+    with pytest.raises(CocoError, match="raw 2-byte records.*uint16 bits"):
+        load_arrays(str(tmp_path / "raw.npz"))
+
+
+def test_output_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    target = tmp_path / "out.npz"
+    target.write_bytes(b"previous")
+
+    def broken(f, **arrays):
+        f.write(b"half")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(np, "savez", broken)
+    with pytest.raises(CocoError, match="No space left"):
+        save_arrays(str(target), {"x": np.ones(3)})
+    assert target.read_bytes() == b"previous"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.npz"]
+    (tmp_path / "dir.npz").mkdir()
+    with pytest.raises(CocoError, match="Is a directory"):
+        save_arrays(str(tmp_path / "dir.npz"), {"x": np.ones(3)})
+
+
+@pytest.mark.parametrize("backend", ["sim", "cpu"])
+def test_coco_run_takes_and_gives_bf16(tmp_path, backend):
+    rng = np.random.default_rng(0)
+    g = rng.standard_normal((2, 4096)).astype(ml_dtypes.bfloat16)  # local: one per rank
+    inputs = {
+        "g": g,
+        "w": np.ones(4096, np.float32),
+        "m": np.zeros(4096, np.float32),
+        "v": np.zeros(4096, np.float32),
+        "lr": np.float32(0.1),
+        "beta1": np.float32(0.9),
+        "beta2": np.float32(0.99),
+        "eps": np.float32(1e-8),
+        "step": np.float32(1.0),
+    }
+    save_arrays(str(tmp_path / "in.npz"), inputs)
+    out = tmp_path / "out.npz"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "coconet.tools.coco_run",
+            "examples/adam_bf16_grads.mlir",
+            "--np",
+            "2",
+            "--backend",
+            backend,
+            "--inputs",
+            str(tmp_path / "in.npz"),
+            "--output",
+            str(out),
+            "-q",
+        ],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    w = load_arrays(str(out))["w"]
+    # first Adam step: w moves by lr against the sign of the summed gradient
+    total = g.astype(np.float32).sum(axis=0)
+    assert np.allclose(w, 1.0 - 0.1 * np.sign(total), atol=1e-4)
