@@ -402,7 +402,22 @@ COCO_HD void coco_peers_signal_wait(const coco_u64* flags, coco_u64 offset, coco
 // block b reads of it (its piece of a gathered value).
 COCO_HD void coco_peers_entry(const coco_u64* flags, coco_i32 me, coco_i32 nranks,
                               coco_u32 epoch, coco_u32 grid, coco_u32 block) {
+#ifdef COCO_TARGET_HOST
+  // A host launch starts after every earlier write of its rank (launches are synchronous),
+  // so the first block to get here announces every block of the launch: the others then wait
+  // only until their peers' launch has started, not for each of their blocks. Ranks sharing
+  // cores with other work spend a scheduling delay at each wait, so this halves their waits.
+  if (coco_load_acquire_u32((coco_u32*)flags[me] + block + (coco_u64)me * grid) != epoch) {
+    coco_threadfence_system();
+    for (coco_i32 p = 0; p < nranks; ++p)
+      for (coco_u32 b = 0; b < grid; ++b)
+        coco_store_release_u32((coco_u32*)flags[p] + b + (coco_u64)me * grid, epoch);
+  }
+  for (coco_i32 p = 0; p < nranks; ++p)
+    coco_wait_flag_geq((coco_u32*)flags[me] + block + (coco_u64)p * grid, epoch);
+#else
   coco_peers_signal_wait(flags, block, grid, me, nranks, epoch);
+#endif
 }
 
 // Done: after storing its piece of every gathered value in its own symmetric buffer, the block

@@ -1,0 +1,315 @@
+"""Adam, data parallel, on the cpu backend: CoCoNet's three schedules beside what a user would
+write instead, and the machine's memory floor, in ONE run (one table, the same processes).
+
+    .venv/bin/python benchmarks/bench_suite.py                  # 2 ranks, 2^24 parameters
+    .venv/bin/python benchmarks/bench_suite.py --np 2 --log2n 22 --iters 20
+
+Rows (every rank runs each row on its own resident buffers; a step's time is the slowest
+rank's, after a barrier; the median over the timed steps):
+
+* `coconet <schedule>`: `coconet.compile(adam, schedule=..., backend="cpu")`, then
+  `compiled.step()` on the bound arrays (as benchmarks/bench_adam.py does): ar-c (all_reduce,
+  then one fused elementwise kernel), rs-c-ag (reduce_scatter, sliced update with sliced m and
+  v, all_gather), fuse(rs-c-ag) (one fused reduce-scatter + Adam + all-gather kernel).
+* `mpi4py + NumPy`: `comm.Allreduce(g, g1)` then Adam in NumPy ufuncs, in place where NumPy
+  allows (what a user of mpi4py would write).
+* `torch gloo + Adam(foreach)`: `dist.all_reduce(p.grad)` over a gloo process group, then
+  `torch.optim.Adam([p], foreach=True).step()` (what a PyTorch user would write, one
+  thread per rank like the others).
+
+The memory floor: a step must at least read every rank's gradient slice once (each rank reads
+its slice of every rank's gradient: 4N bytes), read and write the sliced m and v (16N/P), read
+its slice of w (4N/P) and write all of w (4N): 8N + 20N/P bytes per rank (f32, N parameters, P
+ranks; 18N at P = 2). Its time is those bytes of every rank over the node's memory bandwidth,
+measured in the same run as STREAM's triad (a[i] = b[i] + s c[i], counted as 12 bytes per
+element like STREAM) by a host kernel compiled with the backend's own compiler and flags, run
+on every rank at once, once per round; the best round's bandwidth makes the floor (the
+smallest). `x floor` = median / floor time.
+
+The rows run in rounds (each row's warm-up and timed steps, every row in turn, then the next
+round), so a change in the load of a shared machine falls on every row alike.
+
+Timings on a shared machine are noisy: repeat the run, and compare rows of one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+SCHEDULES = ("ar-c", "rs-c-ag", "fuse(rs-c-ag)")
+ADAM = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "step": 1.0}
+
+STREAM_SOURCE = r"""
+#include "coco_device.h"
+COCO_KERNEL(stream_triad, float* __restrict__ a, const float* __restrict__ b,
+            const float* __restrict__ c, float s, coco_i64 n) {
+  COCO_KERNEL_BODY_BEGIN
+  const coco_range r = coco_chunk(n, coco_grid_dim(), coco_block_idx(), 16);
+  COCO_BLOCK_STRIDE_LOOP(coco_i64, i, r.begin, r.end) { a[i] = b[i] + s * c[i]; }
+  COCO_KERNEL_BODY_END
+}
+"""
+
+
+Step = Callable[[], object]
+
+
+def timed(comm, fn: Step, warmup: int, iters: int, before: Step | None = None) -> list[float]:
+    """The slowest rank's time of each of `iters` steps of `fn` (after `warmup` steps);
+    `before` runs untimed before each step."""
+    from mpi4py import MPI
+
+    for _ in range(warmup):
+        if before is not None:
+            before()
+        fn()
+    times = []
+    for _ in range(iters):
+        if before is not None:
+            before()
+        comm.Barrier()
+        t0 = time.perf_counter()
+        fn()
+        times.append(comm.allreduce(time.perf_counter() - t0, op=MPI.MAX))
+    return times
+
+
+def stream_triad(comm, n: int) -> Step:
+    """A step of STREAM's triad on every rank's own arrays of n floats (all ranks at once)."""
+    import ctypes
+
+    import numpy as np
+    from coconet.lowering.host_compiler import compile_host
+
+    lib = compile_host(STREAM_SOURCE)
+    kernel = lib.kernel(
+        "stream_triad", ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_float,
+        ctypes.c_int64,
+    )  # fmt: skip
+    a = np.zeros(n, np.float32)
+    b = np.ones(n, np.float32)
+    c = np.full(n, 2.0, np.float32)
+    return lambda: kernel(64, 256, a, b, c, 3.0, n)
+
+
+def adam_inputs(plan, rank: int, n: int) -> dict[str, object]:
+    """This rank's pieces of the Adam arguments: its own gradient, the shared state."""
+    import numpy as np
+    from coconet.runtime import values as V
+
+    coords = V.coords_of(rank, plan.grid_shape)
+    shared = np.random.default_rng(1)  # the same replicated state on every rank
+    mine = np.random.default_rng(100 + rank)  # this rank's own gradient
+    inputs: dict[str, object] = {}
+    for arg, buf in plan.arguments.items():
+        if buf.shape == ():
+            inputs[arg] = ADAM[arg]
+        elif arg == "g":
+            inputs[arg] = mine.standard_normal(buf.shape, dtype=np.float32)
+        else:
+            full = shared.random(n, dtype=np.float32) * (0.01 if arg == "v" else 1.0)
+            inputs[arg] = V.piece_of(full, buf.type, coords, plan.grid_shape)
+    return inputs
+
+
+def coconet_steps(comm, n: int, schedules: list[str]) -> list[tuple[str, Step, object]]:
+    """(label, step, the compiled program) of each schedule, its arrays bound."""
+    import runpy
+    from pathlib import Path
+
+    from coconet.compile import compile as coco_compile
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "adam.py"
+    program = runpy.run_path(str(example))["build"](n)
+    out = []
+    for name in schedules:
+        compiled = coco_compile(program, schedule=name, backend="cpu")
+        compiled(**adam_inputs(compiled.plan, comm.Get_rank(), n))  # binds the arrays
+        out.append((f"coconet {name}", compiled.step, compiled))
+    return out
+
+
+def numpy_step(comm, n: int) -> Step:
+    """mpi4py's Allreduce, then Adam in NumPy (in place where NumPy allows)."""
+    import numpy as np
+    from mpi4py import MPI
+
+    g = np.random.default_rng(100 + comm.Get_rank()).standard_normal(n, dtype=np.float32)
+    w = np.random.default_rng(1).random(n, dtype=np.float32)
+    m = np.zeros(n, np.float32)
+    v = np.zeros(n, np.float32)
+    g1 = np.empty_like(g)
+    p = {k: np.float32(x) for k, x in ADAM.items()}
+
+    def step() -> None:
+        comm.Allreduce(g, g1, op=MPI.SUM)
+        np.multiply(m, p["beta1"], out=m)
+        np.add(m, (1 - p["beta1"]) * g1, out=m)
+        np.multiply(v, p["beta2"], out=v)
+        np.add(v, (1 - p["beta2"]) * g1 * g1, out=v)
+        denom = np.sqrt(v / (1 - p["beta2"] ** p["step"]))
+        denom += p["eps"]
+        np.subtract(w, p["lr"] * (m / (1 - p["beta1"] ** p["step"])) / denom, out=w)
+
+    return step
+
+
+def torch_step(comm, n: int) -> tuple[Step, Step] | None:
+    """torch.distributed's all_reduce over gloo, then torch.optim.Adam(foreach=True); and the
+    untimed refill of the gradient (backward's work) before each step."""
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError:
+        return None
+    import socket
+
+    torch.set_num_threads(1)  # one core per rank, as the other rows
+    port = None
+    if comm.Get_rank() == 0:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{comm.bcast(port, root=0)}",
+        rank=comm.Get_rank(),
+        world_size=comm.Get_size(),
+    )
+    p = torch.nn.Parameter(torch.rand(n, generator=torch.Generator().manual_seed(1)))
+    grad = torch.randn(n, generator=torch.Generator().manual_seed(100 + comm.Get_rank()))
+    p.grad = grad.clone()
+    betas = (ADAM["beta1"], ADAM["beta2"])
+    opt = torch.optim.Adam([p], lr=ADAM["lr"], betas=betas, eps=ADAM["eps"], foreach=True)
+
+    def step() -> None:
+        dist.all_reduce(p.grad)
+        opt.step()
+
+    return step, lambda: p.grad.copy_(grad)
+
+
+def worker(args: argparse.Namespace) -> None:
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    size = comm.Get_size()
+    n = 1 << args.log2n
+    triad = stream_triad(comm, max(n, 1 << 25))
+    compiled = coconet_steps(comm, n, args.schedules)
+    rows: list[tuple[str, Step, Step | None]] = [(label, s, None) for label, s, _ in compiled]
+    rows.append(("mpi4py + NumPy", numpy_step(comm, n), None))
+    with_torch = torch_step(comm, n)
+    if with_torch is not None:
+        rows.append(("torch gloo + Adam(foreach)", *with_torch))
+    # Rounds of every row in turn (and of the triad), so that a change in the load of a shared
+    # machine falls on every row alike.
+    times: dict[str, list[float]] = {label: [] for label, _, _ in rows}
+    bandwidths: list[float] = []
+    for _ in range(args.rounds):
+        bandwidths.append(size * 12 * max(n, 1 << 25) / min(timed(comm, triad, 1, 3)))
+        for label, step, before in rows:
+            times[label] += timed(comm, step, args.warmup, args.iters, before)
+    for _, _, c in compiled:
+        c.close()
+    if with_torch is not None:
+        import torch.distributed as dist
+
+        dist.barrier()
+        dist.destroy_process_group()
+    if comm.Get_rank() == 0:
+        report(args, size, n, times, bandwidths)
+
+
+def report(
+    args: argparse.Namespace,
+    size: int,
+    n: int,
+    times: dict[str, list[float]],
+    bandwidths: list[float],
+) -> None:
+    bandwidth = max(bandwidths)  # the best the machine did: the floor is a lower bound
+    floor_bytes = size * (8 * n + 20 * n // size)
+    floor = floor_bytes / bandwidth
+    steps = args.rounds * args.iters
+    print(
+        f"\nAdam, n = 2^{args.log2n} = {n} f32 parameters, {size} rank(s) of the cpu backend, "
+        f"{os.cpu_count()} core(s): median of {steps} step(s) ({args.rounds} round(s) of "
+        f"{args.iters} after {args.warmup} warm-up), slowest rank per step"
+    )
+    print(
+        f"  memory: STREAM triad (all ranks at once) {min(bandwidths) / 1e9:.1f}-"
+        f"{bandwidth / 1e9:.1f} GB/s over the rounds; floor = {floor_bytes / 2**20:.0f} MiB "
+        f"(8N + 20N/P bytes per rank) at {bandwidth / 1e9:.1f} GB/s = {floor * 1e3:.2f} ms"
+    )
+    fused = times.get("coconet fuse(rs-c-ag)")
+    width = max(len(label) for label in times) + 2
+    head = f"  {'':<{width}}{'median':>10}{'min':>10}{'x floor':>9}"
+    if fused:
+        head += f"{'fuse(rs-c-ag) is':>27}"
+    print(head)
+    for label, ts in times.items():
+        med = statistics.median(ts)
+        line = f"  {label:<{width}}{med * 1e3:>8.2f}ms{min(ts) * 1e3:>8.2f}ms{med / floor:>8.2f}x"
+        if fused:
+            line += f"{med / statistics.median(fused):>13.2f}x as fast"
+        print(line)
+    print(f"  {'memory floor':<{width}}{floor * 1e3:>8.2f}ms{'':>10}{1.0:>8.2f}x")
+    if fused:
+        print(
+            "  (fuse(rs-c-ag) moves 8N + 28N/P bytes per rank by design -- 22N at P = 2 -- its "
+            "all_gather pulling the peers' pieces into the caller's w: "
+            f"{(8 + 28 / size) / (8 + 20 / size):.2f}x the floor's bytes)"
+        )
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--np", type=int, default=2, help="MPI ranks (default 2)")
+    p.add_argument("--log2n", type=int, default=24, help="parameters = 2^LOG2N (default 24)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps per row and round")
+    p.add_argument("--iters", type=int, default=5, help="timed steps per row and round")
+    p.add_argument("--rounds", type=int, default=4, help="rounds over the rows (default 4)")
+    p.add_argument("--schedules", nargs="+", default=list(SCHEDULES))
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        worker(args)
+        return
+    from coconet.runtime.cpu import apply_rank_env_defaults
+    from coconet.runtime.launcher import find_mpiexec
+
+    env = apply_rank_env_defaults(dict(os.environ))
+    if args.np > (os.cpu_count() or 1):
+        env.setdefault("MPIR_CVAR_CH4_PROGRESS_THROTTLE", "1")
+    cmd = [
+        find_mpiexec(),
+        "-n",
+        str(args.np),
+        sys.executable,
+        os.path.abspath(__file__),
+        "--worker",
+        "--log2n",
+        str(args.log2n),
+        "--warmup",
+        str(args.warmup),
+        "--iters",
+        str(args.iters),
+        "--rounds",
+        str(args.rounds),
+        "--schedules",
+        *args.schedules,
+    ]
+    sys.exit(subprocess.call(cmd, env=env))
+
+
+if __name__ == "__main__":
+    main()
