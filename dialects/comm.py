@@ -109,11 +109,12 @@ def collective_result_type(
     does not take.
     """
     what = operand or str(input_type)
-    layouts = [
-        op_type.axis_rule(a, lay, input_type=input_type, what=what, dim=dim) if a in span else lay
-        for a in range(max(grid_rank, len(input_type.layouts)))
-        for lay in (input_type.layout_on(a),)
-    ]
+    layouts: list[LayoutAttr] = []
+    for a in range(max(grid_rank, len(input_type.layouts))):
+        lay = input_type.layout_on(a)
+        if a in span:
+            lay = op_type.axis_rule(a, lay, input_type=input_type, what=what, dim=dim)
+        layouts.append(lay)
     return input_type.with_layouts(layouts)
 
 
