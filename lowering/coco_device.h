@@ -333,19 +333,31 @@ COCO_HD void coco_cpu_relax() { __nanosleep(32); }
 // A GPU thread moves 16 bytes per access (one 128-bit load or store per 16 bytes of a vector);
 // the lanes live in registers (the lanes loop is unrolled).
 #define COCO_VEC_BYTES 16
+// Each 16 bytes travel as one uint4 (one 128-bit load or store). The store is spelled in PTX:
+// the compiler splits a plain uint4 store of lanes it can see to be equal (a value stored in
+// two places) into 32-bit stores.
 template <class T, int L>
 COCO_HD void coco_vload(T (&dst)[L], const T* src) {
   static_assert(sizeof(T) * L % 16 == 0, "a vector is a whole number of 16-byte accesses");
 #pragma unroll
-  for (int c = 0; c < (int)(sizeof(T) * L / 16); ++c)
-    reinterpret_cast<uint4*>(dst)[c] = reinterpret_cast<const uint4*>(src)[c];
+  for (int c = 0; c < (int)(sizeof(T) * L / 16); ++c) {
+    const uint4 u = reinterpret_cast<const uint4*>(src)[c];
+    memcpy(reinterpret_cast<unsigned char*>(dst) + 16 * c, &u, 16);
+  }
 }
 template <class T, int L>
 COCO_HD void coco_vstore(T* dst, const T (&src)[L]) {
   static_assert(sizeof(T) * L % 16 == 0, "a vector is a whole number of 16-byte accesses");
 #pragma unroll
-  for (int c = 0; c < (int)(sizeof(T) * L / 16); ++c)
-    reinterpret_cast<uint4*>(dst)[c] = reinterpret_cast<const uint4*>(src)[c];
+  for (int c = 0; c < (int)(sizeof(T) * L / 16); ++c) {
+    unsigned w[4];
+    memcpy(w, reinterpret_cast<const unsigned char*>(src) + 16 * c, 16);
+    asm volatile("st.v4.b32 [%0], {%1, %2, %3, %4};"
+                 :
+                 : "l"(reinterpret_cast<uint4*>(dst) + c), "r"(w[0]), "r"(w[1]), "r"(w[2]),
+                   "r"(w[3])
+                 : "memory");
+  }
 }
 #define COCO_VEC_IN(T, name, lanes, src) \
   alignas(16) T name[lanes];             \

@@ -235,3 +235,19 @@ def test_fused_adam_assembles_the_gathered_weights_in_the_argument():
     source = plan.cuda_source
     assert "coco_peers_done" in source and "w_out[w1_bases[q_] + i]" in source
     assert "COCO_VEC_IN(float, x_, lanes_, (const float*)g_peers[0]" in source
+
+
+@pytest.mark.skipif(not nvrtc_available(), reason="the nvidia-cuda-nvrtc wheel is not installed")
+@pytest.mark.parametrize("arch", ["compute_80", "compute_90"])
+def test_fused_adam_gpu_form_moves_vectors_of_16_bytes(arch):
+    """On a GPU the vector loop's accesses are 128-bit: the peers' gradients, the state, the
+    weights and the gathered pieces (five vector stores: m, v, this rank's piece, w, and the
+    pull's), with the lanes in registers (no local memory)."""
+    import re
+
+    plan = lower(_fused_adam(4096), 2)
+    ptx = compile_cuda(plan.cuda_source, arch, warnings_as_errors=True).binary.decode()
+    loads = re.findall(r"\bld(?:\.global)?(?:\.nc)?\.v4\.", ptx)
+    stores = re.findall(r"\bst(?:\.global)?\.v4\.", ptx)
+    assert len(loads) >= 6 and len(stores) >= 5, (len(loads), len(stores))
+    assert ".local" not in ptx
