@@ -2,7 +2,7 @@
 write instead, and the machine's memory floor, in ONE run (one table, the same processes).
 
     .venv/bin/python benchmarks/bench_suite.py                  # 2 ranks, 2^24 parameters
-    .venv/bin/python benchmarks/bench_suite.py --np 2 --log2n 22 --iters 20
+    .venv/bin/python benchmarks/bench_suite.py --np 2 --log2n 22 --rounds 6
 
 Rows (every rank runs each row on its own resident buffers; a step's time is the slowest
 rank's, after a barrier; the median over the timed steps):
@@ -23,8 +23,9 @@ its slice of w (4N/P) and write all of w (4N): 8N + 20N/P bytes per rank (f32, N
 ranks; 18N at P = 2). Its time is those bytes of every rank over the node's memory bandwidth,
 measured in the same run as STREAM's triad (a[i] = b[i] + s c[i], counted as 12 bytes per
 element like STREAM) by a host kernel compiled with the backend's own compiler and flags, run
-on every rank at once, once per round; the best round's bandwidth makes the floor (the
-smallest). `x floor` = median / floor time.
+on every rank at once, right before each row's steps (a VM's memory bandwidth changes with
+its neighbours' load). `x floor`: the median, over the rounds, of the row's median step time
+over the floor time at the bandwidth measured just before it.
 
 The rows run in rounds (each row's warm-up and timed steps, every row in turn, then the next
 round), so a change in the load of a shared machine falls on every row alike.
@@ -208,14 +209,20 @@ def worker(args: argparse.Namespace) -> None:
     with_torch = torch_step(comm, n)
     if with_torch is not None:
         rows.append(("torch gloo + Adam(foreach)", *with_torch))
-    # Rounds of every row in turn (and of the triad), so that a change in the load of a shared
-    # machine falls on every row alike.
+    # Rounds of every row in turn, so that a change in the load of a shared machine falls on
+    # every row alike; each row's steps right after a triad, since the memory bandwidth a VM
+    # gets changes with its neighbours' load too.
+    floor_bytes = size * (8 * n + 20 * n // size)
     times: dict[str, list[float]] = {label: [] for label, _, _ in rows}
+    ratios: dict[str, list[float]] = {label: [] for label, _, _ in rows}
     bandwidths: list[float] = []
     for _ in range(args.rounds):
-        bandwidths.append(size * 12 * max(n, 1 << 25) / min(timed(comm, triad, 1, 3)))
         for label, step, before in rows:
-            times[label] += timed(comm, step, args.warmup, args.iters, before)
+            bandwidth = size * 12 * max(n, 1 << 25) / min(timed(comm, triad, 1, 3))
+            ts = timed(comm, step, args.warmup, args.iters, before)
+            bandwidths.append(bandwidth)
+            times[label] += ts
+            ratios[label].append(statistics.median(ts) / (floor_bytes / bandwidth))
     for _, _, c in compiled:
         c.close()
     if with_torch is not None:
@@ -224,18 +231,19 @@ def worker(args: argparse.Namespace) -> None:
         dist.barrier()
         dist.destroy_process_group()
     if comm.Get_rank() == 0:
-        report(args, size, n, times, bandwidths)
+        report(args, size, n, floor_bytes, times, ratios, bandwidths)
 
 
 def report(
     args: argparse.Namespace,
     size: int,
     n: int,
+    floor_bytes: int,
     times: dict[str, list[float]],
+    ratios: dict[str, list[float]],
     bandwidths: list[float],
 ) -> None:
-    bandwidth = max(bandwidths)  # the best the machine did: the floor is a lower bound
-    floor_bytes = size * (8 * n + 20 * n // size)
+    bandwidth = statistics.median(bandwidths)
     floor = floor_bytes / bandwidth
     steps = args.rounds * args.iters
     print(
@@ -244,9 +252,10 @@ def report(
         f"{args.iters} after {args.warmup} warm-up), slowest rank per step"
     )
     print(
-        f"  memory: STREAM triad (all ranks at once) {min(bandwidths) / 1e9:.1f}-"
-        f"{bandwidth / 1e9:.1f} GB/s over the rounds; floor = {floor_bytes / 2**20:.0f} MiB "
-        f"(8N + 20N/P bytes per rank) at {bandwidth / 1e9:.1f} GB/s = {floor * 1e3:.2f} ms"
+        f"  memory: STREAM triad (all ranks at once, before each row's steps) "
+        f"{min(bandwidths) / 1e9:.1f}-{max(bandwidths) / 1e9:.1f} GB/s, median "
+        f"{bandwidth / 1e9:.1f}; floor = {floor_bytes / 2**20:.0f} MiB (8N + 20N/P bytes per "
+        f"rank) at {bandwidth / 1e9:.1f} GB/s = {floor * 1e3:.2f} ms"
     )
     fused = times.get("coconet fuse(rs-c-ag)")
     width = max(len(label) for label in times) + 2
@@ -256,16 +265,21 @@ def report(
     print(head)
     for label, ts in times.items():
         med = statistics.median(ts)
-        line = f"  {label:<{width}}{med * 1e3:>8.2f}ms{min(ts) * 1e3:>8.2f}ms{med / floor:>8.2f}x"
+        ratio = statistics.median(ratios[label])
+        line = f"  {label:<{width}}{med * 1e3:>8.2f}ms{min(ts) * 1e3:>8.2f}ms{ratio:>8.2f}x"
         if fused:
             line += f"{med / statistics.median(fused):>13.2f}x as fast"
         print(line)
     print(f"  {'memory floor':<{width}}{floor * 1e3:>8.2f}ms{'':>10}{1.0:>8.2f}x")
+    print(
+        "  x floor: the median over the rounds of the row's median over the floor at the "
+        "bandwidth measured just before it"
+    )
     if fused:
         print(
-            "  (fuse(rs-c-ag) moves 8N + 28N/P bytes per rank by design -- 22N at P = 2 -- its "
-            "all_gather pulling the peers' pieces into the caller's w: "
-            f"{(8 + 28 / size) / (8 + 20 / size):.2f}x the floor's bytes)"
+            "  fuse(rs-c-ag) moves 8N + 28N/P bytes per rank by design (22N at P = 2): its "
+            "all_gather pulls the peers' pieces into the caller's w, "
+            f"{(8 + 28 / size) / (8 + 20 / size):.2f}x the floor's bytes"
         )
 
 
