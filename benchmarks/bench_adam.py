@@ -11,6 +11,8 @@ step once (the check against the sim oracle is `coco-run --check`; this is timin
 times warm steps on its resident buffers (`compiled.step()`): barrier, step, the slowest
 rank's time; the median over the timed steps. Bytes/rank is what each rank sends per step,
 from the plan (runtime/executor.py plan_traffic). A script that prints a table, not a test.
+benchmarks/bench_suite.py runs the same schedules beside mpi4py + NumPy and torch.distributed +
+torch.optim.Adam, and the machine's memory floor.
 """
 
 import argparse
