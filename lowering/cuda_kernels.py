@@ -13,7 +13,7 @@ its SSA name, with a comment saying which op computes it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -783,8 +783,7 @@ class _ElementwiseBuilder:
         self.build_ops()
         self.build_stores()
         reduced = [self.ref(v) for v, _, _ in k.reductions]
-        # Kernels with in-kernel reductions keep their per-thread order of accumulation.
-        vector = k.is_collective and not k.reductions and self.contiguous_peers()
+        vector = k.is_collective and self.contiguous_peers()
         pull_vector = bool(self.gathers) and all(g.operand.linear for g in self.gathers)
         stmts: list[Stmt] = []
         align: Expr = Lit("4")
@@ -800,7 +799,7 @@ class _ElementwiseBuilder:
             stmts += [_thread_zero(self.peer_sync(SyncStep.ENTRY)), SyncBlock()]
         element = (Decl(self.i, self.begin + self.j), *self.body)
         if k.reductions:
-            stmts += self.reducing_loop(element, reduced)
+            stmts += self.reducing_loop(element, reduced, vector)
         elif vector:
             stmts += self.vector_loops(element)
         else:
@@ -840,11 +839,10 @@ class _ElementwiseBuilder:
     def at_element(self, index: Expr, element: Expr) -> Expr:
         return rewrite(index, lambda x: element if x is self.i else None)
 
-    def vector_loops(self, element: tuple[Stmt, ...]) -> list[Stmt]:
-        """The vector loop over the chunk's whole vectors, where every vector access is
-        aligned (block-uniform: a GPU takes 16-byte accesses, which need it, and the host
-        takes the same path), then the element loop over the rest."""
-        begin, end = Field(self.range, "begin"), Field(self.range, "end")
+    def vector_end(self) -> tuple[list[Stmt], Var]:
+        """Block-level statements that find where the chunk's whole vectors end: at its start
+        unless every vector access is aligned (block-uniform: a GPU takes 16-byte accesses,
+        which need it, and the host takes the same path); and that end."""
         p = Var(I32, None, "p_")
 
         def aligned(pointer: Expr, index: Expr) -> Expr:
@@ -860,20 +858,30 @@ class _ElementwiseBuilder:
         ]
         ok = Var(BOOL, None, "vec_")
         vend = Var(I64, None, "vend_")
-        v = Var(I64, None, "v_")
         stmts: list[Stmt] = [Decl(ok, all_of(mine), const=not peers)]
         if peers:
             stmts.append(For(p, Lit("0"), self.nranks, (Assign(ok, all_of([ok, *peers])),)))
-        stmts += [
-            Decl(vend, self.whole_vectors(ok)),
+        stmts.append(Decl(vend, self.whole_vectors(ok)))
+        return stmts, vend
+
+    def vector_loops(self, element: tuple[Stmt, ...]) -> list[Stmt]:
+        """The vector loop over the chunk's whole vectors, then the element loop over the
+        rest."""
+        begin, end = Field(self.range, "begin"), Field(self.range, "end")
+        stmts, vend = self.vector_end()
+        v = Var(I64, None, "v_")
+        return [
+            *stmts,
             BlockStrideLoop(v, begin / self.lanes, vend / self.lanes, self.vector_body(v)),
             BlockStrideLoop(self.j, vend, end, element),
         ]
-        return stmts
 
-    def vector_body(self, v: Var) -> tuple[Stmt, ...]:
+    def vector_body(
+        self, v: Var, then: Callable[[Var], list[Stmt]] | None = None
+    ) -> tuple[Stmt, ...]:
         """One vector of the chunk: the element body, its contiguous loads and stores done as
-        vectors around a loop over the lanes (a fresh copy of the element body's variables)."""
+        vectors around a loop over the lanes (a fresh copy of the element body's variables);
+        `then(k)`: statements ending lane k's body."""
         L = self.lanes
         i0 = Var(I64, None, "i0_")
         k = Var(I32, None, "k_")
@@ -905,6 +913,8 @@ class _ElementwiseBuilder:
                 epilogue.append(VecStore(arr, dst))
             else:
                 lane.append(st)
+        if then is not None:
+            lane += then(k)
         if uses(tuple(lane), self.i):
             lane.insert(0, Decl(self.i, i0 + k))
         body = (
@@ -1013,7 +1023,9 @@ class _ElementwiseBuilder:
         """Each reduction's kind and accumulator type."""
         return [(ReduceKind(kind), _accumulator(v.type.elt)) for v, kind, _ in self.k.reductions]
 
-    def reducing_loop(self, element: tuple[Stmt, ...], values: list[Var]) -> list[Stmt]:
+    def reducing_loop(
+        self, element: tuple[Stmt, ...], values: list[Var], vector: bool
+    ) -> list[Stmt]:
         self.last = Var(BOOL, None, "last_")
         red = Var(F64.ptr(), None, "red_")
         accs = [Var(acc, None, f"acc{n}_") for n, (_, acc) in enumerate(self.kinds())]
@@ -1022,18 +1034,21 @@ class _ElementwiseBuilder:
             for a, (kind, acc), value in zip(accs, self.kinds(), values)
         )
         r = self.range
+        begin: Expr = Field(r, "begin")
+        head: list[Stmt] = []
+        thread: list[Stmt] = []
+        starts: list[Expr] = [Identity(kind, acc) for kind, acc in self.kinds()]
+        if vector:
+            # Whole vectors first (block-level: where they end), then the element loop.
+            head, vend = self.vector_end()
+            thread, starts = self.vector_partials(accs, values, vend)
+            begin = vend
+        thread += [Decl(a, start, const=False) for a, start in zip(accs, starts)]
         per_thread = ForThreads(
             (
-                *(
-                    Decl(a, Identity(kind, acc), const=False)
-                    for a, (kind, acc) in zip(accs, self.kinds())
-                ),
+                *thread,
                 For(
-                    self.j,
-                    Field(r, "begin") + THREAD_IDX,
-                    Field(r, "end"),
-                    (*element, *accumulate),
-                    step=BLOCK_DIM,
+                    self.j, begin + THREAD_IDX, Field(r, "end"), (*element, *accumulate), BLOCK_DIM
                 ),
                 *(
                     Assign(Index(red, _at(n, BLOCK_DIM, THREAD_IDX)), Cast(F64, a))
@@ -1056,11 +1071,47 @@ class _ElementwiseBuilder:
         return [
             SharedArray(self.last, 1),
             SharedDyn(red),
+            *head,
             per_thread,
             SyncBlock(),
             _thread_zero(*per_block),
             SyncBlock(),
         ]
+
+    def vector_partials(
+        self, accs: list[Var], values: list[Var], vend: Var
+    ) -> tuple[list[Stmt], list[Expr]]:
+        """A thread's whole vectors (v = thread, thread + block size, ...) with one accumulator
+        per lane and reduction, the lanes then combined pairwise (lane k with lane k + s, for
+        s = lanes/2, lanes/4, ..., 1); and what each thread accumulator starts from (lane 0),
+        which the element loop continues. A fixed order on each target, and one the host
+        vectorizes: in lane order it would be one long chain of dependent additions."""
+        L = self.lanes
+        lane_accs = [Var(a.ctype, None, f"{a.fallback}v") for a in accs]
+        stmts: list[Stmt] = []
+        for la, (kind, acc) in zip(lane_accs, self.kinds()):
+            k = Var(I32, None, "k_")
+            identity = (Assign(Index(la, k), Identity(kind, acc)),)
+            stmts += [LocalArray(la, L), LaneLoop(k, L, identity)]
+
+        def into_lanes(k: Var) -> list[Stmt]:
+            return [
+                Assign(Index(la, k), Combine(kind, acc, Index(la, k), Cast(acc, value)))
+                for la, (kind, acc), value in zip(lane_accs, self.kinds(), values)
+            ]
+
+        v = Var(I64, None, "v_")
+        first = Field(self.range, "begin") / L + THREAD_IDX
+        stmts.append(For(v, first, vend / L, self.vector_body(v, into_lanes), step=BLOCK_DIM))
+        half = Var(I32, None, "s_")
+        pairwise: list[Stmt] = []
+        for la, (kind, acc) in zip(lane_accs, self.kinds()):
+            k = Var(I32, None, "k_")
+            pair = Combine(kind, acc, Index(la, k), Index(la, k + half))
+            pairwise.append(LaneLoop(k, half, (Assign(Index(la, k), pair),)))
+        pairwise.append(Assign(half, Lit("2"), op="/="))
+        stmts += [Decl(half, L / 2, const=False), While(binary(">", half, 0), tuple(pairwise))]
+        return stmts, [Index(la, Lit("0")) for la in lane_accs]
 
     def finish_reductions(self) -> list[Stmt]:
         last: list[Stmt] = [ExprStmt(_call("coco_threadfence_system"))]

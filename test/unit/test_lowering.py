@@ -180,36 +180,45 @@ def test_reductions_of_every_kind_compile_and_match_oracle():
 # ---------------------------------------------------------------------------------------------
 
 
-def _fused_adam(n: int) -> Program:
-    """examples/adam.py at n parameters under the fuse(rs-c-ag) schedule."""
+def _fused(example: str, *build_args) -> Program:
+    """examples/<example>.py built with `build_args`, under the fuse(rs-c-ag) schedule."""
     import runpy
 
     from coconet.tools.coco_run import apply_pipeline
 
     from coconet.schedule import named_schedules
 
-    example = Path(__file__).parents[2] / "examples" / "adam.py"
-    program = runpy.run_path(str(example))["build"](n)
+    path = Path(__file__).parents[2] / "examples" / f"{example}.py"
+    program = runpy.run_path(str(path))["build"](*build_args)
     return apply_pipeline(program, named_schedules(program)["fuse(rs-c-ag)"])
 
 
+def _fused_adam(n: int) -> Program:
+    return _fused("adam", n)
+
+
 @pytest.mark.parametrize(
-    "n, ranks, vec_bytes",
+    "example, n, ranks, vec_bytes",
     [
-        (4096, 2, None),  # every block's chunk in whole vectors
-        (4100, 4, None),  # slices of 1025: odd ranks' addresses are not 16-byte aligned
-        (4096 + 40, 2, None),  # chunks with a tail of elements
-        (4096, 4, 16),  # the GPU's vectors (16 bytes) on the host: lanes of 4
-        (4100, 4, 16),
+        ("adam", 4096, 2, None),  # every block's chunk in whole vectors
+        ("adam", 4100, 4, None),  # slices of 1025: odd ranks' addresses are not 16-byte aligned
+        ("adam", 4096 + 40, 2, None),  # chunks with a tail of elements
+        ("adam", 4096, 4, 16),  # the GPU's vectors (16 bytes) on the host: lanes of 4
+        ("adam", 4100, 4, 16),
+        # LAMB's first kernel finishes a reduction: per-lane partials, then the elements
+        ("lamb_scattered", 4096, 2, None),
+        ("lamb_scattered", 4100, 4, None),
+        ("lamb_scattered", 4100, 4, 16),
     ],
 )
-def test_fused_adam_vector_and_element_loops_match_oracle(n, ranks, vec_bytes):
-    """The fused kernel's vector loop (whole aligned vectors, the peers' pieces pulled as
-    vectors) and its element loop (tails, unaligned addresses) both reproduce the oracle bit
-    for bit, at the host's vector width and at the GPU's."""
+def test_fused_vector_and_element_loops_match_oracle(example, n, ranks, vec_bytes):
+    """The fused kernels' vector loop (whole aligned vectors, the peers' pieces pulled as
+    vectors) and element loop (tails, unaligned addresses) both reproduce the oracle (bit for
+    bit, but for LAMB's norms, summed in another order), at the host's vector width and at the
+    GPU's."""
     import dataclasses
 
-    program = _fused_adam(n)
+    program = _fused(example, n if example == "adam" else (n,))
     for config in CONFIGS:
         plan = lower(program, ranks, config)
         if vec_bytes is not None:
@@ -218,7 +227,8 @@ def test_fused_adam_vector_and_element_loops_match_oracle(n, ranks, vec_bytes):
         inputs = prepare_inputs(program, None, plan.grid_shape, seed=ranks)
         want = coconet.run(program, inputs, ranks=ranks, inplace=False).outputs
         got = ThreadedExecutor(plan).run(inputs)
-        compare(program, got, want, f"n={n} ranks={ranks} vec={vec_bytes} block={config.block}")
+        context = f"{example} n={n} ranks={ranks} vec={vec_bytes} block={config.block}"
+        compare(program, got, want, context)
 
 
 def test_fused_adam_assembles_the_gathered_weights_in_the_argument():

@@ -119,9 +119,10 @@ func.func @fused(%g: !coco.tensor<64xf32, local>) -> !coco.tensor<64xf32> {
 
 // -----
 
-// A full reduction inside a fused all_reduce (LAMB's sliced norms): per-thread partials, the
-// block's partial in order, the rank's last block (an atomic ticket, no waiting between
-// blocks of one rank) exchanging rank partials with its peers after the done-flags.
+// A full reduction inside a fused all_reduce (LAMB's sliced norms): per-thread partials (over
+// the thread's vectors one accumulator per lane, the lanes combined pairwise, then its
+// elements), the block's partial in order, the rank's last block (an atomic ticket, no waiting
+// between blocks of one rank) exchanging rank partials with its peers after the done-flags.
 func.func @norm_inside(%g: !coco.tensor<64xf32, local>) -> (!coco.tensor<64xf32, sliced<0>>, !coco.tensor<f32>) {
   %x, %n = comm.fused all_reduce -> !coco.tensor<64xf32, sliced<0>>, !coco.tensor<f32> {
     %rs = comm.reduce_scatter sum %g : !coco.tensor<64xf32, local> -> !coco.tensor<64xf32, sliced<0>>
@@ -137,8 +138,18 @@ func.func @norm_inside(%g: !coco.tensor<64xf32, local>) -> (!coco.tensor<64xf32,
 // CHECK-NEXT:      double* __restrict__ partials,
 // CHECK-NEXT:      coco_u32* __restrict__ counter,
 // CHECK-NEXT:      const coco_u64* __restrict__ exchange,
-// CHECK:         for (coco_i64 j_ = r_.begin + coco_thread_idx(); j_ < r_.end; j_ += coco_block_dim()) {
-// CHECK:           acc0_ = acc0_ + (double)sq;
+// CHECK:         const coco_i64 vend_ = vec_ ? r_.begin + (r_.end - r_.begin) / lanes_ * lanes_ : r_.begin;
+// CHECK-NEXT:    COCO_FOR_THREADS {
+// CHECK-NEXT:      double acc0_v[lanes_];
+// CHECK:           for (coco_i64 v_ = r_.begin / lanes_ + coco_thread_idx(); v_ < vend_ / lanes_; v_ += coco_block_dim()) {
+// CHECK:               acc0_v[k_] = acc0_v[k_] + (double)sq;
+// CHECK:           coco_i32 s_ = lanes_ / 2;
+// CHECK-NEXT:      while (s_ > 0) {
+// CHECK-NEXT:        COCO_FOR_LANES(k_, s_) {
+// CHECK-NEXT:          acc0_v[k_] = acc0_v[k_] + acc0_v[k_ + s_];
+// CHECK:           double acc0_ = acc0_v[0];
+// CHECK-NEXT:      for (coco_i64 j_ = vend_ + coco_thread_idx(); j_ < r_.end; j_ += coco_block_dim()) {
+// CHECK:             acc0_ = acc0_ + (double)sq;
 // CHECK:         partials[coco_block_idx()] = a0_;
 // CHECK:         last_[0] = coco_block_is_last(counter, coco_grid_dim());
 // CHECK:         coco_peers_done(flags, me, nranks, epoch, coco_grid_dim(), coco_block_idx());
