@@ -372,6 +372,8 @@ def compile(
     from coconet.lowering.lower_to_plan import lower
     from coconet.runtime.executor import PlanRunner
     from coconet.runtime.failures import FailureGuard
+    from coconet.runtime.symmetric import job_nodes
+    from coconet.runtime.torch_comm import mpi_module_for
 
     global _GUARD
     guard = None
@@ -382,7 +384,7 @@ def compile(
                 comm, prefix="coconet", step_timeout=float(timeout) if timeout else None
             )
         guard = _GUARD
-    plan = lower(program, size, launch_config)
+    plan = lower(program, size, launch_config, job_nodes(comm, mpi_module_for(comm)))
     runner = PlanRunner(
         plan,
         comm.Get_rank(),

@@ -57,6 +57,7 @@ from coconet.lowering.kernel_ir import (
     PeerSync,
     ReduceKind,
     Select,
+    SendPush,
     SharedArray,
     SharedDyn,
     Stmt,
@@ -328,10 +329,13 @@ class ElementwiseKernel:
         # Full reductions finished inside the kernel and all-reduced across the group
         # (LAMB's norms): (reduced value, kind, the all_reduce's result).
         self.reductions: list[tuple[SSAValue, str, SSAValue]] = []
+        # A send fused into the kernel (fused_send.py): (value sent, the value received); each
+        # rank stores its element straight into its receiver's symmetric receive buffer.
+        self.sends: list[tuple[SSAValue, SSAValue]] = []
 
     @property
     def is_collective(self) -> bool:
-        return bool(self.peer_reductions or self.all_gathers)
+        return bool(self.peer_reductions or self.all_gathers or self.sends)
 
     # An operand coincides with the iteration when it has the same shape and every dim is cut
     # by the same grid axes: then rank r's piece of both covers the same global elements.
@@ -442,6 +446,7 @@ class _ElementwiseBuilder:
         self.gathers: list[_Gather] = []
         self.out_params: list[Param] = []
         self.red_params: list[Param] = []
+        self.send_params: list[Param] = []
         self.dims: list[Param] = []
         self.gstarts: list[Param] = []
         self.goffset: Param | None = None
@@ -517,6 +522,15 @@ class _ElementwiseBuilder:
                     ctype, _hint(target, "_out"), f"ag{n}_out", ParamKind.GATHER_OUT, value=target
                 )
             self.gathers.append(_Gather(v, operand, bases, dest))
+        for n, (_v, received) in enumerate(k.sends):
+            hint = _hint(received, "_peers")
+            received_peers = self.param(
+                table, hint, f"send{n}", ParamKind.SEND_PEERS, value=received
+            )
+            self.send_params.append(received_peers)
+        if k.sends:
+            self.send_to = self.param(I32, None, "send_to", ParamKind.SEND_TO)
+            self.receives = self.param(I32, None, "receives", ParamKind.RECEIVES)
         for n, (_v, _kind, out) in enumerate(k.reductions):
             ctype = C_STORAGE[out.type.elt].ptr(restrict=True)
             self.red_params.append(
@@ -770,6 +784,22 @@ class _ElementwiseBuilder:
                 self.body.append(store)
                 dest = g.dest.hint or g.dest.fallback
                 self.vec_stores[id(store)] = _VecAccess(g.dest, index, t.elt, dest, value=value)
+
+        for (v, received), table in zip(self.k.sends, self.send_params):
+            # comm.send: the element goes straight into the receiver's buffer (between the
+            # entry flags -- the receiver no longer reads its previous content -- and the
+            # done flags, after which it may); a rank nobody sends to receives zeros.
+            if not self.k.coincides(received.type, it):
+                raise ValueError(f"a fused send of {received.type} over {it}")
+            elt = received.type.elt
+            storage = C_STORAGE[elt]
+            value = store_expr(elt, self.ref(v))
+            self.body.append(SendPush(table, self.send_to, self.i, value, storage))
+            zero = store_expr(elt, c_float(0.0, elt) if _is_float(elt) else Lit("0"))
+            mine = Index(peer(table, self.me, storage), self.i)
+            self.body.append(
+                If(binary("==", self.receives, 0), (Assign(mine, zero, comment="no sender"),))
+            )
 
     # -- the kernel --------------------------------------------------------------------------
 
@@ -1282,3 +1312,114 @@ def table_form(kernel: Kernel, name: str) -> Kernel:
 
     body = rewrite(kernel.body, per_tensor)
     return Kernel(name, (*tables, blocks, ntensors), (*head, *body))
+
+
+# ---------------------------------------------------------------------------------------------
+# The intra-node kernels of a hierarchical fused collective (fused_collective.py)
+# ---------------------------------------------------------------------------------------------
+# A group spanning nodes works in two parts: the members on this rank's node (these kernels,
+# over symmetric memory, with the cross-rank protocol) and one member per node (a library
+# collective between nodes). Each rank handles the `parts` pieces of its members across nodes,
+# packed one after the other (part k = the piece of its across-nodes member k): `bases[k]`
+# says where that piece lies in the tensor.
+
+
+def _node_kernel_params(kind: ParamKind, elt: str, table_hint: str) -> dict[str, Param]:
+    storage = C_STORAGE[elt]
+    table = U64.ptr(const=True, restrict=True)
+    return {
+        "peers": Param(table, None, table_hint, kind=kind),
+        "out": Param(storage.ptr(restrict=True), None, "out", kind=ParamKind.OUT),
+        "bases": Param(I64.ptr(const=True, restrict=True), None, "bases", ParamKind.PEER_BASES),
+        "count": Param(I64, None, "count", kind=ParamKind.COUNT),
+        "run": Param(I64, None, "run", kind=ParamKind.COUNT),
+        "stride": Param(I64, None, "stride", kind=ParamKind.COUNT),
+        "parts": Param(I32, None, "parts", kind=ParamKind.PARTS),
+        "flags": Param(table, None, "flags", kind=ParamKind.FLAGS),
+        "epoch": Param(U32, None, "epoch", kind=ParamKind.EPOCH),
+        "me": Param(I32, None, "me", kind=ParamKind.ME),
+        "nranks": Param(I32, None, "nranks", kind=ParamKind.NRANKS),
+        "begin": Param(I64, None, "begin", kind=ParamKind.BEGIN),
+        "end": Param(I64, None, "end", kind=ParamKind.END),
+    }
+
+
+def _node_kernel(
+    name: str, p: dict[str, Param], loop: Callable[[Var, Var, Var], list[Stmt]]
+) -> Kernel:
+    """A kernel over the packed pieces [begin, end) with the protocol around `loop(i, part,
+    at)`'s statements (packed element i is at offset `at` from its piece's base): entry (every node peer's earlier writes are complete), the block's
+    chunk, done (no node peer still reads this rank's buffers)."""
+    r_ = Var(RANGE, None, "r_")
+    j, i = Var(I64, None, "j_"), Var(I64, None, "i")
+    part, e, at = Var(I64, None, "part"), Var(I64, None, "e"), Var(I64, None, "at")
+
+    def sync(step: SyncStep) -> Stmt:
+        return _thread_zero(
+            PeerSync(step, p["flags"], p["me"], p["nranks"], p["epoch"], GRID_DIM, BLOCK_IDX)
+        )
+
+    element = (
+        Decl(i, p["begin"] + j),
+        Decl(part, i / p["count"]),
+        Decl(e, i % p["count"]),
+        # A piece is runs of `run` elements `stride` apart (its sliced dim and the dims after).
+        Decl(at, e / p["run"] * p["stride"] + e % p["run"]),
+        *loop(i, part, at),
+    )
+    chunk = _call("coco_chunk", p["end"] - p["begin"], GRID_DIM, BLOCK_IDX, Lit("1"))
+    body = (
+        Decl(r_, chunk),
+        sync(SyncStep.ENTRY),
+        SyncBlock(),
+        BlockStrideLoop(j, Field(r_, "begin"), Field(r_, "end"), element),
+        SyncBlock(),
+        sync(SyncStep.DONE),
+        Unused((p["parts"],)),
+    )
+    return Kernel(name, tuple(p.values()), body)
+
+
+def node_reduce_kernel(name: str, elt: str, kind: str) -> Kernel:
+    """The intra-node reduce_scatter of a hierarchical fused collective: out[part, e] = the
+    node's members' inputs at bases[part] + e, combined in member order in double (long long)
+    -- the node's partial of the piece of this rank's member `part` across nodes, kept in
+    double so that the reduce_scatter between nodes, which finishes it, rounds once."""
+    acc_t, storage = _accumulator(elt), C_STORAGE[elt]
+    p = _node_kernel_params(ParamKind.PEERS_IN, elt, "x_peers")
+    p["out"] = Param(acc_t.ptr(restrict=True), None, "out", kind=ParamKind.OUT)
+    rkind = ReduceKind(kind)
+
+    def loop(i: Var, part: Var, e: Var) -> list[Stmt]:
+        acc, q = Var(acc_t, None, "acc"), Var(I32, None, "q_")
+        at = Index(p["bases"], part) + e
+
+        def item(rank: Expr) -> Expr:
+            return Cast(
+                acc_t, load_expr(elt, Index(peer(p["peers"], rank, storage, const=True), at))
+            )
+
+        return [
+            Decl(acc, item(Lit("0")), const=False),
+            For(q, Lit("1"), p["nranks"], (Assign(acc, Combine(rkind, acc_t, acc, item(q))),)),
+            Assign(Index(p["out"], i), acc, comment="comm.reduce_scatter within the node"),
+        ]
+
+    return _node_kernel(name, p, loop)
+
+
+def node_gather_kernel(name: str, elt: str) -> Kernel:
+    """The intra-node all_gather of a hierarchical fused collective: after the library
+    all_gather between nodes, every node member q holds the pieces of its members across nodes
+    packed in its symmetric buffer; this rank copies all of them (its own too) to their places
+    in the gathered tensor, `bases[q * parts + part]`."""
+    p = _node_kernel_params(ParamKind.PEERS_OUT, elt, "gathered_peers")
+    storage = C_STORAGE[elt]
+
+    def loop(i: Var, part: Var, e: Var) -> list[Stmt]:
+        q = Var(I32, None, "q_")
+        src = Index(peer(p["peers"], q, storage, const=True), i)
+        dst = Index(p["out"], Index(p["bases"], q * p["parts"] + part) + e)
+        return [For(q, Lit("0"), p["nranks"], (Assign(dst, src, comment="comm.all_gather"),))]
+
+    return _node_kernel(name, p, loop)

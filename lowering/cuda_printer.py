@@ -47,6 +47,7 @@ from coconet.lowering.kernel_ir import (
     PeerSync,
     ReduceKind,
     Select,
+    SendPush,
     SharedArray,
     SharedDyn,
     Stmt,
@@ -59,6 +60,7 @@ from coconet.lowering.kernel_ir import (
     VecOut,
     VecStore,
     While,
+    peer,
 )
 from xdsl.utils.base_printer import BasePrinter
 
@@ -385,6 +387,14 @@ class CudaPrinter(BasePrinter):
             k = self.declare(stmt.var)
             with self.braces(f"COCO_FOR_LANES({k}, {lanes})"):
                 self.print_block(stmt.body)
+
+    @print_stmt.register
+    def _(self, stmt: SendPush) -> None:
+        to = self.expr(stmt.to)
+        target = self.expr(Index(peer(stmt.table, stmt.to, stmt.elt), stmt.index))
+        self.print_string(
+            f"\nif ({to} >= 0) {target} = {self.expr(stmt.value)};  // comm.send into the receiver"
+        )
 
     @print_stmt.register
     def _(self, stmt: PeerSync) -> None:

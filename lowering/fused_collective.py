@@ -167,6 +167,12 @@ def emit_collective_kernel(
             f"grid axes, got {sorted(spans)}"
         )
     span = spans.pop()
+    if lw.nodes and any(V.spans_nodes(g, lw.nodes) for g in V.groups_of(lw.grid_shape, span)):
+        from coconet.lowering.hierarchical import emit_hierarchical
+
+        return emit_hierarchical(
+            lw, span, scatters, gathers, compute, updates, reductions, assembled
+        )
 
     # The kernel iterates over this rank's slice: the type of the sliced values.
     sliced = [op.result for op in scatters] + [r for op in compute for r in op.results]

@@ -131,6 +131,10 @@ class ParamKind(StrEnum):
     EPOCH = "epoch"  # the value flags carry at this launch
     ME = "me"  # this rank's index in its group
     NRANKS = "nranks"  # the group's size
+    PARTS = "parts"  # pieces per rank of a hierarchical collective: its group's nodes
+    SEND_PEERS = "send_peers"  # every member's receive buffer along a send's axis (symmetric)
+    SEND_TO = "send_to"  # the member this rank sends to along the axis (-1: none)
+    RECEIVES = "receives"  # 1 when some member sends to this rank (0: it receives zeros)
     BLOCKS = "blocks"  # table form: prefix sums of the blocks of each tensor
     NTENSORS = "ntensors"  # table form: how many tensors the launch serves
 
@@ -495,6 +499,19 @@ class PeerSync(Stmt):
     epoch: Expr
     grid: Expr
     block: Expr
+
+
+@dataclass(frozen=True)
+class SendPush(Stmt):
+    """A `comm.send` inside a kernel: the element `value` stored straight into the receiver's
+    buffer, `to`'s entry of the peer table `table` (symmetric memory: NVLink, shared memory),
+    at `index` -- when this rank has a receiver (`to` >= 0)."""
+
+    table: Expr
+    to: Expr
+    index: Expr
+    value: Expr
+    elt: CType
 
 
 @dataclass(frozen=True)

@@ -66,10 +66,23 @@ class LaunchConfig:
 
 
 class Lowering:
-    def __init__(self, program: Program, grid_shape: Sequence[int], config: LaunchConfig):
+    def __init__(
+        self,
+        program: Program,
+        grid_shape: Sequence[int],
+        config: LaunchConfig,
+        nodes: Sequence[int] = (),
+    ):
         self.program = program
         self.grid_shape = tuple(grid_shape)
         self.size = int(np.prod(self.grid_shape))
+        if nodes and len(nodes) != self.size:
+            raise CocoError(
+                f"[ranks-per-node] the node map names {len(nodes)} rank(s), the plan has "
+                f"{self.size}"
+            )
+        # The node of every rank (runtime/values.py); () when one node holds them all.
+        self.nodes = tuple(int(n) for n in nodes) if len(set(nodes)) > 1 else ()
         self.coords = [V.coords_of(r, self.grid_shape) for r in range(self.size)]
         self.config = config
         self.buffers: dict[SSAValue, Buffer] = {}
@@ -181,6 +194,7 @@ class Lowering:
             arguments,
             outputs,
             {k.name: kernel_signature(k) for k in self.kernels},
+            self.nodes,
         )
 
     # -- scattered tensors -----------------------------------------------------------------
@@ -532,18 +546,27 @@ def range_positions(params: Sequence[Param]) -> tuple[int, int]:
     return kinds.index(ParamKind.BEGIN), kinds.index(ParamKind.END)
 
 
+def default_ranks(program: Program) -> int:
+    """The rank count a plan is for when none is given: the grid's static size, or its fixed
+    axes' for a grid sized at launch."""
+    grid = program.grid
+    if not grid.is_static():
+        return int(np.prod([s for s in grid.shape if s > 0])) or 1
+    return int(np.prod(grid.shape))
+
+
 def lower(
     program: Program,
     ranks: int | None = None,
     config: LaunchConfig | None = None,
+    nodes: Sequence[int] = (),
 ) -> Plan:
-    """The plan of `program` on `ranks` ranks (the grid's static size when omitted)."""
+    """The plan of `program` on `ranks` ranks (the grid's static size when omitted), whose
+    rank r lives on node `nodes[r]` (runtime/symmetric.py `job_nodes`; () is one node):
+    fused collectives over groups that span nodes run hierarchically."""
     grid = program.grid
     if ranks is None:
-        if not grid.is_static():
-            ranks = int(np.prod([s for s in grid.shape if s > 0])) or 1
-        else:
-            ranks = int(np.prod(grid.shape))
+        ranks = default_ranks(program)
     try:
         grid_shape = grid.bind(ranks)
     except ValueError as e:
@@ -551,7 +574,7 @@ def lower(
     from coconet.runtime.sim import check_program_on_grid
 
     check_program_on_grid(program, grid_shape)
-    return Lowering(program, grid_shape, config or LaunchConfig()).run()
+    return Lowering(program, grid_shape, config or LaunchConfig(), nodes).run()
 
 
 __all__ = ["COMM_STREAM", "LaunchConfig", "Lowering", "RecordEvent", "WaitEvent", "lower"]

@@ -68,9 +68,13 @@ class PeerTable:
 
     buffer: Buffer
     span: tuple[int, ...]
+    # "all" the group, or only its members on this rank's node (a hierarchical collective's
+    # intra-node kernel): runtime/values.py GROUP_PARTS.
+    part: str = "all"
 
     def __str__(self) -> str:
-        return f"peers(%{self.buffer.name})"
+        where = " on node" if self.part == "node" else ""
+        return f"peers(%{self.buffer.name}{where})"
 
 
 @dataclass(frozen=True)
@@ -158,6 +162,9 @@ class Collective(Step):
     # Row range [begin, end) of the flattened leading dims when one chunk of an overlapped
     # pipeline runs (the collective of those rows only).
     rows: tuple[int, int] | None = None
+    # "all" the group, or its members across nodes (one per node: a hierarchical
+    # collective's inter-node step, on buffers packed in that member order).
+    part: str = "all"
 
     def text(self) -> str:
         parts = [self.op]
@@ -170,6 +177,8 @@ class Collective(Step):
             parts.append(f"root {self.root}")
         if self.along is not None:
             parts.append(f"along {self.along} shift {self.shift}")
+        if self.part == "across":
+            parts.append("across nodes")
         if self.rows is not None:
             parts.append(f"rows [{self.rows[0]}, {self.rows[1]})")
         return " ".join(parts)
@@ -229,6 +238,8 @@ class Plan:
     # Every kernel of `cuda_source` -> its parameters in order: how executors type the
     # arguments of a launch (never read back from the text).
     signatures: dict[str, tuple[KernelParam, ...]] = field(default_factory=dict)
+    # The node of every rank (runtime/values.py); empty: one node holds every rank.
+    nodes: tuple[int, ...] = ()
 
     @property
     def size(self) -> int:
@@ -242,6 +253,8 @@ class Plan:
 
     def format(self) -> str:
         lines = [f"plan @{self.program} on grid {list(self.grid_shape)}"]
+        if self.nodes:
+            lines[0] += f" on {len(set(self.nodes))} nodes {list(self.nodes)}"
         lines += ["  " + b.describe() for b in self.buffers]
         lines += ["  " + str(s) for s in self.steps]
         lines += [f"  output {name} = %{b.name}" for name, b in self.outputs.items()]

@@ -14,13 +14,18 @@ from xdsl.utils.target import Target
 from coconet.program import Program
 
 
-def _plans(module: ModuleOp, ranks: int, block: int, max_blocks: int):
-    from coconet.lowering.lower_to_plan import LaunchConfig, lower
+def _plans(module: ModuleOp, ranks: int, block: int, max_blocks: int, ranks_per_node: int = 0):
+    from coconet.lowering.lower_to_plan import LaunchConfig, default_ranks, lower
+    from coconet.runtime.values import nodes_of
 
     config = LaunchConfig(block=block, max_blocks=max_blocks)
     for f in module.ops:
         if isinstance(f, func.FuncOp):
-            yield lower(Program(module, f.sym_name.data), ranks or None, config)
+            program = Program(module, f.sym_name.data)
+            nodes: tuple[int, ...] = ()
+            if ranks_per_node:
+                nodes = nodes_of(ranks or default_ranks(program), ranks_per_node)
+            yield lower(program, ranks or None, config, nodes)
 
 
 @dataclass(frozen=True)
@@ -31,9 +36,13 @@ class CudaTarget(Target):
     ranks: int = 0
     block: int = 256
     max_blocks: int = 1024
+    # Consecutive ranks per node (0: one node): fused collectives spanning nodes lower
+    # hierarchically, as under COCONET_RANKS_PER_NODE at run time.
+    ranks_per_node: int = 0
 
     def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
-        for plan in _plans(module, self.ranks, self.block, self.max_blocks):
+        plans = _plans(module, self.ranks, self.block, self.max_blocks, self.ranks_per_node)
+        for plan in plans:
             output.write(f"// ===== @{plan.program} =====\n")
             output.write(plan.cuda_source)
 
@@ -47,7 +56,11 @@ class PlanTarget(Target):
     ranks: int = 0
     block: int = 256
     max_blocks: int = 1024
+    # Consecutive ranks per node (0: one node): fused collectives spanning nodes lower
+    # hierarchically, as under COCONET_RANKS_PER_NODE at run time.
+    ranks_per_node: int = 0
 
     def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
-        for plan in _plans(module, self.ranks, self.block, self.max_blocks):
+        plans = _plans(module, self.ranks, self.block, self.max_blocks, self.ranks_per_node)
+        for plan in plans:
             output.write(plan.format())

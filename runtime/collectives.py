@@ -38,9 +38,11 @@ class CollectiveContext:
     rank: int
     grid_shape: tuple[int, ...]
     exact: bool  # reduce floats in rank order here, never in the library
-    transport: Callable[[tuple[int, ...]], Transport]  # the group over these grid axes
+    # the group over these grid axes, or its part (runtime/values.py GROUP_PARTS)
+    transport: Callable[[tuple[int, ...], str], Transport]
     world: Callable[[], Transport]  # every rank, in rank order (for send)
     empty: Callable[[tuple[int, ...], np.dtype], Any]  # a scratch array like the buffers
+    nodes: tuple[int, ...] = ()  # the node of every rank (the plan's)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -125,7 +127,15 @@ def collective_ops(
     if run is None:
         raise CocoError(f"no library collective {step.op}")
     group = group_of(ctx.grid_shape, step.axes, ctx.rank)
-    return run(ctx, step, ctx.transport(step.axes), group, src, dst, src_dt, dst_dt)
+    if step.part != "all":
+        group = V.group_part(group, ctx.nodes, step.part, ctx.rank)
+    return run(ctx, step, ctx.transport(step.axes, step.part), group, src, dst, src_dt, dst_dt)
+
+
+def _packed(step: Collective) -> bool:
+    """A hierarchical collective's inter-node step works on buffers the lowering packed in
+    member order (one block per member), whatever the types' layouts say."""
+    return step.part != "all"
 
 
 def _library(ctx: CollectiveContext, t: Transport, dtype: np.dtype, kind: str) -> bool:
@@ -148,10 +158,13 @@ def _all_reduce(ctx, step, t, group, src, dst, src_dt, dst_dt) -> CollectiveOps:
 
 
 def _reduce_scatter(ctx, step, t, group, src, dst, src_dt, dst_dt) -> CollectiveOps:
-    regions = [
-        member_region(step.src.type, ctx.rank, step.dst.type, m, ctx.grid_shape) for m in group
-    ]
-    if consecutive_blocks(regions, src.shape):
+    if _packed(step):
+        regions = []
+    else:
+        regions = [
+            member_region(step.src.type, ctx.rank, step.dst.type, m, ctx.grid_shape) for m in group
+        ]
+    if _packed(step) or consecutive_blocks(regions, src.shape):
         packed = src.reshape(len(group), -1)
     else:
         packed = ctx.xp.stack([_contiguous(ctx, src[r]).reshape(-1) for r in regions])
@@ -164,10 +177,13 @@ def _reduce_scatter(ctx, step, t, group, src, dst, src_dt, dst_dt) -> Collective
 
 
 def _all_gather(ctx, step, t, group, src, dst, src_dt, dst_dt) -> CollectiveOps:
+    piece = _contiguous(ctx, src)
+    if _packed(step):
+        yield t.all_gather(piece, dst)
+        return
     regions = [
         member_region(step.dst.type, ctx.rank, step.src.type, m, ctx.grid_shape) for m in group
     ]
-    piece = _contiguous(ctx, src)
     if consecutive_blocks(regions, dst.shape):
         yield t.all_gather(piece, dst)
         return

@@ -43,7 +43,7 @@ from coconet.lowering.plan import COMM_STREAM, Buffer, Collective, Copy, Launch,
 from coconet.runtime import values as V
 from coconet.runtime.collectives import CollectiveContext, CollectiveOps, collective_ops
 from coconet.runtime.executor import KernelArg, buffer_dtype, groups_of
-from coconet.runtime.symmetric import MpiWindows, PosixSegments
+from coconet.runtime.symmetric import MpiWindows, PosixSegments, node_communicator
 from coconet.runtime.transport import MpiTransport
 
 from coconet.program import CocoError
@@ -228,18 +228,25 @@ class CpuBackend:
                 self.cached += 1
         for step in plan.steps:
             if isinstance(step, Collective) and step.op != "send":
-                self.group_comm(step.axes)
+                self.group_comm(step.axes, step.part)
 
-    def group_comm(self, span: tuple[int, ...]):
-        """The communicator of this rank's group over `span` (collective on first use)."""
-        if span not in self.comms:
-            groups = groups_of(self.grid_shape, span)
+    def group_comm(self, span: tuple[int, ...], part: str = "all"):
+        """The communicator of this rank's group over `span`, or of its part within or across
+        nodes (collective on first use); its rank order is the group order."""
+        key = (span, part)
+        if key not in self.comms:
+            if part == "all":
+                groups = groups_of(self.grid_shape, span)
+            else:
+                assert self.plan is not None
+                groups = V.part_groups(self.grid_shape, span, self.plan.nodes, part)
             if len(groups) == 1:
-                self.comms[span] = self.comm
+                self.comms[key] = self.comm
             else:
                 color = next(i for i, g in enumerate(groups) if self.rank in g)
-                self.comms[span] = self.comm.Split(color, self.rank)
-        return self.comms[span]
+                key_in = next(g for g in groups if self.rank in g).index(self.rank)
+                self.comms[key] = self.comm.Split(color, key_in)
+        return self.comms[key]
 
     def allocate(self, buffers: Sequence[Buffer]) -> None:
         for buf in buffers:
@@ -249,7 +256,7 @@ class CpuBackend:
 
     def allocate_symmetric(self, buffers: Sequence[Buffer]) -> dict[str, dict[int, int]]:
         if self.node is None:
-            self.node = self.comm.Split_type(self.MPI.COMM_TYPE_SHARED, key=self.rank)
+            self.node = node_communicator(self.comm, self.MPI, self.plan.nodes if self.plan else ())
         node = self.node
         world_of = node.allgather(self.rank)
         peers: dict[str, dict[int, int]] = {}
@@ -467,8 +474,8 @@ class CpuBackend:
 
     # -- collectives ---------------------------------------------------------------------------
 
-    def transport(self, span: tuple[int, ...]) -> MpiTransport:
-        return MpiTransport(self.group_comm(span), self.MPI)
+    def transport(self, span: tuple[int, ...], part: str = "all") -> MpiTransport:
+        return MpiTransport(self.group_comm(span, part), self.MPI)
 
     def collective_ops(self, step: Collective) -> CollectiveOps:
         ctx = CollectiveContext(
@@ -479,6 +486,7 @@ class CpuBackend:
             transport=self.transport,
             world=lambda: MpiTransport(self.comm, self.MPI),
             empty=lambda shape, dtype: np.empty(shape, dtype),
+            nodes=self.plan.nodes if self.plan else (),
         )
         return collective_ops(
             ctx,

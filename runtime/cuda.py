@@ -53,6 +53,7 @@ from coconet.lowering.plan import (
 from coconet.runtime import values as V
 from coconet.runtime.collectives import CollectiveContext, collective_ops, narrow, widen
 from coconet.runtime.executor import KernelArg, buffer_dtype, groups_of
+from coconet.runtime.symmetric import node_communicator
 from coconet.runtime.torch_comm import mpi_module_for
 from coconet.runtime.transport import (
     NCCL_DTYPES,
@@ -589,7 +590,7 @@ class CudaBackend:
             self._clamp_grids(launches)
         for step in plan.steps:
             if isinstance(step, Collective) and step.op != "send":
-                self.group_comm(step.axes)
+                self.group_comm(step.axes, step.part)
         if self.transport_kind == "nccl" and any(
             isinstance(s, Collective) and s.op == "send" for s in plan.steps
         ):
@@ -647,18 +648,25 @@ class CudaBackend:
             self.world_nccl = self._nccl_for(self.comm)
         return self.world_nccl
 
-    def group_comm(self, span: tuple[int, ...]) -> tuple[Any, Any]:
-        """(MPI communicator, NCCL communicator or None) of this rank's group over `span`."""
-        if span not in self.comms:
-            groups = groups_of(self.grid_shape, span)
+    def group_comm(self, span: tuple[int, ...], part: str = "all") -> tuple[Any, Any]:
+        """(MPI communicator, NCCL communicator or None) of this rank's group over `span`, or
+        of its part within or across nodes; its rank order is the group order."""
+        key = (span, part)
+        if key not in self.comms:
+            if part == "all":
+                groups = groups_of(self.grid_shape, span)
+            else:
+                assert self.plan is not None
+                groups = V.part_groups(self.grid_shape, span, self.plan.nodes, part)
             nccl = self.transport_kind == "nccl"
             if len(groups) == 1:
-                self.comms[span] = (self.comm, self._world() if nccl else None)
+                self.comms[key] = (self.comm, self._world() if nccl else None)
             else:
                 color = next(i for i, g in enumerate(groups) if self.rank in g)
-                sub = self.comm.Split(color, self.rank)
-                self.comms[span] = (sub, self._nccl_for(sub) if nccl else None)
-        return self.comms[span]
+                key_in = next(g for g in groups if self.rank in g).index(self.rank)
+                sub = self.comm.Split(color, key_in)
+                self.comms[key] = (sub, self._nccl_for(sub) if nccl else None)
+        return self.comms[key]
 
     def _track(self, buf: Buffer, array: Any) -> None:
         self.own[buf.name] = self.arrays[buf.name] = array
@@ -674,7 +682,7 @@ class CudaBackend:
             self._track(buf, self.device.zeros(buf.shape, dtype, self._compute()))
 
     def allocate_symmetric(self, buffers: Sequence[Buffer]) -> dict[str, dict[int, int]]:
-        node = self.comm.Split_type(self._mpi().COMM_TYPE_SHARED, key=self.rank)
+        node = node_communicator(self.comm, self._mpi(), self.plan.nodes if self.plan else ())
         try:
             world_of = node.allgather(self.rank)
             self._check_peer_access(node, world_of)
@@ -919,9 +927,10 @@ class CudaBackend:
     def _rows(self, a: Any, rows: tuple[int, int] | None) -> Any:
         return a if rows is None else a.reshape(-1, a.shape[-1])[rows[0] : rows[1]]
 
-    def transport(self, span: tuple[int, ...] | None, stream: Any) -> Transport:
-        """The transport of this rank's group over `span` (None: the world), on `stream`."""
-        mpi_comm, nccl = (self.comm, None) if span is None else self.group_comm(span)
+    def transport(self, span: tuple[int, ...] | None, stream: Any, part: str = "all") -> Transport:
+        """The transport of this rank's group over `span` (None: the world), or of its `part`,
+        on `stream`."""
+        mpi_comm, nccl = (self.comm, None) if span is None else self.group_comm(span, part)
         if self.transport_kind == "nccl":
             if nccl is None:
                 nccl = self._world()
@@ -938,9 +947,10 @@ class CudaBackend:
             rank=self.rank,
             grid_shape=self.grid_shape,
             exact=self.exact,
-            transport=lambda span: self.transport(span, stream),
+            transport=lambda span, part: self.transport(span, stream, part),
             world=lambda: self.transport(None, stream),
             empty=self.device.empty,
+            nodes=self.plan.nodes if self.plan else (),
         )
         with self.device.on(stream):
             for request in collective_ops(

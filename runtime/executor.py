@@ -67,6 +67,7 @@ __all__ = [
     "groups_of",
     "kernel_signatures",
     "member_region",
+    "plan_group",
     "plan_traffic",
 ]
 
@@ -105,6 +106,13 @@ class KernelArg:
 
 groups_of = V.groups_of
 group_of = V.group_of
+
+
+def plan_group(plan: Plan, span: tuple[int, ...], part: str, rank: int) -> list[int]:
+    """`rank`'s group over grid axes `span`, or its part within or across nodes (a
+    hierarchical collective's steps), in group order."""
+    group = group_of(plan.grid_shape, span, rank)
+    return V.group_part(group, plan.nodes, part, rank) if part != "all" else group
 
 
 def member_region(
@@ -222,7 +230,7 @@ def plan_traffic(plan: Plan, rank: int = 0) -> int:
                 if 0 <= c[step.along] < plan.grid_shape[step.along]:  # type: ignore[index]
                     total += buffer_nbytes(step.src) * _rows_fraction(step, step.src.count)
                 continue
-            p = len(group_of(plan.grid_shape, step.axes, rank))
+            p = len(plan_group(plan, step.axes, step.part, rank))
             if p <= 1:
                 continue
             n_src, n_dst = buffer_nbytes(step.src), buffer_nbytes(step.dst)
@@ -238,7 +246,7 @@ def plan_traffic(plan: Plan, rank: int = 0) -> int:
             frac = _rows_fraction(step, 0)
             for a in step.args:
                 if isinstance(a, PeerTable) and a.buffer.kind != "scratch":
-                    p = len(group_of(plan.grid_shape, a.span, rank))
+                    p = len(plan_group(plan, a.span, a.part, rank))
                     total += frac * (p - 1) / p * buffer_nbytes(a.buffer)
     return round(total)
 
@@ -365,7 +373,7 @@ class PlanRunner:
         self.backend = backend
         self.signatures = kernel_signatures(plan)
         self.epochs: dict[str, int] = {}
-        self.peer_tables: dict[tuple[str, tuple[int, ...]], int] = {}
+        self.peer_tables: dict[tuple[str, tuple[int, ...], str], int] = {}
         # ArgTable -> (the values it was built from, its device address); rebuilt when a
         # bound caller array moves a buffer.
         self.arg_tables: dict[int, tuple[tuple[int, ...], int]] = {}
@@ -402,21 +410,22 @@ class PlanRunner:
             for a in step.args:
                 if not isinstance(a, PeerTable):
                     continue
-                key = (a.buffer.name, a.span)
+                key = (a.buffer.name, a.span, a.part)
                 if key in self.peer_tables:
                     continue
                 if not a.buffer.symmetric:
                     raise CocoError(
                         f"{step.kernel} reaches peers' %{a.buffer.name}, which is not symmetric"
                     )
-                group = group_of(plan.grid_shape, a.span, self.rank)
+                group = plan_group(plan, a.span, a.part, self.rank)
                 reachable = addresses.get(a.buffer.name, {})
                 missing = [m for m in group if m not in reachable]
                 if missing:
                     raise CocoError(
                         f"{step.kernel} is a fused collective over ranks {group}, but rank(s) "
-                        f"{missing} are not on this rank's node: fused collectives need their "
-                        "group on one node (schedule the split collectives instead)"
+                        f"{missing} are not on this rank's node, although the plan puts them "
+                        "there: lower the plan for the job's nodes (coconet.compile and coco-run "
+                        "do; COCONET_RANKS_PER_NODE declares a split)"
                     )
                 self.peer_tables[key] = b.peer_table([reachable[m] for m in group])
         self._ready = True
@@ -476,7 +485,7 @@ class PlanRunner:
             if isinstance(a, Buffer):
                 args.append(KernelArg("ptr", self.backend.address(a.name)))
             elif isinstance(a, PeerTable):
-                args.append(KernelArg("ptr", self.peer_tables[(a.buffer.name, a.span)]))
+                args.append(KernelArg("ptr", self.peer_tables[(a.buffer.name, a.span, a.part)]))
             elif isinstance(a, ArgTable):
                 args.append(KernelArg("ptr", self.arg_table(a)))
             elif isinstance(a, Epoch):

@@ -400,6 +400,8 @@ def run_program(
     from coconet.runtime import sim
     from coconet.runtime import values as V
     from coconet.runtime.executor import PlanRunner, plan_traffic
+    from coconet.runtime.symmetric import job_nodes
+    from coconet.runtime.torch_comm import mpi_module_for
     from coconet.tools.coco_run import print_summary, read_inputs
 
     from coconet.compile import apply_schedule, make_backend
@@ -418,11 +420,13 @@ def run_program(
     gather = not job.get("quiet") or job.get("check") or job.get("output")
     failures: list[str] = []
     saved = False
+    # Where the ranks live: fused collectives spanning nodes lower hierarchically.
+    nodes = job_nodes(comm, mpi_module_for(comm))
     for sched in job["schedules"]:
         label, spec = sched["label"], sched.get("spec")
         t0 = time.perf_counter()
         scheduled = apply_schedule(program, spec)
-        plan = lower(scheduled, size, config)
+        plan = lower(scheduled, size, config, nodes)
         plan.cuda_source = guard.corrupt_source(plan.cuda_source)
         t_lower = time.perf_counter() - t0
         backend = make_backend(

@@ -12,11 +12,15 @@ Both return this rank's segment as a byte array and the node's addresses in node
 from __future__ import annotations
 
 import contextlib
+import os
 import uuid
 from multiprocessing import shared_memory
 from typing import Any
 
 import numpy as np
+from coconet.runtime import values as V
+
+from coconet.program import CocoError
 
 
 class MpiWindows:
@@ -96,3 +100,54 @@ def _untrack(segment: shared_memory.SharedMemory) -> None:
     # tracking only cleans up after crashes: never let it fail an allocation
     with contextlib.suppress(Exception):
         resource_tracker.unregister(segment._name, "shared_memory")  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------------------------------------
+# Nodes: which ranks share memory
+# ---------------------------------------------------------------------------------------------
+
+RANKS_PER_NODE_ENV = "COCONET_RANKS_PER_NODE"
+
+
+def declared_ranks_per_node() -> int | None:
+    """COCONET_RANKS_PER_NODE: consecutive ranks grouped into nodes of this many, in place of
+    the machine's own split (so one machine can run a job as several "nodes"); None unset."""
+    text = os.environ.get(RANKS_PER_NODE_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise CocoError(
+            f"[ranks-per-node] {RANKS_PER_NODE_ENV} must be a positive integer, got '{text}'"
+        )
+    return value
+
+
+def job_nodes(comm: Any, mpi: Any) -> tuple[int, ...]:
+    """The node of every rank of the job (collective): the declared split, else the ranks that
+    share memory (MPI's COMM_TYPE_SHARED), nodes numbered in the order of their first rank;
+    () when one node holds every rank."""
+    size = comm.Get_size()
+    per_node = declared_ranks_per_node()
+    if per_node is not None:
+        nodes = V.nodes_of(size, per_node)
+    else:
+        node = comm.Split_type(mpi.COMM_TYPE_SHARED, key=comm.Get_rank())
+        leader = min(node.allgather(comm.Get_rank()))
+        node.Free()
+        leaders = comm.allgather(leader)
+        numbering = {lead: k for k, lead in enumerate(dict.fromkeys(leaders))}
+        nodes = tuple(numbering[lead] for lead in leaders)
+    return nodes if len(set(nodes)) > 1 else ()
+
+
+def node_communicator(comm: Any, mpi: Any, nodes: tuple[int, ...]) -> Any:
+    """The communicator of this rank's node as the plan declares it (`nodes`), else the ranks
+    that share memory (collective)."""
+    rank = comm.Get_rank()
+    if nodes:
+        return comm.Split(nodes[rank], rank)
+    return comm.Split_type(mpi.COMM_TYPE_SHARED, key=rank)

@@ -111,6 +111,74 @@ def group_index(grid_shape: Sequence[int], span: Sequence[int], rank: int) -> in
     return index
 
 
+# Where a job's ranks live: `nodes[r]` is the node of rank r (ranks of one node share memory:
+# symmetric buffers). An empty tuple is one node holding every rank. A collective's group
+# splits into PARTS (docs/architecture.md §5.1): all of it, its members on this rank's node,
+# or one member per node -- those with this rank's index among their node's members.
+GROUP_PARTS = ("all", "node", "across")
+
+
+def members_per_node(group: Sequence[int], nodes: Sequence[int]) -> list[list[int]]:
+    """The group's members by node: nodes in the order of their first member, members in
+    group order."""
+    by_node: dict[int, list[int]] = {}
+    for m in group:
+        by_node.setdefault(int(nodes[m]) if nodes else 0, []).append(int(m))
+    return list(by_node.values())
+
+
+def spans_nodes(group: Sequence[int], nodes: Sequence[int]) -> bool:
+    return len(members_per_node(group, nodes)) > 1
+
+
+def even_over_nodes(group: Sequence[int], nodes: Sequence[int]) -> bool:
+    """Whether every node holding members of the group holds as many of them."""
+    return len({len(ms) for ms in members_per_node(group, nodes)}) == 1
+
+
+def group_part(group: Sequence[int], nodes: Sequence[int], part: str, rank: int) -> list[int]:
+    """`rank`'s members of `group` (which holds it) in `part` (GROUP_PARTS), in group order:
+    within a node, or across nodes in node order."""
+    if part == "all":
+        return list(group)
+    per_node = members_per_node(group, nodes)
+    mine = next(ms for ms in per_node if rank in ms)
+    if part == "node":
+        return mine
+    if part != "across":
+        raise CocoError(f"unknown group part '{part}'")
+    if not even_over_nodes(group, nodes):
+        raise CocoError(
+            f"[fused-across-nodes] the group {list(group)} has different numbers of ranks on "
+            "its nodes: it has no members across nodes to pair"
+        )
+    local = mine.index(rank)
+    return [ms[local] for ms in per_node]
+
+
+def part_groups(
+    grid_shape: Sequence[int], span: Sequence[int], nodes: Sequence[int], part: str
+) -> list[list[int]]:
+    """Every group of `part` of the groups over `span` (communicators are split by these)."""
+    out: list[list[int]] = []
+    for group in groups_of(grid_shape, span):
+        seen: set[int] = set()
+        for r in group:
+            if r not in seen:
+                sub = group_part(group, nodes, part, r)
+                seen.update(sub)
+                out.append(sub)
+    return out
+
+
+def nodes_of(size: int, ranks_per_node: int) -> tuple[int, ...]:
+    """The node of every rank of a job of `size` ranks, `ranks_per_node` consecutive ranks to a
+    node (COCONET_RANKS_PER_NODE: a node split declared instead of the machine's)."""
+    if ranks_per_node < 1:
+        raise CocoError(f"[ranks-per-node] ranks per node must be positive, got {ranks_per_node}")
+    return tuple(r // ranks_per_node for r in range(size))
+
+
 def logical_shape(t: TensorType, grid_shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(grid_shape[a] for a in t.local_axes()) + t.get_shape()
 

@@ -63,7 +63,7 @@ class FakeWorld(InProcessWorld):
 
     def __init__(self, size: int = 0):
         super().__init__(size)
-        self.ipc: dict[bytes, int] = {}
+        self.ipc: dict[bytes, tuple[int, int]] = {}  # handle -> (address, node)
         self.nccl_members: dict[bytes, dict[int, str]] = defaultdict(dict)
         self.lock = threading.Lock()
 
@@ -307,8 +307,11 @@ class StrictDevice:
         coresident_blocks: int = 6,
         peer_access: bool = True,
         check_streams: bool = True,
+        node: int = 0,
     ):
         self.world, self.bus, self.id = world, bus, device_id
+        # The machine this GPU is in: IPC handles open only on the machine that made them.
+        self.node = node
         self.coresident = coresident_blocks
         self.peer_access = peer_access
         self.check_streams = check_streams
@@ -518,13 +521,16 @@ class StrictDevice:
         array = self._alloc("symmetric", np.zeros(shape, dtype), symmetric=True)
         self._write(self.find(array.ctypes.data), self._name(stream), "cudaMemsetAsync")
         handle = os.urandom(64)  # cudaIpcMemHandle_t is 64 opaque bytes
-        self.world.ipc[handle] = array.ctypes.data
+        self.world.ipc[handle] = (array.ctypes.data, self.node)
         return array, handle
 
     def open_ipc(self, handle: bytes) -> int:
         _require(handle, bytes, "handle")
         self.calls.append(("open_ipc",))
-        ptr = self.world.ipc[handle]
+        ptr, node = self.world.ipc[handle]
+        if node != self.node:
+            # cudaIpcOpenMemHandle on another machine: the handle names no memory there.
+            raise RuntimeError("cudaErrorInvalidValue: the IPC handle is from another node")
         self.opened.append(ptr)
         return ptr
 

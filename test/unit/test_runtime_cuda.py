@@ -70,10 +70,13 @@ def run_fake(
     device_options: dict | None = None,
     on_device_inputs=False,
     close=True,
+    nodes: tuple[int, ...] = (),
+    plan_nodes: tuple[int, ...] | None = None,
 ):
     """Run `program` on `ranks` threads, each with a StrictDevice; `gpus` GPUs in all (ranks
-    share them round-robin when fewer, as CupyDevice.for_rank assigns them)."""
-    plan = lower(program, ranks)
+    share them round-robin when fewer, as CupyDevice.for_rank assigns them); rank r's GPU in
+    machine `nodes[r]`, the plan lowered for `plan_nodes` (default: those nodes)."""
+    plan = lower(program, ranks, None, nodes if plan_nodes is None else plan_nodes)
     gpus = ranks if gpus is None else gpus
     world = FakeWorld()
     cid = uuid.uuid4().hex
@@ -87,6 +90,7 @@ def run_fake(
                 world,
                 bus=f"0000:{r % gpus + 1:02x}:00.0",
                 device_id=r % gpus,
+                node=nodes[r] if nodes else 0,
                 **(device_options or {}),
             )
             backend = backend_class(
@@ -788,3 +792,32 @@ def test_cupy_device_adopts_dlpack_tensors_under_the_compute_stream_and_views_bf
     t.requires_grad = True
     with pytest.raises(CocoError, match="detach"):
         d.adopt(t, s0)
+
+
+def test_two_nodes_of_fake_gpus_run_the_hierarchical_plan():
+    """A fused Adam on 4 GPUs in 2 machines: IPC only within a machine, NCCL between them,
+    and the oracle's results bit for bit (node partials in double, rounded once)."""
+    program = apply_schedule(coconet.load(EXAMPLES / "adam.mlir"), "fuse(rs-c-ag)")
+    inputs = sim.prepare_inputs(program, None, (4,), seed=2)
+    want = sim.run(program, {k: v.copy() for k, v in inputs.items()}, ranks=4, inplace=False)
+    nodes = (0, 0, 1, 1)
+    plan, got, backends = run_fake(program, 4, inputs, nodes=nodes)
+    assert plan.nodes == nodes
+    assert compare_outputs(got, want.per_rank).bit_exact
+    symmetric = [b for b in plan.buffers if b.symmetric]
+    for b in backends:
+        # Every symmetric buffer's handle of the one other GPU in the machine (the double
+        # refuses a handle from another machine).
+        opened = [c for c in b.device.calls if c[0] == "open_ipc"]
+        assert len(opened) == len(symmetric)
+        nccl = [c[1] for c in b.device.calls if c[0] == "nccl"]
+        assert "all_gather" in nccl  # the gathered slices between machines
+
+
+def test_a_plan_that_ignores_the_nodes_cannot_reach_across_them():
+    """The double models machines: a single-node plan on GPUs of two machines fails to open
+    the other machine's IPC handles (as CUDA does), which the hierarchical plan never asks."""
+    program = apply_schedule(coconet.load(EXAMPLES / "sgd.mlir"), "fuse(rs-c-ag)")
+    inputs = sim.prepare_inputs(program, None, (2,), seed=0)
+    with pytest.raises(RuntimeError, match="another node"):
+        run_fake(program, 2, inputs, nodes=(0, 1), plan_nodes=())
