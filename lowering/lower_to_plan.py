@@ -5,7 +5,11 @@ Top-level ops map to plan steps:
 * an elementwise op, or a `comm.fused elementwise` region: one kernel launch;
 * `coco.reduce`: a partials kernel and a one-block finish kernel;
 * `coco.matmul`: a library matmul; collectives and `comm.send`: library collectives;
-* `comm.fused all_reduce`: ONE kernel over symmetric buffers (fused_collective.py);
+* `comm.fused all_reduce`: ONE kernel over symmetric buffers (fused_collective.py), or node
+  kernels around library collectives between nodes when its group spans nodes
+  (hierarchical.py);
+* `comm.fused send`: ONE kernel computing the sent slice and storing it into the receiver's
+  buffer over symmetric memory (fused_send.py), a library send across nodes;
 * `comm.overlap`: its producer and consumer, chunked by rows and ordered on two streams;
 * `coco.update`: a copy into the caller's buffer (or the kernel writes there directly);
 * `coco.slice`: a kernel reading this rank's part (no communication).
@@ -278,6 +282,10 @@ class Lowering:
                 self.lower_elementwise([op], kernel_hint=op.name.split(".")[1])
             case comm.FusedOp() if op.kind.data == "elementwise":
                 self.lower_fused_elementwise(op)
+            case comm.FusedOp() if op.kind.data == "send":
+                from coconet.lowering.fused_send import lower_fused_send
+
+                lower_fused_send(self, op)
             case comm.FusedOp():
                 from coconet.lowering.fused_collective import lower_fused_collective
 

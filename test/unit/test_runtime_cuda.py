@@ -821,3 +821,21 @@ def test_a_plan_that_ignores_the_nodes_cannot_reach_across_them():
     inputs = sim.prepare_inputs(program, None, (2,), seed=0)
     with pytest.raises(RuntimeError, match="another node"):
         run_fake(program, 2, inputs, nodes=(0, 1), plan_nodes=())
+
+
+@pytest.mark.parametrize("nodes", [(), (0, 1)], ids=["one-machine", "stages-on-two"])
+def test_fused_send_on_fake_gpus(nodes):
+    """fuse(sliced-send) on 2 stages of 1 GPU: within a machine the send kernel stores into the
+    next stage's buffer through IPC (no NCCL send); stages on two machines send with NCCL.
+    (At 2 GPUs per stage the double refuses the reduce_scatter's packed regions: a NumPy
+    scratch array handed to NCCL -- the cuda backend's, found here, not the send's.)"""
+    program = apply_schedule(coconet.load(EXAMPLES / "pipeline_boundary.mlir"), "fuse(sliced-send)")
+    inputs = sim.prepare_inputs(program, None, program.grid.bind(2), seed=1)
+    want = sim.run(program, {k: v.copy() for k, v in inputs.items()}, ranks=2, inplace=False)
+    plan, got, backends = run_fake(program, 2, inputs, nodes=nodes)
+    assert compare_outputs(got, want.per_rank).bit_exact
+    p2p = [
+        c for b in backends for c in b.device.calls if c[0] == "nccl" and c[1] in ("send", "recv")
+    ]
+    pushed = "comm.send into the receiver" in plan.cuda_source
+    assert pushed == (not nodes) and bool(p2p) == bool(nodes)
