@@ -94,6 +94,7 @@ __all__ = [
     "Update", "Dropout", "MatMul", "Norm", "ReduceSum", "ReduceMax", "ReduceMin", "Cast",
     "Sqrt", "Rsqrt", "Exp", "Log", "Tanh", "Relu", "Gelu", "Sigmoid", "Abs", "Neg",
     "Max", "Min", "Pow", "Ite", "Eq", "Ne", "Slice", "Scatter",
+    "Sum", "Mean", "AMax", "AMin", "Reshape", "LayerNorm", "RMSNorm", "Softmax",
     "CocoError",
 ]  # fmt: skip
 
@@ -474,9 +475,7 @@ def _as_layouts(layout: object) -> tuple[LayoutAttr, ...]:
             if lay is Sliced:
                 raise CocoError("write Sliced(dim), e.g. Sliced(0), not bare Sliced")
             if not isinstance(lay, LayoutAttr):
-                raise CocoError(
-                    f"{lay!r} is not a layout: use Replicated, Local or Sliced(dim)"
-                )
+                raise CocoError(f"{lay!r} is not a layout: use Replicated, Local or Sliced(dim)")
             out.append(lay)
         if not out:
             raise CocoError("a per-axis layout list needs one layout per grid axis, got []")
@@ -675,9 +674,7 @@ def _binary(cls: type[coco.BinaryOp], sym: str, lhs: object, rhs: object) -> Val
 
     def make() -> Operation:
         # Infer with the Python names first, so the rule's message names the operands.
-        t = layout_rules.infer_elementwise(
-            [a.type, b.type], names=[_short(a), _short(b)]
-        )
+        t = layout_rules.infer_elementwise([a.type, b.type], names=[_short(a), _short(b)])
         return cls(a.ssa, b.ssa, t)
 
     return _emit(expr, [a, b], make)
@@ -870,6 +867,87 @@ def ReduceMax(x: Value) -> Value:
 
 def ReduceMin(x: Value) -> Value:
     return _reduction("min", "ReduceMin", x)
+
+
+def _dims(x: Value, dims: int | Sequence[int], expr: str) -> list[int]:
+    """`dims` as non-negative tensor dims of `x` (negative ones count from the end)."""
+    items = [dims] if isinstance(dims, int) else list(dims)
+    out = []
+    for d in items:
+        if isinstance(d, bool) or not isinstance(d, int) or not -x.type.rank <= d < x.type.rank:
+            raise CocoError(
+                f"{_user_location()}: `{expr}`: {d!r} is not a dim of a rank-{x.type.rank} tensor"
+            )
+        out.append(d % x.type.rank)
+    return out
+
+
+def _reduce_dims(
+    kind: str, fname: str, x: Value, dims: int | Sequence[int], keepdims: bool
+) -> Value:
+    expr = f"{fname}({_token(x)}, {dims!r}" + (", keepdims=True)" if keepdims else ")")
+    if not isinstance(x, Value):
+        raise CocoError(f"{_user_location()}: `{expr}` needs a tensor, got {x!r}")
+    (a,) = _lift([x], expr, expr)
+    ds = _dims(a, dims, expr)
+
+    def make() -> Operation:
+        t = layout_rules.infer_dim_reduction(kind, a.type, ds, keepdims, name=_short(a))
+        return coco.ReduceDimsOp(kind, a.ssa, ds, keepdims, t)
+
+    return _emit(expr, [a], make)
+
+
+def Sum(x: Value, dims: int | Sequence[int] = -1, keepdims: bool = False) -> Value:
+    """The sum over `dims` (a run of consecutive dims; the last by default). With
+    `keepdims` the reduced dims stay as size 1, so the result broadcasts back against `x`.
+    Over a dim `x` is sliced on, this rank's partial sums (local), for an AllReduce."""
+    return _reduce_dims("sum", "Sum", x, dims, keepdims)
+
+
+def Mean(x: Value, dims: int | Sequence[int] = -1, keepdims: bool = False) -> Value:
+    """The mean over `dims` (not over a dim `x` is sliced on: a partial mean does not
+    combine; use Sum, AllReduce and divide)."""
+    return _reduce_dims("mean", "Mean", x, dims, keepdims)
+
+
+def AMax(x: Value, dims: int | Sequence[int] = -1, keepdims: bool = False) -> Value:
+    """The maximum over `dims` (NumPy's amax; `Max(a, b)` is the elementwise maximum)."""
+    return _reduce_dims("max", "AMax", x, dims, keepdims)
+
+
+def AMin(x: Value, dims: int | Sequence[int] = -1, keepdims: bool = False) -> Value:
+    return _reduce_dims("min", "AMin", x, dims, keepdims)
+
+
+def Reshape(x: Value, shape: Sequence[int]) -> Value:
+    """The same elements under another shape, keeping the layouts (a sliced tensor keeps
+    its dims up to the sliced one)."""
+    expr = f"Reshape({_token(x)}, {list(shape)!r})"
+    if not isinstance(x, Value):
+        raise CocoError(f"{_user_location()}: `{expr}` needs a tensor, got {x!r}")
+    (a,) = _lift([x], expr, expr)
+    new_shape = _as_shape(shape)
+    return _emit(expr, [a], lambda: coco.ReshapeOp(a.ssa, a.type.with_shape(new_shape)))
+
+
+def RMSNorm(x: Value, weight: Value, eps: float = 1e-6) -> Value:
+    """x * rsqrt(mean(x^2 over the last dim) + eps) * weight (LLaMA's RMSNorm)."""
+    mean_square = Mean(x * x, -1, keepdims=True)
+    return x * Rsqrt(mean_square + eps) * weight
+
+
+def LayerNorm(x: Value, gamma: Value, beta: Value, eps: float = 1e-5) -> Value:
+    """(x - mean) * rsqrt(var + eps) * gamma + beta over the last dim (biased variance)."""
+    centered = x - Mean(x, -1, keepdims=True)
+    variance = Mean(centered * centered, -1, keepdims=True)
+    return centered * Rsqrt(variance + eps) * gamma + beta
+
+
+def Softmax(x: Value, dim: int = -1) -> Value:
+    """exp(x - max) / sum(exp(x - max)) over `dim`."""
+    shifted = Exp(x - AMax(x, dim, keepdims=True))
+    return shifted / Sum(shifted, dim, keepdims=True)
 
 
 def _axes(over: int | Sequence[int] | None) -> list[int] | None:

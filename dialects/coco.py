@@ -33,6 +33,7 @@ from xdsl.dialects.builtin import (
     I64,
     ArrayAttr,
     BFloat16Type,
+    DenseArrayBase,
     Float16Type,
     Float32Type,
     Float64Type,
@@ -40,6 +41,7 @@ from xdsl.dialects.builtin import (
     IntAttr,
     IntegerAttr,
     IntegerType,
+    UnitAttr,
     f64,
     i64,
 )
@@ -59,6 +61,7 @@ from xdsl.irdl import (
     irdl_attr_definition,
     irdl_op_definition,
     operand_def,
+    opt_prop_def,
     prop_def,
     result_def,
     traits_def,
@@ -1039,6 +1042,123 @@ class ReduceOp(CocoOp):
         self.expect_result(layout_rules.infer_reduction(self.kind.data, self.input.type))
 
 
+class DimReductionKind(StrEnum):
+    SUM = auto()
+    MAX = auto()
+    MIN = auto()
+    MEAN = auto()
+
+
+@irdl_attr_definition
+class DimReductionKindAttr(EnumAttribute[DimReductionKind], SpacedOpaqueSyntaxAttribute):
+    """The reduction of a `coco.reduce_dims` (`#coco<dim_reduction_kind mean>` generic)."""
+
+    name = "coco.dim_reduction_kind"
+
+
+# Row reductions accumulate each result element in this many lanes: lane l takes the reduced
+# elements l, l + ROW_LANES, ... in order (f64 / int64), then the lanes combine in lane order.
+# A fixed order, so the oracle and every kernel (one block per row, a lane per thread) agree
+# bit for bit whatever the block size.
+ROW_LANES = 32
+
+
+@irdl_op_definition
+class ReduceDimsOp(CocoOp):
+    """`coco.reduce_dims mean %x dims [1] keepdims : T -> T2`: a reduction over some dims.
+
+    `dims` is a non-empty, increasing run of consecutive dims (the rows of a row-major
+    tensor, or its columns, or a middle run); with `keepdims` they stay as dims of size 1,
+    so the result broadcasts back against `x` in any elementwise op (NumPy's rules, as
+    `coco.add` already broadcasts), which is how LayerNorm, RMSNorm and softmax are written.
+    Each result element accumulates in f64 (int64) in the fixed order of `ROW_LANES` and
+    rounds once; `mean` divides the f64 sum by the reduced count before that rounding.
+
+    Layouts ([reduce-dims-layouts]): a dim sliced by a grid axis and not reduced stays
+    sliced (each rank reduces whole rows of its slice); a sliced dim that is reduced gives
+    this rank's partial result (`local`), which an all_reduce of the same kind combines;
+    a partial mean is refused, since a mean of a slice is not a partial of the mean.
+    """
+
+    name = "coco.reduce_dims"
+    kind = prop_def(DimReductionKindAttr)
+    input = operand_def(TensorType)
+    dims = prop_def(DenseArrayBase[I64])
+    keepdims = opt_prop_def(UnitAttr)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    assembly_format = f"$kind $input `dims` $dims (`keepdims` $keepdims^)? attr-dict {SIGNATURE}"
+
+    def __init__(
+        self,
+        kind: str | DimReductionKind,
+        input: SSAValue,
+        dims: Sequence[int],
+        keepdims: bool = False,
+        result_type: Attribute | None = None,
+    ):
+        kind = enum_member(DimReductionKind, kind, "reduction")
+        if result_type is None:
+            from coconet.dialects import layout_rules
+
+            result_type = layout_rules.infer_dim_reduction(kind, input.type, dims, keepdims)
+        properties: dict[str, Attribute] = {
+            "kind": DimReductionKindAttr(kind),
+            "dims": DenseArrayBase.from_list(i64, list(dims)),
+        }
+        if keepdims:
+            properties["keepdims"] = UnitAttr()
+        super().__init__(operands=[input], result_types=[result_type], properties=properties)
+
+    @property
+    def reduced_dims(self) -> tuple[int, ...]:
+        return tuple(self.dims.get_values())
+
+    @property
+    def keeps_dims(self) -> bool:
+        return self.keepdims is not None
+
+    def verify_layouts(self) -> None:
+        from coconet.dialects import layout_rules
+
+        self.expect_result(
+            layout_rules.infer_dim_reduction(
+                self.kind.data,
+                self.input.type,
+                self.reduced_dims,
+                self.keeps_dims,
+                name=layout_rules.value_name(self.input),
+            )
+        )
+
+
+@irdl_op_definition
+class ReshapeOp(CocoOp):
+    """`coco.reshape %x : !coco.tensor<8x64xf32> -> !coco.tensor<8x4x16xf32>`: the same
+    elements in row-major order under another shape (no data moves).
+
+    [reshape-layouts]: a tensor sliced on dim d keeps dims 0..d (sizes and positions), so
+    each rank's piece is the same run of elements before and after; the dims after d may
+    regroup freely. Local and replicated axes keep their layouts.
+    """
+
+    name = "coco.reshape"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    assembly_format = f"$input attr-dict {SIGNATURE}"
+
+    def __init__(self, input: SSAValue, result_type: Attribute):
+        super().__init__(operands=[input], result_types=[result_type])
+
+    def verify_layouts(self) -> None:
+        from coconet.dialects import layout_rules
+
+        layout_rules.check_reshape(self, self.input.type, self.result.type)
+
+
 @irdl_op_definition
 class SliceOp(CocoOp):
     """`coco.slice %x : replicated -> sliced<d>`: this rank's part, no communication.
@@ -1105,6 +1225,8 @@ Coco = Dialect(
         DropoutOp,
         MatmulOp,
         ReduceOp,
+        ReduceDimsOp,
+        ReshapeOp,
         SliceOp,
         UpdateOp,
     ],
@@ -1116,6 +1238,7 @@ Coco = Dialect(
         TensorType,
         CmpPredicateAttr,
         ReductionKindAttr,
+        DimReductionKindAttr,
     ],
 )
 

@@ -16,6 +16,12 @@ Rules (per grid axis; an axis a collective does not span keeps its layout):
                        (local | R) -> local; anything else is an error.
 * reduction-layouts    replicated -> replicated; local -> local; sliced -> local (a partial
                        result); norm of a slice is refused (norm-of-slice).
+* reduce-dims          coco.reduce_dims reduces a non-empty increasing run of consecutive dims.
+* reduce-dims-layouts  a sliced dim that is not reduced stays sliced (renumbered without
+                       keepdims); a reduced sliced dim gives a local partial (sum/max/min,
+                       combined by an all_reduce); a partial mean is refused.
+* reshape-layouts      a reshape keeps the element count, and dims 0..d of a tensor sliced
+                       on dim d.
 * all-reduce-input / reduce-scatter-input / all-gather-input / broadcast-input / reduce-input:
                        see comm.py.
 * update-target / update-type / update-once / update-last-use: see coco.UpdateOp.
@@ -25,7 +31,9 @@ Rules (per grid axis; an axis a collective does not span keeps its layout):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
+from itertools import pairwise
 
 from coconet.dialects.coco import (
     DEFAULT_GRID,
@@ -186,7 +194,9 @@ def broadcast_shapes(shapes: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
             if out[j] != 1:
                 raise fail(
                     "broadcast-shapes",
-                    "operand shapes " + ", ".join(str(list(x)) for x in shapes) + " do not broadcast",
+                    "operand shapes "
+                    + ", ".join(str(list(x)) for x in shapes)
+                    + " do not broadcast",
                 )
             out[j] = d
     return tuple(out)
@@ -356,6 +366,84 @@ def infer_reduction(kind: str, t: Attribute) -> TensorType:
     return TensorType((), tt.element_type, layouts)
 
 
+def infer_dim_reduction(
+    kind: str,
+    t: Attribute,
+    dims: Sequence[int],
+    keepdims: bool,
+    name: str = "the operand",
+) -> TensorType:
+    """The result type of `coco.reduce_dims kind` of `t` over `dims`."""
+    tt = _as_tensor(t, "the operand")
+    dims = tuple(dims)
+    if (
+        not dims
+        or any(not 0 <= d < tt.rank for d in dims)
+        or any(b != a + 1 for a, b in pairwise(dims))
+    ):
+        raise fail(
+            "reduce-dims",
+            f"coco.reduce_dims of {name} : {tt} over dims {list(dims)}: the dims must be a "
+            f"non-empty increasing run of consecutive dims of a rank-{tt.rank} tensor",
+        )
+    check_not_boolean(tt, "coco.reduce_dims")
+    if kind == "mean" and not is_float_type(tt.element_type):
+        raise fail("element-types", f"a mean needs a floating-point tensor, got {tt.elt}")
+    shape = tt.get_shape()
+    if keepdims:
+        out_shape = tuple(1 if d in dims else n for d, n in enumerate(shape))
+    else:
+        out_shape = tuple(n for d, n in enumerate(shape) if d not in dims)
+    layouts: list[LayoutAttr] = []
+    for axis, lay in enumerate(tt.layouts):
+        if not isinstance(lay, SlicedAttr):
+            layouts.append(lay)
+            continue
+        d = lay.dim.data
+        if d not in dims:
+            layouts.append(SlicedAttr(d if keepdims else d - sum(1 for r in dims if r < d)))
+            continue
+        if kind == "mean":
+            raise fail(
+                "reduce-dims-layouts",
+                f"the mean of {name} : {tt} over dims {list(dims)} reduces dim {d}, which grid "
+                f"axis {axis} slices: a mean of a slice is not a partial of the mean; reduce "
+                "with sum, all_reduce the partial sums, then divide by the count",
+            )
+        layouts.append(LOCAL)  # this rank's partial result: an all_reduce combines them
+    return TensorType(out_shape, tt.element_type, layouts)
+
+
+def check_reshape(op: Operation, src: TensorType, dst: TensorType) -> None:
+    name = value_name(op.operands[0])
+    if src.element_type != dst.element_type:
+        raise fail("reshape-layouts", f"coco.reshape keeps the element type: {src} -> {dst}")
+    src_shape, dst_shape = src.get_shape(), dst.get_shape()
+    if math.prod(src_shape) != math.prod(dst_shape):
+        raise fail(
+            "reshape-layouts",
+            f"coco.reshape of {name} from {list(src_shape)} to {list(dst_shape)} changes the "
+            "element count",
+        )
+    for axis in range(max(len(src.layouts), len(dst.layouts))):
+        ls, ld = src.layout_on(axis), dst.layout_on(axis)
+        if isinstance(ls, SlicedAttr):
+            d = ls.dim.data
+            if ld != ls or src_shape[: d + 1] != dst_shape[: d + 1]:
+                raise fail(
+                    "reshape-layouts",
+                    f"coco.reshape of {name} : {src} to {dst}: grid axis {axis} slices dim {d}, "
+                    f"so the result must keep dims 0..{d} ({list(src_shape[: d + 1])}) and be "
+                    f"sliced<{d}> there; only the dims after it may regroup",
+                )
+        elif ld != ls:
+            raise fail(
+                "reshape-layouts",
+                f"coco.reshape of {name} : {src} to {dst} changes grid axis {axis} from "
+                f"{layout_str(ls)} to {layout_str(ld)}: a reshape moves no data",
+            )
+
+
 # --------------------------------------------------------------------------------------------
 # Slice and update
 # --------------------------------------------------------------------------------------------
@@ -392,7 +480,9 @@ def check_slice(op: Operation, src: TensorType, dst: TensorType) -> None:
             f"grid axis {axis} goes {layout_str(ls)} -> {layout_str(ld)}",
         )
     changed = [
-        a for a in range(max(len(src.layouts), len(dst.layouts))) if src.layout_on(a) != dst.layout_on(a)
+        a
+        for a in range(max(len(src.layouts), len(dst.layouts)))
+        if src.layout_on(a) != dst.layout_on(a)
     ]
     check_innermost_slicing(op, dst, changed)
 

@@ -1423,3 +1423,83 @@ def node_gather_kernel(name: str, elt: str) -> Kernel:
         return [For(q, Lit("0"), p["nranks"], (Assign(dst, src, comment="comm.all_gather"),))]
 
     return _node_kernel(name, p, loop)
+
+
+# --------------------------------------------------------------------------------------------
+# Row reductions (coco.reduce_dims)
+# --------------------------------------------------------------------------------------------
+
+
+def row_reduction_kernel(name: str, kind: str, elt: str) -> Kernel:
+    """A reduction over a run of consecutive dims, viewed as [outer, count, inner] (row r of
+    the result is element (r / inner, :, r % inner)): one block per row (a block-stride loop
+    over rows), `ROW_LANES` lanes shared by the block's threads, each lane accumulating its
+    elements in order in double (long long), lane partials in shared memory combined in lane
+    order by thread 0 and rounded once. This is the fixed order of the oracle
+    (runtime/sim.py `reduce_rows`), so results are bit-identical for any block size."""
+    mean = kind == "mean"
+    rkind = ReduceKind.SUM if mean else ReduceKind(kind)
+    acc = _accumulator(elt)
+    storage = C_STORAGE[elt]
+    lanes = coco.ROW_LANES
+
+    x = Param(storage.ptr(const=True, restrict=True), None, "x", kind=ParamKind.IN)
+    out = Param(storage.ptr(restrict=True), None, "out", kind=ParamKind.OUT)
+    rows = Param(I64, None, "rows", kind=ParamKind.COUNT)
+    count = Param(I64, None, "count", kind=ParamKind.COUNT)
+    inner = Param(I64, None, "inner", kind=ParamKind.COUNT)
+
+    partial = Var(acc, None, "lane_acc_")
+    row, base = Var(I64, None, "row"), Var(I64, None, "base")
+    lane, j, a = Var(I64, None, "lane"), Var(I64, None, "j"), Var(acc, None, "a")
+    total, k = Var(acc, None, "total"), Var(I64, None, "k")
+    element = Cast(acc, load_expr(elt, Index(x, base + j * inner)))
+    per_lane = ForThreads(
+        (
+            For(
+                lane,
+                Cast(I64, THREAD_IDX),
+                Lit(str(lanes)),
+                (
+                    Decl(a, Identity(rkind, acc), const=False),
+                    For(
+                        j,
+                        lane,
+                        count,
+                        (Assign(a, Combine(rkind, acc, a, element)),),
+                        step=Lit(str(lanes)),
+                    ),
+                    Assign(Index(partial, lane), a),
+                ),
+                step=Cast(I64, BLOCK_DIM),
+            ),
+        )
+    )
+    value: Expr = Binary("/", total, Cast(acc, count)) if mean else total
+    finish = _thread_zero(
+        Decl(total, Identity(rkind, acc), const=False),
+        For(
+            k,
+            Lit("0"),
+            Lit(str(lanes)),
+            (Assign(total, Combine(rkind, acc, total, Index(partial, k))),),
+        ),
+        Assign(Index(out, row), store_from_double(elt, value)),
+    )
+    body = (
+        SharedArray(partial, lanes),
+        For(
+            row,
+            Cast(I64, BLOCK_IDX),
+            rows,
+            (
+                Decl(base, (row / inner) * count * inner + row % inner),
+                per_lane,
+                SyncBlock(),
+                finish,
+                SyncBlock(),  # the lane partials are reused by the next row
+            ),
+            step=Cast(I64, GRID_DIM),
+        ),
+    )
+    return Kernel(name, (x, out, rows, count, inner), body)

@@ -4,6 +4,7 @@ Top-level ops map to plan steps:
 
 * an elementwise op, or a `comm.fused elementwise` region: one kernel launch;
 * `coco.reduce`: a partials kernel and a one-block finish kernel;
+* `coco.reduce_dims`: one row-reduction kernel (a block per row); `coco.reshape`: a copy;
 * `coco.matmul`: a library matmul; collectives and `comm.send`: library collectives;
 * `comm.fused all_reduce`: ONE kernel over symmetric buffers (fused_collective.py), or node
   kernels around library collectives between nodes when its group spans nodes
@@ -296,6 +297,11 @@ class Lowering:
                 lower_overlap(self, op)
             case coco.ReduceOp():
                 self.lower_reduction(op)
+            case coco.ReduceDimsOp():
+                self.lower_reduce_dims(op)
+            case coco.ReshapeOp():
+                # the same bytes under another shape: a copy keeps buffers single-typed
+                self.emit(Copy(self.value_buffer(op.input), self.buffer_for(op.result)))
             case coco.MatmulOp():
                 self.emit(
                     Matmul(
@@ -504,6 +510,29 @@ class Lowering:
             )
         )
         self.emit(Launch(f"{name}_finish", 1, 1, [partials, grid, out], writes=(out.name,)))
+
+    def lower_reduce_dims(self, op: coco.ReduceDimsOp) -> None:
+        """One row-reduction kernel (cuda_kernels.row_reduction_kernel): a block per row."""
+        elt = op.input.type.elt
+        kind = op.kind.data
+        kernel = K.row_reduction_kernel(self.fresh(f"k_reduce_dims_{kind}_{elt}"), kind, elt)
+        name = self.add_kernel(kernel)
+        dims = op.reduced_dims
+        local = op.input.type.local_shape(self.grid_shape)
+        outer = int(np.prod(local[: dims[0]], dtype=np.int64))
+        count = int(np.prod(local[dims[0] : dims[-1] + 1], dtype=np.int64))
+        inner = int(np.prod(local[dims[-1] + 1 :], dtype=np.int64))
+        rows = outer * inner
+        out = self.buffer_for(op.result)
+        self.emit(
+            Launch(
+                name,
+                max(1, min(self.config.max_blocks, rows)),
+                coco.ROW_LANES,
+                [self.value_buffer(op.input), out, rows, count, inner],
+                writes=(out.name,),
+            )
+        )
 
     def lower_update(self, op: coco.UpdateOp) -> None:
         target = self.value_buffer(op.target)

@@ -404,7 +404,8 @@ class CpuBackend:
     def copy(self, step: Copy) -> None:
         if step.stream == COMM_STREAM:
             self.drain()
-        np.copyto(self.arrays[step.dst.name], self.arrays[step.src.name])
+        dst = self.arrays[step.dst.name]
+        np.copyto(dst, self.arrays[step.src.name].reshape(dst.shape))  # a coco.reshape
         self.poll()
 
     def collective(self, step: Collective) -> None:

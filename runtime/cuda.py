@@ -890,7 +890,8 @@ class CudaBackend:
     def copy(self, step: Copy) -> None:
         self.trace.append(("copy", step.stream, step.dst.name))
         with self.device.on(self._stream(step)):
-            self.xp.copyto(self.arrays[step.dst.name], self.arrays[step.src.name])
+            dst = self.arrays[step.dst.name]
+            self.xp.copyto(dst, self.arrays[step.src.name].reshape(dst.shape))  # a coco.reshape
 
     def record_event(self, event: str, stream: int) -> None:
         self.trace.append(("record", stream, event))

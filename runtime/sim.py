@@ -383,6 +383,54 @@ def run_reduce(it: Interpreter, op: coco.ReduceOp) -> list[Pieces]:
     return [out]
 
 
+def reduce_rows(
+    x: np.ndarray, kind: str, dims: Sequence[int], keepdims: bool, acc_dtype: np.dtype
+) -> np.ndarray:
+    """`x` reduced over the consecutive `dims` in the fixed order of `coco.ReduceDimsOp`: each
+    result element accumulates in `ROW_LANES` lanes (lane l takes the reduced elements l,
+    l + ROW_LANES, ... in order), then the lanes combine in lane order. Unrounded (f64 or
+    int64); a mean is the f64 sum divided by the reduced count."""
+    shape = x.shape
+    outer = int(np.prod(shape[: dims[0]], dtype=np.int64))
+    count = int(np.prod(shape[dims[0] : dims[-1] + 1], dtype=np.int64))
+    inner = int(np.prod(shape[dims[-1] + 1 :], dtype=np.int64))
+    rows = x.astype(acc_dtype).reshape(outer, count, inner)
+    lanes = coco.ROW_LANES
+    if kind in ("max", "min"):
+        combine = np.maximum if kind == "max" else np.minimum  # a NaN wins, as in the kernels
+        total = combine.reduce(rows, axis=1)
+    else:
+        acc = np.zeros((outer, lanes, inner), dtype=acc_dtype)
+        for start in range(0, count, lanes):
+            chunk = rows[:, start : start + lanes]
+            acc[:, : chunk.shape[1]] += chunk
+        total = np.zeros((outer, inner), dtype=acc_dtype)
+        for lane in range(lanes):
+            total += acc[:, lane]
+        if kind == "mean":
+            total = total / acc_dtype.type(count)
+    kept = [1 if d in dims else n for d, n in enumerate(shape)]
+    if not keepdims:
+        kept = [n for d, n in enumerate(shape) if d not in dims]
+    return total.reshape(kept)
+
+
+def run_reduce_dims(it: Interpreter, op: coco.ReduceDimsOp) -> list[Pieces]:
+    t: TensorType = op.result.type
+    acc = _accumulate_dtype(op.input.type)
+    with np.errstate(all="ignore"):
+        out = [
+            _round(reduce_rows(p, op.kind.data, op.reduced_dims, op.keeps_dims, acc), t)
+            for p in it.get(op.input)
+        ]
+    return [out]
+
+
+def run_reshape(it: Interpreter, op: coco.ReshapeOp) -> list[Pieces]:
+    local = op.result.type.local_shape(it.grid_shape)
+    return [[p.reshape(local).copy() for p in it.get(op.input)]]
+
+
 def run_slice(it: Interpreter, op: coco.SliceOp) -> list[Pieces]:
     src, dst = op.input.type, op.result.type
     return [
@@ -554,6 +602,8 @@ _HANDLERS: dict[type, Callable[[Interpreter, Operation], list[Pieces]]] = {
     coco.DropoutOp: run_dropout,
     coco.MatmulOp: run_matmul,
     coco.ReduceOp: run_reduce,
+    coco.ReduceDimsOp: run_reduce_dims,
+    coco.ReshapeOp: run_reshape,
     coco.SliceOp: run_slice,
     coco.UpdateOp: run_update,
     comm.AllReduceOp: run_all_reduce,

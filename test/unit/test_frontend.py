@@ -303,7 +303,7 @@ def test_literal_on_either_side_keeps_operand_order() -> None:
     def f(x: Tensor(F32, [8])):
         a = 1 - x
         b = 2 / x
-        c = 3 ** x
+        c = 3**x
         d = x - 1
         return a, b, c, d
 
@@ -602,9 +602,12 @@ def test_intermediate_operands_are_named_by_their_variables() -> None:
         ("all-reduce-input", lambda w=Tensor(F32, [16], Sliced(0), "w"): AllReduce(w)),
         ("all-gather-input", lambda w=Tensor(F32, [16], Local, "w"): AllGather(w)),
         ("reduce-scatter-input", lambda w=Tensor(F32, [16], Sliced(0), "w"): ReduceScatter(w)),
-        ("matmul-layouts",
-         lambda a=Tensor(F16, [4, 8], Sliced(1), "a"), b=Tensor(F16, [8, 4], Sliced(1), "b"):
-         MatMul(a, b)),  # fmt: skip
+        (
+            "matmul-layouts",
+            lambda a=Tensor(F16, [4, 8], Sliced(1), "a"), b=Tensor(F16, [8, 4], Sliced(1), "b"): (
+                MatMul(a, b)
+            ),
+        ),  # fmt: skip
         ("matmul-shapes", lambda a=Tensor(F16, [4, 8]), b=Tensor(F16, [4, 8]): MatMul(a, b)),
         ("element-types", lambda a=Tensor(F16, [8]), b=Tensor(F32, [8]): a + b),
         ("element-types", lambda a=Tensor(I32, [8]): Sqrt(a)),
@@ -730,3 +733,54 @@ def test_element_types_exported() -> None:
     assert isinstance(F32, Float32Type) and isinstance(I1, IntegerType)
     assert set(fe.__all__) <= set(dir(fe))
     assert comm.AllReduceOp and coco.AddOp
+
+
+def test_row_wise_ops_and_norms() -> None:
+    """Sum/Mean/AMax over dims, Reshape, and LayerNorm, RMSNorm, Softmax built from them:
+    the program prints and parses back, and the sim computes what NumPy does."""
+
+    @fe.program(grid=[None])
+    def norms(
+        x: fe.Tensor(F32, [8, 16], fe.Sliced(0)),
+        g: fe.Tensor(F32, [16], fe.Replicated),
+        b: fe.Tensor(F32, [16], fe.Replicated),
+    ):
+        ln = fe.LayerNorm(x, g, b)
+        rms = fe.RMSNorm(x, g, eps=1e-5)
+        soft = fe.Softmax(x)
+        total = fe.Sum(x, [0, 1])
+        cube = fe.Reshape(x, [8, 4, 4])
+        return ln, rms, soft, total, cube
+
+    roundtrips(norms)
+    ops = [op.name for op in norms.func.walk()]
+    assert ops.count("coco.reduce_dims") == 6 and "coco.reshape" in ops
+    result = coconet.run(norms, ranks=2)
+    x, g, b = (result.inputs[k].astype(np.float64) for k in ("x", "g", "b"))
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    e = np.exp(x - x.max(-1, keepdims=True))
+    want = {
+        "ln": (x - mu) / np.sqrt(var + 1e-5) * g + b,
+        "rms": x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-5) * g,
+        "soft": e / e.sum(-1, keepdims=True),
+        "total": [x[:4].sum(), x[4:].sum()],  # local: each rank's partial sum
+        "cube": x.reshape(8, 4, 4),
+    }
+    for name, value in want.items():
+        np.testing.assert_allclose(result[name], value, rtol=2e-5, atol=2e-6, err_msg=name)
+    assert norms.func.body.block.last_op.operands[3].type.layout_text() == "local"
+
+
+def test_row_reductions_refuse_with_their_rule() -> None:
+    with pytest.raises(CocoError, match=r"\[reduce-dims-layouts\] the mean of x"):
+
+        @fe.program(grid=[None])
+        def partial_mean(x: fe.Tensor(F32, [8, 16], fe.Sliced(1))):
+            return fe.Mean(x, -1)
+
+    with pytest.raises(CocoError, match=r"5 is not a dim of a rank-2 tensor"):
+
+        @fe.program(grid=[None])
+        def bad_dim(x: fe.Tensor(F32, [8, 16], fe.Replicated)):
+            return fe.Sum(x, 5)

@@ -378,3 +378,32 @@ func.func @grid2_ops(%x: !coco.tensor<8x16xf16, [local, sliced<1>]>, %r: !coco.t
 // CHECK-NEXT:    %3 = coco.reduce sum %x : !coco.tensor<8x16xf16, [local, sliced<1>]> -> !coco.tensor<f16, [local, local]>{{$}}
 // CHECK-NEXT:    %4 = coco.slice %1 : !coco.tensor<8x16xf16, [replicated, sliced<0>]> -> !coco.tensor<8x16xf16, [sliced<1>, sliced<0>]>{{$}}
 // CHECK-NEXT:    func.return{{$}}
+
+// -----
+
+// Row-wise ops: reductions over a run of dims (keepdims keeps them as size 1, and the result
+// broadcasts back in elementwise ops), a reshape; a sliced dim that is not reduced stays
+// sliced (renumbered without keepdims), a reduced one gives a local partial.
+
+func.func @row_ops(%x: !coco.tensor<8x16xf32, [replicated, sliced<0>]>, %c: !coco.tensor<4x6x8xbf16, [local, sliced<2>]>)
+    attributes {coco.grid = #coco.grid<[2, 2]>} {
+  %0 = coco.reduce_dims mean %x dims [1] keepdims : !coco.tensor<8x16xf32, [replicated, sliced<0>]> -> !coco.tensor<8x1xf32, [replicated, sliced<0>]>
+  %1 = coco.sub %x, %0 : !coco.tensor<8x16xf32, [replicated, sliced<0>]>, !coco.tensor<8x1xf32, [replicated, sliced<0>]> -> !coco.tensor<8x16xf32, [replicated, sliced<0>]>
+  %2 = coco.reduce_dims max %c dims [0, 1] : !coco.tensor<4x6x8xbf16, [local, sliced<2>]> -> !coco.tensor<8xbf16, [local, sliced<0>]>
+  %3 = coco.reduce_dims sum %x dims [0] : !coco.tensor<8x16xf32, [replicated, sliced<0>]> -> !coco.tensor<16xf32, [replicated, local]>
+  %4 = coco.reduce_dims min %c dims [2] keepdims : !coco.tensor<4x6x8xbf16, [local, sliced<2>]> -> !coco.tensor<4x6x1xbf16, [local, local]>
+  %5 = coco.reshape %x : !coco.tensor<8x16xf32, [replicated, sliced<0>]> -> !coco.tensor<8x4x4xf32, [replicated, sliced<0>]>
+  func.return
+}
+
+// CHECK-LABEL: func.func @row_ops(
+// CHECK-NEXT:    %0 = coco.reduce_dims mean %x dims [1] keepdims : !coco.tensor<8x16xf32, [replicated, sliced<0>]> -> !coco.tensor<8x1xf32, [replicated, sliced<0>]>{{$}}
+// CHECK-NEXT:    %1 = coco.sub %x, %0 : !coco.tensor<8x16xf32, [replicated, sliced<0>]>, !coco.tensor<8x1xf32, [replicated, sliced<0>]> -> !coco.tensor<8x16xf32, [replicated, sliced<0>]>{{$}}
+// CHECK-NEXT:    %2 = coco.reduce_dims max %c dims [0, 1] : !coco.tensor<4x6x8xbf16, [local, sliced<2>]> -> !coco.tensor<8xbf16, [local, sliced<0>]>{{$}}
+// CHECK-NEXT:    %3 = coco.reduce_dims sum %x dims [0] : !coco.tensor<8x16xf32, [replicated, sliced<0>]> -> !coco.tensor<16xf32, [replicated, local]>{{$}}
+// CHECK-NEXT:    %4 = coco.reduce_dims min %c dims [2] keepdims : !coco.tensor<4x6x8xbf16, [local, sliced<2>]> -> !coco.tensor<4x6x1xbf16, [local, local]>{{$}}
+// CHECK-NEXT:    %5 = coco.reshape %x : !coco.tensor<8x16xf32, [replicated, sliced<0>]> -> !coco.tensor<8x4x4xf32, [replicated, sliced<0>]>{{$}}
+
+// GENERIC-LABEL: "func.func"() <{sym_name = "row_ops"
+// GENERIC: "coco.reduce_dims"(%{{.*}}) <{kind = #coco<dim_reduction_kind mean>, dims = array<i64: 1>, keepdims}>
+// GENERIC: "coco.reduce_dims"(%{{.*}}) <{kind = #coco<dim_reduction_kind max>, dims = array<i64: 0, 1>}>

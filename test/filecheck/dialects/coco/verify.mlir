@@ -763,3 +763,97 @@ func.func @unused_uneven(%a: !coco.tensor<6xf32, sliced<0>>) attributes {coco.gr
 
 // CHECK-LABEL: // {{-----}}
 // CHECK: [uneven-slice] argument %a of @unused_uneven of type !coco.tensor<6xf32, sliced<0>>: dim 0 of size 6 does not split evenly into 4 parts
+
+// -----
+
+// reduce-dims: the reduced dims are a non-empty increasing run of consecutive dims.
+func.func @reduce_dims_gap(%x: !coco.tensor<4x6x8xf32>) {
+  %0 = coco.reduce_dims sum %x dims [0, 2] : !coco.tensor<4x6x8xf32> -> !coco.tensor<6xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [reduce-dims] coco.reduce_dims of %x : !coco.tensor<4x6x8xf32> over dims [0, 2]: the dims must be a non-empty increasing run of consecutive dims of a rank-3 tensor
+
+// -----
+
+func.func @reduce_dims_out_of_range(%x: !coco.tensor<4x6xf32>) {
+  %0 = coco.reduce_dims max %x dims [2] : !coco.tensor<4x6xf32> -> !coco.tensor<4xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [reduce-dims] coco.reduce_dims of %x : !coco.tensor<4x6xf32> over dims [2]: the dims must be a non-empty increasing run of consecutive dims of a rank-2 tensor
+
+// -----
+
+// reduce-dims-layouts: a mean over the sliced dim would be a partial mean.
+func.func @mean_of_slice(%x: !coco.tensor<4x8xf32, sliced<1>>) {
+  %0 = coco.reduce_dims mean %x dims [1] keepdims : !coco.tensor<4x8xf32, sliced<1>> -> !coco.tensor<4x1xf32, local>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [reduce-dims-layouts] the mean of %x : !coco.tensor<4x8xf32, sliced<1>> over dims [1] reduces dim 1, which grid axis 0 slices: a mean of a slice is not a partial of the mean; reduce with sum, all_reduce the partial sums, then divide by the count
+
+// -----
+
+// A sum over the sliced dim is this rank's partial (local), not still sliced.
+func.func @row_sum_of_slice_is_partial(%x: !coco.tensor<4x8xf32, sliced<1>>) {
+  %0 = coco.reduce_dims sum %x dims [1] keepdims : !coco.tensor<4x8xf32, sliced<1>> -> !coco.tensor<4x1xf32, sliced<1>>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [result-type] coco.reduce_dims produces !coco.tensor<4x1xf32, local> from its operands by the layout rules, but its result is declared as !coco.tensor<4x1xf32, sliced<1>>
+
+// -----
+
+func.func @row_sum_declared_replicated(%x: !coco.tensor<4x8xf32, sliced<1>>) {
+  %0 = coco.reduce_dims sum %x dims [1] : !coco.tensor<4x8xf32, sliced<1>> -> !coco.tensor<4xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [result-type] coco.reduce_dims produces !coco.tensor<4xf32, local> from its operands by the layout rules, but its result is declared as !coco.tensor<4xf32>
+
+// -----
+
+func.func @mean_of_integers(%x: !coco.tensor<4x8xi32>) {
+  %0 = coco.reduce_dims mean %x dims [1] : !coco.tensor<4x8xi32> -> !coco.tensor<4xi32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [element-types] a mean needs a floating-point tensor, got i32
+
+// -----
+
+// reshape-layouts: a sliced tensor keeps its dims up to the sliced one.
+func.func @reshape_regroups_sliced_dim(%x: !coco.tensor<8x16xf32, sliced<0>>) {
+  %0 = coco.reshape %x : !coco.tensor<8x16xf32, sliced<0>> -> !coco.tensor<2x4x16xf32, sliced<0>>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [reshape-layouts] coco.reshape of %x : !coco.tensor<8x16xf32, sliced<0>> to !coco.tensor<2x4x16xf32, sliced<0>>: grid axis 0 slices dim 0, so the result must keep dims 0..0 ([8]) and be sliced<0> there; only the dims after it may regroup
+
+// -----
+
+func.func @reshape_count(%x: !coco.tensor<8x16xf32>) {
+  %0 = coco.reshape %x : !coco.tensor<8x16xf32> -> !coco.tensor<8x15xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [reshape-layouts] coco.reshape of %x from [8, 16] to [8, 15] changes the element count
+
+// -----
+
+func.func @reshape_changes_layout(%x: !coco.tensor<8x16xf32, local>) {
+  %0 = coco.reshape %x : !coco.tensor<8x16xf32, local> -> !coco.tensor<128xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [reshape-layouts] coco.reshape of %x : !coco.tensor<8x16xf32, local> to !coco.tensor<128xf32> changes grid axis 0 from local to replicated: a reshape moves no data
