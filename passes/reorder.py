@@ -7,7 +7,11 @@ from dataclasses import dataclass, field
 
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import LocalAttr, ReplicatedAttr, SlicedAttr, TensorType
-from coconet.dialects.layout_rules import infer_elementwise, infer_reduction
+from coconet.dialects.layout_rules import (
+    infer_dim_reduction,
+    infer_elementwise,
+    infer_reduction,
+)
 from coconet.passes.common import (
     ancestor_in,
     body_block,
@@ -129,12 +133,17 @@ class ReorderPass(ModulePass):
     same replicated scalars as before (the order of the sum changes, so compare with a
     tolerance), and they do not propagate slicing further.
 
+    Row reductions (`coco.reduce_dims`) of a moved value move like elementwise ops when the
+    gather's slices cut only dims they keep (each rank reduces whole rows of its slice, in
+    the same order: bit-identical); their results are sliced like their input.
+
     Dropout stays exact: its mask is keyed on global element indices.
 
     Legality (refusals name the rule; greedy mode skips what they refuse):
     * [reorder-gather]      named ops are all_gathers or computations; computations consume
                             exactly one all_gather.
     * [reorder-elementwise] a moved op is elementwise (or a sum/max/min/norm reduction).
+    * [reorder-row-reduction] a moved row reduction keeps the dims the gather's slices cut.
     * [reorder-local]       no operand of a moved op is `local` on an axis the gather spans.
     * [reorder-layouts]     the sliced operands combine by the layout rules, and a moved
                             result goes back to its old type by an all_gather.
@@ -197,6 +206,8 @@ class ReorderPass(ModulePass):
 
     def _plan_forward(self, plan: _Plan, u: Operation) -> tuple[TensorType, dict[int, TensorType]]:
         """The new result type of a downstream op `u` and the slices its operands need."""
+        if isinstance(u, coco.ReduceDimsOp):
+            return self._plan_row_reduction(plan, u), {}
         if not isinstance(u, coco.ElementwiseOp):
             raise _Refusal(
                 f"{RULE}-elementwise",
@@ -222,6 +233,28 @@ class ReorderPass(ModulePass):
             )
         self._check_regather(u, result, plan)
         return result, demands
+
+    def _plan_row_reduction(self, plan: _Plan, u: coco.ReduceDimsOp) -> TensorType:
+        """A row reduction moves onto slices that cut only dims it keeps: each rank then
+        reduces whole rows of its slice, in the same order as before (bit-identical)."""
+        self._check_readable(plan, u)
+        x = plan.planned[u.input]
+        for a in plan.span:
+            lay = x.layout_on(a)
+            if isinstance(lay, SlicedAttr) and lay.dim.data in u.reduced_dims:
+                raise _Refusal(
+                    f"{RULE}-row-reduction",
+                    f"{op_name(u)} reduces dim {lay.dim.data}, which the slices of "
+                    f"{op_name(plan.ag)} cut (grid axis {a}): on slices it would see part "
+                    "rows only; reorder moves a row-wise op onto slices of the dims it keeps "
+                    "(split the all_reduce along another dim)",
+                )
+        try:
+            result = infer_dim_reduction(u.kind.data, x, u.reduced_dims, u.keeps_dims)
+        except VerifyException as e:
+            raise _Refusal(f"{RULE}-layouts", f"{op_name(u)} on slices: {e}") from None
+        self._check_regather(u, result, plan)
+        return result
 
     def _check_readable(self, plan: _Plan, u: Operation) -> None:
         x = plan.ag.input
@@ -407,7 +440,7 @@ class ReorderPass(ModulePass):
         block = body_block(fn)
         named = {c for _, c in comps}
         for c in named:
-            if not isinstance(c, coco.ElementwiseOp | coco.ReduceOp):
+            if not isinstance(c, coco.ElementwiseOp | coco.ReduceOp | coco.ReduceDimsOp):
                 raise _Refusal(
                     f"{RULE}-elementwise",
                     f"{op_name(c)} is not elementwise: only elementwise ops (and sum/max/min/norm "

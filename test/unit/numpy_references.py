@@ -129,6 +129,7 @@ def sgd(inputs: Inputs, ranks: int) -> dict[str, np.ndarray]:
 
 def _adam_moments(g1, m, v, beta1, beta2, step):
     """The moments and their bias corrections, one f32 op per line in the program's order."""
+
     def op(fn, *xs):
         return ew(fn, *xs, out=F32)
 
@@ -241,6 +242,50 @@ def pipeline_boundary(inputs: Inputs, ranks: int, stages: int = 2) -> dict[str, 
     return {"recv": recv}
 
 
+def row_mean(x: np.ndarray) -> np.ndarray:
+    """The mean over the last dim, kept as size 1: summed in f64 (exact, so in any order, for
+    f16 rows and for rows of f32 values of similar magnitude), divided in f64, rounded once."""
+    x64 = np.asarray(x).astype(F64)
+    return (x64.sum(axis=-1, keepdims=True) / x64.shape[-1]).astype(x.dtype)
+
+
+def rms_norm(h: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    """x * rsqrt(mean(x * x) + eps) * weight, each op rounded to the element type."""
+    dt = h.dtype
+    mean_square = row_mean(ew(np.multiply, h, h, out=dt))
+    inv = ew(lambda v: 1 / np.sqrt(v), ew(np.add, mean_square, np.asarray(eps, dt), out=dt), out=dt)
+    return ew(np.multiply, ew(np.multiply, h, inv, out=dt), weight, out=dt)
+
+
+def layer_norm(h: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> np.ndarray:
+    """(x - mean) * rsqrt(var + eps) * gamma + beta (biased variance), each op rounded."""
+    dt = h.dtype
+    centered = ew(np.subtract, h, row_mean(h), out=dt)
+    variance = row_mean(ew(np.multiply, centered, centered, out=dt))
+    inv = ew(lambda v: 1 / np.sqrt(v), ew(np.add, variance, np.asarray(eps, dt), out=dt), out=dt)
+    scaled = ew(np.multiply, ew(np.multiply, centered, inv, out=dt), gamma, out=dt)
+    return ew(np.add, scaled, beta, out=dt)
+
+
+def allreduce_rmsnorm(inputs: Inputs, ranks: int) -> dict[str, np.ndarray]:
+    """x: every rank's partial sums (the leading dim of the local value)."""
+    x, residual, weight = inputs["x"], inputs["residual"], inputs["weight"]
+    total = all_reduce_sum([x[j] for j in range(ranks)], x.dtype)
+    hidden = ew(np.add, total, residual, out=x.dtype)
+    return {"hidden": hidden, "normed": rms_norm(hidden, weight, 1e-6)}
+
+
+def megatron_sp_layernorm(inputs: Inputs, ranks: int) -> dict[str, np.ndarray]:
+    x, w, b, r = inputs["x"], inputs["w"], inputs["b"], inputs["r"]
+    group = list(range(ranks))
+    per_rank = []
+    for me in group:
+        hidden = _stage_output(x, w, b, r, ranks, me, group, seed=4, stream=0)
+        out = layer_norm(hidden, inputs["gamma"], inputs["beta"], 1e-5)
+        per_rank.append({"hidden": hidden, "out": out})
+    return agree(per_rank)
+
+
 REFERENCES: dict[str, Callable[[Inputs, int], dict[str, np.ndarray]]] = {
     "sgd": sgd,
     "adam": adam,
@@ -250,4 +295,6 @@ REFERENCES: dict[str, Callable[[Inputs, int], dict[str, np.ndarray]]] = {
     "model_parallel_attention": model_parallel_attention,
     "model_parallel_mlp": model_parallel_mlp,
     "pipeline_boundary": pipeline_boundary,
+    "allreduce_rmsnorm": allreduce_rmsnorm,
+    "megatron_sp_layernorm": megatron_sp_layernorm,
 }

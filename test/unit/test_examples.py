@@ -29,7 +29,8 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 OPTIMIZERS = ["sgd", "adam", "adam_f16_grads", "adam_bf16_grads", "lamb"]
 MATMULS = ["model_parallel_attention", "model_parallel_mlp"]
-ALL = [*OPTIMIZERS, *MATMULS, "pipeline_boundary"]
+NORMS = ["allreduce_rmsnorm", "megatron_sp_layernorm"]
+ALL = [*OPTIMIZERS, *MATMULS, "pipeline_boundary", *NORMS]
 
 N = 4096
 B, S, H = 2, 16, 64
@@ -40,7 +41,12 @@ GRAD_DTYPES = {
     "adam_bf16_grads": ml_dtypes.bfloat16,
     "lamb": np.float32,
 }
-K = {"model_parallel_attention": H, "model_parallel_mlp": 4 * H, "pipeline_boundary": H}
+K = {
+    "model_parallel_attention": H,
+    "model_parallel_mlp": 4 * H,
+    "megatron_sp_layernorm": 4 * H,
+    "pipeline_boundary": H,
+}
 
 
 def rank_counts(name: str) -> list[int]:
@@ -84,8 +90,20 @@ def make_inputs(name: str, ranks: int, seed: int = 0, dtype=np.float16) -> dict[
         if name == "lamb":
             inputs["weight_decay"] = np.asarray(0.01, f32)
         return inputs
+    if name == "allreduce_rmsnorm":  # f16 partial sums of a projection, residual, weight
+        return {
+            "x": rng.standard_normal((ranks, 16, H)).astype(dtype),
+            "residual": rng.standard_normal((16, H)).astype(dtype),
+            "weight": (1 + 0.1 * rng.standard_normal(H)).astype(dtype),
+        }
     lead = (2,) if name == "pipeline_boundary" else ()
-    return {
+    norm_params = {}
+    if name == "megatron_sp_layernorm":
+        norm_params = {
+            "gamma": (1 + 0.1 * rng.standard_normal(H)).astype(dtype),
+            "beta": (0.1 * rng.standard_normal(H)).astype(dtype),
+        }
+    return norm_params | {
         "x": dyadic(rng, (*lead, B, S, K[name]), dtype),
         "w": dyadic(rng, (*lead, K[name], H), dtype),
         "b": rng.standard_normal((*lead, H)).astype(dtype),
@@ -148,6 +166,20 @@ def test_example_matches_reference(name: str, form: str, ranks: int) -> None:
 @pytest.mark.parametrize("ranks", [2, 8])
 def test_matmul_examples_in_f32(name: str, ranks: int) -> None:
     """build(F32) gives the same workload in fp32 (not written as .mlir)."""
+    from coconet.frontend import F32
+
+    namespace = runpy.run_path(str(EXAMPLES / f"{name}.py"))
+    program = namespace["build"](F32)
+    inputs = make_inputs(name, ranks, seed=7, dtype=np.float32)
+    want = ref.REFERENCES[name]({k: v.copy() for k, v in inputs.items()}, ranks)
+    assert_outputs_equal(coconet.run(program, inputs, ranks=ranks).outputs, want)
+
+
+@pytest.mark.parametrize("name", NORMS)
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_norm_examples_in_f32(name: str, ranks: int) -> None:
+    """build(F32) of the row-wise examples: still bit-exact (rows of 64 f32 values of
+    similar magnitude sum exactly in f64, in any order)."""
     from coconet.frontend import F32
 
     namespace = runpy.run_path(str(EXAMPLES / f"{name}.py"))
