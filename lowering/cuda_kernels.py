@@ -56,6 +56,7 @@ from coconet.lowering.kernel_ir import (
     ParamKind,
     PeerSync,
     ReduceKind,
+    RowLanes,
     Select,
     SendPush,
     SharedArray,
@@ -1454,26 +1455,14 @@ def row_reduction_kernel(name: str, kind: str, elt: str) -> Kernel:
     lane, j, a = Var(I64, None, "lane"), Var(I64, None, "j"), Var(acc, None, "a")
     total, k = Var(acc, None, "total"), Var(I64, None, "k")
     element = Cast(acc, load_expr(elt, Index(x, base + j * inner)))
-    per_lane = ForThreads(
-        (
-            For(
-                lane,
-                Cast(I64, THREAD_IDX),
-                Lit(str(lanes)),
-                (
-                    Decl(a, Identity(rkind, acc), const=False),
-                    For(
-                        j,
-                        lane,
-                        count,
-                        (Assign(a, Combine(rkind, acc, a, element)),),
-                        step=Lit(str(lanes)),
-                    ),
-                    Assign(Index(partial, lane), a),
-                ),
-                step=Cast(I64, BLOCK_DIM),
-            ),
-        )
+    per_lane = RowLanes(
+        lane,
+        j,
+        count,
+        lanes,
+        (Decl(a, Identity(rkind, acc), const=False),),
+        (Assign(a, Combine(rkind, acc, a, element)),),
+        (Assign(Index(partial, lane), a),),
     )
     value: Expr = Binary("/", total, Cast(acc, count)) if mean else total
     finish = _thread_zero(

@@ -46,6 +46,7 @@ from coconet.lowering.kernel_ir import (
     LocalArray,
     PeerSync,
     ReduceKind,
+    RowLanes,
     Select,
     SendPush,
     SharedArray,
@@ -342,6 +343,23 @@ class CudaPrinter(BasePrinter):
                 f"COCO_BLOCK_STRIDE_LOOP({c_type(stmt.var.ctype)}, {v}, {begin}, {end})"
             ):
                 self.print_block(stmt.body)
+
+    @print_stmt.register
+    def _(self, stmt: RowLanes) -> None:
+        count = self.expr(stmt.count)
+        with self.braces("COCO_FOR_THREADS"), self.scope():
+            lane = self.declare(stmt.lane)
+            lanes = stmt.lanes
+            with self.braces(
+                f"for (coco_i64 {lane} = (coco_i64)coco_thread_idx(); {lane} < {lanes}; "
+                f"{lane} += (coco_i64)coco_block_dim())"
+            ):
+                self.print_block(stmt.before)
+                with self.scope():
+                    j = self.declare(stmt.element)
+                    with self.braces(f"for (coco_i64 {j} = {lane}; {j} < {count}; {j} += {lanes})"):
+                        self.print_block(stmt.body)
+                self.print_block(stmt.after)
 
     @print_stmt.register
     def _(self, stmt: SyncBlock) -> None:

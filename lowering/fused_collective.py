@@ -15,6 +15,9 @@ pull writes it), not in a buffer copied into the argument after the kernel: ever
 kernel only ever writes its own memory, so the argument needs no symmetric memory and is
 passed without a copy.
 
+Row reductions (RMSNorm, LayerNorm over the last dim of a slice of whole rows) stay in the
+kernel: its row form (row_collective.py) gives each block whole rows, in phases.
+
 A region whose computation needs a full reduction (LAMB's norms) cannot finish in one kernel:
 blocks of one rank never wait for each other (the device layer's rule), so the region is cut
 into segments at each op that is not elementwise; each segment is one (collective) kernel,
@@ -49,6 +52,7 @@ def _in_kernel(op: Operation) -> bool:
         coco.ElementwiseOp
         | coco.ConstantOp
         | coco.SliceOp
+        | coco.ReduceDimsOp  # row reductions: the row form of the kernel (row_collective.py)
         | comm.ReduceScatterOp
         | comm.AllGatherOp,
     )
@@ -195,9 +199,17 @@ def emit_collective_kernel(
         lw.value_buffer(u.target) for u in updates
     ]
 
-    kernel = K.ElementwiseKernel(
-        lw.fresh("k_fused_all_reduce"), compute, iteration, inputs, store_specs
-    )
+    rows = any(isinstance(op, coco.ReduceDimsOp) for op in compute)
+    if rows:
+        from coconet.lowering.row_collective import RowCollectiveKernel
+
+        kernel = RowCollectiveKernel(
+            lw.fresh("k_fused_all_reduce_rows"), compute, iteration, inputs, store_specs
+        )
+    else:
+        kernel = K.ElementwiseKernel(
+            lw.fresh("k_fused_all_reduce"), compute, iteration, inputs, store_specs
+        )
     for op in scatters:
         kernel.peer_reductions[op.result] = (op.input, op.kind.data)
     for op in gathers:
@@ -260,6 +272,12 @@ def emit_collective_kernel(
     for d in iteration.local_shape(lw.grid_shape):
         count *= d
     grid = min(lw.config.grid_for(count), MAX_COLLECTIVE_BLOCKS)
+    block = lw.config.block
+    if rows:
+        # a block per run of whole rows; no more threads than the rows' lanes
+        n_rows = count // iteration.get_shape()[-1]
+        grid = max(1, min(n_rows, lw.config.max_blocks, MAX_COLLECTIVE_BLOCKS))
+        block = min(block, coco.ROW_LANES)
 
     # Parameters of the collective machinery; the lowering fills the others as for any
     # elementwise kernel.
@@ -318,7 +336,7 @@ def emit_collective_kernel(
         Launch(
             name,
             grid,
-            lw.config.block,
+            block,
             args,
             shared_bytes=8 * n_red * lw.config.block,
             writes=tuple(b.name for b in store_buffers)

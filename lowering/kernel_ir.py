@@ -414,6 +414,24 @@ class BlockStrideLoop(Stmt):
 
 
 @dataclass(frozen=True)
+class RowLanes(Stmt):
+    """A phase that walks one row of `count` elements in the fixed order of row reductions
+    (coco.ROW_LANES): `lane` in [0, lanes) shared by the block's threads (thread t takes
+    lanes t, t + blockDim, ...), and for each lane `before`, then `body` at `element` =
+    lane, lane + lanes, ... < count in order, then `after` (a lane's accumulators live in
+    its thread between them). The oracle (runtime/sim.py `reduce_rows`) sums in this order,
+    so a row kernel is bit-exact at any block size."""
+
+    lane: Var
+    element: Var
+    count: Expr
+    lanes: int
+    before: tuple[Stmt, ...]
+    body: tuple[Stmt, ...]
+    after: tuple[Stmt, ...]
+
+
+@dataclass(frozen=True)
 class SyncBlock(Stmt):
     pass
 
@@ -561,6 +579,8 @@ def declared(node: Any) -> list[Var]:
             return
         if not isinstance(x, Stmt):
             return
+        if isinstance(x, RowLanes):
+            out.extend((x.lane, x.element))
         for f in fields(x):  # type: ignore[arg-type]
             value = getattr(x, f.name)
             if f.name == "var" and isinstance(value, Var):

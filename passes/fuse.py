@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from coconet.dialects import coco, comm
-from coconet.dialects.coco import TensorType
+from coconet.dialects.coco import SlicedAttr, TensorType
 from coconet.passes.common import (
     OrderInfo,
     ancestor_in,
@@ -30,6 +30,10 @@ MODES = ("auto", "elementwise", "all_reduce", "send")
 
 Space = tuple[tuple[int, ...], tuple[Attribute, ...]] | None
 
+# The static shared memory a fused row kernel may use for the rows it keeps between phases
+# (a GPU block gets 48 KiB without opting in).
+SHARED_ROW_BYTES = 40 * 1024
+
 
 def _space(v: SSAValue) -> Space:
     """The iteration space a value occupies in a kernel: its shape and layouts (element type
@@ -45,6 +49,32 @@ def _op_space(op: Operation) -> Space | str:
     if len(spaces) > 1:
         return "mixed"
     return spaces.pop() if spaces else None
+
+
+def _row_space(space: Space) -> Space:
+    """The space of a keepdims reduction over the last dim of `space` (its rows), when no
+    grid axis slices that dim (each rank then holds whole rows); None otherwise."""
+    if space is None:
+        return None
+    shape, layouts = space
+    last = len(shape) - 1
+    if any(isinstance(lay, SlicedAttr) and lay.dim.data == last for lay in layouts):
+        return None
+    return ((*shape[:-1], 1), layouts)
+
+
+def _row_reduction_of(u: Operation, space: Space) -> bool:
+    """Whether `u` reduces the rows of `space` (a coco.reduce_dims over its last dim, keeping
+    it), which a fused collective kernel finishes inside one block per row."""
+    return (
+        isinstance(u, coco.ReduceDimsOp)
+        and space is not None
+        and u.reduced_dims == (len(space[0]) - 1,)
+        and u.keeps_dims
+        and _space(u.input) == space
+        and _row_space(space) is not None
+        and _space(u.result) == _row_space(space)
+    )
 
 
 def _meet(a: Space, b: Space) -> Space | str:
@@ -121,7 +151,9 @@ class FusePass(ModulePass):
       of its results -> `comm.fused all_reduce` (CoCoNet's FusedAllReduce). From the
       reduce_scatter, the chain grows in program order over: elementwise ops with a result in
       the reduce_scatter's iteration space (same shape and layouts) or scalar; reductions of
-      chain values (partial norms) and all_reduces of scalar partials; all_gathers of chain
+      chain values (partial norms) and all_reduces of scalar partials; row reductions over
+      the last dim (keepdims) of a slice that keeps whole rows, and elementwise ops on their
+      row values (RMSNorm, LayerNorm: one block per row); all_gathers of chain
       values over the reduce_scatter's axes; and the updates storing chain or gathered
       values. Then ops feeding only the chain (slices of arguments, constants, scalar
       arithmetic, elementwise ops in the chain's space) are pulled in, and so is scalar
@@ -141,7 +173,11 @@ class FusePass(ModulePass):
                          one all_gather of its chain (one collective chain per region); a
                          send fusion holds exactly one send, fed by elementwise computation.
     * [fuse-sizes]       tensors computed in the region share one iteration space (the
-                         reduce_scatter's, for all_reduce); scalars fit any.
+                         reduce_scatter's, for all_reduce); scalars fit any, and so do the
+                         rows of a fused all_reduce (keepdims reductions over the last dim
+                         of a space that no grid axis slices there, and ops on them).
+    * [fuse-row-length]  the rows a fused row kernel keeps between phases fit in shared
+                         memory (SHARED_ROW_BYTES).
     * [fuse-elementwise] an elementwise fusion holds only elementwise ops (and updates).
     * [fuse-connected]   a targeted set is connected through its own values.
     * [fuse-block]       named ops sit in one function body, not inside regions.
@@ -281,6 +317,7 @@ class FusePass(ModulePass):
                 m,
                 coco.ElementwiseOp
                 | coco.ReduceOp
+                | coco.ReduceDimsOp
                 | coco.SliceOp
                 | coco.ConstantOp
                 | coco.UpdateOp
@@ -362,10 +399,13 @@ class FusePass(ModulePass):
         if kind == "all_reduce":
             rs = next(m for m in members if isinstance(m, comm.ReduceScatterOp))
             space = _space(rs.result)
+        rows = _row_space(space) if kind == "all_reduce" else None
         for m in _in_order(members):
             if isinstance(m, comm.AllGatherOp | coco.UpdateOp | comm.SendOp):
                 continue
             s = _op_space(m)
+            if rows is not None and s == rows:
+                continue  # row values of a fused row kernel
             met = s if s == "mixed" else _meet(space, s)
             if isinstance(met, str):
                 raise fail(
@@ -403,6 +443,14 @@ class FusePass(ModulePass):
             if isinstance(u, coco.ElementwiseOp) and _meet(space, _space(u.results[0])) == space:
                 members.add(u)
                 chain.add(u.results[0])
+            elif _row_reduction_of(u, space) or (
+                isinstance(u, coco.ElementwiseOp)
+                and _space(u.results[0]) is not None
+                and _space(u.results[0]) == _row_space(space)
+            ):
+                # rows of the slice: one block per row finishes them in the kernel
+                members.add(u)
+                chain.add(u.results[0])
             elif isinstance(u, coco.ReduceOp) or (
                 isinstance(u, comm.AllReduceOp) and u.input.type.rank == 0
             ):
@@ -414,6 +462,7 @@ class FusePass(ModulePass):
                 f"no all_gather of the chain of {op_name(rs)} over its axes: a fused all_reduce "
                 "needs reduce_scatter, computation and all_gather",
             )
+        self._check_rows(members, space)
         # pull in ops that only feed the chain
         changed = True
         while changed:
@@ -444,6 +493,28 @@ class FusePass(ModulePass):
                 if not bridge:
                     raise
                 members |= bridge
+
+    def _check_rows(self, members: set[Operation], space: Space) -> None:
+        """A chain with row reductions is one kernel with a block per row: no full
+        reduction (those finish across blocks), and the rows that phases carry over a
+        reduction fit in shared memory."""
+        rows = [m for m in members if isinstance(m, coco.ReduceDimsOp)]
+        if not rows or space is None:
+            return
+        if any(isinstance(m, coco.ReduceOp) for m in members):
+            raise fail(
+                f"{RULE}-chain",
+                "a fused all_reduce with row reductions cannot also finish full reductions",
+            )
+        elements = sum(1 for m in members if _op_space(m) == space)
+        row_bytes = 8 * space[0][-1] * (elements + 1)
+        if row_bytes > SHARED_ROW_BYTES:
+            raise fail(
+                f"{RULE}-row-length",
+                f"rows of {space[0][-1]} elements of {elements + 1} values need up to "
+                f"{row_bytes} bytes of shared memory in a fused row kernel, more than "
+                f"{SHARED_ROW_BYTES}",
+            )
 
     def _bridges(self, info: OrderInfo, members: set[Operation]) -> set[Operation]:
         """Scalar elementwise ops outside the set that depend on it and feed it."""

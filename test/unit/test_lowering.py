@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from coconet.dialects import coco
+from coconet.dialects import coco, comm
 from coconet.lowering.lower_to_plan import LaunchConfig, lower
 from coconet.lowering.nvrtc import compile_cuda, nvrtc_available
 from coconet.runtime.sim import prepare_inputs
@@ -285,6 +285,44 @@ def test_row_reductions_match_the_oracle_bit_for_bit():
     assert np.array_equal(want["ksum"], inputs["k"].sum(axis=1, dtype=np.int32))
     np.testing.assert_allclose(want["csum"][:, 0], inputs["c"].sum(axis=1), rtol=1e-12)
     assert np.array_equal(want["xr"], inputs["x"].reshape(8, 7, 10))
+    if nvrtc_available():
+        for arch in ("sm_80", "sm_90"):
+            assert _compiled(plan.cuda_source, arch) > 0
+
+
+ROW_EXAMPLES = [
+    pytest.param(EXAMPLES[0].parent / f"{name}.mlir", id=name)
+    for name in ("allreduce_rmsnorm", "megatron_sp_layernorm")
+]
+
+
+@pytest.mark.parametrize("path", ROW_EXAMPLES)
+def test_fused_row_collective_is_one_kernel_and_bit_exact(path: Path):
+    """fuse(rs-c-ag) of AllReduce + residual + RMSNorm (LayerNorm) + AllGather: ONE kernel
+    launch (the row form of the fused collective kernel; the Megatron block adds its
+    matmul), no library collective, bit-identical to the oracle on the host kernels at
+    1, 2 and 4 ranks and any block size (the Megatron block within the tolerances, its matmul
+    summing in BLAS's order); NVRTC compiles it for sm_80 and sm_90."""
+    from coconet.lowering.plan import Collective, Launch, Matmul
+
+    from coconet.schedule import apply_schedule
+
+    program = apply_schedule(coconet.load(path), "fuse(rs-c-ag)")
+    regions = [op for op in program.func.walk() if isinstance(op, comm.FusedOp)]
+    assert len(regions) == 1 and any(
+        isinstance(op, coco.ReduceDimsOp) for op in regions[0].body.walk()
+    )
+    for ranks in (1, 2, 4):
+        for config in CONFIGS:
+            plan = lower(program, ranks, config)
+            launches = [s for s in plan.steps if isinstance(s, Launch)]
+            assert len(launches) == 1 and "rows" in launches[0].kernel
+            assert not any(isinstance(s, Collective) for s in plan.steps)
+            assert len(plan.steps) == 1 + sum(isinstance(s, Matmul) for s in plan.steps)
+            inputs = prepare_inputs(program, None, plan.grid_shape, seed=ranks)
+            want = coconet.run(program, inputs, ranks=ranks, inplace=False).outputs
+            got = ThreadedExecutor(plan).run(inputs)
+            compare(program, got, want, f"{path.stem} ranks={ranks} block={config.block}")
     if nvrtc_available():
         for arch in ("sm_80", "sm_90"):
             assert _compiled(plan.cuda_source, arch) > 0
