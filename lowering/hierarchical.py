@@ -222,7 +222,13 @@ def emit_hierarchical(
             u.operation not in inside and not isinstance(u.operation, coco.UpdateOp) for u in r.uses
         )
     ]
-    if compute:
+    if any(isinstance(op, coco.ReduceDimsOp) for op in compute):
+        # row reductions (a norm): op by op on the slice, the row kernel for each reduction
+        for op in compute:
+            lw.lower_op(op)
+        for u in updates:
+            lw.lower_update(u)
+    elif compute:
         lw.lower_elementwise(compute, "fused", stores=stores, updates=updates)
     else:
         for u in updates:

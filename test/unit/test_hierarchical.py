@@ -99,6 +99,7 @@ CASES = [
     ("lamb_scattered", 4, 1),
     ("sgd", 2, 1),
     ("model_parallel_mlp", 4, 2),  # sliced along dim 1: strided pieces
+    ("allreduce_rmsnorm", 4, 2),  # row reductions on the slice between the node kernels
 ]
 
 
