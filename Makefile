@@ -1,6 +1,7 @@
 # One command sets up and runs the main job; one sets up and passes the tests.
 #   make run    -- create .venv, install coconet, run the main CoCoNet workload on the CPU
 #   make test   -- create .venv, install coconet with its test tools, run lit + pytest
+#   make fuzz   -- 20,000 fuzzer inputs (FUZZ_INPUTS=N FUZZ_SEED=S); make reliability: the report
 #   make gpu-check -- on a machine with a CUDA GPU: install coconet[cuda,test] into .venv-gpu and
 #                  validate the cuda backend (benchmarks/gpu_check.py -> gpu-check-results.md);
 #                  without a GPU: one line saying so, exit 0, nothing installed
@@ -9,7 +10,7 @@ VENV ?= .venv
 BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 
-.PHONY: setup run test lit pytest clean gpu-check gpu-setup
+.PHONY: setup run test lit pytest clean gpu-check gpu-setup fuzz reliability
 
 setup: $(VENV)/.installed
 
@@ -31,6 +32,21 @@ pytest: setup
 test: setup
 	$(BIN)/lit -sv test/filecheck
 	$(BIN)/python -m pytest -q test
+
+# The fuzzer (test/fuzz): FUZZ_INPUTS mutated programs and pipelines (seed FUZZ_SEED) through
+# parsing, verification, schedules, lowering and the sim; exit 1 on any traceback, hang or
+# silent acceptance. The summary goes to fuzz-report.json.
+FUZZ_INPUTS ?= 20000
+FUZZ_SEED ?= 0
+FUZZ_JOBS ?= 2
+fuzz: setup
+	$(BIN)/python test/fuzz/fuzz_driver.py --inputs $(FUZZ_INPUTS) --seed $(FUZZ_SEED) \
+		--jobs $(FUZZ_JOBS) --json fuzz-report.json
+
+# The reliability report (benchmarks/reliability.py): the fuzzer's counts and fault-injection
+# timings on real MPI jobs, as the README quotes them.
+reliability: setup
+	$(BIN)/python benchmarks/reliability.py --inputs $(FUZZ_INPUTS) --seed $(FUZZ_SEED)
 
 # gpu-check uses its own venv, made with --system-site-packages so that the CuPy (matching the
 # driver's CUDA) and PyTorch a GPU image ships are reused rather than shadowed; cupy-cuda13x is

@@ -38,6 +38,9 @@ def parse_module(text: str, source: str = "<input>") -> ModuleOp:
         module = Parser(make_context(), text, source).parse_module()
     except ParseError as e:
         raise CocoError(f"{source}: cannot parse the program:\n{e}") from None
+    except OverflowError as e:
+        # xDSL builds a float attribute of a literal its type cannot hold by packing it.
+        raise CocoError(f"{source}: a literal does not fit its type: {e}") from None
     except DiagnosticException as e:
         # Types and attributes verify as they are built, i.e. while parsing (`[grid-size]`).
         raise CocoError(f"{source}: invalid program: {e}") from None
@@ -158,6 +161,24 @@ def output_name(v: SSAValue, index: int) -> str:
     return v.name_hint or f"result{index}"
 
 
+def read_text(path: Path) -> str:
+    """A program file's text; a file that cannot be read, or is not UTF-8, is a CocoError
+    naming the file (and the line and column of the first byte that is not UTF-8)."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise CocoError(f"{path}: cannot read the program: {e.strerror or e}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise CocoError(
+            f"{path}:{line}:{column}: the program is not UTF-8 text "
+            f"(byte 0x{data[e.start]:02x}: {e.reason})"
+        ) from None
+
+
 def load(path: str | Path, entry: str | None = None) -> Program:
     """Load a program from `.mlir` text or a Python file defining `program` (a Program or
     a front-end function) or `build()` returning one."""
@@ -165,7 +186,7 @@ def load(path: str | Path, entry: str | None = None) -> Program:
     if not path.exists():
         raise CocoError(f"no such file: {path}")
     if path.suffix == ".mlir":
-        return Program(parse_module(path.read_text(), str(path)), entry)
+        return Program(parse_module(read_text(path), str(path)), entry)
     if path.suffix == ".py":
         try:
             namespace = runpy.run_path(str(path), run_name="coconet_program")
@@ -178,7 +199,12 @@ def load(path: str | Path, entry: str | None = None) -> Program:
         candidate = namespace.get("program")
         # `program` may also be the front end's decorator, imported by name: then `build()`.
         if not isinstance(candidate, Program) and callable(namespace.get("build")):
-            candidate = namespace["build"]()
+            try:
+                candidate = namespace["build"]()
+            except CocoError:
+                raise
+            except Exception as e:  # noqa: BLE001 -- the user's build() failed: say so, briefly
+                raise CocoError(f"{path}: build() failed: {type(e).__name__}: {e}") from None
         if candidate is None:
             raise CocoError(
                 f"{path}: define `program` (a coconet Program) or `build()` returning one"

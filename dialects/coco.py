@@ -260,6 +260,8 @@ class GridAttr(ParametrizedAttribute):
 
     def bind(self, num_ranks: int) -> tuple[int, ...]:
         """The concrete axis sizes when `num_ranks` processes run the program."""
+        if num_ranks < 1:
+            raise ValueError(f"a job needs at least 1 rank, but {num_ranks} were given")
         if num_ranks > MAX_RANKS:
             raise ValueError(
                 f"{num_ranks} ranks exceed the supported maximum of {MAX_RANKS} (2^16)"

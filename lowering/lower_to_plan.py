@@ -65,6 +65,18 @@ class LaunchConfig:
     max_blocks: int = 1024
     elements_per_thread: int = 4
 
+    def __post_init__(self) -> None:
+        # 1024 threads per block is CUDA's limit on every architecture coconet targets.
+        for name, value, top in (
+            ("block", self.block, 1024),
+            ("max_blocks", self.max_blocks, 1 << 31),
+            ("elements_per_thread", self.elements_per_thread, 1 << 16),
+        ):
+            if not isinstance(value, int) or not 1 <= value <= top:
+                raise CocoError(
+                    f"[launch-config] {name} must be an integer in 1..{top}, got {value}"
+                )
+
     def grid_for(self, n: int) -> int:
         per_block = self.block * self.elements_per_thread
         return max(1, min(self.max_blocks, (n + per_block - 1) // per_block))
@@ -351,7 +363,13 @@ class Lowering:
                     inputs.append(v)
         if stores is None:
             stores = [r for op in ops for r in op.results]
-        iteration = self.iteration_type(ops)
+        # A fused region may compute nothing (everything in it was erased, or it only
+        # yields or updates values from outside): iterate over what it stores, if anything.
+        types = [r.type for op in ops for r in op.results]
+        types = types or [v.type for v in stores] + [u.target.type for u in updates]
+        if not types:
+            return
+        iteration = self.iteration_type(ops, types)
         store_specs = [K.Store(v, v.type) for v in stores]
         store_specs += [K.Store(u.value, u.target.type, u.target) for u in updates]
         store_buffers = [self.buffer_for(v) for v in stores]
@@ -464,12 +482,16 @@ class Lowering:
         yielded = list(op.yield_op.values)
         for res, v in zip(op.res, yielded):
             self.buffers[res] = self.buffer_for(v)
+        # A value from outside the region is not computed here: a yielded one is the
+        # region's result as it is (its buffer, set above), an update of one is a copy.
+        inside = {r for o in compute for r in o.results}
         direct, copied = [], []
         for u in updates:
-            (direct if u.target.type == u.value.type else copied).append(u)
-        self.lower_elementwise(
-            compute, "fused", stores=yielded + [u.value for u in copied], updates=direct
-        )
+            (direct if u.target.type == u.value.type and u.value in inside else copied).append(u)
+        stored = [v for v in yielded if v in inside] + [
+            u.value for u in copied if u.value in inside
+        ]
+        self.lower_elementwise(compute, "fused", stores=stored, updates=direct)
         for u in copied:
             self.emit(Copy(self.value_buffer(u.value), self.value_buffer(u.target)))
         for u in direct:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import io
 import re
 import sys
 import types
@@ -160,7 +161,26 @@ class CocoOptMain(xDSLOptMain):
     def parse_chunk(
         self, chunk: IO[bytes], file_extension: str, start_offset: int = 0
     ) -> ModuleOp | None:
-        module = super().parse_chunk(chunk, file_extension, start_offset)
+        from coconet.program import CocoError
+
+        data = chunk.read()
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            # xDSL's parser decodes without a position ("error: utf-8"): name the byte.
+            line = start_offset + data.count(b"\n", 0, e.start) + 1
+            column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+            source = self.args.input_file or "<stdin>"
+            raise CocoError(
+                f"{source}:{line}:{column}: the input is not UTF-8 text "
+                f"(byte 0x{data[e.start]:02x}: {e.reason})"
+            ) from None
+        try:
+            module = super().parse_chunk(io.BytesIO(data), file_extension, start_offset)
+        except OverflowError as e:
+            # xDSL builds a float attribute of a literal its type cannot hold by packing it.
+            source = self.args.input_file or "<stdin>"
+            raise CocoError(f"{source}: a literal does not fit its type: {e}") from None
         # Verify what the user wrote before any pass sees it, so a layout violation is
         # reported against their program (with no passes, xDSL would not verify at all).
         if module is not None and not self.args.disable_verify:

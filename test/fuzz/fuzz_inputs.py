@@ -1,0 +1,579 @@
+"""The fuzzer's inputs: a corpus of real programs and pipelines, and the mutations made of them.
+
+Seeds are every example (`examples/*.mlir`, and the IR the `examples/*.py` programs print) and
+every chunk of every lit input (`test/filecheck/**/*.mlir`, split at `// -----`); pipelines
+are the `-p` and `-t` options of the lit RUN lines. A case is a deterministic function of
+(seed, index): `make_case` draws the seed program round-robin and 1-3 mutations from a
+`random.Random` keyed by both, so any case a run reports is re-made from its index alone.
+
+Mutations act on the text the way a user's mistakes (or a corrupted file) would: token
+deletion, duplication, swaps and splices; element types, layouts, shapes (0, 2^31, 2^40, 2^63,
+2^64, `?`), grids, literals (NaN, inf, out-of-range), op names and SSA uses; unknown ops,
+misspelt attributes, declarations, nested functions, ops at module level; truncation and
+bytes that are not UTF-8. Mutations that break a documented rule (docs/architecture.md §9,
+dialects/program_rules.py) carry that rule as `must_reject`: they are applied last, so no later
+mutation can undo them, and accepting such a program is a silent acceptance.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# -- the corpus --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Seed:
+    name: str  # where it comes from: `examples/adam.mlir`, `test/.../x.mlir#3`
+    text: str
+
+
+@cache
+def seeds() -> tuple[Seed, ...]:
+    out: list[Seed] = []
+    for path in sorted((ROOT / "examples").glob("*.mlir")):
+        out.append(Seed(str(path.relative_to(ROOT)), path.read_text()))
+    out.extend(python_example_seeds())
+    for path in sorted((ROOT / "test" / "filecheck").rglob("*.mlir")):
+        rel = str(path.relative_to(ROOT))
+        for i, chunk in enumerate(re.split(r"^// -----\s*$", path.read_text(), flags=re.MULTILINE)):
+            if chunk.strip():
+                out.append(Seed(f"{rel}#{i}", chunk))
+    return tuple(out)
+
+
+def python_example_seeds() -> list[Seed]:
+    """The IR each `examples/*.py` program builds (printed by the front end)."""
+    import coconet
+
+    out = []
+    for path in sorted((ROOT / "examples").glob("*.py")):
+        if path.name == "torch_lm.py":  # a training script, not a program file
+            continue
+        out.append(Seed(str(path.relative_to(ROOT)), coconet.load(path).print()))
+    return out
+
+
+@cache
+def valid_seeds() -> tuple[Seed, ...]:
+    """The examples (they verify): the programs pipeline cases schedule."""
+    return tuple(s for s in seeds() if s.name.startswith("examples/"))
+
+
+@cache
+def verifying_seeds() -> tuple[Seed, ...]:
+    """The seeds that parse and verify (the examples and lit inputs of valid IR): mutants of
+    these reach the lowering and the sim far more often than mutants of refused IR."""
+    from coconet.program import CocoError, parse_module
+
+    out = []
+    for s in seeds():
+        try:
+            parse_module(s.text, s.name)
+        except CocoError:
+            continue
+        out.append(s)
+    return tuple(out)
+
+
+@cache
+def corpus_pipelines() -> tuple[str, ...]:
+    """Every `-p` pipeline of the lit RUN lines, plus each registered pass alone."""
+    from coconet.passes import get_all_passes
+
+    found: set[str] = set(get_all_passes())
+    for path in sorted((ROOT / "test" / "filecheck").rglob("*")):
+        if path.suffix not in (".mlir", ".py"):
+            continue
+        for line in path.read_text().splitlines():
+            if "RUN:" not in line:
+                continue
+            for m in re.finditer(r"-p\s+(?:'([^']*)'|\"([^\"]*)\"|(\S+))", line):
+                found.add(next(g for g in m.groups() if g is not None))
+    return tuple(sorted(found))
+
+
+@cache
+def corpus_op_names() -> tuple[str, ...]:
+    from coconet.dialects import coco, comm
+
+    names = {op.name for d in (coco.Coco, comm.Comm) for op in d.operations}
+    return tuple(sorted(names))
+
+
+# -- cases -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Case:
+    index: int
+    kind: str  # "ir" (a mutated program) or "pipeline" (a valid program, a mutated -p / -t)
+    seed: str
+    data: bytes
+    mutations: list[str] = field(default_factory=list)
+    must_reject: str | None = None  # the rule a mutation broke, if it broke a documented one
+    pipeline: str | None = None
+    target: str | None = None
+
+    def describe(self) -> str:
+        what = f"case {self.index} ({self.kind}) of {self.seed}: {', '.join(self.mutations)}"
+        if self.pipeline is not None:
+            what += f"; -p '{self.pipeline}' -t '{self.target}'"
+        return what
+
+
+Mutation = Callable[[str, random.Random], tuple[str | bytes, str | None] | None]
+
+TOKEN = re.compile(
+    r"""(?P<ws>\s+)|(?P<comment>//[^\n]*)|(?P<str>"(?:[^"\\\n]|\\.)*")
+    |(?P<num>-?0x[0-9a-fA-F]+|-?\d+\.\d*(?:[eE][-+]?\d+)?|-?\d+(?:[eE][-+]?\d+)?)
+    |(?P<ssa>%[\w$.-]+)|(?P<sym>@[\w$.-]+)|(?P<attr>\#[\w$.]+)|(?P<type>![\w$.]+)
+    |(?P<id>[A-Za-z_][\w$.]*)|(?P<arrow>->)|(?P<punct>.)""",
+    re.VERBOSE | re.DOTALL,
+)
+
+
+def tokens(text: str) -> list[tuple[str, int, int]]:
+    """(class, start, end) of each token that is not whitespace."""
+    return [
+        (m.lastgroup or "", m.start(), m.end())
+        for m in TOKEN.finditer(text)
+        if m.lastgroup not in ("ws",)
+    ]
+
+
+def _replace(text: str, start: int, end: int, new: str) -> str:
+    return text[:start] + new + text[end:]
+
+
+def _in_comment(text: str, at: int) -> bool:
+    line_start = text.rfind("\n", 0, at) + 1
+    return "//" in text[line_start:at]
+
+
+def _pick_match(pattern: str, text: str, rng: random.Random) -> re.Match[str] | None:
+    """A random match of `pattern` in the code of `text` (a mutated comment changes nothing)."""
+    found = [m for m in re.finditer(pattern, text) if not _in_comment(text, m.start())]
+    return rng.choice(found) if found else None
+
+
+def delete_token(text, rng):
+    t = tokens(text)
+    if not t:
+        return None
+    _, s, e = rng.choice(t)
+    return _replace(text, s, e, ""), None
+
+
+def duplicate_token(text, rng):
+    t = tokens(text)
+    if not t:
+        return None
+    _, s, e = rng.choice(t)
+    return _replace(text, s, e, text[s:e] + " " + text[s:e]), None
+
+
+def swap_adjacent_tokens(text, rng):
+    t = tokens(text)
+    if len(t) < 2:
+        return None
+    i = rng.randrange(len(t) - 1)
+    (_, s1, e1), (_, s2, e2) = t[i], t[i + 1]
+    return text[:s1] + text[s2:e2] + text[e1:s2] + text[s1:e1] + text[e2:], None
+
+
+def splice_token(text, rng):
+    """A token replaced by another token of the same class from the same text."""
+    t = tokens(text)
+    if len(t) < 2:
+        return None
+    cls, s, e = rng.choice(t)
+    same = [x for x in t if x[0] == cls] or t
+    _, s2, e2 = rng.choice(same)
+    return _replace(text, s, e, text[s2:e2]), None
+
+
+ELEMENT_TYPES = ("f32", "f16", "bf16", "i32", "i1", "f64", "i64", "i8", "index", "f8E4M3FN")
+ELEMENT_TYPE_RE = r"(?<=[x<])(f32|f16|bf16|i32|i1|f64|i64)(?=[>,])"
+
+
+def element_type(text, rng):
+    m = _pick_match(ELEMENT_TYPE_RE, text, rng)
+    if m is None:
+        return None
+    new = rng.choice((*ELEMENT_TYPES, "complex<f32>", "tf32", "i128", "ui32", "none"))
+    return _replace(text, m.start(), m.end(), new), None
+
+
+LAYOUTS = (
+    "local",
+    "replicated",
+    "sliced<0>",
+    "sliced<1>",
+    "sliced<2>",
+    "sliced<7>",
+    "sliced<-1>",
+    "sliced<99999999999999999999>",
+    "local, local",
+    "replicated, sliced<0>",
+    "sliced<0>, sliced<0>",
+)
+
+
+def layout(text, rng):
+    m = _pick_match(r"\b(local|replicated|sliced<-?\d+>)", text, rng)
+    if m is None:
+        m = _pick_match(r"(?<=[x<])(f32|f16|bf16|i32|i1)(?=>)", text, rng)
+        if m is None:
+            return None
+        return _replace(text, m.end(), m.end(), ", " + rng.choice(LAYOUTS)), None
+    return _replace(text, m.start(), m.end(), rng.choice(LAYOUTS)), None
+
+
+DIMS = ("0", "1", "3", "5", "?", "2147483648", "1099511627776", "9223372036854775808")
+DIMS += ("18446744073709551616", "4294967296")
+
+
+def shape_dim(text, rng):
+    m = _pick_match(r"(?<=[<x])(\d+|\?)(?=x)", text, rng)
+    if m is None:
+        return None
+    return _replace(text, m.start(), m.end(), rng.choice(DIMS)), None
+
+
+def add_or_drop_dim(text, rng):
+    m = _pick_match(r"(?<=coco\.tensor<)(\d+x)?", text, rng)
+    if m is None:
+        return None
+    if m.group(0):
+        return _replace(text, m.start(), m.end(), ""), None
+    return _replace(text, m.start(), m.start(), rng.choice(DIMS[:5]) + "x"), None
+
+
+def shape_everywhere(text, rng):
+    """Every occurrence of one dimension size changed at once, so the types still agree and
+    the program reaches the lowering and the sim with dims of 0, 1, 3 or 2^40."""
+    m = _pick_match(r"(?<=[<x])(\d+)(?=x)", text, rng)
+    if m is None:
+        return None
+    new = rng.choice(("0", "1", "3", "6", "1099511627776", "2147483648", "4611686018427387904"))
+    return re.sub(rf"(?<=[<x]){m.group(0)}(?=x)", new, text), None
+
+
+def element_type_everywhere(text, rng):
+    m = _pick_match(ELEMENT_TYPE_RE, text, rng)
+    if m is None:
+        return None
+    new = rng.choice(("f32", "f16", "bf16", "i32", "f64", "i64", "i1"))
+    return re.sub(rf"(?<=[x<]){m.group(0)}(?=[>,])", new, text), None
+
+
+LITERALS = ("nan", "inf", "-inf", "0x7FC00000", "0xFFFFFFFF", "1e309", "-0.0", "1.0e-45")
+LITERALS += ("340282366920938463463374607431768211456", "0x7F800000", "1", "true")
+
+
+def literal(text, rng):
+    m = _pick_match(r"(?<=coco\.constant )[^:\s]+", text, rng) or _pick_match(
+        r"(?<=\s)-?\d+\.\d+(?:[eE][-+]?\d+)?", text, rng
+    )
+    if m is None:
+        return None
+    return _replace(text, m.start(), m.end(), rng.choice(LITERALS)), None
+
+
+# Rank counts beyond the documented maximum (2^16, docs/architecture.md §9) must be refused.
+GRIDS_OVER_LIMIT = ("[1099511627776]", "[18446744073709551616]", "[65537]", "[65536, 2]")
+GRIDS = ("[0]", "[-1]", "[]", "[?, ?, ?]", "[65536]", "[2, 0]", "[1, ?]", "[3, ?]", "[?, 2]")
+
+
+def grid(text, rng):
+    m = _pick_match(r"(?<=#coco\.grid<)\[[^\]]*\]", text, rng)
+    if m is None:
+        return None
+    if rng.random() < 0.4:
+        return _replace(text, m.start(), m.end(), rng.choice(GRIDS_OVER_LIMIT)), "grid-size"
+    return _replace(text, m.start(), m.end(), rng.choice(GRIDS)), None
+
+
+def op_name(text, rng):
+    m = _pick_match(r"\b(coco|comm)\.[a-z_]+\b(?!\s*=)", text, rng)
+    if m is None or m.group(0) in ("coco.grid", "coco.tensor"):
+        return None
+    return _replace(text, m.start(), m.end(), rng.choice(corpus_op_names())), None
+
+
+def ssa_use(text, rng):
+    """One use of an SSA value replaced by another value's name (maybe defined later, of
+    another type, or the op's own result)."""
+    names = sorted(set(re.findall(r"%[\w$.-]+", text)))
+    uses = [m for m in re.finditer(r"(?<=[\s,(])%[\w$.-]+(?=[\s,):])", text) if m.start() > 0]
+    uses = [
+        m
+        for m in uses
+        if not re.match(r"\s*=", text[m.end() : m.end() + 3]) and not _in_comment(text, m.start())
+    ]
+    if len(names) < 2 or not uses:
+        return None
+    m = rng.choice(uses)
+    return _replace(text, m.start(), m.end(), rng.choice(names)), None
+
+
+def truncate(text, rng):
+    if len(text) < 2:
+        return None
+    return text[: rng.randrange(1, len(text))], None
+
+
+BAD_BYTES = (b"\xff", b"\xc3\x28", b"\x80\x80", b"\xed\xa0\x80", b"\x00", b"\xfe\xff", b"\xe2\x82")
+
+
+def non_utf8(text, rng):
+    data = text.encode()
+    at = rng.randrange(len(data) + 1)
+    return data[:at] + rng.choice(BAD_BYTES) + data[at:], None
+
+
+def odd_unicode(text, rng):
+    m = _pick_match(r"%[\w$.-]+|@[\w$.-]+", text, rng)
+    if m is None:
+        return None
+    return _replace(text, m.end(), m.end(), rng.choice(("é", "\u200b", "\u2028", "ß", "名"))), None
+
+
+def _lines(text: str) -> list[str]:
+    return text.split("\n")
+
+
+def delete_line(text, rng):
+    lines = _lines(text)
+    del lines[rng.randrange(len(lines))]
+    return "\n".join(lines), None
+
+
+def duplicate_line(text, rng):
+    lines = _lines(text)
+    i = rng.randrange(len(lines))
+    lines.insert(i, lines[i])
+    return "\n".join(lines), None
+
+
+def swap_lines(text, rng):
+    lines = _lines(text)
+    if len(lines) < 2:
+        return None
+    i, j = rng.randrange(len(lines)), rng.randrange(len(lines))
+    lines[i], lines[j] = lines[j], lines[i]
+    return "\n".join(lines), None
+
+
+def _body_line(text: str, rng: random.Random) -> int | None:
+    """The index of a line inside a function body (an op line), to insert before."""
+    lines = _lines(text)
+    inside = [
+        i for i, ln in enumerate(lines) if re.match(r"\s+(%[\w$.-]+ = )?(coco|comm|func)\.", ln)
+    ]
+    return rng.choice(inside) if inside else None
+
+
+FOREIGN_OPS = (
+    '"test.op"() : () -> ()',
+    '%zz_foreign = "foo.bar"() : () -> !coco.tensor<f32>',
+    '%zz_foreign = "arith.constant"() <{value = 1 : i32}> : () -> i32',
+    '"func.call"() <{callee = @nowhere}> : () -> ()',
+)
+
+
+def foreign_op(text, rng):
+    at = _body_line(text, rng)
+    if at is None:
+        return None
+    lines = _lines(text)
+    lines.insert(at, "  " + rng.choice(FOREIGN_OPS))
+    return "\n".join(lines), "foreign-op"
+
+
+def nested_function(text, rng):
+    at = _body_line(text, rng)
+    if at is None:
+        return None
+    lines = _lines(text)
+    lines.insert(at, "  func.func @zz_nested(%a: !coco.tensor<8xf32>) {\n    func.return\n  }")
+    return "\n".join(lines), "nested-function"
+
+
+def misspelt_attribute(text, rng):
+    m = _pick_match(r"coco\.grid =", text, rng)
+    if m is None:
+        # A function without attributes: give it a misspelt grid.
+        m = _pick_match(r"(?m)^func\.func @[\w$.-]+\([^{]*?\)(\s*->[^{]*?)?(?= \{\n)", text, rng)
+        if m is None:
+            return None
+        return _replace(
+            text, m.end(), m.end(), " attributes {coco.gird = #coco.grid<[?]>}"
+        ), "unknown-attribute"
+    name = rng.choice(("coco.gird", "coco.Grid", "coco.grids", "comm.grid"))
+    return _replace(text, m.start(), m.end(), f"{name} ="), "unknown-attribute"
+
+
+def extra_attribute(text, rng):
+    m = _pick_match(r"\{coco\.grid = ", text, rng)
+    if m is None:
+        return None
+    return _replace(text, m.start() + 1, m.start() + 1, "coco.frobnicate = true, "), (
+        "unknown-attribute"
+    )
+
+
+MODULE_LEVEL = (
+    '"test.op"() : () -> ()',
+    "%zz_top = coco.constant 1.0 : !coco.tensor<f32>",
+    '"arith.constant"() <{value = 1 : i32}> : () -> i32',
+)
+
+
+def module_level_op(text, rng):
+    if "func.func" not in text:
+        return None
+    return text + "\n" + rng.choice(MODULE_LEVEL) + "\n", "module-ops"
+
+
+def declaration(text, rng):
+    if "func.func" not in text:
+        return None
+    return text + "\nfunc.func private @zz_declared(%a: !coco.tensor<8xf32>)\n", (
+        "function-declaration"
+    )
+
+
+MUTATIONS: dict[str, Mutation] = {
+    f.__name__: f
+    for f in (
+        delete_token,
+        duplicate_token,
+        swap_adjacent_tokens,
+        splice_token,
+        element_type,
+        layout,
+        shape_dim,
+        shape_everywhere,
+        element_type_everywhere,
+        add_or_drop_dim,
+        literal,
+        grid,
+        op_name,
+        ssa_use,
+        truncate,
+        non_utf8,
+        odd_unicode,
+        delete_line,
+        duplicate_line,
+        swap_lines,
+    )
+}
+# Those that break a documented rule: applied last (see the module docstring).
+RULE_MUTATIONS: dict[str, Mutation] = {
+    f.__name__: f
+    for f in (
+        foreign_op,
+        nested_function,
+        misspelt_attribute,
+        extra_attribute,
+        module_level_op,
+        declaration,
+    )
+}
+# Semantic mutations keep programs parseable more often, so they reach the deep stages.
+WEIGHTS = {name: 1.0 for name in MUTATIONS}
+WEIGHTS.update(
+    element_type=2.5,
+    layout=2.5,
+    shape_dim=2.5,
+    literal=2.5,
+    grid=1.5,
+    op_name=2.0,
+    ssa_use=2.0,
+    shape_everywhere=4.0,
+    element_type_everywhere=3.0,
+)
+
+
+def make_case(seed: int, index: int) -> Case:
+    """Case `index` of the run seeded `seed`: half the time a mutant of a verifying seed,
+    else of any seed (each seed list taken round-robin); 12% are pipeline cases."""
+    rng = random.Random(f"coconet-fuzz:{seed}:{index}")
+    if rng.random() < 0.12:
+        return make_pipeline_case(index, rng)
+    corpus = verifying_seeds() if rng.random() < 0.5 else seeds()
+    base = corpus[(index + seed) % len(corpus)]
+    case = Case(index, "ir", base.name, b"")
+    text: str | bytes = base.text
+    names = list(MUTATIONS)
+    weights = [WEIGHTS[n] for n in names]
+    for _ in range(rng.choice((1, 1, 1, 2, 2, 3))):
+        if isinstance(text, bytes):
+            break
+        name = rng.choices(names, weights)[0]
+        made = MUTATIONS[name](text, rng)
+        if made is not None:
+            text = made[0]
+            case.mutations.append(name)
+    if isinstance(text, str) and rng.random() < 0.25:
+        name = rng.choice(list(RULE_MUTATIONS))
+        made = RULE_MUTATIONS[name](text, rng)
+        if made is not None:
+            text, case.must_reject = made
+            case.mutations.append(name)
+    case.data = text if isinstance(text, bytes) else text.encode()
+    return case
+
+
+# -- pipeline cases ----------------------------------------------------------------------------
+
+OPTION_VALUES = ("0", "-1", "-2", "9", "1099511627776", "x", "", '"fuse(rs-c-ag)"', "g1,g1", "4")
+TARGETS = ("mlir", "plan", "cuda")
+RANK_OPTIONS = ("-2", "0", "1", "2", "3", "4", "5", "1099511627776", "x")
+
+
+def make_pipeline_case(index: int, rng: random.Random) -> Case:
+    from coconet.schedule import resolve_schedule_name  # noqa: F401 - names exist
+
+    base = rng.choice(valid_seeds())
+    pipeline = rng.choice(corpus_pipelines())
+    mutations = []
+    for _ in range(rng.choice((0, 1, 1, 2))):
+        how = rng.choice(("option", "drop-char", "dup-pass", "typo", "schedule"))
+        if how == "option":
+            m = _pick_match(r"(?<==)[^ }]*", pipeline, rng)
+            if m is not None:
+                pipeline = _replace(pipeline, m.start(), m.end(), rng.choice(OPTION_VALUES))
+            else:
+                key = rng.choice(("dim", "chunks", "ops", "mode", "bogus"))
+                pipeline += "{" + key + "=" + rng.choice(OPTION_VALUES) + "}"
+        elif how == "drop-char" and pipeline:
+            i = rng.randrange(len(pipeline))
+            pipeline = pipeline[:i] + pipeline[i + 1 :]
+        elif how == "dup-pass":
+            pipeline = pipeline + "," + pipeline
+        elif how == "typo" and pipeline:
+            pipeline = pipeline.replace("coco-", "coco_", 1)
+        elif how == "schedule":
+            name = rng.choice(("ar-c", "rs-c-ag", "fuse(rs-c-ag)", "ol(mm,fuse(rs-c-ag))", "x"))
+            pipeline = f'coco-schedule{{name="{name}"}}'
+        mutations.append(how)
+    target = rng.choice(TARGETS)
+    if target != "mlir" and rng.random() < 0.5:
+        key = rng.choice(("ranks", "block", "max_blocks"))
+        target += "{" + key + "=" + rng.choice(RANK_OPTIONS) + "}"
+    case = Case(index, "pipeline", base.name, base.text.encode(), mutations)
+    case.pipeline, case.target = pipeline, target
+    m = re.search(r"ranks=(-?\d+)", target)
+    if m and int(m.group(1)) < 0:
+        case.must_reject = "target-ranks"
+    return case

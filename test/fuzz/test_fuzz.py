@@ -1,0 +1,93 @@
+"""The fuzzer's CI slice: 2,000 seeded mutations of the examples and lit inputs through every
+stage (fuzz_oracle.py), and no traceback, hang or silent acceptance among them.
+
+`make fuzz` runs 20,000 (`FUZZ_INPUTS`, `FUZZ_SEED`); COCONET_FULL=1 runs a second, deeper
+slice here. Each finding is listed with its case index: `python test/fuzz/fuzz_driver.py
+--seed S --show INDEX` prints the input, `--only INDEX --traceback` reruns it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from fuzz_driver import format_summary, run_fuzz
+from fuzz_inputs import RULE_MUTATIONS, make_case, seeds
+from fuzz_oracle import Oracle
+
+FULL = os.environ.get("COCONET_FULL") == "1"
+
+
+def _assert_clean(summary: dict) -> None:
+    o = summary["outcomes"]
+    assert o["traceback"] == o["hang"] == o["silent"] == 0, format_summary(summary)
+
+
+def test_ci_slice_finds_no_traceback_hang_or_silent_acceptance():
+    summary = run_fuzz(2000, seed=0, jobs=2, depth="quick")
+    print(format_summary(summary))
+    assert summary["inputs"] == 2000
+    _assert_clean(summary)
+    o = summary["outcomes"]
+    # The slice reaches every stage: programs accepted and run, others refused cleanly.
+    assert summary["distinct_accepted_programs"] >= 100 and o["rejected"] >= 1000
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not FULL, reason="the deeper slice: set COCONET_FULL=1")
+def test_full_slice():
+    summary = run_fuzz(6000, seed=1, jobs=2, depth="full")
+    print(format_summary(summary))
+    _assert_clean(summary)
+
+
+def test_the_corpus_holds_every_example_and_lit_input():
+    names = {s.name.split("#")[0] for s in seeds()}
+    root = Path(__file__).resolve().parents[2]
+    for path in [*(root / "examples").glob("*.mlir"), *(root / "test/filecheck").rglob("*.mlir")]:
+        assert str(path.relative_to(root)) in names
+    assert "examples/adam.py" in names  # the Python programs' printed IR
+
+
+def test_cases_are_reproducible_from_their_index():
+    a, b = make_case(5, 123), make_case(5, 123)
+    assert a.data == b.data and a.mutations == b.mutations
+    assert make_case(5, 124).data != a.data or make_case(5, 124).seed != a.seed
+
+
+@pytest.mark.parametrize("rule", sorted(RULE_MUTATIONS))
+def test_the_oracle_flags_a_rule_break_that_is_accepted(rule, tmp_path):
+    """The silent-acceptance check can fail: a case claiming to break a rule while holding a
+    valid program is reported as `silent`, and the real rule breaks are refused."""
+    import random
+
+    from fuzz_inputs import Case
+
+    text = (Path(__file__).resolve().parents[2] / "examples/sgd.mlir").read_text()
+    oracle = Oracle(tmp_path)
+    fake = Case(0, "ir", "examples/sgd.mlir", text.encode(), ["none"], must_reject="made-up")
+    assert oracle.run(fake)["outcome"] == "silent"
+    mutated, must_reject = RULE_MUTATIONS[rule](text, random.Random(0))
+    case = Case(1, "ir", "examples/sgd.mlir", mutated.encode(), [rule], must_reject)
+    result = oracle.run(case)
+    assert result["outcome"] == "rejected", result
+    assert f"[{must_reject}]" in result["message"] or must_reject == "foreign-op", result
+
+
+def test_the_oracle_reports_an_internal_error_as_a_traceback(tmp_path, monkeypatch):
+    import coconet.lowering.lower_to_plan as lowering
+    from fuzz_inputs import Case
+
+    def broken(*args, **kwargs):
+        raise KeyError("an internal error")
+
+    monkeypatch.setattr(lowering, "lower", broken)
+    text = (Path(__file__).resolve().parents[2] / "examples/sgd.mlir").read_bytes()
+    result = Oracle(tmp_path).run(Case(0, "ir", "examples/sgd.mlir", text, []))
+    assert result["outcome"] == "traceback" and result["error"] == "KeyError", result
+    assert result["stage"].startswith("lower@") and "in broken" in result["where"]

@@ -1,0 +1,74 @@
+"""Minimized regressions of what the fuzzer (test/fuzz) found, through the library API:
+`coconet.load` on files it could not read, and fused regions the lowering crashed on, now
+run on the cpu backend and compared with the sim."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from coconet.lowering.lower_to_plan import LaunchConfig, lower
+from coconet.runtime import sim
+from coconet.runtime.threaded import ThreadedExecutor
+
+import coconet
+from coconet.program import CocoError, Program, parse_module
+
+LIT = Path(__file__).resolve().parents[1] / "filecheck"
+
+
+def test_load_names_the_byte_that_is_not_utf8(tmp_path):
+    path = tmp_path / "p.mlir"
+    path.write_bytes(b"func.func @f() {\n  func.return\n}\n\xff\n")
+    with pytest.raises(CocoError, match=r"p\.mlir:4:1: the program is not UTF-8 text \(byte 0xff"):
+        coconet.load(path)
+
+
+def test_load_of_a_directory_is_a_clean_error(tmp_path):
+    (tmp_path / "x.mlir").mkdir()
+    with pytest.raises(CocoError, match=r"x\.mlir: cannot read the program: Is a directory"):
+        coconet.load(tmp_path / "x.mlir")
+
+
+def test_load_reports_a_build_that_raises(tmp_path):
+    path = tmp_path / "p.py"
+    path.write_text("def build():\n    raise RuntimeError('no weights')\n")
+    with pytest.raises(CocoError, match=r"p\.py: build\(\) failed: RuntimeError: no weights"):
+        coconet.load(path)
+
+
+def test_a_literal_its_type_cannot_hold_is_a_clean_error():
+    text = (LIT / "tools/Inputs/literal_overflow.mlir").read_text()
+    with pytest.raises(CocoError, match="a literal does not fit its type"):
+        parse_module(text, "overflow.mlir")
+
+
+@pytest.mark.parametrize("field", ["block", "max_blocks", "elements_per_thread"])
+@pytest.mark.parametrize("value", [0, -1])
+def test_launch_config_out_of_range_is_refused(field, value):
+    with pytest.raises(CocoError, match=rf"\[launch-config\] {field} must be"):
+        LaunchConfig(**{field: value})
+
+
+def test_a_negative_rank_count_is_refused():
+    program = coconet.load(Path(__file__).resolve().parents[2] / "examples/sgd.mlir")
+    with pytest.raises(CocoError, match="at least 1 rank"):
+        lower(program, -2)
+    with pytest.raises(CocoError, match="at least 1 rank"):
+        sim.run(program, ranks=0)
+
+
+def _chunks(path: Path) -> list[str]:
+    return [c for c in path.read_text().split("// -----") if "func.func" in c]
+
+
+@pytest.mark.parametrize("index", range(3))
+def test_fused_regions_computing_nothing_or_reading_outside_values_run_like_the_sim(index):
+    text = _chunks(LIT / "lowering/fused_edge_cases.mlir")[index]
+    program = Program(parse_module(text))
+    want = sim.run(program, ranks=1, seed=3)
+    got = ThreadedExecutor(lower(program, 1)).run(want.inputs)
+    assert set(got) == set(want.outputs)
+    for name, value in want.outputs.items():
+        assert np.array_equal(got[name], value), name
