@@ -91,11 +91,11 @@ def run_fuzz(
     """Fuzz `inputs` cases (or the cases `only`); the summary and every finding."""
     verifying_seeds()  # the corpus, loaded once before the workers fork
     seeds()
-    import coconet.lowering.lower_to_plan
-    import coconet.tools.coco_opt
+    # Every module a case may reach, imported once before the workers fork.
+    from coconet.passes import get_all_passes
 
-    import coconet.equivalence
-    import coconet.schedule  # noqa: F401
+    for factory in get_all_passes().values():
+        factory()
 
     ctx = mp.get_context("fork")
     limit = depth
