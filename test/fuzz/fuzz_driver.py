@@ -13,6 +13,7 @@ not is a `hang`. Exit status 1 when any traceback, hang or silent acceptance was
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import multiprocessing as mp
 import os
@@ -29,6 +30,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fuzz_inputs import make_case, seeds, verifying_seeds
 
 FINDINGS = ("traceback", "hang", "silent")
+PRELOAD = (
+    "coconet.equivalence",
+    "coconet.lowering.lower_to_plan",
+    "coconet.runtime.sim",
+    "coconet.runtime.threaded",
+    "coconet.schedule",
+    "coconet.tools.coco_opt",
+)
 # Per depth: schedules tried per distinct accepted program, and the fraction of those programs
 # also run on the cpu backend against the sim (host-compiling their kernels takes seconds).
 DEPTHS = {"quick": (2, 0.02), "full": (12, 0.1)}
@@ -92,6 +101,8 @@ def run_fuzz(
     verifying_seeds()  # the corpus, loaded once before the workers fork
     seeds()
     # Every module a case may reach, imported once before the workers fork.
+    for module in PRELOAD:
+        importlib.import_module(module)
     from coconet.passes import get_all_passes
 
     for factory in get_all_passes().values():
