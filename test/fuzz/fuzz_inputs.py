@@ -35,15 +35,21 @@ class Seed:
     text: str
 
 
+def _read(path: Path) -> str:
+    """A file's text; bytes that are not UTF-8 (a lit input of that) survive the round trip
+    back to bytes (surrogate escapes)."""
+    return path.read_bytes().decode(errors="surrogateescape")
+
+
 @cache
 def seeds() -> tuple[Seed, ...]:
     out: list[Seed] = []
     for path in sorted((ROOT / "examples").glob("*.mlir")):
-        out.append(Seed(str(path.relative_to(ROOT)), path.read_text()))
+        out.append(Seed(str(path.relative_to(ROOT)), _read(path)))
     out.extend(python_example_seeds())
     for path in sorted((ROOT / "test" / "filecheck").rglob("*.mlir")):
         rel = str(path.relative_to(ROOT))
-        for i, chunk in enumerate(re.split(r"^// -----\s*$", path.read_text(), flags=re.MULTILINE)):
+        for i, chunk in enumerate(re.split(r"^// -----\s*$", _read(path), flags=re.MULTILINE)):
             if chunk.strip():
                 out.append(Seed(f"{rel}#{i}", chunk))
     return tuple(out)
@@ -92,7 +98,7 @@ def corpus_pipelines() -> tuple[str, ...]:
     for path in sorted((ROOT / "test" / "filecheck").rglob("*")):
         if path.suffix not in (".mlir", ".py"):
             continue
-        for line in path.read_text().splitlines():
+        for line in _read(path).splitlines():
             if "RUN:" not in line:
                 continue
             for m in re.finditer(r"-p\s+(?:'([^']*)'|\"([^\"]*)\"|(\S+))", line):
@@ -335,7 +341,7 @@ BAD_BYTES = (b"\xff", b"\xc3\x28", b"\x80\x80", b"\xed\xa0\x80", b"\x00", b"\xfe
 
 
 def non_utf8(text, rng):
-    data = text.encode()
+    data = text.encode(errors="surrogateescape")
     at = rng.randrange(len(data) + 1)
     return data[:at] + rng.choice(BAD_BYTES) + data[at:], None
 
@@ -530,7 +536,7 @@ def make_case(seed: int, index: int) -> Case:
         if made is not None:
             text, case.must_reject = made
             case.mutations.append(name)
-    case.data = text if isinstance(text, bytes) else text.encode()
+    case.data = text if isinstance(text, bytes) else text.encode(errors="surrogateescape")
     return case
 
 
@@ -571,7 +577,7 @@ def make_pipeline_case(index: int, rng: random.Random) -> Case:
     if target != "mlir" and rng.random() < 0.5:
         key = rng.choice(("ranks", "block", "max_blocks"))
         target += "{" + key + "=" + rng.choice(RANK_OPTIONS) + "}"
-    case = Case(index, "pipeline", base.name, base.text.encode(), mutations)
+    case = Case(index, "pipeline", base.name, base.text.encode(errors="surrogateescape"), mutations)
     case.pipeline, case.target = pipeline, target
     m = re.search(r"ranks=(-?\d+)", target)
     if m and int(m.group(1)) < 0:
