@@ -217,7 +217,11 @@ class CompiledProgram:
             if error:
                 raise CocoError(error)
             return
-        errors = self.comm.allgather(error)
+        if self.guard is not None:  # a rank that stops calling is named, not waited for
+            with self.guard.waiting(f"the input check of call {self.guard.calls + 1}"):
+                errors = self.comm.allgather(error)
+        else:
+            errors = self.comm.allgather(error)
         bad = [(r, e) for r, e in enumerate(errors) if e]
         if bad:
             r, e = bad[0]

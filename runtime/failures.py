@@ -14,14 +14,21 @@ Every MPI rank of a coconet job (a `coco-run` worker, or a user script that call
 * a watchdog thread aborts the job when this rank makes no progress inside one plan step for
   `step_timeout` seconds (a peer stuck or dead in a way MPI cannot see);
 * `COCONET_FAULT` injects failures for the tests of all this (only tests set it):
-  `RANK:KIND[:STEP[:CALL]]` with KIND raise | kill | segv | exit | hang | compile | corrupt, at
-  plan step STEP (default 0) of the CALL-th run (default 1) on rank RANK (`compile`: that
-  rank's kernels do not compile; `corrupt`: coco-run's worker perturbs that rank's first output
-  so that --check must fail).
+  `RANK:KIND[:STEP[:CALL]]` with KIND raise | kill | segv | exit | hang | compile | corrupt |
+  absent, at plan step STEP (default 0) of the CALL-th run (default 1) on rank RANK (`compile`:
+  that rank's kernels do not compile; `corrupt`: coco-run's worker perturbs that rank's first
+  output so that --check must fail; `absent`: the rank stops before its CALL-th run and never
+  arrives at the waits for every rank that come next).
+
+A wait for every rank outside any plan step (coco-run's barriers and reductions around runs,
+`FailureGuard.waiting`) is watched as a plan step is: when it lasts `step_timeout`, the waiting
+ranks mark themselves in the status directory, and the ranks that did not are named as the
+ones that never arrived.
 """
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import json
 import os
@@ -30,6 +37,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +46,7 @@ from coconet.program import CocoError
 FAULT_ENV = "COCONET_FAULT"
 STATUS_DIR_ENV = "COCONET_STATUS_DIR"
 MONITOR_ENV = "COCONET_MONITOR"
-FAULT_KINDS = ("raise", "kill", "segv", "exit", "hang", "compile", "corrupt")
+FAULT_KINDS = ("raise", "kill", "segv", "exit", "hang", "compile", "corrupt", "absent")
 
 
 class InjectedFault(RuntimeError):
@@ -120,10 +128,14 @@ class FailureGuard:
         sys.excepthook = self._excepthook
         threading.excepthook = self._thread_excepthook
         self._watchdog: threading.Thread | None = None
+        self._wait: tuple[str, float] | None = None  # (what, since) while in `waiting`
 
     # -- reporting -------------------------------------------------------------------------
 
-    def record(self, kind: str, message: str, step: int | None = None) -> None:
+    def record(
+        self, kind: str, message: str, step: int | None = None, culprit: int | None = None
+    ) -> None:
+        """`culprit`: the rank the message is about, when it is not this one."""
         if self.status_dir is None:
             return
         data = {
@@ -132,6 +144,7 @@ class FailureGuard:
             "message": message,
             "step": step,
             "time": time.time(),
+            "culprit": culprit,
         }
         tmp = self.status_dir / f".rank{self.rank}.{kind}.tmp"
         tmp.write_text(json.dumps(data))
@@ -144,6 +157,7 @@ class FailureGuard:
         kind: str = "error",
         step: int | None = None,
         code: int = 1,
+        culprit: int | None = None,
     ) -> None:
         """Report this rank's failure in one line and abort the whole job. Never returns."""
         if not self._failed.acquire(blocking=False):
@@ -151,8 +165,9 @@ class FailureGuard:
         message = exc_or_message if isinstance(exc_or_message, str) else describe(exc_or_message)
         try:
             self._say("failing")
-            self.record(kind, message, step)
-            print(f"{self.prefix}: error: rank {self.rank}: {message}", file=sys.stderr, flush=True)
+            self.record(kind, message, step, culprit)
+            who = "" if culprit is not None else f"rank {self.rank}: "
+            print(f"{self.prefix}: error: {who}{message}", file=sys.stderr, flush=True)
             # mpiexec forwards a rank's stderr asynchronously and MPI_Abort kills at once:
             # give the line a moment to reach the user before the job goes down.
             time.sleep(0.5)
@@ -182,6 +197,22 @@ class FailureGuard:
 
     def before_run(self) -> None:
         self.calls += 1
+        if self.fault is not None:
+            rank, kind, _, at_call = self.fault
+            if kind == "absent" and rank == self.rank and self.calls == at_call:
+                sys.stdout.flush()
+                while True:  # never arrives: the others wait for it in their next wait
+                    time.sleep(1)
+
+    @contextlib.contextmanager
+    def waiting(self, what: str) -> Iterator[None]:
+        """A wait for every rank outside any plan step (`what` says where, for the message):
+        watched like a plan step (see the module docstring)."""
+        self._wait = (what, time.monotonic())
+        try:
+            yield
+        finally:
+            self._wait = None
 
     def fault_hook(self, index: int, step: Any) -> None:
         if self.fault is None:
@@ -191,7 +222,7 @@ class FailureGuard:
             rank != self.rank
             or index != at_step
             or self.calls != at_call
-            or kind in ("compile", "corrupt")
+            or kind in ("compile", "corrupt", "absent")
         ):
             return
         sys.stdout.flush()
@@ -241,6 +272,32 @@ class FailureGuard:
                         kind="watchdog",
                         step=p.index,
                     )
+            wait = self._wait
+            if wait is not None and time.monotonic() - wait[1] > self.step_timeout:  # type: ignore[operator]
+                self._fail_waiting(wait[0])
+
+    def _fail_waiting(self, what: str) -> None:
+        """This rank waited `step_timeout` at `what`: name the ranks that never arrived."""
+        absent: list[int] = []
+        if self.status_dir is not None:
+            (self.status_dir / f"rank{self.rank}.waiting").write_text(what)
+            # The other waiters check on the same period: give their marks time to appear.
+            time.sleep(min(1.0, self.step_timeout / 2))  # type: ignore[operator]
+            marked = {int(f.name[4:].split(".")[0]) for f in self.status_dir.glob("rank*.waiting")}
+            absent = [r for r in range(self.size) if r not in marked]
+        if absent:
+            who = ", ".join(map(str, absent))
+            self.fail(
+                f"rank{'s' if len(absent) > 1 else ''} {who} never arrived at {what}: the other "
+                f"ranks waited {self.step_timeout:g} s for {'them' if len(absent) > 1 else 'it'}",
+                kind="watchdog",
+                culprit=absent[0],
+            )
+        self.fail(
+            f"no progress for {self.step_timeout:g} s waiting for every rank at {what}: "
+            "a peer rank is stuck or gone",
+            kind="watchdog",
+        )
 
     def _say(self, word: str) -> None:
         if self._monitor is not None:

@@ -335,6 +335,8 @@ def diagnose(
             watchdogs,
             key=lambda r: (r.get("step") if r.get("step") is not None else 1 << 30, r["time"]),
         )
+        if w.get("culprit") is not None:  # the message names the rank it is about
+            return w["message"]
         return f"rank {w['rank']}: {w['message']}"
     pids = _pids(status)
     m = re.search(r"PID (\d+) RUNNING AT .*?EXIT CODE: (\d+)", output, re.DOTALL)

@@ -437,9 +437,10 @@ def run_program(
         t0 = time.perf_counter()
         runner.setup()
         t_setup = time.perf_counter() - t0
-        stats = comm.gather(
-            (getattr(backend, "compiled", 0), getattr(backend, "cached", 0)), root=0
-        )
+        with guard.waiting(f"the set-up of schedule {label}"):
+            stats = comm.gather(
+                (getattr(backend, "compiled", 0), getattr(backend, "cached", 0)), root=0
+            )
         if rank == 0 and verbose:
             compiled = sum(s[0] for s in stats)
             cached = sum(s[1] for s in stats)
@@ -453,7 +454,8 @@ def run_program(
         if rank == 0:
             logical = sim.prepare_inputs(scheduled, given, plan.grid_shape, job.get("seed", 0))
             reference_inputs = {k: v.copy() for k, v in logical.items()}
-        pieces = scatter_inputs(comm, plan, logical)
+        with guard.waiting(f"the inputs of schedule {label}"):
+            pieces = scatter_inputs(comm, plan, logical)
         runner.check_inputs(pieces, lambda a: a.shape, lambda a: a.dtype)
         runner.set_inputs(pieces)
         guard.before_run()
@@ -469,7 +471,8 @@ def run_program(
             if guard.corrupts_outputs() and mine:  # tests of --check (COCONET_FAULT=R:corrupt)
                 first = next(iter(mine))
                 mine[first] = (mine[first].astype(np.float64) + 0.5).astype(mine[first].dtype)
-            per_rank = gather_outputs(comm, plan, mine)
+            with guard.waiting(f"the outputs of schedule {label}"):
+                per_rank = gather_outputs(comm, plan, mine)
 
         if rank == 0 and per_rank is not None:
             title = "" if len(job["schedules"]) == 1 and not spec else f" [{label}]"
@@ -495,7 +498,8 @@ def run_program(
                     saved = True
                 if checking and spec and not problems:
                     failures += check_logical(label, program, reference_inputs, outputs, size)
-        comm.Barrier()
+        with guard.waiting(f"the end of the first run of schedule {label}"):
+            comm.Barrier()
 
         if bench:
             warmup, iters = job.get("warmup", 3), job.get("iters", 10)
@@ -508,13 +512,16 @@ def run_program(
                 if tracer is not None:
                     tracer.context = {"program": program.name, "schedule": label, "iteration": i}
                     runner.trace(tracer)
-                comm.Barrier()
+                with guard.waiting(f"the start of bench iteration {i} of schedule {label}"):
+                    comm.Barrier()
                 t0 = time.perf_counter()
                 runner.run()
                 dt = time.perf_counter() - t0
                 runner.trace(None)
-                times.append(comm.allreduce(dt, op=_max_op(comm)))
-            traffic = comm.allreduce(plan_traffic(plan, rank), op=_max_op(comm))
+                with guard.waiting(f"the timing of bench iteration {i} of schedule {label}"):
+                    times.append(comm.allreduce(dt, op=_max_op(comm)))
+            with guard.waiting(f"the bench summary of schedule {label}"):
+                traffic = comm.allreduce(plan_traffic(plan, rank), op=_max_op(comm))
             row = BenchRow(
                 label,
                 statistics.median(times),
