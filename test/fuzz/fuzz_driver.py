@@ -17,6 +17,7 @@ import importlib
 import json
 import multiprocessing as mp
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -45,6 +46,12 @@ DEPTHS = {"quick": (2, 0.02), "full": (12, 0.1)}
 
 def _worker(conn: Connection, seed: int, schedule_limit: int, cpu_fraction: float) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    try:  # die with the driver (Linux): a killed driver leaves no worker running
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
     from fuzz_oracle import Oracle
 
     with tempfile.TemporaryDirectory(prefix="coconet-fuzz-") as tmp:
@@ -96,6 +103,7 @@ def run_fuzz(
     hang: float = 10.0,
     only: list[int] | None = None,
     progress: bool = False,
+    checkpoint: Path | None = None,
 ) -> dict[str, Any]:
     """Fuzz `inputs` cases (or the cases `only`); the summary and every finding."""
     verifying_seeds()  # the corpus, loaded once before the workers fork
@@ -141,6 +149,10 @@ def run_fuzz(
                     s.give(todo.pop())
                     if progress and len(results) % 500 == 0:
                         print(f"  {len(results)} cases, {now - start:.0f} s", file=sys.stderr)
+                    if checkpoint is not None and len(results) % 1000 == 0:
+                        partial = summarize(results, seed, inputs, now - start, depth)
+                        partial["complete"] = False
+                        checkpoint.write_text(json.dumps(partial, indent=1))
     finally:
         for s in slots:
             s.stop()
@@ -248,7 +260,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hang", type=float, default=10.0, help="seconds before a case is a hang")
     ap.add_argument("--only", type=int, nargs="*", help="run just these case indices")
     ap.add_argument("--show", type=int, help="print case INDEX's input and stop")
-    ap.add_argument("--json", type=Path, help="write the summary here")
+    ap.add_argument(
+        "--json", type=Path, help="write the summary here (every 1000 cases, then at the end)"
+    )
     ap.add_argument("--traceback", action="store_true", help="print each finding's traceback")
     args = ap.parse_args(argv)
     if args.inputs < 1 or args.jobs < 1 or args.hang <= 0:
@@ -258,7 +272,17 @@ def main(argv: list[str] | None = None) -> int:
         print(case.describe())
         sys.stdout.buffer.write(case.data)
         return 0
-    s = run_fuzz(args.inputs, args.seed, args.jobs, args.depth, args.hang, args.only, progress=True)
+    s = run_fuzz(
+        args.inputs,
+        args.seed,
+        args.jobs,
+        args.depth,
+        args.hang,
+        args.only,
+        progress=True,
+        checkpoint=args.json,
+    )
+    s["complete"] = True
     print(format_summary(s))
     if args.traceback:
         for r in s["findings"].values():

@@ -102,13 +102,23 @@ def run_fault(kind: str, ranks: int, timeout: float = 120.0) -> FaultRun:
         env["COCONET_FAULT"] = f"{victim}:raise:1:3"
     elif kind == "compile":
         env["COCONET_FAULT"] = f"{victim}:compile"
-        # a fresh cache: the fault is in this rank's compilation
-        env["COCONET_CACHE_DIR"] = tempfile.mkdtemp(prefix="coconet-fault-cache-")
     elif kind == "absent":
         env["COCONET_FAULT"] = f"{victim}:absent:0:3"
         args += ("--step-timeout", "3")
     run = FaultRun(kind, ranks, victim)
-    err = tempfile.TemporaryFile(mode="w+")
+    with (
+        tempfile.TemporaryFile(mode="w+") as err,
+        tempfile.TemporaryDirectory(prefix="coconet-fault-cache-") as cache,
+    ):
+        if kind == "compile":  # a fresh cache: the fault is in this rank's compilation
+            env["COCONET_CACHE_DIR"] = cache
+        _follow(run, args, env, err, timeout)
+    return run
+
+
+def _follow(run: FaultRun, args: tuple[str, ...], env: dict[str, str], err, timeout: float):
+    """Launch the job and follow its processes until all are gone (see the module docstring)."""
+    kind, ranks, victim = run.kind, run.ranks, run.victim
     start = time.monotonic()
     front = subprocess.Popen(
         [
@@ -177,4 +187,3 @@ def run_fault(kind: str, ranks: int, timeout: float = 120.0) -> FaultRun:
     run.stderr = err.read()
     lines = [ln for ln in run.stderr.splitlines() if ln.strip()]
     run.message = lines[0] if lines else ""
-    return run
