@@ -91,3 +91,26 @@ def test_the_oracle_reports_an_internal_error_as_a_traceback(tmp_path, monkeypat
     result = Oracle(tmp_path).run(Case(0, "ir", "examples/sgd.mlir", text, []))
     assert result["outcome"] == "traceback" and result["error"] == "KeyError", result
     assert result["stage"].startswith("lower@") and "in broken" in result["where"]
+
+
+def test_the_reliability_report_quotes_the_fuzzer_counts(tmp_path):
+    """benchmarks/reliability.py turns a fuzz summary into the README's table."""
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("reliability", root / "benchmarks/reliability.py")
+    reliability = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reliability)
+    summary = run_fuzz(60, seed=3, jobs=1, depth="quick")
+    (tmp_path / "s.json").write_text(__import__("json").dumps(summary))
+    out = tmp_path / "report.md"
+    code = reliability.main(
+        ["--fuzz-json", str(tmp_path / "s.json"), "--fuzz-only", "--markdown", str(out)]
+    )
+    o = summary["outcomes"]
+    row = (
+        f"| 60 | {o['accepted']} ({summary['distinct_accepted_programs']}) | {o['rejected']} "
+        f"| {o['traceback']} | {o['hang']} | {o['silent']} |"
+    )
+    assert row in out.read_text()
+    assert code == (1 if o["traceback"] or o["hang"] or o["silent"] else 0)
