@@ -98,7 +98,9 @@ class SplitAllReducePass(ModulePass):
       over an outer axis cannot cut a dim an inner axis already cuts.
     * [split-allreduce-uneven] on a statically sized grid, dim `dim` divides evenly by the
       ranks that cut it (the all_reduce's axes and any axis already slicing that dim).
-    Greedy mode skips the all_reduces these rules refuse.
+    Greedy mode skips the all_reduces these rules refuse, but refuses a `dim` that no
+    all_reduce of the module has (a negative one, or `dim=9` on vectors): a pass asked to split
+    on a dim that does not exist would otherwise do nothing, silently.
     """
 
     name = "coco-split-allreduce"
@@ -109,6 +111,7 @@ class SplitAllReducePass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         pattern = SplitAllReduce(self.dim)
         if not self.ops:
+            self._check_dim_exists(op)
             PatternRewriteWalker(pattern, apply_recursively=False).rewrite_module(op)
             return
         sites = [site for _, site in find_named_ops(op, self.ops, f"{RULE}-op", "all_reduce")]
@@ -124,3 +127,15 @@ class SplitAllReducePass(ModulePass):
                 raise refusal
         for site in sites:
             pattern.match_and_rewrite(site, PatternRewriter(site))
+
+    def _check_dim_exists(self, module: ModuleOp) -> None:
+        ranks = sorted(
+            {ar.input.type.rank for ar in module.walk() if isinstance(ar, comm.AllReduceOp)}
+        )
+        if self.dim < 0 or (ranks and self.dim != 0 and all(self.dim >= r for r in ranks)):
+            raise fail(
+                f"{RULE}-dim",
+                f"dim={self.dim}: no comm.all_reduce in the module has a tensor dim {self.dim} "
+                f"(their values have {', '.join(map(str, ranks)) or 'no'} dim(s)); "
+                "nothing would be split",
+            )

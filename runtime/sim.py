@@ -64,6 +64,8 @@ def prepare_inputs(
     names = [a.name for a in args]
     check_program_on_grid(program, grid_shape)
     if inputs is None:
+        if seed < 0:
+            raise CocoError(f"the input seed must be at least 0, got {seed}")
         rng = np.random.default_rng(seed)
         return {a.name: V.random_input(a.type, grid_shape, rng) for a in args}
     V.check_input_names(program.name, inputs, names)

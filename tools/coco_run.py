@@ -158,6 +158,8 @@ def check_bench_options(args: argparse.Namespace, backend: str) -> None:
     here, before anything is launched, rather than by rank 0 after the whole run."""
     if args.warmup < 0:
         raise CocoError(f"--warmup must be at least 0, got {args.warmup}")
+    if args.seed < 0:
+        raise CocoError(f"--seed must be at least 0, got {args.seed}")
     if args.iters < 1:
         raise CocoError(f"--iters must be at least 1, got {args.iters}")
     if args.json and not args.bench:

@@ -14,6 +14,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 def coco_run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "coconet.tools.coco_run", *args],
+        check=False,
         capture_output=True,
         text=True,
         timeout=120,
@@ -94,6 +95,13 @@ def test_bad_inputs_are_one_clear_error(tmp_path: Path, inputs: dict, message: s
         ([str(EXAMPLES / "pipeline_boundary.mlir"), "--np", "3"], "must be a multiple of 2"),
         ([str(EXAMPLES / "sgd.mlir"), "--inputs", "nothing.npz"], "nothing.npz"),
         ([str(EXAMPLES / "sgd.mlir"), "-p", "coco-nope"], "coco-nope"),
+        # found by the fuzzer (test/fuzz): tracebacks or a silent no-op before
+        ([str(EXAMPLES / "sgd.mlir"), "--seed", "-1"], "--seed must be at least 0, got -1"),
+        (
+            [str(EXAMPLES / "sgd.mlir"), "-p", "coco-split-allreduce{dim=9}"],
+            "[split-allreduce-dim] dim=9: no comm.all_reduce in the module has a tensor dim 9",
+        ),
+        ([str(EXAMPLES)], "expected a .mlir or .py program"),
     ],
 )
 def test_bad_invocations_are_one_clear_error(args: list[str], message: str):

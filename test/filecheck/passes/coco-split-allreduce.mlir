@@ -5,6 +5,11 @@
 // RUN: not coco-opt %s -p 'coco-split-allreduce{ops=u}' 2>&1 | filecheck %s --check-prefix=UNEVEN
 // RUN: not coco-opt %s -p 'coco-split-allreduce{ops=nope}' 2>&1 | filecheck %s --check-prefix=MISSING
 // RUN: not coco-opt %s -p 'coco-split-allreduce{ops=z}' 2>&1 | filecheck %s --check-prefix=NESTED
+// A dim no all_reduce has: greedy mode refuses rather than do nothing (found by the fuzzer).
+// RUN: not coco-opt %s -p 'coco-split-allreduce{dim=9}' 2>&1 | filecheck %s --check-prefix=NO-DIM
+// NO-DIM: coco-opt: error: [split-allreduce-dim] dim=9: no comm.all_reduce in the module has a tensor dim 9
+// RUN: not coco-opt %s -p 'coco-split-allreduce{dim=-1}' 2>&1 | filecheck %s --check-prefix=NEG-DIM
+// NEG-DIM: coco-opt: error: [split-allreduce-dim] dim=-1: no comm.all_reduce in the module has a tensor dim -1
 
 // Greedy: every all_reduce with a dim to slice; the uses read the all_gather, which keeps
 // the all_reduce's name.
