@@ -63,10 +63,10 @@ def fault_section(runs: list) -> list[str]:
         "## Faults on real `coco-run` jobs (cpu backend, examples/sgd.mlir, failing rank = last)",
         "",
         (
-            "| fault | ranks | exit status | fault -> every rank gone | fault -> every process gone "
-            "| orphans | what the user sees |"
+            "| fault | ranks | exit status | fault -> every rank gone | -> mpiexec gone "
+            "| -> front end gone | -> every process gone | orphans | what the user sees |"
         ),
-        "|---|---:|---:|---:|---:|---:|---|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in runs:
         ranks_gone = (
@@ -75,8 +75,13 @@ def fault_section(runs: list) -> list[str]:
             else "-"
         )
         everything = f"{r.fault_to_all_gone:.2f} s" if r.fault_to_all_gone is not None else "-"
+
+        def since_fault(t: float | None, r=r) -> str:
+            return f"{t - r.fault_at:.2f} s" if t is not None and r.fault_at is not None else "-"
+
         lines.append(
-            f"| {r.kind} | {r.ranks} | {r.returncode} | {ranks_gone} | {everything} | "
+            f"| {r.kind} | {r.ranks} | {r.returncode} | {ranks_gone} | "
+            f"{since_fault(r.mpiexec_gone_at)} | {since_fault(r.front_end_gone_at)} | {everything} | "
             f"{len(r.orphans)} | `{r.message.replace('|', '/')[:150]}` |"
         )
     lines += [

@@ -52,6 +52,9 @@ class FaultRun:
     fault_at: float | None = None  # seconds after launch
     all_gone_at: float | None = None  # every process of the job, front end included
     orphans: list[str] = field(default_factory=list)
+    # when mpiexec and the front end exited (seconds after launch): where the time goes
+    mpiexec_gone_at: float | None = None
+    front_end_gone_at: float | None = None
 
     @property
     def fault_to_all_gone(self) -> float | None:
@@ -65,6 +68,19 @@ def _alive(p: psutil.Process) -> bool:
         return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+_NAMES: dict[int, str] = {}
+
+
+def _name(p: psutil.Process) -> str:
+    """A process's name, remembered (a process that is gone has none to ask for)."""
+    if p.pid not in _NAMES:
+        try:
+            _NAMES[p.pid] = p.name()
+        except psutil.NoSuchProcess:
+            return ""
+    return _NAMES[p.pid]
 
 
 def _rank_of(p: psutil.Process) -> int | None:
@@ -147,6 +163,7 @@ def _follow(run: FaultRun, args: tuple[str, ...], env: dict[str, str], err, time
                 try:
                     for p in seen[front.pid].children(recursive=True):
                         seen.setdefault(p.pid, p)
+                        _name(p)
                 except psutil.NoSuchProcess:
                     pass
             # A process just forked may not show its final command line yet: look again.
@@ -168,6 +185,12 @@ def _follow(run: FaultRun, args: tuple[str, ...], env: dict[str, str], err, time
             ):
                 os.kill(run.rank_pids[victim], signal.SIGKILL)
                 run.fault_at = time.monotonic() - start
+            if run.mpiexec_gone_at is None and any(
+                "mpiexec" in _name(p) and not _alive(p) for p in seen.values()
+            ):
+                run.mpiexec_gone_at = now
+            if run.front_end_gone_at is None and front.poll() is not None:
+                run.front_end_gone_at = now
             if front.poll() is not None and not any(_alive(p) for p in seen.values()):
                 run.all_gone_at = time.monotonic() - start
                 break
