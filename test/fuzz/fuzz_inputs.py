@@ -251,7 +251,10 @@ def shape_dim(text, rng):
     m = _pick_match(r"(?<=[<x])(\d+|\?)(?=x)", text, rng)
     if m is None:
         return None
-    return _replace(text, m.start(), m.end(), rng.choice(DIMS)), None
+    new = rng.choice(DIMS)
+    # No tensor has a dim of 2^63 or more (docs/architecture.md §9: at most 2^63 - 1 elements).
+    rule = "tensor-size" if new.isdigit() and int(new) >= 1 << 63 else None
+    return _replace(text, m.start(), m.end(), new), rule
 
 
 def add_or_drop_dim(text, rng):
@@ -528,7 +531,8 @@ def make_case(seed: int, index: int) -> Case:
         name = rng.choices(names, weights)[0]
         made = MUTATIONS[name](text, rng)
         if made is not None:
-            text = made[0]
+            # a rule the last mutation broke stays broken (nothing after it can undo it)
+            text, case.must_reject = made
             case.mutations.append(name)
     if isinstance(text, str) and rng.random() < 0.25:
         name = rng.choice(list(RULE_MUTATIONS))
