@@ -493,8 +493,8 @@ def run_program(
                     for name, buf in plan.outputs.items()
                 }
                 if job.get("output") and not saved:
-                    V.save_arrays(job["output"], outputs)
-                    print(f"saved {len(outputs)} output(s) to {job['output']}")
+                    written = V.save_arrays(job["output"], outputs)
+                    print(f"saved {len(outputs)} output(s) to {written}")
                     saved = True
                 if checking and spec and not problems:
                     failures += check_logical(label, program, reference_inputs, outputs, size)

@@ -321,9 +321,10 @@ def random_input(t: TensorType, grid_shape: Sequence[int], rng: np.random.Genera
 NPZ_DTYPES_KEY = "__coconet_dtypes__"
 
 
-def save_arrays(path: str, arrays: dict[str, np.ndarray]) -> None:
+def save_arrays(path: str, arrays: dict[str, np.ndarray]) -> str:
     """Write `arrays` to the .npz file `path` (bf16 encoded as above), atomically: a reader
-    or a failure midway never sees a half-written file."""
+    or a failure midway never sees a half-written file. Returns the file written (`path`,
+    with `.npz` added as np.savez would); a directory is refused, not written beside."""
     import json
     import os
     import tempfile
@@ -341,6 +342,8 @@ def save_arrays(path: str, arrays: dict[str, np.ndarray]) -> None:
     if dtypes:
         stored[NPZ_DTYPES_KEY] = np.array(json.dumps(dtypes))
     target = Path(path)
+    if target.is_dir():
+        raise CocoError(f"cannot write {target}: Is a directory (name an .npz file)")
     if target.suffix != ".npz":
         target = target.with_name(target.name + ".npz")  # where np.savez would have written
     try:
@@ -356,6 +359,7 @@ def save_arrays(path: str, arrays: dict[str, np.ndarray]) -> None:
                 os.unlink(tmp)
     except OSError as e:
         raise CocoError(f"cannot write {target}: {e.strerror or e}") from None
+    return str(target)
 
 
 def load_arrays(path: str) -> dict[str, np.ndarray]:

@@ -293,8 +293,8 @@ def run_sim(
         if args.output and not saved:
             from coconet.runtime.values import save_arrays
 
-            save_arrays(args.output, result.outputs)
-            print(f"saved {len(result.outputs)} output(s) to {args.output}")
+            written = save_arrays(args.output, result.outputs)
+            print(f"saved {len(result.outputs)} output(s) to {written}")
             saved = True
         if args.check:
             if spec is None:

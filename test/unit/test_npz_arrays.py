@@ -54,6 +54,16 @@ def test_output_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
     (tmp_path / "dir.npz").mkdir()
     with pytest.raises(CocoError, match="Is a directory"):
         save_arrays(str(tmp_path / "dir.npz"), {"x": np.ones(3)})
+    # A directory without the suffix is refused too, not written beside as `dir.npz`.
+    (tmp_path / "outdir").mkdir()
+    with pytest.raises(CocoError, match="Is a directory"):
+        save_arrays(str(tmp_path / "outdir"), {"x": np.ones(3)})
+    assert not (tmp_path / "outdir.npz").exists()
+
+
+def test_save_arrays_returns_the_file_it_wrote(tmp_path):
+    assert save_arrays(str(tmp_path / "named"), {"x": np.ones(3)}) == str(tmp_path / "named.npz")
+    assert (tmp_path / "named.npz").is_file()
 
 
 @pytest.mark.parametrize("backend", ["sim", "cpu"])
