@@ -112,6 +112,7 @@ class FailureGuard:
             self._fault_file = open(self.status_dir / f"rank{self.rank}.fault", "w")  # noqa: SIM115
             faulthandler.enable(file=self._fault_file)
         self._monitor = None
+        front_end_gone = False
         if os.environ.get(MONITOR_ENV):
             import socket
 
@@ -120,7 +121,10 @@ class FailureGuard:
                 self._monitor.connect(os.environ[MONITOR_ENV])
                 self._monitor.sendall(f"hello {self.rank} {os.getpid()}\n".encode())
             except OSError:
+                # The launcher listens before it starts mpiexec: nobody listening means the
+                # front end died while this rank was starting (killed before it connected).
                 self._monitor = None
+                front_end_gone = True
         self._closing = False
         if self._monitor is not None:
             threading.Thread(target=self._lifeline, name="coconet-lifeline", daemon=True).start()
@@ -129,6 +133,12 @@ class FailureGuard:
         threading.excepthook = self._thread_excepthook
         self._watchdog: threading.Thread | None = None
         self._wait: tuple[str, float] | None = None  # (what, since) while in `waiting`
+        if front_end_gone:
+            self.fail(
+                "the coco-run front end that launched this job is gone (its monitor socket "
+                "refuses connections); ending every rank",
+                kind="orphaned",
+            )
 
     # -- reporting -------------------------------------------------------------------------
 
