@@ -383,11 +383,11 @@ def swap_lines(text, rng):
 
 
 def _body_line(text: str, rng: random.Random) -> int | None:
-    """The index of a line inside a function body (an op line), to insert before."""
+    """The index of a line inside a function body (an op line or the return, never a
+    `func.func` line: printed IR indents its functions inside `builtin.module`)."""
     lines = _lines(text)
-    inside = [
-        i for i, ln in enumerate(lines) if re.match(r"\s+(%[\w$.-]+ = )?(coco|comm|func)\.", ln)
-    ]
+    op_line = r"\s+((%[\w$.-]+(, %[\w$.-]+)* = )?(coco|comm)\.|func\.return)"
+    inside = [i for i, ln in enumerate(lines) if re.match(op_line, ln)]
     return rng.choice(inside) if inside else None
 
 
