@@ -1244,6 +1244,8 @@ def enumerate_scheduled_programs(
 
     def overlaps(node: _Node) -> Iterator[_Node]:
         block = node.s.program.func.body.block
+        # matmuls next to a collective: feeding one, or reading an all_gather (the pass
+        # refuses the pairs it cannot pipeline, and refused steps are dropped)
         feeding = []
         for op in block.ops:
             if isinstance(op, coco.MatmulOp) and op.result.name_hint:
@@ -1254,6 +1256,9 @@ def enumerate_scheduled_programs(
                         isinstance(u, comm.FusedOp) and u.kind.data != "elementwise"
                     ):
                         feeding.append(op)
+                        continue
+                if isinstance(op.lhs.owner, comm.AllGatherOp):
+                    feeding.append(op)
         mms = _Structure.unique_names(feeding)
 
         def rec(n: _Node, i: int) -> Iterator[_Node]:

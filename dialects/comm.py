@@ -624,8 +624,8 @@ class FusedOp(RegionOp):
 @irdl_op_definition
 class OverlapOp(RegionOp):
     """`comm.overlap chunks 4 -> T { ... }`: a producer (matmul) and the collective (or fused
-    collective) consuming it, run as a pipeline of `chunks` pieces so communication of one
-    chunk hides behind computation of the next."""
+    collective) consuming it, or an all_gather and the matmul reading it, run as a pipeline
+    of `chunks` pieces so communication of one chunk hides behind computation of the next."""
 
     name = "comm.overlap"
     chunks = prop_def(IntegerAttr[I64])
@@ -667,6 +667,15 @@ class OverlapOp(RegionOp):
                 user = user.parent_op()
             if user is not None and user not in consumers and not isinstance(user, YieldOp):
                 consumers.append(user)
+        if not consumers:
+            gather = producers[0].lhs.owner
+            if not (isinstance(gather, AllGatherOp) and gather.parent_block() is self.body.block):
+                raise _fail(
+                    "overlap-consumer",
+                    "the matmul of an overlap region must feed a collective inside it, or "
+                    "read an all_gather made inside it",
+                )
+            return
         strangers = [op for op in consumers if not isinstance(op, CollectiveOp | FusedOp)]
         if strangers:
             raise _fail(

@@ -1,36 +1,61 @@
-"""Lowering of `comm.overlap chunks C`: a matmul producer and the collective (or fused
-collective) consuming it, pipelined over C chunks of rows.
+"""Lowering of `comm.overlap chunks C`: a matmul and the collective next to it, pipelined over
+C chunks of rows on two streams. Two forms (passes/overlap.py makes both):
 
-The matmul runs chunk by chunk on the compute stream (cuBLAS on a GPU, BLAS on a CPU); after
-each chunk an event lets the communication stream run the consumer on that chunk (a library
-all_reduce of those rows, or the fused collective kernel on the matching range of its slice)
-while the next chunk multiplies. Steps of the consumer that cannot run per chunk (copies into
-updated arguments, collectives whose rows do not line up) run once every chunk is done.
+* producer form (CoCoNet's overlap; Megatron's row-parallel GEMM followed by its all_reduce or
+  reduce_scatter): the matmul runs chunk by chunk on the compute stream (cuBLAS on a GPU, BLAS
+  on a CPU); after each chunk an event lets the communication stream run the consumer on that
+  chunk (a library all_reduce or reduce_scatter of those rows, or the fused collective kernel
+  on the matching range of its slice) while the next chunk multiplies. Consumer steps after
+  the chunked ones (copies into updated arguments) run once every chunk is done.
+* gather form (async tensor parallelism, PyTorch's micro-pipeline TP: an all_gather feeding a
+  column-parallel GEMM): the communication stream gathers chunk by chunk; the compute stream
+  multiplies chunk c as soon as its event fires, while chunk c+1 is being gathered.
 
-Row correspondence: a consumer iterating over the matmul's own rows takes chunk c as rows
-[c M/C, (c+1) M/C). A fused all_reduce whose reduce_scatter slices dim 0 iterates over M/g rows
-(g ranks in the group): its chunk c needs rows k M/g + [c M/(gC), (c+1) M/(gC)) of every
-member k, so that chunk's matmul computes those g row blocks.
+Rows. Each form chunks a *piece*: the part of a *whole* tensor that one rank's collective
+handles (the reduce_scatter's or the fused kernel's slice, the all_gather's input), by its rows
+(the flattened leading dims), into C runs of consecutive rows. The whole tensor (the matmul's
+result, the gathered value) is never sliced, so the rows of it that hold each member's piece
+follow from the layouts alone, whichever dim is sliced (`piece_rows`): dim 0 puts each
+member's piece in one block of rows, an inner leading dim in one block per index of the dims
+before it, the last dim in every row (a block of columns). The matmul of chunk c computes the
+union over members of the rows holding chunk c of their pieces, merged into ranges; chunks
+never share a row, so a chunk's collective never races the next chunk's matmul. When the
+pieces have fewer rows than C, the lowering refuses ([overlap-chunks]) instead of running
+unpipelined.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
+import numpy as np
 from coconet.dialects import coco, comm
+from coconet.dialects.coco import SlicedAttr, TensorType
 from coconet.lowering.plan import (
     COMM_STREAM,
     COMPUTE_STREAM,
+    Buffer,
     Collective,
     Launch,
     Matmul,
+    PeerTable,
     RecordEvent,
     Step,
     WaitEvent,
 )
+from coconet.runtime import values as V
+
+from coconet.program import CocoError
 
 if TYPE_CHECKING:
     from coconet.lowering.lower_to_plan import Lowering
+
+Ranges = tuple[tuple[int, int], ...]
+
+
+def _refuse(rule: str, message: str) -> CocoError:
+    return CocoError(f"[{rule}] {message}")
 
 
 def _rows(shape: tuple[int, ...]) -> int:
@@ -40,20 +65,112 @@ def _rows(shape: tuple[int, ...]) -> int:
     return n
 
 
+def piece_rows(
+    grid_shape: tuple[int, ...], whole: TensorType, piece: TensorType
+) -> list[np.ndarray]:
+    """For each distinct member piece of `piece` (a layout of the same logical tensor as
+    `whole`): the rows of a rank's buffer of `whole` (flattened leading dims) that hold the
+    piece's rows, in the piece's row order. `whole` must be sliced on no grid axis, so that
+    buffer is the same part of the tensor on every rank."""
+    if any(isinstance(lay, SlicedAttr) for lay in whole.layouts.data):
+        raise _refuse(
+            "overlap-layout",
+            f"the overlapped value {whole} is sliced: overlap chunks a value every rank holds whole",
+        )
+    if piece.rank != whole.rank or whole.rank < 1:
+        raise _refuse("overlap-layout", f"{piece} is not a piece of {whole}")
+    local = whole.local_shape(grid_shape)
+    index = np.arange(_rows(local), dtype=np.int64).reshape(local[:-1])
+    found: dict[tuple[tuple[int, int], ...], np.ndarray] = {}
+    size = int(np.prod(grid_shape, dtype=np.int64))
+    for k in range(size):
+        coords = V.coords_of(k, grid_shape)
+        spans = tuple(V.piece_range(piece, d, coords, grid_shape) for d in range(piece.rank))
+        if spans not in found:
+            region = tuple(slice(s, s + n) for s, n in spans[:-1])
+            found[spans] = index[region].reshape(-1)
+    rows = list(found.values())
+    if len({len(r) for r in rows}) != 1:
+        raise _refuse("overlap-layout", f"the pieces of {piece} differ in size")
+    return rows
+
+
+def chunk_bounds(rows: int, chunks: int, what: str) -> list[tuple[int, int]]:
+    """`chunks` runs of consecutive rows covering [0, rows), as even as they go."""
+    if rows < chunks:
+        raise _refuse(
+            "overlap-chunks",
+            f"{chunks} chunks need at least {chunks} rows in each rank's piece of {what}, "
+            f"which has {rows} here: choose fewer chunks (or more rows per rank)",
+        )
+    return [(c * rows // chunks, (c + 1) * rows // chunks) for c in range(chunks)]
+
+
+def merged_ranges(rows: np.ndarray) -> Ranges:
+    """Sorted row numbers as [begin, end) ranges of consecutive rows."""
+    rows = np.unique(rows)
+    if rows.size == 0:
+        return ()
+    breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+    starts = np.concatenate(([0], breaks))
+    ends = np.concatenate((breaks, [rows.size]))
+    return tuple((int(rows[s]), int(rows[e - 1]) + 1) for s, e in zip(starts, ends))
+
+
+def _same_rows(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
+    return len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
+
+
+def _chunk_rows(members: list[np.ndarray], lo: int, hi: int) -> Ranges:
+    return merged_ranges(np.concatenate([m[lo:hi] for m in members]))
+
+
 def lower_overlap(lw: Lowering, region: comm.OverlapOp) -> None:
     body = [o for o in region.body.block.ops if not isinstance(o, comm.YieldOp)]
-    producers = [o for o in body if isinstance(o, coco.MatmulOp)]
-    if not producers:  # emptied by dead-code elimination: nothing to pipeline
+    matmuls = [o for o in body if isinstance(o, coco.MatmulOp)]
+    if not matmuls:  # emptied by dead-code elimination: nothing to pipeline
         for op in body:
             lw.lower_op(op)
-        for res, v in zip(region.res, region.yield_op.values):
-            lw.buffers[res] = lw.value_buffer(v)
-        return
-    producer = producers[0]
+    else:
+        mm = matmuls[0]
+        gather = mm.lhs.owner
+        if isinstance(gather, comm.AllGatherOp) and gather in body:
+            _lower_gather_form(lw, region, gather, mm, body)
+        else:
+            _lower_producer_form(lw, region, mm, body)
+    for res, v in zip(region.res, region.yield_op.values):
+        lw.buffers[res] = lw.value_buffer(v)
+
+
+def _reads(step: Step, buf: Buffer) -> bool:
+    if isinstance(step, Collective):
+        return step.src is buf
+    if isinstance(step, Launch):
+        return any(a is buf or (isinstance(a, PeerTable) and a.buffer is buf) for a in step.args)
+    return False
+
+
+def _consumer_piece(step: Step, c_buf: Buffer) -> TensorType | None:
+    """The piece type a consumer step of the matmul's result iterates over by rows, or None
+    if it cannot run chunk by chunk."""
+    if not _reads(step, c_buf):
+        return None
+    if isinstance(step, Collective) and step.rows is None:
+        if step.op == "all_reduce":
+            return step.src.type
+        if step.op == "reduce_scatter":
+            return step.dst.type
+    if isinstance(step, Launch) and step.range_positions and step.iteration_type is not None:
+        return step.iteration_type
+    return None
+
+
+def _lower_producer_form(
+    lw: Lowering, region: comm.OverlapOp, producer: coco.MatmulOp, body: list
+) -> None:
     chunks = region.chunks.value.data
     c_buf = lw.buffer_for(producer.result)
     a_buf, b_buf = lw.value_buffer(producer.lhs), lw.value_buffer(producer.rhs)
-    m = _rows(c_buf.shape)
 
     # Lower the consumer once, then replay its steps chunk by chunk.
     saved, lw.steps = lw.steps, []
@@ -61,36 +178,33 @@ def lower_overlap(lw: Lowering, region: comm.OverlapOp) -> None:
         if op is not producer:
             lw.lower_op(op)
     consumer_steps, lw.steps = lw.steps, saved
-    for res, v in zip(region.res, region.yield_op.values):
-        lw.buffers[res] = lw.value_buffer(v)
 
-    chunked: list[tuple[Step, int]] = []  # (step, rows it iterates over)
-    for step in consumer_steps:
-        per_chunk_rows = _chunkable_rows(step, m, chunks)
-        if per_chunk_rows is None:
-            break
-        chunked.append((step, per_chunk_rows))
-    rest = consumer_steps[len(chunked) :]
-    groups = {m // rows for _, rows in chunked}
-    if len(groups) > 1 or not chunked:
-        # Nothing lines up with the matmul's rows: run unpipelined (same meaning).
-        lw.emit(Matmul(a_buf, b_buf, c_buf))
-        for step in consumer_steps:
-            lw.emit(step)
-        return
-    g = groups.pop()
-    mi = m // g
-    for c in range(chunks):
-        lo, hi = c * mi // chunks, (c + 1) * mi // chunks
-        lw.stream = COMPUTE_STREAM
-        lw.emit(
-            Matmul(a_buf, b_buf, c_buf, rows=tuple((k * mi + lo, k * mi + hi) for k in range(g)))
+    piece = _consumer_piece(consumer_steps[0], c_buf) if consumer_steps else None
+    if piece is None:
+        first = str(consumer_steps[0]) if consumer_steps else "nothing"
+        raise _refuse(
+            "overlap-consumer",
+            f"the consumer of %{c_buf.name} lowers to `{first}`, which cannot run chunk by "
+            "chunk: overlap needs an all_reduce, a reduce_scatter or one fused collective "
+            "kernel reading the matmul's result",
         )
+    members = piece_rows(lw.grid_shape, c_buf.type, piece)
+    chunked: list[Step] = []
+    for step in consumer_steps:
+        p = _consumer_piece(step, c_buf)
+        if p is None or not _same_rows(piece_rows(lw.grid_shape, c_buf.type, p), members):
+            break
+        chunked.append(step)
+    rest = consumer_steps[len(chunked) :]
+    bounds = chunk_bounds(len(members[0]), chunks, f"%{c_buf.name}'s consumer")
+    for c, (lo, hi) in enumerate(bounds):
+        lw.stream = COMPUTE_STREAM
+        lw.emit(Matmul(a_buf, b_buf, c_buf, rows=_chunk_rows(members, lo, hi)))
         lw.emit(RecordEvent(f"{c_buf.name}_chunk{c}"))
         lw.stream = COMM_STREAM
         lw.emit(WaitEvent(f"{c_buf.name}_chunk{c}"))
-        for step, rows in chunked:
-            lw.emit(_chunk_of(step, rows, lo, hi))
+        for step in chunked:
+            lw.emit(_chunk_of(step, lo, hi))
     lw.emit(RecordEvent(f"{c_buf.name}_done"))
     lw.stream = COMPUTE_STREAM
     lw.emit(WaitEvent(f"{c_buf.name}_done"))
@@ -98,26 +212,46 @@ def lower_overlap(lw: Lowering, region: comm.OverlapOp) -> None:
         lw.emit(step)
 
 
-def _chunkable_rows(step: Step, m: int, chunks: int) -> int | None:
-    """The number of rows `step` iterates over if it can run per chunk, else None."""
-    if isinstance(step, Collective) and step.op == "all_reduce" and step.rows is None:
-        rows = _rows(step.src.shape)
-        return rows if rows == m and rows % chunks == 0 else None
-    if isinstance(step, Launch) and step.range_positions and step.iteration_shape:
-        rows = _rows(step.iteration_shape)
-        t = step.iteration_type
-        leading_cut = {d for d in range(t.rank - 1) if t.slicing_axes(d)} if t else set()
-        # Fewer rows than the matmul: only slices of dim 0 keep each member's rows one block.
-        if rows != m and leading_cut != {0}:
-            return None
-        if rows and m % rows == 0 and rows % chunks == 0:
-            return rows
-    return None
+def _lower_gather_form(
+    lw: Lowering,
+    region: comm.OverlapOp,
+    gather: comm.AllGatherOp,
+    mm: coco.MatmulOp,
+    body: list,
+) -> None:
+    chunks = region.chunks.value.data
+    for op in body:
+        if op is not gather and op is not mm:
+            raise _refuse(
+                "overlap-producer",
+                f"an overlap of an all_gather with a matmul holds only those two, not {op.name}",
+            )
+    saved, lw.steps = lw.steps, []
+    lw.lower_op(gather)
+    gather_steps, lw.steps = lw.steps, saved
+    if len(gather_steps) != 1 or not isinstance(gather_steps[0], Collective):
+        raise _refuse("overlap-producer", "the all_gather does not lower to one collective")
+    step = gather_steps[0]
+    whole = step.dst
+    members = piece_rows(lw.grid_shape, whole.type, step.src.type)
+    bounds = chunk_bounds(len(members[0]), chunks, f"%{step.src.name}")
+    b_buf, c_buf = lw.value_buffer(mm.rhs), lw.buffer_for(mm.result)
+
+    def gather_chunk(c: int) -> None:
+        lw.stream = COMM_STREAM
+        lw.emit(dataclasses.replace(step, rows=bounds[c]))
+        lw.emit(RecordEvent(f"{whole.name}_chunk{c}"))
+
+    gather_chunk(0)
+    for c, (lo, hi) in enumerate(bounds):
+        if c + 1 < len(bounds):
+            gather_chunk(c + 1)  # in flight while chunk c multiplies
+        lw.stream = COMPUTE_STREAM
+        lw.emit(WaitEvent(f"{whole.name}_chunk{c}"))
+        lw.emit(Matmul(whole, b_buf, c_buf, rows=_chunk_rows(members, lo, hi)))
 
 
-def _chunk_of(step: Step, rows: int, lo: int, hi: int) -> Step:
-    import dataclasses
-
+def _chunk_of(step: Step, lo: int, hi: int) -> Step:
     if isinstance(step, Collective):
         return dataclasses.replace(step, rows=(lo, hi))
     assert isinstance(step, Launch) and step.iteration_shape and step.range_positions

@@ -160,11 +160,18 @@ class Collective(Step):
     along: int | None = None
     shift: int | None = None
     # Row range [begin, end) of the flattened leading dims when one chunk of an overlapped
-    # pipeline runs (the collective of those rows only).
+    # pipeline runs (the collective of those rows only): rows of both buffers, except that a
+    # reduce_scatter's are rows of its result (every member's part of them is reduced) and
+    # an all_gather's rows of its input (every member's rows are gathered) -- `row_buffer`.
     rows: tuple[int, int] | None = None
     # "all" the group, or its members across nodes (one per node: a hierarchical
     # collective's inter-node step, on buffers packed in that member order).
     part: str = "all"
+
+    @property
+    def row_buffer(self) -> Buffer:
+        """The buffer whose rows `rows` counts."""
+        return self.dst if self.op == "reduce_scatter" else self.src
 
     def text(self) -> str:
         parts = [self.op]

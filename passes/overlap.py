@@ -1,5 +1,5 @@
-"""`coco-overlap`: pipeline a matmul with the collective that consumes its output
-(CoCoNet's `overlap`)."""
+"""`coco-overlap`: pipeline a matmul with the collective next to it (CoCoNet's `overlap`;
+async tensor parallelism for an all_gather feeding a matmul)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 
 from coconet.dialects import coco, comm
+from coconet.dialects.coco import SlicedAttr, TensorType
 from coconet.passes.common import (
     ancestor_in,
     body_block,
@@ -27,12 +28,36 @@ from xdsl.utils.exceptions import PassFailedException
 
 RULE = "overlap"
 
+# Ops a fused all_reduce runs inside its one collective kernel: a region of only these can
+# run chunk by chunk (lowering/fused_collective.py; updates are stores of that kernel).
+_IN_KERNEL = (
+    coco.ElementwiseOp,
+    coco.ConstantOp,
+    coco.SliceOp,
+    coco.UpdateOp,
+    comm.ReduceScatterOp,
+    comm.AllGatherOp,
+)
+
 
 @dataclass
 class _Site:
+    """An overlap pair in program order: `first` runs chunk by chunk before `second` does
+    (the matmul before its consumer; an all_gather before the matmul reading it)."""
+
     fn: func.FuncOp
-    producer: coco.MatmulOp
-    consumer: Operation
+    first: Operation
+    second: Operation
+
+    @property
+    def gathers(self) -> bool:
+        return isinstance(self.first, comm.AllGatherOp)
+
+    @property
+    def matmul(self) -> coco.MatmulOp:
+        mm = self.second if self.gathers else self.first
+        assert isinstance(mm, coco.MatmulOp)
+        return mm
 
 
 def _is_collective_consumer(op: Operation) -> bool:
@@ -41,26 +66,50 @@ def _is_collective_consumer(op: Operation) -> bool:
     return isinstance(op, comm.FusedOp) and op.kind.data != comm.FusionKind.ELEMENTWISE.value
 
 
+def _whole(t: Attribute, what: str) -> None:
+    """Overlap chunks a value by rows that every rank holds whole (no grid axis slices it)."""
+    if isinstance(t, TensorType) and any(isinstance(lay, SlicedAttr) for lay in t.layouts.data):
+        raise fail(
+            f"{RULE}-layout",
+            f"{what} is sliced ({t}): overlap chunks, by rows, a value every rank holds whole",
+        )
+
+
 @dataclass(frozen=True)
 class OverlapPass(ModulePass):
-    """Wrap a producer matmul and the collective consuming its output in
-    `comm.overlap chunks N` (CoCoNet's overlapped GEMM + AllReduce): the lowering runs the
-    matmul chunk by chunk (along its rows) while the collective of the previous chunk runs.
-    The consumer may be a collective (all_reduce, reduce_scatter, ...) or a fused collective
-    (`comm.fused all_reduce` / `send`). Ops between the two move above the region, or below it
-    if they depend on the matmul's chain.
+    """Wrap a matmul and the collective next to it in `comm.overlap chunks N`, run as a
+    pipeline of N chunks of rows on two streams (lowering/overlap.py):
 
-    Options: `chunks` (default 4); `ops` names matmuls or their consuming collectives /
-    fused regions (targeted); none: every matmul with a legal consumer (greedy).
+    * producer form (CoCoNet's overlapped GEMM + AllReduce; row-parallel GEMM + reduce_scatter
+      in sequence parallelism): the matmul's result goes only to an all_reduce, a
+      reduce_scatter, or a fused all_reduce (`comm.fused all_reduce`: RS + computation + AG
+      in one kernel); chunk c's collective runs while chunk c+1 multiplies.
+    * gather form (async tensor parallelism: all_gather + column-parallel GEMM): an all_gather
+      whose result only the matmul reads, as its left operand; chunk c multiplies while chunk
+      c+1 is gathered.
+
+    Chunks follow the rows (flattened leading dims) of each rank's piece of the collective,
+    whichever tensor dim its layout slices. Ops between the pair move above the region, or
+    below it if they depend on the first op's chain.
+
+    Options: `chunks` (default 4); `ops` names matmuls, their consuming collectives / fused
+    regions, or gathers feeding them (targeted); none: every matmul with a legal partner,
+    the producer form first (greedy).
 
     Legality (refusals name the rule; greedy mode skips what they refuse):
-    * [overlap-producer]  the producer is a `coco.matmul` in a function body.
-    * [overlap-consumer]  every use of the matmul's result lies in one op, and that op is a
-                          collective or a fused collective (so the matmul's result has no
-                          other use outside the region).
-    * [overlap-chunks]    `chunks` >= 1 and divides the matmul's rows (the product of all
-                          result dims but the last, M = B*S for [B, S, H]).
-    * [overlap-cycle]     no op between them depends on the matmul and feeds the consumer.
+    * [overlap-producer]  the pair holds a `coco.matmul` in a function body; a named
+                          all_gather feeds a matmul's left operand and nothing else.
+    * [overlap-consumer]  every use of the matmul's result lies in one op, an all_reduce, a
+                          reduce_scatter of it, or a fused all_reduce whose ops all run in its
+                          one kernel and that reads the matmul by a reduce_scatter (what can
+                          run per chunk of rows); others (a send, a broadcast, a fused send,
+                          a region finishing a full reduction) cannot be pipelined.
+    * [overlap-layout]    the value chunked by rows (the matmul's result; the gathered value)
+                          is sliced on no grid axis.
+    * [overlap-chunks]    `chunks` >= 1 and divides the rows of that value (the product of
+                          all dims but the last, M = B*S for [B, S, H]); at lowering, each
+                          rank's piece has at least `chunks` rows.
+    * [overlap-cycle]     no op between them depends on the first and feeds the second.
     """
 
     name = "coco-overlap"
@@ -78,17 +127,16 @@ class OverlapPass(ModulePass):
             ]
             for s in sites:
                 self._check(s)
-            if len({(s.producer, s.consumer) for s in sites}) != len(sites):
-                sites = list({(s.producer, s.consumer): s for s in sites}.values())
-            consumers = [s.consumer for s in sites]
-            if len(set(consumers)) != len(consumers):
+            sites = list({(s.first, s.second): s for s in sites}.values())
+            seconds = [s.second for s in sites]
+            firsts = [s.first for s in sites]
+            if len(set(seconds)) != len(seconds) or len(set(firsts)) != len(firsts):
                 raise fail(
                     f"{RULE}-consumer",
-                    "two named matmuls feed the same collective: overlap pairs one producer "
-                    "with one consumer",
+                    "two named pairs share an op: overlap pairs one matmul with one collective",
                 )
             for fn in {s.fn for s in sites}:
-                groups = [{s.producer, s.consumer} for s in sites if s.fn is fn]
+                groups = [{s.first, s.second} for s in sites if s.fn is fn]
                 if len(groups) > 1:
                     check_groups_acyclic(
                         body_block(fn), groups, f"{RULE}-cycle", "overlapping these pairs"
@@ -99,29 +147,49 @@ class OverlapPass(ModulePass):
         for fn in functions(op):
             for mm in [o for o in body_block(fn).ops if isinstance(o, coco.MatmulOp)]:
                 if mm.parent_block() is not body_block(fn):
-                    continue
-                try:
-                    site = self._site(fn, mm)
-                    self._check(site)
-                except PassFailedException:
-                    continue
-                self._rewrite(site)
+                    continue  # already inside a region made in this walk
+                for form in (self._producer_site, self._gather_site):
+                    try:
+                        site = form(fn, mm)
+                        self._check(site)
+                    except PassFailedException:
+                        continue
+                    self._rewrite(site)
+                    break
+
+    # -- finding the pair ------------------------------------------------------------------
 
     def _site(self, fn: func.FuncOp, named: Operation) -> _Site:
         block = body_block(fn)
         if isinstance(named, coco.MatmulOp):
-            users = {ancestor_in(block, u.operation) for u in named.result.uses}
-            if not users:
-                raise fail(f"{RULE}-consumer", f"nothing reads {op_name(named)}")
-            if len(users) != 1:
+            # the producer form when a collective reads it, else the gather form when an
+            # all_gather feeds it; else the producer form's refusal
+            site, refusal = None, None
+            try:
+                site = self._producer_site(fn, named)
+            except PassFailedException as e:
+                refusal = e
+            if site is not None and _is_collective_consumer(site.second):
+                return site
+            gather = named.lhs.owner
+            if isinstance(gather, comm.AllGatherOp) and gather.parent_block() is block:
+                return self._gather_site(fn, named)
+            if site is not None:
+                return site  # _check refuses its consumer
+            assert refusal is not None
+            raise refusal
+        if isinstance(named, comm.AllGatherOp):
+            readers = {ancestor_in(block, u.operation) for u in named.result.uses}
+            mms = [r for r in readers if isinstance(r, coco.MatmulOp)]
+            if len(readers) == 1 and mms and mms[0].lhs is named.result:
+                return self._gather_site(fn, mms[0])
+            producers = [v.owner for v in named.operands if isinstance(v.owner, coco.MatmulOp)]
+            if not producers:
                 raise fail(
-                    f"{RULE}-consumer",
-                    f"{op_name(named)} is read by {len(users)} ops: its result must go only to "
-                    "the overlapped collective",
+                    f"{RULE}-producer",
+                    f"{op_name(named)} neither feeds the left operand of one matmul (and "
+                    "nothing else) nor gathers a matmul's result",
                 )
-            (consumer,) = users
-            assert consumer is not None
-            return _Site(fn, named, consumer)
         if not _is_collective_consumer(named):
             raise fail(
                 f"{RULE}-producer",
@@ -141,9 +209,65 @@ class OverlapPass(ModulePass):
         (producer,) = producers
         return _Site(fn, producer, named)  # type: ignore[arg-type]
 
+    def _producer_site(self, fn: func.FuncOp, mm: coco.MatmulOp) -> _Site:
+        block = body_block(fn)
+        users = {ancestor_in(block, u.operation) for u in mm.result.uses}
+        if not users:
+            raise fail(f"{RULE}-consumer", f"nothing reads {op_name(mm)}")
+        if len(users) != 1:
+            raise fail(
+                f"{RULE}-consumer",
+                f"{op_name(mm)} is read by {len(users)} ops: its result must go only to "
+                "the overlapped collective",
+            )
+        (consumer,) = users
+        assert consumer is not None
+        return _Site(fn, mm, consumer)
+
+    def _gather_site(self, fn: func.FuncOp, mm: coco.MatmulOp) -> _Site:
+        block = body_block(fn)
+        gather = mm.lhs.owner
+        if not isinstance(gather, comm.AllGatherOp) or gather.parent_block() is not block:
+            raise fail(
+                f"{RULE}-producer",
+                f"the left operand of {op_name(mm)} is not an all_gather in the function body",
+            )
+        others = [u for u in gather.result.uses if u.operation is not mm or u.index != 0]
+        if others:
+            raise fail(
+                f"{RULE}-producer",
+                f"{op_name(gather)} is also read by {op_name(others[0].operation)}: overlap "
+                "gathers a value only the matmul's left operand reads",
+            )
+        return _Site(fn, gather, mm)
+
+    # -- legality ------------------------------------------------------------------------
+
     def _check(self, site: _Site) -> None:
         block = body_block(site.fn)
-        mm, consumer = site.producer, site.consumer
+        if site.gathers:
+            chunked = site.first.results[0]
+            _whole(chunked.type, f"the gathered value {op_name(site.first)}")
+        else:
+            self._check_consumer(block, site.matmul, site.second)
+            chunked = site.matmul.result
+            _whole(chunked.type, f"the result of {op_name(site.matmul)}")
+        shape = chunked.type.get_shape()
+        rows = math.prod(shape[:-1])
+        if rows % self.chunks:
+            raise fail(
+                f"{RULE}-chunks",
+                f"{self.chunks} chunks do not divide the {rows} rows of {op_name(site.first)}"
+                f" (shape {list(shape)})",
+            )
+        plan_contiguous(
+            block,
+            {site.first, site.second},
+            f"{RULE}-cycle",
+            f"overlapping {op_name(site.first)} with {op_name(site.second)}",
+        )
+
+    def _check_consumer(self, block: Block, mm: coco.MatmulOp, consumer: Operation) -> None:
         if not _is_collective_consumer(consumer):
             raise fail(
                 f"{RULE}-consumer",
@@ -157,24 +281,36 @@ class OverlapPass(ModulePass):
                 f"{op_name(mm)} is also read by {op_name(others[0].operation)}: the matmul's "
                 "result may only go to the overlapped collective",
             )
-        shape = mm.result.type.get_shape()
-        rows = math.prod(shape[:-1])
-        if rows % self.chunks:
-            raise fail(
-                f"{RULE}-chunks",
-                f"{self.chunks} chunks do not divide the {rows} rows of {op_name(mm)} "
-                f"(shape {list(shape)})",
-            )
-        plan_contiguous(
-            block,
-            {mm, consumer},
-            f"{RULE}-cycle",
-            f"overlapping {op_name(mm)} with {op_name(consumer)}",
+        if isinstance(consumer, comm.AllReduceOp | comm.ReduceScatterOp):
+            return
+        if isinstance(consumer, comm.FusedOp) and consumer.kind.data == "all_reduce":
+            inner = consumer.body.block
+            strangers = [o for o in inner.ops if not isinstance(o, (*_IN_KERNEL, comm.YieldOp))]
+            readers = [ancestor_in(inner, u.operation) for u in mm.result.uses]
+            if strangers:
+                raise fail(
+                    f"{RULE}-consumer",
+                    f"{op_name(consumer)} holds {op_name(strangers[0])}, which ends its "
+                    "collective kernel: a region of several kernels cannot run per chunk of "
+                    "rows",
+                )
+            if not all(isinstance(r, comm.ReduceScatterOp) for r in readers):
+                raise fail(
+                    f"{RULE}-consumer",
+                    f"{op_name(consumer)} reads {op_name(mm)} other than by its "
+                    "reduce_scatter: only the scattered rows can run per chunk",
+                )
+            return
+        raise fail(
+            f"{RULE}-consumer",
+            f"{op_name(mm)} is consumed by {op_name(consumer)}: overlap pipelines an "
+            "all_reduce, a reduce_scatter or a fused all_reduce by rows; this collective "
+            "cannot run chunk by chunk",
         )
 
     def _rewrite(self, site: _Site) -> None:
         block: Block = body_block(site.fn)
-        hoisted, order = plan_contiguous(block, {site.producer, site.consumer}, f"{RULE}-cycle", "")
+        hoisted, order = plan_contiguous(block, {site.first, site.second}, f"{RULE}-cycle", "")
 
         def make(body: Region, types: list[Attribute]) -> comm.RegionOp:
             return comm.OverlapOp(self.chunks, body, types)

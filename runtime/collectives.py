@@ -117,10 +117,12 @@ def combine(
 def collective_ops(
     ctx: CollectiveContext, step: Collective, src: Any, dst: Any, src_dt: np.dtype, dst_dt: np.dtype
 ) -> CollectiveOps:
-    """One collective step on this rank: `src`/`dst` are its buffers (already narrowed to the
-    step's rows), `src_dt`/`dst_dt` their logical dtypes."""
-    if step.rows is not None and step.op in ("reduce_scatter", "all_gather"):
-        raise CocoError(f"{step.op} cannot run on a row chunk ({step})")
+    """One collective step on this rank: `src`/`dst` are its whole buffers, `src_dt`/`dst_dt`
+    their logical dtypes. A step with `rows` (one chunk of an overlap pipeline) works on those
+    rows (flattened leading dims) of both buffers; a reduce_scatter's rows are rows of its
+    result, an all_gather's rows of its input (see lowering/plan.py `Collective`)."""
+    if step.rows is not None and step.op not in ("reduce_scatter", "all_gather"):
+        src, dst = _rows_of(src, step.rows), _rows_of(dst, step.rows)
     if step.op == "send":
         return _send(ctx, step, src, dst)
     run = _COLLECTIVES.get(step.op)
@@ -136,6 +138,23 @@ def _packed(step: Collective) -> bool:
     """A hierarchical collective's inter-node step works on buffers the lowering packed in
     member order (one block per member), whatever the types' layouts say."""
     return step.part != "all"
+
+
+def _rows_of(a: Any, rows: tuple[int, int]) -> Any:
+    return a.reshape(-1, a.shape[-1])[rows[0] : rows[1]]
+
+
+def _region_rows(
+    ctx: CollectiveContext, shape: tuple[int, ...], region: tuple[slice, ...], rows: tuple[int, int]
+) -> tuple[Any, slice]:
+    """Rows [b, e) of `region` of an array of `shape` (flattened leading dims, in the region's
+    row order) as an index into the array's 2-D row view: a slice where they are one run of
+    rows, else an index array; and the region's columns."""
+    index = np.arange(int(np.prod(shape[:-1], dtype=np.int64)), dtype=np.int64)
+    picked = index.reshape(shape[:-1])[region[:-1]].reshape(-1)[rows[0] : rows[1]]
+    if picked.size and picked[-1] - picked[0] == picked.size - 1:
+        return slice(int(picked[0]), int(picked[-1]) + 1), region[-1]
+    return ctx.xp.asarray(picked), region[-1]
 
 
 def _library(ctx: CollectiveContext, t: Transport, dtype: np.dtype, kind: str) -> bool:
@@ -164,7 +183,14 @@ def _reduce_scatter(ctx, step, t, group, src, dst, src_dt, dst_dt) -> Collective
         regions = [
             member_region(step.src.type, ctx.rank, step.dst.type, m, ctx.grid_shape) for m in group
         ]
-    if _packed(step) or consecutive_blocks(regions, src.shape):
+    if step.rows is not None:  # one chunk: every member's rows [b, e) of its part
+        flat = src.reshape(-1, src.shape[-1])
+        dst = _rows_of(dst, step.rows)
+        packed = ctx.empty((len(group), dst.size), src.dtype)  # device memory on a GPU
+        for j, r in enumerate(regions):
+            i, c = _region_rows(ctx, tuple(src.shape), r, step.rows)
+            packed[j] = flat[i, c].reshape(-1)
+    elif _packed(step) or consecutive_blocks(regions, src.shape):
         packed = src.reshape(len(group), -1)
     else:
         packed = ctx.xp.stack([_contiguous(ctx, src[r]).reshape(-1) for r in regions])
@@ -184,6 +210,15 @@ def _all_gather(ctx, step, t, group, src, dst, src_dt, dst_dt) -> CollectiveOps:
     regions = [
         member_region(step.dst.type, ctx.rank, step.src.type, m, ctx.grid_shape) for m in group
     ]
+    if step.rows is not None:  # one chunk: rows [b, e) of every member's piece
+        piece = _contiguous(ctx, _rows_of(src, step.rows))
+        gathered = ctx.empty((len(group), *piece.shape), piece.dtype)
+        yield t.all_gather(piece, gathered)
+        flat = dst.reshape(-1, dst.shape[-1])
+        for j, r in enumerate(regions):
+            i, c = _region_rows(ctx, tuple(dst.shape), r, step.rows)
+            flat[i, c] = gathered[j]
+        return
     if consecutive_blocks(regions, dst.shape):
         yield t.all_gather(piece, dst)
         return

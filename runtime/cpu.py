@@ -116,12 +116,6 @@ def host_view(value: Any) -> np.ndarray | None:
         raise CocoError(f"cannot view the tensor's memory: {e}") from None
 
 
-def _rows_view(a: np.ndarray, rows: tuple[int, int] | None) -> np.ndarray:
-    if rows is None:
-        return a
-    return a.reshape(-1, a.shape[-1])[rows[0] : rows[1]]
-
-
 @dataclass
 class Pending:
     """A non-blocking collective in flight on the communication stream."""
@@ -492,8 +486,8 @@ class CpuBackend:
         return collective_ops(
             ctx,
             step,
-            _rows_view(self.arrays[step.src.name], step.rows),
-            _rows_view(self.arrays[step.dst.name], step.rows),
+            self.arrays[step.src.name],
+            self.arrays[step.dst.name],
             buffer_dtype(step.src),
             buffer_dtype(step.dst),
         )

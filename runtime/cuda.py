@@ -925,9 +925,6 @@ class CudaBackend:
 
     # -- collectives ---------------------------------------------------------------------------
 
-    def _rows(self, a: Any, rows: tuple[int, int] | None) -> Any:
-        return a if rows is None else a.reshape(-1, a.shape[-1])[rows[0] : rows[1]]
-
     def transport(self, span: tuple[int, ...] | None, stream: Any, part: str = "all") -> Transport:
         """The transport of this rank's group over `span` (None: the world), or of its `part`,
         on `stream`."""
@@ -957,8 +954,8 @@ class CudaBackend:
             for request in collective_ops(
                 ctx,
                 step,
-                self._rows(self.arrays[step.src.name], step.rows),
-                self._rows(self.arrays[step.dst.name], step.rows),
+                self.arrays[step.src.name],
+                self.arrays[step.dst.name],
                 self.host_dtypes[step.src.name],
                 self.host_dtypes[step.dst.name],
             ):

@@ -203,7 +203,8 @@ def is_bf16(dtype: np.dtype) -> bool:
 
 def _rows_fraction(step: Collective | Launch, count: int) -> float:
     if isinstance(step, Collective) and step.rows is not None:
-        rows = max(1, count // max(1, step.src.shape[-1] if step.src.shape else 1))
+        buf = step.row_buffer
+        rows = max(1, buf.count // max(1, buf.shape[-1] if buf.shape else 1))
         return (step.rows[1] - step.rows[0]) / rows
     if isinstance(step, Launch) and step.range_positions and step.iteration_shape:
         b, e = step.range_positions

@@ -1,0 +1,291 @@
+"""Every overlap schedule the enumerator lists, for every example, pipelines: its plan runs the
+matmul and the collective chunk by chunk on two streams, interleaved (lowering/overlap.py).
+
+Producer form (matmul -> collective): chunk k's matmul on the compute stream, then an event
+recorded there, waited on the communication stream, and chunk k's collective steps issued on
+the communication stream -- all before chunk k+1's matmul. Gather form (all_gather -> matmul):
+chunk k+1's gather is issued on the communication stream before chunk k's matmul, which waits
+on the compute stream for the event recorded after chunk k's gather.
+
+What each chunk's collective reads (or each matmul chunk needs) is computed here
+independently of the lowering: a tensor of row numbers is cut into every rank's piece by the
+sim's own `piece_of`, and the piece's rows in the step's range are the rows it touches. A
+chunk must only touch rows that earlier matmul chunks (or gathers) produced, and the chunks
+must cover the rows exactly once. A schedule that cannot pipeline is not listed (the pass
+refuses it) or refuses to lower with `[overlap-chunks]`; it never runs unpipelined.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+import pytest
+from coconet.dialects import comm
+from coconet.dialects.coco import TensorType
+from coconet.lowering.lower_to_plan import lower
+from coconet.lowering.plan import (
+    COMM_STREAM,
+    COMPUTE_STREAM,
+    Collective,
+    Launch,
+    Matmul,
+    PeerTable,
+    Plan,
+    RecordEvent,
+    WaitEvent,
+)
+from coconet.runtime import values as V
+
+import coconet
+from coconet.program import CocoError, Program
+from coconet.schedule import apply_pipeline, apply_schedule, enumerate_scheduled_programs
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+NAMES = sorted(p.stem for p in EXAMPLES.glob("*.mlir"))
+RANKS = (2, 4)
+
+
+@functools.cache
+def overlap_space(name: str) -> list[tuple[str, str, Program]]:
+    program = coconet.load(EXAMPLES / f"{name}.mlir")
+    return [
+        (n, pipe, p)
+        for n, pipe, p in enumerate_scheduled_programs(program)
+        if any(isinstance(op, comm.OverlapOp) for op in p.func.walk())
+    ]
+
+
+def row_ids(t: TensorType, grid: tuple[int, ...]) -> np.ndarray:
+    """A logical value of type `t` (a leading dim per local axis) holding at every element the
+    number of its row (flattened leading dims) in a rank's whole buffer."""
+    shape = t.get_shape()
+    rows = int(np.prod(shape[:-1], dtype=np.int64))
+    ids = np.broadcast_to(np.arange(rows).reshape(*shape[:-1], 1), shape)
+    local = tuple(grid[a] for a in t.local_axes())
+    return np.broadcast_to(ids, (*local, *shape))
+
+
+def touched(ids_of: TensorType, piece: TensorType, grid, lo: int, hi: int) -> set[int]:
+    """Rows of the whole buffer (of type `ids_of`) holding rows [lo, hi) of any rank's piece
+    of type `piece`."""
+    assert ids_of.get_shape() == piece.get_shape()
+    ids = row_ids(piece, grid)
+    out: set[int] = set()
+    for r in range(int(np.prod(grid))):
+        p = V.piece_of(ids, piece, V.coords_of(r, grid), grid)
+        out |= set(np.asarray(p).reshape(-1, p.shape[-1])[lo:hi].ravel().tolist())
+    return out
+
+
+def rows_of(ranges) -> set[int]:
+    return {i for lo, hi in ranges for i in range(lo, hi)}
+
+
+def reads(step, name: str) -> bool:
+    if isinstance(step, Collective):
+        return step.src.name == name
+    if isinstance(step, Launch):
+        return any(
+            getattr(a, "name", None) == name or (isinstance(a, PeerTable) and a.buffer.name == name)
+            for a in step.args
+        )
+    return False
+
+
+def consumer_rows(step, c_type: TensorType, grid) -> set[int]:
+    """Rows of the matmul's result a chunked consumer step reads."""
+    if isinstance(step, Collective):
+        assert step.rows is not None, f"an unchunked collective in the pipeline: {step}"
+        lo, hi = step.rows
+        piece = step.dst.type if step.op == "reduce_scatter" else step.src.type
+        return touched(c_type, piece, grid, lo, hi)
+    assert isinstance(step, Launch) and step.range_positions, step
+    b, e = step.range_positions
+    row = step.iteration_shape[-1]
+    lo, hi = step.args[b], step.args[e]
+    assert lo % row == 0 and hi % row == 0, f"a chunk that is not whole rows: {step}"
+    return touched(c_type, step.iteration_type, grid, lo // row, hi // row)
+
+
+def check_producer_form(plan: Plan, chunks: int) -> int:
+    """Checks every producer-form pipeline of `plan`; returns how many it found."""
+    steps = plan.steps
+    by_result: dict[str, list[int]] = {}
+    for i, s in enumerate(steps):
+        if isinstance(s, Matmul) and s.rows is not None and not _gathered(steps, s):
+            by_result.setdefault(s.c.name, []).append(i)
+    for c_name, idx in by_result.items():
+        assert len(idx) == chunks, f"{len(idx)} matmul chunks of %{c_name}, not {chunks}"
+        c_type = steps[idx[0]].c.type
+        whole = int(np.prod(steps[idx[0]].c.shape[:-1]))
+        done: set[int] = set()
+        covered: list[set[int]] = []
+        for k, i in enumerate(idx):
+            mm = steps[i]
+            assert mm.stream == COMPUTE_STREAM
+            mine = rows_of(mm.rows)
+            assert not mine & done, f"chunk {k} of %{c_name} recomputes rows"
+            done |= mine
+            rec = steps[i + 1]
+            assert isinstance(rec, RecordEvent) and rec.stream == COMPUTE_STREAM, rec
+            end = idx[k + 1] if k + 1 < len(idx) else len(steps)
+            window = steps[i + 2 : end]
+            waits = [
+                j
+                for j, s in enumerate(window)
+                if isinstance(s, WaitEvent) and s.event == rec.event and s.stream == COMM_STREAM
+            ]
+            assert waits, f"no wait on the communication stream for {rec.event}"
+            consumers = [s for s in window[waits[0] + 1 :] if reads(s, c_name)]
+            assert consumers, f"chunk {k} of %{c_name}: no collective before the next matmul"
+            read: set[int] = set()
+            for s in consumers:
+                assert s.stream == COMM_STREAM, f"chunk {k}'s collective on stream {s.stream}"
+                read |= consumer_rows(s, c_type, plan.grid_shape)
+            assert read <= done, f"chunk {k} of %{c_name} reads rows not computed yet"
+            covered.append(read)
+        assert done == set(range(whole)), f"the matmul chunks of %{c_name} miss rows"
+        assert set().union(*covered) == set(range(whole)), f"%{c_name}'s consumer misses rows"
+    return len(by_result)
+
+
+def _gathered(steps, mm: Matmul) -> bool:
+    return any(
+        isinstance(s, Collective) and s.op == "all_gather" and s.rows and s.dst.name == mm.a.name
+        for s in steps
+    )
+
+
+def check_gather_form(plan: Plan, chunks: int) -> int:
+    steps = plan.steps
+    found = 0
+    names = {
+        s.dst.name for s in steps if isinstance(s, Collective) and s.op == "all_gather" and s.rows
+    }
+    for g in names:
+        found += 1
+        gathers = [i for i, s in enumerate(steps) if isinstance(s, Collective) and s.dst.name == g]
+        mms = [i for i, s in enumerate(steps) if isinstance(s, Matmul) and s.a.name == g]
+        assert len(gathers) == len(mms) == chunks, (len(gathers), len(mms))
+        step = steps[gathers[0]]
+        ids_type = step.dst.type
+        have: set[int] = set()
+        for k, (gi, mi) in enumerate(zip(gathers, mms)):
+            gs, mm = steps[gi], steps[mi]
+            assert gs.stream == COMM_STREAM and mm.stream == COMPUTE_STREAM
+            rec = steps[gi + 1]
+            assert isinstance(rec, RecordEvent) and rec.stream == COMM_STREAM
+            wait = steps[mi - 1]
+            assert isinstance(wait, WaitEvent) and wait.event == rec.event
+            assert wait.stream == COMPUTE_STREAM
+            if k + 1 < chunks:
+                assert gathers[k + 1] < mi, f"chunk {k + 1} is gathered after chunk {k}'s matmul"
+            lo, hi = gs.rows
+            have |= touched(ids_type, gs.src.type, plan.grid_shape, lo, hi)
+            assert rows_of(mm.rows) <= have, f"matmul chunk {k} reads rows not gathered yet"
+        whole = int(np.prod(step.dst.shape[:-1]))
+        assert have == set(range(whole)) == rows_of(r for i in mms for r in steps[i].rows), (
+            f"the chunks of %{g} miss rows"
+        )
+    return found
+
+
+def overlap_chunks(p: Program) -> list[int]:
+    return [op.chunks.value.data for op in p.func.walk() if isinstance(op, comm.OverlapOp)]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_listed_overlap_schedule_pipelines(name: str) -> None:
+    space = overlap_space(name)
+    if name.startswith(("model_parallel", "pipeline", "sequence_parallel")):
+        assert space, f"{name}: the enumerator lists no overlap schedule"
+    for sched, pipeline, p in space:
+        regions = overlap_chunks(p)
+        lowered = 0
+        for ranks in RANKS:
+            try:
+                plan = lower(p, ranks)
+            except CocoError as e:
+                assert "[uneven-slice]" in str(e), f"{sched} at {ranks} ranks: {e}"
+                continue
+            lowered += 1
+            (chunks,) = set(regions)
+            found = check_producer_form(plan, chunks) + check_gather_form(plan, chunks)
+            assert found == len(regions), f"{sched} at {ranks} ranks: {found} pipelines"
+        assert lowered, f"{sched} lowers at none of {RANKS} ranks"
+
+
+def test_named_overlap_schedules_pipeline_at_the_example_sizes() -> None:
+    """The issue's case: ol(mm,fuse(rs-c-ag)) splits the MLP along dim 1 and still pipelines
+    (each chunk a block of rows per member), as does the pipeline boundary's ol(mm,rs)."""
+    for name, schedule in [
+        ("model_parallel_mlp", "ol(mm,fuse(rs-c-ag))"),
+        ("model_parallel_attention", "ol(mm,fuse(rs-c-ag))"),
+        ("pipeline_boundary", "ol(mm,fuse(rs-c-ag))"),
+        ("pipeline_boundary", "ol(mm,rs)+fuse(sliced-send)"),
+    ]:
+        p = apply_schedule(coconet.load(EXAMPLES / f"{name}.mlir"), schedule)
+        for ranks in RANKS:
+            plan = lower(p, ranks)
+            assert check_producer_form(plan, 4) == 1, f"{name} {schedule} at {ranks} ranks"
+            assert sum(s.stream == COMM_STREAM for s in plan.steps) >= 4
+
+
+def test_too_few_rows_per_rank_refuses_instead_of_running_unpipelined() -> None:
+    # dim 1 (16) split over 16 ranks leaves 2 rows per rank's piece: 4 chunks cannot be cut
+    p = apply_pipeline(
+        coconet.load(EXAMPLES / "model_parallel_mlp.mlir"),
+        "coco-split-allreduce{dim=1},coco-reorder,coco-fuse{mode=all_reduce},coco-overlap",
+    )
+    with pytest.raises(CocoError, match=r"\[overlap-chunks\] 4 chunks need at least 4 rows"):
+        lower(p, 16)
+    plan = lower(
+        apply_pipeline(
+            coconet.load(EXAMPLES / "model_parallel_mlp.mlir"),
+            "coco-split-allreduce{dim=1},coco-reorder,coco-fuse{mode=all_reduce},coco-overlap{chunks=2}",
+        ),
+        16,
+    )
+    assert check_producer_form(plan, 2) == 1
+
+
+REFUSED = """
+func.func @refused(%x: !coco.tensor<8x16xf32, sliced<1>>, %w: !coco.tensor<16x16xf32, sliced<0>>,
+                   %v: !coco.tensor<16x16xf32, sliced<1>>, %y: !coco.tensor<8x16xf32>,
+                   %s: !coco.tensor<8x16xf32, sliced<0>>, %u: !coco.tensor<16x16xf32, sliced<0>>)
+    -> (!coco.tensor<8x16xf32>, !coco.tensor<8x16xf32>, !coco.tensor<8x16xf32, sliced<1>>,
+        !coco.tensor<8x16xf32, sliced<1>>, !coco.tensor<8x16xf32>)
+    attributes {coco.grid = #coco.grid<[?]>} {
+  %p = coco.matmul %x, %w : !coco.tensor<8x16xf32, sliced<1>>, !coco.tensor<16x16xf32, sliced<0>> -> !coco.tensor<8x16xf32, local>
+  %bc = comm.reduce sum %p root 0 : !coco.tensor<8x16xf32, local> -> !coco.tensor<8x16xf32, local>
+  %col = coco.matmul %y, %v : !coco.tensor<8x16xf32>, !coco.tensor<16x16xf32, sliced<1>> -> !coco.tensor<8x16xf32, sliced<1>>
+  %colg = comm.all_gather %col : !coco.tensor<8x16xf32, sliced<1>> -> !coco.tensor<8x16xf32>
+  %g = comm.all_gather %s : !coco.tensor<8x16xf32, sliced<0>> -> !coco.tensor<8x16xf32>
+  %twice = coco.matmul %g, %v : !coco.tensor<8x16xf32>, !coco.tensor<16x16xf32, sliced<1>> -> !coco.tensor<8x16xf32, sliced<1>>
+  %again = coco.add %g, %y : !coco.tensor<8x16xf32>
+  %ar = comm.all_reduce sum %bc : !coco.tensor<8x16xf32, local> -> !coco.tensor<8x16xf32>
+  %sum = coco.add %ar, %again : !coco.tensor<8x16xf32>
+  func.return %sum, %colg, %twice, %twice, %again : !coco.tensor<8x16xf32>, !coco.tensor<8x16xf32>, !coco.tensor<8x16xf32, sliced<1>>, !coco.tensor<8x16xf32, sliced<1>>, !coco.tensor<8x16xf32>
+}
+"""
+
+
+@pytest.mark.parametrize(
+    "target, rule",
+    [
+        ("p", "overlap-consumer"),  # a reduce to a root cannot run per chunk of rows
+        ("col", "overlap-consumer"),  # gathering a column-parallel result: not by rows
+        ("twice", "overlap-producer"),  # the gathered value is read by another op too
+    ],
+)
+def test_pairs_that_cannot_pipeline_are_refused(target: str, rule: str) -> None:
+    from coconet.program import parse_module
+    from coconet.schedule import Schedule, ScheduleError
+
+    s = Schedule(Program(parse_module(REFUSED)))
+    with pytest.raises(ScheduleError) as info:
+        s.overlap(target)
+    assert info.value.rule == rule, str(info.value)
+    assert f"[{rule}]" in str(info.value) and "\n" not in str(info.value)
