@@ -693,6 +693,20 @@ class _Structure:
                 users = {u.operation for u in op.result.uses}
                 if len(users) == 1 and next(iter(users)) in self.all_reduces:
                     self.matmuls.append(op)
+        # async tensor parallelism (sequence parallelism): matmuls reading an all_gather that
+        # nothing else reads (column-parallel GEMM), matmuls whose only reader is a
+        # reduce_scatter (row-parallel GEMM)
+        self.gathered_matmuls = []
+        self.scattered_matmuls = []
+        for op in ops:
+            if not isinstance(op, coco.MatmulOp):
+                continue
+            g = op.lhs.owner
+            if isinstance(g, comm.AllGatherOp) and {u.operation for u in g.result.uses} == {op}:
+                self.gathered_matmuls.append(op)
+            users = {u.operation for u in op.result.uses}
+            if len(users) == 1 and isinstance(next(iter(users)), comm.ReduceScatterOp):
+                self.scattered_matmuls.append(op)
         # sends of a value computed (elementwise) from an all_reduce
         derived: set[SSAValue] = {ar.result for ar in self.all_reduces}
         self.sends = []
@@ -833,6 +847,27 @@ def recipe_ol_mm_fuse_rs_c_ag(s: Schedule, info: _Structure) -> None:
     _overlap(s, info)
 
 
+def _overlap_each(s: Schedule, matmuls: list, chunks: int = 4) -> None:
+    names = _Structure.names(matmuls)
+    if names is None:
+        raise _error("schedule-target", "overlap: the matmuls to overlap have no SSA names")
+    for n in names:
+        s.overlap(n, chunks=chunks)
+
+
+def recipe_ol_ag_mm(s: Schedule, info: _Structure) -> None:
+    _overlap_each(s, info.gathered_matmuls)
+
+
+def recipe_ol_mm_rs(s: Schedule, info: _Structure) -> None:
+    _overlap_each(s, info.scattered_matmuls)
+
+
+def recipe_ol_ag_mm_ol_mm_rs(s: Schedule, info: _Structure) -> None:
+    recipe_ol_ag_mm(s, info)
+    recipe_ol_mm_rs(s, info)
+
+
 def recipe_sliced_send(s: Schedule, info: _Structure) -> None:
     _split_reorder(s, info)
     _slice_state(s, info)
@@ -901,6 +936,32 @@ NAMED_SCHEDULES: dict[str, NamedSchedule] = {
             "a matmul whose only reader is an all_reduce",
             lambda i: bool(i.matmuls),
             recipe_ol_mm_fuse_rs_c_ag,
+        ),
+        NamedSchedule(
+            "ol(ag,mm)",
+            "async TP: AllGather + column-parallel GEMM",
+            "each all_gather pipelined (4 chunks of rows) with the matmul reading it: chunk k "
+            "multiplies while chunk k+1 is gathered",
+            "a matmul reading an all_gather (sequence parallelism)",
+            lambda i: bool(i.gathered_matmuls),
+            recipe_ol_ag_mm,
+        ),
+        NamedSchedule(
+            "ol(mm,rs)",
+            "async TP: row-parallel GEMM + ReduceScatter",
+            "each matmul pipelined (4 chunks of rows) with the reduce_scatter of its partial "
+            "sums: chunk k is reduced while chunk k+1 multiplies",
+            "a matmul whose only reader is a reduce_scatter (sequence parallelism)",
+            lambda i: bool(i.scattered_matmuls),
+            recipe_ol_mm_rs,
+        ),
+        NamedSchedule(
+            "ol(ag,mm)+ol(mm,rs)",
+            "async TP: both halves",
+            "ol(ag,mm) and ol(mm,rs) together",
+            "a matmul reading an all_gather and one feeding a reduce_scatter",
+            lambda i: bool(i.gathered_matmuls) and bool(i.scattered_matmuls),
+            recipe_ol_ag_mm_ol_mm_rs,
         ),
         NamedSchedule(
             "sliced-send",
