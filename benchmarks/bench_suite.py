@@ -30,6 +30,22 @@ over the floor time at the bandwidth measured just before it.
 The rows run in rounds (each row's warm-up and timed steps, every row in turn, then the next
 round), so a change in the load of a shared machine falls on every row alike.
 
+The overlap table (`--tables overlap`, printed after the Adam table by default): what
+pipelining a GEMM with the collective next to it buys on the cpu backend, per program, each
+overlap schedule beside the same schedule without overlap (f32, sizes by `--overlap-size`):
+
+* sequence_parallel_mlp (Megatron sequence parallelism): ol(ag,mm) (all_gather chunk k+1
+  while chunk k multiplies), ol(mm,rs) (reduce_scatter chunk k while chunk k+1 multiplies) and
+  both, against the block as written;
+* model_parallel_mlp: ol(mm,fuse(rs-c-ag)) against fuse(rs-c-ag), and the library all_reduce
+  pipelined with the matmul (`ol(mm,ar)+c`) against ar-c.
+
+`vs base` is the base row's median over the row's (above 1: the overlap is faster). On the
+cpu backend a chunk's collective progresses while the next chunk multiplies only as far as
+MPI progresses between BLAS calls (the backend tests its requests after each chunk), and a
+fused collective kernel on the communication stream runs on the rank's one thread: the table
+measures what that buys, it does not assume it.
+
 Timings on a shared machine are noisy: repeat the run, and compare rows of one run.
 """
 
@@ -196,10 +212,102 @@ def torch_step(comm, n: int) -> tuple[Step, Step] | None:
     return step, lambda: p.grad.copy_(grad)
 
 
+# (program, [(label, schedule: a named schedule or a pipeline)]): the first row is the base.
+OVERLAP_ROWS = [
+    (
+        "sequence_parallel_mlp",
+        [
+            ("as written", ""),
+            ("ol(ag,mm)", "ol(ag,mm)"),
+            ("ol(mm,rs)", "ol(mm,rs)"),
+            ("ol(ag,mm)+ol(mm,rs)", "ol(ag,mm)+ol(mm,rs)"),
+        ],
+    ),
+    ("model_parallel_mlp", [("fuse(rs-c-ag)", "fuse(rs-c-ag)"), ("ol(mm,fuse(rs-c-ag))", None)]),
+    (
+        "model_parallel_mlp",
+        [("ar-c", "ar-c"), ("ol(mm,ar)+c", "coco-overlap{ops=layer},coco-fuse{mode=elementwise}")],
+    ),
+]
+
+
+def overlap_steps(comm, sizes: tuple[int, int, int]) -> list[tuple[str, list]]:
+    """Per OVERLAP_ROWS entry: its title and (label, step, compiled) rows, arrays bound."""
+    import runpy
+    from pathlib import Path
+
+    import numpy as np
+
+    from coconet.compile import compile as coco_compile
+    from coconet.frontend import F32
+
+    batch, seq, hidden = sizes
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    out = []
+    for name, rows in OVERLAP_ROWS:
+        build = runpy.run_path(str(examples / f"{name}.py"))["build"]
+        program = build(F32, batch=batch, seq=seq, hidden=hidden)
+        steps = []
+        for label, schedule in rows:
+            spec = label if schedule is None else schedule
+            compiled = coco_compile(program, schedule=spec or None, backend="cpu")
+            rng = np.random.default_rng(10 + comm.Get_rank())
+            inputs = {
+                arg: rng.standard_normal(buf.shape, dtype=np.float32)
+                for arg, buf in compiled.plan.arguments.items()
+            }
+            compiled(**inputs)  # binds the arrays
+            steps.append((label, compiled.step, compiled))
+        out.append((f"{name} [{batch}, {seq}, {hidden}] f32", steps))
+    return out
+
+
+def overlap_worker(comm, args: argparse.Namespace) -> None:
+    sizes = tuple(int(x) for x in args.overlap_size.split(","))
+    tables = overlap_steps(comm, sizes)  # type: ignore[arg-type]
+    times: dict[tuple[int, str], list[float]] = {}
+    for _ in range(args.rounds):
+        for t, (_, rows) in enumerate(tables):
+            for label, step, _ in rows:
+                times.setdefault((t, label), []).extend(timed(comm, step, args.warmup, args.iters))
+    for _, rows in tables:
+        for _, _, c in rows:
+            c.close()
+    if comm.Get_rank() != 0:
+        return
+    steps = args.rounds * args.iters
+    print(
+        f"\nOverlap, {comm.Get_size()} rank(s) of the cpu backend, {os.cpu_count()} core(s): "
+        f"median of {steps} step(s) ({args.rounds} round(s) of {args.iters} after "
+        f"{args.warmup} warm-up), slowest rank per step"
+    )
+    width = max(len(label) for _, rows in tables for label, _, _ in rows) + 2
+    for t, (title, rows) in enumerate(tables):
+        base_label = rows[0][0]
+        base = statistics.median(times[(t, base_label)])
+        print(f"  {title}")
+        print(f"    {'':<{width}}{'median':>10}{'min':>10}{'vs ' + base_label:>28}")
+        for label, _, _ in rows:
+            ts = times[(t, label)]
+            med = statistics.median(ts)
+            print(
+                f"    {label:<{width}}{med * 1e3:>8.2f}ms{min(ts) * 1e3:>8.2f}ms"
+                f"{base / med:>27.2f}x"
+            )
+    print("  vs base: the base row's median over the row's (above 1: faster than the base)")
+
+
 def worker(args: argparse.Namespace) -> None:
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
+    if "adam" in args.tables:
+        adam_worker(comm, args)
+    if "overlap" in args.tables:
+        overlap_worker(comm, args)
+
+
+def adam_worker(comm, args: argparse.Namespace) -> None:
     size = comm.Get_size()
     n = 1 << args.log2n
     triad = stream_triad(comm, max(n, 1 << 25))
@@ -293,6 +401,18 @@ def main() -> None:
     p.add_argument("--iters", type=int, default=5, help="timed steps per row and round")
     p.add_argument("--rounds", type=int, default=4, help="rounds over the rows (default 4)")
     p.add_argument("--schedules", nargs="+", default=list(SCHEDULES))
+    p.add_argument(
+        "--tables",
+        nargs="+",
+        choices=("adam", "overlap"),
+        default=["adam", "overlap"],
+        help="which tables to measure and print (default both)",
+    )
+    p.add_argument(
+        "--overlap-size",
+        default="4,256,256",
+        help="batch,seq,hidden of the overlap table's programs (default 4,256,256)",
+    )
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
@@ -319,6 +439,10 @@ def main() -> None:
         str(args.iters),
         "--rounds",
         str(args.rounds),
+        "--overlap-size",
+        args.overlap_size,
+        "--tables",
+        *args.tables,
         "--schedules",
         *args.schedules,
     ]

@@ -24,13 +24,16 @@ B, S, H = 2, 16, 64
 K = 4 * H  # the contracting dim: 4H
 
 
-def build(dtype=F16):
+def build(dtype=F16, batch=B, seq=S, hidden=H):
+    """The layer at other sizes too (benchmarks/bench_suite.py's overlap table)."""
+    k = 4 * hidden
+
     @frontend.program(grid=[None])
     def model_parallel_mlp(
-        x: Tensor(dtype, [B, S, K], Sliced(2)),
-        w: Tensor(dtype, [K, H], Sliced(0)),
-        b: Tensor(dtype, [H], Replicated),
-        r: Tensor(dtype, [B, S, H], Replicated),
+        x: Tensor(dtype, [batch, seq, k], Sliced(2)),
+        w: Tensor(dtype, [k, hidden], Sliced(0)),
+        b: Tensor(dtype, [hidden], Replicated),
+        r: Tensor(dtype, [batch, seq, hidden], Replicated),
     ):
         layer = MatMul(x, w)
         total = AllReduce("+", layer)

@@ -403,6 +403,7 @@ def test_schedule_name_spellings(spelling, canonical):
 DATA_PARALLEL = ["ar-c", "rs-c-ag", "fuse(rs-c-ag)"]
 MODEL_PARALLEL = [*DATA_PARALLEL, "ol(mm,fuse(rs-c-ag))"]
 PIPELINE = [*MODEL_PARALLEL, "sliced-send", "fuse(sliced-send)", "ol(mm,rs)+fuse(sliced-send)"]
+SEQUENCE_PARALLEL = ["ol(ag,mm)", "ol(mm,rs)", "ol(ag,mm)+ol(mm,rs)"]
 
 
 @pytest.mark.parametrize(
@@ -417,6 +418,7 @@ PIPELINE = [*MODEL_PARALLEL, "sliced-send", "fuse(sliced-send)", "ol(mm,rs)+fuse
         ("model_parallel_attention", MODEL_PARALLEL),
         ("model_parallel_mlp", MODEL_PARALLEL),
         ("pipeline_boundary", PIPELINE),
+        ("sequence_parallel_mlp", SEQUENCE_PARALLEL),
     ],
 )
 def test_named_schedules_by_structure(example, expected):
@@ -518,7 +520,7 @@ def test_enumeration_limit():
 
 
 def test_named_schedule_table():
-    assert list(NAMED_SCHEDULES) == PIPELINE
+    assert list(NAMED_SCHEDULES) == [*MODEL_PARALLEL, *SEQUENCE_PARALLEL, *PIPELINE[4:]]
     for name, ns in NAMED_SCHEDULES.items():
         assert resolve_schedule_name(name) == name
         assert ns.coconet and ns.description and ns.requires
