@@ -192,6 +192,7 @@ class CompiledProgram:
 
     def __init__(self, program: Program, plan, runner, backend_name: str, comm, guard=None):
         self.program = program
+        self.autotune: dict[str, Any] | None = None  # what schedule="auto" chose, and why
         self.plan = plan
         self.runner = runner
         self.backend = backend_name
@@ -309,6 +310,7 @@ class SimCompiled:
 
     backend = "sim"
     rank = 0
+    autotune: dict[str, Any] | None = None
 
     def __init__(self, program: Program, ranks: int, seed: int = 0):
         self.program = program
@@ -346,11 +348,23 @@ def compile(
     exact_collectives: bool = False,
     launch_config: Any = None,
     abort_on_error: bool = True,
+    profile: Any = None,
+    schedule_space: str = "all",
 ) -> CompiledProgram | SimCompiled:
     """Schedule and lower `program` (a Program, a path, or a front-end function) for this job
-    and prepare it on this rank; see the module docstring for the calling contract."""
+    and prepare it on this rank; see the module docstring for the calling contract.
+
+    `schedule="auto"` picks the schedule the cost model ranks fastest for this job's ranks
+    (coconet/autotune.py) on `profile` (a MachineProfile, a published profile's name, a JSON
+    file, or None: this host, measured once and cached; the cuda backend needs one named).
+    `schedule_space` is what it ranks: "all" (named and enumerated schedules) or "named".
+    The choice is logged (logger `coconet.autotune`) and kept as `compiled.autotune`."""
+    from coconet.autotune import is_auto
+
     program = _as_program(program, entry)
-    program = apply_schedule(program, schedule)
+    auto = is_auto(schedule)
+    if not auto:
+        program = apply_schedule(program, schedule)
     backend = backend or default_backend()
     if backend not in BACKENDS:
         raise CocoError(f"unknown backend '{backend}': use one of {', '.join(BACKENDS)}")
@@ -358,7 +372,12 @@ def compile(
         if ranks is None:
             grid = program.grid
             ranks = int(np.prod(grid.shape)) if grid.is_static() else 1
-        return SimCompiled(program, ranks)
+        choice = None
+        if auto:
+            program, choice = _autotuned(program, backend, ranks, profile, None, schedule_space)
+        compiled = SimCompiled(program, ranks)
+        compiled.autotune = choice
+        return compiled
     if backend == "cuda":
         require_gpu()
     from coconet.runtime.cpu import apply_rank_env_defaults
@@ -373,6 +392,9 @@ def compile(
             f"compile(ranks={ranks}) but this job has {size} process(es): run it with "
             f"mpiexec -n {ranks} or torchrun --nproc-per-node {ranks}"
         )
+    choice = None
+    if auto:
+        program, choice = _autotuned(program, backend, size, profile, comm, schedule_space)
     from coconet.lowering.lower_to_plan import lower
     from coconet.runtime.executor import PlanRunner
     from coconet.runtime.failures import FailureGuard
@@ -398,4 +420,45 @@ def compile(
     runner.setup()
     if guard is not None:
         guard.watch(runner)
-    return CompiledProgram(program, plan, runner, backend, comm, guard)
+    compiled = CompiledProgram(program, plan, runner, backend, comm, guard)
+    compiled.autotune = choice
+    return compiled
+
+
+def _autotuned(
+    program: Program, backend: str, ranks: int, profile: Any, comm: Any, space: str = "all"
+) -> tuple[Program, dict[str, Any]]:
+    """`program` under the schedule the cost model ranks fastest, and what was chosen (name,
+    pipeline, predicted seconds, profile, the ranking's headline). In a job (`comm`), rank 0
+    ranks and every rank applies its choice (collective: the profile may be measured on the
+    job)."""
+    import logging
+
+    from coconet.autotune import rank_schedules, resolve_profile
+    from coconet.cost_model import MachineProfile
+
+    rank = comm.Get_rank() if comm is not None else 0
+    if not isinstance(profile, MachineProfile):
+        profile = resolve_profile(profile, backend, ranks, comm)
+    choice = None
+    error = None
+    if rank == 0:
+        try:
+            ranking = rank_schedules(program, ranks, profile, space=space)
+            best = ranking.best
+            choice = {
+                "name": best.name,
+                "pipeline": best.pipeline,
+                "predicted_s": best.seconds,
+                "profile": profile.name,
+                "headline": ranking.headline(),
+            }
+            logging.getLogger("coconet.autotune").info(ranking.headline())
+        except CocoError as e:
+            error = str(e)
+    if comm is not None and comm.Get_size() > 1:
+        choice, error = comm.bcast((choice, error), root=0)
+    if error is not None:
+        raise CocoError(error)
+    assert choice is not None
+    return apply_schedule(program, choice["pipeline"] or None), choice

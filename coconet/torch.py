@@ -1,7 +1,9 @@
 """coconet in a PyTorch training loop: data-parallel optimizers whose `step()` is one compiled
 coconet program -- the all-reduce of the gradients and the update, scheduled as CoCoNet does
 (`ar-c`; `rs-c-ag`, ZeRO-1 style with the optimizer state sliced across ranks; or
-`fuse(rs-c-ag)`, reduce-scatter + update + all-gather as one fused collective kernel).
+`fuse(rs-c-ag)`, reduce-scatter + update + all-gather as one fused collective kernel; or
+`auto`: the one of these, or the program as written, that the cost model ranks fastest on
+this host for the job's ranks, coconet/autotune.py).
 
     model = Transformer(...)                                 # the same init on every rank
     opt = coconet.torch.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1,
@@ -107,8 +109,11 @@ class CoconetOptimizer(torch.optim.Optimizer):
         schedule: str = "fuse(rs-c-ag)",
         backend: str = "cpu",
     ):
-        if schedule not in SCHEDULES:
-            raise CocoError(f"schedule {schedule!r}: use one of {', '.join(SCHEDULES)}")
+        if schedule not in SCHEDULES and schedule != "auto":
+            raise CocoError(
+                f"schedule {schedule!r}: use one of {', '.join(SCHEDULES)}, or 'auto' (the one "
+                "the cost model ranks fastest on this host: coconet/autotune.py)"
+            )
         if backend != "cpu":
             raise CocoError(
                 f"backend {backend!r}: the PyTorch optimizers run on the cpu backend for now "
@@ -185,7 +190,9 @@ class CoconetOptimizer(torch.optim.Optimizer):
         import coconet
 
         program = self.build_program(b.numel, b.dtype)
-        return coconet.compile(program, schedule=self.schedule, backend=self.backend)
+        return coconet.compile(
+            program, schedule=self.schedule, backend=self.backend, schedule_space="named"
+        )
 
     def build_program(self, n: int, dtype: torch.dtype) -> Any:
         raise NotImplementedError
@@ -450,7 +457,9 @@ class LAMB(CoconetOptimizer):
         import coconet
 
         program = self.build_program([n for _o, n in self.segments], b.dtype)
-        compiled = coconet.compile(program, schedule=self.schedule, backend=self.backend)
+        compiled = coconet.compile(
+            program, schedule=self.schedule, backend=self.backend, schedule_space="named"
+        )
         shapes = compiled.input_shapes()
         # one state piece per tensor and per name, in the order of the segments
         self.pieces = {

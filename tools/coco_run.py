@@ -10,8 +10,9 @@ with the mpich wheel's `mpiexec`; host-compiled kernels, MPI collectives, shared
 windows), `cuda` (N MPI processes, one GPU each). Default: cuda when a GPU is visible, else cpu.
 
 Inputs are seeded random logical values (runtime/values.py) unless `--inputs` names an .npz
-with one array per argument. `--schedule NAME` (a named schedule) and `-p [LABEL=]PIPELINE`
-may repeat: each is run in turn (one row of the `--bench` table each). `--check` compares every
+with one array per argument. `--schedule NAME` (a named schedule, or `auto`: the one the cost
+model ranks fastest on `--profile`, coconet/autotune.py) and `-p [LABEL=]PIPELINE` may repeat:
+each is run in turn (one row of the `--bench` table each). `--check` compares every
 rank's outputs with the sim oracle (exact for integers, per-dtype tolerance for floats) and
 fails naming the output, the rank and the error. `--bench` times warm steps (3 warm-up, 10
 timed, barrier-synchronized, the slowest rank's time; median) and prints, per schedule, the
@@ -92,7 +93,16 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         type=_schedule,
         metavar="NAME",
-        help="named schedule to apply (repeatable: one run per schedule)",
+        help="named schedule to apply (repeatable: one run per schedule); 'auto': the "
+        "schedule the cost model ranks fastest for --np ranks on --profile (coconet/autotune.py)",
+    )
+    p.add_argument(
+        "--profile",
+        metavar="NAME|FILE.json",
+        default=None,
+        help="--schedule auto: the machine profile to rank schedules on: 'cpu' (this host, "
+        "measured once per rank count and cached; the default for the cpu and sim backends), "
+        "a published GPU node (dgx2-v100, dgx-a100, dgx-h100, dgx-h200), or a profile's JSON",
     )
     p.add_argument(
         "--check", action="store_true", help="compare every rank's outputs with the sim oracle"
@@ -151,6 +161,42 @@ def schedule_label(kind: str, value: str) -> tuple[str, str | None]:
     if not value:
         return "as written", None
     return value, value
+
+
+def resolve_auto(
+    args: argparse.Namespace,
+    backend: str,
+    program: Program,
+    schedules: list[tuple[str, str | None]],
+    comm=None,
+) -> list[tuple[str, str | None]]:
+    """Each `--schedule auto` replaced by the schedule the cost model ranks fastest for
+    `--np` ranks (labelled `auto=NAME`), with one line saying what it picked and why; with
+    --verbose, the top of the ranking too. With `comm` (a torchrun job) every rank calls this:
+    the profile is measured on the job, and rank 0 reports."""
+    from coconet.autotune import is_auto, rank_schedules, resolve_profile
+
+    if not any(is_auto(spec) for _label, spec in schedules):
+        if args.profile:
+            raise CocoError("--profile is for --schedule auto: add --schedule auto")
+        return schedules
+    quiet = comm is not None and comm.Get_rank() != 0
+    profile = resolve_profile(
+        args.profile,
+        backend,
+        args.ranks,
+        comm,
+        log=None if quiet else lambda m: print(f"coco-run: {m}", flush=True),
+    )
+    ranking = rank_schedules(program, args.ranks, profile)
+    best = ranking.best
+    if not quiet:
+        text = ranking.explain() if args.verbose else ranking.headline()
+        print("coco-run: " + text, flush=True)
+    return [
+        (f"auto={best.name}", best.spec) if is_auto(spec) else (label, spec)
+        for label, spec in schedules
+    ]
 
 
 def check_bench_options(args: argparse.Namespace, backend: str) -> None:
@@ -261,6 +307,8 @@ def run(args: argparse.Namespace) -> int:
     check_bench_options(args, backend)
     schedules = [schedule_label(k, v) for k, v in args.schedules] or [("as written", None)]
     program = load(args.program, args.entry)
+    if not under_torchrun:  # under torchrun the ranks resolve it together (run_in_torchrun)
+        schedules = resolve_auto(args, backend, program, schedules)
     if backend == "sim":
         return run_sim(args, program, schedules)
     if under_torchrun:
@@ -415,8 +463,9 @@ def run_in_torchrun(
     from coconet.runtime.torch_comm import TorchComm
 
     apply_rank_env_defaults()
-    job = prepared_job(args, backend, program, schedules)
     comm = TorchComm.world()
+    schedules = resolve_auto(args, backend, program, schedules, comm)
+    job = prepared_job(args, backend, program, schedules)
     return run_job_guarded(job, comm, FailureGuard(comm, prefix="coco-run"))
 
 

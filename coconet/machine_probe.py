@@ -1,0 +1,407 @@
+"""This host's machine profile for the cpu backend: measured once per rank count, then cached.
+
+    from coconet.machine_probe import cpu_profile
+    profile = cpu_profile(ranks=2)      # measured on first use (an mpiexec job), then cached
+
+The measurements run as a job of `ranks` processes, all at once (what a rank gets while its
+peers are busy too, which is how a program runs):
+
+* memory bandwidth: STREAM's triad (a = b + s c, 12 bytes per element) in a host-compiled
+  kernel, every rank on its own arrays;
+* launch overhead: a one-kernel coconet program of 256 elements through the real executor
+  (ctypes call and the executor's per-step work);
+* collectives: coconet programs of one all_reduce and one all_gather, small (latency) and
+  large (bandwidth), over the job's communicator; per-call overhead and per-step latency come
+  from solving t = overhead + k alpha for the all_reduce's k = 2(p-1) and the all_gather's
+  p-1; bandwidth from the large ones once the latency is taken off;
+* fused-kernel synchronization: a tiny `fuse(rs-c-ag)` program, its time less one launch;
+* matmul FLOP/s: NumPy's f32 matmul of 256 x 256 matrices on every rank (one BLAS thread per
+  rank, as ranks run).
+
+Every time is the slowest rank's, median over repetitions after warm-up. The result is cached
+as JSON in the coconet cache (lowering/kernel_cache.py's rules: atomic publish, a digest
+beside it, owned by this user and writable by no one else; an entry that is corrupt or does not
+parse as a profile is measured again). The key is the host (name, cores, CPU model), the rank
+count and PROBE_VERSION.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from coconet.cost_model import Fabric, MachineProfile
+from coconet.lowering.kernel_cache import KernelCache, content_key
+from coconet.program import CocoError
+
+__all__ = [
+    "PROBE_CACHE",
+    "PROBE_VERSION",
+    "cpu_profile",
+    "measure",
+    "profile_from_measurements",
+]
+
+# Bump when what is measured or how it becomes a profile changes: old entries are not reused.
+PROBE_VERSION = 1
+PROBE_CACHE = KernelCache("profiles")
+
+STREAM_SOURCE = r"""
+#include "coco_device.h"
+COCO_KERNEL(stream_triad, float* __restrict__ a, const float* __restrict__ b,
+            const float* __restrict__ c, float s, coco_i64 n) {
+  COCO_KERNEL_BODY_BEGIN
+  const coco_range r = coco_chunk(n, coco_grid_dim(), coco_block_idx(), 16);
+  COCO_BLOCK_STRIDE_LOOP(coco_i64, i, r.begin, r.end) { a[i] = b[i] + s * c[i]; }
+  COCO_KERNEL_BODY_END
+}
+"""
+
+LAUNCH_PROGRAM = """
+func.func @probe_launch(%x: !coco.tensor<{n}xf32>, %a: !coco.tensor<f32>)
+    attributes {{coco.grid = #coco.grid<[?]>}} {{
+  %y = coco.mul %a, %x : !coco.tensor<f32>, !coco.tensor<{n}xf32> -> !coco.tensor<{n}xf32>
+  coco.update %x, %y : !coco.tensor<{n}xf32>
+  func.return
+}}
+"""
+
+ALL_REDUCE_PROGRAM = """
+func.func @probe_all_reduce(%g: !coco.tensor<{n}xf32, local>)
+    -> !coco.tensor<{n}xf32> attributes {{coco.grid = #coco.grid<[?]>}} {{
+  %s = comm.all_reduce sum %g : !coco.tensor<{n}xf32, local> -> !coco.tensor<{n}xf32>
+  func.return %s : !coco.tensor<{n}xf32>
+}}
+"""
+
+ALL_GATHER_PROGRAM = """
+func.func @probe_all_gather(%x: !coco.tensor<{n}xf32, sliced<0>>)
+    -> !coco.tensor<{n}xf32> attributes {{coco.grid = #coco.grid<[?]>}} {{
+  %s = comm.all_gather %x : !coco.tensor<{n}xf32, sliced<0>> -> !coco.tensor<{n}xf32>
+  func.return %s : !coco.tensor<{n}xf32>
+}}
+"""
+
+FUSED_PROGRAM = """
+func.func @probe_fused(%g: !coco.tensor<{n}xf32, local>, %w: !coco.tensor<{n}xf32>,
+                       %lr: !coco.tensor<f32>) attributes {{coco.grid = #coco.grid<[?]>}} {{
+  %g1 = comm.all_reduce sum %g : !coco.tensor<{n}xf32, local> -> !coco.tensor<{n}xf32>
+  %0 = coco.mul %lr, %g1 : !coco.tensor<f32>, !coco.tensor<{n}xf32> -> !coco.tensor<{n}xf32>
+  %w1 = coco.sub %w, %0 : !coco.tensor<{n}xf32>
+  coco.update %w, %w1 : !coco.tensor<{n}xf32>
+  func.return
+}}
+"""
+
+SMALL = 256
+LARGE = 1 << 22
+
+
+def _scale() -> float:
+    """COCONET_PROBE_SCALE shrinks the large sizes (tests: a quick, rough profile)."""
+    try:
+        return min(1.0, max(1e-3, float(os.environ.get("COCONET_PROBE_SCALE", "1"))))
+    except ValueError:
+        return 1.0
+
+
+def _timed(comm, fn: Callable[[], Any], warmup: int, iters: int) -> float:
+    """The median over `iters` runs of the slowest rank's time of `fn` (barrier before each)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(iters):
+        comm.Barrier()
+        t0 = time.perf_counter()
+        fn()
+        dt = time.perf_counter() - t0
+        times.append(max(comm.allgather(dt)))
+    return statistics.median(times)
+
+
+def _compiled(comm, text: str, schedule: str | None = None):
+    import coconet
+    from coconet.program import Program, parse_module
+
+    program = Program(parse_module(text, "<probe>"))
+    return coconet.compile(
+        program, schedule=schedule, backend="cpu", comm=comm, abort_on_error=False
+    )
+
+
+def _ready(compiled, seed: int = 0):
+    """`compiled` with its inputs set once (steps then run on resident buffers)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    inputs = {}
+    for name, (shape, dtype) in compiled.input_shapes().items():
+        inputs[name] = (rng.random(shape) * 1e-3).astype(dtype)
+    compiled(**inputs)
+    return compiled
+
+
+def measure(comm) -> dict[str, Any]:
+    """Every measurement, on every rank of `comm` at once (collective); the same dict on every
+    rank. Times in seconds, bandwidths in bytes/s per rank."""
+    import ctypes
+
+    import numpy as np
+
+    from coconet.lowering.host_compiler import compile_host
+
+    size = comm.Get_size()
+    scale = _scale()
+    out: dict[str, Any] = {"ranks": size, "scale": scale}
+
+    # memory: STREAM triad on every rank's own arrays
+    n = max(1 << 16, int((1 << 23) * scale))
+    lib = compile_host(STREAM_SOURCE)
+    kernel = lib.kernel(
+        "stream_triad", ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_float,
+        ctypes.c_int64,
+    )  # fmt: skip
+    a = np.zeros(n, np.float32)
+    b = np.ones(n, np.float32)
+    c = np.full(n, 2.0, np.float32)
+    t = _timed(comm, lambda: kernel(64, 256, a, b, c, 3.0, n), 2, 7)
+    out["triad_bandwidth"] = 12.0 * n / t
+
+    # matmul FLOP/s (NumPy, one BLAS thread per rank)
+    m = 256
+    x = np.ones((m, m), np.float32)
+    y = np.ones((m, m), np.float32)
+    t = _timed(comm, lambda: x @ y, 2, 7)
+    out["matmul_flops_f32"] = 2.0 * m**3 / t
+
+    # one kernel launch through the executor
+    launch = _ready(_compiled(comm, LAUNCH_PROGRAM.format(n=SMALL)))
+    out["launch_step"] = _timed(comm, launch.step, 20, 101)
+    out["launch_plan"] = _plan_steps(launch.plan)
+    launch.close()
+
+    if size > 1:
+        big = max(SMALL * size, int(LARGE * scale) // size * size)
+        for name, text in (("all_reduce", ALL_REDUCE_PROGRAM), ("all_gather", ALL_GATHER_PROGRAM)):
+            for label, count in (("small", SMALL * size), ("large", big)):
+                prog = _ready(_compiled(comm, text.format(n=count)))
+                out[f"{name}_{label}_step"] = _timed(
+                    comm, prog.step, 10 if label == "small" else 2, 41 if label == "small" else 7
+                )
+                out[f"{name}_{label}_plan"] = _plan_steps(prog.plan)
+                prog.close()
+        fused = _ready(_compiled(comm, FUSED_PROGRAM.format(n=SMALL * size), "fuse(rs-c-ag)"))
+        out["fused_small_step"] = _timed(comm, fused.step, 10, 41)
+        out["fused_small_plan"] = _plan_steps(fused.plan)
+        fused.close()
+    return out
+
+
+def _plan_steps(plan) -> int:
+    return len(plan.steps)
+
+
+def _host() -> dict[str, Any]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"host": platform.node(), "cores": os.cpu_count() or 1, "cpu": cpu}
+
+
+def profile_from_measurements(
+    m: dict[str, Any], host: dict[str, Any] | None = None
+) -> MachineProfile:
+    """The cpu backend's profile from `measure`'s numbers: each parameter is what is left of a
+    measured step once the parameters fitted before it are taken off (the cost model's own
+    formulas, so the model reproduces the measurements it was fitted on)."""
+    host = host or _host()
+    p = int(m["ranks"])
+    mem = float(m["triad_bandwidth"])
+    launch = max(1e-7, float(m["launch_step"]) - 256 * 8 / mem)
+    intra = Fabric("shared memory (MPI)", mem, 0.0, mem)
+    collective_overhead = 0.0
+    fused_sync = 0.0
+    if p > 1:
+        # the programs' steps other than the collective: a copy out at most (priced as one launch)
+        def collective_time(key: str) -> float:
+            extra = max(0, int(m[f"{key}_plan"]) - 1) * launch
+            return max(1e-7, float(m[f"{key}_step"]) - extra)
+
+        ar_small, ag_small = (
+            collective_time("all_reduce_small"),
+            collective_time("all_gather_small"),
+        )
+        # t = overhead + k alpha: all_reduce k = 2(p-1), all_gather k = p-1
+        alpha = max(0.0, (ar_small - ag_small) / (p - 1))
+        collective_overhead = max(0.0, ag_small - (p - 1) * alpha)
+        if collective_overhead == 0.0:
+            alpha = ag_small / (p - 1)
+        big = max(SMALL * p, int(LARGE * float(m["scale"])) // p * p)
+        nbytes = 4.0 * big
+        ar_large = collective_time("all_reduce_large") - collective_overhead - 2 * (p - 1) * alpha
+        ag_large = collective_time("all_gather_large") - collective_overhead - (p - 1) * alpha
+        reduce_bw = 2 * (p - 1) / p * nbytes / max(1e-7, ar_large)
+        move_bw = (p - 1) / p * nbytes / max(1e-7, ag_large)
+        intra = Fabric("shared memory (MPI)", move_bw, alpha, reduce_bw)
+        extra = max(0, int(m["fused_small_plan"]) - 1) * launch
+        fused_sync = max(0.0, float(m["fused_small_step"]) - extra - launch)
+    return MachineProfile(
+        name=f"cpu-{p}",
+        description=(
+            f"{host['cpu']} ({host['cores']} cores, host {host['host']}), {p} rank(s) of the "
+            "cpu backend, measured"
+        ),
+        ranks_per_node=max(p, 1),
+        memory_bandwidth=mem,
+        matmul_flops={"f32": float(m["matmul_flops_f32"])},
+        # elementwise kernels are memory bound; their compute ceiling: the triad's 2 flops per
+        # element at the measured bandwidth, times 8 lanes of a vector unit
+        elementwise_flops=8 * 2 * mem / 12,
+        intra=intra,
+        inter=None,
+        peer_bandwidth=mem,
+        launch_overhead=launch,
+        collective_overhead=collective_overhead,
+        fused_sync=fused_sync,
+        host_serializes_kernels=True,
+        exchange_reductions=("f16", "bf16", "i1"),
+        source="measured",
+        notes={"measurements": m, "host": host, "probe_version": PROBE_VERSION},
+    )
+
+
+def profile_key(ranks: int) -> str:
+    host = _host()
+    return content_key(
+        "coconet-cpu-profile",
+        str(PROBE_VERSION),
+        host["host"],
+        str(host["cores"]),
+        host["cpu"],
+        str(ranks),
+        str(_scale()),
+    )
+
+
+def _load(path: Path) -> MachineProfile:
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not JSON: {e}") from None
+    return MachineProfile.from_json(data)
+
+
+def _run_probe_job(ranks: int, out: Path, timeout: float = 600.0) -> None:
+    """`python -m coconet.machine_probe OUT` on `ranks` MPI processes."""
+    from coconet.runtime.cpu import apply_rank_env_defaults
+    from coconet.runtime.launcher import find_mpiexec
+
+    env = apply_rank_env_defaults(dict(os.environ))
+    if ranks > (os.cpu_count() or 1):
+        env.setdefault("MPIR_CVAR_CH4_PROGRESS_THROTTLE", "1")
+    cmd = [
+        find_mpiexec(),
+        "-n",
+        str(ranks),
+        sys.executable,
+        "-m",
+        "coconet.machine_probe",
+        str(out),
+    ]
+    try:
+        done = subprocess.run(
+            cmd, check=False, env=env, capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired:
+        raise CocoError(
+            f"[profile-measure] measuring this host's profile on {ranks} rank(s) took over "
+            f"{timeout:.0f} s; pass a profile instead (--profile FILE.json or a published name)"
+        ) from None
+    if done.returncode != 0 or not out.exists() or out.stat().st_size == 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        raise CocoError(
+            f"[profile-measure] measuring this host's profile on {ranks} rank(s) failed "
+            f"(status {done.returncode}): {' / '.join(tail) or 'no output'}"
+        )
+
+
+def cpu_profile(
+    ranks: int, comm=None, *, log: Callable[[str], None] | None = None
+) -> MachineProfile:
+    """This host's profile for `ranks` ranks of the cpu backend: from the cache, else measured
+    (by an mpiexec job of `ranks` processes; with `comm`, collectively on that communicator,
+    every rank calling) and cached."""
+    key = profile_key(ranks)
+
+    def build(tmp: Path) -> None:
+        if log:
+            log(f"measuring this host's machine profile on {ranks} rank(s) (once; cached)")
+        if comm is not None:
+            profile = profile_from_measurements(measure(comm))
+            tmp.write_text(json.dumps(profile.to_json(), indent=1) + "\n")
+        else:
+            _run_probe_job(ranks, tmp)
+
+    if comm is None or comm.Get_size() == 1:
+        return PROBE_CACHE.get_or_build(key, ".json", build, _load).value
+    # in a job: rank 0 decides whether the cache holds it; if not, every rank measures
+    rank = comm.Get_rank()
+    cached = None
+    if rank == 0:
+        path = PROBE_CACHE.path_for(key, ".json")
+        if path.exists():
+            try:
+                cached = PROBE_CACHE.get_or_build(key, ".json", _refuse_build, _load).value
+            except _NotCached:
+                cached = None
+    cached = comm.bcast(cached.to_json() if cached else None, root=0)
+    if cached is not None:
+        return MachineProfile.from_json(cached)
+    profile = profile_from_measurements(measure(comm))
+    if rank == 0:
+        PROBE_CACHE.get_or_build(
+            key, ".json", lambda tmp: tmp.write_text(json.dumps(profile.to_json()) + "\n"), _load
+        )
+    return profile
+
+
+class _NotCached(Exception):
+    pass
+
+
+def _refuse_build(_tmp: Path) -> None:
+    raise _NotCached
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Under mpiexec: measure on COMM_WORLD, rank 0 writes the profile's JSON to argv[0]."""
+    argv = sys.argv[1:] if argv is None else argv
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    m = measure(comm)
+    if comm.Get_rank() == 0:
+        profile = profile_from_measurements(m)
+        target = Path(argv[0])
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".probe-")
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(profile.to_json(), indent=1) + "\n")
+        os.replace(tmp, target)
+
+
+if __name__ == "__main__":
+    main()

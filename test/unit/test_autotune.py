@@ -1,0 +1,376 @@
+"""The autotuner: the cost model's pieces on synthetic plans, the profile cache, `--schedule
+auto` end to end (sim and cpu, with --check), compile(schedule="auto") and coco-tune. No
+assertion here depends on how fast this machine is."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from coconet.dialects.coco import TensorType
+from coconet.lowering.lower_to_plan import lower
+from coconet.lowering.plan import (
+    COMM_STREAM,
+    Buffer,
+    Collective,
+    Launch,
+    Matmul,
+    Plan,
+    RecordEvent,
+    WaitEvent,
+)
+from xdsl.dialects.builtin import Float32Type
+
+from coconet.autotune import rank_schedules, resolve_profile, spearman
+from coconet.cost_model import (
+    PUBLISHED_PROFILES,
+    Fabric,
+    MachineProfile,
+    kernel_traffic,
+    predict,
+    published_profile,
+)
+from coconet.program import CocoError, load
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+# Round numbers, so every expected time below is arithmetic on them.
+PROFILE = MachineProfile(
+    name="synthetic",
+    description="round numbers",
+    ranks_per_node=4,
+    memory_bandwidth=1e9,
+    matmul_flops={"f32": 1e9},
+    elementwise_flops=1e12,
+    intra=Fabric("intra", 1e8, 1e-3, 5e7),
+    inter=Fabric("inter", 1e7, 1e-2),
+    peer_bandwidth=1e8,
+    launch_overhead=1e-4,
+    collective_overhead=2e-4,
+    fused_sync=3e-3,
+)
+
+
+def f32(*shape: int) -> TensorType:
+    return TensorType(shape, Float32Type())
+
+
+def buffer(name: str, *shape: int) -> Buffer:
+    return Buffer(name, f32(*shape), shape)
+
+
+def plan_of(steps, grid=(4,), buffers=()) -> Plan:
+    return Plan("synthetic", grid, list(buffers), steps, "")
+
+
+# -- the model's pieces -----------------------------------------------------------------------
+
+
+def test_collectives_are_alpha_beta_on_the_fabric_the_group_spans():
+    src, dst = buffer("x", 1000), buffer("y", 1000)  # 4000 bytes
+    n = 4000.0
+    ar = Collective("all_reduce", src, dst, kind="sum", axes=(0,))
+    t = predict(plan_of([ar]), PROFILE).seconds
+    # ring: 2(p-1) alpha + 2(p-1)/p n / reduce_bandwidth, plus the per-call overhead
+    assert t == pytest.approx(2e-4 + 6 * 1e-3 + 1.5 * n / 5e7)
+    ag = Collective("all_gather", src, dst, axes=(0,))
+    assert predict(plan_of([ag]), PROFILE).seconds == pytest.approx(2e-4 + 3e-3 + 0.75 * n / 1e8)
+    # 8 ranks, 4 per node: the group crosses nodes and goes at the inter-node fabric's rate
+    t8 = predict(plan_of([ag], grid=(8,)), PROFILE).seconds
+    assert t8 == pytest.approx(2e-4 + 7 * 1e-2 + 7 / 8 * n / 1e7)
+
+
+def test_overlapped_streams_cost_the_max_not_the_sum():
+    a, b, c = buffer("a", 100, 100), buffer("b", 100, 100), buffer("c", 100, 100)
+    big_src, big_dst = buffer("g", 250_000), buffer("h", 250_000)
+    mm = Matmul(a, b, c)  # 2e6 flops at 1e9 FLOP/s: 2 ms, plus the launch overhead
+    coll = Collective("all_reduce", big_src, big_dst, kind="sum", axes=(0,), stream=COMM_STREAM)
+    gpu_like = dataclasses.replace(PROFILE, host_serializes_kernels=False)
+    t_mm = predict(plan_of([mm]), gpu_like).seconds
+    t_coll = predict(plan_of([coll]), gpu_like).seconds
+    side_by_side = plan_of([coll, mm, RecordEvent("done", stream=COMM_STREAM), WaitEvent("done")])
+    assert predict(side_by_side, gpu_like).seconds == pytest.approx(max(t_mm, t_coll))
+    # in order on one stream, the same steps add up
+    in_order = plan_of([dataclasses.replace(coll, stream=0), mm])
+    assert predict(in_order, gpu_like).seconds == pytest.approx(t_mm + t_coll)
+    # a wait makes the compute stream take the collective's end
+    waited = plan_of([coll, RecordEvent("e", stream=COMM_STREAM), WaitEvent("e"), mm])
+    assert predict(waited, gpu_like).seconds == pytest.approx(t_coll + t_mm)
+    # on a host, kernels share one thread but a non-blocking collective still overlaps
+    host = dataclasses.replace(PROFILE, host_serializes_kernels=True)
+    two_kernels = plan_of([dataclasses.replace(mm, stream=COMM_STREAM), mm])
+    assert predict(two_kernels, host).seconds == pytest.approx(2 * t_mm)
+    assert predict(side_by_side, host).seconds == pytest.approx(max(t_mm, t_coll))
+
+
+def test_kernel_bytes_come_from_the_plan():
+    from coconet.schedule import apply_schedule
+
+    program = load(EXAMPLES / "sgd.mlir")
+    plan = lower(apply_schedule(program, "ar-c"), 2)  # all_reduce, one kernel w - lr * g1 -> w
+    (launch,) = [s for s in plan.steps if isinstance(s, Launch)]
+    local, peer, flops, syncs = kernel_traffic(plan, launch, 1)
+    # reads g1 (4096 f32), w (4096 f32) and lr (one f32); writes w (4096 f32)
+    assert local == 3 * 4096 * 4 + 4
+    assert peer == 0 and syncs == 0
+    assert flops >= 4096
+
+    fused = lower(apply_schedule(program, "fuse(rs-c-ag)"), 2)
+    (kernel,) = [s for s in fused.steps if isinstance(s, Launch)]
+    local, peer, _flops, syncs = kernel_traffic(fused, kernel, 2)
+    assert syncs >= 1  # its flags: at least one cross-rank exchange
+    assert peer > 0  # half of what it reads and writes is on the peer
+    # the roofline: on a profile with slow peers, the peer term bounds the kernel
+    slow_peers = dataclasses.replace(PROFILE, peer_bandwidth=1e3, fused_sync=0.0)
+    (cost,) = [c for c in predict(fused, slow_peers).steps if c.text.startswith("launch")]
+    assert cost.bound == "peers"
+    assert cost.seconds == pytest.approx(slow_peers.launch_overhead + peer / 1e3)
+
+
+def test_matmul_is_a_roofline():
+    a, b, c = buffer("a", 64, 32), buffer("b", 32, 16), buffer("c", 64, 16)
+    flops = 2 * 64 * 32 * 16
+    nbytes = 4 * (64 * 32 + 32 * 16 + 64 * 16)
+    fast_memory = dataclasses.replace(PROFILE, memory_bandwidth=1e15)
+    (cost,) = predict(plan_of([Matmul(a, b, c)]), fast_memory).steps
+    assert cost.flops == flops and cost.bytes == nbytes and cost.bound == "compute"
+    slow_memory = dataclasses.replace(PROFILE, memory_bandwidth=1e3, matmul_flops={"f32": 1e15})
+    (cost,) = predict(plan_of([Matmul(a, b, c)]), slow_memory).steps
+    assert cost.bound == "memory"
+    assert cost.seconds == pytest.approx(PROFILE.launch_overhead + nbytes / 1e3)
+    half = Matmul(a, b, c, rows=((0, 32),))
+    (cost,) = predict(plan_of([half]), fast_memory).steps
+    assert cost.flops == flops / 2
+
+
+def test_profiles_round_trip_and_bad_ones_are_refused():
+    for profile in PUBLISHED_PROFILES.values():
+        assert MachineProfile.from_json(json.loads(json.dumps(profile.to_json()))) == profile
+    data = PROFILE.to_json()
+    data["memory_bandwidth"] = -1
+    with pytest.raises(ValueError):
+        MachineProfile.from_json(data)
+    with pytest.raises(ValueError):
+        MachineProfile.from_json({"name": "x"})
+    with pytest.raises(CocoError, match=r"\[profile-unknown\]"):
+        published_profile("dgx-9000")
+
+
+def test_published_profiles_are_ordered_as_the_hardware_is():
+    v100, a100, h100, h200 = (PUBLISHED_PROFILES[n] for n in PUBLISHED_PROFILES)
+    assert v100.memory_bandwidth < a100.memory_bandwidth < h100.memory_bandwidth
+    assert h100.memory_bandwidth < h200.memory_bandwidth
+    assert v100.intra.bandwidth < a100.intra.bandwidth < h100.intra.bandwidth
+    assert v100.inter.bandwidth < a100.inter.bandwidth < h100.inter.bandwidth
+    assert v100.ranks_per_node == 16 and a100.ranks_per_node == 8
+
+
+def test_spearman():
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert spearman([1, 2, 2, 3], [1, 2, 3, 4]) == pytest.approx(0.9486832980505138)
+    assert math.isnan(spearman([1, 1], [1, 2]))
+
+
+# -- ranking ----------------------------------------------------------------------------------
+
+
+def test_ranking_on_a_gpu_profile_prefers_the_fused_schedule_at_scale():
+    from examples_adam import build
+
+    program = build(1 << 24)
+    ranking = rank_schedules(program, 16, published_profile("dgx2-v100"), space="named")
+    names = [c.name for c in ranking.ranked]
+    assert names[0] == "fuse(rs-c-ag)"
+    # rs-c-ag moves the same bytes over the network as ar-c but updates 1/p of the state
+    assert names.index("rs-c-ag") < names.index("ar-c")
+    assert "auto picked fuse(rs-c-ag)" in ranking.headline()
+
+
+@pytest.fixture(autouse=True)
+def _examples_on_path(monkeypatch):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("examples_adam", EXAMPLES / "adam.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setitem(sys.modules, "examples_adam", module)
+
+
+# -- the profile cache ------------------------------------------------------------------------
+
+
+def _fake_measurements(ranks: int) -> dict:
+    m = {
+        "ranks": ranks,
+        "scale": 1.0,
+        "triad_bandwidth": 1e10,
+        "matmul_flops_f32": 1e10,
+        "launch_step": 2e-5,
+        "launch_plan": 1,
+    }
+    if ranks > 1:
+        for key in ("all_reduce", "all_gather"):
+            m |= {f"{key}_small_step": 1e-4, f"{key}_small_plan": 1}
+            m |= {f"{key}_large_step": 1e-2, f"{key}_large_plan": 1}
+        m |= {"fused_small_step": 5e-5, "fused_small_plan": 1}
+    return m
+
+
+def test_profile_is_measured_once_reused_and_remeasured_when_corrupt(monkeypatch, tmp_path):
+    from coconet import machine_probe
+
+    monkeypatch.setenv("COCONET_CACHE_DIR", str(tmp_path))
+    runs = []
+
+    def fake_job(ranks: int, out: Path, timeout: float = 600.0) -> None:
+        runs.append(ranks)
+        profile = machine_probe.profile_from_measurements(_fake_measurements(ranks))
+        out.write_text(json.dumps(profile.to_json()))
+
+    monkeypatch.setattr(machine_probe, "_run_probe_job", fake_job)
+    first = machine_probe.cpu_profile(2)
+    assert runs == [2] and first.source == "measured" and first.host_serializes_kernels
+    assert machine_probe.cpu_profile(2) == first and runs == [2]  # reused
+    machine_probe.cpu_profile(3)
+    assert runs == [2, 3]  # one profile per rank count
+    path = machine_probe.PROBE_CACHE.path_for(machine_probe.profile_key(2), ".json")
+    path.write_text(path.read_text().replace("1", "7", 1))  # a flipped byte: digest mismatch
+    machine_probe.cpu_profile(2)
+    assert runs == [2, 3, 2]
+    # intact (its digest matches) but not a profile: refused, measured again
+    path.write_text('{"name": "cpu-2"}')
+    import hashlib
+
+    (path.parent / (path.name + ".sha256")).write_text(
+        hashlib.sha256(path.read_bytes()).hexdigest()
+    )
+    assert machine_probe.cpu_profile(2) == first
+    assert runs == [2, 3, 2, 2]
+
+
+def test_fitted_profile_reproduces_its_measurements():
+    from coconet.machine_probe import profile_from_measurements
+
+    m = _fake_measurements(2)
+    profile = profile_from_measurements(m)
+    p = 2
+    # the all_gather and all_reduce latencies solve t = overhead + k alpha exactly
+    ag = profile.collective_overhead + (p - 1) * profile.intra.latency
+    ar = profile.collective_overhead + 2 * (p - 1) * profile.intra.latency
+    assert ag == pytest.approx(m["all_gather_small_step"])
+    assert ar == pytest.approx(m["all_reduce_small_step"])
+    assert profile.memory_bandwidth == m["triad_bandwidth"]
+
+
+def test_measuring_on_one_rank_gives_a_valid_profile(monkeypatch, tmp_path):
+    """The real probe (host-compiled triad, a compiled one-kernel program, NumPy matmul) on a
+    one-rank communicator, at a small scale."""
+    from mpi4py import MPI
+
+    from coconet.machine_probe import measure, profile_from_measurements
+
+    monkeypatch.setenv("COCONET_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("COCONET_PROBE_SCALE", "0.05")
+    m = measure(MPI.COMM_SELF)
+    profile = profile_from_measurements(m)
+    assert MachineProfile.from_json(profile.to_json()) == profile
+    assert profile.memory_bandwidth > 0 and profile.launch_overhead > 0
+    assert m["launch_plan"] >= 1
+
+
+# -- auto end to end --------------------------------------------------------------------------
+
+
+def _profile_file(tmp_path: Path) -> str:
+    from coconet.machine_probe import profile_from_measurements
+
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(profile_from_measurements(_fake_measurements(2)).to_json()))
+    return str(path)
+
+
+def coco(tool: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", f"coconet.tools.{tool}", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_schedule_auto_on_sim_checks_against_the_program_as_written(tmp_path):
+    profile = _profile_file(tmp_path)
+    ranking = rank_schedules(load(EXAMPLES / "lamb.mlir"), 2, resolve_profile(profile, "sim", 2))
+    r = coco(
+        "coco_run", str(EXAMPLES / "lamb.mlir"), "--np", "2", "--backend", "sim",
+        "--schedule", "auto", "--profile", profile, "--check", "-q",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert f"auto picked {ranking.best.name} on 2 rank(s)" in r.stdout
+    assert f"check [auto={ranking.best.name}]: outputs match the program as written" in r.stdout
+
+
+def test_schedule_auto_on_cpu_with_check(tmp_path):
+    profile = _profile_file(tmp_path)
+    r = coco(
+        "coco_run", str(EXAMPLES / "adam.mlir"), "--np", "2", "--backend", "cpu",
+        "--schedule", "auto", "--profile", profile, "--check", "-q", "--verbose",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "auto picked" in r.stdout and "  rank    predicted" in r.stdout  # --verbose: table
+    assert "check [auto=" in r.stdout and "match the sim oracle" in r.stdout
+
+
+def test_auto_errors_are_one_line(tmp_path):
+    r = coco("coco_run", str(EXAMPLES / "sgd.mlir"), "--np", "2", "--backend", "sim",
+             "--schedule", "auto", "--profile", "dgx-9000")  # fmt: skip
+    assert r.returncode == 1
+    assert r.stderr.strip().count("\n") == 0 and "[profile-unknown]" in r.stderr
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    r = coco("coco_run", str(EXAMPLES / "sgd.mlir"), "--np", "2", "--backend", "sim",
+             "--schedule", "auto", "--profile", str(bad))  # fmt: skip
+    assert r.returncode == 1 and "[profile-file]" in r.stderr
+    r = coco("coco_run", str(EXAMPLES / "sgd.mlir"), "--np", "2", "--backend", "sim",
+             "--profile", "dgx-a100")  # fmt: skip
+    assert r.returncode == 1 and "--profile is for --schedule auto" in r.stderr
+
+
+def test_compile_auto_on_sim_reports_its_choice(tmp_path):
+    import numpy as np
+
+    import coconet
+
+    compiled = coconet.compile(
+        EXAMPLES / "sgd.mlir", schedule="auto", backend="sim", ranks=4, profile="dgx-a100"
+    )
+    expected = rank_schedules(load(EXAMPLES / "sgd.mlir"), 4, published_profile("dgx-a100"))
+    assert compiled.autotune["name"] == expected.best.name
+    assert compiled.autotune["predicted_s"] == expected.best.seconds
+    rng = np.random.default_rng(0)
+    inputs = {
+        "g": rng.random((4, 4096), dtype=np.float32),
+        "w": rng.random(4096, dtype=np.float32),
+        "lr": np.float32(0.1),
+    }
+    want = coconet.run(
+        load(EXAMPLES / "sgd.mlir"), {k: v.copy() for k, v in inputs.items()}, ranks=4
+    ).outputs["w"]
+    got = compiled(**{k: v.copy() for k, v in inputs.items()})["w"]
+    assert np.allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+def test_coco_tune_predicts_for_a_gpu_node_and_refuses_to_measure_it():
+    r = coco("coco_tune", str(EXAMPLES / "sgd.mlir"), "--np", "16",
+             "--profile", "dgx2-v100", "--predict-only")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "auto picked" in r.stdout and "profile dgx2-v100" in r.stdout
+    r = coco("coco_tune", str(EXAMPLES / "sgd.mlir"), "--np", "2", "--profile", "dgx-a100")
+    assert r.returncode == 1 and "describes another machine" in r.stderr
