@@ -60,6 +60,21 @@ def test_one_rank_tracks_torch_optim(ours, theirs, options, schedule):
     assert params == list(mine.parameters())
 
 
+def test_auto_picks_one_of_the_optimizer_schedules_and_tracks_torch_optim(monkeypatch):
+    # a published profile: the choice is the cost model's, with nothing measured here
+    monkeypatch.setenv("COCONET_PROFILE", "dgx-a100")
+    ref, mine = _model(), _model()
+    _train(ref, torch.optim.AdamW(ref.parameters(), lr=0.01, weight_decay=0.1))
+    opt = ct.AdamW(mine.parameters(), lr=0.01, weight_decay=0.1, schedule="auto")
+    _train(mine, opt)
+    for a, b in zip(ref.parameters(), mine.parameters(), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+    (bucket,) = opt.buckets
+    choice = bucket.compiled.autotune
+    assert choice["profile"] == "dgx-a100"
+    assert choice["name"] in ("as-written", *ct.SCHEDULES)
+
+
 def test_gradients_replaced_by_other_code_are_taken():
     ref, mine = _model(), _model()
     _train(ref, torch.optim.AdamW(ref.parameters(), lr=0.01))
