@@ -9,7 +9,8 @@ The space is every named schedule that fits the program (coconet/schedule.py
 `named_schedules`) and every schedule `enumerate_scheduled_programs` lists; schedules whose IR
 is the same are one candidate (its first name kept, the others as aliases). Each candidate is
 lowered for the rank count and priced by coconet/cost_model.py; candidates the lowering refuses
-for that rank count are listed as refused, never silently dropped.
+for that rank count (or that cannot run on the profile's machine: a fused kernel whose group
+spans nodes) are listed as refused, never silently dropped.
 
 `--schedule auto` (coco-run), `compile(..., schedule="auto")` and `coconet.torch`'s
 `schedule="auto"` resolve to the best candidate's pipeline. The profile: `cpu` (this host,
@@ -104,7 +105,7 @@ class Ranking:
             f"per step on profile {self.profile.name} ({best.prediction.summary(2)})"
             + (f"; next: {others}" if others else "")
             + f"; {len(self.ranked)} candidate(s) ranked"
-            + (f", {len(self.refused)} refused by the lowering" if self.refused else "")
+            + (f", {len(self.refused)} refused (lowering or machine)" if self.refused else "")
         )
 
     def explain(self, top: int = 8) -> str:
@@ -183,11 +184,11 @@ def rank_schedules(
     for c in cands:
         try:
             plan = lower(c.program, ranks)
+            c.prediction = predict(plan, profile)
         except CocoError as e:
             c.refused = str(e).splitlines()[0]
             refused.append(c)
             continue
-        c.prediction = predict(plan, profile)
         ranked.append(c)
     order = {id(c): i for i, c in enumerate(cands)}
     ranked.sort(key=lambda c: (c.seconds, order[id(c)]))

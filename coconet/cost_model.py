@@ -393,10 +393,20 @@ def kernel_traffic(plan: Plan, step: Launch, group_size: int) -> tuple[float, fl
     return local, peer, flops, syncs
 
 
-def _group_size(plan: Plan, step: Launch, rank: int) -> int:
+def _group_size(plan: Plan, step: Launch, rank: int, profile: MachineProfile) -> int:
+    """The size of the group a fused kernel reaches through peer tables (1: none); a group
+    that spans nodes cannot be reached through symmetric memory (the lowering's fused kernels
+    are single-node), so such a plan cannot run on this machine."""
     for arg in step.args:
         if isinstance(arg, PeerTable):
-            return len(group_of(plan.grid_shape, arg.span, rank))
+            members = group_of(plan.grid_shape, arg.span, rank)
+            if len({m // profile.ranks_per_node for m in members}) > 1:
+                raise CocoError(
+                    f"[cost-fused-across-nodes] {step.kernel} reaches {len(members)} ranks "
+                    f"through symmetric memory, but {profile.name} has "
+                    f"{profile.ranks_per_node} per node"
+                )
+            return len(members)
     return 1
 
 
@@ -481,7 +491,7 @@ def _matmul_cost(step: Matmul, profile: MachineProfile) -> tuple[float, float, f
 def _launch_cost(
     plan: Plan, step: Launch, profile: MachineProfile, rank: int
 ) -> tuple[float, float, float, str]:
-    p = _group_size(plan, step, rank)
+    p = _group_size(plan, step, rank, profile)
     local, peer, flops, syncs = kernel_traffic(plan, step, p)
     terms = {
         "memory": local / profile.memory_bandwidth,

@@ -374,3 +374,15 @@ def test_coco_tune_predicts_for_a_gpu_node_and_refuses_to_measure_it():
     assert "auto picked" in r.stdout and "profile dgx2-v100" in r.stdout
     r = coco("coco_tune", str(EXAMPLES / "sgd.mlir"), "--np", "2", "--profile", "dgx-a100")
     assert r.returncode == 1 and "describes another machine" in r.stderr
+
+
+def test_a_fused_kernel_across_nodes_is_refused_not_priced():
+    program = load(EXAMPLES / "sgd.mlir")
+    a100 = published_profile("dgx-a100")  # 8 GPUs per node
+    ranking = rank_schedules(program, 16, a100, space="named")
+    refused = ranking.find("fuse(rs-c-ag)")
+    assert refused in ranking.refused
+    assert "[cost-fused-across-nodes]" in refused.refused
+    assert ranking.best.name in ("rs-c-ag", "ar-c", "as-written")
+    one_node = rank_schedules(program, 8, a100, space="named")
+    assert one_node.find("fuse(rs-c-ag)") in one_node.ranked
