@@ -181,19 +181,65 @@ def has_side_effects(op: Operation) -> bool:
 
 class OrderInfo:
     """Must-run-before edges between the top-level ops of one block: a def precedes its uses
-    (also uses nested in regions), and every read of an argument precedes its update."""
+    (also uses nested in regions), and every read of an argument precedes its update.
 
-    def __init__(self, block: Block):
-        self.ops = list(block.ops)
+    An op's facts (what it defines, uses, reads and updates) are computed the first time an
+    edge asks for them, and `OrderInfo.spanning` covers only the ops from the first to the last
+    of a set (found by walking outwards from one of them): a rewrite that looks at a few
+    neighbouring ops costs what it looks at, not a rescan of the function (compile time stays
+    linear in the program). `OrderInfo.visits` counts the ops listed and the facts computed,
+    over all instances (tests check it grows linearly)."""
+
+    visits = 0
+
+    def __init__(self, block: Block, ops: list[Operation] | None = None):
+        self.ops = list(block.ops) if ops is None else ops
         self.index = {op: i for i, op in enumerate(self.ops)}
-        self.defs = {op: set(op.results) for op in self.ops}
-        self.uses = {op: used_values(op) for op in self.ops}
-        self.reads = {op: read_arguments(op) for op in self.ops}
-        self.writes = {op: updated_targets(op) for op in self.ops}
+        OrderInfo.visits += len(self.ops)
+        self._facts: dict[Operation, tuple[set, set, set, set]] = {}
+
+    @classmethod
+    def spanning(cls, block: Block, members: Iterable[Operation]) -> OrderInfo:
+        """The ops of `block` from the first of `members` to the last (top-level ops of
+        `block`), found by walking both ways from one member until all are seen."""
+        wanted = set(members)
+        start = next(iter(wanted))
+        seen = {start}
+        before: list[Operation] = []
+        after: list[Operation] = []
+        back, fwd = start.prev_op, start.next_op
+        while len(seen) < len(wanted) and (back is not None or fwd is not None):
+            if back is not None:
+                before.append(back)
+                if back in wanted:
+                    seen.add(back)
+                back = back.prev_op
+            if fwd is not None:
+                after.append(fwd)
+                if fwd in wanted:
+                    seen.add(fwd)
+                fwd = fwd.next_op
+        if len(seen) < len(wanted):
+            raise ValueError("OrderInfo.spanning: an op of the set is not in the block")
+        ops = [*reversed(before), start, *after]
+        first = next(i for i, op in enumerate(ops) if op in wanted)
+        last = max(i for i, op in enumerate(ops) if op in wanted)
+        return cls(block, ops[first : last + 1])
+
+    def facts(self, op: Operation) -> tuple[set, set, set, set]:
+        """(defs, uses, reads, writes) of a top-level op."""
+        got = self._facts.get(op)
+        if got is None:
+            OrderInfo.visits += 1
+            got = (set(op.results), used_values(op), read_arguments(op), updated_targets(op))
+            self._facts[op] = got
+        return got
 
     def precedes(self, a: Operation, b: Operation) -> bool:
         """Whether `a` must run before `b` (a direct edge)."""
-        return bool(self.defs[a] & self.uses[b]) or bool(self.reads[a] & self.writes[b])
+        defs_a, _, reads_a, _ = self.facts(a)
+        _, uses_b, _, writes_b = self.facts(b)
+        return bool(defs_a & uses_b) or bool(reads_a & writes_b)
 
 
 def plan_contiguous(
@@ -207,7 +253,8 @@ def plan_contiguous(
     order). Ops between the members that depend on none of them are hoisted above; the rest
     sink below. An op that depends on a member and that a member depends on closes a cycle:
     refused under `rule`."""
-    info = info or OrderInfo(block)
+    if info is None or any(m not in info.index for m in members):
+        info = OrderInfo.spanning(block, members)
     order = sorted(members, key=info.index.__getitem__)
     first, last = info.index[order[0]], info.index[order[-1]]
     sunk: list[Operation] = []

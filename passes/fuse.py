@@ -108,27 +108,49 @@ def _make_fused(kind: str):
 
 
 def _absorb_updates(block: Block, members: set[Operation], info: OrderInfo) -> set[Operation]:
-    """Add the updates that store a member's result, each only if that keeps the set acyclic."""
-    produced = {r for m in members for r in m.results}
-    for op in info.ops:
-        if isinstance(op, coco.UpdateOp) and op.value in produced and op not in members:
-            try:
-                plan_contiguous(block, members | {op}, RULE, "", info)
-            except PassFailedException:
-                continue
-            members = members | {op}
+    """Add the updates that store a member's result, each only if that keeps the set acyclic
+    (found through the members' uses: no scan of the block)."""
+    updates = {
+        use.operation
+        for m in members
+        for r in m.results
+        for use in r.uses
+        if isinstance(use.operation, coco.UpdateOp)
+        and use.index == 1
+        and use.operation.parent_block() is block
+    }
+    updates -= members
+    if not updates:
+        return members
+    if any(u not in info.index for u in updates) or any(m not in info.index for m in members):
+        info = OrderInfo.spanning(block, members | updates)
+    for op in sorted(updates, key=info.index.__getitem__):
+        try:
+            plan_contiguous(block, members | {op}, RULE, "", info)
+        except PassFailedException:
+            continue
+        members = members | {op}
     return members
 
 
 def _absorb_feeders(block: Block, members: set[Operation]) -> set[Operation]:
     """Add slices and splat constants read only by members: they move no data, and inside
-    the region the kernel sees them as a pointer offset / an immediate."""
+    the region the kernel sees them as a pointer offset / an immediate (found through the
+    members' operands: no scan of the block)."""
+    given = set(members)
     members = set(members)
-    for op in block.ops:
-        if op in members or not isinstance(op, coco.SliceOp | coco.ConstantOp):
+    feeders = {
+        v.owner
+        for m in given
+        for o in m.walk()
+        for v in o.operands
+        if isinstance(v.owner, coco.SliceOp | coco.ConstantOp) and v.owner.parent_block() is block
+    }
+    for op in feeders:
+        if op in members:
             continue
         users = {ancestor_in(block, use.operation) for use in op.results[0].uses}
-        if users and users <= members:
+        if users and users <= given:
             members.add(op)
     return members
 
@@ -481,7 +503,7 @@ class FusePass(ModulePass):
                     changed = True
         # scalar arithmetic between chain values (e.g. a trust ratio of two norms) that the
         # chain both feeds and reads belongs in the chain too
-        info = OrderInfo(block)
+        info = OrderInfo.spanning(block, members)
         while True:
             try:
                 plan_contiguous(

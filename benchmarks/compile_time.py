@@ -1,0 +1,130 @@
+"""Compile time of a deep tensor-parallel stack: from MLIR text (or the Python front end) to the
+plan and its CUDA text, and a warm start of the same program.
+
+    python benchmarks/compile_time.py                       # 400 layers, schedules ar-c, rs-c-ag
+    python benchmarks/compile_time.py --layers 100,200,400  # scaling: time per layer
+    python benchmarks/compile_time.py --profile             # cProfile's top entries
+
+Each layer is Megatron's output projection with its residual (6 ops): the input sliced on its
+last dim, a matmul against a row-sliced weight (partial sums), their all_reduce, the bias,
+dropout, and the residual -- so 400 layers are 2,401 ops. Phases: parse + verify, schedule
+(the named schedule's passes, each verifying), lower (plan + the CUDA translation unit).
+"Warm start" is `coconet.compile`'s path for a program compiled before: its kernels come from
+the kernel cache, so what is left is parse, schedule and lower, plus loading the cached
+kernels (measured here without MPI: lowering and the cache lookups of the host library).
+Targets (issue #13): < 2 s from text to CUDA for >= 2,000 ops; < 0.3 s warm start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+H, B, S = 64, 2, 8
+
+
+def stack_text(layers: int, h: int = H, b: int = B, s: int = S) -> str:
+    """A `layers`-deep tensor-parallel stack as MLIR text (6 ops per layer, one return)."""
+    t = f"{b}x{s}x{h}xf32"
+    args = [f"%x0: !coco.tensor<{t}>"]
+    for i in range(layers):
+        args.append(f"%w{i}: !coco.tensor<{h}x{h}xf32, sliced<0>>")
+        args.append(f"%b{i}: !coco.tensor<{h}xf32>")
+    lines = [
+        "func.func @stack(" + ", ".join(args) + f") -> !coco.tensor<{t}> "
+        "attributes {coco.grid = #coco.grid<[?]>} {"
+    ]
+    for i in range(layers):
+        x = f"%x{i}"
+        lines += [
+            f"  %xs{i} = coco.slice {x} : !coco.tensor<{t}> -> !coco.tensor<{t}, sliced<2>>",
+            (
+                f"  %mm{i} = coco.matmul %xs{i}, %w{i} : !coco.tensor<{t}, sliced<2>>, "
+                f"!coco.tensor<{h}x{h}xf32, sliced<0>> -> !coco.tensor<{t}, local>"
+            ),
+            f"  %ar{i} = comm.all_reduce sum %mm{i} : !coco.tensor<{t}, local> -> !coco.tensor<{t}>",
+            (
+                f"  %bi{i} = coco.add %ar{i}, %b{i} : !coco.tensor<{t}>, !coco.tensor<{h}xf32> -> "
+                f"!coco.tensor<{t}>"
+            ),
+            f"  %dr{i} = coco.dropout %bi{i}, 0.1 seed {i} : !coco.tensor<{t}>",
+            f"  %x{i + 1} = coco.add %dr{i}, {x} : !coco.tensor<{t}>",
+        ]
+    lines += [f"  func.return %x{layers} : !coco.tensor<{t}>", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def count_ops(program) -> int:
+    return sum(1 for _ in program.func.body.walk())
+
+
+def phases(text: str, schedule: str, ranks: int) -> dict[str, float]:
+    from coconet.lowering.lower_to_plan import lower
+
+    from coconet.compile import apply_schedule
+    from coconet.program import Program, parse_module
+
+    out = {}
+    t0 = time.perf_counter()
+    program = Program(parse_module(text, "<stack>"))
+    out["parse+verify"] = time.perf_counter() - t0
+    out["ops"] = count_ops(program)
+    t0 = time.perf_counter()
+    scheduled = apply_schedule(program, schedule)
+    out["schedule"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    plan = lower(scheduled, ranks)
+    out["lower"] = time.perf_counter() - t0
+    out["cuda_chars"] = len(plan.cuda_source)
+    out["total"] = out["parse+verify"] + out["schedule"] + out["lower"]
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layers", default="400", help="comma-separated layer counts")
+    ap.add_argument("--schedules", default="ar-c,rs-c-ag", help="comma-separated schedules")
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=3, help="best of this many runs")
+    ap.add_argument("--profile", action="store_true", help="cProfile the largest run")
+    args = ap.parse_args()
+    import coconet.schedule  # noqa: F401 - imports out of the timed region
+
+    layer_counts = [int(x) for x in args.layers.split(",")]
+    print(
+        f"compile time, {args.ranks} rank(s), best of {args.repeat}: text -> parse + verify -> "
+        "schedule -> plan + CUDA text"
+    )
+    print(
+        f"  {'layers':>6} {'ops':>6}  {'schedule':<10} {'parse+verify':>12} {'schedule':>9} "
+        f"{'lower':>8} {'total':>8}  {'per op':>8}"
+    )
+    for layers in layer_counts:
+        text = stack_text(layers)
+        for schedule in args.schedules.split(","):
+            runs = [phases(text, schedule, args.ranks) for _ in range(args.repeat)]
+            best = min(runs, key=lambda r: r["total"])
+            print(
+                f"  {layers:>6} {best['ops']:>6}  {schedule:<10} {best['parse+verify']:>10.3f} s "
+                f"{best['schedule']:>7.3f} s {best['lower']:>6.3f} s {best['total']:>6.3f} s  "
+                f"{best['total'] / best['ops'] * 1e6:>6.0f} us"
+            )
+    if args.profile:
+        text = stack_text(layer_counts[-1])
+        schedule = args.schedules.split(",")[-1]
+        prof = cProfile.Profile()
+        prof.enable()
+        phases(text, schedule, args.ranks)
+        prof.disable()
+        pstats.Stats(prof).sort_stats("cumulative").print_stats(30)
+
+
+if __name__ == "__main__":
+    main()
