@@ -53,7 +53,9 @@ def distinct_candidates(ranking, extra: int) -> list[Candidate]:
     from coconet.schedule import NAMED_SCHEDULES
 
     named = {"as-written", *NAMED_SCHEDULES}
-    chosen: list[Candidate] = [c for c in ranking.ranked if c.name in named]
+    # auto's pick first: it stands for every schedule the model prices alike
+    chosen: list[Candidate] = [ranking.best]
+    chosen += [c for c in ranking.ranked if c.name in named and c is not ranking.best]
     times = [c.seconds for c in chosen]
     added = 0
     for c in ranking.ranked:
