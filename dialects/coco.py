@@ -357,11 +357,13 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
         )
 
     def local_shape(self, grid_shape: Sequence[int]) -> tuple[int, ...]:
-        """The shape of the part one rank holds on a grid of the given (bound) sizes."""
+        """The shape of the largest part one rank holds on a grid of the given (bound) sizes:
+        every rank's where slices are even; where a dim does not divide by the ranks that cut
+        it, the first `size % parts` ranks hold one element more (runtime/values.py)."""
         shape = list(self.get_shape())
         for a, lay in enumerate(self.layouts):
             if isinstance(lay, SlicedAttr):
-                shape[lay.dim.data] //= grid_shape[a]
+                shape[lay.dim.data] = -(-shape[lay.dim.data] // grid_shape[a])
         return tuple(shape)
 
     def with_layouts(self, layouts: LayoutAttr | Sequence[LayoutAttr]) -> TensorType:

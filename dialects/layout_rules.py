@@ -25,7 +25,10 @@ Rules (per grid axis; an axis a collective does not span keeps its layout):
 * all-reduce-input / reduce-scatter-input / all-gather-input / broadcast-input / reduce-input:
                        see comm.py.
 * update-target / update-type / update-once / update-last-use: see coco.UpdateOp.
-* uneven-slice         a sliced dim must divide evenly by the ranks that cut it.
+* empty-slice          a sliced dim holds at least one element per rank that cuts it (a dim
+                       that does not divide is cut unevenly: the first `size % parts` ranks
+                       hold one element more, as MPI_Reduce_scatter's recvcounts and
+                       np.array_split do).
 * layouts-per-axis     a type names one layout per grid axis (or none, for replicated).
 """
 
@@ -119,11 +122,11 @@ def check_type_fits_grid(t: TensorType, grid: GridAttr, what: str) -> None:
                 parts = 0  # sized at launch: checked when the grid is bound
                 break
             parts *= grid.shape[a]
-        if parts and shape[d] % parts:
+        if parts and shape[d] < parts:
             raise fail(
-                "uneven-slice",
-                f"{what} of type {t}: dim {d} of size {shape[d]} does not split evenly "
-                f"into {parts} parts (grid {grid}); uneven slices are not supported",
+                "empty-slice",
+                f"{what} of type {t}: dim {d} of size {shape[d]} cannot be cut into {parts} "
+                f"parts (grid {grid}): some rank would hold no element of it",
             )
 
 
@@ -155,17 +158,18 @@ def check_types_fit_grid(op: Operation) -> None:
 
 
 def check_bound_shapes(t: TensorType, grid_shape: Sequence[int], what: str) -> None:
-    """At launch: every sliced dim divides evenly on the concrete grid."""
+    """At launch: every rank holds at least one element of every sliced dim. A dim that does
+    not divide by its parts is cut unevenly (the first `size % parts` ranks hold one more)."""
     shape = t.get_shape()
     for d in range(t.rank):
         parts = 1
         for a in t.slicing_axes(d):
             parts *= grid_shape[a]
-        if shape[d] % parts:
+        if shape[d] < parts:
             raise fail(
-                "uneven-slice",
-                f"{what} of type {t}: dim {d} of size {shape[d]} does not split evenly into "
-                f"{parts} parts on a grid of {list(grid_shape)} ranks",
+                "empty-slice",
+                f"{what} of type {t}: dim {d} of size {shape[d]} cannot be cut into {parts} "
+                f"parts on a grid of {list(grid_shape)} ranks: some rank would hold no element",
             )
 
 

@@ -333,6 +333,9 @@ class ElementwiseKernel:
         # A send fused into the kernel (fused_send.py): (value sent, the value received); each
         # rank stores its element straight into its receiver's symmetric receive buffer.
         self.sends: list[tuple[SSAValue, SSAValue]] = []
+        # Uneven slices: group members iterate over different counts, so the pull takes
+        # member q's count (a table) to find the chunk q's same-index block wrote.
+        self.uneven = False
 
     @property
     def is_collective(self) -> bool:
@@ -532,6 +535,11 @@ class _ElementwiseBuilder:
         if k.sends:
             self.send_to = self.param(I32, None, "send_to", ParamKind.SEND_TO)
             self.receives = self.param(I32, None, "receives", ParamKind.RECEIVES)
+        self.counts: Param | None = None
+        if k.uneven and k.all_gathers:
+            self.counts = self.param(
+                I64.ptr(const=True, restrict=True), None, "counts", ParamKind.PEER_COUNTS
+            )
         for n, (_v, _kind, out) in enumerate(k.reductions):
             ctype = C_STORAGE[out.type.elt].ptr(restrict=True)
             self.red_params.append(
@@ -822,6 +830,7 @@ class _ElementwiseBuilder:
             narrowest = min(self.vector_elements(all_accesses=vector))
             stmts.append(Decl(self.lanes, Lit(f"COCO_VEC_BYTES / {narrowest}")))
             align = self.lanes  # chunks start at whole vectors
+        self.align = align
         chunk = _call("coco_chunk", self.end - self.begin, GRID_DIM, BLOCK_IDX, align)
         stmts += [Decl(self.range, chunk), *self.hoisted]
         if k.is_collective:
@@ -862,9 +871,11 @@ class _ElementwiseBuilder:
             sizes += [STORAGE_BYTES[a.elt] for a in accesses]
         return sizes
 
-    def whole_vectors(self, ok: Expr) -> Expr:
-        """Where the vectors of the block's chunk end (its start where `ok` does not hold)."""
-        begin, end = Field(self.range, "begin"), Field(self.range, "end")
+    def whole_vectors(self, ok: Expr, chunk: Var | None = None) -> Expr:
+        """Where the vectors of the block's chunk (or `chunk`) end (its start where `ok` does
+        not hold)."""
+        r = self.range if chunk is None else chunk
+        begin, end = Field(r, "begin"), Field(r, "end")
         return Select(ok, begin + (end - begin) / self.lanes * self.lanes, begin)
 
     def at_element(self, index: Expr, element: Expr) -> Expr:
@@ -985,7 +996,14 @@ class _ElementwiseBuilder:
         read from the peer's gathered buffer into this rank's destination (vectors where
         aligned)."""
         q = Var(I32, None, "q_")
-        begin, end = Field(self.range, "begin"), Field(self.range, "end")
+        chunk = self.range
+        head: list[Stmt] = []
+        if self.counts is not None:
+            # Uneven slices: member q's block of this index wrote the chunk of q's count.
+            chunk = Var(RANGE, None, "qr_")
+            count = Index(self.counts, q) - self.begin
+            head = [Decl(chunk, _call("coco_chunk", count, GRID_DIM, BLOCK_IDX, self.align))]
+        begin, end = Field(chunk, "begin"), Field(chunk, "end")
 
         def src(g: _Gather) -> Expr:
             return peer(g.operand.param, q, C_STORAGE[g.operand.value.type.elt], const=True)
@@ -1011,7 +1029,7 @@ class _ElementwiseBuilder:
                 Assign(Index(dst(g), at(g, i)), Index(src(g), at(g, i))) for g in self.gathers
             ]
             body = fresh_copy((Decl(i, self.begin + j), *self.index_stmts, *copies))
-            per_peer: list[Stmt] = [BlockStrideLoop(j, begin, end, body)]
+            per_peer: list[Stmt] = [*head, BlockStrideLoop(j, begin, end, body)]
         else:
             ok, qend = Var(BOOL, None, "qvec_"), Var(I64, None, "qend_")
             checks = []
@@ -1033,8 +1051,9 @@ class _ElementwiseBuilder:
             tail = [Decl(i, self.begin + j)]
             tail += [Assign(Index(dst(g), at(g, i)), Index(src(g), at(g, i))) for g in self.gathers]
             per_peer = [
+                *head,
                 Decl(ok, all_of(checks)),
-                Decl(qend, self.whole_vectors(ok)),
+                Decl(qend, self.whole_vectors(ok, chunk)),
                 BlockStrideLoop(v, begin / self.lanes, qend / self.lanes, tuple(vec_body)),
                 BlockStrideLoop(j, qend, end, tuple(tail)),
             ]

@@ -224,6 +224,18 @@ def emit_collective_kernel(
     for op in reductions:
         if isinstance(op, coco.ReduceOp):
             kernel.reductions.append((op.input, op.kind.data, finishers[op.result].result))
+    kernel.uneven = V.is_uneven(iteration, lw.grid_shape)
+    if (
+        kernel.uneven
+        and gathers
+        and not all(kernel.dim0_only(op.result.type, iteration) for op in gathers)
+    ):
+        raise CocoError(
+            "[uneven-slice] a fused collective gathers "
+            + ", ".join(f"%{op.result.name_hint or 'gathered'}" for op in gathers)
+            + f" from uneven slices of {iteration} on a grid of {list(lw.grid_shape)} ranks "
+            "along a dim other than the first: run the split collectives (rs-c-ag) instead"
+        )
     built = kernel.build()
     params = built.params
     name = lw.add_kernel(built)
@@ -294,6 +306,7 @@ def emit_collective_kernel(
         ParamKind.EXCHANGE,
         ParamKind.GATHER_OUT,
         ParamKind.PEER_BASES,
+        ParamKind.PEER_COUNTS,
     }
     generic = iter(
         lw.kernel_args([p for p in params if p.kind not in special], iteration, store_buffers)
@@ -327,6 +340,8 @@ def emit_collective_kernel(
             case ParamKind.PEER_BASES:
                 assert p.value is not None
                 args.append(member_bases(lw, p.value.type, iteration, span))
+            case ParamKind.PEER_COUNTS:
+                args.append(member_counts(lw, iteration, span))
             case _:
                 args.append(next(generic))
     from coconet.lowering.lower_to_plan import range_positions
@@ -365,6 +380,20 @@ def member_bases(lw: Lowering, t: TensorType, iteration: TensorType, span: tuple
             lw.rank_table(
                 f"base{m}",
                 lambda r, m=m: lw.base_offset(t, iteration, V.group_of(lw.grid_shape, span, r)[m]),
+            )
+        )
+    return ArgTable(tuple(rows))
+
+
+def member_counts(lw: Lowering, iteration: TensorType, span: tuple[int, ...]) -> ArgTable:
+    """How many iteration elements each member of a rank's group holds, in group order
+    (uneven slices: the counts the pull of each member's piece covers)."""
+    rows = []
+    for m in range(lw.group_size(span)):
+        rows.append(
+            lw.rank_table(
+                f"count{m}",
+                lambda r, m=m: lw.piece_count(iteration, V.group_of(lw.grid_shape, span, r)[m]),
             )
         )
     return ArgTable(tuple(rows))

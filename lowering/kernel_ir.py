@@ -123,6 +123,7 @@ class ParamKind(StrEnum):
     PEERS_OUT = "peers_out"  # every group member's gathered buffer (symmetric)
     GATHER_OUT = "gather_out"  # the updated argument a gathered value is assembled in
     PEER_BASES = "peer_bases"  # where each group member's piece starts in a gathered buffer
+    PEER_COUNTS = "peer_counts"  # each group member's element count (uneven slices)
     RED_OUT = "red_out"  # the all_reduced result of an in-kernel reduction
     PARTIALS = "partials"  # per-block partials of a reduction (scratch)
     COUNTER = "counter"  # the last-block ticket counter (scratch)

@@ -129,6 +129,7 @@ class Lowering:
     def new_buffer(
         self, hint: str, t: TensorType, kind="temp", symmetric=False, elt="", shape=None
     ) -> Buffer:
+        uneven = shape is None and V.is_uneven(t, self.grid_shape)
         buf = Buffer(
             self.fresh(hint),
             t,
@@ -136,6 +137,7 @@ class Lowering:
             kind,
             symmetric,
             elt,
+            V.rank_shapes(t, self.grid_shape) if uneven else (),
         )
         self.all_buffers.append(buf)
         return buf
@@ -159,6 +161,18 @@ class Lowering:
 
     def rank_table(self, label: str, fn) -> RankValue:
         return RankValue(label, tuple(int(fn(r)) for r in range(self.size)))
+
+    def per_rank(self, label: str, fn) -> int | RankValue:
+        """`fn(rank)` as a plain number where every rank agrees, else a table (uneven
+        slices: counts, sizes and strides of pieces differ between ranks)."""
+        table = self.rank_table(label, fn)
+        return table.table[0] if len(set(table.table)) == 1 else table
+
+    def piece_shape(self, t: TensorType, rank: int) -> tuple[int, ...]:
+        return V.piece_shape(t, self.coords[rank], self.grid_shape)
+
+    def piece_count(self, t: TensorType, rank: int) -> int:
+        return int(np.prod(self.piece_shape(t, rank), dtype=np.int64))
 
     def add_kernel(self, kernel: Kernel) -> str:
         """Add a kernel to the translation unit; an identical kernel (the same computation
@@ -379,7 +393,7 @@ class Lowering:
         ).build()
         name = self.add_kernel(kernel)
         self.batchable_kernels.setdefault(name, kernel)
-        n = int(np.prod(iteration.local_shape(self.grid_shape), dtype=np.int64))
+        n = int(np.prod(iteration.local_shape(self.grid_shape), dtype=np.int64))  # the largest
         args = self.kernel_args(kernel.params, iteration, store_buffers)
         self.emit(
             Launch(
@@ -398,8 +412,6 @@ class Lowering:
         self, params: Sequence[Param], iteration: TensorType, store_buffers: list[Buffer]
     ) -> list[KernelArg]:
         it = iteration
-        it_local = it.local_shape(self.grid_shape)
-        n = int(np.prod(it_local, dtype=np.int64))
         args: list[KernelArg] = []
         outs = iter(store_buffers)
         for p in params:
@@ -412,16 +424,23 @@ class Lowering:
                 case ParamKind.BEGIN:
                     args.append(0)
                 case ParamKind.END:
-                    args.append(n)
+                    args.append(self.per_rank("count", lambda r: self.piece_count(it, r)))
                 case ParamKind.DIM:
                     assert p.dim is not None
-                    args.append(it_local[p.dim])
+                    args.append(
+                        self.per_rank(f"dim{p.dim}", lambda r, d=p.dim: self.piece_shape(it, r)[d])
+                    )
                 case ParamKind.STRIDE:
                     assert p.value is not None and p.dim is not None
                     t: TensorType = p.value.type
-                    local = t.local_shape(self.grid_shape)
+                    first = p.dim - (it.rank - t.rank) + 1
                     args.append(
-                        int(np.prod(local[p.dim - (it.rank - t.rank) + 1 :], dtype=np.int64))
+                        self.per_rank(
+                            f"stride{p.dim}",
+                            lambda r, t=t, first=first: np.prod(
+                                self.piece_shape(t, r)[first:], dtype=np.int64
+                            ),
+                        )
                     )
                 case ParamKind.BASE:
                     v = p.value
@@ -464,7 +483,7 @@ class Lowering:
     def base_offset(self, t: TensorType, it: TensorType, rank: int) -> int:
         """Offset into rank `rank`'s piece of `t` of the iteration piece's first element."""
         gap = it.rank - t.rank
-        local = t.local_shape(self.grid_shape)
+        local = self.piece_shape(t, rank)
         offset = 0
         for d in range(t.rank):
             if t.get_shape()[d] == 1 and it.get_shape()[d + gap] != 1:
@@ -509,8 +528,8 @@ class Lowering:
                 self.add_kernel(kernel)
                 self.batchable_kernels[kernel.name] = kernel
         x = self.value_buffer(op.input)
-        n = x.count
-        grid = self.config.grid_for(n)
+        grid = self.config.grid_for(x.count)  # the largest piece's
+        n = self.per_rank("count", x.count_at)
         acc = "f64" if elt in ("f16", "bf16", "f32", "f64") else "i64"
         partials = self.new_buffer(
             f"{op.result.name_hint or 'r'}_partials",

@@ -34,6 +34,11 @@ class Buffer:
     kind: Literal["arg", "temp", "scratch"] = "temp"
     symmetric: bool = False
     elt: str = ""
+    # Each rank's piece shape, in rank order, where ranks hold pieces of different shapes (an
+    # uneven slice); empty when every rank's is `shape`. `shape` is then the largest piece
+    # (what a symmetric buffer allocates on every rank); a rank's piece is stored compactly,
+    # row-major, at the start of its buffer.
+    rank_shapes: tuple[tuple[int, ...], ...] = ()
 
     @property
     def count(self) -> int:
@@ -42,9 +47,21 @@ class Buffer:
             n *= d
         return n
 
+    def shape_at(self, rank: int) -> tuple[int, ...]:
+        """The shape of rank `rank`'s piece."""
+        return self.rank_shapes[rank] if self.rank_shapes else self.shape
+
+    def count_at(self, rank: int) -> int:
+        n = 1
+        for d in self.shape_at(rank):
+            n *= d
+        return n
+
     def describe(self) -> str:
         sym = " symmetric" if self.symmetric else ""
         shape = "x".join(map(str, self.shape)) or "scalar"
+        if self.rank_shapes:
+            shape = "uneven " + "|".join("x".join(map(str, s)) for s in self.rank_shapes)
         return f"buffer %{self.name} : {shape} {self.elt or self.type.elt} {self.kind}{sym}"
 
 

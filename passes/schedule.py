@@ -40,7 +40,7 @@ class SchedulePass(ModulePass):
     The option may also be spelled `schedule=`. Legality (refusals name the rule):
     * [schedule-unknown] the name is a named schedule, and the function has the structure it
                          needs (an all_reduce; a matmul feeding it; a send of its result).
-    * the rules of the passes the schedule runs (e.g. [split-allreduce-uneven]).
+    * the rules of the passes the schedule runs (e.g. [split-allreduce-empty]).
     """
 
     name = "coco-schedule"

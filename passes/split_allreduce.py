@@ -53,7 +53,7 @@ def split_refusal(ar: comm.AllReduceOp, dim: int) -> PassFailedException | None:
     try:
         check_type_fits_grid(rs_type, grid, f"the reduce_scatter of {op_name(ar)}")
     except VerifyException as e:
-        return fail(f"{RULE}-uneven", str(e).split("] ", 1)[-1])
+        return fail(f"{RULE}-empty", str(e).split("] ", 1)[-1])
     return None
 
 
@@ -96,8 +96,9 @@ class SplitAllReducePass(ModulePass):
     * [split-allreduce-dim]   dim `dim` is not already sliced by a grid axis inner to (after)
       the all_reduce's axes: slices of one dim nest outer axis first, so a reduce_scatter
       over an outer axis cannot cut a dim an inner axis already cuts.
-    * [split-allreduce-uneven] on a statically sized grid, dim `dim` divides evenly by the
-      ranks that cut it (the all_reduce's axes and any axis already slicing that dim).
+    * [split-allreduce-empty] on a statically sized grid, dim `dim` holds at least one
+      element per rank that cuts it (the all_reduce's axes and any axis already slicing that
+      dim). A dim that does not divide is cut unevenly (runtime/values.py `split_range`).
     Greedy mode skips the all_reduces these rules refuse, but refuses a `dim` that no
     all_reduce of the module has (a negative one, or `dim=9` on vectors): a pass asked to split
     on a dim that does not exist would otherwise do nothing, silently.

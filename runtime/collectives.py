@@ -176,6 +176,24 @@ def _all_reduce(ctx, step, t, group, src, dst, src_dt, dst_dt) -> CollectiveOps:
     dst[...] = combine(ctx.xp, step.kind, gathered, src_dt, dst_dt, dst.dtype)
 
 
+def _count(region: tuple[slice, ...]) -> int:
+    n = 1
+    for s in region:
+        n *= s.stop - s.start
+    return n
+
+
+def _padded(ctx: CollectiveContext, src: Any, regions: list[tuple[slice, ...]], width: int) -> Any:
+    """The regions of `src`, one per row of a (members, width) array, zero-padded at the end
+    (uneven slices: a transport moves equal counts)."""
+    packed = ctx.empty((len(regions), width), src.dtype)
+    for j, r in enumerate(regions):
+        n = _count(r)
+        packed[j, :n] = _contiguous(ctx, src[r]).reshape(-1)
+        packed[j, n:] = 0
+    return packed
+
+
 def _reduce_scatter(ctx, step, t, group, src, dst, src_dt, dst_dt) -> CollectiveOps:
     if _packed(step):
         regions = []
@@ -183,6 +201,23 @@ def _reduce_scatter(ctx, step, t, group, src, dst, src_dt, dst_dt) -> Collective
         regions = [
             member_region(step.src.type, ctx.rank, step.dst.type, m, ctx.grid_shape) for m in group
         ]
+    counts = [_count(r) for r in regions]
+    if step.rows is None and len(set(counts)) > 1:
+        # Uneven slices (MPI_Reduce_scatter with recvcounts): every member's region padded to
+        # the largest, reduced as equal blocks; this rank keeps its own count of its block.
+        width = max(counts)
+        packed = _padded(ctx, src, regions, width)
+        mine = dst.size
+        if _library(ctx, t, src_dt, step.kind) and src.dtype == dst.dtype:
+            block = ctx.empty((width,), dst.dtype)
+            yield t.reduce_scatter(packed, block, step.kind, src_dt)
+            dst[...] = block[:mine].reshape(dst.shape)
+            return
+        received = ctx.empty(tuple(packed.shape), packed.dtype)
+        yield t.all_to_all(packed, received)
+        combined = combine(ctx.xp, step.kind, received[:, :mine], src_dt, dst_dt, dst.dtype)
+        dst[...] = combined.reshape(dst.shape)
+        return
     if step.rows is not None:  # one chunk: every member's rows [b, e) of its part
         flat = src.reshape(-1, src.shape[-1])
         dst = _rows_of(dst, step.rows)
@@ -210,6 +245,19 @@ def _all_gather(ctx, step, t, group, src, dst, src_dt, dst_dt) -> CollectiveOps:
     regions = [
         member_region(step.dst.type, ctx.rank, step.src.type, m, ctx.grid_shape) for m in group
     ]
+    counts = [_count(r) for r in regions]
+    if step.rows is None and len(set(counts)) > 1:
+        # Uneven slices (MPI_Allgatherv): pieces padded to the largest, gathered as equal
+        # blocks, each member's count placed.
+        width = max(counts)
+        padded = ctx.empty((width,), piece.dtype)
+        padded[: piece.size] = piece.reshape(-1)
+        padded[piece.size :] = 0
+        gathered = ctx.empty((len(group), width), piece.dtype)
+        yield t.all_gather(padded, gathered)
+        for j, r in enumerate(regions):
+            dst[r] = gathered[j, : counts[j]].reshape(dst[r].shape)
+        return
     if step.rows is not None:  # one chunk: rows [b, e) of every member's piece
         piece = _contiguous(ctx, _rows_of(src, step.rows))
         gathered = ctx.empty((len(group), *piece.shape), piece.dtype)

@@ -244,7 +244,7 @@ class CpuBackend:
 
     def allocate(self, buffers: Sequence[Buffer]) -> None:
         for buf in buffers:
-            arr = np.zeros(buf.shape, dtype=buffer_dtype(buf))
+            arr = np.zeros(buf.shape_at(self.rank), dtype=buffer_dtype(buf))
             self.own[buf.name] = self.arrays[buf.name] = arr
             self.addresses[buf.name] = arr.ctypes.data
 
@@ -258,8 +258,9 @@ class CpuBackend:
             dtype = buffer_dtype(buf)
             nbytes = buf.count * dtype.itemsize
             mine, addresses = self.symmetric.allocate(node, nbytes)
-            arr = mine.view(dtype).reshape(buf.shape)
-            arr[...] = 0
+            # Every rank allocates the largest piece; its own (uneven slices) is the start.
+            arr = mine.view(dtype)[: buf.count_at(self.rank)].reshape(buf.shape_at(self.rank))
+            mine.view(dtype)[...] = 0
             self.own[buf.name] = self.arrays[buf.name] = arr
             self.addresses[buf.name] = arr.ctypes.data if nbytes else 0
             peers[buf.name] = {world_of[q]: a for q, a in enumerate(addresses)}
@@ -287,7 +288,7 @@ class CpuBackend:
             return False
         if (
             value.dtype != buffer_dtype(buf)
-            or value.shape != tuple(buf.shape)
+            or value.shape != tuple(buf.shape_at(self.rank))
             or not value.flags.c_contiguous
             or not value.flags.writeable
         ):
@@ -335,7 +336,7 @@ class CpuBackend:
             except Exception as e:  # noqa: BLE001 - any failure to convert is the message
                 raise CocoError(f"input '{name}': cannot read it as a host array: {e}") from None
         raise CocoError(
-            f"input '{name}': expected a NumPy array of shape {list(buf.shape)} and dtype "
+            f"input '{name}': expected a NumPy array of shape {list(buf.shape_at(self.rank))} and dtype "
             f"{buf.type.elt}, got a {type(value).__name__}"
         )
 

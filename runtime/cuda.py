@@ -679,7 +679,7 @@ class CudaBackend:
     def allocate(self, buffers: Sequence[Buffer]) -> None:
         for buf in buffers:
             dtype = device_dtype(buffer_dtype(buf))
-            self._track(buf, self.device.zeros(buf.shape, dtype, self._compute()))
+            self._track(buf, self.device.zeros(buf.shape_at(self.rank), dtype, self._compute()))
 
     def allocate_symmetric(self, buffers: Sequence[Buffer]) -> dict[str, dict[int, int]]:
         node = node_communicator(self.comm, self._mpi(), self.plan.nodes if self.plan else ())
@@ -691,6 +691,10 @@ class CudaBackend:
                 array, handle = self.device.alloc_ipc(
                     buf.shape, device_dtype(buffer_dtype(buf)), self._compute()
                 )
+                if buf.rank_shapes:
+                    # Every rank allocates the largest piece; its own (uneven) is the start.
+                    mine = buf.shape_at(self.rank)
+                    array = array.reshape(-1)[: buf.count_at(self.rank)].reshape(mine)
                 self._track(buf, array)
                 handles = node.allgather(handle)
                 peers[buf.name] = {}
@@ -764,7 +768,7 @@ class CudaBackend:
                 raise CocoError(f"input '{name}': cannot read it as a host array: {e}") from None
         raise CocoError(
             f"input '{name}': expected a CuPy array, a DLPack tensor or a NumPy array of shape "
-            f"{list(buf.shape)} and dtype {buf.type.elt}, got a {type(value).__name__}"
+            f"{list(buf.shape_at(self.rank))} and dtype {buf.type.elt}, got a {type(value).__name__}"
         )
 
     @staticmethod
@@ -782,7 +786,7 @@ class CudaBackend:
     def _device_value_ok(self, buf: Buffer, value: Any) -> bool:
         return (
             self.device.is_device_array(value)
-            and tuple(value.shape) == tuple(buf.shape)
+            and tuple(value.shape) == tuple(buf.shape_at(self.rank))
             and np.dtype(value.dtype) == device_dtype(buffer_dtype(buf))
             and bool(value.flags.c_contiguous)
         )
@@ -827,11 +831,11 @@ class CudaBackend:
         if (
             isinstance(caller, np.ndarray)
             and caller.flags.writeable
-            and caller.shape == tuple(buf.shape)
+            and caller.shape == tuple(buf.shape_at(self.rank))
         ):
             caller[...] = self.read(buf)
             return caller
-        if self.device.is_device_array(caller) and tuple(caller.shape) == tuple(buf.shape):
+        if self.device.is_device_array(caller) and tuple(caller.shape) == buf.shape_at(self.rank):
             # e.g. a non-contiguous CuPy array: updated in place, as coco.update says
             with self.device.on(self._compute()):
                 self.xp.copyto(as_bit_patterns(caller, self.xp), self.arrays[buf.name])

@@ -435,7 +435,7 @@ class PlanRunner:
 
     def expected_inputs(self) -> dict[str, tuple[tuple[int, ...], np.dtype, TensorType]]:
         return {
-            name: (buf.shape, buffer_dtype(buf), buf.type)
+            name: (buf.shape_at(self.rank), buffer_dtype(buf), buf.type)
             for name, buf in self.plan.arguments.items()
         }
 

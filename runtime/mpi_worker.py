@@ -183,7 +183,7 @@ def scatter_inputs(comm, plan, logical: dict[str, np.ndarray] | None) -> dict[st
                 else:
                     comm.Send(_raw(piece), dest=r, tag=11)
         else:
-            arr = np.empty(buf.shape, dtype=buffer_dtype(buf))
+            arr = np.empty(buf.shape_at(rank), dtype=buffer_dtype(buf))
             comm.Recv(_raw(arr), source=0, tag=11)
             pieces[name] = arr
     return pieces
@@ -202,7 +202,7 @@ def gather_outputs(comm, plan, mine: dict[str, np.ndarray]) -> list[dict[str, np
     for r in range(1, size):
         got = {}
         for name, buf in plan.outputs.items():
-            arr = np.empty(buf.shape, dtype=buffer_dtype(buf))
+            arr = np.empty(buf.shape_at(r), dtype=buffer_dtype(buf))
             comm.Recv(_raw(arr), source=r, tag=12)
             got[name] = arr
         per_rank.append(got)

@@ -73,8 +73,8 @@ def prepare_inputs(
 
 
 def check_program_on_grid(program: Program, grid_shape: Sequence[int]) -> None:
-    """Every tensor of the program splits evenly on the concrete grid (uneven slices are
-    refused until they are supported)."""
+    """Every rank holds at least one element of every sliced dim on the concrete grid
+    ([empty-slice]); dims that do not divide are cut unevenly (runtime/values.py)."""
     try:
         for a in program.arguments:
             check_bound_shapes(a.type, grid_shape, f"argument %{a.name}")
@@ -497,7 +497,7 @@ def all_gather(it: Interpreter, pieces: Pieces, src: TensorType, dst: TensorType
     out: Pieces = [None] * it.size  # type: ignore[list-item]
     for group in it.groups(span):
         for r in group:
-            mine = np.empty(dst.local_shape(it.grid_shape), dtype=pieces[r].dtype)
+            mine = np.empty(V.piece_shape(dst, it.coords[r], it.grid_shape), pieces[r].dtype)
             starts = [
                 V.piece_range(dst, d, it.coords[r], it.grid_shape)[0] for d in range(dst.rank)
             ]

@@ -183,15 +183,46 @@ def logical_shape(t: TensorType, grid_shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(grid_shape[a] for a in t.local_axes()) + t.get_shape()
 
 
+def split_range(length: int, parts: int, index: int) -> tuple[int, int]:
+    """(offset, length) of part `index` of `length` elements cut into `parts` contiguous
+    parts as MPI and NCCL users cut uneven counts (np.array_split, MPI_Reduce_scatter's
+    recvcounts): the first `length % parts` parts hold one element more."""
+    q, r = divmod(length, parts)
+    return index * q + min(index, r), q + (index < r)
+
+
 def piece_range(
     t: TensorType, dim: int, coords: Sequence[int], grid_shape: Sequence[int]
 ) -> tuple[int, int]:
-    """(start, length) in global coordinates of the part of dim `dim` this rank holds."""
+    """(start, length) in global coordinates of the part of dim `dim` this rank holds: cut by
+    each slicing axis in turn (outermost first), unevenly where the size does not divide."""
     start, length = 0, t.get_shape()[dim]
     for a in t.slicing_axes(dim):
-        length //= grid_shape[a]
-        start += coords[a] * length
+        offset, length = split_range(length, grid_shape[a], coords[a])
+        start += offset
     return start, length
+
+
+def piece_shape(t: TensorType, coords: Sequence[int], grid_shape: Sequence[int]) -> tuple[int, ...]:
+    """The shape of the piece this rank holds (ranks differ where a slice is uneven)."""
+    return tuple(piece_range(t, d, coords, grid_shape)[1] for d in range(t.rank))
+
+
+def rank_shapes(t: TensorType, grid_shape: Sequence[int]) -> tuple[tuple[int, ...], ...]:
+    """Every rank's piece shape, in rank order."""
+    size = int(np.prod(grid_shape, dtype=np.int64))
+    return tuple(piece_shape(t, coords_of(r, grid_shape), grid_shape) for r in range(size))
+
+
+def is_uneven(t: TensorType, grid_shape: Sequence[int]) -> bool:
+    """Whether some sliced dim of `t` does not divide by the ranks that cut it."""
+    for d in range(t.rank):
+        parts = 1
+        for a in t.slicing_axes(d):
+            parts *= grid_shape[a]
+        if t.get_shape()[d] % parts:
+            return True
+    return False
 
 
 def stream_index(t: TensorType, coords: Sequence[int], grid_shape: Sequence[int]) -> int:

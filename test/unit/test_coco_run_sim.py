@@ -91,7 +91,10 @@ def test_bad_inputs_are_one_clear_error(tmp_path: Path, inputs: dict, message: s
     "args, message",
     [
         (["missing.mlir"], "no such file: missing.mlir"),
-        ([str(EXAMPLES / "sgd.mlir"), "--np", "3", "--schedule", "rs-c-ag"], "[uneven-slice]"),
+        (
+            [str(EXAMPLES / "lamb_odd_sizes.py"), "--np", "8", "--schedule", "rs-c-ag"],
+            "[empty-slice]",
+        ),
         ([str(EXAMPLES / "pipeline_boundary.mlir"), "--np", "3"], "must be a multiple of 2"),
         ([str(EXAMPLES / "sgd.mlir"), "--inputs", "nothing.npz"], "nothing.npz"),
         ([str(EXAMPLES / "sgd.mlir"), "-p", "coco-nope"], "coco-nope"),

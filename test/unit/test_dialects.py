@@ -587,22 +587,28 @@ def test_update_refusals() -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def test_uneven_slice() -> None:
+def test_uneven_slice_is_legal_and_empty_slice_is_refused() -> None:
+    # 9 over 2 ranks: pieces of 5 and 4 (the first 9 % 2 ranks hold one more)
     fn = Fn(T([9], f32, S0), grid=[2])
     fn.add(NegOp(fn.args[0]))
-    with pytest.raises(VerifyException, match=rule("uneven-slice")):
+    fn.verify()
+    assert T([9], f32, S0).local_shape((2,)) == (5,)  # the largest piece
+    # a dim smaller than its parts leaves a rank nothing: refused statically and at launch
+    fn = Fn(T([3], f32, S0), grid=[4])
+    fn.add(NegOp(fn.args[0]))
+    with pytest.raises(VerifyException, match=rule("empty-slice")):
         fn.verify()
-    # sized at launch: checked when the grid is bound
-    fn = Fn(T([9], f32, S0), grid=[DYNAMIC])
+    fn = Fn(T([3], f32, S0), grid=[DYNAMIC])
     fn.add(NegOp(fn.args[0]))
     fn.verify()
-    with pytest.raises(VerifyException, match=rule("uneven-slice")):
-        layout_rules.check_bound_shapes(T([9], f32, S0), (2,), "x")
-    layout_rules.check_bound_shapes(T([9], f32, S0), (3,), "x")
+    with pytest.raises(VerifyException, match=rule("empty-slice")):
+        layout_rules.check_bound_shapes(T([3], f32, S0), (4,), "x")
+    layout_rules.check_bound_shapes(T([9], f32, S0), (2,), "x")
+    layout_rules.check_bound_shapes(T([3], f32, S0), (3,), "x")
     # two axes cutting one dim: 8 rows into 4 * 4 parts
     fn = Fn(T([8], f32, S0, S0), grid=[4, 4])
     fn.add(NegOp(fn.args[0]))
-    with pytest.raises(VerifyException, match=rule("uneven-slice")):
+    with pytest.raises(VerifyException, match=rule("empty-slice")):
         fn.verify()
 
 

@@ -315,30 +315,36 @@ func.func @p(%x: !coco.tensor<8xf32, [local, local]>) -> !coco.tensor<8xf32, [lo
     assert {n for n, _ in report.checked} == {2, 4}
 
 
-def test_uneven_slices_are_skipped_and_narrowing_is_listed() -> None:
+def test_uneven_slices_are_checked_and_empty_ones_narrow() -> None:
+    # 3 elements over 4 ranks: a rank would hold nothing
     before = """
-func.func @f(%g: !coco.tensor<6xf32, local>) -> !coco.tensor<6xf32> {
-  %s = comm.all_reduce sum %g : !coco.tensor<6xf32, local> -> !coco.tensor<6xf32>
-  func.return %s : !coco.tensor<6xf32>
+func.func @f(%g: !coco.tensor<3xf32, local>) -> !coco.tensor<3xf32> {
+  %s = comm.all_reduce sum %g : !coco.tensor<3xf32, local> -> !coco.tensor<3xf32>
+  func.return %s : !coco.tensor<3xf32>
 }
 """
     after = """
-func.func @f(%g: !coco.tensor<6xf32, local>) -> !coco.tensor<6xf32> {
-  %r = comm.reduce_scatter sum %g : !coco.tensor<6xf32, local> -> !coco.tensor<6xf32, sliced<0>>
-  %s = comm.all_gather %r : !coco.tensor<6xf32, sliced<0>> -> !coco.tensor<6xf32>
-  func.return %s : !coco.tensor<6xf32>
+func.func @f(%g: !coco.tensor<3xf32, local>) -> !coco.tensor<3xf32> {
+  %r = comm.reduce_scatter sum %g : !coco.tensor<3xf32, local> -> !coco.tensor<3xf32, sliced<0>>
+  %s = comm.all_gather %r : !coco.tensor<3xf32, sliced<0>> -> !coco.tensor<3xf32>
+  func.return %s : !coco.tensor<3xf32>
 }
 """
     report = check_equivalence(prog(before), prog(after))
     assert report.ok
     assert [(s.ranks, s.program) for s in report.narrowed] == [(4, "after")]
-    assert "uneven-slice" in report.narrowed[0].reason
+    assert "empty-slice" in report.narrowed[0].reason
+    # 6 elements over 4 ranks: uneven slices (2, 2, 1, 1), compared like any other
+    six = [prog(text.replace("3xf32", "6xf32")) for text in (before, after)]
+    uneven = check_equivalence(*six)
+    assert uneven.ok and not uneven.narrowed and not uneven.skipped
+    assert 4 in {n for n, _ in uneven.checked}
     sliced_arg = before.replace(
-        "%g: !coco.tensor<6xf32, local>", "%g: !coco.tensor<6xf32, sliced<0>>"
+        "%g: !coco.tensor<3xf32, local>", "%g: !coco.tensor<3xf32, sliced<0>>"
     )
     sliced_arg = sliced_arg.replace(
-        "comm.all_reduce sum %g : !coco.tensor<6xf32, local>",
-        "comm.all_gather %g : !coco.tensor<6xf32, sliced<0>>",
+        "comm.all_reduce sum %g : !coco.tensor<3xf32, local>",
+        "comm.all_gather %g : !coco.tensor<3xf32, sliced<0>>",
     )
     report = check_equivalence(prog(sliced_arg), prog(sliced_arg))
     assert [(s.ranks, s.program) for s in report.skipped] == [(4, "before")]

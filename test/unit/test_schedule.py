@@ -251,10 +251,14 @@ def test_refusals_model_parallel():
     s.overlap("layer", rs, chunks=4)
 
 
-def test_uneven_split_is_refused_on_a_static_grid():
-    text = SGD.replace("[?]", "[3]")
+def test_uneven_split_is_legal_and_an_empty_one_refused_on_a_static_grid():
+    # 64 over 3 ranks: slices of 22, 21, 21
+    s = Schedule(Program(parse_module(SGD.replace("[?]", "[3]"))))
+    s.split("g1")
+    assert "reduce_scatter" in s.ir()
+    text = SGD.replace("[?]", "[3]").replace("64xf32", "2xf32")
     s = Schedule(Program(parse_module(text)))
-    refused(s, lambda: s.split("g1"), "split-allreduce-uneven")
+    refused(s, lambda: s.split("g1"), "split-allreduce-empty")
 
 
 def test_unnamed_targets_are_refused():

@@ -1,0 +1,92 @@
+"""Uneven slices on real MPI ranks (the mpich wheel's mpiexec): the optimizers at sizes that no
+rank count above 1 divides (SGD over 35, Adam over 4097, LAMB over 1001, LAMB over seven
+tensors of 1000, 33, 4097, 12345, 7, 65537 and 999 elements) under every named schedule,
+checked against the sim oracle by `coco-run --check` (bit-exact with exact collectives), and a
+rank count the program cannot take refused before launch with one message. The sweep over
+1-4 ranks runs with COCONET_FULL=1."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+MPIEXEC = Path(sys.executable).parent / "mpiexec"
+FULL = os.environ.get("COCONET_FULL") == "1"
+ODD = {"sgd": 35, "adam": 4097, "lamb": 1001}
+SCHEDULES = ("ar-c", "rs-c-ag", "fuse(rs-c-ag)")
+
+try:
+    import mpi4py  # noqa: F401
+
+    HAVE_MPI = MPIEXEC.exists()
+except ImportError:
+    HAVE_MPI = False
+
+pytestmark = [
+    pytest.mark.mpi,
+    pytest.mark.skipif(not HAVE_MPI, reason="needs mpi4py and the mpich wheel's mpiexec"),
+]
+
+
+def coco_run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "coconet.tools.coco_run", *args],
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
+
+
+def every_schedule(program: Path, ranks: int) -> None:
+    args = ["--np", str(ranks), "--backend", "cpu", "--check", "--exact-collectives", "-q"]
+    for s in SCHEDULES:
+        args += ["--schedule", s]
+    r = coco_run(str(program), *args)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr
+    checks = [ln for ln in r.stdout.splitlines() if ln.startswith("check [")]
+    assert len(checks) == len(SCHEDULES), r.stdout
+    assert all("match the sim oracle (bit-exact)" in ln for ln in checks), r.stdout
+
+
+def odd_example(tmp_path: Path, name: str) -> Path:
+    path = tmp_path / f"{name}{ODD[name]}.mlir"
+    path.write_text((EXAMPLES / f"{name}.mlir").read_text().replace("4096", str(ODD[name])))
+    return path
+
+
+def test_seven_odd_lamb_tensors_on_three_ranks():
+    every_schedule(EXAMPLES / "lamb_odd_sizes.py", 3)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not FULL, reason="heavier sweep: set COCONET_FULL=1")
+@pytest.mark.parametrize("name", list(ODD))
+def test_odd_optimizer_on_three_ranks(tmp_path, name):
+    every_schedule(odd_example(tmp_path, name), 3)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not FULL, reason="heavier sweep: set COCONET_FULL=1")
+@pytest.mark.parametrize("ranks", [1, 2, 4])
+@pytest.mark.parametrize("name", [*ODD, "lamb_odd_sizes"])
+def test_odd_optimizers_at_every_rank_count(tmp_path, name, ranks):
+    program = EXAMPLES / "lamb_odd_sizes.py" if name not in ODD else odd_example(tmp_path, name)
+    every_schedule(program, ranks)
+
+
+def test_more_ranks_than_the_smallest_tensor_is_refused_before_launch():
+    r = coco_run(
+        str(EXAMPLES / "lamb_odd_sizes.py"), "--np", "8", "--backend", "cpu",
+        "--schedule", "fuse(rs-c-ag)",
+    )  # fmt: skip
+    assert r.returncode != 0
+    assert r.stderr.startswith("coco-run: error: ") and "[empty-slice]" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and "size 7" in r.stderr
