@@ -568,6 +568,14 @@ class _ElementwiseBuilder:
             self.dims = [
                 self.param(I64, None, f"dim{d}", ParamKind.DIM, dim=d) for d in range(it.rank)
             ]
+        # Uneven slices, strided pull: member q's element coordinates come from q's sizes.
+        self.peer_dims: dict[int, Param] = {}
+        if self.counts is not None and self.need_coords:
+            table = I64.ptr(const=True, restrict=True)
+            self.peer_dims = {
+                d: self.param(table, None, f"dims{d}", ParamKind.PEER_DIMS, dim=d)
+                for d in range(1, it.rank)
+            }
         for o in mapped:
             if o.identity or o.scalar:
                 continue
@@ -1028,7 +1036,14 @@ class _ElementwiseBuilder:
             copies = [
                 Assign(Index(dst(g), at(g, i)), Index(src(g), at(g, i))) for g in self.gathers
             ]
-            body = fresh_copy((Decl(i, self.begin + j), *self.index_stmts, *copies))
+            index = tuple(self.index_stmts)
+            if self.peer_dims:
+                sizes = {id(self.dims[d]): Index(p, q) for d, p in self.peer_dims.items()}
+                index = rewrite(
+                    tuple(st for st in index if not isinstance(st, Unused)),
+                    lambda x: sizes.get(id(x)),
+                ) + (Unused(tuple(self.coords)),)
+            body = fresh_copy((Decl(i, self.begin + j), *index, *copies))
             per_peer: list[Stmt] = [*head, BlockStrideLoop(j, begin, end, body)]
         else:
             ok, qend = Var(BOOL, None, "qvec_"), Var(I64, None, "qend_")

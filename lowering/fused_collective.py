@@ -225,17 +225,6 @@ def emit_collective_kernel(
         if isinstance(op, coco.ReduceOp):
             kernel.reductions.append((op.input, op.kind.data, finishers[op.result].result))
     kernel.uneven = V.is_uneven(iteration, lw.grid_shape)
-    if (
-        kernel.uneven
-        and gathers
-        and not all(kernel.dim0_only(op.result.type, iteration) for op in gathers)
-    ):
-        raise CocoError(
-            "[uneven-slice] a fused collective gathers "
-            + ", ".join(f"%{op.result.name_hint or 'gathered'}" for op in gathers)
-            + f" from uneven slices of {iteration} on a grid of {list(lw.grid_shape)} ranks "
-            "along a dim other than the first: run the split collectives (rs-c-ag) instead"
-        )
     built = kernel.build()
     params = built.params
     name = lw.add_kernel(built)
@@ -307,6 +296,7 @@ def emit_collective_kernel(
         ParamKind.GATHER_OUT,
         ParamKind.PEER_BASES,
         ParamKind.PEER_COUNTS,
+        ParamKind.PEER_DIMS,
     }
     generic = iter(
         lw.kernel_args([p for p in params if p.kind not in special], iteration, store_buffers)
@@ -342,6 +332,9 @@ def emit_collective_kernel(
                 args.append(member_bases(lw, p.value.type, iteration, span))
             case ParamKind.PEER_COUNTS:
                 args.append(member_counts(lw, iteration, span))
+            case ParamKind.PEER_DIMS:
+                assert p.dim is not None
+                args.append(member_dims(lw, iteration, span, p.dim))
             case _:
                 args.append(next(generic))
     from coconet.lowering.lower_to_plan import range_positions
@@ -394,6 +387,22 @@ def member_counts(lw: Lowering, iteration: TensorType, span: tuple[int, ...]) ->
             lw.rank_table(
                 f"count{m}",
                 lambda r, m=m: lw.piece_count(iteration, V.group_of(lw.grid_shape, span, r)[m]),
+            )
+        )
+    return ArgTable(tuple(rows))
+
+
+def member_dims(lw: Lowering, iteration: TensorType, span: tuple[int, ...], dim: int) -> ArgTable:
+    """Each member's local size of iteration dim `dim`, in group order (uneven slices: where
+    a strided pull finds the coordinates of a member's elements)."""
+    rows = []
+    for m in range(lw.group_size(span)):
+        rows.append(
+            lw.rank_table(
+                f"dim{dim}_{m}",
+                lambda r, m=m: lw.piece_shape(iteration, V.group_of(lw.grid_shape, span, r)[m])[
+                    dim
+                ],
             )
         )
     return ArgTable(tuple(rows))

@@ -124,6 +124,7 @@ class ParamKind(StrEnum):
     GATHER_OUT = "gather_out"  # the updated argument a gathered value is assembled in
     PEER_BASES = "peer_bases"  # where each group member's piece starts in a gathered buffer
     PEER_COUNTS = "peer_counts"  # each group member's element count (uneven slices)
+    PEER_DIMS = "peer_dims"  # each group member's local size of iteration dim `dim` (uneven)
     RED_OUT = "red_out"  # the all_reduced result of an in-kernel reduction
     PARTIALS = "partials"  # per-block partials of a reduction (scratch)
     COUNTER = "counter"  # the last-block ticket counter (scratch)

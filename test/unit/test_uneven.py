@@ -21,6 +21,7 @@ from coconet.lowering.lower_to_plan import LaunchConfig, lower
 from coconet.lowering.nvrtc import compile_cuda, nvrtc_available
 from coconet.lowering.plan import Launch, RankValue
 from coconet.runtime import values as V
+from coconet.runtime.sim import prepare_inputs
 from coconet.runtime.threaded import ThreadedExecutor
 from xdsl.dialects.builtin import f32
 
@@ -192,6 +193,42 @@ def test_a_rank_count_above_the_smallest_size_is_refused_before_launch():
         coconet.run(program, None, ranks=8)
 
 
+# Model parallel at odd sizes: K cut unevenly for the matmul; the split dim (the one
+# auto_split_dim picks) uneven too: dim 2 of [2, 15, 64] at 3 ranks is a strided slice, which
+# the fused kernel pulls by each member's own sizes; dim 1 of [3, 16, 64] takes the overlap.
+MODEL_PARALLEL = {
+    "mlp-s15-k250": ("model_parallel_mlp", {"2x16x": "2x15x", "256x": "250x"}, 3),
+    "attention-b3": ("model_parallel_attention", {"2x16x": "3x16x"}, 3),
+    "pipeline-b3": ("pipeline_boundary", {"2x16x": "3x16x"}, 6),
+}
+
+
+@functools.cache
+def odd_model_parallel(key: str) -> Program:
+    name, replacements, _ = MODEL_PARALLEL[key]
+    text = (EXAMPLES / f"{name}.mlir").read_text()
+    for old, new in replacements.items():
+        text = text.replace(old, new)
+    return Program(parse_module(text))
+
+
+def model_parallel_cases():
+    for key in MODEL_PARALLEL:
+        for schedule in named_schedules(odd_model_parallel(key)):
+            yield pytest.param(key, schedule, id=f"{key}-{schedule}")
+
+
+@pytest.mark.parametrize(("key", "schedule"), list(model_parallel_cases()))
+def test_odd_model_parallel_under_every_schedule(key: str, schedule: str):
+    ranks = MODEL_PARALLEL[key][2]
+    program = scheduled(odd_model_parallel(key), schedule)
+    plan = lower(program, ranks)
+    assert any(b.rank_shapes for b in plan.buffers) or schedule == "ar-c"
+    inputs = prepare_inputs(program, None, plan.grid_shape, seed=ranks)
+    want = coconet.run(program, inputs, ranks=ranks, inplace=False).outputs
+    assert_same(ThreadedExecutor(plan).run(inputs), want, f"{key} [{schedule}] ranks={ranks}")
+
+
 # --------------------------------------------------------------------------------------------
 # NVRTC
 # --------------------------------------------------------------------------------------------
@@ -199,12 +236,18 @@ def test_a_rank_count_above_the_smallest_size_is_refused_before_launch():
 
 @pytest.mark.skipif(not nvrtc_available(), reason="the nvidia-cuda-nvrtc wheel is not installed")
 @pytest.mark.parametrize(
-    "which", ["adam", "lamb", pytest.param("lamb_odd_sizes", marks=pytest.mark.slow)]
+    "which",
+    ["adam", "lamb", "mlp-s15-k250", pytest.param("lamb_odd_sizes", marks=pytest.mark.slow)],
 )
 def test_uneven_fused_kernels_compile_with_nvrtc(which: str):
-    program = odd_lamb() if which == "lamb_odd_sizes" else odd_example(which)
+    if which in MODEL_PARALLEL:
+        program = odd_model_parallel(which)
+    else:
+        program = odd_lamb() if which == "lamb_odd_sizes" else odd_example(which)
     plan = lower(scheduled(program, "fuse(rs-c-ag)"), 3)
     assert "counts" in plan.cuda_source  # the uneven pull
+    if which in MODEL_PARALLEL:
+        assert "dims2" in plan.cuda_source  # a strided pull: the members' sizes
     for arch in ("sm_80", "sm_90"):
         assert len(compile_cuda(plan.cuda_source, arch, warnings_as_errors=True).binary) > 0
 
