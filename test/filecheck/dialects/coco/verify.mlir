@@ -502,34 +502,35 @@ func.func @dropout_result(%a: !coco.tensor<8xf32>) {
 
 // -----
 
-// uneven-slice (static grids)
-func.func @uneven(%a: !coco.tensor<9xf32, sliced<0>>) attributes {coco.grid = #coco.grid<[2]>} {
-  %0 = coco.neg %a : !coco.tensor<9xf32, sliced<0>>
+// empty-slice (static grids): a dim that does not divide is cut unevenly, one smaller than
+// its parts would leave a rank nothing
+func.func @empty(%a: !coco.tensor<1xf32, sliced<0>>) attributes {coco.grid = #coco.grid<[2]>} {
+  %0 = coco.neg %a : !coco.tensor<1xf32, sliced<0>>
   func.return
 }
 
 // CHECK-LABEL: // {{-----}}
-// CHECK: [uneven-slice] operand #0 (%a) of coco.neg of type !coco.tensor<9xf32, sliced<0>>: dim 0 of size 9 does not split evenly into 2 parts (grid [2]); uneven slices are not supported
+// CHECK: [empty-slice] operand #0 (%a) of coco.neg of type !coco.tensor<1xf32, sliced<0>>: dim 0 of size 1 cannot be cut into 2 parts (grid [2]): some rank would hold no element of it
 
 // -----
 
-func.func @uneven_two_axes(%a: !coco.tensor<8x3xf32, [sliced<0>, sliced<0>]>) attributes {coco.grid = #coco.grid<[4, 4]>} {
+func.func @empty_two_axes(%a: !coco.tensor<8x3xf32, [sliced<0>, sliced<0>]>) attributes {coco.grid = #coco.grid<[4, 4]>} {
   %0 = coco.neg %a : !coco.tensor<8x3xf32, [sliced<0>, sliced<0>]>
   func.return
 }
 
 // CHECK-LABEL: // {{-----}}
-// CHECK: [uneven-slice] operand #0 (%a) of coco.neg of type !coco.tensor<8x3xf32, [sliced<0>, sliced<0>]>: dim 0 of size 8 does not split evenly into 16 parts (grid [4, 4]); uneven slices are not supported
+// CHECK: [empty-slice] operand #0 (%a) of coco.neg of type !coco.tensor<8x3xf32, [sliced<0>, sliced<0>]>: dim 0 of size 8 cannot be cut into 16 parts (grid [4, 4]): some rank would hold no element of it
 
 // -----
 
-func.func @uneven_result(%a: !coco.tensor<6xf32>) attributes {coco.grid = #coco.grid<[4]>} {
-  %0 = coco.slice %a : !coco.tensor<6xf32> -> !coco.tensor<6xf32, sliced<0>>
+func.func @empty_result(%a: !coco.tensor<3xf32>) attributes {coco.grid = #coco.grid<[4]>} {
+  %0 = coco.slice %a : !coco.tensor<3xf32> -> !coco.tensor<3xf32, sliced<0>>
   func.return
 }
 
 // CHECK-LABEL: // {{-----}}
-// CHECK: [uneven-slice] result #0 of coco.slice of type !coco.tensor<6xf32, sliced<0>>: dim 0 of size 6 does not split evenly into 4 parts (grid [4]); uneven slices are not supported
+// CHECK: [empty-slice] result #0 of coco.slice of type !coco.tensor<3xf32, sliced<0>>: dim 0 of size 3 cannot be cut into 4 parts (grid [4]): some rank would hold no element of it
 
 // -----
 
@@ -757,12 +758,12 @@ func.func @slice_outer_axis(%x: !coco.tensor<8xf32, [replicated, sliced<0>]>) at
 // -----
 
 // An argument no op reads still has to fit the grid.
-func.func @unused_uneven(%a: !coco.tensor<6xf32, sliced<0>>) attributes {coco.grid = #coco.grid<[4]>} {
+func.func @unused_empty(%a: !coco.tensor<3xf32, sliced<0>>) attributes {coco.grid = #coco.grid<[4]>} {
   func.return
 }
 
 // CHECK-LABEL: // {{-----}}
-// CHECK: [uneven-slice] argument %a of @unused_uneven of type !coco.tensor<6xf32, sliced<0>>: dim 0 of size 6 does not split evenly into 4 parts
+// CHECK: [empty-slice] argument %a of @unused_empty of type !coco.tensor<3xf32, sliced<0>>: dim 0 of size 3 cannot be cut into 4 parts
 
 // -----
 

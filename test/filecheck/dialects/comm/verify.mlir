@@ -274,14 +274,15 @@ func.func @send_result(%a: !coco.tensor<8xf32>) {
 
 // -----
 
-// uneven-slice / layouts-per-axis apply to collectives too
-func.func @uneven_reduce_scatter(%a: !coco.tensor<6xf32, local>) attributes {coco.grid = #coco.grid<[4]>} {
-  %0 = comm.reduce_scatter sum %a : !coco.tensor<6xf32, local> -> !coco.tensor<6xf32, sliced<0>>
+// empty-slice / layouts-per-axis apply to collectives too (6 over 4 ranks is uneven and
+// legal; 3 over 4 would leave a rank nothing)
+func.func @empty_reduce_scatter(%a: !coco.tensor<3xf32, local>) attributes {coco.grid = #coco.grid<[4]>} {
+  %0 = comm.reduce_scatter sum %a : !coco.tensor<3xf32, local> -> !coco.tensor<3xf32, sliced<0>>
   func.return
 }
 
 // CHECK-LABEL: // {{-----}}
-// CHECK: [uneven-slice] result #0 of comm.reduce_scatter of type !coco.tensor<6xf32, sliced<0>>: dim 0 of size 6 does not split evenly into 4 parts (grid [4]); uneven slices are not supported
+// CHECK: [empty-slice] result #0 of comm.reduce_scatter of type !coco.tensor<3xf32, sliced<0>>: dim 0 of size 3 cannot be cut into 4 parts (grid [4]): some rank would hold no element of it
 
 // -----
 
