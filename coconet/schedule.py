@@ -339,6 +339,7 @@ class Schedule:
         if entry is not None and entry != p.name:
             p = Program(p.module, entry)
         self._program = p.clone()
+        name_schedule_targets(self._program.func)
         self._steps: list[ModulePass] = []
         self._new_values: list[SSAValue] = []
 
@@ -628,6 +629,41 @@ class Schedule:
         return self
 
 
+# What an unnamed op a schedule can target is called: passes and pipelines name the ops
+# they act on, so a schedule of a program must not depend on whether its author named them.
+TARGET_NAMES: dict[type[Operation], str] = {
+    coco.MatmulOp: "mm",
+    comm.AllReduceOp: "ar",
+    comm.SendOp: "sent",
+}
+
+
+def name_schedule_targets(fn: func.FuncOp) -> None:
+    """Give every unnamed matmul, all_reduce and send of `fn`'s body a name (`mm0`, `ar0`,
+    `sent0`, ..., numbered in program order, skipping names in use), so that named schedules,
+    the enumeration and pipelines can target them. Deterministic: a Schedule of the same
+    program names the same ops alike. Values the function returns keep their (output) names."""
+    block = fn.body.block
+    last = block.last_op
+    returned = set(last.operands) if isinstance(last, func.ReturnOp) else set()
+    taken = {a.name_hint for a in block.args if a.name_hint}
+    taken |= {r.name_hint for op in fn.walk() for r in op.results if r.name_hint}
+    counters: dict[str, int] = {}
+    for op in block.ops:
+        base = TARGET_NAMES.get(type(op))
+        if base is None or len(op.results) != 1:
+            continue
+        v = op.results[0]
+        if v.name_hint or v in returned:
+            continue
+        k = counters.get(base, 0)
+        while f"{base}{k}" in taken:
+            k += 1
+        counters[base] = k + 1
+        v.name_hint = f"{base}{k}"
+        taken.add(v.name_hint)
+
+
 def schedule(program: Any, entry: str | None = None) -> Schedule:
     """`s = schedule(program)`: a Schedule of (a clone of) `program`."""
     return Schedule(program, entry)
@@ -647,29 +683,35 @@ def _v2(n: int) -> int:
 
 
 def auto_split_dim(ar: comm.AllReduceOp) -> int:
-    """The tensor dim a split of `ar` slices: on a static group, the lowest dim that divides
-    by it; on a group sized at launch, the lowest dim divisible by PREFERRED_GROUP, else the
-    dim with the largest power-of-two factor (lowest first)."""
+    """The tensor dim a split of `ar` slices, among the dims no grid axis slices yet (on a
+    multi-axis grid, a dim another axis cuts is taken; failing such a dim, any dim the split
+    accepts): on a static group, the lowest dim that divides by it; on a group sized at
+    launch, the lowest dim divisible by PREFERRED_GROUP, else the dim with the largest
+    power-of-two factor (lowest first). A dim that does not divide is cut unevenly."""
     from coconet.dialects.layout_rules import grid_of
+    from coconet.passes.split_allreduce import split_refusal
 
     t: TensorType = ar.input.type
     shape = t.get_shape()
     if not shape:
         return 0
+    dims = [d for d in range(len(shape)) if not t.slicing_axes(d)]
+    if not dims:
+        dims = [d for d in range(len(shape)) if split_refusal(ar, d) is None] or [0]
     grid = grid_of(ar)
     sizes = [grid.shape[a] for a in ar.span()]
     if all(s > 0 for s in sizes):
         group = 1
         for s in sizes:
             group *= s
-        for d, n in enumerate(shape):
-            if n > 0 and n % group == 0:
+        for d in dims:
+            if shape[d] > 0 and shape[d] % group == 0:
                 return d
-        return 0
-    for d, n in enumerate(shape):
-        if n > 0 and n % PREFERRED_GROUP == 0:
+        return dims[0]
+    for d in dims:
+        if shape[d] > 0 and shape[d] % PREFERRED_GROUP == 0:
             return d
-    return max(range(len(shape)), key=lambda d: (_v2(shape[d]), -d))
+    return max(dims, key=lambda d: (_v2(shape[d]), -d))
 
 
 class _Structure:
@@ -1197,7 +1239,7 @@ def enumerate_scheduled_programs(
         if limit is not None and len(out) >= limit:
             raise _Full
 
-    info = _Structure(p)
+    info = _Structure(root.program)  # the program with its schedule targets named
     ar_names = list(info.unique_names(info.all_reduces))
     state = list(info.unique_names(info.state))
 

@@ -67,9 +67,41 @@ def prepare_inputs(
         if seed < 0:
             raise CocoError(f"the input seed must be at least 0, got {seed}")
         rng = np.random.default_rng(seed)
-        return {a.name: V.random_input(a.type, grid_shape, rng) for a in args}
+        positive = arguments_kept_positive(program)
+        return {
+            a.name: V.random_input(a.type, grid_shape, rng, signed=a.name not in positive)
+            for a in args
+        }
     V.check_input_names(program.name, inputs, names)
     return {a.name: V.coerce_input(a.name, inputs[a.name], a.type, grid_shape) for a in args}
+
+
+# Ops whose operand (a power: its base) must not be negative for a finite result.
+NEEDS_NON_NEGATIVE = (coco.SqrtOp, coco.RsqrtOp, coco.LogOp)
+
+
+def arguments_kept_positive(program: Program) -> set[str]:
+    """The arguments seeded inputs keep positive: those whose value reaches a square root, a
+    logarithm or a power's base through sums, differences, scalings, collectives, casts and
+    slices -- optimizer state such as Adam's v, and decay rates. A product of two values that
+    both derive from one argument is taken as its square (Adam's (1 - b2) g * g), which
+    leaves the argument signed: gradients, weights and activations get negative values."""
+    positive: set[str] = set()
+    for arg in program.arguments:
+        reached: set[SSAValue] = {arg.value}
+        for op in program.func.walk():
+            derived = [v for v in op.operands if v in reached]
+            if not derived:
+                continue
+            if isinstance(op, NEEDS_NON_NEGATIVE) or (
+                isinstance(op, coco.PowOp) and op.operands[0] in reached
+            ):
+                positive.add(arg.name)
+                break
+            if isinstance(op, coco.MulOp) and len(derived) == 2:
+                continue  # a square: non-negative whatever the argument's sign
+            reached.update(op.results)
+    return positive
 
 
 def check_program_on_grid(program: Program, grid_shape: Sequence[int]) -> None:

@@ -327,17 +327,23 @@ def coerce_input(name: str, value, t: TensorType, grid_shape: Sequence[int]) -> 
     return value
 
 
-def random_input(t: TensorType, grid_shape: Sequence[int], rng: np.random.Generator) -> np.ndarray:
-    """Seeded inputs for a program with no given inputs: floats uniform in [0.1, 1) (positive,
-    so square roots, logs and divisions of optimizer state stay finite), integers in [0, 10),
-    booleans fair coins."""
+def random_input(
+    t: TensorType, grid_shape: Sequence[int], rng: np.random.Generator, *, signed: bool = True
+) -> np.ndarray:
+    """Seeded inputs for a program with no given inputs: floats of magnitude uniform in
+    [0.1, 1) with a random sign, integers in [-9, 10), booleans fair coins. `signed=False`
+    (values a square root, a logarithm or a power's base reads: optimizer state) keeps floats
+    in [0.1, 1) and integers in [0, 10). Deterministic in the generator's state."""
     shape = logical_shape(t, grid_shape)
     dtype = numpy_dtype(t)
     if t.elt == "i1":
         return rng.random(shape) < 0.5
     if t.elt in ("i32", "i64"):
-        return rng.integers(0, 10, size=shape).astype(dtype)
-    return rng.uniform(0.1, 1.0, size=shape).astype(dtype)
+        return rng.integers(-9 if signed else 0, 10, size=shape).astype(dtype)
+    magnitude = rng.uniform(0.1, 1.0, size=shape)
+    if signed:
+        magnitude = np.where(rng.random(shape) < 0.5, -magnitude, magnitude)
+    return magnitude.astype(dtype)
 
 
 # ---------------------------------------------------------------------------------------------

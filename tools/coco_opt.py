@@ -49,6 +49,10 @@ class CocoOptMain(xDSLOptMain):
         for name, factory in get_all_passes().items():
             self.register_pass(name, factory)
 
+    def register_all_frontends(self) -> None:
+        super().register_all_frontends()
+        self.available_frontends["py"] = parse_python_program
+
     def register_all_targets(self) -> None:
         super().register_all_targets()
         try:
@@ -188,6 +192,16 @@ class CocoOptMain(xDSLOptMain):
 
             verify_program(module)
         return module
+
+
+def parse_python_program(stream: IO[bytes]) -> ModuleOp:
+    """A .py program (defining `program` or `build()`), as coco-run reads it: its module."""
+    from coconet.program import CocoError, load
+
+    path = getattr(stream, "name", None)
+    if not isinstance(path, str):
+        raise CocoError("a .py program must be given as a file, not on stdin")
+    return load(path).module
 
 
 # -- the pass listing --------------------------------------------------------------------------
