@@ -2,7 +2,7 @@
 // RUN: coco-opt %s -p 'coco-split-allreduce{ops=g1 dim=1}' | filecheck %s --check-prefix=TARGET
 // RUN: not coco-opt %s -p 'coco-split-allreduce{ops=d}' 2>&1 | filecheck %s --check-prefix=NOT-AR
 // RUN: not coco-opt %s -p 'coco-split-allreduce{ops=sc}' 2>&1 | filecheck %s --check-prefix=SCALAR
-// RUN: not coco-opt %s -p 'coco-split-allreduce{ops=u}' 2>&1 | filecheck %s --check-prefix=UNEVEN
+// RUN: not coco-opt %s -p 'coco-split-allreduce{ops=u}' 2>&1 | filecheck %s --check-prefix=EMPTY
 // RUN: not coco-opt %s -p 'coco-split-allreduce{ops=nope}' 2>&1 | filecheck %s --check-prefix=MISSING
 // RUN: not coco-opt %s -p 'coco-split-allreduce{ops=z}' 2>&1 | filecheck %s --check-prefix=NESTED
 // A dim no all_reduce has: greedy mode refuses rather than do nothing (found by the fuzzer).
@@ -37,8 +37,8 @@
 // SCALAR:     coco-opt: error: [split-allreduce-scalar] %sc (comm.all_reduce) reduces a value of type !coco.tensor<f32, local>, which has no dim 0 to slice for a reduce_scatter
 // SCALAR-NOT: {{.}}
 
-// UNEVEN:     coco-opt: error: [split-allreduce-uneven] the reduce_scatter of %u (comm.all_reduce) of type !coco.tensor<6x4xf32, [sliced<0>, sliced<0>]>: dim 0 of size 6 does not split evenly into 4 parts (grid [2, 2]); uneven slices are not supported
-// UNEVEN-NOT: {{.}}
+// EMPTY:     coco-opt: error: [split-allreduce-empty] the reduce_scatter of %u (comm.all_reduce) of type !coco.tensor<3x4xf32, [sliced<0>, sliced<0>]>: dim 0 of size 3 cannot be cut into 4 parts (grid [2, 2]): some rank would hold no element of it
+// EMPTY-NOT: {{.}}
 
 // MISSING:     coco-opt: error: [split-allreduce-op] no all_reduce named %nope in the program
 // MISSING-NOT: {{.}}
@@ -53,18 +53,19 @@ func.func @sgd(%g: !coco.tensor<64x8xf32, local>, %w: !coco.tensor<64x8xf32>, %l
 }
 
 // On a [2, 2] grid an all_reduce over axis 1 splits over axis 1 (%y: dim 0 of size 6 on 2
-// ranks). %u's dim 0 is already sliced by axis 0: 6 does not split into 2 x 2, so greedy
-// mode leaves it and a targeted request is refused (UNEVEN).
+// ranks, 3 each). %u's dim 0 is already sliced by axis 0: 3 rows cannot be cut into 2 x 2
+// parts (uneven cuts are fine, empty ones are not), so greedy mode leaves it and a targeted
+// request is refused (EMPTY).
 // CHECK-LABEL: func.func @grid2
 // CHECK-NEXT:    %y_rs = comm.reduce_scatter sum %x over [1] : !coco.tensor<6x4xf32, [local, local]> -> !coco.tensor<6x4xf32, [local, sliced<0>]>
 // CHECK-NEXT:    %y = comm.all_gather %y_rs over [1] : !coco.tensor<6x4xf32, [local, sliced<0>]> -> !coco.tensor<6x4xf32, [local, replicated]>
 // CHECK-NEXT:    %u = comm.all_reduce max %v over [1]
 // CHECK-NEXT:    %z = comm.all_reduce sum %zz over [0]
-func.func @grid2(%x: !coco.tensor<6x4xf32, [local, local]>, %v: !coco.tensor<6x4xf32, [sliced<0>, local]>, %zz: !coco.tensor<8x4xf32, [local, sliced<0>]>) -> (!coco.tensor<6x4xf32, [local, replicated]>, !coco.tensor<6x4xf32, [sliced<0>, replicated]>, !coco.tensor<8x4xf32, [replicated, sliced<0>]>) attributes {coco.grid = #coco.grid<[2, 2]>} {
+func.func @grid2(%x: !coco.tensor<6x4xf32, [local, local]>, %v: !coco.tensor<3x4xf32, [sliced<0>, local]>, %zz: !coco.tensor<8x4xf32, [local, sliced<0>]>) -> (!coco.tensor<6x4xf32, [local, replicated]>, !coco.tensor<3x4xf32, [sliced<0>, replicated]>, !coco.tensor<8x4xf32, [replicated, sliced<0>]>) attributes {coco.grid = #coco.grid<[2, 2]>} {
   %y = comm.all_reduce sum %x over [1] : !coco.tensor<6x4xf32, [local, local]> -> !coco.tensor<6x4xf32, [local, replicated]>
-  %u = comm.all_reduce max %v over [1] : !coco.tensor<6x4xf32, [sliced<0>, local]> -> !coco.tensor<6x4xf32, [sliced<0>, replicated]>
+  %u = comm.all_reduce max %v over [1] : !coco.tensor<3x4xf32, [sliced<0>, local]> -> !coco.tensor<3x4xf32, [sliced<0>, replicated]>
   %z = comm.all_reduce sum %zz over [0] : !coco.tensor<8x4xf32, [local, sliced<0>]> -> !coco.tensor<8x4xf32, [replicated, sliced<0>]>
-  func.return %y, %u, %z : !coco.tensor<6x4xf32, [local, replicated]>, !coco.tensor<6x4xf32, [sliced<0>, replicated]>, !coco.tensor<8x4xf32, [replicated, sliced<0>]>
+  func.return %y, %u, %z : !coco.tensor<6x4xf32, [local, replicated]>, !coco.tensor<3x4xf32, [sliced<0>, replicated]>, !coco.tensor<8x4xf32, [replicated, sliced<0>]>
 }
 
 // Dim 0 of %zz is cut by axis 1, inner to the all_reduce's axis 0: no reduce_scatter over

@@ -2,18 +2,18 @@
 // RUN: not coco-opt %s -p 'coco-schedule' 2>&1 | filecheck %s --check-prefix=NONAME
 // RUN: not coco-opt %s -p 'coco-schedule{name="ol(mm,fuse(rs-c-ag))"}' 2>&1 | filecheck %s --check-prefix=NOFIT
 // RUN: not coco-opt %s -p 'coco-schedule{name=sliced-send}' 2>&1 | filecheck %s --check-prefix=NOSEND
-// RUN: not coco-opt %s -p 'coco-schedule{name=rs-c-ag}' 2>&1 | filecheck %s --check-prefix=UNEVEN
+// RUN: not coco-opt %s -p 'coco-schedule{name=rs-c-ag}' 2>&1 | filecheck %s --check-prefix=EMPTY
 // RUN: coco-opt %s -p 'coco-schedule{name=ar-c}' | filecheck %s --check-prefix=ARC
 
-// An SGD step on a static grid of 3 ranks whose 64 elements do not split in 3: the all_reduce
-// cannot be split, so only ar-c applies.
+// An SGD step on a static grid of 3 ranks over 2 elements: a split would leave a rank no
+// element (uneven cuts are fine, empty ones are not), so only ar-c applies.
 
-func.func @sgd3(%g: !coco.tensor<64xf32, local>, %w: !coco.tensor<64xf32>, %lr: !coco.tensor<f32>)
+func.func @sgd3(%g: !coco.tensor<2xf32, local>, %w: !coco.tensor<2xf32>, %lr: !coco.tensor<f32>)
     attributes {coco.grid = #coco.grid<[3]>} {
-  %g1 = comm.all_reduce sum %g : !coco.tensor<64xf32, local> -> !coco.tensor<64xf32>
-  %d = coco.mul %lr, %g1 : !coco.tensor<f32>, !coco.tensor<64xf32> -> !coco.tensor<64xf32>
-  %w1 = coco.sub %w, %d : !coco.tensor<64xf32>
-  coco.update %w, %w1 : !coco.tensor<64xf32>
+  %g1 = comm.all_reduce sum %g : !coco.tensor<2xf32, local> -> !coco.tensor<2xf32>
+  %d = coco.mul %lr, %g1 : !coco.tensor<f32>, !coco.tensor<2xf32> -> !coco.tensor<2xf32>
+  %w1 = coco.sub %w, %d : !coco.tensor<2xf32>
+  coco.update %w, %w1 : !coco.tensor<2xf32>
   func.return
 }
 
@@ -26,8 +26,8 @@ func.func @sgd3(%g: !coco.tensor<64xf32, local>, %w: !coco.tensor<64xf32>, %lr: 
 
 // NOSEND:      coco-opt: error: [schedule-unknown] the schedule 'sliced-send' needs a send of a value computed from an all_reduce, which @sgd3 lacks
 
-// UNEVEN-NOT:  Traceback
-// UNEVEN:      coco-opt: error: [split-allreduce-uneven] (coco-split-allreduce{ops=g1}, in schedule 'rs-c-ag') the reduce_scatter of %g1 (comm.all_reduce) of type !coco.tensor<64xf32, sliced<0>>: dim 0 of size 64 does not split evenly into 3 parts
+// EMPTY-NOT:  Traceback
+// EMPTY:      coco-opt: error: [split-allreduce-empty] (coco-split-allreduce{ops=g1}, in schedule 'rs-c-ag') the reduce_scatter of %g1 (comm.all_reduce) of type !coco.tensor<2xf32, sliced<0>>: dim 0 of size 2 cannot be cut into 3 parts
 
 // ARC-LABEL: func.func @sgd3
 // ARC-NEXT:    %g1 = comm.all_reduce sum %g
