@@ -82,10 +82,12 @@ NEEDS_NON_NEGATIVE = (coco.SqrtOp, coco.RsqrtOp, coco.LogOp)
 
 def arguments_kept_positive(program: Program) -> set[str]:
     """The arguments seeded inputs keep positive: those whose value reaches a square root, a
-    logarithm or a power's base through sums, differences, scalings, collectives, casts and
-    slices -- optimizer state such as Adam's v, and decay rates. A product of two values that
-    both derive from one argument is taken as its square (Adam's (1 - b2) g * g), which
-    leaves the argument signed: gradients, weights and activations get negative values."""
+    logarithm, a power's base or a divisor through sums, differences, scalings, collectives,
+    casts and slices -- optimizer state such as Adam's v, decay rates and epsilon (a signed
+    epsilon would put a denominator near zero). A product of two values that both derive
+    from one argument is taken as its square (Adam's (1 - b2) g * g), and a norm is
+    non-negative: neither makes the argument positive, so gradients, weights, moments and
+    activations get negative values."""
     positive: set[str] = set()
     for arg in program.arguments:
         reached: set[SSAValue] = {arg.value}
@@ -94,12 +96,15 @@ def arguments_kept_positive(program: Program) -> set[str]:
             if not derived:
                 continue
             if isinstance(op, NEEDS_NON_NEGATIVE) or (
-                isinstance(op, coco.PowOp) and op.operands[0] in reached
+                isinstance(op, coco.PowOp | coco.DivOp)
+                and op.operands[0 if isinstance(op, coco.PowOp) else 1] in reached
             ):
                 positive.add(arg.name)
                 break
             if isinstance(op, coco.MulOp) and len(derived) == 2:
                 continue  # a square: non-negative whatever the argument's sign
+            if isinstance(op, coco.ReduceOp) and op.kind.data == "norm":
+                continue  # non-negative whatever the argument's sign
             reached.update(op.results)
     return positive
 

@@ -100,14 +100,14 @@ def test_coco_opt_reads_python_programs():
 
 def test_seeded_inputs_are_signed_except_what_a_square_root_reads():
     """--check's seeded inputs hold negative values (gradients, weights, moments), except the
-    arguments a square root, logarithm or power's base reads (Adam's v, the decay rates and
-    the step of the bias correction); deterministic in the seed."""
+    arguments a square root, logarithm, power's base or divisor reads (Adam's v, the decay rates,
+    epsilon and the step of the bias correction); deterministic in the seed."""
     program = coconet.load(EXAMPLES / "adam.mlir")
     inputs = sim.prepare_inputs(program, None, (2,), seed=0)
     for name in ("g", "w", "m"):
         assert (inputs[name] < 0).any() and (inputs[name] > 0).any(), name
         assert (np.abs(inputs[name]) >= 0.1).all(), name
-    for name in ("v", "beta1", "beta2", "step"):
+    for name in ("v", "beta1", "beta2", "eps", "step"):
         assert (inputs[name] > 0).all(), name
     again = sim.prepare_inputs(program, None, (2,), seed=0)
     assert all(np.array_equal(inputs[k], again[k]) for k in inputs)
