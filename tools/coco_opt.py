@@ -51,7 +51,8 @@ class CocoOptMain(xDSLOptMain):
 
     def register_all_frontends(self) -> None:
         super().register_all_frontends()
-        self.available_frontends["py"] = parse_python_program
+        # The input file's path, as coco-run takes it (the stream may be a copy of its bytes).
+        self.available_frontends["py"] = lambda _stream: parse_python_program(self.args.input_file)
 
     def register_all_targets(self) -> None:
         super().register_all_targets()
@@ -194,12 +195,11 @@ class CocoOptMain(xDSLOptMain):
         return module
 
 
-def parse_python_program(stream: IO[bytes]) -> ModuleOp:
+def parse_python_program(path: str | None) -> ModuleOp:
     """A .py program (defining `program` or `build()`), as coco-run reads it: its module."""
     from coconet.program import CocoError, load
 
-    path = getattr(stream, "name", None)
-    if not isinstance(path, str):
+    if not path:
         raise CocoError("a .py program must be given as a file, not on stdin")
     return load(path).module
 

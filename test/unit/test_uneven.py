@@ -222,7 +222,12 @@ def model_parallel_cases():
 def test_odd_model_parallel_under_every_schedule(key: str, schedule: str):
     ranks = MODEL_PARALLEL[key][2]
     program = scheduled(odd_model_parallel(key), schedule)
-    plan = lower(program, ranks)
+    try:
+        plan = lower(program, ranks)
+    except CocoError as e:
+        # Overlapping rows that ranks hold unevenly is refused before launch, by its rule.
+        assert schedule.startswith("ol(") and "[overlap-layout]" in str(e), str(e)
+        return
     assert any(b.rank_shapes for b in plan.buffers) or schedule == "ar-c"
     inputs = prepare_inputs(program, None, plan.grid_shape, seed=ranks)
     want = coconet.run(program, inputs, ranks=ranks, inplace=False).outputs
