@@ -43,7 +43,7 @@ from coconet.autotune import (
     spearman,
 )
 from coconet.cost_model import published_profile
-from coconet.program import Program, load, parse_module
+from coconet.core.program import Program, load, parse_module
 
 RANKS = {"pipeline_boundary": 4}  # grid [2, ?]: two stages of two
 DISTINCT = 0.03  # predictions closer than this (relative) are one point

@@ -36,8 +36,8 @@ def build(n: int):
 
 def worker(args: argparse.Namespace) -> None:
     import numpy as np
-    from coconet.runtime import values as V
-    from coconet.runtime.mpi_worker import BenchRow, print_bench_table
+    from coconet.core import values as V
+    from coconet.tools.rank_job import BenchRow, print_bench_table
     from mpi4py import MPI
 
     from coconet.compile import compile as coco_compile

@@ -118,7 +118,7 @@ def stream_triad(comm, n: int) -> Step:
 def adam_inputs(plan, rank: int, n: int) -> dict[str, object]:
     """This rank's pieces of the Adam arguments: its own gradient, the shared state."""
     import numpy as np
-    from coconet.runtime import values as V
+    from coconet.core import values as V
 
     coords = V.coords_of(rank, plan.grid_shape)
     shared = np.random.default_rng(1)  # the same replicated state on every rank

@@ -261,10 +261,10 @@ def enumerate_matrix(examples_dir: Path, ranks: Sequence[int]) -> tuple[list[Cas
     """Every (example, named schedule, rank count) the API says is legal, and why the others
     are not. Legal means what coco-run checks before launching: the process grid binds to
     that many ranks and the scheduled program lowers for them."""
+    from coconet.core.program import CocoError, load
     from coconet.lowering.lower_to_plan import lower
 
     from coconet.compile import apply_schedule
-    from coconet.program import CocoError, load
     from coconet.schedule import named_schedules
 
     cases: list[Case] = []
@@ -398,7 +398,7 @@ _BENCH_ROW = re.compile(r"^\s+(\S+)\s+([0-9.]+)ms\s+([0-9.]+)ms\s")
 
 
 def parse_bench_table(output: str) -> dict[str, tuple[float, float]]:
-    """{schedule: (median s, min s)} from coco-run --bench's table (runtime/mpi_worker.py
+    """{schedule: (median s, min s)} from coco-run --bench's table (tools/rank_job.py
     print_bench_table: milliseconds with three decimals, so 1 us resolution)."""
     rows: dict[str, tuple[float, float]] = {}
     in_table = False

@@ -1,12 +1,12 @@
 """coconet: distributed ML kernels as one program of computation and collectives.
 
-    import coconet
-    program = coconet.load("examples/adam.mlir")
-    result = coconet.run(program, inputs, ranks=4)      # the sim oracle
+import coconet
+program = coconet.load("examples/adam.mlir")
+result = coconet.run(program, inputs, ranks=4)      # the sim oracle
 """
 
 from coconet.compile import compile  # noqa: A004 -- coconet.compile(program, ...) by design
-from coconet.program import CocoError, Program, load, parse_module
+from coconet.core.program import CocoError, Program, load, parse_module
 
 __all__ = ["CocoError", "Program", "compile", "load", "parse_module", "run"]
 

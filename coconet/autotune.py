@@ -34,7 +34,7 @@ from coconet.cost_model import (
     predict,
     published_profile,
 )
-from coconet.program import CocoError, Program
+from coconet.core.program import CocoError, Program
 
 __all__ = [
     "AUTO",

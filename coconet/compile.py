@@ -14,7 +14,7 @@ The contract:
   alone. Every rank calls it with the same program and schedule (it allocates symmetric
   buffers and communicators). The rank and the number of ranks come from the job; `ranks`,
   when given, must equal the number of processes.
-* cpu / cuda: each rank passes ITS OWN PIECE of every argument (runtime/values.py `piece_of`):
+* cpu / cuda: each rank passes ITS OWN PIECE of every argument (core/values.py `piece_of`):
   a replicated tensor's full value, its part of a sliced tensor, its own value of a local
   tensor (a data-parallel rank's local gradient) — for a tensor of global shape S that is
   `!coco.tensor<S, local>`, the rank passes an array of shape S, not the stacked logical
@@ -34,7 +34,7 @@ The contract:
   the environment, a rank that makes no progress in one plan step for that long aborts the
   job too.
 * sim: the reference interpreter; all ranks run in this process. It takes and returns LOGICAL
-  values (runtime/values.py: a local tensor's value is the stack of every rank's value) and
+  values (core/values.py: a local tensor's value is the stack of every rank's value) and
   needs no MPI.
 
 `schedule` is a named schedule (coconet.schedule, when present) or a pass pipeline
@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from coconet.program import CocoError, Program
+from coconet.core.program import CocoError, Program
 
 BACKENDS = ("sim", "cpu", "cuda")
 
@@ -77,8 +77,8 @@ def apply_pipeline(program: Program, pipeline: str) -> Program:
     from xdsl.passes import PassPipeline
     from xdsl.utils.exceptions import DiagnosticException
 
+    from coconet.core.program import make_context
     from coconet.passes import get_all_passes
-    from coconet.program import make_context
 
     try:
         passes = PassPipeline.parse_spec(get_all_passes(), pipeline)

@@ -53,9 +53,9 @@ from coconet.lowering.plan import (
     Step,
     WaitEvent,
 )
-from coconet.program import CocoError
+from coconet.core.program import CocoError
 from coconet.runtime.executor import buffer_nbytes
-from coconet.runtime.values import group_of
+from coconet.core.values import group_of
 
 __all__ = [
     "PUBLISHED_PROFILES",
@@ -429,7 +429,7 @@ def _collective_cost(
     n_src = buffer_nbytes(step.src) * frac
     n_dst = buffer_nbytes(step.dst) * frac
     if step.op == "send":
-        from coconet.runtime.values import coords_of, rank_of
+        from coconet.core.values import coords_of, rank_of
 
         c = list(coords_of(rank, plan.grid_shape))
         c[step.along] += step.shift  # type: ignore[index,operator]

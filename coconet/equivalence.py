@@ -1,7 +1,7 @@
 """Translation validation: does a scheduled program mean what the unscheduled one meant?
 
 `check_equivalence(before, after)` runs both programs in the sim oracle on the same seeded
-random inputs (drawn from `before`'s signature, as logical values: runtime/values.py) for
+random inputs (drawn from `before`'s signature, as logical values: core/values.py) for
 several rank counts and seeds, and compares every output by name. Outputs are logical values,
 so a schedule that keeps a replicated argument sliced (as-slice) still compares equal.
 
@@ -38,51 +38,10 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.utils.exceptions import DiagnosticException
 
+from coconet.core.program import CocoError, Program
+from coconet.core.tolerances import EXACT, TOLERANCES, Tolerance
 from coconet.dialects.coco import TensorType
 from coconet.dialects.comm import YieldOp
-from coconet.program import CocoError, Program
-
-# --------------------------------------------------------------------------------------------
-# Tolerances (used only with exact=False)
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    """`|after - before| <= atol + rtol * |before|`, elementwise; NaN matches NaN, an infinity
-    only the same infinity."""
-
-    rtol: float
-    atol: float
-
-    @property
-    def exact(self) -> bool:
-        return self.rtol == 0.0 and self.atol == 0.0
-
-
-EXACT = Tolerance(rtol=0.0, atol=0.0)
-
-# Test inputs are O(1) (runtime/values.py draws floats in [0.1, 1)), so `atol` is set near one
-# ulp at magnitude 1: it only matters for results that cancel to about zero.
-TOLERANCES: dict[str, Tolerance] = {
-    # 10 mantissa bits, ulp(1) = 9.8e-4. Kernels accumulate in f32 and round once to f16, so a
-    # reordered reduction moves the f16 result by at most an ulp or so: allow 2 ulps.
-    "f16": Tolerance(rtol=2e-3, atol=1e-3),
-    # 7 mantissa bits, ulp(1) = 7.8e-3; same argument as f16: 2 ulps.
-    "bf16": Tolerance(rtol=1.6e-2, atol=1e-2),
-    # ulp(1) = 1.2e-7. A ring all-reduce on p ranks sums in f32 with up to p - 1 roundings in a
-    # rank-dependent order, and downstream rsqrt/div/pow amplify relative error a few times:
-    # ~80 ulps covers p <= 16 with that amplification; atol ~ 10 ulps at 1 for cancellations.
-    "f32": Tolerance(rtol=1e-5, atol=1e-6),
-    # ulp(1) = 2.2e-16; the f32 argument scaled, with a wide margin (4500 ulps) since f64
-    # programs are short and the margin costs no real bug detection at these magnitudes.
-    "f64": Tolerance(rtol=1e-12, atol=1e-12),
-    # Integer +, *, max, min wrap and are associative and commutative, and i1 sums/products are
-    # or/and: no reduction order can change an integer result, so integers compare exactly.
-    "i32": EXACT,
-    "i64": EXACT,
-    "i1": EXACT,
-}
 
 # -- bit patterns, for the exact comparison ----------------------------------------------------
 
@@ -342,8 +301,8 @@ def _reassociations(before: Program, after: Program) -> tuple[list[str], set[str
     Max and min are order-independent and the sim's collectives keep rank order, so only a
     sum or norm split into partials changes how a result rounds. If `after` has no more
     partial reductions than `before`, nothing was reassociated."""
+    from coconet.core.program import output_name
     from coconet.dialects.coco import UpdateOp
-    from coconet.program import output_name
 
     partials = _partial_reductions(after)
     if len(partials) <= len(_partial_reductions(before)):
@@ -379,8 +338,8 @@ def _reassociations(before: Program, after: Program) -> tuple[list[str], set[str
 def _ambiguous_names(program: Program) -> list[str]:
     """Output names the sim cannot tell apart: it keys outputs by name, so two different
     values returned (or returned and updated) under one name would be compared wrongly."""
+    from coconet.core.program import output_name
     from coconet.dialects.coco import UpdateOp
-    from coconet.program import output_name
 
     sources: dict[str, set[int]] = {}
     for op in program.func.walk():
@@ -440,9 +399,9 @@ def check_equivalence(
     identity there too. With `exact=False` every output is compared within `tolerances`
     (default `TOLERANCES`), for backends that reorder collectives.
     """
+    from coconet.core.values import coords_of, piece_of
     from coconet.runtime.sim import prepare_inputs
     from coconet.runtime.sim import run as sim_run
-    from coconet.runtime.values import coords_of, piece_of
 
     before, after = _as_program(before), _as_program(after)
     tols = dict(TOLERANCES if tolerances is None else tolerances)

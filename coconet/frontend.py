@@ -8,7 +8,7 @@
         w1 = w - lr * g1
         Update(w, w1)
 
-`sgd` is then a `coconet.program.Program` holding the same IR as the `.mlir` form:
+`sgd` is then a `coconet.core.program.Program` holding the same IR as the `.mlir` form:
 
     func.func @sgd(%g: !coco.tensor<4096xf32, local>, %w: ..., %lr: ...) attributes {...} {
       %g1 = comm.all_reduce sum %g : ...
@@ -62,6 +62,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.utils.exceptions import DiagnosticException, VerifyException
 
+from coconet.core.program import CocoError, Program
 from coconet.dialects import coco, comm, layout_rules
 from coconet.dialects.coco import (
     DYNAMIC,
@@ -77,7 +78,6 @@ from coconet.dialects.coco import (
     is_float_type,
     layout_str,
 )
-from coconet.program import CocoError, Program
 
 __all__ = [
     # element types
@@ -1357,7 +1357,7 @@ def _returned_values(result: object, fname: str) -> list[Value]:
 def program(
     fn: Callable[..., Any] | None = None, *, grid: object = (None,), name: str | None = None
 ) -> Any:
-    """Decorator: `@program(grid=[None])` turns a function into a `coconet.program.Program`.
+    """Decorator: `@program(grid=[None])` turns a function into a `coconet.core.program.Program`.
 
     `grid` lists the process grid's axis sizes, None for the one sized at launch: `[None]` is
     a 1-D world, `[2, None]` two pipeline stages of launch-sized tensor-parallel groups.

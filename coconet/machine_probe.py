@@ -41,7 +41,7 @@ from typing import Any
 
 from coconet.cost_model import Fabric, MachineProfile
 from coconet.lowering.kernel_cache import KernelCache, content_key
-from coconet.program import CocoError
+from coconet.core.program import CocoError
 
 __all__ = [
     "PROBE_CACHE",
@@ -130,7 +130,7 @@ def _timed(comm, fn: Callable[[], Any], warmup: int, iters: int) -> float:
 
 def _compiled(comm, text: str, schedule: str | None = None):
     import coconet
-    from coconet.program import Program, parse_module
+    from coconet.core.program import Program, parse_module
 
     program = Program(parse_module(text, "<probe>"))
     return coconet.compile(

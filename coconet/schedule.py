@@ -43,9 +43,9 @@ from xdsl.ir import BlockArgument, Operation, OpResult, SSAValue
 from xdsl.passes import ModulePass, PassPipeline
 from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException
 
+from coconet.core.program import CocoError, Program, make_context
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import ReplicatedAttr, SlicedAttr, TensorType
-from coconet.program import CocoError, Program, make_context
 
 __all__ = [
     "Handle",
@@ -193,7 +193,7 @@ def _as_program(program: Any) -> Program:
     if isinstance(program, ModuleOp):
         return Program(program)
     if isinstance(program, str | Path):
-        from coconet.program import load
+        from coconet.core.program import load
 
         return load(program)
     inner = getattr(program, "program", None)
@@ -446,8 +446,10 @@ class Schedule:
     def apply(self, pipeline: str | ModulePass | Sequence[ModulePass]) -> list[Handle]:
         """Apply any pass or pipeline (text or pass objects), step by step; returns handles
         to the named values the steps created."""
-        passes = parse_pipeline(pipeline) if isinstance(pipeline, str) else (
-            [pipeline] if isinstance(pipeline, ModulePass) else list(pipeline)
+        passes = (
+            parse_pipeline(pipeline)
+            if isinstance(pipeline, str)
+            else ([pipeline] if isinstance(pipeline, ModulePass) else list(pipeline))
         )
         new: list[Operation] = []
         with self._all_or_nothing():
@@ -511,8 +513,10 @@ class Schedule:
         all_gather `ag` before it, onto slices. `s.reorder(ag)` moves the maximal legal set;
         `s.reorder([c1, c2], ag)` (or without `ag`) exactly the named computations; with no
         arguments, every all_gather (greedy). Returns `Reordered` (`comps, ags = ...`)."""
-        if ag is None and computations is not None and not isinstance(
-            computations, list | tuple | set | frozenset
+        if (
+            ag is None
+            and computations is not None
+            and not isinstance(computations, list | tuple | set | frozenset)
         ):
             computations, ag = None, computations
         names = self._names([computations, ag], "reorder")

@@ -359,7 +359,7 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
     def local_shape(self, grid_shape: Sequence[int]) -> tuple[int, ...]:
         """The shape of the largest part one rank holds on a grid of the given (bound) sizes:
         every rank's where slices are even; where a dim does not divide by the ranks that cut
-        it, the first `size % parts` ranks hold one element more (runtime/values.py)."""
+        it, the first `size % parts` ranks hold one element more (core/values.py)."""
         shape = list(self.get_shape())
         for a, lay in enumerate(self.layouts):
             if isinstance(lay, SlicedAttr):
@@ -936,7 +936,7 @@ class DropoutOp(ElementwiseOp):
     1/(1-p).
 
     Element i of the logical tensor is kept iff `(h >> 40) >= ceil(p * 2^24)` where
-    `h = counter_hash(seed, global flat index of i, stream)` (runtime/counter_rng.py) and
+    `h = counter_hash(seed, global flat index of i, stream)` (core/counter_rng.py) and
     `stream` is the rank's coordinate on the axes where x is `local` (0 otherwise). Because
     the key is the global index, a sliced or fused schedule draws the unscheduled masks.
     """

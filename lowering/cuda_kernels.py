@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from coconet.core.values import NUMPY_DTYPES
 from coconet.dialects import coco
 from coconet.dialects.coco import TensorType
 from coconet.lowering.kernel_ir import (
@@ -80,7 +81,6 @@ from coconet.lowering.kernel_ir import (
     sum_of,
     uses,
 )
-from coconet.runtime.values import NUMPY_DTYPES
 from xdsl.ir import Operation, SSAValue
 
 # How an element type is stored, and the type it is computed in.
@@ -732,7 +732,7 @@ class _ElementwiseBuilder:
                     return Lit("true" if op.number else "false")
                 return Cast(I64, Lit(str(int(np.array(op.number).astype(NUMPY_DTYPES[elt])))))
             case coco.DropoutOp():
-                from coconet.runtime.counter_rng import dropout_threshold
+                from coconet.core.counter_rng import dropout_threshold
 
                 assert self.gidx is not None
                 stream = self.streams[self.dropouts.index(op)]

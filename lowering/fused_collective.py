@@ -28,15 +28,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from coconet.core import values as V
+from coconet.core.program import CocoError
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import TensorType
 from coconet.lowering import cuda_kernels as K
 from coconet.lowering.kernel_ir import ParamKind
 from coconet.lowering.plan import ArgTable, Epoch, KernelArg, Launch, PeerTable, RankValue
-from coconet.runtime import values as V
 from xdsl.ir import Operation, SSAValue
-
-from coconet.program import CocoError
 
 if TYPE_CHECKING:
     from coconet.lowering.lower_to_plan import Lowering

@@ -1,7 +1,7 @@
 """Lowering of a fused collective whose group spans nodes: the hierarchical path.
 
 Symmetric memory only reaches the ranks of one node, so a `comm.fused all_reduce` over a
-group spread across nodes runs in two parts of that group (runtime/values.py `group_part`):
+group spread across nodes runs in two parts of that group (core/values.py `group_part`):
 its members on this rank's node ("node": kernels over symmetric memory, with the cross-rank
 protocol of coco_device.h) and its members across nodes ("across": one per node, those with
 this rank's index among their node's members; a library collective, NCCL or MPI).
@@ -39,10 +39,10 @@ from coconet.dialects import coco, comm
 from coconet.lowering import cuda_kernels as K
 from coconet.lowering.fused_collective import MAX_COLLECTIVE_BLOCKS
 from coconet.lowering.plan import ArgTable, Buffer, Collective, Epoch, Launch, PeerTable, RankValue
-from coconet.runtime import values as V
+from coconet.core import values as V
 from xdsl.ir import Operation, SSAValue
 
-from coconet.program import CocoError
+from coconet.core.program import CocoError
 
 if TYPE_CHECKING:
     from coconet.lowering.lower_to_plan import Lowering

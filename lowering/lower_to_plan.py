@@ -26,6 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from coconet.core import values as V
+from coconet.core.program import CocoError, Program, check_program_on_grid
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import TensorType
 from coconet.dialects.layout_rules import infer_elementwise
@@ -49,12 +51,9 @@ from coconet.lowering.plan import (
     Step,
     WaitEvent,
 )
-from coconet.runtime import values as V
 from xdsl.dialects import func
 from xdsl.ir import Operation, SSAValue
 from xdsl.utils.exceptions import VerifyException
-
-from coconet.program import CocoError, Program
 
 
 @dataclass(frozen=True)
@@ -98,7 +97,7 @@ class Lowering:
                 f"[ranks-per-node] the node map names {len(nodes)} rank(s), the plan has "
                 f"{self.size}"
             )
-        # The node of every rank (runtime/values.py); () when one node holds them all.
+        # The node of every rank (core/values.py); () when one node holds them all.
         self.nodes = tuple(int(n) for n in nodes) if len(set(nodes)) > 1 else ()
         self.coords = [V.coords_of(r, self.grid_shape) for r in range(self.size)]
         self.config = config
@@ -649,8 +648,6 @@ def lower(
         grid_shape = grid.bind(ranks)
     except ValueError as e:
         raise CocoError(f"@{program.name}: {e}") from None
-    from coconet.runtime.sim import check_program_on_grid
-
     check_program_on_grid(program, grid_shape)
     return Lowering(program, grid_shape, config or LaunchConfig(), nodes).run()
 

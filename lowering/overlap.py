@@ -44,9 +44,9 @@ from coconet.lowering.plan import (
     Step,
     WaitEvent,
 )
-from coconet.runtime import values as V
+from coconet.core import values as V
 
-from coconet.program import CocoError
+from coconet.core.program import CocoError
 
 if TYPE_CHECKING:
     from coconet.lowering.lower_to_plan import Lowering

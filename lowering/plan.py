@@ -86,7 +86,7 @@ class PeerTable:
     buffer: Buffer
     span: tuple[int, ...]
     # "all" the group, or only its members on this rank's node (a hierarchical collective's
-    # intra-node kernel): runtime/values.py GROUP_PARTS.
+    # intra-node kernel): core/values.py GROUP_PARTS.
     part: str = "all"
 
     def __str__(self) -> str:
@@ -262,7 +262,7 @@ class Plan:
     # Every kernel of `cuda_source` -> its parameters in order: how executors type the
     # arguments of a launch (never read back from the text).
     signatures: dict[str, tuple[KernelParam, ...]] = field(default_factory=dict)
-    # The node of every rank (runtime/values.py); empty: one node holds every rank.
+    # The node of every rank (core/values.py); empty: one node holds every rank.
     nodes: tuple[int, ...] = ()
 
     @property

@@ -70,7 +70,7 @@ from coconet.lowering.kernel_ir import (
 )
 from xdsl.ir import Operation, SSAValue
 
-from coconet.program import CocoError
+from coconet.core.program import CocoError
 
 ELEMENT, ROW, SCALAR = "element", "row", "scalar"
 

@@ -6,17 +6,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import IO
 
+from coconet.core.program import Program
 from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.utils.target import Target
 
-from coconet.program import Program
-
 
 def _plans(module: ModuleOp, ranks: int, block: int, max_blocks: int, ranks_per_node: int = 0):
     from coconet.lowering.lower_to_plan import LaunchConfig, default_ranks, lower
-    from coconet.runtime.values import nodes_of
+    from coconet.core.values import nodes_of
 
     config = LaunchConfig(block=block, max_blocks=max_blocks)
     for f in module.ops:

@@ -65,7 +65,8 @@ class SchedulePass(ModulePass):
         return ArgSpec(base.name, params)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        from coconet.program import CocoError, Program
+        from coconet.core.program import CocoError, Program
+
         from coconet.schedule import apply_schedule, resolve_schedule_name
 
         if not self.schedule:

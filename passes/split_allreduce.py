@@ -98,7 +98,7 @@ class SplitAllReducePass(ModulePass):
       over an outer axis cannot cut a dim an inner axis already cuts.
     * [split-allreduce-empty] on a statically sized grid, dim `dim` holds at least one
       element per rank that cuts it (the all_reduce's axes and any axis already slicing that
-      dim). A dim that does not divide is cut unevenly (runtime/values.py `split_range`).
+      dim). A dim that does not divide is cut unevenly (core/values.py `split_range`).
     Greedy mode skips the all_reduces these rules refuse, but refuses a `dim` that no
     all_reduce of the module has (a negative one, or `dim=9` on vectors): a pass asked to split
     on a dim that does not exist would otherwise do nothing, silently.

@@ -1,7 +1,7 @@
 """Comparing a backend's per-rank outputs with the sim oracle (`coco-run --check`).
 
 Integers and booleans compare exactly. Floats compare within the per-dtype tolerances of
-coconet.equivalence.TOLERANCES (library reductions in f32/f16 and in another order than the
+coconet.core.tolerances.TOLERANCES (library reductions in f32/f16 and in another order than the
 oracle's f64 rank-order accumulation, libm vs NumPy transcendentals): |x - ref| <= atol +
 rtol |ref|, NaN matching NaN. Each comparison also says whether it was bit-exact.
 """
@@ -12,29 +12,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from coconet.core.tolerances import TOLERANCES
 
-# Used only if coconet.equivalence (the translation-validation module) is not importable.
-_FALLBACK_TOLERANCES = {
-    "float16": (2e-3, 1e-3),
-    "bfloat16": (1.6e-2, 1e-2),
-    "float32": (1e-5, 1e-6),
-    "float64": (1e-12, 1e-12),
-}
 _ELT_OF_DTYPE = {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64"}
 
 
 def tolerance(dtype: np.dtype) -> tuple[float, float]:
     """(rtol, atol) for a dtype; (0, 0) for integers and booleans."""
-    name = np.dtype(dtype).name
-    if name not in _ELT_OF_DTYPE:
+    elt = _ELT_OF_DTYPE.get(np.dtype(dtype).name)
+    if elt is None:
         return 0.0, 0.0
-    try:
-        from coconet.equivalence import TOLERANCES
-
-        tol = TOLERANCES[_ELT_OF_DTYPE[name]]
-        return float(tol.rtol), float(tol.atol)
-    except (ImportError, KeyError, AttributeError):
-        return _FALLBACK_TOLERANCES[name]
+    tol = TOLERANCES[elt]
+    return float(tol.rtol), float(tol.atol)
 
 
 @dataclass

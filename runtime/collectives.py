@@ -20,12 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from coconet.core import values as V
+from coconet.core.program import CocoError
 from coconet.lowering.plan import Collective
-from coconet.runtime import values as V
 from coconet.runtime.executor import consecutive_blocks, group_of, member_region
 from coconet.runtime.transport import Request, Transport, is_bf16
-
-from coconet.program import CocoError
 
 CollectiveOps = Generator[Request, None, None]
 
@@ -38,7 +37,7 @@ class CollectiveContext:
     rank: int
     grid_shape: tuple[int, ...]
     exact: bool  # reduce floats in rank order here, never in the library
-    # the group over these grid axes, or its part (runtime/values.py GROUP_PARTS)
+    # the group over these grid axes, or its part (core/values.py GROUP_PARTS)
     transport: Callable[[tuple[int, ...], str], Transport]
     world: Callable[[], Transport]  # every rank, in rank order (for send)
     empty: Callable[[tuple[int, ...], np.dtype], Any]  # a scratch array like the buffers
@@ -66,7 +65,7 @@ def widen(xp: Any, a: Any, logical: np.dtype) -> Any:
 
 def bf16_bits(xp: Any, x: Any) -> Any:
     """f64 values rounded ONCE to bf16 (nearest even), as uint16 bit patterns: round to odd
-    in f32 first, which makes the second rounding exact (runtime/values.py `round_f64`)."""
+    in f32 first, which makes the second rounding exact (core/values.py `round_f64`)."""
     f = x.astype(xp.float32)
     back = f.astype(xp.float64)
     inexact = back != x

@@ -16,7 +16,7 @@
     sim does: bit-exact;
   - sum/prod of f32/f64 use MPI's reductions (MPI_Allreduce, MPI_Reduce_scatter_block,
     MPI_Reduce) in the data's own precision and MPI's order: equal to the oracle within the
-    per-dtype tolerance (coconet.equivalence.TOLERANCES), usually bit-exact on 2 ranks;
+    per-dtype tolerance (coconet.core.tolerances.TOLERANCES), usually bit-exact on 2 ranks;
     `exact_collectives=True` routes them through the exact path as well;
   - integer reductions use MPI's (wrapping, order-free): bit-exact.
 * Matmul: NumPy (BLAS), computing in f32 for f16/bf16, as the sim does.
@@ -38,15 +38,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from coconet.core import values as V
+from coconet.core.program import CocoError
 from coconet.lowering.host_compiler import HOST_CACHE, HostCompileError, compile_host
 from coconet.lowering.plan import COMM_STREAM, Buffer, Collective, Copy, Launch, Matmul, Plan
-from coconet.runtime import values as V
 from coconet.runtime.collectives import CollectiveContext, CollectiveOps, collective_ops
 from coconet.runtime.executor import KernelArg, buffer_dtype, groups_of
 from coconet.runtime.symmetric import MpiWindows, PosixSegments, node_communicator
 from coconet.runtime.transport import MpiTransport
-
-from coconet.program import CocoError
 
 CTYPES = {
     "ptr": ctypes.c_void_p,

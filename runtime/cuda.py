@@ -38,6 +38,8 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
+from coconet.core import values as V
+from coconet.core.program import CocoError
 from coconet.lowering.kernel_cache import KernelCache, content_key
 from coconet.lowering.plan import (
     COMM_STREAM,
@@ -50,7 +52,6 @@ from coconet.lowering.plan import (
     PeerTable,
     Plan,
 )
-from coconet.runtime import values as V
 from coconet.runtime.collectives import CollectiveContext, collective_ops, narrow, widen
 from coconet.runtime.executor import KernelArg, buffer_dtype, groups_of
 from coconet.runtime.symmetric import node_communicator
@@ -65,8 +66,6 @@ from coconet.runtime.transport import (
     nccl_dtype,
     nccl_op,
 )
-
-from coconet.program import CocoError
 
 __all__ = [
     "CUDA_CACHE",

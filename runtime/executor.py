@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import ml_dtypes
 import numpy as np
+from coconet.core import values as V
+from coconet.core.program import CocoError
 from coconet.dialects.coco import TensorType
 from coconet.lowering.kernel_ir import ABI_KINDS
 from coconet.lowering.plan import (
@@ -50,9 +52,6 @@ from coconet.lowering.plan import (
     Step,
     WaitEvent,
 )
-from coconet.runtime import values as V
-
-from coconet.program import CocoError
 
 if TYPE_CHECKING:
     from coconet.runtime.trace import StepTracer

@@ -41,7 +41,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from coconet.program import CocoError
+from coconet.core.program import CocoError
 
 FAULT_ENV = "COCONET_FAULT"
 STATUS_DIR_ENV = "COCONET_STATUS_DIR"

@@ -18,8 +18,7 @@ from collections import defaultdict
 from typing import Any
 
 import numpy as np
-
-from coconet.program import CocoError
+from coconet.core.program import CocoError
 
 # How long a rank waits for its peers at one rendezvous before the job counts as hung.
 RENDEZVOUS_TIMEOUT_S = 120.0

@@ -1,9 +1,9 @@
 """Start a coconet job on N MPI ranks and turn however it ends into one clear outcome.
 
-`launch(job, ranks)` runs `mpiexec -n N python -m coconet.runtime.mpi_worker JOB.json` with the
-`mpiexec` of the mpich wheel installed next to this Python (no system MPI needed), streams the
-ranks' standard output through (minus mpiexec's own banners), and on failure finds the rank that
-failed and why:
+`launch(job, ranks, worker=MODULE)` runs `mpiexec -n N python -m MODULE JOB.json` (coco-run's
+worker is coconet.tools.rank_job) with the `mpiexec` of the mpich wheel installed next to this
+Python (no system MPI needed), streams the ranks' standard output through (minus mpiexec's own
+banners), and on failure finds the rank that failed and why:
 
 1. a rank that caught its failure wrote `rankR.error` (runtime/failures.py) and aborted the job;
 2. a failed `--check` wrote `rank0.check` and every rank exited 1;
@@ -32,9 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from coconet.core.program import CocoError
 from coconet.runtime.failures import MONITOR_ENV, STATUS_DIR_ENV
-
-from coconet.program import CocoError
 
 _NOISE = re.compile(
     r"^(=+|=\s.*|\s*BAD TERMINATION.*|.*RUNNING AT .*|\s*EXIT CODE:.*|.*CLEANING UP REMAINING.*|"
@@ -196,11 +195,13 @@ def launch(
     job: dict[str, Any],
     ranks: int,
     *,
+    worker: str,
     timeout: float | None = None,
     env: dict[str, str] | None = None,
     stdout: IO[str] | None = None,
 ) -> LaunchResult:
-    """Run `job` on `ranks` MPI processes; never hangs past `timeout` seconds."""
+    """Run `job` on `ranks` MPI processes, each `python -m worker JOB.json`; never hangs past
+    `timeout` seconds."""
     mpiexec = find_mpiexec()
     stdout = sys.stdout if stdout is None else stdout
     with tempfile.TemporaryDirectory(prefix="coconet-job-") as tmp:
@@ -214,7 +215,7 @@ def launch(
             str(ranks),
             sys.executable,
             "-m",
-            "coconet.runtime.mpi_worker",
+            worker,
             str(job_file),
         ]
         monitor = Monitor(Path(tmp) / "monitor.sock")

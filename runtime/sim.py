@@ -1,6 +1,6 @@
 """The sim backend: the reference interpreter of coco/comm programs, and so the oracle of
 their meaning. All ranks run in this one process; each SSA value is held as the list of every
-rank's piece (runtime/values.py), each op computes every rank's piece of its result.
+rank's piece (core/values.py), each op computes every rank's piece of its result.
 
 Numerics are those the dialects document: each op computes in f32 (f64, int64) and rounds its
 result to its element type; collectives and full reductions accumulate in f64 in rank order
@@ -13,24 +13,21 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from coconet.core import values as V
+from coconet.core.counter_rng import dropout_keep
+from coconet.core.program import CocoError, Program, check_program_on_grid, load, output_name
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import TensorType
-from coconet.dialects.layout_rules import check_bound_shapes
-from coconet.runtime import values as V
-from coconet.runtime.counter_rng import dropout_keep
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
-from xdsl.utils.exceptions import VerifyException
-
-from coconet.program import CocoError, Program, load, output_name
 
 Pieces = list[np.ndarray]
 
 
 @dataclass
 class SimResult:
-    """Outputs of one run: `outputs` holds logical values (runtime/values.py), `per_rank` what
+    """Outputs of one run: `outputs` holds logical values (core/values.py), `per_rank` what
     each rank holds, by output name (updated arguments under their own name)."""
 
     outputs: dict[str, np.ndarray]
@@ -107,23 +104,6 @@ def arguments_kept_positive(program: Program) -> set[str]:
                 continue  # non-negative whatever the argument's sign
             reached.update(op.results)
     return positive
-
-
-def check_program_on_grid(program: Program, grid_shape: Sequence[int]) -> None:
-    """Every rank holds at least one element of every sliced dim on the concrete grid
-    ([empty-slice]); dims that do not divide are cut unevenly (runtime/values.py)."""
-    try:
-        for a in program.arguments:
-            check_bound_shapes(a.type, grid_shape, f"argument %{a.name}")
-        for op in program.func.walk():
-            for i, res in enumerate(op.results):
-                if isinstance(res.type, TensorType):
-                    what = f"%{res.name_hint}" if res.name_hint else f"result #{i} of {op.name}"
-                    check_bound_shapes(res.type, grid_shape, what)
-    except VerifyException as e:
-        raise CocoError(
-            f"@{program.name} cannot run on {int(np.prod(grid_shape))} rank(s): {e}"
-        ) from None
 
 
 def run(

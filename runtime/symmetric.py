@@ -18,9 +18,9 @@ from multiprocessing import shared_memory
 from typing import Any
 
 import numpy as np
-from coconet.runtime import values as V
+from coconet.core import values as V
 
-from coconet.program import CocoError
+from coconet.core.program import CocoError
 
 
 class MpiWindows:

@@ -15,13 +15,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+from coconet.core import values as V
+from coconet.core.program import CocoError
 from coconet.lowering.plan import Plan
-from coconet.runtime import values as V
 from coconet.runtime.cpu import CpuBackend
 from coconet.runtime.executor import PlanRunner
 from coconet.runtime.inprocess import IN_PROCESS_MPI, InProcessWorld, PeerFailed
-
-from coconet.program import CocoError
 
 
 class ThreadedExecutor:
@@ -30,7 +29,7 @@ class ThreadedExecutor:
         self.size = plan.size
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Logical inputs in, logical outputs out (runtime/values.py)."""
+        """Logical inputs in, logical outputs out (core/values.py)."""
         plan = self.plan
         world = InProcessWorld(self.size)
         results: list[dict[str, np.ndarray] | None] = [None] * self.size

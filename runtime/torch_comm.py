@@ -23,8 +23,7 @@ import socket
 from typing import Any
 
 import numpy as np
-
-from coconet.program import CocoError
+from coconet.core.program import CocoError
 
 # torchrun's environment (torch.distributed.run): every process gets these.
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")

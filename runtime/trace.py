@@ -4,7 +4,7 @@
 complete event ("ph": "X") per step with host wall-clock begin and duration, on the track of
 its rank and stream (pid = rank, tid = stream: 0 compute, 1 communication). Events carry
 the step's index and text and whatever `context` holds when they are recorded (the schedule and
-the timed iteration, set by the bench loop in runtime/mpi_worker.py).
+the timed iteration, set by the bench loop in tools/rank_job.py).
 
 Timestamps are host-side `time.perf_counter_ns()` (CLOCK_MONOTONIC on Linux) from one origin:
 when every rank runs on one host they share that clock, so the tracks line up exactly; across
@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from coconet.core.program import CocoError
 from coconet.lowering.plan import (
     COMM_STREAM,
     COMPUTE_STREAM,
@@ -38,8 +39,6 @@ from coconet.lowering.plan import (
     Step,
     WaitEvent,
 )
-
-from coconet.program import CocoError
 
 STREAM_NAMES = {COMPUTE_STREAM: "compute", COMM_STREAM: "comm"}
 

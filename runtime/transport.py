@@ -23,9 +23,8 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 import numpy as np
-from coconet.runtime.values import NUMPY_DTYPES
-
-from coconet.program import CocoError
+from coconet.core.program import CocoError
+from coconet.core.values import NUMPY_DTYPES
 
 # What a transport call returns: MPI requests to wait on (a list), or None when the call is
 # already ordered (a stream) or complete.

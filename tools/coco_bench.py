@@ -15,9 +15,9 @@ powers of 1024); a size is rounded down to a whole number of elements divisible 
 Schedules: `--schedule NAME` / `-p [LABEL=]PIPELINE` (repeatable), by default every named
 schedule of the program (coconet.schedule.named_schedules). The whole sweep is one job on the
 coco-run machinery: `--np` MPI ranks started by runtime/launcher.py running
-runtime/mpi_worker.py, or, under torchrun, the torchrun processes themselves. Times are
+tools/rank_job.py, or, under torchrun, the torchrun processes themselves. Times are
 medians of `-n` timed steps after `-w` warm-up steps, each the slowest rank's; algbw and busbw
-follow nccl-tests (runtime/mpi_worker.py ALGBW_CONVENTION, BUSBW_CONVENTION).
+follow nccl-tests (tools/rank_job.py ALGBW_CONVENTION, BUSBW_CONVENTION).
 
 `--json FILE` writes every row; `--plot FILE.png` draws time and busbw against size (log axes,
 one line per schedule; matplotlib, from the `bench` extra); `--trace FILE.json` writes the
@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from coconet.program import CocoError, Program, load
+from coconet.core.program import CocoError, Program, load
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce")
 DTYPES = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2}
@@ -291,7 +291,7 @@ def file_points(
 ) -> list[SizePoint]:
     """The program file rebuilt at each size: n from the bytes its collectives move per n at
     a probe size (so a program whose collectives carry 4n bytes gets n = size / 4)."""
-    from coconet.runtime.mpi_worker import program_size
+    from coconet.tools.rank_job import program_size
 
     make = file_builder(path)
     probe_n = 1024 * ranks
@@ -334,7 +334,7 @@ class ProgressSink:
         self.pending = ""
 
     def write(self, text: str) -> int:
-        from coconet.runtime.mpi_worker import PROGRESS_MARKER
+        from coconet.tools.rank_job import PROGRESS_MARKER
 
         self.pending += text
         *lines, self.pending = self.pending.split("\n")
@@ -572,8 +572,15 @@ def is_rank_zero() -> bool:
 
 def run_mpi(job: dict[str, Any], ranks: int, timeout: float | None, sink: ProgressSink) -> int:
     from coconet.runtime.launcher import launch
+    from coconet.tools.rank_job import RANK_WORKER
 
-    result = launch(job, ranks, timeout=timeout, stdout=sink)  # type: ignore[arg-type]
+    result = launch(
+        job,
+        ranks,
+        worker=RANK_WORKER,
+        timeout=timeout,
+        stdout=sink,  # type: ignore[arg-type]
+    )
     if result.returncode != 0:
         raise CocoError(result.message or f"the job failed with status {result.returncode}")
     if job.get("verbose") and result.stderr.strip():
@@ -586,8 +593,8 @@ def run_in_torchrun(job: dict[str, Any], sink: ProgressSink) -> int:
     output goes through the progress sink as a launched job's would."""
     from coconet.runtime.cpu import apply_rank_env_defaults
     from coconet.runtime.failures import FailureGuard
-    from coconet.runtime.mpi_worker import run_job_guarded
     from coconet.runtime.torch_comm import TorchComm
+    from coconet.tools.rank_job import run_job_guarded
 
     apply_rank_env_defaults()
     comm = TorchComm.world()

@@ -107,7 +107,7 @@ class CocoOptMain(xDSLOptMain):
         arg_parser.add_argument(
             "--equivalence-tolerant",
             action="store_true",
-            help="compare within per-dtype tolerances (coconet.equivalence.TOLERANCES) "
+            help="compare within per-dtype tolerances (coconet.core.tolerances.TOLERANCES) "
             "instead of bit-exactly",
         )
 
@@ -166,7 +166,7 @@ class CocoOptMain(xDSLOptMain):
     def parse_chunk(
         self, chunk: IO[bytes], file_extension: str, start_offset: int = 0
     ) -> ModuleOp | None:
-        from coconet.program import CocoError
+        from coconet.core.program import CocoError
 
         data = chunk.read()
         try:
@@ -197,7 +197,7 @@ class CocoOptMain(xDSLOptMain):
 
 def parse_python_program(path: str | None) -> ModuleOp:
     """A .py program (defining `program` or `build()`), as coco-run reads it: its module."""
-    from coconet.program import CocoError, load
+    from coconet.core.program import CocoError, load
 
     if not path:
         raise CocoError("a .py program must be given as a file, not on stdin")
@@ -297,7 +297,7 @@ def _int_list(text: str) -> tuple[int, ...]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     warnings.filterwarnings("default", category=DeprecationWarning)
-    from coconet.program import CocoError
+    from coconet.core.program import CocoError
 
     try:
         CocoOptMain(argv).run()

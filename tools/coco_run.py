@@ -9,14 +9,14 @@ Backends: `sim` (the reference interpreter, in this process), `cpu` (N MPI proce
 with the mpich wheel's `mpiexec`; host-compiled kernels, MPI collectives, shared-memory
 windows), `cuda` (N MPI processes, one GPU each). Default: cuda when a GPU is visible, else cpu.
 
-Inputs are seeded random logical values (runtime/values.py) unless `--inputs` names an .npz
+Inputs are seeded random logical values (core/values.py) unless `--inputs` names an .npz
 with one array per argument. `--schedule NAME` (a named schedule, or `auto`: the one the cost
 model ranks fastest on `--profile`, coconet/autotune.py) and `-p [LABEL=]PIPELINE` may repeat:
 each is run in turn (one row of the `--bench` table each). `--check` compares every
 rank's outputs with the sim oracle (exact for integers, per-dtype tolerance for floats) and
 fails naming the output, the rank and the error. `--bench` times warm steps (3 warm-up, 10
 timed, barrier-synchronized, the slowest rank's time; median) and prints, per schedule, the
-program's collective size, algbw and busbw in nccl-tests' conventions (runtime/mpi_worker.py
+program's collective size, algbw and busbw in nccl-tests' conventions (tools/rank_job.py
 ALGBW_CONVENTION, BUSBW_CONVENTION) and the bytes each rank sends per step; `--json FILE`
 writes the rows. `--trace FILE.json` (cpu/cuda) writes a Chrome/Perfetto timeline of every
 rank's plan steps on both streams (runtime/trace.py): of the timed steps with `--bench`, else
@@ -32,9 +32,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
-
-from coconet.program import CocoError, Program, load
+from coconet.core.program import CocoError, Program, load
+from coconet.core.values import load_arrays
+from coconet.tools.rank_job import print_summary
 
 BACKENDS = ("sim", "cpu", "cuda")
 
@@ -243,13 +243,6 @@ def writable_path(path: str, what: str) -> str:
     return str(p)
 
 
-def read_inputs(path: str) -> dict[str, np.ndarray]:
-    """An --inputs file (bf16 arrays as uint16 bits, runtime/values.py NPZ_DTYPES_KEY)."""
-    from coconet.runtime.values import load_arrays
-
-    return load_arrays(path)
-
-
 def apply_pipeline(program: Program, pipeline: str) -> Program:
     """A copy of `program` with the pass pipeline applied (see coconet.compile)."""
     from coconet.compile import apply_pipeline as apply
@@ -261,26 +254,6 @@ def is_pipeline(spec: str) -> bool:
     from coconet.compile import is_pipeline as check
 
     return check(spec)
-
-
-def summarize(name: str, piece: np.ndarray) -> str:
-    if piece.size == 0:
-        return f"{name:>12}  {list(piece.shape)!s:>16}  {piece.dtype.name:>8}  (empty)"
-    x = piece.astype(np.float64)
-    return (
-        f"{name:>12}  {list(piece.shape)!s:>16}  {piece.dtype.name:>8}  "
-        f"min {x.min():>11.4g}  max {x.max():>11.4g}  mean {x.mean():>11.4g}  sum {x.sum():>13.6g}"
-    )
-
-
-def print_summary(
-    program: Program, per_rank: Sequence[dict[str, np.ndarray]], backend: str
-) -> None:
-    print(f"@{program.name} on {len(per_rank)} rank(s), backend {backend}")
-    for rank, outputs in enumerate(per_rank):
-        print(f"rank {rank}:")
-        for name, piece in outputs.items():
-            print("  " + summarize(name, piece))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -322,12 +295,12 @@ def run_sim(
     import time
 
     from coconet.runtime.check import compare_piece
-    from coconet.runtime.mpi_worker import BenchRow, bench_document, program_size, write_json
     from coconet.runtime.sim import run as sim_run
+    from coconet.tools.rank_job import BenchRow, bench_document, program_size, write_json
 
     from coconet.compile import apply_schedule
 
-    inputs = read_inputs(args.inputs) if args.inputs else None
+    inputs = load_arrays(args.inputs) if args.inputs else None
     bench_rows: list[BenchRow] = []
     collective_size = program_size(program, args.ranks) if args.bench else None
     failures = []
@@ -339,7 +312,7 @@ def run_sim(
         if not args.quiet:
             print_summary(scheduled, result.per_rank, "sim" + title)
         if args.output and not saved:
-            from coconet.runtime.values import save_arrays
+            from coconet.core.values import save_arrays
 
             written = save_arrays(args.output, result.outputs)
             print(f"saved {len(result.outputs)} output(s) to {written}")
@@ -372,7 +345,7 @@ def run_sim(
                 times.append(time.perf_counter() - t0)
             bench_rows.append(sim_bench_row(label, spec, scheduled, times, collective_size, args))
     if bench_rows:
-        from coconet.runtime.mpi_worker import print_bench_table
+        from coconet.tools.rank_job import print_bench_table
 
         print_bench_table(
             bench_rows,
@@ -406,7 +379,7 @@ def sim_bench_row(
     from coconet.lowering.lower_to_plan import lower
     from coconet.lowering.plan import Launch
     from coconet.runtime.executor import plan_traffic
-    from coconet.runtime.mpi_worker import BenchRow
+    from coconet.tools.rank_job import BenchRow
 
     try:
         plan = lower(scheduled, args.ranks)
@@ -439,9 +412,10 @@ def run_mpi(
     """Check everything that can be checked here (schedules apply, the program fits the grid,
     given inputs fit the signature), then run the job on `--np` MPI processes."""
     from coconet.runtime.launcher import launch
+    from coconet.tools.rank_job import RANK_WORKER
 
     job = prepared_job(args, backend, program, schedules)
-    result = launch(job, args.ranks, timeout=args.timeout)
+    result = launch(job, args.ranks, worker=RANK_WORKER, timeout=args.timeout)
     if result.returncode != 0:
         raise CocoError(result.message or f"the job failed with status {result.returncode}")
     if args.verbose and result.stderr.strip():
@@ -459,8 +433,8 @@ def run_in_torchrun(
     (no mpiexec). A failing rank ends the job through torchrun (it stops the others)."""
     from coconet.runtime.cpu import apply_rank_env_defaults
     from coconet.runtime.failures import FailureGuard
-    from coconet.runtime.mpi_worker import run_job_guarded
     from coconet.runtime.torch_comm import TorchComm
+    from coconet.tools.rank_job import run_job_guarded
 
     apply_rank_env_defaults()
     comm = TorchComm.world()
@@ -481,7 +455,7 @@ def prepared_job(
 
     from coconet.compile import apply_schedule
 
-    given = read_inputs(args.inputs) if args.inputs else None
+    given = load_arrays(args.inputs) if args.inputs else None
     for label, spec in schedules:
         scheduled = apply_schedule(program, spec)
         plan = lower(scheduled, args.ranks)

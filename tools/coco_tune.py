@@ -22,7 +22,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from coconet.program import CocoError, load
+from coconet.core.program import CocoError, load
 
 
 def build_parser() -> argparse.ArgumentParser:

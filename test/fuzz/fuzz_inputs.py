@@ -77,7 +77,7 @@ def valid_seeds() -> tuple[Seed, ...]:
 def verifying_seeds() -> tuple[Seed, ...]:
     """The seeds that parse and verify (the examples and lit inputs of valid IR): mutants of
     these reach the lowering and the sim far more often than mutants of refused IR."""
-    from coconet.program import CocoError, parse_module
+    from coconet.core.program import CocoError, parse_module
 
     out = []
     for s in seeds():

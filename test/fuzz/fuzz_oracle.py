@@ -50,7 +50,7 @@ import numpy as np
 from fuzz_inputs import Case
 from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError
 
-from coconet.program import CocoError, Program
+from coconet.core.program import CocoError, Program
 
 CLEAN = (CocoError, DiagnosticException, ParseError)
 SIM_ELEMENTS = 1 << 20
@@ -202,7 +202,7 @@ class Oracle:
         from xdsl.dialects import func
 
         from coconet.equivalence import check_equivalence
-        from coconet.program import parse_module
+        from coconet.core.program import parse_module
         from coconet.schedule import enumerate_scheduled_programs
 
         stage[0] = "roundtrip"

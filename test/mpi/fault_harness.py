@@ -85,7 +85,7 @@ def _name(p: psutil.Process) -> str:
 
 def _rank_of(p: psutil.Process) -> int | None:
     try:
-        if "coconet.runtime.mpi_worker" not in " ".join(p.cmdline()):
+        if "coconet.tools.rank_job" not in " ".join(p.cmdline()):
             return None
         if "mpiexec" in p.name() or "hydra" in p.name():
             return None

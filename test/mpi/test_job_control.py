@@ -72,7 +72,7 @@ def test_killing_the_front_end_ends_every_rank(sig):
             workers = [  # the ranks (mpiexec's own command line names the worker too)
                 p
                 for p in _descendants(front.pid)
-                if p.name().startswith("python") and "mpi_worker" in " ".join(p.cmdline())
+                if p.name().startswith("python") and "rank_job" in " ".join(p.cmdline())
             ]
             if len(workers) == 2:
                 break

@@ -70,11 +70,11 @@ def coco_run(
 def schedules_for(example: Path, ranks: int) -> tuple[list[str], list[str]] | None:
     """(named schedules, pipelines) that apply to `example` and lower on `ranks` ranks, without
     duplicates of the same scheduled IR; None when the program itself cannot run there."""
+    from coconet.core.program import CocoError
     from coconet.lowering.lower_to_plan import lower
 
     import coconet
     from coconet.compile import apply_schedule
-    from coconet.program import CocoError
 
     program = coconet.load(example)
     try:
@@ -342,7 +342,8 @@ API_SCRIPT = textwrap.dedent(
     import numpy as np
     import coconet
     from coconet.compile import compile
-    from coconet.runtime import sim, values as V
+    from coconet.core import values as V
+    from coconet.runtime import sim
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD

@@ -12,8 +12,9 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the test extra installs torch")
 
+from coconet.core.program import CocoError
+
 import coconet
-from coconet.program import CocoError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -18,8 +18,9 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the test extra installs torch")
 
+from coconet.core.program import CocoError
+
 import coconet.torch as ct
-from coconet.program import CocoError
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -98,7 +98,7 @@ def _run_alone(code: str, **env: str) -> subprocess.CompletedProcess:
 
 CALL = (
     "import coconet\n"
-    "from coconet.program import CocoError\n"
+    "from coconet.core.program import CocoError\n"
     "try:\n"
     "    coconet.compile('examples/sgd.mlir', backend='cpu')\n"
     "except CocoError as e:\n"

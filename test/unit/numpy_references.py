@@ -1,6 +1,6 @@
 """Independent NumPy references for the example programs (examples/*.mlir, examples/*.py).
 
-Each reference takes the logical inputs (the convention of runtime/values.py: a tensor that is
+Each reference takes the logical inputs (the convention of core/values.py: a tensor that is
 `local` on some grid axes carries those axes' sizes as leading dims, then its global shape) and
 the rank count, and computes the logical outputs the way an SPMD execution would: rank by rank,
 each rank slicing what it holds, collectives written out by hand. It imports nothing from

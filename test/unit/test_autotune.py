@@ -35,7 +35,7 @@ from coconet.cost_model import (
     predict,
     published_profile,
 )
-from coconet.program import CocoError, load
+from coconet.core.program import CocoError, load
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

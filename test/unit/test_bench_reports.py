@@ -12,18 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from coconet.core.program import CocoError
 from coconet.lowering.lower_to_plan import lower
 from coconet.lowering.plan import COMM_STREAM, COMPUTE_STREAM
 from coconet.runtime.executor import PlanRunner, plan_traffic
-from coconet.runtime.mpi_worker import (
-    PROGRESS_MARKER,
-    BenchRow,
-    nccl_bus_factor,
-    plan_size,
-    program_size,
-    sweep_header,
-    sweep_row,
-)
 from coconet.runtime.trace import StepTracer, trace_document
 from coconet.tools.coco_bench import (
     ProgressSink,
@@ -32,10 +24,18 @@ from coconet.tools.coco_bench import (
     sweep_sizes,
     write_plot,
 )
+from coconet.tools.rank_job import (
+    PROGRESS_MARKER,
+    BenchRow,
+    nccl_bus_factor,
+    plan_size,
+    program_size,
+    sweep_header,
+    sweep_row,
+)
 
 import coconet
 from coconet.compile import apply_schedule
-from coconet.program import CocoError
 from coconet.schedule import named_schedules
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ from pathlib import Path
 from coconet.passes.common import OrderInfo
 
 from coconet.compile import apply_schedule
-from coconet.program import Program, parse_module
+from coconet.core.program import Program, parse_module
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,11 +11,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from coconet.core.program import Program, parse_module
+from coconet.dialects import coco
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
-from coconet.dialects import coco
 from coconet.equivalence import (
     EXACT,
     TOLERANCES,
@@ -23,7 +24,6 @@ from coconet.equivalence import (
     check_equivalence,
     check_module_equivalence,
 )
-from coconet.program import Program, parse_module
 
 RANKS = (1, 2, 4)
 
@@ -553,7 +553,9 @@ def _rounding_inputs() -> dict[str, np.ndarray]:
 
 def test_reassociated_sum_is_compared_within_tolerance() -> None:
     before, after, inputs = prog(FULL_SUM), prog(PARTIAL_SUM), _rounding_inputs()
-    strict = check_equivalence(before, after, ranks=(2, 4), inputs=inputs, allow_reassociation=False)
+    strict = check_equivalence(
+        before, after, ranks=(2, 4), inputs=inputs, allow_reassociation=False
+    )
     (m,) = strict.mismatches  # the premise: the order change is visible, on 4 ranks
     assert (m.output, m.ranks) == ("s", 4) and m.max_abs_error == 2.0**-23
     report = check_equivalence(before, after, ranks=(2, 4), inputs=inputs)

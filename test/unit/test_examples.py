@@ -21,9 +21,10 @@ import ml_dtypes
 import numpy as np
 import numpy_references as ref
 import pytest
+from coconet.core.program import Program
 
 import coconet
-from coconet.program import Program
+from coconet.core.program import Program
 from coconet.runtime import sim
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -7,12 +7,13 @@ import textwrap
 
 import numpy as np
 import pytest
+from coconet.core.program import CocoError, Program, parse_module
+from coconet.dialects import coco, comm
 from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type, IntegerType
 from xdsl.utils.exceptions import VerifyException
 
 import coconet
 from coconet import frontend as fe
-from coconet.dialects import coco, comm
 from coconet.frontend import (
     BF16,
     F16,
@@ -62,7 +63,6 @@ from coconet.frontend import (
     Update,
     program,
 )
-from coconet.program import CocoError, Program, parse_module
 
 
 def ops_of(p: Program) -> list:

@@ -13,7 +13,7 @@ from coconet.runtime import sim
 from coconet.runtime.threaded import ThreadedExecutor
 
 import coconet
-from coconet.program import CocoError, Program, parse_module
+from coconet.core.program import CocoError, Program, parse_module
 
 LIT = Path(__file__).resolve().parents[1] / "filecheck"
 

@@ -14,9 +14,9 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from coconet.core.program import load
 
 from coconet.compile import gpu_available
-from coconet.program import load
 from coconet.schedule import named_schedules
 
 REPO = Path(__file__).resolve().parents[2]
@@ -238,7 +238,7 @@ def test_benchmark_sizes():
 
 
 def test_parse_bench_table_reads_coco_run_bench_output(capsys):
-    from coconet.runtime.mpi_worker import BenchRow, print_bench_table
+    from coconet.tools.rank_job import BenchRow, print_bench_table
 
     rows = [
         BenchRow("ar-c", 1.5e-3, 1.2e-3, 4 << 20, 2, 1),

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from coconet.core.program import Program
 from coconet.dialects import coco, comm
 from coconet.lowering.lower_to_plan import LaunchConfig, lower
 from coconet.lowering.nvrtc import compile_cuda, nvrtc_available
@@ -23,7 +24,6 @@ from coconet.runtime.sim import prepare_inputs
 from coconet.runtime.threaded import ThreadedExecutor
 
 import coconet
-from coconet.program import Program
 
 EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.mlir"))
 FULL = os.environ.get("COCONET_FULL") == "1"

@@ -12,9 +12,8 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
-from coconet.runtime.values import NPZ_DTYPES_KEY, load_arrays, save_arrays
-
-from coconet.program import CocoError
+from coconet.core.program import CocoError
+from coconet.core.values import NPZ_DTYPES_KEY, load_arrays, save_arrays
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -36,10 +36,10 @@ from coconet.lowering.plan import (
     RecordEvent,
     WaitEvent,
 )
-from coconet.runtime import values as V
+from coconet.core import values as V
 
 import coconet
-from coconet.program import CocoError, Program
+from coconet.core.program import CocoError, Program
 from coconet.schedule import apply_pipeline, apply_schedule, enumerate_scheduled_programs
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -281,7 +281,7 @@ func.func @refused(%x: !coco.tensor<8x16xf32, sliced<1>>, %w: !coco.tensor<16x16
     ],
 )
 def test_pairs_that_cannot_pipeline_are_refused(target: str, rule: str) -> None:
-    from coconet.program import parse_module
+    from coconet.core.program import parse_module
     from coconet.schedule import Schedule, ScheduleError
 
     s = Schedule(Program(parse_module(REFUSED)))

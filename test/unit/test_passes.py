@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from coconet.core.program import make_context, parse_module
+from coconet.dialects import coco, comm
+from coconet.passes import get_all_passes
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import PassPipeline
 from xdsl.utils.exceptions import PassFailedException
 
 import coconet
-from coconet.dialects import coco, comm
-from coconet.passes import get_all_passes
-from coconet.program import make_context, parse_module
 
 # --------------------------------------------------------------------------------------------
 # Programs (small shapes: the sim is the oracle, not a benchmark)
@@ -163,7 +163,10 @@ def assert_same_outputs(src: str, scheduled: ModuleOp, ranks, *, exact: bool = T
                 np.testing.assert_array_equal(have, want, err_msg=f"{name} on {n} ranks")
             else:
                 np.testing.assert_allclose(
-                    have.astype(np.float64), want.astype(np.float64), rtol=2e-6, atol=1e-7,
+                    have.astype(np.float64),
+                    want.astype(np.float64),
+                    rtol=2e-6,
+                    atol=1e-7,
                     err_msg=f"{name} on {n} ranks",
                 )
 
@@ -277,7 +280,13 @@ def test_as_slice_changes_the_signature() -> None:
     m = schedule(ADAM, REORDER + ",coco-as-slice{ops=m,v}")
     (fn,) = [op for op in m.ops]
     types = {a.name_hint: a.type.layout_text() for a in fn.args}
-    assert types == {"g": "local", "w": "replicated", "m": "sliced<0>", "v": "sliced<0>", "lr": "replicated"}
+    assert types == {
+        "g": "local",
+        "w": "replicated",
+        "m": "sliced<0>",
+        "v": "sliced<0>",
+        "lr": "replicated",
+    }
     assert [i.layout_text() for i in fn.function_type.inputs] == list(types.values())
     assert len(ops_of(m, comm.AllGatherOp)) == 1  # only w is re-replicated
 
@@ -335,7 +344,9 @@ def test_pipeline_sends_slices() -> None:
 
 
 def test_pipeline_full_schedule_structure() -> None:
-    m = schedule(PIPELINE, "coco-split-allreduce{dim=2},coco-reorder,coco-sliced-send,coco-fuse,coco-overlap")
+    m = schedule(
+        PIPELINE, "coco-split-allreduce{dim=2},coco-reorder,coco-sliced-send,coco-fuse,coco-overlap"
+    )
     fn = next(iter(m.ops))
     top = [op.name for op in fn.body.block.ops]
     assert top == ["comm.overlap", "comm.fused", "comm.all_gather", "func.return"]
@@ -354,7 +365,10 @@ def test_pipeline_full_schedule_structure() -> None:
         (ADAM, REORDER + ",coco-as-slice,coco-fuse"),
         (LAMB, REORDER + ",coco-as-slice,coco-fuse"),
         (MODEL_PARALLEL, "coco-split-allreduce{dim=2},coco-reorder,coco-fuse,coco-overlap"),
-        (PIPELINE, "coco-split-allreduce{dim=2},coco-reorder,coco-sliced-send,coco-fuse,coco-overlap"),
+        (
+            PIPELINE,
+            "coco-split-allreduce{dim=2},coco-reorder,coco-sliced-send,coco-fuse,coco-overlap",
+        ),
     ],
 )
 def test_greedy_passes_reach_a_fixpoint(src: str, pipeline: str) -> None:
@@ -388,7 +402,12 @@ REFUSALS = [
     (SGD, "", "coco-reorder{ops=g1}", "[reorder-gather]"),  # not split yet
     (SGD, SPLIT, "coco-reorder{ops=g1_rs}", "[reorder-gather]"),
     (SGD, SPLIT, "coco-reorder{ops=w1}", "[reorder-gather]"),  # reads no gather
-    (MODEL_PARALLEL, "coco-split-allreduce{dim=2}", "coco-reorder{ops=layer}", "[reorder-elementwise]"),
+    (
+        MODEL_PARALLEL,
+        "coco-split-allreduce{dim=2}",
+        "coco-reorder{ops=layer}",
+        "[reorder-elementwise]",
+    ),
     (ADAM, SPLIT, "coco-as-slice{ops=m}", "[as-slice-uses]"),
     (LAMB, REORDER, "coco-as-slice{ops=m,w}", "[as-slice-uses]"),
     (ADAM, "", "coco-as-slice{ops=nope}", "[as-slice-arg]"),
@@ -404,7 +423,9 @@ REFUSALS = [
 
 
 @pytest.mark.parametrize("src,before,refused,rule", REFUSALS)
-def test_refusals_name_the_rule_and_change_nothing(src: str, before: str, refused: str, rule: str) -> None:
+def test_refusals_name_the_rule_and_change_nothing(
+    src: str, before: str, refused: str, rule: str
+) -> None:
     module = schedule(src, before)
     snapshot = text(module)
     (p,) = PassPipeline.parse_spec(get_all_passes(), refused).passes
@@ -420,7 +441,11 @@ def test_refusals_name_the_rule_and_change_nothing(src: str, before: str, refuse
 def test_targeted_reorder_of_named_computations() -> None:
     # CoCoNet's reorder(comps, ag): only the named ops move; the rest read the gather
     m = schedule(ADAM, SPLIT + ",coco-reorder{ops=g1,gb,mb,m1}")
-    moved = {op.results[0].name_hint for op in ops_of(m, coco.ElementwiseOp) if op.results[0].type.layout_text() == "sliced<0>"}
+    moved = {
+        op.results[0].name_hint
+        for op in ops_of(m, coco.ElementwiseOp)
+        if op.results[0].type.layout_text() == "sliced<0>"
+    }
     assert moved == {"g1_s", "mb_s", "gb_s", "m1_s"}
     assert {s.input.name_hint for s in ops_of(m, coco.SliceOp)} == {"m"}
     assert_same_outputs(ADAM, m, RANKS)

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
+from coconet.core.program import CocoError, Program, parse_module
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import MAX_RANKS, GridAttr, SlicedAttr, TensorType
 from coconet.dialects.program_rules import verify_program
@@ -20,7 +21,6 @@ from xdsl.ir import Block, Region
 from xdsl.utils.exceptions import VerifyException
 
 import coconet
-from coconet.program import CocoError, Program, parse_module
 
 T8 = "!coco.tensor<8xf32>"
 

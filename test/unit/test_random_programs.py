@@ -24,17 +24,16 @@ import traceback
 from collections import Counter
 
 import pytest
+from coconet.core.program import Program, make_context, parse_module
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
+from program_generator import XDSL_CLEANUPS, GeneratedProgram, pipelines, programs
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass, PassPipeline
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import DiagnosticException
 
 from coconet.equivalence import check_equivalence
-from coconet.program import Program, make_context, parse_module
-
-from program_generator import XDSL_CLEANUPS, GeneratedProgram, pipelines, programs
 
 FULL = os.environ.get("COCONET_FULL") == "1"
 CASES = 4000 if FULL else 400

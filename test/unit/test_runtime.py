@@ -15,12 +15,13 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
+from coconet.core import values as V
+from coconet.core.program import CocoError
 from coconet.lowering.cuda_printer import c_type
 from coconet.lowering.kernel_ir import CType, KernelParam, ParamKind
 from coconet.lowering.lower_to_plan import lower
 from coconet.lowering.plan import Epoch, Launch, PeerTable, RankValue
 from coconet.runtime import sim
-from coconet.runtime import values as V
 from coconet.runtime.check import compare_outputs, compare_piece, tolerance
 from coconet.runtime.executor import (
     PlanRunner,
@@ -38,7 +39,6 @@ from coconet.runtime.launcher import diagnose
 import coconet
 from coconet.compile import apply_schedule, is_pipeline
 from coconet.compile import compile as coco_compile
-from coconet.program import CocoError
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"

@@ -17,11 +17,12 @@ from typing import Any, ClassVar
 import ml_dtypes
 import numpy as np
 import pytest
+from coconet.core import values as V
+from coconet.core.program import CocoError
 from coconet.lowering.lower_to_plan import lower
 from coconet.lowering.nvrtc import nvrtc_available
 from coconet.lowering.plan import COMM_STREAM, COMPUTE_STREAM, Epoch, Launch, PeerTable
 from coconet.runtime import sim
-from coconet.runtime import values as V
 from coconet.runtime.check import compare_outputs
 from coconet.runtime.cuda import (
     NCCL_DTYPES,
@@ -45,7 +46,6 @@ from cuda_double import (
 
 import coconet
 from coconet.compile import apply_schedule
-from coconet.program import CocoError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

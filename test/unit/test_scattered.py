@@ -16,6 +16,7 @@ from coconet.runtime.threaded import ThreadedExecutor
 from coconet.tools.coco_run import apply_pipeline
 
 import coconet
+from coconet.schedule import Schedule
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SIZES = (2048, 1024, 512, 64)
@@ -76,7 +77,7 @@ def test_lamb_norms_finish_inside_the_fused_kernel():
     the first fused kernel: no reduction kernel and no library all_reduce of it remain."""
     from coconet.lowering.plan import Collective
 
-    schedule = coconet.load(EXAMPLES / "lamb.mlir").schedule()
+    schedule = Schedule(coconet.load(EXAMPLES / "lamb.mlir"))
     schedule.named("fuse(rs-c-ag)")
     plan = lower(schedule.program, 2)
     fused = [

@@ -14,13 +14,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from xdsl.passes import PassPipeline
-
-import coconet
+from coconet.core.program import CocoError, Program, make_context, parse_module
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import SlicedAttr
 from coconet.passes import get_all_passes
-from coconet.program import CocoError, Program, make_context, parse_module
+from xdsl.passes import PassPipeline
+
+import coconet
 from coconet.schedule import (
     NAMED_SCHEDULES,
     Handle,
@@ -317,15 +317,22 @@ def coco_opt(*args: str, stdin: str | None = None) -> subprocess.CompletedProces
     exe = BIN / "coco-opt"
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "coconet.tools.coco_opt"]
     return subprocess.run(
-        [*cmd, *args], input=stdin, capture_output=True, text=True, timeout=120,
+        [*cmd, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"},
     )
 
 
 @pytest.mark.parametrize(
     "example, name",
-    [("adam", "fuse(rs-c-ag)"), ("model_parallel_mlp", "ol(mm,fuse(rs-c-ag))"),
-     ("pipeline_boundary", "ol(mm,rs)+fuse(sliced-send)")],
+    [
+        ("adam", "fuse(rs-c-ag)"),
+        ("model_parallel_mlp", "ol(mm,fuse(rs-c-ag))"),
+        ("pipeline_boundary", "ol(mm,rs)+fuse(sliced-send)"),
+    ],
 )
 def test_pipeline_reproduces_through_the_coco_opt_cli(example, name):
     p = load(example)

@@ -15,7 +15,7 @@ import pytest
 from coconet.runtime import sim
 
 import coconet
-from coconet.program import Program, parse_module
+from coconet.core.program import Program, parse_module
 from coconet.schedule import apply_schedule, enumerate_schedules, named_schedules
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ Exactness. The sim's collectives accumulate in f64 in rank order and round once,
 is bit-identical to the program as written, with one exception: reordering a reduction
 (LAMB's norms) onto slices sums each slice, rounds the partial sum, then all-reduces the
 partials, which is a different summation order. Schedules that move a reduction are compared
-within the per-dtype tolerances of coconet.equivalence.TOLERANCES; every other schedule must
+within the per-dtype tolerances of coconet.core.tolerances.TOLERANCES; every other schedule must
 match bit for bit.
 
 Narrowing. A split may slice a tensor dim that does not divide on every rank count (the model-
@@ -30,11 +30,11 @@ import runpy
 from pathlib import Path
 
 import pytest
+from coconet.core.program import Program
+from coconet.dialects import comm
 
 import coconet
-from coconet.dialects import comm
 from coconet.equivalence import check_equivalence
-from coconet.program import Program
 from coconet.schedule import (
     apply_pipeline,
     apply_schedule,
@@ -70,9 +70,7 @@ def rank_counts(p: Program, counts=RANKS) -> tuple[int, ...]:
 
 def scalar_all_reduces(p: Program) -> int:
     return sum(
-        1
-        for op in p.func.walk()
-        if isinstance(op, comm.AllReduceOp) and op.input.type.rank == 0
+        1 for op in p.func.walk() if isinstance(op, comm.AllReduceOp) and op.input.type.rank == 0
     )
 
 

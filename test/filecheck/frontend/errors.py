@@ -3,8 +3,8 @@
 # names involved.
 
 from coconet import frontend
+from coconet.core.program import CocoError
 from coconet.frontend import F32, AllReduce, Local, Sliced, Tensor, Update
-from coconet.program import CocoError
 
 
 def attempt(fn):

@@ -1,4 +1,4 @@
-"""One rank of a `coco-run --backend cpu|cuda` job: `python -m coconet.runtime.mpi_worker JOB`.
+"""One rank of a `coco-run --backend cpu|cuda` job: `python -m coconet.tools.rank_job JOB`.
 
 The launcher (runtime/launcher.py) starts N of these under `mpiexec` with a JSON job file
 (program, schedules, inputs, what to do). For each schedule every rank loads and schedules the
@@ -19,11 +19,17 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from coconet.core import values as V
+from coconet.core.program import Program
+
+# The module the launcher runs on every rank (`python -m RANK_WORKER JOB.json`).
+RANK_WORKER = "coconet.tools.rank_job"
 
 # Bandwidth conventions of the bench rows (coco-run --bench, coco-bench), as nccl-tests defines
 # them for one collective, extended to whole programs through the plan's traffic.
@@ -122,7 +128,6 @@ def plan_size(plan, rank: int = 0) -> int:
     all_gather's output; chunked steps count their rows. With runtime/executor.py plan_traffic
     (the same steps times their bus factors), busbw / algbw is the collective's factor."""
     from coconet.lowering.plan import Collective
-    from coconet.runtime import values as V
     from coconet.runtime.executor import _rows_fraction, buffer_nbytes, group_of
 
     total = 0.0
@@ -145,9 +150,8 @@ def program_size(program, ranks: int, comm=None) -> int | None:
     """The size (plan_size, largest over ranks) of the program as written on `ranks` ranks:
     what every schedule of it moves, so all its rows share one size. None when the program as
     written does not lower (or holds no library collective, e.g. written already fused)."""
+    from coconet.core.program import CocoError
     from coconet.lowering.lower_to_plan import lower
-
-    from coconet.program import CocoError
 
     try:
         plan = lower(program, ranks)
@@ -166,7 +170,6 @@ def _raw(a: np.ndarray) -> np.ndarray:
 
 def scatter_inputs(comm, plan, logical: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
     """Rank 0 holds the logical inputs; every rank gets its piece (raw bytes: MPI has no bf16)."""
-    from coconet.runtime import values as V
     from coconet.runtime.executor import buffer_dtype
 
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -319,12 +322,32 @@ def bench_document(job: dict[str, Any], rows: list[BenchRow], ranks: int) -> dic
 
 
 def write_json(path: str, document: dict[str, Any]) -> None:
-    from coconet.program import CocoError
+    from coconet.core.program import CocoError
 
     try:
         Path(path).write_text(json.dumps(document, indent=1) + "\n")
     except OSError as e:
         raise CocoError(f"cannot write {path}: {e.strerror or e}") from None
+
+
+def summarize(name: str, piece: np.ndarray) -> str:
+    if piece.size == 0:
+        return f"{name:>12}  {list(piece.shape)!s:>16}  {piece.dtype.name:>8}  (empty)"
+    x = piece.astype(np.float64)
+    return (
+        f"{name:>12}  {list(piece.shape)!s:>16}  {piece.dtype.name:>8}  "
+        f"min {x.min():>11.4g}  max {x.max():>11.4g}  mean {x.mean():>11.4g}  sum {x.sum():>13.6g}"
+    )
+
+
+def print_summary(
+    program: Program, per_rank: Sequence[dict[str, np.ndarray]], backend: str
+) -> None:
+    print(f"@{program.name} on {len(per_rank)} rank(s), backend {backend}")
+    for rank, outputs in enumerate(per_rank):
+        print(f"rank {rank}:")
+        for name, piece in outputs.items():
+            print("  " + summarize(name, piece))
 
 
 def job_programs(job: dict[str, Any]) -> list[dict[str, Any]]:
@@ -395,23 +418,21 @@ def run_program(
 ) -> tuple[str, list[str]]:
     """Every schedule of one program: lower, set up, run once (summary, check, output), and
     with `bench` time warm steps into `rows`. Returns the program's name and failed checks."""
+    from coconet.core.program import load
     from coconet.lowering.lower_to_plan import LaunchConfig, lower
     from coconet.lowering.plan import Launch
     from coconet.runtime import sim
-    from coconet.runtime import values as V
     from coconet.runtime.executor import PlanRunner, plan_traffic
     from coconet.runtime.symmetric import job_nodes
     from coconet.runtime.torch_comm import mpi_module_for
-    from coconet.tools.coco_run import print_summary, read_inputs
 
     from coconet.compile import apply_schedule, make_backend
-    from coconet.program import load
 
     rank, size = comm.Get_rank(), comm.Get_size()
     backend_name = job["backend"]
     verbose = job.get("verbose", False)
     program = load(entry["path"], entry.get("entry"))
-    given = read_inputs(job["inputs"]) if job.get("inputs") and rank == 0 else None
+    given = V.load_arrays(job["inputs"]) if job.get("inputs") and rank == 0 else None
     config = LaunchConfig(**job["launch_config"]) if job.get("launch_config") else None
     bench = job.get("bench")
     # The collective size every schedule of this program shares (the bench rows' algbw).

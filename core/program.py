@@ -3,20 +3,22 @@
 
 from __future__ import annotations
 
+import math
 import runpy
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from coconet.dialects import get_all_dialects
+from coconet.dialects.coco import GridAttr, TensorType
+from coconet.dialects.layout_rules import check_bound_shapes
 from xdsl.context import Context
 from xdsl.dialects import builtin, func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import BlockArgument, SSAValue
 from xdsl.parser import Parser
 from xdsl.printer import Printer
-from xdsl.utils.exceptions import DiagnosticException, ParseError
-
-from coconet.dialects import get_all_dialects
-from coconet.dialects.coco import GridAttr, TensorType
+from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyException
 
 
 class CocoError(Exception):
@@ -126,12 +128,6 @@ class Program:
                 outs.append(Output(output_name(v, i), v.type))
         return outs
 
-    def schedule(self):
-        """A CoCoNet-style schedule of (a clone of) this program: coconet.schedule.Schedule."""
-        from coconet.schedule import Schedule
-
-        return Schedule(self)
-
     def clone(self) -> Program:
         module = self.module.clone()
         return Program(module, self.name)
@@ -219,3 +215,20 @@ def load(path: str | Path, entry: str | None = None) -> Program:
     raise CocoError(
         f"{path}: expected a .mlir or .py program, got '{path.suffix or 'no extension'}'"
     )
+
+
+def check_program_on_grid(program: Program, grid_shape: Sequence[int]) -> None:
+    """Every rank holds at least one element of every sliced dim on the concrete grid
+    ([empty-slice]); dims that do not divide are cut unevenly (core/values.py)."""
+    try:
+        for a in program.arguments:
+            check_bound_shapes(a.type, grid_shape, f"argument %{a.name}")
+        for op in program.func.walk():
+            for i, res in enumerate(op.results):
+                if isinstance(res.type, TensorType):
+                    what = f"%{res.name_hint}" if res.name_hint else f"result #{i} of {op.name}"
+                    check_bound_shapes(res.type, grid_shape, what)
+    except VerifyException as e:
+        raise CocoError(
+            f"@{program.name} cannot run on {math.prod(grid_shape)} rank(s): {e}"
+        ) from None

@@ -17,9 +17,8 @@ from collections.abc import Iterable, Sequence
 
 import ml_dtypes
 import numpy as np
+from coconet.core.program import CocoError
 from coconet.dialects.coco import TensorType
-
-from coconet.program import CocoError
 
 NUMPY_DTYPES: dict[str, np.dtype] = {
     "f16": np.dtype(np.float16),
