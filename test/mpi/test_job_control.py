@@ -65,6 +65,7 @@ def test_killing_the_front_end_ends_every_rank(sig):
         stderr=subprocess.PIPE,
         text=True,
     )
+    everything: list[psutil.Process] = []
     try:
         deadline = time.monotonic() + 60
         workers: list[psutil.Process] = []
@@ -96,5 +97,31 @@ def test_killing_the_front_end_ends_every_rank(sig):
     finally:
         if front.poll() is None:
             front.kill()
-        for p in _alive(_descendants(front.pid)):
+        # the ranks outlive a killed front end exactly when this test fails: end them too
+        for p in _alive(everything or _descendants(front.pid)):
             p.kill()
+
+
+def test_ranks_whose_front_end_died_while_they_started_end_the_job(tmp_path):
+    """coco-run killed before its ranks reached its monitor socket (a loaded machine, slow
+    imports): they cannot hold a lifeline, so each ends the job at once instead of running on
+    as orphans nobody collects."""
+    from coconet.runtime.failures import MONITOR_ENV
+
+    env = {**os.environ, MONITOR_ENV: str(tmp_path / "gone.sock")}
+    started = "from coconet.runtime.failures import FailureGuard; FailureGuard(); print('ran on')"
+    start = time.monotonic()
+    done = subprocess.run(
+        [str(MPIEXEC), "-n", "2", sys.executable, "-c", started],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    elapsed = time.monotonic() - start
+    assert done.returncode != 0
+    assert "ran on" not in done.stdout
+    assert "front end that launched this job is gone" in done.stderr
+    assert "Traceback" not in done.stderr
+    print(f"orphaned at start: every rank gone in {elapsed:.2f} s")
+
