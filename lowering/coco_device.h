@@ -600,6 +600,25 @@ COCO_HD T coco_from_f32(float f) {
 }
 
 // ---- math (float and double overloads; same operation order on both targets) ----
+// The device side of core/elementwise.py: each function overloaded for the compute types
+// (float, double, coco_i64), so the generator emits one name per op.
+// NumPy semantics for max/min: a NaN operand wins.
+COCO_HD float coco_max(float a, float b) { return a != a ? a : (b != b ? b : (a > b ? a : b)); }
+COCO_HD float coco_min(float a, float b) { return a != a ? a : (b != b ? b : (a < b ? a : b)); }
+COCO_HD double coco_max(double a, double b) { return a != a ? a : (b != b ? b : (a > b ? a : b)); }
+COCO_HD double coco_min(double a, double b) { return a != a ? a : (b != b ? b : (a < b ? a : b)); }
+COCO_HD coco_i64 coco_max(coco_i64 a, coco_i64 b) { return a > b ? a : b; }
+COCO_HD coco_i64 coco_min(coco_i64 a, coco_i64 b) { return a < b ? a : b; }
+COCO_HD float coco_relu(float x) { return coco_max(x, 0.0f); }
+COCO_HD double coco_relu(double x) { return coco_max(x, 0.0); }
+COCO_HD coco_i64 coco_relu(coco_i64 x) { return coco_max(x, (coco_i64)0); }
+COCO_HD float coco_abs(float x) { return fabsf(x); }
+COCO_HD double coco_abs(double x) { return fabs(x); }
+COCO_HD coco_i64 coco_abs(coco_i64 x) { return x < 0 ? -x : x; }
+// C integer division truncates; x / 0 is defined as 0 (as in the sim) instead of trapping.
+COCO_HD coco_i64 coco_div(coco_i64 a, coco_i64 b) { return b == 0 ? 0 : a / b; }
+COCO_HD double coco_pow(double a, double b) { return pow(a, b); }
+COCO_HD coco_i64 coco_pow(coco_i64 a, coco_i64 b) { return (coco_i64)pow((double)a, (double)b); }
 COCO_HD float coco_sqrt(float x) { return sqrtf(x); }
 COCO_HD double coco_sqrt(double x) { return sqrt(x); }
 // 1/sqrt rather than rsqrtf: CUDA's rsqrtf is approximate and would not match the host.

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from coconet.core.elementwise import COMPARISONS, ELEMENTWISE
 from coconet.core.values import NUMPY_DTYPES
 from coconet.dialects import coco
 from coconet.dialects.coco import TensorType
@@ -174,13 +175,15 @@ def store_from_double(elt: str, value: Expr) -> Expr:
     return Cast(C_STORAGE[elt], value)
 
 
-# Ops whose float results differ between math libraries: computed in double and rounded once
-# (the sim does the same), so CUDA, glibc and NumPy agree on nearly every input.
-TRANSCENDENTAL = (coco.PowOp, coco.ExpOp, coco.LogOp, coco.TanhOp, coco.GeluOp, coco.SigmoidOp)
-
-
 def in_double(op: Operation) -> bool:
-    return isinstance(op, TRANSCENDENTAL) and op.results[0].type.elt in ("f16", "bf16", "f32")
+    """A transcendental op on a float narrower than double computes in double and rounds once
+    (core/elementwise.py says which ops; the sim does the same)."""
+    semantics = ELEMENTWISE.get(type(op))
+    return (
+        semantics is not None
+        and semantics.transcendental
+        and op.results[0].type.elt in ("f16", "bf16", "f32")
+    )
 
 
 def round_from_double(elt: str, value: Expr) -> Expr:
@@ -190,58 +193,17 @@ def round_from_double(elt: str, value: Expr) -> Expr:
     return Cast(F32, value)
 
 
-def _binary(op: coco.BinaryOp, a: Expr, b: Expr) -> Expr:
-    elt = op.result.type.elt
-    f = _is_float(elt)
-    suffix = "d" if elt == "f64" else "f"
-    match op:
-        case coco.AddOp():
-            return a + b
-        case coco.SubOp():
-            return a - b
-        case coco.MulOp():
-            return a * b
-        case coco.DivOp():
-            return a / b if f else _call("coco_divi", a, b)
-        case coco.MaxOp():
-            return _call(f"coco_max{suffix}" if f else "coco_maxi", a, b)
-        case coco.MinOp():
-            return _call(f"coco_min{suffix}" if f else "coco_mini", a, b)
-        case coco.PowOp():
-            if not f:
-                return _call("coco_powi", a, b)
-            return _call("pow", Cast(F64, a), Cast(F64, b))
-    raise NotImplementedError(op.name)
-
-
-_UNARY_FUNCTIONS = {
-    coco.SqrtOp: "coco_sqrt",
-    coco.RsqrtOp: "coco_rsqrt",
-    coco.ExpOp: "coco_exp",
-    coco.LogOp: "coco_log",
-    coco.TanhOp: "coco_tanh",
-    coco.GeluOp: "coco_gelu",
-    coco.SigmoidOp: "coco_sigmoid",
-}
-
-
-def _unary(op: coco.UnaryOp, x: Expr) -> Expr:
-    elt = op.result.type.elt
-    f = _is_float(elt)
-    match op:
-        case coco.NegOp():
-            return Unary("-", x)
-        case coco.AbsOp():
-            return _call("fabs" if elt == "f64" else ("fabsf" if f else "coco_absi"), x)
-        case coco.ReluOp():
-            if not f:
-                return _call("coco_maxi", x, Lit("0"))
-            zero = Lit("0.0" if elt == "f64" else "0.0f")
-            return Select(Binary(">", x, zero), x, zero)
-    return _call(_UNARY_FUNCTIONS[type(op)], Cast(F64, x) if in_double(op) else x)
-
-
-_CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+def _arithmetic(op: coco.BinaryOp | coco.UnaryOp, operands: list[Var]) -> Expr:
+    """The op as core/elementwise.py states it: a C operator or a coco_device.h function
+    (overloaded for float, double and coco_i64), on double operands where it computes in
+    double."""
+    name, is_operator = ELEMENTWISE[type(op)].device_for(_is_float(op.results[0].type.elt))
+    args: list[Expr] = [Cast(F64, x) for x in operands] if in_double(op) else list(operands)
+    if not is_operator:
+        return _call(name, *args)
+    if len(args) == 1:
+        return Unary(name, args[0])
+    return Binary(name, args[0], args[1])
 
 
 def _cast(dst_elt: str, x: Expr) -> Expr:
@@ -710,12 +672,10 @@ class _ElementwiseBuilder:
 
     def expression(self, op: Operation, args: list[Var]) -> Expr:
         match op:
-            case coco.BinaryOp():
-                return _binary(op, *args)
-            case coco.UnaryOp():
-                return _unary(op, *args)
+            case coco.BinaryOp() | coco.UnaryOp():
+                return _arithmetic(op, args)
             case coco.CmpOp():
-                return Binary(_CMP[op.predicate.data], args[0], args[1])
+                return Binary(COMPARISONS[op.predicate.data][1], args[0], args[1])
             case coco.SelectOp():
                 return Select(args[0], args[1], args[2])
             case coco.SliceOp():

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from coconet.core import values as V
 from coconet.core.counter_rng import dropout_keep
+from coconet.core.elementwise import COMPARISONS, ELEMENTWISE
 from coconet.core.program import CocoError, Program, check_program_on_grid, load, output_name
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import TensorType
@@ -214,66 +215,6 @@ class Interpreter:
 # --------------------------------------------------------------------------------------------
 
 
-def _c_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    if a.dtype.kind == "f":
-        return a / b
-    # C semantics: truncate toward zero; x / 0 is defined here as 0 (C leaves it undefined).
-    safe = np.where(b == 0, 1, b)
-    q = np.abs(a) // np.abs(safe) * np.sign(a) * np.sign(safe)
-    return np.where(b == 0, 0, q)
-
-
-def _gelu(x: np.ndarray) -> np.ndarray:
-    c = x.dtype.type(0.7978845608028654)
-    k = x.dtype.type(0.044715)
-    half = x.dtype.type(0.5)
-    one = x.dtype.type(1.0)
-    return half * x * (one + np.tanh(c * (x + k * x * x * x)))
-
-
-def _pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    if a.dtype.kind == "f":
-        return np.power(a, b)
-    return np.power(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype)
-
-
-BINARY_FUNCS: dict[type, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
-    coco.AddOp: np.add,
-    coco.SubOp: np.subtract,
-    coco.MulOp: np.multiply,
-    coco.DivOp: _c_div,
-    coco.MaxOp: np.maximum,
-    coco.MinOp: np.minimum,
-    coco.PowOp: _pow,
-}
-
-UNARY_FUNCS: dict[type, Callable[[np.ndarray], np.ndarray]] = {
-    coco.NegOp: np.negative,
-    coco.AbsOp: np.abs,
-    coco.SqrtOp: np.sqrt,
-    coco.RsqrtOp: lambda x: x.dtype.type(1) / np.sqrt(x),
-    coco.ExpOp: np.exp,
-    coco.LogOp: np.log,
-    coco.TanhOp: np.tanh,
-    coco.ReluOp: lambda x: np.maximum(x, x.dtype.type(0)),
-    coco.GeluOp: _gelu,
-    coco.SigmoidOp: lambda x: x.dtype.type(1) / (x.dtype.type(1) + np.exp(-x)),
-}
-
-# Functions whose f32 implementations differ between libraries (NumPy, glibc, CUDA): they
-# compute in f64 and round once, so every implementation agrees on (nearly) every input.
-TRANSCENDENTAL = (coco.PowOp, coco.ExpOp, coco.LogOp, coco.TanhOp, coco.GeluOp, coco.SigmoidOp)
-
-CMP_FUNCS = {
-    "eq": np.equal,
-    "ne": np.not_equal,
-    "lt": np.less,
-    "le": np.less_equal,
-    "gt": np.greater,
-    "ge": np.greater_equal,
-}
-
-
 def _to_compute(x: np.ndarray, t: TensorType) -> np.ndarray:
     return x.astype(V.compute_dtype(t), copy=False)
 
@@ -283,7 +224,11 @@ def _round(x: np.ndarray, t: TensorType) -> np.ndarray:
 
 
 def _elementwise(
-    it: Interpreter, op: Operation, fn: Callable[..., np.ndarray], compute_type: TensorType
+    it: Interpreter,
+    op: Operation,
+    fn: Callable[..., np.ndarray],
+    compute_type: TensorType,
+    transcendental: bool = False,
 ) -> list[Pieces]:
     res_t: TensorType = op.results[0].type
     args = [it.get(v) for v in op.operands]
@@ -297,22 +242,19 @@ def _elementwise(
                 )
                 for a, v in zip(args, op.operands)
             ]
-            if isinstance(op, TRANSCENDENTAL) and operands[0].dtype == np.float32:
+            if transcendental and operands[0].dtype == np.float32:
                 operands = [x.astype(np.float64) for x in operands]
             out.append(_round(fn(*operands), res_t))
     return [out]
 
 
-def run_binary(it: Interpreter, op: coco.BinaryOp) -> list[Pieces]:
-    return _elementwise(it, op, BINARY_FUNCS[type(op)], op.result.type)
-
-
-def run_unary(it: Interpreter, op: coco.UnaryOp) -> list[Pieces]:
-    return _elementwise(it, op, UNARY_FUNCS[type(op)], op.result.type)
+def run_arithmetic(it: Interpreter, op: coco.BinaryOp | coco.UnaryOp) -> list[Pieces]:
+    semantics = ELEMENTWISE[type(op)]
+    return _elementwise(it, op, semantics.numpy, op.result.type, semantics.transcendental)
 
 
 def run_cmp(it: Interpreter, op: coco.CmpOp) -> list[Pieces]:
-    return _elementwise(it, op, CMP_FUNCS[op.predicate.data], op.lhs.type)
+    return _elementwise(it, op, COMPARISONS[op.predicate.data][0], op.lhs.type)
 
 
 def run_select(it: Interpreter, op: coco.SelectOp) -> list[Pieces]:
@@ -612,8 +554,8 @@ def run_region(it: Interpreter, op: comm.RegionOp) -> list[Pieces]:
 
 
 _HANDLERS: dict[type, Callable[[Interpreter, Operation], list[Pieces]]] = {
-    coco.BinaryOp: run_binary,
-    coco.UnaryOp: run_unary,
+    coco.BinaryOp: run_arithmetic,
+    coco.UnaryOp: run_arithmetic,
     coco.CmpOp: run_cmp,
     coco.SelectOp: run_select,
     coco.CastOp: run_cast,
