@@ -40,7 +40,8 @@ SCRIPT = textwrap.dedent(
     import coconet
     from coconet.compile import apply_schedule, compile
     from coconet.lowering.plan import Collective, Launch, PeerTable
-    from coconet.runtime import sim, values as V
+    from coconet.core import values as V
+    from coconet.runtime import sim
     from coconet.runtime.check import compare_outputs
     from mpi4py import MPI
 
