@@ -173,6 +173,7 @@ KNOWN_CYCLES = {
     frozenset(
         {
             "coconet.lowering.fused_collective",
+            "coconet.lowering.fused_send",
             "coconet.lowering.hierarchical",
             "coconet.lowering.lower_to_plan",
             "coconet.lowering.overlap",
