@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from coconet.core.program import CocoError, Program
 from coconet.cost_model import (
     PUBLISHED_PROFILES,
     MachineProfile,
@@ -34,7 +35,6 @@ from coconet.cost_model import (
     predict,
     published_profile,
 )
-from coconet.core.program import CocoError, Program
 
 __all__ = [
     "AUTO",
@@ -237,71 +237,6 @@ def resolve_profile(
 # ---------------------------------------------------------------------------------------------
 # Measuring candidates (coco-tune, the benchmark report)
 # ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Measured:
-    name: str
-    predicted_s: float
-    median_s: float
-    min_s: float
-
-
-def measure_candidates(
-    program: Program,
-    ranks: int,
-    candidates: list[Candidate],
-    *,
-    backend: str = "cpu",
-    warmup: int = 3,
-    iters: int = 20,
-    timeout: float | None = None,
-    check: bool = False,
-) -> list[Measured]:
-    """Run every candidate as one `coco-run --bench` job (mpiexec, `ranks` processes) and return
-    its measured step time (median and min over `iters` steps, slowest rank per step) beside
-    its predicted time, in the candidates' order."""
-    import tempfile
-
-    from coconet.runtime.launcher import launch
-
-    with tempfile.TemporaryDirectory(prefix="coconet-tune-") as tmp:
-        source = Path(tmp) / f"{program.name}.mlir"
-        source.write_text(str(program.module) + "\n")
-        rows_path = Path(tmp) / "rows.json"
-        job = {
-            "program": str(source),
-            "entry": program.name,
-            "backend": backend,
-            "schedules": [{"label": c.name, "spec": c.spec} for c in candidates],
-            "inputs": None,
-            "output": None,
-            "seed": 0,
-            "check": check,
-            "bench": True,
-            "json": str(rows_path),
-            "trace": None,
-            "warmup": warmup,
-            "iters": iters,
-            "verbose": False,
-            "quiet": True,
-            "exact_collectives": False,
-            "step_timeout": 300.0,
-        }
-        import contextlib
-        import io
-
-        with contextlib.redirect_stdout(io.StringIO()):
-            result = launch(job, ranks, timeout=timeout)
-        if result.returncode != 0:
-            raise CocoError(result.message or f"the measuring job failed ({result.returncode})")
-        rows = json.loads(rows_path.read_text())["rows"]
-    by_label = {r["schedule"]: r for r in rows}
-    out = []
-    for c in candidates:
-        r = by_label[c.name]
-        out.append(Measured(c.name, c.seconds, float(r["time_s"]), float(r["min_time_s"])))
-    return out
 
 
 def spearman(xs: list[float], ys: list[float]) -> float:

@@ -38,6 +38,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from coconet.core.program import CocoError
+from coconet.core.values import group_of
 from coconet.lowering.kernel_ir import ParamKind
 from coconet.lowering.plan import (
     COMM_STREAM,
@@ -53,9 +55,7 @@ from coconet.lowering.plan import (
     Step,
     WaitEvent,
 )
-from coconet.core.program import CocoError
 from coconet.runtime.executor import buffer_nbytes
-from coconet.core.values import group_of
 
 __all__ = [
     "PUBLISHED_PROFILES",

@@ -39,9 +39,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from coconet.core.program import CocoError
 from coconet.cost_model import Fabric, MachineProfile
 from coconet.lowering.kernel_cache import KernelCache, content_key
-from coconet.core.program import CocoError
 
 __all__ = [
     "PROBE_CACHE",
@@ -129,11 +129,11 @@ def _timed(comm, fn: Callable[[], Any], warmup: int, iters: int) -> float:
 
 
 def _compiled(comm, text: str, schedule: str | None = None):
-    import coconet
+    from coconet.compile import compile as compile_program
     from coconet.core.program import Program, parse_module
 
     program = Program(parse_module(text, "<probe>"))
-    return coconet.compile(
+    return compile_program(
         program, schedule=schedule, backend="cpu", comm=comm, abort_on_error=False
     )
 

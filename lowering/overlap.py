@@ -30,6 +30,8 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 import numpy as np
+from coconet.core import values as V
+from coconet.core.program import CocoError
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import SlicedAttr, TensorType
 from coconet.lowering.plan import (
@@ -44,9 +46,6 @@ from coconet.lowering.plan import (
     Step,
     WaitEvent,
 )
-from coconet.core import values as V
-
-from coconet.core.program import CocoError
 
 if TYPE_CHECKING:
     from coconet.lowering.lower_to_plan import Lowering

@@ -24,6 +24,7 @@ sum is the oracle's (runtime/sim.py `reduce_rows`), so the kernel is bit-exact.
 
 from __future__ import annotations
 
+from coconet.core.program import CocoError
 from coconet.dialects import coco
 from coconet.dialects.coco import TensorType
 from coconet.lowering.cuda_kernels import (
@@ -69,8 +70,6 @@ from coconet.lowering.kernel_ir import (
     peer,
 )
 from xdsl.ir import Operation, SSAValue
-
-from coconet.core.program import CocoError
 
 ELEMENT, ROW, SCALAR = "element", "row", "scalar"
 

@@ -14,8 +14,8 @@ from xdsl.utils.target import Target
 
 
 def _plans(module: ModuleOp, ranks: int, block: int, max_blocks: int, ranks_per_node: int = 0):
-    from coconet.lowering.lower_to_plan import LaunchConfig, default_ranks, lower
     from coconet.core.values import nodes_of
+    from coconet.lowering.lower_to_plan import LaunchConfig, default_ranks, lower
 
     config = LaunchConfig(block=block, max_blocks=max_blocks)
     for f in module.ops:

@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 from coconet.core import values as V
-
 from coconet.core.program import CocoError
 
 

@@ -21,8 +21,78 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
-from coconet.core.program import CocoError, load
+from coconet.core.program import CocoError, Program, load
+
+from coconet.autotune import Candidate
+
+
+@dataclass
+class Measured:
+    name: str
+    predicted_s: float
+    median_s: float
+    min_s: float
+
+
+def measure_candidates(
+    program: Program,
+    ranks: int,
+    candidates: list[Candidate],
+    *,
+    backend: str = "cpu",
+    warmup: int = 3,
+    iters: int = 20,
+    timeout: float | None = None,
+    check: bool = False,
+) -> list[Measured]:
+    """Run every candidate as one `coco-run --bench` job (mpiexec, `ranks` processes) and return
+    its measured step time (median and min over `iters` steps, slowest rank per step) beside
+    its predicted time, in the candidates' order."""
+    import tempfile
+
+    from coconet.runtime.launcher import launch
+    from coconet.tools.rank_job import RANK_WORKER
+
+    with tempfile.TemporaryDirectory(prefix="coconet-tune-") as tmp:
+        source = Path(tmp) / f"{program.name}.mlir"
+        source.write_text(str(program.module) + "\n")
+        rows_path = Path(tmp) / "rows.json"
+        job = {
+            "program": str(source),
+            "entry": program.name,
+            "backend": backend,
+            "schedules": [{"label": c.name, "spec": c.spec} for c in candidates],
+            "inputs": None,
+            "output": None,
+            "seed": 0,
+            "check": check,
+            "bench": True,
+            "json": str(rows_path),
+            "trace": None,
+            "warmup": warmup,
+            "iters": iters,
+            "verbose": False,
+            "quiet": True,
+            "exact_collectives": False,
+            "step_timeout": 300.0,
+        }
+        import contextlib
+        import io
+
+        with contextlib.redirect_stdout(io.StringIO()):
+            result = launch(job, ranks, worker=RANK_WORKER, timeout=timeout)
+        if result.returncode != 0:
+            raise CocoError(result.message or f"the measuring job failed ({result.returncode})")
+        rows = json.loads(rows_path.read_text())["rows"]
+    by_label = {r["schedule"]: r for r in rows}
+    out = []
+    for c in candidates:
+        r = by_label[c.name]
+        out.append(Measured(c.name, c.seconds, float(r["time_s"]), float(r["min_time_s"])))
+    return out
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from coconet.autotune import measure_candidates, rank_schedules, resolve_profile, spearman
+    from coconet.autotune import rank_schedules, resolve_profile, spearman
 
     if args.ranks < 1:
         raise CocoError(f"--np must be at least 1, got {args.ranks}")

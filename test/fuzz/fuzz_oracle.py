@@ -47,10 +47,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from coconet.core.program import CocoError, Program
 from fuzz_inputs import Case
 from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError
-
-from coconet.core.program import CocoError, Program
 
 CLEAN = (CocoError, DiagnosticException, ParseError)
 SIM_ELEMENTS = 1 << 20
@@ -197,12 +196,12 @@ class Oracle:
         self._deep(program, text, stage)
 
     def _deep(self, program: Program, text: str, stage: list[str]) -> None:
+        from coconet.core.program import parse_module
         from coconet.lowering.lower_to_plan import lower
         from coconet.runtime import sim
         from xdsl.dialects import func
 
         from coconet.equivalence import check_equivalence
-        from coconet.core.program import parse_module
         from coconet.schedule import enumerate_scheduled_programs
 
         stage[0] = "roundtrip"

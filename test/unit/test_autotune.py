@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from coconet.core.program import CocoError, load
 from coconet.dialects.coco import TensorType
 from coconet.lowering.lower_to_plan import lower
 from coconet.lowering.plan import (
@@ -35,7 +36,6 @@ from coconet.cost_model import (
     predict,
     published_profile,
 )
-from coconet.core.program import CocoError, load
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

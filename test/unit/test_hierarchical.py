@@ -11,11 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from coconet.core import values as V
 from coconet.lowering.lower_to_plan import LaunchConfig, lower
 from coconet.lowering.nvrtc import compile_cuda, nvrtc_available
 from coconet.lowering.plan import Collective, Launch, PeerTable
 from coconet.runtime import sim
-from coconet.core import values as V
 from coconet.runtime.threaded import ThreadedExecutor
 
 import coconet

@@ -11,7 +11,8 @@ Layers, bottom to top (a module may import any module of its own layer or of a l
     lowering      coconet.lowering                      plans and CUDA C
     runtime       coconet.runtime                       sim oracle, plan runner, backends, launch
     validation    coconet.equivalence                   translation validation (runs the sim)
-    api           coconet.compile, coconet.torch,       what users call
+    api           coconet.compile, coconet.torch,       what users call (and the autotuner,
+                  coconet.autotune, cost_model, ...     which compiles and measures)
                   coconet (the package's __init__)
     tools         coconet.tools                         console scripts and their rank workers
 
@@ -179,6 +180,8 @@ KNOWN_CYCLES = {
             "coconet.lowering.overlap",
         }
     ),
+    # the cpu machine probe measures through compile(), which autotunes on the probe's profile
+    frozenset({"coconet.autotune", "coconet.compile", "coconet.machine_probe"}),
 }
 
 

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from coconet.core import values as V
+from coconet.core.program import CocoError, Program
 from coconet.dialects import comm
 from coconet.dialects.coco import TensorType
 from coconet.lowering.lower_to_plan import lower
@@ -36,10 +38,8 @@ from coconet.lowering.plan import (
     RecordEvent,
     WaitEvent,
 )
-from coconet.core import values as V
 
 import coconet
-from coconet.core.program import CocoError, Program
 from coconet.schedule import apply_pipeline, apply_schedule, enumerate_scheduled_programs
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -282,6 +282,7 @@ func.func @refused(%x: !coco.tensor<8x16xf32, sliced<1>>, %w: !coco.tensor<16x16
 )
 def test_pairs_that_cannot_pipeline_are_refused(target: str, rule: str) -> None:
     from coconet.core.program import parse_module
+
     from coconet.schedule import Schedule, ScheduleError
 
     s = Schedule(Program(parse_module(REFUSED)))
