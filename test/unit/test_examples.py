@@ -22,10 +22,9 @@ import numpy as np
 import numpy_references as ref
 import pytest
 from coconet.core.program import Program
+from coconet.runtime import sim
 
 import coconet
-from coconet.core.program import Program
-from coconet.runtime import sim
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from coconet.core.program import Program, parse_module
 from coconet.runtime import sim
 
 import coconet
-from coconet.core.program import Program, parse_module
 from coconet.schedule import apply_schedule, enumerate_schedules, named_schedules
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,17 +16,17 @@ from pathlib import Path
 import numpy as np
 import numpy_references as ref
 import pytest
+from coconet.core import values as V
+from coconet.core.program import CocoError, Program, parse_module
 from coconet.dialects.coco import SlicedAttr, TensorType
 from coconet.lowering.lower_to_plan import LaunchConfig, lower
 from coconet.lowering.nvrtc import compile_cuda, nvrtc_available
 from coconet.lowering.plan import Launch, RankValue
-from coconet.core import values as V
 from coconet.runtime.sim import prepare_inputs
 from coconet.runtime.threaded import ThreadedExecutor
 from xdsl.dialects.builtin import f32
 
 import coconet
-from coconet.core.program import CocoError, Program, parse_module
 from coconet.schedule import apply_schedule, named_schedules
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
