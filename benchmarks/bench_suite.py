@@ -62,16 +62,7 @@ from collections.abc import Callable
 SCHEDULES = ("ar-c", "rs-c-ag", "fuse(rs-c-ag)")
 ADAM = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "step": 1.0}
 
-STREAM_SOURCE = r"""
-#include "coco_device.h"
-COCO_KERNEL(stream_triad, float* __restrict__ a, const float* __restrict__ b,
-            const float* __restrict__ c, float s, coco_i64 n) {
-  COCO_KERNEL_BODY_BEGIN
-  const coco_range r = coco_chunk(n, coco_grid_dim(), coco_block_idx(), 16);
-  COCO_BLOCK_STRIDE_LOOP(coco_i64, i, r.begin, r.end) { a[i] = b[i] + s * c[i]; }
-  COCO_KERNEL_BODY_END
-}
-"""
+
 
 
 Step = Callable[[], object]
@@ -103,6 +94,8 @@ def stream_triad(comm, n: int) -> Step:
 
     import numpy as np
     from coconet.lowering.host_compiler import compile_host
+
+    from coconet.machine_probe import STREAM_SOURCE  # the probe's triad: both measure one loop
 
     lib = compile_host(STREAM_SOURCE)
     kernel = lib.kernel(

@@ -653,22 +653,28 @@ class _ElementwiseBuilder:
 
     def build_ops(self) -> None:
         for n, op in enumerate(self.k.ops):
-            args = [self.ref(v) for v in op.operands]
-            res = op.results[0]
-            elt = res.type.elt
-            expr = self.expression(op, args)
-            rounded = round_from_double(elt, expr) if in_double(op) else round_expr(elt, expr)
-            var = Var(C_COMPUTE[elt], res.name_hint, f"t{n}")
-            comment = op.name + (f" %{res.name_hint}" if res.name_hint else "")
-            decl = Decl(var, rounded, comment=comment)
-            # Values that do not depend on the element (scalars: bias corrections, constants)
-            # are computed once per block (per thread on a GPU), outside the element loop.
-            if not isinstance(op, coco.DropoutOp) and all(a in self.invariant for a in args):
-                self.hoisted.append(decl)
-                self.invariant.add(var)
-            else:
-                self.body.append(decl)
-            self.local[res] = var
+            self.compute(op, f"t{n}")
+
+    def compute(self, op: Operation, fallback: str | None = None) -> Var:
+        """Declare `op`'s result, rounded to its element type, named after its SSA name (or
+        `fallback`, by default `t` and the count of values declared so far)."""
+        args = [self.ref(v) for v in op.operands]
+        res = op.results[0]
+        elt = res.type.elt
+        expr = self.expression(op, args)
+        rounded = round_from_double(elt, expr) if in_double(op) else round_expr(elt, expr)
+        var = Var(C_COMPUTE[elt], res.name_hint, fallback or f"t{len(self.local)}")
+        comment = op.name + (f" %{res.name_hint}" if res.name_hint else "")
+        decl = Decl(var, rounded, comment=comment)
+        # Values that do not depend on the element (scalars: bias corrections, constants)
+        # are computed once per block (per thread on a GPU), outside the element loop.
+        if not isinstance(op, coco.DropoutOp) and all(a in self.invariant for a in args):
+            self.hoisted.append(decl)
+            self.invariant.add(var)
+        else:
+            self.body.append(decl)
+        self.local[res] = var
+        return var
 
     def expression(self, op: Operation, args: list[Var]) -> Expr:
         match op:

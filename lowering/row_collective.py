@@ -34,10 +34,7 @@ from coconet.lowering.cuda_kernels import (
     _accumulator,
     _ElementwiseBuilder,
     _thread_zero,
-    in_double,
     load_expr,
-    round_expr,
-    round_from_double,
     store_expr,
     store_from_double,
 )
@@ -161,22 +158,6 @@ class _RowBuilder(_ElementwiseBuilder):
             return var
         return super().ref(v)
 
-    def compute(self, op: Operation) -> Var:
-        args = [self.ref(v) for v in op.operands]
-        res = op.results[0]
-        elt = res.type.elt
-        expr = self.expression(op, args)
-        rounded = round_from_double(elt, expr) if in_double(op) else round_expr(elt, expr)
-        var = Var(C_COMPUTE[elt], res.name_hint, f"t{len(self.local)}")
-        comment = op.name + (f" %{res.name_hint}" if res.name_hint else "")
-        decl = Decl(var, rounded, comment=comment)
-        if not isinstance(op, coco.DropoutOp) and all(a in self.invariant for a in args):
-            self.hoisted.append(decl)
-            self.invariant.add(var)
-        else:
-            self.body.append(decl)
-        self.local[res] = var
-        return var
 
     def shared_array(self, v: SSAValue, ctype, size: int, suffix: str) -> Var:
         hint = f"{v.name_hint}_{suffix}" if v.name_hint else None
