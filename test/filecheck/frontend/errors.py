@@ -3,7 +3,6 @@
 # names involved.
 
 from coconet.core.program import CocoError
-
 from coconet import frontend
 from coconet.frontend import F32, AllReduce, Local, Sliced, Tensor, Update
 
