@@ -388,8 +388,9 @@ def run_reduce_dims(it: Interpreter, op: coco.ReduceDimsOp) -> list[Pieces]:
 
 
 def run_reshape(it: Interpreter, op: coco.ReshapeOp) -> list[Pieces]:
-    local = op.result.type.local_shape(it.grid_shape)
-    return [[p.reshape(local).copy() for p in it.get(op.input)]]
+    # each rank's own piece shape: an uneven slice leaves ranks with different row counts
+    shapes = V.rank_shapes(op.result.type, it.grid_shape)
+    return [[p.reshape(s).copy() for p, s in zip(it.get(op.input), shapes, strict=True)]]
 
 
 def run_slice(it: Interpreter, op: coco.SliceOp) -> list[Pieces]:

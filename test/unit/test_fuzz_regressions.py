@@ -72,3 +72,22 @@ def test_fused_regions_computing_nothing_or_reading_outside_values_run_like_the_
     assert set(got) == set(want.outputs)
     for name, value in want.outputs.items():
         assert np.array_equal(got[name], value), name
+
+
+def test_reshape_of_an_uneven_slice_runs_on_every_rank_and_backend():
+    """Fuzz seed 0 case 299: a reshape of 3 rows cut over 2 ranks (2 + 1 rows) reshaped every
+    piece to the largest piece's shape, a ValueError in the sim."""
+    text = """
+func.func @f(%x: !coco.tensor<3x16xf32, sliced<0>>) -> !coco.tensor<3x4x4xf32, sliced<0>>
+    attributes {coco.grid = #coco.grid<[2]>} {
+  %r = coco.reshape %x : !coco.tensor<3x16xf32, sliced<0>> -> !coco.tensor<3x4x4xf32, sliced<0>>
+  func.return %r : !coco.tensor<3x4x4xf32, sliced<0>>
+}
+"""
+    program = Program(parse_module(text))
+    x = np.arange(48, dtype=np.float32).reshape(3, 16)
+    want = sim.run(program, {"x": x.copy()}, ranks=2)
+    (name,) = want.outputs
+    assert np.array_equal(want.outputs[name], x.reshape(3, 4, 4))
+    got = ThreadedExecutor(lower(program, 2)).run({"x": x.copy()})
+    assert np.array_equal(got[name], x.reshape(3, 4, 4))
