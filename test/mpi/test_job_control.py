@@ -100,6 +100,9 @@ def test_killing_the_front_end_ends_every_rank(sig):
         # the ranks outlive a killed front end exactly when this test fails: end them too
         for p in _alive(everything or _descendants(front.pid)):
             p.kill()
+        front.wait()
+        front.stdout.close()
+        front.stderr.close()
 
 
 def test_ranks_whose_front_end_died_while_they_started_end_the_job(tmp_path):
