@@ -427,24 +427,11 @@ def average_busbw(rows: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from coconet.runtime.torch_comm import torchrun_world
-    from coconet.tools.coco_run import schedule_label, writable_path
+    from coconet.tools.coco_run import job_ranks, schedule_label, writable_path
 
     from coconet.compile import default_backend, require_gpu
 
-    torch_world = torchrun_world()
-    under_torchrun = torch_world is not None and torch_world[1] > 1
-    if under_torchrun:
-        assert torch_world is not None
-        if args.ranks not in (None, torch_world[1]):
-            raise CocoError(
-                f"--np {args.ranks}, but torchrun started {torch_world[1]} process(es): each is "
-                "one rank (leave --np out under torchrun)"
-            )
-        args.ranks = torch_world[1]
-    ranks = 2 if args.ranks is None else args.ranks
-    if ranks < 1:
-        raise CocoError(f"--np must be at least 1, got {ranks}")
+    ranks, under_torchrun = job_ranks(args.ranks, default=2)
     if args.warmup < 0:
         raise CocoError(f"-w/--warmup must be at least 0, got {args.warmup}")
     if args.iters < 1:

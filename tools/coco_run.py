@@ -256,24 +256,31 @@ def is_pipeline(spec: str) -> bool:
     return check(spec)
 
 
-def run(args: argparse.Namespace) -> int:
+def job_ranks(requested: int | None, default: int) -> tuple[int, bool]:
+    """(the job's rank count, whether this process is one rank of a torchrun job): under
+    torchrun the rank count is torchrun's, and an --np that disagrees is refused."""
     from coconet.runtime.torch_comm import torchrun_world
-
-    from coconet.compile import default_backend, require_gpu
 
     torch_world = torchrun_world()
     under_torchrun = torch_world is not None and torch_world[1] > 1
     if under_torchrun:
         assert torch_world is not None
-        if args.ranks not in (None, torch_world[1]):
+        if requested not in (None, torch_world[1]):
             raise CocoError(
-                f"--np {args.ranks}, but torchrun started {torch_world[1]} process(es): each is "
+                f"--np {requested}, but torchrun started {torch_world[1]} process(es): each is "
                 "one rank (leave --np out under torchrun)"
             )
-        args.ranks = torch_world[1]
-    args.ranks = 1 if args.ranks is None else args.ranks
-    if args.ranks < 1:
-        raise CocoError(f"--np must be at least 1, got {args.ranks}")
+        requested = torch_world[1]
+    ranks = default if requested is None else requested
+    if ranks < 1:
+        raise CocoError(f"--np must be at least 1, got {ranks}")
+    return ranks, under_torchrun
+
+
+def run(args: argparse.Namespace) -> int:
+    from coconet.compile import default_backend, require_gpu
+
+    args.ranks, under_torchrun = job_ranks(args.ranks, default=1)
     backend = args.backend or default_backend()
     if backend == "cuda":
         require_gpu()
