@@ -35,16 +35,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from coconet.core.program import Program, load, parse_module
-from coconet.tools.coco_tune import measure_candidates
-
 from coconet.autotune import (
     Candidate,
     rank_schedules,
     resolve_profile,
     spearman,
 )
+from coconet.core.program import Program, load, parse_module
 from coconet.cost_model import published_profile
+from coconet.tools.coco_tune import measure_candidates
 
 RANKS = {"pipeline_boundary": 4}  # grid [2, ?]: two stages of two
 DISTINCT = 0.03  # predictions closer than this (relative) are one point

@@ -36,11 +36,11 @@ def build(n: int):
 
 def worker(args: argparse.Namespace) -> None:
     import numpy as np
-    from coconet.core import values as V
-    from coconet.tools.rank_job import BenchRow, print_bench_table
     from mpi4py import MPI
 
     from coconet.compile import compile as coco_compile
+    from coconet.core import values as V
+    from coconet.tools.rank_job import BenchRow, print_bench_table
 
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()

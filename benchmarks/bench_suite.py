@@ -63,8 +63,6 @@ SCHEDULES = ("ar-c", "rs-c-ag", "fuse(rs-c-ag)")
 ADAM = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "step": 1.0}
 
 
-
-
 Step = Callable[[], object]
 
 
@@ -93,8 +91,8 @@ def stream_triad(comm, n: int) -> Step:
     import ctypes
 
     import numpy as np
-    from coconet.lowering.host_compiler import compile_host
 
+    from coconet.lowering.host_compiler import compile_host
     from coconet.machine_probe import STREAM_SOURCE  # the probe's triad: both measure one loop
 
     lib = compile_host(STREAM_SOURCE)
@@ -111,6 +109,7 @@ def stream_triad(comm, n: int) -> Step:
 def adam_inputs(plan, rank: int, n: int) -> dict[str, object]:
     """This rank's pieces of the Adam arguments: its own gradient, the shared state."""
     import numpy as np
+
     from coconet.core import values as V
 
     coords = V.coords_of(rank, plan.grid_shape)

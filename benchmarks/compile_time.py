@@ -64,10 +64,9 @@ def count_ops(program) -> int:
 
 
 def phases(text: str, schedule: str, ranks: int) -> dict[str, float]:
+    from coconet.compile import apply_schedule
     from coconet.core.program import Program, parse_module
     from coconet.lowering.lower_to_plan import lower
-
-    from coconet.compile import apply_schedule
 
     out = {}
     w0, c0 = time.perf_counter(), time.process_time()

@@ -100,11 +100,11 @@ def _why_no_gpu() -> str:
         import cupy
     except ModuleNotFoundError:
         return "CuPy is not installed"
-    except Exception as e:  # noqa: BLE001 - whatever stops the import is the reason
+    except Exception as e:
         return _one_line(f"CuPy cannot be imported: {e}")
     try:
         count = cupy.cuda.runtime.getDeviceCount()
-    except Exception as e:  # noqa: BLE001 - no driver, no device: CUDA's message says which
+    except Exception as e:
         return _one_line(str(e))
     return "" if count > 0 else "CuPy sees 0 CUDA devices"
 
@@ -133,7 +133,7 @@ def machine_info() -> dict[str, str]:
 
             v = nccl.get_version()
             info["NCCL"] = f"{v // 10000}.{v // 100 % 100}.{v % 100}" if v >= 10000 else str(v)
-        except Exception as e:  # noqa: BLE001 - CuPy without NCCL: the library schedules fail
+        except Exception as e:
             info["NCCL"] = _one_line(f"unavailable ({e})")
     info["torch"] = _dist_version("torch") or "not installed"
     info["coconet commit"] = _git_commit()
@@ -143,7 +143,7 @@ def machine_info() -> dict[str, str]:
 def _describe_gpu(rt, device: int) -> str:
     try:
         props = rt.getDeviceProperties(device)
-    except Exception as e:  # noqa: BLE001 - a report line, not a reason to stop
+    except Exception as e:
         return _one_line(f"properties unavailable ({e})")
     name = props["name"]
     name = name.decode() if isinstance(name, bytes) else str(name)
@@ -261,10 +261,9 @@ def enumerate_matrix(examples_dir: Path, ranks: Sequence[int]) -> tuple[list[Cas
     """Every (example, named schedule, rank count) the API says is legal, and why the others
     are not. Legal means what coco-run checks before launching: the process grid binds to
     that many ranks and the scheduled program lowers for them."""
+    from coconet.compile import apply_schedule
     from coconet.core.program import CocoError, load
     from coconet.lowering.lower_to_plan import lower
-
-    from coconet.compile import apply_schedule
     from coconet.schedule import named_schedules
 
     cases: list[Case] = []

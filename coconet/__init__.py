@@ -5,7 +5,7 @@ program = coconet.load("examples/adam.mlir")
 result = coconet.run(program, inputs, ranks=4)      # the sim oracle
 """
 
-from coconet.compile import compile  # noqa: A004 -- coconet.compile(program, ...) by design
+from coconet.compile import compile
 from coconet.core.program import CocoError, Program, load, parse_module
 
 __all__ = ["CocoError", "Program", "compile", "load", "parse_module", "run"]

@@ -82,7 +82,7 @@ def apply_pipeline(program: Program, pipeline: str) -> Program:
 
     try:
         passes = PassPipeline.parse_spec(get_all_passes(), pipeline)
-    except Exception as e:  # noqa: BLE001 - xDSL reports bad pipelines as plain exceptions
+    except Exception as e:
         raise CocoError(f"bad pass pipeline '{pipeline}': {e}") from None
     program = program.clone()
     try:
@@ -137,7 +137,7 @@ def gpu_available() -> bool:
         import cupy
 
         return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:  # noqa: BLE001 - no CuPy, no driver, no device: no GPU
+    except Exception:
         return False
 
 
@@ -148,14 +148,14 @@ def default_backend() -> str:
 def require_gpu() -> None:
     try:
         import cupy
-    except Exception as e:  # noqa: BLE001 - whatever stops the import is the reason
+    except Exception as e:
         raise CocoError(
             f"backend 'cuda' needs CuPy with a CUDA GPU, but CuPy cannot be imported ({e}); "
             "use --backend cpu, or install coconet[cuda] on a machine with a GPU"
         ) from None
     try:
         count = cupy.cuda.runtime.getDeviceCount()
-    except Exception as e:  # noqa: BLE001 - CUDA runtime errors (no driver, no device)
+    except Exception as e:
         raise CocoError(
             f"backend 'cuda' needs a CUDA GPU, but none is usable: {e}; use --backend cpu"
         ) from None

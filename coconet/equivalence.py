@@ -475,7 +475,7 @@ def check_equivalence(
                 continue
             try:
                 got = _quiet_run(sim_run, after, given, n)
-            except Exception as e:  # noqa: BLE001 - a sim crash on after's IR is a finding
+            except Exception as e:
                 report.mismatches.append(
                     Mismatch(
                         "<run>",

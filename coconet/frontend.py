@@ -80,22 +80,81 @@ from coconet.dialects.coco import (
 )
 
 __all__ = [
+    "BF16",
     # element types
-    "F16", "BF16", "F32", "F64", "I32", "I64", "I1",
-    "FP16", "FP32", "FP64", "Float16", "Float32", "Float64", "Int32", "Int64", "Bool",
-    # layouts
-    "Replicated", "Local", "Sliced",
-    # declarations and programs
-    "Tensor", "Scalar", "Variable", "Const", "Value", "program", "build_program",
+    "F16",
+    "F32",
+    "F64",
+    "FP16",
+    "FP32",
+    "FP64",
+    "GROUP",
+    "I1",
+    "I32",
+    "I64",
+    "RANK",
+    "AMax",
+    "AMin",
+    "Abs",
+    "AllGather",
     # communication
-    "AllReduce", "ReduceScatter", "AllGather", "Broadcast", "Reduce", "Send",
-    "GroupRank", "GROUP", "RANK",
-    # computation
-    "Update", "Dropout", "MatMul", "Norm", "ReduceSum", "ReduceMax", "ReduceMin", "Cast",
-    "Sqrt", "Rsqrt", "Exp", "Log", "Tanh", "Relu", "Gelu", "Sigmoid", "Abs", "Neg",
-    "Max", "Min", "Pow", "Ite", "Eq", "Ne", "Slice", "Scatter",
-    "Sum", "Mean", "AMax", "AMin", "Reshape", "LayerNorm", "RMSNorm", "Softmax",
+    "AllReduce",
+    "Bool",
+    "Broadcast",
+    "Cast",
     "CocoError",
+    "Const",
+    "Dropout",
+    "Eq",
+    "Exp",
+    "Float16",
+    "Float32",
+    "Float64",
+    "Gelu",
+    "GroupRank",
+    "Int32",
+    "Int64",
+    "Ite",
+    "LayerNorm",
+    "Local",
+    "Log",
+    "MatMul",
+    "Max",
+    "Mean",
+    "Min",
+    "Ne",
+    "Neg",
+    "Norm",
+    "Pow",
+    "RMSNorm",
+    "Reduce",
+    "ReduceMax",
+    "ReduceMin",
+    "ReduceScatter",
+    "ReduceSum",
+    "Relu",
+    # layouts
+    "Replicated",
+    "Reshape",
+    "Rsqrt",
+    "Scalar",
+    "Scatter",
+    "Send",
+    "Sigmoid",
+    "Slice",
+    "Sliced",
+    "Softmax",
+    "Sqrt",
+    "Sum",
+    "Tanh",
+    # declarations and programs
+    "Tensor",
+    # computation
+    "Update",
+    "Value",
+    "Variable",
+    "build_program",
+    "program",
 ]  # fmt: skip
 
 # --------------------------------------------------------------------------------------------
@@ -154,7 +213,7 @@ class Value:
     Arithmetic (`+ - * / ** @`, unary `-`, `abs`) and comparisons (`< <= > >=`) build ops;
     `==` keeps Python's identity meaning (so values work in sets and dicts): use Eq/Ne."""
 
-    __slots__ = ("_ssa", "_builder", "_spec")
+    __slots__ = ("_builder", "_spec", "_ssa")
 
     def __init__(self, ssa: SSAValue | None, builder: _Builder | None, spec: _Spec | None = None):
         self._ssa = ssa
@@ -493,7 +552,7 @@ def _as_shape(shape: object) -> tuple[int, ...]:
         raise CocoError(f"a tensor shape is a list of sizes, got {shape!r}")
     dims = []
     for d in shape:
-        if isinstance(d, bool) or not isinstance(d, int) and not hasattr(d, "__index__"):
+        if isinstance(d, bool) or (not isinstance(d, int) and not hasattr(d, "__index__")):
             raise CocoError(f"tensor dims are positive ints, got {d!r} in shape {list(shape)}")
         d = int(d.__index__())
         if d < 1:
@@ -562,7 +621,7 @@ def _operand(x: Value, what: str) -> Value:
 
 
 def _is_literal(x: object) -> bool:
-    return isinstance(x, int | float) or type(x).__module__ == "numpy" and hasattr(x, "item")
+    return isinstance(x, int | float) or (type(x).__module__ == "numpy" and hasattr(x, "item"))
 
 
 def _literal_value(x: object, like: TensorType, expr: str) -> float | int | bool:
@@ -1263,7 +1322,7 @@ def _capture_locals(fn: Callable[..., Any], args: Sequence[Value]) -> tuple[Any,
     code = fn.__code__
     previous = sys.getprofile()
 
-    def profile(frame, event, arg):  # noqa: ANN001
+    def profile(frame, event, arg):
         if event == "return" and frame.f_code is code and not captured:
             captured.update(frame.f_locals)
         if previous is not None:

@@ -48,18 +48,18 @@ from coconet.dialects import coco, comm
 from coconet.dialects.coco import ReplicatedAttr, SlicedAttr, TensorType
 
 __all__ = [
+    "NAMED_SCHEDULES",
     "Handle",
     "Reordered",
     "Schedule",
     "ScheduleError",
     "apply_pipeline",
     "apply_schedule",
-    "enumerate_schedules",
     "enumerate_scheduled_programs",
+    "enumerate_schedules",
     "named_schedules",
     "resolve_schedule_name",
     "schedule",
-    "NAMED_SCHEDULES",
 ]
 
 # A dynamic (`?`) process-grid axis is sized at launch: a split then slices the lowest tensor
@@ -520,7 +520,7 @@ class Schedule:
         ):
             computations, ag = None, computations
         names = self._names([computations, ag], "reorder")
-        new = self._run(_pass("coco-reorder", ops=names))
+        self._run(_pass("coco-reorder", ops=names))
         comps: list[Handle] = []
         gathers: list[Handle] = []
         slices: list[Handle] = []

@@ -9,9 +9,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from coconet.dialects import get_all_dialects
-from coconet.dialects.coco import GridAttr, TensorType
-from coconet.dialects.layout_rules import check_bound_shapes
 from xdsl.context import Context
 from xdsl.dialects import builtin, func
 from xdsl.dialects.builtin import ModuleOp
@@ -19,6 +16,10 @@ from xdsl.ir import BlockArgument, SSAValue
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyException
+
+from coconet.dialects import get_all_dialects
+from coconet.dialects.coco import GridAttr, TensorType
+from coconet.dialects.layout_rules import check_bound_shapes
 
 
 class CocoError(Exception):
@@ -188,7 +189,7 @@ def load(path: str | Path, entry: str | None = None) -> Program:
             namespace = runpy.run_path(str(path), run_name="coconet_program")
         except CocoError:
             raise
-        except Exception as e:  # noqa: BLE001 -- any error of the user's file: report it briefly
+        except Exception as e:
             raise CocoError(
                 f"{path}: running the program file failed: {type(e).__name__}: {e}"
             ) from None
@@ -199,7 +200,7 @@ def load(path: str | Path, entry: str | None = None) -> Program:
                 candidate = namespace["build"]()
             except CocoError:
                 raise
-            except Exception as e:  # noqa: BLE001 -- the user's build() failed: say so, briefly
+            except Exception as e:
                 raise CocoError(f"{path}: build() failed: {type(e).__name__}: {e}") from None
         if candidate is None:
             raise CocoError(

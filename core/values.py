@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 
 import ml_dtypes
 import numpy as np
+
 from coconet.core.program import CocoError
 from coconet.dialects.coco import TensorType
 

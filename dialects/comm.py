@@ -28,18 +28,6 @@ from collections.abc import Sequence
 from enum import auto
 from typing import ClassVar
 
-from coconet.dialects.coco import (
-    DYNAMIC,
-    LOCAL,
-    REPLICATED,
-    SIGNATURE,
-    CocoOp,
-    LayoutAttr,
-    SlicedAttr,
-    TensorType,
-    enum_member,
-    layout_str,
-)
 from xdsl.dialects.builtin import I64, DenseArrayBase, IntegerAttr, i64
 from xdsl.dialects.utils.enum_attribute import EnumAttribute
 from xdsl.ir import Attribute, Dialect, Region, SpacedOpaqueSyntaxAttribute, SSAValue
@@ -59,6 +47,19 @@ from xdsl.irdl import (
 from xdsl.traits import HasParent, IsTerminator, Pure, RecursiveMemoryEffect
 from xdsl.utils.exceptions import VerifyException
 from xdsl.utils.str_enum import StrEnum
+
+from coconet.dialects.coco import (
+    DYNAMIC,
+    LOCAL,
+    REPLICATED,
+    SIGNATURE,
+    CocoOp,
+    LayoutAttr,
+    SlicedAttr,
+    TensorType,
+    enum_member,
+    layout_str,
+)
 
 
 class CollectiveKind(StrEnum):

@@ -38,6 +38,11 @@ import math
 from collections.abc import Callable, Sequence
 from itertools import pairwise
 
+from xdsl.dialects import func
+from xdsl.dialects.builtin import IntegerType, i1
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, SSAValue
+from xdsl.utils.exceptions import VerifyException
+
 from coconet.dialects.coco import (
     DEFAULT_GRID,
     GRID_ATTR_NAME,
@@ -53,10 +58,6 @@ from coconet.dialects.coco import (
     is_float_type,
     layout_str,
 )
-from xdsl.dialects import func
-from xdsl.dialects.builtin import IntegerType, i1
-from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, SSAValue
-from xdsl.utils.exceptions import VerifyException
 
 
 def fail(rule: str, message: str) -> VerifyException:

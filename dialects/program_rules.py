@@ -32,12 +32,13 @@ from __future__ import annotations
 import difflib
 from typing import NoReturn
 
-from coconet.dialects.coco import GRID_ATTR_NAME, CocoOp
-from coconet.dialects.comm import YieldOp
 from xdsl.dialects import func
 from xdsl.dialects.builtin import DictionaryAttr, ModuleOp, UnregisteredOp
 from xdsl.ir import Block, BlockArgument, Operation, OpResult, SSAValue
 from xdsl.utils.exceptions import VerifyException
+
+from coconet.dialects.coco import GRID_ATTR_NAME, CocoOp
+from coconet.dialects.comm import YieldOp
 
 # The coco/comm-namespaced attributes coconet reads, by the kind of op that may carry them.
 KNOWN_FUNCTION_ATTRIBUTES = frozenset({GRID_ATTR_NAME})

@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from xdsl.ir import Operation, SSAValue
+
 from coconet.core.elementwise import COMPARISONS, ELEMENTWISE
 from coconet.core.values import NUMPY_DTYPES
 from coconet.dialects import coco
@@ -82,7 +84,6 @@ from coconet.lowering.kernel_ir import (
     sum_of,
     uses,
 )
-from xdsl.ir import Operation, SSAValue
 
 # How an element type is stored, and the type it is computed in.
 C_STORAGE = {
@@ -924,7 +925,8 @@ class _ElementwiseBuilder:
                 arr = Var(C_STORAGE[a.elt], f"{a.name}_v", "out_v")
                 dst = a.pointer + self.at_element(a.index, i0)
                 prologue.append(VecOut(arr, L, dst))
-                assert a.value is not None and isinstance(st, Assign)
+                assert a.value is not None
+                assert isinstance(st, Assign)
                 lane.append(Assign(Index(arr, k), a.value, comment=st.comment))
                 epilogue.append(VecStore(arr, dst))
             else:

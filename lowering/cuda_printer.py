@@ -20,6 +20,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import singledispatchmethod
 
+from xdsl.utils.base_printer import BasePrinter
+
 from coconet.lowering.kernel_ir import (
     I64,
     Assign,
@@ -62,7 +64,6 @@ from coconet.lowering.kernel_ir import (
     While,
     peer,
 )
-from xdsl.utils.base_printer import BasePrinter
 
 
 class dispatch_on_type(singledispatchmethod):

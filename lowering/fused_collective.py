@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from xdsl.ir import Operation, SSAValue
+
 from coconet.core import values as V
 from coconet.core.program import CocoError
 from coconet.dialects import coco, comm
@@ -35,7 +37,6 @@ from coconet.dialects.coco import TensorType
 from coconet.lowering import cuda_kernels as K
 from coconet.lowering.kernel_ir import ParamKind
 from coconet.lowering.plan import ArgTable, Epoch, KernelArg, Launch, PeerTable, RankValue
-from xdsl.ir import Operation, SSAValue
 
 if TYPE_CHECKING:
     from coconet.lowering.lower_to_plan import Lowering

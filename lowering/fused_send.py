@@ -19,13 +19,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from xdsl.ir import Operation, SSAValue
+
 from coconet.core import values as V
 from coconet.dialects import coco, comm
 from coconet.lowering import cuda_kernels as K
 from coconet.lowering.fused_collective import MAX_COLLECTIVE_BLOCKS, lower_fused_collective
 from coconet.lowering.kernel_ir import ParamKind
 from coconet.lowering.plan import Epoch, KernelArg, Launch, PeerTable, RankValue
-from xdsl.ir import Operation, SSAValue
 
 if TYPE_CHECKING:
     from coconet.lowering.lower_to_plan import Lowering

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from coconet.lowering.kernel_cache import KernelCache, content_key
 
 __all__ = [

@@ -26,6 +26,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from xdsl.dialects import func
+from xdsl.ir import Operation, SSAValue
+from xdsl.utils.exceptions import VerifyException
+
 from coconet.core import values as V
 from coconet.core.program import CocoError, Program, check_program_on_grid
 from coconet.dialects import coco, comm
@@ -51,9 +55,6 @@ from coconet.lowering.plan import (
     Step,
     WaitEvent,
 )
-from xdsl.dialects import func
-from xdsl.ir import Operation, SSAValue
-from xdsl.utils.exceptions import VerifyException
 
 
 @dataclass(frozen=True)
@@ -430,7 +431,8 @@ class Lowering:
                         self.per_rank(f"dim{p.dim}", lambda r, d=p.dim: self.piece_shape(it, r)[d])
                     )
                 case ParamKind.STRIDE:
-                    assert p.value is not None and p.dim is not None
+                    assert p.value is not None
+                    assert p.dim is not None
                     t: TensorType = p.value.type
                     first = p.dim - (it.rank - t.rank) + 1
                     args.append(

@@ -30,6 +30,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 import numpy as np
+
 from coconet.core import values as V
 from coconet.core.program import CocoError
 from coconet.dialects import coco, comm
@@ -253,7 +254,9 @@ def _lower_gather_form(
 def _chunk_of(step: Step, lo: int, hi: int) -> Step:
     if isinstance(step, Collective):
         return dataclasses.replace(step, rows=(lo, hi))
-    assert isinstance(step, Launch) and step.iteration_shape and step.range_positions
+    assert isinstance(step, Launch)
+    assert step.iteration_shape
+    assert step.range_positions
     row_len = step.iteration_shape[-1]
     args = list(step.args)
     b, e = step.range_positions

@@ -24,6 +24,8 @@ sum is the oracle's (runtime/sim.py `reduce_rows`), so the kernel is bit-exact.
 
 from __future__ import annotations
 
+from xdsl.ir import Operation, SSAValue
+
 from coconet.core.program import CocoError
 from coconet.dialects import coco
 from coconet.dialects.coco import TensorType
@@ -66,7 +68,6 @@ from coconet.lowering.kernel_ir import (
     fresh_copy,
     peer,
 )
-from xdsl.ir import Operation, SSAValue
 
 ELEMENT, ROW, SCALAR = "element", "row", "scalar"
 
@@ -157,7 +158,6 @@ class _RowBuilder(_ElementwiseBuilder):
             self.local[v] = var
             return var
         return super().ref(v)
-
 
     def shared_array(self, v: SSAValue, ctype, size: int, suffix: str) -> Var:
         hint = f"{v.name_hint}_{suffix}" if v.name_hint else None

@@ -6,11 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import IO
 
-from coconet.core.program import Program
 from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.utils.target import Target
+
+from coconet.core.program import Program
 
 
 def _plans(module: ModuleOp, ranks: int, block: int, max_blocks: int, ranks_per_node: int = 0):

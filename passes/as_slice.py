@@ -4,6 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import FunctionType, ModuleOp
+from xdsl.ir import BlockArgument, Operation
+from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import PatternRewriter
+from xdsl.rewriter import InsertPoint
+
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import TensorType
 from coconet.passes.common import (
@@ -15,13 +23,6 @@ from coconet.passes.common import (
     op_name,
     runs_after,
 )
-from xdsl.context import Context
-from xdsl.dialects import func
-from xdsl.dialects.builtin import FunctionType, ModuleOp
-from xdsl.ir import BlockArgument, Operation
-from xdsl.passes import ModulePass
-from xdsl.pattern_rewriter import PatternRewriter
-from xdsl.rewriter import InsertPoint
 
 RULE = "as-slice"
 

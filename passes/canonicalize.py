@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from coconet.dialects import coco, comm
-from coconet.passes.common import fail, find_named_ops, functions, op_name, readable_at
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
@@ -16,6 +14,9 @@ from xdsl.pattern_rewriter import (
     RewritePattern,
 )
 from xdsl.transforms.dead_code_elimination import is_trivially_dead
+
+from coconet.dialects import coco, comm
+from coconet.passes.common import fail, find_named_ops, functions, op_name, readable_at
 
 RULE = "canonicalize"
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from coconet.dialects import coco, comm
-from coconet.dialects.layout_rules import grid_of, value_name
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region, SSAValue
@@ -18,6 +16,9 @@ from xdsl.pattern_rewriter import PatternRewriter
 from xdsl.rewriter import InsertPoint
 from xdsl.transforms.dead_code_elimination import result_only_effects
 from xdsl.utils.exceptions import PassFailedException
+
+from coconet.dialects import coco, comm
+from coconet.dialects.layout_rules import grid_of, value_name
 
 # --------------------------------------------------------------------------------------------
 # Errors and names

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from coconet.dialects import comm
-from coconet.passes.common import fail, find_named_ops, has_side_effects, op_name
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
@@ -28,6 +26,9 @@ from xdsl.pattern_rewriter import (
 )
 from xdsl.rewriter import Rewriter
 from xdsl.transforms.dead_code_elimination import is_trivially_dead
+
+from coconet.dialects import comm
+from coconet.passes.common import fail, find_named_ops, has_side_effects, op_name
 
 RULE = "dce"
 

@@ -5,6 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.utils.exceptions import PassFailedException
+
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import SlicedAttr, TensorType
 from coconet.passes.common import (
@@ -19,11 +25,6 @@ from coconet.passes.common import (
     plan_contiguous,
     wrap_in_region,
 )
-from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
-from xdsl.passes import ModulePass
-from xdsl.utils.exceptions import PassFailedException
 
 RULE = "fuse"
 MODES = ("auto", "elementwise", "all_reduce", "send")

@@ -5,6 +5,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import PatternRewriter
+from xdsl.rewriter import InsertPoint
+from xdsl.utils.exceptions import PassFailedException, VerifyException
+
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import LocalAttr, ReplicatedAttr, SlicedAttr, TensorType
 from coconet.dialects.layout_rules import (
@@ -26,14 +35,6 @@ from coconet.passes.common import (
     replace_operand,
     set_name,
 )
-from xdsl.context import Context
-from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Operation, SSAValue
-from xdsl.passes import ModulePass
-from xdsl.pattern_rewriter import PatternRewriter
-from xdsl.rewriter import InsertPoint
-from xdsl.utils.exceptions import PassFailedException, VerifyException
 
 RULE = "reorder"
 REDUCTION_KINDS = ("sum", "max", "min", "norm")

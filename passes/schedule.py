@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from coconet.passes.common import fail
 from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import PatternRewriter
 from xdsl.utils.arg_spec import ArgSpec
+
+from coconet.passes.common import fail
 
 RULE = "schedule"
 
@@ -66,7 +67,6 @@ class SchedulePass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         from coconet.core.program import CocoError, Program
-
         from coconet.schedule import apply_schedule, resolve_schedule_name
 
         if not self.schedule:

@@ -4,16 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from coconet.dialects import comm
-from coconet.dialects.layout_rules import check_type_fits_grid, grid_of
-from coconet.passes.common import (
-    axes_prop,
-    derived_name,
-    fail,
-    find_named_ops,
-    op_name,
-    set_name,
-)
 from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
@@ -25,6 +15,17 @@ from xdsl.pattern_rewriter import (
     op_type_rewrite_pattern,
 )
 from xdsl.utils.exceptions import PassFailedException, VerifyException
+
+from coconet.dialects import comm
+from coconet.dialects.layout_rules import check_type_fits_grid, grid_of
+from coconet.passes.common import (
+    axes_prop,
+    derived_name,
+    fail,
+    find_named_ops,
+    op_name,
+    set_name,
+)
 
 RULE = "split-allreduce"
 

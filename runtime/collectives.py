@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
 from coconet.core import values as V
 from coconet.core.program import CocoError
 from coconet.lowering.plan import Collective

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
 from coconet.core import values as V
 from coconet.core.program import CocoError
 from coconet.lowering.host_compiler import HOST_CACHE, HostCompileError, compile_host
@@ -332,7 +333,7 @@ class CpuBackend:
         if hasattr(value, "__array__") or hasattr(value, "__dlpack__"):
             try:
                 return np.asarray(value)
-            except Exception as e:  # noqa: BLE001 - any failure to convert is the message
+            except Exception as e:
                 raise CocoError(f"input '{name}': cannot read it as a host array: {e}") from None
         raise CocoError(
             f"input '{name}': expected a NumPy array of shape {list(buf.shape_at(self.rank))} and dtype "

@@ -38,6 +38,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
+
 from coconet.core import values as V
 from coconet.core.program import CocoError
 from coconet.lowering.kernel_cache import KernelCache, content_key
@@ -763,7 +764,7 @@ class CudaBackend:
         if hasattr(value, "__array__"):
             try:
                 return np.asarray(value)
-            except Exception as e:  # noqa: BLE001 - any failure to convert is the message
+            except Exception as e:
                 raise CocoError(f"input '{name}': cannot read it as a host array: {e}") from None
         raise CocoError(
             f"input '{name}': expected a CuPy array, a DLPack tensor or a NumPy array of shape "

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import ml_dtypes
 import numpy as np
+
 from coconet.core import values as V
 from coconet.core.program import CocoError
 from coconet.dialects.coco import TensorType

@@ -109,7 +109,7 @@ class FailureGuard:
             self.status_dir.mkdir(parents=True, exist_ok=True)
             (self.status_dir / f"rank{self.rank}.pid").write_text(str(os.getpid()))
             # Stays open for the process's life: faulthandler writes to it when a signal hits.
-            self._fault_file = open(self.status_dir / f"rank{self.rank}.fault", "w")  # noqa: SIM115
+            self._fault_file = open(self.status_dir / f"rank{self.rank}.fault", "w")
             faulthandler.enable(file=self._fault_file)
         self._monitor = None
         front_end_gone = False

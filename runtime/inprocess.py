@@ -18,6 +18,7 @@ from collections import defaultdict
 from typing import Any
 
 import numpy as np
+
 from coconet.core.program import CocoError
 
 # How long a rank waits for its peers at one rendezvous before the job counts as hung.

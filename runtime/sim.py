@@ -13,15 +13,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation, SSAValue
+
 from coconet.core import values as V
 from coconet.core.counter_rng import dropout_keep
 from coconet.core.elementwise import COMPARISONS, ELEMENTWISE
 from coconet.core.program import CocoError, Program, check_program_on_grid, load, output_name
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import TensorType
-from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Operation, SSAValue
 
 Pieces = list[np.ndarray]
 

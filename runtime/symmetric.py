@@ -18,6 +18,7 @@ from multiprocessing import shared_memory
 from typing import Any
 
 import numpy as np
+
 from coconet.core import values as V
 from coconet.core.program import CocoError
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+
 from coconet.core import values as V
 from coconet.core.program import CocoError
 from coconet.lowering.plan import Plan
@@ -52,7 +53,7 @@ class ThreadedExecutor:
                 runner.run()
                 results[rank] = {n: backend.read(b) for n, b in plan.outputs.items()}
                 runner.close()
-            except BaseException as e:  # noqa: BLE001 - reported below, after every rank stops
+            except BaseException as e:
                 if not isinstance(e, PeerFailed):
                     errors.append(e)
                 world.fail(f"rank {rank}: {type(e).__name__}: {e}")

@@ -23,6 +23,7 @@ import socket
 from typing import Any
 
 import numpy as np
+
 from coconet.core.program import CocoError
 
 # torchrun's environment (torch.distributed.run): every process gets these.
@@ -294,7 +295,7 @@ def job_communicator(backend: str) -> Any:
     torch_world = torchrun_world()
     mpi_size = mpi_launch_size()
     if mpi_size is None and (
-        torch_world is not None and torch_world[1] > 1 or _torch_initialized()
+        (torch_world is not None and torch_world[1] > 1) or _torch_initialized()
     ):
         try:
             import torch.distributed  # noqa: F401

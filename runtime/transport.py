@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 import numpy as np
+
 from coconet.core.program import CocoError
 from coconet.core.values import NUMPY_DTYPES
 

@@ -215,7 +215,7 @@ def op_program(op: str, dtype: str, count: int) -> Program:
 
     # The result stays unnamed: coconet.schedule's rs-c-ag recipe reorders into a named
     # all_reduce's consumers and refuses one without any, but splits an unnamed one plainly.
-    def body(x=Tensor(elt, [count], layout, "x")):  # noqa: B008 - the front end's declaration
+    def body(x=Tensor(elt, [count], layout, "x")):
         return collective(x)
 
     body.__name__ = op
@@ -253,7 +253,7 @@ def file_builder(path: str) -> Callable[[int], Program]:
 
     try:
         namespace = runpy.run_path(path, run_name="coconet_program")
-    except Exception as e:  # noqa: BLE001 - any error of the user's file: report it briefly
+    except Exception as e:
         raise CocoError(f"{path}: running the program file failed: {type(e).__name__}: {e}")
     build = namespace.get("build")
     if not callable(build):
@@ -270,7 +270,7 @@ def file_builder(path: str) -> Callable[[int], Program]:
                 f"{path}: build({n}) failed ({e}); coco-bench needs build(n) to take the tensor "
                 "size n"
             ) from None
-        except Exception as e:  # noqa: BLE001 - build(n) is the user's code
+        except Exception as e:
             raise CocoError(
                 f"{path}: build({n}) failed ({type(e).__name__}: {e}); coco-bench needs "
                 "build(n) to take the tensor size n"
@@ -427,9 +427,8 @@ def average_busbw(rows: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from coconet.tools.coco_run import job_ranks, schedule_label, writable_path
-
     from coconet.compile import default_backend, require_gpu
+    from coconet.tools.coco_run import job_ranks, schedule_label, writable_path
 
     ranks, under_torchrun = job_ranks(args.ranks, default=2)
     if args.warmup < 0:
@@ -542,9 +541,8 @@ def run(args: argparse.Namespace) -> int:
 def check_schedules(program: Program, schedules: list[tuple[str, str | None]], ranks: int) -> None:
     """Every schedule applies to the program and lowers on `ranks` ranks: refused here, before
     anything is launched, not by every rank at once."""
-    from coconet.lowering.lower_to_plan import lower
-
     from coconet.compile import apply_schedule
+    from coconet.lowering.lower_to_plan import lower
 
     for _label, spec in schedules:
         lower(apply_schedule(program, spec), ranks)

@@ -18,8 +18,6 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import IO, Any
 
-from coconet.dialects import get_all_dialects
-from coconet.passes import get_all_passes
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import (
@@ -29,6 +27,9 @@ from xdsl.utils.exceptions import (
     ParseError,
 )
 from xdsl.xdsl_opt_main import xDSLOptMain
+
+from coconet.dialects import get_all_dialects
+from coconet.passes import get_all_passes
 
 
 class CocoOptMain(xDSLOptMain):
@@ -141,7 +142,7 @@ class CocoOptMain(xDSLOptMain):
             )
         except EquivalenceError:
             raise
-        except Exception as e:  # noqa: BLE001 - the sim cannot run the original: say so, briefly
+        except Exception as e:
             raise EquivalenceError(
                 f"--verify-equivalence: the sim cannot run the original program, so the "
                 f"pipeline '{pipeline}' cannot be checked: {type(e).__name__}: {e}"
@@ -235,7 +236,7 @@ def pass_options(cls: type[ModulePass]) -> str:
     spelled = {f.name: f.name.replace("_", "-") for f in fields}
     try:
         spec_names = list(cls().spec(include_default=True).parameters)
-    except Exception:  # noqa: BLE001 - a required option: no default instance, keep the fields
+    except Exception:
         spec_names = []
     if len(spec_names) == len(fields):
         # -p reads `a-b` and `a_b` alike; the CLI's spelling is with dashes.
@@ -277,7 +278,7 @@ def pass_lines(passes: dict[str, Callable[[], type[ModulePass]]], indent: str = 
         try:
             cls = factory()
             heads.append((name + pass_options(cls), pass_summary(cls)))
-        except Exception as e:  # noqa: BLE001 - a pass whose module cannot load: say so, go on
+        except Exception as e:
             heads.append((name, f"(cannot load: {type(e).__name__}: {e})"))
     column = min(max((len(h) for h, _ in heads), default=0), 40)
     return [f"{indent}{head:<{column}}  {summary}" for head, summary in heads]

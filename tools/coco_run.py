@@ -301,11 +301,10 @@ def run_sim(
 ) -> int:
     import time
 
+    from coconet.compile import apply_schedule
     from coconet.runtime.check import compare_piece
     from coconet.runtime.sim import run as sim_run
     from coconet.tools.rank_job import BenchRow, bench_document, program_size, write_json
-
-    from coconet.compile import apply_schedule
 
     inputs = load_arrays(args.inputs) if args.inputs else None
     bench_rows: list[BenchRow] = []
@@ -457,10 +456,9 @@ def prepared_job(
     schedules: list[tuple[str, str | None]],
 ) -> dict:
     """The job description every rank runs, once everything checkable here is checked."""
+    from coconet.compile import apply_schedule
     from coconet.lowering.lower_to_plan import lower
     from coconet.runtime.sim import prepare_inputs
-
-    from coconet.compile import apply_schedule
 
     given = load_arrays(args.inputs) if args.inputs else None
     for label, spec in schedules:

@@ -24,9 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from coconet.core.program import CocoError, Program, load
-
 from coconet.autotune import Candidate
+from coconet.core.program import CocoError, Program, load
 
 
 @dataclass

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from coconet.core import values as V
 from coconet.core.program import Program
 
@@ -418,6 +419,7 @@ def run_program(
 ) -> tuple[str, list[str]]:
     """Every schedule of one program: lower, set up, run once (summary, check, output), and
     with `bench` time warm steps into `rows`. Returns the program's name and failed checks."""
+    from coconet.compile import apply_schedule, make_backend
     from coconet.core.program import load
     from coconet.lowering.lower_to_plan import LaunchConfig, lower
     from coconet.lowering.plan import Launch
@@ -425,8 +427,6 @@ def run_program(
     from coconet.runtime.executor import PlanRunner, plan_traffic
     from coconet.runtime.symmetric import job_nodes
     from coconet.runtime.torch_comm import mpi_module_for
-
-    from coconet.compile import apply_schedule, make_backend
 
     rank, size = comm.Get_rank(), comm.Get_size()
     backend_name = job["backend"]
@@ -504,7 +504,7 @@ def run_program(
             if checking:
                 problems = check_per_rank(label, scheduled, reference_inputs, per_rank, size)
                 failures += problems
-            if job.get("output") and not saved or checking and spec and not problems:
+            if (job.get("output") and not saved) or (checking and spec and not problems):
                 # Assembling verifies that ranks sharing a value agree (skipped when the
                 # per-rank check already found where they do not).
                 outputs = {
@@ -618,7 +618,7 @@ def run_job_guarded(job: dict[str, Any], comm, guard) -> int:
     try:
         guard.step_timeout = job.get("step_timeout") or None
         code = run_job(job, comm, guard)
-    except BaseException as e:  # noqa: BLE001 - every failure ends the whole job, with its reason
+    except BaseException as e:
         if isinstance(e, SystemExit) and not e.code:
             code = 0
         else:
@@ -633,15 +633,16 @@ def main(argv: list[str] | None = None) -> None:
     from coconet.runtime.cpu import apply_rank_env_defaults
 
     apply_rank_env_defaults()
-    from coconet.runtime.failures import FailureGuard
     from mpi4py import MPI
+
+    from coconet.runtime.failures import FailureGuard
 
     comm = MPI.COMM_WORLD
     guard = FailureGuard(comm, prefix="coco-run")
     job: dict[str, Any] = {}
     try:
         job = json.loads(Path(argv[0]).read_text())
-    except BaseException as e:  # noqa: BLE001 - an unreadable job ends the whole job
+    except BaseException as e:
         guard.fail(e)
     sys.exit(run_job_guarded(job, comm, guard))
 

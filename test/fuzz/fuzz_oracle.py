@@ -47,9 +47,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from coconet.core.program import CocoError, Program
 from fuzz_inputs import Case
 from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError
+
+from coconet.core.program import CocoError, Program
 
 CLEAN = (CocoError, DiagnosticException, ParseError)
 SIM_ELEMENTS = 1 << 20
@@ -196,12 +197,12 @@ class Oracle:
         self._deep(program, text, stage)
 
     def _deep(self, program: Program, text: str, stage: list[str]) -> None:
-        from coconet.core.program import parse_module
-        from coconet.lowering.lower_to_plan import lower
-        from coconet.runtime import sim
         from xdsl.dialects import func
 
+        from coconet.core.program import parse_module
         from coconet.equivalence import check_equivalence
+        from coconet.lowering.lower_to_plan import lower
+        from coconet.runtime import sim
         from coconet.schedule import enumerate_scheduled_programs
 
         stage[0] = "roundtrip"
@@ -217,15 +218,15 @@ class Oracle:
         for fn in [op for op in module.ops if isinstance(op, func.FuncOp)]:
             p = Program(module, fn.sym_name.data)
             stage[0] = "signature"
-            p.arguments  # noqa: B018 - a CocoError for a non-tensor argument is a diagnostic
-            p.outputs  # noqa: B018
+            p.arguments
+            p.outputs
             simulate = _elements(p) <= SIM_ELEMENTS
             for ranks in RANKS:
                 stage[0] = f"lower@{ranks}"
                 with contextlib.suppress(*CLEAN):
                     plan = lower(p, ranks)
                     plan.format()
-                    plan.cuda_source  # noqa: B018
+                    plan.cuda_source
                 if simulate:
                     stage[0] = f"sim@{ranks}"
                     with contextlib.suppress(*CLEAN):
@@ -253,11 +254,10 @@ class Oracle:
                         )
 
     def _cpu(self, p: Program, stage: list[str]) -> None:
+        from coconet.equivalence import TOLERANCES, _close
         from coconet.lowering.lower_to_plan import lower
         from coconet.runtime import sim
         from coconet.runtime.threaded import ThreadedExecutor
-
-        from coconet.equivalence import TOLERANCES, _close
 
         for ranks in (1, 2):
             stage[0] = f"cpu@{ranks}"

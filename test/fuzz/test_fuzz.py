@@ -35,7 +35,8 @@ def test_ci_slice_finds_no_traceback_hang_or_silent_acceptance():
     _assert_clean(summary)
     o = summary["outcomes"]
     # The slice reaches every stage: programs accepted and run, others refused cleanly.
-    assert summary["distinct_accepted_programs"] >= 100 and o["rejected"] >= 1000
+    assert summary["distinct_accepted_programs"] >= 100
+    assert o["rejected"] >= 1000
 
 
 @pytest.mark.slow
@@ -56,7 +57,8 @@ def test_the_corpus_holds_every_example_and_lit_input():
 
 def test_cases_are_reproducible_from_their_index():
     a, b = make_case(5, 123), make_case(5, 123)
-    assert a.data == b.data and a.mutations == b.mutations
+    assert a.data == b.data
+    assert a.mutations == b.mutations
     assert make_case(5, 124).data != a.data or make_case(5, 124).seed != a.seed
 
 
@@ -80,8 +82,9 @@ def test_the_oracle_flags_a_rule_break_that_is_accepted(rule, tmp_path):
 
 
 def test_the_oracle_reports_an_internal_error_as_a_traceback(tmp_path, monkeypatch):
-    import coconet.lowering.lower_to_plan as lowering
     from fuzz_inputs import Case
+
+    import coconet.lowering.lower_to_plan as lowering
 
     def broken(*args, **kwargs):
         raise KeyError("an internal error")
@@ -90,7 +93,8 @@ def test_the_oracle_reports_an_internal_error_as_a_traceback(tmp_path, monkeypat
     text = (Path(__file__).resolve().parents[2] / "examples/sgd.mlir").read_bytes()
     result = Oracle(tmp_path).run(Case(0, "ir", "examples/sgd.mlir", text, []))
     assert result["outcome"] == "traceback" and result["error"] == "KeyError", result
-    assert result["stage"].startswith("lower@") and "in broken" in result["where"]
+    assert result["stage"].startswith("lower@")
+    assert "in broken" in result["where"]
 
 
 def test_the_reliability_report_quotes_the_fuzzer_counts(tmp_path):

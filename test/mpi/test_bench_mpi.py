@@ -65,13 +65,16 @@ def test_all_reduce_sweep_rows_plot_and_trace(tmp_path):
         assert [row["size_bytes"] for row in mine] == [1024, 2048, 4096, 8192]
         assert [row["count"] for row in mine] == [256, 512, 1024, 2048]
     for row in rows:
-        assert row["ranks"] == 2 and row["backend"] == "cpu" and len(row["times_s"]) == 2
+        assert row["ranks"] == 2
+        assert row["backend"] == "cpu"
+        assert len(row["times_s"]) == 2
         assert row["algbw_GBps"] == pytest.approx(row["size_bytes"] / row["time_s"] / 1e9)
         assert row["busbw_GBps"] / row["algbw_GBps"] == pytest.approx(bus_factor("all_reduce", 2))
         assert row["min_time_s"] <= row["time_s"]
     # One printed row per size and schedule, in nccl-tests' column order.
     printed = [ln.split() for ln in r.stdout.splitlines() if ln and ln.split()[0].isdigit()]
-    assert len(printed) == 12 and [p[0] for p in printed[:3]] == ["1024"] * 3
+    assert len(printed) == 12
+    assert [p[0] for p in printed[:3]] == ["1024"] * 3
     assert plot.read_bytes()[:8] == PNG_MAGIC
     events = json.loads(trace.read_text())["traceEvents"]
     steps = [e for e in events if e["ph"] == "X"]
@@ -81,7 +84,7 @@ def test_all_reduce_sweep_rows_plot_and_trace(tmp_path):
     assert {e["args"]["iteration"] for e in steps} == {0, 1}
 
 
-@pytest.mark.parametrize("op, ranks", [("reduce_scatter", 2), ("all_reduce", 4)])
+@pytest.mark.parametrize(("op", "ranks"), [("reduce_scatter", 2), ("all_reduce", 4)])
 def test_busbw_over_algbw_is_the_collectives_factor(tmp_path, op, ranks):
     rows_file = tmp_path / "rows.json"
     r = tool(
@@ -115,10 +118,9 @@ def test_coco_run_trace_of_an_overlap_schedule_has_both_streams(tmp_path):
     """model_parallel_mlp's matmul overlapped with its all_reduce (CoCoNet's overlapped GEMM +
     AllReduce, `coco-overlap`), and its named overlap schedule: every rank's events, on the
     streams each plan uses."""
-    from coconet.lowering.lower_to_plan import lower
-
     import coconet
     from coconet.compile import apply_schedule
+    from coconet.lowering.lower_to_plan import lower
     from coconet.schedule import named_schedules
 
     example = ROOT / "examples" / "model_parallel_mlp.mlir"

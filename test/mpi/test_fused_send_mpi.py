@@ -46,7 +46,7 @@ def coco_run(ranks: int, env: dict[str, str]) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize(
-    "ranks,per_node", [(2, None), (4, None), (4, "2")], ids=["2", "4", "4-stages-on-two-nodes"]
+    ("ranks", "per_node"), [(2, None), (4, None), (4, "2")], ids=["2", "4", "4-stages-on-two-nodes"]
 )
 def test_fused_send_matches_the_oracle(ranks, per_node):
     r = coco_run(ranks, {"COCONET_RANKS_PER_NODE": per_node} if per_node else {})

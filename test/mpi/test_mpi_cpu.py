@@ -70,11 +70,10 @@ def coco_run(
 def schedules_for(example: Path, ranks: int) -> tuple[list[str], list[str]] | None:
     """(named schedules, pipelines) that apply to `example` and lower on `ranks` ranks, without
     duplicates of the same scheduled IR; None when the program itself cannot run there."""
-    from coconet.core.program import CocoError
-    from coconet.lowering.lower_to_plan import lower
-
     import coconet
     from coconet.compile import apply_schedule
+    from coconet.core.program import CocoError
+    from coconet.lowering.lower_to_plan import lower
 
     program = coconet.load(example)
     try:
@@ -145,9 +144,8 @@ def test_example_under_every_schedule_matches_the_oracle(example, ranks):
 
 
 def test_given_inputs_and_outputs_round_trip(tmp_path):
-    from coconet.runtime import sim
-
     import coconet
+    from coconet.runtime import sim
 
     program = coconet.load(ROOT / "examples" / "sgd.mlir")
     inputs = sim.prepare_inputs(program, None, (2,), seed=7)
@@ -191,7 +189,8 @@ def test_bench_prints_a_table():
     )
     assert r.returncode == 0, r.stderr
     table = r.stdout[r.stdout.index("bench @adam") :].split("\n\n")[0].splitlines()
-    assert "bytes/rank" in table[1] and "busbw GB/s" in table[1]
+    assert "bytes/rank" in table[1]
+    assert "busbw GB/s" in table[1]
     rows = {ln.split()[0]: ln for ln in table[2:] if ln.strip()}
     assert set(rows) == {"ar-c", "fuse(rs-c-ag)"}
     # size: the all_reduce's 16 KiB buffer; bytes/rank: 2 (p-1)/p x 16 KiB at p = 2
@@ -251,12 +250,13 @@ def run_fault(
 def error_line(r: subprocess.CompletedProcess) -> str:
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert lines and lines[0].startswith("coco-run: error: "), r.stderr
-    assert "Traceback" not in r.stderr and "BAD TERMINATION" not in r.stdout + r.stderr
+    assert "Traceback" not in r.stderr
+    assert "BAD TERMINATION" not in r.stdout + r.stderr
     return lines[0]
 
 
 @pytest.mark.parametrize(
-    "fault,expect",
+    ("fault", "expect"),
     [
         ("1:raise:1", "rank 1: InjectedFault: injected fault at step 1"),
         ("1:kill:1", "rank 1 (pid"),
@@ -282,7 +282,9 @@ def test_a_failing_rank_ends_the_job(fault, expect):
 
 def test_a_failing_rank_on_four_ranks():
     r, elapsed = run_fault("2:kill:2", ranks=4)
-    assert r.returncode == 1 and "rank 2 (pid" in error_line(r) and elapsed < 40
+    assert r.returncode == 1
+    assert "rank 2 (pid" in error_line(r)
+    assert elapsed < 40
 
 
 def test_a_hanging_rank_trips_the_watchdog():
@@ -303,7 +305,9 @@ def test_check_failure_names_output_rank_and_error():
     r, _ = run_fault("1:corrupt", "--check")
     assert r.returncode == 1
     line = error_line(r)
-    assert "check failed" in line and "output 'w' on rank 1" in line and "max abs error 0.5" in line
+    assert "check failed" in line
+    assert "output 'w' on rank 1" in line
+    assert "max abs error 0.5" in line
 
 
 def test_bad_inputs_are_refused_before_launch(tmp_path):
@@ -318,7 +322,8 @@ def test_bad_inputs_are_refused_before_launch(tmp_path):
         "examples/sgd.mlir", "--np", "2", "--backend", "cpu", "--inputs", str(tmp_path / "bad.npz")
     )
     assert r.returncode == 1
-    assert "input 'g'" in error_line(r) and "expected shape [2, 4096]" in r.stderr
+    assert "input 'g'" in error_line(r)
+    assert "expected shape [2, 4096]" in r.stderr
     np.savez(
         tmp_path / "bad2.npz",
         g=np.zeros((2, 4096), np.float64),
@@ -328,7 +333,8 @@ def test_bad_inputs_are_refused_before_launch(tmp_path):
     r = coco_run(
         "examples/sgd.mlir", "--np", "2", "--backend", "cpu", "--inputs", str(tmp_path / "bad2.npz")
     )
-    assert r.returncode == 1 and "expected dtype f32" in error_line(r)
+    assert r.returncode == 1
+    assert "expected dtype f32" in error_line(r)
     assert time.monotonic() - t0 < 30
 
 

@@ -12,9 +12,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the test extra installs torch")
 
-from coconet.core.program import CocoError
-
 import coconet
+from coconet.core.program import CocoError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -29,7 +28,8 @@ def sgd():
 def test_a_contiguous_tensor_is_updated_in_place_without_a_copy(sgd):
     w = torch.ones(4096)
     out = sgd(g=torch.full((4096,), 2.0), w=w, lr=torch.tensor(0.25))
-    assert out["w"] is w and torch.all(w == 0.5)
+    assert out["w"] is w
+    assert torch.all(w == 0.5)
 
 
 def test_a_non_contiguous_tensor_is_updated_in_place(sgd):
@@ -37,7 +37,8 @@ def test_a_non_contiguous_tensor_is_updated_in_place(sgd):
     w = base[::2]
     out = sgd(g=torch.full((4096,), 2.0), w=w, lr=0.25)
     assert out["w"] is w
-    assert torch.all(base[::2] == 0.5) and torch.all(base[1::2] == 1.0)
+    assert torch.all(base[::2] == 0.5)
+    assert torch.all(base[1::2] == 1.0)
 
 
 def test_a_tensor_that_requires_grad_is_refused(sgd):
@@ -71,7 +72,8 @@ def test_an_updated_argument_aliasing_another_is_refused():
                 eps=1e-8,
                 step=1.0,
             )
-        assert np.all(w == 1.0) and np.all(mv == 0.0)
+        assert np.all(w == 1.0)
+        assert np.all(mv == 0.0)
     finally:
         step.close()
 

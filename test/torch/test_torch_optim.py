@@ -18,9 +18,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the test extra installs torch")
 
-from coconet.core.program import CocoError
-
 import coconet.torch as ct
+from coconet.core.program import CocoError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,7 +48,7 @@ CASES = [
 
 
 @pytest.mark.parametrize("schedule", ["ar-c", "rs-c-ag", "fuse(rs-c-ag)"])
-@pytest.mark.parametrize("ours,theirs,options", CASES, ids=["sgd", "adam", "adamw"])
+@pytest.mark.parametrize(("ours", "theirs", "options"), CASES, ids=["sgd", "adam", "adamw"])
 def test_one_rank_tracks_torch_optim(ours, theirs, options, schedule):
     ref, mine = _model(), _model()
     _train(ref, theirs(ref.parameters(), **options))
@@ -259,7 +258,8 @@ def test_lamb_takes_a_trust_ratio_per_parameter_tensor(schedule):
         torch.testing.assert_close(b, a, rtol=2e-5, atol=1e-6)
     assert mine[2].bias.abs().sum() > 0
     sd = opt.state_dict()
-    assert len(sd["state"]) == 4 and sd["state"][0]["exp_avg"].shape == mine[0].weight.shape
+    assert len(sd["state"]) == 4
+    assert sd["state"][0]["exp_avg"].shape == mine[0].weight.shape
     again = ct.LAMB(_model().parameters(), lr=0.01, schedule="ar-c")
     again.load_state_dict(sd)
     for s in ("exp_avg", "exp_avg_sq"):

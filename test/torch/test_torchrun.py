@@ -124,7 +124,8 @@ def test_an_mpi_launch_that_mpi4py_cannot_see_is_refused():
     # the launcher says 2 processes, but this mpi4py's world has 1 (another MPI library)
     proc = _run_alone(CALL, PMI_SIZE="2", PMI_RANK="0")
     assert "REFUSED" in proc.stdout, proc.stdout + proc.stderr
-    assert "launched as one of 2" in proc.stdout and "MPI sees a world of 1" in proc.stdout
+    assert "launched as one of 2" in proc.stdout
+    assert "MPI sees a world of 1" in proc.stdout
 
 
 def test_coco_run_under_torchrun_runs_each_process_as_one_rank():
@@ -189,4 +190,5 @@ def test_coco_run_under_torchrun_refuses_a_different_np():
         timeout=120,
     )
     assert proc.returncode == 1
-    assert "torchrun started 2 process(es)" in proc.stderr and "Traceback" not in proc.stderr
+    assert "torchrun started 2 process(es)" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -23,20 +23,6 @@ from __future__ import annotations
 import io
 from collections.abc import Callable, Sequence
 
-from coconet.core.program import Program
-from coconet.dialects import coco, comm
-from coconet.dialects.coco import (
-    DYNAMIC,
-    GRID_ATTR_NAME,
-    LOCAL,
-    REPLICATED,
-    GridAttr,
-    LayoutAttr,
-    LocalAttr,
-    ReplicatedAttr,
-    SlicedAttr,
-    TensorType,
-)
 from hypothesis import strategies as st
 from xdsl.builder import Builder
 from xdsl.dialects import func
@@ -56,6 +42,21 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.printer import Printer
 from xdsl.rewriter import InsertPoint
 from xdsl.utils.exceptions import DiagnosticException
+
+from coconet.core.program import Program
+from coconet.dialects import coco, comm
+from coconet.dialects.coco import (
+    DYNAMIC,
+    GRID_ATTR_NAME,
+    LOCAL,
+    REPLICATED,
+    GridAttr,
+    LayoutAttr,
+    LocalAttr,
+    ReplicatedAttr,
+    SlicedAttr,
+    TensorType,
+)
 
 ELEMENT_TYPES: dict[str, Attribute] = {"f32": f32, "f16": f16, "bf16": bf16, "i32": i32, "i1": i1}
 FLOATS = ("f32", "f16", "bf16")

@@ -12,7 +12,18 @@ import sys
 from pathlib import Path
 
 import pytest
+from xdsl.dialects.builtin import Float32Type
+
+from coconet.autotune import rank_schedules, resolve_profile, spearman
 from coconet.core.program import CocoError, load
+from coconet.cost_model import (
+    PUBLISHED_PROFILES,
+    Fabric,
+    MachineProfile,
+    kernel_traffic,
+    predict,
+    published_profile,
+)
 from coconet.dialects.coco import TensorType
 from coconet.lowering.lower_to_plan import lower
 from coconet.lowering.plan import (
@@ -24,17 +35,6 @@ from coconet.lowering.plan import (
     Plan,
     RecordEvent,
     WaitEvent,
-)
-from xdsl.dialects.builtin import Float32Type
-
-from coconet.autotune import rank_schedules, resolve_profile, spearman
-from coconet.cost_model import (
-    PUBLISHED_PROFILES,
-    Fabric,
-    MachineProfile,
-    kernel_traffic,
-    predict,
-    published_profile,
 )
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -117,7 +117,8 @@ def test_kernel_bytes_come_from_the_plan():
     local, peer, flops, syncs = kernel_traffic(plan, launch, 1)
     # reads g1 (4096 f32), w (4096 f32) and lr (one f32); writes w (4096 f32)
     assert local == 3 * 4096 * 4 + 4
-    assert peer == 0 and syncs == 0
+    assert peer == 0
+    assert syncs == 0
     assert flops >= 4096
 
     fused = lower(apply_schedule(program, "fuse(rs-c-ag)"), 2)
@@ -138,7 +139,9 @@ def test_matmul_is_a_roofline():
     nbytes = 4 * (64 * 32 + 32 * 16 + 64 * 16)
     fast_memory = dataclasses.replace(PROFILE, memory_bandwidth=1e15)
     (cost,) = predict(plan_of([Matmul(a, b, c)]), fast_memory).steps
-    assert cost.flops == flops and cost.bytes == nbytes and cost.bound == "compute"
+    assert cost.flops == flops
+    assert cost.bytes == nbytes
+    assert cost.bound == "compute"
     slow_memory = dataclasses.replace(PROFILE, memory_bandwidth=1e3, matmul_flops={"f32": 1e15})
     (cost,) = predict(plan_of([Matmul(a, b, c)]), slow_memory).steps
     assert cost.bound == "memory"
@@ -167,7 +170,8 @@ def test_published_profiles_are_ordered_as_the_hardware_is():
     assert h100.memory_bandwidth < h200.memory_bandwidth
     assert v100.intra.bandwidth < a100.intra.bandwidth < h100.intra.bandwidth
     assert v100.inter.bandwidth < a100.inter.bandwidth < h100.inter.bandwidth
-    assert v100.ranks_per_node == 16 and a100.ranks_per_node == 8
+    assert v100.ranks_per_node == 16
+    assert a100.ranks_per_node == 8
 
 
 def test_spearman():
@@ -235,8 +239,11 @@ def test_profile_is_measured_once_reused_and_remeasured_when_corrupt(monkeypatch
 
     monkeypatch.setattr(machine_probe, "_run_probe_job", fake_job)
     first = machine_probe.cpu_profile(2)
-    assert runs == [2] and first.source == "measured" and first.host_serializes_kernels
-    assert machine_probe.cpu_profile(2) == first and runs == [2]  # reused
+    assert runs == [2]
+    assert first.source == "measured"
+    assert first.host_serializes_kernels
+    assert machine_probe.cpu_profile(2) == first
+    assert runs == [2]
     machine_probe.cpu_profile(3)
     assert runs == [2, 3]  # one profile per rank count
     path = machine_probe.PROBE_CACHE.path_for(machine_probe.profile_key(2), ".json")
@@ -280,7 +287,8 @@ def test_measuring_on_one_rank_gives_a_valid_profile(monkeypatch, tmp_path):
     m = measure(MPI.COMM_SELF)
     profile = profile_from_measurements(m)
     assert MachineProfile.from_json(profile.to_json()) == profile
-    assert profile.memory_bandwidth > 0 and profile.launch_overhead > 0
+    assert profile.memory_bandwidth > 0
+    assert profile.launch_overhead > 0
     assert m["launch_plan"] >= 1
 
 
@@ -324,23 +332,28 @@ def test_schedule_auto_on_cpu_with_check(tmp_path):
         "--schedule", "auto", "--profile", profile, "--check", "-q", "--verbose",
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
-    assert "auto picked" in r.stdout and "  rank    predicted" in r.stdout  # --verbose: table
-    assert "check [auto=" in r.stdout and "match the sim oracle" in r.stdout
+    assert "auto picked" in r.stdout
+    assert "  rank    predicted" in r.stdout
+    assert "check [auto=" in r.stdout
+    assert "match the sim oracle" in r.stdout
 
 
 def test_auto_errors_are_one_line(tmp_path):
     r = coco("coco_run", str(EXAMPLES / "sgd.mlir"), "--np", "2", "--backend", "sim",
              "--schedule", "auto", "--profile", "dgx-9000")  # fmt: skip
     assert r.returncode == 1
-    assert r.stderr.strip().count("\n") == 0 and "[profile-unknown]" in r.stderr
+    assert r.stderr.strip().count("\n") == 0
+    assert "[profile-unknown]" in r.stderr
     bad = tmp_path / "bad.json"
     bad.write_text("{")
     r = coco("coco_run", str(EXAMPLES / "sgd.mlir"), "--np", "2", "--backend", "sim",
              "--schedule", "auto", "--profile", str(bad))  # fmt: skip
-    assert r.returncode == 1 and "[profile-file]" in r.stderr
+    assert r.returncode == 1
+    assert "[profile-file]" in r.stderr
     r = coco("coco_run", str(EXAMPLES / "sgd.mlir"), "--np", "2", "--backend", "sim",
              "--profile", "dgx-a100")  # fmt: skip
-    assert r.returncode == 1 and "--profile is for --schedule auto" in r.stderr
+    assert r.returncode == 1
+    assert "--profile is for --schedule auto" in r.stderr
 
 
 def test_compile_auto_on_sim_reports_its_choice(tmp_path):
@@ -371,9 +384,11 @@ def test_coco_tune_predicts_for_a_gpu_node_and_refuses_to_measure_it():
     r = coco("coco_tune", str(EXAMPLES / "sgd.mlir"), "--np", "16",
              "--profile", "dgx2-v100", "--predict-only")  # fmt: skip
     assert r.returncode == 0, r.stderr
-    assert "auto picked" in r.stdout and "profile dgx2-v100" in r.stdout
+    assert "auto picked" in r.stdout
+    assert "profile dgx2-v100" in r.stdout
     r = coco("coco_tune", str(EXAMPLES / "sgd.mlir"), "--np", "2", "--profile", "dgx-a100")
-    assert r.returncode == 1 and "describes another machine" in r.stderr
+    assert r.returncode == 1
+    assert "describes another machine" in r.stderr
 
 
 def test_a_fused_kernel_across_nodes_is_refused_not_priced():

@@ -12,11 +12,15 @@ import sys
 from pathlib import Path
 
 import pytest
+
+import coconet
+from coconet.compile import apply_schedule
 from coconet.core.program import CocoError
 from coconet.lowering.lower_to_plan import lower
 from coconet.lowering.plan import COMM_STREAM, COMPUTE_STREAM
 from coconet.runtime.executor import PlanRunner, plan_traffic
 from coconet.runtime.trace import StepTracer, trace_document
+from coconet.schedule import named_schedules
 from coconet.tools.coco_bench import (
     ProgressSink,
     op_program,
@@ -33,10 +37,6 @@ from coconet.tools.rank_job import (
     sweep_header,
     sweep_row,
 )
-
-import coconet
-from coconet.compile import apply_schedule
-from coconet.schedule import named_schedules
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -94,7 +94,8 @@ def test_bench_row_bandwidths_follow_the_conventions():
     assert row.busbw == pytest.approx((3 << 20) / 2e-3 / 1e9)
     assert row.busbw / row.algbw == pytest.approx(1.5)  # 2(n-1)/n at n = 4
     doc = row.as_json()
-    assert doc["busbw_factor"] == pytest.approx(1.5) and doc["size_bytes"] == 2 << 20
+    assert doc["busbw_factor"] == pytest.approx(1.5)
+    assert doc["size_bytes"] == 2 << 20
     assert BenchRow("x", 1e-3, 1e-3, 10, 1, 0).algbw is None  # size unknown: no algbw
 
 
@@ -117,8 +118,10 @@ def test_sizes_follow_min_max_and_factor():
     assert sweep_sizes(1024, 8192, 2) == [1024, 2048, 4096, 8192]
     assert sweep_sizes(1024, 10000, 4) == [1024, 4096]  # at most -e, as nccl-tests
     assert sweep_sizes(64, 64, 2) == [64]
-    assert parse_size("64K", "-b") == 64 << 10 and parse_size("1G", "-e") == 1 << 30
-    assert parse_size("16MiB", "-e") == 16 << 20 and parse_size("100", "-b") == 100
+    assert parse_size("64K", "-b") == 64 << 10
+    assert parse_size("1G", "-e") == 1 << 30
+    assert parse_size("16MiB", "-e") == 16 << 20
+    assert parse_size("100", "-b") == 100
     with pytest.raises(CocoError, match="larger than -e"):
         sweep_sizes(4096, 1024, 2)
     with pytest.raises(CocoError, match="at least 2"):
@@ -161,14 +164,15 @@ def test_progress_markers_move_the_bar_and_are_not_shown():
     sink = ProgressSink(out, bar)
     sink.write(f"# header\n{PROGRESS_MARKER}\n  1024 row")
     sink.write(f"\n{PROGRESS_MARKER}\n")
-    assert bar.n == 2 and bar.written == ["# header", "  1024 row"]
+    assert bar.n == 2
+    assert bar.written == ["# header", "  1024 row"]
     plain = ProgressSink(out)  # no bar (not a terminal): rows pass, markers vanish
     plain.write(f"row\n{PROGRESS_MARKER}\n")
     assert out.getvalue() == "row\n"
 
 
 @pytest.mark.parametrize(
-    "args, message",
+    ("args", "message"),
     [
         (["-b", "4K", "-e", "1K"], "larger than -e/--maxbytes"),
         (["-f", "1"], "-f/--stepfactor must be at least 2"),
@@ -191,11 +195,12 @@ def test_bad_invocations_are_one_clear_error(args, message):
     r = run_tool("coconet.tools.coco_bench", *args, "--backend", "cpu")
     assert r.returncode == 1, r.stdout + r.stderr
     assert r.stderr.startswith("coco-bench: error: ") and message in r.stderr, r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in r.stderr
 
 
 @pytest.mark.parametrize(
-    "args, message",
+    ("args", "message"),
     [
         (["--np", "2", "--backend", "sim", "--trace", "t.json"], "--backend cpu or cuda"),
         (["--np", "2", "--backend", "sim", "--bench", "--json", "README.md/x"], "not a directory"),
@@ -219,11 +224,13 @@ def test_sim_bench_rows_have_size_and_bandwidths(tmp_path):
         *("--schedule", "ar-c", "--schedule", "rs-c-ag", "--json", str(rows)),
     )
     assert r.returncode == 0, r.stderr
-    assert "algbw GB/s" in r.stdout and "busbw = bytes/rank / time" in r.stdout
+    assert "algbw GB/s" in r.stdout
+    assert "busbw = bytes/rank / time" in r.stdout
     doc = json.loads(rows.read_text())
     assert {row["schedule"] for row in doc["rows"]} == {"ar-c", "rs-c-ag"}
     for row in doc["rows"]:
-        assert row["size_bytes"] == 4096 * 4 and row["bytes_per_rank"] == 4096 * 4 * 3 // 2
+        assert row["size_bytes"] == 4096 * 4
+        assert row["bytes_per_rank"] == 4096 * 4 * 3 // 2
         assert row["busbw_GBps"] / row["algbw_GBps"] == pytest.approx(1.5)
 
 
@@ -273,7 +280,8 @@ def test_traced_runs_record_every_step_on_its_streams_track():
     runner.run()
     runner.run()
     runner.trace(None)
-    assert "execute" not in runner.__dict__ and runner.tracer is None
+    assert "execute" not in runner.__dict__
+    assert runner.tracer is None
     runner.run()  # after tracing stops, nothing more is recorded
     steps = [e for e in tracer.events if e["cat"] != "sync"]
     assert len(steps) == 2 * len(plan.steps)
@@ -299,7 +307,8 @@ def test_trace_document_names_ranks_and_streams():
     meta = [e for e in doc["traceEvents"] if e["ph"] == "M"]
     steps = [e for e in doc["traceEvents"] if e["ph"] == "X"]
     names = {(e["pid"], e.get("tid"), e["args"].get("name")) for e in meta}
-    assert (0, 0, "rank 0") in names and (1, 1, "stream 1 (comm)") in names
+    assert (0, 0, "rank 0") in names
+    assert (1, 1, "stream 1 (comm)") in names
     assert {(e["pid"], e["tid"]) for e in steps} == {(0, 0), (0, 1), (1, 0), (1, 1)}
     assert min(e["ts"] for e in steps) == 0  # the timeline starts at the first step
     assert all(set(e) >= {"name", "ph", "ts", "dur", "pid", "tid"} for e in steps)
@@ -324,7 +333,8 @@ def test_nvtx_is_optional():
     runner.setup()
     runner.trace(StepTracer(0, nvtx=Recorder()))
     runner.run()
-    assert pushed[:2] == ["matmul %layer", "pop"] and pushed.count("pop") == len(pushed) // 2
+    assert pushed[:2] == ["matmul %layer", "pop"]
+    assert pushed.count("pop") == len(pushed) // 2
     assert nvtx is None or hasattr(nvtx, "RangePush")
 
 
@@ -342,7 +352,8 @@ def test_plot_is_a_png(tmp_path):
     ]
     out = tmp_path / "sweep.png"
     write_plot(str(out), rows, "coco-bench: test")
-    assert out.read_bytes()[:8] == PNG_MAGIC and out.stat().st_size > 10_000
+    assert out.read_bytes()[:8] == PNG_MAGIC
+    assert out.stat().st_size > 10_000
 
 
 # ---------------------------------------------------------------------------------------------
@@ -367,14 +378,16 @@ def test_list_passes_puts_coconet_first_with_options_and_descriptions():
     xdsl_at = next(i for i, ln in enumerate(lines) if ln.startswith("xDSL passes"))
     assert xdsl_at == len(coco) + 2
     xdsl = [ln.split()[0].split("{")[0] for ln in lines[xdsl_at + 1 :]]
-    assert "canonicalize" in xdsl and not set(xdsl) & set(coco)
+    assert "canonicalize" in xdsl
+    assert not set(xdsl) & set(coco)
     assert "Applies all canonicalization patterns" in r.stdout
 
 
 def test_help_lists_coconet_passes_not_every_xdsl_pass():
     r = run_tool("coconet.tools.coco_opt", "--help")
     assert r.returncode == 0, r.stderr
-    assert "--list-passes" in r.stdout and "coconet passes:" in r.stdout
+    assert "--list-passes" in r.stdout
+    assert "coconet passes:" in r.stdout
     assert "coco-overlap{chunks=int(4)" in r.stdout
     assert "convert-arith-to-riscv" not in r.stdout  # no dump of xDSL's pass names
 

@@ -25,9 +25,11 @@ def test_summary_and_output_round_trip(tmp_path: Path):
     out = tmp_path / "out.npz"
     r = coco_run(str(EXAMPLES / "sgd.mlir"), "--np", "2", "--backend", "sim", "--output", str(out))
     assert r.returncode == 0, r.stderr
-    assert "@sgd on 2 rank(s), backend sim" in r.stdout and "rank 1:" in r.stdout
+    assert "@sgd on 2 rank(s), backend sim" in r.stdout
+    assert "rank 1:" in r.stdout
     saved = np.load(out)
-    assert saved["w"].shape == (4096,) and saved["w"].dtype == np.float32
+    assert saved["w"].shape == (4096,)
+    assert saved["w"].dtype == np.float32
     # The same inputs given explicitly give the same outputs.
     rng = np.random.default_rng(3)
     inputs = {
@@ -53,7 +55,7 @@ def test_summary_and_output_round_trip(tmp_path: Path):
 
 
 @pytest.mark.parametrize(
-    "inputs, message",
+    ("inputs", "message"),
     [
         (
             {"g": np.zeros((3, 4096), np.float32)},
@@ -88,7 +90,7 @@ def test_bad_inputs_are_one_clear_error(tmp_path: Path, inputs: dict, message: s
 
 
 @pytest.mark.parametrize(
-    "args, message",
+    ("args", "message"),
     [
         (["missing.mlir"], "no such file: missing.mlir"),
         (

@@ -6,10 +6,9 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+from coconet.compile import apply_schedule
 from coconet.core.program import Program, parse_module
 from coconet.passes.common import OrderInfo
-
-from coconet.compile import apply_schedule
 
 ROOT = Path(__file__).resolve().parents[2]
 

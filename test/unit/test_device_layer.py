@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import ml_dtypes
 import numpy as np
 import pytest
+
 from coconet.lowering import host_compiler
 from coconet.lowering.host_compiler import (
     HOST_CACHE,
@@ -398,8 +399,11 @@ def test_nvrtc_ptx_keeps_round_each_op_numerics() -> None:
     text = ptx.decode()
     entry = text[text.index(".entry axpy_float") :]
     entry = entry[: entry.index("ret;")]
-    assert "mul.rn.f32" in entry and "add.rn.f32" in entry and "fma" not in entry
-    assert "cvt.rn.f16.f32" in text and "cvt.rn.bf16.f32" in text
+    assert "mul.rn.f32" in entry
+    assert "add.rn.f32" in entry
+    assert "fma" not in entry
+    assert "cvt.rn.f16.f32" in text
+    assert "cvt.rn.bf16.f32" in text
 
 
 @needs_nvrtc
@@ -511,7 +515,8 @@ def test_atomics(lib: HostLibrary, grid: int, block: int) -> None:
     counters, tickets = np.zeros(2, np.uint32), np.zeros(n, np.uint32)
     kernel = lib.kernel("atomics", VP, VP, VP, VP, VP, ctypes.c_longlong)
     kernel(grid, block, x, sum32, sum64, counters, tickets, n)
-    assert sum32[0] == x.sum() and sum64[0] == x.sum()
+    assert sum32[0] == x.sum()
+    assert sum64[0] == x.sum()
     assert counters.tolist() == [n, 2 * n]
     np.testing.assert_array_equal(np.sort(tickets), np.arange(n, dtype=np.uint32))
 
@@ -696,7 +701,7 @@ def test_cross_rank_flags_between_concurrent_launches(
                     n,
                 )
                 results[r].append(out)
-        except Exception as exc:  # noqa: BLE001 -- re-raised by the main thread
+        except Exception as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=rank, args=(r,), daemon=True) for r in range(2)]
@@ -738,7 +743,7 @@ def test_peers_protocol_flag_layout(lib: HostLibrary, nranks: int, grid: int, bl
                 barrier.wait(timeout=60)  # every rank's launch of this epoch is done
                 seen[r].append(flags[r].copy())
                 barrier.wait(timeout=60)
-        except Exception as exc:  # noqa: BLE001 -- re-raised by the main thread
+        except Exception as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=rank, args=(r,), daemon=True) for r in range(nranks)]
@@ -751,7 +756,8 @@ def test_peers_protocol_flag_layout(lib: HostLibrary, nranks: int, grid: int, bl
     for r in range(nranks):
         for epoch, snapshot in enumerate(seen[r], start=1):
             assert snapshot.tolist() == [epoch] * size
-        assert lasts[r].tolist() == [epochs] and counters[r].tolist() == [0]
+        assert lasts[r].tolist() == [epochs]
+        assert counters[r].tolist() == [0]
 
 
 def test_block_level_misuse_is_rejected_by_the_host_build() -> None:
@@ -822,10 +828,13 @@ def test_second_compile_is_a_cache_hit() -> None:
     source = TINY + "// hit test\n"
     builds = HOST_CACHE.stats.builds
     first = compile_host(source)
-    assert not first.cache_hit and HOST_CACHE.stats.builds == builds + 1
+    assert not first.cache_hit
+    assert HOST_CACHE.stats.builds == builds + 1
     second = compile_host(source)
-    assert second.cache_hit and HOST_CACHE.stats.builds == builds + 1
-    assert second.path == first.path and _fill_works(second)
+    assert second.cache_hit
+    assert HOST_CACHE.stats.builds == builds + 1
+    assert second.path == first.path
+    assert _fill_works(second)
     # Different flags are a different entry.
     assert not compile_host(source, openmp=False).cache_hit
 
@@ -837,7 +846,8 @@ def test_corrupt_cache_entry_is_rebuilt() -> None:
     path.write_bytes(b"\x7fELF this is not a shared library")
     corrupt = HOST_CACHE.stats.rebuilt_corrupt
     lib = compile_host(source)
-    assert not lib.cache_hit and HOST_CACHE.stats.rebuilt_corrupt == corrupt + 1
+    assert not lib.cache_hit
+    assert HOST_CACHE.stats.rebuilt_corrupt == corrupt + 1
     assert _fill_works(lib)
     assert compile_host(source).cache_hit
 
@@ -853,7 +863,8 @@ def test_concurrent_compiles_build_once() -> None:
         t.start()
     for t in threads:
         t.join()
-    assert len(results) == 4 and HOST_CACHE.stats.builds == builds + 1
+    assert len(results) == 4
+    assert HOST_CACHE.stats.builds == builds + 1
     assert sum(not r.cache_hit for r in results) == 1
     assert all(_fill_works(r) for r in results)
 

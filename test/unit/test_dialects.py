@@ -10,6 +10,28 @@ import re
 from collections.abc import Sequence
 
 import pytest
+from xdsl.context import Context
+from xdsl.dialects import builtin, func
+from xdsl.dialects.builtin import (
+    BFloat16Type,
+    IntegerType,
+    ModuleOp,
+    Signedness,
+    bf16,
+    f16,
+    f32,
+    f64,
+    i1,
+    i8,
+    i32,
+    i64,
+)
+from xdsl.ir import Attribute, Block, Dialect, Operation, Region, SSAValue
+from xdsl.parser import Parser
+from xdsl.printer import Printer
+from xdsl.traits import EffectInstance, MemoryEffectKind, get_effects, is_side_effect_free
+from xdsl.utils.exceptions import VerifyException
+
 from coconet.dialects import coco, comm, get_all_dialects, layout_rules
 from coconet.dialects.coco import (
     DYNAMIC,
@@ -42,27 +64,6 @@ from coconet.dialects.comm import (
     SendOp,
     YieldOp,
 )
-from xdsl.context import Context
-from xdsl.dialects import builtin, func
-from xdsl.dialects.builtin import (
-    BFloat16Type,
-    IntegerType,
-    ModuleOp,
-    Signedness,
-    bf16,
-    f16,
-    f32,
-    f64,
-    i1,
-    i8,
-    i32,
-    i64,
-)
-from xdsl.ir import Attribute, Block, Dialect, Operation, Region, SSAValue
-from xdsl.parser import Parser
-from xdsl.printer import Printer
-from xdsl.traits import EffectInstance, MemoryEffectKind, get_effects, is_side_effect_free
-from xdsl.utils.exceptions import VerifyException
 
 S0, S1, S2 = SlicedAttr(0), SlicedAttr(1), SlicedAttr(2)
 
@@ -162,9 +163,46 @@ def test_dialect_factories_build_every_op_and_attribute() -> None:
 
 def test_every_documented_op_is_registered() -> None:
     ctx = make_context()
-    for name in ["add", "sub", "mul", "div", "max", "min", "pow", "neg", "abs", "sqrt", "rsqrt", "exp", "log", "tanh", "relu", "gelu", "sigmoid", "cmp", "select", "cast", "constant", "dropout", "matmul", "reduce", "slice", "update"]:
+    for name in [
+        "add",
+        "sub",
+        "mul",
+        "div",
+        "max",
+        "min",
+        "pow",
+        "neg",
+        "abs",
+        "sqrt",
+        "rsqrt",
+        "exp",
+        "log",
+        "tanh",
+        "relu",
+        "gelu",
+        "sigmoid",
+        "cmp",
+        "select",
+        "cast",
+        "constant",
+        "dropout",
+        "matmul",
+        "reduce",
+        "slice",
+        "update",
+    ]:
         assert ctx.get_optional_op(f"coco.{name}") is not None, name
-    for name in ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "send", "fused", "overlap", "yield"]:
+    for name in [
+        "all_reduce",
+        "reduce_scatter",
+        "all_gather",
+        "broadcast",
+        "reduce",
+        "send",
+        "fused",
+        "overlap",
+        "yield",
+    ]:
         assert ctx.get_optional_op(f"comm.{name}") is not None, name
     assert ctx.get_optional_type("coco.tensor") is not None
     for name in ("coco.grid", "coco.sliced", "coco.local", "coco.replicated"):
@@ -185,8 +223,16 @@ def test_coco_opt_registers_the_dialects() -> None:
 
 
 @pytest.mark.parametrize(
-    "elt, name",
-    [(f16, "f16"), (bf16, "bf16"), (f32, "f32"), (f64, "f64"), (i32, "i32"), (i64, "i64"), (i1, "i1")],
+    ("elt", "name"),
+    [
+        (f16, "f16"),
+        (bf16, "bf16"),
+        (f32, "f32"),
+        (f64, "f64"),
+        (i32, "i32"),
+        (i64, "i64"),
+        (i1, "i1"),
+    ],
 )
 def test_every_element_type(elt: Attribute, name: str) -> None:
     t = T([4], elt, LOCAL)
@@ -218,8 +264,12 @@ def test_tensor_type_queries() -> None:
     t = T([8, 16, 4], f32, S0, LOCAL, S1)
     assert t.rank == 3
     assert t.get_shape() == (8, 16, 4)
-    assert t.layout_on(0) == S0 and t.layout_on(1) == LOCAL and t.layout_on(7) == REPLICATED
-    assert t.slicing_axes(0) == (0,) and t.slicing_axes(1) == (2,) and t.slicing_axes(2) == ()
+    assert t.layout_on(0) == S0
+    assert t.layout_on(1) == LOCAL
+    assert t.layout_on(7) == REPLICATED
+    assert t.slicing_axes(0) == (0,)
+    assert t.slicing_axes(1) == (2,)
+    assert t.slicing_axes(2) == ()
     assert t.local_axes() == (1,)
     assert t.local_shape((2, 3, 4)) == (4, 4, 4)
     assert t.layout_text() == "[sliced<0>, local, sliced<1>]"
@@ -241,15 +291,18 @@ def test_tensor_type_verifier() -> None:
 
 def test_grid_attr() -> None:
     grid = GridAttr([2, 4])
-    assert grid.shape == (2, 4) and grid.rank == 2 and grid.is_static()
+    assert grid.shape == (2, 4)
+    assert grid.rank == 2
+    assert grid.is_static()
     assert str(grid) == "[2, 4]"
     dyn = GridAttr([DYNAMIC])
-    assert not dyn.is_static() and str(dyn) == "[?]"
+    assert not dyn.is_static()
+    assert str(dyn) == "[?]"
     assert layout_rules.DEFAULT_GRID == dyn
 
 
 @pytest.mark.parametrize(
-    "sizes, ranks, bound",
+    ("sizes", "ranks", "bound"),
     [([DYNAMIC], 8, (8,)), ([DYNAMIC], 1, (1,)), ([2, 4], 8, (2, 4)), ([2, DYNAMIC], 8, (2, 4)),
      ([DYNAMIC, 3], 12, (4, 3)), ([2, DYNAMIC, 2], 16, (2, 4, 2))],
 )  # fmt: skip
@@ -257,7 +310,7 @@ def test_grid_bind(sizes: list[int], ranks: int, bound: tuple[int, ...]) -> None
     assert GridAttr(sizes).bind(ranks) == bound
 
 
-@pytest.mark.parametrize("sizes, ranks", [([2, 4], 6), ([8], 4), ([4, DYNAMIC], 6)])
+@pytest.mark.parametrize(("sizes", "ranks"), [([2, 4], 6), ([8], 4), ([4, DYNAMIC], 6)])
 def test_grid_bind_refuses(sizes: list[int], ranks: int) -> None:
     with pytest.raises(ValueError, match="rank"):
         GridAttr(sizes).bind(ranks)
@@ -290,7 +343,7 @@ def test_grid_of() -> None:
 
 
 @pytest.mark.parametrize(
-    "lhs, rhs, result",
+    ("lhs", "rhs", "result"),
     [
         (T([8]), T([8]), T([8])),
         (T([8]), T([8], f32, S0), T([8], f32, S0)),
@@ -305,7 +358,11 @@ def test_grid_of() -> None:
         (T([2, 4, 8], f32, S2), T([8], f32, S0), T([2, 4, 8], f32, S2)),
         # per grid axis
         (T([8, 8], f32, LOCAL, S1), T([8, 8]), T([8, 8], f32, LOCAL, S1)),
-        (T([8, 8], f32, LOCAL, REPLICATED), T([8, 8], f32, REPLICATED, S0), T([8, 8], f32, LOCAL, S0)),
+        (
+            T([8, 8], f32, LOCAL, REPLICATED),
+            T([8, 8], f32, REPLICATED, S0),
+            T([8, 8], f32, LOCAL, S0),
+        ),
     ],
 )
 def test_elementwise_inference(lhs: TensorType, rhs: TensorType, result: TensorType) -> None:
@@ -319,7 +376,7 @@ def test_elementwise_inference(lhs: TensorType, rhs: TensorType, result: TensorT
 
 
 @pytest.mark.parametrize(
-    "lhs, rhs, name, text",
+    ("lhs", "rhs", "name", "text"),
     [
         (T([8], f32, LOCAL), T([8], f32, S0), "elementwise-layouts", "local and sliced<0>"),
         (T([4, 8], f32, S0), T([4, 8], f32, S1), "elementwise-layouts", "sliced<0> and sliced<1>"),
@@ -421,7 +478,9 @@ def test_constant() -> None:
         fn.verify()
 
 
-@pytest.mark.parametrize("p, ok", [(0.0, True), (0.5, True), (0.999, True), (1.0, False), (-0.1, False)])
+@pytest.mark.parametrize(
+    ("p", "ok"), [(0.0, True), (0.5, True), (0.999, True), (1.0, False), (-0.1, False)]
+)
 def test_dropout_probability(p: float, ok: bool) -> None:
     fn = Fn(T([8], f32, S0))
     op = fn.add(DropoutOp(fn.args[0], p, seed=7))
@@ -439,7 +498,7 @@ def test_dropout_probability(p: float, ok: bool) -> None:
 
 
 @pytest.mark.parametrize(
-    "lhs, rhs, result",
+    ("lhs", "rhs", "result"),
     [
         (T([4, 8]), T([8, 16]), T([4, 16])),
         (T([4, 8], f32, S0), T([8, 16]), T([4, 16], f32, S0)),  # sliced(rows) x R
@@ -463,7 +522,7 @@ def test_matmul_inference(lhs: TensorType, rhs: TensorType, result: TensorType) 
 
 
 @pytest.mark.parametrize(
-    "lhs, rhs, name",
+    ("lhs", "rhs", "name"),
     [
         (T([4, 8], f32, S0), T([8, 16], f32, S1), "matmul-layouts"),
         (T([4, 8], f32, S1), T([8, 16]), "matmul-layouts"),
@@ -483,7 +542,7 @@ def test_matmul_refusals(lhs: TensorType, rhs: TensorType, name: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "kind, operand, result",
+    ("kind", "operand", "result"),
     [
         ("sum", T([4, 8]), T([], f32)),
         ("max", T([4, 8], f32, LOCAL), T([], f32, LOCAL)),
@@ -532,7 +591,7 @@ def test_slice() -> None:
 
 
 @pytest.mark.parametrize(
-    "src, dst, name",
+    ("src", "dst", "name"),
     [
         (T([8], f32, LOCAL), T([8], f32, S0), "slice-layouts"),
         (T([8], f32, S0), T([8], f32), "slice-layouts"),
@@ -637,7 +696,7 @@ def test_result_type_is_checked() -> None:
 
 
 @pytest.mark.parametrize(
-    "make, operand, result",
+    ("make", "operand", "result"),
     [
         (lambda x: AllReduceOp(x), T([8], f32, LOCAL), T([8])),
         (lambda x: AllReduceOp(x, "max"), T([8]), T([8])),
@@ -651,10 +710,22 @@ def test_result_type_is_checked() -> None:
         (lambda x: SendOp(x), T([8]), T([8], f32, LOCAL)),
         (lambda x: SendOp(x, along=0, shift=-1), T([8], f32, LOCAL), T([8], f32, LOCAL)),
         # on a 2-D grid: `over` picks the axes; the others keep their layout
-        (lambda x: AllReduceOp(x, axes=[1]), T([8], f32, LOCAL, LOCAL), T([8], f32, LOCAL, REPLICATED)),
+        (
+            lambda x: AllReduceOp(x, axes=[1]),
+            T([8], f32, LOCAL, LOCAL),
+            T([8], f32, LOCAL, REPLICATED),
+        ),
         (lambda x: AllReduceOp(x, axes=[0, 1]), T([8], f32, LOCAL, LOCAL), T([8])),
-        (lambda x: ReduceScatterOp(x, dim=0, axes=[1]), T([8], f32, LOCAL, LOCAL), T([8], f32, LOCAL, S0)),
-        (lambda x: AllGatherOp(x, axes=[1]), T([8, 8], f32, LOCAL, S1), T([8, 8], f32, LOCAL, REPLICATED)),
+        (
+            lambda x: ReduceScatterOp(x, dim=0, axes=[1]),
+            T([8], f32, LOCAL, LOCAL),
+            T([8], f32, LOCAL, S0),
+        ),
+        (
+            lambda x: AllGatherOp(x, axes=[1]),
+            T([8, 8], f32, LOCAL, S1),
+            T([8, 8], f32, LOCAL, REPLICATED),
+        ),
         (lambda x: SendOp(x, along=0), T([8, 8], f32, REPLICATED, S1), T([8, 8], f32, LOCAL, S1)),
         # built before it sits in a function: every axis the input's type names is spanned
         (lambda x: AllReduceOp(x), T([8], f32, LOCAL, LOCAL), T([8])),
@@ -677,9 +748,11 @@ def test_reduce_scatter_dim_is_ir_state() -> None:
     # the verifier infers from it.
     fn = Fn(T([4, 8], f32, LOCAL))
     rs = fn.add(ReduceScatterOp(fn.args[0], dim=1))
-    assert isinstance(rs, ReduceScatterOp) and rs.dim.value.data == 1
+    assert isinstance(rs, ReduceScatterOp)
+    assert rs.dim.value.data == 1
     clone = fn.add(rs.clone())
-    assert isinstance(clone, ReduceScatterOp) and clone.infer() == T([4, 8], f32, S1)
+    assert isinstance(clone, ReduceScatterOp)
+    assert clone.infer() == T([4, 8], f32, S1)
     fn.verify()
     with pytest.raises(VerifyException, match=rule("reduce-scatter-dim")):
         ReduceScatterOp(fn.args[0], dim=2)
@@ -709,7 +782,8 @@ def test_memory_effects() -> None:
     neg = fn.add(NegOp(x))
     update = UpdateOp(w, neg.results[0])
     assert get_effects(update) == {EffectInstance(MemoryEffectKind.WRITE, w)}
-    assert is_side_effect_free(neg) and is_side_effect_free(AllReduceOp(x))
+    assert is_side_effect_free(neg)
+    assert is_side_effect_free(AllReduceOp(x))
     writes = FusedOp("elementwise", _region(lambda b: b.add_ops([update, YieldOp()])), [])
     assert get_effects(writes) == {EffectInstance(MemoryEffectKind.WRITE, w)}
     pure = FusedOp("elementwise", _region(lambda b: b.add_op(YieldOp([x]))), [T([8])])
@@ -717,7 +791,7 @@ def test_memory_effects() -> None:
 
 
 @pytest.mark.parametrize(
-    "make, operand, name",
+    ("make", "operand", "name"),
     [
         (lambda x: AllReduceOp(x), T([8], f32, S0), "all-reduce-input"),
         (lambda x: ReduceScatterOp(x), T([8], f32, S0), "reduce-scatter-input"),
@@ -747,7 +821,7 @@ def test_unknown_collective_kind() -> None:
 
 
 @pytest.mark.parametrize(
-    "make, grid, name",
+    ("make", "grid", "name"),
     [
         (lambda x: AllReduceOp(x, axes=[2]), [2, 4], "collective-axes"),
         (lambda x: AllReduceOp(x, axes=[1, 1]), [2, 4], "collective-axes"),
@@ -868,7 +942,7 @@ def test_overlap() -> None:
 
 
 @pytest.mark.parametrize(
-    "x, text",
+    ("x", "text"),
     [(0.1, "0.1"), (1e-05, "1.0e-05"), (2.5e20, "2.5e+20"), (-3e-7, "-3.0e-07"), (1.0, "1.0"),
      (float("inf"), "inf"), (float("-inf"), "-inf"), (float("nan"), "nan")],
 )  # fmt: skip
@@ -906,7 +980,9 @@ def test_built_program_round_trips() -> None:
     fn.add(FusedOp("elementwise", _region(lambda b: b.add_op(YieldOp())), []))
     fn.verify()
     text = print_op(fn.module)
-    assert "comm.all_reduce sum %g : !coco.tensor<4096xf16, local> -> !coco.tensor<4096xf16>" in text
+    assert (
+        "comm.all_reduce sum %g : !coco.tensor<4096xf16, local> -> !coco.tensor<4096xf16>" in text
+    )
     assert "coco.constant -inf : !coco.tensor<f32>" in text
     assert "coco.constant 1.0e-08 : !coco.tensor<f32>" in text  # `1e-08` would not parse
     reparsed = Parser(make_context(), text).parse_module()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from coconet.core.elementwise import COMPARISONS, ELEMENTWISE
 from coconet.core.program import Program, parse_module
 from coconet.dialects import coco
@@ -74,7 +75,7 @@ def _cases() -> list:
     return cases
 
 
-@pytest.mark.parametrize("op, elt", _cases())
+@pytest.mark.parametrize(("op", "elt"), _cases())
 def test_sim_and_host_kernel_agree_on_special_values(op, elt):
     program = _program(op, elt)
     inputs = {"a": SPECIAL[elt], "b": PARTNER[elt]}

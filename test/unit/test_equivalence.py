@@ -11,12 +11,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from coconet.core.program import Program, parse_module
-from coconet.dialects import coco
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
+from coconet.core.program import Program, parse_module
+from coconet.dialects import coco
 from coconet.equivalence import (
     EXACT,
     TOLERANCES,
@@ -156,12 +156,14 @@ def test_changed_constant_is_caught_at_every_rank_count() -> None:
     for m in report.mismatches:
         assert m.kind == "value"
         assert m.rank == 0  # replicated: every rank holds the wrong value, rank 0 first
-        assert m.max_abs_error > 0 and m.max_rel_error > 0
+        assert m.max_abs_error > 0
+        assert m.max_rel_error > 0
         assert m.num_different == m.num_elements == 16
     text = str(report)
     assert "NOT equivalent" in text
     assert "output 'w' at 4 rank(s), seed 0" in text
-    assert "first differing rank 0" in text and "max abs error" in text
+    assert "first differing rank 0" in text
+    assert "max abs error" in text
 
 
 def test_dropped_update_is_a_missing_output() -> None:
@@ -251,7 +253,8 @@ def test_exact_by_default_tolerant_on_request() -> None:
     # within the f32 tolerance.
     before = NUDGE.replace("1.0e-07", "0.0")
     exact = check_equivalence(prog(before), prog(NUDGE))
-    assert not exact.ok and exact.mismatched_outputs() == ["y"]
+    assert not exact.ok
+    assert exact.mismatched_outputs() == ["y"]
     assert max(m.max_rel_error for m in exact.mismatches) < 1e-6
     assert check_equivalence(prog(before), prog(NUDGE), exact=False).ok
     # ... and the tolerance is not a blank cheque:
@@ -270,7 +273,8 @@ func.func @f(%x: !coco.tensor<8xf32>) -> !coco.tensor<8xf32> {
     after = text.replace("coco.constant 0.0", "coco.constant -0.0")
     report = check_equivalence(prog(text), prog(after), ranks=(1,), seeds=(0,))
     (m,) = report.mismatches
-    assert m.max_abs_error == 0.0 and "signed zero" in m.detail
+    assert m.max_abs_error == 0.0
+    assert "signed zero" in m.detail
     assert check_equivalence(prog(text), prog(after), exact=False).ok
 
 
@@ -278,8 +282,10 @@ def test_tolerance_table_covers_every_element_type() -> None:
     assert set(TOLERANCES) == set(coco.ELEMENT_TYPE_NAMES)
     for name in ("i1", "i32", "i64"):
         assert TOLERANCES[name] == EXACT
-    assert TOLERANCES["f16"].rtol == 2e-3 and TOLERANCES["bf16"].rtol == 1.6e-2
-    assert TOLERANCES["f32"].rtol == 1e-5 and TOLERANCES["f64"].rtol == 1e-12
+    assert TOLERANCES["f16"].rtol == 2e-3
+    assert TOLERANCES["bf16"].rtol == 1.6e-2
+    assert TOLERANCES["f32"].rtol == 1e-5
+    assert TOLERANCES["f64"].rtol == 1e-12
 
 
 def test_integer_outputs_compare_exactly_even_when_tolerant() -> None:
@@ -337,7 +343,9 @@ func.func @f(%g: !coco.tensor<3xf32, local>) -> !coco.tensor<3xf32> {
     # 6 elements over 4 ranks: uneven slices (2, 2, 1, 1), compared like any other
     six = [prog(text.replace("3xf32", "6xf32")) for text in (before, after)]
     uneven = check_equivalence(*six)
-    assert uneven.ok and not uneven.narrowed and not uneven.skipped
+    assert uneven.ok
+    assert not uneven.narrowed
+    assert not uneven.skipped
     assert 4 in {n for n, _ in uneven.checked}
     sliced_arg = before.replace(
         "%g: !coco.tensor<3xf32, local>", "%g: !coco.tensor<3xf32, sliced<0>>"
@@ -370,7 +378,8 @@ func.func @f(%g: !coco.tensor<8xf32, local>) -> !coco.tensor<8xf32> {
 def test_signature_change_is_a_mismatch() -> None:
     after = SGD.replace("%g", "%grad")
     report = check_equivalence(prog(SGD), prog(after))
-    assert report.mismatches and all(m.kind == "signature" for m in report.mismatches)
+    assert report.mismatches
+    assert all(m.kind == "signature" for m in report.mismatches)
     assert "cannot take the original's inputs" in str(report)
 
 
@@ -378,7 +387,8 @@ def test_module_check_reports_a_removed_function() -> None:
     two = SGD + DROPOUT
     reports = check_module_equivalence(parse_module(two), parse_module(SGD))
     assert [r.function for r in reports] == ["sgd", "layer"]
-    assert reports[0].ok and not reports[1].ok
+    assert reports[0].ok
+    assert not reports[1].ok
     assert "removed the function" in str(reports[1])
     with pytest.raises(EquivalenceError, match="removed the function"):
         reports[1].raise_if_failed()
@@ -434,8 +444,10 @@ def test_cli_mismatch_reports_and_exits_1(tmp_path, capsys, broken_pass: str) ->
     assert "Traceback" not in err
     assert err.startswith("coco-opt: error: --verify-equivalence: the pipeline ")
     assert "changed the meaning of @adam" in err
-    assert "output 'm' at 1 rank(s), seed 0" in err and "output 'w'" in err
-    assert "first differing rank 0" in err and "max abs error" in err
+    assert "output 'm' at 1 rank(s), seed 0" in err
+    assert "output 'w'" in err
+    assert "first differing rank 0" in err
+    assert "max abs error" in err
 
 
 def test_cli_success_prints_only_the_ir(tmp_path, capsys) -> None:
@@ -444,7 +456,8 @@ def test_cli_success_prints_only_the_ir(tmp_path, capsys) -> None:
     path = _write(tmp_path, ADAM)
     main([path, "-p", "cse", "--verify-equivalence", "--equivalence-ranks", "2,4"])
     out, err = capsys.readouterr()
-    assert out.startswith("builtin.module {") and "func.func @adam" in out
+    assert out.startswith("builtin.module {")
+    assert "func.func @adam" in out
     assert err == ""
 
 
@@ -466,7 +479,8 @@ def test_cli_options(tmp_path, capsys, broken_pass: str) -> None:
             ]
         )
     err = capsys.readouterr().err
-    assert "at 2 rank(s), seed 5" in err and "at 1 rank(s)" not in err
+    assert "at 2 rank(s), seed 5" in err
+    assert "at 1 rank(s)" not in err
     # A [2, ?] grid on 1 rank only: nothing compared is an error, not a silent pass.
     grid2 = _write(
         tmp_path,
@@ -503,9 +517,8 @@ def test_outputs_the_sim_cannot_tell_apart_are_reported() -> None:
 
 
 def test_cli_sim_failure_is_one_clear_error(tmp_path, capsys, monkeypatch) -> None:
-    from coconet.tools.coco_opt import main
-
     from coconet import equivalence
+    from coconet.tools.coco_opt import main
 
     def crash(*args, **kwargs):
         raise ValueError("the sim fell over")
@@ -515,8 +528,10 @@ def test_cli_sim_failure_is_one_clear_error(tmp_path, capsys, monkeypatch) -> No
         main([_write(tmp_path, SGD), "--verify-equivalence"])
     assert e.value.code == 1
     out, err = capsys.readouterr()
-    assert out == "" and "Traceback" not in err
-    assert "the sim cannot run the original program" in err and "the sim fell over" in err
+    assert out == ""
+    assert "Traceback" not in err
+    assert "the sim cannot run the original program" in err
+    assert "the sim fell over" in err
 
 
 # -- reassociated reductions (docs/architecture.md §3.4: tolerance where the order changes) ----
@@ -557,7 +572,8 @@ def test_reassociated_sum_is_compared_within_tolerance() -> None:
         before, after, ranks=(2, 4), inputs=inputs, allow_reassociation=False
     )
     (m,) = strict.mismatches  # the premise: the order change is visible, on 4 ranks
-    assert (m.output, m.ranks) == ("s", 4) and m.max_abs_error == 2.0**-23
+    assert (m.output, m.ranks) == ("s", 4)
+    assert m.max_abs_error == 2.0**-23
     report = check_equivalence(before, after, ranks=(2, 4), inputs=inputs)
     assert report.ok, str(report)
     assert report.reassociated == ["%p"]

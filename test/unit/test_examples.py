@@ -21,10 +21,10 @@ import ml_dtypes
 import numpy as np
 import numpy_references as ref
 import pytest
-from coconet.core.program import Program
-from coconet.runtime import sim
 
 import coconet
+from coconet.core.program import Program
+from coconet.runtime import sim
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -138,9 +138,11 @@ def test_python_form_builds_the_mlir_form(name: str) -> None:
 @pytest.mark.parametrize("name", ALL)
 def test_examples_have_headers(name: str) -> None:
     text = (EXAMPLES / f"{name}.mlir").read_text()
-    assert text.startswith("//") and "Schedules:" in text
+    assert text.startswith("//")
+    assert "Schedules:" in text
     source = (EXAMPLES / f"{name}.py").read_text()
-    assert source.startswith('"""') and "Schedules:" in source
+    assert source.startswith('"""')
+    assert "Schedules:" in source
 
 
 # --------------------------------------------------------------------------------------------

@@ -7,13 +7,13 @@ import textwrap
 
 import numpy as np
 import pytest
-from coconet.core.program import CocoError, Program, parse_module
-from coconet.dialects import coco, comm
 from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type, IntegerType
 from xdsl.utils.exceptions import VerifyException
 
 import coconet
 from coconet import frontend as fe
+from coconet.core.program import CocoError, Program, parse_module
+from coconet.dialects import coco, comm
 from coconet.frontend import (
     BF16,
     F16,
@@ -107,15 +107,18 @@ def test_bare_decorator_and_explicit_name_and_grid() -> None:
     def f(x: Tensor(F32, [8])):
         return x + 1
 
-    assert f.name == "f" and str(f.grid) == "[?]"
+    assert f.name == "f"
+    assert str(f.grid) == "[?]"
 
     @program(grid=[2, 4], name="renamed")
     def g(x: Tensor(F32, [8], [Local, Sliced(0)])):
         return x
 
-    assert g.name == "renamed" and g.grid.shape == (2, 4)
+    assert g.name == "renamed"
+    assert g.grid.shape == (2, 4)
     h = fe.build_program(lambda x=Tensor(F32, [4]): x * 2, grid=[None], name="lam")
-    assert h.name == "lam" and [a.name for a in h.arguments] == ["x"]
+    assert h.name == "lam"
+    assert [a.name for a in h.arguments] == ["x"]
 
 
 def test_three_ways_to_declare_arguments_in_order() -> None:
@@ -218,9 +221,11 @@ def test_rebinding_names_every_value() -> None:
 
     muls = [op for op in ops_of(f) if isinstance(op, coco.MulOp)]
     adds = [op for op in ops_of(f) if isinstance(op, coco.AddOp)]
-    assert muls[0].result.name_hint == "y" and adds[0].result.name_hint == "y"
+    assert muls[0].result.name_hint == "y"
+    assert adds[0].result.name_hint == "y"
     text = f.print()
-    assert "%y = coco.mul %x" in text and "%y_1 = coco.add %y" in text
+    assert "%y = coco.mul %x" in text
+    assert "%y_1 = coco.add %y" in text
 
 
 def test_caller_names_win_over_helper_parameters() -> None:
@@ -335,7 +340,8 @@ def test_boolean_literals_and_i1() -> None:
         return Ite(both, x, 0)
 
     (cmp0, cmp1) = [op for op in ops_of(f) if isinstance(op, coco.CmpOp)]
-    assert cmp0.predicate.data == "gt" and cmp1.predicate.data == "eq"
+    assert cmp0.predicate.data == "gt"
+    assert cmp1.predicate.data == "eq"
     assert isinstance(cmp1.rhs.owner, coco.ConstantOp)
     assert cmp1.rhs.type.element_type == I1
 
@@ -427,7 +433,8 @@ def test_comparisons(sym, pred) -> None:
         return c
 
     op = op_named(f, "c")
-    assert isinstance(op, coco.CmpOp) and op.predicate.data == pred
+    assert isinstance(op, coco.CmpOp)
+    assert op.predicate.data == pred
     assert str(op.result.type) == "!coco.tensor<8xi1, local>"
 
 
@@ -435,7 +442,8 @@ def test_python_equality_keeps_identity() -> None:
     @program
     def f(x: Tensor(F32, [8])):
         y = x + 1
-        assert (y == y) is True and (y == x) is False
+        assert (y == y) is True
+        assert (y == x) is False
         assert len({x, y, x}) == 2
         return y
 
@@ -484,7 +492,8 @@ def test_matmul_reductions_cast_slice() -> None:
         "part2": "!coco.tensor<32xf32, sliced<0>>",
     }
     assert isinstance(op_named(f, "also"), coco.MatmulOp)
-    assert op_named(f, "s").kind.data == "sum" and op_named(f, "n").kind.data == "norm"
+    assert op_named(f, "s").kind.data == "sum"
+    assert op_named(f, "n").kind.data == "norm"
     roundtrips(f)
 
 
@@ -581,7 +590,9 @@ def test_elementwise_layout_violation_names_rule_and_python_names() -> None:
 
     msg = str(build_error(bad))
     assert "[elementwise-layouts]" in msg
-    assert "`grads + weights`" in msg and "'grads'" in msg and "'weights'" in msg
+    assert "`grads + weights`" in msg
+    assert "'grads'" in msg
+    assert "'weights'" in msg
     assert re.search(r"test_frontend\.py:\d+", msg)
 
 
@@ -593,7 +604,8 @@ def test_intermediate_operands_are_named_by_their_variables() -> None:
         return scaled - sliced
 
     msg = str(build_error(bad))
-    assert "`scaled - sliced`" in msg and "[elementwise-layouts]" in msg
+    assert "`scaled - sliced`" in msg
+    assert "[elementwise-layouts]" in msg
 
 
 @pytest.mark.parametrize(
@@ -607,7 +619,7 @@ def test_intermediate_operands_are_named_by_their_variables() -> None:
             lambda a=Tensor(F16, [4, 8], Sliced(1), "a"), b=Tensor(F16, [8, 4], Sliced(1), "b"): (
                 MatMul(a, b)
             ),
-        ),  # fmt: skip
+        ),
         ("matmul-shapes", lambda a=Tensor(F16, [4, 8]), b=Tensor(F16, [4, 8]): MatMul(a, b)),
         ("element-types", lambda a=Tensor(F16, [8]), b=Tensor(F32, [8]): a + b),
         ("element-types", lambda a=Tensor(I32, [8]): Sqrt(a)),
@@ -626,7 +638,8 @@ def test_rule_violations(rule: str, fn) -> None:
 
 def test_grid_rules_at_declaration() -> None:
     msg = str(build_error(lambda x=Tensor(F16, [4, 16], Local): x, grid=[2, None]))
-    assert "[layouts-per-axis]" in msg and "[Local, Sliced(0)]" in msg
+    assert "[layouts-per-axis]" in msg
+    assert "[Local, Sliced(0)]" in msg
     msg = str(build_error(lambda x=Tensor(F16, [3], Sliced(0)): x, grid=[4]))
     assert "[empty-slice]" in msg
     msg = str(build_error(lambda x=Tensor(F16, [10], Local): AllReduce(x, over=[3])))
@@ -674,7 +687,7 @@ def test_update_returns_the_new_value() -> None:
         m1 = Update(m, m * 0.5 + g)
         return m1 * 2
 
-    assert [o.name for o in f.outputs][0] == "m"
+    assert next(o.name for o in f.outputs) == "m"
     inputs = {"m": np.full(8, 2, np.float32), "g": np.ones(8, np.float32)}
     out = coconet.run(f, inputs, ranks=1).outputs
     np.testing.assert_array_equal(out["m"], 2)
@@ -710,7 +723,8 @@ def test_misuse_outside_programs() -> None:
 
 def test_parameters_must_be_declared() -> None:
     msg = str(build_error(lambda w: w))
-    assert "parameter 'w'" in msg and "not a declared tensor" in msg
+    assert "parameter 'w'" in msg
+    assert "not a declared tensor" in msg
     with pytest.raises(CocoError, match="plain positional"):
 
         @program
@@ -729,10 +743,13 @@ def test_error_leaves_no_builder_active() -> None:
 
 
 def test_element_types_exported() -> None:
-    assert isinstance(F16, Float16Type) and isinstance(BF16, BFloat16Type)
-    assert isinstance(F32, Float32Type) and isinstance(I1, IntegerType)
+    assert isinstance(F16, Float16Type)
+    assert isinstance(BF16, BFloat16Type)
+    assert isinstance(F32, Float32Type)
+    assert isinstance(I1, IntegerType)
     assert set(fe.__all__) <= set(dir(fe))
-    assert comm.AllReduceOp and coco.AddOp
+    assert comm.AllReduceOp
+    assert coco.AddOp
 
 
 def test_row_wise_ops_and_norms() -> None:
@@ -754,7 +771,8 @@ def test_row_wise_ops_and_norms() -> None:
 
     roundtrips(norms)
     ops = [op.name for op in norms.func.walk()]
-    assert ops.count("coco.reduce_dims") == 6 and "coco.reshape" in ops
+    assert ops.count("coco.reduce_dims") == 6
+    assert "coco.reshape" in ops
     result = coconet.run(norms, ranks=2)
     x, g, b = (result.inputs[k].astype(np.float64) for k in ("x", "g", "b"))
     mu = x.mean(-1, keepdims=True)

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+import coconet
+from coconet.compile import apply_schedule
 from coconet.lowering.lower_to_plan import LaunchConfig, lower
 from coconet.lowering.nvrtc import compile_cuda, nvrtc_available
 from coconet.lowering.plan import Collective, Launch, PeerTable, RankValue
 from coconet.runtime import sim
 from coconet.runtime.threaded import ThreadedExecutor
-
-import coconet
-from coconet.compile import apply_schedule
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "pipeline_boundary.mlir"
 
@@ -39,7 +39,8 @@ def test_the_send_kernel_computes_and_pushes_into_the_receiver():
     launch = send_launch(plan)
     tables = [a for a in launch.args if isinstance(a, PeerTable)]
     received = next(a.buffer for a in tables if a.buffer.kind != "scratch")
-    assert received.symmetric and received.name == "recv_s"
+    assert received.symmetric
+    assert received.name == "recv_s"
     assert all(a.span == (0,) for a in tables)  # the stage axis
     ranks = {a.label: a.table for a in launch.args if isinstance(a, RankValue)}
     assert ranks["send_to"] == (1, 1, -1, -1)  # stage 0 -> stage 1; the last stage: nobody
@@ -54,9 +55,11 @@ def test_the_send_kernel_computes_and_pushes_into_the_receiver():
     for piece in ("coco.add %biased_s", "coco.dropout", "coco.add %out_s"):
         assert piece in body
     push = "if (send_to >= 0) ((coco_f16*)recv_s_peers[send_to])[i] = "
-    assert push in body and "// comm.send into the receiver" in body
+    assert push in body
+    assert "// comm.send into the receiver" in body
     assert body.index("coco.add %out_s") < body.index(push)
-    assert "coco_peers_entry" in body and "coco_peers_done" in body
+    assert "coco_peers_entry" in body
+    assert "coco_peers_done" in body
 
 
 def test_plain_sliced_send_keeps_the_library_send():

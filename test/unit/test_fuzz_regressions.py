@@ -8,12 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+import coconet
 from coconet.core.program import CocoError, Program, parse_module
 from coconet.lowering.lower_to_plan import LaunchConfig, lower
 from coconet.runtime import sim
 from coconet.runtime.threaded import ThreadedExecutor
-
-import coconet
 
 LIT = Path(__file__).resolve().parents[1] / "filecheck"
 

@@ -14,9 +14,9 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from coconet.core.program import load
 
 from coconet.compile import gpu_available
+from coconet.core.program import load
 from coconet.schedule import named_schedules
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,7 +29,8 @@ NO_GPU_SUFFIX = "); nothing to check on this machine"
 @functools.cache
 def gpu_check() -> ModuleType:
     spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules["gpu_check"] = module  # dataclasses resolve their module by name
     spec.loader.exec_module(module)
@@ -71,7 +72,8 @@ def test_script_without_gpu_prints_one_line_and_exits_0(tmp_path: Path):
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert len(lines) == 1, r.stdout
-    assert lines[0].startswith(NO_GPU_PREFIX) and lines[0].endswith(NO_GPU_SUFFIX)
+    assert lines[0].startswith(NO_GPU_PREFIX)
+    assert lines[0].endswith(NO_GPU_SUFFIX)
     reason = lines[0][len(NO_GPU_PREFIX) : -len(NO_GPU_SUFFIX)]
     assert reason.strip(), "the line must say why there is no GPU"
     assert r.stderr == ""
@@ -118,7 +120,8 @@ def test_make_gpu_check_without_gpu_prints_one_line_and_exits_0():
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert len(lines) == 1, r.stdout
-    assert lines[0].startswith(NO_GPU_PREFIX) and lines[0].endswith(NO_GPU_SUFFIX)
+    assert lines[0].startswith(NO_GPU_PREFIX)
+    assert lines[0].endswith(NO_GPU_SUFFIX)
     assert r.stderr == ""
     assert (REPO / ".venv-gpu").exists() == venv_before, "nothing is installed without a GPU"
 
@@ -178,7 +181,8 @@ def test_matrix_only_legal_rank_counts_and_says_why_not():
     boundary = {c.ranks for c in cases if c.example.name == "pipeline_boundary.mlir"}
     assert boundary == {2, 4}, "its grid is [2, ?]: 1 rank cannot fill it"
     why = [s for s in skipped if s.example.name == "pipeline_boundary.mlir" and s.ranks == 1]
-    assert why and "multiple of 2" in why[0].reason
+    assert why
+    assert "multiple of 2" in why[0].reason
     # Every example x named schedule x rank count is either a case or explained.
     run = {(c.example, c.schedule, c.ranks) for c in cases}
     for path in EXAMPLES.glob("*.mlir"):
@@ -194,7 +198,8 @@ def test_matrix_only_legal_rank_counts_and_says_why_not():
 
 def test_matrix_cases_follows_the_ranks_asked_for():
     cases = gpu_check().matrix_cases(EXAMPLES, (2,))
-    assert cases and {c.ranks for c in cases} == {2}
+    assert cases
+    assert {c.ranks for c in cases} == {2}
 
 
 def test_case_command_is_a_checked_cuda_coco_run_with_limits():
@@ -230,10 +235,12 @@ def test_bus_bandwidth_follows_nccl_tests():
 
 def test_benchmark_sizes():
     gc = gpu_check()
-    assert gc.BW_SIZES[0] == 1 << 20 and gc.BW_SIZES[-1] == 1 << 30
+    assert gc.BW_SIZES[0] == 1 << 20
+    assert gc.BW_SIZES[-1] == 1 << 30
     assert set(gc.BW_SIZES_QUICK) < set(gc.BW_SIZES)
     assert [gc.parse_size(gc.fmt_bytes(n)) for n in gc.BW_SIZES] == list(gc.BW_SIZES)
-    assert gc.fmt_bytes(1 << 30) == "1 GiB" and gc.fmt_bytes(4 << 20) == "4 MiB"
+    assert gc.fmt_bytes(1 << 30) == "1 GiB"
+    assert gc.fmt_bytes(4 << 20) == "4 MiB"
     assert gc.ADAM_LOG2N == (24, 25, 26, 27, 28)
 
 
@@ -258,7 +265,8 @@ def test_bandwidth_section_reports_busbw():
     results = [gc.BenchResult("1 GiB", {"ar-c": (0.010, 0.009), "fuse(rs-c-ag)": (0.005, 0.004)})]
     text = gc.bandwidth_section(["ar-c", "fuse(rs-c-ag)"], results, 2, 20)
     row = next(line for line in text.splitlines() if line.startswith("| 1 GiB"))
-    assert "| 10.000 ms | 107.4 |" in row and "| 5.000 ms | 214.7 |" in row
+    assert "| 10.000 ms | 107.4 |" in row
+    assert "| 5.000 ms | 214.7 |" in row
 
 
 def test_pytest_summary_takes_the_closing_line():
@@ -280,5 +288,7 @@ def test_run_command_kills_the_whole_process_group_at_the_limit():
     t0 = time.perf_counter()
     outcome = gpu_check().run_command(["sh", "-c", "echo started; sleep 60 & wait"], timeout=1)
     assert time.perf_counter() - t0 < 30
-    assert outcome.returncode == -1 and not outcome.ok
-    assert outcome.output.startswith("started") and "killed after 1 s" in outcome.tail()
+    assert outcome.returncode == -1
+    assert not outcome.ok
+    assert outcome.output.startswith("started")
+    assert "killed after 1 s" in outcome.tail()

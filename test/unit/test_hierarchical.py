@@ -11,15 +11,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+import coconet
+from coconet.compile import apply_schedule
 from coconet.core import values as V
 from coconet.lowering.lower_to_plan import LaunchConfig, lower
 from coconet.lowering.nvrtc import compile_cuda, nvrtc_available
 from coconet.lowering.plan import Collective, Launch, PeerTable
 from coconet.runtime import sim
 from coconet.runtime.threaded import ThreadedExecutor
-
-import coconet
-from coconet.compile import apply_schedule
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 
@@ -50,11 +50,13 @@ def test_two_nodes_of_two_plan_node_kernels_around_library_collectives():
         "node kernel",  # every node member's pieces into w
     ]
     reduce, gather = (s for s in plan.steps if isinstance(s, Launch) and peer_parts(s))
-    assert reduce.kernel.startswith("k_node_reduce") and gather.kernel.startswith("k_node_gather")
+    assert reduce.kernel.startswith("k_node_reduce")
+    assert gather.kernel.startswith("k_node_gather")
     assert "comm.reduce_scatter within the node" in plan.cuda_source
     # Packed partials in double: the nodes' sums are rounded once, between nodes.
     rs = next(s for s in plan.steps if isinstance(s, Collective) and s.op == "reduce_scatter")
-    assert rs.src.elt == "f64" and rs.src.count == 2 * rs.dst.count
+    assert rs.src.elt == "f64"
+    assert rs.src.count == 2 * rs.dst.count
     assert "reduce_scatter sum %g1_rs_node -> %g1_rs over [0] across nodes" in plan.format()
     assert "peers(%g on node)" in plan.format()
 
@@ -103,7 +105,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("name,ranks,per_node", CASES)
+@pytest.mark.parametrize(("name", "ranks", "per_node"), CASES)
 def test_host_kernels_across_nodes_match_the_oracle(name, ranks, per_node):
     program = fused(name)
     for config in (LaunchConfig(), LaunchConfig(block=1, max_blocks=3)):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from coconet.lowering import kernel_cache
 from coconet.lowering.host_compiler import HOST_CACHE, compile_host, host_cache_path
 
@@ -28,7 +29,7 @@ SOURCE = (
 @pytest.fixture(autouse=True)
 def private_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("COCONET_CACHE_DIR", str(tmp_path / "cache"))
-    yield tmp_path / "cache"
+    return tmp_path / "cache"
 
 
 def _published_elsewhere() -> Path:
@@ -71,7 +72,8 @@ def test_a_damaged_library_is_rebuilt_not_loaded(damage):
     path.write_bytes(bytes(data))
     corrupt = HOST_CACHE.stats.rebuilt_corrupt
     again = compile_host(SOURCE)
-    assert not again.cache_hit and HOST_CACHE.stats.rebuilt_corrupt == corrupt + 1
+    assert not again.cache_hit
+    assert HOST_CACHE.stats.rebuilt_corrupt == corrupt + 1
     assert _works(again)
     assert compile_host(SOURCE).cache_hit
 
@@ -87,10 +89,12 @@ def test_an_entry_this_user_cannot_trust_is_never_loaded(how):
         os.chmod(path, 0o666)
     untrusted = HOST_CACHE.stats.untrusted
     again = compile_host(SOURCE)
-    assert not again.cache_hit and HOST_CACHE.stats.untrusted == untrusted + 1
+    assert not again.cache_hit
+    assert HOST_CACHE.stats.untrusted == untrusted + 1
     assert _works(again)
     st = os.stat(again.path)
-    assert st.st_uid == os.getuid() and not st.st_mode & stat.S_IWOTH
+    assert st.st_uid == os.getuid()
+    assert not st.st_mode & stat.S_IWOTH
 
 
 def test_a_symlink_planted_as_the_lock_is_not_followed(tmp_path):
@@ -110,5 +114,7 @@ def test_a_cache_that_cannot_be_written_builds_privately(monkeypatch):
     monkeypatch.setattr(kernel_cache.KernelCache, "_build_and_publish", staticmethod(refuse))
     uncached = HOST_CACHE.stats.uncached
     lib = compile_host(SOURCE + "// read-only\n")
-    assert not lib.cache_hit and HOST_CACHE.stats.uncached == uncached + 1
-    assert "coconet-uncached-" in str(lib.path) and _works(lib)
+    assert not lib.cache_hit
+    assert HOST_CACHE.stats.uncached == uncached + 1
+    assert "coconet-uncached-" in str(lib.path)
+    assert _works(lib)

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+import coconet
 from coconet.lowering import cuda_kernels as K
 from coconet.lowering.cuda_printer import CudaPrinter, c_identifier, print_kernel
 from coconet.lowering.kernel_ir import (
@@ -45,8 +47,6 @@ from coconet.lowering.lower_to_plan import lower
 from coconet.lowering.nvrtc import compile_cuda, nvrtc_available
 from coconet.runtime.sim import prepare_inputs
 from coconet.runtime.threaded import ThreadedExecutor
-
-import coconet
 
 
 def _printer(*names: str) -> tuple[CudaPrinter, list[Var]]:
@@ -113,15 +113,18 @@ def test_names_are_unique_in_scope_and_reused_after_it():
     assert "const float i_1 = pow_1;" in text  # not the parameter's name
     # Sequential loops reuse a name; a nested one cannot shadow the outer one.
     assert text.count("for (coco_i32 p_ = 0; p_ < n; ++p_)") == 3
-    assert "for (coco_i32 p__1 = 0;" not in text and "for (coco_i32 p_1 = 0;" in text
+    assert "for (coco_i32 p__1 = 0;" not in text
+    assert "for (coco_i32 p_1 = 0;" in text
     # Up to naming: fallbacks only.
     positional = print_kernel(kernel, hints=False)
     assert "COCO_KERNEL(k, coco_i64 in0, coco_i64 n) {" in positional
-    assert "const float t0 = 1.0f;" in positional and "const float t1 = t0;" in positional
+    assert "const float t0 = 1.0f;" in positional
+    assert "const float t1 = t0;" in positional
 
 
 def test_ctype_validates_and_knows_its_abi():
-    assert CType("coco_u32").abi == "u32" and F32.ptr(const=True).abi == "ptr"
+    assert CType("coco_u32").abi == "u32"
+    assert F32.ptr(const=True).abi == "ptr"
     with pytest.raises(ValueError, match="not a C type"):
         CType("long double")
     with pytest.raises(ValueError, match="qualify pointers"):

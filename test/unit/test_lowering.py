@@ -16,14 +16,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+import coconet
 from coconet.core.program import Program
 from coconet.dialects import coco, comm
 from coconet.lowering.lower_to_plan import LaunchConfig, lower
 from coconet.lowering.nvrtc import compile_cuda, nvrtc_available
 from coconet.runtime.sim import prepare_inputs
 from coconet.runtime.threaded import ThreadedExecutor
-
-import coconet
 
 EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.mlir"))
 FULL = os.environ.get("COCONET_FULL") == "1"
@@ -107,7 +107,7 @@ def program_dtype(a: np.ndarray) -> str:
 CONFIGS = [LaunchConfig(), LaunchConfig(block=1, max_blocks=3), LaunchConfig(block=3, max_blocks=7)]
 
 
-@pytest.mark.parametrize("path, pipeline", list(cases()))
+@pytest.mark.parametrize(("path", "pipeline"), list(cases()))
 def test_host_execution_matches_oracle(path: Path, pipeline: str):
     program = scheduled(path, pipeline)
     if program is None:
@@ -134,7 +134,7 @@ def _compiled(source: str, arch: str) -> int:
 
 
 @pytest.mark.skipif(not nvrtc_available(), reason="the nvidia-cuda-nvrtc wheel is not installed")
-@pytest.mark.parametrize("path, pipeline", list(cases()))
+@pytest.mark.parametrize(("path", "pipeline"), list(cases()))
 def test_cuda_compiles_with_nvrtc(path: Path, pipeline: str):
     program = scheduled(path, pipeline)
     if program is None:
@@ -184,9 +184,8 @@ def _fused(example: str, *build_args) -> Program:
     """examples/<example>.py built with `build_args`, under the fuse(rs-c-ag) schedule."""
     import runpy
 
-    from coconet.tools.coco_run import apply_pipeline
-
     from coconet.schedule import named_schedules
+    from coconet.tools.coco_run import apply_pipeline
 
     path = Path(__file__).parents[2] / "examples" / f"{example}.py"
     program = runpy.run_path(str(path))["build"](*build_args)
@@ -198,7 +197,7 @@ def _fused_adam(n: int) -> Program:
 
 
 @pytest.mark.parametrize(
-    "example, n, ranks, vec_bytes",
+    ("example", "n", "ranks", "vec_bytes"),
     [
         ("adam", 4096, 2, None),  # every block's chunk in whole vectors
         ("adam", 4100, 4, None),  # slices of 1025: odd ranks' addresses are not 16-byte aligned
@@ -243,7 +242,8 @@ def test_fused_adam_assembles_the_gathered_weights_in_the_argument():
     (bases,) = [a for a in launch.args if isinstance(a, ArgTable)]
     assert [int(b.table[0]) for b in bases.items] == [0, 1024, 2048, 3072]
     source = plan.cuda_source
-    assert "coco_peers_done" in source and "w_out[w1_bases[q_] + i]" in source
+    assert "coco_peers_done" in source
+    assert "w_out[w1_bases[q_] + i]" in source
     assert "COCO_VEC_IN(float, x_, lanes_, (const float*)g_peers[0]" in source
 
 
@@ -304,19 +304,18 @@ def test_fused_row_collective_is_one_kernel_and_bit_exact(path: Path):
     1, 2 and 4 ranks and any block size (the Megatron block within the tolerances, its matmul
     summing in BLAS's order); NVRTC compiles it for sm_80 and sm_90."""
     from coconet.lowering.plan import Collective, Launch, Matmul
-
     from coconet.schedule import apply_schedule
 
     program = apply_schedule(coconet.load(path), "fuse(rs-c-ag)")
     regions = [op for op in program.func.walk() if isinstance(op, comm.FusedOp)]
-    assert len(regions) == 1 and any(
-        isinstance(op, coco.ReduceDimsOp) for op in regions[0].body.walk()
-    )
+    assert len(regions) == 1
+    assert any(isinstance(op, coco.ReduceDimsOp) for op in regions[0].body.walk())
     for ranks in (1, 2, 4):
         for config in CONFIGS:
             plan = lower(program, ranks, config)
             launches = [s for s in plan.steps if isinstance(s, Launch)]
-            assert len(launches) == 1 and "rows" in launches[0].kernel
+            assert len(launches) == 1
+            assert "rows" in launches[0].kernel
             assert not any(isinstance(s, Collective) for s in plan.steps)
             assert len(plan.steps) == 1 + sum(isinstance(s, Matmul) for s in plan.steps)
             inputs = prepare_inputs(program, None, plan.grid_shape, seed=ranks)

@@ -12,6 +12,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
+
 from coconet.core.program import CocoError
 from coconet.core.values import NPZ_DTYPES_KEY, load_arrays, save_arrays
 

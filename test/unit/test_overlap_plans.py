@@ -22,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+import coconet
 from coconet.core import values as V
 from coconet.core.program import CocoError, Program
 from coconet.dialects import comm
@@ -38,8 +40,6 @@ from coconet.lowering.plan import (
     RecordEvent,
     WaitEvent,
 )
-
-import coconet
 from coconet.schedule import apply_pipeline, apply_schedule, enumerate_scheduled_programs
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -175,11 +175,14 @@ def check_gather_form(plan: Plan) -> list[int]:
         have: set[int] = set()
         for k, (gi, mi) in enumerate(zip(gathers, mms)):
             gs, mm = steps[gi], steps[mi]
-            assert gs.stream == COMM_STREAM and mm.stream == COMPUTE_STREAM
+            assert gs.stream == COMM_STREAM
+            assert mm.stream == COMPUTE_STREAM
             rec = steps[gi + 1]
-            assert isinstance(rec, RecordEvent) and rec.stream == COMM_STREAM
+            assert isinstance(rec, RecordEvent)
+            assert rec.stream == COMM_STREAM
             wait = steps[mi - 1]
-            assert isinstance(wait, WaitEvent) and wait.event == rec.event
+            assert isinstance(wait, WaitEvent)
+            assert wait.event == rec.event
             assert wait.stream == COMPUTE_STREAM
             if k + 1 < chunks:
                 assert gathers[k + 1] < mi, f"chunk {k + 1} is gathered after chunk {k}'s matmul"
@@ -273,7 +276,7 @@ func.func @refused(%x: !coco.tensor<8x16xf32, sliced<1>>, %w: !coco.tensor<16x16
 
 
 @pytest.mark.parametrize(
-    "target, rule",
+    ("target", "rule"),
     [
         ("p", "overlap-consumer"),  # a reduce to a root cannot run per chunk of rows
         ("col", "overlap-consumer"),  # gathering a column-parallel result: not by rows
@@ -282,11 +285,11 @@ func.func @refused(%x: !coco.tensor<8x16xf32, sliced<1>>, %w: !coco.tensor<16x16
 )
 def test_pairs_that_cannot_pipeline_are_refused(target: str, rule: str) -> None:
     from coconet.core.program import parse_module
-
     from coconet.schedule import Schedule, ScheduleError
 
     s = Schedule(Program(parse_module(REFUSED)))
     with pytest.raises(ScheduleError) as info:
         s.overlap(target)
     assert info.value.rule == rule, str(info.value)
-    assert f"[{rule}]" in str(info.value) and "\n" not in str(info.value)
+    assert f"[{rule}]" in str(info.value)
+    assert "\n" not in str(info.value)

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from coconet.core.program import make_context, parse_module
-from coconet.dialects import coco, comm
-from coconet.passes import get_all_passes
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import PassPipeline
 from xdsl.utils.exceptions import PassFailedException
 
 import coconet
+from coconet.core.program import make_context, parse_module
+from coconet.dialects import coco, comm
+from coconet.passes import get_all_passes
 
 # --------------------------------------------------------------------------------------------
 # Programs (small shapes: the sim is the oracle, not a benchmark)
@@ -256,7 +256,8 @@ def test_split_replaces_all_reduce() -> None:
     (rs,) = ops_of(m, comm.ReduceScatterOp)
     (ag,) = ops_of(m, comm.AllGatherOp)
     assert ag.input is rs.result
-    assert rs.result.name_hint == "g1_rs" and ag.result.name_hint == "g1"
+    assert rs.result.name_hint == "g1_rs"
+    assert ag.result.name_hint == "g1"
 
 
 def test_reorder_moves_the_update_onto_slices() -> None:
@@ -331,7 +332,8 @@ def test_model_parallel_overlap_holds_the_fused_all_reduce() -> None:
     assert ov.chunks.value.data == 4
     inner = list(ov.body.block.ops)
     assert isinstance(inner[0], coco.MatmulOp)
-    assert isinstance(inner[1], comm.FusedOp) and inner[1].kind.data == "all_reduce"
+    assert isinstance(inner[1], comm.FusedOp)
+    assert inner[1].kind.data == "all_reduce"
     assert ov.results[0].name_hint == "out"  # the program's output keeps its name
 
 
@@ -340,7 +342,8 @@ def test_pipeline_sends_slices() -> None:
     (send,) = ops_of(m, comm.SendOp)
     assert send.input.type.layout_text() == "[local, sliced<2>]"
     (ag,) = [g for g in ops_of(m, comm.AllGatherOp)]
-    assert ag.input is send.result and ag.result.name_hint == "recv"
+    assert ag.input is send.result
+    assert ag.result.name_hint == "recv"
 
 
 def test_pipeline_full_schedule_structure() -> None:
@@ -360,7 +363,7 @@ def test_pipeline_full_schedule_structure() -> None:
 
 
 @pytest.mark.parametrize(
-    "src,pipeline",
+    ("src", "pipeline"),
     [
         (ADAM, REORDER + ",coco-as-slice,coco-fuse"),
         (LAMB, REORDER + ",coco-as-slice,coco-fuse"),
@@ -422,7 +425,7 @@ REFUSALS = [
 ]
 
 
-@pytest.mark.parametrize("src,before,refused,rule", REFUSALS)
+@pytest.mark.parametrize(("src", "before", "refused", "rule"), REFUSALS)
 def test_refusals_name_the_rule_and_change_nothing(
     src: str, before: str, refused: str, rule: str
 ) -> None:
@@ -466,4 +469,5 @@ def test_registry_names_match_classes() -> None:
     for name, factory in passes.items():
         cls = factory()
         assert cls.name == name
-        assert cls.__doc__ and "[" in cls.__doc__  # the docstring states the rules
+        assert cls.__doc__
+        assert "[" in cls.__doc__

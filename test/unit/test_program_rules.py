@@ -11,16 +11,16 @@ import re
 from pathlib import Path
 
 import pytest
-from coconet.core.program import CocoError, Program, parse_module
-from coconet.dialects import coco, comm
-from coconet.dialects.coco import MAX_RANKS, GridAttr, SlicedAttr, TensorType
-from coconet.dialects.program_rules import verify_program
 from xdsl.dialects import arith, func
 from xdsl.dialects.builtin import FloatAttr, ModuleOp, f32
 from xdsl.ir import Block, Region
 from xdsl.utils.exceptions import VerifyException
 
 import coconet
+from coconet.core.program import CocoError, Program, parse_module
+from coconet.dialects import coco, comm
+from coconet.dialects.coco import MAX_RANKS, GridAttr, SlicedAttr, TensorType
+from coconet.dialects.program_rules import verify_program
 
 T8 = "!coco.tensor<8xf32>"
 
@@ -116,7 +116,9 @@ FUZZER_CASES = [
 
 
 @pytest.mark.parametrize(
-    "name, text, message", FUZZER_CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(FUZZER_CASES)]
+    ("name", "text", "message"),
+    FUZZER_CASES,
+    ids=[f"{c[0]}-{i}" for i, c in enumerate(FUZZER_CASES)],
 )
 def test_load_refuses(tmp_path: Path, name: str, text: str, message: str) -> None:
     path = tmp_path / "program.mlir"

@@ -24,7 +24,6 @@ import traceback
 from collections import Counter
 
 import pytest
-from coconet.core.program import Program, make_context, parse_module
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 from program_generator import XDSL_CLEANUPS, GeneratedProgram, pipelines, programs
@@ -33,6 +32,7 @@ from xdsl.passes import ModulePass, PassPipeline
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import DiagnosticException
 
+from coconet.core.program import Program, make_context, parse_module
 from coconet.equivalence import check_equivalence
 
 FULL = os.environ.get("COCONET_FULL") == "1"
@@ -56,8 +56,9 @@ SETTINGS = {
 def available_passes() -> dict[str, type[ModulePass]]:
     """The registered coconet passes whose modules import, plus xDSL's cleanups. A pass that
     is registered but not there yet is left out (and listed by test_registry_loads)."""
-    from coconet.passes import get_all_passes
     from xdsl.transforms import get_all_passes as xdsl_passes
+
+    from coconet.passes import get_all_passes
 
     found: dict[str, type[ModulePass]] = {}
     for name, factory in get_all_passes().items():
@@ -107,7 +108,7 @@ def run_pipeline(module: ModuleOp, names: list[str], log: list[str]) -> ModuleOp
             event(f"{p.name} refused {rule} ({type(e).__name__})")
             module = snapshot
             continue
-        except Exception as e:  # noqa: BLE001 - a crashing pass is the finding
+        except Exception as e:
             raise PipelineFailure(
                 f"{p.name} crashed: {type(e).__name__}: {e}\n{traceback.format_exc()}\n"
                 f"IR before {p.name}:\n{ir_text(snapshot)}"
@@ -189,7 +190,7 @@ def test_generated_programs_are_valid(gp: GeneratedProgram) -> None:
     text = gp.text
     try:
         reparsed = parse_module(text)
-    except Exception as e:  # noqa: BLE001 - any parse failure is the finding
+    except Exception as e:
         failure = f"generated program does not parse back: {type(e).__name__}: {e}\n{text}"
     else:
         failure = None

@@ -15,6 +15,10 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
+
+import coconet
+from coconet.compile import apply_schedule, is_pipeline
+from coconet.compile import compile as coco_compile
 from coconet.core import values as V
 from coconet.core.program import CocoError
 from coconet.lowering.cuda_printer import c_type
@@ -35,10 +39,6 @@ from coconet.runtime.executor import (
 )
 from coconet.runtime.failures import parse_fault
 from coconet.runtime.launcher import diagnose
-
-import coconet
-from coconet.compile import apply_schedule, is_pipeline
-from coconet.compile import compile as coco_compile
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -209,7 +209,8 @@ def test_walker_resolves_rank_values_peer_tables_and_epochs():
     runner = PlanRunner(plan, 1, backend)
     runner.setup()
     peer_tables = [c for c in backend.calls if c[0] == "peer_table"]
-    assert peer_tables and all(c[1] == (1000, 2000) for c in peer_tables)  # group order
+    assert peer_tables
+    assert all(c[1] == (1000, 2000) for c in peer_tables)
     runner.run()
     runner.run()
     launches = [c for c in backend.calls if c[0] == "launch"]
@@ -223,7 +224,8 @@ def test_walker_resolves_rank_values_peer_tables_and_epochs():
         if isinstance(a, RankValue):
             assert calls[0][2][i].value == a.table[1]
         if isinstance(a, PeerTable):
-            assert calls[0][2][i].value == 77 and calls[0][2][i].kind == "ptr"
+            assert calls[0][2][i].value == 77
+            assert calls[0][2][i].kind == "ptr"
     assert backend.calls[-1] == ("synchronize",)
 
 
@@ -289,15 +291,20 @@ def test_compare_pieces():
     a = np.array([1.0, 2.0, np.nan], np.float32)
     assert compare_piece("x", 0, a, a.copy())[:2] == (None, True)
     d, bits, err = compare_piece("x", 0, a + np.float32(1e-7), a)
-    assert d is None and not bits and err > 0
+    assert d is None
+    assert not bits
+    assert err > 0
     d, _, _ = compare_piece("x", 3, a + 1, a)
-    assert d is not None and "rank 3" in str(d) and "max abs error 1" in str(d)
+    assert d is not None
+    assert "rank 3" in str(d)
+    assert "max abs error 1" in str(d)
     i = np.arange(4, dtype=np.int32)
     assert compare_piece("i", 0, i + 1, i)[0] is not None
     assert tolerance(np.dtype(np.int64)) == (0.0, 0.0)
     assert tolerance(np.dtype(ml_dtypes.bfloat16))[0] > tolerance(np.dtype(np.float16))[0]
     res = compare_outputs([{"x": a}], [{"x": a, "y": a}])
-    assert not res.ok and "missing" in str(res.differences[0])
+    assert not res.ok
+    assert "missing" in str(res.differences[0])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -324,7 +331,8 @@ def test_compile_sim_takes_logical_values():
     g = np.ones((2, 4096), np.float32)
     w = np.zeros(4096, np.float32)
     out = compiled(g=g, w=w, lr=np.float32(0.5))
-    assert np.all(out["w"] == -1.0) and np.all(w == -1.0)
+    assert np.all(out["w"] == -1.0)
+    assert np.all(w == -1.0)
 
 
 def test_compile_cpu_on_one_rank_updates_in_place():
@@ -406,16 +414,12 @@ def test_coco_run_errors_are_one_line():
 
     if not gpu_available():
         assert r.returncode == 1
-        assert (
-            r.stderr.startswith("coco-run: error: backend 'cuda' needs")
-            and r.stderr.count("\n") == 1
-        )
+        assert r.stderr.startswith("coco-run: error: backend 'cuda' needs")
+        assert r.stderr.count("\n") == 1
     r = coco_run("examples/sgd.mlir", "--backend", "cpu", "--schedule", "nonsense")
-    assert (
-        r.returncode == 1
-        and r.stderr.startswith("coco-run: error: ")
-        and "Traceback" not in r.stderr
-    )
+    assert r.returncode == 1
+    assert r.stderr.startswith("coco-run: error: ")
+    assert "Traceback" not in r.stderr
 
 
 def test_pipeline_labels():
@@ -486,11 +490,10 @@ def test_cubins_are_cached_by_content(tmp_path, monkeypatch):
     builds = CUDA_CACHE.stats.builds
     first = compile_cubin(source, "sm_80")
     second = compile_cubin(source, "sm_80")
-    assert not first.cache_hit and second.cache_hit
+    assert not first.cache_hit
+    assert second.cache_hit
     assert CUDA_CACHE.stats.builds == builds + 1
-    assert (
-        first.path == second.path
-        and first.path.suffix == ".cubin"
-        and tmp_path in first.path.parents
-    )
+    assert first.path == second.path
+    assert first.path.suffix == ".cubin"
+    assert tmp_path in first.path.parents
     assert compile_cubin(source, "sm_90").path != first.path

@@ -17,6 +17,16 @@ from typing import Any, ClassVar
 import ml_dtypes
 import numpy as np
 import pytest
+from cuda_double import (
+    FakeTensor,
+    FakeWorld,
+    Hazard,
+    NcclError,
+    StrictDevice,
+)
+
+import coconet
+from coconet.compile import apply_schedule
 from coconet.core import values as V
 from coconet.core.program import CocoError
 from coconet.lowering.lower_to_plan import lower
@@ -36,16 +46,6 @@ from coconet.runtime.cuda import (
 from coconet.runtime.executor import KernelArg, PlanRunner, group_of
 from coconet.runtime.inprocess import IN_PROCESS_MPI as FakeMPI
 from coconet.runtime.inprocess import InProcessComm as FakeComm
-from cuda_double import (
-    FakeTensor,
-    FakeWorld,
-    Hazard,
-    NcclError,
-    StrictDevice,
-)
-
-import coconet
-from coconet.compile import apply_schedule
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -120,7 +120,7 @@ def run_fake(
             results[r] = {name: backend.read(buf) for name, buf in plan.outputs.items()}
             if close:
                 runner.close()
-        except BaseException as e:  # noqa: BLE001
+        except BaseException as e:
             errors.append(e)
 
     threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(ranks)]
@@ -154,7 +154,9 @@ SCHEDULES = {
 CASES = [(name, spec) for name, specs in SCHEDULES.items() for spec in specs]
 
 
-@pytest.mark.parametrize("name,spec", CASES, ids=[f"{n}[{s or 'as-written'}]" for n, s in CASES])
+@pytest.mark.parametrize(
+    ("name", "spec"), CASES, ids=[f"{n}[{s or 'as-written'}]" for n, s in CASES]
+)
 def test_fake_gpus_match_the_oracle(name, spec):
     program = apply_schedule(coconet.load(EXAMPLES / f"{name}.mlir"), spec or None)
     ranks = 2
@@ -173,7 +175,8 @@ def test_exact_collectives_on_four_fake_gpus_are_bit_exact():
     assert compare_outputs(got, want.per_rank).bit_exact
     # exact mode gathers and combines instead of calling ncclAllReduce
     calls = [c[1] for c in backends[0].device.calls if c[0] == "nccl"]
-    assert "all_gather" in calls and "all_reduce" not in calls
+    assert "all_gather" in calls
+    assert "all_reduce" not in calls
 
 
 def test_fused_collective_gets_typed_args_peer_tables_and_epochs():
@@ -215,16 +218,16 @@ def test_overlap_issues_chunk_collectives_on_the_comm_stream_after_each_event():
     _plan, _got, backends = run_fake(program, 2, inputs)
     trace = backends[0].trace
     chunks = [t for t in trace if t[0] == "all_reduce"]
-    assert len(chunks) == 4 and all(t[1] == COMM_STREAM for t in chunks)
+    assert len(chunks) == 4
+    assert all(t[1] == COMM_STREAM for t in chunks)
     assert all(t[1] == COMPUTE_STREAM for t in trace if t[0] == "matmul")
     # matmul chunk c, record on compute, wait on comm, all_reduce chunk c
     kinds = [t[0] for t in trace]
     first = kinds.index("matmul")
     assert kinds[first : first + 4] == ["matmul", "record", "wait", "all_reduce"]
     waits = [c for c in backends[0].device.calls if c[0] == "wait"]
-    assert (
-        waits[0][2] == "s1" and waits[-1][2] == "s0"
-    )  # the compute stream waits for the last chunk
+    assert waits[0][2] == "s1"
+    assert waits[-1][2] == "s0"
     nccl = [c for c in backends[0].device.calls if c[0] == "nccl"]
     assert all(c[2] == "s1" for c in nccl)
     assert {c[4] for c in nccl} == {NCCL_DTYPES["float16"]}
@@ -262,7 +265,8 @@ def test_kernel_scalars_are_typed_by_the_signature():
         np.float64,
         np.bool_,
     ]
-    assert int(out[1]) == 5 and int(out[0]) == 0x7F0012345678
+    assert int(out[1]) == 5
+    assert int(out[0]) == 0x7F0012345678
 
 
 def test_dtypes_on_the_device():
@@ -288,7 +292,8 @@ def test_bf16_device_arrays_of_cupy14_are_taken_as_bit_patterns():
     _plan, got, backends = run_fake(program, 2, inputs, on_device_inputs=True, close=False)
     assert compare_outputs(got, want.per_rank).ok
     g = backends[0].arrays["g"]
-    assert backends[0].device.is_device_array(g) and g.dtype == np.uint16
+    assert backends[0].device.is_device_array(g)
+    assert g.dtype == np.uint16
 
 
 def test_device_inputs_are_ordered_after_their_producer_stream():
@@ -355,7 +360,7 @@ SHARED_GPU_CASES = [
 ]
 
 
-@pytest.mark.parametrize("name,spec,ranks", SHARED_GPU_CASES)
+@pytest.mark.parametrize(("name", "spec", "ranks"), SHARED_GPU_CASES)
 def test_ranks_sharing_one_gpu_run_library_collectives_through_mpi(name, spec, ranks):
     """NCCL refuses two ranks on one GPU; with one GPU for all ranks the backend moves library
     collectives through host copies and MPI, and every schedule still matches the oracle."""
@@ -409,7 +414,8 @@ def test_nccl_unique_ids_are_bytes_and_communicators_refuse_tuples():
     world = FakeWorld()
     device = StrictDevice(world)
     uid = device.nccl_unique_id()
-    assert isinstance(uid, bytes) and len(uid) == 128
+    assert isinstance(uid, bytes)
+    assert len(uid) == 128
     with pytest.raises(TypeError, match="commId"):
         device.nccl_comm(tuple(uid), 1, 0)
 
@@ -440,10 +446,12 @@ def test_fused_kernels_launch_cooperatively_with_a_grid_every_rank_can_hold():
         for s in plan.steps
         if isinstance(s, Launch) and any(isinstance(a, PeerTable) for a in s.args)
     }
-    assert fused and max(fused.values()) > 1  # the clamp is exercised
+    assert fused
+    assert max(fused.values()) > 1
     for b in backends:
         launches = [c for c in b.device.calls if c[0] == "launch" and c[1] in fused]
-        assert launches and all(c[6] for c in launches)  # cooperative
+        assert launches
+        assert all(c[6] for c in launches)
         assert {c[5] for c in launches} == {1}  # rank 1 could hold 5, but meets rank 0's 1
     others = [c for c in backends[0].device.calls if c[0] == "launch" and c[1] not in fused]
     assert all(not c[6] for c in others)
@@ -508,7 +516,7 @@ def test_exported_memory_is_freed_only_after_every_peer_closed_its_mappings():
             runner = PlanRunner(plan, r, backend)
             runner.setup()
             runner.close()
-        except BaseException as e:  # noqa: BLE001
+        except BaseException as e:
             errors.append(e)
 
     threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(2)]
@@ -574,7 +582,8 @@ def test_cupy_device_runs_sgd_on_one_gpu():
     g = np.full(4096, 2.0, np.float32)
     w = np.ones(4096, np.float32)
     out = compiled(g=g, w=w, lr=0.25)
-    assert np.all(out["w"] == 0.5) and out["w"] is w
+    assert np.all(out["w"] == 0.5)
+    assert out["w"] is w
     compiled.close()
 
 
@@ -603,7 +612,7 @@ ONE_GPU = _one_gpu_matrix()
 
 
 @pytest.mark.parametrize(
-    "name,schedule,ranks", ONE_GPU, ids=[f"{n}[{s}]x{r}" for n, s, r in ONE_GPU]
+    ("name", "schedule", "ranks"), ONE_GPU, ids=[f"{n}[{s}]x{r}" for n, s, r in ONE_GPU]
 )
 def test_every_named_schedule_on_one_shared_gpu_matches_the_oracle(name, schedule, ranks):
     from coconet.schedule import apply_schedule as apply_named
@@ -750,7 +759,8 @@ def test_cupy_device_zeroes_and_uploads_on_the_given_stream():
     d.zeros((4,), np.float32, s0)
     d.upload(np.zeros(4, np.float32), s0)
     d.alloc_ipc((4,), np.float32, s0)
-    assert ("zeros", "s0") in rec.calls and ("asarray", "s0") in rec.calls
+    assert ("zeros", "s0") in rec.calls
+    assert ("asarray", "s0") in rec.calls
     assert ("memsetAsync", 0x10) in rec.calls
     assert not [c for c in rec.calls if c[0] == "memset_on_legacy_stream"]
 
@@ -838,4 +848,5 @@ def test_fused_send_on_fake_gpus(nodes):
         c for b in backends for c in b.device.calls if c[0] == "nccl" and c[1] in ("send", "recv")
     ]
     pushed = "comm.send into the receiver" in plan.cuda_source
-    assert pushed == (not nodes) and bool(p2p) == bool(nodes)
+    assert pushed == (not nodes)
+    assert bool(p2p) == bool(nodes)

@@ -9,14 +9,14 @@ from pathlib import Path
 import numpy as np
 import numpy_references as ref
 import pytest
+
+import coconet
 from coconet.lowering.lower_to_plan import LaunchConfig, lower
 from coconet.lowering.plan import ArgTable, Launch
 from coconet.runtime.sim import prepare_inputs
 from coconet.runtime.threaded import ThreadedExecutor
-from coconet.tools.coco_run import apply_pipeline
-
-import coconet
 from coconet.schedule import Schedule
+from coconet.tools.coco_run import apply_pipeline
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SIZES = (2048, 1024, 512, 64)
@@ -54,7 +54,8 @@ def test_one_table_launch_serves_every_tensor(pipeline: str):
     widest = max(len(s.args[0].items) for s in tables if isinstance(s.args[0], ArgTable))
     assert widest >= len(SIZES)
     norms = [s for s in tables if s.kernel.startswith("k_reduce_norm")]
-    assert norms and all(len(s.args[0].items) == len(SIZES) for s in norms)
+    assert norms
+    assert all(len(s.args[0].items) == len(SIZES) for s in norms)
     assert "COCO_KERNEL(" + tables[0].kernel in plan.cuda_source
 
 

@@ -14,13 +14,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from xdsl.passes import PassPipeline
+
+import coconet
 from coconet.core.program import CocoError, Program, make_context, parse_module
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import SlicedAttr
 from coconet.passes import get_all_passes
-from xdsl.passes import PassPipeline
-
-import coconet
 from coconet.schedule import (
     NAMED_SCHEDULES,
     Handle,
@@ -79,10 +79,12 @@ def run_passes(program: Program, pipeline: str) -> str:
 def test_split_returns_reduce_scatter_and_all_gather_handles():
     s = Schedule(load("adam"))
     rs, ag = s.split("g1")
-    assert isinstance(rs, Handle) and isinstance(ag, Handle)
+    assert isinstance(rs, Handle)
+    assert isinstance(ag, Handle)
     assert (rs.name, rs.kind) == ("g1_rs", "comm.reduce_scatter")
     assert (ag.name, ag.kind) == ("g1", "comm.all_gather")
-    assert isinstance(rs.op, comm.ReduceScatterOp) and isinstance(ag.op, comm.AllGatherOp)
+    assert isinstance(rs.op, comm.ReduceScatterOp)
+    assert isinstance(ag.op, comm.AllGatherOp)
     assert ag.op.input is rs.value
     assert str(rs) == "%g1_rs"
     assert isinstance(rs.type.layout_on(0), SlicedAttr)
@@ -122,14 +124,16 @@ def test_coconet_adam_script():
     assert isinstance(m.type.layout_on(0), SlicedAttr)
     fused = s.fuse(rs, mode="all_reduce")
     assert fused.kind == "comm.fused"
-    assert isinstance(fused.op, comm.FusedOp) and fused.op.kind.data == "all_reduce"
+    assert isinstance(fused.op, comm.FusedOp)
+    assert fused.op.kind.data == "all_reduce"
     assert fused.name is None  # everything it computes is stored by updates inside it
     assert s.pipeline == (
         "coco-split-allreduce{ops=g1},coco-reorder{ops=g1},coco-as-slice{ops=m,v},"
         "coco-fuse{mode=all_reduce ops=g1_rs}"
     )
     # the original is untouched
-    assert "comm.all_reduce" in p.print() and "comm.fused" not in p.print()
+    assert "comm.all_reduce" in p.print()
+    assert "comm.fused" not in p.print()
     # the same program as the named schedule
     assert s.ir() == apply_schedule(p, "fuse(rs-c-ag)").print()
 
@@ -143,7 +147,8 @@ def test_model_parallel_script_with_overlap():
     fused = s.fuse(rs, mode="all_reduce")
     assert fused.name == "out"
     ol = s.overlap("layer", fused, chunks=2)
-    assert ol.kind == "comm.overlap" and ol.name == "out"
+    assert ol.kind == "comm.overlap"
+    assert ol.name == "out"
     assert ol.op.chunks.value.data == 2
     inner = [o.name for o in ol.op.body.block.ops]
     assert inner == ["coco.matmul", "comm.fused", "comm.yield"]
@@ -162,7 +167,8 @@ def test_sliced_send_handles():
     assert (sent.name, sent.kind) == ("recv_s", "comm.send")
     assert (gathered.name, gathered.kind) == ("recv", "comm.all_gather")
     fused = s.fuse(sent, mode="send")
-    assert fused.op.kind.data == "send" and fused.name == "recv_s"
+    assert fused.op.kind.data == "send"
+    assert fused.name == "recv_s"
 
 
 def test_reorder_exact_computations():
@@ -186,7 +192,7 @@ def test_greedy_when_no_targets():
 
 def test_handles_follow_values_into_regions():
     s = Schedule(load("model_parallel_mlp"))
-    rs, ag = s.split("total", dim=1)
+    rs, _ag = s.split("total", dim=1)
     s.fuse(rs, mode="all_reduce")
     # %total_rs now lives inside the fused region
     assert isinstance(rs.op, comm.ReduceScatterOp)
@@ -199,7 +205,8 @@ def test_generic_apply_and_copy():
     assert "w1" in {h.name for h in new}
     t = s.copy()
     t.fuse(mode="all_reduce")
-    assert "comm.fused" in t.ir() and "comm.fused" not in s.ir()
+    assert "comm.fused" in t.ir()
+    assert "comm.fused" not in s.ir()
     assert t.pipeline.startswith(s.pipeline + ",")
 
 
@@ -216,7 +223,8 @@ def refused(s: Schedule, call, rule: str) -> ScheduleError:
     assert isinstance(e, CocoError)
     assert e.rule == rule, str(e)
     assert f"[{rule}]" in str(e)
-    assert s.ir() == before_ir and s.pipeline == before_pipeline
+    assert s.ir() == before_ir
+    assert s.pipeline == before_pipeline
     return e
 
 
@@ -234,7 +242,7 @@ def test_refusals_carry_the_rule():
     refused(s, lambda: s.dce("m1"), "dce-live")
     refused(s, lambda: s.split("g1", dim=3), "split-allreduce-scalar")
     # after all that, the schedule still works
-    rs, ag = s.split("g1")
+    rs, _ag = s.split("g1")
     assert rs.name == "g1_rs"
 
 
@@ -275,7 +283,8 @@ def test_unnamed_targets_are_refused():
     # a fused region with no results has no name: its handle cannot be targeted
     s2 = Schedule(load("adam"))
     region = s2.fuse(mode="elementwise")
-    assert region.name is None and isinstance(region.op, comm.FusedOp)
+    assert region.name is None
+    assert isinstance(region.op, comm.FusedOp)
     with pytest.raises(ScheduleError) as info:
         s2.overlap(region)
     assert info.value.rule == "schedule-target"
@@ -327,7 +336,7 @@ def coco_opt(*args: str, stdin: str | None = None) -> subprocess.CompletedProces
 
 
 @pytest.mark.parametrize(
-    "example, name",
+    ("example", "name"),
     [
         ("adam", "fuse(rs-c-ag)"),
         ("model_parallel_mlp", "ol(mm,fuse(rs-c-ag))"),
@@ -381,7 +390,7 @@ def test_schedule_pass_option_spellings():
 
 
 @pytest.mark.parametrize(
-    "spelling, canonical",
+    ("spelling", "canonical"),
     [
         ("ar-c", "ar-c"),
         ("AR_C", "ar-c"),
@@ -418,7 +427,7 @@ SEQUENCE_PARALLEL = ["ol(ag,mm)", "ol(mm,rs)", "ol(ag,mm)+ol(mm,rs)"]
 
 
 @pytest.mark.parametrize(
-    "example, expected",
+    ("example", "expected"),
     [
         ("sgd", DATA_PARALLEL),
         ("adam", DATA_PARALLEL),
@@ -453,7 +462,8 @@ def test_named_schedule_shapes():
     (region,) = [op for op in fused.func.body.block.ops if isinstance(op, comm.FusedOp)]
     assert region.kind.data == "all_reduce"
     kinds = [op.name for op in region.body.block.ops]
-    assert kinds[0] == "comm.reduce_scatter" and "comm.all_gather" in kinds
+    assert kinds[0] == "comm.reduce_scatter"
+    assert "comm.all_gather" in kinds
     # w stays replicated and is all-gathered inside the fused collective; m, v are sliced
     types = {a.name_hint: a.type for a in fused.func.body.block.args}
     assert all(not isinstance(lay, SlicedAttr) for lay in types["w"].layouts.data)
@@ -534,7 +544,9 @@ def test_named_schedule_table():
     assert list(NAMED_SCHEDULES) == [*MODEL_PARALLEL, *SEQUENCE_PARALLEL, *PIPELINE[4:]]
     for name, ns in NAMED_SCHEDULES.items():
         assert resolve_schedule_name(name) == name
-        assert ns.coconet and ns.description and ns.requires
+        assert ns.coconet
+        assert ns.description
+        assert ns.requires
         # every name has a spelling without quotes for coco-opt pipelines
         plain = name.replace("(", "-").replace(")", "").replace(",", "-").replace("+", "-")
         assert resolve_schedule_name(plain) == name

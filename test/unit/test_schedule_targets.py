@@ -12,10 +12,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from coconet.core.program import Program, parse_module
-from coconet.runtime import sim
 
 import coconet
+from coconet.core.program import Program, parse_module
+from coconet.runtime import sim
 from coconet.schedule import apply_schedule, enumerate_schedules, named_schedules
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,7 +94,8 @@ def test_coco_opt_reads_python_programs():
         assert py.returncode == 0 and mlir.returncode == 0, py.stderr + mlir.stderr
         assert py.stdout == mlir.stdout
     bad = coco_opt(str(EXAMPLES / "lamb_odd_sizes.py").replace("lamb_odd_sizes", "nothing"))
-    assert bad.returncode != 0 and bad.stderr.startswith("coco-opt: error: ")
+    assert bad.returncode != 0
+    assert bad.stderr.startswith("coco-opt: error: ")
     assert "Traceback" not in bad.stderr
 
 

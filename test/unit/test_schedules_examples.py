@@ -30,10 +30,10 @@ import runpy
 from pathlib import Path
 
 import pytest
-from coconet.core.program import Program
-from coconet.dialects import comm
 
 import coconet
+from coconet.core.program import Program
+from coconet.dialects import comm
 from coconet.equivalence import check_equivalence
 from coconet.schedule import (
     apply_pipeline,
@@ -206,7 +206,7 @@ def test_every_schedule_full_sweep(example):
 
 @pytest.mark.slow
 @pytest.mark.skipif(not FULL, reason="bigger sweep: set COCONET_FULL=1")
-@pytest.mark.parametrize("stem, form", python_forms())
+@pytest.mark.parametrize(("stem", "form"), python_forms())
 def test_python_forms_full_sweep(stem, form):
     p = load_python_form(stem, form)
     schedules = enumerate_scheduled_programs(p)

@@ -16,6 +16,9 @@ from pathlib import Path
 import numpy as np
 import numpy_references as ref
 import pytest
+from xdsl.dialects.builtin import f32
+
+import coconet
 from coconet.core import values as V
 from coconet.core.program import CocoError, Program, parse_module
 from coconet.dialects.coco import SlicedAttr, TensorType
@@ -24,9 +27,6 @@ from coconet.lowering.nvrtc import compile_cuda, nvrtc_available
 from coconet.lowering.plan import Launch, RankValue
 from coconet.runtime.sim import prepare_inputs
 from coconet.runtime.threaded import ThreadedExecutor
-from xdsl.dialects.builtin import f32
-
-import coconet
 from coconet.schedule import apply_schedule, named_schedules
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -100,7 +100,8 @@ def test_uneven_parts_are_mpi_recvcounts():
     t = TensorType([10], f32, [SlicedAttr(0)])
     assert V.rank_shapes(t, (4,)) == ((3,), (3,), (2,), (2,))
     assert t.local_shape((4,)) == (3,)  # the largest piece: what symmetric memory allocates
-    assert V.is_uneven(t, (4,)) and not V.is_uneven(t, (5,))
+    assert V.is_uneven(t, (4,))
+    assert not V.is_uneven(t, (5,))
 
 
 def test_uneven_pieces_tile_the_logical_value():
@@ -270,9 +271,10 @@ def test_uneven_fused_kernels_compile_with_nvrtc(which: str):
 def test_cuda_backend_runs_uneven_slices(schedule: str, gpus: int, exact: bool):
     """Three ranks on three GPUs (NCCL, library or exact reductions) or sharing one (host-
     staged collectives): Adam over 4097 elements matches the sim, with no unordered access."""
+    from test_runtime_cuda import run_fake
+
     from coconet.runtime import sim
     from coconet.runtime.check import compare_outputs
-    from test_runtime_cuda import run_fake
 
     program = scheduled(odd_example("adam"), schedule)
     inputs = sim.prepare_inputs(program, None, (3,), seed=5)

@@ -2,8 +2,8 @@
 # Mistakes in a Python program are one CocoError naming the line, the rule and the Python
 # names involved.
 
-from coconet.core.program import CocoError
 from coconet import frontend
+from coconet.core.program import CocoError
 from coconet.frontend import F32, AllReduce, Local, Sliced, Tensor, Update
 
 

@@ -3,7 +3,18 @@
 # intermediates by the variable that first holds them; literals are typed constants.
 
 from coconet import frontend
-from coconet.frontend import F16, F32, AllReduce, Cast, Local, Replicated, Scalar, Sqrt, Tensor, Update
+from coconet.frontend import (
+    F16,
+    F32,
+    AllReduce,
+    Cast,
+    Local,
+    Replicated,
+    Scalar,
+    Sqrt,
+    Tensor,
+    Update,
+)
 
 
 @frontend.program(grid=[None])

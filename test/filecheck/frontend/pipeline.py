@@ -4,7 +4,17 @@
 
 from coconet import frontend
 from coconet.frontend import (
-    F16, GROUP, RANK, AllReduce, Dropout, GroupRank, Local, MatMul, Replicated, Send, Sliced,
+    F16,
+    GROUP,
+    RANK,
+    AllReduce,
+    Dropout,
+    GroupRank,
+    Local,
+    MatMul,
+    Replicated,
+    Send,
+    Sliced,
     Tensor,
 )  # fmt: skip
 
