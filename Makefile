@@ -1,6 +1,6 @@
 # One command sets up and runs the main job; one sets up and passes the tests.
 #   make run    -- create .venv, install coconet, run the main CoCoNet workload on the CPU
-#   make test   -- create .venv, install coconet with its test tools, run lit + pytest
+#   make test   -- create .venv, install coconet with its test tools, run ruff (lint) + lit + pytest
 #   make fuzz   -- 20,000 fuzzer inputs (FUZZ_INPUTS=N FUZZ_SEED=S); make reliability: the report
 #   make gpu-check -- on a machine with a CUDA GPU: install coconet[cuda,test] into .venv-gpu and
 #                  validate the cuda backend (benchmarks/gpu_check.py -> gpu-check-results.md);
@@ -10,7 +10,7 @@ VENV ?= .venv
 BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 
-.PHONY: setup run test lit pytest clean gpu-check gpu-setup fuzz reliability
+.PHONY: setup run test lint lit pytest clean gpu-check gpu-setup fuzz reliability
 
 setup: $(VENV)/.installed
 
@@ -23,13 +23,18 @@ $(VENV)/.installed: pyproject.toml
 run: setup
 	$(BIN)/coco-run examples/adam.mlir --np 4 --backend cpu --schedule ar-c --schedule rs-c-ag --schedule 'fuse(rs-c-ag)' --check --bench -q
 
+# xDSL's ruff rule set (pyproject [tool.ruff]) and the formatter: CI fails on either
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
 lit: setup
 	$(BIN)/lit -sv test/filecheck
 
 pytest: setup
 	$(BIN)/python -m pytest -q test
 
-test: setup
+test: setup lint
 	$(BIN)/lit -sv test/filecheck
 	$(BIN)/python -m pytest -q test
 

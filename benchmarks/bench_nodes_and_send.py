@@ -84,10 +84,12 @@ def main() -> None:
         )
         print(f"  fuse(rs-c-ag), 2 nodes x 2 (hierarchical) {hier * 1e3:9.2f} ms")
         print(
-            f"  rs-c-ag,       2 nodes x 2 (all MPI)      {split * 1e3:9.2f} ms  {split / hier:5.2f}x the hierarchical"
+            f"  rs-c-ag,       2 nodes x 2 (all MPI)      {split * 1e3:9.2f} ms  "
+            f"{split / hier:5.2f}x the hierarchical"
         )
         print(
-            f"  fuse(rs-c-ag), 1 node x 4 (one kernel)    {single * 1e3:9.2f} ms  {single / hier:5.2f}x the hierarchical"
+            f"  fuse(rs-c-ag), 1 node x 4 (one kernel)    {single * 1e3:9.2f} ms  "
+            f"{single / hier:5.2f}x the hierarchical"
         )
         pipe = pipeline_program(args.tokens, args.hidden, Path(tmp))
         rows = bench(pipe, ["sliced-send", "fuse(sliced-send)"], {}, args.iters)

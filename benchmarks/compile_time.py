@@ -47,7 +47,8 @@ def stack_text(layers: int, h: int = H, b: int = B, s: int = S) -> str:
                 f"  %mm{i} = coco.matmul %xs{i}, %w{i} : !coco.tensor<{t}, sliced<2>>, "
                 f"!coco.tensor<{h}x{h}xf32, sliced<0>> -> !coco.tensor<{t}, local>"
             ),
-            f"  %ar{i} = comm.all_reduce sum %mm{i} : !coco.tensor<{t}, local> -> !coco.tensor<{t}>",
+            f"  %ar{i} = comm.all_reduce sum %mm{i} : "
+            f"!coco.tensor<{t}, local> -> !coco.tensor<{t}>",
             (
                 f"  %bi{i} = coco.add %ar{i}, %b{i} : !coco.tensor<{t}>, !coco.tensor<{h}xf32> -> "
                 f"!coco.tensor<{t}>"

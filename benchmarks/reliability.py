@@ -81,15 +81,16 @@ def fault_section(runs: list) -> list[str]:
 
         lines.append(
             f"| {r.kind} | {r.ranks} | {r.returncode} | {ranks_gone} | "
-            f"{since_fault(r.mpiexec_gone_at)} | {since_fault(r.front_end_gone_at)} | {everything} | "
+            f"{since_fault(r.mpiexec_gone_at)} | {since_fault(r.front_end_gone_at)} | "
+            f"{everything} | "
             f"{len(r.orphans)} | `{r.message.replace('|', '/')[:150]}` |"
         )
     lines += [
         "",
         (
-            "The fault's time: the SIGKILL for `sigkill`; else the moment the first rank process "
-            "was gone (a raising or non-compiling rank reports and aborts the job; for `absent` the "
-            "waiting ranks name it after `--step-timeout 3`)."
+            "The fault's time: the SIGKILL for `sigkill`; else the moment the first rank "
+            "process was gone (a raising or non-compiling rank reports and aborts the job; "
+            "for `absent` the waiting ranks name it after `--step-timeout 3`)."
         ),
     ]
     return lines

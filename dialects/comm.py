@@ -597,7 +597,8 @@ class FusedOp(RegionOp):
         if self.kind.data == FusionKind.ELEMENTWISE and collectives:
             raise _fail(
                 "fuse-elementwise",
-                f"an elementwise fusion holds no collective, but this one holds {collectives[0].name}",
+                "an elementwise fusion holds no collective, "
+                f"but this one holds {collectives[0].name}",
             )
         if self.kind.data == FusionKind.ELEMENTWISE:
             # What one elementwise kernel computes at every element (the members coco-fuse

@@ -320,7 +320,8 @@ def infer_matmul(lhs: Attribute, rhs: Attribute) -> TensorType:
     if b.rank > 2 and bsh[:-2] != ash[:-2]:
         raise fail(
             "matmul-shapes",
-            f"a batched right operand must share the left one's batch dims: {list(ash)} x {list(bsh)}",
+            "a batched right operand must share the left one's batch dims: "
+            f"{list(ash)} x {list(bsh)}",
         )
     shape = (*ash[:-1], bsh[-1])
     rank = len(shape)

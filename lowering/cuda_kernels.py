@@ -1351,8 +1351,9 @@ def _node_kernel(
     name: str, p: dict[str, Param], loop: Callable[[Var, Var, Var], list[Stmt]]
 ) -> Kernel:
     """A kernel over the packed pieces [begin, end) with the protocol around `loop(i, part,
-    at)`'s statements (packed element i is at offset `at` from its piece's base): entry (every node peer's earlier writes are complete), the block's
-    chunk, done (no node peer still reads this rank's buffers)."""
+    at)`'s statements (packed element i is at offset `at` from its piece's base): entry (every
+    node peer's earlier writes are complete), the block's chunk, done (no node peer still reads
+    this rank's buffers)."""
     r_ = Var(RANGE, None, "r_")
     j, i = Var(I64, None, "j_"), Var(I64, None, "i")
     part, e, at = Var(I64, None, "part"), Var(I64, None, "e"), Var(I64, None, "at")

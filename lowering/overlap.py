@@ -75,7 +75,8 @@ def piece_rows(
     if any(isinstance(lay, SlicedAttr) for lay in whole.layouts.data):
         raise _refuse(
             "overlap-layout",
-            f"the overlapped value {whole} is sliced: overlap chunks a value every rank holds whole",
+            f"the overlapped value {whole} is sliced: "
+            "overlap chunks a value every rank holds whole",
         )
     if piece.rank != whole.rank or whole.rank < 1:
         raise _refuse("overlap-layout", f"{piece} is not a piece of {whole}")

@@ -205,7 +205,8 @@ class OverlapPass(ModulePass):
         if len(producers) != 1:
             raise fail(
                 f"{RULE}-producer",
-                f"{op_name(named)} reads {len(producers)} matmul results; overlap needs exactly one",
+                f"{op_name(named)} reads {len(producers)} matmul results; "
+                "overlap needs exactly one",
             )
         (producer,) = producers
         return _Site(fn, producer, named)  # type: ignore[arg-type]

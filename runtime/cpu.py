@@ -336,8 +336,8 @@ class CpuBackend:
             except Exception as e:
                 raise CocoError(f"input '{name}': cannot read it as a host array: {e}") from None
         raise CocoError(
-            f"input '{name}': expected a NumPy array of shape {list(buf.shape_at(self.rank))} and dtype "
-            f"{buf.type.elt}, got a {type(value).__name__}"
+            f"input '{name}': expected a NumPy array of shape {list(buf.shape_at(self.rank))} "
+            f"and dtype {buf.type.elt}, got a {type(value).__name__}"
         )
 
     @staticmethod

@@ -768,7 +768,8 @@ class CudaBackend:
                 raise CocoError(f"input '{name}': cannot read it as a host array: {e}") from None
         raise CocoError(
             f"input '{name}': expected a CuPy array, a DLPack tensor or a NumPy array of shape "
-            f"{list(buf.shape_at(self.rank))} and dtype {buf.type.elt}, got a {type(value).__name__}"
+            f"{list(buf.shape_at(self.rank))} and dtype {buf.type.elt}, "
+            f"got a {type(value).__name__}"
         )
 
     @staticmethod

@@ -350,12 +350,14 @@ def diagnose(
         stopped = "; the other ranks were stopped"
         if m and sig and int(m.group(1)) == pid:
             n = int(sig.group(2))
-            return f"{who} was killed by {_signal_name(n)} ({sig.group(1)}){_crash_location(status, rank)}{stopped}"
+            crash = _crash_location(status, rank)
+            return f"{who} was killed by {_signal_name(n)} ({sig.group(1)}){crash}{stopped}"
         crash = _crash_location(status, rank)
         if crash:
             return f"{who} crashed{crash}{stopped}"
         if sig:
-            return f"{who} died without reporting an error (the job ended with {_signal_name(int(sig.group(2)))}){stopped}"
+            ended = _signal_name(int(sig.group(2)))
+            return f"{who} died without reporting an error (the job ended with {ended}){stopped}"
         return f"{who} exited with status {returncode} without reporting an error{stopped}"
     if m:
         pid, code = int(m.group(1)), int(m.group(2))
@@ -364,8 +366,10 @@ def diagnose(
         if sig:
             n = int(sig.group(2))
             where = _crash_location(status, rank) if rank is not None else ""
-            return f"{who} was killed by {_signal_name(n)} ({sig.group(1)}){where}; the other ranks were stopped"
-        return f"{who} exited with status {code} without reporting an error; the other ranks were stopped"
+            killed = f"{who} was killed by {_signal_name(n)} ({sig.group(1)}){where}"
+            return f"{killed}; the other ranks were stopped"
+        silent = f"{who} exited with status {code} without reporting an error"
+        return f"{silent}; the other ranks were stopped"
     if returncode < 0:
         return f"mpiexec was killed by {_signal_name(-returncode)}"
     tail = [ln for ln in output.strip().splitlines() if ln.strip()][-5:]

@@ -250,7 +250,8 @@ class Oracle:
                     if not report.ok:
                         detail = str(report).replace("\n", " | ")[:400]
                         raise SilentAcceptance(
-                            f"schedule {name} ({pipeline}) changes what @{p.name} computes: {detail}"
+                            f"schedule {name} ({pipeline}) changes what @{p.name} computes: "
+                            f"{detail}"
                         )
 
     def _cpu(self, p: Program, stage: list[str]) -> None:
@@ -275,7 +276,8 @@ class Oracle:
                 same = g.shape == value.shape and bool(np.all(_close(g, value, tol)))
                 if not same:
                     raise SilentAcceptance(
-                        f"cpu backend and sim differ at {ranks} rank(s) in output {name} of @{p.name}"
+                        f"cpu backend and sim differ at {ranks} rank(s) "
+                        f"in output {name} of @{p.name}"
                     )
 
     # -- a mutated pipeline on a valid program ---------------------------------------------

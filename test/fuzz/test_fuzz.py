@@ -92,7 +92,8 @@ def test_the_oracle_reports_an_internal_error_as_a_traceback(tmp_path, monkeypat
     monkeypatch.setattr(lowering, "lower", broken)
     text = (Path(__file__).resolve().parents[2] / "examples/sgd.mlir").read_bytes()
     result = Oracle(tmp_path).run(Case(0, "ir", "examples/sgd.mlir", text, []))
-    assert result["outcome"] == "traceback" and result["error"] == "KeyError", result
+    assert result["outcome"] == "traceback", result
+    assert result["error"] == "KeyError", result
     assert result["stage"].startswith("lower@")
     assert "in broken" in result["where"]
 

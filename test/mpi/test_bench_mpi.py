@@ -171,4 +171,6 @@ def test_a_failing_rank_still_ends_the_sweep_with_one_line(tmp_path):
     )
     assert r.returncode == 1, r.stdout + r.stderr
     err = [ln for ln in r.stderr.splitlines() if ln.startswith("coco-bench: error:")]
-    assert err and "rank 1" in err[0] and "Traceback" not in r.stderr, r.stderr
+    assert err, r.stderr
+    assert "rank 1" in err[0], r.stderr
+    assert "Traceback" not in r.stderr, r.stderr

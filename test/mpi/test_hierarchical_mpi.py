@@ -144,4 +144,5 @@ def test_nodes_holding_unequal_shares_of_a_group_are_refused():
         env=env,
     )
     assert r.returncode != 0
-    assert "[fused-across-nodes]" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert "[fused-across-nodes]" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr, r.stderr

@@ -217,7 +217,8 @@ def test_second_run_compiles_nothing(tmp_path):
     ]
     first = coco_run(*args, env=env)
     second = coco_run(*args, env=env)
-    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    assert first.returncode == 0, first.stderr + second.stderr
+    assert second.returncode == 0, first.stderr + second.stderr
     assert "kernel cache: 1 compiled, 1 loaded from cache (2 rank(s))" in first.stdout
     assert "kernel cache: 0 compiled, 2 loaded from cache (2 rank(s))" in second.stdout
     assert list((tmp_path / "cache" / "host").glob("*/*.so"))
@@ -249,7 +250,8 @@ def run_fault(
 
 def error_line(r: subprocess.CompletedProcess) -> str:
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    assert lines and lines[0].startswith("coco-run: error: "), r.stderr
+    assert lines, r.stderr
+    assert lines[0].startswith("coco-run: error: "), r.stderr
     assert "Traceback" not in r.stderr
     assert "BAD TERMINATION" not in r.stdout + r.stderr
     return lines[0]

@@ -88,6 +88,7 @@ def test_more_ranks_than_the_smallest_tensor_is_refused_before_launch():
         "--schedule", "fuse(rs-c-ag)",
     )  # fmt: skip
     assert r.returncode != 0
-    assert r.stderr.startswith("coco-run: error: ") and "[empty-slice]" in r.stderr, r.stderr
+    assert r.stderr.startswith("coco-run: error: "), r.stderr
+    assert "[empty-slice]" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
     assert "size 7" in r.stderr

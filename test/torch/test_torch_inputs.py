@@ -12,8 +12,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the test extra installs torch")
 
-import coconet
-from coconet.core.program import CocoError
+import coconet  # noqa: E402 (after the importorskip)
+from coconet.core.program import CocoError  # noqa: E402 (after the importorskip)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -18,8 +18,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the test extra installs torch")
 
-import coconet.torch as ct
-from coconet.core.program import CocoError
+import coconet.torch as ct  # noqa: E402 (after the importorskip)
+from coconet.core.program import CocoError  # noqa: E402 (after the importorskip)
 
 ROOT = Path(__file__).resolve().parents[2]
 

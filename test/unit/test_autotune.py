@@ -156,9 +156,9 @@ def test_profiles_round_trip_and_bad_ones_are_refused():
         assert MachineProfile.from_json(json.loads(json.dumps(profile.to_json()))) == profile
     data = PROFILE.to_json()
     data["memory_bandwidth"] = -1
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="must be positive numbers"):
         MachineProfile.from_json(data)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="not a machine profile"):
         MachineProfile.from_json({"name": "x"})
     with pytest.raises(CocoError, match=r"\[profile-unknown\]"):
         published_profile("dgx-9000")

@@ -65,7 +65,7 @@ def test_nccl_bus_factors():
     assert nccl_bus_factor("all_gather", 8) == pytest.approx(0.875)
     assert nccl_bus_factor("broadcast", 4) == 1.0
     assert nccl_bus_factor("all_reduce", 1) == 0.0  # one rank moves nothing
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="no bus bandwidth factor for 'all_to_all'"):
         nccl_bus_factor("all_to_all", 4)
 
 
@@ -194,7 +194,8 @@ def test_progress_markers_move_the_bar_and_are_not_shown():
 def test_bad_invocations_are_one_clear_error(args, message):
     r = run_tool("coconet.tools.coco_bench", *args, "--backend", "cpu")
     assert r.returncode == 1, r.stdout + r.stderr
-    assert r.stderr.startswith("coco-bench: error: ") and message in r.stderr, r.stderr
+    assert r.stderr.startswith("coco-bench: error: "), r.stderr
+    assert message in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
     assert "Traceback" not in r.stderr
 
@@ -211,7 +212,8 @@ def test_bad_invocations_are_one_clear_error(args, message):
 def test_coco_run_refuses_bad_report_options(args, message):
     r = run_tool("coconet.tools.coco_run", str(EXAMPLES / "sgd.mlir"), *args)
     assert r.returncode == 1, r.stdout + r.stderr
-    assert r.stderr.startswith("coco-run: error: ") and message in r.stderr, r.stderr
+    assert r.stderr.startswith("coco-run: error: "), r.stderr
+    assert message in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
 
 
@@ -372,7 +374,8 @@ def test_list_passes_puts_coconet_first_with_options_and_descriptions():
     listed = [ln.split()[0] for ln in lines[1 : 1 + len(coco)]]
     assert [n.split("{")[0] for n in listed] == coco
     for ln in lines[1 : 1 + len(coco)]:
-        assert "(no description)" not in ln and len(ln.split(None, 1)[1]) > 20, ln
+        assert "(no description)" not in ln, ln
+        assert len(ln.split(None, 1)[1]) > 20, ln
     assert "coco-split-allreduce{ops=str,... dim=int(0)}" in r.stdout
     assert "coco-schedule{name=str}" in r.stdout  # the option as -p spells it
     xdsl_at = next(i for i, ln in enumerate(lines) if ln.startswith("xDSL passes"))

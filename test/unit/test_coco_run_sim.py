@@ -85,7 +85,8 @@ def test_bad_inputs_are_one_clear_error(tmp_path: Path, inputs: dict, message: s
         str(tmp_path / "in.npz"),
     )
     assert r.returncode == 1
-    assert r.stderr.startswith("coco-run: error: ") and message in r.stderr, r.stderr
+    assert r.stderr.startswith("coco-run: error: "), r.stderr
+    assert message in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
 
 
@@ -112,5 +113,6 @@ def test_bad_inputs_are_one_clear_error(tmp_path: Path, inputs: dict, message: s
 def test_bad_invocations_are_one_clear_error(args: list[str], message: str):
     r = coco_run(*args, "--backend", "sim")
     assert r.returncode == 1, r.stdout
-    assert r.stderr.startswith("coco-run: error: ") and message in r.stderr, r.stderr
+    assert r.stderr.startswith("coco-run: error: "), r.stderr
+    assert message in r.stderr, r.stderr
     assert "Traceback" not in r.stderr

@@ -229,7 +229,7 @@ def test_bus_bandwidth_follows_nccl_tests():
     algbw2, busbw2 = bus_bandwidth(4 << 20, 1e-3, 2)
     assert busbw2 == pytest.approx(algbw2) == pytest.approx(4.194304)
     assert bus_bandwidth(1 << 20, 1e-3, 1)[1] == 0.0, "one rank moves nothing"
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="need a positive time"):
         bus_bandwidth(1 << 20, 0.0, 2)
 
 

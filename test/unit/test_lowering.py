@@ -86,7 +86,8 @@ def compare(program: Program, got: dict, want: dict, context: str) -> None:
     exact = is_exact(program)
     for name, b in want.items():
         a = got[name]
-        assert a.shape == b.shape and a.dtype == b.dtype, f"{context}: {name}"
+        assert a.shape == b.shape, f"{context}: {name}"
+        assert a.dtype == b.dtype, f"{context}: {name}"
         if exact or a.dtype.kind in "biu":
             assert np.array_equal(a, b, equal_nan=True), f"{context}: {name} differs"
         else:
@@ -259,7 +260,8 @@ def test_fused_adam_gpu_form_moves_vectors_of_16_bytes(arch):
     ptx = compile_cuda(plan.cuda_source, arch, warnings_as_errors=True).binary.decode()
     loads = re.findall(r"\bld(?:\.global)?(?:\.nc)?\.v4\.", ptx)
     stores = re.findall(r"\bst(?:\.global)?\.v4\.", ptx)
-    assert len(loads) >= 6 and len(stores) >= 5, (len(loads), len(stores))
+    assert len(loads) >= 6, (len(loads), len(stores))
+    assert len(stores) >= 5, (len(loads), len(stores))
     assert ".local" not in ptx
 
 

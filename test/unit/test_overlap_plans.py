@@ -101,11 +101,13 @@ def consumer_rows(step, c_type: TensorType, grid) -> set[int]:
         lo, hi = step.rows
         piece = step.dst.type if step.op == "reduce_scatter" else step.src.type
         return touched(c_type, piece, grid, lo, hi)
-    assert isinstance(step, Launch) and step.range_positions, step
+    assert isinstance(step, Launch), step
+    assert step.range_positions, step
     b, e = step.range_positions
     row = step.iteration_shape[-1]
     lo, hi = step.args[b], step.args[e]
-    assert lo % row == 0 and hi % row == 0, f"a chunk that is not whole rows: {step}"
+    assert lo % row == 0, f"a chunk that is not whole rows: {step}"
+    assert hi % row == 0, f"a chunk that is not whole rows: {step}"
     return touched(c_type, step.iteration_type, grid, lo // row, hi // row)
 
 
@@ -128,7 +130,8 @@ def check_producer_form(plan: Plan) -> list[int]:
             assert not mine & done, f"chunk {k} of %{c_name} recomputes rows"
             done |= mine
             rec = steps[i + 1]
-            assert isinstance(rec, RecordEvent) and rec.stream == COMPUTE_STREAM, rec
+            assert isinstance(rec, RecordEvent), rec
+            assert rec.stream == COMPUTE_STREAM, rec
             end = idx[k + 1] if k + 1 < len(idx) else len(steps)
             window = steps[i + 2 : end]
             waits = [

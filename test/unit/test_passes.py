@@ -158,7 +158,8 @@ def assert_same_outputs(src: str, scheduled: ModuleOp, ranks, *, exact: bool = T
         assert set(got.outputs) == set(ref.outputs)
         for name, want in ref.outputs.items():
             have = got.outputs[name]
-            assert have.shape == want.shape and have.dtype == want.dtype, name
+            assert have.shape == want.shape, name
+            assert have.dtype == want.dtype, name
             if exact:
                 np.testing.assert_array_equal(have, want, err_msg=f"{name} on {n} ranks")
             else:

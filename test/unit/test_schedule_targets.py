@@ -91,7 +91,8 @@ def test_coco_opt_reads_python_programs():
     for pipeline in ([], ["-p", "coco-schedule{name=rs-c-ag}"]):
         py = coco_opt(str(EXAMPLES / "adam.py"), *pipeline)
         mlir = coco_opt(str(EXAMPLES / "adam.mlir"), *pipeline)
-        assert py.returncode == 0 and mlir.returncode == 0, py.stderr + mlir.stderr
+        assert py.returncode == 0, py.stderr + mlir.stderr
+        assert mlir.returncode == 0, py.stderr + mlir.stderr
         assert py.stdout == mlir.stdout
     bad = coco_opt(str(EXAMPLES / "lamb_odd_sizes.py").replace("lamb_odd_sizes", "nothing"))
     assert bad.returncode != 0
@@ -106,7 +107,8 @@ def test_seeded_inputs_are_signed_except_what_a_square_root_reads():
     program = coconet.load(EXAMPLES / "adam.mlir")
     inputs = sim.prepare_inputs(program, None, (2,), seed=0)
     for name in ("g", "w", "m"):
-        assert (inputs[name] < 0).any() and (inputs[name] > 0).any(), name
+        assert (inputs[name] < 0).any(), name
+        assert (inputs[name] > 0).any(), name
         assert (np.abs(inputs[name]) >= 0.1).all(), name
     for name in ("v", "beta1", "beta2", "eps", "step"):
         assert (inputs[name] > 0).all(), name

@@ -78,7 +78,8 @@ def assert_same(got: dict, want: dict, context: str, *, rtol: float = 0.0) -> No
     assert set(got) == set(want), context
     for k, b in want.items():
         a = got[k]
-        assert a.shape == b.shape and a.dtype == b.dtype, f"{context}: {k}"
+        assert a.shape == b.shape, f"{context}: {k}"
+        assert a.dtype == b.dtype, f"{context}: {k}"
         if rtol:
             # atol: an update that cancels to near zero keeps the absolute error of its terms
             np.testing.assert_allclose(a, b, rtol=rtol, atol=1e-6, err_msg=f"{context}: {k}")
@@ -227,7 +228,8 @@ def test_odd_model_parallel_under_every_schedule(key: str, schedule: str):
         plan = lower(program, ranks)
     except CocoError as e:
         # Overlapping rows that ranks hold unevenly is refused before launch, by its rule.
-        assert schedule.startswith("ol(") and "[overlap-layout]" in str(e), str(e)
+        assert schedule.startswith("ol("), str(e)
+        assert "[overlap-layout]" in str(e), str(e)
         return
     assert any(b.rank_shapes for b in plan.buffers) or schedule == "ar-c"
     inputs = prepare_inputs(program, None, plan.grid_shape, seed=ranks)
