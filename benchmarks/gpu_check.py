@@ -607,13 +607,6 @@ class Report:
         self.path.write_text(head + "\n" + body)
 
 
-def _rel(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(REPO))
-    except ValueError:
-        return str(path)
-
-
 def _code_cell(text: str) -> str:
     """Output inside a table cell: one line, pipes escaped."""
     return "`" + _one_line(text).replace("`", "'").replace("|", "\\|") + "`"

@@ -1245,7 +1245,3 @@ Coco = Dialect(
         DimReductionKindAttr,
     ],
 )
-
-
-def is_elementwise(op: Operation) -> bool:
-    return isinstance(op, ElementwiseOp)

@@ -1,6 +1,6 @@
 // coco_device.h -- the device layer that every generated CUDA C kernel includes.
 //
-// One kernel text, two executors (design.md section 5):
+// One kernel text, two executors (docs/architecture.md section 5):
 //   * CUDA: NVRTC (CuPy RawModule) compiles the text; this header maps the COCO_* names onto
 //     CUDA built-ins. It includes no other header, so NVRTC needs no include path (the NVRTC
 //     wheel ships neither cuda_fp16.h nor cuda_bf16.h; fp16/bf16 are our own storage types).

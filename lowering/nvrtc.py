@@ -1,7 +1,7 @@
 """Compile generated CUDA C with NVRTC, without a GPU and without nvcc.
 
-The `nvidia-cuda-nvrtc` wheel is the compiler of record (design.md section 8): CI uses this
-module to check that every generated kernel compiles for sm_80 and sm_90 without warnings.
+The `nvidia-cuda-nvrtc` wheel is the compiler of record (docs/architecture.md section 8): CI
+uses this module to check that every generated kernel compiles for sm_80 and sm_90 without warnings.
 NVRTC is driven through ctypes rather than CuPy because CuPy's compile helpers ask the
 (absent) device for its architecture.
 

@@ -37,7 +37,6 @@ from coconet.core.program import CocoError
 from coconet.dialects.coco import TensorType
 from coconet.lowering.kernel_ir import ABI_KINDS
 from coconet.lowering.plan import (
-    COMM_STREAM,
     COMPUTE_STREAM,
     ArgTable,
     Buffer,
@@ -474,9 +473,6 @@ class PlanRunner:
             else:
                 self.backend.write(buf, value)
 
-    def output_buffers(self) -> dict[str, Buffer]:
-        return dict(self.plan.outputs)
-
     # -- execution ---------------------------------------------------------------------------
 
     def resolve(self, launch: Launch) -> list[KernelArg]:
@@ -581,6 +577,3 @@ class PlanRunner:
 
     def close(self) -> None:
         self.backend.close()
-
-
-STREAM_NAMES = {COMPUTE_STREAM: "compute", COMM_STREAM: "comm"}
