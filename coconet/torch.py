@@ -16,6 +16,12 @@ this host for the job's ranks, coconet/autotune.py).
 
 Run it under torchrun (or mpiexec): the optimizer is collective, as `coconet.compile` is.
 
+Where it runs. CPU parameters run on the cpu backend (the generated kernels on the host);
+CUDA parameters on the cuda backend (the same kernels through NVRTC, NCCL for library
+collectives), each rank on the GPU its parameters live on: the flat buffers are allocated there
+and handed to the program through DLPack, so the update happens in the parameters' own memory.
+`backend=` may name the backend, but it must be the one where the parameters are.
+
 Where the tensors live. At construction the parameters of each dtype are moved, once, into
 one flat buffer (padded so it divides among the ranks), and every `nn.Parameter` becomes a view
 of it (`p.data`); their gradients are views of a second flat buffer. The program reads and
@@ -79,6 +85,43 @@ def _numpy(t: torch.Tensor) -> np.ndarray:
     return t.numpy()
 
 
+def _handed_over(t: torch.Tensor) -> Any:
+    """A buffer as the program takes it, without a copy: a NumPy view of a CPU tensor (the
+    cpu backend), the tensor itself on a GPU (the cuda backend adopts it through DLPack,
+    ordered after the work PyTorch has queued on its current stream)."""
+    return t if t.device.type == "cuda" else _numpy(t)
+
+
+BACKEND_OF_DEVICE = {"cpu": "cpu", "cuda": "cuda"}
+
+
+def parameters_device(params: Iterable[torch.Tensor], backend: str | None) -> torch.device:
+    """The one device every parameter lives on, checked against `backend` (None: the backend of
+    that device). Refused: parameters on several devices, a device no backend runs on (meta,
+    mps, ...), and a backend that is not the parameters' own."""
+    devices = sorted({str(p.device) for p in params})
+    if not devices:
+        raise CocoError("the optimizer got no parameters")
+    if len(devices) > 1:
+        raise CocoError(
+            f"parameters on {', '.join(devices)}: a coconet optimizer updates parameters that "
+            "live on one device (one optimizer per device)"
+        )
+    device = torch.device(devices[0])
+    own = BACKEND_OF_DEVICE.get(device.type)
+    if own is None:
+        raise CocoError(
+            f"parameters on {device}: coconet runs on CPU tensors (cpu backend) and CUDA "
+            "tensors (cuda backend)"
+        )
+    if backend is not None and backend != own:
+        raise CocoError(
+            f"backend {backend!r} for parameters on {device}: the {own} backend is the one that "
+            f"updates {device.type.upper()} tensors in place (leave backend= unset)"
+        )
+    return device
+
+
 @dataclass
 class _Bucket:
     """The parameters of one dtype, flattened into one buffer, and their compiled step."""
@@ -107,30 +150,23 @@ class CoconetOptimizer(torch.optim.Optimizer):
         defaults: dict[str, Any],
         *,
         schedule: str = "fuse(rs-c-ag)",
-        backend: str = "cpu",
+        backend: str | None = None,
     ):
         if schedule not in SCHEDULES and schedule != "auto":
             raise CocoError(
                 f"schedule {schedule!r}: use one of {', '.join(SCHEDULES)}, or 'auto' (the one "
                 "the cost model ranks fastest on this host: coconet/autotune.py)"
             )
-        if backend != "cpu":
-            raise CocoError(
-                f"backend {backend!r}: the PyTorch optimizers run on the cpu backend for now "
-                "(CPU tensors); the cuda backend takes CuPy/DLPack arrays through "
-                "coconet.compile"
-            )
         super().__init__(params, defaults)
         if len(self.param_groups) != 1:
             raise CocoError("coconet optimizers take one parameter group (one set of options)")
         self.schedule = schedule
-        self.backend = backend
+        self.device = parameters_device(self.param_groups[0]["params"], backend)
+        self.backend = BACKEND_OF_DEVICE[self.device.type]
         self.world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
         self.buckets: list[_Bucket] = []
         by_dtype: dict[torch.dtype, list[torch.nn.Parameter]] = {}
         for p in self.param_groups[0]["params"]:
-            if p.device.type != "cpu":
-                raise CocoError(f"a parameter on {p.device}: the cpu backend takes CPU tensors")
             if p.dtype not in (torch.float32, torch.bfloat16):
                 raise CocoError(f"a parameter of dtype {p.dtype}: use float32 or bfloat16")
             by_dtype.setdefault(p.dtype, []).append(p)
@@ -140,7 +176,7 @@ class CoconetOptimizer(torch.optim.Optimizer):
             b.compiled = self._compile(b)
             for name, (shape, _dt) in b.compiled.input_shapes().items():
                 if name in self.state_names:
-                    b.state[name] = torch.zeros(shape, dtype=torch.float32)
+                    b.state[name] = torch.zeros(shape, dtype=torch.float32, device=self.device)
 
     # -- buffers -----------------------------------------------------------------------------
 
@@ -155,8 +191,8 @@ class CoconetOptimizer(torch.optim.Optimizer):
 
     def _flatten(self, dtype: torch.dtype, params: list[torch.nn.Parameter]) -> _Bucket:
         offsets, padded = self._layout(params)
-        flat_param = torch.zeros(padded, dtype=dtype)
-        flat_grad = torch.zeros(padded, dtype=dtype)
+        flat_param = torch.zeros(padded, dtype=dtype, device=self.device)
+        flat_grad = torch.zeros(padded, dtype=dtype, device=self.device)
         with torch.no_grad():
             for p, o in zip(params, offsets, strict=True):
                 view = flat_param[o : o + p.numel()].view_as(p)
@@ -209,8 +245,11 @@ class CoconetOptimizer(torch.optim.Optimizer):
         for b in self.buckets:
             self._gather_grads(b)
             b.steps += 1
-            inputs: dict[str, Any] = {"g": _numpy(b.flat_grad), "w": _numpy(b.flat_param)}
-            inputs.update({k: v.numpy() for k, v in b.state.items()})
+            inputs: dict[str, Any] = {
+                "g": _handed_over(b.flat_grad),
+                "w": _handed_over(b.flat_param),
+            }
+            inputs.update({k: _handed_over(v) for k, v in b.state.items()})
             inputs.update(self.scalars(b))
             inputs["gscale"] = 1.0 / self.world
             b.compiled(**inputs)
@@ -250,14 +289,18 @@ class CoconetOptimizer(torch.optim.Optimizer):
         index = 0
         rank = dist.get_rank() if self.world > 1 else 0
         for b in self.buckets:
-            fulls = {name: torch.zeros(b.numel, dtype=torch.float32) for name in b.state}
+            fulls = {
+                name: torch.zeros(b.numel, dtype=torch.float32, device=self.device)
+                for name in b.state
+            }
             steps = 0
             for p, o in zip(b.params, b.offsets, strict=True):
                 entry = state.get(index, state.get(str(index), {}))
                 steps = int(float(entry.get("step", 0)))
                 for name, full in fulls.items():
-                    if self.torch_name(name) in entry:
-                        full[o : o + p.numel()] = entry[self.torch_name(name)].reshape(-1)
+                    saved = entry.get(self.torch_name(name))
+                    if saved is not None:
+                        full[o : o + p.numel()] = saved.reshape(-1).to(full.device)
                 index += 1
             b.steps = steps
             for name, full in fulls.items():
@@ -464,7 +507,7 @@ class LAMB(CoconetOptimizer):
         # one state piece per tensor and per name, in the order of the segments
         self.pieces = {
             s: [
-                torch.zeros(shapes[f"{s}{i}"][0], dtype=torch.float32)
+                torch.zeros(shapes[f"{s}{i}"][0], dtype=torch.float32, device=self.device)
                 for i in range(len(self.segments))
             ]
             for s in self.state_names
@@ -534,10 +577,10 @@ class LAMB(CoconetOptimizer):
         b.steps += 1
         inputs: dict[str, Any] = {}
         for i, (o, n) in enumerate(self.segments):
-            inputs[f"g{i}"] = _numpy(b.flat_grad[o : o + n])
-            inputs[f"w{i}"] = _numpy(b.flat_param[o : o + n])
+            inputs[f"g{i}"] = _handed_over(b.flat_grad[o : o + n])
+            inputs[f"w{i}"] = _handed_over(b.flat_param[o : o + n])
             for s in self.state_names:
-                inputs[f"{s}{i}"] = self.pieces[s][i].numpy()
+                inputs[f"{s}{i}"] = _handed_over(self.pieces[s][i])
         inputs.update(self.scalars(b))
         inputs["gscale"] = 1.0 / self.world
         b.compiled(**inputs)
@@ -573,9 +616,9 @@ class LAMB(CoconetOptimizer):
             entry = state_dict["state"].get(i, state_dict["state"].get(str(i), {}))
             b.steps = int(float(entry.get("step", 0)))
             for s in self.state_names:
-                full = torch.zeros(n, dtype=torch.float32)
+                full = torch.zeros(n, dtype=torch.float32, device=self.device)
                 if self.torch_name(s) in entry:
-                    full[: p.numel()] = entry[self.torch_name(s)].reshape(-1)
+                    full[: p.numel()] = entry[self.torch_name(s)].reshape(-1).to(full.device)
                 piece = self.pieces[s][i]
                 k = piece.numel()
                 piece.copy_(full if k == n else full[rank * k : (rank + 1) * k])

@@ -836,10 +836,15 @@ class CudaBackend:
         ):
             caller[...] = self.read(buf)
             return caller
-        if self.device.is_device_array(caller) and tuple(caller.shape) == buf.shape_at(self.rank):
+        target = caller
+        if not self.device.is_device_array(caller):
+            # A DLPack tensor (PyTorch) on this GPU: its memory, as a device array. A tensor the
+            # program read through a copy (a symmetric buffer) is updated there all the same.
+            target = self.device.adopt(caller, self._compute())
+        if target is not None and tuple(target.shape) == buf.shape_at(self.rank):
             # e.g. a non-contiguous CuPy array: updated in place, as coco.update says
             with self.device.on(self._compute()):
-                self.xp.copyto(as_bit_patterns(caller, self.xp), self.arrays[buf.name])
+                self.xp.copyto(as_bit_patterns(target, self.xp), self.arrays[buf.name])
             self.device.synchronize()
             return caller
         return self.output(buf)

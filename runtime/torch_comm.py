@@ -134,7 +134,12 @@ class TorchComm:
 
     @classmethod
     def world(cls) -> TorchComm:
-        """The default group, initialized from torchrun's environment when it is not yet."""
+        """Every rank of the job, initialized from torchrun's environment when it is not yet.
+        The runtime's own traffic is host memory (object collectives, and on the cpu backend
+        the library collectives), which gloo carries: when the program's default group cannot
+        (a GPU job's `init_process_group("nccl")`), coconet uses a gloo group of its own over
+        the same ranks, made once."""
+        global _HOST_GROUP
         import torch.distributed as dist
 
         if not dist.is_available():
@@ -144,7 +149,11 @@ class TorchComm:
             # The group is ours: tear it down before the interpreter exits, or gloo's threads
             # may be killed mid-flight ("terminate called without an active exception").
             atexit.register(_destroy_group)
-        return cls()
+        if carries_host_tensors(str(dist.get_backend())):
+            return cls()
+        if _HOST_GROUP is None:
+            _HOST_GROUP = dist.new_group(backend="gloo")  # collective: every rank is here
+        return cls(_HOST_GROUP)
 
     # -- identity ------------------------------------------------------------------------------
 
@@ -264,6 +273,18 @@ class TorchComm:
         return _Work(
             self.dist.irecv(_tensor(buf), src=self._global(source), group=self.group, tag=tag)
         )
+
+
+# coconet's own gloo group when the default group cannot carry host tensors (made once).
+_HOST_GROUP: Any = None
+
+
+def carries_host_tensors(backend: str) -> bool:
+    """Whether a process group of this backend ("gloo", "nccl", "mpi", or torch's per-device
+    form "cpu:gloo,cuda:nccl") runs collectives on CPU tensors."""
+    if ":" in backend:
+        return any(part.split(":")[0] == "cpu" for part in backend.split(","))
+    return backend in ("gloo", "mpi")
 
 
 def mpi_module_for(comm: Any) -> Any:

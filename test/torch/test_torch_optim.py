@@ -14,6 +14,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import ml_dtypes
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="the test extra installs torch")
@@ -130,6 +132,39 @@ def test_refusals_are_one_clear_message():
         ct.AdamW(_model().parameters(), schedule="fast")
     with pytest.raises(CocoError, match="float32 or bfloat16"):
         ct.AdamW(_model(torch.float64).parameters())
+
+
+def test_the_backend_is_the_one_of_the_parameters_device():
+    """CPU parameters run on the cpu backend, CUDA ones on the cuda backend (checked here on
+    the decision: this machine has no GPU); anything else is one clear refusal."""
+    opt = ct.SGD(_model().parameters())
+    assert (opt.backend, opt.device.type) == ("cpu", "cpu")
+    cpu = torch.zeros(4)
+    assert ct.parameters_device([cpu], None) == torch.device("cpu")
+    assert ct.parameters_device([cpu], "cpu") == torch.device("cpu")
+    with pytest.raises(CocoError, match="backend 'cuda' for parameters on cpu: the cpu backend"):
+        ct.SGD(_model().parameters(), backend="cuda")
+    meta = torch.zeros(4, device="meta")
+    with pytest.raises(CocoError, match="parameters on cpu, meta: .* one device"):
+        ct.parameters_device([cpu, meta], None)
+    with pytest.raises(CocoError, match="parameters on meta: coconet runs on CPU tensors"):
+        ct.parameters_device([meta], None)
+    # What a GPU's parameters would get, without one: the device's own backend.
+    assert ct.BACKEND_OF_DEVICE[torch.device("cuda", 1).type] == "cuda"
+    with pytest.raises(CocoError, match="no parameters"):
+        ct.parameters_device([], None)
+
+
+def test_buffers_are_handed_over_without_a_copy():
+    flat = torch.arange(8, dtype=torch.float32)
+    view = ct._handed_over(flat)
+    assert isinstance(view, np.ndarray)
+    view[0] = 42.0  # the same memory
+    assert flat[0] == 42.0
+    bf16 = torch.ones(8, dtype=torch.bfloat16)
+    as_np = ct._handed_over(bf16)
+    assert as_np.dtype == ml_dtypes.bfloat16
+    assert as_np.ctypes.data == bf16.data_ptr()
 
 
 def _env() -> dict[str, str]:

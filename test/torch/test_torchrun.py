@@ -192,3 +192,73 @@ def test_coco_run_under_torchrun_refuses_a_different_np():
     assert proc.returncode == 1
     assert "torchrun started 2 process(es)" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_carries_host_tensors_reads_torchs_backend_strings():
+    from coconet.runtime.torch_comm import carries_host_tensors
+
+    assert carries_host_tensors("gloo")
+    assert carries_host_tensors("mpi")
+    assert not carries_host_tensors("nccl")
+    assert carries_host_tensors("cpu:gloo,cuda:nccl")
+    assert not carries_host_tensors("cuda:nccl")
+
+
+# A GPU job's default group is NCCL, which carries no CPU tensors. Without a GPU the script
+# starts gloo and makes torch report "nccl" for the default group: coconet must then run its
+# host traffic over a gloo group of its own (made once, however many programs are compiled),
+# and the job must still give every rank the right answer.
+NCCL_DEFAULT_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import torch.distributed as dist
+    import coconet
+    from coconet.runtime import torch_comm
+
+    dist.init_process_group("gloo")
+    real = dist.get_backend
+    dist.get_backend = lambda group=None: "nccl" if group is None else real(group)
+    out = []
+    for schedule in ("ar-c", "fuse(rs-c-ag)"):
+        step = coconet.compile("examples/sgd.mlir", schedule=schedule, backend="cpu")
+        g = np.full(4096, step.rank + 1.0, np.float32)
+        res = step(g=g, w=np.ones(4096, np.float32), lr=0.25)
+        group = step.comm.group
+        own = group is not None and real(group) == "gloo"
+        out.append([float(res["w"].min()), float(res["w"].max()), own, id(group)])
+        step.close()
+    with open(f"{sys.argv[1]}/rank{dist.get_rank()}.json", "w") as f:
+        json.dump(out, f)
+    dist.destroy_process_group()
+    """
+)
+
+
+def test_a_default_group_that_carries_no_host_tensors_gets_a_gloo_group(tmp_path):
+    script = tmp_path / "nccl_default.py"
+    script.write_text(NCCL_DEFAULT_SCRIPT)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            str(script),
+            str(tmp_path),
+        ],
+        check=False,
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    for rank in (0, 1):
+        runs = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert [(lo, hi) for lo, hi, _b, _g in runs] == [(0.25, 0.25)] * 2
+        assert all(own for _lo, _hi, own, _g in runs), "the default group was used"
+        assert len({g for *_x, g in runs}) == 1, "one gloo group for every program"

@@ -559,6 +559,68 @@ def test_a_tensor_that_requires_grad_is_refused_with_one_clear_message():
         backend.coerce_input("g", g, plan.arguments["g"])
 
 
+@pytest.mark.parametrize("schedule", ["ar-c", "fuse(rs-c-ag)"])
+def test_dlpack_tensors_are_updated_in_their_own_memory(schedule):
+    """PyTorch tensors on the GPU (DLPack), through compile()'s call path: every updated
+    argument changes in the tensor's own memory -- also a non-contiguous one (here `w`, a
+    strided view), which the program cannot bind and reads through a copy: it used to come
+    back as a new array, leaving the user's tensor as it was."""
+    from coconet.compile import CompiledProgram
+
+    program = apply_schedule(coconet.load(EXAMPLES / "adam.mlir"), schedule)
+    ranks = 2
+    plan = lower(program, ranks)
+    inputs = sim.prepare_inputs(program, None, plan.grid_shape, seed=3)
+    want = sim.run(program, {k: v.copy() for k, v in inputs.items()}, ranks=ranks, inplace=False)
+    world, cid = FakeWorld(), uuid.uuid4().hex
+    tensors: list[dict[str, Any]] = [{} for _ in range(ranks)]
+    results: list[Any] = [None] * ranks
+    bound: list[set[str]] = [set() for _ in range(ranks)]
+    errors: list[BaseException] = []
+
+    def rank_main(r: int) -> None:
+        try:
+            device = StrictDevice(world, bus=f"0000:{r + 1:02x}:00.0", device_id=r)
+            comm = FakeComm(world, cid, list(range(ranks)), r)
+            backend = CudaBackend(device, comm, mpi=FakeMPI)
+            runner = PlanRunner(plan, r, backend)
+            runner.setup()
+            compiled = CompiledProgram(program, plan, runner, "cuda", comm)
+            coords = V.coords_of(r, plan.grid_shape)
+            for name, buf in plan.arguments.items():
+                piece = V.piece_of(inputs[name], buf.type, coords, plan.grid_shape)
+                if name == "w":  # every other element of a buffer twice its size
+                    wide = np.zeros((piece.size, 2), piece.dtype)
+                    wide[:, 0] = piece
+                    data = device.user_array(wide)[:, 0]
+                    assert not data.flags.c_contiguous
+                else:
+                    data = device.user_array(np.asarray(piece))
+                tensors[r][name] = FakeTensor(data, device_index=r)
+            results[r] = compiled(**tensors[r])
+            bound[r] = set(runner.bound)
+            runner.close()
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(ranks)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    if errors:
+        raise errors[0]
+    updated = [n for n, b in plan.outputs.items() if plan.arguments.get(n) is b]
+    assert set(updated) >= {"w", "m", "v"}
+    for r in range(ranks):
+        assert "w" not in bound[r]
+        assert {"m", "v"} <= bound[r]  # contiguous: the program works in them directly
+        for name in updated:
+            mine = np.asarray(tensors[r][name].data)
+            np.testing.assert_array_equal(mine, want.per_rank[r][name], err_msg=f"{name}@{r}")
+            assert results[r][name] is tensors[r][name], name
+
+
 # ---------------------------------------------------------------------------------------------
 # A real GPU (skipped without one)
 # ---------------------------------------------------------------------------------------------
