@@ -493,7 +493,7 @@ def check_slice(op: Operation, src: TensorType, dst: TensorType) -> None:
     check_innermost_slicing(op, dst, changed)
 
 
-def _runs_after(user: Operation, op: Operation) -> bool:
+def runs_after(user: Operation, op: Operation) -> bool:
     """Whether `user` executes after `op` (both in one function, regions run in place)."""
     ancestors: dict[Block, Operation] = {}
     cur: Operation | None = op
@@ -530,7 +530,7 @@ def check_update(op: Operation) -> None:
             continue
         if isinstance(user, UpdateOp) and user.operands[0] is target:
             raise fail("update-once", f"{value_name(target)} is updated more than once")
-        if _runs_after(user, op):
+        if runs_after(user, op):
             raise fail(
                 "update-last-use",
                 f"{user.name} reads {value_name(target)} after its coco.update: read the "

@@ -14,6 +14,7 @@ from xdsl.rewriter import InsertPoint
 
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import TensorType
+from coconet.dialects.layout_rules import runs_after
 from coconet.passes.common import (
     body_block,
     fail,
@@ -21,7 +22,6 @@ from coconet.passes.common import (
     functions,
     name_of,
     op_name,
-    runs_after,
 )
 
 RULE = "as-slice"

@@ -18,7 +18,7 @@ from xdsl.transforms.dead_code_elimination import result_only_effects
 from xdsl.utils.exceptions import PassFailedException
 
 from coconet.dialects import coco, comm
-from coconet.dialects.layout_rules import grid_of, value_name
+from coconet.dialects.layout_rules import grid_of, runs_after, value_name
 
 # --------------------------------------------------------------------------------------------
 # Errors and names
@@ -351,21 +351,6 @@ def check_groups_acyclic(
     for n in set(node.values()):
         if state.get(n) is None and visit(n):
             raise fail(rule, f"{what} would form a cycle between the requested regions")
-
-
-def runs_after(user: Operation, op: Operation) -> bool:
-    """Whether `user` executes after `op` in one function (regions run in place)."""
-    ancestors: dict[Block, Operation] = {}
-    cur: Operation | None = op
-    while cur is not None and (block := cur.parent_block()) is not None:
-        ancestors[block] = cur
-        cur = cur.parent_op()
-    cur = user
-    while cur is not None and (block := cur.parent_block()) is not None:
-        if (mine := ancestors.get(block)) is not None:
-            return mine is not cur and mine.is_before_in_block(cur)
-        cur = cur.parent_op()
-    return False
 
 
 def readable_at(v: SSAValue, user: Operation) -> bool:

@@ -44,7 +44,7 @@ from coconet.core.program import CocoError
 from coconet.lowering.host_compiler import HOST_CACHE, HostCompileError, compile_host
 from coconet.lowering.plan import COMM_STREAM, Buffer, Collective, Copy, Launch, Matmul, Plan
 from coconet.runtime.collectives import CollectiveContext, CollectiveOps, collective_ops
-from coconet.runtime.executor import KernelArg, buffer_dtype, groups_of
+from coconet.runtime.executor import KernelArg, buffer_dtype, check_plan_size, groups_of
 from coconet.runtime.symmetric import MpiWindows, PosixSegments, node_communicator
 from coconet.runtime.transport import MpiTransport
 
@@ -199,11 +199,7 @@ class CpuBackend:
     # -- setup -------------------------------------------------------------------------------
 
     def prepare(self, plan: Plan) -> None:
-        if plan.size != self.size:
-            raise CocoError(
-                f"the plan of @{plan.program} is for {plan.size} rank(s), but this job has "
-                f"{self.size} MPI process(es)"
-            )
+        check_plan_size(plan, self.size)
         self.plan = plan
         self.grid_shape = plan.grid_shape
         if any(isinstance(s, Launch) for s in plan.steps):

@@ -54,7 +54,7 @@ from coconet.lowering.plan import (
     Plan,
 )
 from coconet.runtime.collectives import CollectiveContext, collective_ops, narrow, widen
-from coconet.runtime.executor import KernelArg, buffer_dtype, groups_of
+from coconet.runtime.executor import KernelArg, buffer_dtype, check_plan_size, groups_of
 from coconet.runtime.symmetric import node_communicator
 from coconet.runtime.torch_comm import mpi_module_for
 from coconet.runtime.transport import (
@@ -571,11 +571,7 @@ class CudaBackend:
     # -- setup -------------------------------------------------------------------------------
 
     def prepare(self, plan: Plan) -> None:
-        if plan.size != self.size:
-            raise CocoError(
-                f"the plan of @{plan.program} is for {plan.size} rank(s), but this job has "
-                f"{self.size} MPI process(es)"
-            )
+        check_plan_size(plan, self.size)
         self.plan = plan
         self.grid_shape = plan.grid_shape
         self._find_shared_gpus()

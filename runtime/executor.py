@@ -180,6 +180,15 @@ SCRATCH_DTYPES = {
 }
 
 
+def check_plan_size(plan: Plan, size: int) -> None:
+    """A backend runs the plan of its job's size only."""
+    if plan.size != size:
+        raise CocoError(
+            f"the plan of @{plan.program} is for {plan.size} rank(s), but this job has "
+            f"{size} process(es)"
+        )
+
+
 def buffer_dtype(buf: Buffer) -> np.dtype:
     """Host dtype of a buffer: its tensor's element type, or a scratch element type."""
     if buf.elt in SCRATCH_DTYPES:
