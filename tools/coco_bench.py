@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from coconet.core.program import CocoError, Program, load
+from coconet.tools.rank_job import job_description
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce")
 DTYPES = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2}
@@ -489,30 +490,26 @@ def run(args: argparse.Namespace) -> int:
             f"coco-bench: {what} on {ranks} rank(s), backend {backend}; median of "
             f"{args.iters} step(s) after {args.warmup} warm-up, slowest rank per step"
         )
-        job = {
-            "programs": [
+        job = job_description(
+            backend,
+            schedules,
+            programs=[
                 {"path": str(Path(pt.path).resolve()), "entry": args.entry, "meta": pt.meta}
                 for pt in points
             ],
-            "backend": backend,
-            "schedules": [{"label": label, "spec": spec} for label, spec in schedules],
-            "inputs": None,
-            "output": None,
-            "seed": 0,
-            "check": args.check,
-            "bench": True,
-            "warmup": args.warmup,
-            "iters": args.iters,
-            "verbose": args.verbose,
-            "quiet": True,
-            "report": "sweep",
-            "title": title,
-            "progress": True,
-            "json": json_path,
-            "trace": outputs["trace"],
-            "exact_collectives": False,
-            "step_timeout": args.step_timeout,
-        }
+            check=args.check,
+            bench=True,
+            json_path=json_path,
+            trace=outputs["trace"],
+            warmup=args.warmup,
+            iters=args.iters,
+            verbose=args.verbose,
+            quiet=True,
+            step_timeout=args.step_timeout,
+            report="sweep",
+            title=title,
+            progress=True,
+        )
         total = len(points) * len(schedules)
         bar = progress_bar(total, not args.no_progress and is_rank_zero())
         try:

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from coconet.core.program import CocoError, Program, load
 from coconet.core.values import load_arrays
-from coconet.tools.rank_job import print_summary
+from coconet.tools.rank_job import job_description, print_summary
 
 BACKENDS = ("sim", "cpu", "cuda")
 
@@ -471,26 +471,25 @@ def prepared_job(
             Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise CocoError(f"cannot write {args.output}: {e}") from None
-    job = {
-        "program": str(Path(args.program).resolve()),
-        "entry": args.entry,
-        "backend": backend,
-        "schedules": [{"label": label, "spec": spec} for label, spec in schedules],
-        "inputs": str(Path(args.inputs).resolve()) if args.inputs else None,
-        "output": str(Path(args.output).resolve()) if args.output else None,
-        "seed": args.seed,
-        "check": args.check,
-        "bench": args.bench,
-        "json": args.json,
-        "trace": args.trace,
-        "warmup": args.warmup,
-        "iters": args.iters,
-        "verbose": args.verbose,
-        "quiet": args.quiet,
-        "exact_collectives": args.exact_collectives,
-        "step_timeout": args.step_timeout,
-    }
-    return job
+    return job_description(
+        backend,
+        schedules,
+        program=str(Path(args.program).resolve()),
+        entry=args.entry,
+        inputs=str(Path(args.inputs).resolve()) if args.inputs else None,
+        output=str(Path(args.output).resolve()) if args.output else None,
+        seed=args.seed,
+        check=args.check,
+        bench=args.bench,
+        json_path=args.json,
+        trace=args.trace,
+        warmup=args.warmup,
+        iters=args.iters,
+        verbose=args.verbose,
+        quiet=args.quiet,
+        exact_collectives=args.exact_collectives,
+        step_timeout=args.step_timeout,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> None:

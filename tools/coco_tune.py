@@ -26,6 +26,7 @@ from pathlib import Path
 
 from coconet.autotune import Candidate
 from coconet.core.program import CocoError, Program, load
+from coconet.tools.rank_job import job_description
 
 
 @dataclass
@@ -59,25 +60,19 @@ def measure_candidates(
         source = Path(tmp) / f"{program.name}.mlir"
         source.write_text(str(program.module) + "\n")
         rows_path = Path(tmp) / "rows.json"
-        job = {
-            "program": str(source),
-            "entry": program.name,
-            "backend": backend,
-            "schedules": [{"label": c.name, "spec": c.spec} for c in candidates],
-            "inputs": None,
-            "output": None,
-            "seed": 0,
-            "check": check,
-            "bench": True,
-            "json": str(rows_path),
-            "trace": None,
-            "warmup": warmup,
-            "iters": iters,
-            "verbose": False,
-            "quiet": True,
-            "exact_collectives": False,
-            "step_timeout": 300.0,
-        }
+        job = job_description(
+            backend,
+            [(c.name, c.spec) for c in candidates],
+            program=str(source),
+            entry=program.name,
+            check=check,
+            bench=True,
+            json_path=str(rows_path),
+            warmup=warmup,
+            iters=iters,
+            quiet=True,
+            step_timeout=300.0,
+        )
         import contextlib
         import io
 

@@ -32,6 +32,58 @@ from coconet.core.program import Program
 # The module the launcher runs on every rank (`python -m RANK_WORKER JOB.json`).
 RANK_WORKER = "coconet.tools.rank_job"
 
+
+def job_description(
+    backend: str,
+    schedules: Sequence[tuple[str, str | None]],
+    *,
+    program: str | None = None,
+    entry: str | None = None,
+    programs: Sequence[dict[str, Any]] | None = None,
+    inputs: str | None = None,
+    output: str | None = None,
+    seed: int = 0,
+    check: bool = False,
+    bench: bool = False,
+    json_path: str | None = None,
+    trace: str | None = None,
+    warmup: int = 3,
+    iters: int = 10,
+    verbose: bool = False,
+    quiet: bool = False,
+    exact_collectives: bool = False,
+    step_timeout: float | None = None,
+    **report: Any,
+) -> dict[str, Any]:
+    """The job every rank of coco-run, coco-bench and coco-tune runs (JSON through the
+    launcher): one program (`program`, `entry`) or a sweep of them (`programs`: path, entry,
+    meta), each under the (label, spec) `schedules`; `report` adds the sweep's keys (report,
+    title, progress)."""
+    job: dict[str, Any] = {
+        "backend": backend,
+        "schedules": [{"label": label, "spec": spec} for label, spec in schedules],
+        "inputs": inputs,
+        "output": output,
+        "seed": seed,
+        "check": check,
+        "bench": bench,
+        "json": json_path,
+        "trace": trace,
+        "warmup": warmup,
+        "iters": iters,
+        "verbose": verbose,
+        "quiet": quiet,
+        "exact_collectives": exact_collectives,
+        "step_timeout": step_timeout,
+        **report,
+    }
+    if programs is not None:
+        job["programs"] = list(programs)
+    else:
+        job["program"], job["entry"] = program, entry
+    return job
+
+
 # Bandwidth conventions of the bench rows (coco-run --bench, coco-bench), as nccl-tests defines
 # them for one collective, extended to whole programs through the plan's traffic.
 ALGBW_CONVENTION = (
