@@ -39,12 +39,24 @@ PRELOAD = (
     "coconet.schedule",
     "coconet.tools.coco_opt",
 )
-# Per depth: schedules tried per distinct accepted program, and the fraction of those programs
-# also run on the cpu backend against the sim (host-compiling their kernels takes seconds).
-DEPTHS = {"quick": (2, 0.02), "full": (12, 0.1)}
+# Per depth, for each distinct accepted program: how many schedules the enumerator makes (None:
+# every pipeline it offers, each applied and verified), how many of those are also lowered and
+# checked against the sim (spread over the enumeration; None: all), and the fraction of the
+# programs also run on the cpu backend against the sim (host-compiling their kernels takes
+# seconds). `make fuzz` runs `full`, the CI slice `quick`.
+DEPTHS: dict[str, tuple[int | None, int | None, float]] = {
+    "quick": (2, None, 0.02),
+    "full": (None, 8, 0.05),
+}
 
 
-def _worker(conn: Connection, seed: int, schedule_limit: int, cpu_fraction: float) -> None:
+def _worker(
+    conn: Connection,
+    seed: int,
+    schedule_limit: int | None,
+    checked_schedules: int | None,
+    cpu_fraction: float,
+) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     try:  # die with the driver (Linux): a killed driver leaves no worker running
         import ctypes
@@ -55,7 +67,12 @@ def _worker(conn: Connection, seed: int, schedule_limit: int, cpu_fraction: floa
     from fuzz_oracle import Oracle
 
     with tempfile.TemporaryDirectory(prefix="coconet-fuzz-") as tmp:
-        oracle = Oracle(Path(tmp), schedule_limit=schedule_limit, cpu_fraction=cpu_fraction)
+        oracle = Oracle(
+            Path(tmp),
+            schedule_limit=schedule_limit,
+            cpu_fraction=cpu_fraction,
+            checked_schedules=checked_schedules,
+        )
         while True:
             index = conn.recv()
             if index is None:
@@ -70,8 +87,7 @@ def _worker(conn: Connection, seed: int, schedule_limit: int, cpu_fraction: floa
 class _Slot:
     def __init__(self, ctx, seed: int, depth: str):
         self.conn, child = ctx.Pipe()
-        limit, cpu = DEPTHS[depth]
-        self.proc = ctx.Process(target=_worker, args=(child, seed, limit, cpu), daemon=True)
+        self.proc = ctx.Process(target=_worker, args=(child, seed, *DEPTHS[depth]), daemon=True)
         self.proc.start()
         child.close()
         self.index: int | None = None
@@ -218,6 +234,9 @@ def summarize(
                 findings[sig] = r
             findings[sig]["count"] += 1
     rejected_by = Counter(r.get("error") for r in results if r["outcome"] == "rejected")
+    stage_seconds: Counter[str] = Counter()
+    for r in results:
+        stage_seconds.update(r.get("stage_seconds", {}))
     return {
         "seed": seed,
         "inputs": len(results),
@@ -230,6 +249,8 @@ def summarize(
         "rejected_by": dict(rejected_by.most_common()),
         "slow": sum(1 for r in results if r.get("slow")),
         "max_case_seconds": max((r.get("seconds", 0) for r in results), default=0),
+        # the profile: worker seconds per kind of stage, summed over every case
+        "stage_seconds": {k: round(v, 1) for k, v in stage_seconds.most_common()},
         "findings": findings,
     }
 
@@ -244,6 +265,12 @@ def format_summary(s: dict[str, Any]) -> str:
         f"limit once), slowest case {s['max_case_seconds']} s"
     )
     lines = [head]
+    if s.get("stage_seconds"):
+        total = sum(s["stage_seconds"].values()) or 1.0
+        lines.append(
+            "  worker seconds by stage: "
+            + ", ".join(f"{k} {v:.0f} ({v / total:.0%})" for k, v in s["stage_seconds"].items())
+        )
     for sig, r in s["findings"].items():
         lines.append(f"  [{r['count']}x] {sig}")
         lines.append(f"      {r.get('case')}")

@@ -42,7 +42,9 @@ from __future__ import annotations
 
 import contextlib
 import io
+import time
 import traceback
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -91,46 +93,93 @@ def _clean_tool_error(exc: BaseException) -> bool:
     return False
 
 
+@cache
+def _memoize_multiverse() -> None:
+    """xDSL's `Universe.get_multiverse` reads every installed package's entry points on each
+    call, three times per coco-opt run: a quarter of a case's time in a worker that runs
+    coco-opt thousands of times. The packages do not change while a worker runs, so one
+    reading serves all of them (the tool itself runs once per process and is left as is)."""
+    from xdsl.universe import Universe
+
+    Universe.get_multiverse = staticmethod(cache(Universe.get_multiverse))
+
+
 def run_tool(args: list[str]) -> str:
     """`coco-opt ARGS` in this process, its output returned; exceptions propagate raw (the
     tool's main() would turn some internal errors into messages: the fuzzer must see them)."""
     from coconet.tools.coco_opt import CocoOptMain
 
+    _memoize_multiverse()
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
         CocoOptMain(args).run()
     return out.getvalue()
 
 
+class StageClock:
+    """The stage a case is in (named in its result when it fails) and the seconds spent in
+    each kind of stage (`lower@2` and `lower@4` are both `lower`): the fuzzer's profile."""
+
+    def __init__(self) -> None:
+        self.name = "load"
+        self.kind = "load"
+        self.seconds: dict[str, float] = {}
+        self._since = time.perf_counter()
+
+    def enter(self, name: str, kind: str | None = None) -> None:
+        self._charge()
+        self.name = name
+        self.kind = kind or name.split("@")[0].split(" ")[0]
+
+    def stop(self) -> dict[str, float]:
+        self._charge()
+        return {k: round(v, 4) for k, v in self.seconds.items()}
+
+    def _charge(self) -> None:
+        now = time.perf_counter()
+        self.seconds[self.kind] = self.seconds.get(self.kind, 0.0) + now - self._since
+        self._since = now
+
+
 class Oracle:
     def __init__(
-        self, workdir: Path, schedule_limit: int = 4, tool: bool = True, cpu_fraction: float = 0.0
+        self,
+        workdir: Path,
+        schedule_limit: int | None = 4,
+        tool: bool = True,
+        cpu_fraction: float = 0.0,
+        checked_schedules: int | None = None,
     ):
+        """`schedule_limit`: how many schedules the enumerator makes per program (None: all it
+        offers, each pipeline applied and its IR verified); `checked_schedules`: how many of
+        them, spread evenly over the enumeration, are also lowered and checked against the
+        sim (None: all)."""
         self.workdir = workdir
         self.cpu_fraction = cpu_fraction
         self.schedule_limit = schedule_limit
+        self.checked_schedules = checked_schedules
         self.tool = tool
         self.seen: set[str] = set()
 
     def run(self, case: Case) -> dict[str, Any]:
         result: dict[str, Any] = {"index": case.index, "outcome": "accepted", "stage": ""}
-        stage = ["load"]
+        stage = StageClock()
         try:
             if case.kind == "pipeline":
                 self._pipeline(case, stage)
             else:
                 self._program(case, stage, result)
         except SilentAcceptance as e:
-            result.update(outcome="silent", stage=stage[0], error="", message=str(e))
+            result.update(outcome="silent", stage=stage.name, error="", message=str(e))
         except CLEAN as e:
             result.update(
-                outcome="rejected", stage=stage[0], error=type(e).__name__, message=first_line(e)
+                outcome="rejected", stage=stage.name, error=type(e).__name__, message=first_line(e)
             )
         except BaseException as e:
-            if case.kind == "pipeline" and stage[0] == "coco-opt" and _clean_tool_error(e):
+            if case.kind == "pipeline" and stage.name == "coco-opt" and _clean_tool_error(e):
                 result.update(
                     outcome="rejected",
-                    stage=stage[0],
+                    stage=stage.name,
                     error=type(e).__name__,
                     message=first_line(e),
                 )
@@ -139,29 +188,30 @@ class Oracle:
             else:
                 result.update(
                     outcome="traceback",
-                    stage=stage[0],
+                    stage=stage.name,
                     error=type(e).__name__,
                     where=where(e),
                     message=first_line(e),
                     traceback="".join(traceback.format_exception(e))[-3000:],
                 )
+        result["stage_seconds"] = stage.stop()
         return result
 
     # -- a mutated program ---------------------------------------------------------------------
 
-    def _program(self, case: Case, stage: list[str], result: dict[str, Any]) -> None:
+    def _program(self, case: Case, stage: StageClock, result: dict[str, Any]) -> None:
         import coconet
 
         path = self.workdir / "case.mlir"
         path.write_bytes(case.data)
-        stage[0] = "load"
+        stage.enter("load")
         try:
             program = coconet.load(path)
             load_error = None
         except CLEAN as e:
             load_error = e
         if self.tool:
-            stage[0] = "coco-opt"
+            stage.enter("coco-opt")
             try:
                 run_tool([str(path)])
                 tool_error = None
@@ -182,9 +232,9 @@ class Oracle:
                     )
                 )
         if load_error is not None:
-            stage[0] = "load"
+            stage.enter("load")
             raise load_error
-        stage[0] = "verify"
+        stage.enter("verify")
         if case.must_reject:
             raise SilentAcceptance(
                 f"a program breaking rule [{case.must_reject}] ({case.mutations[-1]}) was accepted"
@@ -196,7 +246,7 @@ class Oracle:
         self.seen.add(text)
         self._deep(program, text, stage)
 
-    def _deep(self, program: Program, text: str, stage: list[str]) -> None:
+    def _deep(self, program: Program, text: str, stage: StageClock) -> None:
         from xdsl.dialects import func
 
         from coconet.core.program import parse_module
@@ -205,7 +255,7 @@ class Oracle:
         from coconet.runtime import sim
         from coconet.schedule import enumerate_scheduled_programs
 
-        stage[0] = "roundtrip"
+        stage.enter("roundtrip")
         try:
             again = Program(parse_module(text, "<printed>"))
         except CLEAN as e:
@@ -217,35 +267,36 @@ class Oracle:
         module = program.module
         for fn in [op for op in module.ops if isinstance(op, func.FuncOp)]:
             p = Program(module, fn.sym_name.data)
-            stage[0] = "signature"
+            stage.enter("signature")
             p.arguments
             p.outputs
             simulate = _elements(p) <= SIM_ELEMENTS
             for ranks in RANKS:
-                stage[0] = f"lower@{ranks}"
+                stage.enter(f"lower@{ranks}")
                 with contextlib.suppress(*CLEAN):
                     plan = lower(p, ranks)
                     plan.format()
                     plan.cuda_source
                 if simulate:
-                    stage[0] = f"sim@{ranks}"
+                    stage.enter(f"sim@{ranks}")
                     with contextlib.suppress(*CLEAN):
                         sim.run(p, ranks=ranks, seed=ranks)
             if simulate and _chosen(text + p.name, self.cpu_fraction):
                 self._cpu(p, stage)
-            stage[0] = "schedules"
+            stage.enter("schedules")
             try:
                 scheduled = enumerate_scheduled_programs(p, limit=self.schedule_limit)
             except CLEAN:
                 continue
-            for name, pipeline, sp in scheduled:
+            for name, pipeline, sp in _spread(scheduled, self.checked_schedules):
                 if not pipeline:
                     continue
-                stage[0] = f"schedule {name}"
+                stage.enter(f"schedule {name}", kind="schedule-lower")
                 for ranks in (1, 2, 4):
                     with contextlib.suppress(*CLEAN):
                         lower(sp, ranks).format()
                 if simulate:
+                    stage.enter(f"schedule {name}", kind="schedule-check")
                     report = check_equivalence(p, sp, ranks=(1, 2, 4), seeds=(0,))
                     if not report.ok:
                         detail = str(report).replace("\n", " | ")[:400]
@@ -254,14 +305,14 @@ class Oracle:
                             f"{detail}"
                         )
 
-    def _cpu(self, p: Program, stage: list[str]) -> None:
+    def _cpu(self, p: Program, stage: StageClock) -> None:
         from coconet.equivalence import TOLERANCES, _close
         from coconet.lowering.lower_to_plan import lower
         from coconet.runtime import sim
         from coconet.runtime.threaded import ThreadedExecutor
 
         for ranks in (1, 2):
-            stage[0] = f"cpu@{ranks}"
+            stage.enter(f"cpu@{ranks}")
             try:
                 plan = lower(p, ranks)
                 want = sim.run(p, ranks=ranks, seed=7)
@@ -282,10 +333,10 @@ class Oracle:
 
     # -- a mutated pipeline on a valid program ---------------------------------------------
 
-    def _pipeline(self, case: Case, stage: list[str]) -> None:
+    def _pipeline(self, case: Case, stage: StageClock) -> None:
         path = self.workdir / "case.mlir"
         path.write_bytes(case.data)
-        stage[0] = "coco-opt"
+        stage.enter("coco-opt", kind="pipeline")
         args = [str(path), "-t", case.target or "mlir"]
         if case.pipeline:
             args += ["-p", case.pipeline]
@@ -306,6 +357,18 @@ def _elements(p: Program) -> int:
         if isinstance(a.type, TensorType):
             total += int(np.prod([max(d, 1) for d in a.type.get_shape()], dtype=object)) * 4
     return total
+
+
+def _spread(items: list[Any], count: int | None) -> list[Any]:
+    """At most `count` of `items`, evenly spaced from the first to the last (the enumeration
+    goes depth first: its first entries differ only in the last choices, its last ones compose
+    the most passes)."""
+    if count is None or len(items) <= count:
+        return items
+    if count <= 1:
+        return items[-count:] if count == 1 else []
+    step = (len(items) - 1) / (count - 1)
+    return [items[round(i * step)] for i in range(count)]
 
 
 def _dtype_name(a: np.ndarray) -> str:
