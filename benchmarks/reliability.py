@@ -11,8 +11,10 @@ quotes them.
    `--fuzz-json` reads the summary of an earlier `fuzz_driver.py --json` run instead.
 2. Faults (test/mpi/fault_harness.py): SIGKILL of a rank in the `--bench` loop, an exception
    on a rank, a compile failure on a rank, a rank that never arrives -- on 2 and 4 ranks; per
-   case the front end's exit status, the time from the fault until every rank was gone and
-   until every process of the job (front end included) was gone, orphans, and the user's line.
+   case the front end's exit status, every rank's own end (exit status or signal, as its
+   supervisor recorded it) and the time from the fault until the last of them, the time until
+   every rank process was gone and until every process of the job (front end included) was
+   gone, orphans, and the user's line.
 """
 
 from __future__ import annotations
@@ -63,10 +65,11 @@ def fault_section(runs: list) -> list[str]:
         "## Faults on real `coco-run` jobs (cpu backend, examples/sgd.mlir, failing rank = last)",
         "",
         (
-            "| fault | ranks | exit status | fault -> every rank gone | -> mpiexec gone "
+            "| fault | ranks | exit status | each rank's end (rank: status) "
+            "| fault -> last rank's end | -> every rank gone | -> mpiexec gone "
             "| -> front end gone | -> every process gone | orphans | what the user sees |"
         ),
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in runs:
         ranks_gone = (
@@ -79,8 +82,11 @@ def fault_section(runs: list) -> list[str]:
         def since_fault(t: float | None, r=r) -> str:
             return f"{t - r.fault_at:.2f} s" if t is not None and r.fault_at is not None else "-"
 
+        ends = ", ".join(f"{rank}: {r.rank_end(rank)}" for rank in range(r.ranks))
+        last_end = r.fault_to_last_rank_exit
+        last = f"{last_end:.2f} s" if last_end is not None else "-"
         lines.append(
-            f"| {r.kind} | {r.ranks} | {r.returncode} | {ranks_gone} | "
+            f"| {r.kind} | {r.ranks} | {r.returncode} | {ends} | {last} | {ranks_gone} | "
             f"{since_fault(r.mpiexec_gone_at)} | {since_fault(r.front_end_gone_at)} | "
             f"{everything} | "
             f"{len(r.orphans)} | `{r.message.replace('|', '/')[:150]}` |"
@@ -125,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
         lines += fault_section(runs)
         bad |= any(
             r.returncode != 1
+            or not r.every_rank_failed
+            or r.fault_to_last_rank_exit is None
+            or r.fault_to_last_rank_exit >= 10
             or r.orphans
             or r.fault_to_all_gone is None
             or r.fault_to_all_gone >= 10

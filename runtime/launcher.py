@@ -2,8 +2,10 @@
 
 `launch(job, ranks, worker=MODULE)` runs `mpiexec -n N python -m MODULE JOB.json` (coco-run's
 worker is coconet.tools.rank_job) with the `mpiexec` of the mpich wheel installed next to this
-Python (no system MPI needed), streams the ranks' standard output through (minus mpiexec's own
-banners), and on failure finds the rank that failed and why:
+Python (no system MPI needed), each rank under runtime/rank_supervisor.py, which records how
+the rank ended (its exit status, or the signal that killed it: `LaunchResult.rank_exits`), and
+streams the ranks' standard output through (minus mpiexec's own banners). On failure it finds
+the rank that failed and why:
 
 1. a rank that caught its failure wrote `rankR.error` (runtime/failures.py) and aborted the job;
 2. a failed `--check` wrote `rank0.check` and every rank exited 1;
@@ -11,8 +13,8 @@ banners), and on failure finds the rank that failed and why:
 4. a rank died without a word (a signal, a hard exit): every rank holds a connection to the
    launcher's monitor socket and says goodbye on a normal exit; the first connection to close
    without one is the rank that died (mpiexec kills the others only after it noticed), the
-   signal comes from mpiexec's report, and the rank's faulthandler file shows where a crash
-   happened;
+   signal comes from its supervisor's record (else mpiexec's report), and the rank's
+   faulthandler file shows where a crash happened;
 5. the whole job ran past `timeout` seconds: every process of the job is killed.
 """
 
@@ -28,12 +30,20 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 from coconet.core.program import CocoError
 from coconet.runtime.failures import MONITOR_ENV, STATUS_DIR_ENV
+
+# Where coco-run (and any tool that launches) also writes the ranks' ends as JSON, when set:
+# for the tests and reports that follow a job from outside.
+RANK_EXITS_ENV = "COCONET_RANK_EXITS"
+SUPERVISOR = Path(__file__).with_name("rank_supervisor.py")
+# How long after mpiexec has exited the launcher waits for the supervisors' records (a
+# supervisor outlives hydra's kill of its rank by the moment it takes to reap and write).
+EXIT_RECORD_WAIT = 3.0
 
 _NOISE = re.compile(
     r"^(=+|=\s.*|\s*BAD TERMINATION.*|.*RUNNING AT .*|\s*EXIT CODE:.*|.*CLEANING UP REMAINING.*|"
@@ -43,12 +53,34 @@ _NOISE = re.compile(
 )
 
 
+@dataclass(frozen=True)
+class RankExit:
+    """How one rank process ended, as its supervisor saw it."""
+
+    rank: int
+    pid: int
+    code: int | None  # its exit status, when it exited
+    signal: int | None  # the signal that killed it, when one did
+    time: float  # when (time.time())
+
+    def describe(self) -> str:
+        if self.signal is not None:
+            return f"killed by {_signal_name(self.signal)}"
+        return f"exit status {self.code}"
+
+    @property
+    def failed(self) -> bool:
+        return self.signal is not None or self.code != 0
+
+
 @dataclass
 class LaunchResult:
     returncode: int
     message: str | None  # why the job failed, naming the rank; None when it succeeded
     stderr: str = ""
     elapsed: float = 0.0
+    # rank -> how it ended; a rank missing never started (or its supervisor was killed)
+    rank_exits: dict[int, RankExit] = field(default_factory=dict)
 
 
 def find_mpiexec() -> str:
@@ -214,6 +246,9 @@ def launch(
             "-n",
             str(ranks),
             sys.executable,
+            "-S",  # the supervisor needs only the standard library: no site-packages scan
+            str(SUPERVISOR),
+            sys.executable,
             "-m",
             worker,
             str(job_file),
@@ -265,14 +300,53 @@ def launch(
         for t in pumps:
             t.join(timeout=5)
         monitor.stop()
+        exits = read_rank_exits(status, ranks, wait=EXIT_RECORD_WAIT)
         elapsed = time.monotonic() - start
         stderr = "".join(err_lines)
+        _publish_rank_exits(exits)
         if timed_out:
-            return LaunchResult(124, timeout_message(status, timeout, ranks), stderr, elapsed)
+            message = timeout_message(status, timeout, ranks)
+            return LaunchResult(124, message, stderr, elapsed, exits)
         if proc.returncode == 0:
-            return LaunchResult(0, None, stderr, elapsed)
-        message = diagnose(status, ranks, proc.returncode, "".join(noise) + stderr, monitor.deaths)
-        return LaunchResult(proc.returncode or 1, message, stderr, elapsed)
+            return LaunchResult(0, None, stderr, elapsed, exits)
+        message = diagnose(
+            status, ranks, proc.returncode, "".join(noise) + stderr, monitor.deaths, exits
+        )
+        return LaunchResult(proc.returncode or 1, message, stderr, elapsed, exits)
+
+
+def read_rank_exits(status: Path, ranks: int, wait: float = 0.0) -> dict[int, RankExit]:
+    """The supervisors' `rank<N>.exit` records, waiting up to `wait` seconds for all `ranks`
+    of them (each is written the moment its rank is reaped, which can be just after mpiexec
+    itself has exited)."""
+    deadline = time.monotonic() + wait
+    while True:
+        exits: dict[int, RankExit] = {}
+        for f in status.glob("rank*.exit"):
+            try:
+                d = json.loads(f.read_text())
+                exits[int(d["rank"])] = RankExit(
+                    int(d["rank"]), int(d["pid"]), d.get("code"), d.get("signal"), d["time"]
+                )
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+        if len(exits) >= ranks or time.monotonic() >= deadline:
+            return exits
+        time.sleep(0.02)
+
+
+def _publish_rank_exits(exits: dict[int, RankExit]) -> None:
+    path = os.environ.get(RANK_EXITS_ENV)
+    if not path:
+        return
+    table = {
+        str(r): {"pid": e.pid, "code": e.code, "signal": e.signal, "time": e.time}
+        for r, e in sorted(exits.items())
+    }
+    try:
+        Path(path).write_text(json.dumps(table))
+    except OSError:
+        pass
 
 
 def _read_reports(status: Path, kind: str) -> list[dict[str, Any]]:
@@ -302,6 +376,11 @@ def _signal_name(n: int) -> str:
         return f"signal {n}"
 
 
+def _signal_text(n: int) -> str:
+    """The signal's description (`Killed`, `Segmentation fault`), as hydra's report gives it."""
+    return signal.strsignal(n) or _signal_name(n)
+
+
 def _crash_location(status: Path, rank: int) -> str:
     """Where a crashed rank was, from its faulthandler report (the crashing thread's frame)."""
     f = status / f"rank{rank}.fault"
@@ -322,6 +401,7 @@ def diagnose(
     returncode: int,
     output: str,
     deaths: list[tuple[int, int]] | None = None,
+    exits: dict[int, RankExit] | None = None,
 ) -> str:
     errors = _read_reports(status, "error")
     if errors:
@@ -348,6 +428,14 @@ def diagnose(
         rank, pid = deaths[0]
         who = f"rank {rank} (pid {pid})"
         stopped = "; the other ranks were stopped"
+        own = (exits or {}).get(rank)
+        if own is not None and own.pid == pid and own.signal is not None:
+            crash = _crash_location(status, rank)
+            n = own.signal
+            return f"{who} was killed by {_signal_name(n)} ({_signal_text(n)}){crash}{stopped}"
+        if own is not None and own.pid == pid and own.code not in (None, 0):
+            silent = f"{who} exited with status {own.code} without reporting an error"
+            return f"{silent}{stopped}"
         if m and sig and int(m.group(1)) == pid:
             n = int(sig.group(2))
             crash = _crash_location(status, rank)

@@ -22,6 +22,7 @@ it), so what is checked for the ranks is that every one is gone.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -55,6 +56,32 @@ class FaultRun:
     # when mpiexec and the front end exited (seconds after launch): where the time goes
     mpiexec_gone_at: float | None = None
     front_end_gone_at: float | None = None
+    launched_wall: float = 0.0  # time.time() at the launch
+    # rank -> {"pid", "code", "signal", "at"}: its own end, `at` in seconds after launch
+    rank_exits: dict[int, dict] = field(default_factory=dict)
+
+    def rank_end(self, rank: int) -> str:
+        """How `rank` ended: `SIGKILL`, `exit 1`, or `?` when nobody recorded it."""
+        e = self.rank_exits.get(rank)
+        if e is None:
+            return "?"
+        if e["signal"] is not None:
+            return signal.Signals(e["signal"]).name
+        return f"exit {e['code']}"
+
+    @property
+    def every_rank_failed(self) -> bool:
+        """Every rank has a recorded end, and none of them is a clean exit."""
+        return sorted(self.rank_exits) == list(range(self.ranks)) and all(
+            e["signal"] is not None or e["code"] != 0 for e in self.rank_exits.values()
+        )
+
+    @property
+    def fault_to_last_rank_exit(self) -> float | None:
+        """From the fault until the last rank's recorded end."""
+        if self.fault_at is None or not self.rank_exits:
+            return None
+        return max(e["at"] for e in self.rank_exits.values()) - self.fault_at
 
     @property
     def fault_to_all_gone(self) -> float | None:
@@ -85,7 +112,9 @@ def _name(p: psutil.Process) -> str:
 
 def _rank_of(p: psutil.Process) -> int | None:
     try:
-        if "coconet.tools.rank_job" not in " ".join(p.cmdline()):
+        cmdline = " ".join(p.cmdline())
+        # the rank itself, not its supervisor (whose command line holds the rank's)
+        if "coconet.tools.rank_job" not in cmdline or "rank_supervisor" in cmdline:
             return None
         if "mpiexec" in p.name() or "hydra" in p.name():
             return None
@@ -128,7 +157,12 @@ def run_fault(kind: str, ranks: int, timeout: float = 120.0) -> FaultRun:
     ):
         if kind == "compile":  # a fresh cache: the fault is in this rank's compilation
             env["COCONET_CACHE_DIR"] = cache
+        exits = Path(cache) / "rank-exits.json"
+        env["COCONET_RANK_EXITS"] = str(exits)
         _follow(run, args, env, err, timeout)
+        if exits.exists():
+            for rank, e in json.loads(exits.read_text()).items():
+                run.rank_exits[int(rank)] = {**e, "at": e["time"] - run.launched_wall}
     return run
 
 
@@ -136,6 +170,7 @@ def _follow(run: FaultRun, args: tuple[str, ...], env: dict[str, str], err, time
     """Launch the job and follow its processes until all are gone (see the module docstring)."""
     kind, ranks, victim = run.kind, run.ranks, run.victim
     start = time.monotonic()
+    run.launched_wall = time.time()  # the supervisors' records are in wall-clock time
     front = subprocess.Popen(
         [
             sys.executable,

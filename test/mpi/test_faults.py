@@ -3,7 +3,8 @@
 at the next barrier -- each on 2 and 4 ranks. Every case must end every process of the job
 (mpiexec, hydra's proxy, every rank, the front end) within 10 s of the fault, the front end
 with status 1 and one `coco-run: error:` line naming the failing rank, no traceback, and no
-process left behind. `benchmarks/reliability.py` prints the same measurements as a table.
+process left behind; and every rank's own end, as its supervisor recorded it, is a failure (a
+non-zero exit status or a signal; SIGKILL for the killed rank) within 10 s of the fault. `benchmarks/reliability.py` prints the same measurements as a table.
 """
 
 from __future__ import annotations
@@ -29,8 +30,10 @@ EXPECT = {
 @pytest.mark.parametrize("kind", FAULTS)
 def test_a_fault_on_one_rank_ends_every_process_promptly(kind, ranks):
     run = run_fault(kind, ranks)
+    ends = ", ".join(f"{r}: {run.rank_end(r)}" for r in range(ranks))
     report = (
-        f"{kind} on {ranks} ranks: status {run.returncode}, ranks gone at {run.gone_at} s, "
+        f"{kind} on {ranks} ranks: status {run.returncode}, rank ends {ends} "
+        f"(recorded {run.rank_exits}), ranks gone at {run.gone_at} s, "
         f"fault at {run.fault_at} s, all gone at {run.all_gone_at} s, orphans {run.orphans}\n"
         f"{run.stderr}"
     )
@@ -45,5 +48,12 @@ def test_a_fault_on_one_rank_ends_every_process_promptly(kind, ranks):
     assert run.message.startswith("coco-run: error: "), report
     assert EXPECT[kind].format(R=ranks - 1) in run.message, report
     assert "Traceback" not in run.stderr, report
+    # Every rank's own end: recorded for each (the pid is the rank process that was followed),
+    # none of them a clean exit, the last within 10 s of the fault.
+    assert run.every_rank_failed, report
+    assert {r: e["pid"] for r, e in run.rank_exits.items()} == run.rank_pids, report
+    assert run.fault_to_last_rank_exit is not None, report
+    assert run.fault_to_last_rank_exit < 10.0, report
     if kind == "sigkill":
         assert "SIGKILL" in run.message, report
+        assert run.rank_end(ranks - 1) == "SIGKILL", report

@@ -41,6 +41,20 @@ def _alive(procs: list[psutil.Process]) -> list[psutil.Process]:
     return out
 
 
+def _is_rank(p: psutil.Process) -> bool:
+    """A rank process: mpiexec's own command line names the worker too, and so does the rank's
+    supervisor's (runtime/rank_supervisor.py)."""
+    try:
+        cmdline = " ".join(p.cmdline())
+        return (
+            p.name().startswith("python")
+            and "rank_job" in cmdline
+            and "rank_supervisor" not in cmdline
+        )
+    except psutil.NoSuchProcess:
+        return False
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGKILL])
 def test_killing_the_front_end_ends_every_rank(sig):
     front = subprocess.Popen(
@@ -70,11 +84,7 @@ def test_killing_the_front_end_ends_every_rank(sig):
         deadline = time.monotonic() + 60
         workers: list[psutil.Process] = []
         while time.monotonic() < deadline:
-            workers = [  # the ranks (mpiexec's own command line names the worker too)
-                p
-                for p in _descendants(front.pid)
-                if p.name().startswith("python") and "rank_job" in " ".join(p.cmdline())
-            ]
+            workers = [p for p in _descendants(front.pid) if _is_rank(p)]
             if len(workers) == 2:
                 break
             time.sleep(0.2)
