@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fuzz_driver import format_summary, run_fuzz
 from fuzz_inputs import RULE_MUTATIONS, make_case, seeds
-from fuzz_oracle import Oracle
+from fuzz_oracle import Oracle, _spread
 
 FULL = os.environ.get("COCONET_FULL") == "1"
 
@@ -37,6 +37,8 @@ def test_ci_slice_finds_no_traceback_hang_or_silent_acceptance():
     # The slice reaches every stage: programs accepted and run, others refused cleanly.
     assert summary["distinct_accepted_programs"] >= 100
     assert o["rejected"] >= 1000
+    # and its profile accounts for the stages every accepted program goes through
+    assert {"load", "coco-opt", "lower", "sim", "schedules"} <= set(summary["stage_seconds"])
 
 
 @pytest.mark.slow
@@ -119,3 +121,28 @@ def test_the_reliability_report_quotes_the_fuzzer_counts(tmp_path):
     )
     assert row in out.read_text()
     assert code == (1 if o["traceback"] or o["hang"] or o["silent"] else 0)
+
+
+def test_every_case_is_profiled_by_stage(tmp_path):
+    """Each result carries the seconds spent per kind of stage (the driver sums them into the
+    summary's profile): an accepted example goes through every stage, at full depth (every
+    enumerated schedule, some of them checked) included."""
+    from fuzz_inputs import Case
+
+    text = (Path(__file__).resolve().parents[2] / "examples/sgd.mlir").read_bytes()
+    oracle = Oracle(tmp_path, schedule_limit=None, checked_schedules=2)
+    result = oracle.run(Case(0, "ir", "examples/sgd.mlir", text, []))
+    assert result["outcome"] == "accepted", result
+    stages = result["stage_seconds"]
+    for stage in ("load", "coco-opt", "roundtrip", "lower", "sim", "schedules"):
+        assert stage in stages, stages
+    assert "schedule-lower" in stages, stages
+    assert "schedule-check" in stages, stages
+    assert all(v >= 0 for v in stages.values())
+
+
+def test_checked_schedules_are_spread_over_the_enumeration():
+    assert _spread(list(range(10)), 4) == [0, 3, 6, 9]
+    assert _spread(list(range(3)), 8) == [0, 1, 2]
+    assert _spread(list(range(5)), None) == [0, 1, 2, 3, 4]
+    assert _spread(list(range(5)), 1) == [4]
