@@ -561,12 +561,18 @@ class Schedule:
         return regions[0] if len(regions) == 1 else regions
 
     def overlap(
-        self, producer: Target | None = None, consumer: Target | None = None, chunks: int = 4
+        self,
+        producer: Target | None = None,
+        consumer: Target | None = None,
+        chunks: int = 4,
+        send: bool = False,
     ) -> Any:
         """CoCoNet's `overlap(mm, fusedAR)`: pipeline a matmul with the collective (or fused
         collective) consuming it, in `chunks` pieces. Name the matmul, the consumer, or both
-        (then the consumer must be the one reading the matmul). Neither: greedy. Returns the
-        overlap region's handle."""
+        (then the consumer must be the one reading the matmul). Neither: greedy. `send=True`:
+        the pipeline-boundary form, CoCoNet's overlap of reduce_scatter, send and all_gather:
+        the matmul's reduce_scatter, the fused send of its slice and the next stage's
+        all_gather, chunk by chunk. Returns the overlap region's handle."""
         names: tuple[str, ...]
         if producer is not None:
             names = (_target_name(producer, "overlap"),)
@@ -576,7 +582,14 @@ class Schedule:
             names = (_target_name(consumer, "overlap"),)
         else:
             names = ()
-        new = self._run(_pass("coco-overlap", ops=names, chunks=None if chunks == 4 else chunks))
+        new = self._run(
+            _pass(
+                "coco-overlap",
+                ops=names,
+                chunks=None if chunks == 4 else chunks,
+                send=True if send else None,
+            )
+        )
         regions = [self._op_handle(op) for op in new if isinstance(op, comm.OverlapOp)]
         return regions[0] if len(regions) == 1 else regions
 
@@ -933,6 +946,13 @@ def recipe_ol_rs_fuse_sliced_send(s: Schedule, info: _Structure) -> None:
     _overlap(s, info)
 
 
+def recipe_ol_rs_send_ag(s: Schedule, info: _Structure) -> None:
+    recipe_fuse_sliced_send(s, info)
+    names = info.names(info.matmuls)
+    for n in names or (None,):
+        s.overlap(n, send=True)
+
+
 @dataclass(frozen=True)
 class NamedSchedule:
     name: str
@@ -1028,11 +1048,21 @@ NAMED_SCHEDULES: dict[str, NamedSchedule] = {
         ),
         NamedSchedule(
             "ol(mm,rs)+fuse(sliced-send)",
-            "ol_RS_fuse_P2P_C_AG",
+            "ol_MM_RS + fuse_P2P_C_AG",
             "fuse(sliced-send), with the matmul overlapped (4 chunks) with its reduce_scatter",
             "a send of a value computed from an all_reduce of a matmul",
             lambda i: bool(i.sends) and bool(i.matmuls),
             recipe_ol_rs_fuse_sliced_send,
+        ),
+        NamedSchedule(
+            "ol(mm,rs,fuse(sliced-send),ag)",
+            "ol_RS_fuse_P2P_C_AG",
+            "fuse(sliced-send) with the matmul, its reduce_scatter, the fused send and the next "
+            "stage's all_gather pipelined in 4 chunks: chunk k is sent while chunk k+1 is "
+            "reduce-scattered, and gathered while chunk k+1 is sent",
+            "a send of a value computed from an all_reduce of a matmul",
+            lambda i: bool(i.sends) and bool(i.matmuls),
+            recipe_ol_rs_send_ag,
             ("ol-rs-fuse-p2p-c-ag",),
         ),
     ]
@@ -1054,7 +1084,7 @@ for _s in NAMED_SCHEDULES.values():
 def resolve_schedule_name(name: str) -> str:
     """The canonical name of a named schedule. Accepted spellings: the canonical name
     (`fuse(rs-c-ag)`), the same without parentheses and commas (`fuse-rs-c-ag`,
-    `ol-mm-fuse-rs-c-ag`, `ol-mm-rs-fuse-sliced-send`), CoCoNet's names in any case
+    `ol-mm-fuse-rs-c-ag`, `ol-mm-rs-fuse-sliced-send-ag`), CoCoNet's names in any case
     (`fuse_RS_C_AG`, `MM_AR_C`, `ol_MM_fuse_RS_C_AG`, `RS_P2P_C_AG`, `ol_RS_fuse_P2P_C_AG`)."""
     canonical = _ALIASES.get(_alias_key(name))
     if canonical is None:
@@ -1212,7 +1242,9 @@ def enumerate_scheduled_programs(
     4. sliced-send: for each send of an all_gather, the sliced send or not;
     5. fusion: none, or greedy `all_reduce`, `send` and `elementwise` fusion in each
        combination (in that order);
-    6. overlap: for each matmul feeding a collective, none or an overlap with each of `chunks`.
+    6. overlap: for each matmul feeding a collective, none or an overlap with each of `chunks`
+       (and, where a fused send exists, the pipeline-boundary form through the send and the
+       next stage's all_gather, `overlap(mm,chunks=N,send)`).
     With more than `max_independent` all_reduce names, steps 1-2 choose for all of them at
     once (no split; split all on their auto dims; split and reorder all), as CoCoNet's
     autotuner does: the per-collective product would grow as 3^n.
@@ -1367,6 +1399,11 @@ def enumerate_scheduled_programs(
                 if isinstance(op.lhs.owner, comm.AllGatherOp):
                     feeding.append(op)
         mms = _Structure.unique_names(feeding)
+        # the pipeline-boundary form (through a fused send and the next stage's all_gather)
+        # is tried only where a fused send exists
+        forms = [False]
+        if any(isinstance(o, comm.FusedOp) and o.kind.data == "send" for o in block.ops):
+            forms.append(True)
 
         def rec(n: _Node, i: int) -> Iterator[_Node]:
             if i == len(mms):
@@ -1374,13 +1411,14 @@ def enumerate_scheduled_programs(
                 return
             yield from rec(n, i + 1)
             for c in chunks:
-                nxt = _step(
-                    n,
-                    f"overlap({mms[i]},chunks={c})",
-                    lambda s, m=mms[i], c=c: s.overlap(m, chunks=c),
-                )
-                if nxt is not None:
-                    yield from rec(nxt, i + 1)
+                for send in forms:
+                    nxt = _step(
+                        n,
+                        f"overlap({mms[i]},chunks={c}{',send' if send else ''})",
+                        lambda s, m=mms[i], c=c, send=send: s.overlap(m, chunks=c, send=send),
+                    )
+                    if nxt is not None:
+                        yield from rec(nxt, i + 1)
 
         yield from rec(node, 0)
 

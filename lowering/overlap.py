@@ -10,6 +10,14 @@ C chunks of rows on two streams. Two forms (passes/overlap.py makes both):
 * gather form (async tensor parallelism, PyTorch's micro-pipeline TP: an all_gather feeding a
   column-parallel GEMM): the communication stream gathers chunk by chunk; the compute stream
   multiplies chunk c as soon as its event fires, while chunk c+1 is being gathered.
+* pipeline-boundary form (CoCoNet's overlap of reduce_scatter, send and all_gather): the
+  producer form whose reduce_scatter's slice is sent by a fused send (computation + send) and
+  all_gathered by the next stage. Software-pipelined by one chunk: chunk c's matmul and
+  reduce_scatter are issued, then chunk c-1's send (the fused kernel, once c-1's
+  reduce_scatter is done, on the compute stream) and its all_gather on the communication
+  stream -- so chunk c-1 is sent while chunk c is reduce-scattered, and gathered while chunk
+  c is sent. Across nodes the send is the computation kernel and a library send, both
+  chunked the same way.
 
 Rows. Each form chunks a *piece*: the part of a *whole* tensor that one rank's collective
 handles (the reduce_scatter's or the fused kernel's slice, the all_gather's input), by its rows
@@ -137,6 +145,8 @@ def lower_overlap(lw: Lowering, region: comm.OverlapOp) -> None:
         gather = mm.lhs.owner
         if isinstance(gather, comm.AllGatherOp) and gather in body:
             _lower_gather_form(lw, region, gather, mm, body)
+        elif any(isinstance(o, comm.FusedOp) and o.kind.data == comm.FusionKind.SEND for o in body):
+            _lower_boundary_form(lw, region, mm, body)
         else:
             _lower_producer_form(lw, region, mm, body)
     for res, v in zip(region.res, region.yield_op.values):
@@ -206,6 +216,102 @@ def _lower_producer_form(
         lw.emit(WaitEvent(f"{c_buf.name}_chunk{c}"))
         for step in chunked:
             lw.emit(_chunk_of(step, lo, hi))
+    lw.emit(RecordEvent(f"{c_buf.name}_done"))
+    lw.stream = COMPUTE_STREAM
+    lw.emit(WaitEvent(f"{c_buf.name}_done"))
+    for step in rest:
+        lw.emit(step)
+
+
+def _lower_boundary_form(
+    lw: Lowering, region: comm.OverlapOp, producer: coco.MatmulOp, body: list
+) -> None:
+    chunks = region.chunks.value.data
+    c_buf = lw.buffer_for(producer.result)
+    a_buf, b_buf = lw.value_buffer(producer.lhs), lw.value_buffer(producer.rhs)
+    saved, lw.steps = lw.steps, []
+    for op in body:
+        if op is not producer:
+            lw.lower_op(op)
+    steps, lw.steps = lw.steps, saved
+
+    # reduce_scatter of the matmul's result; the send (one kernel pushing into the receiver,
+    # or across nodes a computation kernel and a library send); the next stage's all_gather
+    # of what arrived; then copies into updated arguments (after every chunk).
+    def refuse(why: str) -> CocoError:
+        shown = "; ".join(str(s) for s in steps[:4])
+        return _refuse(
+            "overlap-send",
+            f"the pipeline boundary of %{c_buf.name} lowers to `{shown}`: {why}",
+        )
+
+    scatter = steps[0] if steps else None
+    if not (
+        isinstance(scatter, Collective)
+        and scatter.op == "reduce_scatter"
+        and scatter.src is c_buf
+        and scatter.rows is None
+    ):
+        raise refuse("it does not start with the reduce_scatter of the matmul's result")
+    at = next(
+        (i for i, s in enumerate(steps) if isinstance(s, Collective) and s.op == "all_gather"), 0
+    )
+    if at < 2:
+        raise refuse("there is no send followed by an all_gather of what it received")
+    sends, gather, rest = steps[1:at], steps[at], steps[at + 1 :]
+    assert isinstance(gather, Collective)
+    members = piece_rows(lw.grid_shape, c_buf.type, scatter.dst.type)
+
+    def piece_of(step: Step) -> TensorType | None:
+        if isinstance(step, Launch) and step.range_positions and step.iteration_type:
+            return step.iteration_type
+        if isinstance(step, Collective) and step.op == "send" and step.rows is None:
+            return step.src.type
+        return None
+
+    for step in [*sends, gather]:
+        piece = gather.src.type if step is gather else piece_of(step)
+        if piece is None or not _same_rows(piece_rows(lw.grid_shape, c_buf.type, piece), members):
+            raise refuse(f"`{step}` cannot run on the reduce_scatter's chunks of rows")
+    bounds = chunk_bounds(len(members[0]), chunks, f"%{c_buf.name}'s reduce_scatter")
+    scattered, pushed = scatter.dst.name, gather.src.name
+
+    def send_and_gather(k: int) -> None:
+        lo, hi = bounds[k]
+        lw.stream = COMPUTE_STREAM
+        lw.emit(WaitEvent(f"{scattered}_chunk{k}"))
+        for step in sends:
+            if isinstance(step, Launch):  # the computation (and push) of chunk k
+                lw.stream = COMPUTE_STREAM
+                lw.emit(_chunk_of(step, lo, hi))
+            else:  # across nodes: the library send of what the kernel computed
+                if lw.stream == COMPUTE_STREAM:
+                    lw.emit(RecordEvent(f"{pushed}_computed{k}"))
+                    lw.stream = COMM_STREAM
+                    lw.emit(WaitEvent(f"{pushed}_computed{k}"))
+                lw.emit(_chunk_of(step, lo, hi))
+        if lw.stream == COMPUTE_STREAM:
+            lw.emit(RecordEvent(f"{pushed}_chunk{k}"))
+            lw.stream = COMM_STREAM
+            lw.emit(WaitEvent(f"{pushed}_chunk{k}"))
+        lw.emit(_chunk_of(gather, lo, hi))
+        # An event after the gather keeps it issued before the next chunk's matmul: events
+        # bound the launch batching's reordering (Lowering.batch_launches).
+        lw.emit(RecordEvent(f"{pushed}_gathered{k}"))
+
+    for c in range(len(bounds) + 1):
+        if c < len(bounds):
+            lo, hi = bounds[c]
+            lw.stream = COMPUTE_STREAM
+            lw.emit(Matmul(a_buf, b_buf, c_buf, rows=_chunk_rows(members, lo, hi)))
+            lw.emit(RecordEvent(f"{c_buf.name}_chunk{c}"))
+            lw.stream = COMM_STREAM
+            lw.emit(WaitEvent(f"{c_buf.name}_chunk{c}"))
+            lw.emit(_chunk_of(scatter, lo, hi))
+            lw.emit(RecordEvent(f"{scattered}_chunk{c}"))
+        if c >= 1:  # chunk c-1 is sent and gathered while chunk c is reduce-scattered
+            send_and_gather(c - 1)
+    lw.stream = COMM_STREAM
     lw.emit(RecordEvent(f"{c_buf.name}_done"))
     lw.stream = COMPUTE_STREAM
     lw.emit(WaitEvent(f"{c_buf.name}_done"))

@@ -49,6 +49,9 @@ class _Site:
     fn: func.FuncOp
     first: Operation
     second: Operation
+    # The pipeline-boundary form's tail: the fused send of the reduce_scatter's slice and the
+    # next stage's all_gather of what it receives, chunked with the pair.
+    tail: tuple[Operation, ...] = ()
 
     @property
     def gathers(self) -> bool:
@@ -89,13 +92,19 @@ class OverlapPass(ModulePass):
       whose result only the matmul reads, as its left operand; chunk c multiplies while chunk
       c+1 is gathered.
 
+    * pipeline-boundary form (`send=true`; CoCoNet's overlap of reduce_scatter, send and
+      all_gather at a pipeline-stage boundary): a producer-form pair whose reduce_scatter's
+      slice goes only to a fused send (`comm.fused send`: computation + send), whose received
+      slice goes only to the next stage's all_gather. The four run chunk by chunk: chunk k is
+      sent while chunk k+1 is reduce-scattered, and gathered while chunk k+1 is sent.
+
     Chunks follow the rows (flattened leading dims) of each rank's piece of the collective,
     whichever tensor dim its layout slices. Ops between the pair move above the region, or
     below it if they depend on the first op's chain.
 
-    Options: `chunks` (default 4); `ops` names matmuls, their consuming collectives / fused
-    regions, or gathers feeding them (targeted); none: every matmul with a legal partner,
-    the producer form first (greedy).
+    Options: `chunks` (default 4); `send` (default false): the pipeline-boundary form only;
+    `ops` names matmuls, their consuming collectives / fused regions, or gathers feeding them
+    (targeted); none: every matmul with a legal partner, the producer form first (greedy).
 
     Legality (refusals name the rule; greedy mode skips what they refuse):
     * [overlap-producer]  the pair holds a `coco.matmul` in a function body; a named
@@ -111,12 +120,15 @@ class OverlapPass(ModulePass):
                           all dims but the last, M = B*S for [B, S, H]); at lowering, each
                           rank's piece has at least `chunks` rows.
     * [overlap-cycle]     no op between them depends on the first and feeds the second.
+    * [overlap-send]      (`send=true`) the matmul's reduce_scatter feeds only a fused send
+                          region of one send, whose result only an all_gather reads.
     """
 
     name = "coco-overlap"
 
     chunks: int = 4
     ops: tuple[str, ...] = ()
+    send: bool = False
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.chunks < 1:
@@ -128,6 +140,8 @@ class OverlapPass(ModulePass):
             ]
             for s in sites:
                 self._check(s)
+            if self.send:
+                sites = [self._through_send(s) for s in sites]
             sites = list({(s.first, s.second): s for s in sites}.values())
             seconds = [s.second for s in sites]
             firsts = [s.first for s in sites]
@@ -149,10 +163,13 @@ class OverlapPass(ModulePass):
             for mm in [o for o in body_block(fn).ops if isinstance(o, coco.MatmulOp)]:
                 if mm.parent_block() is not body_block(fn):
                     continue  # already inside a region made in this walk
-                for form in (self._producer_site, self._gather_site):
+                forms = (self._producer_site,) if self.send else (self._producer_site, self._gather_site)
+                for form in forms:
                     try:
                         site = form(fn, mm)
                         self._check(site)
+                        if self.send:
+                            site = self._through_send(site)
                     except PassFailedException:
                         continue
                     self._rewrite(site)
@@ -310,9 +327,52 @@ class OverlapPass(ModulePass):
             "cannot run chunk by chunk",
         )
 
+    def _through_send(self, site: _Site) -> _Site:
+        """`site` (a matmul and its reduce_scatter) extended by the fused send of the
+        reduce_scatter's slice and the all_gather of the received slice, or [overlap-send]."""
+        block = body_block(site.fn)
+        rs = site.second
+        if site.gathers or not isinstance(rs, comm.ReduceScatterOp):
+            raise fail(
+                f"{RULE}-send",
+                f"{op_name(site.second)} is not a reduce_scatter of {op_name(site.first)}: the "
+                "pipeline-boundary overlap chunks a matmul, its reduce_scatter, the fused send "
+                "of the slice and the next stage's all_gather",
+            )
+        readers = {ancestor_in(block, u.operation) for u in rs.result.uses}
+        sender = next(iter(readers)) if len(readers) == 1 else None
+        if not (isinstance(sender, comm.FusedOp) and sender.kind.data == comm.FusionKind.SEND):
+            raise fail(
+                f"{RULE}-send",
+                f"the slice {op_name(rs)} goes to {len(readers)} op(s), not only to a fused "
+                "send region (fuse(sliced-send)): there is no send to pipeline",
+            )
+        sends = [o for o in sender.body.block.ops if isinstance(o, comm.SendOp)]
+        received = [u for r in sender.res for u in r.uses]
+        gather = received[0].operation if len(received) == 1 else None
+        if (
+            len(sends) != 1
+            or len(sender.res) != 1
+            or not isinstance(gather, comm.AllGatherOp)
+            or gather.parent_block() is not block
+        ):
+            raise fail(
+                f"{RULE}-send",
+                f"{op_name(sender)} must hold one send whose received slice only an all_gather "
+                "of the next stage reads (fuse(sliced-send)), to be pipelined with it",
+            )
+        plan_contiguous(
+            block,
+            {site.first, site.second, sender, gather},
+            f"{RULE}-cycle",
+            f"overlapping {op_name(site.first)} with the send of its slice",
+        )
+        return _Site(site.fn, site.first, site.second, (sender, gather))
+
     def _rewrite(self, site: _Site) -> None:
         block: Block = body_block(site.fn)
-        hoisted, order = plan_contiguous(block, {site.first, site.second}, f"{RULE}-cycle", "")
+        members = {site.first, site.second, *site.tail}
+        hoisted, order = plan_contiguous(block, members, f"{RULE}-cycle", "")
 
         def make(body: Region, types: list[Attribute]) -> comm.RegionOp:
             return comm.OverlapOp(self.chunks, body, types)

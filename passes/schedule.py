@@ -32,8 +32,10 @@ class SchedulePass(ModulePass):
     * `ol(mm,fuse(rs-c-ag))` (ol_MM_fuse_RS_C_AG): that, overlapped with the producing matmul.
     * `sliced-send`          (RS_P2P_C_AG): rs-c-ag, then send only this rank's slice.
     * `fuse(sliced-send)`:   the sliced computation fused into the send.
-    * `ol(mm,rs)+fuse(sliced-send)` (ol_RS_fuse_P2P_C_AG): plus the matmul overlapped with
-                             its reduce_scatter.
+    * `ol(mm,rs)+fuse(sliced-send)`: plus the matmul overlapped with its reduce_scatter.
+    * `ol(mm,rs,fuse(sliced-send),ag)` (ol_RS_fuse_P2P_C_AG): the matmul, its
+                             reduce_scatter, the fused send and the next stage's all_gather
+                             pipelined chunk by chunk (RS/send/AG overlapped).
     Names with parentheses or commas must be quoted in a pipeline
     (`coco-schedule{name="fuse(rs-c-ag)"}`), or written without them (`name=fuse-rs-c-ag`,
     `name=ol-mm-fuse-rs-c-ag`); CoCoNet's names work too (`name=fuse_RS_C_AG`).

@@ -164,8 +164,14 @@ def check_gather_form(plan: Plan) -> list[int]:
     """Checks every gather-form pipeline of `plan`; returns their chunk counts."""
     steps = plan.steps
     found = []
+    # chunked all_gathers feeding a matmul (a pipeline boundary's gathers: check_boundary_form)
     names = {
-        s.dst.name for s in steps if isinstance(s, Collective) and s.op == "all_gather" and s.rows
+        s.dst.name
+        for s in steps
+        if isinstance(s, Collective)
+        and s.op == "all_gather"
+        and s.rows
+        and any(isinstance(m, Matmul) and m.a.name == s.dst.name for m in steps)
     }
     for g in sorted(names):
         gathers = [i for i, s in enumerate(steps) if isinstance(s, Collective) and s.dst.name == g]
@@ -199,8 +205,106 @@ def check_gather_form(plan: Plan) -> list[int]:
     return found
 
 
+def launch_rows(step: Launch) -> tuple[int, int]:
+    """The rows [lo, hi) of its iteration a chunked launch covers."""
+    assert step.range_positions, f"an unchunked launch in the pipeline: {step}"
+    b, e = step.range_positions
+    row = step.iteration_shape[-1]
+    lo, hi = step.args[b], step.args[e]
+    assert lo % row == 0 and hi % row == 0, f"a chunk that is not whole rows: {step}"
+    return lo // row, hi // row
+
+
+def check_boundary_form(plan: Plan) -> list[int]:
+    """Checks every pipeline-boundary (RS/send/AG) pipeline of `plan`; returns their chunk
+    counts. Per chunk k: the reduce_scatter of k on the communication stream, then an event;
+    the send of k (the fused kernel on rows k of the slice, on the compute stream, or across
+    nodes the computation kernel and a library send) waits for that event only, and is issued
+    after chunk k+1's reduce_scatter (so they overlap); the next stage's all_gather of k waits
+    for the send's event on the communication stream and is issued before chunk k+1's send."""
+    steps = plan.steps
+    found = []
+    gathered = sorted(
+        {s.src.name for s in steps if isinstance(s, Collective) and s.op == "all_gather" and s.rows}
+    )
+    for g in gathered:
+
+        def pushes(s, g=g) -> bool:
+            if isinstance(s, Launch):
+                return g in s.writes
+            return isinstance(s, Collective) and s.op == "send" and s.dst.name == g
+
+        push = [i for i, s in enumerate(steps) if pushes(s)]
+        if not push:
+            continue  # an all_gather fed by no send: the gather form's (check_gather_form)
+        ags = [
+            i
+            for i, s in enumerate(steps)
+            if isinstance(s, Collective) and s.op == "all_gather" and s.src.name == g
+        ]
+        computes = [i for i in push if isinstance(steps[i], Launch)]
+        if not computes:  # across nodes: the computation kernel right before the send
+            computes = [
+                max(j for j in range(i) if isinstance(steps[j], Launch)) for i in push
+            ]
+        first = steps[computes[0]]
+        rss = [
+            i
+            for i, s in enumerate(steps)
+            if isinstance(s, Collective) and s.op == "reduce_scatter" and s.rows and reads(first, s.dst.name)
+        ]
+        chunks = len(rss)
+        found.append(chunks)
+        assert len(push) == len(ags) == len(computes) == chunks, (rss, push, ags)
+        covered: list[int] = []
+        for k in range(chunks):
+            rs, comp, sent, ag = steps[rss[k]], steps[computes[k]], steps[push[k]], steps[ags[k]]
+            assert rs.stream == COMM_STREAM and ag.stream == COMM_STREAM
+            assert comp.stream == COMPUTE_STREAM, f"chunk {k}'s send kernel on {comp.stream}"
+            rec = steps[rss[k] + 1]
+            assert isinstance(rec, RecordEvent) and rec.stream == COMM_STREAM, rec
+            waits = [
+                j
+                for j in range(rss[k] + 2, computes[k])
+                if isinstance(steps[j], WaitEvent) and steps[j].stream == COMPUTE_STREAM
+            ]
+            assert waits, f"chunk {k}'s send does not wait for anything"
+            assert steps[waits[-1]].event == rec.event, "the send waits for another chunk"
+            if k + 1 < chunks:
+                assert rss[k + 1] < computes[k], f"chunk {k} is sent before chunk {k + 1}'s RS"
+                assert ags[k] < computes[k + 1], f"chunk {k} is gathered after {k + 1}'s send"
+            assert rs.rows == ag.rows == launch_rows(comp), (rs, comp, ag)
+            if isinstance(sent, Collective):
+                assert sent.rows == rs.rows and sent.stream == COMM_STREAM
+                assert computes[k] < push[k] < ags[k]
+            between = steps[push[k] + 1 : ags[k]]
+            events = [
+                s.event for s in between if isinstance(s, RecordEvent) and s.stream == COMPUTE_STREAM
+            ]
+            comm_waits = [s.event for s in between if isinstance(s, WaitEvent) and s.stream == COMM_STREAM]
+            if isinstance(sent, Launch):
+                assert events and events[-1] in comm_waits, f"chunk {k}'s gather waits for no send"
+            covered += range(*rs.rows)
+        rows = int(np.prod(steps[rss[0]].dst.shape[:-1]))
+        assert sorted(covered) == list(range(rows)), f"the chunks of %{g} miss rows"
+    return found
+
+
 def overlap_chunks(p: Program) -> list[int]:
     return [op.chunks.value.data for op in p.func.walk() if isinstance(op, comm.OverlapOp)]
+
+
+def boundary_chunks(p: Program) -> list[int]:
+    """Chunk counts of the overlap regions that pipeline a fused send (RS/send/AG)."""
+    return [
+        op.chunks.value.data
+        for op in p.func.walk()
+        if isinstance(op, comm.OverlapOp)
+        and any(
+            isinstance(o, comm.FusedOp) and o.kind.data == comm.FusionKind.SEND
+            for o in op.body.block.ops
+        )
+    ]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -220,6 +324,13 @@ def test_every_listed_overlap_schedule_pipelines(name: str) -> None:
             lowered += 1
             found = check_producer_form(plan) + check_gather_form(plan)
             assert sorted(found) == sorted(regions), f"{sched} at {ranks} ranks: {found} chunks"
+            boundary = boundary_chunks(p)
+            assert check_boundary_form(plan) == boundary, f"{sched} at {ranks} ranks"
+            if boundary and ranks == 4:  # stages on two nodes: a library send per chunk
+                across = lower(p, ranks, None, (0, 0, 1, 1))
+                assert any(isinstance(s, Collective) and s.op == "send" for s in across.steps)
+                assert check_boundary_form(across) == boundary, f"{sched} across nodes"
+                assert check_producer_form(across) == boundary
         assert lowered, f"{sched} lowers at none of {RANKS} ranks"
 
 
@@ -231,6 +342,7 @@ def test_named_overlap_schedules_pipeline_at_the_example_sizes() -> None:
         ("model_parallel_attention", "ol(mm,fuse(rs-c-ag))"),
         ("pipeline_boundary", "ol(mm,fuse(rs-c-ag))"),
         ("pipeline_boundary", "ol(mm,rs)+fuse(sliced-send)"),
+        ("pipeline_boundary", "ol(mm,rs,fuse(sliced-send),ag)"),
     ]:
         p = apply_schedule(coconet.load(EXAMPLES / f"{name}.mlir"), schedule)
         for ranks in RANKS:
@@ -295,4 +407,31 @@ def test_pairs_that_cannot_pipeline_are_refused(target: str, rule: str) -> None:
         s.overlap(target)
     assert info.value.rule == rule, str(info.value)
     assert f"[{rule}]" in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_the_pipeline_boundary_overlaps_reduce_scatter_send_and_all_gather() -> None:
+    """The issue's acceptance: the pipeline boundary's CoCoNet schedule (ol_RS_fuse_P2P_C_AG)
+    has the computation inside the send kernel and RS/send/AG overlapped chunk by chunk."""
+    p = apply_schedule(coconet.load(EXAMPLES / "pipeline_boundary.mlir"), "ol_RS_fuse_P2P_C_AG")
+    for ranks in RANKS:
+        plan = lower(p, ranks)
+        assert check_boundary_form(plan) == [4]
+        assert check_producer_form(plan) == [4]
+        sends = [s for s in plan.steps if isinstance(s, Launch) and "send" in s.kernel]
+        assert len(sends) == 4  # one fused send kernel per chunk, no library send
+        assert not any(isinstance(s, Collective) and s.op == "send" for s in plan.steps)
+        text = plan.cuda_source
+        body = text[text.index(f"COCO_KERNEL({sends[0].kernel},") :]
+        body = body[: body.index("COCO_KERNEL_BODY_END")]
+        assert "coco.dropout" in body and "// comm.send into the receiver" in body
+
+
+def test_a_boundary_overlap_without_a_fused_send_is_refused() -> None:
+    from coconet.schedule import Schedule, ScheduleError
+
+    s = Schedule(coconet.load(EXAMPLES / "pipeline_boundary.mlir")).named("sliced-send")
+    with pytest.raises(ScheduleError) as info:
+        s.overlap("layer", send=True)
+    assert info.value.rule == "overlap-send", str(info.value)
     assert "\n" not in str(info.value)

@@ -341,6 +341,7 @@ def coco_opt(*args: str, stdin: str | None = None) -> subprocess.CompletedProces
         ("adam", "fuse(rs-c-ag)"),
         ("model_parallel_mlp", "ol(mm,fuse(rs-c-ag))"),
         ("pipeline_boundary", "ol(mm,rs)+fuse(sliced-send)"),
+        ("pipeline_boundary", "ol(mm,rs,fuse(sliced-send),ag)"),
     ],
 )
 def test_pipeline_reproduces_through_the_coco_opt_cli(example, name):
@@ -409,7 +410,9 @@ def test_schedule_pass_option_spellings():
         ("fuse-sliced-send", "fuse(sliced-send)"),
         ("ol(mm,rs)+fuse(sliced-send)", "ol(mm,rs)+fuse(sliced-send)"),
         ("ol-mm-rs-fuse-sliced-send", "ol(mm,rs)+fuse(sliced-send)"),
-        ("ol_RS_fuse_P2P_C_AG", "ol(mm,rs)+fuse(sliced-send)"),
+        ("ol(mm,rs,fuse(sliced-send),ag)", "ol(mm,rs,fuse(sliced-send),ag)"),
+        ("ol-mm-rs-fuse-sliced-send-ag", "ol(mm,rs,fuse(sliced-send),ag)"),
+        ("ol_RS_fuse_P2P_C_AG", "ol(mm,rs,fuse(sliced-send),ag)"),
     ],
 )
 def test_schedule_name_spellings(spelling, canonical):
@@ -422,7 +425,13 @@ def test_schedule_name_spellings(spelling, canonical):
 
 DATA_PARALLEL = ["ar-c", "rs-c-ag", "fuse(rs-c-ag)"]
 MODEL_PARALLEL = [*DATA_PARALLEL, "ol(mm,fuse(rs-c-ag))"]
-PIPELINE = [*MODEL_PARALLEL, "sliced-send", "fuse(sliced-send)", "ol(mm,rs)+fuse(sliced-send)"]
+PIPELINE = [
+    *MODEL_PARALLEL,
+    "sliced-send",
+    "fuse(sliced-send)",
+    "ol(mm,rs)+fuse(sliced-send)",
+    "ol(mm,rs,fuse(sliced-send),ag)",
+]
 SEQUENCE_PARALLEL = ["ol(ag,mm)", "ol(mm,rs)", "ol(ag,mm)+ol(mm,rs)"]
 
 

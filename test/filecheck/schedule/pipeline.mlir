@@ -4,7 +4,9 @@
 // RUN: coco-opt %s -p 'coco-schedule{name=RS_P2P_C_AG}' | filecheck %s --check-prefix=SLICED
 // RUN: coco-opt %s -p 'coco-schedule{name="fuse(sliced-send)"}' --verify-equivalence --equivalence-ranks 2,4,8 | filecheck %s --check-prefix=FUSED
 // RUN: coco-opt %s -p 'coco-schedule{name="ol(mm,rs)+fuse(sliced-send)"}' --verify-equivalence --equivalence-ranks 2,4,8 | filecheck %s --check-prefix=OL
-// RUN: coco-opt %s -p 'coco-schedule{name=ol_RS_fuse_P2P_C_AG}' | filecheck %s --check-prefix=OL
+// RUN: coco-opt %s -p 'coco-schedule{name=ol-mm-rs-fuse-sliced-send}' | filecheck %s --check-prefix=OL
+// RUN: coco-opt %s -p 'coco-schedule{name="ol(mm,rs,fuse(sliced-send),ag)"}' --verify-equivalence --equivalence-ranks 2,4,8 | filecheck %s --check-prefix=THREE
+// RUN: coco-opt %s -p 'coco-schedule{name=ol_RS_fuse_P2P_C_AG}' -t 'plan{ranks=4}' | filecheck %s --check-prefix=THREE-PLAN
 // RUN: coco-opt %s -p 'coco-split-allreduce{ops=total dim=1},coco-reorder{ops=total},coco-sliced-send{ops=recv},coco-fuse{mode=send ops=recv_s},coco-overlap{ops=layer}' | filecheck %s --check-prefix=OL
 
 // CoCoNet's pipeline-parallel schedules (reference secs. 4.5, 8) at a stage boundary on a
@@ -79,7 +81,8 @@ func.func @boundary(
 // FUSED-NEXT:    %recv = comm.all_gather %recv_s over [1]
 // FUSED-NEXT:    func.return %recv
 
-// ol_RS_fuse_P2P_C_AG: the matmul pipelined with its reduce_scatter, then the fused send.
+// ol(mm,rs)+fuse(sliced-send): the matmul pipelined with its reduce_scatter, then the fused
+// send.
 // OL-LABEL: func.func @boundary(
 // OL-NEXT:    %total_rs = comm.overlap chunks 4 -> !coco.tensor<4x8x16xf32, [local, sliced<1>]> {
 // OL-NEXT:      %layer = coco.matmul %x, %w
@@ -95,3 +98,50 @@ func.func @boundary(
 // OL-NEXT:    }
 // OL-NEXT:    %recv = comm.all_gather %recv_s over [1]
 // OL-NEXT:    func.return %recv
+
+// ol_RS_fuse_P2P_C_AG: the matmul, its reduce_scatter, the fused send and the next stage's
+// all_gather in one overlap region ...
+// THREE-LABEL: func.func @boundary(
+// THREE-NEXT:    %recv = comm.overlap chunks 4 -> !coco.tensor<4x8x16xf32, [local, replicated]> {
+// THREE-NEXT:      %layer = coco.matmul %x, %w
+// THREE-NEXT:      %total_rs = comm.reduce_scatter sum %layer dim 1 over [1]
+// THREE-NEXT:      %recv_s = comm.fused send
+// THREE-NEXT:        %biased_s = coco.add %total_rs, %b
+// THREE-NEXT:        %r_s = coco.slice %r
+// THREE-NEXT:        %out_s = coco.add %biased_s, %r_s
+// THREE-NEXT:        %[[S:.*]] = comm.send %out_s along 0 shift 1
+// THREE-NEXT:        comm.yield %[[S]]
+// THREE-NEXT:      }
+// THREE-NEXT:      %[[G:.*]] = comm.all_gather %recv_s over [1]
+// THREE-NEXT:      comm.yield %[[G]]
+// THREE-NEXT:    }
+// THREE-NEXT:    func.return %recv
+
+// ... run one chunk apart: chunk k is sent (the fused kernel on its range of the slice, once
+// chunk k's reduce_scatter is done) after chunk k+1's reduce_scatter is issued, and gathered
+// on the communication stream before chunk k+1 is sent.
+// THREE-PLAN:      matmul %x, %w -> %layer rows [0, 8)
+// THREE-PLAN-NEXT: record layer_chunk0
+// THREE-PLAN-NEXT: [stream 1] wait layer_chunk0
+// THREE-PLAN-NEXT: [stream 1] reduce_scatter sum %layer -> %total_rs over [1] rows [0, 4)
+// THREE-PLAN-NEXT: [stream 1] record total_rs_chunk0
+// THREE-PLAN-NEXT: matmul %x, %w -> %layer rows [8, 16)
+// THREE-PLAN-NEXT: record layer_chunk1
+// THREE-PLAN-NEXT: [stream 1] wait layer_chunk1
+// THREE-PLAN-NEXT: [stream 1] reduce_scatter sum %layer -> %total_rs over [1] rows [4, 8)
+// THREE-PLAN-NEXT: [stream 1] record total_rs_chunk1
+// THREE-PLAN-NEXT: wait total_rs_chunk0
+// THREE-PLAN-NEXT: launch k_fused_send<<<{{.*}}>>>({{.*}}, 0, 64, {{.*}})
+// THREE-PLAN-NEXT: record recv_s_chunk0
+// THREE-PLAN-NEXT: [stream 1] wait recv_s_chunk0
+// THREE-PLAN-NEXT: [stream 1] all_gather %recv_s -> %recv over [1] rows [0, 4)
+// THREE-PLAN-NEXT: [stream 1] record recv_s_gathered0
+// THREE-PLAN-NEXT: matmul %x, %w -> %layer rows [16, 24)
+// THREE-PLAN:      wait total_rs_chunk3
+// THREE-PLAN-NEXT: launch k_fused_send<<<{{.*}}>>>({{.*}}, 192, 256, {{.*}})
+// THREE-PLAN-NEXT: record recv_s_chunk3
+// THREE-PLAN-NEXT: [stream 1] wait recv_s_chunk3
+// THREE-PLAN-NEXT: [stream 1] all_gather %recv_s -> %recv over [1] rows [12, 16)
+// THREE-PLAN-NEXT: [stream 1] record recv_s_gathered3
+// THREE-PLAN-NEXT: [stream 1] record layer_done
+// THREE-PLAN-NEXT: wait layer_done
