@@ -12,12 +12,12 @@ C chunks of rows on two streams. Two forms (passes/overlap.py makes both):
   multiplies chunk c as soon as its event fires, while chunk c+1 is being gathered.
 * pipeline-boundary form (CoCoNet's overlap of reduce_scatter, send and all_gather): the
   producer form whose reduce_scatter's slice is sent by a fused send (computation + send) and
-  all_gathered by the next stage. Software-pipelined by one chunk: chunk c's matmul and
-  reduce_scatter are issued, then chunk c-1's send (the fused kernel, once c-1's
-  reduce_scatter is done, on the compute stream) and its all_gather on the communication
-  stream -- so chunk c-1 is sent while chunk c is reduce-scattered, and gathered while chunk
-  c is sent. Across nodes the send is the computation kernel and a library send, both
-  chunked the same way.
+  all_gathered by the next stage. Software-pipelined by one chunk: with chunk c's matmul,
+  chunk c-1's send (the fused kernel, on the compute stream, once c-1's reduce_scatter is
+  done) and, on the communication stream, chunk c's reduce_scatter and chunk c-1's
+  all_gather (once c-1 is sent) -- so chunk c-1 is sent while chunk c is reduce-scattered,
+  and gathered while chunk c is sent. Across nodes the send is the computation kernel and a
+  library send on the communication stream, chunked the same way.
 
 Rows. Each form chunks a *piece*: the part of a *whole* tensor that one rank's collective
 handles (the reduce_scatter's or the fused kernel's slice, the all_gather's input), by its rows
@@ -276,41 +276,51 @@ def _lower_boundary_form(
     bounds = chunk_bounds(len(members[0]), chunks, f"%{c_buf.name}'s reduce_scatter")
     scattered, pushed = scatter.dst.name, gather.src.name
 
-    def send_and_gather(k: int) -> None:
+    kernels = [s for s in sends if isinstance(s, Launch)]
+    library = [s for s in sends if not isinstance(s, Launch)]
+
+    def send_chunk(k: int) -> None:
+        # compute stream: chunk k's computation (and, within a node, its push into the
+        # receiver), once chunk k's reduce_scatter is done -- nothing later is waited for
         lo, hi = bounds[k]
         lw.stream = COMPUTE_STREAM
         lw.emit(WaitEvent(f"{scattered}_chunk{k}"))
-        for step in sends:
-            if isinstance(step, Launch):  # the computation (and push) of chunk k
-                lw.stream = COMPUTE_STREAM
-                lw.emit(_chunk_of(step, lo, hi))
-            else:  # across nodes: the library send of what the kernel computed
-                if lw.stream == COMPUTE_STREAM:
-                    lw.emit(RecordEvent(f"{pushed}_computed{k}"))
-                    lw.stream = COMM_STREAM
-                    lw.emit(WaitEvent(f"{pushed}_computed{k}"))
-                lw.emit(_chunk_of(step, lo, hi))
-        if lw.stream == COMPUTE_STREAM:
-            lw.emit(RecordEvent(f"{pushed}_chunk{k}"))
-            lw.stream = COMM_STREAM
-            lw.emit(WaitEvent(f"{pushed}_chunk{k}"))
+        for step in kernels:
+            lw.emit(_chunk_of(step, lo, hi))
+        lw.emit(RecordEvent(f"{pushed}_chunk{k}"))
+
+    def gather_chunk(k: int) -> None:
+        # communication stream: across nodes the library send of chunk k, then the next
+        # stage's all_gather of what arrived
+        lo, hi = bounds[k]
+        lw.stream = COMM_STREAM
+        lw.emit(WaitEvent(f"{pushed}_chunk{k}"))
+        for step in library:
+            lw.emit(_chunk_of(step, lo, hi))
         lw.emit(_chunk_of(gather, lo, hi))
         # An event after the gather keeps it issued before the next chunk's matmul: events
         # bound the launch batching's reordering (Lowering.batch_launches).
         lw.emit(RecordEvent(f"{pushed}_gathered{k}"))
 
+    # Issue order per step c: matmul c; send c-1 (compute stream); reduce_scatter c and the
+    # gather of c-1 (communication stream). On a GPU the send of c-1 runs beside the
+    # reduce_scatter of c and the gather of c-1 beside the send of c (different streams, no
+    # event between them); the send kernel of c-1 is issued before the reduce_scatter of c
+    # writes the next rows of the slice it reads.
     for c in range(len(bounds) + 1):
         if c < len(bounds):
-            lo, hi = bounds[c]
             lw.stream = COMPUTE_STREAM
-            lw.emit(Matmul(a_buf, b_buf, c_buf, rows=_chunk_rows(members, lo, hi)))
+            lw.emit(Matmul(a_buf, b_buf, c_buf, rows=_chunk_rows(members, *bounds[c])))
             lw.emit(RecordEvent(f"{c_buf.name}_chunk{c}"))
+        if c >= 1:
+            send_chunk(c - 1)
+        if c < len(bounds):
             lw.stream = COMM_STREAM
             lw.emit(WaitEvent(f"{c_buf.name}_chunk{c}"))
-            lw.emit(_chunk_of(scatter, lo, hi))
+            lw.emit(_chunk_of(scatter, *bounds[c]))
             lw.emit(RecordEvent(f"{scattered}_chunk{c}"))
-        if c >= 1:  # chunk c-1 is sent and gathered while chunk c is reduce-scattered
-            send_and_gather(c - 1)
+        if c >= 1:
+            gather_chunk(c - 1)
     lw.stream = COMM_STREAM
     lw.emit(RecordEvent(f"{c_buf.name}_done"))
     lw.stream = COMPUTE_STREAM

@@ -163,7 +163,11 @@ class OverlapPass(ModulePass):
             for mm in [o for o in body_block(fn).ops if isinstance(o, coco.MatmulOp)]:
                 if mm.parent_block() is not body_block(fn):
                     continue  # already inside a region made in this walk
-                forms = (self._producer_site,) if self.send else (self._producer_site, self._gather_site)
+                forms = (
+                    (self._producer_site,)
+                    if self.send
+                    else (self._producer_site, self._gather_site)
+                )
                 for form in forms:
                     try:
                         site = form(fn, mm)

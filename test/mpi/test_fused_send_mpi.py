@@ -1,6 +1,7 @@
-"""fuse(sliced-send) on real MPI ranks (the mpich wheel's mpiexec): the send kernel stores the
-computed slice into the next stage's MPI shared-memory window; with the stages declared on
-different nodes (COCONET_RANKS_PER_NODE) the send is an MPI send. Both against the oracle."""
+"""fuse(sliced-send) and the RS/send/AG overlap on real MPI ranks (the mpich wheel's
+mpiexec): the send kernel stores the computed slice into the next stage's MPI shared-memory
+window (chunk by chunk under the overlap); with the stages declared on different nodes
+(COCONET_RANKS_PER_NODE) the send is an MPI send. Both against the oracle."""
 
 from __future__ import annotations
 
@@ -26,7 +27,11 @@ pytestmark = [
     pytest.mark.skipif(not HAVE_MPI, reason="needs mpi4py and the mpich wheel's mpiexec"),
 ]
 
-SCHEDULES = ["fuse(sliced-send)", "ol(mm,rs)+fuse(sliced-send)"]
+SCHEDULES = [
+    "fuse(sliced-send)",
+    "ol(mm,rs)+fuse(sliced-send)",
+    "ol(mm,rs,fuse(sliced-send),ag)",  # RS/send/AG overlapped chunk by chunk
+]
 
 
 def coco_run(ranks: int, env: dict[str, str]) -> subprocess.CompletedProcess:

@@ -79,7 +79,10 @@ def test_stages_on_different_nodes_send_through_the_library():
 
 
 @pytest.mark.parametrize("ranks", [2, 4])
-@pytest.mark.parametrize("schedule", ["fuse(sliced-send)", "ol(mm,rs)+fuse(sliced-send)"])
+@pytest.mark.parametrize(
+    "schedule",
+    ["fuse(sliced-send)", "ol(mm,rs)+fuse(sliced-send)", "ol(mm,rs,fuse(sliced-send),ag)"],
+)
 def test_host_kernels_match_the_oracle(ranks, schedule):
     program = scheduled(schedule)
     for config in (LaunchConfig(), LaunchConfig(block=1, max_blocks=3)):
@@ -95,8 +98,28 @@ def test_host_kernels_match_the_oracle(ranks, schedule):
 
 
 @pytest.mark.skipif(not nvrtc_available(), reason="the nvidia-cuda-nvrtc wheel is not installed")
-def test_send_kernel_compiles_with_nvrtc():
-    plan = lower(scheduled("fuse(sliced-send)"), 4)
+@pytest.mark.parametrize("schedule", ["fuse(sliced-send)", "ol(mm,rs,fuse(sliced-send),ag)"])
+def test_send_kernel_compiles_with_nvrtc(schedule):
+    plan = lower(scheduled(schedule), 4)
     assert "comm.send into the receiver" in plan.cuda_source
     for arch in ("sm_80", "sm_90"):
         assert compile_cuda(plan.cuda_source, arch, warnings_as_errors=True).binary
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_chunked_send_across_nodes_matches_the_oracle(ranks):
+    """The RS/send/AG overlap with the stages on different nodes: per chunk, the computation
+    kernel and a library send of its rows (threads over the in-process communicator)."""
+    program = scheduled("ol(mm,rs,fuse(sliced-send),ag)")
+    nodes = tuple(range(ranks)) if ranks == 2 else (0, 0, 1, 1)
+    plan = lower(program, ranks, None, nodes)
+    sends = [s for s in plan.steps if isinstance(s, Collective) and s.op == "send"]
+    piece_rows = 2 * 16 // (ranks // 2)  # [2, 16, 64] split on dim 1 over the stage's ranks
+    assert [s.rows for s in sends] == [
+        (k * piece_rows // 4, (k + 1) * piece_rows // 4) for k in range(4)
+    ]
+    inputs = sim.prepare_inputs(program, None, plan.grid_shape, seed=ranks)
+    want = sim.run(program, {k: v.copy() for k, v in inputs.items()}, ranks=ranks)
+    got = ThreadedExecutor(plan).run({k: v.copy() for k, v in inputs.items()})
+    for out, value in want.outputs.items():
+        assert np.array_equal(got[out], value), out

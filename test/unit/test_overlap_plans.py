@@ -211,17 +211,23 @@ def launch_rows(step: Launch) -> tuple[int, int]:
     b, e = step.range_positions
     row = step.iteration_shape[-1]
     lo, hi = step.args[b], step.args[e]
-    assert lo % row == 0 and hi % row == 0, f"a chunk that is not whole rows: {step}"
+    assert lo % row == 0, f"a chunk that is not whole rows: {step}"
+    assert hi % row == 0, f"a chunk that is not whole rows: {step}"
     return lo // row, hi // row
+
+
+def _waits(steps, lo: int, hi: int, stream: int) -> list[str]:
+    return [s.event for s in steps[lo:hi] if isinstance(s, WaitEvent) and s.stream == stream]
 
 
 def check_boundary_form(plan: Plan) -> list[int]:
     """Checks every pipeline-boundary (RS/send/AG) pipeline of `plan`; returns their chunk
-    counts. Per chunk k: the reduce_scatter of k on the communication stream, then an event;
-    the send of k (the fused kernel on rows k of the slice, on the compute stream, or across
-    nodes the computation kernel and a library send) waits for that event only, and is issued
-    after chunk k+1's reduce_scatter (so they overlap); the next stage's all_gather of k waits
-    for the send's event on the communication stream and is issued before chunk k+1's send."""
+    counts. Issue order per chunk k: send k (the fused kernel on rows k of the slice, on the
+    compute stream, waiting only for reduce_scatter k's event), reduce_scatter k+1 (on the
+    communication stream, not waiting for send k: they run side by side), the next stage's
+    all_gather of k (communication stream, waiting for send k's event), send k+1 (not waiting
+    for the gather of k: side by side). Across nodes the kernel computes chunk k and a library
+    send of its rows on the communication stream precedes the gather."""
     steps = plan.steps
     found = []
     gathered = sorted(
@@ -243,15 +249,19 @@ def check_boundary_form(plan: Plan) -> list[int]:
             if isinstance(s, Collective) and s.op == "all_gather" and s.src.name == g
         ]
         computes = [i for i in push if isinstance(steps[i], Launch)]
-        if not computes:  # across nodes: the computation kernel right before the send
+        if not computes:  # across nodes: the computation kernel before the library send
             computes = [
-                max(j for j in range(i) if isinstance(steps[j], Launch)) for i in push
+                max(j for j in range(i) if isinstance(steps[j], Launch) and steps[j].stream == 0)
+                for i in push
             ]
         first = steps[computes[0]]
         rss = [
             i
             for i, s in enumerate(steps)
-            if isinstance(s, Collective) and s.op == "reduce_scatter" and s.rows and reads(first, s.dst.name)
+            if isinstance(s, Collective)
+            and s.op == "reduce_scatter"
+            and s.rows
+            and reads(first, s.dst.name)
         ]
         chunks = len(rss)
         found.append(chunks)
@@ -259,31 +269,40 @@ def check_boundary_form(plan: Plan) -> list[int]:
         covered: list[int] = []
         for k in range(chunks):
             rs, comp, sent, ag = steps[rss[k]], steps[computes[k]], steps[push[k]], steps[ags[k]]
-            assert rs.stream == COMM_STREAM and ag.stream == COMM_STREAM
+            assert rs.stream == COMM_STREAM
+            assert ag.stream == COMM_STREAM
             assert comp.stream == COMPUTE_STREAM, f"chunk {k}'s send kernel on {comp.stream}"
-            rec = steps[rss[k] + 1]
-            assert isinstance(rec, RecordEvent) and rec.stream == COMM_STREAM, rec
-            waits = [
-                j
-                for j in range(rss[k] + 2, computes[k])
-                if isinstance(steps[j], WaitEvent) and steps[j].stream == COMPUTE_STREAM
-            ]
-            assert waits, f"chunk {k}'s send does not wait for anything"
-            assert steps[waits[-1]].event == rec.event, "the send waits for another chunk"
-            if k + 1 < chunks:
-                assert rss[k + 1] < computes[k], f"chunk {k} is sent before chunk {k + 1}'s RS"
-                assert ags[k] < computes[k + 1], f"chunk {k} is gathered after {k + 1}'s send"
-            assert rs.rows == ag.rows == launch_rows(comp), (rs, comp, ag)
-            if isinstance(sent, Collective):
-                assert sent.rows == rs.rows and sent.stream == COMM_STREAM
+            scattered = steps[rss[k] + 1]
+            assert isinstance(scattered, RecordEvent), scattered
+            assert scattered.stream == COMM_STREAM
+            before = _waits(steps, rss[k] + 2, computes[k], COMPUTE_STREAM)
+            assert before, f"chunk {k}'s send does not wait for anything"
+            assert before[-1] == scattered.event, "the send waits for another chunk"
+            sent_event = next(
+                s.event
+                for s in steps[computes[k] + 1 :]
+                if isinstance(s, RecordEvent) and s.stream == COMPUTE_STREAM
+            )
+            assert sent_event in _waits(steps, computes[k], ags[k], COMM_STREAM), (
+                f"chunk {k}'s gather does not wait for its send"
+            )
+            if isinstance(sent, Collective):  # across nodes
+                assert sent.rows == rs.rows
+                assert sent.stream == COMM_STREAM
                 assert computes[k] < push[k] < ags[k]
-            between = steps[push[k] + 1 : ags[k]]
-            events = [
-                s.event for s in between if isinstance(s, RecordEvent) and s.stream == COMPUTE_STREAM
-            ]
-            comm_waits = [s.event for s in between if isinstance(s, WaitEvent) and s.stream == COMM_STREAM]
-            if isinstance(sent, Launch):
-                assert events and events[-1] in comm_waits, f"chunk {k}'s gather waits for no send"
+            if k + 1 < chunks:
+                assert computes[k] < rss[k + 1] < ags[k] < computes[k + 1], (
+                    f"chunk {k}: send, next reduce_scatter, gather, next send out of order"
+                )
+                assert sent_event not in _waits(steps, computes[k], rss[k + 1], COMM_STREAM), (
+                    f"reduce_scatter {k + 1} waits for send {k}: they do not overlap"
+                )
+                gathered_waits = _waits(steps, ags[k], computes[k + 1], COMPUTE_STREAM)
+                nxt = steps[rss[k + 1] + 1]
+                assert gathered_waits == [nxt.event], (
+                    f"send {k + 1} waits for {gathered_waits}: not beside gather {k}"
+                )
+            assert rs.rows == ag.rows == launch_rows(comp), (rs, comp, ag)
             covered += range(*rs.rows)
         rows = int(np.prod(steps[rss[0]].dst.shape[:-1]))
         assert sorted(covered) == list(range(rows)), f"the chunks of %{g} miss rows"
@@ -424,7 +443,8 @@ def test_the_pipeline_boundary_overlaps_reduce_scatter_send_and_all_gather() -> 
         text = plan.cuda_source
         body = text[text.index(f"COCO_KERNEL({sends[0].kernel},") :]
         body = body[: body.index("COCO_KERNEL_BODY_END")]
-        assert "coco.dropout" in body and "// comm.send into the receiver" in body
+        assert "coco.dropout" in body
+        assert "// comm.send into the receiver" in body
 
 
 def test_a_boundary_overlap_without_a_fused_send_is_refused() -> None:
