@@ -228,7 +228,12 @@ def _reduce_scatter(ctx, step, t, group, src, dst, src_dt, dst_dt) -> Collective
     elif _packed(step) or consecutive_blocks(regions, src.shape):
         packed = src.reshape(len(group), -1)
     else:
-        packed = ctx.xp.stack([_contiguous(ctx, src[r]).reshape(-1) for r in regions])
+        # Each member's region (e.g. a block of rows per batch index when an inner dim is
+        # sliced) packed into scratch of the backend's: device memory on a GPU, which NCCL
+        # needs (an array module's `stack` would give host memory to a CPU-side double).
+        packed = ctx.empty((len(group), dst.size), src.dtype)
+        for j, r in enumerate(regions):
+            packed[j] = src[r].reshape(-1)
     if _library(ctx, t, src_dt, step.kind) and src.dtype == dst.dtype:
         yield t.reduce_scatter(packed, dst, step.kind, src_dt)
         return

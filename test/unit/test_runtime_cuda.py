@@ -899,8 +899,7 @@ def test_a_plan_that_ignores_the_nodes_cannot_reach_across_them():
 def test_fused_send_on_fake_gpus(nodes):
     """fuse(sliced-send) on 2 stages of 1 GPU: within a machine the send kernel stores into the
     next stage's buffer through IPC (no NCCL send); stages on two machines send with NCCL.
-    (At 2 GPUs per stage the double refuses the reduce_scatter's packed regions: a NumPy
-    scratch array handed to NCCL -- the cuda backend's, found here, not the send's.)"""
+    2 GPUs per stage: test_pipeline_boundary_on_four_fake_gpus."""
     program = apply_schedule(coconet.load(EXAMPLES / "pipeline_boundary.mlir"), "fuse(sliced-send)")
     inputs = sim.prepare_inputs(program, None, program.grid.bind(2), seed=1)
     want = sim.run(program, {k: v.copy() for k, v in inputs.items()}, ranks=2, inplace=False)
@@ -912,3 +911,24 @@ def test_fused_send_on_fake_gpus(nodes):
     pushed = "comm.send into the receiver" in plan.cuda_source
     assert pushed == (not nodes)
     assert bool(p2p) == bool(nodes)
+
+
+@pytest.mark.parametrize(
+    "schedule", ["rs-c-ag", "sliced-send", "fuse(sliced-send)", "ol(mm,rs,fuse(sliced-send),ag)"]
+)
+def test_pipeline_boundary_on_four_fake_gpus(schedule):
+    """2 stages of 2 GPUs: the reduce_scatter splits dim 1 of a [2, 16, 64] tensor, so each
+    member's region is two blocks of rows, packed before NCCL reduces them. The packed array
+    must be device memory of the rank (it once was a host array from `xp.stack`, which NCCL
+    -- and the double -- refuse)."""
+    from coconet.schedule import apply_schedule as apply_named
+
+    program = apply_named(coconet.load(EXAMPLES / "pipeline_boundary.mlir"), schedule)
+    inputs = sim.prepare_inputs(program, None, program.grid.bind(4), seed=2)
+    want = sim.run(program, {k: v.copy() for k, v in inputs.items()}, ranks=4, inplace=False)
+    _plan, got, backends = run_fake(program, 4, inputs)
+    result = compare_outputs(got, want.per_rank)
+    assert result.ok, "\n".join(map(str, result.differences))
+    assert not any(b.device.hazards for b in backends)
+    scatters = [c for b in backends for c in b.device.calls if c[:2] == ("nccl", "reduce_scatter")]
+    assert scatters  # NCCL reduced the packed regions
