@@ -7,9 +7,13 @@
 2. The pipeline boundary (examples/pipeline_boundary.mlir scaled up) on 4 ranks (2 stages x 2):
    fuse(sliced-send) -- the computation and the send in one kernel that stores the slice
    straight into the next stage's buffer -- beside sliced-send (a computation kernel, then an
-   MPI send of its result).
+   MPI send of its result), ol(mm,rs)+fuse(sliced-send) (the matmul overlapped with its
+   reduce_scatter only) and ol(mm,rs,fuse(sliced-send),ag) (CoCoNet's ol_RS_fuse_P2P_C_AG:
+   matmul, reduce_scatter, fused send and the next stage's all_gather chunk by chunk); on one
+   node, and with the stages on two "nodes" (the send an MPI send per chunk).
 
     .venv/bin/python benchmarks/bench_nodes_and_send.py [--log2n 22] [--tokens 4096]
+        [--only adam|pipeline]
 
 Prints each configuration's median step time (slowest rank, coco-run's convention) and the
 ratios. Timings on a shared machine are noisy: repeat, compare rows of one run.
@@ -69,36 +73,55 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=4096, help="pipeline tokens (default 4096)")
     p.add_argument("--hidden", type=int, default=1024, help="pipeline hidden size (default 1024)")
     p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--only", choices=["adam", "pipeline"], help="run one part")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        adam = adam_program(1 << args.log2n, Path(tmp))
-        two_nodes = bench(
-            adam, ["fuse(rs-c-ag)", "rs-c-ag"], {"COCONET_RANKS_PER_NODE": "2"}, args.iters
-        )
-        one_node = bench(adam, ["fuse(rs-c-ag)"], {"COCONET_RANKS_PER_NODE": "4"}, args.iters)
-        print(f"Adam, 2^{args.log2n} f32 parameters, 4 ranks (cpu backend)")
-        hier, split, single = (
-            two_nodes["fuse(rs-c-ag)"],
-            two_nodes["rs-c-ag"],
-            one_node["fuse(rs-c-ag)"],
-        )
-        print(f"  fuse(rs-c-ag), 2 nodes x 2 (hierarchical) {hier * 1e3:9.2f} ms")
-        print(
-            f"  rs-c-ag,       2 nodes x 2 (all MPI)      {split * 1e3:9.2f} ms  "
-            f"{split / hier:5.2f}x the hierarchical"
-        )
-        print(
-            f"  fuse(rs-c-ag), 1 node x 4 (one kernel)    {single * 1e3:9.2f} ms  "
-            f"{single / hier:5.2f}x the hierarchical"
-        )
-        pipe = pipeline_program(args.tokens, args.hidden, Path(tmp))
-        rows = bench(pipe, ["sliced-send", "fuse(sliced-send)"], {}, args.iters)
-        fused, plain = rows["fuse(sliced-send)"], rows["sliced-send"]
-        print(f"pipeline boundary, 1x{args.tokens}x{args.hidden} f16, 2 stages x 2 ranks")
-        print(f"  sliced-send        {plain * 1e3:9.2f} ms")
-        print(
-            f"  fuse(sliced-send)  {fused * 1e3:9.2f} ms  sliced-send takes {plain / fused:5.2f}x"
-        )
+        if args.only != "pipeline":
+            bench_adam(args, Path(tmp))
+        if args.only != "adam":
+            bench_pipeline(args, Path(tmp))
+
+
+PIPELINE_SCHEDULES = [
+    "sliced-send",
+    "fuse(sliced-send)",
+    "ol(mm,rs)+fuse(sliced-send)",
+    "ol(mm,rs,fuse(sliced-send),ag)",
+]
+
+
+def bench_pipeline(args: argparse.Namespace, tmp: Path) -> None:
+    pipe = pipeline_program(args.tokens, args.hidden, tmp)
+    for where, env in [("one node", {}), ("stages on 2 nodes", {"COCONET_RANKS_PER_NODE": "2"})]:
+        rows = bench(pipe, PIPELINE_SCHEDULES, env, args.iters)
+        base = rows["sliced-send"]
+        print(f"pipeline boundary, 1x{args.tokens}x{args.hidden} f16, 2 stages x 2 ranks, {where}")
+        print(f"  {'schedule':34s} {'median':>10s}  sliced-send takes")
+        for s in PIPELINE_SCHEDULES:
+            print(f"  {s:34s} {rows[s] * 1e3:7.2f} ms  {base / rows[s]:5.2f}x")
+
+
+def bench_adam(args: argparse.Namespace, tmp: Path) -> None:
+    adam = adam_program(1 << args.log2n, tmp)
+    two_nodes = bench(
+        adam, ["fuse(rs-c-ag)", "rs-c-ag"], {"COCONET_RANKS_PER_NODE": "2"}, args.iters
+    )
+    one_node = bench(adam, ["fuse(rs-c-ag)"], {"COCONET_RANKS_PER_NODE": "4"}, args.iters)
+    print(f"Adam, 2^{args.log2n} f32 parameters, 4 ranks (cpu backend)")
+    hier, split, single = (
+        two_nodes["fuse(rs-c-ag)"],
+        two_nodes["rs-c-ag"],
+        one_node["fuse(rs-c-ag)"],
+    )
+    print(f"  fuse(rs-c-ag), 2 nodes x 2 (hierarchical) {hier * 1e3:9.2f} ms")
+    print(
+        f"  rs-c-ag,       2 nodes x 2 (all MPI)      {split * 1e3:9.2f} ms  "
+        f"{split / hier:5.2f}x the hierarchical"
+    )
+    print(
+        f"  fuse(rs-c-ag), 1 node x 4 (one kernel)    {single * 1e3:9.2f} ms  "
+        f"{single / hier:5.2f}x the hierarchical"
+    )
 
 
 if __name__ == "__main__":

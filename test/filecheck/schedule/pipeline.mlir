@@ -117,9 +117,9 @@ func.func @boundary(
 // THREE-NEXT:    }
 // THREE-NEXT:    func.return %recv
 
-// ... run one chunk apart: chunk k is sent (the fused kernel on its range of the slice, once
-// chunk k's reduce_scatter is done) after chunk k+1's reduce_scatter is issued, and gathered
-// on the communication stream before chunk k+1 is sent.
+// ... run one chunk apart: with chunk k+1's matmul, chunk k is sent (the fused kernel on its
+// range of the slice, on the compute stream, once chunk k's reduce_scatter is done), then on
+// the communication stream chunk k+1 is reduce-scattered and chunk k gathered (once sent).
 // THREE-PLAN:      matmul %x, %w -> %layer rows [0, 8)
 // THREE-PLAN-NEXT: record layer_chunk0
 // THREE-PLAN-NEXT: [stream 1] wait layer_chunk0
@@ -127,12 +127,12 @@ func.func @boundary(
 // THREE-PLAN-NEXT: [stream 1] record total_rs_chunk0
 // THREE-PLAN-NEXT: matmul %x, %w -> %layer rows [8, 16)
 // THREE-PLAN-NEXT: record layer_chunk1
-// THREE-PLAN-NEXT: [stream 1] wait layer_chunk1
-// THREE-PLAN-NEXT: [stream 1] reduce_scatter sum %layer -> %total_rs over [1] rows [4, 8)
-// THREE-PLAN-NEXT: [stream 1] record total_rs_chunk1
 // THREE-PLAN-NEXT: wait total_rs_chunk0
 // THREE-PLAN-NEXT: launch k_fused_send<<<{{.*}}>>>({{.*}}, 0, 64, {{.*}})
 // THREE-PLAN-NEXT: record recv_s_chunk0
+// THREE-PLAN-NEXT: [stream 1] wait layer_chunk1
+// THREE-PLAN-NEXT: [stream 1] reduce_scatter sum %layer -> %total_rs over [1] rows [4, 8)
+// THREE-PLAN-NEXT: [stream 1] record total_rs_chunk1
 // THREE-PLAN-NEXT: [stream 1] wait recv_s_chunk0
 // THREE-PLAN-NEXT: [stream 1] all_gather %recv_s -> %recv over [1] rows [0, 4)
 // THREE-PLAN-NEXT: [stream 1] record recv_s_gathered0
