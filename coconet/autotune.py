@@ -166,6 +166,14 @@ def candidate_schedules(program: Any, *, space: str = "all") -> list[Candidate]:
     return out
 
 
+def profile_nodes(profile: MachineProfile, ranks: int) -> tuple[int, ...]:
+    """The node of each of `ranks` ranks on `profile`'s machine (`ranks_per_node` consecutive
+    ranks a node); () when they fit on one node."""
+    if ranks <= profile.ranks_per_node:
+        return ()
+    return tuple(r // profile.ranks_per_node for r in range(ranks))
+
+
 def rank_schedules(
     program: Any,
     ranks: int,
@@ -181,9 +189,12 @@ def rank_schedules(
     cands = candidates if candidates is not None else candidate_schedules(program, space=space)
     ranked: list[Candidate] = []
     refused: list[Candidate] = []
+    # Lowered for the profile's nodes, as a job on that machine would be: fused collectives
+    # spanning nodes run hierarchically, a fused send between nodes sends through the library.
+    nodes = profile_nodes(profile, ranks)
     for c in cands:
         try:
-            plan = lower(c.program, ranks)
+            plan = lower(c.program, ranks, None, nodes)
             c.prediction = predict(plan, profile)
         except CocoError as e:
             c.refused = str(e).splitlines()[0]

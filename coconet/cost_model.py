@@ -400,6 +400,8 @@ def _group_size(plan: Plan, step: Launch, rank: int, profile: MachineProfile) ->
     for arg in step.args:
         if isinstance(arg, PeerTable):
             members = group_of(plan.grid_shape, arg.span, rank)
+            if arg.part == "node" and plan.nodes:  # a hierarchical collective's node kernel
+                members = [m for m in members if plan.nodes[m] == plan.nodes[rank]]
             if len({m // profile.ranks_per_node for m in members}) > 1:
                 raise CocoError(
                     f"[cost-fused-across-nodes] {step.kernel} reaches {len(members)} ranks "

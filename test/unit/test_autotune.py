@@ -392,12 +392,26 @@ def test_coco_tune_predicts_for_a_gpu_node_and_refuses_to_measure_it():
 
 
 def test_a_fused_kernel_across_nodes_is_refused_not_priced():
-    program = load(EXAMPLES / "sgd.mlir")
+    from coconet.schedule import apply_schedule
+
+    program = apply_schedule(load(EXAMPLES / "sgd.mlir"), "fuse(rs-c-ag)")
     a100 = published_profile("dgx-a100")  # 8 GPUs per node
-    ranking = rank_schedules(program, 16, a100, space="named")
-    refused = ranking.find("fuse(rs-c-ag)")
-    assert refused in ranking.refused
-    assert "[cost-fused-across-nodes]" in refused.refused
-    assert ranking.best.name in ("rs-c-ag", "ar-c", "as-written")
-    one_node = rank_schedules(program, 8, a100, space="named")
+    with pytest.raises(CocoError, match=r"\[cost-fused-across-nodes\]"):
+        predict(lower(program, 16), a100)  # one kernel over 16 GPUs: not on this machine
+
+
+def test_ranking_lowers_for_the_profiles_nodes():
+    """Across nodes a fused collective is ranked as the hierarchical plan the machine would run
+    (node kernels, library collectives between nodes), and the pipeline boundary's fused send
+    between the stages' nodes as a library send."""
+    a100 = published_profile("dgx-a100")  # 8 GPUs per node
+    ranking = rank_schedules(load(EXAMPLES / "sgd.mlir"), 16, a100, space="named")
+    fused = ranking.find("fuse(rs-c-ag)")
+    assert fused in ranking.ranked, fused.refused
+    one_node = rank_schedules(load(EXAMPLES / "sgd.mlir"), 8, a100, space="named")
     assert one_node.find("fuse(rs-c-ag)") in one_node.ranked
+    # 2 GPUs per node: each stage of the [2, 2] boundary on its own node
+    pairs = dataclasses.replace(published_profile("dgx2-v100"), ranks_per_node=2)
+    boundary = rank_schedules(load(EXAMPLES / "pipeline_boundary.mlir"), 4, pairs, space="named")
+    three_way = boundary.find("ol(mm,rs,fuse(sliced-send),ag)")
+    assert three_way in boundary.ranked, three_way.refused
