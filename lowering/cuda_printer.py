@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import singledispatchmethod
+from functools import lru_cache, singledispatchmethod
 
 from xdsl.utils.base_printer import BasePrinter
 
@@ -205,6 +205,7 @@ _BINARY = {
 _COMPARISON = 10
 
 
+@lru_cache(maxsize=1 << 16)  # names repeat across kernels
 def c_identifier(name: str) -> str:
     """`name` as a C identifier that is not reserved to the implementation (a leading
     underscore, a double underscore) or to the device layer (a `coco_` prefix)."""

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 from xdsl.dialects import func
@@ -83,6 +84,10 @@ class LaunchConfig:
 
 
 class Lowering:
+    # Buffers and edges the stream schedulers looked at, over all lowerings (a test checks
+    # it grows linearly with the program).
+    dependence_checks: ClassVar[int] = 0
+
     def __init__(
         self,
         program: Program,
@@ -112,6 +117,7 @@ class Lowering:
         # Kernels that can run in table form (not collective ones), by name.
         self.batchable_kernels: dict[str, Kernel] = {}
         self.names: set[str] = set()
+        self.next_suffix: dict[str, int] = {}
         self.updated: dict[str, Buffer] = {}
         self.stream = COMPUTE_STREAM
 
@@ -119,10 +125,12 @@ class Lowering:
 
     def fresh(self, base: str) -> str:
         base = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in base) or "v"
-        name, k = base, 1
+        # the first free `base_k`: every suffix below the last one handed out is taken
+        name, k = base, self.next_suffix.get(base, 1)
         while name in self.names:
             name = f"{base}_{k}"
             k += 1
+        self.next_suffix[base] = k
         self.names.add(name)
         return name
 
@@ -252,30 +260,58 @@ class Lowering:
 
     def schedule_segment(self, steps: list[Step]) -> list[Step]:
         n = len(steps)
-        touched = [step_buffers(s) for s in steps]
-        preds: list[set[int]] = [set() for _ in range(n)]
-        for j in range(n):
-            reads_j, writes_j = touched[j]
-            for i in range(j):
-                reads_i, writes_i = touched[i]
-                if writes_i & (reads_j | writes_j) or writes_j & reads_i:
-                    preds[j].add(i)
-        done: set[int] = set()
-        out: list[Step] = []
-        while len(done) < n:
-            ready = [j for j in range(n) if j not in done and preds[j] <= done]
-            plain = [j for j in ready if not self.batchable(steps[j])]
-            if plain:
-                out += [steps[j] for j in plain]
-                done.update(plain)
-                continue
-            groups: dict[tuple[str, int], list[int]] = {}
-            for j in ready:
+        # Edges to the last writer of each buffer a step touches and, for a write, to the
+        # readers since that write: the same order as an edge to every earlier conflicting
+        # step (those are reached through these), found in one pass instead of all pairs.
+        succs: list[list[int]] = [[] for _ in range(n)]
+        waiting = [0] * n
+        last_writer: dict[str, int] = {}
+        readers: dict[str, list[int]] = {}
+        for j, step in enumerate(steps):
+            reads_j, writes_j = step_buffers(step)
+            preds: set[int] = set()
+            for b in reads_j | writes_j:
+                if (w := last_writer.get(b)) is not None:
+                    preds.add(w)
+            for b in writes_j:
+                preds.update(readers.pop(b, ()))
+                last_writer[b] = j
+            for b in reads_j:
+                readers.setdefault(b, []).append(j)
+            for i in preds:
+                succs[i].append(j)
+            waiting[j] = len(preds)
+            Lowering.dependence_checks += len(reads_j) + len(writes_j) + len(preds)
+        # Ready steps: plain ones, and batchable ones grouped by (kernel, stream), each kept
+        # in step order; every round takes all ready plain steps, else the largest group.
+        plain: list[int] = []
+        groups: dict[tuple[str, int], list[int]] = {}
+
+        def make_ready(j: int) -> None:
+            if self.batchable(steps[j]):
                 groups.setdefault((steps[j].kernel, steps[j].stream), []).append(j)
-            group = max(groups.values(), key=lambda g: (len(g), -g[0]))
-            run = [steps[j] for j in group]
-            out.append(self.table_launch(run) if len(run) > 1 else run[0])
-            done.update(group)
+            else:
+                plain.append(j)
+
+        for j in range(n):
+            if not waiting[j]:
+                make_ready(j)
+        out: list[Step] = []
+        while plain or groups:
+            if plain:
+                taken = sorted(plain)
+                plain.clear()
+                out += [steps[j] for j in taken]
+            else:
+                key = max(groups, key=lambda k: (len(groups[k]), -min(groups[k])))
+                taken = sorted(groups.pop(key))
+                run = [steps[j] for j in taken]
+                out.append(self.table_launch(run) if len(run) > 1 else run[0])
+            for i in taken:
+                for j in succs[i]:
+                    waiting[j] -= 1
+                    if not waiting[j]:
+                        make_ready(j)
         return out
 
     def batchable(self, step: Step) -> bool:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
@@ -208,6 +209,10 @@ class FusePass(ModulePass):
     """
 
     name = "coco-fuse"
+
+    # Ops the reduce_scatter chain scans looked at, over all runs (a test checks it grows
+    # linearly with the program).
+    chain_visits: ClassVar[int] = 0
 
     mode: str = "auto"
     ops: tuple[str, ...] = ()
@@ -449,36 +454,33 @@ class FusePass(ModulePass):
         members: set[Operation] = {rs}
         chain: set[SSAValue] = {rs.result}
         gathered: set[SSAValue] = set()
-        ops = list(block.ops)
-        for u in ops[ops.index(rs) + 1 :]:
-            reads_chain = any(v in chain for v in u.operands)
-            if isinstance(u, coco.UpdateOp):
-                if u.value in chain or u.value in gathered:
-                    members.add(u)
+        # Only ops of the block that read a chain value (or update with a gathered one) can
+        # join, so the scan follows those uses and stops after the last one: it costs the
+        # chain's extent, not the rest of the function (linear over every reduce_scatter).
+        pending: set[Operation] = set()
+
+        def watch(v: SSAValue, updates_only: bool = False) -> None:
+            for use in v.uses:
+                user = use.operation
+                if user.parent_block() is block and (
+                    not updates_only or isinstance(user, coco.UpdateOp)
+                ):
+                    pending.add(user)
+
+        watch(rs.result)
+        u = rs.next_op
+        while pending and u is not None:
+            FusePass.chain_visits += 1
+            if u not in pending:
+                u = u.next_op
                 continue
-            if not reads_chain:
-                continue
-            if isinstance(u, comm.AllGatherOp):
-                if set(u.span()) == span and _space(u.input) == space:
-                    members.add(u)
-                    gathered.add(u.result)
-                continue
-            if isinstance(u, coco.ElementwiseOp) and _meet(space, _space(u.results[0])) == space:
+            pending.discard(u)
+            joined = self._chain_step(u, space, span, chain, gathered)
+            if joined is not None:
                 members.add(u)
-                chain.add(u.results[0])
-            elif _row_reduction_of(u, space) or (
-                isinstance(u, coco.ElementwiseOp)
-                and _space(u.results[0]) is not None
-                and _space(u.results[0]) == _row_space(space)
-            ):
-                # rows of the slice: one block per row finishes them in the kernel
-                members.add(u)
-                chain.add(u.results[0])
-            elif isinstance(u, coco.ReduceOp) or (
-                isinstance(u, comm.AllReduceOp) and u.input.type.rank == 0
-            ):
-                members.add(u)
-                chain.add(u.result)
+                for v in joined:
+                    watch(v, updates_only=v in gathered)
+            u = u.next_op
         if not any(isinstance(m, comm.AllGatherOp) for m in members):
             raise fail(
                 f"{RULE}-chain",
@@ -486,22 +488,7 @@ class FusePass(ModulePass):
                 "needs reduce_scatter, computation and all_gather",
             )
         self._check_rows(members, space)
-        # pull in ops that only feed the chain
-        changed = True
-        while changed:
-            changed = False
-            for p in reversed(ops):
-                if p in members or not p.results:
-                    continue
-                if not isinstance(p, coco.SliceOp | coco.ConstantOp | coco.ElementwiseOp):
-                    continue
-                # slices and splat constants move no data, so any shape may join
-                if isinstance(p, coco.ElementwiseOp) and _meet(space, _op_space(p)) != space:
-                    continue
-                users = {ancestor_in(block, use.operation) for r in p.results for use in r.uses}
-                if users and users <= members:
-                    members.add(p)
-                    changed = True
+        members = self._pull_feeders(block, members, space)
         # scalar arithmetic between chain values (e.g. a trust ratio of two norms) that the
         # chain both feeds and reads belongs in the chain too
         info = OrderInfo.spanning(block, members)
@@ -516,6 +503,68 @@ class FusePass(ModulePass):
                 if not bridge:
                     raise
                 members |= bridge
+
+    @staticmethod
+    def _chain_step(
+        u: Operation,
+        space: Space,
+        span: set[int],
+        chain: set[SSAValue],
+        gathered: set[SSAValue],
+    ) -> tuple[SSAValue, ...] | None:
+        """Whether `u` (an op after the reduce_scatter reading the chain, or updating with a
+        chain or gathered value) joins the chain: None if not, else the values it adds (to
+        `chain` or, for an all_gather, to `gathered`)."""
+        if isinstance(u, coco.UpdateOp):
+            return () if u.value in chain or u.value in gathered else None
+        if not any(v in chain for v in u.operands):
+            return None
+        if isinstance(u, comm.AllGatherOp):
+            if set(u.span()) == span and _space(u.input) == space:
+                gathered.add(u.result)
+                return (u.result,)
+            return None
+        if isinstance(u, coco.ElementwiseOp) and _meet(space, _space(u.results[0])) == space:
+            chain.add(u.results[0])
+            return (u.results[0],)
+        if _row_reduction_of(u, space) or (
+            isinstance(u, coco.ElementwiseOp)
+            and _space(u.results[0]) is not None
+            and _space(u.results[0]) == _row_space(space)
+        ):
+            # rows of the slice: one block per row finishes them in the kernel
+            chain.add(u.results[0])
+            return (u.results[0],)
+        if isinstance(u, coco.ReduceOp) or (
+            isinstance(u, comm.AllReduceOp) and u.input.type.rank == 0
+        ):
+            chain.add(u.result)
+            return (u.result,)
+        return None
+
+    @staticmethod
+    def _pull_feeders(block: Block, members: set[Operation], space: Space) -> set[Operation]:
+        """Add the ops that only feed the chain (slices, constants, elementwise ops in its
+        space), to a fixpoint: a candidate is an operand's producer, looked at again each time
+        one of its users joins (no rescan of the block)."""
+        members = set(members)
+        work = [v.owner for m in members for o in m.walk() for v in o.operands]
+        while work:
+            p = work.pop()
+            if not isinstance(p, Operation) or p in members or p.parent_block() is not block:
+                continue
+            if not p.results or not isinstance(
+                p, coco.SliceOp | coco.ConstantOp | coco.ElementwiseOp
+            ):
+                continue
+            # slices and splat constants move no data, so any shape may join
+            if isinstance(p, coco.ElementwiseOp) and _meet(space, _op_space(p)) != space:
+                continue
+            users = {ancestor_in(block, use.operation) for r in p.results for use in r.uses}
+            if users and users <= members:
+                members.add(p)
+                work.extend(v.owner for o in p.walk() for v in o.operands)
+        return members
 
     def _check_rows(self, members: set[Operation], space: Space) -> None:
         """A chain with row reductions is one kernel with a block per row: no full
