@@ -832,8 +832,10 @@ def _split_reorder(s: Schedule, info: _Structure) -> None:
         first.setdefault(ar.result.name_hint, ar)
     for name in names:
         s.split(name, dim=auto_split_dim(first[name]))
-    for name in names:
-        s.reorder(name)
+    # One reorder of every gather: reordering one gather can carry its slices through the
+    # next all_reduce's consumers (a residual stack's `x + 1 = dropout(...) + x`), taking that
+    # gather with it; a reorder per name would then find it gone.
+    s.reorder(list(names))
 
 
 def _slice_state(s: Schedule, info: _Structure) -> None:
@@ -1186,9 +1188,7 @@ def _step(node: _Node, label: str, action: Callable[[Schedule], Any]) -> _Node |
 
 def _reorder_each(names: Sequence[str]) -> Callable[[Schedule], None]:
     def run(s: Schedule) -> None:
-        with s._all_or_nothing():
-            for n in names:
-                s.reorder(n)
+        s.reorder(list(names))  # one pass: see _split_reorder
 
     return run
 

@@ -605,3 +605,31 @@ def test_enumeration_of_many_collectives_chooses_jointly():
     # the named schedules handle every collective
     named = named_schedules(p)
     assert named["fuse(rs-c-ag)"].endswith("coco-fuse{mode=all_reduce ops=a_rs,b_rs,c_rs}")
+
+
+def test_split_schedules_of_a_residual_stack_reorder_every_layer():
+    """In a residual stack (benchmarks/compile_time.py), reordering one layer's gather carries
+    its slices through the next layer's residual, taking that layer's gather along: rs-c-ag
+    and the enumerator's reorder(all) reorder every gather in one pass instead of one name
+    at a time (which refused: `[reorder-gather] no op named %ar1`)."""
+    import importlib.util
+
+    from coconet.equivalence import check_equivalence
+
+    spec = importlib.util.spec_from_file_location(
+        "compile_time", Path(__file__).resolve().parents[2] / "benchmarks/compile_time.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    p = Program(parse_module(bench.stack_text(3)))
+    scheduled = apply_schedule(p, "rs-c-ag")
+    text = str(scheduled.module)
+    assert "comm.all_reduce" not in text
+    assert text.count("comm.reduce_scatter") == 3
+    # every layer's bias, dropout and residual run on slices, between its two collectives
+    assert text.count("comm.all_gather") == 3
+    assert text.count("coco.dropout") == 3
+    report = check_equivalence(p, scheduled, ranks=(1, 2), seeds=(0,))
+    assert report.ok, report
+    pipelines = dict(enumerate_schedules(p))
+    assert "split(all)+reorder(all)" in pipelines
