@@ -45,7 +45,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -190,9 +191,20 @@ def _as_program(program: Any, entry: str | None) -> Program:
 class CompiledProgram:
     """A program lowered for this job's ranks, with its buffers allocated on this rank."""
 
-    def __init__(self, program: Program, plan, runner, backend_name: str, comm, guard=None):
-        self.program = program
+    def __init__(
+        self,
+        program: Program | Callable[[], Program],
+        plan,
+        runner,
+        backend_name: str,
+        comm,
+        guard=None,
+    ):
+        # A warm start (the plan from the plan cache) passes how to get the scheduled
+        # program, parsed only if someone asks for it.
+        self._program = program
         self.autotune: dict[str, Any] | None = None  # what schedule="auto" chose, and why
+        self.plan_cache_hit = False  # whether the plan came from the plan cache
         self.plan = plan
         self.runner = runner
         self.backend = backend_name
@@ -201,6 +213,13 @@ class CompiledProgram:
         self.size = plan.size
         self.guard = guard
         self._lock = threading.Lock()
+
+    @property
+    def program(self) -> Program:
+        """The scheduled program."""
+        if not isinstance(self._program, Program):
+            self._program = self._program()
+        return self._program
 
     def input_shapes(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
         """What this rank passes for each argument: (shape of its piece, dtype)."""
@@ -350,6 +369,7 @@ def compile(
     abort_on_error: bool = True,
     profile: Any = None,
     schedule_space: str = "all",
+    cache: bool = True,
 ) -> CompiledProgram | SimCompiled:
     """Schedule and lower `program` (a Program, a path, or a front-end function) for this job
     and prepare it on this rank; see the module docstring for the calling contract.
@@ -358,17 +378,27 @@ def compile(
     (coconet/autotune.py) on `profile` (a MachineProfile, a published profile's name, a JSON
     file, or None: this host, measured once and cached; the cuda backend needs one named).
     `schedule_space` is what it ranks: "all" (named and enumerated schedules) or "named".
-    The choice is logged (logger `coconet.autotune`) and kept as `compiled.autotune`."""
+    The choice is logged (logger `coconet.autotune`) and kept as `compiled.autotune`.
+
+    A `.mlir` file compiled for the cpu or cuda backend under a given schedule is kept in the
+    plan cache (lowering/plan_cache.py; `cache=False` bypasses it): compiling the same text,
+    schedule, ranks and target again loads its plan instead of parsing, scheduling and
+    lowering (`compiled.plan_cache_hit`)."""
     from coconet.autotune import is_auto
 
-    program = _as_program(program, entry)
     auto = is_auto(schedule)
-    if not auto:
-        program = apply_schedule(program, schedule)
+    source = _mlir_text(program) if cache and not auto else None
+    unscheduled = program
+    if source is None:
+        program = _as_program(program, entry)
+        if not auto:
+            program = apply_schedule(program, schedule)
     backend = backend or default_backend()
     if backend not in BACKENDS:
         raise CocoError(f"unknown backend '{backend}': use one of {', '.join(BACKENDS)}")
     if backend == "sim":
+        if source is not None:
+            program = apply_schedule(_as_program(unscheduled, entry), schedule)
         if ranks is None:
             grid = program.grid
             ranks = int(np.prod(grid.shape)) if grid.is_static() else 1
@@ -410,7 +440,19 @@ def compile(
                 comm, prefix="coconet", step_timeout=float(timeout) if timeout else None
             )
         guard = _GUARD
-    plan = lower(program, size, launch_config, job_nodes(comm, mpi_module_for(comm)))
+    nodes = job_nodes(comm, mpi_module_for(comm))
+    cache_hit = False
+    if source is not None:
+        from coconet.lowering.plan_cache import cached_plan, plan_key
+
+        def scheduled() -> Program:
+            return apply_schedule(_as_program(unscheduled, entry), schedule)
+
+        key = plan_key(source, entry, schedule or "", size, nodes, repr(launch_config), backend)
+        cached = cached_plan(key, lambda: lower(scheduled(), size, launch_config, nodes))
+        plan, cache_hit, program = cached.value, cached.cache_hit, scheduled
+    else:
+        plan = lower(program, size, launch_config, nodes)
     runner = PlanRunner(
         plan,
         comm.Get_rank(),
@@ -422,7 +464,23 @@ def compile(
         guard.watch(runner)
     compiled = CompiledProgram(program, plan, runner, backend, comm, guard)
     compiled.autotune = choice
+    compiled.plan_cache_hit = cache_hit
     return compiled
+
+
+def _mlir_text(program: Any) -> str | None:
+    """The text of `program` when it names a `.mlir` file (what the plan cache keys on)."""
+    if not isinstance(program, str | Path):
+        return None
+    path = Path(program)
+    if path.suffix != ".mlir" or not path.is_file():
+        return None
+    from coconet.core.program import read_text
+
+    try:
+        return read_text(path)
+    except CocoError:
+        return None  # the uncached path reports it
 
 
 def _autotuned(

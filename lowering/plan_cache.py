@@ -1,0 +1,101 @@
+"""A cache of compiled programs: the plan (with its CUDA text) of a program text under a
+schedule, for a rank count, node map, launch configuration and target, so a program compiled
+once starts without parsing, scheduling or lowering again (a warm start).
+
+Entries live in the kernel cache's directory (lowering/kernel_cache.py, namespace "plans") and
+follow its rules: published atomically, loaded only when intact (the digest written beside
+the entry matches) and trusted (owned by this user, writable by nobody else), rebuilt when
+they fail to load. An entry is a pickle, which can run code when loaded: that is why only a
+trusted, intact entry is ever unpickled, as only such a shared library is ever loaded.
+
+The key covers everything the plan depends on: the program text and entry function, the
+schedule, the ranks, nodes and launch configuration, the target, and the compiler itself
+(a digest of coconet's sources and device header), so a changed compiler never reads an old
+plan.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from coconet.lowering.kernel_cache import CachedArtifact, KernelCache, content_key
+from coconet.lowering.plan import Plan
+
+__all__ = ["PLAN_CACHE", "cached_plan", "compiler_digest", "plan_key"]
+
+PLAN_CACHE = KernelCache("plans")
+
+# The folders of coconet's packages (pyproject's package-dir): what a plan is computed by.
+_SOURCE_DIRS = ("coconet", "core", "dialects", "passes", "lowering")
+_compiler_digest: str | None = None
+
+
+def compiler_digest() -> str:
+    """SHA-256 over coconet's Python sources and device header (computed once a process)."""
+    global _compiler_digest
+    if _compiler_digest is None:
+        # the source tree (an editable install) or the installed `coconet` package, which
+        # holds the API's modules at its top and the other packages as folders
+        root = Path(__file__).resolve().parents[1]
+        files = sorted(root.glob("*.py"))
+        for folder in _SOURCE_DIRS:
+            files += sorted(p for p in (root / folder).rglob("*") if p.suffix in (".py", ".h"))
+        h = hashlib.sha256()
+        for path in files:
+            h.update(str(path.relative_to(root)).encode() + b"\0")
+            h.update(path.read_bytes())
+        _compiler_digest = h.hexdigest()
+    return _compiler_digest
+
+
+def plan_key(
+    text: str,
+    entry: str | None,
+    schedule: str,
+    ranks: int,
+    nodes: Sequence[int],
+    launch_config: str,
+    target: str,
+) -> str:
+    return content_key(
+        compiler_digest(),
+        text,
+        entry or "",
+        schedule,
+        str(ranks),
+        ",".join(map(str, nodes)),
+        launch_config,
+        target,
+    )
+
+
+def _load(path: Path) -> Plan:
+    try:
+        with open(path, "rb") as f:
+            plan = pickle.load(f)
+    except OSError:
+        raise
+    except Exception as e:  # an unpickling failure of any kind: the entry is unusable
+        raise ValueError(f"unreadable plan entry {path}: {e}") from None
+    if not isinstance(plan, Plan):
+        raise ValueError(f"plan entry {path} holds a {type(plan).__name__}")
+    return plan
+
+
+def cached_plan(key: str, build: Callable[[], Plan]) -> CachedArtifact[Plan]:
+    """The plan stored under `key`, or `build()`'s, stored under it first."""
+    built: list[Plan] = []
+
+    def write(tmp: Path) -> None:
+        built.append(build())
+        with open(tmp, "wb") as f:
+            pickle.dump(built[0], f, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def load(path: Path) -> Plan:
+        # the plan just built is the one published: no need to read it back
+        return built[0] if built else _load(path)
+
+    return PLAN_CACHE.get_or_build(key, ".plan.pickle", write, load)
