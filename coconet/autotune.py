@@ -8,9 +8,9 @@
 The space is every named schedule that fits the program (coconet/schedule.py
 `named_schedules`) and every schedule `enumerate_scheduled_programs` lists; schedules whose IR
 is the same are one candidate (its first name kept, the others as aliases). Each candidate is
-lowered for the rank count and priced by coconet/cost_model.py; candidates the lowering refuses
-for that rank count (or that cannot run on the profile's machine: a fused kernel whose group
-spans nodes) are listed as refused, never silently dropped.
+lowered for the rank count and the profile's nodes (a fused collective whose group spans
+nodes lowers hierarchically) and priced by coconet/cost_model.py; candidates the lowering
+refuses for that rank count are listed as refused, never silently dropped.
 
 `--schedule auto` (coco-run), `compile(..., schedule="auto")` and `coconet.torch`'s
 `schedule="auto"` resolve to the best candidate's pipeline. The profile: `cpu` (this host,
