@@ -11,8 +11,10 @@ Rules (per grid axis; an axis a collective does not span keeps its layout):
                        over leading dims, so its `sliced<d>` means result dim d + (rank gap).
 * broadcast-shapes     operand shapes broadcast as in NumPy.
 * element-types        operands of one elementwise op share an element type (cast first).
-* matmul-layouts       R x R -> R; sliced(row or batch dim) x R -> same; R x sliced(cols) ->
-                       sliced(cols); sliced(K) x sliced(K) -> local (partial sums); local x
+* matmul-layouts       R x R -> R; sliced(row or batch dim) x R -> same (a batched R right
+                       operand takes the same batch slice: sliced(batch) x sliced(batch) ->
+                       sliced(batch); sliced(batch) x batched R is refused); R x sliced(cols)
+                       -> sliced(cols); sliced(K) x sliced(K) -> local (partial sums); local x
                        (local | R) -> local; anything else is an error.
 * reduction-layouts    replicated -> replicated; local -> local; sliced -> local (a partial
                        result); norm of a slice is refused (norm-of-slice).
@@ -332,8 +334,20 @@ def infer_matmul(lhs: Attribute, rhs: Attribute) -> TensorType:
         ra, rb = isinstance(la, ReplicatedAttr), isinstance(lb, ReplicatedAttr)
         sa = la.dim.data if isinstance(la, SlicedAttr) else None
         sb = lb.dim.data if isinstance(lb, SlicedAttr) else None
+        batch = sa is not None and sa < a.rank - 2  # A sliced on one of its batch dims
         if ra and rb:
             out: LayoutAttr = REPLICATED
+        elif batch and rb and b.rank > 2:
+            # each rank would multiply its slice of A's batch by B's whole batch
+            raise fail(
+                "matmul-layouts",
+                f"the left operand is sliced on batch dim {sa} but the batched right operand "
+                f"is replicated on grid axis {axis} ({a} x {b}): slice the right operand on "
+                f"batch dim {sa} too (sliced(batch) x sliced(batch)), or multiply by an "
+                "unbatched right operand",
+            )
+        elif batch and sb == sa and b.rank > 2:
+            out = SlicedAttr(sa)  # the same batch slice of A and of B
         elif sa is not None and sa != a_k and rb:
             out = SlicedAttr(sa)  # rows or batch of A: same dim of the result
         elif ra and sb == b_n:

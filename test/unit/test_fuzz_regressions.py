@@ -91,3 +91,31 @@ func.func @f(%x: !coco.tensor<3x16xf32, sliced<0>>) -> !coco.tensor<3x4x4xf32, s
     assert np.array_equal(want.outputs[name], x.reshape(3, 4, 4))
     got = ThreadedExecutor(lower(program, 2)).run({"x": x.copy()})
     assert np.array_equal(got[name], x.reshape(3, 4, 4))
+
+
+BATCHED = """
+func.func @batched(%x: !coco.tensor<2x4x8xf32, sliced<0>>, %xb: !coco.tensor<2x8x16xf32{rhs}>)
+    -> !coco.tensor<2x4x16xf32, sliced<0>> {{
+  %y = coco.matmul %x, %xb : !coco.tensor<2x4x8xf32, sliced<0>>, !coco.tensor<2x8x16xf32{rhs}>
+      -> !coco.tensor<2x4x16xf32, sliced<0>>
+  func.return %y : !coco.tensor<2x4x16xf32, sliced<0>>
+}}
+"""
+
+
+def test_a_batch_slice_times_a_replicated_batch_is_refused():
+    """Fuzz case 8171 (seed 0): `sliced(batch) x batched R` was accepted, and at 2 ranks every
+    rank multiplied its slice of the batch by the whole batch (the sim made pieces of the wrong
+    shape, the cpu backend raised a ValueError)."""
+    with pytest.raises(CocoError, match=r"\[matmul-layouts\] the left operand is sliced on batch"):
+        Program(parse_module(BATCHED.format(rhs=""), "batched.mlir"))
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_a_batch_slice_times_the_same_batch_slice_runs_like_numpy(ranks):
+    program = Program(parse_module(BATCHED.format(rhs=", sliced<0>"), "batched.mlir"))
+    want = sim.run(program, ranks=ranks, seed=3)
+    x, xb = want.inputs["x"], want.inputs["xb"]
+    np.testing.assert_allclose(want.outputs["y"], np.matmul(x, xb), rtol=1e-6)
+    got = ThreadedExecutor(lower(program, ranks)).run(want.inputs)
+    np.testing.assert_array_equal(got["y"], want.outputs["y"])

@@ -284,7 +284,7 @@ func.func @matmul(%a: !coco.tensor<4x8xf16>, %b: !coco.tensor<8x16xf16>, %ar: !c
                   %bc: !coco.tensor<8x16xf16, sliced<1>>, %ak: !coco.tensor<4x8xf16, sliced<1>>,
                   %bk: !coco.tensor<8x16xf16, sliced<0>>, %al: !coco.tensor<4x8xf16, local>,
                   %bl: !coco.tensor<8x16xf16, local>, %x: !coco.tensor<2x4x8xf16, sliced<0>>,
-                  %xb: !coco.tensor<2x8x16xf16>) {
+                  %xb: !coco.tensor<2x8x16xf16, sliced<0>>) {
   %0 = coco.matmul %a, %b : !coco.tensor<4x8xf16>, !coco.tensor<8x16xf16> -> !coco.tensor<4x16xf16>
   %1 = coco.matmul %ar, %b : !coco.tensor<4x8xf16, sliced<0>>, !coco.tensor<8x16xf16> -> !coco.tensor<4x16xf16, sliced<0>>
   %2 = coco.matmul %a, %bc : !coco.tensor<4x8xf16>, !coco.tensor<8x16xf16, sliced<1>> -> !coco.tensor<4x16xf16, sliced<1>>
@@ -292,7 +292,7 @@ func.func @matmul(%a: !coco.tensor<4x8xf16>, %b: !coco.tensor<8x16xf16>, %ar: !c
   %4 = coco.matmul %al, %b : !coco.tensor<4x8xf16, local>, !coco.tensor<8x16xf16> -> !coco.tensor<4x16xf16, local>
   %5 = coco.matmul %al, %bl {k} : !coco.tensor<4x8xf16, local>, !coco.tensor<8x16xf16, local> -> !coco.tensor<4x16xf16, local>
   %6 = coco.matmul %x, %b : !coco.tensor<2x4x8xf16, sliced<0>>, !coco.tensor<8x16xf16> -> !coco.tensor<2x4x16xf16, sliced<0>>
-  %7 = coco.matmul %x, %xb : !coco.tensor<2x4x8xf16, sliced<0>>, !coco.tensor<2x8x16xf16> -> !coco.tensor<2x4x16xf16, sliced<0>>
+  %7 = coco.matmul %x, %xb : !coco.tensor<2x4x8xf16, sliced<0>>, !coco.tensor<2x8x16xf16, sliced<0>> -> !coco.tensor<2x4x16xf16, sliced<0>>
   func.return
 }
 
@@ -304,7 +304,7 @@ func.func @matmul(%a: !coco.tensor<4x8xf16>, %b: !coco.tensor<8x16xf16>, %ar: !c
 // CHECK-NEXT:    %4 = coco.matmul %al, %b : !coco.tensor<4x8xf16, local>, !coco.tensor<8x16xf16> -> !coco.tensor<4x16xf16, local>{{$}}
 // CHECK-NEXT:    %5 = coco.matmul %al, %bl {k} : !coco.tensor<4x8xf16, local>, !coco.tensor<8x16xf16, local> -> !coco.tensor<4x16xf16, local>{{$}}
 // CHECK-NEXT:    %6 = coco.matmul %x, %b : !coco.tensor<2x4x8xf16, sliced<0>>, !coco.tensor<8x16xf16> -> !coco.tensor<2x4x16xf16, sliced<0>>{{$}}
-// CHECK-NEXT:    %7 = coco.matmul %x, %xb : !coco.tensor<2x4x8xf16, sliced<0>>, !coco.tensor<2x8x16xf16> -> !coco.tensor<2x4x16xf16, sliced<0>>{{$}}
+// CHECK-NEXT:    %7 = coco.matmul %x, %xb : !coco.tensor<2x4x8xf16, sliced<0>>, !coco.tensor<2x8x16xf16, sliced<0>> -> !coco.tensor<2x4x16xf16, sliced<0>>{{$}}
 // CHECK-NEXT:    func.return{{$}}
 
 // -----

@@ -218,6 +218,17 @@ func.func @matmul_batch(%a: !coco.tensor<2x4x8xf32>, %b: !coco.tensor<3x8x16xf32
 
 // -----
 
+// A batch slice of A times all of B's batch (each rank would multiply its slice by every batch).
+func.func @matmul_batch_slice_by_replicated_batch(%a: !coco.tensor<2x4x8xf32, sliced<0>>, %b: !coco.tensor<2x8x16xf32>) {
+  %0 = coco.matmul %a, %b : !coco.tensor<2x4x8xf32, sliced<0>>, !coco.tensor<2x8x16xf32> -> !coco.tensor<2x4x16xf32, sliced<0>>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [matmul-layouts] the left operand is sliced on batch dim 0 but the batched right operand is replicated on grid axis 0
+
+// -----
+
 // norm-of-slice
 func.func @norm_of_slice(%a: !coco.tensor<8xf32, sliced<0>>) {
   %0 = coco.reduce norm %a : !coco.tensor<8xf32, sliced<0>> -> !coco.tensor<f32, local>
