@@ -71,12 +71,18 @@ class dispatch_on_type(singledispatchmethod):
     runs on every attribute access (a fifth of the printing time of a large program): the
     bound method dispatches on its first argument's class through the same registry."""
 
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.attribute = name
+
     def __get__(self, obj, cls=None):
         dispatch = self.dispatcher.dispatch
 
         def method(arg, *args, **kwargs):
-            return dispatch(arg.__class__).__get__(obj, cls)(arg, *args, **kwargs)
+            return dispatch(arg.__class__)(obj, arg, *args, **kwargs)
 
+        if obj is not None:
+            # the printer's own attribute from now on: built once per printer, not per call
+            obj.__dict__[self.attribute] = method
         return method
 
 
