@@ -24,7 +24,6 @@ their rounded results agree. Integer division truncates toward zero, as in C.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 from enum import auto
@@ -148,22 +147,6 @@ class SlicedAttr(LayoutAttr):
 
     @classmethod
     def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
-        # A program spells a few tensor types thousands of times and xDSL's lexer is most of
-        # the time parsing takes: a body parsed before is looked up by its text and skipped.
-        text = parser.lexer.input.content
-        body = _TENSOR_BODY.match(text, parser.pos) if isinstance(text, str) else None
-        if body is not None and (known := _PARSED_TENSOR_BODIES.get(body.group())) is not None:
-            parser._resume_from(body.end())  # pyright: ignore[reportPrivateUsage]
-            return known
-        params = cls._parse_body(parser)
-        if body is not None:
-            if len(_PARSED_TENSOR_BODIES) >= _PARSED_TENSOR_BODIES_MAX:
-                _PARSED_TENSOR_BODIES.clear()
-            _PARSED_TENSOR_BODIES[body.group()] = params
-        return params
-
-    @staticmethod
-    def _parse_body(parser: AttrParser) -> tuple[Attribute, ...]:
         with parser.in_angle_brackets():
             return (IntAttr(parser.parse_integer(allow_boolean=False, allow_negative=False)),)
 
@@ -314,14 +297,6 @@ GRID_ATTR_NAME = "coco.grid"
 # --------------------------------------------------------------------------------------------
 
 
-# `<...>` of a tensor type with layouts nested one deep (`sliced<0>`), on one line and free of
-# comments, strings and attribute dictionaries: a text that always parses the same way.
-_TENSOR_BODY = re.compile(r"<[^<>/\"{}\n]*(?:<[^<>/\"{}\n]*>[^<>/\"{}\n]*)*>")
-# Parameters of the tensor type bodies parsed so far, by their text (bounded).
-_PARSED_TENSOR_BODIES: dict[str, tuple[Attribute, ...]] = {}
-_PARSED_TENSOR_BODIES_MAX = 4096
-
-
 @irdl_attr_definition
 class TensorType(ParametrizedAttribute, TypeAttribute):
     """`!coco.tensor<1024x512xf16, sliced<0>>`: global shape, element type, per-axis layouts."""
@@ -412,22 +387,6 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
 
     @classmethod
     def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
-        # A program spells a few tensor types thousands of times and xDSL's lexer is most of
-        # the time parsing takes: a body parsed before is looked up by its text and skipped.
-        text = parser.lexer.input.content
-        body = _TENSOR_BODY.match(text, parser.pos) if isinstance(text, str) else None
-        if body is not None and (known := _PARSED_TENSOR_BODIES.get(body.group())) is not None:
-            parser._resume_from(body.end())  # pyright: ignore[reportPrivateUsage]
-            return known
-        params = cls._parse_body(parser)
-        if body is not None:
-            if len(_PARSED_TENSOR_BODIES) >= _PARSED_TENSOR_BODIES_MAX:
-                _PARSED_TENSOR_BODIES.clear()
-            _PARSED_TENSOR_BODIES[body.group()] = params
-        return params
-
-    @staticmethod
-    def _parse_body(parser: AttrParser) -> tuple[Attribute, ...]:
         with parser.in_angle_brackets():
             shape_pos = parser.pos
             dims, elt = parser.parse_ranked_shape()
