@@ -129,13 +129,11 @@ def _timed(comm, fn: Callable[[], Any], warmup: int, iters: int) -> float:
 
 
 def _compiled(comm, text: str, schedule: str | None = None):
-    from coconet.compile import compile as compile_program
+    from coconet.compiled import apply_schedule, prepare
     from coconet.core.program import Program, parse_module
 
-    program = Program(parse_module(text, "<probe>"))
-    return compile_program(
-        program, schedule=schedule, backend="cpu", comm=comm, abort_on_error=False
-    )
+    program = apply_schedule(Program(parse_module(text, "<probe>")), schedule)
+    return prepare(program, "cpu", comm)
 
 
 def _ready(compiled, seed: int = 0):

@@ -180,8 +180,6 @@ KNOWN_CYCLES = {
             "coconet.lowering.overlap",
         }
     ),
-    # the cpu machine probe measures through compile(), which autotunes on the probe's profile
-    frozenset({"coconet.autotune", "coconet.compile", "coconet.machine_probe"}),
 }
 
 

@@ -1,0 +1,339 @@
+"""Programs made ready on this rank: the backends, schedules applied, and the compiled program
+that `coconet.compile` returns (see coconet/compile.py for the calling contract).
+
+This module is what compile() builds on without its choices (the autotuner, the plan cache, the
+job's failure guard): `prepare` lowers a scheduled program for a communicator and sets its plan
+up on this rank. The machine probe measures through it, so the probe, the autotuner and
+compile() form a chain, not a cycle.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from coconet.core.program import CocoError, Program
+
+BACKENDS = ("sim", "cpu", "cuda")
+
+
+# ---------------------------------------------------------------------------------------------
+# Schedules
+# ---------------------------------------------------------------------------------------------
+
+
+def apply_pipeline(program: Program, pipeline: str) -> Program:
+    """A copy of `program` with the pass pipeline applied and verified."""
+    if not pipeline:
+        return program
+    from xdsl.passes import PassPipeline
+    from xdsl.utils.exceptions import DiagnosticException
+
+    from coconet.core.program import make_context
+    from coconet.passes import get_all_passes
+
+    try:
+        passes = PassPipeline.parse_spec(get_all_passes(), pipeline)
+    except Exception as e:
+        raise CocoError(f"bad pass pipeline '{pipeline}': {e}") from None
+    program = program.clone()
+    try:
+        passes.apply(make_context(), program.module)
+        program.module.verify()
+    except DiagnosticException as e:
+        raise CocoError(f"pipeline '{pipeline}' refused the program: {e}") from None
+    return program
+
+
+def is_pipeline(spec: str) -> bool:
+    """Whether `spec` reads as a pass pipeline (its first element names a registered pass)."""
+    from coconet.passes import get_all_passes
+
+    head = spec.split(",", 1)[0].split("{", 1)[0].strip()
+    return head in get_all_passes()
+
+
+def apply_schedule(program: Program, schedule: str | None) -> Program:
+    """`program` under a named schedule (coconet.schedule) or a pass pipeline."""
+    if not schedule or schedule in ("none", "as-written"):
+        return program
+    if is_pipeline(schedule):
+        return apply_pipeline(program, schedule)
+    try:
+        from coconet import schedule as schedules  # written alongside; optional here
+    except ImportError:
+        raise CocoError(
+            f"unknown schedule '{schedule}': it is not a pass pipeline, and named schedules "
+            "need coconet.schedule, which this installation lacks"
+        ) from None
+    for attr in ("apply_schedule", "apply"):
+        fn = getattr(schedules, attr, None)
+        if callable(fn):
+            result = fn(program, schedule)
+            if hasattr(result, "program") and not isinstance(result, Program):
+                result = result.program
+            if not isinstance(result, Program):
+                raise CocoError(f"schedule '{schedule}' did not produce a program")
+            return result
+    raise CocoError(f"unknown schedule '{schedule}': coconet.schedule has no apply_schedule()")
+
+
+# ---------------------------------------------------------------------------------------------
+# Backends
+# ---------------------------------------------------------------------------------------------
+
+
+def gpu_available() -> bool:
+    """A CUDA device is visible to CuPy."""
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+def default_backend() -> str:
+    return "cuda" if gpu_available() else "cpu"
+
+
+def require_gpu() -> None:
+    try:
+        import cupy
+    except Exception as e:
+        raise CocoError(
+            f"backend 'cuda' needs CuPy with a CUDA GPU, but CuPy cannot be imported ({e}); "
+            "use --backend cpu, or install coconet[cuda] on a machine with a GPU"
+        ) from None
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:
+        raise CocoError(
+            f"backend 'cuda' needs a CUDA GPU, but none is usable: {e}; use --backend cpu"
+        ) from None
+    if count < 1:
+        raise CocoError("backend 'cuda' needs a CUDA GPU, but none is visible; use --backend cpu")
+
+
+def make_backend(name: str, comm: Any, *, exact_collectives: bool = False):
+    if name == "cpu":
+        from coconet.runtime.cpu import CpuBackend
+
+        return CpuBackend(comm, exact_collectives=exact_collectives)
+    if name == "cuda":
+        require_gpu()
+        from coconet.runtime.cuda import CudaBackend, CupyDevice
+
+        return CudaBackend(CupyDevice.for_rank(comm), comm, exact_collectives=exact_collectives)
+    raise CocoError(f"unknown backend '{name}': use one of {', '.join(BACKENDS)}")
+
+
+def program_of(program: Any, entry: str | None) -> Program:
+    from coconet.runtime.sim import as_program
+
+    return as_program(program, entry)
+
+
+# ---------------------------------------------------------------------------------------------
+# Compiled programs
+# ---------------------------------------------------------------------------------------------
+
+
+class CompiledProgram:
+    """A program lowered for this job's ranks, with its buffers allocated on this rank."""
+
+    def __init__(
+        self,
+        program: Program | Callable[[], Program],
+        plan,
+        runner,
+        backend_name: str,
+        comm,
+        guard=None,
+    ):
+        # A warm start (the plan from the plan cache) passes how to get the scheduled
+        # program, parsed only if someone asks for it.
+        self._program = program
+        self.autotune: dict[str, Any] | None = None  # what schedule="auto" chose, and why
+        self.plan_cache_hit = False  # whether the plan came from the plan cache
+        self.plan = plan
+        self.runner = runner
+        self.backend = backend_name
+        self.comm = comm
+        self.rank = runner.rank
+        self.size = plan.size
+        self.guard = guard
+        self._lock = threading.Lock()
+
+    @property
+    def program(self) -> Program:
+        """The scheduled program."""
+        if not isinstance(self._program, Program):
+            self._program = self._program()
+        return self._program
+
+    def input_shapes(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        """What this rank passes for each argument: (shape of its piece, dtype)."""
+        return {n: (s, d) for n, (s, d, _t) in self.runner.expected_inputs().items()}
+
+    @property
+    def bytes_per_rank(self) -> int:
+        from coconet.runtime.executor import plan_traffic
+
+        return plan_traffic(self.plan, self.rank)
+
+    def _agree(self, error: str | None) -> None:
+        """Every rank learns whether any rank's inputs were refused, before anything runs."""
+        if self.size == 1:
+            if error:
+                raise CocoError(error)
+            return
+        if self.guard is not None:  # a rank that stops calling is named, not waited for
+            with self.guard.waiting(f"the input check of call {self.guard.calls + 1}"):
+                errors = self.comm.allgather(error)
+        else:
+            errors = self.comm.allgather(error)
+        bad = [(r, e) for r, e in enumerate(errors) if e]
+        if bad:
+            r, e = bad[0]
+            raise CocoError(e if r == self.rank else f"rank {r} refused its inputs: {e}")
+
+    def __call__(self, **inputs: Any) -> dict[str, Any]:
+        with self._lock:
+            return self._call(inputs)
+
+    def _call(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        backend = self.runner.backend
+        error = None
+        pieces: dict[str, Any] = {}
+        try:
+            pieces = {
+                name: backend.coerce_input(name, value, buf)
+                for name, value, buf in self._pairs(inputs)
+            }
+            self.runner.check_inputs(pieces, backend.shape_of, backend.dtype_of)
+            self._check_aliasing(pieces)
+        except CocoError as e:
+            error = str(e)
+        self._agree(error)
+        if self.guard is not None:
+            self.guard.before_run()
+        self.runner.set_inputs(pieces)
+        self.runner.run()
+        out: dict[str, Any] = {}
+        for name, buf in self.plan.outputs.items():
+            arg = self.plan.arguments.get(name)
+            if arg is buf:
+                out[name] = backend.write_back(buf, inputs[name], bound=name in self.runner.bound)
+            else:
+                out[name] = backend.output(buf)
+        return out
+
+    def _check_aliasing(self, pieces: Mapping[str, Any]) -> None:
+        """An argument the program updates in place must not share memory with another
+        argument: the update would change that input while the program reads it."""
+        updated = [n for n, b in self.plan.outputs.items() if self.plan.arguments.get(n) is b]
+        for name in updated:
+            for other, value in pieces.items():
+                mine = pieces[name]
+                if (
+                    other != name
+                    and isinstance(mine, np.ndarray)
+                    and isinstance(value, np.ndarray)
+                    and mine.size
+                    and value.size
+                    and np.may_share_memory(mine, value)
+                ):
+                    raise CocoError(
+                        f"input '{name}' is updated in place, but it shares memory with input "
+                        f"'{other}': pass separate arrays"
+                    )
+
+    def _pairs(self, inputs: Mapping[str, Any]):
+        args = self.plan.arguments
+        unknown = sorted(set(inputs) - set(args))
+        if unknown:
+            raise CocoError(
+                f"@{self.plan.program} has no argument(s) {', '.join(unknown)}; its arguments are "
+                + ", ".join(args)
+            )
+        missing = [n for n in args if n not in inputs]
+        if missing:
+            raise CocoError(f"@{self.plan.program}: missing input(s) {', '.join(missing)}")
+        for name, buf in args.items():
+            yield name, inputs[name], buf
+
+    def step(self) -> None:
+        """Run the plan once on the data already in its buffers (benchmarks: no copies)."""
+        self.runner.run()
+
+    def barrier(self) -> None:
+        self.runner.backend.barrier()
+
+    def close(self) -> None:
+        """Free buffers and communicators (collective)."""
+        self.runner.close()
+
+
+class SimCompiled:
+    """The sim oracle behind the same call interface (logical values in and out)."""
+
+    backend = "sim"
+    rank = 0
+    autotune: dict[str, Any] | None = None
+
+    def __init__(self, program: Program, ranks: int, seed: int = 0):
+        self.program = program
+        self.size = ranks
+        self.seed = seed
+        try:
+            self.grid_shape = program.grid.bind(ranks)
+        except ValueError as e:
+            raise CocoError(f"@{program.name}: {e}") from None
+
+    def __call__(self, **inputs: Any) -> dict[str, Any]:
+        from coconet.runtime.sim import run
+
+        return run(self.program, inputs, ranks=self.size, seed=self.seed, inplace=True).outputs
+
+    def step(self) -> None:
+        raise CocoError("the sim backend has no resident buffers to step on; call it with inputs")
+
+    def close(self) -> None:
+        pass
+
+
+def prepare(
+    program: Program,
+    backend: str,
+    comm: Any,
+    *,
+    plan: Any = None,
+    launch_config: Any = None,
+    exact_collectives: bool = False,
+    guard: Any = None,
+) -> CompiledProgram:
+    """`program` (already scheduled) lowered for `comm`'s ranks, or `plan` when one is given,
+    with its buffers allocated on this rank (collective over `comm`). `guard`, a
+    runtime.failures.FailureGuard, watches the runner."""
+    from coconet.lowering.lower_to_plan import lower
+    from coconet.runtime.executor import PlanRunner
+    from coconet.runtime.symmetric import job_nodes
+    from coconet.runtime.torch_comm import mpi_module_for
+
+    if plan is None:
+        nodes = job_nodes(comm, mpi_module_for(comm))
+        plan = lower(program, comm.Get_size(), launch_config, nodes)
+    runner = PlanRunner(
+        plan,
+        comm.Get_rank(),
+        make_backend(backend, comm, exact_collectives=exact_collectives),
+        fault=guard.fault_hook if guard else None,
+    )
+    runner.setup()
+    if guard is not None:
+        guard.watch(runner)
+    return CompiledProgram(program, plan, runner, backend, comm, guard)
