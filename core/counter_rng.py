@@ -11,13 +11,17 @@ lowering/coco_device.h implements the same function in C; tests check they agree
 from __future__ import annotations
 
 import math
+from typing import TypeVar
 
 import numpy as np
+
+# splitmix64's finaliser runs on one key (a NumPy uint64) or a whole array of counters
+_Word = TypeVar("_Word", np.uint64, np.ndarray)
 
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
-def _mix64(z: np.ndarray) -> np.ndarray:
+def _mix64(z: _Word) -> _Word:
     with np.errstate(over="ignore"):
         z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
         z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)

@@ -8,6 +8,7 @@ import runpy
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from xdsl.context import Context
 from xdsl.dialects import builtin, func
@@ -18,7 +19,7 @@ from xdsl.printer import Printer
 from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyException
 
 from coconet.dialects import get_all_dialects
-from coconet.dialects.coco import GridAttr, TensorType
+from coconet.dialects.coco import GridAttr, TensorType, tensor_type_of
 from coconet.dialects.layout_rules import check_bound_shapes
 
 
@@ -104,7 +105,7 @@ class Program:
 
     @property
     def arguments(self) -> list[Argument]:
-        args = []
+        args: list[Argument] = []
         for i, a in enumerate(self.func.body.block.args):
             if not isinstance(a.type, TensorType):
                 raise CocoError(
@@ -121,12 +122,14 @@ class Program:
         outs: list[Output] = []
         for op in self.func.walk():
             if isinstance(op, UpdateOp):
-                name = op.target.name_hint or f"arg{op.target.index}"
+                # [update-target]: the verifier has checked the target is a function argument
+                target = cast(BlockArgument, op.target)
+                name = target.name_hint or f"arg{target.index}"
                 outs.append(Output(name, op.target.type, updated_argument=name))
         ret = self.func.body.block.last_op
         if isinstance(ret, func.ReturnOp):
             for i, v in enumerate(ret.arguments):
-                outs.append(Output(output_name(v, i), v.type))
+                outs.append(Output(output_name(v, i), tensor_type_of(v)))
         return outs
 
     def clone(self) -> Program:

@@ -14,6 +14,7 @@ mixed radix, outermost axis first.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import cast
 
 import ml_dtypes
 import numpy as np
@@ -258,15 +259,12 @@ def assemble(
     means a backend broke the program's semantics."""
     out = np.zeros(logical_shape(t, grid_shape), dtype=pieces[0].dtype)
     local = t.local_axes()
-    filled: dict[tuple, int] = {}
+    filled: dict[tuple[int | tuple[int, int], ...], int] = {}
     for r, piece in enumerate(pieces):
         coords = coords_of(r, grid_shape)
-        key = tuple(coords[a] for a in local) + tuple(
-            piece_range(t, d, coords, grid_shape) for d in range(t.rank)
-        )
-        index = tuple(coords[a] for a in local) + tuple(
-            slice(s, s + n) for s, n in key[len(local) :]
-        )
+        ranges = tuple(piece_range(t, d, coords, grid_shape) for d in range(t.rank))
+        key = tuple(coords[a] for a in local) + ranges
+        index = tuple(coords[a] for a in local) + tuple(slice(s, s + n) for s, n in ranges)
         if key in filled:
             if check and not np.array_equal(out[index], piece, equal_nan=True):
                 raise CocoError(
@@ -293,21 +291,26 @@ def check_input_names(program: str, given: Iterable[str], expected: Sequence[str
         raise CocoError(f"@{program}: missing input(s) {', '.join(missing)}")
 
 
-def coerce_input(name: str, value, t: TensorType, grid_shape: Sequence[int]) -> np.ndarray:
+def _is_scalar(value: object) -> bool:
+    return isinstance(value, (int, float, bool, np.number, np.bool_))
+
+
+def coerce_input(name: str, value: object, t: TensorType, grid_shape: Sequence[int]) -> np.ndarray:
     """Check one user-given input against its declared type; one clear error if it is off."""
     want_shape = logical_shape(t, grid_shape)
     want_dtype = numpy_dtype(t)
-    if isinstance(value, (int, float, bool, np.number, np.bool_)) and not want_shape:
+    if _is_scalar(value) and not want_shape:
         return np.asarray(value, dtype=want_dtype)
-    if not isinstance(value, np.ndarray):
-        if hasattr(value, "__array__") or hasattr(value, "__dlpack__"):
-            value = np.asarray(value)
-        else:
-            raise CocoError(
-                f"input '{name}': expected a NumPy array of shape {list(want_shape)} and dtype "
-                f"{t.elt}, got a {type(value).__name__}"
-            )
-    if value.shape != want_shape:
+    if isinstance(value, np.ndarray):
+        array = cast(np.ndarray, value)  # isinstance leaves its shape and dtype unknown
+    elif hasattr(value, "__array__") or hasattr(value, "__dlpack__"):
+        array = np.asarray(value)
+    else:
+        raise CocoError(
+            f"input '{name}': expected a NumPy array of shape {list(want_shape)} and dtype "
+            f"{t.elt}, got a {type(value).__name__}"
+        )
+    if array.shape != want_shape:
         local = t.local_axes()
         hint = (
             f" ({len(local)} leading dim(s) for the ranks along its local grid axes, then the "
@@ -317,14 +320,14 @@ def coerce_input(name: str, value, t: TensorType, grid_shape: Sequence[int]) -> 
         )
         raise CocoError(
             f"input '{name}' of type {t}: expected shape {list(want_shape)}{hint}, got "
-            f"{list(value.shape)}"
+            f"{list(array.shape)}"
         )
-    if value.dtype != want_dtype:
+    if array.dtype != want_dtype:
         raise CocoError(
             f"input '{name}' of type {t}: expected dtype {t.elt} ({want_dtype.name}), got "
-            f"{value.dtype.name}"
+            f"{array.dtype.name}"
         )
-    return value
+    return array
 
 
 def random_input(
@@ -389,7 +392,8 @@ def save_arrays(path: str, arrays: dict[str, np.ndarray]) -> str:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
         try:
             with os.fdopen(fd, "wb") as f:
-                np.savez(f, **stored)
+                # numpy's stub lets a `**` dict of arrays fill savez's `allow_pickle: bool`
+                np.savez(f, **stored)  # pyright: ignore[reportArgumentType]
             os.replace(tmp, target)
         finally:
             if os.path.exists(tmp):

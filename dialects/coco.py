@@ -27,7 +27,7 @@ import math
 from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 from enum import auto
-from typing import ClassVar, TypeVar
+from typing import ClassVar, TypeVar, cast
 
 from xdsl.dialects.builtin import (
     I64,
@@ -102,10 +102,11 @@ def element_type_name(t: Attribute) -> str:
             return "f64"
         case IntegerType() if t.width.data in (1, 32, 64) and t.signedness.data.name == "SIGNLESS":
             return f"i{t.width.data}"
-    raise VerifyException(
-        f"[unsupported-element-type] unsupported element type {t}: coco tensors hold one of "
-        + ", ".join(ELEMENT_TYPE_NAMES)
-    )
+        case _:
+            raise VerifyException(
+                f"[unsupported-element-type] unsupported element type {t}: coco tensors hold "
+                "one of " + ", ".join(ELEMENT_TYPE_NAMES)
+            )
 
 
 def is_float_type(t: Attribute) -> bool:
@@ -450,6 +451,18 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
 # layout violation is reported at the op that commits it, naming the rule.
 
 
+def tensor_operand() -> SSAValue[TensorType]:
+    """An operand constrained to `!coco.tensor`, declared with that type for the type checker:
+    xDSL 0.74's `operand_def` returns an untyped `SSAValue`, the constraint is what checks it."""
+    return cast(SSAValue[TensorType], operand_def(TensorType))
+
+
+def tensor_type_of(value: SSAValue) -> TensorType:
+    """The type of a value that coco/comm ops take or make: their operand and result
+    constraints check it is a `!coco.tensor`; this only tells the type checker so."""
+    return cast(TensorType, value.type)
+
+
 def float_literal(x: float) -> str:
     """`repr(x)` as MLIR's lexer reads it: `1e-05` has no `.`, so it would lex as `1`."""
     mantissa, e, exponent = repr(x).partition("e")
@@ -463,13 +476,13 @@ def float_literal(x: float) -> str:
 
 def _parse_signature(
     parser: Parser, state: ParsingState, num_results: int
-) -> tuple[list[Attribute], list[Attribute]]:
+) -> tuple[list[TypeAttribute], list[TypeAttribute]]:
     """`T`, or `T1, T2 -> T3` (`T1, T2` without results), checked against the op's arity."""
     # Operands are parsed before the signature in every format that uses it.
     num_operands = sum(len(o) for o in state.operands if o is not None)
     start = parser.pos
     types = parser.parse_comma_separated_list(parser.Delimiter.NONE, parser.parse_type)
-    results: list[Attribute] = []
+    results: list[TypeAttribute] = []
     if parser.parse_optional_punctuation("->"):
         results = parser.parse_comma_separated_list(parser.Delimiter.NONE, parser.parse_type)
     elif len(types) == 1:
@@ -633,8 +646,8 @@ class ElementwiseOp(CocoOp):
 
 
 class BinaryOp(ElementwiseOp):
-    lhs = operand_def(TensorType)
-    rhs = operand_def(TensorType)
+    lhs = tensor_operand()
+    rhs = tensor_operand()
     result = result_def(TensorType)
     traits = traits_def(Pure())
 
@@ -694,7 +707,7 @@ class PowOp(BinaryOp):
 
 
 class UnaryOp(ElementwiseOp):
-    input = operand_def(TensorType)
+    input = tensor_operand()
     result = result_def(TensorType)
     traits = traits_def(Pure())
     FLOAT_ONLY: ClassVar[bool] = True
@@ -797,8 +810,8 @@ class CmpOp(ElementwiseOp):
 
     name = "coco.cmp"
     predicate = prop_def(CmpPredicateAttr)
-    lhs = operand_def(TensorType)
-    rhs = operand_def(TensorType)
+    lhs = tensor_operand()
+    rhs = tensor_operand()
     result = result_def(TensorType)
     traits = traits_def(Pure())
 
@@ -839,9 +852,9 @@ class SelectOp(ElementwiseOp):
     """`coco.select %cond, %a, %b`: elementwise `cond ? a : b` (CoCoNet's Ite)."""
 
     name = "coco.select"
-    cond = operand_def(TensorType)
-    true_value = operand_def(TensorType)
-    false_value = operand_def(TensorType)
+    cond = tensor_operand()
+    true_value = tensor_operand()
+    false_value = tensor_operand()
     result = result_def(TensorType)
     traits = traits_def(Pure())
 
@@ -874,7 +887,7 @@ class CastOp(ElementwiseOp):
     """`coco.cast %x : T1 -> T2`: element type conversion (round to nearest even)."""
 
     name = "coco.cast"
-    input = operand_def(TensorType)
+    input = tensor_operand()
     result = result_def(TensorType)
     traits = traits_def(Pure())
 
@@ -921,8 +934,8 @@ class ConstantOp(CocoOp):
             raise VerifyException(
                 f"[constant-type] constant {self.number} does not match element type {res.elt}"
             )
-        if isinstance(res.element_type, IntegerType):
-            width = res.element_type.width.data
+        if isinstance(elt := res.element_type, IntegerType):
+            width = elt.bitwidth
             low, high = (0, 1) if width == 1 else (-(2 ** (width - 1)), 2**width - 1)
             if not low <= self.number <= high:
                 raise VerifyException(
@@ -942,7 +955,7 @@ class DropoutOp(ElementwiseOp):
     """
 
     name = "coco.dropout"
-    input = operand_def(TensorType)
+    input = tensor_operand()
     prob = prop_def(FloatAttr[Float64Type])
     seed = prop_def(IntegerAttr[I64])
     result = result_def(TensorType)
@@ -975,8 +988,8 @@ class MatmulOp(CocoOp):
     """`coco.matmul %a, %b`: [..., M, K] x [K, N] (or batched [..., K, N]) -> [..., M, N]."""
 
     name = "coco.matmul"
-    lhs = operand_def(TensorType)
-    rhs = operand_def(TensorType)
+    lhs = tensor_operand()
+    rhs = tensor_operand()
     result = result_def(TensorType)
     traits = traits_def(Pure())
 
@@ -1020,7 +1033,7 @@ class ReduceOp(CocoOp):
 
     name = "coco.reduce"
     kind = prop_def(ReductionKindAttr)
-    input = operand_def(TensorType)
+    input = tensor_operand()
     result = result_def(TensorType)
     traits = traits_def(Pure())
 
@@ -1086,7 +1099,7 @@ class ReduceDimsOp(CocoOp):
 
     name = "coco.reduce_dims"
     kind = prop_def(DimReductionKindAttr)
-    input = operand_def(TensorType)
+    input = tensor_operand()
     dims = prop_def(DenseArrayBase[I64])
     keepdims = opt_prop_def(UnitAttr)
     result = result_def(TensorType)
@@ -1148,7 +1161,7 @@ class ReshapeOp(CocoOp):
     """
 
     name = "coco.reshape"
-    input = operand_def(TensorType)
+    input = tensor_operand()
     result = result_def(TensorType)
     traits = traits_def(Pure())
 
@@ -1172,7 +1185,7 @@ class SliceOp(CocoOp):
     """
 
     name = "coco.slice"
-    input = operand_def(TensorType)
+    input = tensor_operand()
     result = result_def(TensorType)
     traits = traits_def(Pure())
 
@@ -1197,8 +1210,8 @@ class UpdateOp(CocoOp):
     """
 
     name = "coco.update"
-    target = operand_def(TensorType)
-    value = operand_def(TensorType)
+    target = tensor_operand()
+    value = tensor_operand()
     traits = traits_def(WritesTarget())
 
     assembly_format = "$target `,` $value attr-dict `:` custom<OperandSignature>(type(operands))"

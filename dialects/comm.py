@@ -30,12 +30,11 @@ from typing import ClassVar
 
 from xdsl.dialects.builtin import I64, DenseArrayBase, IntegerAttr, i64
 from xdsl.dialects.utils.enum_attribute import EnumAttribute
-from xdsl.ir import Attribute, Dialect, Region, SpacedOpaqueSyntaxAttribute, SSAValue
+from xdsl.ir import Attribute, Dialect, Operation, Region, SpacedOpaqueSyntaxAttribute, SSAValue
 from xdsl.irdl import (
     IRDLOperation,
     irdl_attr_definition,
     irdl_op_definition,
-    operand_def,
     opt_prop_def,
     prop_def,
     region_def,
@@ -59,6 +58,8 @@ from coconet.dialects.coco import (
     TensorType,
     enum_member,
     layout_str,
+    tensor_operand,
+    tensor_type_of,
 )
 
 
@@ -137,7 +138,7 @@ def _axes_props(axes: Sequence[int] | None) -> dict[str, Attribute]:
 class CollectiveOp(CocoOp):
     """Base of the collectives: an input, a result, the grid axes spanned (`span`)."""
 
-    input = operand_def(TensorType)
+    input = tensor_operand()
     result = result_def(TensorType)
     traits = traits_def(Pure())
 
@@ -262,7 +263,7 @@ class AllReduceOp(GroupCollectiveOp):
     ):
         properties = {"kind": _kind_attr(kind)} | _axes_props(axes)
         result_type = collective_result_type(
-            AllReduceOp, input.type, _span(input.type, axes, grid_rank), grid_rank,
+            AllReduceOp, tensor_type_of(input), _span(input.type, axes, grid_rank), grid_rank,
             operand=_describe(input),
         )  # fmt: skip
         super().__init__(operands=[input], result_types=[result_type], properties=properties)
@@ -303,7 +304,7 @@ class ReduceScatterOp(GroupCollectiveOp):
     ):
         properties = {"kind": _kind_attr(kind), "dim": IntegerAttr(dim, i64)} | _axes_props(axes)
         result_type = collective_result_type(
-            ReduceScatterOp, input.type, _span(input.type, axes, grid_rank), grid_rank,
+            ReduceScatterOp, tensor_type_of(input), _span(input.type, axes, grid_rank), grid_rank,
             dim=dim, operand=_describe(input),
         )  # fmt: skip
         super().__init__(operands=[input], result_types=[result_type], properties=properties)
@@ -340,7 +341,7 @@ class AllGatherOp(GroupCollectiveOp):
 
     def __init__(self, input: SSAValue, axes: Sequence[int] | None = None, *, grid_rank: int = 1):
         result_type = collective_result_type(
-            AllGatherOp, input.type, _span(input.type, axes, grid_rank), grid_rank,
+            AllGatherOp, tensor_type_of(input), _span(input.type, axes, grid_rank), grid_rank,
             operand=_describe(input),
         )  # fmt: skip
         super().__init__(operands=[input], result_types=[result_type], properties=_axes_props(axes))
@@ -377,7 +378,7 @@ class BroadcastOp(GroupCollectiveOp):
         grid_rank: int = 1,
     ):
         result_type = collective_result_type(
-            BroadcastOp, input.type, _span(input.type, axes, grid_rank), grid_rank,
+            BroadcastOp, tensor_type_of(input), _span(input.type, axes, grid_rank), grid_rank,
             operand=_describe(input),
         )  # fmt: skip
         super().__init__(
@@ -425,7 +426,7 @@ class ReduceOp(GroupCollectiveOp):
         grid_rank: int = 1,
     ):
         result_type = collective_result_type(
-            ReduceOp, input.type, _span(input.type, axes, grid_rank), grid_rank,
+            ReduceOp, tensor_type_of(input), _span(input.type, axes, grid_rank), grid_rank,
             operand=_describe(input),
         )  # fmt: skip
         super().__init__(
@@ -469,7 +470,7 @@ class SendOp(CollectiveOp):
 
     def __init__(self, input: SSAValue, along: int = 0, shift: int = 1, *, grid_rank: int = 1):
         result_type = collective_result_type(
-            SendOp, input.type, (along,), grid_rank, operand=_describe(input)
+            SendOp, tensor_type_of(input), (along,), grid_rank, operand=_describe(input)
         )
         super().__init__(
             operands=[input],
@@ -662,7 +663,7 @@ class OverlapOp(RegionOp):
             return
         # A fused consumer reads the matmul inside its body: count the top-level op around
         # each use.
-        consumers = []
+        consumers: list[Operation] = []
         for use in producers[0].result.uses:
             user = use.operation
             while user is not None and user.parent_block() is not self.body.block:

@@ -293,7 +293,7 @@ def infer_select(
 ) -> TensorType:
     """`names`: of the condition and the two values, for messages."""
     ct = _as_tensor(cond, "the condition")
-    if not (isinstance(ct.element_type, IntegerType) and ct.element_type.width.data == 1):
+    if not (isinstance(elt := ct.element_type, IntegerType) and elt.bitwidth == 1):
         raise fail("element-types", f"coco.select's condition must be i1, got {ct.elt}")
     values = infer_elementwise([a, b], names=names[1:])
     cond_names = [names[0], "the selected values"] if names else ()
