@@ -70,7 +70,7 @@ class AsSlicePass(ModulePass):
             if refused:
                 raise refused[0]
         else:
-            plans = []
+            plans: list[_Plan | Exception] = []
             for fn in functions(op):
                 for a in body_block(fn).args:
                     p = self._plan(fn, a)

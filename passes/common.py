@@ -180,6 +180,11 @@ def has_side_effects(op: Operation) -> bool:
     return not result_only_effects(op)
 
 
+# (defs, uses, reads, writes) of a top-level op: the values it defines and uses, the function
+# arguments it reads and the ones it updates
+Facts = tuple[set[SSAValue], set[SSAValue], set[SSAValue], set[SSAValue]]
+
+
 class OrderInfo:
     """Must-run-before edges between the top-level ops of one block: a def precedes its uses
     (also uses nested in regions), and every read of an argument precedes its update.
@@ -197,7 +202,7 @@ class OrderInfo:
         self.ops = list(block.ops) if ops is None else ops
         self.index = {op: i for i, op in enumerate(self.ops)}
         OrderInfo.visits += len(self.ops)
-        self._facts: dict[Operation, tuple[set, set, set, set]] = {}
+        self._facts: dict[Operation, Facts] = {}
 
     @classmethod
     def spanning(cls, block: Block, members: Iterable[Operation]) -> OrderInfo:
@@ -227,12 +232,13 @@ class OrderInfo:
         last = max(i for i, op in enumerate(ops) if op in wanted)
         return cls(block, ops[first : last + 1])
 
-    def facts(self, op: Operation) -> tuple[set, set, set, set]:
+    def facts(self, op: Operation) -> Facts:
         """(defs, uses, reads, writes) of a top-level op."""
         got = self._facts.get(op)
         if got is None:
             OrderInfo.visits += 1
-            got = (set(op.results), used_values(op), read_arguments(op), updated_targets(op))
+            defs: set[SSAValue] = set(op.results)
+            got = (defs, used_values(op), read_arguments(op), updated_targets(op))
             self._facts[op] = got
         return got
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     GreedyRewritePatternApplier,
@@ -52,7 +53,7 @@ class PruneRegionResults(RewritePattern):
             attributes=dict(op.attributes),
             regions=[rewriter.move_region_contents_to_new_regions(op.body)],
         )
-        new_results = [None] * len(op.results)
+        new_results: list[SSAValue | None] = [None] * len(op.results)
         for i, r in zip(keep, new.results, strict=True):
             new_results[i] = r
         rewriter.replace(op, new, new_results)

@@ -79,7 +79,9 @@ def _row_reduction_of(u: Operation, space: Space) -> bool:
     )
 
 
-def _meet(a: Space, b: Space) -> Space | str:
+def _meet(a: Space, b: Space | str) -> Space | str:
+    """The common iteration space of `a` and `b`, `b` itself when it is a mark (`"mixed"`),
+    "mismatch" when they differ."""
     if a is None:
         return b
     if b is None or a == b:
@@ -265,10 +267,12 @@ class FusePass(ModulePass):
         plans: list[tuple[Block, set[Operation], str]] = []
         if kind == "all_reduce" and all(isinstance(s, comm.ReduceScatterOp) for s in named):
             for fn, rs in sites:
+                assert isinstance(rs, comm.ReduceScatterOp)  # checked just above
                 block = body_block(fn)
                 plans.append((block, self._chain(block, rs), "all_reduce"))
         elif kind == "send" and all(isinstance(s, comm.SendOp) for s in named):
             for fn, send in sites:
+                assert isinstance(send, comm.SendOp)  # checked just above
                 block = body_block(fn)
                 plans.append((block, self._send_chain(block, send), "send"))
         else:
@@ -651,7 +655,7 @@ class FusePass(ModulePass):
                 comp_of[u] = len(comps)
                 comps.append({u})
                 spaces.append(None if isinstance(s, str) else s)
-        result = []
+        result: list[set[Operation]] = []
         for c, sp in zip(comps, spaces, strict=True):
             if len(c) < 2 or sp is None:
                 continue

@@ -14,7 +14,7 @@ from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import PassFailedException
 
 from coconet.dialects import coco, comm
-from coconet.dialects.coco import SlicedAttr, TensorType
+from coconet.dialects.coco import SlicedAttr, TensorType, tensor_type_of
 from coconet.passes.common import (
     ancestor_in,
     body_block,
@@ -275,7 +275,7 @@ class OverlapPass(ModulePass):
             self._check_consumer(block, site.matmul, site.second)
             chunked = site.matmul.result
             _whole(chunked.type, f"the result of {op_name(site.matmul)}")
-        shape = chunked.type.get_shape()
+        shape = tensor_type_of(chunked).get_shape()
         rows = math.prod(shape[:-1])
         if rows % self.chunks:
             raise fail(
@@ -306,7 +306,7 @@ class OverlapPass(ModulePass):
             )
         if isinstance(consumer, comm.AllReduceOp | comm.ReduceScatterOp):
             return
-        if isinstance(consumer, comm.FusedOp) and consumer.kind.data == "all_reduce":
+        if isinstance(consumer, comm.FusedOp) and consumer.kind.data == comm.FusionKind.ALL_REDUCE:
             inner = consumer.body.block
             strangers = [o for o in inner.ops if not isinstance(o, (*_IN_KERNEL, comm.YieldOp))]
             readers = [ancestor_in(inner, u.operation) for u in mm.result.uses]

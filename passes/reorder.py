@@ -15,7 +15,13 @@ from xdsl.rewriter import InsertPoint
 from xdsl.utils.exceptions import PassFailedException, VerifyException
 
 from coconet.dialects import coco, comm
-from coconet.dialects.coco import LocalAttr, ReplicatedAttr, SlicedAttr, TensorType
+from coconet.dialects.coco import (
+    LocalAttr,
+    ReplicatedAttr,
+    SlicedAttr,
+    TensorType,
+    tensor_type_of,
+)
 from coconet.dialects.layout_rules import (
     infer_dim_reduction,
     infer_elementwise,
@@ -217,13 +223,13 @@ class ReorderPass(ModulePass):
             )
         self._check_operands(plan, u)
         self._check_readable(plan, u)
-        types = [plan.planned.get(v, v.type) for v in u.operands]
+        types = [plan.planned.get(v, tensor_type_of(v)) for v in u.operands]
         result = self._infer(u, types)
         demands: dict[int, TensorType] = {}
         for i, v in enumerate(u.operands):
-            if v in plan.planned or v.type.rank == 0:
+            if v in plan.planned or tensor_type_of(v).rank == 0:
                 continue
-            st = _slice_type(v.type, result, plan.span)
+            st = _slice_type(tensor_type_of(v), result, plan.span)
             if st != v.type:
                 demands[i] = st
                 types[i] = st
@@ -286,7 +292,7 @@ class ReorderPass(ModulePass):
                     )
 
     def _infer(self, u: Operation, types: list[TensorType]) -> TensorType:
-        old: TensorType = u.results[0].type
+        old = tensor_type_of(u.results[0])
         try:
             inferred = infer_elementwise(types, same_element_type=False)
         except VerifyException as e:
@@ -296,7 +302,7 @@ class ReorderPass(ModulePass):
         return old.with_layouts(inferred.layouts.data)
 
     def _check_regather(self, u: Operation, new: TensorType, plan: _Plan) -> None:
-        old: TensorType = u.results[0].type
+        old = tensor_type_of(u.results[0])
         if _gather_axes(new, old, plan.span) is None:
             raise _Refusal(
                 f"{RULE}-layouts",
@@ -313,7 +319,7 @@ class ReorderPass(ModulePass):
         x = plan.planned[r.input]
         if x == r.input.type:
             return  # the input's layout does not change: the reduction stays as it is
-        kind = "sum" if r.kind.data == "norm" else r.kind.data
+        kind = "sum" if r.kind.data == coco.ReductionKind.NORM else r.kind.data
         try:
             part = infer_reduction(kind, x)
         except VerifyException as e:
@@ -341,7 +347,7 @@ class ReorderPass(ModulePass):
         """The single sliced type every use of `p`'s result asks for, if all uses are
         demands of moved ops (else None)."""
         v = p.results[0] if len(p.results) == 1 else None
-        if v is None or v.type.rank == 0 or not v.uses:
+        if v is None or tensor_type_of(v).rank == 0 or not v.uses:
             return None
         wanted: set[TensorType] = set()
         for use in v.uses:
@@ -358,10 +364,11 @@ class ReorderPass(ModulePass):
         types: list[TensorType] = []
         demands: dict[int, TensorType] = {}
         for i, v in enumerate(p.operands):
-            if v.type.rank == 0:
-                types.append(v.type)
+            vt = tensor_type_of(v)
+            if vt.rank == 0:
+                types.append(vt)
                 continue
-            st = _slice_type(v.type, target, plan.span)
+            st = _slice_type(vt, target, plan.span)
             if st != v.type:
                 demands[i] = st
             types.append(st)
@@ -432,7 +439,7 @@ class ReorderPass(ModulePass):
     def _plan_exact(
         self,
         comps: list[tuple[func.FuncOp, Operation]],
-        gathers: list[tuple[func.FuncOp, Operation]],
+        gathers: list[tuple[func.FuncOp, comm.AllGatherOp]],
     ) -> tuple[func.FuncOp, _Plan]:
         fns = {fn for fn, _ in comps} | {fn for fn, _ in gathers}
         if len(fns) != 1:
@@ -496,7 +503,7 @@ class ReorderPass(ModulePass):
         # 1. the slices (one per value and type, before its first reader; a slice of an
         #    all_gather's result folds to the gather's input)
         slices: dict[tuple[SSAValue, TensorType], SSAValue] = {}
-        folded: set[Operation] = set()
+        folded: set[comm.AllGatherOp] = set()
         for (u, i), t in sorted(plan.demands.items(), key=lambda kv: order[kv[0][0]]):
             v = u.operands[i]
             key = (v, t)
@@ -524,7 +531,7 @@ class ReorderPass(ModulePass):
         for u in sorted(plan.moved, key=order.__getitem__):
             rewriter.replace_uses_with_if(ag.result, x, lambda use, u=u: use.operation is u)
             old = u.results[0]
-            old_type = old.type
+            old_type = tensor_type_of(old)
             new_type = plan.moved[u]
             if new_type == old_type:
                 continue
@@ -566,12 +573,12 @@ class ReorderPass(ModulePass):
         kind = r.kind.data
         new_ops: list[Operation] = []
         src = x
-        if kind == "norm":
+        if kind == coco.ReductionKind.NORM:
             sq = coco.MulOp(x, x)
             set_name(sq.result, derived_name(r.result, "sq"))
             new_ops.append(sq)
             src = sq.result
-        part = coco.ReduceOp("sum" if kind == "norm" else kind, src)
+        part = coco.ReduceOp("sum" if kind == coco.ReductionKind.NORM else kind, src)
         set_name(part.result, derived_name(r.result, "part"))
         new_ops.append(part)
         old: TensorType = r.result.type
@@ -583,11 +590,11 @@ class ReorderPass(ModulePass):
         ]
         ar_axes = None if (axes == list(range(rank)) and plan.ag.axes is None) else axes
         ar = comm.AllReduceOp(
-            part.result, "sum" if kind == "norm" else kind, ar_axes, grid_rank=rank
+            part.result, "sum" if kind == coco.ReductionKind.NORM else kind, ar_axes, grid_rank=rank
         )
         new_ops.append(ar)
         final = ar.result
-        if kind == "norm":
+        if kind == coco.ReductionKind.NORM:
             set_name(ar.result, derived_name(r.result, "sumsq"))
             root = coco.SqrtOp(ar.result)
             new_ops.append(root)

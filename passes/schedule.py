@@ -82,7 +82,7 @@ class SchedulePass(ModulePass):
         try:
             resolve_schedule_name(self.schedule)
             fns = [f for f in op.ops if isinstance(f, func.FuncOp) and not f.is_declaration]
-            scheduled = []
+            scheduled: list[func.FuncOp] = []
             for fn in fns:
                 scheduled.append(apply_schedule(Program(op, fn.sym_name.data), self.schedule).func)
         except CocoError as e:

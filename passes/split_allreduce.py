@@ -116,13 +116,14 @@ class SplitAllReducePass(ModulePass):
             self._check_dim_exists(op)
             PatternRewriteWalker(pattern, apply_recursively=False).rewrite_module(op)
             return
-        sites = [site for _, site in find_named_ops(op, self.ops, f"{RULE}-op", "all_reduce")]
-        for site in sites:
+        sites: list[comm.AllReduceOp] = []
+        for _, site in find_named_ops(op, self.ops, f"{RULE}-op", "all_reduce"):
             if not isinstance(site, comm.AllReduceOp):
                 raise fail(
                     f"{RULE}-op",
                     f"{op_name(site)} is not a comm.all_reduce: only all_reduces split",
                 )
+            sites.append(site)
         # check every request before changing anything
         for site in sites:
             if (refusal := split_refusal(site, self.dim)) is not None:
