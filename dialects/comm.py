@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from enum import auto
-from typing import ClassVar
 
 from xdsl.dialects.builtin import I64, DenseArrayBase, IntegerAttr, i64
 from xdsl.dialects.utils.enum_attribute import EnumAttribute
@@ -142,9 +141,6 @@ class CollectiveOp(CocoOp):
     result = result_def(TensorType)
     traits = traits_def(Pure())
 
-    HAS_KIND: ClassVar[bool] = False
-    HAS_ROOT: ClassVar[bool] = False
-
     def span(self) -> tuple[int, ...]:
         """The grid axes this collective spans."""
         raise NotImplementedError
@@ -152,6 +148,15 @@ class CollectiveOp(CocoOp):
     def check_axes(self) -> None:
         """Refuse a span the grid does not have."""
         raise NotImplementedError
+
+    def combining_kind(self) -> CollectiveKind | None:
+        """How the ranks' values combine (`sum`, ...); None for a collective that only moves
+        data."""
+        return None
+
+    def root_rank(self) -> int | None:
+        """The group rank a rooted collective (broadcast, reduce) starts from or lands on."""
+        return None
 
     def scattered_dim(self) -> int:
         """The tensor dim the collective slices (a reduce_scatter's `dim`; 0 otherwise)."""
@@ -249,9 +254,11 @@ class AllReduceOp(GroupCollectiveOp):
 
     name = "comm.all_reduce"
     kind = prop_def(CollectiveKindAttr)
-    HAS_KIND: ClassVar[bool] = True
 
     assembly_format = f"$kind $input (`over` $axes^)? attr-dict {SIGNATURE}"
+
+    def combining_kind(self) -> CollectiveKind | None:
+        return self.kind.data
 
     def __init__(
         self,
@@ -289,9 +296,11 @@ class ReduceScatterOp(GroupCollectiveOp):
     name = "comm.reduce_scatter"
     kind = prop_def(CollectiveKindAttr)
     dim = prop_def(IntegerAttr[I64], default_value=IntegerAttr(0, i64))
-    HAS_KIND: ClassVar[bool] = True
 
     assembly_format = f"$kind $input (`dim` $dim^)? (`over` $axes^)? attr-dict {SIGNATURE}"
+
+    def combining_kind(self) -> CollectiveKind | None:
+        return self.kind.data
 
     def __init__(
         self,
@@ -365,9 +374,11 @@ class BroadcastOp(GroupCollectiveOp):
 
     name = "comm.broadcast"
     root = prop_def(IntegerAttr[I64])
-    HAS_ROOT: ClassVar[bool] = True
 
     assembly_format = f"$input `root` $root (`over` $axes^)? attr-dict {SIGNATURE}"
+
+    def root_rank(self) -> int | None:
+        return self.root.value.data
 
     def __init__(
         self,
@@ -411,10 +422,14 @@ class ReduceOp(GroupCollectiveOp):
     name = "comm.reduce"
     kind = prop_def(CollectiveKindAttr)
     root = prop_def(IntegerAttr[I64])
-    HAS_KIND: ClassVar[bool] = True
-    HAS_ROOT: ClassVar[bool] = True
 
     assembly_format = f"$kind $input `root` $root (`over` $axes^)? attr-dict {SIGNATURE}"
+
+    def combining_kind(self) -> CollectiveKind | None:
+        return self.kind.data
+
+    def root_rank(self) -> int | None:
+        return self.root.value.data
 
     def __init__(
         self,

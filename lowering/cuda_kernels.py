@@ -1,3 +1,4 @@
+# pyright: standard
 """The kernels of a plan, built as kernel IR (kernel_ir.py) against the device layer
 (coco_device.h); cuda_printer.py prints them.
 
@@ -22,7 +23,7 @@ from xdsl.ir import Operation, SSAValue
 from coconet.core.elementwise import COMPARISONS, ELEMENTWISE
 from coconet.core.values import NUMPY_DTYPES
 from coconet.dialects import coco
-from coconet.dialects.coco import TensorType
+from coconet.dialects.coco import TensorType, tensor_type_of
 from coconet.lowering.kernel_ir import (
     BLOCK_DIM,
     BLOCK_IDX,
@@ -183,7 +184,7 @@ def in_double(op: Operation) -> bool:
     return (
         semantics is not None
         and semantics.transcendental
-        and op.results[0].type.elt in ("f16", "bf16", "f32")
+        and tensor_type_of(op.results[0]).elt in ("f16", "bf16", "f32")
     )
 
 
@@ -198,7 +199,9 @@ def _arithmetic(op: coco.BinaryOp | coco.UnaryOp, operands: list[Var]) -> Expr:
     """The op as core/elementwise.py states it: a C operator or a coco_device.h function
     (overloaded for float, double and coco_i64), on double operands where it computes in
     double."""
-    name, is_operator = ELEMENTWISE[type(op)].device_for(_is_float(op.results[0].type.elt))
+    name, is_operator = ELEMENTWISE[type(op)].device_for(
+        _is_float(tensor_type_of(op.results[0]).elt)
+    )
     args: list[Expr] = [Cast(F64, x) for x in operands] if in_double(op) else list(operands)
     if not is_operator:
         return _call(name, *args)
@@ -322,7 +325,7 @@ class ElementwiseKernel:
 
     def operand_of(self, v: SSAValue, param: Param, name: str | None) -> Operand:
         """How `v` is read through `param`; index parameters are named after `name`."""
-        t: TensorType = v.type
+        t = tensor_type_of(v)
         it = self.iteration
 
         def base() -> Param:
@@ -454,7 +457,7 @@ class _ElementwiseBuilder:
         # such a kernel can promise it is the only way to its memory.
         restrict = not any(s.target is not None for s in k.stores)
         for n, v in enumerate(k.inputs):
-            ctype = C_STORAGE[v.type.elt].ptr(const=True, restrict=restrict)
+            ctype = C_STORAGE[tensor_type_of(v).elt].ptr(const=True, restrict=restrict)
             p = self.param(ctype, _hint(v, "_in"), f"in{n}", ParamKind.IN, value=v)
             self.operands[v] = k.operand_of(v, p, v.name_hint)
         outs = updates = 0
@@ -484,7 +487,7 @@ class _ElementwiseBuilder:
             target = k.gather_targets.get(gathered)
             if target is not None:
                 # Not restrict: the kernel may read the argument too (its own piece).
-                ctype = C_STORAGE[target.type.elt].ptr()
+                ctype = C_STORAGE[tensor_type_of(target).elt].ptr()
                 dest = self.param(
                     ctype, _hint(target, "_out"), f"ag{n}_out", ParamKind.GATHER_OUT, value=target
                 )
@@ -504,7 +507,7 @@ class _ElementwiseBuilder:
                 I64.ptr(const=True, restrict=True), None, "counts", ParamKind.PEER_COUNTS
             )
         for n, (_v, _kind, out) in enumerate(k.reductions):
-            ctype = C_STORAGE[out.type.elt].ptr(restrict=True)
+            ctype = C_STORAGE[tensor_type_of(out).elt].ptr(restrict=True)
             self.red_params.append(
                 self.param(ctype, _hint(out, "_out"), f"red{n}", ParamKind.RED_OUT, value=out)
             )
@@ -612,8 +615,8 @@ class _ElementwiseBuilder:
         if v in self.peer_operands:
             return self.reduce_from_peers(v)
         o = self.operands[v]
-        var = Var(C_COMPUTE[v.type.elt], v.name_hint, f"x{len(self.local)}")
-        decl = Decl(var, load_expr(v.type.elt, Index(o.param, self.index_of(o))))
+        var = Var(C_COMPUTE[tensor_type_of(v).elt], v.name_hint, f"x{len(self.local)}")
+        decl = Decl(var, load_expr(tensor_type_of(v).elt, Index(o.param, self.index_of(o))))
         if o.scalar:
             self.hoisted.append(decl)
             self.invariant.add(var)
@@ -621,7 +624,11 @@ class _ElementwiseBuilder:
             self.body.append(decl)
             if o.identity or o.linear:
                 self.vec_loads[id(decl)] = _VecAccess(
-                    o.param, self.index_of(o), v.type.elt, var.hint or var.fallback, target=var
+                    o.param,
+                    self.index_of(o),
+                    tensor_type_of(v).elt,
+                    var.hint or var.fallback,
+                    target=var,
                 )
         self.local[v] = var
         return var
@@ -631,7 +638,7 @@ class _ElementwiseBuilder:
         # peer's input in rank order in double (long long), rounded once, as in the sim.
         src, kind = self.k.peer_reductions[res]
         o = self.peer_operands[res]
-        elt = src.type.elt
+        elt = tensor_type_of(src).elt
         acc_t = _accumulator(elt)
         fallback = f"x{len(self.local)}"
         acc = Var(acc_t, _hint(res, "_acc"), f"{fallback}_acc")
@@ -646,8 +653,10 @@ class _ElementwiseBuilder:
         rest = For(p, Lit("1"), self.nranks, (combine,))
         self.body += [first, rest]
         self.peer_reads[id(first)] = _PeerReduction(acc, ReduceKind(kind), o, elt, rest)
-        var = Var(C_COMPUTE[res.type.elt], res.name_hint, fallback)
-        rounded = load_expr(res.type.elt, store_from_double(res.type.elt, acc))
+        var = Var(C_COMPUTE[tensor_type_of(res).elt], res.name_hint, fallback)
+        rounded = load_expr(
+            tensor_type_of(res).elt, store_from_double(tensor_type_of(res).elt, acc)
+        )
         self.body.append(Decl(var, rounded, comment="comm.reduce_scatter"))
         self.local[res] = var
         return var
@@ -661,7 +670,7 @@ class _ElementwiseBuilder:
         `fallback`, by default `t` and the count of values declared so far)."""
         args = [self.ref(v) for v in op.operands]
         res = op.results[0]
-        elt = res.type.elt
+        elt = tensor_type_of(res).elt
         expr = self.expression(op, args)
         rounded = round_from_double(elt, expr) if in_double(op) else round_expr(elt, expr)
         var = Var(C_COMPUTE[elt], res.name_hint, fallback or f"t{len(self.local)}")
@@ -755,7 +764,7 @@ class _ElementwiseBuilder:
             # buffer, where the peers pull it from after the done-flags (and into the
             # updated argument the gathered value is assembled in, if any).
             o = g.operand
-            t = o.value.type
+            t = tensor_type_of(o.value)
             value = store_expr(t.elt, self.ref(g.value))
             index = self.index_of(o)
             mine = peer(o.param, self.me, C_STORAGE[t.elt])
@@ -773,9 +782,9 @@ class _ElementwiseBuilder:
             # comm.send: the element goes straight into the receiver's buffer (between the
             # entry flags -- the receiver no longer reads its previous content -- and the
             # done flags, after which it may); a rank nobody sends to receives zeros.
-            if not self.k.coincides(received.type, it):
+            if not self.k.coincides(tensor_type_of(received), it):
                 raise ValueError(f"a fused send of {received.type} over {it}")
-            elt = received.type.elt
+            elt = tensor_type_of(received).elt
             storage = C_STORAGE[elt]
             value = store_expr(elt, self.ref(v))
             self.body.append(SendPush(table, self.send_to, self.i, value, storage))
@@ -839,7 +848,7 @@ class _ElementwiseBuilder:
 
     def vector_elements(self, *, all_accesses: bool) -> list[int]:
         """Bytes of the elements the kernel moves as vectors (the pull's, or every one)."""
-        sizes = [STORAGE_BYTES[g.operand.value.type.elt] for g in self.gathers]
+        sizes = [STORAGE_BYTES[tensor_type_of(g.operand.value).elt] for g in self.gathers]
         if all_accesses:
             sizes += [STORAGE_BYTES[r.elt] for r in self.peer_reads.values()]
             accesses = [*self.vec_loads.values(), *self.vec_stores.values()]
@@ -982,12 +991,14 @@ class _ElementwiseBuilder:
         begin, end = Field(chunk, "begin"), Field(chunk, "end")
 
         def src(g: _Gather) -> Expr:
-            return peer(g.operand.param, q, C_STORAGE[g.operand.value.type.elt], const=True)
+            return peer(
+                g.operand.param, q, C_STORAGE[tensor_type_of(g.operand.value).elt], const=True
+            )
 
         def dst(g: _Gather) -> Expr:
             if g.dest is not None:
                 return g.dest
-            return peer(g.operand.param, self.me, C_STORAGE[g.operand.value.type.elt])
+            return peer(g.operand.param, self.me, C_STORAGE[tensor_type_of(g.operand.value).elt])
 
         def at(g: _Gather, element: Expr) -> Expr:
             """Where member q's element lands: its own base instead of this rank's."""
@@ -1022,7 +1033,7 @@ class _ElementwiseBuilder:
             v, i0 = Var(I64, None, "v_"), Var(I64, None, "i0_")
             vec_body: list[Stmt] = [Decl(i0, self.begin + v * self.lanes)]
             for g in self.gathers:
-                storage = C_STORAGE[g.operand.value.type.elt]
+                storage = C_STORAGE[tensor_type_of(g.operand.value).elt]
                 x, y, k = Var(storage, None, "x_"), Var(storage, None, "y_"), Var(I32, None, "k_")
                 vec_body += [
                     VecIn(x, self.lanes, src(g) + at(g, i0)),
@@ -1054,7 +1065,10 @@ class _ElementwiseBuilder:
 
     def kinds(self) -> list[tuple[ReduceKind, CType]]:
         """Each reduction's kind and accumulator type."""
-        return [(ReduceKind(kind), _accumulator(v.type.elt)) for v, kind, _ in self.k.reductions]
+        return [
+            (ReduceKind(kind), _accumulator(tensor_type_of(v).elt))
+            for v, kind, _ in self.k.reductions
+        ]
 
     def reducing_loop(
         self, element: tuple[Stmt, ...], values: list[Var], vector: bool
@@ -1152,7 +1166,10 @@ class _ElementwiseBuilder:
             rank, b = Var(F64, None, f"rank{n}_"), Var(U32, None, "b_")
             step = Assign(rank, Combine(kind, F64, rank, Index(self.partials, _at(n, GRID_DIM, b))))
             # The unfused reduce rounds this rank's partial to the element type.
-            partial = Cast(F64, load_expr(v.type.elt, store_from_double(v.type.elt, rank)))
+            partial = Cast(
+                F64,
+                load_expr(tensor_type_of(v).elt, store_from_double(tensor_type_of(v).elt, rank)),
+            )
             p = Var(I32, None, "p_")
             slot = Index(peer(self.exchange, p, F64), _at(n, self.nranks, self.me))
             last += [
@@ -1171,7 +1188,7 @@ class _ElementwiseBuilder:
                 For(p, Lit("1"), self.nranks, (step,)),
                 Assign(
                     Index(self.red_params[n], Lit("0")),
-                    store_from_double(out.type.elt, total),
+                    store_from_double(tensor_type_of(out).elt, total),
                     comment="comm.all_reduce",
                 ),
             ]

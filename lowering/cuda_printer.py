@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache, singledispatchmethod
+from typing import Any, TypeVar
 
 from xdsl.utils.base_printer import BasePrinter
 
@@ -65,8 +66,10 @@ from coconet.lowering.kernel_ir import (
     peer,
 )
 
+_Result = TypeVar("_Result")
 
-class dispatch_on_type(singledispatchmethod):
+
+class dispatch_on_type(singledispatchmethod[_Result]):
     """`functools.singledispatchmethod` without the `functools.update_wrapper` Python 3.11
     runs on every attribute access (a fifth of the printing time of a large program): the
     bound method dispatches on its first argument's class through the same registry."""
@@ -74,10 +77,10 @@ class dispatch_on_type(singledispatchmethod):
     def __set_name__(self, owner: type, name: str) -> None:
         self.attribute = name
 
-    def __get__(self, obj, cls=None):
+    def __get__(self, obj: object, cls: type[object] | None = None) -> Callable[..., _Result]:
         dispatch = self.dispatcher.dispatch
 
-        def method(arg, *args, **kwargs):
+        def method(arg: object, *args: Any, **kwargs: Any) -> _Result:
             return dispatch(arg.__class__)(obj, arg, *args, **kwargs)
 
         if obj is not None:
@@ -249,7 +252,7 @@ class CudaPrinter(BasePrinter):
         return name
 
     @contextmanager
-    def scope(self) -> Iterator[None]:
+    def scope(self) -> Generator[None, None, None]:
         self.scopes.append(set())
         try:
             yield
@@ -278,7 +281,7 @@ class CudaPrinter(BasePrinter):
             self.print_stmt(stmt)
 
     @contextmanager
-    def braces(self, opening: str) -> Iterator[None]:
+    def braces(self, opening: str) -> Generator[None, None, None]:
         """`opening {`, an indented scope, `}`."""
         self.print_string(f"\n{opening} {{")
         with self.indented(), self.scope():
@@ -512,7 +515,8 @@ def combine_expr(e: Combine) -> Expr:
             return Binary("+", e.lhs, e.rhs)
         case ReduceKind.PROD:
             return Binary("*", e.lhs, e.rhs)
-    return Call(f"coco_{e.kind.value}", (e.lhs, e.rhs))  # overloaded per accumulator type
+        case _:
+            return Call(f"coco_{e.kind.value}", (e.lhs, e.rhs))  # overloaded per accumulator type
 
 
 def identity_expr(e: Identity) -> Expr:
@@ -521,6 +525,8 @@ def identity_expr(e: Identity) -> Expr:
             return Lit("0")
         case ReduceKind.PROD:
             return Lit("1")
+        case _:
+            pass  # max and min start from the extremes
     if e.acc == I64:
         largest: Expr = Lit("9223372036854775807LL")
         if e.kind == ReduceKind.MAX:

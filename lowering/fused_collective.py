@@ -26,6 +26,7 @@ the cutting op runs as it would unfused, and values crossing segments go through
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from xdsl.ir import Operation, SSAValue
@@ -33,7 +34,7 @@ from xdsl.ir import Operation, SSAValue
 from coconet.core import values as V
 from coconet.core.program import CocoError
 from coconet.dialects import coco, comm
-from coconet.dialects.coco import TensorType
+from coconet.dialects.coco import TensorType, tensor_type_of
 from coconet.lowering import cuda_kernels as K
 from coconet.lowering.kernel_ir import ParamKind
 from coconet.lowering.plan import ArgTable, Epoch, KernelArg, Launch, PeerTable, RankValue
@@ -91,7 +92,7 @@ def lower_fused_collective(lw: Lowering, region: comm.FusedOp) -> None:
 def _in_kernel_reduction(op: Operation, segment: list[Operation]) -> comm.AllReduceOp | None:
     """The all_reduce that finishes `op`, if `op` is a full reduction of a value of this
     collective segment whose partials only that all_reduce reads (LAMB's sliced norms)."""
-    if not isinstance(op, coco.ReduceOp) or op.kind.data == "norm":
+    if not isinstance(op, coco.ReduceOp) or op.kind.data == coco.ReductionKind.NORM:
         return None
     scatters = [s for s in segment if isinstance(s, comm.ReduceScatterOp)]
     produced = {r for s in segment for r in s.results}
@@ -159,8 +160,8 @@ def emit_collective_kernel(
     gathers: list[comm.AllGatherOp],
     compute: list[Operation],
     updates: list[coco.UpdateOp],
-    reductions: list[Operation] = (),
-    assembled: list[coco.UpdateOp] = (),
+    reductions: Sequence[Operation] = (),
+    assembled: Sequence[coco.UpdateOp] = (),
 ) -> list[coco.UpdateOp]:
     """Emits the kernel; returns the updates of `assembled` (candidates) whose gathered value
     it assembles in the target."""
@@ -182,7 +183,8 @@ def emit_collective_kernel(
     sliced = [op.result for op in scatters] + [r for op in compute for r in op.results]
     sliced += [op.input for op in gathers]
     iteration = lw.iteration_type(
-        [v.owner for v in sliced if isinstance(v.owner, Operation)], [v.type for v in sliced]
+        [v.owner for v in sliced if isinstance(v.owner, Operation)],
+        [tensor_type_of(v) for v in sliced],
     )
 
     inside = {r for op in members for r in op.results}
@@ -193,7 +195,7 @@ def emit_collective_kernel(
                 inputs.append(v)
     # Values the rest of the program needs (gathered ones are pushed in place instead).
     stores = [r for op in compute + scatters for r in op.results if _used_outside(r, members)]
-    store_specs = [K.Store(v, v.type) for v in stores]
+    store_specs = [K.Store(v, tensor_type_of(v)) for v in stores]
     store_specs += [K.Store(u.value, u.target.type, u.target) for u in updates]
     store_buffers = [lw.buffer_for(v) for v in stores] + [
         lw.value_buffer(u.target) for u in updates
@@ -248,6 +250,7 @@ def emit_collective_kernel(
         shape=(2 * group * MAX_COLLECTIVE_BLOCKS + group,),
     )
     n_red = len(kernel.reductions)
+    partials = counter = exchange = None  # a kernel finishing reductions has these
     if n_red:
         partials = lw.new_buffer(
             f"{kernel.name}_partials",
@@ -319,17 +322,20 @@ def emit_collective_kernel(
                 assert p.value is not None
                 args.append(lw.value_buffer(p.value))
             case ParamKind.PARTIALS:
+                assert partials is not None
                 args.append(partials)
             case ParamKind.COUNTER:
+                assert counter is not None
                 args.append(counter)
             case ParamKind.EXCHANGE:
+                assert exchange is not None
                 args.append(PeerTable(exchange, span))
             case ParamKind.GATHER_OUT:
                 assert p.value is not None
                 args.append(lw.value_buffer(p.value))
             case ParamKind.PEER_BASES:
                 assert p.value is not None
-                args.append(member_bases(lw, p.value.type, iteration, span))
+                args.append(member_bases(lw, tensor_type_of(p.value), iteration, span))
             case ParamKind.PEER_COUNTS:
                 args.append(member_counts(lw, iteration, span))
             case ParamKind.PEER_DIMS:
@@ -362,12 +368,14 @@ def emit_collective_kernel(
     return list(targets.values())
 
 
-def member_bases(lw: Lowering, t: TensorType, iteration: TensorType, span: tuple[int, ...]):
+def member_bases(
+    lw: Lowering, t: TensorType, iteration: TensorType, span: tuple[int, ...]
+) -> ArgTable:
     """Where the iteration piece of each member of a rank's group starts in its piece of the
     gathered type `t` (the same piece for every member: `t` is replicated over the group), in
     group order: the offsets a rank pulls the members' pieces at."""
     group = lw.group_size(span)
-    rows = []
+    rows: list[KernelArg] = []
     for m in range(group):
         rows.append(
             lw.rank_table(
@@ -381,7 +389,7 @@ def member_bases(lw: Lowering, t: TensorType, iteration: TensorType, span: tuple
 def member_counts(lw: Lowering, iteration: TensorType, span: tuple[int, ...]) -> ArgTable:
     """How many iteration elements each member of a rank's group holds, in group order
     (uneven slices: the counts the pull of each member's piece covers)."""
-    rows = []
+    rows: list[KernelArg] = []
     for m in range(lw.group_size(span)):
         rows.append(
             lw.rank_table(
@@ -395,7 +403,7 @@ def member_counts(lw: Lowering, iteration: TensorType, span: tuple[int, ...]) ->
 def member_dims(lw: Lowering, iteration: TensorType, span: tuple[int, ...], dim: int) -> ArgTable:
     """Each member's local size of iteration dim `dim`, in group order (uneven slices: where
     a strided pull finds the coordinates of a member's elements)."""
-    rows = []
+    rows: list[KernelArg] = []
     for m in range(lw.group_size(span)):
         rows.append(
             lw.rank_table(

@@ -23,6 +23,7 @@ from xdsl.ir import Operation, SSAValue
 
 from coconet.core import values as V
 from coconet.dialects import coco, comm
+from coconet.dialects.coco import tensor_type_of
 from coconet.lowering import cuda_kernels as K
 from coconet.lowering.fused_collective import MAX_COLLECTIVE_BLOCKS, lower_fused_collective
 from coconet.lowering.kernel_ir import ParamKind
@@ -104,7 +105,7 @@ def emit_send_kernel(
         )
     ]
     direct = [u for u in updates if u.value in inside and u.value.type == u.target.type]
-    store_specs = [K.Store(v, v.type) for v in stores]
+    store_specs = [K.Store(v, tensor_type_of(v)) for v in stores]
     store_specs += [K.Store(u.value, u.target.type, u.target) for u in direct]
     store_buffers = [lw.buffer_for(v) for v in stores] + [lw.value_buffer(u.target) for u in direct]
     iteration = received.type

@@ -33,6 +33,7 @@ any reassociated reduction.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from xdsl.ir import Operation, SSAValue
@@ -40,9 +41,19 @@ from xdsl.ir import Operation, SSAValue
 from coconet.core import values as V
 from coconet.core.program import CocoError
 from coconet.dialects import coco, comm
+from coconet.dialects.coco import TensorType, tensor_type_of
 from coconet.lowering import cuda_kernels as K
 from coconet.lowering.fused_collective import MAX_COLLECTIVE_BLOCKS
-from coconet.lowering.plan import ArgTable, Buffer, Collective, Epoch, Launch, PeerTable, RankValue
+from coconet.lowering.plan import (
+    ArgTable,
+    Buffer,
+    Collective,
+    Epoch,
+    KernelArg,
+    Launch,
+    PeerTable,
+    RankValue,
+)
 
 if TYPE_CHECKING:
     from coconet.lowering.lower_to_plan import Lowering
@@ -92,11 +103,11 @@ def _piece_layout(
     along one more dim d): (elements, run, stride) -- runs of `run` contiguous elements
     (dims d.. of the piece), `stride` apart (dims d.. of the whole). Every rank's piece must be
     the same size: the library collectives between nodes move equal blocks."""
-    wt, pt = whole.type, piece.type
+    wt, pt = tensor_type_of(whole), tensor_type_of(piece)
     name = piece.name_hint or "value"
     if wt.get_shape() != pt.get_shape():
         raise CocoError(f"[fused-across-nodes] %{name} and its {what} differ in shape")
-    layouts = set()
+    layouts: set[tuple[int, int, int]] = set()
     for r in range(lw.size):
         ws = _local(lw, wt, r)
         ps = _local(lw, pt, r)
@@ -116,7 +127,7 @@ def _piece_layout(
     return layouts.pop()
 
 
-def _local(lw: Lowering, t, rank: int) -> tuple[int, ...]:
+def _local(lw: Lowering, t: TensorType, rank: int) -> tuple[int, ...]:
     return tuple(V.piece_range(t, d, lw.coords[rank], lw.grid_shape)[1] for d in range(t.rank))
 
 
@@ -140,7 +151,7 @@ def _node_launch(
     )
     count, run, stride = layout
     total = parts.n * count
-    args = [
+    args: list[KernelArg] = [
         PeerTable(table, span, "node"),
         out,
         bases,
@@ -166,8 +177,8 @@ def emit_hierarchical(
     gathers: list[comm.AllGatherOp],
     compute: list[Operation],
     updates: list[coco.UpdateOp],
-    reductions: list[Operation],
-    assembled: list[coco.UpdateOp],
+    reductions: Sequence[Operation],
+    assembled: Sequence[coco.UpdateOp],
 ) -> list[coco.UpdateOp]:
     """Emits one segment of a fused collective region hierarchically (module docstring);
     returns the updates of `assembled` whose gathered value it assembles in the target."""

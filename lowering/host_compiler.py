@@ -26,7 +26,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -261,7 +261,7 @@ def _run_compiler(source: str, headers: dict[str, str], flags: Sequence[str], ou
 
 
 @contextmanager
-def _build_lock(path: Path) -> Iterator[None]:
+def _build_lock(path: Path) -> Generator[None, None, None]:
     """Serialize builders of one key across processes (MPI ranks compile the same kernels
     at the same moment); correctness does not depend on it, only wasted compiler time, so a
     lock that cannot be taken (read-only cache, a symlink planted at its path) is skipped.

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from enum import Enum
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from xdsl.utils.str_enum import StrEnum
 
@@ -576,7 +576,7 @@ def declared(node: Any) -> list[Var]:
 
     def visit(x: Any) -> None:
         if isinstance(x, tuple):
-            for y in x:
+            for y in cast("tuple[object, ...]", x):  # isinstance leaves its items unknown
                 visit(y)
             return
         if not isinstance(x, Stmt):

@@ -22,9 +22,9 @@ plan and the CUDA text are the same for every rank.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Literal, SupportsInt
 
 import numpy as np
 from xdsl.dialects import func
@@ -34,7 +34,7 @@ from xdsl.utils.exceptions import VerifyException
 from coconet.core import values as V
 from coconet.core.program import CocoError, Program, check_program_on_grid
 from coconet.dialects import coco, comm
-from coconet.dialects.coco import TensorType
+from coconet.dialects.coco import TensorType, tensor_type_of
 from coconet.dialects.layout_rules import infer_elementwise
 from coconet.lowering import cuda_kernels as K
 from coconet.lowering.cuda_printer import kernel_signature, print_kernel, print_unit
@@ -73,7 +73,8 @@ class LaunchConfig:
             ("max_blocks", self.max_blocks, 1 << 31),
             ("elements_per_thread", self.elements_per_thread, 1 << 16),
         ):
-            if not isinstance(value, int) or not 1 <= value <= top:
+            # the fields say int, but a caller may hand anything in
+            if not isinstance(value, int) or not 1 <= value <= top:  # pyright: ignore[reportUnnecessaryIsInstance]
                 raise CocoError(
                     f"[launch-config] {name} must be an integer in 1..{top}, got {value}"
                 )
@@ -135,7 +136,13 @@ class Lowering:
         return name
 
     def new_buffer(
-        self, hint: str, t: TensorType, kind="temp", symmetric=False, elt="", shape=None
+        self,
+        hint: str,
+        t: TensorType,
+        kind: Literal["arg", "temp", "scratch"] = "temp",
+        symmetric: bool = False,
+        elt: str = "",
+        shape: Sequence[int] | None = None,
     ) -> Buffer:
         uneven = shape is None and V.is_uneven(t, self.grid_shape)
         buf = Buffer(
@@ -152,7 +159,7 @@ class Lowering:
 
     def buffer_for(self, v: SSAValue) -> Buffer:
         if v not in self.buffers:
-            self.buffers[v] = self.new_buffer(v.name_hint or "tmp", v.type)
+            self.buffers[v] = self.new_buffer(v.name_hint or "tmp", tensor_type_of(v))
         return self.buffers[v]
 
     def make_symmetric(self, v: SSAValue) -> None:
@@ -167,10 +174,10 @@ class Lowering:
     def group_index(self, rank: int, span: Sequence[int]) -> int:
         return V.group_index(self.grid_shape, span, rank)
 
-    def rank_table(self, label: str, fn) -> RankValue:
+    def rank_table(self, label: str, fn: Callable[[int], SupportsInt]) -> RankValue:
         return RankValue(label, tuple(int(fn(r)) for r in range(self.size)))
 
-    def per_rank(self, label: str, fn) -> int | RankValue:
+    def per_rank(self, label: str, fn: Callable[[int], SupportsInt]) -> int | RankValue:
         """`fn(rank)` as a plain number where every rank agrees, else a table (uneven
         slices: counts, sizes and strides of pieces differ between ranks)."""
         table = self.rank_table(label, fn)
@@ -207,7 +214,7 @@ class Lowering:
     # -- driver ------------------------------------------------------------------------------
 
     def run(self) -> Plan:
-        arguments = {}
+        arguments: dict[str, Buffer] = {}
         for arg in self.program.arguments:
             buf = self.new_buffer(arg.name, arg.type, kind="arg")
             self.buffers[arg.value] = buf
@@ -288,8 +295,9 @@ class Lowering:
         groups: dict[tuple[str, int], list[int]] = {}
 
         def make_ready(j: int) -> None:
-            if self.batchable(steps[j]):
-                groups.setdefault((steps[j].kernel, steps[j].stream), []).append(j)
+            step = steps[j]
+            if isinstance(step, Launch) and self.batchable(step):
+                groups.setdefault((step.kernel, step.stream), []).append(j)
             else:
                 plain.append(j)
 
@@ -305,7 +313,7 @@ class Lowering:
             else:
                 key = max(groups, key=lambda k: (len(groups[k]), -min(groups[k])))
                 taken = sorted(groups.pop(key))
-                run = [steps[j] for j in taken]
+                run = [step for j in taken if isinstance(step := steps[j], Launch)]
                 out.append(self.table_launch(run) if len(run) > 1 else run[0])
             for i in taken:
                 for j in succs[i]:
@@ -343,9 +351,9 @@ class Lowering:
         match op:
             case coco.ElementwiseOp() | coco.ConstantOp():
                 self.lower_elementwise([op], kernel_hint=op.name.split(".")[1])
-            case comm.FusedOp() if op.kind.data == "elementwise":
+            case comm.FusedOp() if op.kind.data == comm.FusionKind.ELEMENTWISE:
                 self.lower_fused_elementwise(op)
-            case comm.FusedOp() if op.kind.data == "send":
+            case comm.FusedOp() if op.kind.data == comm.FusionKind.SEND:
                 from coconet.lowering.fused_send import lower_fused_send
 
                 lower_fused_send(self, op)
@@ -387,7 +395,7 @@ class Lowering:
         self, ops: Sequence[Operation], types: Sequence[TensorType] | None = None
     ) -> TensorType:
         if types is None:
-            types = [r.type for op in ops for r in op.results]
+            types = [tensor_type_of(r) for op in ops for r in op.results]
         try:
             return infer_elementwise(types, same_element_type=False)
         except VerifyException as e:
@@ -415,12 +423,12 @@ class Lowering:
             stores = [r for op in ops for r in op.results]
         # A fused region may compute nothing (everything in it was erased, or it only
         # yields or updates values from outside): iterate over what it stores, if anything.
-        types = [r.type for op in ops for r in op.results]
-        types = types or [v.type for v in stores] + [u.target.type for u in updates]
+        types = [tensor_type_of(r) for op in ops for r in op.results]
+        types = types or [tensor_type_of(v) for v in stores] + [u.target.type for u in updates]
         if not types:
             return
         iteration = self.iteration_type(ops, types)
-        store_specs = [K.Store(v, v.type) for v in stores]
+        store_specs = [K.Store(v, tensor_type_of(v)) for v in stores]
         store_specs += [K.Store(u.value, u.target.type, u.target) for u in updates]
         store_buffers = [self.buffer_for(v) for v in stores]
         store_buffers += [self.value_buffer(u.target) for u in updates]
@@ -469,7 +477,7 @@ class Lowering:
                 case ParamKind.STRIDE:
                     assert p.value is not None
                     assert p.dim is not None
-                    t: TensorType = p.value.type
+                    t = tensor_type_of(p.value)
                     first = p.dim - (it.rank - t.rank) + 1
                     args.append(
                         self.per_rank(
@@ -485,11 +493,12 @@ class Lowering:
                     args.append(
                         self.rank_table(
                             f"base_{v.name_hint or 'v'}",
-                            lambda r, v=v: self.base_offset(v.type, it, r),
+                            lambda r, v=v: self.base_offset(tensor_type_of(v), it, r),
                         )
                     )
                 case ParamKind.GSTART:
                     d = p.dim
+                    assert d is not None
                     args.append(
                         self.rank_table(
                             f"start{d}",
@@ -508,13 +517,17 @@ class Lowering:
                     )
                 case ParamKind.STREAM:
                     assert p.value is not None
-                    t = p.value.type
+                    t = tensor_type_of(p.value)
                     args.append(
                         self.rank_table(
                             "stream",
                             lambda r, t=t: V.stream_index(t, self.coords[r], self.grid_shape),
                         )
                     )
+                case _:
+                    # the fused-collective lowerings fill their own kinds of parameter (peers,
+                    # flags, partials, ...) and hand this function the rest
+                    pass
         return args
 
     def base_offset(self, t: TensorType, it: TensorType, rank: int) -> int:
@@ -541,7 +554,8 @@ class Lowering:
         # A value from outside the region is not computed here: a yielded one is the
         # region's result as it is (its buffer, set above), an update of one is a copy.
         inside = {r for o in compute for r in o.results}
-        direct, copied = [], []
+        direct: list[coco.UpdateOp] = []
+        copied: list[coco.UpdateOp] = []
         for u in updates:
             (direct if u.target.type == u.value.type and u.value in inside else copied).append(u)
         stored = [v for v in yielded if v in inside] + [
@@ -623,9 +637,9 @@ class Lowering:
             op.name.split(".")[1],
             src,
             dst,
-            kind=op.kind.data if op.HAS_KIND else None,
+            kind=op.combining_kind(),
             axes=op.span(),
-            root=op.root.value.data if op.HAS_ROOT else None,
+            root=op.root_rank(),
             rows=rows,
         )
         if isinstance(op, comm.SendOp):
@@ -653,7 +667,8 @@ def step_buffers(step: Step) -> tuple[set[str], set[str]]:
             return {step.src.name}, {step.dst.name}
         case Matmul():
             return {step.a.name, step.b.name}, {step.c.name}
-    return set(), set()
+        case _:
+            return set(), set()
 
 
 def range_positions(params: Sequence[Param]) -> tuple[int, int]:

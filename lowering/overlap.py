@@ -57,6 +57,8 @@ from coconet.lowering.plan import (
 )
 
 if TYPE_CHECKING:
+    from xdsl.ir import Operation
+
     from coconet.lowering.lower_to_plan import Lowering
 
 Ranges = tuple[tuple[int, int], ...]
@@ -177,7 +179,7 @@ def _consumer_piece(step: Step, c_buf: Buffer) -> TensorType | None:
 
 
 def _lower_producer_form(
-    lw: Lowering, region: comm.OverlapOp, producer: coco.MatmulOp, body: list
+    lw: Lowering, region: comm.OverlapOp, producer: coco.MatmulOp, body: list[Operation]
 ) -> None:
     chunks = region.chunks.value.data
     c_buf = lw.buffer_for(producer.result)
@@ -334,7 +336,7 @@ def _lower_gather_form(
     region: comm.OverlapOp,
     gather: comm.AllGatherOp,
     mm: coco.MatmulOp,
-    body: list,
+    body: list[Operation],
 ) -> None:
     chunks = region.chunks.value.data
     for op in body:

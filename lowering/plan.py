@@ -110,10 +110,10 @@ class ArgTable:
     """A device array of per-tensor values (pointers of buffers, integers) for a kernel's
     table form: one launch serving many tensors."""
 
-    items: tuple
+    items: tuple[KernelArg, ...]
 
     def __str__(self) -> str:
-        def show(a) -> str:
+        def show(a: KernelArg) -> str:
             return f"%{a.name}" if isinstance(a, Buffer) else str(a)
 
         return "[" + ", ".join(show(a) for a in self.items) + "]"

@@ -28,14 +28,15 @@ from xdsl.ir import Operation, SSAValue
 
 from coconet.core.program import CocoError
 from coconet.dialects import coco
-from coconet.dialects.coco import TensorType
+from coconet.dialects.coco import TensorType, tensor_type_of
 from coconet.lowering.cuda_kernels import (
     C_COMPUTE,
     C_STORAGE,
     ElementwiseKernel,
-    _accumulator,
-    _ElementwiseBuilder,
-    _thread_zero,
+    # the row form extends the elementwise kernel builder: one kernel family over two files
+    _accumulator,  # pyright: ignore[reportPrivateUsage]
+    _ElementwiseBuilder,  # pyright: ignore[reportPrivateUsage]
+    _thread_zero,  # pyright: ignore[reportPrivateUsage]
     load_expr,
     store_expr,
     store_from_double,
@@ -49,6 +50,7 @@ from coconet.lowering.kernel_ir import (
     Call,
     Cast,
     Combine,
+    CType,
     Decl,
     Expr,
     Field,
@@ -104,7 +106,7 @@ class _RowBuilder(_ElementwiseBuilder):
     # -- classification ------------------------------------------------------------------
 
     def space(self, v: SSAValue) -> str:
-        t: TensorType = v.type
+        t = tensor_type_of(v)
         if t.rank == 0:
             return SCALAR
         if t.with_element_type(self.k.iteration.element_type) == self.row_type.with_element_type(
@@ -148,18 +150,18 @@ class _RowBuilder(_ElementwiseBuilder):
         if v in self.local:
             return self.local[v]
         if v in self.row_slots:
-            var = Var(C_COMPUTE[v.type.elt], v.name_hint, f"row{len(self.local)}")
+            var = Var(C_COMPUTE[tensor_type_of(v).elt], v.name_hint, f"row{len(self.local)}")
             self.body.append(Decl(var, Index(self.row_slots[v], Lit("0"))))
             self.local[v] = var
             return var
         if v in self.carried and self.level[v] < self.phase:
-            var = Var(C_COMPUTE[v.type.elt], v.name_hint, f"c{len(self.local)}")
+            var = Var(C_COMPUTE[tensor_type_of(v).elt], v.name_hint, f"c{len(self.local)}")
             self.body.append(Decl(var, Index(self.carried[v], self.element)))
             self.local[v] = var
             return var
         return super().ref(v)
 
-    def shared_array(self, v: SSAValue, ctype, size: int, suffix: str) -> Var:
+    def shared_array(self, v: SSAValue, ctype: CType, size: int, suffix: str) -> Var:
         hint = f"{v.name_hint}_{suffix}" if v.name_hint else None
         var = Var(ctype, hint, f"{suffix}{len(self.shared)}_")
         self.shared.append(SharedArray(var, size))
@@ -189,7 +191,9 @@ class _RowBuilder(_ElementwiseBuilder):
             for v in op.operands:
                 later = self.kind.get(v) == ELEMENT and self.level[v] < self.level[op.results[0]]
                 if later and v not in self.carried:
-                    self.carried[v] = self.shared_array(v, C_COMPUTE[v.type.elt], self.count, "row")
+                    self.carried[v] = self.shared_array(
+                        v, C_COMPUTE[tensor_type_of(v).elt], self.count, "row"
+                    )
         stored = {s.value for s in k.stores}
         for op in k.ops:
             res = op.results[0]
@@ -202,7 +206,9 @@ class _RowBuilder(_ElementwiseBuilder):
                 for use in res.uses
                 if use.operation in k.ops
             ):
-                self.row_slots[res] = self.shared_array(res, C_COMPUTE[res.type.elt], 1, "val")
+                self.row_slots[res] = self.shared_array(
+                    res, C_COMPUTE[tensor_type_of(res).elt], 1, "val"
+                )
         lanes = coco.ROW_LANES
         partials = {
             r: self.shared_array(r.result, _accumulator(r.input.type.elt), lanes, "lanes")
@@ -235,7 +241,11 @@ class _RowBuilder(_ElementwiseBuilder):
                 if self.level[r.input] != p:
                     continue
                 acc_t = _accumulator(r.input.type.elt)
-                rkind = ReduceKind.SUM if r.kind.data == "mean" else ReduceKind(r.kind.data)
+                rkind = (
+                    ReduceKind.SUM
+                    if r.kind.data == coco.DimReductionKind.MEAN
+                    else ReduceKind(r.kind.data)
+                )
                 acc = Var(acc_t, None, f"acc{len(accs)}_")
                 accs[r] = acc
                 before.append(Decl(acc, Identity(rkind, acc_t), const=False))
@@ -296,7 +306,7 @@ class _RowBuilder(_ElementwiseBuilder):
             if self.level.get(g.value, 0) != p:
                 continue
             o = g.operand
-            t = o.value.type
+            t = tensor_type_of(o.value)
             value = store_expr(t.elt, self.ref(g.value))
             index = self.index_of(o)
             mine = peer(o.param, self.me, C_STORAGE[t.elt])
@@ -305,7 +315,7 @@ class _RowBuilder(_ElementwiseBuilder):
                 self.body.append(Assign(Index(g.dest, index), value))
 
     def finish_rows(
-        self, p: int, reductions: list[coco.ReduceDimsOp], partials: dict[Operation, Var]
+        self, p: int, reductions: list[coco.ReduceDimsOp], partials: dict[coco.ReduceDimsOp, Var]
     ) -> list[Stmt]:
         """Thread 0 after phase p: each reduction of the phase from its lane partials, in lane
         order, rounded once; then the row values that depend on them, into shared memory."""
@@ -317,11 +327,15 @@ class _RowBuilder(_ElementwiseBuilder):
             if self.level[r.input] != p:
                 continue
             acc_t = _accumulator(r.input.type.elt)
-            rkind = ReduceKind.SUM if r.kind.data == "mean" else ReduceKind(r.kind.data)
+            rkind = (
+                ReduceKind.SUM
+                if r.kind.data == coco.DimReductionKind.MEAN
+                else ReduceKind(r.kind.data)
+            )
             total = Var(acc_t, None, f"total{len(out)}_")
             elt = r.result.type.elt
             value: Expr = total
-            if r.kind.data == "mean":
+            if r.kind.data == coco.DimReductionKind.MEAN:
                 value = Binary("/", total, Cast(acc_t, Lit(str(self.count))))
             out += [
                 Decl(total, Identity(rkind, acc_t), const=False),
