@@ -19,7 +19,7 @@ from collections.abc import Callable, Generator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache, singledispatchmethod
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from xdsl.utils.base_printer import BasePrinter
 
@@ -66,10 +66,13 @@ from coconet.lowering.kernel_ir import (
     peer,
 )
 
-_Result = TypeVar("_Result")
+if TYPE_CHECKING:
+    _SingleDispatchMethod = singledispatchmethod[Any]
+else:  # Python 3.11's singledispatchmethod takes no type argument at run time
+    _SingleDispatchMethod = singledispatchmethod
 
 
-class dispatch_on_type(singledispatchmethod[_Result]):
+class dispatch_on_type(_SingleDispatchMethod):
     """`functools.singledispatchmethod` without the `functools.update_wrapper` Python 3.11
     runs on every attribute access (a fifth of the printing time of a large program): the
     bound method dispatches on its first argument's class through the same registry."""
@@ -77,10 +80,10 @@ class dispatch_on_type(singledispatchmethod[_Result]):
     def __set_name__(self, owner: type, name: str) -> None:
         self.attribute = name
 
-    def __get__(self, obj: object, cls: type[object] | None = None) -> Callable[..., _Result]:
+    def __get__(self, obj: object, cls: type[object] | None = None) -> Callable[..., Any]:
         dispatch = self.dispatcher.dispatch
 
-        def method(arg: object, *args: Any, **kwargs: Any) -> _Result:
+        def method(arg: object, *args: Any, **kwargs: Any) -> Any:
             return dispatch(arg.__class__)(obj, arg, *args, **kwargs)
 
         if obj is not None:
