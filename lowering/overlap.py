@@ -226,7 +226,7 @@ def _lower_producer_form(
 
 
 def _lower_boundary_form(
-    lw: Lowering, region: comm.OverlapOp, producer: coco.MatmulOp, body: list
+    lw: Lowering, region: comm.OverlapOp, producer: coco.MatmulOp, body: list[Operation]
 ) -> None:
     chunks = region.chunks.value.data
     c_buf = lw.buffer_for(producer.result)
