@@ -346,7 +346,7 @@ def infer_matmul(lhs: Attribute, rhs: Attribute) -> TensorType:
                 f"batch dim {sa} too (sliced(batch) x sliced(batch)), or multiply by an "
                 "unbatched right operand",
             )
-        elif batch and sb == sa and b.rank > 2:
+        elif batch and sa is not None and sb == sa and b.rank > 2:
             out = SlicedAttr(sa)  # the same batch slice of A and of B
         elif sa is not None and sa != a_k and rb:
             out = SlicedAttr(sa)  # rows or batch of A: same dim of the result
