@@ -53,7 +53,6 @@ from coconet.compiled import (
     BACKENDS,
     CompiledProgram,
     SimCompiled,
-    program_of,
     apply_pipeline,
     apply_schedule,
     default_backend,
@@ -61,6 +60,7 @@ from coconet.compiled import (
     is_pipeline,
     make_backend,
     prepare,
+    program_of,
     require_gpu,
 )
 from coconet.core.program import CocoError, Program
