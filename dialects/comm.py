@@ -60,6 +60,7 @@ from coconet.dialects.coco import (
     tensor_operand,
     tensor_type_of,
 )
+from coconet.dialects.layout_rules import check_innermost_slicing, grid_of
 
 
 class CollectiveKind(StrEnum):
@@ -164,8 +165,6 @@ class CollectiveOp(CocoOp):
 
     def infer(self) -> TensorType:
         """The result type the layout rules give this op where it stands."""
-        from coconet.dialects.layout_rules import grid_of
-
         return collective_result_type(
             type(self),
             self.input.type,
@@ -183,8 +182,6 @@ class CollectiveOp(CocoOp):
         raise NotImplementedError
 
     def verify_layouts(self) -> None:
-        from coconet.dialects.layout_rules import check_innermost_slicing
-
         self.check_axes()
         inferred = self.infer()
         self.expect_result(inferred)
@@ -202,8 +199,6 @@ class GroupCollectiveOp(CollectiveOp):
     axes = opt_prop_def(DenseArrayBase[I64])
 
     def span(self) -> tuple[int, ...]:
-        from coconet.dialects.layout_rules import grid_of
-
         if self.axes is not None:
             return self.axes.get_values()
         # An op outside a function sees the default 1-D grid: span every axis its input's
@@ -211,8 +206,6 @@ class GroupCollectiveOp(CollectiveOp):
         return tuple(range(max(grid_of(self).rank, len(self.input.type.layouts))))
 
     def check_axes(self) -> None:
-        from coconet.dialects.layout_rules import grid_of
-
         grid = grid_of(self)
         if self.axes is None:
             return
@@ -225,8 +218,6 @@ class GroupCollectiveOp(CollectiveOp):
 
 
 def _check_root(op: BroadcastOp | ReduceOp) -> None:
-    from coconet.dialects.layout_rules import grid_of
-
     root = op.root.value.data
     if root < 0:
         raise _fail("collective-root", f"root {root} is not a rank")
@@ -497,8 +488,6 @@ class SendOp(CollectiveOp):
         return (self.along.value.data,)
 
     def check_axes(self) -> None:
-        from coconet.dialects.layout_rules import grid_of
-
         grid = grid_of(self)
         a = self.along.value.data
         if not 0 <= a < grid.rank:

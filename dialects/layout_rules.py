@@ -45,7 +45,7 @@ from xdsl.dialects.builtin import IntegerType, i1
 from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
-from coconet.dialects.coco import (
+from coconet.dialects.coco_types import (
     DEFAULT_GRID,
     GRID_ATTR_NAME,
     LOCAL,
@@ -56,7 +56,6 @@ from coconet.dialects.coco import (
     ReplicatedAttr,
     SlicedAttr,
     TensorType,
-    UpdateOp,
     is_float_type,
     layout_str,
 )
@@ -542,7 +541,8 @@ def check_update(op: Operation) -> None:
         user = use.operation
         if user is op:
             continue
-        if isinstance(user, UpdateOp) and user.operands[0] is target:
+        # another update of the same target: an op of `op`'s own class (coco.update)
+        if isinstance(user, type(op)) and user.operands[0] is target:
             raise fail("update-once", f"{value_name(target)} is updated more than once")
         if runs_after(user, op):
             raise fail(

@@ -39,6 +39,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from coconet.dialects.coco import GRID_ATTR_NAME, CocoOp
 from coconet.dialects.comm import YieldOp
+from coconet.dialects.layout_rules import check_signatures, value_name
 
 # The coco/comm-namespaced attributes coconet reads, by the kind of op that may carry them.
 KNOWN_FUNCTION_ATTRIBUTES = frozenset({GRID_ATTR_NAME})
@@ -51,8 +52,6 @@ def verify_program(module: ModuleOp) -> None:
     """Verify a whole coconet module: the program-level rules, then every op's verifier, then
     the function signatures against their grids. Raises a `DiagnosticException` (the first
     violation) whose message starts with the rule's name."""
-    from coconet.dialects.layout_rules import check_signatures
-
     check_structure(module)
     module.verify()
     check_signatures(module)
@@ -202,8 +201,6 @@ def _op_name(op: Operation) -> str:
 
 
 def _name(v: SSAValue) -> str:
-    from coconet.dialects.layout_rules import value_name
-
     return value_name(v)
 
 

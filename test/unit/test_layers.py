@@ -168,8 +168,6 @@ def import_cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
 # Cycles inside one layer that are still to be broken. The test fails on any other cycle, and
 # on one of these once it is gone (so the list only shrinks).
 KNOWN_CYCLES = {
-    # the ops' verifiers call the layout rules, which read the ops' types
-    frozenset({"coconet.dialects.coco", "coconet.dialects.layout_rules"}),
     # the plan builder dispatches regions to their lowerings, which use its helpers
     frozenset(
         {

@@ -1,0 +1,394 @@
+"""The coco dialect's attributes and types: element types, layouts, process grids and the
+distributed tensor type `!coco.tensor<SHAPE x ELT, LAYOUT>` (dialects/coco.py registers them
+with the ops and describes their meaning).
+
+They live apart from the ops so that the layout rules (layout_rules.py), which read these
+types and which the ops' verifiers call, import them without importing the ops: types, then
+rules, then ops, with no cycle between them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    BFloat16Type,
+    Float16Type,
+    Float32Type,
+    Float64Type,
+    IntAttr,
+    IntegerType,
+)
+from xdsl.ir import (
+    Attribute,
+    ParametrizedAttribute,
+    TypeAttribute,
+)
+from xdsl.irdl import (
+    irdl_attr_definition,
+)
+from xdsl.parser import AttrParser
+from xdsl.printer import Printer
+from xdsl.utils.exceptions import VerifyException
+
+# --------------------------------------------------------------------------------------------
+# Element types
+# --------------------------------------------------------------------------------------------
+
+ELEMENT_TYPE_NAMES = ("f16", "bf16", "f32", "f64", "i32", "i64", "i1")
+
+
+def element_type_name(t: Attribute) -> str:
+    """The short name (`f16`, `i1`, ...) of a supported element type; raises otherwise."""
+    match t:
+        case Float16Type():
+            return "f16"
+        case BFloat16Type():
+            return "bf16"
+        case Float32Type():
+            return "f32"
+        case Float64Type():
+            return "f64"
+        case IntegerType() if t.width.data in (1, 32, 64) and t.signedness.data.name == "SIGNLESS":
+            return f"i{t.width.data}"
+        case _:
+            raise VerifyException(
+                f"[unsupported-element-type] unsupported element type {t}: coco tensors hold "
+                "one of " + ", ".join(ELEMENT_TYPE_NAMES)
+            )
+
+
+def is_float_type(t: Attribute) -> bool:
+    return isinstance(t, Float16Type | BFloat16Type | Float32Type | Float64Type)
+
+
+# --------------------------------------------------------------------------------------------
+# Layouts
+# --------------------------------------------------------------------------------------------
+
+
+class LayoutAttr(ParametrizedAttribute):
+    """How a logical tensor lives on the ranks along one grid axis (abstract)."""
+
+
+@irdl_attr_definition
+class ReplicatedAttr(LayoutAttr):
+    """Every rank along the axis holds the same full value."""
+
+    name = "coco.replicated"
+
+
+@irdl_attr_definition
+class LocalAttr(LayoutAttr):
+    """Every rank along the axis holds a full-shape value of its own."""
+
+    name = "coco.local"
+
+
+@irdl_attr_definition
+class SlicedAttr(LayoutAttr):
+    """Equal contiguous parts along tensor dim `dim`; rank i along the axis holds part i."""
+
+    name = "coco.sliced"
+    dim: IntAttr
+
+    def __init__(self, dim: int | IntAttr):
+        super().__init__(IntAttr(dim) if isinstance(dim, int) else dim)
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
+        with parser.in_angle_brackets():
+            return (IntAttr(parser.parse_integer(allow_boolean=False, allow_negative=False)),)
+
+    def print_parameters(self, printer: Printer) -> None:
+        with printer.in_angle_brackets():
+            printer.print_int(self.dim.data)
+
+
+REPLICATED = ReplicatedAttr()
+LOCAL = LocalAttr()
+
+
+def layout_str(layout: LayoutAttr) -> str:
+    if isinstance(layout, SlicedAttr):
+        return f"sliced<{layout.dim.data}>"
+    return "local" if isinstance(layout, LocalAttr) else "replicated"
+
+
+def _parse_layout(parser: AttrParser) -> LayoutAttr:
+    if parser.parse_optional_keyword("replicated"):
+        return REPLICATED
+    if parser.parse_optional_keyword("local"):
+        return LOCAL
+    if parser.parse_optional_keyword("sliced"):
+        return SlicedAttr.new(SlicedAttr.parse_parameters(parser))
+    parser.raise_error("expected a layout: replicated, local or sliced<DIM>")
+
+
+def normalize_layouts(layouts: Sequence[LayoutAttr]) -> tuple[LayoutAttr, ...]:
+    """Replicated on every axis is written as no layout at all: one spelling per meaning."""
+    layouts = tuple(layouts)
+    if all(isinstance(lay, ReplicatedAttr) for lay in layouts):
+        return ()
+    return layouts
+
+
+# --------------------------------------------------------------------------------------------
+# The process grid
+# --------------------------------------------------------------------------------------------
+
+DYNAMIC = -1
+
+# The most ranks a program's grid may have. CoCoNet targets one job's GPUs (the largest
+# training clusters hold ~10^5); beyond that a grid is a typo or a fuzzer's, and tools that
+# enumerate ranks (the lowering builds per-rank plans and process groups) would run for hours
+# or exhaust memory rather than fail, so the verifier refuses it up front.
+MAX_RANKS = 2**16
+
+# The most elements a tensor may have: its element count and flat indices are int64 in the
+# sim (NumPy) and in the generated kernels.
+MAX_ELEMENTS = 2**63 - 1
+
+
+@irdl_attr_definition
+class GridAttr(ParametrizedAttribute):
+    """The process grid a function runs on: `#coco.grid<[2, 4]>`; `?` is sized at launch.
+
+    Axis 0 is the outermost (slowest varying) coordinate of a rank: on a `[stages, ranks]`
+    grid, rank r sits at stage r // ranks, position r % ranks. A grid has at most
+    `MAX_RANKS` (2^16) ranks, counting its fixed axes before launch and all of them once
+    bound (`[grid-size]`).
+    """
+
+    name = "coco.grid"
+    sizes: ArrayAttr[IntAttr]
+
+    def __init__(self, sizes: Sequence[int]):
+        super().__init__(ArrayAttr(IntAttr(s) for s in sizes))
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(s.data for s in self.sizes)
+
+    @property
+    def rank(self) -> int:
+        return len(self.sizes)
+
+    def is_static(self) -> bool:
+        return DYNAMIC not in self.shape
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
+        def parse_size() -> IntAttr:
+            if parser.parse_optional_punctuation("?"):
+                return IntAttr(DYNAMIC)
+            return IntAttr(parser.parse_integer(allow_boolean=False, allow_negative=False))
+
+        with parser.in_angle_brackets():
+            sizes = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, parse_size)
+        return (ArrayAttr(sizes),)
+
+    def print_parameters(self, printer: Printer) -> None:
+        text = ", ".join("?" if s == DYNAMIC else str(s) for s in self.shape)
+        printer.print_string(f"<[{text}]>")
+
+    def verify(self) -> None:
+        if not self.sizes.data:
+            raise VerifyException("[grid] a process grid needs at least one axis")
+        for s in self.shape:
+            if s != DYNAMIC and s < 1:
+                raise VerifyException(f"[grid] grid axis sizes must be positive or '?', got {s}")
+        if self.shape.count(DYNAMIC) > 1:
+            raise VerifyException("[grid] at most one grid axis may be sized at launch ('?')")
+        fixed = math.prod(s for s in self.shape if s != DYNAMIC)
+        if fixed > MAX_RANKS:
+            raise VerifyException(
+                f"[grid-size] the grid {self} has {fixed} ranks"
+                + (" before its '?' axis is sized" if not self.is_static() else "")
+                + f": at most {MAX_RANKS} (2^16) ranks are supported"
+            )
+
+    def bind(self, num_ranks: int) -> tuple[int, ...]:
+        """The concrete axis sizes when `num_ranks` processes run the program."""
+        if num_ranks < 1:
+            raise ValueError(f"a job needs at least 1 rank, but {num_ranks} were given")
+        if num_ranks > MAX_RANKS:
+            raise ValueError(
+                f"{num_ranks} ranks exceed the supported maximum of {MAX_RANKS} (2^16)"
+            )
+        fixed = 1
+        for s in self.shape:
+            if s != DYNAMIC:
+                fixed *= s
+        if DYNAMIC not in self.shape:
+            if fixed != num_ranks:
+                raise ValueError(
+                    f"the program's grid {list(self.shape)} needs {fixed} ranks, "
+                    f"but {num_ranks} were given"
+                )
+            return self.shape
+        if num_ranks % fixed:
+            raise ValueError(
+                f"{num_ranks} ranks do not fill the grid {self}: "
+                f"the rank count must be a multiple of {fixed}"
+            )
+        return tuple(num_ranks // fixed if s == DYNAMIC else s for s in self.shape)
+
+    def __str__(self) -> str:
+        return "[" + ", ".join("?" if s == DYNAMIC else str(s) for s in self.shape) + "]"
+
+
+DEFAULT_GRID = GridAttr([DYNAMIC])
+GRID_ATTR_NAME = "coco.grid"
+
+
+# --------------------------------------------------------------------------------------------
+# The distributed tensor type
+# --------------------------------------------------------------------------------------------
+
+
+@irdl_attr_definition
+class TensorType(ParametrizedAttribute, TypeAttribute):
+    """`!coco.tensor<1024x512xf16, sliced<0>>`: global shape, element type, per-axis layouts."""
+
+    name = "coco.tensor"
+    shape: ArrayAttr[IntAttr]
+    element_type: Attribute
+    layouts: ArrayAttr[LayoutAttr]
+
+    def __init__(
+        self,
+        shape: Sequence[int],
+        element_type: Attribute,
+        layouts: LayoutAttr | Sequence[LayoutAttr] = (),
+    ):
+        if isinstance(layouts, LayoutAttr):
+            layouts = (layouts,)
+        super().__init__(
+            ArrayAttr(IntAttr(d) for d in shape),
+            element_type,
+            ArrayAttr(normalize_layouts(layouts)),
+        )
+
+    # -- queries -------------------------------------------------------------------------
+
+    def get_shape(self) -> tuple[int, ...]:
+        return tuple(d.data for d in self.shape)
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def elt(self) -> str:
+        return element_type_name(self.element_type)
+
+    def layout_on(self, axis: int) -> LayoutAttr:
+        """The layout along grid axis `axis` (replicated where none is written)."""
+        if axis < len(self.layouts):
+            return self.layouts.data[axis]
+        return REPLICATED
+
+    def layout_list(self, grid_rank: int) -> list[LayoutAttr]:
+        return [self.layout_on(a) for a in range(grid_rank)]
+
+    def is_replicated(self) -> bool:
+        return not self.layouts.data
+
+    def local_axes(self) -> tuple[int, ...]:
+        return tuple(a for a, lay in enumerate(self.layouts) if isinstance(lay, LocalAttr))
+
+    def slicing_axes(self, dim: int) -> tuple[int, ...]:
+        """The grid axes (outermost first) that cut tensor dim `dim`."""
+        return tuple(
+            a
+            for a, lay in enumerate(self.layouts)
+            if isinstance(lay, SlicedAttr) and lay.dim.data == dim
+        )
+
+    def local_shape(self, grid_shape: Sequence[int]) -> tuple[int, ...]:
+        """The shape of the largest part one rank holds on a grid of the given (bound) sizes:
+        every rank's where slices are even; where a dim does not divide by the ranks that cut
+        it, the first `size % parts` ranks hold one element more (core/values.py)."""
+        shape = list(self.get_shape())
+        for a, lay in enumerate(self.layouts):
+            if isinstance(lay, SlicedAttr):
+                shape[lay.dim.data] = -(-shape[lay.dim.data] // grid_shape[a])
+        return tuple(shape)
+
+    def with_layouts(self, layouts: LayoutAttr | Sequence[LayoutAttr]) -> TensorType:
+        return TensorType(self.get_shape(), self.element_type, layouts)
+
+    def with_element_type(self, element_type: Attribute) -> TensorType:
+        return TensorType(self.get_shape(), element_type, self.layouts.data)
+
+    def with_shape(self, shape: Sequence[int]) -> TensorType:
+        return TensorType(shape, self.element_type, self.layouts.data)
+
+    def layout_text(self) -> str:
+        lays = self.layouts.data
+        if not lays:
+            return "replicated"
+        if len(lays) == 1:
+            return layout_str(lays[0])
+        return "[" + ", ".join(layout_str(lay) for lay in lays) + "]"
+
+    # -- syntax --------------------------------------------------------------------------
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
+        with parser.in_angle_brackets():
+            shape_pos = parser.pos
+            dims, elt = parser.parse_ranked_shape()
+            layouts: list[LayoutAttr] = []
+            if parser.parse_optional_punctuation(","):
+                if parser.parse_optional_punctuation("["):
+                    layouts = [_parse_layout(parser)]
+                    while parser.parse_optional_punctuation(","):
+                        layouts.append(_parse_layout(parser))
+                    parser.parse_punctuation("]")
+                else:
+                    layouts = [_parse_layout(parser)]
+        if any(d < 0 for d in dims):
+            parser.raise_error(
+                "coco tensors have static shapes: '?' is not allowed here", shape_pos
+            )
+        return (
+            ArrayAttr(IntAttr(d) for d in dims),
+            elt,
+            ArrayAttr(normalize_layouts(layouts)),
+        )
+
+    def print_parameters(self, printer: Printer) -> None:
+        with printer.in_angle_brackets():
+            printer.print_dimension_list(self.get_shape())
+            if self.shape.data:
+                printer.print_string("x")
+            printer.print_attribute(self.element_type)
+            if self.layouts.data:
+                printer.print_string(", " + self.layout_text())
+
+    def verify(self) -> None:
+        element_type_name(self.element_type)
+        for d in self.get_shape():
+            if d < 1:
+                raise VerifyException(
+                    f"[tensor-shape] tensor dims must be positive, got shape "
+                    f"{list(self.get_shape())}"
+                )
+        # Python ints never overflow, but NumPy and the kernels count elements in int64.
+        if (count := math.prod(self.get_shape())) > MAX_ELEMENTS:
+            raise VerifyException(
+                f"[tensor-size] a tensor of shape {list(self.get_shape())} has {count} "
+                f"elements, more than int64 can count (at most 2^63 - 1)"
+            )
+        if self.layouts.data and all(isinstance(x, ReplicatedAttr) for x in self.layouts):
+            raise VerifyException("an all-replicated layout is written as no layout")
+        for lay in self.layouts:
+            if isinstance(lay, SlicedAttr) and lay.dim.data >= self.rank:
+                raise VerifyException(
+                    f"[sliced-dim-in-range] sliced<{lay.dim.data}> names a dim that a "
+                    f"rank-{self.rank} tensor of shape {list(self.get_shape())} does not have"
+                )
