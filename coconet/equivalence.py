@@ -400,8 +400,7 @@ def check_equivalence(
     (default `TOLERANCES`), for backends that reorder collectives.
     """
     from coconet.core.values import coords_of, piece_of
-    from coconet.runtime.sim import prepare_inputs
-    from coconet.runtime.sim import run as sim_run
+    from coconet.runtime.sim import prepare_inputs, run as sim_run
 
     before, after = _as_program(before), _as_program(after)
     tols = dict(TOLERANCES if tolerances is None else tolerances)

@@ -11,8 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from coconet.compile import apply_schedule
-from coconet.compile import compile as coco_compile
+from coconet.compile import apply_schedule, compile as coco_compile
 from coconet.core.program import Program, load, parse_module
 from coconet.lowering import plan_cache
 from coconet.lowering.lower_to_plan import lower

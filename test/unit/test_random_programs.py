@@ -24,8 +24,7 @@ import traceback
 from collections import Counter
 
 import pytest
-from hypothesis import HealthCheck, event, given, note, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, event, given, note, settings, strategies as st
 from program_generator import XDSL_CLEANUPS, GeneratedProgram, pipelines, programs
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass, PassPipeline

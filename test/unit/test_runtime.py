@@ -17,8 +17,7 @@ import numpy as np
 import pytest
 
 import coconet
-from coconet.compile import apply_schedule, is_pipeline
-from coconet.compile import compile as coco_compile
+from coconet.compile import apply_schedule, compile as coco_compile, is_pipeline
 from coconet.core import values as V
 from coconet.core.program import CocoError
 from coconet.lowering.cuda_printer import c_type

@@ -44,8 +44,7 @@ from coconet.runtime.cuda import (
     nccl_op,
 )
 from coconet.runtime.executor import KernelArg, PlanRunner, group_of
-from coconet.runtime.inprocess import IN_PROCESS_MPI as FakeMPI
-from coconet.runtime.inprocess import InProcessComm as FakeComm
+from coconet.runtime.inprocess import IN_PROCESS_MPI as FakeMPI, InProcessComm as FakeComm
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
