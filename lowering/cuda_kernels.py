@@ -15,7 +15,7 @@ its SSA name, with a comment saying which op computes it.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from xdsl.ir import Operation, SSAValue
@@ -1292,7 +1292,9 @@ def table_form(kernel: Kernel, name: str) -> Kernel:
         if p.ctype.pointer:
             tab_t = U64.ptr(const=True, restrict=True)
         else:
-            tab_t = p.ctype.ptr(const=True, restrict=True)
+            # Integers travel as 64-bit entries (the executor's tables hold i64 or u64):
+            # a collective's epoch, rank and group size are read back as their own type.
+            tab_t = I64.ptr(const=True, restrict=True)
         tab = Param(
             tab_t,
             f"{p.hint}_tab" if p.hint else None,
@@ -1304,7 +1306,11 @@ def table_form(kernel: Kernel, name: str) -> Kernel:
         )
         tables.append(tab)
         entry: Expr = Index(tab, tensor)
-        loads.append(Decl(p, Cast(p.ctype.unrestricted(), entry) if p.ctype.pointer else entry))
+        if p.ctype.pointer:
+            entry = Cast(p.ctype.unrestricted(), entry)
+        elif p.ctype != I64:
+            entry = Cast(p.ctype, entry)
+        loads.append(Decl(p, entry))
     blocks = Param(I64.ptr(const=True, restrict=True), None, "blocks", kind=ParamKind.BLOCKS)
     ntensors = Param(I32, None, "ntensors", kind=ParamKind.NTENSORS)
     block, grid = Var(U32, None, "tb_"), Var(U32, None, "tg_")
@@ -1332,6 +1338,20 @@ def table_form(kernel: Kernel, name: str) -> Kernel:
 
     body = rewrite(kernel.body, per_tensor)
     return Kernel(name, (*tables, blocks, ntensors), (*head, *body))
+
+
+def without_comments(kernel: Kernel) -> Kernel:
+    """`kernel` without the comments naming the program's values it computes: printed with
+    positional names, two kernels of the same computation over differently named tensors
+    then print alike (how the lowering finds fused collectives it can run as one table)."""
+
+    def bare(node: object) -> Stmt | None:
+        # Comments sit on declarations and assignments only, which hold no statements.
+        if isinstance(node, Decl | Assign) and node.comment:
+            return replace(node, comment="")
+        return None
+
+    return replace(kernel, body=rewrite(kernel.body, bare))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ the cutting op runs as it would unfused, and values crossing segments go through
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from xdsl.ir import Operation, SSAValue
@@ -36,6 +37,7 @@ from coconet.core.program import CocoError
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import TensorType, tensor_type_of
 from coconet.lowering import cuda_kernels as K
+from coconet.lowering.cuda_printer import print_kernel
 from coconet.lowering.kernel_ir import ParamKind
 from coconet.lowering.plan import ArgTable, Epoch, KernelArg, Launch, PeerTable, RankValue
 
@@ -226,10 +228,17 @@ def emit_collective_kernel(
     for op in reductions:
         if isinstance(op, coco.ReduceOp):
             kernel.reductions.append((op.input, op.kind.data, finishers[op.result].result))
-    kernel.uneven = V.is_uneven(iteration, lw.grid_shape)
+    # Uneven slices take each member's count from a table. A program with several fused
+    # regions (one per parameter tensor) takes them even where its slices are even, so that
+    # every tensor's kernel is one text and the regions run as one table launch.
+    kernel.uneven = V.is_uneven(iteration, lw.grid_shape) or lw.several_fused_collectives
     built = kernel.build()
     params = built.params
     name = lw.add_kernel(built)
+    if not rows:
+        # Collective kernels of one text up to names fold into one table launch.
+        key = print_kernel(K.without_comments(replace(built, name="@")), hints=False)
+        lw.collective_kernels[name] = (key, built)
 
     # Symmetric memory: reduce_scatter inputs and gathered results (peers read them); an
     # argument becomes symmetric too, the executor placing the caller's data.

@@ -117,6 +117,18 @@ class Lowering:
         self.kernel_keys: dict[str, str] = {}
         # Kernels that can run in table form (not collective ones), by name.
         self.batchable_kernels: dict[str, Kernel] = {}
+        # Fused collective kernels that can run in table form, by name -> their text up to
+        # names and comments: launches of kernels of one text (the same region over tensors
+        # of other sizes and names) fold into one launch of its table form.
+        self.collective_kernels: dict[str, tuple[str, Kernel]] = {}
+        self.collective_tables: dict[str, str] = {}
+        self.several_fused_collectives = (
+            sum(
+                isinstance(op, comm.FusedOp) and op.kind.data == "all_reduce"
+                for op in program.func.body.block.ops
+            )
+            > 1
+        )
         self.names: set[str] = set()
         self.next_suffix: dict[str, int] = {}
         self.updated: dict[str, Buffer] = {}
@@ -297,7 +309,7 @@ class Lowering:
         def make_ready(j: int) -> None:
             step = steps[j]
             if isinstance(step, Launch) and self.batchable(step):
-                groups.setdefault((step.kernel, step.stream), []).append(j)
+                groups.setdefault((self.table_key(step), step.stream), []).append(j)
             else:
                 plain.append(j)
 
@@ -314,7 +326,12 @@ class Lowering:
                 key = max(groups, key=lambda k: (len(groups[k]), -min(groups[k])))
                 taken = sorted(groups.pop(key))
                 run = [step for j in taken if isinstance(step := steps[j], Launch)]
-                out.append(self.table_launch(run) if len(run) > 1 else run[0])
+                if len(run) == 1:
+                    out.append(run[0])
+                elif run[0].kernel in self.collective_kernels:
+                    out += self.collective_table_launches(run)
+                else:
+                    out.append(self.table_launch(run))
             for i in taken:
                 for j in succs[i]:
                     waiting[j] -= 1
@@ -323,13 +340,46 @@ class Lowering:
         return out
 
     def batchable(self, step: Step) -> bool:
-        return isinstance(step, Launch) and step.kernel in self.batchable_kernels
+        return isinstance(step, Launch) and (
+            step.kernel in self.batchable_kernels or step.kernel in self.collective_kernels
+        )
+
+    def table_key(self, step: Launch) -> str:
+        if step.kernel in self.collective_kernels:
+            return self.collective_kernels[step.kernel][0]
+        return step.kernel
+
+    def collective_table_launches(self, run: list[Launch]) -> list[Launch]:
+        """Fused collective kernels of one text over many tensors (one fused region per
+        tensor: an optimizer over a model's parameter tensors) as ONE launch of the table
+        form: block b serves one tensor's block, and meets the same block of the same tensor
+        on every peer, through that tensor's own flags (the protocol is per tensor).
+
+        All blocks of a collective launch must be resident at once, so a table holds at most
+        MAX_COLLECTIVE_BLOCKS blocks: each tensor's grid shrinks in proportion (at least one
+        block each; a kernel covers its slice at any grid), and more tensors than blocks
+        take several launches."""
+        from coconet.lowering.fused_collective import MAX_COLLECTIVE_BLOCKS
+
+        launches = []
+        for start in range(0, len(run), MAX_COLLECTIVE_BLOCKS):
+            part = run[start : start + MAX_COLLECTIVE_BLOCKS]
+            grids = shrink_grids([s.grid for s in part], MAX_COLLECTIVE_BLOCKS)
+            resized = [dataclasses.replace(s, grid=g) for s, g in zip(part, grids)]
+            launches.append(self.table_launch(resized) if len(resized) > 1 else resized[0])
+        return launches
 
     def table_launch(self, run: list[Launch]) -> Launch:
-        name = f"{run[0].kernel}_table"
+        if run[0].kernel in self.collective_kernels:
+            key, kernel = self.collective_kernels[run[0].kernel]
+            if key not in self.collective_tables:
+                self.collective_tables[key] = self.fresh(f"{run[0].kernel}_table")
+            name = self.collective_tables[key]
+        else:
+            name, kernel = f"{run[0].kernel}_table", self.batchable_kernels[run[0].kernel]
         if name not in self.kernel_names:
             self.kernel_names.add(name)
-            self.kernels.append(K.table_form(self.batchable_kernels[run[0].kernel], name))
+            self.kernels.append(K.table_form(kernel, name))
         blocks = [0]
         for launch in run:
             blocks.append(blocks[-1] + launch.grid)
@@ -654,14 +704,14 @@ def step_buffers(step: Step) -> tuple[set[str], set[str]]:
     match step:
         case Launch():
             reads = {a.name for a in step.args if isinstance(a, Buffer)}
+            peers: set[str] = set()
             for a in step.args:
                 if isinstance(a, PeerTable):
-                    reads.add(a.buffer.name)
+                    peers.add(a.buffer.name)
                 elif isinstance(a, ArgTable):
                     reads |= {x.name for x in a.items if isinstance(x, Buffer)}
-            writes = set(step.writes) | {
-                a.buffer.name for a in step.args if isinstance(a, PeerTable)
-            }
+                    peers |= {x.buffer.name for x in a.items if isinstance(x, PeerTable)}
+            writes = set(step.writes) | peers
             return reads - writes, writes
         case Collective() | Copy():
             return {step.src.name}, {step.dst.name}
@@ -669,6 +719,18 @@ def step_buffers(step: Step) -> tuple[set[str], set[str]]:
             return {step.a.name, step.b.name}, {step.c.name}
         case _:
             return set(), set()
+
+
+def shrink_grids(grids: Sequence[int], most: int) -> list[int]:
+    """Grids of at least one block each, in proportion to `grids`, summing to at most `most`
+    (at least as many as there are grids)."""
+    total = sum(grids)
+    if total <= most:
+        return list(grids)
+    out = [max(1, g * most // total) for g in grids]
+    while sum(out) > most:
+        out[out.index(max(out))] -= 1
+    return out
 
 
 def range_positions(params: Sequence[Param]) -> tuple[int, int]:

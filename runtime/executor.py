@@ -416,7 +416,9 @@ class PlanRunner:
         for step in plan.steps:
             if not isinstance(step, Launch):
                 continue
-            for a in step.args:
+            # A table-form launch carries each tensor's peer tables in its argument tables.
+            tables = [x for a in step.args if isinstance(a, ArgTable) for x in a.items]
+            for a in [*step.args, *tables]:
                 if not isinstance(a, PeerTable):
                     continue
                 key = (a.buffer.name, a.span, a.part)
@@ -522,6 +524,15 @@ class PlanRunner:
             if isinstance(x, Buffer):
                 values.append(self.backend.address(x.name))
                 pointers = True
+            elif isinstance(x, PeerTable):
+                values.append(self.peer_tables[(x.buffer.name, x.span, x.part)])
+                pointers = True
+            elif isinstance(x, ArgTable):
+                # A collective's per-member table (bases, counts), one per tensor.
+                values.append(self.arg_table(x))
+                pointers = True
+            elif isinstance(x, Epoch):
+                values.append(self.epochs[x.site] & 0xFFFFFFFF)  # read back as a u32
             elif isinstance(x, RankValue):
                 values.append(int(x.table[self.rank]))
             elif isinstance(x, (int, np.integer)):
@@ -545,8 +556,9 @@ class PlanRunner:
         match step:
             case Launch():
                 for a in step.args:
-                    if isinstance(a, Epoch):
-                        self.epochs[a.site] = self.epochs.get(a.site, 0) + 1
+                    for site in a.items if isinstance(a, ArgTable) else (a,):
+                        if isinstance(site, Epoch):
+                            self.epochs[site.site] = self.epochs.get(site.site, 0) + 1
                 b.launch(step, self.resolve(step))
             case Collective():
                 b.collective(step)
