@@ -66,25 +66,30 @@ def lower_fused_collective(lw: Lowering, region: comm.FusedOp) -> None:
     segment: list[Operation] = []
     updates: list[coco.UpdateOp] = []
     absorbed: set[Operation] = set()
+    # Results of the reductions this segment's kernel finishes (at its end): an op reading
+    # one starts the next segment; until then, the kernel takes more work and reductions.
+    finished: set[SSAValue] = set()
     for op in body:
         if op in absorbed:
             continue
         if isinstance(op, coco.UpdateOp):
             updates.append(op)  # stores: they never cut a segment
             continue
+        if any(v in finished for v in op.operands):
+            emit_segment(lw, segment, updates)
+            segment, updates, finished = [], [], set()
         if _in_kernel(op):
             segment.append(op)
             continue
         finisher = _in_kernel_reduction(op, segment)
         if finisher is not None:
-            # The reduction and the all_reduce of its partials end this segment's kernel.
+            # The reduction and the all_reduce of its partials finish in this segment's kernel.
             segment += [op, finisher]
             absorbed.add(finisher)
-            emit_segment(lw, segment, updates)
-            segment, updates = [], []
+            finished.add(finisher.result)
             continue
         emit_segment(lw, segment, updates)
-        segment, updates = [], []
+        segment, updates, finished = [], [], set()
         lw.lower_op(op)
     emit_segment(lw, segment, updates)
     for res, v in zip(region.res, region.yield_op.values):
@@ -189,9 +194,12 @@ def emit_collective_kernel(
         [tensor_type_of(v) for v in sliced],
     )
 
-    inside = {r for op in members for r in op.results}
+    rows = any(isinstance(op, coco.ReduceDimsOp) for op in compute)
+    # Scalar arithmetic on arguments that only fused collectives read: computed here.
+    remat = [] if rows else lw.rematerialized([v for op in compute + gathers for v in op.operands])
+    inside = {r for op in [*members, *remat] for r in op.results}
     inputs: list[SSAValue] = []
-    for op in compute + gathers:
+    for op in remat + compute + gathers:
         for v in op.operands:
             if v not in inside and v not in inputs:
                 inputs.append(v)
@@ -203,7 +211,6 @@ def emit_collective_kernel(
         lw.value_buffer(u.target) for u in updates
     ]
 
-    rows = any(isinstance(op, coco.ReduceDimsOp) for op in compute)
     if rows:
         from coconet.lowering.row_collective import RowCollectiveKernel
 
@@ -212,7 +219,7 @@ def emit_collective_kernel(
         )
     else:
         kernel = K.ElementwiseKernel(
-            lw.fresh("k_fused_all_reduce"), compute, iteration, inputs, store_specs
+            lw.fresh("k_fused_all_reduce"), remat + compute, iteration, inputs, store_specs
         )
     for op in scatters:
         kernel.peer_reductions[op.result] = (op.input, op.kind.data)

@@ -133,6 +133,7 @@ class Lowering:
         self.next_suffix: dict[str, int] = {}
         self.updated: dict[str, Buffer] = {}
         self.stream = COMPUTE_STREAM
+        self.deferred: set[Operation] = set()
 
     # -- naming and buffers ----------------------------------------------------------------
 
@@ -232,7 +233,10 @@ class Lowering:
             self.buffers[arg.value] = buf
             arguments[arg.name] = buf
         outputs: dict[str, Buffer] = {}
+        self.deferred = self.scalars_for_fused_collectives()
         for op in self.program.func.body.block.ops:
+            if op in self.deferred:
+                continue  # computed inside the kernels reading it (or where a buffer is asked)
             if isinstance(op, func.ReturnOp):
                 for i, v in enumerate(op.arguments):
                     outputs[v.name_hint or f"result{i}"] = self.value_buffer(v)
@@ -393,9 +397,72 @@ class Lowering:
         return step
 
     def value_buffer(self, v: SSAValue) -> Buffer:
+        if v not in self.buffers and v.owner in self.deferred:
+            # A deferred scalar some step reads from memory after all: computed here, before
+            # that step (its operands are arguments or deferred scalars in turn).
+            self.lower_op(v.owner)
         if v not in self.buffers:
             raise CocoError(f"internal: no buffer holds {v.name_hint or v}")
         return self.buffers[v]
+
+    # -- scalars computed where they are read ------------------------------------------------
+
+    def scalars_for_fused_collectives(self) -> set[Operation]:
+        """Scalar arithmetic on arguments (an optimizer's bias corrections: 1 - beta1**step)
+        that only fused collectives read: each fused collective kernel computes it itself,
+        once per block, instead of a launch per op before the regions; a step that reads
+        such a value from memory after all gets it lowered just before (`value_buffer`).
+        Not for regions lowered across nodes (their kernels read inputs from memory)."""
+        if self.nodes:
+            return set()
+        block = self.program.func.body.block
+        scalar: list[Operation] = []
+        chosen: set[Operation] = set()
+        for op in block.ops:
+            if (
+                isinstance(op, coco.ElementwiseOp | coco.ConstantOp)
+                and not isinstance(op, coco.DropoutOp)
+                and all(r.type.get_shape() == () for r in op.results)
+                and all(
+                    not isinstance(v.owner, Operation) or v.owner in chosen for v in op.operands
+                )
+            ):
+                scalar.append(op)
+                chosen.add(op)
+
+        def top(op: Operation) -> Operation:
+            while op.parent_block() is not block:
+                parent = op.parent_op()
+                assert parent is not None
+                op = parent
+            return op
+
+        for op in reversed(scalar):
+            readers = [top(use.operation) for r in op.results for use in r.uses]
+            if not readers or not all(
+                r in chosen
+                or (isinstance(r, comm.FusedOp) and r.kind.data == comm.FusionKind.ALL_REDUCE)
+                for r in readers
+            ):
+                chosen.discard(op)
+        return chosen
+
+    def rematerialized(self, values: Sequence[SSAValue]) -> list[Operation]:
+        """The deferred scalar ops a kernel reading `values` computes itself (those not in
+        memory already), in program order."""
+        found: set[Operation] = set()
+
+        def visit(v: SSAValue) -> None:
+            op = v.owner
+            if op in self.deferred and v not in self.buffers and op not in found:
+                assert isinstance(op, Operation)
+                found.add(op)
+                for u in op.operands:
+                    visit(u)
+
+        for v in values:
+            visit(v)
+        return [op for op in self.program.func.body.block.ops if op in found]
 
     def lower_op(self, op: Operation) -> None:
         match op:

@@ -13,17 +13,20 @@ from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import PassFailedException
 
 from coconet.dialects import coco, comm
-from coconet.dialects.coco import SlicedAttr, TensorType
+from coconet.dialects.coco import ReplicatedAttr, SlicedAttr, TensorType
 from coconet.passes.common import (
     OrderInfo,
     ancestor_in,
     body_block,
     check_groups_acyclic,
+    derived_name,
     fail,
     find_named_ops,
     functions,
+    grid_rank,
     op_name,
     plan_contiguous,
+    set_name,
     wrap_in_region,
 )
 
@@ -675,7 +678,112 @@ class FusePass(ModulePass):
     def _fuse(self, block: Block, members: set[Operation], kind: str) -> comm.RegionOp:
         if any(m.parent_block() is not block for m in members):
             raise fail(f"{RULE}-block", "a fused set lies partly inside another region")
+        if kind == "all_reduce":
+            members = _absorb_whole_reductions(block, members)
         hoisted, order = plan_contiguous(
             block, members, f"{RULE}-cycle", "fusing " + self._describe(members)
         )
         return wrap_in_region(block, hoisted, order, _make_fused(kind))
+
+
+def _absorb_whole_reductions(block: Block, members: set[Operation]) -> set[Operation]:
+    """Full reductions of a tensor every rank of the group holds whole, read only by the
+    chain (LAMB's norm(w) of a replicated w, a clipping's norm), join the chain computed on
+    the chain's slice: a partial per rank and an all_reduce of the partials (a norm: of the
+    squares, then a square root), as coco-reorder rewrites a reduction of a gathered value.
+    The fused kernel then finishes them with the chain's own reductions, instead of every
+    rank reducing the whole tensor in kernels of its own before the region. The sum is
+    reassociated (per slice, then across ranks): equal within the reductions' tolerance."""
+    scatters = [m for m in members if isinstance(m, comm.ReduceScatterOp)]
+    if len(scatters) != 1:
+        return members
+    rs = scatters[0]
+    sliced: TensorType = rs.result.type
+    span = set(rs.span())
+    rank = grid_rank(block.parent_op())
+    ops = list(block.ops)
+    updated = {u.target for u in ops if isinstance(u, coco.UpdateOp) and u not in members}
+    members = set(members)
+    before_rs = set(ops[: ops.index(rs)])
+    for r in ops:
+        if r in members or not isinstance(r, coco.ReduceOp):
+            continue
+        if r.kind.data not in ("sum", "max", "min", "norm"):
+            continue
+        # Its slice is taken right after the reduce_scatter: the tensor must exist there.
+        if isinstance(r.input.owner, Operation) and r.input.owner not in before_rs:
+            continue
+        x: TensorType = r.input.type
+        users = {ancestor_in(block, use.operation) for use in r.result.uses}
+        if not users or not users <= members or r.input in updated:
+            continue
+        if x.get_shape() != sliced.get_shape():
+            continue
+        # The whole tensor on every group member, laid out as the slice off the group's axes.
+        if not all(
+            x.layout_on(a) == (ReplicatedAttr() if a in span else sliced.layout_on(a))
+            for a in range(rank)
+        ):
+            continue
+        piece = x.with_layouts(list(sliced.layouts))
+        members |= _reduce_on_slice(block, r, rs, piece, members)
+    return members
+
+
+def _reduce_on_slice(
+    block: Block,
+    r: coco.ReduceOp,
+    rs: comm.ReduceScatterOp,
+    piece: TensorType,
+    members: set[Operation],
+) -> set[Operation]:
+    """Rewrites `r` as its partial on this rank's slice (right after `rs`; the chain's slice
+    of the tensor where `members` hold one) and an all_reduce
+    over `rs`'s axes; a norm's square root goes just before its first reader, so that the
+    kernel reading the partial's all_reduce is not cut before the chain's other work."""
+    kind = r.kind.data
+    rank = grid_rank(block.parent_op())
+    new_ops: list[Operation] = []
+    # The chain's own slice of the tensor, if it has one, moves up to serve both.
+    existing = [
+        s
+        for s in members
+        if isinstance(s, coco.SliceOp) and s.input is r.input and s.result.type == piece
+    ]
+    if existing:
+        piece_of = existing[0]
+        block.detach_op(piece_of)
+    else:
+        piece_of = coco.SliceOp(r.input, piece)
+        set_name(piece_of.result, derived_name(r.input, "s"))
+    new_ops.append(piece_of)
+    src = piece_of.result
+    if kind == "norm":
+        sq = coco.MulOp(src, src)
+        set_name(sq.result, derived_name(r.result, "sq"))
+        new_ops.append(sq)
+        src = sq.result
+    part = coco.ReduceOp("sum" if kind == "norm" else kind, src)
+    set_name(part.result, derived_name(r.result, "part"))
+    axes = rs.axes.get_values() if rs.axes is not None else None
+    total = comm.AllReduceOp(part.result, "sum" if kind == "norm" else kind, axes, grid_rank=rank)
+    new_ops += [part, total]
+    at = rs
+    for op in new_ops:
+        block.insert_op_after(op, at)
+        at = op
+    final = total.result
+    if kind == "norm":
+        set_name(total.result, derived_name(r.result, "sumsq"))
+        root = coco.SqrtOp(total.result)
+        first = min(
+            (ancestor_in(block, use.operation) for use in r.result.uses),
+            key=list(block.ops).index,
+        )
+        block.insert_op_before(root, first)
+        new_ops.append(root)
+        final = root.result
+    set_name(final, r.result.name_hint)
+    r.result.replace_all_uses_with(final)
+    block.erase_op(r)
+    return set(new_ops)
