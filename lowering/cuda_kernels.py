@@ -1274,21 +1274,25 @@ def reduction_kernels(name: str, kind: str, elt: str) -> tuple[Kernel, Kernel]:
     return partial, finish
 
 
-def table_form(kernel: Kernel, name: str) -> Kernel:
-    """The TABLE form of a (non-collective) kernel: one launch running the same computation
-    over many tensors of different sizes (CoCoNet's scattered tensors: an optimizer step over
-    every parameter tensor of a model) instead of one launch per tensor, with no flattening
-    copy.
+def table_form(kernel: Kernel, name: str, shared: frozenset[ParamKind] = frozenset()) -> Kernel:
+    """The TABLE form of a kernel: one launch running the same computation over many tensors
+    of different sizes (CoCoNet's scattered tensors: an optimizer step over every parameter
+    tensor of a model) instead of one launch per tensor, with no flattening copy.
 
-    Every parameter becomes a per-tensor table (pointers travel as 64-bit addresses);
+    Every parameter but those of a `shared` kind (one value for every tensor: a fused
+    collective's epoch) becomes a per-tensor table (pointers travel as 64-bit addresses);
     `blocks` holds the prefix sums of the blocks each tensor gets, so block b serves tensor t
     with blocks[t] <= b < blocks[t + 1], as block b - blocks[t] of a grid of
     blocks[t + 1] - blocks[t]. The body is the single-tensor body, reading its block index
-    and grid size from there."""
+    and grid size from there (a fused collective's blocks meet the same block of the same
+    tensor on their peers, through that tensor's flags)."""
     tensor = Var(I32, None, "t_")
     tables: list[Param] = []
     loads: list[Stmt] = []
     for p in kernel.params:
+        if p.kind in shared:
+            tables.append(p)
+            continue
         if p.ctype.pointer:
             tab_t = U64.ptr(const=True, restrict=True)
         else:

@@ -46,6 +46,7 @@ from coconet.lowering.plan import (
     Buffer,
     Collective,
     Copy,
+    Epoch,
     KernelArg,
     Launch,
     Matmul,
@@ -272,6 +273,10 @@ class Lowering:
         of one kernel goes out as one launch. Events are barriers: streams keep their order."""
         out: list[Step] = []
         segment: list[Step] = []
+        self.epoch_uses: dict[str, int] = {}
+        for step in steps:
+            for site in [a.site for a in getattr(step, "args", ()) if isinstance(a, Epoch)]:
+                self.epoch_uses[site] = self.epoch_uses.get(site, 0) + 1
         for step in steps:
             if isinstance(step, RecordEvent | WaitEvent):
                 out += self.schedule_segment(segment)
@@ -365,6 +370,11 @@ class Lowering:
         take several launches."""
         from coconet.lowering.fused_collective import MAX_COLLECTIVE_BLOCKS
 
+        sites = [a.site for s in run for a in s.args if isinstance(a, Epoch)]
+        if len(sites) != len(run) or any(self.epoch_uses[site] != 1 for site in sites):
+            # A kernel launched more than once on its flags (overlap chunks) keeps its own
+            # launch count: not folded.
+            return run
         launches = []
         for start in range(0, len(run), MAX_COLLECTIVE_BLOCKS):
             part = run[start : start + MAX_COLLECTIVE_BLOCKS]
@@ -374,21 +384,28 @@ class Lowering:
         return launches
 
     def table_launch(self, run: list[Launch]) -> Launch:
+        shared: frozenset[ParamKind] = frozenset()
         if run[0].kernel in self.collective_kernels:
             key, kernel = self.collective_kernels[run[0].kernel]
             if key not in self.collective_tables:
                 self.collective_tables[key] = self.fresh(f"{run[0].kernel}_table")
             name = self.collective_tables[key]
+            # Each tensor's flags serve only this launch (collective_table_launches), so
+            # its launch count is every tensor's: one epoch, and tables that never change.
+            shared = frozenset({ParamKind.EPOCH})
         else:
             name, kernel = f"{run[0].kernel}_table", self.batchable_kernels[run[0].kernel]
         if name not in self.kernel_names:
             self.kernel_names.add(name)
-            self.kernels.append(K.table_form(kernel, name))
+            self.kernels.append(K.table_form(kernel, name, shared))
         blocks = [0]
         for launch in run:
             blocks.append(blocks[-1] + launch.grid)
         args: list[KernelArg] = [
-            ArgTable(tuple(launch.args[k] for launch in run)) for k in range(len(run[0].args))
+            run[0].args[k]
+            if p.kind in shared
+            else ArgTable(tuple(launch.args[k] for launch in run))
+            for k, p in enumerate(kernel.params)
         ]
         args += [ArgTable(tuple(blocks)), len(run)]
         writes = tuple(w for launch in run for w in launch.writes)

@@ -45,6 +45,7 @@ from coconet.lowering.kernel_cache import KernelCache, content_key
 from coconet.lowering.plan import (
     COMM_STREAM,
     COMPUTE_STREAM,
+    ArgTable,
     Buffer,
     Collective,
     Copy,
@@ -155,7 +156,16 @@ def as_bit_patterns(array: Any, xp: Any) -> Any:
 
 def needs_coresidency(step: Launch) -> bool:
     """A kernel that reaches peers waits on their blocks: all its blocks must be resident."""
-    return any(isinstance(a, PeerTable) for a in step.args)
+    return any(isinstance(a, PeerTable) for a in step.args) or serves_tensor_table(step)
+
+
+def serves_tensor_table(step: Launch) -> bool:
+    """A fused collective's table form (one launch over many tensors: lower_to_plan.py
+    `collective_table_launches`): its blocks are divided among the tensors by the plan."""
+    return any(
+        isinstance(a, ArgTable) and any(isinstance(x, PeerTable) for x in a.items)
+        for a in step.args
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -626,6 +636,13 @@ class CudaBackend:
             if not needs_coresidency(step):
                 continue
             grid = min(step.grid, limits[step.kernel])
+            if grid < step.grid and serves_tensor_table(step):
+                # The plan's block table assigns every block to a tensor: no fewer can run.
+                raise CocoError(
+                    f"{step.kernel} serves many tensors with {step.grid} blocks that must all "
+                    f"be resident at once, but only {grid} fit per rank on this GPU "
+                    f"({self.ranks_on_my_gpu} rank(s) share it)"
+                )
             if grid < 1:
                 raise CocoError(
                     f"{step.kernel} needs all its blocks resident at once, but not one block of "

@@ -531,8 +531,6 @@ class PlanRunner:
                 # A collective's per-member table (bases, counts), one per tensor.
                 values.append(self.arg_table(x))
                 pointers = True
-            elif isinstance(x, Epoch):
-                values.append(self.epochs[x.site] & 0xFFFFFFFF)  # read back as a u32
             elif isinstance(x, RankValue):
                 values.append(int(x.table[self.rank]))
             elif isinstance(x, (int, np.integer)):
@@ -556,9 +554,8 @@ class PlanRunner:
         match step:
             case Launch():
                 for a in step.args:
-                    for site in a.items if isinstance(a, ArgTable) else (a,):
-                        if isinstance(site, Epoch):
-                            self.epochs[site.site] = self.epochs.get(site.site, 0) + 1
+                    if isinstance(a, Epoch):
+                        self.epochs[a.site] = self.epochs.get(a.site, 0) + 1
                 b.launch(step, self.resolve(step))
             case Collective():
                 b.collective(step)
