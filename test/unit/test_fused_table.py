@@ -8,6 +8,7 @@ generated CUDA C on the host; test/mpi/test_mpi_uneven.py runs it on real MPI ra
 from __future__ import annotations
 
 import functools
+import itertools
 import runpy
 from pathlib import Path
 
@@ -56,14 +57,15 @@ def test_seven_tensors_take_two_table_launches(ranks: int):
     assert len(steps) == 2, plan.format()
     assert not [s for s in plan.steps if isinstance(s, Collective)], plan.format()
     for step in steps:
-        assert step.kernel.startswith("k_fused_all_reduce") and step.kernel.endswith("_table")
+        assert step.kernel.startswith("k_fused_all_reduce")
+        assert step.kernel.endswith("_table")
         tables = [a for a in step.args if isinstance(a, ArgTable)]
         assert tables
         assert all(len(t.items) == len(SIZES) for t in tables[:-1]), step
         # Every tensor keeps at least one block; all blocks fit one co-resident grid.
         blocks = tables[-1].items
         assert len(blocks) == len(SIZES) + 1
-        assert all(b > a for a, b in zip(blocks, blocks[1:]))
+        assert all(b > a for a, b in itertools.pairwise(blocks))
         assert step.grid == blocks[-1] <= 64
     # Each tensor's trust ratio: the first kernel finishes two reductions per tensor (a
     # table of results each), the second none.
