@@ -66,6 +66,18 @@ def test_seven_odd_lamb_tensors_on_three_ranks():
     every_schedule(EXAMPLES / "lamb_odd_sizes.py", 3)
 
 
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_seven_odd_lamb_tensors_in_two_fused_table_launches(ranks: int):
+    """fuse(rs-c-ag) of the seven tensors: two launches per step, each a table of fused
+    collective kernels over all seven (test/unit/test_fused_table.py), on real MPI ranks."""
+    args = ["--np", str(ranks), "--backend", "cpu", "--check", "--exact-collectives", "-q"]
+    r = coco_run(str(EXAMPLES / "lamb_odd_sizes.py"), *args, "--schedule", "fuse(rs-c-ag)")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr
+    assert "check [fuse(rs-c-ag)]: every rank's outputs match the sim oracle (bit-exact)" in (
+        r.stdout
+    ), r.stdout
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not FULL, reason="heavier sweep: set COCONET_FULL=1")
 @pytest.mark.parametrize("name", list(ODD))
