@@ -24,7 +24,7 @@ Layout rules (per spanned axis; other axes keep their layout):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from enum import auto
 
 from xdsl.dialects.builtin import I64, DenseArrayBase, IntegerAttr, i64
@@ -580,7 +580,9 @@ class FusedOp(RegionOp):
     """`%w = comm.fused all_reduce -> T { ... comm.yield %w2 : T }`: ops that run as one kernel.
 
     `all_reduce` holds one reduce_scatter, computation on its slices and the all_gathers that
-    re-replicate results (CoCoNet's FusedAllReduce); `elementwise` holds computation only.
+    re-replicate results (CoCoNet's FusedAllReduce) -- or several such chains, one per tensor,
+    that scalars couple (a global norm each tensor's update reads); `elementwise` holds
+    computation only.
     """
 
     name = "comm.fused"
@@ -620,12 +622,55 @@ class FusedOp(RegionOp):
                     )
         if self.kind.data == FusionKind.ALL_REDUCE:
             scatters = [op for op in collectives if isinstance(op, ReduceScatterOp)]
-            if len(scatters) != 1:
+            if not scatters:
                 raise _fail(
                     "fuse-one-collective",
-                    f"a fused all_reduce holds exactly one reduce_scatter, this one holds "
-                    f"{len(scatters)}",
+                    "a fused all_reduce holds one reduce_scatter per tensor chain, this one "
+                    "holds 0",
                 )
+            if len(scatters) > 1:
+                self._check_coupled_chains(scatters)
+
+    def _check_coupled_chains(self, scatters: Sequence[ReduceScatterOp]) -> None:
+        """Several reduce_scatters: one per tensor chain (ops linked through tensor values),
+        the chains coupled through scalars (a global norm every tensor's update reads)."""
+        ops = list(self.body.block.ops)
+        chains = _linked(ops, lambda v: v.type.get_shape() != ())
+        coupled = _linked(ops, lambda v: True)
+        for chain in chains:
+            held = [s for s in scatters if s in chain]
+            if len(held) > 1:
+                raise _fail(
+                    "fuse-one-collective",
+                    f"a fused all_reduce holds one reduce_scatter per tensor chain, this one "
+                    f"holds {len(held)} in one chain",
+                )
+        if not any(all(s in group for s in scatters) for group in coupled):
+            raise _fail(
+                "fuse-one-collective",
+                f"a fused all_reduce holds one reduce_scatter per tensor chain, and chains "
+                f"that scalars couple; this one holds {len(scatters)} uncoupled ones",
+            )
+
+
+def _linked(ops: Sequence[Operation], through: Callable[[SSAValue], bool]) -> list[set[Operation]]:
+    """`ops` grouped by the values `through` accepts that one reads from another."""
+    parent: dict[Operation, Operation] = {op: op for op in ops}
+
+    def root(op: Operation) -> Operation:
+        while parent[op] is not op:
+            op = parent[op]
+        return op
+
+    for op in ops:
+        for v in op.operands:
+            owner = v.owner
+            if isinstance(owner, Operation) and owner in parent and through(v):
+                parent[root(op)] = root(owner)
+    groups: dict[Operation, set[Operation]] = {}
+    for op in ops:
+        groups.setdefault(root(op), set()).add(op)
+    return list(groups.values())
 
 
 @irdl_op_definition

@@ -61,16 +61,36 @@ def _in_kernel(op: Operation) -> bool:
     )
 
 
+def _scalar_arithmetic(op: Operation) -> bool:
+    return (
+        isinstance(op, coco.ElementwiseOp | coco.ConstantOp)
+        and not isinstance(op, coco.DropoutOp)
+        and all(r.type.get_shape() == () for r in op.results)
+    )
+
+
 def lower_fused_collective(lw: Lowering, region: comm.FusedOp) -> None:
     body = [o for o in region.body.block.ops if not isinstance(o, comm.YieldOp)]
+    # Scalar arithmetic (a trust ratio, a clipping factor from a global norm) belongs to no
+    # tensor's chain: every kernel reading it computes it (Lowering.rematerialized), and a
+    # step reading it from memory gets it lowered on demand. Row kernels and kernels across
+    # nodes read scalars from memory (computed where they stand, as before).
+    rows = any(isinstance(op, coco.ReduceDimsOp) for op in body)
+    scalars = set() if rows or lw.nodes else {op for op in body if _scalar_arithmetic(op)}
+    lw.deferred |= scalars
     segment: list[Operation] = []
     updates: list[coco.UpdateOp] = []
     absorbed: set[Operation] = set()
-    # Results of the reductions this segment's kernel finishes (at its end): an op reading
-    # one starts the next segment; until then, the kernel takes more work and reductions.
+    # Results of the reductions this segment's kernel finishes (at its end), and scalars
+    # computed from them: an op reading one starts the next segment; until then, the kernel
+    # takes more work and reductions.
     finished: set[SSAValue] = set()
     for op in body:
         if op in absorbed:
+            continue
+        if op in scalars:
+            if any(v in finished for v in op.operands):
+                finished.update(op.results)
             continue
         if isinstance(op, coco.UpdateOp):
             updates.append(op)  # stores: they never cut a segment
@@ -122,6 +142,41 @@ def _used_outside(v: SSAValue, segment: set[Operation]) -> bool:
 
 
 def emit_segment(lw: Lowering, ops: list[Operation], updates: list[coco.UpdateOp]) -> None:
+    """The segment's kernels: one per tensor chain it holds (a region coupling several
+    reduce_scatter chains through scalars -- a global norm -- holds one chain per tensor,
+    whose kernels then run as one table launch), then the updates no kernel stores."""
+    chains = _chains(ops)
+    rest = list(updates)
+    for chain in chains:
+        mine = [u for u in rest if u.value.owner in chain]
+        rest = [u for u in rest if u not in mine]
+        _emit_chain(lw, chain, mine)
+    for u in rest:
+        lw.lower_update(u)
+
+
+def _chains(ops: list[Operation]) -> list[list[Operation]]:
+    """`ops` grouped by the tensors they compute: two ops are in one chain when one reads the
+    other's result (scalar arithmetic is in none, and so couples none). In program order."""
+    parent: dict[Operation, Operation] = {op: op for op in ops}
+
+    def root(op: Operation) -> Operation:
+        while parent[op] is not op:
+            parent[op] = parent[parent[op]]
+            op = parent[op]
+        return op
+
+    for op in ops:
+        for v in op.operands:
+            if v.owner in parent:
+                parent[root(op)] = root(v.owner)  # type: ignore[index]
+    groups: dict[Operation, list[Operation]] = {}
+    for op in ops:
+        groups.setdefault(root(op), []).append(op)
+    return list(groups.values())
+
+
+def _emit_chain(lw: Lowering, ops: list[Operation], updates: list[coco.UpdateOp]) -> None:
     members = set(ops)
     scatters = [op for op in ops if isinstance(op, comm.ReduceScatterOp)]
     gathers = [op for op in ops if isinstance(op, comm.AllGatherOp)]
@@ -146,7 +201,8 @@ def emit_segment(lw: Lowering, ops: list[Operation], updates: list[coco.UpdateOp
         )
     elif ops:
         stores = [r for op in compute for r in op.results if _used_outside(r, members)]
-        lw.lower_elementwise(compute, "fused", stores=stores, updates=direct)
+        remat = lw.rematerialized([v for op in compute for v in op.operands])
+        lw.lower_elementwise(remat + compute, "fused", stores=stores, updates=direct)
     for u in updates:
         if u not in direct and u not in assembled:
             lw.lower_update(u)

@@ -123,10 +123,13 @@ class Lowering:
         # of other sizes and names) fold into one launch of its table form.
         self.collective_kernels: dict[str, tuple[str, Kernel]] = {}
         self.collective_tables: dict[str, str] = {}
+        # Fused collectives over several tensors (regions, or the coupled chains of one).
         self.several_fused_collectives = (
             sum(
-                isinstance(op, comm.FusedOp) and op.kind.data == "all_reduce"
+                isinstance(inner, comm.ReduceScatterOp)
                 for op in program.func.body.block.ops
+                if isinstance(op, comm.FusedOp) and op.kind.data == comm.FusionKind.ALL_REDUCE
+                for inner in op.body.walk()
             )
             > 1
         )
@@ -479,7 +482,9 @@ class Lowering:
 
         for v in values:
             visit(v)
-        return [op for op in self.program.func.body.block.ops if op in found]
+        if not found:
+            return []
+        return [op for op in self.program.func.walk() if op in found]
 
     def lower_op(self, op: Operation) -> None:
         match op:

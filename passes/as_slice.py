@@ -47,7 +47,10 @@ class AsSlicePass(ModulePass):
     Logical values do not change, so the sim's outputs compare equal.
 
     Options: `ops` names the arguments (targeted); none (greedy): every argument that has a
-    `coco.update` and passes the rules (read-only arguments are sliced only when named).
+    `coco.update` and passes the rules (read-only arguments are sliced only when named), and
+    that no fused region reads (a fusion has chosen its kernel's layouts: coco-fuse computes
+    a norm of a replicated argument on the chain's slices, which leaves the argument read
+    only through slices -- slicing it afterwards would reschedule a fused program).
 
     Legality (refusals name the rule):
     * [as-slice-arg]     a named value is a (!coco.tensor) argument of a function.
@@ -73,6 +76,8 @@ class AsSlicePass(ModulePass):
             plans: list[_Plan | Exception] = []
             for fn in functions(op):
                 for a in body_block(fn).args:
+                    if any(_in_fused_region(use.operation) for use in a.uses):
+                        continue
                     p = self._plan(fn, a)
                     if isinstance(p, _Plan) and p.update is not None:
                         plans.append(p)
@@ -149,3 +154,12 @@ class AsSlicePass(ModulePass):
             [a.type for a in fn.args], fn.function_type.outputs.data
         )
         rewriter.notify_op_modified(fn)
+
+
+def _in_fused_region(op: Operation) -> bool:
+    parent = op.parent_op()
+    while parent is not None:
+        if isinstance(parent, comm.FusedOp):
+            return True
+        parent = parent.parent_op()
+    return False

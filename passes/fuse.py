@@ -231,11 +231,19 @@ class FusePass(ModulePass):
         for fn in functions(op):
             block = body_block(fn)
             if self.mode in ("auto", "all_reduce"):
+                chains: list[set[Operation]] = []
                 for rs in [o for o in block.ops if isinstance(o, comm.ReduceScatterOp)]:
-                    if rs.parent_block() is not block:
-                        continue
                     try:
-                        members = self._chain(block, rs)
+                        chains.append(self._chain(block, rs))
+                    except PassFailedException:
+                        continue
+                for members in _merge_coupled(chains):
+                    scatters = [m for m in members if isinstance(m, comm.ReduceScatterOp)]
+                    try:
+                        if len(scatters) == 1:
+                            # A chain of its own is grown again around what earlier
+                            # fusions left at the top level.
+                            members = self._chain(block, scatters[0])
                         self._fuse(block, members, "all_reduce")
                     except PassFailedException:
                         continue
@@ -269,10 +277,13 @@ class FusePass(ModulePass):
             )
         plans: list[tuple[Block, set[Operation], str]] = []
         if kind == "all_reduce" and all(isinstance(s, comm.ReduceScatterOp) for s in named):
+            chains: dict[Block, list[set[Operation]]] = {}
             for fn, rs in sites:
                 assert isinstance(rs, comm.ReduceScatterOp)  # checked just above
                 block = body_block(fn)
-                plans.append((block, self._chain(block, rs), "all_reduce"))
+                chains.setdefault(block, []).append(self._chain(block, rs))
+            for block, found in chains.items():
+                plans += [(block, members, "all_reduce") for members in _merge_coupled(found)]
         elif kind == "send" and all(isinstance(s, comm.SendOp) for s in named):
             for fn, send in sites:
                 assert isinstance(send, comm.SendOp)  # checked just above
@@ -684,6 +695,28 @@ class FusePass(ModulePass):
             block, members, f"{RULE}-cycle", "fusing " + self._describe(members)
         )
         return wrap_in_region(block, hoisted, order, _make_fused(kind))
+
+
+def _merge_coupled(chains: list[set[Operation]]) -> list[set[Operation]]:
+    """Chains of several reduce_scatters that share scalar arithmetic (a global norm over
+    several tensors, read back by each tensor's update: gradient clipping) as ONE region:
+    neither can be fused without the other. Chains sharing a tensor op stay apart (the
+    disjointness check then refuses them, naming the op)."""
+    merged: list[set[Operation]] = []
+    for chain in chains:
+        chain = set(chain)
+        for other in [m for m in merged if m & chain]:
+            if all(_scalar_only(op) for op in other & chain):
+                merged.remove(other)
+                chain |= other
+        merged.append(chain)
+    return merged
+
+
+def _scalar_only(op: Operation) -> bool:
+    return bool(op.results) and all(
+        isinstance(r.type, TensorType) and r.type.get_shape() == () for r in op.results
+    )
 
 
 def _absorb_whole_reductions(block: Block, members: set[Operation]) -> set[Operation]:

@@ -66,6 +66,17 @@ def test_seven_odd_lamb_tensors_on_three_ranks():
     every_schedule(EXAMPLES / "lamb_odd_sizes.py", 3)
 
 
+def test_global_norm_clipping_then_adam_fused_across_tensors():
+    """Clipping by the global norm of three tensors' gradients (1000, 33, 4097), then Adam:
+    the coupled chains fused as one region, on real MPI ranks (test_clip_global_norm.py)."""
+    args = ["--np", "2", "--backend", "cpu", "--check", "--exact-collectives", "-q"]
+    r = coco_run(str(EXAMPLES / "adam_clip_global_norm.py"), *args, "--schedule", "fuse(rs-c-ag)")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr
+    assert "check [fuse(rs-c-ag)]: every rank's outputs match the sim oracle (bit-exact)" in (
+        r.stdout
+    ), r.stdout
+
+
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_seven_odd_lamb_tensors_in_two_fused_table_launches(ranks: int):
     """fuse(rs-c-ag) of the seven tensors: two launches per step, each a table of fused

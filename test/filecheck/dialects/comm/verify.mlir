@@ -464,7 +464,7 @@ func.func @fused_all_reduce_without_reduce_scatter(%a: !coco.tensor<8xf32, local
 }
 
 // CHECK-LABEL: // {{-----}}
-// CHECK: [fuse-one-collective] a fused all_reduce holds exactly one reduce_scatter, this one holds 0
+// CHECK: [fuse-one-collective] a fused all_reduce holds one reduce_scatter per tensor chain, this one holds 0
 
 // -----
 
@@ -478,7 +478,7 @@ func.func @fused_all_reduce_with_two(%a: !coco.tensor<8xf32, local>) {
 }
 
 // CHECK-LABEL: // {{-----}}
-// CHECK: [fuse-one-collective] a fused all_reduce holds exactly one reduce_scatter, this one holds 2
+// CHECK: [fuse-one-collective] a fused all_reduce holds one reduce_scatter per tensor chain, and chains that scalars couple; this one holds 2 uncoupled ones
 
 // -----
 
