@@ -634,7 +634,8 @@ class FusedOp(RegionOp):
     def _check_coupled_chains(self, scatters: Sequence[ReduceScatterOp]) -> None:
         """Several reduce_scatters: one per tensor chain (ops linked through tensor values),
         the chains coupled through scalars (a global norm every tensor's update reads)."""
-        ops = list(self.body.block.ops)
+        # The terminator yields results of any chain: it links none.
+        ops = [op for op in self.body.block.ops if not isinstance(op, YieldOp)]
         chains = _linked(ops, lambda v: v.type.get_shape() != ())
         coupled = _linked(ops, lambda v: True)
         for chain in chains:
