@@ -294,7 +294,9 @@ def emit_collective_kernel(
     # Uneven slices take each member's count from a table. A program with several fused
     # regions (one per parameter tensor) takes them even where its slices are even, so that
     # every tensor's kernel is one text and the regions run as one table launch.
-    kernel.uneven = V.is_uneven(iteration, lw.grid_shape) or lw.several_fused_collectives
+    kernel.uneven = V.is_uneven(iteration, lw.grid_shape) or (
+        lw.several_fused_collectives and not rows  # row kernels do not run as tables
+    )
     built = kernel.build()
     params = built.params
     name = lw.add_kernel(built)

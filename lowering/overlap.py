@@ -68,6 +68,10 @@ def _refuse(rule: str, message: str) -> CocoError:
     return CocoError(f"[{rule}] {message}")
 
 
+# Rows of an overlapped value a plan indexes: 2 GiB of host memory for its row table.
+MAX_INDEXED_ROWS = 1 << 28
+
+
 def _rows(shape: tuple[int, ...]) -> int:
     n = 1
     for d in shape[:-1]:
@@ -91,6 +95,13 @@ def piece_rows(
     if piece.rank != whole.rank or whole.rank < 1:
         raise _refuse("overlap-layout", f"{piece} is not a piece of {whole}")
     local = whole.local_shape(grid_shape)
+    if _rows(local) > MAX_INDEXED_ROWS:
+        # The rows are indexed in host memory (8 bytes each) to find each member's piece.
+        raise _refuse(
+            "overlap-layout",
+            f"the overlapped value {whole} has {_rows(local)} rows per rank: overlap chunks "
+            f"at most {MAX_INDEXED_ROWS}",
+        )
     index = np.arange(_rows(local), dtype=np.int64).reshape(local[:-1])
     found: dict[tuple[tuple[int, int], ...], np.ndarray] = {}
     size = int(np.prod(grid_shape, dtype=np.int64))

@@ -283,6 +283,8 @@ class _RowBuilder(_ElementwiseBuilder):
         chunk = Call(
             "coco_chunk", (self.end - self.begin, GRID_DIM, BLOCK_IDX, Lit(str(self.count)))
         )
+        # Blocks take runs of whole rows; so does a pull of member q's uneven piece.
+        self.align = Lit(str(self.count))
         stmts += [Decl(self.range, chunk), *self.hoisted]
         stmts += [_thread_zero(self.peer_sync(SyncStep.ENTRY)), SyncBlock()]
         begin, end = Field(self.range, "begin"), Field(self.range, "end")

@@ -28,6 +28,7 @@ from coconet.lowering.plan import Launch, RankValue
 from coconet.runtime.sim import prepare_inputs
 from coconet.runtime.threaded import ThreadedExecutor
 from coconet.schedule import apply_schedule, named_schedules
+from coconet.tools.coco_run import apply_pipeline
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 RANKS = (1, 2, 3, 4)
@@ -287,3 +288,19 @@ def test_cuda_backend_runs_uneven_slices(schedule: str, gpus: int, exact: bool):
     assert result.bit_exact or not exact
     assert [g["w"].shape for g in got] == [(4097,)] * 3
     assert not any(b.device.hazards for b in backends)
+
+
+def test_uneven_row_collective_pulls_whole_rows():
+    """RMSNorm fused between reduce_scatter and all_gather over 3 rows on 2 ranks (2 and 1
+    rows): each block pulls a member's piece in runs of whole rows, as that member's blocks
+    computed them (the fuzzer's case: the row kernel had no row alignment for the pull)."""
+    src = (EXAMPLES.parent / "test/filecheck/passes/coco-fuse-rows.mlir").read_text()
+    src = src.split("// CHECK-LABEL")[0].replace("16x64", "3x64").replace("16x1x", "3x1x")
+    program = apply_pipeline(Program(parse_module(src, "rows3.mlir")), "coco-fuse{mode=all_reduce}")
+    for config in (LaunchConfig(), LaunchConfig(block=1, max_blocks=2)):
+        plan = lower(program, 2, config)
+        inputs = prepare_inputs(program, None, plan.grid_shape, seed=3)
+        want = coconet.run(program, inputs, ranks=2, inplace=False).outputs
+        got = ThreadedExecutor(plan).run(inputs)
+        for name, value in want.items():
+            np.testing.assert_array_equal(got[name], value, err_msg=name)
