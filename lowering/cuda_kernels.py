@@ -125,7 +125,9 @@ def _call(fn: str, *args: Expr) -> Call:
 
 def c_float(value: float, elt: str) -> Expr:
     """An exact C literal of `value` rounded to element type `elt`, in its compute type."""
-    rounded = float(np.array(value, dtype=NUMPY_DTYPES[elt]).astype(np.float64))
+    # A literal beyond the type's range rounds to an infinity (printed below), as in the sim.
+    with np.errstate(over="ignore"):
+        rounded = float(np.array(value, dtype=NUMPY_DTYPES[elt]).astype(np.float64))
     sfx = "f" if C_COMPUTE[elt] == F32 else ""
     if np.isnan(rounded):
         return Binary("/", Lit(f"0.0{sfx}"), Lit(f"0.0{sfx}"))

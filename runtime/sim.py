@@ -278,7 +278,8 @@ def run_cast(it: Interpreter, op: coco.CastOp) -> list[Pieces]:
 
 def run_constant(it: Interpreter, op: coco.ConstantOp) -> list[Pieces]:
     t: TensorType = op.result.type
-    value = np.full(t.get_shape(), op.number, dtype=V.numpy_dtype(t))
+    with np.errstate(over="ignore"):  # a literal beyond the type's range is an infinity
+        value = np.full(t.get_shape(), op.number, dtype=V.numpy_dtype(t))
     return [[value.copy() for _ in range(it.size)]]
 
 
