@@ -32,6 +32,7 @@ from coconet.lowering.lower_to_plan import lower
 from coconet.lowering.plan import (
     COMM_STREAM,
     COMPUTE_STREAM,
+    ArgTable,
     Collective,
     Launch,
     Matmul,
@@ -492,7 +493,12 @@ def check_fused(p: Program, plan: Plan) -> None:
     peers = [
         s
         for s in plan.steps
-        if isinstance(s, Launch) and any(isinstance(a, PeerTable) for a in s.args)
+        if isinstance(s, Launch)
+        and any(
+            isinstance(a, PeerTable)
+            or (isinstance(a, ArgTable) and any(isinstance(x, PeerTable) for x in a.items))
+            for a in s.args
+        )
     ]
     assert peers, "no kernel reaches its peers"
 
