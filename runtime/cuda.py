@@ -32,6 +32,7 @@ unit-tested with a strict double that models CuPy 14's types and CUDA's stream s
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 from collections import deque
 from collections.abc import Sequence
@@ -42,6 +43,7 @@ import numpy as np
 from coconet.core import values as V
 from coconet.core.program import CocoError
 from coconet.lowering.kernel_cache import KernelCache, content_key
+from coconet.lowering.lower_to_plan import shrink_grids
 from coconet.lowering.plan import (
     COMM_STREAM,
     COMPUTE_STREAM,
@@ -573,6 +575,9 @@ class CudaBackend:
         self.comms: dict[tuple[int, ...], tuple[Any, Any]] = {}  # span -> (MPI comm, NCCL comm)
         self.world_nccl = None
         self.launch_grids: dict[int, int] = {}  # id(Launch) -> the grid it is launched with
+        # id(Launch) -> the turns of a table launch that does not fit at once: (first
+        # tensor, tensors, device block table, grid)
+        self.table_blocks: dict[int, list[tuple[int, int, int, int]]] = {}
         self.compiled = 0
         self.cached = 0
         # (what, stream, detail) of the last steps issued: stream order for tests and debugging.
@@ -637,12 +642,27 @@ class CudaBackend:
                 continue
             grid = min(step.grid, limits[step.kernel])
             if grid < step.grid and serves_tensor_table(step):
-                # The plan's block table assigns every block to a tensor: no fewer can run.
-                raise CocoError(
-                    f"{step.kernel} serves many tensors with {step.grid} blocks that must all "
-                    f"be resident at once, but only {grid} fit per rank on this GPU "
-                    f"({self.ranks_on_my_gpu} rank(s) share it)"
-                )
+                # Every tensor keeps at least one block: its grid shrinks in proportion, and
+                # the launch reads a block table of this backend's instead of the plan's.
+                blocks = step.args[-2]
+                assert isinstance(blocks, ArgTable)
+                per_tensor = [b - a for a, b in itertools.pairwise(blocks.items)]
+                if grid < 1:
+                    raise CocoError(
+                        f"{step.kernel} needs its blocks resident at once, but not one block "
+                        f"of {step.block} threads fits per rank on this GPU "
+                        f"({self.ranks_on_my_gpu} rank(s) share it)"
+                    )
+                # Fewer blocks than tensors: the tensors go in turns of `grid` tensors, one
+                # launch each (their tables read from the turn's first tensor on).
+                turns = []
+                for first in range(0, len(per_tensor), max(grid, 1)):
+                    part = per_tensor[first : first + grid]
+                    starts = [0, *itertools.accumulate(shrink_grids(part, grid))]
+                    table = self.table(starts, np.dtype(np.int64))
+                    turns.append((first, len(part), table, starts[-1]))
+                self.table_blocks[id(step)] = turns
+                continue
             if grid < 1:
                 raise CocoError(
                     f"{step.kernel} needs all its blocks resident at once, but not one block of "
@@ -878,6 +898,25 @@ class CudaBackend:
     def launch(self, step: Launch, args: Sequence[KernelArg]) -> None:
         self.trace.append(("launch", step.stream, step.kernel))
         cooperative = needs_coresidency(step)
+        for first, count, blocks, grid in self.table_blocks.get(id(step), ()):
+            # One turn of a table launch that does not fit at once: each per-tensor table
+            # read from tensor `first` on (8-byte entries), this turn's block table.
+            turn = [
+                KernelArg("ptr", a.value + 8 * first) if isinstance(p, ArgTable) else a
+                for p, a in zip(step.args[:-2], args[:-2], strict=True)
+            ]
+            self.device.launch(
+                self.module,
+                step.kernel,
+                grid,
+                step.block,
+                kernel_scalars([*turn, KernelArg("ptr", blocks), KernelArg("i32", count)]),
+                step.shared_bytes,
+                self._stream(step),
+                cooperative=cooperative,
+            )
+        if id(step) in self.table_blocks:
+            return
         self.device.launch(
             self.module,
             step.kernel,
