@@ -636,7 +636,7 @@ class FusedOp(RegionOp):
         the chains coupled through scalars (a global norm every tensor's update reads)."""
         # The terminator yields results of any chain: it links none.
         ops = [op for op in self.body.block.ops if not isinstance(op, YieldOp)]
-        chains = _linked(ops, lambda v: v.type.get_shape() != ())
+        chains = _linked(ops, lambda v: tensor_type_of(v).get_shape() != ())
         coupled = _linked(ops, lambda v: True)
         for chain in chains:
             held = [s for s in scatters if s in chain]

@@ -65,7 +65,7 @@ def _scalar_arithmetic(op: Operation) -> bool:
     return (
         isinstance(op, coco.ElementwiseOp | coco.ConstantOp)
         and not isinstance(op, coco.DropoutOp)
-        and all(r.type.get_shape() == () for r in op.results)
+        and all(tensor_type_of(r).get_shape() == () for r in op.results)
     )
 
 
@@ -76,7 +76,9 @@ def lower_fused_collective(lw: Lowering, region: comm.FusedOp) -> None:
     # step reading it from memory gets it lowered on demand. Row kernels and kernels across
     # nodes read scalars from memory (computed where they stand, as before).
     rows = any(isinstance(op, coco.ReduceDimsOp) for op in body)
-    scalars = set() if rows or lw.nodes else {op for op in body if _scalar_arithmetic(op)}
+    scalars: set[Operation] = (
+        set() if rows or lw.nodes else {op for op in body if _scalar_arithmetic(op)}
+    )
     lw.deferred |= scalars
     segment: list[Operation] = []
     updates: list[coco.UpdateOp] = []

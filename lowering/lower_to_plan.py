@@ -378,7 +378,7 @@ class Lowering:
             # A kernel launched more than once on its flags (overlap chunks) keeps its own
             # launch count: not folded.
             return run
-        launches = []
+        launches: list[Launch] = []
         for start in range(0, len(run), MAX_COLLECTIVE_BLOCKS):
             part = run[start : start + MAX_COLLECTIVE_BLOCKS]
             grids = shrink_grids([s.grid for s in part], MAX_COLLECTIVE_BLOCKS)
@@ -417,7 +417,7 @@ class Lowering:
         return step
 
     def value_buffer(self, v: SSAValue) -> Buffer:
-        if v not in self.buffers and v.owner in self.deferred:
+        if v not in self.buffers and isinstance(v.owner, Operation) and v.owner in self.deferred:
             # A deferred scalar some step reads from memory after all: computed here, before
             # that step (its operands are arguments or deferred scalars in turn).
             self.lower_op(v.owner)
@@ -442,7 +442,7 @@ class Lowering:
             if (
                 isinstance(op, coco.ElementwiseOp | coco.ConstantOp)
                 and not isinstance(op, coco.DropoutOp)
-                and all(r.type.get_shape() == () for r in op.results)
+                and all(tensor_type_of(r).get_shape() == () for r in op.results)
                 and all(
                     not isinstance(v.owner, Operation) or v.owner in chosen for v in op.operands
                 )

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from xdsl.context import Context
+from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
@@ -38,6 +39,13 @@ Space = tuple[tuple[int, ...], tuple[Attribute, ...]] | None
 # The static shared memory a fused row kernel may use for the rows it keeps between phases
 # (a GPU block gets 48 KiB without opting in).
 SHARED_ROW_BYTES = 40 * 1024
+
+
+def function_of(block: Block) -> func.FuncOp:
+    """The function whose body `block` is (fused chains are found in function bodies)."""
+    fn = block.parent_op()
+    assert isinstance(fn, func.FuncOp), "a fused chain's block is a function body"
+    return fn
 
 
 def _space(v: SSAValue) -> Space:
@@ -733,7 +741,7 @@ def _absorb_whole_reductions(block: Block, members: set[Operation]) -> set[Opera
     rs = scatters[0]
     sliced: TensorType = rs.result.type
     span = set(rs.span())
-    rank = grid_rank(block.parent_op())
+    rank = grid_rank(function_of(block))
     ops = list(block.ops)
     updated = {u.target for u in ops if isinstance(u, coco.UpdateOp) and u not in members}
     members = set(members)
@@ -775,7 +783,7 @@ def _reduce_on_slice(
     over `rs`'s axes; a norm's square root goes just before its first reader, so that the
     kernel reading the partial's all_reduce is not cut before the chain's other work."""
     kind = r.kind.data
-    rank = grid_rank(block.parent_op())
+    rank = grid_rank(function_of(block))
     new_ops: list[Operation] = []
     # The chain's own slice of the tensor, if it has one, moves up to serve both.
     existing = [
@@ -791,28 +799,28 @@ def _reduce_on_slice(
         set_name(piece_of.result, derived_name(r.input, "s"))
     new_ops.append(piece_of)
     src = piece_of.result
-    if kind == "norm":
+    if kind == coco.ReductionKind.NORM:
         sq = coco.MulOp(src, src)
         set_name(sq.result, derived_name(r.result, "sq"))
         new_ops.append(sq)
         src = sq.result
-    part = coco.ReduceOp("sum" if kind == "norm" else kind, src)
+    part = coco.ReduceOp("sum" if kind == coco.ReductionKind.NORM else kind, src)
     set_name(part.result, derived_name(r.result, "part"))
     axes = rs.axes.get_values() if rs.axes is not None else None
-    total = comm.AllReduceOp(part.result, "sum" if kind == "norm" else kind, axes, grid_rank=rank)
+    total = comm.AllReduceOp(
+        part.result, "sum" if kind == coco.ReductionKind.NORM else kind, axes, grid_rank=rank
+    )
     new_ops += [part, total]
     at = rs
     for op in new_ops:
         block.insert_op_after(op, at)
         at = op
     final = total.result
-    if kind == "norm":
+    if kind == coco.ReductionKind.NORM:
         set_name(total.result, derived_name(r.result, "sumsq"))
         root = coco.SqrtOp(total.result)
-        first = min(
-            (ancestor_in(block, use.operation) for use in r.result.uses),
-            key=list(block.ops).index,
-        )
+        readers = [ancestor_in(block, use.operation) for use in r.result.uses]
+        first = min((op for op in readers if op is not None), key=list(block.ops).index)
         block.insert_op_before(root, first)
         new_ops.append(root)
         final = root.result
