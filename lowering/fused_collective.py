@@ -28,7 +28,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from xdsl.ir import Operation, SSAValue
 
@@ -38,15 +37,11 @@ from coconet.dialects import coco, comm
 from coconet.dialects.coco import TensorType, tensor_type_of
 from coconet.lowering import cuda_kernels as K
 from coconet.lowering.cuda_printer import print_kernel
+from coconet.lowering.hierarchical import emit_hierarchical
 from coconet.lowering.kernel_ir import ParamKind
 from coconet.lowering.plan import ArgTable, Epoch, KernelArg, Launch, PeerTable, RankValue
-
-if TYPE_CHECKING:
-    from coconet.lowering.lower_to_plan import Lowering
-
-# Blocks of a fused collective kernel all wait on their peers, so they must be resident at
-# once on a GPU: keep the grid at most the SM count of the smallest supported part.
-MAX_COLLECTIVE_BLOCKS = 64
+from coconet.lowering.plan_builder import MAX_COLLECTIVE_BLOCKS, PlanBuilder, range_positions
+from coconet.lowering.row_collective import RowCollectiveKernel
 
 
 def _in_kernel(op: Operation) -> bool:
@@ -69,10 +64,10 @@ def _scalar_arithmetic(op: Operation) -> bool:
     )
 
 
-def lower_fused_collective(lw: Lowering, region: comm.FusedOp) -> None:
+def lower_fused_collective(lw: PlanBuilder, region: comm.FusedOp) -> None:
     body = [o for o in region.body.block.ops if not isinstance(o, comm.YieldOp)]
     # Scalar arithmetic (a trust ratio, a clipping factor from a global norm) belongs to no
-    # tensor's chain: every kernel reading it computes it (Lowering.rematerialized), and a
+    # tensor's chain: every kernel reading it computes it (PlanBuilder.rematerialized), and a
     # step reading it from memory gets it lowered on demand. Row kernels and kernels across
     # nodes read scalars from memory (computed where they stand, as before).
     rows = any(isinstance(op, coco.ReduceDimsOp) for op in body)
@@ -143,7 +138,7 @@ def _used_outside(v: SSAValue, segment: set[Operation]) -> bool:
     )
 
 
-def emit_segment(lw: Lowering, ops: list[Operation], updates: list[coco.UpdateOp]) -> None:
+def emit_segment(lw: PlanBuilder, ops: list[Operation], updates: list[coco.UpdateOp]) -> None:
     """The segment's kernels: one per tensor chain it holds (a region coupling several
     reduce_scatter chains through scalars -- a global norm -- holds one chain per tensor,
     whose kernels then run as one table launch), then the updates no kernel stores."""
@@ -178,7 +173,7 @@ def _chains(ops: list[Operation]) -> list[list[Operation]]:
     return list(groups.values())
 
 
-def _emit_chain(lw: Lowering, ops: list[Operation], updates: list[coco.UpdateOp]) -> None:
+def _emit_chain(lw: PlanBuilder, ops: list[Operation], updates: list[coco.UpdateOp]) -> None:
     members = set(ops)
     scatters = [op for op in ops if isinstance(op, comm.ReduceScatterOp)]
     gathers = [op for op in ops if isinstance(op, comm.AllGatherOp)]
@@ -219,7 +214,7 @@ def _assembled_in_target(u: coco.UpdateOp, gathers: list[comm.AllGatherOp]) -> b
 
 
 def emit_collective_kernel(
-    lw: Lowering,
+    lw: PlanBuilder,
     members: set[Operation],
     scatters: list[comm.ReduceScatterOp],
     gathers: list[comm.AllGatherOp],
@@ -238,8 +233,6 @@ def emit_collective_kernel(
         )
     span = spans.pop()
     if lw.nodes and any(V.spans_nodes(g, lw.nodes) for g in V.groups_of(lw.grid_shape, span)):
-        from coconet.lowering.hierarchical import emit_hierarchical
-
         return emit_hierarchical(
             lw, span, scatters, gathers, compute, updates, reductions, assembled
         )
@@ -270,8 +263,6 @@ def emit_collective_kernel(
     ]
 
     if rows:
-        from coconet.lowering.row_collective import RowCollectiveKernel
-
         kernel = RowCollectiveKernel(
             lw.fresh("k_fused_all_reduce_rows"), compute, iteration, inputs, store_specs
         )
@@ -419,7 +410,6 @@ def emit_collective_kernel(
                 args.append(member_dims(lw, iteration, span, p.dim))
             case _:
                 args.append(next(generic))
-    from coconet.lowering.lower_to_plan import range_positions
 
     assembled_in = tuple(lw.value_buffer(u.target).name for u in targets.values())
     lw.emit(
@@ -445,7 +435,7 @@ def emit_collective_kernel(
 
 
 def member_bases(
-    lw: Lowering, t: TensorType, iteration: TensorType, span: tuple[int, ...]
+    lw: PlanBuilder, t: TensorType, iteration: TensorType, span: tuple[int, ...]
 ) -> ArgTable:
     """Where the iteration piece of each member of a rank's group starts in its piece of the
     gathered type `t` (the same piece for every member: `t` is replicated over the group), in
@@ -462,7 +452,7 @@ def member_bases(
     return ArgTable(tuple(rows))
 
 
-def member_counts(lw: Lowering, iteration: TensorType, span: tuple[int, ...]) -> ArgTable:
+def member_counts(lw: PlanBuilder, iteration: TensorType, span: tuple[int, ...]) -> ArgTable:
     """How many iteration elements each member of a rank's group holds, in group order
     (uneven slices: the counts the pull of each member's piece covers)."""
     rows: list[KernelArg] = []
@@ -476,7 +466,9 @@ def member_counts(lw: Lowering, iteration: TensorType, span: tuple[int, ...]) ->
     return ArgTable(tuple(rows))
 
 
-def member_dims(lw: Lowering, iteration: TensorType, span: tuple[int, ...], dim: int) -> ArgTable:
+def member_dims(
+    lw: PlanBuilder, iteration: TensorType, span: tuple[int, ...], dim: int
+) -> ArgTable:
     """Each member's local size of iteration dim `dim`, in group order (uneven slices: where
     a strided pull finds the coordinates of a member's elements)."""
     rows: list[KernelArg] = []

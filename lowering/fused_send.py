@@ -17,25 +17,21 @@ does (fused_collective.py), and the plan says so by its `send` step.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from xdsl.ir import Operation, SSAValue
 
 from coconet.core import values as V
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import tensor_type_of
 from coconet.lowering import cuda_kernels as K
-from coconet.lowering.fused_collective import MAX_COLLECTIVE_BLOCKS, lower_fused_collective
+from coconet.lowering.fused_collective import lower_fused_collective
 from coconet.lowering.kernel_ir import ParamKind
 from coconet.lowering.plan import Epoch, KernelArg, Launch, PeerTable, RankValue
-
-if TYPE_CHECKING:
-    from coconet.lowering.lower_to_plan import Lowering
+from coconet.lowering.plan_builder import MAX_COLLECTIVE_BLOCKS, PlanBuilder, range_positions
 
 _IN_KERNEL = (coco.ElementwiseOp, coco.ConstantOp, coco.SliceOp)
 
 
-def _partner(lw: Lowering, rank: int, along: int, shift: int) -> int | None:
+def _partner(lw: PlanBuilder, rank: int, along: int, shift: int) -> int | None:
     """The rank `shift` steps from `rank` along grid axis `along`, if any."""
     coords = list(lw.coords[rank])
     coords[along] += shift
@@ -44,7 +40,7 @@ def _partner(lw: Lowering, rank: int, along: int, shift: int) -> int | None:
     return V.rank_of(coords, lw.grid_shape)
 
 
-def sends_within_nodes(lw: Lowering, along: int, shift: int) -> bool:
+def sends_within_nodes(lw: PlanBuilder, along: int, shift: int) -> bool:
     """Whether every sender of this send and its receiver share a node."""
     for r in range(lw.size):
         to = _partner(lw, r, along, shift)
@@ -53,7 +49,7 @@ def sends_within_nodes(lw: Lowering, along: int, shift: int) -> bool:
     return True
 
 
-def lower_fused_send(lw: Lowering, region: comm.FusedOp) -> None:
+def lower_fused_send(lw: PlanBuilder, region: comm.FusedOp) -> None:
     body = [o for o in region.body.block.ops if not isinstance(o, comm.YieldOp)]
     sends = [o for o in body if isinstance(o, comm.SendOp)]
     updates = [o for o in body if isinstance(o, coco.UpdateOp)]
@@ -81,7 +77,7 @@ def lower_fused_send(lw: Lowering, region: comm.FusedOp) -> None:
 
 
 def emit_send_kernel(
-    lw: Lowering, compute: list[Operation], send: comm.SendOp, updates: list[coco.UpdateOp]
+    lw: PlanBuilder, compute: list[Operation], send: comm.SendOp, updates: list[coco.UpdateOp]
 ) -> None:
     along, shift = send.along.value.data, send.shift.value.data
     span = (along,)
@@ -165,7 +161,6 @@ def emit_send_kernel(
                 args.append(group)
             case _:
                 args.append(next(generic))
-    from coconet.lowering.lower_to_plan import range_positions
 
     count = 1
     for d in iteration.local_shape(lw.grid_shape):

@@ -34,7 +34,6 @@ any reassociated reduction.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from xdsl.ir import Operation, SSAValue
 
@@ -43,7 +42,6 @@ from coconet.core.program import CocoError
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import TensorType, tensor_type_of
 from coconet.lowering import cuda_kernels as K
-from coconet.lowering.fused_collective import MAX_COLLECTIVE_BLOCKS
 from coconet.lowering.plan import (
     ArgTable,
     Buffer,
@@ -54,9 +52,7 @@ from coconet.lowering.plan import (
     PeerTable,
     RankValue,
 )
-
-if TYPE_CHECKING:
-    from coconet.lowering.lower_to_plan import Lowering
+from coconet.lowering.plan_builder import MAX_COLLECTIVE_BLOCKS, PlanBuilder
 
 
 def _count(shape: tuple[int, ...]) -> int:
@@ -69,7 +65,7 @@ def _count(shape: tuple[int, ...]) -> int:
 class _Parts:
     """The node and across-nodes parts of every rank's group over `span`."""
 
-    def __init__(self, lw: Lowering, span: tuple[int, ...]):
+    def __init__(self, lw: PlanBuilder, span: tuple[int, ...]):
         self.lw = lw
         self.node: list[list[int]] = []
         self.across: list[list[int]] = []
@@ -97,7 +93,7 @@ class _Parts:
 
 
 def _piece_layout(
-    lw: Lowering, whole: SSAValue, piece: SSAValue, what: str
+    lw: PlanBuilder, whole: SSAValue, piece: SSAValue, what: str
 ) -> tuple[int, int, int]:
     """How a rank's piece of `piece` lies in its piece of `whole` (the same tensor, sliced
     along one more dim d): (elements, run, stride) -- runs of `run` contiguous elements
@@ -127,12 +123,12 @@ def _piece_layout(
     return layouts.pop()
 
 
-def _local(lw: Lowering, t: TensorType, rank: int) -> tuple[int, ...]:
+def _local(lw: PlanBuilder, t: TensorType, rank: int) -> tuple[int, ...]:
     return tuple(V.piece_range(t, d, lw.coords[rank], lw.grid_shape)[1] for d in range(t.rank))
 
 
 def _node_launch(
-    lw: Lowering,
+    lw: PlanBuilder,
     kernel: str,
     parts: _Parts,
     span: tuple[int, ...],
@@ -171,7 +167,7 @@ def _node_launch(
 
 
 def emit_hierarchical(
-    lw: Lowering,
+    lw: PlanBuilder,
     span: tuple[int, ...],
     scatters: list[comm.ReduceScatterOp],
     gathers: list[comm.AllGatherOp],

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import ClassVar, Literal, SupportsInt
 
 import numpy as np
@@ -38,7 +37,10 @@ from coconet.dialects.coco import TensorType, tensor_type_of
 from coconet.dialects.layout_rules import infer_elementwise
 from coconet.lowering import cuda_kernels as K
 from coconet.lowering.cuda_printer import kernel_signature, print_kernel, print_unit
+from coconet.lowering.fused_collective import lower_fused_collective
+from coconet.lowering.fused_send import lower_fused_send
 from coconet.lowering.kernel_ir import Kernel, Param, ParamKind
+from coconet.lowering.overlap import lower_overlap
 from coconet.lowering.plan import (
     COMM_STREAM,
     COMPUTE_STREAM,
@@ -57,32 +59,7 @@ from coconet.lowering.plan import (
     Step,
     WaitEvent,
 )
-
-
-@dataclass(frozen=True)
-class LaunchConfig:
-    """Block size and the most blocks a kernel launches (tests vary both, down to 1)."""
-
-    block: int = 256
-    max_blocks: int = 1024
-    elements_per_thread: int = 4
-
-    def __post_init__(self) -> None:
-        # 1024 threads per block is CUDA's limit on every architecture coconet targets.
-        for name, value, top in (
-            ("block", self.block, 1024),
-            ("max_blocks", self.max_blocks, 1 << 31),
-            ("elements_per_thread", self.elements_per_thread, 1 << 16),
-        ):
-            # the fields say int, but a caller may hand anything in
-            if not isinstance(value, int) or not 1 <= value <= top:  # pyright: ignore[reportUnnecessaryIsInstance]
-                raise CocoError(
-                    f"[launch-config] {name} must be an integer in 1..{top}, got {value}"
-                )
-
-    def grid_for(self, n: int) -> int:
-        per_block = self.block * self.elements_per_thread
-        return max(1, min(self.max_blocks, (n + per_block - 1) // per_block))
+from coconet.lowering.plan_builder import MAX_COLLECTIVE_BLOCKS, LaunchConfig, range_positions
 
 
 class Lowering:
@@ -371,7 +348,6 @@ class Lowering:
         MAX_COLLECTIVE_BLOCKS blocks: each tensor's grid shrinks in proportion (at least one
         block each; a kernel covers its slice at any grid), and more tensors than blocks
         take several launches."""
-        from coconet.lowering.fused_collective import MAX_COLLECTIVE_BLOCKS
 
         sites = [a.site for s in run for a in s.args if isinstance(a, Epoch)]
         if len(sites) != len(run) or any(self.epoch_uses[site] != 1 for site in sites):
@@ -493,16 +469,10 @@ class Lowering:
             case comm.FusedOp() if op.kind.data == comm.FusionKind.ELEMENTWISE:
                 self.lower_fused_elementwise(op)
             case comm.FusedOp() if op.kind.data == comm.FusionKind.SEND:
-                from coconet.lowering.fused_send import lower_fused_send
-
                 lower_fused_send(self, op)
             case comm.FusedOp():
-                from coconet.lowering.fused_collective import lower_fused_collective
-
                 lower_fused_collective(self, op)
             case comm.OverlapOp():
-                from coconet.lowering.overlap import lower_overlap
-
                 lower_overlap(self, op)
             case coco.ReduceOp():
                 self.lower_reduction(op)
@@ -820,11 +790,6 @@ def shrink_grids(grids: Sequence[int], most: int) -> list[int]:
     while sum(out) > most:
         out[out.index(max(out))] -= 1
     return out
-
-
-def range_positions(params: Sequence[Param]) -> tuple[int, int]:
-    kinds = [p.kind for p in params]
-    return kinds.index(ParamKind.BEGIN), kinds.index(ParamKind.END)
 
 
 def default_ranks(program: Program) -> int:

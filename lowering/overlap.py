@@ -55,11 +55,10 @@ from coconet.lowering.plan import (
     Step,
     WaitEvent,
 )
+from coconet.lowering.plan_builder import PlanBuilder
 
 if TYPE_CHECKING:
     from xdsl.ir import Operation
-
-    from coconet.lowering.lower_to_plan import Lowering
 
 Ranges = tuple[tuple[int, int], ...]
 
@@ -147,7 +146,7 @@ def _chunk_rows(members: list[np.ndarray], lo: int, hi: int) -> Ranges:
     return merged_ranges(np.concatenate([m[lo:hi] for m in members]))
 
 
-def lower_overlap(lw: Lowering, region: comm.OverlapOp) -> None:
+def lower_overlap(lw: PlanBuilder, region: comm.OverlapOp) -> None:
     body = [o for o in region.body.block.ops if not isinstance(o, comm.YieldOp)]
     matmuls = [o for o in body if isinstance(o, coco.MatmulOp)]
     if not matmuls:  # emptied by dead-code elimination: nothing to pipeline
@@ -190,7 +189,7 @@ def _consumer_piece(step: Step, c_buf: Buffer) -> TensorType | None:
 
 
 def _lower_producer_form(
-    lw: Lowering, region: comm.OverlapOp, producer: coco.MatmulOp, body: list[Operation]
+    lw: PlanBuilder, region: comm.OverlapOp, producer: coco.MatmulOp, body: list[Operation]
 ) -> None:
     chunks = region.chunks.value.data
     c_buf = lw.buffer_for(producer.result)
@@ -237,7 +236,7 @@ def _lower_producer_form(
 
 
 def _lower_boundary_form(
-    lw: Lowering, region: comm.OverlapOp, producer: coco.MatmulOp, body: list[Operation]
+    lw: PlanBuilder, region: comm.OverlapOp, producer: coco.MatmulOp, body: list[Operation]
 ) -> None:
     chunks = region.chunks.value.data
     c_buf = lw.buffer_for(producer.result)
@@ -312,7 +311,7 @@ def _lower_boundary_form(
             lw.emit(_chunk_of(step, lo, hi))
         lw.emit(_chunk_of(gather, lo, hi))
         # An event after the gather keeps it issued before the next chunk's matmul: events
-        # bound the launch batching's reordering (Lowering.batch_launches).
+        # bound the launch batching's reordering (PlanBuilder.batch_launches).
         lw.emit(RecordEvent(f"{pushed}_gathered{k}"))
 
     # Issue order per step c: matmul c; send c-1 (compute stream); reduce_scatter c and the
@@ -343,7 +342,7 @@ def _lower_boundary_form(
 
 
 def _lower_gather_form(
-    lw: Lowering,
+    lw: PlanBuilder,
     region: comm.OverlapOp,
     gather: comm.AllGatherOp,
     mm: coco.MatmulOp,
