@@ -1,4 +1,3 @@
-# pyright: standard
 """The kernels of a plan, built as kernel IR (kernel_ir.py) against the device layer
 (coco_device.h); cuda_printer.py prints them.
 
@@ -446,8 +445,18 @@ class _ElementwiseBuilder:
         self.peer_reads: dict[int, _PeerReduction] = {}
         self.lanes = Var(I32, None, "lanes_")
 
-    def param(self, ctype: CType, hint: str | None, fallback: str, kind: ParamKind, **kw) -> Param:
-        p = Param(ctype, hint, fallback, kind=kind, **kw)
+    def param(
+        self,
+        ctype: CType,
+        hint: str | None,
+        fallback: str,
+        kind: ParamKind,
+        *,
+        value: SSAValue | None = None,
+        dim: int | None = None,
+        table: bool = False,
+    ) -> Param:
+        p = Param(ctype, hint, fallback, kind=kind, value=value, dim=dim, table=table)
         self.params.append(p)
         return p
 
@@ -729,7 +738,8 @@ class _ElementwiseBuilder:
                     Lit(f"{dropout_threshold(prob)}u"),
                 )
                 return Select(keep, args[0] * Lit(scale.item().hex() + sfx), Lit(f"0.0{sfx}"))
-        raise NotImplementedError(f"no CUDA lowering for {op.name}")
+            case _:
+                raise NotImplementedError(f"no CUDA lowering for {op.name}")
 
     # -- stores and pushes -------------------------------------------------------------------
 
@@ -1028,7 +1038,7 @@ class _ElementwiseBuilder:
             per_peer: list[Stmt] = [*head, BlockStrideLoop(j, begin, end, body)]
         else:
             ok, qend = Var(BOOL, None, "qvec_"), Var(I64, None, "qend_")
-            checks = []
+            checks: list[Expr] = []
             for g in self.gathers:
                 checks.append(_call("coco_vec_aligned", src(g) + at(g, self.begin)))
                 checks.append(_call("coco_vec_aligned", dst(g) + at(g, self.begin)))
