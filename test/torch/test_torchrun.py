@@ -52,29 +52,25 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-def test_compile_under_torchrun_joins_the_job_for_every_schedule(tmp_path):
-    script = tmp_path / "sgd_step.py"
-    script.write_text(SCRIPT)
-    schedules = ["ar-c", "rs-c-ag", "fuse(rs-c-ag)"]
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node",
-            "2",
-            str(script),
-            str(tmp_path),
-            *schedules,
-        ],
+def _torchrun_two(*args: str, timeout: float) -> subprocess.CompletedProcess:
+    """`torchrun --standalone --nproc-per-node 2 ARGS` from the checkout, outside any MPI launch."""
+    return subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+        + list(args),
         check=False,
         cwd=ROOT,
         env=_env(),
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
     )
+
+
+def test_compile_under_torchrun_joins_the_job_for_every_schedule(tmp_path):
+    script = tmp_path / "sgd_step.py"
+    script.write_text(SCRIPT)
+    schedules = ["ar-c", "rs-c-ag", "fuse(rs-c-ag)"]
+    proc = _torchrun_two(str(script), str(tmp_path), *schedules, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     results = {r: json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)}
     for rank, per_schedule in results.items():
@@ -129,36 +125,23 @@ def test_an_mpi_launch_that_mpi4py_cannot_see_is_refused():
 
 
 def test_coco_run_under_torchrun_runs_each_process_as_one_rank():
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node",
-            "2",
-            "-m",
-            "coconet.tools.coco_run",
-            "examples/adam.mlir",
-            "--backend",
-            "cpu",
-            "--schedule",
-            "ar-c",
-            "--schedule",
-            "fuse(rs-c-ag)",
-            "--check",
-            "--bench",
-            "--iters",
-            "2",
-            "--warmup",
-            "1",
-            "-q",
-        ],
-        check=False,
-        cwd=ROOT,
-        env=_env(),
-        capture_output=True,
-        text=True,
+    proc = _torchrun_two(
+        "-m",
+        "coconet.tools.coco_run",
+        "examples/adam.mlir",
+        "--backend",
+        "cpu",
+        "--schedule",
+        "ar-c",
+        "--schedule",
+        "fuse(rs-c-ag)",
+        "--check",
+        "--bench",
+        "--iters",
+        "2",
+        "--warmup",
+        "1",
+        "-q",
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -238,24 +221,7 @@ NCCL_DEFAULT_SCRIPT = textwrap.dedent(
 def test_a_default_group_that_carries_no_host_tensors_gets_a_gloo_group(tmp_path):
     script = tmp_path / "nccl_default.py"
     script.write_text(NCCL_DEFAULT_SCRIPT)
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node",
-            "2",
-            str(script),
-            str(tmp_path),
-        ],
-        check=False,
-        cwd=ROOT,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    r = _torchrun_two(str(script), str(tmp_path), timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     for rank in (0, 1):
         runs = json.loads((tmp_path / f"rank{rank}.json").read_text())
