@@ -188,6 +188,15 @@ def _consumer_piece(step: Step, c_buf: Buffer) -> TensorType | None:
     return None
 
 
+def _lowered_aside(lw: PlanBuilder, ops: list[Operation]) -> list[Step]:
+    """The plan steps of `ops`, lowered apart from the plan (to be replayed chunk by chunk)."""
+    saved, lw.steps = lw.steps, []
+    for op in ops:
+        lw.lower_op(op)
+    lowered, lw.steps = lw.steps, saved
+    return lowered
+
+
 def _lower_producer_form(
     lw: PlanBuilder, region: comm.OverlapOp, producer: coco.MatmulOp, body: list[Operation]
 ) -> None:
@@ -196,11 +205,7 @@ def _lower_producer_form(
     a_buf, b_buf = lw.value_buffer(producer.lhs), lw.value_buffer(producer.rhs)
 
     # Lower the consumer once, then replay its steps chunk by chunk.
-    saved, lw.steps = lw.steps, []
-    for op in body:
-        if op is not producer:
-            lw.lower_op(op)
-    consumer_steps, lw.steps = lw.steps, saved
+    consumer_steps = _lowered_aside(lw, [op for op in body if op is not producer])
 
     piece = _consumer_piece(consumer_steps[0], c_buf) if consumer_steps else None
     if piece is None:
@@ -241,11 +246,7 @@ def _lower_boundary_form(
     chunks = region.chunks.value.data
     c_buf = lw.buffer_for(producer.result)
     a_buf, b_buf = lw.value_buffer(producer.lhs), lw.value_buffer(producer.rhs)
-    saved, lw.steps = lw.steps, []
-    for op in body:
-        if op is not producer:
-            lw.lower_op(op)
-    steps, lw.steps = lw.steps, saved
+    steps = _lowered_aside(lw, [op for op in body if op is not producer])
 
     # reduce_scatter of the matmul's result; the send (one kernel pushing into the receiver,
     # or across nodes a computation kernel and a library send); the next stage's all_gather
@@ -355,9 +356,7 @@ def _lower_gather_form(
                 "overlap-producer",
                 f"an overlap of an all_gather with a matmul holds only those two, not {op.name}",
             )
-    saved, lw.steps = lw.steps, []
-    lw.lower_op(gather)
-    gather_steps, lw.steps = lw.steps, saved
+    gather_steps = _lowered_aside(lw, [gather])
     if len(gather_steps) != 1 or not isinstance(gather_steps[0], Collective):
         raise _refuse("overlap-producer", "the all_gather does not lower to one collective")
     step = gather_steps[0]
