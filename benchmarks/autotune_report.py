@@ -10,7 +10,8 @@ schedule, the program as written, and the fastest predicted of the enumerated on
 predictions differ (schedules the model prices alike -- the same plan up to names -- are one
 point: their order is noise by construction). All are measured in one `coco-run --bench` job
 (median over --iters steps, slowest rank per step) on this host's measured profile; the
-report prints predicted and measured ranks, Spearman's rho between predicted and measured
+candidates take turns in --rounds rounds, so that other work on the host slows them all alike;
+the report prints predicted and measured ranks, Spearman's rho between predicted and measured
 times, and whether `--schedule auto`'s pick is the measured best (or within the noise of
 it: the measured best's min..median band).
 
@@ -90,7 +91,9 @@ def part_one(args) -> None:
         ranking = rank_schedules(program, ranks, profile)
         cands = distinct_candidates(ranking, args.extra)
         t0 = time.perf_counter()
-        rows = measure_candidates(program, ranks, cands, warmup=3, iters=args.iters)
+        rows = measure_candidates(
+            program, ranks, cands, warmup=3, iters=args.iters, rounds=args.rounds
+        )
         elapsed = time.perf_counter() - t0
         rho = spearman([r.predicted_s for r in rows], [r.median_s for r in rows])
         by_measured = sorted(rows, key=lambda r: r.median_s)
@@ -240,7 +243,13 @@ def part_two(args) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--np", type=int, default=2, help="ranks of part 1 (default 2)")
-    ap.add_argument("--iters", type=int, default=30, help="timed steps per schedule")
+    ap.add_argument("--iters", type=int, default=40, help="timed steps per schedule")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=8,
+        help="rounds the steps are timed in, schedules taking turns",
+    )
     ap.add_argument("--extra", type=int, default=4, help="enumerated schedules added per example")
     ap.add_argument("--examples", help="comma-separated example names (default: all)")
     ap.add_argument("--gpu-only", action="store_true", help="part 2 only")

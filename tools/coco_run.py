@@ -111,6 +111,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=3, help="--bench warm-up steps (default 3)")
     p.add_argument("--iters", type=int, default=10, help="--bench timed steps (default 10)")
     p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="--bench over several schedules: time --iters steps of each per round, the "
+        "schedules taking turns, for this many rounds (default 1: one schedule after another)",
+    )
+    p.add_argument(
         "--json",
         metavar="FILE",
         help="--bench: also write every row (times, size, algbw, busbw, bytes/rank) as JSON",
@@ -208,6 +215,10 @@ def check_bench_options(args: argparse.Namespace, backend: str) -> None:
         raise CocoError(f"--seed must be at least 0, got {args.seed}")
     if args.iters < 1:
         raise CocoError(f"--iters must be at least 1, got {args.iters}")
+    if args.rounds < 1:
+        raise CocoError(f"--rounds must be at least 1, got {args.rounds}")
+    if args.rounds > 1 and not args.bench:
+        raise CocoError("--rounds times --bench steps: add --bench")
     if args.json and not args.bench:
         raise CocoError("--json writes the --bench rows: add --bench")
     if args.trace and backend == "sim":
@@ -485,6 +496,7 @@ def prepared_job(
         trace=args.trace,
         warmup=args.warmup,
         iters=args.iters,
+        rounds=args.rounds,
         verbose=args.verbose,
         quiet=args.quiet,
         exact_collectives=args.exact_collectives,

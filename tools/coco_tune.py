@@ -45,12 +45,15 @@ def measure_candidates(
     backend: str = "cpu",
     warmup: int = 3,
     iters: int = 20,
+    rounds: int = 5,
     timeout: float | None = None,
     check: bool = False,
 ) -> list[Measured]:
     """Run every candidate as one `coco-run --bench` job (mpiexec, `ranks` processes) and return
-    its measured step time (median and min over `iters` steps, slowest rank per step) beside
-    its predicted time, in the candidates' order."""
+    its measured step time (median and min over about `iters` steps, slowest rank per step)
+    beside its predicted time, in the candidates' order. The steps are timed in `rounds`
+    rounds, the candidates taking turns, so that a burst of other work on the host slows them
+    all rather than the one that happened to be running."""
     import tempfile
 
     from coconet.runtime.launcher import launch
@@ -69,7 +72,8 @@ def measure_candidates(
             bench=True,
             json_path=str(rows_path),
             warmup=warmup,
-            iters=iters,
+            iters=max(1, -(-iters // max(1, rounds))),
+            rounds=max(1, rounds),
             quiet=True,
             step_timeout=300.0,
         )
@@ -115,6 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--warmup", type=int, default=3, help="warm-up steps per schedule (default 3)")
     p.add_argument("--iters", type=int, default=20, help="timed steps per schedule (default 20)")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=5,
+        help="time the steps in this many rounds, the schedules taking turns (default 5)",
+    )
     p.add_argument("--timeout", type=float, default=None, help="stop the job after SECONDS")
     p.add_argument("--predict-only", action="store_true", help="print the ranking; measure nothing")
     p.add_argument("--json", metavar="FILE", help="also write the report's rows as JSON")
@@ -128,8 +138,8 @@ def run(args: argparse.Namespace) -> int:
         raise CocoError(f"--np must be at least 1, got {args.ranks}")
     if args.top < 1:
         raise CocoError(f"--top must be at least 1, got {args.top}")
-    if args.iters < 1 or args.warmup < 0:
-        raise CocoError("--iters must be at least 1 and --warmup at least 0")
+    if args.iters < 1 or args.warmup < 0 or args.rounds < 1:
+        raise CocoError("--iters and --rounds must be at least 1 and --warmup at least 0")
     program = load(args.program, args.entry)
     profile = resolve_profile(
         args.profile, "cpu", args.ranks, log=lambda m: print(f"coco-tune: {m}", flush=True)
@@ -149,7 +159,13 @@ def run(args: argparse.Namespace) -> int:
     chosen = ranking.ranked[: args.top] + [c for c in ranking.ranked[args.top :] if c.name in named]
     print(f"\nmeasuring {len(chosen)} schedule(s) on {args.ranks} rank(s) of the cpu backend ...")
     rows = measure_candidates(
-        program, args.ranks, chosen, warmup=args.warmup, iters=args.iters, timeout=args.timeout
+        program,
+        args.ranks,
+        chosen,
+        warmup=args.warmup,
+        iters=args.iters,
+        rounds=args.rounds,
+        timeout=args.timeout,
     )
     by_measured = sorted(range(len(rows)), key=lambda i: rows[i].median_s)
     measured_rank = {i: r + 1 for r, i in enumerate(by_measured)}

@@ -53,12 +53,15 @@ def job_description(
     quiet: bool = False,
     exact_collectives: bool = False,
     step_timeout: float | None = None,
+    rounds: int = 1,
     **report: Any,
 ) -> dict[str, Any]:
     """The job every rank of coco-run, coco-bench and coco-tune runs (JSON through the
     launcher): one program (`program`, `entry`) or a sweep of them (`programs`: path, entry,
     meta), each under the (label, spec) `schedules`; `report` adds the sweep's keys (report,
-    title, progress)."""
+    title, progress). With `bench` and `rounds` > 1 every schedule times `iters` steps per
+    round, the schedules taking turns, once all are set up (coco-tune: comparable figures on a
+    host that is busy with something else)."""
     job: dict[str, Any] = {
         "backend": backend,
         "schedules": [{"label": label, "spec": spec} for label, spec in schedules],
@@ -75,6 +78,7 @@ def job_description(
         "quiet": quiet,
         "exact_collectives": exact_collectives,
         "step_timeout": step_timeout,
+        "rounds": rounds,
         **report,
     }
     if programs is not None:
@@ -474,9 +478,8 @@ def run_program(
     from coconet.compile import apply_schedule, make_backend
     from coconet.core.program import load
     from coconet.lowering.lower_to_plan import LaunchConfig, lower
-    from coconet.lowering.plan import Launch
     from coconet.runtime import sim
-    from coconet.runtime.executor import PlanRunner, plan_traffic
+    from coconet.runtime.executor import PlanRunner
     from coconet.runtime.symmetric import job_nodes
     from coconet.runtime.torch_comm import mpi_module_for
 
@@ -495,6 +498,9 @@ def run_program(
     saved = False
     # Where the ranks live: fused collectives spanning nodes lower hierarchically.
     nodes = job_nodes(comm, mpi_module_for(comm))
+    # rounds > 1: the schedules' steps are timed in rounds, after every schedule is set up
+    rounds = int(job.get("rounds", 1)) if bench else 1
+    interleaved: list[_Timed] = []
     for sched in job["schedules"]:
         label, spec = sched["label"], sched.get("spec")
         t0 = time.perf_counter()
@@ -575,50 +581,88 @@ def run_program(
             comm.Barrier()
 
         if bench:
-            warmup, iters = job.get("warmup", 3), job.get("iters", 10)
-            for _ in range(warmup):
+            timing = _Timed(label, spec, plan, runner)
+            for _ in range(job.get("warmup", 3)):
                 guard.before_run()
                 runner.run()
-            times = []
-            for i in range(iters):
-                guard.before_run()
-                if tracer is not None:
-                    tracer.context = {"program": program.name, "schedule": label, "iteration": i}
-                    runner.trace(tracer)
-                with guard.waiting(f"the start of bench iteration {i} of schedule {label}"):
-                    comm.Barrier()
-                t0 = time.perf_counter()
-                runner.run()
-                dt = time.perf_counter() - t0
-                runner.trace(None)
-                with guard.waiting(f"the timing of bench iteration {i} of schedule {label}"):
-                    times.append(comm.allreduce(dt, op=_max_op(comm)))
-            with guard.waiting(f"the bench summary of schedule {label}"):
-                traffic = comm.allreduce(plan_traffic(plan, rank), op=_max_op(comm))
-            row = BenchRow(
-                label,
-                statistics.median(times),
-                min(times),
-                traffic,
-                len(plan.steps),
-                sum(isinstance(s, Launch) for s in plan.steps),
-                size_bytes=collective_size,
-                times_s=times,
-                meta={
-                    "program": program.name,
-                    **entry.get("meta", {}),
-                    "pipeline": spec,
-                    "ranks": size,
-                    "backend": backend_name,
-                },
-            )
-            rows.append(row)
-            if rank == 0 and job.get("report") == "sweep":
-                print(sweep_row(row, labels), flush=True)
-        runner.close()
+            if rounds > 1:  # timed below, in rounds, beside the schedules still to come
+                interleaved.append(timing)
+            else:
+                timing.time_steps(comm, guard, tracer, program.name, job.get("iters", 10))
+                rows.append(
+                    timing.row(comm, guard, program.name, entry, backend_name, collective_size)
+                )
+                if rank == 0 and job.get("report") == "sweep":
+                    print(sweep_row(rows[-1], labels), flush=True)
+        if not (bench and rounds > 1):
+            runner.close()
         if rank == 0 and job.get("progress"):
             print(PROGRESS_MARKER, flush=True)
+    if interleaved:
+        # Every schedule times `iters` steps per round, in an order that rotates each round:
+        # what the host does meanwhile (other jobs, frequency changes) falls on all of them
+        # alike instead of on whichever schedule ran during it.
+        iters = job.get("iters", 10)
+        for r in range(rounds):
+            for k in range(len(interleaved)):
+                timing = interleaved[(r + k) % len(interleaved)]
+                timing.time_steps(comm, guard, tracer, program.name, iters)
+        for timing in interleaved:
+            rows.append(timing.row(comm, guard, program.name, entry, backend_name, collective_size))
+            timing.runner.close()
     return program.name, failures
+
+
+@dataclass
+class _Timed:
+    """One schedule's timed steps (slowest rank per step) while it is benchmarked."""
+
+    label: str
+    spec: str | None
+    plan: Any
+    runner: Any
+    times: list[float] = field(default_factory=list)
+
+    def time_steps(self, comm, guard, tracer, program: str, iters: int) -> None:
+        for _ in range(iters):
+            i = len(self.times)
+            guard.before_run()
+            if tracer is not None:
+                tracer.context = {"program": program, "schedule": self.label, "iteration": i}
+                self.runner.trace(tracer)
+            with guard.waiting(f"the start of bench iteration {i} of schedule {self.label}"):
+                comm.Barrier()
+            t0 = time.perf_counter()
+            self.runner.run()
+            dt = time.perf_counter() - t0
+            self.runner.trace(None)
+            with guard.waiting(f"the timing of bench iteration {i} of schedule {self.label}"):
+                self.times.append(comm.allreduce(dt, op=_max_op(comm)))
+
+    def row(self, comm, guard, program: str, entry, backend: str, size) -> BenchRow:
+        """The schedule's bench row: median and min of its steps, and its plan's traffic."""
+        from coconet.lowering.plan import Launch
+        from coconet.runtime.executor import plan_traffic
+
+        with guard.waiting(f"the bench summary of schedule {self.label}"):
+            traffic = comm.allreduce(plan_traffic(self.plan, comm.Get_rank()), op=_max_op(comm))
+        return BenchRow(
+            self.label,
+            statistics.median(self.times),
+            min(self.times),
+            traffic,
+            len(self.plan.steps),
+            sum(isinstance(s, Launch) for s in self.plan.steps),
+            size_bytes=size,
+            times_s=self.times,
+            meta={
+                "program": program,
+                **entry.get("meta", {}),
+                "pipeline": self.spec,
+                "ranks": comm.Get_size(),
+                "backend": backend,
+            },
+        )
 
 
 def _max_op(comm):

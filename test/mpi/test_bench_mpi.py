@@ -174,3 +174,47 @@ def test_a_failing_rank_still_ends_the_sweep_with_one_line(tmp_path):
     assert err, r.stderr
     assert "rank 1" in err[0], r.stderr
     assert "Traceback" not in r.stderr, r.stderr
+
+
+def test_bench_rounds_take_turns_between_schedules(tmp_path):
+    """`--rounds 3`: every schedule's timed steps come in three rounds, the schedules taking
+    turns (the trace's iterations interleave), and each row holds all of its steps."""
+    example = ROOT / "examples" / "sgd.mlir"
+    trace, rows_file = tmp_path / "trace.json", tmp_path / "rows.json"
+    r = tool(
+        "coconet.tools.coco_run",
+        *(str(example), "--np", "2", "--backend", "cpu", "--bench", "-q"),
+        *("--iters", "2", "--warmup", "0", "--rounds", "3"),
+        *("--json", str(rows_file), "--trace", str(trace)),
+        *("--schedule", "ar-c", "--schedule", "fuse(rs-c-ag)"),
+    )
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr
+    rows = json.loads(rows_file.read_text())["rows"]
+    assert [row["schedule"] for row in rows] == ["ar-c", "fuse(rs-c-ag)"]
+    assert all(len(row["times_s"]) == 2 * 3 for row in rows)
+    events = [
+        e
+        for e in json.loads(trace.read_text())["traceEvents"]
+        if e["ph"] == "X" and e["pid"] == 0 and "iteration" in e["args"]
+    ]
+    order: list[tuple[str, int]] = []
+    for e in sorted(events, key=lambda e: e["ts"]):
+        key = (e["args"]["schedule"], e["args"]["iteration"] // 2)
+        if not order or order[-1] != key:
+            order.append(key)
+    # round r: both schedules, the first one rotating
+    assert order == [
+        ("ar-c", 0), ("fuse(rs-c-ag)", 0),
+        ("fuse(rs-c-ag)", 1), ("ar-c", 1),
+        ("ar-c", 2), ("fuse(rs-c-ag)", 2),
+    ]  # fmt: skip
+
+
+def test_rounds_without_bench_is_refused(tmp_path):
+    r = tool(
+        "coconet.tools.coco_run",
+        *(str(ROOT / "examples" / "sgd.mlir"), "--np", "2", "--rounds", "2"),
+    )
+    assert r.returncode != 0
+    assert "--rounds times --bench steps: add --bench" in r.stderr
+    assert "Traceback" not in r.stderr
