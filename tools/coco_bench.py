@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from coconet.core.program import CocoError, Program, load
-from coconet.tools.rank_job import job_description
+from coconet.tools.rank_job import job_description, tool_main
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce")
 DTYPES = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2}
@@ -591,15 +591,7 @@ def run_in_torchrun(job: dict[str, Any], sink: ProgressSink) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
-    try:
-        sys.exit(run(args))
-    except CocoError as e:
-        print(f"coco-bench: error: {e}", file=sys.stderr)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        print("coco-bench: interrupted", file=sys.stderr)
-        sys.exit(130)
+    tool_main("coco-bench", build_parser(), run, argv)
 
 
 if __name__ == "__main__":

@@ -27,14 +27,13 @@ of the one run. Every user-facing problem ends in one `coco-run: error:` line an
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from coconet.core.program import CocoError, Program, load
 from coconet.core.values import load_arrays
-from coconet.tools.rank_job import job_description, print_summary
+from coconet.tools.rank_job import job_description, print_summary, tool_main
 
 BACKENDS = ("sim", "cpu", "cuda")
 
@@ -505,22 +504,7 @@ def prepared_job(
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
-    try:
-        sys.exit(run(args))
-    except CocoError as e:
-        print(f"coco-run: error: {e}", file=sys.stderr)
-        sys.exit(1)
-    except KeyboardInterrupt as e:
-        # Ctrl-C, or SIGTERM/SIGHUP while a job runs (runtime/launcher.py Terminated): every
-        # rank has been ended with the front end
-        signum = getattr(e, "signum", signal.SIGINT)
-        print(
-            f"coco-run: {'interrupted' if signum == signal.SIGINT else 'terminated'} "
-            f"({signal.Signals(signum).name}); the job's ranks were ended",
-            file=sys.stderr,
-        )
-        sys.exit(128 + int(signum))
+    tool_main("coco-run", build_parser(), run, argv)
 
 
 if __name__ == "__main__":

@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from coconet.autotune import Candidate
 from coconet.core.program import CocoError, Program, load
-from coconet.tools.rank_job import job_description
+from coconet.tools.rank_job import job_description, tool_main
 
 
 @dataclass
@@ -201,15 +200,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
-    try:
-        sys.exit(run(args))
-    except CocoError as e:
-        print(f"coco-tune: error: {e}", file=sys.stderr)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        print("coco-tune: interrupted", file=sys.stderr)
-        sys.exit(130)
+    tool_main("coco-tune", build_parser(), run, argv)
 
 
 if __name__ == "__main__":

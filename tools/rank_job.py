@@ -15,11 +15,13 @@ MPI_Abort). A failed check is not a crash: every rank finishes, and the job exit
 
 from __future__ import annotations
 
+import argparse
 import json
+import signal
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,10 +29,31 @@ from typing import Any
 import numpy as np
 
 from coconet.core import values as V
-from coconet.core.program import Program
+from coconet.core.program import CocoError, Program
 
 # The module the launcher runs on every rank (`python -m RANK_WORKER JOB.json`).
 RANK_WORKER = "coconet.tools.rank_job"
+
+
+def tool_main(prog: str, parser: argparse.ArgumentParser, run: Callable[[Any], int], argv) -> None:
+    """The entry point of a tool that launches rank jobs (coco-run, coco-bench, coco-tune):
+    `run`'s status, or one `PROG: error: ...` line and status 1 for a CocoError; Ctrl-C, or
+    SIGTERM/SIGHUP while a job runs (runtime/launcher.py `Terminated`), says which signal
+    ended the job's ranks and exits 128 + its number."""
+    args = parser.parse_args(argv)
+    try:
+        sys.exit(run(args))
+    except CocoError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt as e:
+        signum = getattr(e, "signum", signal.SIGINT)
+        print(
+            f"{prog}: {'interrupted' if signum == signal.SIGINT else 'terminated'} "
+            f"({signal.Signals(signum).name}); the job's ranks were ended",
+            file=sys.stderr,
+        )
+        sys.exit(128 + int(signum))
 
 
 def job_description(

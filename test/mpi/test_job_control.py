@@ -55,25 +55,32 @@ def _is_rank(p: psutil.Process) -> bool:
         return False
 
 
+BENCH_FOREVER = ("--bench", "--warmup", "1", "--iters", "1000000")
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGKILL])
 def test_killing_the_front_end_ends_every_rank(sig):
+    _kill_the_front_end(
+        ["coconet.tools.coco_run", "examples/adam.mlir", "--np", "2", "--backend", "cpu", "-q"]
+        + list(BENCH_FOREVER),
+        sig,
+    )
+
+
+@pytest.mark.parametrize("tool", ["coco_tune", "coco_bench"])
+def test_killing_coco_tune_or_coco_bench_ends_every_rank(tool):
+    """The other tools that launch rank jobs end them the same way (tools/rank_job.py
+    tool_main): every process gone, the signal named."""
+    if tool == "coco_tune":
+        args = ["examples/adam.mlir", "--np", "2", "--top", "1", "--iters", "1000000"]
+    else:
+        args = ["examples/adam.mlir", "--np", "2", "--backend", "cpu", "-n", "1000000"]
+    _kill_the_front_end([f"coconet.tools.{tool}", *args], signal.SIGTERM)
+
+
+def _kill_the_front_end(command: list[str], sig: signal.Signals) -> None:
     front = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "coconet.tools.coco_run",
-            "examples/adam.mlir",
-            "--np",
-            "2",
-            "--backend",
-            "cpu",
-            "--bench",
-            "--warmup",
-            "1",
-            "--iters",
-            "1000000",
-            "-q",
-        ],
+        [sys.executable, "-m", *command],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
