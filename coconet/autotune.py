@@ -99,6 +99,7 @@ class Ranking:
     def headline(self) -> str:
         """One line: what was picked and why (its predicted time against the runners-up)."""
         best = self.best
+        assert best.prediction is not None  # ranked candidates are priced
         others = ", ".join(f"{c.name} {_ms(c.seconds)}" for c in self.ranked[1:3])
         return (
             f"auto picked {best.name} on {self.ranks} rank(s): predicted {_ms(best.seconds)} "

@@ -74,7 +74,7 @@ def apply_schedule(program: Program, schedule: str | None) -> Program:
         if callable(fn):
             result = fn(program, schedule)
             if hasattr(result, "program") and not isinstance(result, Program):
-                result = result.program
+                result = getattr(result, "program")  # a Scheduled result
             if not isinstance(result, Program):
                 raise CocoError(f"schedule '{schedule}' did not produce a program")
             return result

@@ -380,9 +380,11 @@ def cpu_profile(
         return MachineProfile.from_json(cached)
     profile = profile_from_measurements(measure(comm))
     if rank == 0:
-        PROBE_CACHE.get_or_build(
-            key, ".json", lambda tmp: tmp.write_text(json.dumps(profile.to_json()) + "\n"), _load
-        )
+
+        def publish(tmp: Path) -> None:
+            tmp.write_text(json.dumps(profile.to_json()) + "\n")
+
+        PROBE_CACHE.get_or_build(key, ".json", publish, _load)
     return profile
 
 

@@ -423,7 +423,7 @@ class Schedule:
         self._program = backup
 
     def _handle(self, v: SSAValue) -> Handle:
-        kind = "argument" if isinstance(v, BlockArgument) else v.owner.name
+        kind = v.op.name if isinstance(v, OpResult) else "argument"
         return Handle(self, v.name_hint, kind)
 
     def _op_handle(self, op: Operation) -> Handle:

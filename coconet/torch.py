@@ -498,11 +498,13 @@ class LAMB(CoconetOptimizer):
 
     def _compile(self, b: _Bucket) -> Any:
         import coconet
+        from coconet.compiled import CompiledProgram
 
-        program = self.build_program([n for _o, n in self.segments], b.dtype)
+        program = self.build_table_program([n for _o, n in self.segments], b.dtype)
         compiled = coconet.compile(
             program, schedule=self.schedule, backend=self.backend, schedule_space="named"
         )
+        assert isinstance(compiled, CompiledProgram)  # the cpu or cuda backend (never sim)
         shapes = compiled.input_shapes()
         # one state piece per tensor and per name, in the order of the segments
         self.pieces = {
@@ -514,7 +516,7 @@ class LAMB(CoconetOptimizer):
         }
         return compiled
 
-    def build_program(self, sizes: list[int], dtype: torch.dtype) -> Any:
+    def build_table_program(self, sizes: list[int], dtype: torch.dtype) -> Any:
         from coconet import frontend
         from coconet.frontend import (
             BF16,

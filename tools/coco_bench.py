@@ -277,7 +277,7 @@ def file_builder(path: str) -> Callable[[int], Program]:
                 "build(n) to take the tensor size n"
             ) from None
         if hasattr(program, "program") and not isinstance(program, Program):
-            program = program.program
+            program = getattr(program, "program")  # a Scheduled result
         if not isinstance(program, Program):
             raise CocoError(
                 f"{path}: build({n}) returned a {type(program).__name__}, not a program"
@@ -477,7 +477,7 @@ def run(args: argparse.Namespace) -> int:
                 raise CocoError(f"no such file: {args.program}")
             points = file_points(args.program, args.entry, sizes, ranks, directory)
             what = args.program
-        schedules = [schedule_label(k, v) for k, v in args.schedules]
+        schedules: list[tuple[str, str | None]] = [schedule_label(k, v) for k, v in args.schedules]
         first = load(points[0].path, args.entry)
         if not schedules:
             from coconet.schedule import named_schedules

@@ -215,9 +215,13 @@ def plan_size(plan, rank: int = 0) -> int:
         if not isinstance(step, Collective):
             continue
         if step.op == "send":
+            along, shift = step.along, step.shift
+            # a send names its axis and its shift
+            assert along is not None
+            assert shift is not None
             c = list(V.coords_of(rank, plan.grid_shape))
-            c[step.along] += step.shift
-            if not 0 <= c[step.along] < plan.grid_shape[step.along]:
+            c[along] += shift
+            if not 0 <= c[along] < plan.grid_shape[along]:
                 continue
         elif len(group_of(plan.grid_shape, step.axes, rank)) <= 1:
             continue
@@ -553,6 +557,7 @@ def run_program(
             )
 
         logical = None
+        reference_inputs: dict[str, np.ndarray] = {}  # rank 0's, which checks the outputs
         if rank == 0:
             logical = sim.prepare_inputs(scheduled, given, plan.grid_shape, job.get("seed", 0))
             reference_inputs = {k: v.copy() for k, v in logical.items()}
@@ -561,8 +566,7 @@ def run_program(
         runner.check_inputs(pieces, lambda a: a.shape, lambda a: a.dtype)
         runner.set_inputs(pieces)
         guard.before_run()
-        traced_once = tracer is not None and not bench  # without --bench, trace this one run
-        if traced_once:
+        if tracer is not None and not bench:  # without --bench, trace this one run
             tracer.context = {"program": program.name, "schedule": label}
             runner.trace(tracer)
         runner.run()
