@@ -322,6 +322,9 @@ def _send(ctx: CollectiveContext, step: Collective, src: Any, dst: Any) -> Colle
     no sender gets zeros (the sim's semantics)."""
     coords = list(V.coords_of(ctx.rank, ctx.grid_shape))
     along, shift = step.along, step.shift
+    # a send names its axis and its shift
+    assert along is not None
+    assert shift is not None
     to, frm = list(coords), list(coords)
     to[along] += shift
     frm[along] -= shift

@@ -187,7 +187,7 @@ class CpuBackend:
         self.tables: list[np.ndarray] = []
         self.keyed_tables: dict[object, np.ndarray] = {}
         self.node = None
-        self.comms: dict[tuple[int, ...], Any] = {}
+        self.comms: dict[tuple[tuple[int, ...], str], Any] = {}  # (span, part) -> MPI comm
         self.library = None
         self.kernels: dict[str, Any] = {}
         self.pending: list[Pending] = []

@@ -255,11 +255,13 @@ class Device(Protocol):
 
     def bus_id(self) -> str:
         """A name of the physical GPU that two processes agree on (its PCI bus id)."""
+        ...
 
     def can_access_peer(self, other: int) -> bool: ...
 
     def is_device_array(self, value: Any) -> bool:
         """Whether `value` is an array of this device's kind (not host memory)."""
+        ...
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> Any: ...
 
@@ -269,27 +271,33 @@ class Device(Protocol):
 
     def upload(self, host: np.ndarray, stream: Any) -> Any:
         """A new device array holding `host` (bf16 as bit patterns), copied on `stream`."""
+        ...
 
     def copy_from_host(self, dst: Any, host: np.ndarray, stream: Any) -> None: ...
 
     def download(self, array: Any, stream: Any) -> np.ndarray:
         """`array` on the host, copied on `stream` once its work is done (blocks)."""
+        ...
 
     def adopt(self, value: Any, stream: Any) -> Any | None:
         """The caller's value as a device array without a copy (CuPy array, __dlpack__),
         ordered before `stream`'s later work; None when it is host memory. Raises CocoError
         for values it cannot take."""
+        ...
 
     def alloc_ipc(self, shape: tuple[int, ...], dtype: np.dtype, stream: Any) -> tuple[Any, bytes]:
         """A zeroed array in its own allocation, and the IPC handle of that allocation."""
+        ...
 
     def open_ipc(self, handle: bytes) -> int: ...
 
     def load_module(self, cubin_path: str, source: str) -> Any:
         """The compiled kernels (`source` is what the cubin was compiled from)."""
+        ...
 
     def max_coresident_blocks(self, module: Any, kernel: str, block: int, shared: int) -> int:
         """How many blocks of `kernel` the whole GPU holds at once (occupancy x SMs)."""
+        ...
 
     def launch(
         self,
@@ -328,6 +336,7 @@ class Device(Protocol):
 
     def group(self) -> contextlib.AbstractContextManager:
         """ncclGroupStart/End around point-to-point calls."""
+        ...
 
     def close_peers(self) -> None:
         """Close the peers' IPC mappings this process opened."""
@@ -346,7 +355,8 @@ class CupyDevice:
 
         self.cp = cupy
         self.xp = cupy
-        self.nccl_mod = nccl
+        # cupy.cuda.nccl is a compiled module without type information
+        self.nccl_mod: Any = nccl
         self.device = cupy.cuda.Device(device_id)
         self.device.use()
         self.streams = {
@@ -354,7 +364,7 @@ class CupyDevice:
             COMM_STREAM: cupy.cuda.Stream(non_blocking=True),
         }
         self.events: dict[str, Any] = {}
-        self.functions: dict[tuple[int, str], Any] = {}
+        self.functions: dict[tuple[int, str, bool], Any] = {}  # (module, kernel, cooperative)
         self.raw: list[int] = []
         self.opened: list[int] = []
 
@@ -572,7 +582,8 @@ class CudaBackend:
         self.transport_kind = "nccl"
         self.shared_gpu = False
         self.ranks_on_my_gpu = 1
-        self.comms: dict[tuple[int, ...], tuple[Any, Any]] = {}  # span -> (MPI comm, NCCL comm)
+        # (span, part) -> (MPI comm, NCCL comm)
+        self.comms: dict[tuple[tuple[int, ...], str], tuple[Any, Any]] = {}
         self.world_nccl = None
         self.launch_grids: dict[int, int] = {}  # id(Launch) -> the grid it is launched with
         # id(Launch) -> the turns of a table launch that does not fit at once: (first
@@ -646,7 +657,9 @@ class CudaBackend:
                 # the launch reads a block table of this backend's instead of the plan's.
                 blocks = step.args[-2]
                 assert isinstance(blocks, ArgTable)
-                per_tensor = [b - a for a, b in itertools.pairwise(blocks.items)]
+                starts = [b for b in blocks.items if isinstance(b, int)]
+                assert len(starts) == len(blocks.items)  # each tensor's first block
+                per_tensor = [b - a for a, b in itertools.pairwise(starts)]
                 if grid < 1:
                     raise CocoError(
                         f"{step.kernel} needs its blocks resident at once, but not one block "

@@ -283,26 +283,32 @@ class Backend(Protocol):
     def allocate_symmetric(self, buffers: Sequence[Buffer]) -> dict[str, dict[int, int]]:
         """Allocate symmetric buffers (zeroed) reachable by the ranks of this node; returns,
         per buffer name, every reachable rank's address of it by global rank (collective)."""
+        ...
 
     def peer_table(self, addresses: Sequence[int]) -> int:
         """A device array holding `addresses` (u64); returns its address."""
+        ...
 
     def table(self, values: Sequence[int], dtype: np.dtype, key: object = None) -> int:
         """A device array holding `values` (u64 addresses or i64 integers of a kernel's table
         form); returns its address. It replaces the previous table of the same `key` once no
         launch can still read that one (None: kept until close())."""
+        ...
 
     def address(self, name: str) -> int:
         """The address of this rank's buffer `name`."""
+        ...
 
     def bind(self, buf: Buffer, value: Any) -> bool:
         """Use the caller's array as the buffer if possible (zero copy); False: copy it in."""
+        ...
 
     def write(self, buf: Buffer, value: Any) -> None:
         """Copy the caller's piece into the buffer."""
 
     def read(self, buf: Buffer) -> Any:
         """A copy of the buffer's content (for outputs)."""
+        ...
 
     def unbind(self, buf: Buffer) -> None:
         """Stop using a bound caller array (back to the backend's own buffer)."""
@@ -312,6 +318,7 @@ class Backend(Protocol):
     def coerce_input(self, name: str, value: Any, buf: Buffer) -> Any:
         """The caller's value as an array this backend can check and place (no dtype
         conversion: a wrong dtype must be reported, not fixed)."""
+        ...
 
     def shape_of(self, value: Any) -> tuple[int, ...]: ...
 
@@ -319,9 +326,11 @@ class Backend(Protocol):
 
     def write_back(self, buf: Buffer, caller: Any, *, bound: bool) -> Any:
         """An updated argument's new value, in the caller's array where it can take it."""
+        ...
 
     def output(self, buf: Buffer) -> Any:
         """A returned value: a new array of the backend's kind (NumPy, CuPy)."""
+        ...
 
     # Steps.
 

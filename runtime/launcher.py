@@ -154,6 +154,7 @@ class Monitor(threading.Thread):
 
     def run(self) -> None:
         import selectors
+        import socket
 
         sel = selectors.DefaultSelector()
         sel.register(self.server, selectors.EVENT_READ, None)
@@ -170,6 +171,7 @@ class Monitor(threading.Thread):
                     sel.register(conn, selectors.EVENT_READ, "conn")
                     continue
                 conn = key.fileobj
+                assert isinstance(conn, socket.socket)  # registered above: a rank's connection
                 st = state[conn]
                 try:
                     data = conn.recv(4096)

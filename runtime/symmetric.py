@@ -51,7 +51,9 @@ class MpiWindows:
 
 
 def _address(segment: shared_memory.SharedMemory) -> int:
-    return int(np.frombuffer(segment.buf, dtype=np.uint8).ctypes.data)
+    buf = segment.buf
+    assert buf is not None  # an open segment
+    return int(np.frombuffer(buf, dtype=np.uint8).ctypes.data)
 
 
 class PosixSegments:
@@ -81,7 +83,9 @@ class PosixSegments:
         # however the job ends (the memory lives until the last process unmaps it).
         node.Barrier()
         segment.unlink()
-        mine = np.frombuffer(segment.buf, dtype=np.uint8, count=nbytes)
+        buf = segment.buf
+        assert buf is not None  # an open segment
+        mine = np.frombuffer(buf, dtype=np.uint8, count=nbytes)
         return mine, peers
 
     def close(self) -> None:

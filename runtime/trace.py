@@ -65,8 +65,10 @@ def load_nvtx() -> Any:
     """CuPy's NVTX module, or None where CuPy or the NVTX library is missing (no GPU build):
     tracing must work the same without it."""
     try:
-        from cupy.cuda import nvtx  # type: ignore[import-not-found]
+        from cupy.cuda import nvtx as nvtx_module  # type: ignore[import-not-found]
 
+        # a compiled module (or a placeholder where CuPy lacks it) without type information
+        nvtx: Any = nvtx_module
         nvtx.RangePush("coconet")  # loading the library happens here, not at import
         nvtx.RangePop()
         return nvtx

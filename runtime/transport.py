@@ -86,30 +86,37 @@ class Transport(Protocol):
 
     def reduces(self, dtype: np.dtype, kind: str) -> bool:
         """Whether the library itself may combine elements of `dtype` with `kind`."""
+        ...
 
     def all_reduce(self, src: Any, dst: Any, kind: str, dtype: np.dtype) -> Request: ...
 
     def reduce_scatter(self, packed: Any, dst: Any, kind: str, dtype: np.dtype) -> Request:
         """`packed` is (size, n): row m is member m's block; `dst` gets n reduced elements."""
+        ...
 
     def all_gather(self, piece: Any, out: Any) -> Request:
         """`out` holds size pieces, in member order."""
+        ...
 
     def all_to_all(self, packed: Any, out: Any) -> Request:
         """Row m of `packed` goes to member m; row m of `out` comes from member m."""
+        ...
 
     def broadcast(self, buf: Any, root: int) -> Request: ...
 
     def reduce(self, src: Any, dst: Any | None, kind: str, dtype: np.dtype, root: int) -> Request:
         """`dst` is read only on the root (None elsewhere)."""
+        ...
 
     def gather(self, piece: Any, out: Any | None, root: int) -> Request:
         """`out` (size pieces) only on the root (None elsewhere)."""
+        ...
 
     def exchange(
         self, send: Any | None, dest: int | None, recv: Any | None, source: int | None
     ) -> Request:
         """Send `send` to member `dest` and receive `recv` from member `source`, at once."""
+        ...
 
 
 # ---------------------------------------------------------------------------------------------
