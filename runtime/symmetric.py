@@ -56,6 +56,10 @@ def _address(segment: shared_memory.SharedMemory) -> int:
     return int(np.frombuffer(buf, dtype=np.uint8).ctypes.data)
 
 
+# The names of the segments this process made (several ranks share a process as threads).
+_CREATED_HERE: set[str] = set()
+
+
 class PosixSegments:
     def __init__(self) -> None:
         self.own: list[shared_memory.SharedMemory] = []
@@ -66,6 +70,7 @@ class PosixSegments:
             create=True, size=max(nbytes, 64), name=f"coconet-{uuid.uuid4().hex[:20]}"
         )
         self.own.append(segment)
+        _CREATED_HERE.add(segment.name)
         names = node.allgather(segment.name)
         me = node.Get_rank()
         peers = []
@@ -75,8 +80,11 @@ class PosixSegments:
                 continue
             peer = shared_memory.SharedMemory(name=name)
             # Python < 3.13 registers attached segments with this process's resource tracker,
-            # which would unlink the owner's segment when this process exits.
-            _untrack(peer)
+            # which would unlink the owner's segment when this process exits. A segment made
+            # in this process (ranks as threads) is the owner's own registration: leave it,
+            # or the owner's unlink finds the tracker without it (a KeyError it prints).
+            if name not in _CREATED_HERE:
+                _untrack(peer)
             self.attached.append(peer)
             peers.append(_address(peer))
         # Every peer has mapped it: remove the name now, so nothing is left behind in /dev/shm

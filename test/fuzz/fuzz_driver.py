@@ -73,6 +73,7 @@ def _worker(
             cpu_fraction=cpu_fraction,
             checked_schedules=checked_schedules,
         )
+        stderr = _StderrWatch(Path(tmp) / "stderr")
         while True:
             index = conn.recv()
             if index is None:
@@ -80,8 +81,37 @@ def _worker(
             t0 = time.monotonic()
             case = make_case(seed, index)
             result = oracle.run(case)
+            stray = stderr.traceback()
+            if stray and result.get("outcome") not in FINDINGS:
+                result["outcome"] = "traceback"
+                result["message"] = f"a traceback on stderr: {stray}"
             result["seconds"] = round(time.monotonic() - t0, 3)
             conn.send(result)
+
+
+class _StderrWatch:
+    """The worker's stderr (file descriptor 2, which the processes it starts inherit, such as
+    multiprocessing's resource tracker) goes to a file; a traceback printed there is a finding
+    of the case that was running when it appeared, even though no exception reached the
+    oracle."""
+
+    MARK = "Traceback (most recent call last)"
+
+    def __init__(self, path: Path):
+        self.file = path.open("w+b")
+        os.dup2(self.file.fileno(), 2)
+        self.seen = 0
+
+    def traceback(self) -> str | None:
+        """The last line of a traceback printed since the previous call, if one was."""
+        sys.stderr.flush()
+        self.file.seek(self.seen)
+        text = self.file.read().decode(errors="replace")
+        self.seen = self.file.tell()
+        if self.MARK not in text:
+            return None
+        after = text[text.rindex(self.MARK) :].strip().splitlines()
+        return after[-1][:200] if after else self.MARK
 
 
 class _Slot:

@@ -100,6 +100,31 @@ def test_the_oracle_reports_an_internal_error_as_a_traceback(tmp_path, monkeypat
     assert "in broken" in result["where"]
 
 
+def test_a_traceback_another_process_prints_on_the_workers_stderr_is_seen(tmp_path):
+    """What no exception carries to the oracle -- a child of the worker (multiprocessing's
+    resource tracker, say) printing a traceback on the stderr it inherited -- is still found:
+    the worker's stderr is a file the driver reads after each case."""
+    import subprocess
+
+    here = Path(__file__).resolve().parent
+    script = f"""
+import subprocess, sys
+sys.path.insert(0, {str(here)!r})
+from pathlib import Path
+from fuzz_driver import _StderrWatch
+watch = _StderrWatch(Path({str(tmp_path / "stderr")!r}))
+print(watch.traceback())
+subprocess.run([sys.executable, "-c", "import sys; print('a warning', file=sys.stderr)"])
+print(watch.traceback())
+subprocess.run([sys.executable, "-c", "{{}}[1]"])
+print(watch.traceback())
+print(watch.traceback())
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["None", "None", "KeyError: 1", "None"]
+
+
 def test_the_reliability_report_quotes_the_fuzzer_counts(tmp_path):
     """benchmarks/reliability.py turns a fuzz summary into the README's table."""
     import importlib.util
