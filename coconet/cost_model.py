@@ -14,7 +14,8 @@ The model walks the plan as the executors do and prices each step from the plan 
   inter-node network once a group crosses nodes): ring all_reduce 2(p-1) alpha + 2(p-1)/p n /
   beta, reduce_scatter and all_gather (p-1) alpha + (p-1)/p n / beta, broadcast and reduce
   ceil(log2 p) alpha + n / beta, send alpha + n / beta, plus a per-call overhead;
-* a matmul is a roofline with the machine's matmul FLOP/s for its element type;
+* a matmul is a roofline with the machine's matmul FLOP/s for its element type, plus its fixed
+  cost per step (a launch, or what the profile measured for that element type);
 * the two streams (compute, communication) run side by side and meet at events, so work that
   overlaps costs the max of its parts, not their sum. On a host (the cpu backend) one thread
   runs every kernel, matmul and copy, whatever its stream; only library collectives progress
@@ -115,9 +116,16 @@ class MachineProfile:
     exchange_reductions: tuple[str, ...] = ()
     source: str = "published"  # "measured" or "published"
     notes: dict[str, Any] = field(default_factory=dict)
+    # s per matmul step by element type, where it differs from a kernel launch (the cpu
+    # backend's NumPy matmul converts f16/bf16 operands to f32 and allocates its result)
+    matmul_overhead: dict[str, float] = field(default_factory=dict)
 
     def matmul_rate(self, elt: str) -> float:
         return self.matmul_flops.get(elt) or self.matmul_flops.get("f32") or 1e9
+
+    def matmul_call(self, elt: str) -> float:
+        """The fixed cost of one matmul step of element type `elt`."""
+        return self.matmul_overhead.get(elt, self.matmul_overhead.get("f32", self.launch_overhead))
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -131,6 +139,9 @@ class MachineProfile:
             d["inter"] = Fabric(**d["inter"]) if d.get("inter") else None
             d["exchange_reductions"] = tuple(d.get("exchange_reductions", ()))
             d["matmul_flops"] = {str(k): float(v) for k, v in d["matmul_flops"].items()}
+            d["matmul_overhead"] = {
+                str(k): float(v) for k, v in d.get("matmul_overhead", {}).items()
+            }
             profile = MachineProfile(**d)
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise ValueError(f"not a machine profile: {e}") from None
@@ -144,6 +155,7 @@ class MachineProfile:
         if not all(isinstance(x, int | float) and math.isfinite(x) and x > 0 for x in numbers):
             raise ValueError("a machine profile's bandwidths and FLOP/s must be positive numbers")
         times = [
+            *profile.matmul_overhead.values(),
             profile.launch_overhead,
             profile.collective_overhead,
             profile.fused_sync,
@@ -487,7 +499,8 @@ def _matmul_cost(step: Matmul, profile: MachineProfile) -> tuple[float, float, f
     t_compute = flops / profile.matmul_rate(step.a.type.elt)
     t_memory = nbytes / profile.memory_bandwidth
     bound = "compute" if t_compute >= t_memory else "memory"
-    return profile.launch_overhead + max(t_compute, t_memory), nbytes, flops, bound
+    call = profile.matmul_call(step.a.type.elt)
+    return call + max(t_compute, t_memory), nbytes, flops, bound
 
 
 def _launch_cost(

@@ -16,7 +16,8 @@ peers are busy too, which is how a program runs):
   p-1; bandwidth from the large ones once the latency is taken off;
 * fused-kernel synchronization: a tiny `fuse(rs-c-ag)` program, its time less one launch;
 * matmul FLOP/s: NumPy's f32 matmul of 256 x 256 matrices on every rank (one BLAS thread per
-  rank, as ranks run).
+  rank, as ranks run); a matmul step's fixed cost: a one-matmul coconet program of 16 x 64
+  times 64 x 64 per element type (f16 and bf16 are converted to f32 on the host).
 
 Every time is the slowest rank's, the fastest of the repetitions after warm-up. The result is cached
 as JSON in the coconet cache (lowering/kernel_cache.py's rules: atomic publish, a digest
@@ -51,7 +52,7 @@ __all__ = [
 ]
 
 # Bump when what is measured or how it becomes a profile changes: old entries are not reused.
-PROBE_VERSION = 2
+PROBE_VERSION = 3
 PROBE_CACHE = KernelCache("profiles")
 
 STREAM_SOURCE = r"""
@@ -100,6 +101,17 @@ func.func @probe_fused(%g: !coco.tensor<{n}xf32, local>, %w: !coco.tensor<{n}xf3
   func.return
 }}
 """
+
+MATMUL_PROGRAM = """
+func.func @probe_matmul(%a: !coco.tensor<{m}x{k}x{elt}>, %b: !coco.tensor<{k}x{k}x{elt}>)
+    -> !coco.tensor<{m}x{k}x{elt}> attributes {{coco.grid = #coco.grid<[?]>}} {{
+  %c = coco.matmul %a, %b : !coco.tensor<{m}x{k}x{elt}>, !coco.tensor<{k}x{k}x{elt}>
+      -> !coco.tensor<{m}x{k}x{elt}>
+  func.return %c : !coco.tensor<{m}x{k}x{elt}>
+}}
+"""
+MATMUL_SHAPE = (16, 64)  # (m, k): small, so that the step is its fixed cost
+MATMUL_TYPES = ("f32", "f16", "bf16")
 
 SMALL = 256
 LARGE = 1 << 22
@@ -196,6 +208,15 @@ def measure(comm) -> dict[str, Any]:
     out["launch_plan"] = _plan_steps(launch.plan)
     launch.close()
 
+    # one small matmul step through the executor, per element type (the fixed cost of a
+    # matmul: f16 / bf16 operands are converted to f32 first)
+    m, k = MATMUL_SHAPE
+    for elt in MATMUL_TYPES:
+        prog = _ready(_compiled(comm, MATMUL_PROGRAM.format(m=m, k=k, elt=elt)))
+        out[f"matmul_{elt}_step"] = _timed(comm, prog.step, 10, 41)
+        out[f"matmul_{elt}_plan"] = _plan_steps(prog.plan)
+        prog.close()
+
     if size > 1:
         big = max(SMALL * size, int(LARGE * scale) // size * size)
         for name, text in (("all_reduce", ALL_REDUCE_PROGRAM), ("all_gather", ALL_GATHER_PROGRAM)):
@@ -266,6 +287,13 @@ def profile_from_measurements(
         intra = Fabric("shared memory (MPI)", move_bw, alpha, reduce_bw)
         extra = max(0, int(m["fused_small_plan"]) - 1) * launch
         fused_sync = max(0.0, float(m["fused_small_step"]) - extra - launch)
+    matmul_overhead = {}
+    m_rows, k = MATMUL_SHAPE
+    for elt in MATMUL_TYPES:
+        if f"matmul_{elt}_step" in m:
+            others = max(0, int(m[f"matmul_{elt}_plan"]) - 1) * launch
+            compute = 2.0 * m_rows * k * k / float(m["matmul_flops_f32"])
+            matmul_overhead[elt] = max(1e-7, float(m[f"matmul_{elt}_step"]) - others - compute)
     return MachineProfile(
         name=f"cpu-{p}",
         description=(
@@ -286,6 +314,7 @@ def profile_from_measurements(
         fused_sync=fused_sync,
         host_serializes_kernels=True,
         exchange_reductions=("f16", "bf16", "i1"),
+        matmul_overhead=matmul_overhead,
         source="measured",
         notes={"measurements": m, "host": host, "probe_version": PROBE_VERSION},
     )

@@ -217,6 +217,10 @@ def _fake_measurements(ranks: int) -> dict:
         "matmul_flops_f32": 1e10,
         "launch_step": 2e-5,
         "launch_plan": 1,
+        "matmul_f32_step": 3e-5,
+        "matmul_f32_plan": 1,
+        "matmul_f16_step": 9e-5,
+        "matmul_f16_plan": 2,
     }
     if ranks > 1:
         for key in ("all_reduce", "all_gather"):
@@ -273,6 +277,18 @@ def test_fitted_profile_reproduces_its_measurements():
     assert ag == pytest.approx(m["all_gather_small_step"])
     assert ar == pytest.approx(m["all_reduce_small_step"])
     assert profile.memory_bandwidth == m["triad_bandwidth"]
+    # a matmul step's fixed cost per element type (f16's includes converting to f32); the
+    # probe's program prices as measured: one matmul step plus its other steps' launches
+    from coconet.machine_probe import MATMUL_SHAPE
+
+    rows, k = MATMUL_SHAPE
+    compute = 2.0 * rows * k * k / m["matmul_flops_f32"]
+    for elt in ("f32", "f16"):
+        others = (m[f"matmul_{elt}_plan"] - 1) * profile.launch_overhead
+        priced = profile.matmul_call(elt) + compute + others
+        assert priced == pytest.approx(m[f"matmul_{elt}_step"])
+    assert profile.matmul_call("f16") > profile.matmul_call("f32")
+    assert profile.matmul_call("bf16") == profile.matmul_call("f32")  # not measured: f32's
 
 
 def test_measuring_on_one_rank_gives_a_valid_profile(monkeypatch, tmp_path):
@@ -288,6 +304,8 @@ def test_measuring_on_one_rank_gives_a_valid_profile(monkeypatch, tmp_path):
     profile = profile_from_measurements(m)
     assert MachineProfile.from_json(profile.to_json()) == profile
     assert profile.memory_bandwidth > 0
+    assert set(profile.matmul_overhead) == {"f32", "f16", "bf16"}
+    assert all(t > 0 for t in profile.matmul_overhead.values())
     assert profile.launch_overhead > 0
     assert m["launch_plan"] >= 1
 
