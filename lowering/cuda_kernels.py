@@ -14,7 +14,7 @@ its SSA name, with a comment saying which op computes it.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 from xdsl.ir import Operation, SSAValue
@@ -1354,20 +1354,6 @@ def table_form(kernel: Kernel, name: str, shared: frozenset[ParamKind] = frozens
 
     body = rewrite(kernel.body, per_tensor)
     return Kernel(name, (*tables, blocks, ntensors), (*head, *body))
-
-
-def without_comments(kernel: Kernel) -> Kernel:
-    """`kernel` without the comments naming the program's values it computes: printed with
-    positional names, two kernels of the same computation over differently named tensors
-    then print alike (how the lowering finds fused collectives it can run as one table)."""
-
-    def bare(node: object) -> Stmt | None:
-        # Comments sit on declarations and assignments only, which hold no statements.
-        if isinstance(node, Decl | Assign) and node.comment:
-            return replace(node, comment="")
-        return None
-
-    return replace(kernel, body=rewrite(kernel.body, bare))
 
 
 # ---------------------------------------------------------------------------------------------

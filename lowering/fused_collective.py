@@ -27,7 +27,6 @@ the cutting op runs as it would unfused, and values crossing segments go through
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
 from xdsl.ir import Operation, SSAValue
 
@@ -36,9 +35,8 @@ from coconet.core.program import CocoError
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import TensorType, tensor_type_of
 from coconet.lowering import cuda_kernels as K
-from coconet.lowering.cuda_printer import print_kernel
 from coconet.lowering.hierarchical import emit_hierarchical
-from coconet.lowering.kernel_ir import ParamKind
+from coconet.lowering.kernel_ir import ParamKind, structural_key
 from coconet.lowering.plan import ArgTable, Epoch, KernelArg, Launch, PeerTable, RankValue
 from coconet.lowering.plan_builder import MAX_COLLECTIVE_BLOCKS, PlanBuilder, range_positions
 from coconet.lowering.row_collective import RowCollectiveKernel
@@ -295,7 +293,7 @@ def emit_collective_kernel(
     name = lw.add_kernel(built)
     if not rows:
         # Collective kernels of one text up to names fold into one table launch.
-        key = print_kernel(K.without_comments(replace(built, name="@")), hints=False)
+        key = structural_key(built, comments=False)
         lw.collective_kernels[name] = (key, built)
 
     # Symmetric memory: reduce_scatter inputs and gathered results (peers read them); an

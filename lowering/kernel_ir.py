@@ -611,3 +611,58 @@ def uses(node: Any, var: Var) -> bool:
 
     rewrite(node, check)
     return found
+
+
+# ---------------------------------------------------------------------------------------------
+# Comparing kernels
+# ---------------------------------------------------------------------------------------------
+
+# A kernel's structure up to naming (structural_key): nested tuples of node types, fields and
+# variable ordinals, hashable and comparable with ==.
+KernelKey = tuple[object, ...]
+
+# How structural_key reads each node type: None for a leaf (compared as it is), else the
+# names of the fields it compares, in order (dataclasses.fields is slow to ask per node).
+_KEY_FIELDS: dict[type, tuple[str, ...] | None] = {}
+
+
+def _key_fields(cls: type, comments: bool) -> tuple[str, ...] | None:
+    if not issubclass(cls, Expr | Stmt):
+        return None
+    return tuple(f.name for f in fields(cls) if comments or f.name != "comment")
+
+
+def structural_key(kernel: Kernel, *, comments: bool = True) -> KernelKey:
+    """`kernel` up to its name and its variables' hints, as a hashable key: two kernels with
+    equal keys print alike with positional names (`print_kernel(..., hints=False)`), so the
+    lowering compares kernels by key instead of printing each one. A variable is its type,
+    its fallback name and the order of its first occurrence (a binding, not a spelling);
+    parameters count only what the printer shows of them. `comments=False` leaves out the
+    comments naming the program's values a kernel computes."""
+    variables: dict[int, tuple[object, ...]] = {}
+    table = _KEY_FIELDS if comments else _KEY_FIELDS_BARE
+
+    def key(x: object) -> object:
+        cls = type(x)
+        if cls is tuple:
+            return tuple([key(y) for y in cast("tuple[object, ...]", x)])
+        if cls is Var or cls is Param:
+            assert isinstance(x, Var)
+            got = variables.get(id(x))
+            if got is None:
+                t = x.ctype
+                got = (t.name, t.pointer, t.const, t.restrict, x.fallback, len(variables))
+                variables[id(x)] = got
+            return got
+        try:
+            names = table[cls]
+        except KeyError:
+            names = table[cls] = _key_fields(cls, comments)
+        if names is None:
+            return x  # a leaf: str, int, CType, an enum member
+        return (cls, *[key(getattr(x, name)) for name in names])
+
+    return (key(kernel.params), key(kernel.body))
+
+
+_KEY_FIELDS_BARE: dict[type, tuple[str, ...] | None] = {}

@@ -36,10 +36,10 @@ from coconet.dialects import coco, comm
 from coconet.dialects.coco import TensorType, tensor_type_of
 from coconet.dialects.layout_rules import infer_elementwise
 from coconet.lowering import cuda_kernels as K
-from coconet.lowering.cuda_printer import kernel_signature, print_kernel, print_unit
+from coconet.lowering.cuda_printer import kernel_signature, print_unit
 from coconet.lowering.fused_collective import lower_fused_collective
 from coconet.lowering.fused_send import lower_fused_send
-from coconet.lowering.kernel_ir import Kernel, Param, ParamKind
+from coconet.lowering.kernel_ir import Kernel, KernelKey, Param, ParamKind, structural_key
 from coconet.lowering.overlap import lower_overlap
 from coconet.lowering.plan import (
     COMM_STREAM,
@@ -92,14 +92,14 @@ class Lowering:
         self.kernels: list[Kernel] = []
         self.kernel_names: set[str] = set()
         # A kernel's text up to its name and variable names -> the name it was added under.
-        self.kernel_keys: dict[str, str] = {}
+        self.kernel_keys: dict[KernelKey, str] = {}
         # Kernels that can run in table form (not collective ones), by name.
         self.batchable_kernels: dict[str, Kernel] = {}
         # Fused collective kernels that can run in table form, by name -> their text up to
         # names and comments: launches of kernels of one text (the same region over tensors
         # of other sizes and names) fold into one launch of its table form.
-        self.collective_kernels: dict[str, tuple[str, Kernel]] = {}
-        self.collective_tables: dict[str, str] = {}
+        self.collective_kernels: dict[str, tuple[KernelKey, Kernel]] = {}
+        self.collective_tables: dict[KernelKey, str] = {}
         # Fused collectives over several tensors (regions, or the coupled chains of one).
         self.several_fused_collectives = (
             sum(
@@ -188,11 +188,12 @@ class Lowering:
         under another kernel name, e.g. the same chain on tensors of other sizes) is reused.
         Returns its name.
 
-        Kernels are compared as printed with positional variable names, so the names of
-        their parameters and inputs do not matter; the op comments still name the values
-        each kernel computes, which keeps kernels of differently named values apart (and so
-        the plan's launches and batches as they were when kernels were text)."""
-        key = print_kernel(dataclasses.replace(kernel, name="@"), hints=False)
+        Kernels are compared by structure up to naming (`structural_key`: what they print
+        with positional variable names), so the names of their parameters and inputs do not
+        matter; the op comments still name the values each kernel computes, which keeps
+        kernels of differently named values apart (and so the plan's launches and batches as
+        they were when kernels were text). Nothing is printed to compare them."""
+        key = structural_key(kernel)
         if key in self.kernel_keys:
             return self.kernel_keys[key]
         if kernel.name not in self.kernel_names:
@@ -293,7 +294,7 @@ class Lowering:
         # Ready steps: plain ones, and batchable ones grouped by (kernel, stream), each kept
         # in step order; every round takes all ready plain steps, else the largest group.
         plain: list[int] = []
-        groups: dict[tuple[str, int], list[int]] = {}
+        groups: dict[tuple[KernelKey | str, int], list[int]] = {}
 
         def make_ready(j: int) -> None:
             step = steps[j]
@@ -333,7 +334,7 @@ class Lowering:
             step.kernel in self.batchable_kernels or step.kernel in self.collective_kernels
         )
 
-    def table_key(self, step: Launch) -> str:
+    def table_key(self, step: Launch) -> KernelKey | str:
         if step.kernel in self.collective_kernels:
             return self.collective_kernels[step.kernel][0]
         return step.kernel

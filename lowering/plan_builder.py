@@ -18,7 +18,7 @@ from xdsl.ir import Operation, SSAValue
 from coconet.core.program import CocoError
 from coconet.dialects import coco
 from coconet.dialects.coco import TensorType
-from coconet.lowering.kernel_ir import Kernel, Param, ParamKind
+from coconet.lowering.kernel_ir import Kernel, KernelKey, Param, ParamKind
 from coconet.lowering.plan import Buffer, KernelArg, RankValue, Step
 
 
@@ -73,7 +73,7 @@ class PlanBuilder(Protocol):
     # scalar arithmetic that fused collective kernels compute themselves, and the fused
     # collective kernels that run in table form (by name: their text key and kernel)
     deferred: set[Operation]
-    collective_kernels: dict[str, tuple[str, Kernel]]
+    collective_kernels: dict[str, tuple[KernelKey, Kernel]]
     several_fused_collectives: bool
 
     def fresh(self, base: str) -> str: ...

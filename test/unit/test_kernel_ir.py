@@ -7,6 +7,7 @@ and run against the oracle."""
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +43,7 @@ from coconet.lowering.kernel_ir import (
     binary,
     peer,
     rewrite,
+    structural_key,
 )
 from coconet.lowering.lower_to_plan import lower
 from coconet.lowering.nvrtc import compile_cuda, nvrtc_available
@@ -120,6 +122,46 @@ def test_names_are_unique_in_scope_and_reused_after_it():
     assert "COCO_KERNEL(k, coco_i64 in0, coco_i64 n) {" in positional
     assert "const float t0 = 1.0f;" in positional
     assert "const float t1 = t0;" in positional
+
+
+def _axpy(x_hint: str, y_hint: str, *, same_operand: bool = False, comment: str = "") -> Kernel:
+    """`out[i] = x[i] * a + y[i]` over parameters named by the hints (`x * a + x` when
+    `same_operand`)."""
+    x = Param(F32.ptr(const=True), x_hint, "in0", kind=ParamKind.IN)
+    y = Param(F32.ptr(const=True), y_hint, "in1", kind=ParamKind.IN)
+    out = Param(F32.ptr(), f"{x_hint}_out", "out0", kind=ParamKind.OUT)
+    n = Param(I64, None, "n", kind=ParamKind.COUNT)
+    i = Var(I64, None, "i")
+    t = Var(F32, f"{x_hint}_t", "t0")
+    second = x if same_operand else y
+    body = (
+        Decl(t, Index(x, i) * Lit("2.0f") + Index(second, i), comment=comment),
+        Assign(Index(out, i), t),
+    )
+    return Kernel(f"k_{x_hint}", (x, y, out, n), (For(i, Lit("0"), n, body),))
+
+
+def test_kernels_compare_by_structure_as_they_print_up_to_naming():
+    """The lowering dedupes kernels by `structural_key` instead of printing them: equal
+    keys where the positional text is equal (other names, hints and kernel names), and
+    different keys where the text differs, also by which variable is read where."""
+    a, b = _axpy("w", "g"), _axpy("m", "v")
+    assert print_kernel(a) != print_kernel(b)
+    assert structural_key(a) == structural_key(b)
+    assert hash(structural_key(a)) == hash(structural_key(b))
+    assert print_kernel(replace(a, name="@"), hints=False) == print_kernel(
+        replace(b, name="@"), hints=False
+    )
+    # x * 2 + x is not x * 2 + y: a binding, not a spelling.
+    c = _axpy("w", "g", same_operand=True)
+    assert structural_key(c) != structural_key(a)
+    assert print_kernel(replace(c, name="@"), hints=False) != print_kernel(
+        replace(a, name="@"), hints=False
+    )
+    # Comments name the values computed: they count unless left out.
+    d = _axpy("w", "g", comment="%w_t = coco.add")
+    assert structural_key(d) != structural_key(a)
+    assert structural_key(d, comments=False) == structural_key(a, comments=False)
 
 
 def test_ctype_validates_and_knows_its_abi():
