@@ -742,21 +742,31 @@ def _absorb_whole_reductions(block: Block, members: set[Operation]) -> set[Opera
     sliced: TensorType = rs.result.type
     span = set(rs.span())
     rank = grid_rank(function_of(block))
-    ops = list(block.ops)
-    updated = {u.target for u in ops if isinstance(u, coco.UpdateOp) and u not in members}
+    # The candidates are the reductions the chain reads: found from the members' operands,
+    # not by a scan of the function (each fusion costs its chain, not the program).
+    candidates = _reductions_read_by(block, members)
+    if not candidates:
+        return members
+    # Their order in the block, and where the tensors they reduce are computed.
+    inputs = [
+        r.input.owner
+        for r in candidates
+        if isinstance(r.input.owner, Operation) and r.input.owner.parent_block() is block
+    ]
+    info = OrderInfo.spanning(block, {rs, *candidates, *inputs})
     members = set(members)
-    before_rs = set(ops[: ops.index(rs)])
-    for r in ops:
-        if r in members or not isinstance(r, coco.ReduceOp):
-            continue
+    for r in sorted(candidates, key=info.index.__getitem__):
         if r.kind.data not in ("sum", "max", "min", "norm"):
             continue
         # Its slice is taken right after the reduce_scatter: the tensor must exist there.
-        if isinstance(r.input.owner, Operation) and r.input.owner not in before_rs:
+        owner = r.input.owner
+        if isinstance(owner, Operation) and (
+            owner not in info.index or info.index[owner] >= info.index[rs]
+        ):
             continue
         x: TensorType = r.input.type
         users = {ancestor_in(block, use.operation) for use in r.result.uses}
-        if not users or not users <= members or r.input in updated:
+        if not users or not users <= members or _updated_outside(block, r.input, members):
             continue
         if x.get_shape() != sliced.get_shape():
             continue
@@ -769,6 +779,30 @@ def _absorb_whole_reductions(block: Block, members: set[Operation]) -> set[Opera
         piece = x.with_layouts(list(sliced.layouts))
         members |= _reduce_on_slice(block, r, rs, piece, members)
     return members
+
+
+def _reductions_read_by(block: Block, members: set[Operation]) -> list[coco.ReduceOp]:
+    """The `coco.reduce` ops of `block`, outside `members`, whose results a member (or an op
+    nested in one) reads."""
+    found: dict[coco.ReduceOp, None] = {}
+    for m in members:
+        for o in m.walk():
+            for v in o.operands:
+                r = v.owner
+                if isinstance(r, coco.ReduceOp) and r not in members and r.parent_block() is block:
+                    found[r] = None
+    return list(found)
+
+
+def _updated_outside(block: Block, v: SSAValue, members: set[Operation]) -> bool:
+    """Whether a top-level `coco.update` of `block` outside `members` writes `v`."""
+    return any(
+        isinstance(u := use.operation, coco.UpdateOp)
+        and u.target is v
+        and u not in members
+        and u.parent_block() is block
+        for use in v.uses
+    )
 
 
 def _reduce_on_slice(

@@ -3,11 +3,18 @@ benchmarks/compile_time.py's tensor-parallel layers (6 ops each)."""
 
 from __future__ import annotations
 
+import cProfile
 import importlib.util
+import pstats
+from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from coconet.compile import apply_schedule
 from coconet.core.program import Program, parse_module
+from coconet.lowering.cuda_printer import CudaPrinter
+from coconet.lowering.kernel_ir import Kernel
 from coconet.lowering.lower_to_plan import Lowering, lower
 from coconet.passes.common import OrderInfo
 from coconet.passes.fuse import FusePass
@@ -84,3 +91,57 @@ def test_the_stream_schedule_looks_at_each_step_a_bounded_number_of_times():
         small, large = _dependence_checks(20, pipeline), _dependence_checks(40, pipeline)
         assert small > 0
         assert large <= 2.3 * small, (pipeline, small, large)
+
+
+# The benchmark's schedules (benchmarks/compile_time.py).
+BENCHMARK_SCHEDULES = ("none", "ar-c", "coco-split-allreduce", "coco-split-allreduce,coco-fuse")
+
+
+def _calls(work: Callable[[], object]) -> int:
+    """The Python function calls (builtins included) `work` makes: the work done, counted
+    instead of timed."""
+    profile = cProfile.Profile()
+    profile.enable()
+    work()
+    profile.disable()
+    return pstats.Stats(profile).total_calls  # type: ignore[attr-defined]
+
+
+def _phase_calls(layers: int, schedule: str) -> tuple[int, int, int]:
+    """The calls of parse + verify, schedule and lower of a `layers`-deep stack."""
+    text = _stack_text(layers)
+    parse = _calls(lambda: Program(parse_module(text)))
+    program = Program(parse_module(text))
+    scheduled: list[Program] = []
+    schedule_calls = _calls(lambda: scheduled.append(apply_schedule(program, schedule)))
+    lower_calls = _calls(lambda: lower(scheduled[0], 2))
+    return parse, schedule_calls, lower_calls
+
+
+@pytest.mark.parametrize("schedule", BENCHMARK_SCHEDULES)
+def test_every_phase_does_work_linear_in_the_program(schedule: str):
+    """Three times the layers: at most about three times the calls in every phase, for
+    every schedule of the benchmark. A scan of the function per rewrite or per kernel shows
+    up as more (coco-fuse's absorbing of whole reductions listed the function per fused
+    chain: x3.46 here)."""
+    small, large = _phase_calls(10, schedule), _phase_calls(30, schedule)
+    for phase, a, b in zip(("parse+verify", "schedule", "lower"), small, large, strict=True):
+        assert b <= 3.15 * a, (schedule, phase, a, b)
+
+
+def test_the_lowering_prints_each_kernel_once(monkeypatch: pytest.MonkeyPatch):
+    """Kernels are compared by structure (kernel_ir.structural_key), not by printing them:
+    the only kernels printed are those of the translation unit, once each."""
+    printed: list[str] = []
+    print_kernel = CudaPrinter.print_kernel
+
+    def counting(self: CudaPrinter, kernel: Kernel) -> None:
+        printed.append(kernel.name)
+        print_kernel(self, kernel)
+
+    monkeypatch.setattr(CudaPrinter, "print_kernel", counting)
+    for schedule in BENCHMARK_SCHEDULES:
+        printed.clear()
+        program = apply_schedule(Program(parse_module(_stack_text(6))), schedule)
+        plan = lower(program, 2)
+        assert sorted(printed) == sorted(plan.signatures), schedule
