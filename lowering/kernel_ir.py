@@ -19,7 +19,7 @@ to naming, which is how the lowering finds identical kernels over differently na
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from enum import Enum
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -627,7 +627,7 @@ _KEY_FIELDS: dict[type, tuple[str, ...] | None] = {}
 
 
 def _key_fields(cls: type, comments: bool) -> tuple[str, ...] | None:
-    if not issubclass(cls, Expr | Stmt):
+    if not issubclass(cls, Expr | Stmt) or not is_dataclass(cls):
         return None
     return tuple(f.name for f in fields(cls) if comments or f.name != "comment")
 
