@@ -827,11 +827,8 @@ def _split_reorder(s: Schedule, info: _Structure) -> None:
         s.split(dim="auto")
         s.reorder()
         return
-    first = {}
-    for ar in info.all_reduces:
-        first.setdefault(ar.result.name_hint, ar)
-    for name in names:
-        s.split(name, dim=auto_split_dim(first[name]))
+    # One split per dim (not one per all_reduce: each schedule step verifies the program).
+    s.split(*names, dim="auto")
     # One reorder of every gather: reordering one gather can carry its slices through the
     # next all_reduce's consumers (a residual stack's `x + 1 = dropout(...) + x`), taking that
     # gather with it; a reorder per name would then find it gone.

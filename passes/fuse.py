@@ -493,19 +493,33 @@ class FusePass(ModulePass):
                 ):
                     pending.add(user)
 
+        # Ops outside the chain computed from its gathered values (the next layer's matmul
+        # on this layer's output, a norm of gathered rows): an op reading one of them cannot
+        # join, as the chain would then wait for itself (a residual stack after coco-reorder:
+        # the next layer's sliced residual reads this layer's slice and that layer's output).
+        after_gather: set[Operation] = set()
+
+        def waits_for_gather(u: Operation) -> bool:
+            ops = u.walk() if u.regions else (u,)
+            return any(v in gathered or v.owner in after_gather for o in ops for v in o.operands)
+
         watch(rs.result)
         u = rs.next_op
         while pending and u is not None:
             FusePass.chain_visits += 1
-            if u not in pending:
-                u = u.next_op
-                continue
-            pending.discard(u)
-            joined = self._chain_step(u, space, span, chain, gathered)
+            waits = waits_for_gather(u)
+            joined = None
+            if u in pending:
+                pending.discard(u)
+                # (an update joins with a gathered value: the kernel writes it)
+                if not waits or isinstance(u, coco.UpdateOp):
+                    joined = self._chain_step(u, space, span, chain, gathered)
             if joined is not None:
                 members.add(u)
                 for v in joined:
                     watch(v, updates_only=v in gathered)
+            elif waits:
+                after_gather.add(u)
             u = u.next_op
         if not any(isinstance(m, comm.AllGatherOp) for m in members):
             raise fail(

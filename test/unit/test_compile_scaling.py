@@ -9,15 +9,21 @@ import pstats
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+import coconet
 from coconet.compile import apply_schedule
 from coconet.core.program import Program, parse_module
+from coconet.equivalence import check_equivalence
 from coconet.lowering.cuda_printer import CudaPrinter
 from coconet.lowering.kernel_ir import Kernel
 from coconet.lowering.lower_to_plan import Lowering, lower
 from coconet.passes.common import OrderInfo
 from coconet.passes.fuse import FusePass
+from coconet.runtime.sim import prepare_inputs
+from coconet.runtime.threaded import ThreadedExecutor
+from coconet.schedule import named_schedules
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -145,3 +151,46 @@ def test_the_lowering_prints_each_kernel_once(monkeypatch: pytest.MonkeyPatch):
         program = apply_schedule(Program(parse_module(_stack_text(6))), schedule)
         plan = lower(program, 2)
         assert sorted(printed) == sorted(plan.signatures), schedule
+
+
+def test_fuse_rs_c_ag_fuses_every_layer_of_a_residual_stack():
+    """After coco-reorder a layer's sliced residual reads the previous layer's slice:
+    `%x2_s = %dr1_s + %x1_s`. The chain of layer 0 used to take it in (it reads the chain's
+    `%x1_s`), and with it layer 1's bias and dropout, which wait for layer 0's all_gather
+    (through layer 1's matmul): a real cycle for that set, so [fuse-cycle] refused the whole
+    schedule. The chain now ends where an op waits for its own all_gather: one fused
+    all_reduce per layer, the stack's output computed as the oracle computes it (sim, and the
+    plan's CUDA C run by the threaded executor)."""
+    program = Program(parse_module(_stack_text(3)))
+    assert "fuse(rs-c-ag)" in named_schedules(program)
+    fused = apply_schedule(program, "fuse(rs-c-ag)")
+    text = str(fused.module)
+    assert text.count("comm.fused all_reduce") == 3
+    assert text.count("comm.reduce_scatter") == 3
+    assert text.count("comm.all_gather") == 3  # inside the regions: one per layer
+    report = check_equivalence(program, fused, ranks=(2,), seeds=(0,))
+    assert report.ok, report
+    assert report.checked, report
+    plan = lower(fused, 2)
+    inputs = prepare_inputs(fused, None, plan.grid_shape, seed=1)
+    want = coconet.run(program, inputs, ranks=2, inplace=False).outputs
+    got = ThreadedExecutor(plan).run(inputs)
+    for name, value in want.items():
+        assert np.array_equal(got[name], value), name
+
+
+def _reordered_chain_visits(layers: int) -> int:
+    program = apply_schedule(
+        Program(parse_module(_stack_text(layers))), "coco-split-allreduce{dim=1},coco-reorder"
+    )
+    FusePass.chain_visits = 0
+    fused = apply_schedule(program, "coco-fuse{mode=all_reduce}")
+    assert str(fused.module).count("comm.fused all_reduce") == layers
+    return FusePass.chain_visits
+
+
+def test_a_reordered_stack_s_chain_scans_end_within_their_layer():
+    """The residual stream links every layer's slice to the next: a chain scan that
+    followed it would run to the end of the function (quadratic in the layers)."""
+    small, large = _reordered_chain_visits(10), _reordered_chain_visits(30)
+    assert large <= 3.15 * small, (small, large)
