@@ -638,31 +638,51 @@ def structural_key(kernel: Kernel, *, comments: bool = True) -> KernelKey:
     lowering compares kernels by key instead of printing each one. A variable is its type,
     its fallback name and the order of its first occurrence (a binding, not a spelling);
     parameters count only what the printer shows of them. `comments=False` leaves out the
-    comments naming the program's values a kernel computes."""
+    comments naming the program's values a kernel computes.
+
+    The key is the nodes in preorder, flat: each node's type and then its fields (a tuple:
+    `tuple`, its length, then its items), which the types' fixed fields make unambiguous."""
     variables: dict[int, tuple[object, ...]] = {}
     table = _KEY_FIELDS if comments else _KEY_FIELDS_BARE
+    out: list[object] = []
+    emit = out.append
 
-    def key(x: object) -> object:
+    def visit(x: object) -> None:
         cls = type(x)
-        if cls is tuple:
-            return tuple([key(y) for y in cast("tuple[object, ...]", x)])
-        if cls is Var or cls is Param:
+        if cls in _LEAVES:
+            emit(x)
+        elif cls is tuple:
+            items = cast("tuple[object, ...]", x)
+            emit(tuple)
+            emit(len(items))
+            for y in items:
+                visit(y)
+        elif cls is Var or cls is Param:
             assert isinstance(x, Var)
             got = variables.get(id(x))
             if got is None:
                 t = x.ctype
                 got = (t.name, t.pointer, t.const, t.restrict, x.fallback, len(variables))
                 variables[id(x)] = got
-            return got
-        try:
-            names = table[cls]
-        except KeyError:
-            names = table[cls] = _key_fields(cls, comments)
-        if names is None:
-            return x  # a leaf: str, int, CType, an enum member
-        return (cls, *[key(getattr(x, name)) for name in names])
+            emit(got)
+        else:
+            try:
+                names = table[cls]
+            except KeyError:
+                names = table[cls] = _key_fields(cls, comments)
+            if names is None:
+                emit(x)  # a leaf: CType, an enum member
+                return
+            emit(cls)
+            for name in names:
+                visit(getattr(x, name))
 
-    return (key(kernel.params), key(kernel.body))
+    visit(kernel.params)
+    visit(kernel.body)
+    return tuple(out)
 
+
+# Types compared as they are, without a lookup.
+_LEAVES = frozenset({str, int, bool, type(None), CType})
 
 _KEY_FIELDS_BARE: dict[type, tuple[str, ...] | None] = {}

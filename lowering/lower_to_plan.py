@@ -22,6 +22,7 @@ plan and the CUDA text are the same for every rank.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from typing import ClassVar, Literal, SupportsInt
 
@@ -85,6 +86,7 @@ class Lowering:
         # The node of every rank (core/values.py); () when one node holds them all.
         self.nodes = tuple(int(n) for n in nodes) if len(set(nodes)) > 1 else ()
         self.coords = [V.coords_of(r, self.grid_shape) for r in range(self.size)]
+        self._piece_ranges: dict[tuple[TensorType, int], tuple[tuple[int, int], ...]] = {}
         self.config = config
         self.buffers: dict[SSAValue, Buffer] = {}
         self.all_buffers: list[Buffer] = []
@@ -177,11 +179,23 @@ class Lowering:
         table = self.rank_table(label, fn)
         return table.table[0] if len(set(table.table)) == 1 else table
 
+    def piece_ranges(self, t: TensorType, rank: int) -> tuple[tuple[int, int], ...]:
+        """(start, length) per dim of rank `rank`'s piece of `t` (V.piece_range), computed
+        once per type and rank: a program's tensors share a few types, which every kernel's
+        counts, strides and offsets ask about."""
+        key = (t, rank)
+        got = self._piece_ranges.get(key)
+        if got is None:
+            coords = self.coords[rank]
+            got = tuple(V.piece_range(t, d, coords, self.grid_shape) for d in range(t.rank))
+            self._piece_ranges[key] = got
+        return got
+
     def piece_shape(self, t: TensorType, rank: int) -> tuple[int, ...]:
-        return V.piece_shape(t, self.coords[rank], self.grid_shape)
+        return tuple(length for _, length in self.piece_ranges(t, rank))
 
     def piece_count(self, t: TensorType, rank: int) -> int:
-        return int(np.prod(self.piece_shape(t, rank), dtype=np.int64))
+        return math.prod(self.piece_shape(t, rank))
 
     def add_kernel(self, kernel: Kernel) -> str:
         """Add a kernel to the translation unit; an identical kernel (the same computation
@@ -592,9 +606,7 @@ class Lowering:
                     args.append(
                         self.per_rank(
                             f"stride{p.dim}",
-                            lambda r, t=t, first=first: np.prod(
-                                self.piece_shape(t, r)[first:], dtype=np.int64
-                            ),
+                            lambda r, t=t, first=first: math.prod(self.piece_shape(t, r)[first:]),
                         )
                     )
                 case ParamKind.BASE:
@@ -612,7 +624,7 @@ class Lowering:
                     args.append(
                         self.rank_table(
                             f"start{d}",
-                            lambda r, d=d: V.piece_range(it, d, self.coords[r], self.grid_shape)[0],
+                            lambda r, d=d: self.piece_ranges(it, r)[d][0],
                         )
                     )
                 case ParamKind.GOFFSET:
@@ -620,9 +632,7 @@ class Lowering:
                     args.append(
                         self.rank_table(
                             "goffset",
-                            lambda r, s0=stride0: (
-                                V.piece_range(it, 0, self.coords[r], self.grid_shape)[0] * s0
-                            ),
+                            lambda r, s0=stride0: self.piece_ranges(it, r)[0][0] * s0,
                         )
                     )
                 case ParamKind.STREAM:
@@ -644,14 +654,14 @@ class Lowering:
         """Offset into rank `rank`'s piece of `t` of the iteration piece's first element."""
         gap = it.rank - t.rank
         local = self.piece_shape(t, rank)
+        t_ranges, it_ranges = self.piece_ranges(t, rank), self.piece_ranges(it, rank)
+        t_shape, it_shape = t.get_shape(), it.get_shape()
         offset = 0
         for d in range(t.rank):
-            if t.get_shape()[d] == 1 and it.get_shape()[d + gap] != 1:
+            if t_shape[d] == 1 and it_shape[d + gap] != 1:
                 continue
-            start_it, _ = V.piece_range(it, d + gap, self.coords[rank], self.grid_shape)
-            start_t, _ = V.piece_range(t, d, self.coords[rank], self.grid_shape)
-            stride = int(np.prod(local[d + 1 :], dtype=np.int64))
-            offset += (start_it - start_t) * stride
+            start_it, start_t = it_ranges[d + gap][0], t_ranges[d][0]
+            offset += (start_it - start_t) * math.prod(local[d + 1 :])
         return offset
 
     def lower_fused_elementwise(self, op: comm.FusedOp) -> None:
