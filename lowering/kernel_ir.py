@@ -13,7 +13,8 @@ fused collectives (`PeerSync`, whose steps are named functions of the header).
 Values are `Var`s (identity objects: two variables may carry the same hint). A variable has
 a `hint`, the program's SSA name where it has one, and a positional `fallback`; the printer
 turns them into unique C identifiers. Printing with fallbacks only gives the kernel's text up
-to naming, which is how the lowering finds identical kernels over differently named tensors.
+to naming; `structural_key` gives the same comparison without printing, which is how the
+lowering finds identical kernels over differently named tensors.
 """
 
 from __future__ import annotations
@@ -617,8 +618,8 @@ def uses(node: Any, var: Var) -> bool:
 # Comparing kernels
 # ---------------------------------------------------------------------------------------------
 
-# A kernel's structure up to naming (structural_key): nested tuples of node types, fields and
-# variable ordinals, hashable and comparable with ==.
+# A kernel's structure up to naming (structural_key): node types, fields and variables (by
+# type, fallback and order of first occurrence) in preorder, hashable and comparable with ==.
 KernelKey = tuple[object, ...]
 
 # How structural_key reads each node type: None for a leaf (compared as it is), else the
