@@ -340,10 +340,20 @@ def check_groups_acyclic(
         for op in g:
             node[op] = ("group", i)
     succ: dict[object, set[object]] = {}
-    for i, a in enumerate(info.ops):
-        for b in info.ops[i + 1 :]:
-            if node[a] != node[b] and info.precedes(a, b):
+    # The edges of OrderInfo.precedes, from each op's facts rather than from every pair of
+    # ops (linear in the block): a def precedes its uses, and every earlier read of an
+    # argument precedes its update.
+    readers: dict[SSAValue, list[Operation]] = {}
+    for b in info.ops:
+        _, uses, reads, writes = info.facts(b)
+        sources = {ancestor_in(block, v.owner) for v in uses if isinstance(v.owner, Operation)}
+        for target in writes:
+            sources.update(readers.get(target, ()))
+        for a in sources:
+            if a is not None and a is not b and a in node and node[a] != node[b]:
                 succ.setdefault(node[a], set()).add(node[b])
+        for target in reads:
+            readers.setdefault(target, []).append(b)
     state: dict[object, int] = {}
 
     def visit(n: object) -> bool:

@@ -194,3 +194,24 @@ def test_a_reordered_stack_s_chain_scans_end_within_their_layer():
     followed it would run to the end of the function (quadratic in the layers)."""
     small, large = _reordered_chain_visits(10), _reordered_chain_visits(30)
     assert large <= 3.15 * small, (small, large)
+
+
+def _targeted_fuse_calls(layers: int) -> int:
+    program = apply_schedule(
+        Program(parse_module(_stack_text(layers))), "coco-split-allreduce{dim=1},coco-reorder"
+    )
+    names = ",".join(f"ar{i}_rs" for i in range(layers))
+    fused: list[Program] = []
+    calls = _calls(
+        lambda: fused.append(apply_schedule(program, f"coco-fuse{{mode=all_reduce ops={names}}}"))
+    )
+    assert str(fused[0].module).count("comm.fused all_reduce") == layers
+    return calls
+
+
+def test_fusing_many_named_chains_checks_their_order_in_linear_work():
+    """Fusing every layer's chain by name (what fuse(rs-c-ag) asks) checks, before building
+    any region, that the regions form no cycle between them: over the def-use and
+    read-before-update edges of the block, not over every pair of its ops."""
+    small, large = _targeted_fuse_calls(10), _targeted_fuse_calls(30)
+    assert large <= 3.15 * small, (small, large)
