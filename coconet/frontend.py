@@ -45,6 +45,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import (
     DenseArrayBase,
@@ -63,6 +64,7 @@ from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.utils.exceptions import DiagnosticException, VerifyException
 
 from coconet.core.program import CocoError, Program
+from coconet.core.values import NUMPY_DTYPES
 from coconet.dialects import coco, comm, layout_rules
 from coconet.dialects.coco import (
     DYNAMIC,
@@ -104,6 +106,7 @@ __all__ = [
     "Cast",
     "CocoError",
     "Const",
+    "Constant",
     "Dropout",
     "Eq",
     "Exp",
@@ -867,6 +870,57 @@ def Const(dtype: Attribute, value: float | int | bool) -> Value:
     b = _current(expr)
     like = TensorType((), dtype)
     op = coco.ConstantOp(_literal_value(value, like, expr), like)
+    b.insert(op, expr, [])
+    return _finish(op, b)
+
+
+_ELEMENT_TYPES: dict[str, Attribute] = {
+    "f16": F16,
+    "bf16": BF16,
+    "f32": F32,
+    "f64": F64,
+    "i32": I32,
+    "i64": I64,
+    "i1": I1,
+}
+
+
+def Constant(values: object, dtype: Attribute | None = None) -> Value:
+    """A replicated tensor constant holding a NumPy array's values, one per element (an
+    attention mask, a position bias): `coco.constant dense<...>`. Its element type is
+    `dtype`, else the array's; each value is rounded to it. A 0-d array is a splat."""
+    expr = f"Constant({type(values).__name__}{'' if dtype is None else ', ' + _elt_name(dtype)})"
+    b = _current(expr)
+    array = np.asarray(values)
+    if dtype is None:
+        by_dtype = {d: name for name, d in NUMPY_DTYPES.items()}
+        name = by_dtype.get(array.dtype)
+        if name is None:
+            raise CocoError(
+                f"{_user_location()}: `{expr}`: no element type holds {array.dtype} values: "
+                "pass dtype="
+            )
+        dtype = _ELEMENT_TYPES[name]
+    _elt_name(dtype)
+    t = TensorType(array.shape, dtype)
+    if array.size == 0:
+        raise CocoError(f"{_user_location()}: `{expr}` needs at least one value")
+    if is_float_type(dtype):
+        if array.dtype.kind not in "fiub":
+            raise CocoError(f"{_user_location()}: `{expr}` needs numbers, got {array.dtype}")
+        flat: list[float | int] = [float(v) for v in array.astype(np.float64).ravel()]
+    else:
+        if array.dtype.kind not in "iub":
+            raise CocoError(
+                f"{_user_location()}: `{expr}`: an integer tensor needs integer values, got "
+                f"{array.dtype}"
+            )
+        flat = [int(v) for v in array.astype(np.int64).ravel()]
+    op = coco.ConstantOp(flat[0], t) if array.ndim == 0 else coco.ConstantOp.dense(flat, t)
+    try:
+        op.verify()
+    except VerifyException as e:
+        raise CocoError(f"{_user_location()}: `{expr}`: {e}") from None
     b.insert(op, expr, [])
     return _finish(op, b)
 

@@ -30,10 +30,12 @@ from typing import ClassVar, TypeVar, cast
 from xdsl.dialects.builtin import (
     I64,
     DenseArrayBase,
+    DenseIntOrFPElementsAttr,
     Float64Type,
     FloatAttr,
     IntegerAttr,
     IntegerType,
+    TensorType as BuiltinTensorType,
     UnitAttr,
     f64,
     i64,
@@ -205,34 +207,85 @@ SIGNATURE = "`:` custom<Signature>(type(operands), type(results))"
 
 
 def constant_attr(value: float | bool, result_type: TensorType) -> FloatAttr | IntegerAttr:
-    """How `coco.constant` stores `value`: f64 for a float element type, else i64."""
+    """How a splat `coco.constant` stores `value`: f64 for a float element type, else i64."""
     if is_float_type(result_type.element_type):
         return FloatAttr(float(value), f64)
     return IntegerAttr(int(value), i64)
 
 
+def dense_constant_attr(
+    values: Sequence[float | int | bool], shape: Sequence[int], result_type: TensorType
+) -> DenseIntOrFPElementsAttr:
+    """How a dense `coco.constant` stores its values (row-major, `shape`): as the splat form
+    does, f64 for a float element type, else i64; each is rounded to the element type where
+    it is used, as a splat is."""
+    if is_float_type(result_type.element_type):
+        return DenseIntOrFPElementsAttr.from_list(
+            BuiltinTensorType(f64, shape), [float(v) for v in values]
+        )
+    return DenseIntOrFPElementsAttr.from_list(
+        BuiltinTensorType(i64, shape), [int(v) for v in values]
+    )
+
+
+def _parse_number(parser: Parser) -> float | int:
+    """A literal of `coco.constant`: a number, `true`/`false`, or `inf`, `-inf`, `nan`."""
+    negative = parser.parse_optional_punctuation("-") is not None
+    number: float | int
+    if parser.parse_optional_keyword("inf") is not None:
+        number = float("inf")
+    elif not negative and parser.parse_optional_keyword("nan") is not None:
+        number = float("nan")
+    else:
+        number = parser.parse_number(allow_boolean=not negative)
+    return -number if negative else number
+
+
+def _parse_nested_literal(parser: Parser) -> tuple[list[float | int], list[int]]:
+    """`[[1.0, 2.0], [3.0, 4.0]]`: the values in row-major order and the nesting's shape
+    (every sublist of one level has the same length, else a parse error)."""
+    pos = parser.pos
+    items = parser.parse_optional_comma_separated_list(
+        parser.Delimiter.SQUARE, lambda: _parse_nested_literal(parser)
+    )
+    if items is None:
+        return [_parse_number(parser)], []
+    inner = [shape for _, shape in items]
+    if any(shape != inner[0] for shape in inner):
+        parser.raise_error("a dense literal's rows must all have the same shape", pos)
+    values = [v for vs, _ in items for v in vs]
+    return values, [len(items), *(inner[0] if inner else [])]
+
+
 @irdl_custom_directive
 class ConstantValue(CustomDirective):
-    """`0.9 : !coco.tensor<f32>`: a literal read against the result type that follows it (a
-    float element type stores it as f64, an integer one as i64, and an integer type refuses
-    a float literal), so literal and type are one directive. `inf`, `-inf` and `nan` spell
-    the non-finite values."""
+    """`0.9 : !coco.tensor<f32>` (a splat) or `dense<[1.0, 2.0]> : !coco.tensor<2xf32>` (one
+    value per element, nested by dims): literals read against the result type that follows
+    (a float element type stores them as f64, an integer one as i64, and an integer type
+    refuses a float literal), so literal and type are one directive. `inf`, `-inf` and `nan`
+    spell the non-finite values."""
 
     value: AttributeVariable
     result_type: TypeDirective
 
     def parse(self, parser: Parser, state: ParsingState) -> None:
         number_pos = parser.pos
-        negative = parser.parse_optional_punctuation("-") is not None
-        number: float | int
-        if parser.parse_optional_keyword("inf") is not None:
-            number = float("inf")
-        elif not negative and parser.parse_optional_keyword("nan") is not None:
-            number = float("nan")
+        dense = parser.parse_optional_keyword("dense") is not None
+        numbers: list[float | int]
+        shape: list[int] = []
+        if dense:
+            parser.parse_punctuation("<")
+            literal_pos = parser.pos
+            numbers, shape = _parse_nested_literal(parser)
+            if not shape:
+                parser.raise_error(
+                    "a dense literal lists every element in brackets (one value for every "
+                    "element is a splat: `coco.constant 1.0 : T`)",
+                    literal_pos,
+                )
+            parser.parse_punctuation(">")
         else:
-            number = parser.parse_number(allow_boolean=not negative)
-        if negative:
-            number = -number
+            numbers = [_parse_number(parser)]
         parser.parse_punctuation(":")
         type_pos = parser.pos
         result_type = parser.parse_type()
@@ -240,24 +293,46 @@ class ConstantValue(CustomDirective):
             parser.raise_error(
                 f"coco.constant needs a !coco.tensor type, got {result_type}", type_pos
             )
-        if isinstance(number, float) and not is_float_type(result_type.element_type):
-            # int() would silently truncate the literal
-            parser.raise_error(
-                f"coco.constant of element type {result_type.elt} needs an integer literal, "
-                f"got {number}",
-                number_pos,
-            )
-        self.value.set(state, constant_attr(number, result_type))
+        for number in numbers:
+            if isinstance(number, float) and not is_float_type(result_type.element_type):
+                # int() would silently truncate the literal
+                parser.raise_error(
+                    f"coco.constant of element type {result_type.elt} needs an integer "
+                    f"literal, got {number}",
+                    number_pos,
+                )
+        attr = (
+            dense_constant_attr(numbers, shape, result_type)
+            if dense
+            else constant_attr(numbers[0], result_type)
+        )
+        self.value.set(state, attr)
         self.result_type.set(state, (result_type,))
 
     def print(self, printer: Printer, state: PrintingState, op: IRDLOperation) -> None:
         state.print_whitespace(printer)
         attr = self.value.get(op)
-        assert isinstance(attr, FloatAttr | IntegerAttr)
-        number = attr.value.data
-        text = float_literal(number) if isinstance(number, float) else str(number)
+        if isinstance(attr, DenseIntOrFPElementsAttr):
+            values = attr.get_values()
+            text = f"dense<{_nested_text([_literal_text(v) for v in values], attr.get_shape())}>"
+        else:
+            assert isinstance(attr, FloatAttr | IntegerAttr)
+            text = _literal_text(attr.value.data)
         printer.print_string(f"{text} : ")
         printer.print_list(self.result_type.get(op), printer.print_attribute)
+
+
+def _literal_text(number: float | int) -> str:
+    return float_literal(number) if isinstance(number, float) else str(number)
+
+
+def _nested_text(items: Sequence[str], shape: Sequence[int]) -> str:
+    """Row-major `items` nested by `shape`: `[[a, b], [c, d]]`."""
+    if not shape:
+        return items[0]
+    step = len(items) // shape[0] if shape[0] else 0
+    rows = [_nested_text(items[k * step : (k + 1) * step], shape[1:]) for k in range(shape[0])]
+    return "[" + ", ".join(rows) + "]"
 
 
 # -- effects -----------------------------------------------------------------------------------
@@ -542,23 +617,53 @@ class CastOp(ElementwiseOp):
 
 @irdl_op_definition
 class ConstantOp(CocoOp):
-    """`coco.constant 0.9 : !coco.tensor<f32>`: a splat value, the same on every rank."""
+    """`coco.constant 0.9 : !coco.tensor<f32>`: a splat value; `coco.constant dense<[1.0, 2.0]>
+    : !coco.tensor<2xf32>`: one value per element (row-major, nested by dims). Either is the
+    same on every rank, and each value is rounded to the element type where it is used."""
 
     name = "coco.constant"
-    value = prop_def(base(FloatAttr) | base(IntegerAttr))
+    value = prop_def(base(FloatAttr) | base(IntegerAttr) | base(DenseIntOrFPElementsAttr))
     result = result_def(TensorType)
     traits = traits_def(Pure())
 
     assembly_format = "custom<ConstantValue>($value, type($result)) attr-dict"
 
-    def __init__(self, value: float | bool, result_type: TensorType):
-        super().__init__(
-            result_types=[result_type], properties={"value": constant_attr(value, result_type)}
+    def __init__(
+        self, value: float | bool | DenseIntOrFPElementsAttr, result_type: TensorType
+    ) -> None:
+        attr = (
+            value
+            if isinstance(value, DenseIntOrFPElementsAttr)
+            else constant_attr(value, result_type)
+        )
+        super().__init__(result_types=[result_type], properties={"value": attr})
+
+    @staticmethod
+    def dense(values: Sequence[float | int | bool], result_type: TensorType) -> ConstantOp:
+        """A dense constant of `result_type` holding `values` (row-major, one per element)."""
+        return ConstantOp(
+            dense_constant_attr(values, result_type.get_shape(), result_type), result_type
         )
 
     @property
+    def is_dense(self) -> bool:
+        return isinstance(self.value, DenseIntOrFPElementsAttr)
+
+    @property
     def number(self) -> float | int:
+        """A splat's value."""
+        assert isinstance(self.value, FloatAttr | IntegerAttr), "a dense constant has values"
         return self.value.value.data
+
+    def values(self) -> tuple[float | int, ...]:
+        """Every element's value, row-major (a splat's repeated)."""
+        if isinstance(self.value, DenseIntOrFPElementsAttr):
+            # float or integer values: the verifier refuses any other element type
+            return cast("tuple[float | int, ...]", self.value.get_values())
+        count = 1
+        for n in self.result.type.get_shape():
+            count *= n
+        return (self.number,) * count
 
     def verify_layouts(self) -> None:
         res = self.result.type
@@ -567,17 +672,37 @@ class ConstantOp(CocoOp):
                 f"[constant-replicated] a constant is the same on every rank, so its type "
                 f"must be replicated, not {res.layout_text()}"
             )
-        if is_float_type(res.element_type) != isinstance(self.value, FloatAttr):
-            raise VerifyException(
-                f"[constant-type] constant {self.number} does not match element type {res.elt}"
-            )
+        attr = self.value
+        if isinstance(attr, DenseIntOrFPElementsAttr):
+            shape = attr.get_shape()
+            if tuple(shape) != tuple(res.get_shape()):
+                raise VerifyException(
+                    f"[constant-shape] dense constant of shape {list(shape)} does not match "
+                    f"the result shape {list(res.get_shape())}"
+                )
+            stored = attr.get_element_type()
+            if (not isinstance(stored, IntegerType) and not is_float_type(stored)) or (
+                is_float_type(res.element_type) != is_float_type(stored)
+            ):
+                raise VerifyException(
+                    f"[constant-type] dense constant of {attr.get_element_type()} values "
+                    f"does not match element type {res.elt}"
+                )
+            numbers: Sequence[float | int] = self.values()
+        else:
+            if is_float_type(res.element_type) != isinstance(attr, FloatAttr):
+                raise VerifyException(
+                    f"[constant-type] constant {self.number} does not match element type {res.elt}"
+                )
+            numbers = (self.number,)
         if isinstance(elt := res.element_type, IntegerType):
             width = elt.bitwidth
             low, high = (0, 1) if width == 1 else (-(2 ** (width - 1)), 2**width - 1)
-            if not low <= self.number <= high:
-                raise VerifyException(
-                    f"[constant-type] constant {self.number} does not fit element type {res.elt}"
-                )
+            for number in numbers:
+                if not low <= number <= high:
+                    raise VerifyException(
+                        f"[constant-type] constant {number} does not fit element type {res.elt}"
+                    )
 
 
 @irdl_op_definition

@@ -42,6 +42,7 @@ from coconet.lowering.kernel_ir import (
     Call,
     Cast,
     Combine,
+    ConstArray,
     CType,
     Decl,
     Expr,
@@ -134,6 +135,11 @@ def c_float(value: float, elt: str) -> Expr:
         sign = "-" if rounded < 0 else ""
         return Binary("/", Lit(f"{sign}1.0{sfx}"), Lit(f"0.0{sfx}"))
     return Lit(rounded.hex() + sfx)
+
+
+def _int_literal(value: float | int, elt: str) -> Expr:
+    """An integer constant wrapped to its element type, as a long long."""
+    return Cast(I64, Lit(str(int(np.array(value).astype(NUMPY_DTYPES[elt])))))
 
 
 def load_expr(elt: str, ref: Expr) -> Expr:
@@ -243,7 +249,7 @@ class Operand:
     """How a kernel reads one value from memory at an iteration element."""
 
     value: SSAValue
-    param: Param
+    param: Var  # a pointer parameter, or a dense constant's array (`ConstArray`)
     identity: bool  # read at the iteration's own linear index
     scalar: bool  # a single element (rank-0 or all dims broadcast)
     linear: bool = False  # read at base + the iteration's linear index (slices of dim 0)
@@ -324,7 +330,7 @@ class ElementwiseKernel:
             not t.slicing_axes(d) and not it.slicing_axes(d) for d in range(1, t.rank)
         )
 
-    def operand_of(self, v: SSAValue, param: Param, name: str | None) -> Operand:
+    def operand_of(self, v: SSAValue, param: Var, name: str | None) -> Operand:
         """How `v` is read through `param`; index parameters are named after `name`."""
         t = tensor_type_of(v)
         it = self.iteration
@@ -414,6 +420,7 @@ class _ElementwiseBuilder:
         self.params: list[Param] = []
         self.operands: dict[SSAValue, Operand] = {}
         self.peer_operands: dict[SSAValue, Operand] = {}
+        self.constants: dict[SSAValue, Operand] = {}  # dense constants' arrays
         self.gathers: list[_Gather] = []
         self.out_params: list[Param] = []
         self.red_params: list[Param] = []
@@ -471,6 +478,9 @@ class _ElementwiseBuilder:
             ctype = C_STORAGE[tensor_type_of(v).elt].ptr(const=True, restrict=restrict)
             p = self.param(ctype, _hint(v, "_in"), f"in{n}", ParamKind.IN, value=v)
             self.operands[v] = k.operand_of(v, p, v.name_hint)
+        for op in k.ops:
+            if isinstance(op, coco.ConstantOp) and op.is_dense:
+                self.dense_constant(op)
         outs = updates = 0
         for s in k.stores:
             if s.target is None:
@@ -535,6 +545,7 @@ class _ElementwiseBuilder:
         self.end = self.param(I64, None, "end", ParamKind.END)
 
         mapped = [*self.operands.values(), *self.peer_operands.values()]
+        mapped += self.constants.values()
         mapped += [g.operand for g in self.gathers]
         self.need_coords = (
             any(not o.identity and not o.scalar and not o.linear for o in mapped)
@@ -571,6 +582,23 @@ class _ElementwiseBuilder:
                     U64, _hint(op.result, "_stream"), f"stream{n}", ParamKind.STREAM, value=op.input
                 )
             )
+
+    def dense_constant(self, op: coco.ConstantOp) -> None:
+        """A dense constant's values become an array in the kernel's text (in the compute
+        type, each value rounded to the element type), read at the element's position in
+        the constant like an operand in memory: a slice or broadcast of it reads the
+        matching values."""
+        res = op.result
+        elt = res.type.elt
+        if _is_float(elt):
+            values = [c_float(v, elt) for v in op.values()]
+        elif elt == "i1":
+            values = [Lit("true" if v else "false") for v in op.values()]
+        else:
+            values = [_int_literal(v, elt) for v in op.values()]
+        array = Var(C_COMPUTE[elt], _hint(res, "_values"), f"const{len(self.constants)}_")
+        self.hoisted.append(ConstArray(array, tuple(values)))
+        self.constants[res] = self.k.operand_of(res, array, res.name_hint)
 
     # -- the element's coordinates and global index -------------------------------------------
 
@@ -689,7 +717,10 @@ class _ElementwiseBuilder:
         decl = Decl(var, rounded, comment=comment)
         # Values that do not depend on the element (scalars: bias corrections, constants)
         # are computed once per block (per thread on a GPU), outside the element loop.
-        if not isinstance(op, coco.DropoutOp) and all(a in self.invariant for a in args):
+        element_wise = isinstance(op, coco.DropoutOp) or (
+            res in self.constants and not self.constants[res].scalar
+        )
+        if not element_wise and all(a in self.invariant for a in args):
             self.hoisted.append(decl)
             self.invariant.add(var)
         else:
@@ -711,13 +742,16 @@ class _ElementwiseBuilder:
                 return args[0]
             case coco.CastOp():
                 return _cast(op.result.type.elt, args[0])
+            case coco.ConstantOp() if op.is_dense:
+                o = self.constants[op.result]
+                return Index(o.param, self.index_of(o))
             case coco.ConstantOp():
                 elt = op.result.type.elt
                 if _is_float(elt):
                     return c_float(op.number, elt)
                 if elt == "i1":
                     return Lit("true" if op.number else "false")
-                return Cast(I64, Lit(str(int(np.array(op.number).astype(NUMPY_DTYPES[elt])))))
+                return _int_literal(op.number, elt)
             case coco.DropoutOp():
                 from coconet.core.counter_rng import dropout_threshold
 

@@ -31,6 +31,7 @@ from coconet.lowering.kernel_ir import (
     Call,
     Cast,
     Combine,
+    ConstArray,
     CType,
     Decl,
     Expr,
@@ -398,6 +399,16 @@ class CudaPrinter(BasePrinter):
         size = self.expr(stmt.size)
         name = self.declare(stmt.var)
         self.print_string(f"\n{c_type(stmt.var.ctype)} {name}[{size}];")
+
+    @print_stmt.register
+    def _(self, stmt: ConstArray) -> None:
+        values = [self.expr(v) for v in stmt.values]
+        name = self.declare(stmt.var)
+        rows = [", ".join(values[k : k + 8]) for k in range(0, len(values), 8)]
+        self.print_string(f"\nstatic const {c_type(stmt.var.ctype)} {name}[{len(values)}] = {{")
+        for n, row in enumerate(rows):
+            self.print_string(f"\n    {row}{',' if n + 1 < len(rows) else ''}")
+        self.print_string("\n};")
 
     @print_stmt.register
     def _(self, stmt: VecIn) -> None:

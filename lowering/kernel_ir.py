@@ -448,6 +448,16 @@ class LocalArray(Stmt):
 
 
 @dataclass(frozen=True)
+class ConstArray(Stmt):
+    """`static const T var[n] = {values};`: a dense constant's values in the kernel's own
+    text (global memory on a GPU, read-only data on the host), read at each element's
+    position in the constant."""
+
+    var: Var
+    values: tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
 class VecIn(Stmt):
     """`var` holds the vector of `lanes` elements at `src` (COCO_VEC_IN of the device layer:
     16-byte loads into registers on a GPU, a view of the memory on the host)."""

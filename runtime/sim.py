@@ -22,7 +22,7 @@ from coconet.core.counter_rng import dropout_keep
 from coconet.core.elementwise import COMPARISONS, ELEMENTWISE
 from coconet.core.program import CocoError, Program, check_program_on_grid, load, output_name
 from coconet.dialects import coco, comm
-from coconet.dialects.coco import TensorType
+from coconet.dialects.coco import TensorType, is_float_type
 
 Pieces = list[np.ndarray]
 
@@ -279,7 +279,14 @@ def run_cast(it: Interpreter, op: coco.CastOp) -> list[Pieces]:
 def run_constant(it: Interpreter, op: coco.ConstantOp) -> list[Pieces]:
     t: TensorType = op.result.type
     with np.errstate(over="ignore"):  # a literal beyond the type's range is an infinity
-        value = np.full(t.get_shape(), op.number, dtype=V.numpy_dtype(t))
+        if op.is_dense:
+            # each value rounded once, from the f64 (i64) it is stored as, to the element type
+            stored = np.array(
+                op.values(), dtype=np.float64 if is_float_type(t.element_type) else np.int64
+            )
+            value = stored.astype(V.numpy_dtype(t)).reshape(t.get_shape())
+        else:
+            value = np.full(t.get_shape(), op.number, dtype=V.numpy_dtype(t))
     return [[value.copy() for _ in range(it.size)]]
 
 

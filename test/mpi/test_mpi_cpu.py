@@ -143,6 +143,16 @@ def test_example_under_every_schedule_matches_the_oracle(example, ranks):
     assert f"on {ranks} rank(s), backend cpu" in r.stdout
 
 
+def test_dense_constants_on_real_ranks():
+    """Dense constants (their values in the kernels' text) read at slices and broadcasts by
+    every named schedule, on 2 MPI ranks, against the oracle."""
+    program = ROOT / "test" / "unit" / "programs" / "dense_constants.mlir"
+    schedules = ["ar-c", "rs-c-ag", "fuse(rs-c-ag)"]
+    args = [a for n in schedules for a in ("--schedule", n)]
+    r = coco_run(str(program), "--np", "2", "--backend", "cpu", "--check", "-p", "", *args)
+    assert_checked(r, 1 + len(schedules))
+
+
 def test_given_inputs_and_outputs_round_trip(tmp_path):
     import coconet
     from coconet.runtime import sim

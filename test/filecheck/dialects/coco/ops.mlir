@@ -258,6 +258,34 @@ func.func @constant() {
 
 // -----
 
+// Dense constants: one value per element, nested by dims, stored (as splats are) as f64 or
+// i64 and rounded to the element type where used (non-finite values: dense_constant_nonfinite.mlir).
+
+func.func @dense_constant() {
+  %0 = coco.constant dense<[1.0, -2.5, 0.1, 3]> : !coco.tensor<4xf32>
+  %1 = coco.constant dense<[[-0.0, 1.0e-5, 65504.0]]> : !coco.tensor<1x3xf16>
+  %2 = coco.constant dense<[[[0.5]], [[-0.25]]]> : !coco.tensor<2x1x1xbf16> {k}
+  %3 = coco.constant dense<[-2147483648, 7]> : !coco.tensor<2xi32>
+  %4 = coco.constant dense<[true, false, 1]> : !coco.tensor<3xi1>
+  %5 = coco.constant dense<[1, 2]> : !coco.tensor<2xf64>
+  func.return
+}
+
+// CHECK-LABEL: func.func @dense_constant() {
+// CHECK-NEXT:    %0 = coco.constant dense<[1.0, -2.5, 0.1, 3.0]> : !coco.tensor<4xf32>{{$}}
+// CHECK-NEXT:    %1 = coco.constant dense<{{\[\[}}-0.0, 1.0e-05, 65504.0]]> : !coco.tensor<1x3xf16>{{$}}
+// CHECK-NEXT:    %2 = coco.constant dense<{{\[\[\[}}0.5]], {{\[\[}}-0.25]]]> : !coco.tensor<2x1x1xbf16> {k}{{$}}
+// CHECK-NEXT:    %3 = coco.constant dense<[-2147483648, 7]> : !coco.tensor<2xi32>{{$}}
+// CHECK-NEXT:    %4 = coco.constant dense<[1, 0, 1]> : !coco.tensor<3xi1>{{$}}
+// CHECK-NEXT:    %5 = coco.constant dense<[1.0, 2.0]> : !coco.tensor<2xf64>{{$}}
+// CHECK-NEXT:    func.return{{$}}
+
+// GENERIC-LABEL: "func.func"() <{sym_name = "dense_constant"
+// GENERIC:         %0 = "coco.constant"() <{value = dense<[1.000000e+00, -2.500000e+00, 1.000000e-01, 3.000000e+00]> : tensor<4xf64>}> : () -> !coco.tensor<4xf32>
+// GENERIC:         %3 = "coco.constant"() <{value = dense<[-2147483648, 7]> : tensor<2xi64>}> : () -> !coco.tensor<2xi32>
+
+// -----
+
 func.func @dropout(%x: !coco.tensor<8xf32, sliced<0>>, %y: !coco.tensor<8xf16, local>) {
   %0 = coco.dropout %x, 0.1 seed 7 : !coco.tensor<8xf32, sliced<0>>
   %1 = coco.dropout %y, 0.0 seed 0 {k} : !coco.tensor<8xf16, local>

@@ -137,3 +137,42 @@ func.func @dropout_seed(%a: !coco.tensor<8xf32>) {
 // CHECK-NEXT: %0 = coco.dropout %a, 0.1 : !coco.tensor<8xf32>
 // CHECK-NEXT: ^
 // CHECK-NEXT: Expected 'seed'
+
+// -----
+
+func.func @dense_constant_ragged() {
+  %0 = coco.constant dense<[[1.0, 2.0], [3.0]]> : !coco.tensor<2x2xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK-NEXT: {{.*}}parse_errors.mlir:144:28
+// CHECK-NEXT: %0 = coco.constant dense<{{\[\[}}1.0, 2.0], [3.0]]> : !coco.tensor<2x2xf32>
+// CHECK-NEXT: ^
+// CHECK-NEXT: a dense literal's rows must all have the same shape
+
+// -----
+
+func.func @dense_constant_scalar() {
+  %0 = coco.constant dense<1.0> : !coco.tensor<4xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK-NEXT: {{.*}}parse_errors.mlir:157:28
+// CHECK-NEXT: %0 = coco.constant dense<1.0> : !coco.tensor<4xf32>
+// CHECK-NEXT: ^
+// CHECK-NEXT: a dense literal lists every element in brackets (one value for every element is a splat: `coco.constant 1.0 : T`)
+
+// -----
+
+func.func @dense_constant_truncation() {
+  %0 = coco.constant dense<[1, 2.5]> : !coco.tensor<2xi32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK-NEXT: {{.*}}parse_errors.mlir:170:22
+// CHECK-NEXT: %0 = coco.constant dense<[1, 2.5]> : !coco.tensor<2xi32>
+// CHECK-NEXT: ^
+// CHECK-NEXT: coco.constant of element type i32 needs an integer literal, got 2.5

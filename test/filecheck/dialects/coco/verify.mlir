@@ -431,6 +431,56 @@ func.func @constant_does_not_fit_i32() {
 
 // -----
 
+func.func @dense_constant_local() {
+  %0 = coco.constant dense<[1.0, 2.0]> : !coco.tensor<2xf32, local>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [constant-replicated] a constant is the same on every rank, so its type must be replicated, not local
+
+// -----
+
+func.func @dense_constant_shape() {
+  %0 = coco.constant dense<[1.0, 2.0, 3.0]> : !coco.tensor<4xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [constant-shape] dense constant of shape [3] does not match the result shape [4]
+
+// -----
+
+func.func @dense_constant_rank() {
+  %0 = coco.constant dense<[[1.0, 2.0]]> : !coco.tensor<2xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [constant-shape] dense constant of shape [1, 2] does not match the result shape [2]
+
+// -----
+
+func.func @dense_constant_type() {
+  %0 = "coco.constant"() <{value = dense<[1, 2]> : tensor<2xi64>}> : () -> !coco.tensor<2xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [constant-type] dense constant of i64 values does not match element type f32
+
+// -----
+
+func.func @dense_constant_does_not_fit_i32() {
+  %0 = coco.constant dense<[1, 4294967296]> : !coco.tensor<2xi32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [constant-type] constant 4294967296 does not fit element type i32
+
+// -----
+
 // dropout-probability
 func.func @dropout_one(%a: !coco.tensor<8xf32>) {
   %0 = coco.dropout %a, 1.0 seed 1 : !coco.tensor<8xf32>
