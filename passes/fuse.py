@@ -149,24 +149,27 @@ def _absorb_updates(block: Block, members: set[Operation], info: OrderInfo) -> s
 
 
 def _absorb_feeders(block: Block, members: set[Operation]) -> set[Operation]:
-    """Add slices and splat constants read only by members: they move no data, and inside
-    the region the kernel sees them as a pointer offset / an immediate (found through the
+    """Add slices and constants read only by members, and what feeds those only (the
+    constant under a slice of it): they move no data, and inside the region the kernel sees
+    them as a pointer offset, an immediate or its own array of values (found through the
     members' operands: no scan of the block)."""
-    given = set(members)
     members = set(members)
-    feeders = {
-        v.owner
-        for m in given
-        for o in m.walk()
-        for v in o.operands
-        if isinstance(v.owner, coco.SliceOp | coco.ConstantOp) and v.owner.parent_block() is block
-    }
-    for op in feeders:
-        if op in members:
-            continue
-        users = {ancestor_in(block, use.operation) for use in op.results[0].uses}
-        if users and users <= given:
-            members.add(op)
+    work = list(members)
+    while work:
+        m = work.pop()
+        for o in m.walk():
+            for v in o.operands:
+                op = v.owner
+                if (
+                    not isinstance(op, coco.SliceOp | coco.ConstantOp)
+                    or op in members
+                    or op.parent_block() is not block
+                ):
+                    continue
+                users = {ancestor_in(block, use.operation) for use in op.results[0].uses}
+                if users and users <= members:
+                    members.add(op)
+                    work.append(op)
     return members
 
 
