@@ -153,6 +153,21 @@ def test_dense_constants_on_real_ranks():
     assert_checked(r, 1 + len(schedules))
 
 
+@slow
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_softmax_under_every_enumerated_schedule(ranks):
+    """examples/softmax_rows: every schedule of the enumerator's space (not only the named
+    ones), on real MPI ranks, against the oracle."""
+    import coconet
+    from coconet.schedule import enumerate_schedules
+
+    example = ROOT / "examples" / "softmax_rows.mlir"
+    pipelines = [p for _, p in enumerate_schedules(coconet.load(example)) if p]
+    args = [a for p in pipelines for a in ("-p", p)]
+    r = coco_run(str(example), "--np", str(ranks), "--backend", "cpu", "--check", *args)
+    assert_checked(r, len(pipelines))
+
+
 def test_given_inputs_and_outputs_round_trip(tmp_path):
     import coconet
     from coconet.runtime import sim

@@ -286,6 +286,54 @@ def megatron_sp_layernorm(inputs: Inputs, ranks: int) -> dict[str, np.ndarray]:
     return agree(per_rank)
 
 
+def row_sum(x: np.ndarray, lanes: int = 32) -> np.ndarray:
+    """The sum over the last dim, kept as size 1, in the order the dialect fixes for row
+    reductions: lane l sums elements l, l + 32, ... in f64 from 0, then the lanes add up in
+    lane order (from 0); rounded once."""
+    x64 = np.asarray(x).astype(F64)
+    acc = [np.zeros(x64.shape[:-1], F64) for _ in range(lanes)]
+    for e in range(x64.shape[-1]):
+        acc[e % lanes] = acc[e % lanes] + x64[..., e]
+    total = np.zeros(x64.shape[:-1], F64)
+    for lane in range(lanes):
+        total = total + acc[lane]
+    return total[..., None].astype(x.dtype)
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    """exp(x - max) / sum(exp(x - max)) over the last dim: exp in f64 rounded once, the rest
+    in f32 rounded to the element type."""
+    dt = x.dtype
+    shifted = ew(np.subtract, x, np.max(x, axis=-1, keepdims=True), out=dt)
+    with np.errstate(all="ignore"):
+        exps = np.exp(shifted.astype(F64)).astype(dt)
+    return ew(np.divide, exps, row_sum(exps), out=dt)
+
+
+def alibi_causal_bias(queries: int, keys: int, slope: float) -> np.ndarray:
+    """Query i sits at position keys - queries + i: slope * (j - position) for key j at or
+    before it, -inf after."""
+    bias = np.full((queries, keys), -np.inf)
+    for i in range(queries):
+        position = keys - queries + i
+        for j in range(position + 1):
+            bias[i, j] = slope * (j - position)
+    return bias
+
+
+def softmax_rows(inputs: Inputs, ranks: int) -> dict[str, np.ndarray]:
+    """q [16, D] sliced on D, kt [D, 40] sliced on D: rank r's partial scores are its
+    slice's product (exact for dyadic inputs), all_reduced in rank order in f64."""
+    q, kt = inputs["q"], inputs["kt"]
+    d = q.shape[1]
+    parts = np.array_split(np.arange(d), ranks)
+    partial = [(q[:, p].astype(F64) @ kt[p, :].astype(F64)).astype(q.dtype) for p in parts]
+    scores = all_reduce_sum(partial, q.dtype)
+    scaled = ew(np.multiply, scores, np.asarray(1 / math.sqrt(d), q.dtype), out=q.dtype)
+    bias = alibi_causal_bias(q.shape[0], kt.shape[1], 0.5).astype(q.dtype)
+    return {"probs": softmax(ew(np.add, scaled, bias, out=q.dtype))}
+
+
 REFERENCES: dict[str, Callable[[Inputs, int], dict[str, np.ndarray]]] = {
     "sgd": sgd,
     "adam": adam,
@@ -297,4 +345,5 @@ REFERENCES: dict[str, Callable[[Inputs, int], dict[str, np.ndarray]]] = {
     "pipeline_boundary": pipeline_boundary,
     "allreduce_rmsnorm": allreduce_rmsnorm,
     "megatron_sp_layernorm": megatron_sp_layernorm,
+    "softmax_rows": softmax_rows,
 }

@@ -31,7 +31,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 OPTIMIZERS = ["sgd", "adam", "adam_f16_grads", "adam_bf16_grads", "lamb"]
 MATMULS = ["model_parallel_attention", "model_parallel_mlp"]
 NORMS = ["allreduce_rmsnorm", "megatron_sp_layernorm"]
-ALL = [*OPTIMIZERS, *MATMULS, "pipeline_boundary", *NORMS]
+ALL = [*OPTIMIZERS, *MATMULS, "pipeline_boundary", *NORMS, "softmax_rows"]
 
 N = 4096
 B, S, H = 2, 16, 64
@@ -70,7 +70,13 @@ def dyadic(rng: np.random.Generator, shape, dtype) -> np.ndarray:
     return (rng.integers(-64, 65, size=shape) / 64).astype(dtype)
 
 
-def make_inputs(name: str, ranks: int, seed: int = 0, dtype=np.float16) -> dict[str, np.ndarray]:
+# The element type of each example as written (its build()'s default): f16 unless listed.
+AS_WRITTEN_DTYPE = {"softmax_rows": np.float32}
+
+
+def make_inputs(name: str, ranks: int, seed: int = 0, dtype=None) -> dict[str, np.ndarray]:
+    if dtype is None:
+        dtype = AS_WRITTEN_DTYPE.get(name, np.float16)
     rng = np.random.default_rng(seed)
     f32 = np.float32
     if name in OPTIMIZERS:
@@ -91,6 +97,8 @@ def make_inputs(name: str, ranks: int, seed: int = 0, dtype=np.float16) -> dict[
         if name == "lamb":
             inputs["weight_decay"] = np.asarray(0.01, f32)
         return inputs
+    if name == "softmax_rows":  # the queries and transposed keys of one attention head
+        return {"q": dyadic(rng, (16, H), dtype), "kt": dyadic(rng, (H, 40), dtype)}
     if name == "allreduce_rmsnorm":  # f16 partial sums of a projection, residual, weight
         return {
             "x": rng.standard_normal((ranks, 16, H)).astype(dtype),
@@ -190,6 +198,20 @@ def test_norm_examples_in_f32(name: str, ranks: int) -> None:
     inputs = make_inputs(name, ranks, seed=7, dtype=np.float32)
     want = ref.REFERENCES[name]({k: v.copy() for k, v in inputs.items()}, ranks)
     assert_outputs_equal(coconet.run(program, inputs, ranks=ranks).outputs, want)
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_softmax_example_in_f16(ranks: int) -> None:
+    """build(F16) of the softmax example: the partial scores round to f16, exp rounds once
+    from f64 to f16, and the masked keys' exp is 0 (exp(-inf))."""
+    from coconet.frontend import F16
+
+    program = runpy.run_path(str(EXAMPLES / "softmax_rows.py"))["build"](F16)
+    inputs = make_inputs("softmax_rows", ranks, seed=7, dtype=np.float16)
+    want = ref.REFERENCES["softmax_rows"]({k: v.copy() for k, v in inputs.items()}, ranks)
+    got = coconet.run(program, inputs, ranks=ranks).outputs
+    assert_outputs_equal(got, want)
+    assert np.all(got["probs"][0, 25:] == 0)  # query 0 sees keys 0..24 only
 
 
 @pytest.mark.parametrize("name", [*MATMULS, "pipeline_boundary"])

@@ -294,7 +294,7 @@ def test_row_reductions_match_the_oracle_bit_for_bit():
 
 ROW_EXAMPLES = [
     pytest.param(EXAMPLES[0].parent / f"{name}.mlir", id=name)
-    for name in ("allreduce_rmsnorm", "megatron_sp_layernorm")
+    for name in ("allreduce_rmsnorm", "megatron_sp_layernorm", "softmax_rows")
 ]
 
 
