@@ -278,15 +278,21 @@ def run_cast(it: Interpreter, op: coco.CastOp) -> list[Pieces]:
 
 def run_constant(it: Interpreter, op: coco.ConstantOp) -> list[Pieces]:
     t: TensorType = op.result.type
-    with np.errstate(over="ignore"):  # a literal beyond the type's range is an infinity
-        if op.is_dense:
-            # each value rounded once, from the f64 (i64) it is stored as, to the element type
-            stored = np.array(
-                op.values(), dtype=np.float64 if is_float_type(t.element_type) else np.int64
-            )
-            value = stored.astype(V.numpy_dtype(t)).reshape(t.get_shape())
-        else:
-            value = np.full(t.get_shape(), op.number, dtype=V.numpy_dtype(t))
+    values = op.values()
+    if is_float_type(t.element_type):
+        # each value rounded once, from the f64 it is stored as, to the element type; a
+        # literal beyond the type's range is an infinity
+        with np.errstate(over="ignore"):
+            flat = np.array(values, dtype=np.float64).astype(V.numpy_dtype(t))
+    elif t.elt == "i1":
+        flat = np.array([v != 0 for v in values], dtype=np.bool_)
+    else:
+        # the verifier admits the unsigned reading of the type's bits (up to 2^width - 1):
+        # wrapped to the signed value, as the kernels' literals are
+        width = 32 if t.elt == "i32" else 64
+        signed = [(int(v) + 2 ** (width - 1)) % 2**width - 2 ** (width - 1) for v in values]
+        flat = np.array(signed, dtype=np.int64).astype(V.numpy_dtype(t))
+    value = flat.reshape(t.get_shape())
     return [[value.copy() for _ in range(it.size)]]
 
 

@@ -20,7 +20,7 @@ from xdsl.dialects.builtin import f32, i32
 
 import coconet
 from coconet import frontend
-from coconet.core.program import CocoError, Program
+from coconet.core.program import CocoError, Program, parse_module
 from coconet.dialects import coco
 from coconet.frontend import AllReduce, Constant, Local, Tensor
 from coconet.lowering.lower_to_plan import lower
@@ -204,3 +204,23 @@ def test_fused_kernels_across_nodes_read_the_constants() -> None:
     assert_same(ThreadedExecutor(plan).run(inputs), want, "across nodes")
     if nvrtc_available():
         assert compile_cuda(plan.cuda_source, "sm_90", warnings_as_errors=True).binary
+
+
+def test_integer_constants_read_as_unsigned_bits_wrap_alike() -> None:
+    """The verifier admits an integer type's unsigned reading (up to 2^width - 1, splat or
+    dense): the sim wraps it to the signed value as the kernels' literals do (the fuzzer
+    found the sim raising on `coco.constant 4294967295 : !coco.tensor<i32>`)."""
+    text = """
+    func.func @wrap() -> (!coco.tensor<2xi32>, !coco.tensor<3xi64>) attributes {coco.grid = #coco.grid<[?]>} {
+      %a = coco.constant 4294967295 : !coco.tensor<2xi32>
+      %b = coco.constant dense<[18446744073709551615, -9223372036854775808, 2147483648]> : !coco.tensor<3xi64>
+      func.return %a, %b : !coco.tensor<2xi32>, !coco.tensor<3xi64>
+    }
+    """
+    wrapped = Program(parse_module(text))
+    want = {
+        "a": np.array([-1, -1], np.int32),
+        "b": np.array([-1, -(2**63), 2**31], np.int64),
+    }
+    assert_same(coconet.run(wrapped, {}, ranks=2).outputs, want, "sim")
+    assert_same(ThreadedExecutor(lower(wrapped, 2)).run({}), want, "kernels")
