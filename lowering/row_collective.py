@@ -69,6 +69,7 @@ from coconet.lowering.kernel_ir import (
     Var,
     fresh_copy,
     peer,
+    uses,
 )
 
 ELEMENT, ROW, SCALAR = "element", "row", "scalar"
@@ -257,14 +258,16 @@ class _RowBuilder(_ElementwiseBuilder):
                 if self.level[v] == p:
                     self.body.append(Assign(Index(buf, self.element), self.ref(v)))
             self.element_stores(p)
-            element = (Decl(self.i, self.begin + self.row_start + self.element), *prelude)
+            element: tuple[Stmt, ...] = (*prelude, *self.body)
+            if uses(element, self.i):  # a phase may read only shared rows (softmax's last)
+                element = (Decl(self.i, self.begin + self.row_start + self.element), *element)
             lanes_loop = RowLanes(
                 self.lane,
                 self.element,
                 Lit(str(self.count)),
                 lanes,
                 tuple(before),
-                (*element, *self.body),
+                element,
                 tuple(after),
             )
             # each phase declares its own variables (a kernel declares each one once)
