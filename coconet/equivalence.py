@@ -35,10 +35,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import BlockArgument, Operation, SSAValue
+from xdsl.ir import Operation, SSAValue
 from xdsl.utils.exceptions import DiagnosticException
 
-from coconet.core.program import CocoError, Program
+from coconet.core.program import CocoError, Program, argument_name
 from coconet.core.tolerances import EXACT, TOLERANCES, Tolerance
 from coconet.dialects.coco import TensorType
 from coconet.dialects.comm import YieldOp
@@ -323,7 +323,7 @@ def _reassociations(before: Program, after: Program) -> tuple[list[str], set[str
         for use in v.uses:
             user = use.operation
             if isinstance(user, UpdateOp):
-                keys.add(_argument_name(user.target))
+                keys.add(argument_name(user.target))
             elif user is ret and isinstance(ret, func.ReturnOp):
                 keys.add(output_name(v, use.index))
             elif isinstance(user, YieldOp):
@@ -344,7 +344,7 @@ def _ambiguous_names(program: Program) -> list[str]:
     sources: dict[str, set[int]] = {}
     for op in program.func.walk():
         if isinstance(op, UpdateOp):
-            name = _argument_name(op.target)
+            name = argument_name(op.target)
             sources.setdefault(name, set()).add(id(op.value))
     ret = program.func.body.block.last_op
     if isinstance(ret, func.ReturnOp):
@@ -647,10 +647,3 @@ def check_module_equivalence(
             )
         )
     return reports
-
-
-def _argument_name(target: SSAValue) -> str:
-    """An updated argument's name: its name in the source, else its position."""
-    if target.name_hint:
-        return target.name_hint
-    return f"arg{target.index}" if isinstance(target, BlockArgument) else "?"

@@ -627,9 +627,15 @@ def _is_literal(x: object) -> bool:
     return isinstance(x, int | float) or (type(x).__module__ == "numpy" and hasattr(x, "item"))
 
 
+def _python_scalar(x: object) -> object:
+    """A NumPy scalar as the Python number it holds (`item()`); anything else as it is."""
+    item = getattr(x, "item", None)
+    return item() if callable(item) else x
+
+
 def _literal_value(x: object, like: TensorType, expr: str) -> float | int | bool:
     """Check a Python number against the element type it will take; normalize it."""
-    value = x.item() if hasattr(x, "item") else x
+    value = _python_scalar(x)
     elt = like.element_type
     if isinstance(elt, IntegerType) and elt.width.data == 1:
         if not (isinstance(value, bool) or value in (0, 1)):
@@ -650,6 +656,8 @@ def _literal_value(x: object, like: TensorType, expr: str) -> float | int | bool
         )
     if isinstance(value, float) and not math.isfinite(value):
         raise CocoError(f"{_user_location()}: `{expr}`: the literal {value!r} is not finite")
+    if not isinstance(value, int | float):  # a NumPy complex, say
+        raise CocoError(f"{_user_location()}: `{expr}`: the literal {value!r} is not a real number")
     return value
 
 
@@ -695,7 +703,7 @@ def _lift(xs: Sequence[object], expr: str, what: str) -> list[Value]:
 def _token(x: object) -> str:
     if isinstance(x, Value):
         return _short(x)
-    return repr(x.item() if hasattr(x, "item") else x)
+    return repr(_python_scalar(x))
 
 
 def _finish(op: Operation, b: _Builder) -> Value:
@@ -858,6 +866,7 @@ def Cast(dtype: Attribute | Value, x: Value | Attribute) -> Value:
     if not isinstance(x, Value):
         raise CocoError(f"{_user_location()}: `{expr}` needs a tensor, got {x!r}")
     (a,) = _lift([x], expr, expr)
+    assert isinstance(dtype, Attribute)  # _elt_name took it as an element type
     return _emit(expr, [a], lambda: coco.CastOp(a.ssa, a.type.with_element_type(dtype)))
 
 
@@ -1063,11 +1072,14 @@ def Softmax(x: Value, dim: int = -1) -> Value:
     return shifted / Sum(shifted, dim, keepdims=True)
 
 
-def _axes(over: int | Sequence[int] | None) -> list[int] | None:
+def _axes(over: object) -> list[int] | None:
+    """`over=` as a list of grid axes: an int, a sequence of ints, or None (default)."""
     if over is None:
         return None
     if isinstance(over, int):
         return [over]
+    if not isinstance(over, Sequence) or isinstance(over, str):
+        raise CocoError(f"{_user_location()}: over= names grid axes (ints), got {over!r}")
     return [int(a) for a in over]
 
 
@@ -1156,7 +1168,7 @@ _REDUCTIONS = {
 
 def _reduction_kind(op: object) -> str:
     key = op.lower() if isinstance(op, str) else op
-    if key not in _REDUCTIONS:
+    if not isinstance(key, str) or key not in _REDUCTIONS:
         raise CocoError(
             f"{_user_location()}: unknown reduction {op!r}: use '+' (sum), '*' (prod), 'max' or "
             "'min'"
@@ -1457,14 +1469,16 @@ def build_program(
 def _returned_values(result: object, fname: str) -> list[Value]:
     if result is None:
         return []
-    items = list(result) if isinstance(result, tuple | list) else [result]
+    items: list[object] = list(result) if isinstance(result, tuple | list) else [result]
+    values: list[Value] = []
     for item in items:
         if not isinstance(item, Value):
             raise CocoError(
                 f"@{fname} returns {item!r}: a program returns tensors (or nothing, when its "
                 "outputs are Updates)"
             )
-    return items
+        values.append(item)
+    return values
 
 
 def program(

@@ -161,6 +161,13 @@ def output_name(v: SSAValue, index: int) -> str:
     return v.name_hint or f"result{index}"
 
 
+def argument_name(target: SSAValue) -> str:
+    """An (updated) argument's name: its name in the source, else its position."""
+    if target.name_hint:
+        return target.name_hint
+    return f"arg{target.index}" if isinstance(target, BlockArgument) else "?"
+
+
 def read_text(path: Path) -> str:
     """A program file's text; a file that cannot be read, or is not UTF-8, is a CocoError
     naming the file (and the line and column of the first byte that is not UTF-8)."""

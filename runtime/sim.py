@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from xdsl.dialects import func
@@ -20,7 +21,14 @@ from xdsl.ir import Operation, SSAValue
 from coconet.core import values as V
 from coconet.core.counter_rng import dropout_keep
 from coconet.core.elementwise import COMPARISONS, ELEMENTWISE
-from coconet.core.program import CocoError, Program, check_program_on_grid, load, output_name
+from coconet.core.program import (
+    CocoError,
+    Program,
+    argument_name,
+    check_program_on_grid,
+    load,
+    output_name,
+)
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import TensorType, is_float_type
 
@@ -47,7 +55,7 @@ def as_program(program: Program | ModuleOp | str, entry: str | None = None) -> P
     if isinstance(program, ModuleOp):
         return Program(program, entry)
     if hasattr(program, "program"):  # a front-end object carrying its program
-        return program.program
+        return getattr(program, "program")
     return load(program, entry)
 
 
@@ -130,8 +138,9 @@ def run(
     result.inputs = given
     if inplace and inputs is not None:
         for out in program.outputs:
-            if out.updated_argument and isinstance(inputs.get(out.name), np.ndarray):
-                inputs[out.name][...] = result.outputs[out.name]
+            target = inputs.get(out.name)
+            if out.updated_argument and isinstance(target, np.ndarray):
+                target[...] = result.outputs[out.name]
     return result
 
 
@@ -164,7 +173,7 @@ class Interpreter:
                 named.append((out.name, out.type, self.updates[out.name]))
         if isinstance(ret, func.ReturnOp):
             for i, (v, pieces) in enumerate(zip(ret.arguments, returned)):
-                named.append((output_name(v, i), v.type, pieces))
+                named.append((output_name(v, i), _tensor_type(v), pieces))
         for name, t, pieces in named:
             outputs[name] = V.assemble(pieces, t, self.grid_shape)
             for r in range(self.size):
@@ -231,17 +240,15 @@ def _elementwise(
     compute_type: TensorType,
     transcendental: bool = False,
 ) -> list[Pieces]:
-    res_t: TensorType = op.results[0].type
+    res_t = _tensor_type(op.results[0])
     args = [it.get(v) for v in op.operands]
+    types = [_tensor_type(v) for v in op.operands]
     out: Pieces = []
     with np.errstate(all="ignore"):  # inf/nan propagate as on a GPU; no warnings
         for r in range(it.size):
             operands = [
-                _to_compute(
-                    it.localize(a[r], v.type, res_t, r),
-                    v.type if v.type.elt == "i1" else compute_type,
-                )
-                for a, v in zip(args, op.operands)
+                _to_compute(it.localize(a[r], t, res_t, r), t if t.elt == "i1" else compute_type)
+                for a, t in zip(args, types)
             ]
             if transcendental and operands[0].dtype == np.float32:
                 operands = [x.astype(np.float64) for x in operands]
@@ -415,8 +422,15 @@ def run_slice(it: Interpreter, op: coco.SliceOp) -> list[Pieces]:
     ]
 
 
+def _tensor_type(v: SSAValue) -> TensorType:
+    """The !coco.tensor type of a value the verifier admitted into a coco function."""
+    t = v.type
+    assert isinstance(t, TensorType)
+    return t
+
+
 def run_update(it: Interpreter, op: coco.UpdateOp) -> list[Pieces]:
-    name = op.target.name_hint or f"arg{op.target.index}"
+    name = argument_name(op.target)
     it.updates[name] = [p.copy() for p in it.get(op.value)]
     return []
 
@@ -569,7 +583,8 @@ def run_region(it: Interpreter, op: comm.RegionOp) -> list[Pieces]:
     return []
 
 
-_HANDLERS: dict[type, Callable[[Interpreter, Operation], list[Pieces]]] = {
+# Each handler takes the op class it is listed under.
+_HANDLERS: dict[type, Callable[[Interpreter, Any], list[Pieces]]] = {
     coco.BinaryOp: run_arithmetic,
     coco.UnaryOp: run_arithmetic,
     coco.CmpOp: run_cmp,

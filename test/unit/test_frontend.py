@@ -354,6 +354,7 @@ def test_boolean_literals_and_i1() -> None:
         (I1, 2, "meets an i1 tensor"),
         (F32, float("inf"), "not finite"),
         (F32, "1", "neither a tensor nor a number"),
+        (F32, np.complex64(1 + 2j), "is not a real number"),
     ],
 )
 def test_bad_literals(dtype, literal, message) -> None:
