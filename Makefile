@@ -28,7 +28,7 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# basedpyright (pyproject [tool.basedpyright]; strict on dialects/, core/, ...): CI fails on a type
+# basedpyright (pyproject [tool.basedpyright]: every module; strict on dialects/, core/, ...): CI fails on a type
 # error. The checker cannot follow setuptools' package-dir mapping (dialects/ installed as
 # coconet.dialects), so it checks a tree of links laid out as the installed package
 # (build/typecheck/coconet/dialects/coco.py -> dialects/coco.py), remade on every run so that
