@@ -1,26 +1,32 @@
-"""Adam, data parallel, on the cpu backend: CoCoNet's three schedules beside what a user would
-write instead, and the machine's memory floor, in ONE run (one table, the same processes).
+"""Adam and LAMB, data parallel, on the cpu backend: CoCoNet's three schedules beside what a
+user would write instead, and the machine's memory floor, in ONE run (one table per
+optimizer, the same processes).
 
     .venv/bin/python benchmarks/bench_suite.py                  # 2 ranks, 2^24 parameters
-    .venv/bin/python benchmarks/bench_suite.py --np 2 --log2n 22 --rounds 6
+    .venv/bin/python benchmarks/bench_suite.py --np 2 --log2n 22 --rounds 6 --tables lamb
 
 Rows (every rank runs each row on its own resident buffers; a step's time is the slowest
 rank's, after a barrier; the median over the timed steps):
 
-* `coconet <schedule>`: `coconet.compile(adam, schedule=..., backend="cpu")`, then
-  `compiled.step()` on the bound arrays (as benchmarks/bench_adam.py does): ar-c (all_reduce,
-  then one fused elementwise kernel), rs-c-ag (reduce_scatter, sliced update with sliced m and
-  v, all_gather), fuse(rs-c-ag) (one fused reduce-scatter + Adam + all-gather kernel).
-* `mpi4py + NumPy`: `comm.Allreduce(g, g1)` then Adam in NumPy ufuncs, in place where NumPy
-  allows (what a user of mpi4py would write).
+* `coconet <schedule>`: `coconet.compile(build(n), schedule=..., backend="cpu")` of
+  examples/adam.py or examples/lamb.py, then `compiled.step()` on the bound arrays (as
+  benchmarks/bench_adam.py does): ar-c (all_reduce, then the update as fused elementwise
+  kernels), rs-c-ag (reduce_scatter, sliced update with sliced m and v, all_gather),
+  fuse(rs-c-ag) (one fused reduce-scatter + update + all-gather kernel; LAMB's norms are
+  all-reduced inside it).
+* `mpi4py + NumPy`: `comm.Allreduce(g, g1)` then the update in NumPy ufuncs, in place where
+  NumPy allows (what a user of mpi4py would write).
 * `torch gloo + Adam(foreach)`: `dist.all_reduce(p.grad)` over a gloo process group, then
-  `torch.optim.Adam([p], foreach=True).step()` (what a PyTorch user would write, one
-  thread per rank like the others).
+  `torch.optim.Adam([p], foreach=True).step()`; for LAMB, which torch.optim lacks, the same
+  update in in-place torch ops (what a PyTorch user would write, one thread per rank like
+  the others).
 
-The memory floor: a step must at least read every rank's gradient slice once (each rank reads
-its slice of every rank's gradient: 4N bytes), read and write the sliced m and v (16N/P), read
-its slice of w (4N/P) and write all of w (4N): 8N + 20N/P bytes per rank (f32, N parameters, P
-ranks; 18N at P = 2). Its time is those bytes of every rank over the node's memory bandwidth,
+The memory floor: an Adam step must at least read every rank's gradient slice once (each rank
+reads its slice of every rank's gradient: 4N bytes), read and write the sliced m and v
+(16N/P), read its slice of w (4N/P) and write all of w (4N): 8N + 20N/P bytes per rank (f32, N
+parameters, P ranks; 18N at P = 2). LAMB's update needs the norms of w and of the update
+before it can write w: a second pass reads the slice's m, v and w again (12N/P more: 8N +
+32N/P). Its time is those bytes of every rank over the node's memory bandwidth,
 measured in the same run as STREAM's triad (a[i] = b[i] + s c[i], counted as 12 bytes per
 element like STREAM) by a host kernel compiled with the backend's own compiler and flags, run
 on every rank at once, right before each row's steps (a VM's memory bandwidth changes with
@@ -30,7 +36,7 @@ over the floor time at the bandwidth measured just before it.
 The rows run in rounds (each row's warm-up and timed steps, every row in turn, then the next
 round), so a change in the load of a shared machine falls on every row alike.
 
-The overlap table (`--tables overlap`, printed after the Adam table by default): what
+The overlap table (`--tables overlap`, printed after the optimizer tables by default): what
 pipelining a GEMM with the collective next to it buys on the cpu backend, per program, each
 overlap schedule beside the same schedule without overlap (f32, sizes by `--overlap-size`):
 
@@ -58,12 +64,109 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 SCHEDULES = ("ar-c", "rs-c-ag", "fuse(rs-c-ag)")
 ADAM = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "step": 1.0}
+LAMB = {**ADAM, "weight_decay": 0.01}
 
 
 Step = Callable[[], object]
+
+
+def adam_update(p: dict, g1, w, m, v) -> None:
+    """Adam in NumPy ufuncs, in place where NumPy allows."""
+    import numpy as np
+
+    np.multiply(m, p["beta1"], out=m)
+    np.add(m, (1 - p["beta1"]) * g1, out=m)
+    np.multiply(v, p["beta2"], out=v)
+    np.add(v, (1 - p["beta2"]) * g1 * g1, out=v)
+    denom = np.sqrt(v / (1 - p["beta2"] ** p["step"]))
+    denom += p["eps"]
+    np.subtract(w, p["lr"] * (m / (1 - p["beta1"] ** p["step"])) / denom, out=w)
+
+
+def lamb_update(p: dict, g1, w, m, v) -> None:
+    """LAMB in NumPy (examples/lamb.py's update): Adam's direction plus weight decay, scaled
+    by the trust ratio ||w|| / ||r||."""
+    import numpy as np
+
+    np.multiply(m, p["beta1"], out=m)
+    np.add(m, (1 - p["beta1"]) * g1, out=m)
+    np.multiply(v, p["beta2"], out=v)
+    np.add(v, (1 - p["beta2"]) * g1 * g1, out=v)
+    r = np.sqrt(v / (1 - p["beta2"] ** p["step"]))
+    r += p["eps"]
+    np.divide(m / (1 - p["beta1"] ** p["step"]), r, out=r)
+    r += p["weight_decay"] * w
+    trust = np.linalg.norm(w) / np.linalg.norm(r)
+    np.subtract(w, p["lr"] * trust * r, out=w)
+
+
+def torch_lamb(params, lr, betas, eps, weight_decay, step):
+    """LAMB as a PyTorch user writes it (torch.optim has none): the same update in torch ops
+    on the parameter's state, in place."""
+    import torch
+
+    (p,) = params
+    m, v = torch.zeros_like(p), torch.zeros_like(p)
+    b1, b2 = betas
+
+    class Lamb:
+        @torch.no_grad()
+        def step(self) -> None:
+            g = p.grad
+            m.mul_(b1).add_(g, alpha=1 - b1)
+            v.mul_(b2).addcmul_(g, g, value=1 - b2)
+            r = (m / (1 - b1**step)) / ((v / (1 - b2**step)).sqrt_().add_(eps))
+            r.add_(p, alpha=weight_decay)
+            trust = p.norm() / r.norm()
+            p.sub_(lr * trust * r)
+
+    return Lamb()
+
+
+@dataclass(frozen=True)
+class Optimizer:
+    """One data-parallel optimizer table: the example (a build(n) of examples/NAME.py), its
+    scalars, how a NumPy and a PyTorch user would write the update, and its memory floor:
+    `floor` = (a, b) for a N + b N / P bytes per rank."""
+
+    title: str
+    example: str
+    scalars: dict
+    numpy_update: Callable
+    torch_label: str
+    floor: tuple[int, int]
+    floor_why: str
+
+    def floor_bytes(self, n: int, size: int) -> int:
+        a, b = self.floor
+        return size * (a * n + b * n // size)
+
+
+OPTIMIZERS = {
+    "adam": Optimizer(
+        "Adam",
+        "adam",
+        ADAM,
+        adam_update,
+        "torch gloo + Adam(foreach)",
+        (8, 20),
+        "8N + 20N/P bytes per rank",
+    ),
+    "lamb": Optimizer(
+        "LAMB",
+        "lamb",
+        LAMB,
+        lamb_update,
+        "torch gloo + LAMB (torch ops)",
+        (8, 32),
+        "8N + 32N/P bytes per rank: Adam's, and a second pass over the slice's m, v and w "
+        "once the norms are known",
+    ),
+}
 
 
 def timed(comm, fn: Step, warmup: int, iters: int, before: Step | None = None) -> list[float]:
@@ -106,8 +209,8 @@ def stream_triad(comm, n: int) -> Step:
     return lambda: kernel(64, 256, a, b, c, 3.0, n)
 
 
-def adam_inputs(plan, rank: int, n: int) -> dict[str, object]:
-    """This rank's pieces of the Adam arguments: its own gradient, the shared state."""
+def optimizer_inputs(plan, rank: int, n: int, scalars: dict) -> dict[str, object]:
+    """This rank's pieces of the optimizer's arguments: its own gradient, the shared state."""
     import numpy as np
 
     from coconet.core import values as V
@@ -118,7 +221,7 @@ def adam_inputs(plan, rank: int, n: int) -> dict[str, object]:
     inputs: dict[str, object] = {}
     for arg, buf in plan.arguments.items():
         if buf.shape == ():
-            inputs[arg] = ADAM[arg]
+            inputs[arg] = scalars[arg]
         elif arg == "g":
             inputs[arg] = mine.standard_normal(buf.shape, dtype=np.float32)
         else:
@@ -127,25 +230,27 @@ def adam_inputs(plan, rank: int, n: int) -> dict[str, object]:
     return inputs
 
 
-def coconet_steps(comm, n: int, schedules: list[str]) -> list[tuple[str, Step, object]]:
+def coconet_steps(
+    comm, opt: Optimizer, n: int, schedules: list[str]
+) -> list[tuple[str, Step, object]]:
     """(label, step, the compiled program) of each schedule, its arrays bound."""
     import runpy
     from pathlib import Path
 
     from coconet.compile import compile as coco_compile
 
-    example = Path(__file__).resolve().parents[1] / "examples" / "adam.py"
+    example = Path(__file__).resolve().parents[1] / "examples" / f"{opt.example}.py"
     program = runpy.run_path(str(example))["build"](n)
     out = []
     for name in schedules:
         compiled = coco_compile(program, schedule=name, backend="cpu")
-        compiled(**adam_inputs(compiled.plan, comm.Get_rank(), n))  # binds the arrays
+        compiled(**optimizer_inputs(compiled.plan, comm.Get_rank(), n, opt.scalars))  # binds
         out.append((f"coconet {name}", compiled.step, compiled))
     return out
 
 
-def numpy_step(comm, n: int) -> Step:
-    """mpi4py's Allreduce, then Adam in NumPy (in place where NumPy allows)."""
+def numpy_step(comm, opt: Optimizer, n: int) -> Step:
+    """mpi4py's Allreduce, then the update in NumPy (in place where NumPy allows)."""
     import numpy as np
     from mpi4py import MPI
 
@@ -154,24 +259,18 @@ def numpy_step(comm, n: int) -> Step:
     m = np.zeros(n, np.float32)
     v = np.zeros(n, np.float32)
     g1 = np.empty_like(g)
-    p = {k: np.float32(x) for k, x in ADAM.items()}
+    p = {k: np.float32(x) for k, x in opt.scalars.items()}
 
     def step() -> None:
         comm.Allreduce(g, g1, op=MPI.SUM)
-        np.multiply(m, p["beta1"], out=m)
-        np.add(m, (1 - p["beta1"]) * g1, out=m)
-        np.multiply(v, p["beta2"], out=v)
-        np.add(v, (1 - p["beta2"]) * g1 * g1, out=v)
-        denom = np.sqrt(v / (1 - p["beta2"] ** p["step"]))
-        denom += p["eps"]
-        np.subtract(w, p["lr"] * (m / (1 - p["beta1"] ** p["step"])) / denom, out=w)
+        opt.numpy_update(p, g1, w, m, v)
 
     return step
 
 
-def torch_step(comm, n: int) -> tuple[Step, Step] | None:
-    """torch.distributed's all_reduce over gloo, then torch.optim.Adam(foreach=True); and the
-    untimed refill of the gradient (backward's work) before each step."""
+def torch_step(comm, opt: Optimizer, n: int) -> tuple[Step, Step] | None:
+    """torch.distributed's all_reduce over gloo, then torch.optim.Adam(foreach=True) (or LAMB in
+    torch ops); and the untimed refill of the gradient (backward's work) before each step."""
     try:
         import torch
         import torch.distributed as dist
@@ -194,12 +293,16 @@ def torch_step(comm, n: int) -> tuple[Step, Step] | None:
     p = torch.nn.Parameter(torch.rand(n, generator=torch.Generator().manual_seed(1)))
     grad = torch.randn(n, generator=torch.Generator().manual_seed(100 + comm.Get_rank()))
     p.grad = grad.clone()
-    betas = (ADAM["beta1"], ADAM["beta2"])
-    opt = torch.optim.Adam([p], lr=ADAM["lr"], betas=betas, eps=ADAM["eps"], foreach=True)
+    k = opt.scalars
+    betas = (k["beta1"], k["beta2"])
+    if opt.example == "lamb":
+        optim = torch_lamb([p], k["lr"], betas, k["eps"], k["weight_decay"], k["step"])
+    else:
+        optim = torch.optim.Adam([p], lr=k["lr"], betas=betas, eps=k["eps"], foreach=True)
 
     def step() -> None:
         dist.all_reduce(p.grad)
-        opt.step()
+        optim.step()
 
     return step, lambda: p.grad.copy_(grad)
 
@@ -293,26 +396,27 @@ def worker(args: argparse.Namespace) -> None:
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
-    if "adam" in args.tables:
-        adam_worker(comm, args)
+    for table in ("adam", "lamb"):
+        if table in args.tables:
+            optimizer_worker(comm, OPTIMIZERS[table], args)
     if "overlap" in args.tables:
         overlap_worker(comm, args)
 
 
-def adam_worker(comm, args: argparse.Namespace) -> None:
+def optimizer_worker(comm, opt: Optimizer, args: argparse.Namespace) -> None:
     size = comm.Get_size()
     n = 1 << args.log2n
     triad = stream_triad(comm, max(n, 1 << 25))
-    compiled = coconet_steps(comm, n, args.schedules)
+    compiled = coconet_steps(comm, opt, n, args.schedules)
     rows: list[tuple[str, Step, Step | None]] = [(label, s, None) for label, s, _ in compiled]
-    rows.append(("mpi4py + NumPy", numpy_step(comm, n), None))
-    with_torch = torch_step(comm, n)
+    rows.append(("mpi4py + NumPy", numpy_step(comm, opt, n), None))
+    with_torch = torch_step(comm, opt, n)
     if with_torch is not None:
-        rows.append(("torch gloo + Adam(foreach)", *with_torch))
+        rows.append((opt.torch_label, *with_torch))
     # Rounds of every row in turn, so that a change in the load of a shared machine falls on
     # every row alike; each row's steps right after a triad, since the memory bandwidth a VM
     # gets changes with its neighbours' load too.
-    floor_bytes = size * (8 * n + 20 * n // size)
+    floor_bytes = opt.floor_bytes(n, size)
     times: dict[str, list[float]] = {label: [] for label, _, _ in rows}
     ratios: dict[str, list[float]] = {label: [] for label, _, _ in rows}
     bandwidths: list[float] = []
@@ -331,11 +435,12 @@ def adam_worker(comm, args: argparse.Namespace) -> None:
         dist.barrier()
         dist.destroy_process_group()
     if comm.Get_rank() == 0:
-        report(args, size, n, floor_bytes, times, ratios, bandwidths)
+        report(args, opt, size, n, floor_bytes, times, ratios, bandwidths)
 
 
 def report(
     args: argparse.Namespace,
+    opt: Optimizer,
     size: int,
     n: int,
     floor_bytes: int,
@@ -347,15 +452,15 @@ def report(
     floor = floor_bytes / bandwidth
     steps = args.rounds * args.iters
     print(
-        f"\nAdam, n = 2^{args.log2n} = {n} f32 parameters, {size} rank(s) of the cpu backend, "
-        f"{os.cpu_count()} core(s): median of {steps} step(s) ({args.rounds} round(s) of "
+        f"\n{opt.title}, n = 2^{args.log2n} = {n} f32 parameters, {size} rank(s) of the cpu "
+        f"backend, {os.cpu_count()} core(s): median of {steps} step(s) ({args.rounds} round(s) of "
         f"{args.iters} after {args.warmup} warm-up), slowest rank per step"
     )
     print(
         f"  memory: STREAM triad (all ranks at once, before each row's steps) "
         f"{min(bandwidths) / 1e9:.1f}-{max(bandwidths) / 1e9:.1f} GB/s, median "
-        f"{bandwidth / 1e9:.1f}; floor = {floor_bytes / 2**20:.0f} MiB (8N + 20N/P bytes per "
-        f"rank) at {bandwidth / 1e9:.1f} GB/s = {floor * 1e3:.2f} ms"
+        f"{bandwidth / 1e9:.1f}; floor = {floor_bytes / 2**20:.0f} MiB ({opt.floor_why}) at "
+        f"{bandwidth / 1e9:.1f} GB/s = {floor * 1e3:.2f} ms"
     )
     fused = times.get("coconet fuse(rs-c-ag)")
     width = max(len(label) for label in times) + 2
@@ -375,7 +480,7 @@ def report(
         "  x floor: the median over the rounds of the row's median over the floor at the "
         "bandwidth measured just before it"
     )
-    if fused:
+    if fused and opt.example == "adam":
         print(
             "  fuse(rs-c-ag) moves 8N + 28N/P bytes per rank by design (22N at P = 2): its "
             "all_gather pulls the peers' pieces into the caller's w, "
@@ -396,9 +501,9 @@ def main() -> None:
     p.add_argument(
         "--tables",
         nargs="+",
-        choices=("adam", "overlap"),
-        default=["adam", "overlap"],
-        help="which tables to measure and print (default both)",
+        choices=("adam", "lamb", "overlap"),
+        default=["adam", "lamb", "overlap"],
+        help="which tables to measure and print (default all)",
     )
     p.add_argument(
         "--overlap-size",
