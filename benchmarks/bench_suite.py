@@ -74,14 +74,21 @@ LAMB = {**ADAM, "weight_decay": 0.01}
 Step = Callable[[], object]
 
 
-def adam_update(p: dict, g1, w, m, v) -> None:
-    """Adam in NumPy ufuncs, in place where NumPy allows."""
+def moments_update(p: dict, g1, m, v) -> None:
+    """Adam's and LAMB's first and second moments, in place."""
     import numpy as np
 
     np.multiply(m, p["beta1"], out=m)
     np.add(m, (1 - p["beta1"]) * g1, out=m)
     np.multiply(v, p["beta2"], out=v)
     np.add(v, (1 - p["beta2"]) * g1 * g1, out=v)
+
+
+def adam_update(p: dict, g1, w, m, v) -> None:
+    """Adam in NumPy ufuncs, in place where NumPy allows."""
+    import numpy as np
+
+    moments_update(p, g1, m, v)
     denom = np.sqrt(v / (1 - p["beta2"] ** p["step"]))
     denom += p["eps"]
     np.subtract(w, p["lr"] * (m / (1 - p["beta1"] ** p["step"])) / denom, out=w)
@@ -92,10 +99,7 @@ def lamb_update(p: dict, g1, w, m, v) -> None:
     by the trust ratio ||w|| / ||r||."""
     import numpy as np
 
-    np.multiply(m, p["beta1"], out=m)
-    np.add(m, (1 - p["beta1"]) * g1, out=m)
-    np.multiply(v, p["beta2"], out=v)
-    np.add(v, (1 - p["beta2"]) * g1 * g1, out=v)
+    moments_update(p, g1, m, v)
     r = np.sqrt(v / (1 - p["beta2"] ** p["step"]))
     r += p["eps"]
     np.divide(m / (1 - p["beta1"] ** p["step"]), r, out=r)
