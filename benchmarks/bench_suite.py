@@ -275,25 +275,11 @@ def numpy_step(comm, opt: Optimizer, n: int) -> Step:
 def torch_step(comm, opt: Optimizer, n: int) -> tuple[Step, Step] | None:
     """torch.distributed's all_reduce over gloo, then torch.optim.Adam(foreach=True) (or LAMB in
     torch ops); and the untimed refill of the gradient (backward's work) before each step."""
-    try:
-        import torch
-        import torch.distributed as dist
-    except ImportError:
+    if not _torch_group(comm):
         return None
-    import socket
+    import torch
+    import torch.distributed as dist
 
-    torch.set_num_threads(1)  # one core per rank, as the other rows
-    port = None
-    if comm.Get_rank() == 0:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{comm.bcast(port, root=0)}",
-        rank=comm.Get_rank(),
-        world_size=comm.Get_size(),
-    )
     p = torch.nn.Parameter(torch.rand(n, generator=torch.Generator().manual_seed(1)))
     grad = torch.randn(n, generator=torch.Generator().manual_seed(100 + comm.Get_rank()))
     p.grad = grad.clone()
@@ -361,6 +347,156 @@ def overlap_steps(comm, sizes: tuple[int, int, int]) -> list[tuple[str, list]]:
     return out
 
 
+MP_SCHEDULES = ("ar-c", "rs-c-ag", "fuse(rs-c-ag)", "ol(mm,fuse(rs-c-ag))")
+
+
+def mp_steps(comm, sizes: tuple[int, int, int]) -> tuple[list, Step, Step | None, Step]:
+    """The model-parallel block (examples/model_parallel_mlp.py, f32) at `sizes`: coconet's
+    schedules; mpi4py + NumPy and torch gloo as their users write it (matmul of the local
+    pieces, all_reduce of the partial sums, bias, dropout, residual); and the local matmul
+    alone in NumPy (the BLAS part of the floor)."""
+    import runpy
+    from pathlib import Path
+
+    import numpy as np
+    from mpi4py import MPI
+
+    from coconet.compile import compile as coco_compile
+    from coconet.frontend import F32
+
+    batch, seq, hidden = sizes
+    example = Path(__file__).resolve().parents[1] / "examples" / "model_parallel_mlp.py"
+    program = runpy.run_path(str(example))["build"](F32, batch=batch, seq=seq, hidden=hidden)
+    rank, size = comm.Get_rank(), comm.Get_size()
+    rng = np.random.default_rng(10 + rank)
+    compiled = []
+    for name in MP_SCHEDULES:
+        c = coco_compile(program, schedule=name, backend="cpu")
+        c(
+            **{
+                a: rng.standard_normal(b.shape, dtype=np.float32)
+                for a, b in c.plan.arguments.items()
+            }
+        )
+        compiled.append((f"coconet {name}", c.step, c))
+    k = 4 * hidden // size
+    x = rng.standard_normal((batch, seq, k), dtype=np.float32)
+    w = rng.standard_normal((k, hidden), dtype=np.float32)
+    b = rng.standard_normal(hidden, dtype=np.float32)
+    r = rng.standard_normal((batch, seq, hidden), dtype=np.float32)
+    y = np.empty((batch, seq, hidden), np.float32)
+    total = np.empty_like(y)
+    drop = np.random.default_rng(2)
+
+    def numpy_step() -> None:
+        np.matmul(x, w, out=y)
+        comm.Allreduce(y, total, op=MPI.SUM)
+        np.add(total, b, out=total)
+        keep = drop.random(total.shape, dtype=np.float32) >= np.float32(0.1)
+        np.multiply(total, keep / np.float32(0.9), out=total)
+        np.add(total, r, out=total)
+
+    def blas() -> None:
+        np.matmul(x, w, out=y)
+
+    torch_row = None
+    try:
+        import torch
+        import torch.distributed as dist
+        import torch.nn.functional as F
+
+        if dist.is_initialized():
+            tx, tw, tb, tr = (torch.from_numpy(a) for a in (x, w, b, r))
+
+            def torch_row() -> None:
+                t = tx @ tw
+                dist.all_reduce(t)
+                F.dropout(t + tb, 0.1) + tr
+
+    except ImportError:
+        pass
+    return compiled, numpy_step, torch_row, blas
+
+
+def mp_worker(comm, args: argparse.Namespace) -> None:
+    """The model-parallel block's table: every row in rounds, the floor measured in the run."""
+    sizes = tuple(int(x) for x in args.overlap_size.split(","))
+    batch, seq, hidden = sizes
+    size = comm.Get_size()
+    torch_up = _torch_group(comm)
+    compiled, numpy_step, torch_row, blas = mp_steps(comm, sizes)  # type: ignore[arg-type]
+    rows: list[tuple[str, Step]] = [(label, s) for label, s, _ in compiled]
+    rows.append(("mpi4py + NumPy", numpy_step))
+    if torch_row is not None:
+        rows.append(("torch gloo (matmul, all_reduce, ops)", torch_row))
+    n = batch * seq * hidden
+    floor_bytes = size * (8 * n + 4 * n // size)
+    triad_n = 1 << 25
+    triad = stream_triad(comm, triad_n)
+    times: dict[str, list[float]] = {label: [] for label, _ in rows}
+    floors: list[float] = []
+    for _ in range(args.rounds):
+        bandwidth = size * 12 * triad_n / min(timed(comm, triad, 1, 3))
+        matmul = statistics.median(timed(comm, blas, 1, 5))
+        floors.append(matmul + floor_bytes / bandwidth)
+        for label, step in rows:
+            times[label] += timed(comm, step, args.warmup, args.iters)
+    for _, _, c in compiled:
+        c.close()
+    if torch_up:
+        import torch.distributed as dist
+
+        dist.barrier()
+        dist.destroy_process_group()
+    if comm.Get_rank() != 0:
+        return
+    floor = statistics.median(floors)
+    print(
+        f"\nModel-parallel block (examples/model_parallel_mlp.py, [{batch}, {seq}, {4 * hidden}] "
+        f"x [{4 * hidden}, {hidden}] f32 sliced over {size} rank(s), + bias, dropout, residual), "
+        f"cpu backend, {os.cpu_count()} core(s): median of {args.rounds * args.iters} step(s)"
+    )
+    print(
+        "  floor = this rank's matmul in NumPy (BLAS, measured in the run) + "
+        f"{floor_bytes / 2**20:.0f} MiB (8N + 4N/P bytes per rank, N = {n}) at the triad's "
+        f"bandwidth = {floor * 1e3:.2f} ms"
+    )
+    fused = times["coconet fuse(rs-c-ag)"]
+    width = max(len(label) for label in times) + 2
+    print(f"  {'':<{width}}{'median':>10}{'min':>10}{'x floor':>9}{'fuse(rs-c-ag) is':>27}")
+    for label, ts in times.items():
+        med = statistics.median(ts)
+        print(
+            f"  {label:<{width}}{med * 1e3:>8.2f}ms{min(ts) * 1e3:>8.2f}ms{med / floor:>8.2f}x"
+            f"{med / statistics.median(fused):>13.2f}x as fast"
+        )
+    print(f"  {'floor':<{width}}{floor * 1e3:>8.2f}ms{'':>10}{1.0:>8.2f}x")
+
+
+def _torch_group(comm) -> bool:
+    """A gloo process group over the job's ranks (False: no PyTorch)."""
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError:
+        return False
+    import socket
+
+    torch.set_num_threads(1)  # one core per rank, as the other rows
+    port = None
+    if comm.Get_rank() == 0:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{comm.bcast(port, root=0)}",
+        rank=comm.Get_rank(),
+        world_size=comm.Get_size(),
+    )
+    return True
+
+
 def overlap_worker(comm, args: argparse.Namespace) -> None:
     sizes = tuple(int(x) for x in args.overlap_size.split(","))
     tables = overlap_steps(comm, sizes)  # type: ignore[arg-type]
@@ -403,6 +539,8 @@ def worker(args: argparse.Namespace) -> None:
     for table in ("adam", "lamb"):
         if table in args.tables:
             optimizer_worker(comm, OPTIMIZERS[table], args)
+    if "mp" in args.tables:
+        mp_worker(comm, args)
     if "overlap" in args.tables:
         overlap_worker(comm, args)
 
@@ -505,14 +643,15 @@ def main() -> None:
     p.add_argument(
         "--tables",
         nargs="+",
-        choices=("adam", "lamb", "overlap"),
-        default=["adam", "lamb", "overlap"],
+        choices=("adam", "lamb", "mp", "overlap"),
+        default=["adam", "lamb", "mp", "overlap"],
         help="which tables to measure and print (default all)",
     )
     p.add_argument(
         "--overlap-size",
         default="4,256,256",
-        help="batch,seq,hidden of the overlap table's programs (default 4,256,256)",
+        help="batch,seq,hidden of the model-parallel and overlap tables' programs (default "
+        "4,256,256)",
     )
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
