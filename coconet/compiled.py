@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from coconet.core import values as V
 from coconet.core.program import CocoError, Program
 
 BACKENDS = ("sim", "cpu", "cuda")
@@ -254,15 +255,7 @@ class CompiledProgram:
 
     def _pairs(self, inputs: Mapping[str, Any]):
         args = self.plan.arguments
-        unknown = sorted(set(inputs) - set(args))
-        if unknown:
-            raise CocoError(
-                f"@{self.plan.program} has no argument(s) {', '.join(unknown)}; its arguments are "
-                + ", ".join(args)
-            )
-        missing = [n for n in args if n not in inputs]
-        if missing:
-            raise CocoError(f"@{self.plan.program}: missing input(s) {', '.join(missing)}")
+        V.check_input_names(self.plan.program, inputs, list(args))
         for name, buf in args.items():
             yield name, inputs[name], buf
 
