@@ -636,8 +636,8 @@ class FusedOp(RegionOp):
         the chains coupled through scalars (a global norm every tensor's update reads)."""
         # The terminator yields results of any chain: it links none.
         ops = [op for op in self.body.block.ops if not isinstance(op, YieldOp)]
-        chains = _linked(ops, lambda v: tensor_type_of(v).get_shape() != ())
-        coupled = _linked(ops, lambda v: True)
+        chains = linked_groups(ops, lambda v: tensor_type_of(v).get_shape() != ())
+        coupled = linked_groups(ops, lambda v: True)
         for chain in chains:
             held = [s for s in scatters if s in chain]
             if len(held) > 1:
@@ -654,8 +654,11 @@ class FusedOp(RegionOp):
             )
 
 
-def _linked(ops: Sequence[Operation], through: Callable[[SSAValue], bool]) -> list[set[Operation]]:
-    """`ops` grouped by the values `through` accepts that one reads from another."""
+def linked_groups(
+    ops: Sequence[Operation], through: Callable[[SSAValue], bool]
+) -> list[set[Operation]]:
+    """`ops` grouped by the values `through` accepts that one reads from another (union-find
+    over their operands; coco-fuse checks its named groups with it too)."""
     parent: dict[Operation, Operation] = {op: op for op in ops}
 
     def root(op: Operation) -> Operation:

@@ -120,6 +120,34 @@ def find_named_args(
 # `comm.collective_result_type`, through the ops' constructors (`grid_rank=` the function's).
 
 
+def partial_reduction(r: coco.ReduceOp, piece: SSAValue) -> tuple[list[Operation], coco.ReduceOp]:
+    """The ops computing this rank's partial of reduction `r` from its `piece` of the input
+    (the square first for a norm, then the reduction: a sum of squares for a norm), and the
+    last of them, whose result is the partial. `combine_partials` all-reduces it."""
+    norm = r.kind.data == coco.ReductionKind.NORM
+    ops: list[Operation] = []
+    if norm:
+        sq = coco.MulOp(piece, piece)
+        set_name(sq.result, derived_name(r.result, "sq"))
+        ops.append(sq)
+        piece = sq.result
+    part = coco.ReduceOp("sum" if norm else r.kind.data, piece)
+    set_name(part.result, derived_name(r.result, "part"))
+    return [*ops, part], part
+
+
+def combine_partials(
+    r: coco.ReduceOp, part: SSAValue, axes: Sequence[int] | None, rank: int
+) -> comm.AllReduceOp:
+    """The all_reduce over `axes` of `partial_reduction`'s partials: the reduction's value, or
+    a norm's sum of squares (named `<r>_sumsq`; its square root is the caller's to place)."""
+    norm = r.kind.data == coco.ReductionKind.NORM
+    total = comm.AllReduceOp(part, "sum" if norm else r.kind.data, axes, grid_rank=rank)
+    if norm:
+        set_name(total.result, derived_name(r.result, "sumsq"))
+    return total
+
+
 def axes_prop(op: comm.GroupCollectiveOp) -> tuple[int, ...] | None:
     """The op's written `over` axes (None: all axes)."""
     return None if op.axes is None else op.axes.get_values()

@@ -20,12 +20,14 @@ from coconet.passes.common import (
     ancestor_in,
     body_block,
     check_groups_acyclic,
+    combine_partials,
     derived_name,
     fail,
     find_named_ops,
     functions,
     grid_rank,
     op_name,
+    partial_reduction,
     plan_contiguous,
     set_name,
     wrap_in_region,
@@ -430,25 +432,12 @@ class FusePass(ModulePass):
         return members
 
     def _check_connected(self, members: set[Operation]) -> None:
-        ops = list(members)
-        parent = {m: m for m in ops}
-
-        def find(m: Operation) -> Operation:
-            while parent[m] is not m:
-                m = parent[m]
-            return m
-
-        for m in ops:
-            for v in m.operands:
-                owner = v.owner
-                if isinstance(owner, Operation) and owner in members:
-                    parent[find(m)] = find(owner)
-        roots = {find(m) for m in ops}
-        if len(roots) > 1:
+        groups = comm.linked_groups(list(members), lambda _v: True)
+        if len(groups) > 1:
             raise fail(
                 f"{RULE}-connected",
                 "the named ops are not connected through their own values: they form "
-                f"{len(roots)} separate groups",
+                f"{len(groups)} separate groups",
             )
 
     def _check_sizes(self, members: set[Operation], kind: str) -> None:
@@ -849,26 +838,16 @@ def _reduce_on_slice(
         piece_of = coco.SliceOp(r.input, piece)
         set_name(piece_of.result, derived_name(r.input, "s"))
     new_ops.append(piece_of)
-    src = piece_of.result
-    if kind == coco.ReductionKind.NORM:
-        sq = coco.MulOp(src, src)
-        set_name(sq.result, derived_name(r.result, "sq"))
-        new_ops.append(sq)
-        src = sq.result
-    part = coco.ReduceOp("sum" if kind == coco.ReductionKind.NORM else kind, src)
-    set_name(part.result, derived_name(r.result, "part"))
+    partial, part = partial_reduction(r, piece_of.result)
     axes = rs.axes.get_values() if rs.axes is not None else None
-    total = comm.AllReduceOp(
-        part.result, "sum" if kind == coco.ReductionKind.NORM else kind, axes, grid_rank=rank
-    )
-    new_ops += [part, total]
+    total = combine_partials(r, part.result, axes, rank)
+    new_ops += [*partial, total]
     at = rs
     for op in new_ops:
         block.insert_op_after(op, at)
         at = op
     final = total.result
     if kind == coco.ReductionKind.NORM:
-        set_name(total.result, derived_name(r.result, "sumsq"))
         root = coco.SqrtOp(total.result)
         readers = [ancestor_in(block, use.operation) for use in r.result.uses]
         first = min((op for op in readers if op is not None), key=list(block.ops).index)

@@ -30,6 +30,7 @@ from coconet.dialects.layout_rules import (
 from coconet.passes.common import (
     ancestor_in,
     body_block,
+    combine_partials,
     derived_name,
     fail,
     find_named_ops,
@@ -37,6 +38,7 @@ from coconet.passes.common import (
     grid_rank,
     name_of,
     op_name,
+    partial_reduction,
     readable_at,
     replace_operand,
     set_name,
@@ -570,17 +572,7 @@ class ReorderPass(ModulePass):
     def _rewrite_reduction(
         self, rewriter: PatternRewriter, r: coco.ReduceOp, x: SSAValue, rank: int, plan: _Plan
     ) -> None:
-        kind = r.kind.data
-        new_ops: list[Operation] = []
-        src = x
-        if kind == coco.ReductionKind.NORM:
-            sq = coco.MulOp(x, x)
-            set_name(sq.result, derived_name(r.result, "sq"))
-            new_ops.append(sq)
-            src = sq.result
-        part = coco.ReduceOp("sum" if kind == coco.ReductionKind.NORM else kind, src)
-        set_name(part.result, derived_name(r.result, "part"))
-        new_ops.append(part)
+        new_ops, part = partial_reduction(r, x)
         old: TensorType = r.result.type
         axes = [
             a
@@ -589,13 +581,10 @@ class ReorderPass(ModulePass):
             and isinstance(old.layout_on(a), ReplicatedAttr)
         ]
         ar_axes = None if (axes == list(range(rank)) and plan.ag.axes is None) else axes
-        ar = comm.AllReduceOp(
-            part.result, "sum" if kind == coco.ReductionKind.NORM else kind, ar_axes, grid_rank=rank
-        )
+        ar = combine_partials(r, part.result, ar_axes, rank)
         new_ops.append(ar)
         final = ar.result
-        if kind == coco.ReductionKind.NORM:
-            set_name(ar.result, derived_name(r.result, "sumsq"))
+        if r.kind.data == coco.ReductionKind.NORM:
             root = coco.SqrtOp(ar.result)
             new_ops.append(root)
             final = root.result
