@@ -101,6 +101,7 @@ class PosixSegments:
         for peer in self.attached:
             peer.close()
         for segment in self.own:
+            _CREATED_HERE.discard(segment.name)
             segment.close()
         self.attached.clear()
         self.own.clear()
