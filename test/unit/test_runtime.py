@@ -306,6 +306,28 @@ def test_compare_pieces():
     assert "missing" in str(res.differences[0])
 
 
+def test_compare_bounds_a_cancelled_element_by_the_pieces_largest_value():
+    """The case an H200 showed (sequence_parallel_mlp under ol(ag,mm)): an f16 GEMM output that
+    cancels to 0.004 in a tensor reaching 64 moved by one ulp of the hidden activation
+    (0.0156). The norm-wise term admits it; a real error of the same size on an element-wise
+    tensor of O(1) values, or a wrong value anywhere, is still caught."""
+    want = np.array([0.00342, 12.5, -63.9, 7.0], np.float16)
+    got = want.copy()
+    got[0] = np.float16(0.00342 + 0.015625)
+    assert compare_piece("out", 1, got, want)[0] is None
+    small = np.array([0.00342, 0.5, -0.9, 0.7], np.float16)
+    moved = small.copy()
+    moved[0] = np.float16(0.00342 + 0.015625)
+    d, _, _ = compare_piece("out", 1, moved, small)
+    assert d is not None
+    assert d.num_different == 1
+    wrong = want.copy()
+    wrong[1] = np.float16(13.0)
+    assert compare_piece("out", 1, wrong, want)[0] is not None
+    inf = np.array([np.inf, 1.0], np.float32)  # an infinity does not widen the bound
+    assert compare_piece("x", 0, np.array([np.inf, 1.01], np.float32), inf)[0] is not None
+
+
 # ---------------------------------------------------------------------------------------------
 # Schedules and coconet.compile
 # ---------------------------------------------------------------------------------------------
