@@ -38,7 +38,12 @@ from coconet.lowering import cuda_kernels as K
 from coconet.lowering.hierarchical import emit_hierarchical
 from coconet.lowering.kernel_ir import ParamKind, structural_key
 from coconet.lowering.plan import ArgTable, Epoch, KernelArg, Launch, PeerTable, RankValue
-from coconet.lowering.plan_builder import MAX_COLLECTIVE_BLOCKS, PlanBuilder, range_positions
+from coconet.lowering.plan_builder import (
+    MAX_COLLECTIVE_BLOCKS,
+    PLAN_COLLECTIVE_BLOCKS,
+    PlanBuilder,
+    range_positions,
+)
 from coconet.lowering.row_collective import RowCollectiveKernel
 
 
@@ -340,12 +345,12 @@ def emit_collective_kernel(
     count = 1
     for d in iteration.local_shape(lw.grid_shape):
         count *= d
-    grid = min(lw.config.grid_for(count), MAX_COLLECTIVE_BLOCKS)
+    grid = min(lw.config.grid_for(count), PLAN_COLLECTIVE_BLOCKS)
     block = lw.config.block
     if rows:
         # a block per run of whole rows; no more threads than the rows' lanes
         n_rows = count // iteration.get_shape()[-1]
-        grid = max(1, min(n_rows, lw.config.max_blocks, MAX_COLLECTIVE_BLOCKS))
+        grid = max(1, min(n_rows, lw.config.max_blocks, PLAN_COLLECTIVE_BLOCKS))
         block = min(block, coco.ROW_LANES)
 
     # Parameters of the collective machinery; the lowering fills the others as for any

@@ -26,7 +26,12 @@ from coconet.lowering import cuda_kernels as K
 from coconet.lowering.fused_collective import lower_fused_collective
 from coconet.lowering.kernel_ir import ParamKind
 from coconet.lowering.plan import Epoch, KernelArg, Launch, PeerTable, RankValue
-from coconet.lowering.plan_builder import MAX_COLLECTIVE_BLOCKS, PlanBuilder, range_positions
+from coconet.lowering.plan_builder import (
+    MAX_COLLECTIVE_BLOCKS,
+    PLAN_COLLECTIVE_BLOCKS,
+    PlanBuilder,
+    range_positions,
+)
 
 _IN_KERNEL = (coco.ElementwiseOp, coco.ConstantOp, coco.SliceOp)
 
@@ -168,7 +173,7 @@ def emit_send_kernel(
     lw.emit(
         Launch(
             name,
-            min(lw.config.grid_for(count), MAX_COLLECTIVE_BLOCKS),
+            min(lw.config.grid_for(count), PLAN_COLLECTIVE_BLOCKS),
             lw.config.block,
             args,
             writes=tuple(b.name for b in store_buffers) + (receive.name,),

@@ -52,7 +52,7 @@ from coconet.lowering.plan import (
     PeerTable,
     RankValue,
 )
-from coconet.lowering.plan_builder import MAX_COLLECTIVE_BLOCKS, PlanBuilder
+from coconet.lowering.plan_builder import MAX_COLLECTIVE_BLOCKS, PLAN_COLLECTIVE_BLOCKS, PlanBuilder
 
 
 def _count(shape: tuple[int, ...]) -> int:
@@ -162,7 +162,7 @@ def _node_launch(
         0,
         total,
     ]
-    grid = min(lw.config.grid_for(total), MAX_COLLECTIVE_BLOCKS)
+    grid = min(lw.config.grid_for(total), PLAN_COLLECTIVE_BLOCKS)
     return Launch(kernel, grid, lw.config.block, args, writes=(out.name,))
 
 

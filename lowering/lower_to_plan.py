@@ -60,7 +60,7 @@ from coconet.lowering.plan import (
     Step,
     WaitEvent,
 )
-from coconet.lowering.plan_builder import MAX_COLLECTIVE_BLOCKS, LaunchConfig, range_positions
+from coconet.lowering.plan_builder import PLAN_COLLECTIVE_BLOCKS, LaunchConfig, range_positions
 
 
 class Lowering:
@@ -360,7 +360,7 @@ class Lowering:
         on every peer, through that tensor's own flags (the protocol is per tensor).
 
         All blocks of a collective launch must be resident at once, so a table holds at most
-        MAX_COLLECTIVE_BLOCKS blocks: each tensor's grid shrinks in proportion (at least one
+        PLAN_COLLECTIVE_BLOCKS blocks: each tensor's grid shrinks in proportion (at least one
         block each; a kernel covers its slice at any grid), and more tensors than blocks
         take several launches."""
 
@@ -370,9 +370,9 @@ class Lowering:
             # launch count: not folded.
             return run
         launches: list[Launch] = []
-        for start in range(0, len(run), MAX_COLLECTIVE_BLOCKS):
-            part = run[start : start + MAX_COLLECTIVE_BLOCKS]
-            grids = shrink_grids([s.grid for s in part], MAX_COLLECTIVE_BLOCKS)
+        for start in range(0, len(run), PLAN_COLLECTIVE_BLOCKS):
+            part = run[start : start + PLAN_COLLECTIVE_BLOCKS]
+            grids = shrink_grids([s.grid for s in part], PLAN_COLLECTIVE_BLOCKS)
             resized = [dataclasses.replace(s, grid=g) for s, g in zip(part, grids)]
             launches.append(self.table_launch(resized) if len(resized) > 1 else resized[0])
         return launches

@@ -49,8 +49,13 @@ class LaunchConfig:
 
 
 # Blocks of a fused collective kernel all wait on their peers, so they must be resident at
-# once on a GPU: keep the grid at most the SM count of the smallest supported part.
-MAX_COLLECTIVE_BLOCKS = 64
+# once. The plan's grid is at most PLAN_COLLECTIVE_BLOCKS (the host backend's blocks are
+# chunks of work on a few cores, and any GPU holds that many); the cuda backend grows it, up
+# to what the GPU holds, to MAX_COLLECTIVE_BLOCKS at most: what the flag and partial buffers
+# are sized for. 64 blocks of 256 threads leave half of an H200's 132 SMs idle (measured: an
+# Adam step at 2^24 ran at 0.9 TB/s against a 4.3 TB/s copy).
+PLAN_COLLECTIVE_BLOCKS = 64
+MAX_COLLECTIVE_BLOCKS = 2048
 
 
 def range_positions(params: Sequence[Param]) -> tuple[int, int]:

@@ -56,6 +56,7 @@ from coconet.lowering.plan import (
     PeerTable,
     Plan,
 )
+from coconet.lowering.plan_builder import MAX_COLLECTIVE_BLOCKS
 from coconet.runtime.collectives import CollectiveContext, collective_ops, narrow, widen
 from coconet.runtime.executor import KernelArg, buffer_dtype, check_plan_size, groups_of
 from coconet.runtime.symmetric import node_communicator
@@ -159,6 +160,28 @@ def as_bit_patterns(array: Any, xp: Any) -> Any:
 def needs_coresidency(step: Launch) -> bool:
     """A kernel that reaches peers waits on their blocks: all its blocks must be resident."""
     return any(isinstance(a, PeerTable) for a in step.args) or serves_tensor_table(step)
+
+
+# Elements a block of a grown fused collective grid covers at least: a block also pays its
+# flag handshakes with its peers, which tiny ranges would not amortise.
+GROWN_BLOCK_ELEMENTS = 4096
+
+
+def grown_grid(step: Launch) -> int:
+    """The grid a fused collective launch asks the GPU for: the plan's grid (at most
+    PLAN_COLLECTIVE_BLOCKS) grown to a block per GROWN_BLOCK_ELEMENTS of its range, up to
+    MAX_COLLECTIVE_BLOCKS (what its flag and partial buffers hold); _clamp_grids then keeps
+    what the GPU holds at once. A table launch keeps the plan's grid (its block table divides
+    it among the tensors), as does a launch whose range differs by rank. Growing is sound
+    because every fused kernel splits its range by the grid it runs with (coco_chunk; a row
+    kernel by whole rows) and lays its flags out by it, the same grid on every rank."""
+    if serves_tensor_table(step) or step.range_positions is None:
+        return step.grid
+    begin, end = (step.args[i] for i in step.range_positions)
+    if not (isinstance(begin, int) and isinstance(end, int)):
+        return step.grid
+    wanted = -(-(end - begin) // GROWN_BLOCK_ELEMENTS)
+    return max(step.grid, min(wanted, MAX_COLLECTIVE_BLOCKS))
 
 
 def serves_tensor_table(step: Launch) -> bool:
@@ -643,7 +666,7 @@ class CudaBackend:
                 self.module, step.kernel, step.block, step.shared_bytes
             )
             wanted[step.kernel] = min(
-                wanted.get(step.kernel, step.grid), fits // self.ranks_on_my_gpu
+                wanted.get(step.kernel, grown_grid(step)), fits // self.ranks_on_my_gpu
             )
         limits = {
             name: min(w[name] for w in self.comm.allgather(wanted)) for name in sorted(wanted)
@@ -651,7 +674,7 @@ class CudaBackend:
         for step in launches:
             if not needs_coresidency(step):
                 continue
-            grid = min(step.grid, limits[step.kernel])
+            grid = min(grown_grid(step), limits[step.kernel])
             if grid < step.grid and serves_tensor_table(step):
                 # Every tensor keeps at least one block: its grid shrinks in proportion, and
                 # the launch reads a block table of this backend's instead of the plan's.

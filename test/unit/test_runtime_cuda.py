@@ -456,6 +456,30 @@ def test_fused_kernels_launch_cooperatively_with_a_grid_every_rank_can_hold():
     assert all(not c[6] for c in others)
 
 
+@pytest.mark.parametrize(("coresident", "grid"), [(1000, 128), (100, 100)])
+def test_a_large_fused_kernel_grows_its_grid_to_what_the_gpu_holds(coresident, grid):
+    """The plan caps a fused collective at 64 blocks; on a GPU the backend grows a large one
+    to a block per 4096 elements (2^19 per rank here: 128), up to what the GPU holds (an
+    H200 holds 1056 blocks of 256 threads; 64 left half its SMs idle), and it still matches
+    the oracle."""
+    import runpy
+
+    program = apply_schedule(
+        runpy.run_path(str(EXAMPLES / "adam.py"))["build"](1 << 20), "fuse(rs-c-ag)"
+    )
+    inputs = sim.prepare_inputs(program, None, (2,), seed=0)
+    want = sim.run(program, {k: v.copy() for k, v in inputs.items()}, ranks=2, inplace=False)
+    plan, got, backends = run_fake(
+        program, 2, inputs, device_options={"coresident_blocks": coresident}
+    )
+    assert compare_outputs(got, want.per_rank).ok
+    (fused,) = [s for s in plan.steps if isinstance(s, Launch)]
+    assert fused.grid == 64
+    for b in backends:
+        (launch,) = [c for c in b.device.calls if c[0] == "launch"]
+        assert launch[5] == grid
+
+
 def test_a_fused_kernel_that_cannot_be_resident_is_refused():
     program = _fused_adam()
     inputs = sim.prepare_inputs(program, None, (2,), seed=0)
