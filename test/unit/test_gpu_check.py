@@ -269,6 +269,35 @@ def test_bandwidth_section_reports_busbw():
     assert "| 5.000 ms | 214.7 |" in row
 
 
+def test_bandwidth_section_says_when_ranks_share_a_gpu():
+    gc = gpu_check()
+    results = [gc.BenchResult("1 GiB", {"ar-c": (1.3, 1.2), "fuse(rs-c-ag)": (0.0116, 0.011)})]
+    own = gc.bandwidth_section(["ar-c", "fuse(rs-c-ag)"], results, 2, 20, gpus=2)
+    shared = gc.bandwidth_section(["ar-c", "fuse(rs-c-ag)"], results, 2, 20, gpus=1)
+    assert "2 rank(s), one GPU each" in own
+    assert "use NCCL collectives" in own
+    assert "2 rank(s) sharing 1 GPU(s)" in shared
+    assert "MPI with host copies" in shared
+    assert "use NCCL collectives" not in shared
+
+
+def test_adam_section_prices_both_steps_against_the_floor_of_this_run():
+    gc = gpu_check()
+    n = 1 << 24
+    bandwidth = 4.0e12
+    floor = gc.ADAM_BYTES_PER_PARAM * n / bandwidth  # 0.117 ms
+    r = gc.AdamResult(24, coconet=(2 * floor, 2 * floor), checked=True)
+    r.torch = {"median_s": 4 * floor, "min_s": 4 * floor, "backend": "nccl"}
+    text = gc.adam_section([r], 20, bandwidth)
+    row = next(line for line in text.splitlines() if line.startswith("| 2^24"))
+    assert "| 2.00x | 2.00x | 4.00x | nccl |" in row
+    assert "4.00 TB/s" in text
+    assert "outputs match the sim oracle" in text
+    r.checked = False
+    assert "do NOT match" in gc.adam_section([r], 20, bandwidth)
+    assert "no floor" in gc.adam_section([r], 20, None)
+
+
 def test_pytest_summary_takes_the_closing_line():
     out = "....s\n===== 4 passed, 1 skipped, 300 deselected in 3.10s =====\n"
     assert gpu_check().pytest_summary(out) == "4 passed, 1 skipped, 300 deselected in 3.10s"

@@ -1,0 +1,111 @@
+"""coconet.torch on CUDA tensors (the cuda backend), on a real GPU; skipped without one.
+
+The optimizers adopt the parameters' CUDA memory through DLPack: a step must update them in
+place on the device (same storage, still on the GPU) and track torch.optim's own optimizer run
+on the GPU, under every schedule; a bf16 model keeps f32 state; state_dict round-trips."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the test extra installs torch")
+
+import coconet.torch as ct  # noqa: E402 (after the importorskip)
+from coconet.compile import gpu_available  # noqa: E402
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(
+        not (gpu_available() and torch.cuda.is_available()), reason="needs CuPy, torch and a GPU"
+    ),
+]
+
+
+def _model(dtype=torch.float32):
+    torch.manual_seed(0)
+    layers = torch.nn.Sequential(
+        torch.nn.Linear(37, 129), torch.nn.Tanh(), torch.nn.Linear(129, 11)
+    )
+    return layers.to(device="cuda", dtype=dtype)
+
+
+def _train(model, opt, steps=5, seed=1):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    dtype = next(model.parameters()).dtype
+    for _ in range(steps):
+        x = torch.randn(16, 37, generator=gen, device="cuda").to(dtype)
+        model(x).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+
+
+CASES = [
+    (ct.SGD, torch.optim.SGD, {"lr": 0.05, "momentum": 0.9, "weight_decay": 0.01}),
+    (ct.Adam, torch.optim.Adam, {"lr": 0.01, "weight_decay": 0.01}),
+    (ct.AdamW, torch.optim.AdamW, {"lr": 0.01, "weight_decay": 0.1}),
+]
+
+
+@pytest.mark.parametrize("schedule", ["ar-c", "rs-c-ag", "fuse(rs-c-ag)"])
+@pytest.mark.parametrize(("ours", "theirs", "options"), CASES, ids=["sgd", "adam", "adamw"])
+def test_cuda_parameters_track_torch_optim_in_place(ours, theirs, options, schedule):
+    ref, mine = _model(), _model()
+    _train(ref, theirs(ref.parameters(), **options))
+    opt = ours(mine.parameters(), schedule=schedule, **options)
+    assert opt.backend == "cuda"
+    # construction makes the parameters views of one flat device buffer; steps write there
+    storage = [p.untyped_storage().data_ptr() for p in mine.parameters()]
+    _train(mine, opt)
+    for p, ptr in zip(mine.parameters(), storage, strict=True):
+        assert p.is_cuda
+        assert p.untyped_storage().data_ptr() == ptr  # updated where it lives, not copied
+    # torch's CUDA optimizers and NVRTC's code contract multiply-adds into FMAs in different
+    # places: after 5 steps an element may differ by a few f32 ulps times the update's size
+    # (seen on an H200: 4.7e-6, relative 3.9e-5), not by the 1e-6 the CPU test allows.
+    for a, b in zip(ref.parameters(), mine.parameters(), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+
+
+def test_bf16_cuda_parameters_keep_f32_state():
+    ref, mine = _model(), _model(torch.bfloat16)
+    _train(ref, torch.optim.AdamW(ref.parameters(), lr=0.01))
+    opt = ct.AdamW(mine.parameters(), lr=0.01, schedule="fuse(rs-c-ag)")
+    _train(mine, opt)
+    assert all(p.dtype == torch.bfloat16 and p.is_cuda for p in mine.parameters())
+    assert opt.buckets[0].state["m"].dtype == torch.float32
+    assert opt.buckets[0].state["m"].is_cuda
+    # The bf16 model's own forward and backward differ from the f32 reference's by bf16
+    # rounding (seen on an H200: one element of 4773 off by 0.023, 3 bf16 ulps at 1), so the
+    # bound is loose; the second check makes sure it is not loose enough to pass no update.
+    start = _model()
+    with torch.no_grad():
+        moved = max(
+            float((p.float() - q).abs().max())
+            for p, q in zip(mine.parameters(), start.parameters(), strict=True)
+        )
+    assert moved > 0.02
+    for a, b in zip(ref.parameters(), mine.parameters(), strict=True):
+        torch.testing.assert_close(b.float(), a, rtol=0.05, atol=0.03)
+
+
+def test_state_dict_round_trips_on_the_gpu():
+    ref, mine = _model(), _model()
+    ref_opt = torch.optim.AdamW(ref.parameters(), lr=0.01)
+    opt = ct.AdamW(mine.parameters(), lr=0.01, schedule="rs-c-ag")
+    _train(ref, ref_opt)
+    _train(mine, opt)
+    sd, ref_sd = opt.state_dict(), ref_opt.state_dict()
+    for k, entry in ref_sd["state"].items():
+        torch.testing.assert_close(
+            sd["state"][k]["exp_avg"].to("cuda"), entry["exp_avg"], rtol=1e-5, atol=1e-7
+        )
+    other = _model()
+    with torch.no_grad():
+        for p, q in zip(other.parameters(), mine.parameters(), strict=True):
+            p.copy_(q)
+    resumed = ct.AdamW(other.parameters(), lr=0.01, schedule="fuse(rs-c-ag)")
+    resumed.load_state_dict(sd)
+    _train(mine, opt, steps=2, seed=7)
+    _train(other, resumed, steps=2, seed=7)
+    for a, b in zip(mine.parameters(), other.parameters(), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-7)
