@@ -2,12 +2,14 @@
 #   make run    -- create .venv, install coconet, run the main CoCoNet workload on the CPU
 #   make test   -- create .venv, install coconet with its test tools, run ruff (lint) + basedpyright + lit + pytest
 #   make fuzz   -- 20,000 fuzzer inputs (FUZZ_INPUTS=N FUZZ_SEED=S); make reliability: the report
-#   make gpu-check -- on a machine with a CUDA GPU: install coconet[cuda,test] into .venv-gpu and
+#   make gpu-check -- on a machine with a CUDA GPU: install coconet[gpu-check] into .venv-gpu and
 #                  validate the cuda backend (benchmarks/gpu_check.py -> gpu-check-results.md);
 #                  without a GPU: one line saying so, exit 0, nothing installed
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(abspath $(VENV))/bin
+# the PATH make was called with: gpu-check's interpreter is found on it, not in .venv
+CALLER_PATH := $(PATH)
 export PATH := $(BIN):$(PATH)
 
 .PHONY: setup run test lint typecheck lit pytest clean gpu-check gpu-setup fuzz reliability
@@ -70,20 +72,33 @@ reliability: setup
 
 # gpu-check uses its own venv, made with --system-site-packages so that the CuPy (matching the
 # driver's CUDA) and PyTorch a GPU image ships are reused rather than shadowed; cupy-cuda13x is
-# installed only when no CuPy is importable. GPU_CHECK_ARGS passes options to the script
+# installed only when no CuPy is importable. The venv is made from GPU_PYTHON as found on the
+# PATH make was called with (not .venv's, whose torch is a CPU build). When that interpreter
+# is itself a venv's (a GPU image's /opt/torch/.venv, say), --system-site-packages would reach
+# only the base interpreter's packages: a .pth file adds that venv's. The extra installed is
+# gpu-check (pytest and MPI), not test, whose pinned CPU torch would shadow the image's.
+# GPU_PIP_ARGS passes options to pip: on a machine without a package index,
+# GPU_PIP_ARGS='--no-index --find-links WHEELS --no-build-isolation' (WHEELS: xdsl and its
+# dependencies, mpich, mpi4py). GPU_CHECK_ARGS passes options to the script
 # (e.g. GPU_CHECK_ARGS='--quick --ranks 1,2').
 GPU_VENV ?= .venv-gpu
 GPU_BIN := $(abspath $(GPU_VENV))/bin
+GPU_PYTHON ?= python3
+GPU_PIP_ARGS ?=
 GPU_CHECK_ARGS ?=
 NO_GPU = gpu-check: no CUDA GPU visible ($(1)); nothing to check on this machine
+PARENT_SITE = import sys, sysconfig; p = sysconfig.get_paths(); \
+	print(*dict.fromkeys([p["purelib"], p["platlib"]]) if sys.prefix != sys.base_prefix else (), sep="\n")
 
 gpu-setup: $(GPU_VENV)/.installed
 
 $(GPU_VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv --system-site-packages $(GPU_VENV)
-	$(GPU_BIN)/python -m pip install --quiet --upgrade pip
-	if $(GPU_BIN)/python -c 'import cupy' 2>/dev/null; then extras=test; else extras=cuda,test; fi; \
-	$(GPU_BIN)/python -m pip install --quiet -e ".[$$extras]"
+	PATH="$(CALLER_PATH)" $(GPU_PYTHON) -m venv --system-site-packages $(GPU_VENV)
+	PATH="$(CALLER_PATH)" $(GPU_PYTHON) -c '$(PARENT_SITE)' > \
+		"$$($(GPU_BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/gpu-image-venv.pth"
+	$(GPU_BIN)/python -m pip install --quiet --upgrade $(GPU_PIP_ARGS) pip
+	if $(GPU_BIN)/python -c 'import cupy' 2>/dev/null; then extras=gpu-check; else extras=cuda,gpu-check; fi; \
+	$(GPU_BIN)/python -m pip install --quiet $(GPU_PIP_ARGS) -e ".[$$extras]"
 	touch $@
 
 # The GPU test comes first and is cheap (nvidia-smi), so a GPU-less machine installs nothing.

@@ -321,3 +321,30 @@ def test_run_command_kills_the_whole_process_group_at_the_limit():
     assert not outcome.ok
     assert outcome.output.startswith("started")
     assert "killed after 1 s" in outcome.tail()
+
+
+@pytest.mark.skipif(
+    shutil.which("make") is None or sys.prefix == sys.base_prefix,
+    reason="needs make, and this interpreter must be a venv's",
+)
+def test_gpu_setup_from_a_venvs_interpreter_reuses_that_venvs_packages(tmp_path: Path):
+    """A GPU image's python3 may itself be a venv's (/opt/torch/.venv on this project's H200
+    machine): --system-site-packages alone would reach only its base interpreter's packages,
+    so the GPU venv would not see the image's CuPy and torch. Here the test's own venv plays
+    the image's; nothing needs fetching, as every requirement is already in it."""
+    gpu_venv = tmp_path / "gv"
+    r = subprocess.run(
+        ["make", "-s", "gpu-setup", f"GPU_VENV={gpu_venv}", f"GPU_PYTHON={sys.executable}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    python = gpu_venv / "bin" / "python"
+    probe = "import numpy, xdsl, coconet; print(numpy.__file__)"
+    where = subprocess.run(
+        [str(python), "-c", probe], capture_output=True, text=True, check=True
+    ).stdout
+    assert where.startswith(sys.prefix), where  # the parent venv's numpy, not a new copy
