@@ -43,6 +43,7 @@ import numpy as np
 from coconet.core import values as V
 from coconet.core.program import CocoError
 from coconet.lowering.kernel_cache import KernelCache, content_key
+from coconet.lowering.kernel_ir import Param, ParamKind
 from coconet.lowering.lower_to_plan import shrink_grids
 from coconet.lowering.plan import (
     COMM_STREAM,
@@ -167,21 +168,45 @@ def needs_coresidency(step: Launch) -> bool:
 GROWN_BLOCK_ELEMENTS = 4096
 
 
-def grown_grid(step: Launch) -> int:
+def grown_grid(step: Launch, params: Sequence[Param]) -> int:
     """The grid a fused collective launch asks the GPU for: the plan's grid (at most
     PLAN_COLLECTIVE_BLOCKS) grown to a block per GROWN_BLOCK_ELEMENTS of its range, up to
-    MAX_COLLECTIVE_BLOCKS (what its flag and partial buffers hold); _clamp_grids then keeps
-    what the GPU holds at once. A table launch keeps the plan's grid (its block table divides
-    it among the tensors), as does a launch whose range differs by rank. Growing is sound
+    MAX_COLLECTIVE_BLOCKS (what its flag and partial buffers hold); a table launch asks for the
+    sum of its tensors' grown grids (`tensor_grids`). _clamp_grids then keeps what the GPU
+    holds at once. A range that differs by rank keeps the plan's grid. Growing is sound
     because every fused kernel splits its range by the grid it runs with (coco_chunk; a row
     kernel by whole rows) and lays its flags out by it, the same grid on every rank."""
-    if serves_tensor_table(step) or step.range_positions is None:
+    if serves_tensor_table(step):
+        return sum(tensor_grids(step, params))
+    if step.range_positions is None:
         return step.grid
     begin, end = (step.args[i] for i in step.range_positions)
+    return _grown(step.grid, begin, end)
+
+
+def _grown(grid: int, begin: object, end: object) -> int:
     if not (isinstance(begin, int) and isinstance(end, int)):
-        return step.grid
+        return grid
     wanted = -(-(end - begin) // GROWN_BLOCK_ELEMENTS)
-    return max(step.grid, min(wanted, MAX_COLLECTIVE_BLOCKS))
+    return max(grid, min(wanted, MAX_COLLECTIVE_BLOCKS))
+
+
+def tensor_grids(step: Launch, params: Sequence[Param]) -> list[int]:
+    """A table launch's grid per tensor: the plan's block table's, each grown as a single
+    tensor's launch grows (each tensor has flags of its own, sized for MAX_COLLECTIVE_BLOCKS),
+    where the tensor's range is the same on every rank."""
+    blocks = step.args[-2]
+    assert isinstance(blocks, ArgTable)
+    starts = [b for b in blocks.items if isinstance(b, int)]
+    assert len(starts) == len(blocks.items)  # each tensor's first block
+    grids = [b - a for a, b in itertools.pairwise(starts)]
+    kinds = [p.kind for p in params]
+    if ParamKind.BEGIN not in kinds or ParamKind.END not in kinds:
+        return grids
+    begins, ends = step.args[kinds.index(ParamKind.BEGIN)], step.args[kinds.index(ParamKind.END)]
+    if not (isinstance(begins, ArgTable) and isinstance(ends, ArgTable)):
+        return grids
+    return [_grown(g, b, e) for g, b, e in zip(grids, begins.items, ends.items, strict=True)]
 
 
 def serves_tensor_table(step: Launch) -> bool:
@@ -659,6 +684,8 @@ class CudaBackend:
         the GPU holds at once (shared among the ranks on it); every rank takes the smallest
         grid any rank can hold, so block b of each rank meets block b of its peers."""
         wanted: dict[str, int] = {}
+        assert self.plan is not None
+        signatures = self.plan.signatures
         for step in launches:
             if not needs_coresidency(step):
                 continue
@@ -666,7 +693,8 @@ class CudaBackend:
                 self.module, step.kernel, step.block, step.shared_bytes
             )
             wanted[step.kernel] = min(
-                wanted.get(step.kernel, grown_grid(step)), fits // self.ranks_on_my_gpu
+                wanted.get(step.kernel, grown_grid(step, signatures[step.kernel])),
+                fits // self.ranks_on_my_gpu,
             )
         limits = {
             name: min(w[name] for w in self.comm.allgather(wanted)) for name in sorted(wanted)
@@ -674,38 +702,31 @@ class CudaBackend:
         for step in launches:
             if not needs_coresidency(step):
                 continue
-            grid = min(grown_grid(step), limits[step.kernel])
-            if grid < step.grid and serves_tensor_table(step):
-                # Every tensor keeps at least one block: its grid shrinks in proportion, and
-                # the launch reads a block table of this backend's instead of the plan's.
-                blocks = step.args[-2]
-                assert isinstance(blocks, ArgTable)
-                starts = [b for b in blocks.items if isinstance(b, int)]
-                assert len(starts) == len(blocks.items)  # each tensor's first block
-                per_tensor = [b - a for a, b in itertools.pairwise(starts)]
-                if grid < 1:
-                    raise CocoError(
-                        f"{step.kernel} needs its blocks resident at once, but not one block "
-                        f"of {step.block} threads fits per rank on this GPU "
-                        f"({self.ranks_on_my_gpu} rank(s) share it)"
-                    )
-                # Fewer blocks than tensors: the tensors go in turns of `grid` tensors, one
-                # launch each (their tables read from the turn's first tensor on).
-                turns = []
-                for first in range(0, len(per_tensor), max(grid, 1)):
-                    part = per_tensor[first : first + grid]
-                    starts = [0, *itertools.accumulate(shrink_grids(part, grid))]
-                    table = self.table(starts, np.dtype(np.int64))
-                    turns.append((first, len(part), table, starts[-1]))
-                self.table_blocks[id(step)] = turns
-                continue
+            params = signatures[step.kernel]
+            grid = min(grown_grid(step, params), limits[step.kernel])
             if grid < 1:
                 raise CocoError(
                     f"{step.kernel} needs all its blocks resident at once, but not one block of "
                     f"{step.block} threads fits per rank on this GPU "
                     f"({self.ranks_on_my_gpu} rank(s) share it)"
                 )
-            self.launch_grids[id(step)] = grid
+            if not serves_tensor_table(step):
+                self.launch_grids[id(step)] = grid
+                continue
+            per_tensor = tensor_grids(step, params)
+            if grid == step.grid == sum(per_tensor):
+                continue  # the plan's own block table
+            # The tensors' grids, grown or shrunk in proportion to fit `grid` (every tensor
+            # keeps at least one block), in a block table of this backend's instead of the
+            # plan's. Fewer blocks than tensors: the tensors go in turns of `grid` tensors, one
+            # launch each (their tables read from the turn's first tensor on).
+            turns = []
+            for first in range(0, len(per_tensor), grid):
+                part = per_tensor[first : first + grid]
+                starts = [0, *itertools.accumulate(shrink_grids(part, grid))]
+                table = self.table(starts, np.dtype(np.int64))
+                turns.append((first, len(part), table, starts[-1]))
+            self.table_blocks[id(step)] = turns
 
     def _nccl_for(self, mpi_comm: Any) -> Any:
         uid = self.device.nccl_unique_id() if mpi_comm.Get_rank() == 0 else None

@@ -480,6 +480,34 @@ def test_a_large_fused_kernel_grows_its_grid_to_what_the_gpu_holds(coresident, g
         assert launch[5] == grid
 
 
+def test_a_table_launch_grows_each_tensors_grid_to_what_the_gpu_holds():
+    """LAMB over seven odd tensors and one of 2^20: the plan's table launch gives the eight
+    tensors 64 blocks in all; on a GPU holding 1000, the large tensor grows to a block per
+    4096 of its elements (128 at 2 ranks) and the small ones keep theirs, in one launch that
+    still matches the oracle."""
+    import runpy
+
+    from coconet.runtime.cuda import tensor_grids
+
+    sizes = (1000, 33, 4097, 12345, 7, 65537, 999, 1 << 20)
+    program = apply_schedule(
+        runpy.run_path(str(EXAMPLES / "lamb_odd_sizes.py"))["build"](sizes), "fuse(rs-c-ag)"
+    )
+    inputs = sim.prepare_inputs(program, None, (2,), seed=0)
+    want = sim.run(program, {k: v.copy() for k, v in inputs.items()}, ranks=2, inplace=False)
+    plan, got, backends = run_fake(program, 2, inputs, device_options={"coresident_blocks": 1000})
+    assert compare_outputs(got, want.per_rank).ok
+    tables = [s for s in plan.steps if isinstance(s, Launch) and s.kernel.endswith("_table")]
+    assert tables
+    for step in tables:
+        assert step.grid <= 64
+        grids = tensor_grids(step, plan.signatures[step.kernel])
+        assert grids[-1] == 128
+        for b in backends:
+            (launch,) = [c for c in b.device.calls if c[0] == "launch" and c[1] == step.kernel]
+            assert launch[5] == sum(grids) > 128
+
+
 def test_a_fused_kernel_that_cannot_be_resident_is_refused():
     program = _fused_adam()
     inputs = sim.prepare_inputs(program, None, (2,), seed=0)
