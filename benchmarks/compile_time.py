@@ -66,18 +66,42 @@ def stack_text(layers: int, h: int = H, b: int = B, s: int = S) -> str:
     return "\n".join(lines) + "\n"
 
 
+def stack_program(layers: int, h: int = H, b: int = B, s: int = S):
+    """The same stack built with the Python front end (coconet.frontend), as a user writes a
+    deep model: a loop over layers, each declaring its weight and bias."""
+    from coconet import frontend as F
+    from coconet.frontend import F32, Tensor
+
+    def stack(x0: Tensor(F32, [b, s, h])):
+        x = x0
+        for i in range(layers):
+            w = Tensor(F32, [h, h], F.Sliced(0), f"w{i}")
+            bias = Tensor(F32, [h], F.Replicated, f"b{i}")
+            xs = F.Slice(x, 2)
+            mm = F.MatMul(xs, w)
+            ar = F.AllReduce("+", mm)
+            bi = ar + bias
+            dr = F.Dropout(bi, 0.1, seed=i)
+            x = dr + x
+        return x
+
+    return F.build_program(stack, grid=[None])
+
+
 def count_ops(program) -> int:
     return sum(1 for _ in program.func.body.walk())
 
 
-def phases(text: str, schedule: str, ranks: int) -> dict[str, float]:
+def phases(text: str, schedule: str, ranks: int, layers: int = 0) -> dict[str, float]:
+    """CPU seconds per phase from MLIR text (`layers` = 0) or from the Python front end
+    (building a `layers`-deep stack_program instead of parsing)."""
     from coconet.compile import apply_schedule
     from coconet.core.program import Program, parse_module
     from coconet.lowering.lower_to_plan import lower
 
     out = {}
     w0, c0 = time.perf_counter(), time.process_time()
-    program = Program(parse_module(text, "<stack>"))
+    program = stack_program(layers) if layers else Program(parse_module(text, "<stack>"))
     c1 = time.process_time()
     out["ops"] = count_ops(program)
     scheduled = apply_schedule(program, schedule)
@@ -85,7 +109,7 @@ def phases(text: str, schedule: str, ranks: int) -> dict[str, float]:
     plan = lower(scheduled, ranks)
     w3, c3 = time.perf_counter(), time.process_time()
     out["cuda_chars"] = len(plan.cuda_source)
-    out |= {"parse+verify": c1 - c0, "schedule": c2 - c1, "lower": c3 - c2, "total": c3 - c0}
+    out |= {"build": c1 - c0, "schedule": c2 - c1, "lower": c3 - c2, "total": c3 - c0}
     out["wall"] = w3 - w0
     return out
 
@@ -133,31 +157,42 @@ def main() -> None:
         "ar-c, split, split + fuse)",
     )
     ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument(
+        "--source",
+        choices=("mlir", "python", "both"),
+        default="both",
+        help="build the program from MLIR text, with the Python front end, or both (default)",
+    )
     ap.add_argument("--repeat", type=int, default=3, help="best of this many runs")
     ap.add_argument("--profile", action="store_true", help="cProfile the largest run")
     args = ap.parse_args()
     import coconet.schedule  # noqa: F401 - imports out of the timed region
 
     layer_counts = [int(x) for x in args.layers.split(",")]
+    sources = ("mlir", "python") if args.source == "both" else (args.source,)
     print(
-        f"compile time, {args.ranks} rank(s), best of {args.repeat}: text -> parse + verify -> "
-        "schedule -> plan + CUDA text; CPU seconds of this process per phase (a shared box's "
-        "wall clock moves with its neighbours' load), and the wall clock of the whole"
+        f"compile time, {args.ranks} rank(s), best of {args.repeat}: MLIR text -> parse + verify "
+        "(or the Python front end -> build + verify) -> schedule -> plan + CUDA text; CPU "
+        "seconds of this process per phase (a shared box's wall clock moves with its "
+        "neighbours' load), and the wall clock of the whole"
     )
     print(
-        f"  {'layers':>6} {'ops':>6}  {'schedule':<28} {'parse+verify':>12} {'schedule':>9} "
-        f"{'lower':>8} {'total':>8}  {'per op':>8} {'wall':>9}"
+        f"  {'from':<6} {'layers':>6} {'ops':>6}  {'schedule':<31} {'build':>8} "
+        f"{'schedule':>9} {'lower':>8} {'total':>8}  {'per op':>8} {'wall':>9}"
     )
-    for layers in layer_counts:
-        text = stack_text(layers)
-        for schedule in args.schedules.split(";"):
-            runs = [phases(text, schedule, args.ranks) for _ in range(args.repeat)]
-            best = min(runs, key=lambda r: r["total"])
-            print(
-                f"  {layers:>6} {best['ops']:>6}  {schedule:<28} {best['parse+verify']:>10.3f} s "
-                f"{best['schedule']:>7.3f} s {best['lower']:>6.3f} s {best['total']:>6.3f} s  "
-                f"{best['total'] / best['ops'] * 1e6:>6.0f} us {best['wall']:>7.3f} s"
-            )
+    for source in sources:
+        for layers in layer_counts:
+            text = stack_text(layers)
+            built = layers if source == "python" else 0
+            for schedule in args.schedules.split(";"):
+                runs = [phases(text, schedule, args.ranks, built) for _ in range(args.repeat)]
+                best = min(runs, key=lambda r: r["total"])
+                print(
+                    f"  {source:<6} {layers:>6} {best['ops']:>6}  {schedule:<31} "
+                    f"{best['build']:>6.3f} s {best['schedule']:>7.3f} s {best['lower']:>6.3f} s "
+                    f"{best['total']:>6.3f} s  {best['total'] / best['ops'] * 1e6:>6.0f} us "
+                    f"{best['wall']:>7.3f} s"
+                )
     print(
         "\nwarm start (coconet.compile of a .mlir file compiled before): text -> plan + CUDA "
         "text through the plan cache, wall seconds, median of the runs"

@@ -43,6 +43,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any
 
 import numpy as np
@@ -358,6 +359,9 @@ def _stack() -> list[_Builder]:
 class _Builder:
     """One program under construction: a func.func inside a module, filled op by op."""
 
+    # Locals looked at to name values, over all builds (a work count for the scaling test).
+    locals_examined = 0
+
     def __init__(self, name: str, grid: GridAttr, code: Any):
         self.grid = grid
         self.block = Block()
@@ -372,6 +376,7 @@ class _Builder:
         self.updated: dict[SSAValue, str] = {}  # target -> where it was updated
         self.arg_names: dict[str, str] = {}  # name -> where declared
         self.constants: dict[tuple[str, Attribute], Value] = {}  # literal constants
+        self.unnamed: dict[int, Value] = {}  # id -> an op result no variable has named yet
 
     # -- arguments -----------------------------------------------------------------------
 
@@ -384,7 +389,7 @@ class _Builder:
         arg = self.block.insert_arg(t, len(self.block.args))
         if spec.name is not None:
             self.name_argument(arg, spec.name, where)
-        return Value(arg, self)
+        return self.track(Value(arg, self))
 
     def name_argument(self, arg: BlockArgument, name: str, where: str) -> None:
         _check_name(name, "a program argument")
@@ -410,9 +415,20 @@ class _Builder:
             raise _build_error(expr, operands, str(e)) from None
         return op
 
+    def track(self, value: Value) -> Value:
+        """`value` (an op's result, an argument declared without a name), to be named after
+        the first local variable that holds it."""
+        if value._ssa is not None and value._ssa.name_hint is None:
+            self.unnamed[id(value)] = value
+        return value
+
     def name_from_frames(self) -> None:
         """Name unnamed values after the local variables that hold them, outer frames first
-        (so a helper's parameter name does not shadow the caller's variable)."""
+        (so a helper's parameter name does not shadow the caller's variable). Each op's
+        emission does this, so it looks up only the values still unnamed: a scan per op that
+        tested every local (a 400-layer program's 800 weights) made building quadratic."""
+        if not self.unnamed:
+            return
         frames = []
         frame = sys._getframe(1)
         while frame is not None:
@@ -427,16 +443,23 @@ class _Builder:
             self.name_from_locals(frame.f_locals)
 
     def name_from_locals(self, local_vars: dict[str, Any]) -> None:
-        for var, obj in local_vars.items():
+        unnamed = self.unnamed
+        # Latest locals first: a frame lists its parameters (a deep model's many weights)
+        # before the variables its body assigns, which are the ones that hold new results.
+        for var, obj in reversed(local_vars.items()):
+            _Builder.locals_examined += 1
             if (
-                isinstance(obj, Value)
-                and obj._builder is self
-                and obj._ssa is not None
-                and obj._ssa.name_hint is None
+                id(obj) in unnamed
+                and unnamed[id(obj)] is obj
                 and _valid_name(var)
                 and var.strip("_")  # `_` is a throwaway, not a name
             ):
-                obj._ssa.name_hint = var
+                del unnamed[id(obj)]
+                ssa = obj._ssa
+                if ssa is not None and ssa.name_hint is None:
+                    ssa.name_hint = var
+                if not unnamed:
+                    return
 
 
 def _current(what: str) -> _Builder:
@@ -481,6 +504,10 @@ def _python_name(v: Value) -> str | None:
     """The name a user knows `v` by: its SSA name, else a local variable holding it."""
     if v._ssa is not None and v._ssa.name_hint:
         return v._ssa.name_hint
+    if v._builder is not None and id(v) in v._builder.unnamed:
+        v._builder.name_from_frames()  # the values pending a name, at once
+        if v._ssa is not None and v._ssa.name_hint:
+            return v._ssa.name_hint
     frame = sys._getframe(1)
     while frame is not None:
         if frame.f_code.co_filename != _FRONTEND_FILE:
@@ -674,7 +701,7 @@ def _literal(x: object, like: TensorType, expr: str) -> Value:
         return cached
     op = coco.ConstantOp(value, TensorType((), elt))
     b.insert(op, expr, [])
-    b.constants[key] = Value(op.results[0], b)
+    b.constants[key] = b.track(Value(op.results[0], b))
     return b.constants[key]
 
 
@@ -708,7 +735,7 @@ def _token(x: object) -> str:
 
 def _finish(op: Operation, b: _Builder) -> Value:
     b.name_from_frames()
-    return Value(op.results[0], b)
+    return b.track(Value(op.results[0], b))
 
 
 def _emit(
@@ -1383,23 +1410,34 @@ def _declaration_of(
 
 
 def _capture_locals(fn: Callable[..., Any], args: Sequence[Value]) -> tuple[Any, dict[str, Any]]:
-    """Call `fn` and return its result and its locals as they were when it returned."""
-    captured: dict[str, Any] = {}
+    """Call `fn` and return its result and its locals as they were when it returned.
+
+    A one-shot hook catches the call's frame at its first event and removes itself there: the
+    frame object keeps its locals after the call returns. (A hook left in place for the whole
+    call ran on every call the program's construction made, which tripled the time to build a
+    2,401-op program.) The hook is a trace function, or a profile function where a debugger or
+    coverage already traces; with both taken (a debugger under a profiler), values keep no
+    Python names."""
     code = fn.__code__
-    previous = sys.getprofile()
+    frames: list[FrameType] = []
+    if sys.gettrace() is None:
+        install: Callable[[Any], None] = sys.settrace
+    elif sys.getprofile() is None:
+        install = sys.setprofile
+    else:
+        return fn(*args), {}
 
-    def profile(frame, event, arg):
-        if event == "return" and frame.f_code is code and not captured:
-            captured.update(frame.f_locals)
-        if previous is not None:
-            previous(frame, event, arg)
+    def catch(frame: FrameType, event: str, arg: object) -> None:
+        if event == "call" and frame.f_code is code and not frames:
+            frames.append(frame)
+            install(None)
 
-    sys.setprofile(profile)
+    install(catch)
     try:
         result = fn(*args)
     finally:
-        sys.setprofile(previous)
-    return result, captured
+        install(None)
+    return result, dict(frames[0].f_locals) if frames else {}
 
 
 def _parameter_specs(fn: Callable[..., Any], fname: str, where: str) -> list[_Spec]:

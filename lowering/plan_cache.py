@@ -16,11 +16,18 @@ plan.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import io
 import pickle
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
+from xdsl.parser import Parser
+
+from coconet.core.program import make_context
+from coconet.dialects.coco_types import TensorType
 from coconet.lowering.kernel_cache import CachedArtifact, KernelCache, content_key
 from coconet.lowering.plan import Plan
 
@@ -72,6 +79,40 @@ def plan_key(
     )
 
 
+# A plan's buffers and steps hold thousands of tensor types, each an xDSL attribute tree (the
+# shape's ArrayAttr of IntAttrs, the element type, the layouts): pickled as such, loading a
+# 2,401-op program's plan spent 0.27 s rebuilding those trees, most of a warm start. They are
+# stored as their text instead, and each distinct text is parsed once per process.
+
+
+@functools.cache
+def _type_text(t: TensorType) -> str:
+    return str(t)
+
+
+@functools.cache
+def tensor_type_from_text(text: str) -> TensorType:
+    """A `!coco.tensor` from its text (a plan entry stores tensor types so)."""
+    parsed = Parser(make_context(), text).parse_attribute()
+    if not isinstance(parsed, TensorType):
+        raise ValueError(f"not a coco tensor type: {text}")
+    return parsed
+
+
+class _PlanPickler(pickle.Pickler):
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, TensorType):
+            return tensor_type_from_text, (_type_text(obj),)
+        return NotImplemented
+
+
+def dump_plan(plan: Plan) -> bytes:
+    """A plan as the bytes of a plan entry."""
+    out = io.BytesIO()
+    _PlanPickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(plan)
+    return out.getvalue()
+
+
 def _load(path: Path) -> Plan:
     try:
         with open(path, "rb") as f:
@@ -91,8 +132,7 @@ def cached_plan(key: str, build: Callable[[], Plan]) -> CachedArtifact[Plan]:
 
     def write(tmp: Path) -> None:
         built.append(build())
-        with open(tmp, "wb") as f:
-            pickle.dump(built[0], f, protocol=pickle.HIGHEST_PROTOCOL)
+        tmp.write_bytes(dump_plan(built[0]))
 
     def load(path: Path) -> Plan:
         # the plan just built is the one published: no need to read it back

@@ -215,3 +215,46 @@ def test_fusing_many_named_chains_checks_their_order_in_linear_work():
     read-before-update edges of the block, not over every pair of its ops."""
     small, large = _targeted_fuse_calls(10), _targeted_fuse_calls(30)
     assert large <= 3.15 * small, (small, large)
+
+
+def _wide_stack_source(layers: int) -> str:
+    """The stack as a Python program function with every weight and bias a parameter (a
+    model's parameters passed in): hundreds of locals in the frame each op names from."""
+    params = ["x0: Tensor(F32, [2, 8, 64])"]
+    body = ["    x = x0"]
+    for i in range(layers):
+        params += [f"w{i}: Tensor(F32, [64, 64], Sliced(0))", f"b{i}: Tensor(F32, [64])"]
+        body += [
+            "    xs = Slice(x, 2)",
+            f"    mm = MatMul(xs, w{i})",
+            '    ar = AllReduce("+", mm)',
+            f"    bi = ar + b{i}",
+            f"    dr = Dropout(bi, 0.1, seed={i})",
+            "    x = dr + x",
+        ]
+    return "def stack(" + ", ".join(params) + "):\n" + "\n".join(body) + "\n    return x\n"
+
+
+def _build_work(layers: int) -> tuple[int, int, Program]:
+    """(calls, locals examined to name values, program) of building the wide stack."""
+    from coconet import frontend
+
+    scope = {name: getattr(frontend, name) for name in frontend.__all__}
+    exec(compile(_wide_stack_source(layers), f"<stack{layers}>", "exec"), scope)
+    built: list[Program] = []
+    before = frontend._Builder.locals_examined
+    calls = _calls(lambda: built.append(frontend.build_program(scope["stack"], grid=[None])))
+    return calls, frontend._Builder.locals_examined - before, built[0]
+
+
+def test_building_with_the_front_end_is_linear_in_the_program():
+    """Each op names the new values after the locals holding them. Testing every local at
+    every op made a program with many parameters quadratic (x7.4 the locals examined for x3
+    the layers); the latest locals are looked at first, and the look stops once every new
+    value has its name."""
+    (small_calls, small, _), (large_calls, large, program) = _build_work(10), _build_work(30)
+    assert 0 < small
+    assert large <= 3.15 * small, (small, large)
+    assert large_calls <= 3.15 * small_calls, (small_calls, large_calls)
+    names = [op.results[0].name_hint for op in program.func.body.block.ops if op.results]
+    assert names[:6] == ["xs", "mm", "ar", "bi", "dr", "x"]

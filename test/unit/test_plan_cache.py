@@ -138,3 +138,20 @@ def test_compile_starts_warm_from_the_plan_cache_and_computes_the_same():
     uncached = coco_compile(ADAM, schedule="fuse(rs-c-ag)", backend="cpu", cache=False)
     assert not uncached.plan_cache_hit
     uncached.close()
+
+
+def test_an_entry_stores_tensor_types_as_text_and_loads_equal_ones():
+    """Loading a plan rebuilt every tensor type's xDSL attribute tree (most of a large
+    program's warm start); an entry holds each type's text instead, parsed once per distinct
+    type, and the loaded plan's types equal the built ones."""
+    text = ADAM.read_text()
+    plan = lower(apply_schedule(Program(parse_module(text)), "fuse(rs-c-ag)"), 2)
+    data = plan_cache.dump_plan(plan)
+    assert b"ArrayAttr" not in data
+    assert b"IntAttr" not in data
+    loaded = pickle.loads(data)
+    assert [b.type for b in loaded.buffers] == [b.type for b in plan.buffers]
+    assert loaded.cuda_source == plan.cuda_source
+    assert loaded.format() == plan.format()
+    with pytest.raises(ValueError, match="not a coco tensor type"):
+        plan_cache.tensor_type_from_text("f32")
