@@ -64,6 +64,7 @@ __all__ = [
     "MachineProfile",
     "Prediction",
     "StepCost",
+    "kernel_exchanges",
     "kernel_traffic",
     "predict",
     "published_profile",
@@ -108,6 +109,10 @@ class MachineProfile:
     collective_overhead: float  # s per library collective call, beyond its alpha terms
     fused_sync: float  # s per cross-rank flag exchange inside a fused collective kernel
     event_overhead: float = 0.0  # s per record / wait
+    # s per exchange of reduction partials inside a fused kernel (a norm finished in the
+    # kernel: every block done, then the last block of each rank trades partials with its
+    # peers); None: one flag exchange's
+    exchange_sync: float | None = None
     # The host runs kernels on one thread whatever their stream (cpu backend); only
     # library collectives progress concurrently.
     host_serializes_kernels: bool = False
@@ -159,6 +164,7 @@ class MachineProfile:
             profile.launch_overhead,
             profile.collective_overhead,
             profile.fused_sync,
+            profile.exchange_sync or 0.0,
             profile.intra.latency,
         ]
         if not all(isinstance(x, int | float) and math.isfinite(x) and x >= 0 for x in times):
@@ -405,6 +411,13 @@ def kernel_traffic(plan: Plan, step: Launch, group_size: int) -> tuple[float, fl
     return local, peer, flops, syncs
 
 
+def kernel_exchanges(plan: Plan, step: Launch) -> int:
+    """How many of a launch's synchronizations (kernel_traffic's count) are exchanges of
+    reduction partials rather than flag handshakes."""
+    params = plan.signatures.get(step.kernel, ())
+    return sum(p.kind == ParamKind.EXCHANGE for p in params)
+
+
 def _group_size(plan: Plan, step: Launch, rank: int, profile: MachineProfile) -> int:
     """The size of the group a fused kernel reaches through peer tables (1: none); a group
     that spans nodes cannot be reached through symmetric memory (the lowering's fused kernels
@@ -518,7 +531,9 @@ def _launch_cost(
         terms["memory"] = (local + peer) / profile.memory_bandwidth
         terms["peers"] = 0.0
     bound = max(terms, key=terms.__getitem__)
-    sync = syncs * profile.fused_sync if p > 1 else 0.0
+    exchanges = kernel_exchanges(plan, step)
+    per_exchange = profile.fused_sync if profile.exchange_sync is None else profile.exchange_sync
+    sync = (syncs - exchanges) * profile.fused_sync + exchanges * per_exchange if p > 1 else 0.0
     if sync > terms[bound]:
         bound = "latency"
     return profile.launch_overhead + max(terms.values()) + sync, local + peer, flops, bound

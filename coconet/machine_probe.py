@@ -52,7 +52,7 @@ __all__ = [
 ]
 
 # Bump when what is measured or how it becomes a profile changes: old entries are not reused.
-PROBE_VERSION = 3
+PROBE_VERSION = 4
 PROBE_CACHE = KernelCache("profiles")
 
 STREAM_SOURCE = r"""
@@ -96,6 +96,22 @@ func.func @probe_fused(%g: !coco.tensor<{n}xf32, local>, %w: !coco.tensor<{n}xf3
                        %lr: !coco.tensor<f32>) attributes {{coco.grid = #coco.grid<[?]>}} {{
   %g1 = comm.all_reduce sum %g : !coco.tensor<{n}xf32, local> -> !coco.tensor<{n}xf32>
   %0 = coco.mul %lr, %g1 : !coco.tensor<f32>, !coco.tensor<{n}xf32> -> !coco.tensor<{n}xf32>
+  %w1 = coco.sub %w, %0 : !coco.tensor<{n}xf32>
+  coco.update %w, %w1 : !coco.tensor<{n}xf32>
+  func.return
+}}
+"""
+
+# The fused all_reduce with a norm of the reduced value inside (LAMB's trust ratio, global-norm
+# clipping): under fuse(rs-c-ag) its first kernel finishes the norm in the kernel, the last
+# block of each rank exchanging its partial sum with its peers' after all blocks are done.
+FUSED_NORM_PROGRAM = """
+func.func @probe_fused_norm(%g: !coco.tensor<{n}xf32, local>, %w: !coco.tensor<{n}xf32>,
+                            %lr: !coco.tensor<f32>) attributes {{coco.grid = #coco.grid<[?]>}} {{
+  %g1 = comm.all_reduce sum %g : !coco.tensor<{n}xf32, local> -> !coco.tensor<{n}xf32>
+  %n = coco.reduce norm %g1 : !coco.tensor<{n}xf32> -> !coco.tensor<f32>
+  %s = coco.div %lr, %n : !coco.tensor<f32>
+  %0 = coco.mul %s, %g1 : !coco.tensor<f32>, !coco.tensor<{n}xf32> -> !coco.tensor<{n}xf32>
   %w1 = coco.sub %w, %0 : !coco.tensor<{n}xf32>
   coco.update %w, %w1 : !coco.tensor<{n}xf32>
   func.return
@@ -231,6 +247,10 @@ def measure(comm) -> dict[str, Any]:
         out["fused_small_step"] = _timed(comm, fused.step, 10, 41)
         out["fused_small_plan"] = _plan_steps(fused.plan)
         fused.close()
+        normed = _ready(_compiled(comm, FUSED_NORM_PROGRAM.format(n=SMALL * size), "fuse(rs-c-ag)"))
+        out["fused_norm_small_step"] = _timed(comm, normed.step, 10, 41)
+        out["fused_norm_small_plan"] = _plan_steps(normed.plan)
+        normed.close()
     return out
 
 
@@ -263,6 +283,7 @@ def profile_from_measurements(
     intra = Fabric("shared memory (MPI)", mem, 0.0, mem)
     collective_overhead = 0.0
     fused_sync = 0.0
+    exchange_sync: float | None = None
     if p > 1:
         # the programs' steps other than the collective: a copy out at most (priced as one launch)
         def collective_time(key: str) -> float:
@@ -287,6 +308,13 @@ def profile_from_measurements(
         intra = Fabric("shared memory (MPI)", move_bw, alpha, reduce_bw)
         extra = max(0, int(m["fused_small_plan"]) - 1) * launch
         fused_sync = max(0.0, float(m["fused_small_step"]) - extra - launch)
+        if "fused_norm_small_step" in m:
+            # each of its kernels is a launch and a flag handshake; what is left is the
+            # exchange of the norm's partials
+            kernels = int(m["fused_norm_small_plan"])
+            exchange_sync = max(
+                0.0, float(m["fused_norm_small_step"]) - kernels * (launch + fused_sync)
+            )
     matmul_overhead = {}
     m_rows, k = MATMUL_SHAPE
     for elt in MATMUL_TYPES:
@@ -312,6 +340,7 @@ def profile_from_measurements(
         launch_overhead=launch,
         collective_overhead=collective_overhead,
         fused_sync=fused_sync,
+        exchange_sync=exchange_sync,
         host_serializes_kernels=True,
         exchange_reductions=("f16", "bf16", "i1"),
         matmul_overhead=matmul_overhead,

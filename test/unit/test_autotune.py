@@ -15,11 +15,12 @@ import pytest
 from xdsl.dialects.builtin import Float32Type
 
 from coconet.autotune import rank_schedules, resolve_profile, spearman
-from coconet.core.program import CocoError, load
+from coconet.core.program import CocoError, Program, load, parse_module
 from coconet.cost_model import (
     PUBLISHED_PROFILES,
     Fabric,
     MachineProfile,
+    kernel_exchanges,
     kernel_traffic,
     predict,
     published_profile,
@@ -289,6 +290,29 @@ def test_fitted_profile_reproduces_its_measurements():
         assert priced == pytest.approx(m[f"matmul_{elt}_step"])
     assert profile.matmul_call("f16") > profile.matmul_call("f32")
     assert profile.matmul_call("bf16") == profile.matmul_call("f32")  # not measured: f32's
+
+
+def test_an_in_kernel_norm_exchange_is_priced_as_measured():
+    """A norm finished inside a fused kernel (LAMB's trust ratio) waits for every block and
+    then trades partials with the peers: the probe times such a program, and the fitted
+    profile prices it back at that time (it priced the exchange as one flag handshake, and
+    so ranked fused LAMB first where it was not)."""
+    from coconet.machine_probe import FUSED_NORM_PROGRAM, SMALL, profile_from_measurements
+    from coconet.schedule import apply_schedule
+
+    m = _fake_measurements(2) | {"fused_norm_small_step": 4e-4, "fused_norm_small_plan": 2}
+    profile = profile_from_measurements(m)
+    assert profile.exchange_sync is not None
+    assert profile.exchange_sync > profile.fused_sync
+    program = Program(parse_module(FUSED_NORM_PROGRAM.format(n=SMALL * 2)))
+    plan = lower(apply_schedule(program, "fuse(rs-c-ag)"), 2)
+    assert sum(kernel_exchanges(plan, s) for s in plan.steps if isinstance(s, Launch)) == 1
+    assert predict(plan, profile).seconds == pytest.approx(4e-4, rel=0.02)
+    # without the measurement, an exchange costs a flag handshake
+    plain = profile_from_measurements(_fake_measurements(2))
+    assert plain.exchange_sync is None
+    cheaper = predict(plan, plain).seconds
+    assert cheaper == pytest.approx(4e-4 - profile.exchange_sync + plain.fused_sync, rel=0.02)
 
 
 def test_measuring_on_one_rank_gives_a_valid_profile(monkeypatch, tmp_path):
