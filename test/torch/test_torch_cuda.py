@@ -10,6 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the test extra installs torch")
 
+from optim_cases import CASE_IDS, CASES, SCHEDULES, small_model, train  # noqa: E402
+
 import coconet.torch as ct  # noqa: E402 (after the importorskip)
 from coconet.compile import gpu_available  # noqa: E402
 
@@ -22,32 +24,15 @@ pytestmark = [
 
 
 def _model(dtype=torch.float32):
-    torch.manual_seed(0)
-    layers = torch.nn.Sequential(
-        torch.nn.Linear(37, 129), torch.nn.Tanh(), torch.nn.Linear(129, 11)
-    )
-    return layers.to(device="cuda", dtype=dtype)
+    return small_model((37, 129, 11), dtype, "cuda")
 
 
 def _train(model, opt, steps=5, seed=1):
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    dtype = next(model.parameters()).dtype
-    for _ in range(steps):
-        x = torch.randn(16, 37, generator=gen, device="cuda").to(dtype)
-        model(x).pow(2).mean().backward()
-        opt.step()
-        opt.zero_grad()
+    train(model, opt, steps, seed, batch=16)
 
 
-CASES = [
-    (ct.SGD, torch.optim.SGD, {"lr": 0.05, "momentum": 0.9, "weight_decay": 0.01}),
-    (ct.Adam, torch.optim.Adam, {"lr": 0.01, "weight_decay": 0.01}),
-    (ct.AdamW, torch.optim.AdamW, {"lr": 0.01, "weight_decay": 0.1}),
-]
-
-
-@pytest.mark.parametrize("schedule", ["ar-c", "rs-c-ag", "fuse(rs-c-ag)"])
-@pytest.mark.parametrize(("ours", "theirs", "options"), CASES, ids=["sgd", "adam", "adamw"])
+@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize(("ours", "theirs", "options"), CASES, ids=CASE_IDS)
 def test_cuda_parameters_track_torch_optim_in_place(ours, theirs, options, schedule):
     ref, mine = _model(), _model()
     _train(ref, theirs(ref.parameters(), **options))

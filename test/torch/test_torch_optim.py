@@ -20,6 +20,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the test extra installs torch")
 
+from optim_cases import CASE_IDS, CASES, SCHEDULES, small_model, train  # noqa: E402
+
 import coconet.torch as ct  # noqa: E402 (after the importorskip)
 from coconet.core.program import CocoError  # noqa: E402 (after the importorskip)
 
@@ -27,30 +29,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _model(dtype=torch.float32):
-    torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(7, 5), torch.nn.Tanh(), torch.nn.Linear(5, 3)).to(
-        dtype
-    )
+    return small_model(dtype=dtype)
 
 
 def _train(model, opt, steps=4, seed=1):
-    gen = torch.Generator().manual_seed(seed)
-    for _ in range(steps):
-        x = torch.randn(6, 7, generator=gen).to(next(model.parameters()).dtype)
-        model(x).pow(2).mean().backward()
-        opt.step()
-        opt.zero_grad()
+    train(model, opt, steps, seed)
 
 
-CASES = [
-    (ct.SGD, torch.optim.SGD, {"lr": 0.05, "momentum": 0.9, "weight_decay": 0.01}),
-    (ct.Adam, torch.optim.Adam, {"lr": 0.01, "weight_decay": 0.01}),
-    (ct.AdamW, torch.optim.AdamW, {"lr": 0.01, "weight_decay": 0.1}),
-]
-
-
-@pytest.mark.parametrize("schedule", ["ar-c", "rs-c-ag", "fuse(rs-c-ag)"])
-@pytest.mark.parametrize(("ours", "theirs", "options"), CASES, ids=["sgd", "adam", "adamw"])
+@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize(("ours", "theirs", "options"), CASES, ids=CASE_IDS)
 def test_one_rank_tracks_torch_optim(ours, theirs, options, schedule):
     ref, mine = _model(), _model()
     _train(ref, theirs(ref.parameters(), **options))
