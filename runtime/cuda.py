@@ -43,7 +43,7 @@ import numpy as np
 from coconet.core import values as V
 from coconet.core.program import CocoError
 from coconet.lowering.kernel_cache import KernelCache, content_key
-from coconet.lowering.kernel_ir import Param, ParamKind
+from coconet.lowering.kernel_ir import KernelParam, ParamKind
 from coconet.lowering.lower_to_plan import shrink_grids
 from coconet.lowering.plan import (
     COMM_STREAM,
@@ -168,7 +168,7 @@ def needs_coresidency(step: Launch) -> bool:
 GROWN_BLOCK_ELEMENTS = 4096
 
 
-def grown_grid(step: Launch, params: Sequence[Param]) -> int:
+def grown_grid(step: Launch, params: Sequence[KernelParam]) -> int:
     """The grid a fused collective launch asks the GPU for: the plan's grid (at most
     PLAN_COLLECTIVE_BLOCKS) grown to a block per GROWN_BLOCK_ELEMENTS of its range, up to
     MAX_COLLECTIVE_BLOCKS (what its flag and partial buffers hold); a table launch asks for the
@@ -191,7 +191,7 @@ def _grown(grid: int, begin: object, end: object) -> int:
     return max(grid, min(wanted, MAX_COLLECTIVE_BLOCKS))
 
 
-def tensor_grids(step: Launch, params: Sequence[Param]) -> list[int]:
+def tensor_grids(step: Launch, params: Sequence[KernelParam]) -> list[int]:
     """A table launch's grid per tensor: the plan's block table's, each grown as a single
     tensor's launch grows (each tensor has flags of its own, sized for MAX_COLLECTIVE_BLOCKS),
     where the tensor's range is the same on every rank."""
