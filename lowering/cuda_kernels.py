@@ -13,6 +13,7 @@ its SSA name, with a comment saying which op computes it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -234,6 +235,11 @@ def _thread_zero(*body: Stmt, also: Expr | None = None) -> ForThreads:
     return ForThreads((If(cond if also is None else Binary("&&", cond, also), body),))
 
 
+def _scaled(x: Expr, factor: Expr) -> Expr:
+    """x * factor, or x where the factor is the literal 1."""
+    return x if factor == Lit("1") else x * factor
+
+
 def _at(k: int, stride: Expr, offset: Expr) -> Expr:
     """Element `offset` of the k-th row of `stride` elements."""
     return offset if k == 0 else k * stride + offset
@@ -253,8 +259,9 @@ class Operand:
     identity: bool  # read at the iteration's own linear index
     scalar: bool  # a single element (rank-0 or all dims broadcast)
     linear: bool = False  # read at base + the iteration's linear index (slices of dim 0)
-    # per iteration dim: the stride of this operand along it (None: broadcast)
-    strides: list[Param | None] = field(default_factory=list)
+    # per collapsed iteration dim (`dim_groups`): the stride of this operand along it, a
+    # literal where the type fixes it (None: broadcast)
+    strides: list[Expr | None] = field(default_factory=list)
     base: Param | None = None
 
 
@@ -309,6 +316,11 @@ class ElementwiseKernel:
         # Uneven slices: group members iterate over different counts, so the pull takes
         # member q's count (a table) to find the chunk q's same-index block wrote.
         self.uneven = False
+        # Extents and strides the types fix are literals in the text (div/mod by a literal is a
+        # multiply and a shift); off where kernels over different shapes must print alike
+        # (one table launch over many tensors: fused_collective.py).
+        self.literal_shapes = True
+        self._groups: list[tuple[int, int]] | None = None
 
     @property
     def is_collective(self) -> bool:
@@ -330,6 +342,64 @@ class ElementwiseKernel:
             not t.slicing_axes(d) and not it.slicing_axes(d) for d in range(1, t.rank)
         )
 
+    @staticmethod
+    def broadcast(t: TensorType, it: TensorType, d: int) -> bool:
+        """Whether `t` (read or stored over iteration type `it`) is broadcast along dim d."""
+        od = d - (it.rank - t.rank)
+        return od < 0 or (t.get_shape()[od] == 1 and it.get_shape()[d] != 1)
+
+    def mapped_types(self) -> list[TensorType]:
+        """The types of every value the kernel reads or writes in memory at an element."""
+        types = [tensor_type_of(v) for v in self.inputs] + [s.type for s in self.stores]
+        types += [tensor_type_of(src) for src, _ in self.peer_reductions.values()]
+        types += [tensor_type_of(gathered) for _, gathered in self.all_gathers]
+        types += [
+            op.result.type for op in self.ops if isinstance(op, coco.ConstantOp) and op.is_dense
+        ]
+        return types
+
+    def dim_groups(self) -> list[tuple[int, int]]:
+        """The kernel's coordinates: runs [first, last] of iteration dims collapsed into one
+        (dimension coalescing, as linalg's collapse_shape or TVM's loop fusion). Dims of size
+        1 carry no coordinate. Adjacent dims a < b merge when every value mapped in memory
+        agrees: broadcast along both, or along neither with its dim b of the iteration's
+        size and cut by the same grid axes -- so on every rank its stride along a is its
+        stride along b times the iteration's local extent of b, and one coordinate with the
+        stride of b walks both. A dropout's global element index is one more such map (the
+        whole, unsliced tensor): dims after a rank's sliced dim stay apart from it."""
+        if self._groups is not None:
+            return self._groups
+        it = self.iteration
+        shape = it.get_shape()
+        kept = [d for d in range(it.rank) if shape[d] != 1] or list(range(it.rank))[-1:]
+        types = self.mapped_types()
+        sliced = any(it.slicing_axes(d) for d in range(it.rank))
+        dim0 = all(not it.slicing_axes(d) for d in range(1, it.rank))
+        global_index = (
+            sliced and not dim0 and any(isinstance(op, coco.DropoutOp) for op in self.ops)
+        )
+
+        def agree(t: TensorType, a: int, b: int) -> bool:
+            ba, bb = self.broadcast(t, it, a), self.broadcast(t, it, b)
+            if ba or bb:
+                return ba and bb
+            ob = b - (it.rank - t.rank)
+            return t.get_shape()[ob] == shape[b] and t.slicing_axes(ob) == it.slicing_axes(b)
+
+        groups: list[tuple[int, int]] = []
+        for d in kept:
+            if groups and all(agree(t, groups[-1][1], d) for t in types):
+                if not (global_index and it.slicing_axes(d)):
+                    groups[-1] = (groups[-1][0], d)
+                    continue
+            groups.append((d, d))
+        self._groups = groups
+        return groups
+
+    def group_sliced(self, g: tuple[int, int]) -> bool:
+        """Whether a collapsed dim's local extent depends on the rank (a dim of it is cut)."""
+        return any(self.iteration.slicing_axes(d) for d in range(g[0], g[1] + 1))
+
     def operand_of(self, v: SSAValue, param: Var, name: str | None) -> Operand:
         """How `v` is read through `param`; index parameters are named after `name`."""
         t = tensor_type_of(v)
@@ -344,11 +414,14 @@ class ElementwiseKernel:
         if self.dim0_only(t, it):
             return Operand(v, param, identity=False, scalar=False, linear=True, base=base())
         gap = it.rank - t.rank
-        strides: list[Param | None] = []
-        for d in range(it.rank):
-            od = d - gap
-            if od < 0 or (t.get_shape()[od] == 1 and it.get_shape()[d] != 1):
+        strides: list[Expr | None] = []
+        for _first, d in self.dim_groups():
+            if self.broadcast(t, it, d):
                 strides.append(None)
+            elif self.literal_shapes and not any(
+                t.slicing_axes(e) for e in range(d - gap + 1, t.rank)
+            ):
+                strides.append(Lit(str(math.prod(t.get_shape()[d - gap + 1 :]))))
             else:
                 hint = f"{name}_stride{d}" if name else None
                 strides.append(
@@ -425,8 +498,10 @@ class _ElementwiseBuilder:
         self.out_params: list[Param] = []
         self.red_params: list[Param] = []
         self.send_params: list[Param] = []
-        self.dims: list[Param] = []
-        self.gstarts: list[Param] = []
+        # Per collapsed dim: its local extent (None for the first: never needed), and the
+        # global start of this rank's piece along it (None: 0, the dim is not cut).
+        self.dims: list[Expr | None] = []
+        self.gstarts: list[Param | None] = []
         self.goffset: Param | None = None
         self.dropouts = [op for op in k.ops if isinstance(op, coco.DropoutOp)]
         self.streams: list[Param] = []
@@ -451,6 +526,7 @@ class _ElementwiseBuilder:
         self.vec_stores: dict[int, _VecAccess] = {}
         self.peer_reads: dict[int, _PeerReduction] = {}
         self.lanes = Var(I32, None, "lanes_")
+        self.vec_coords: list[Var] = []  # a vector's coordinates (vector_body)
 
     def param(
         self,
@@ -462,8 +538,9 @@ class _ElementwiseBuilder:
         value: SSAValue | None = None,
         dim: int | None = None,
         table: bool = False,
+        span: int = 1,
     ) -> Param:
-        p = Param(ctype, hint, fallback, kind=kind, value=value, dim=dim, table=table)
+        p = Param(ctype, hint, fallback, kind=kind, value=value, dim=dim, table=table, span=span)
         self.params.append(p)
         return p
 
@@ -552,27 +629,55 @@ class _ElementwiseBuilder:
             or self.need_global
             or any(not k.coincides(s.type, it) for s in k.stores)
         )
+        groups = k.dim_groups()
         if self.need_coords:
-            self.dims = [
-                self.param(I64, None, f"dim{d}", ParamKind.DIM, dim=d) for d in range(it.rank)
-            ]
+            # The extent of every collapsed dim but the first (which no coordinate divides
+            # by): a literal unless the rank's piece of it depends on the rank.
+            self.dims = [None]
+            for first, last in groups[1:]:
+                if k.literal_shapes and not k.group_sliced((first, last)):
+                    self.dims.append(Lit(str(math.prod(it.get_shape()[first : last + 1]))))
+                else:
+                    self.dims.append(
+                        self.param(
+                            I64,
+                            None,
+                            f"dim{first}",
+                            ParamKind.DIM,
+                            dim=first,
+                            span=last - first + 1,
+                        )
+                    )
         # Uneven slices, strided pull: member q's element coordinates come from q's sizes.
         self.peer_dims: dict[int, Param] = {}
         if self.counts is not None and self.need_coords:
             table = I64.ptr(const=True, restrict=True)
             self.peer_dims = {
-                d: self.param(table, None, f"dims{d}", ParamKind.PEER_DIMS, dim=d)
-                for d in range(1, it.rank)
+                g: self.param(
+                    table,
+                    None,
+                    f"dims{first}",
+                    ParamKind.PEER_DIMS,
+                    dim=first,
+                    span=last - first + 1,
+                )
+                for g, (first, last) in enumerate(groups)
+                if g > 0 and isinstance(self.dims[g], Param)
             }
         for o in mapped:
             if o.identity or o.scalar:
                 continue
-            self.params += [s for s in o.strides if s is not None]
+            self.params += [s for s in o.strides if isinstance(s, Param)]
             assert o.base is not None
             self.params.append(o.base)
         if self.need_global:
             self.gstarts = [
-                self.param(I64, None, f"gstart{d}", ParamKind.GSTART, dim=d) for d in range(it.rank)
+                self.param(
+                    I64, None, f"gstart{first}", ParamKind.GSTART, dim=first, span=last - first + 1
+                )
+                if k.group_sliced((first, last))
+                else None
+                for first, last in groups
             ]
         elif self.dropouts and self.dim0_iteration:
             self.goffset = self.param(I64, None, "goffset", ParamKind.GOFFSET)
@@ -604,35 +709,44 @@ class _ElementwiseBuilder:
 
     def build_indices(self) -> None:
         it = self.k.iteration
+        groups = self.k.dim_groups()
         if self.need_coords:
-            rem = Var(I64, None, "rem_")
-            index: list[Stmt] = [Decl(rem, self.i, const=False)]
-            self.coords = [Var(I64, None, f"c{d}") for d in range(it.rank)]
-            for d in reversed(range(it.rank)):
-                if d == 0:
-                    index.append(Decl(self.coords[0], rem))
-                else:
-                    index.append(Decl(self.coords[d], rem % self.dims[d]))
-                    index.append(Assign(rem, self.dims[d], op="/="))
-            # Not every coordinate is read by every kernel (nor dim 0's size by any).
-            index.append(Unused((*self.coords, self.dims[0])))
-            self.index_stmts = index
-            self.body += index
+            self.coords = [Var(I64, None, f"c{first}") for first, _ in groups]
+            self.index_stmts = self.coordinates(self.i, self.coords, self.dims)
+            self.body += self.index_stmts
         if not self.dropouts:
             return
         self.gidx = Var(U64, None, "gidx_")
         if self.need_global:
             gshape = it.get_shape()
             terms: list[Expr] = []
-            for d in range(it.rank):
-                gstride = int(np.prod(gshape[d + 1 :], dtype=np.int64))
-                terms.append(Cast(U64, self.coords[d] + self.gstarts[d]) * Lit(f"{gstride}ull"))
+            for (_first, last), c, start in zip(groups, self.coords, self.gstarts):
+                gstride = math.prod(gshape[last + 1 :])
+                at: Expr = c if start is None else c + start
+                terms.append(Cast(U64, at) * Lit(f"{gstride}ull"))
             self.body.append(Decl(self.gidx, sum_of(terms)))
         elif self.dim0_iteration:
             assert self.goffset is not None
             self.body.append(Decl(self.gidx, Cast(U64, self.goffset + self.i)))
         else:
             self.body.append(Decl(self.gidx, Cast(U64, self.i)))
+
+    @staticmethod
+    def coordinates(index: Expr, coords: list[Var], dims: Sequence[Expr | None]) -> list[Stmt]:
+        """Statements declaring `coords` (one per collapsed dim) of the element at `index`
+        of the iteration, whose collapsed dims after the first have extents `dims[1:]`."""
+        if len(coords) == 1:
+            return [Decl(coords[0], index), Unused(tuple(coords))]
+        rem = Var(I64, None, "rem_")
+        stmts: list[Stmt] = [Decl(rem, index, const=False)]
+        for g in reversed(range(1, len(coords))):
+            extent = dims[g]
+            assert extent is not None
+            stmts += [Decl(coords[g], rem % extent), Assign(rem, extent, op="/=")]
+        stmts.append(Decl(coords[0], rem))
+        # Not every coordinate is read by every kernel.
+        stmts.append(Unused(tuple(coords)))
+        return stmts
 
     def index_of(self, o: Operand) -> Expr:
         if o.identity:
@@ -642,7 +756,7 @@ class _ElementwiseBuilder:
         assert o.base is not None
         if o.linear:
             return o.base + self.i
-        terms = [self.coords[d] * s for d, s in enumerate(o.strides) if s is not None]
+        terms = [_scaled(self.coords[g], s) for g, s in enumerate(o.strides) if s is not None]
         return sum_of([o.base, *terms])
 
     # -- values ------------------------------------------------------------------------------
@@ -661,7 +775,7 @@ class _ElementwiseBuilder:
             self.invariant.add(var)
         else:
             self.body.append(decl)
-            if o.identity or o.linear:
+            if self.contiguous(o):
                 self.vec_loads[id(decl)] = _VecAccess(
                     o.param,
                     self.index_of(o),
@@ -790,19 +904,21 @@ class _ElementwiseBuilder:
                 )
                 continue
             # A smaller (broadcast) result: written once, by the elements at coordinate 0 of
-            # every dim it is broadcast along.
-            gap = it.rank - t.rank
+            # every (collapsed) dim it is broadcast along.
+            kept = [not self.k.broadcast(t, it, last) for _first, last in self.k.dim_groups()]
             guards: list[Expr] = [
-                binary("==", self.coords[d], 0)
-                for d in range(it.rank)
-                if d < gap or (t.get_shape()[d - gap] == 1 and it.get_shape()[d] != 1)
+                binary("==", c, 0) for c, keep in zip(self.coords, kept) if not keep
             ]
             terms: list[Expr] = []
-            for d in range(gap, it.rank):
-                if t.get_shape()[d - gap] == 1:
+            for g, c in enumerate(self.coords):
+                if not kept[g]:
                     continue
-                inner = [self.dims[e] for e in range(d + 1, it.rank) if t.get_shape()[e - gap] != 1]
-                terms.append(product_of([self.coords[d], *inner]))
+                inner: list[Expr] = []
+                for e in range(g + 1, len(self.coords)):
+                    extent = self.dims[e]
+                    if kept[e] and extent is not None:
+                        inner.append(extent)
+                terms.append(product_of([c, *inner]))
             index = sum_of(terms) if terms else Lit("0")
             self.body.append(If(all_of(guards), (Assign(Index(p, index), value),)))
         for g in self.gathers:
@@ -852,8 +968,12 @@ class _ElementwiseBuilder:
         self.build_ops()
         self.build_stores()
         reduced = [self.ref(v) for v, _, _ in k.reductions]
-        vector = k.is_collective and self.contiguous_peers()
-        pull_vector = bool(self.gathers) and all(g.operand.linear for g in self.gathers)
+        # Vectors: a collective kernel's peer accesses, and a kernel reading through
+        # coordinates (hoisted out of the lanes: vector_body), when its accesses are
+        # contiguous within a vector.
+        vector = (k.is_collective or bool(self.coords)) and self.contiguous_peers()
+        vector = vector and bool(self.vector_elements(all_accesses=True))
+        pull_vector = bool(self.gathers) and all(self.contiguous(g.operand) for g in self.gathers)
         stmts: list[Stmt] = []
         align: Expr = Lit("4")
         if vector or pull_vector:
@@ -887,10 +1007,62 @@ class _ElementwiseBuilder:
 
     # -- vectors ---------------------------------------------------------------------------
 
+    def contiguous(self, o: Operand) -> bool:
+        """Whether consecutive elements of a vector read `o` at consecutive positions: along
+        the iteration's own linear index, or along the innermost collapsed dim (stride 1:
+        nothing after it), which a vector never crosses (`vector_end`)."""
+        if o.identity or o.linear:
+            return True
+        return not o.scalar and o.strides[-1] is not None
+
     def contiguous_peers(self) -> bool:
-        """Whether every peer access is at the element's own contiguous position."""
+        """Whether every peer access is at consecutive positions within a vector."""
         peers = [*self.peer_operands.values(), *(g.operand for g in self.gathers)]
-        return all(o.identity or o.linear for o in peers)
+        return all(self.contiguous(o) for o in peers)
+
+    def vector_coords(self, extents: Sequence[Expr | None]) -> list[Expr]:
+        """Block-uniform conditions under which the vectors of a chunk keep whole within the
+        innermost collapsed dim (so each vector's coordinates are computed once, its lanes
+        adding k along that dim) and every vector of a coordinate-mapped access is aligned
+        when its first is: the innermost extent (`extents[-1]`) and the launch's first
+        element are whole vectors, and every outer stride of such an access is a whole
+        number of 16-byte units."""
+        if not self.coords:
+            return []
+        conds: list[Expr] = []
+        if len(self.coords) > 1:
+            inner = extents[-1]
+            assert inner is not None
+            conds += [
+                binary("==", inner % self.lanes, 0),
+                binary("==", self.begin % self.lanes, 0),
+            ]
+        mapped = [*self.operands.values(), *self.peer_operands.values()]
+        mapped += [g.operand for g in self.gathers]
+        for o in mapped:
+            if o.identity or o.linear or o.scalar or not self.contiguous(o):
+                continue
+            unit = 16 // STORAGE_BYTES[tensor_type_of(o.value).elt]
+            for stride in o.strides[:-1]:
+                if stride is None or unit == 1:
+                    continue
+                if isinstance(stride, Lit):
+                    if int(stride.text) % unit:
+                        conds.append(Lit("false"))
+                    continue
+                conds.append(binary("==", stride % unit, 0))
+        return conds
+
+    def at_start(self, index: Expr) -> Expr:
+        """An access's index at the launch's first element, up to whole vectors (where the
+        alignment of its first vector is decided: `vector_coords`)."""
+        zero = {id(c): Lit("0") for c in self.coords}
+        return rewrite(
+            index,
+            lambda x: (
+                self.begin if x is self.i else zero.get(id(x)) if isinstance(x, Var) else None
+            ),
+        )
 
     def vector_elements(self, *, all_accesses: bool) -> list[int]:
         """Bytes of the elements the kernel moves as vectors (the pull's, or every one)."""
@@ -908,8 +1080,13 @@ class _ElementwiseBuilder:
         begin, end = Field(r, "begin"), Field(r, "end")
         return Select(ok, begin + (end - begin) / self.lanes * self.lanes, begin)
 
-    def at_element(self, index: Expr, element: Expr) -> Expr:
-        return rewrite(index, lambda x: element if x is self.i else None)
+    def at_element(self, index: Expr, element: Expr, coords: Sequence[Expr] = ()) -> Expr:
+        """`index` at `element`, whose coordinates (if the index reads any) are `coords`."""
+        at = {id(c): x for c, x in zip(self.coords, coords)}
+        return rewrite(
+            index,
+            lambda x: element if x is self.i else at.get(id(x)) if isinstance(x, Var) else None,
+        )
 
     def vector_end(self) -> tuple[list[Stmt], Var]:
         """Block-level statements that find where the chunk's whole vectors end: at its start
@@ -918,10 +1095,11 @@ class _ElementwiseBuilder:
         p = Var(I32, None, "p_")
 
         def aligned(pointer: Expr, index: Expr) -> Expr:
-            return _call("coco_vec_aligned", pointer + self.at_element(index, self.begin))
+            return _call("coco_vec_aligned", pointer + self.at_start(index))
 
         mine = [aligned(a.pointer, a.index) for a in self.vec_loads.values()]
         mine += [aligned(a.pointer, a.index) for a in self.vec_stores.values()]
+        mine += self.vector_coords(self.dims)
         peers = [
             aligned(
                 peer(r.operand.param, p, C_STORAGE[r.elt], const=True), self.index_of(r.operand)
@@ -960,9 +1138,18 @@ class _ElementwiseBuilder:
         prologue: list[Stmt] = []
         lane: list[Stmt] = []
         epilogue: list[Stmt] = []
-        combines = {id(r.combine) for r in self.peer_reads.values()}
+        # The vector's coordinates, once (the lanes are consecutive along the innermost
+        # collapsed dim, which the vector does not cross: vector_coords).
+        vc = [Var(I64, None, f"v{c.fallback}_") for c in self.coords]
+        if self.coords:
+            prologue += self.coordinates(i0, vc, self.dims)
+            lane += [Decl(c, x) for c, x in zip(self.coords[:-1], vc[:-1])]
+            lane += [Decl(self.coords[-1], vc[-1] + k), Unused(tuple(self.coords))]
+        skipped = {id(r.combine) for r in self.peer_reads.values()}
+        skipped |= {id(st) for st in self.index_stmts}
+        self.vec_coords = vc
         for st in self.body:
-            if id(st) in combines:
+            if id(st) in skipped:
                 continue
             if id(st) in self.peer_reads:
                 r = self.peer_reads[id(st)]
@@ -972,13 +1159,13 @@ class _ElementwiseBuilder:
             elif id(st) in self.vec_loads:
                 a = self.vec_loads[id(st)]
                 arr = Var(C_STORAGE[a.elt], f"{a.name}_v", "in_v")
-                prologue.append(VecIn(arr, L, a.pointer + self.at_element(a.index, i0)))
+                prologue.append(VecIn(arr, L, a.pointer + self.at_element(a.index, i0, vc)))
                 assert a.target is not None
                 lane.append(Decl(a.target, load_expr(a.elt, Index(arr, k))))
             elif id(st) in self.vec_stores:
                 a = self.vec_stores[id(st)]
                 arr = Var(C_STORAGE[a.elt], f"{a.name}_v", "out_v")
-                dst = a.pointer + self.at_element(a.index, i0)
+                dst = a.pointer + self.at_element(a.index, i0, vc)
                 prologue.append(VecOut(arr, L, dst))
                 assert a.value is not None
                 assert isinstance(st, Assign)
@@ -1002,7 +1189,7 @@ class _ElementwiseBuilder:
         """`arr` = a reduce_scatter's vector, combined from every peer's in rank order."""
         L, elt, acc_t = self.lanes, r.elt, r.acc.ctype
         storage = C_STORAGE[elt]
-        index = self.at_element(self.index_of(r.operand), i0)
+        index = self.at_element(self.index_of(r.operand), i0, self.vec_coords)
 
         def combined(rank: Expr, first: bool) -> list[Stmt]:
             x, k = Var(storage, None, "x_"), Var(I32, None, "k_")
@@ -1046,56 +1233,54 @@ class _ElementwiseBuilder:
                 return g.dest
             return peer(g.operand.param, self.me, C_STORAGE[tensor_type_of(g.operand.value).elt])
 
-        def at(g: _Gather, element: Expr) -> Expr:
+        def at(g: _Gather, element: Expr, coords: Sequence[Expr] = ()) -> Expr:
             """Where member q's element lands: its own base instead of this rank's."""
             base = g.operand.base
-            return rewrite(
-                self.index_of(g.operand),
-                lambda x: Index(g.bases, q) if x is base else (element if x is self.i else None),
+            index = rewrite(
+                self.index_of(g.operand), lambda x: Index(g.bases, q) if x is base else None
             )
+            return self.at_element(index, element, coords)
+
+        # Member q's extents of the collapsed dims (uneven slices: its own).
+        sizes = {id(self.dims[g]): Index(p, q) for g, p in self.peer_dims.items()}
+        extents = [sizes.get(id(x), x) if x is not None else None for x in self.dims]
+
+        def coordinates(element: Expr, coords: list[Var]) -> list[Stmt]:
+            return self.coordinates(element, coords, extents) if coords else []
 
         j = Var(I64, None, "j_")
+        # Strided pieces: the element's coordinates as in the element body.
+        i = self.i
+        copies = [Assign(Index(dst(g), at(g, i)), Index(src(g), at(g, i))) for g in self.gathers]
+        element = fresh_copy((Decl(i, self.begin + j), *coordinates(i, self.coords), *copies))
         if not vector:
-            # Strided pieces: the element's coordinates as in the element body.
-            i = self.i
-            copies = [
-                Assign(Index(dst(g), at(g, i)), Index(src(g), at(g, i))) for g in self.gathers
-            ]
-            index = tuple(self.index_stmts)
-            if self.peer_dims:
-                sizes = {id(self.dims[d]): Index(p, q) for d, p in self.peer_dims.items()}
-                index = rewrite(
-                    tuple(st for st in index if not isinstance(st, Unused)),
-                    lambda x: sizes.get(id(x)),
-                ) + (Unused(tuple(self.coords)),)
-            body = fresh_copy((Decl(i, self.begin + j), *index, *copies))
-            per_peer: list[Stmt] = [*head, BlockStrideLoop(j, begin, end, body)]
+            per_peer: list[Stmt] = [*head, BlockStrideLoop(j, begin, end, element)]
         else:
             ok, qend = Var(BOOL, None, "qvec_"), Var(I64, None, "qend_")
             checks: list[Expr] = []
             for g in self.gathers:
-                checks.append(_call("coco_vec_aligned", src(g) + at(g, self.begin)))
-                checks.append(_call("coco_vec_aligned", dst(g) + at(g, self.begin)))
+                checks.append(_call("coco_vec_aligned", src(g) + self.at_start(at(g, self.i))))
+                checks.append(_call("coco_vec_aligned", dst(g) + self.at_start(at(g, self.i))))
+            checks += self.vector_coords(extents)
             v, i0 = Var(I64, None, "v_"), Var(I64, None, "i0_")
-            vec_body: list[Stmt] = [Decl(i0, self.begin + v * self.lanes)]
+            vc = [Var(I64, None, f"v{c.fallback}_") for c in self.coords]
+            vec_body: list[Stmt] = [Decl(i0, self.begin + v * self.lanes), *coordinates(i0, vc)]
             for g in self.gathers:
                 storage = C_STORAGE[tensor_type_of(g.operand.value).elt]
                 x, y, k = Var(storage, None, "x_"), Var(storage, None, "y_"), Var(I32, None, "k_")
                 vec_body += [
-                    VecIn(x, self.lanes, src(g) + at(g, i0)),
-                    VecOut(y, self.lanes, dst(g) + at(g, i0)),
+                    VecIn(x, self.lanes, src(g) + at(g, i0, vc)),
+                    VecOut(y, self.lanes, dst(g) + at(g, i0, vc)),
                     LaneLoop(k, self.lanes, (Assign(Index(y, k), Index(x, k)),)),
-                    VecStore(y, dst(g) + at(g, i0)),
+                    VecStore(y, dst(g) + at(g, i0, vc)),
                 ]
-            i = Var(I64, None, "i")
-            tail = [Decl(i, self.begin + j)]
-            tail += [Assign(Index(dst(g), at(g, i)), Index(src(g), at(g, i))) for g in self.gathers]
+            tail = element
             per_peer = [
                 *head,
                 Decl(ok, all_of(checks)),
                 Decl(qend, self.whole_vectors(ok, chunk)),
                 BlockStrideLoop(v, begin / self.lanes, qend / self.lanes, tuple(vec_body)),
-                BlockStrideLoop(j, qend, end, tuple(tail)),
+                BlockStrideLoop(j, qend, end, fresh_copy(tail)),
             ]
         return [For(q, Lit("0"), self.nranks, (If(binary("!=", q, self.me), tuple(per_peer)),))]
 
@@ -1353,6 +1538,7 @@ def table_form(kernel: Kernel, name: str, shared: frozenset[ParamKind] = frozens
             value=p.value,
             dim=p.dim,
             table=True,
+            span=p.span,
         )
         tables.append(tab)
         entry: Expr = Index(tab, tensor)

@@ -26,6 +26,7 @@ the cutting op runs as it would unfused, and values crossing segments go through
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from xdsl.ir import Operation, SSAValue
@@ -293,6 +294,8 @@ def emit_collective_kernel(
     kernel.uneven = V.is_uneven(iteration, lw.grid_shape) or (
         lw.several_fused_collectives and not rows  # row kernels do not run as tables
     )
+    # Tensors of different shapes share one text (one table launch): extents as arguments.
+    kernel.literal_shapes = not (lw.several_fused_collectives and not rows)
     built = kernel.build()
     params = built.params
     name = lw.add_kernel(built)
@@ -410,7 +413,7 @@ def emit_collective_kernel(
                 args.append(member_counts(lw, iteration, span))
             case ParamKind.PEER_DIMS:
                 assert p.dim is not None
-                args.append(member_dims(lw, iteration, span, p.dim))
+                args.append(member_dims(lw, iteration, span, p.dim, p.span))
             case _:
                 args.append(next(generic))
 
@@ -470,18 +473,21 @@ def member_counts(lw: PlanBuilder, iteration: TensorType, span: tuple[int, ...])
 
 
 def member_dims(
-    lw: PlanBuilder, iteration: TensorType, span: tuple[int, ...], dim: int
+    lw: PlanBuilder, iteration: TensorType, span: tuple[int, ...], dim: int, dims: int = 1
 ) -> ArgTable:
-    """Each member's local size of iteration dim `dim`, in group order (uneven slices: where
-    a strided pull finds the coordinates of a member's elements)."""
+    """Each member's local size of iteration dims [dim, dim + dims) (a collapsed dim: their
+    product), in group order (uneven slices: where a strided pull finds the coordinates of a
+    member's elements)."""
     rows: list[KernelArg] = []
     for m in range(lw.group_size(span)):
         rows.append(
             lw.rank_table(
                 f"dim{dim}_{m}",
-                lambda r, m=m: lw.piece_shape(iteration, V.group_of(lw.grid_shape, span, r)[m])[
-                    dim
-                ],
+                lambda r, m=m: math.prod(
+                    lw.piece_shape(iteration, V.group_of(lw.grid_shape, span, r)[m])[
+                        dim : dim + dims
+                    ]
+                ),
             )
         )
     return ArgTable(tuple(rows))

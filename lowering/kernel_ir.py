@@ -114,10 +114,12 @@ class ParamKind(StrEnum):
     BEGIN = "begin"  # the element range [begin, end) a launch covers (overlap chunks)
     END = "end"
     COUNT = "count"  # an element or partial count (reduction kernels)
-    DIM = "dim"  # the local size of iteration dim `dim`
+    DIM = "dim"  # the local size of iteration dims [dim, dim + span) (collapsed: their product)
     STRIDE = "stride"  # the local stride of `value` along iteration dim `dim`
     BASE = "base"  # where this rank's iteration piece starts in `value`'s piece
-    GSTART = "gstart"  # the global start of this rank's piece along iteration dim `dim`
+    # the global start of this rank's piece along iteration dims [dim, dim + span), counted
+    # in elements of the collapsed dim (dims after `dim` in it are never sliced)
+    GSTART = "gstart"
     GOFFSET = "goffset"  # the global linear offset of this rank's piece (dim-0 slices)
     STREAM = "stream"  # a dropout's random stream for this rank (payload: its input)
     PEERS_IN = "peers_in"  # every group member's reduce_scatter input (symmetric)
@@ -125,7 +127,8 @@ class ParamKind(StrEnum):
     GATHER_OUT = "gather_out"  # the updated argument a gathered value is assembled in
     PEER_BASES = "peer_bases"  # where each group member's piece starts in a gathered buffer
     PEER_COUNTS = "peer_counts"  # each group member's element count (uneven slices)
-    PEER_DIMS = "peer_dims"  # each group member's local size of iteration dim `dim` (uneven)
+    # each group member's local size of iteration dims [dim, dim + span) (uneven slices)
+    PEER_DIMS = "peer_dims"
     RED_OUT = "red_out"  # the all_reduced result of an in-kernel reduction
     PARTIALS = "partials"  # per-block partials of a reduction (scratch)
     COUNTER = "counter"  # the last-block ticket counter (scratch)
@@ -209,6 +212,9 @@ class Param(Var):
     value: SSAValue | None = field(default=None, repr=False)
     dim: int | None = None
     table: bool = False
+    # DIM, GSTART, PEER_DIMS: how many iteration dims from `dim` on the parameter covers (the
+    # kernel's coordinates run over collapsed dims: cuda_kernels.py `dim_groups`).
+    span: int = 1
 
 
 @dataclass(frozen=True)

@@ -595,8 +595,12 @@ class Lowering:
                     args.append(self.per_rank("count", lambda r: self.piece_count(it, r)))
                 case ParamKind.DIM:
                     assert p.dim is not None
+                    dims = slice(p.dim, p.dim + p.span)
                     args.append(
-                        self.per_rank(f"dim{p.dim}", lambda r, d=p.dim: self.piece_shape(it, r)[d])
+                        self.per_rank(
+                            f"dim{p.dim}",
+                            lambda r, dims=dims: math.prod(self.piece_shape(it, r)[dims]),
+                        )
                     )
                 case ParamKind.STRIDE:
                     assert p.value is not None
@@ -621,10 +625,13 @@ class Lowering:
                 case ParamKind.GSTART:
                     d = p.dim
                     assert d is not None
+                    # the collapsed dims after d are whole: a start along d is that many of
+                    # their products along the collapsed dim
+                    inner = math.prod(it.get_shape()[d + 1 : d + p.span])
                     args.append(
                         self.rank_table(
                             f"start{d}",
-                            lambda r, d=d: self.piece_ranges(it, r)[d][0],
+                            lambda r, d=d, inner=inner: self.piece_ranges(it, r)[d][0] * inner,
                         )
                     )
                 case ParamKind.GOFFSET:
