@@ -235,6 +235,20 @@ def _thread_zero(*body: Stmt, also: Expr | None = None) -> ForThreads:
     return ForThreads((If(cond if also is None else Binary("&&", cond, also), body),))
 
 
+def _without_zeros(x: Expr) -> Expr:
+    """`x` without its terms `0 * y` and `y + 0` (an index at coordinates 0)."""
+    if not isinstance(x, Binary) or x.op not in ("+", "*"):
+        return x
+    lhs, rhs = _without_zeros(x.lhs), _without_zeros(x.rhs)
+    if x.op == "*" and Lit("0") in (lhs, rhs):
+        return Lit("0")
+    if x.op == "+" and lhs == Lit("0"):
+        return rhs
+    if x.op == "+" and rhs == Lit("0"):
+        return lhs
+    return Binary(x.op, lhs, rhs)
+
+
 def _scaled(x: Expr, factor: Expr) -> Expr:
     """x * factor, or x where the factor is the literal 1."""
     return x if factor == Lit("1") else x * factor
@@ -1057,12 +1071,13 @@ class _ElementwiseBuilder:
         """An access's index at the launch's first element, up to whole vectors (where the
         alignment of its first vector is decided: `vector_coords`)."""
         zero = {id(c): Lit("0") for c in self.coords}
-        return rewrite(
+        at = rewrite(
             index,
             lambda x: (
                 self.begin if x is self.i else zero.get(id(x)) if isinstance(x, Var) else None
             ),
         )
+        return _without_zeros(at)
 
     def vector_elements(self, *, all_accesses: bool) -> list[int]:
         """Bytes of the elements the kernel moves as vectors (the pull's, or every one)."""
