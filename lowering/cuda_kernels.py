@@ -1057,6 +1057,8 @@ class _ElementwiseBuilder:
             if o.identity or o.linear or o.scalar or not self.contiguous(o):
                 continue
             unit = 16 // STORAGE_BYTES[tensor_type_of(o.value).elt]
+            if isinstance(o.strides[-1], Param):  # 1 (nothing after the innermost dim)
+                conds.append(binary("==", o.strides[-1], 1))
             for stride in o.strides[:-1]:
                 if stride is None or unit == 1:
                     continue
