@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import BlockArgument, Operation, SSAValue
 
 from coconet.core import values as V
 from coconet.core.program import CocoError
@@ -46,6 +46,7 @@ from coconet.lowering.plan_builder import (
     range_positions,
 )
 from coconet.lowering.row_collective import RowCollectiveKernel
+from coconet.passes.common import readable_at
 
 
 def _in_kernel(op: Operation) -> bool:
@@ -78,7 +79,22 @@ def lower_fused_collective(lw: PlanBuilder, region: comm.FusedOp) -> None:
     scalars: set[Operation] = (
         set() if rows or lw.nodes else {op for op in body if _scalar_arithmetic(op)}
     )
-    lw.deferred |= scalars
+    # Slices of the function's arguments move no data either: each kernel reading one reads
+    # the argument at this rank's piece, rather than one kernel storing the slice for the
+    # next to read back (LAMB's %w_s, read before and after its norms: 8 bytes more per
+    # element of the slice). Not where a reader runs after the argument's update.
+    arg_slices: set[Operation] = (
+        set()
+        if rows or lw.nodes
+        else {
+            op
+            for op in body
+            if isinstance(op, coco.SliceOp)
+            and isinstance(op.input, BlockArgument)
+            and all(readable_at(op.input, use.operation) for use in op.result.uses)
+        }
+    )
+    lw.deferred |= scalars | arg_slices
     segment: list[Operation] = []
     updates: list[coco.UpdateOp] = []
     absorbed: set[Operation] = set()
@@ -201,8 +217,18 @@ def _emit_chain(lw: PlanBuilder, ops: list[Operation], updates: list[coco.Update
             lw, members, scatters, gathers, compute, direct, reductions, candidates
         )
     elif ops:
-        stores = [r for op in compute for r in op.results if _used_outside(r, members)]
-        remat = lw.rematerialized([v for op in compute for v in op.operands])
+        stores = [
+            r
+            for op in compute
+            if op not in lw.deferred
+            for r in op.results
+            if _used_outside(r, members)
+        ]
+        remat = [
+            op
+            for op in lw.rematerialized([v for op in compute for v in op.operands])
+            if op not in members
+        ]
         lw.lower_elementwise(remat + compute, "fused", stores=stores, updates=direct)
     for u in updates:
         if u not in direct and u not in assembled:
@@ -251,7 +277,15 @@ def emit_collective_kernel(
 
     rows = any(isinstance(op, coco.ReduceDimsOp) for op in compute)
     # Scalar arithmetic on arguments that only fused collectives read: computed here.
-    remat = [] if rows else lw.rematerialized([v for op in compute + gathers for v in op.operands])
+    remat = (
+        []
+        if rows
+        else [
+            op
+            for op in lw.rematerialized([v for op in compute + gathers for v in op.operands])
+            if op not in members
+        ]
+    )
     inside = {r for op in [*members, *remat] for r in op.results}
     inputs: list[SSAValue] = []
     for op in remat + compute + gathers:
@@ -259,7 +293,14 @@ def emit_collective_kernel(
             if v not in inside and v not in inputs:
                 inputs.append(v)
     # Values the rest of the program needs (gathered ones are pushed in place instead).
-    stores = [r for op in compute + scatters for r in op.results if _used_outside(r, members)]
+    # (A deferred op's value is computed again by each kernel reading it: not stored.)
+    stores = [
+        r
+        for op in compute + scatters
+        if op not in lw.deferred
+        for r in op.results
+        if _used_outside(r, members)
+    ]
     store_specs = [K.Store(v, tensor_type_of(v)) for v in stores]
     store_specs += [K.Store(u.value, u.target.type, u.target) for u in updates]
     store_buffers = [lw.buffer_for(v) for v in stores] + [
