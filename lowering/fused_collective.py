@@ -340,8 +340,9 @@ def emit_collective_kernel(
     built = kernel.build()
     params = built.params
     name = lw.add_kernel(built)
-    if not rows:
-        # Collective kernels of one text up to names fold into one table launch.
+    if not rows and name not in lw.collective_kernels:
+        # Collective kernels of one text up to names fold into one table launch. (A kernel
+        # the translation unit has already, under `name`, has its key already.)
         key = structural_key(built, comments=False)
         lw.collective_kernels[name] = (key, built)
 

@@ -567,6 +567,17 @@ class Kernel:
 N = TypeVar("N")
 
 
+# The field names of each node type (dataclasses.fields is slow to ask per node).
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls))
+    return names
+
+
 def rewrite(node: N, fn: Callable[[Any], Any | None]) -> N:
     """`node` with every sub-node `x` for which fn(x) is not None replaced by fn(x), top
     down (a replacement is not visited again). Variables are leaves: the body refers to them
@@ -579,11 +590,11 @@ def rewrite(node: N, fn: Callable[[Any], Any | None]) -> N:
     if isinstance(node, Var) or not isinstance(node, Expr | Stmt):
         return node
     changes = {}
-    for f in fields(node):  # type: ignore[arg-type]
-        old = getattr(node, f.name)
+    for name in _field_names(type(node)):
+        old = getattr(node, name)
         new = rewrite(old, fn)
         if new is not old:
-            changes[f.name] = new
+            changes[name] = new
     return replace(node, **changes) if changes else node  # type: ignore[type-var]
 
 
@@ -619,15 +630,14 @@ def fresh_copy(stmts: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
 
 
 def uses(node: Any, var: Var) -> bool:
-    """Whether `var` occurs anywhere in `node`."""
-    found = False
-
-    def check(x: Any) -> None:
-        nonlocal found
-        found = found or x is var
-
-    rewrite(node, check)
-    return found
+    """Whether `var` occurs anywhere in `node` (a walk that stops at the first occurrence)."""
+    if node is var:
+        return True
+    if isinstance(node, tuple):
+        return any(uses(x, var) for x in cast("tuple[object, ...]", node))
+    if isinstance(node, Var) or not isinstance(node, Expr | Stmt):
+        return False
+    return any(uses(getattr(node, name), var) for name in _field_names(type(node)))
 
 
 # ---------------------------------------------------------------------------------------------
