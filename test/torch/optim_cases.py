@@ -4,6 +4,8 @@ the training loop both run."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 import coconet.torch as ct
@@ -43,3 +45,34 @@ def train(
         model(x).pow(2).mean().backward()
         opt.step()
         opt.zero_grad()
+
+
+def check_state_dict_round_trip(
+    make_model: Callable[[], torch.nn.Module],
+    step: Callable[[torch.nn.Module, torch.optim.Optimizer, int, int], None],
+) -> None:
+    """coconet AdamW's state_dict() is torch.optim.AdamW's layout with its values, and
+    continuing from it under another schedule (`fuse(rs-c-ag)`, the parameters copied into a
+    fresh model) gives what continuing uninterrupted gives. `step(model, opt, steps, seed)`."""
+    ref, mine = make_model(), make_model()
+    ref_opt = torch.optim.AdamW(ref.parameters(), lr=0.01)
+    opt = ct.AdamW(mine.parameters(), lr=0.01, schedule="rs-c-ag")
+    step(ref, ref_opt, 4, 1)
+    step(mine, opt, 4, 1)
+    sd, ref_sd = opt.state_dict(), ref_opt.state_dict()
+    assert sd["state"].keys() == ref_sd["state"].keys()
+    for k, entry in ref_sd["state"].items():
+        for name in ("exp_avg", "exp_avg_sq"):
+            got = sd["state"][k][name].to(entry[name].device)
+            torch.testing.assert_close(got, entry[name], rtol=1e-5, atol=1e-7)
+        assert float(sd["state"][k]["step"]) == float(entry["step"])
+    fresh = make_model()
+    with torch.no_grad():
+        for p, q in zip(fresh.parameters(), mine.parameters(), strict=True):
+            p.copy_(q)
+    resumed = ct.AdamW(fresh.parameters(), lr=0.01, schedule="fuse(rs-c-ag)")
+    resumed.load_state_dict(sd)
+    step(mine, opt, 2, 7)
+    step(fresh, resumed, 2, 7)
+    for a, b in zip(mine.parameters(), fresh.parameters(), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-7)

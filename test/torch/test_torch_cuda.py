@@ -10,7 +10,14 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the test extra installs torch")
 
-from optim_cases import CASE_IDS, CASES, SCHEDULES, small_model, train  # noqa: E402
+from optim_cases import (  # noqa: E402
+    CASE_IDS,
+    CASES,
+    SCHEDULES,
+    check_state_dict_round_trip,
+    small_model,
+    train,
+)
 
 import coconet.torch as ct  # noqa: E402 (after the importorskip)
 from coconet.compile import gpu_available  # noqa: E402
@@ -74,23 +81,4 @@ def test_bf16_cuda_parameters_keep_f32_state():
 
 
 def test_state_dict_round_trips_on_the_gpu():
-    ref, mine = _model(), _model()
-    ref_opt = torch.optim.AdamW(ref.parameters(), lr=0.01)
-    opt = ct.AdamW(mine.parameters(), lr=0.01, schedule="rs-c-ag")
-    _train(ref, ref_opt)
-    _train(mine, opt)
-    sd, ref_sd = opt.state_dict(), ref_opt.state_dict()
-    for k, entry in ref_sd["state"].items():
-        torch.testing.assert_close(
-            sd["state"][k]["exp_avg"].to("cuda"), entry["exp_avg"], rtol=1e-5, atol=1e-7
-        )
-    other = _model()
-    with torch.no_grad():
-        for p, q in zip(other.parameters(), mine.parameters(), strict=True):
-            p.copy_(q)
-    resumed = ct.AdamW(other.parameters(), lr=0.01, schedule="fuse(rs-c-ag)")
-    resumed.load_state_dict(sd)
-    _train(mine, opt, steps=2, seed=7)
-    _train(other, resumed, steps=2, seed=7)
-    for a, b in zip(mine.parameters(), other.parameters(), strict=True):
-        torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-7)
+    check_state_dict_round_trip(_model, lambda m, o, steps, seed: _train(m, o, steps, seed))

@@ -20,7 +20,14 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the test extra installs torch")
 
-from optim_cases import CASE_IDS, CASES, SCHEDULES, small_model, train  # noqa: E402
+from optim_cases import (  # noqa: E402
+    CASE_IDS,
+    CASES,
+    SCHEDULES,
+    check_state_dict_round_trip,
+    small_model,
+    train,
+)
 
 import coconet.torch as ct  # noqa: E402 (after the importorskip)
 from coconet.core.program import CocoError  # noqa: E402 (after the importorskip)
@@ -90,28 +97,7 @@ def test_bf16_parameters_are_updated_in_place_with_f32_state():
 
 
 def test_state_dict_is_torch_optims_layout_and_round_trips_across_schedules():
-    ref, mine = _model(), _model()
-    ref_opt = torch.optim.AdamW(ref.parameters(), lr=0.01)
-    opt = ct.AdamW(mine.parameters(), lr=0.01, schedule="rs-c-ag")
-    _train(ref, ref_opt)
-    _train(mine, opt)
-    sd, ref_sd = opt.state_dict(), ref_opt.state_dict()
-    assert sd["state"].keys() == ref_sd["state"].keys()
-    for k, entry in ref_sd["state"].items():
-        for name in ("exp_avg", "exp_avg_sq"):
-            torch.testing.assert_close(sd["state"][k][name], entry[name], rtol=1e-5, atol=1e-7)
-        assert float(sd["state"][k]["step"]) == float(entry["step"])
-    # continue under another schedule from the checkpoint: same as continuing uninterrupted
-    other = _model()
-    with torch.no_grad():
-        for p, q in zip(other.parameters(), mine.parameters(), strict=True):
-            p.copy_(q)
-    resumed = ct.AdamW(other.parameters(), lr=0.01, schedule="fuse(rs-c-ag)")
-    resumed.load_state_dict(sd)
-    _train(mine, opt, steps=2, seed=7)
-    _train(other, resumed, steps=2, seed=7)
-    for a, b in zip(mine.parameters(), other.parameters(), strict=True):
-        torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-7)
+    check_state_dict_round_trip(_model, lambda m, o, steps, seed: _train(m, o, steps, seed))
 
 
 def test_refusals_are_one_clear_message():
