@@ -18,7 +18,7 @@ from xdsl.ir import Operation, SSAValue
 from coconet.core.program import CocoError
 from coconet.dialects import coco
 from coconet.dialects.coco import TensorType
-from coconet.lowering.kernel_ir import Kernel, KernelKey, Param, ParamKind
+from coconet.lowering.kernel_ir import Kernel, KernelKey, KernelParam, Param, ParamKind
 from coconet.lowering.plan import Buffer, KernelArg, RankValue, Step
 
 
@@ -58,8 +58,9 @@ PLAN_COLLECTIVE_BLOCKS = 64
 MAX_COLLECTIVE_BLOCKS = 2048
 
 
-def range_positions(params: Sequence[Param]) -> tuple[int, int]:
-    """Where a kernel's element range [begin, end) sits among its parameters."""
+def range_positions(params: Sequence[Param] | Sequence[KernelParam]) -> tuple[int, int]:
+    """Where a kernel's element range [begin, end) sits among its parameters (its IR's or the
+    plan's signature); ValueError when it has none."""
     kinds = [p.kind for p in params]
     return kinds.index(ParamKind.BEGIN), kinds.index(ParamKind.END)
 

@@ -36,14 +36,14 @@ import itertools
 import os
 from collections import deque
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 
 from coconet.core import values as V
 from coconet.core.program import CocoError
 from coconet.lowering.kernel_cache import KernelCache, content_key
-from coconet.lowering.kernel_ir import KernelParam, ParamKind
+from coconet.lowering.kernel_ir import KernelParam
 from coconet.lowering.lower_to_plan import shrink_grids
 from coconet.lowering.plan import (
     COMM_STREAM,
@@ -57,7 +57,7 @@ from coconet.lowering.plan import (
     PeerTable,
     Plan,
 )
-from coconet.lowering.plan_builder import MAX_COLLECTIVE_BLOCKS
+from coconet.lowering.plan_builder import MAX_COLLECTIVE_BLOCKS, range_positions
 from coconet.runtime.collectives import CollectiveContext, collective_ops, narrow, widen
 from coconet.runtime.executor import KernelArg, buffer_dtype, check_plan_size, groups_of
 from coconet.runtime.symmetric import node_communicator
@@ -175,13 +175,23 @@ def grown_grid(step: Launch, params: Sequence[KernelParam]) -> int:
     sum of its tensors' grown grids (`tensor_grids`). _clamp_grids then keeps what the GPU
     holds at once. A range that differs by rank keeps the plan's grid. Growing is sound
     because every fused kernel splits its range by the grid it runs with (coco_chunk; a row
-    kernel by whole rows) and lays its flags out by it, the same grid on every rank."""
+    kernel by whole rows; a kernel finishing reductions has a partial per block and takes the
+    last block's ticket out of the grid) and lays its flags out by it, the same grid on every
+    rank. The range is read from the signature's begin/end parameters, not from the launch's
+    `range_positions`, which only launches that may be cut into chunks carry."""
     if serves_tensor_table(step):
         return sum(tensor_grids(step, params))
-    if step.range_positions is None:
-        return step.grid
-    begin, end = (step.args[i] for i in step.range_positions)
-    return _grown(step.grid, begin, end)
+    bounds = _range_args(step, params)
+    return step.grid if bounds is None else _grown(step.grid, *bounds)
+
+
+def _range_args(step: Launch, params: Sequence[KernelParam]) -> tuple[object, object] | None:
+    """The launch's arguments for its kernel's begin and end parameters, if it has them."""
+    try:
+        begin, end = range_positions(params)
+    except ValueError:
+        return None
+    return step.args[begin], step.args[end]
 
 
 def _grown(grid: int, begin: object, end: object) -> int:
@@ -200,12 +210,10 @@ def tensor_grids(step: Launch, params: Sequence[KernelParam]) -> list[int]:
     starts = [b for b in blocks.items if isinstance(b, int)]
     assert len(starts) == len(blocks.items)  # each tensor's first block
     grids = [b - a for a, b in itertools.pairwise(starts)]
-    kinds = [p.kind for p in params]
-    if ParamKind.BEGIN not in kinds or ParamKind.END not in kinds:
+    bounds = _range_args(step, params)
+    if bounds is None or not all(isinstance(t, ArgTable) for t in bounds):
         return grids
-    begins, ends = step.args[kinds.index(ParamKind.BEGIN)], step.args[kinds.index(ParamKind.END)]
-    if not (isinstance(begins, ArgTable) and isinstance(ends, ArgTable)):
-        return grids
+    begins, ends = cast(tuple[ArgTable, ArgTable], bounds)
     return [_grown(g, b, e) for g, b, e in zip(grids, begins.items, ends.items, strict=True)]
 
 
@@ -683,27 +691,23 @@ class CudaBackend:
         """Fused collective kernels are launched cooperatively with at most as many blocks as
         the GPU holds at once (shared among the ranks on it); every rank takes the smallest
         grid any rank can hold, so block b of each rank meets block b of its peers."""
-        wanted: dict[str, int] = {}
         assert self.plan is not None
         signatures = self.plan.signatures
-        for step in launches:
-            if not needs_coresidency(step):
-                continue
+        fused = [s for s in launches if needs_coresidency(s)]
+        asked = {id(s): grown_grid(s, signatures[s.kernel]) for s in fused}
+        wanted: dict[str, int] = {}
+        for step in fused:
             fits = self.device.max_coresident_blocks(
                 self.module, step.kernel, step.block, step.shared_bytes
             )
             wanted[step.kernel] = min(
-                wanted.get(step.kernel, grown_grid(step, signatures[step.kernel])),
-                fits // self.ranks_on_my_gpu,
+                wanted.get(step.kernel, asked[id(step)]), fits // self.ranks_on_my_gpu
             )
         limits = {
             name: min(w[name] for w in self.comm.allgather(wanted)) for name in sorted(wanted)
         }
-        for step in launches:
-            if not needs_coresidency(step):
-                continue
-            params = signatures[step.kernel]
-            grid = min(grown_grid(step, params), limits[step.kernel])
+        for step in fused:
+            grid = min(asked[id(step)], limits[step.kernel])
             if grid < 1:
                 raise CocoError(
                     f"{step.kernel} needs all its blocks resident at once, but not one block of "
@@ -713,7 +717,7 @@ class CudaBackend:
             if not serves_tensor_table(step):
                 self.launch_grids[id(step)] = grid
                 continue
-            per_tensor = tensor_grids(step, params)
+            per_tensor = tensor_grids(step, signatures[step.kernel])
             if grid == step.grid == sum(per_tensor):
                 continue  # the plan's own block table
             # The tensors' grids, grown or shrunk in proportion to fit `grid` (every tensor

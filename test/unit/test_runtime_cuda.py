@@ -480,6 +480,27 @@ def test_a_large_fused_kernel_grows_its_grid_to_what_the_gpu_holds(coresident, g
         assert launch[5] == grid
 
 
+def test_a_fused_kernel_finishing_norms_grows_its_grid_too():
+    """LAMB's first fused kernel finishes ||w|| and ||r|| (a partial per block, the last
+    block's ticket): the plan gives it no range_positions, as it may not be cut into chunks,
+    but its range is in its signature, and it grows like the second kernel (it stayed at 64
+    blocks: single-tensor LAMB ran slower fused than ar-c on an H200)."""
+    import runpy
+
+    program = apply_schedule(
+        runpy.run_path(str(EXAMPLES / "lamb.py"))["build"](1 << 20), "fuse(rs-c-ag)"
+    )
+    inputs = sim.prepare_inputs(program, None, (2,), seed=0)
+    want = sim.run(program, {k: v.copy() for k, v in inputs.items()}, ranks=2, inplace=False)
+    plan, got, backends = run_fake(program, 2, inputs, device_options={"coresident_blocks": 1000})
+    assert compare_outputs(got, want.per_rank).ok
+    launches = [s for s in plan.steps if isinstance(s, Launch)]
+    assert [s.range_positions is None for s in launches] == [True, False]
+    for b in backends:
+        grids = [c[5] for c in b.device.calls if c[0] == "launch"]
+        assert grids == [128, 128]
+
+
 def test_a_table_launch_grows_each_tensors_grid_to_what_the_gpu_holds():
     """LAMB over seven odd tensors and one of 2^20: the plan's table launch gives the eight
     tensors 64 blocks in all; on a GPU holding 1000, the large tensor grows to a block per
