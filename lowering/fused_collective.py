@@ -151,6 +151,14 @@ def _in_kernel_reduction(op: Operation, segment: list[Operation]) -> comm.AllRed
     return user
 
 
+def _stored(lw: PlanBuilder, ops: list[Operation], members: set[Operation]) -> list[SSAValue]:
+    """The results of `ops` a kernel stores: those used outside its segment, except deferred
+    ops' (each kernel reading one computes it again)."""
+    return [
+        r for op in ops if op not in lw.deferred for r in op.results if _used_outside(r, members)
+    ]
+
+
 def _used_outside(v: SSAValue, segment: set[Operation]) -> bool:
     return any(
         use.operation not in segment and not isinstance(use.operation, coco.UpdateOp)
@@ -217,18 +225,8 @@ def _emit_chain(lw: PlanBuilder, ops: list[Operation], updates: list[coco.Update
             lw, members, scatters, gathers, compute, direct, reductions, candidates
         )
     elif ops:
-        stores = [
-            r
-            for op in compute
-            if op not in lw.deferred
-            for r in op.results
-            if _used_outside(r, members)
-        ]
-        remat = [
-            op
-            for op in lw.rematerialized([v for op in compute for v in op.operands])
-            if op not in members
-        ]
+        stores = _stored(lw, compute, members)
+        remat = lw.rematerialized([v for op in compute for v in op.operands], members)
         lw.lower_elementwise(remat + compute, "fused", stores=stores, updates=direct)
     for u in updates:
         if u not in direct and u not in assembled:
@@ -280,11 +278,7 @@ def emit_collective_kernel(
     remat = (
         []
         if rows
-        else [
-            op
-            for op in lw.rematerialized([v for op in compute + gathers for v in op.operands])
-            if op not in members
-        ]
+        else lw.rematerialized([v for op in compute + gathers for v in op.operands], members)
     )
     inside = {r for op in [*members, *remat] for r in op.results}
     inputs: list[SSAValue] = []
@@ -293,14 +287,7 @@ def emit_collective_kernel(
             if v not in inside and v not in inputs:
                 inputs.append(v)
     # Values the rest of the program needs (gathered ones are pushed in place instead).
-    # (A deferred op's value is computed again by each kernel reading it: not stored.)
-    stores = [
-        r
-        for op in compute + scatters
-        if op not in lw.deferred
-        for r in op.results
-        if _used_outside(r, members)
-    ]
+    stores = _stored(lw, compute + scatters, members)
     store_specs = [K.Store(v, tensor_type_of(v)) for v in stores]
     store_specs += [K.Store(u.value, u.target.type, u.target) for u in updates]
     store_buffers = [lw.buffer_for(v) for v in stores] + [

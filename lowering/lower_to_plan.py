@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import ClassVar, Literal, SupportsInt
 
 import numpy as np
@@ -117,6 +117,8 @@ class Lowering:
         self.updated: dict[str, Buffer] = {}
         self.stream = COMPUTE_STREAM
         self.deferred: set[Operation] = set()
+        # each op's position in the program, made when a kernel first rematerializes ops
+        self.program_order: dict[Operation, int] | None = None
 
     # -- naming and buffers ----------------------------------------------------------------
 
@@ -458,15 +460,20 @@ class Lowering:
                 chosen.discard(op)
         return chosen
 
-    def rematerialized(self, values: Sequence[SSAValue]) -> list[Operation]:
-        """The deferred scalar ops a kernel reading `values` computes itself (those not in
-        memory already), in program order."""
+    def rematerialized(
+        self, values: Sequence[SSAValue], computed: Collection[Operation] = ()
+    ) -> list[Operation]:
+        """The deferred ops (scalar arithmetic, slices of arguments) a kernel reading `values`
+        computes itself: those not in memory already and not among the kernel's own ops
+        (`computed`), in program order."""
         found: set[Operation] = set()
 
         def visit(v: SSAValue) -> None:
             op = v.owner
             if op in self.deferred and v not in self.buffers and op not in found:
                 assert isinstance(op, Operation)
+                if op in computed:
+                    return
                 found.add(op)
                 for u in op.operands:
                     visit(u)
@@ -475,7 +482,10 @@ class Lowering:
             visit(v)
         if not found:
             return []
-        return [op for op in self.program.func.walk() if op in found]
+        if self.program_order is None:
+            # once per lowering (the program does not change under it), not per kernel
+            self.program_order = {op: i for i, op in enumerate(self.program.func.walk())}
+        return sorted(found, key=self.program_order.__getitem__)
 
     def lower_op(self, op: Operation) -> None:
         match op:

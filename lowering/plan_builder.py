@@ -9,7 +9,7 @@ imports it: no cycle, and each region lowering states exactly what it relies on.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -136,4 +136,6 @@ class PlanBuilder(Protocol):
 
     def lower_update(self, op: coco.UpdateOp) -> None: ...
 
-    def rematerialized(self, values: Sequence[SSAValue]) -> list[Operation]: ...
+    def rematerialized(
+        self, values: Sequence[SSAValue], computed: Collection[Operation] = ()
+    ) -> list[Operation]: ...
