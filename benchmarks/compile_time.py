@@ -21,12 +21,15 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
 import os
 import pstats
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -88,20 +91,26 @@ def stack_program(layers: int, h: int = H, b: int = B, s: int = S):
     return F.build_program(stack, grid=[None])
 
 
+def parse_stack(text: str):
+    """The stack parsed (and verified) from its MLIR text."""
+    from coconet.core.program import Program, parse_module
+
+    return Program(parse_module(text, "<stack>"))
+
+
 def count_ops(program) -> int:
     return sum(1 for _ in program.func.body.walk())
 
 
-def phases(text: str, schedule: str, ranks: int, layers: int = 0) -> dict[str, float]:
-    """CPU seconds per phase from MLIR text (`layers` = 0) or from the Python front end
-    (building a `layers`-deep stack_program instead of parsing)."""
+def phases(build: Callable[[], Any], schedule: str, ranks: int) -> dict[str, float]:
+    """CPU seconds per phase: `build()` (parse MLIR text, or build with the Python front end,
+    each verifying), the schedule, and the lowering to the plan and its CUDA text."""
     from coconet.compile import apply_schedule
-    from coconet.core.program import Program, parse_module
     from coconet.lowering.lower_to_plan import lower
 
     out = {}
     w0, c0 = time.perf_counter(), time.process_time()
-    program = stack_program(layers) if layers else Program(parse_module(text, "<stack>"))
+    program = build()
     c1 = time.process_time()
     out["ops"] = count_ops(program)
     scheduled = apply_schedule(program, schedule)
@@ -118,12 +127,11 @@ def cold_and_warm(text: str, schedule: str, ranks: int) -> tuple[float, float, b
     """Wall seconds of a compile through the plan cache on a miss and then on a hit (fresh
     cache directory), and whether the hit's plan is the miss's."""
     from coconet.compile import apply_schedule
-    from coconet.core.program import Program, parse_module
     from coconet.lowering import plan_cache
     from coconet.lowering.lower_to_plan import lower
 
     def build():
-        return lower(apply_schedule(Program(parse_module(text, "<stack>")), schedule), ranks)
+        return lower(apply_schedule(parse_stack(text), schedule), ranks)
 
     old = os.environ.get("COCONET_CACHE_DIR")
     with tempfile.TemporaryDirectory(prefix="coconet-bench-cache-") as cache:
@@ -182,10 +190,12 @@ def main() -> None:
     )
     for source in sources:
         for layers in layer_counts:
-            text = stack_text(layers)
-            built = layers if source == "python" else 0
+            if source == "python":
+                build = functools.partial(stack_program, layers)
+            else:
+                build = functools.partial(parse_stack, stack_text(layers))
             for schedule in args.schedules.split(";"):
-                runs = [phases(text, schedule, args.ranks, built) for _ in range(args.repeat)]
+                runs = [phases(build, schedule, args.ranks) for _ in range(args.repeat)]
                 best = min(runs, key=lambda r: r["total"])
                 print(
                     f"  {source:<6} {layers:>6} {best['ops']:>6}  {schedule:<31} "
@@ -211,7 +221,7 @@ def main() -> None:
         schedule = args.schedules.split(";")[-1]
         prof = cProfile.Profile()
         prof.enable()
-        phases(text, schedule, args.ranks)
+        phases(functools.partial(parse_stack, text), schedule, args.ranks)
         prof.disable()
         pstats.Stats(prof).sort_stats("cumulative").print_stats(30)
 
