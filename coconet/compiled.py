@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from coconet.core import values as V
+from coconet.core.gc_pause import without_gc
 from coconet.core.program import CocoError, Program
 
 BACKENDS = ("sim", "cpu", "cuda")
@@ -26,6 +27,7 @@ BACKENDS = ("sim", "cpu", "cuda")
 # ---------------------------------------------------------------------------------------------
 
 
+@without_gc
 def apply_pipeline(program: Program, pipeline: str) -> Program:
     """A copy of `program` with the pass pipeline applied and verified."""
     if not pipeline:

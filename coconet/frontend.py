@@ -64,6 +64,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.utils.exceptions import DiagnosticException, VerifyException
 
+from coconet.core.gc_pause import gc_paused
 from coconet.core.program import CocoError, Program
 from coconet.core.values import NUMPY_DTYPES
 from coconet.dialects import coco, comm, layout_rules
@@ -1483,24 +1484,27 @@ def build_program(
     fname = name or fn.__name__
     where = f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno}"
     specs = _parameter_specs(fn, fname, where)
-    builder = _Builder(fname, grid_attr, fn.__code__)
-    stack = _stack()
-    stack.append(builder)
-    try:
-        args = [builder.declare(spec, where) for spec in specs]
-        result, local_vars = _capture_locals(fn, args)
-        builder.name_from_locals(local_vars)
-        returned = _returned_values(result, fname)
-        values = [_operand(v, f"returning {_token(v)}").ssa for v in returned]
-        builder.block.insert_op_before(func.ReturnOp(*values), builder.terminator)
-        builder.block.erase_op(builder.terminator)
-    finally:
-        stack.pop()
-    builder.func.update_function_type()
-    try:
-        builder.module.verify()
-    except (VerifyException, DiagnosticException) as e:
-        raise CocoError(f"{where}: program @{fname} is invalid: {e}") from None
+    # (the collector paused as in every phase: core/gc_pause.py; not as a decorator, whose
+    # frame would stand between the annotations and the caller's scope they are read in)
+    with gc_paused():
+        builder = _Builder(fname, grid_attr, fn.__code__)
+        stack = _stack()
+        stack.append(builder)
+        try:
+            args = [builder.declare(spec, where) for spec in specs]
+            result, local_vars = _capture_locals(fn, args)
+            builder.name_from_locals(local_vars)
+            returned = _returned_values(result, fname)
+            values = [_operand(v, f"returning {_token(v)}").ssa for v in returned]
+            builder.block.insert_op_before(func.ReturnOp(*values), builder.terminator)
+            builder.block.erase_op(builder.terminator)
+        finally:
+            stack.pop()
+        builder.func.update_function_type()
+        try:
+            builder.module.verify()
+        except (VerifyException, DiagnosticException) as e:
+            raise CocoError(f"{where}: program @{fname} is invalid: {e}") from None
     return Program(builder.module)
 
 

@@ -55,6 +55,14 @@ def _rsqrt(x: np.ndarray) -> np.ndarray:
     return x.dtype.type(1) / np.sqrt(x)
 
 
+def _log(x: np.ndarray) -> np.ndarray:
+    # A negative number's log is the positive quiet NaN on every target: implementations
+    # differ in that NaN's sign (NumPy's own loops by machine, glibc's logf gives -NaN).
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = np.log(x)
+    return np.where(x < 0, x.dtype.type(np.nan), out)
+
+
 def _relu(x: np.ndarray) -> np.ndarray:
     return np.maximum(x, x.dtype.type(0))
 
@@ -87,7 +95,7 @@ ELEMENTWISE: dict[type, Elementwise] = {
     # 1/sqrt, not an approximate rsqrt: the same on every target
     coco.RsqrtOp: Elementwise(_rsqrt, "coco_rsqrt"),
     coco.ExpOp: Elementwise(np.exp, "coco_exp", transcendental=True),
-    coco.LogOp: Elementwise(np.log, "coco_log", transcendental=True),
+    coco.LogOp: Elementwise(_log, "coco_log", transcendental=True),
     coco.TanhOp: Elementwise(np.tanh, "coco_tanh", transcendental=True),
     coco.ReluOp: Elementwise(_relu, "coco_relu"),
     coco.GeluOp: Elementwise(_gelu, "coco_gelu", transcendental=True),

@@ -18,6 +18,7 @@ from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyException
 
+from coconet.core.gc_pause import without_gc
 from coconet.dialects import get_all_dialects
 from coconet.dialects.coco import GridAttr, TensorType, tensor_type_of
 from coconet.dialects.layout_rules import check_bound_shapes
@@ -36,6 +37,7 @@ def make_context() -> Context:
     return ctx
 
 
+@without_gc
 def parse_module(text: str, source: str = "<input>") -> ModuleOp:
     """Parse and verify `.mlir` text; any problem becomes one CocoError naming the source."""
     try:

@@ -99,6 +99,22 @@ class SlicedAttr(LayoutAttr):
 
     @classmethod
     def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
+        # A program spells a few tensor types thousands of times (a deep stack: every op
+        # names its operands' and results' types): each distinct spelling is parsed once and
+        # its parameters (immutable attributes) are reused, which halves parsing a program.
+        body = _body_text(parser)
+        if body is not None and (params := _PARSED_BODIES.get(body)) is not None:
+            _skip_body(parser, len(body))
+            return params
+        params = cls._parse_body(parser)
+        if body is not None:
+            if len(_PARSED_BODIES) >= _PARSED_BODIES_LIMIT:
+                _PARSED_BODIES.clear()
+            _PARSED_BODIES[body] = params
+        return params
+
+    @classmethod
+    def _parse_body(cls, parser: AttrParser) -> tuple[Attribute, ...]:
         with parser.in_angle_brackets():
             return (IntAttr(parser.parse_integer(allow_boolean=False, allow_negative=False)),)
 
@@ -115,6 +131,47 @@ def layout_str(layout: LayoutAttr) -> str:
     if isinstance(layout, SlicedAttr):
         return f"sliced<{layout.dim.data}>"
     return "local" if isinstance(layout, LocalAttr) else "replicated"
+
+
+# Parsed tensor type bodies by their text (TensorType.parse_parameters): the text between
+# `<` and its `>` determines the parameters. Bounded: a program with more distinct types than
+# this starts over instead of growing without end.
+_PARSED_BODIES: dict[str, tuple[Attribute, ...]] = {}
+_PARSED_BODIES_LIMIT = 4096
+# What a tensor type's body may hold (dims, element type, layouts); a body with anything
+# else (a string, a nested dialect attribute) is parsed as it is, never looked up.
+_BODY_CHARS = frozenset("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_x?<>[], ")
+
+
+def _body_text(parser: AttrParser) -> str | None:
+    """The text of the `<...>` body the parser stands at (without the brackets), or None
+    where it is not at a `<` or the body holds what a tensor type does not."""
+    # xDSL 0.74's parser state (lexer, current token) is not public API; the same moves are
+    # what its own parser makes for an unregistered dialect's body.
+    token = parser._current_token  # pyright: ignore[reportPrivateUsage]
+    if token.text != "<":
+        return None
+    content = parser.lexer.input.content
+    start = token.span.end
+    depth = 0
+    for pos in range(start, min(len(content), start + 256)):
+        c = content[pos]
+        if c not in _BODY_CHARS:
+            return None
+        if c == "<":
+            depth += 1
+        elif c == ">":
+            if depth == 0:
+                return content[start:pos]
+            depth -= 1
+    return None
+
+
+def _skip_body(parser: AttrParser, length: int) -> None:
+    """Move the parser past the `<`, a body of `length` characters and its `>`."""
+    lexer = parser.lexer
+    lexer.pos = parser._current_token.span.end + length + 1  # pyright: ignore[reportPrivateUsage]
+    parser._parser_state.current_token = lexer.lex()  # pyright: ignore[reportPrivateUsage]
 
 
 def _parse_layout(parser: AttrParser) -> LayoutAttr:
@@ -339,6 +396,22 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
 
     @classmethod
     def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
+        # A program spells a few tensor types thousands of times (a deep stack: every op
+        # names its operands' and results' types): each distinct spelling is parsed once and
+        # its parameters (immutable attributes) are reused, which halves parsing a program.
+        body = _body_text(parser)
+        if body is not None and (params := _PARSED_BODIES.get(body)) is not None:
+            _skip_body(parser, len(body))
+            return params
+        params = cls._parse_body(parser)
+        if body is not None:
+            if len(_PARSED_BODIES) >= _PARSED_BODIES_LIMIT:
+                _PARSED_BODIES.clear()
+            _PARSED_BODIES[body] = params
+        return params
+
+    @classmethod
+    def _parse_body(cls, parser: AttrParser) -> tuple[Attribute, ...]:
         with parser.in_angle_brackets():
             shape_pos = parser.pos
             dims, elt = parser.parse_ranked_shape()

@@ -110,14 +110,22 @@ def collective_result_type(
     all infer through it. Raises `VerifyException("[rule] ...")` for an input the collective
     does not take.
     """
-    what = operand or str(input_type)
-    layouts: list[LayoutAttr] = []
-    for a in range(max(grid_rank, len(input_type.layouts))):
-        lay = input_type.layout_on(a)
-        if a in span:
-            lay = op_type.axis_rule(a, lay, input_type=input_type, what=what, dim=dim)
-        layouts.append(lay)
-    return input_type.with_layouts(layouts)
+
+    def layouts(what: str) -> list[LayoutAttr]:
+        out: list[LayoutAttr] = []
+        for a in range(max(grid_rank, len(input_type.layouts))):
+            lay = input_type.layout_on(a)
+            if a in span:
+                lay = op_type.axis_rule(a, lay, input_type=input_type, what=what, dim=dim)
+            out.append(lay)
+        return out
+
+    try:
+        return input_type.with_layouts(layouts(""))
+    except VerifyException:
+        # Again naming the operand: printing its type for every inference would cost more
+        # than inferring (verifiers infer for every collective of a program).
+        return input_type.with_layouts(layouts(operand or str(input_type)))
 
 
 def _span(input_type: Attribute, axes: Sequence[int] | None, grid_rank: int) -> tuple[int, ...]:
@@ -165,14 +173,14 @@ class CollectiveOp(CocoOp):
 
     def infer(self) -> TensorType:
         """The result type the layout rules give this op where it stands."""
-        return collective_result_type(
-            type(self),
-            self.input.type,
-            self.span(),
-            grid_of(self).rank,
-            dim=self.scattered_dim(),
-            operand=_describe(self.input),
-        )
+        args = (type(self), self.input.type, self.span(), grid_of(self).rank)
+        try:
+            return collective_result_type(*args, dim=self.scattered_dim())
+        except VerifyException:
+            # Again describing the operand (only for the message): the same failure.
+            return collective_result_type(
+                *args, dim=self.scattered_dim(), operand=_describe(self.input)
+            )
 
     @classmethod
     def axis_rule(

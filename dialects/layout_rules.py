@@ -149,14 +149,30 @@ def check_signatures(module: Operation) -> None:
                 check_type_fits_grid(t, grid, f"result #{i} of @{fn.sym_name.data}")
 
 
+# (type, grid) pairs that passed check_type_fits_grid: whether a type fits a grid depends on
+# nothing else, and a program's ops name a few types thousands of times. Bounded.
+_FITTING: set[tuple[TensorType, GridAttr]] = set()
+_FITTING_LIMIT = 4096
+
+
 def check_types_fit_grid(op: Operation) -> None:
     grid = grid_of(op)
     for i, v in enumerate(op.operands):
-        if isinstance(v.type, TensorType):
-            check_type_fits_grid(v.type, grid, f"operand #{i} ({value_name(v)}) of {op.name}")
+        t = v.type
+        if isinstance(t, TensorType) and (t, grid) not in _FITTING:
+            check_type_fits_grid(t, grid, f"operand #{i} ({value_name(v)}) of {op.name}")
+            _remember_fitting(t, grid)
     for i, v in enumerate(op.results):
-        if isinstance(v.type, TensorType):
-            check_type_fits_grid(v.type, grid, f"result #{i} of {op.name}")
+        t = v.type
+        if isinstance(t, TensorType) and (t, grid) not in _FITTING:
+            check_type_fits_grid(t, grid, f"result #{i} of {op.name}")
+            _remember_fitting(t, grid)
+
+
+def _remember_fitting(t: TensorType, grid: GridAttr) -> None:
+    if len(_FITTING) >= _FITTING_LIMIT:
+        _FITTING.clear()
+    _FITTING.add((t, grid))
 
 
 def check_bound_shapes(t: TensorType, grid_shape: Sequence[int], what: str) -> None:

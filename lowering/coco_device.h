@@ -626,8 +626,12 @@ COCO_HD float coco_rsqrt(float x) { return 1.0f / sqrtf(x); }
 COCO_HD double coco_rsqrt(double x) { return 1.0 / sqrt(x); }
 COCO_HD float coco_exp(float x) { return expf(x); }
 COCO_HD double coco_exp(double x) { return exp(x); }
-COCO_HD float coco_log(float x) { return logf(x); }
-COCO_HD double coco_log(double x) { return log(x); }
+// The log of a negative number is the positive quiet NaN, as in the sim: libm's sign of that
+// NaN differs between implementations (glibc's logf gives -NaN, NumPy's vector log +NaN).
+COCO_HD float coco_log(float x) { return x < 0.0f ? coco_u32_as_float(0x7FC00000u) : logf(x); }
+COCO_HD double coco_log(double x) {
+  return x < 0.0 ? (double)coco_u32_as_float(0x7FC00000u) : log(x);
+}
 COCO_HD float coco_tanh(float x) { return tanhf(x); }
 COCO_HD double coco_tanh(double x) { return tanh(x); }
 COCO_HD float coco_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }

@@ -79,7 +79,6 @@ from coconet.lowering.kernel_ir import (
     While,
     all_of,
     binary,
-    fresh_copy,
     peer,
     product_of,
     rewrite,
@@ -1200,7 +1199,9 @@ class _ElementwiseBuilder:
             LaneLoop(k, L, tuple(lane)),
             *epilogue,
         )
-        return fresh_copy(body)
+        # The element body's statements appear here and in the element loop after this one:
+        # shared, each loop's scope declaring their variables (the printer scopes names).
+        return body
 
     def peer_vector(self, r: _PeerReduction, arr: Var, i0: Var) -> list[Stmt]:
         """`arr` = a reduce_scatter's vector, combined from every peer's in rank order."""
@@ -1269,7 +1270,7 @@ class _ElementwiseBuilder:
         # Strided pieces: the element's coordinates as in the element body.
         i = self.i
         copies = [Assign(Index(dst(g), at(g, i)), Index(src(g), at(g, i))) for g in self.gathers]
-        element = fresh_copy((Decl(i, self.begin + j), *coordinates(i, self.coords), *copies))
+        element = (Decl(i, self.begin + j), *coordinates(i, self.coords), *copies)
         if not vector:
             per_peer: list[Stmt] = [*head, BlockStrideLoop(j, begin, end, element)]
         else:
@@ -1297,7 +1298,7 @@ class _ElementwiseBuilder:
                 Decl(ok, all_of(checks)),
                 Decl(qend, self.whole_vectors(ok, chunk)),
                 BlockStrideLoop(v, begin / self.lanes, qend / self.lanes, tuple(vec_body)),
-                BlockStrideLoop(j, qend, end, fresh_copy(tail)),
+                BlockStrideLoop(j, qend, end, tail),
             ]
         return [For(q, Lit("0"), self.nranks, (If(binary("!=", q, self.me), tuple(per_peer)),))]
 

@@ -83,9 +83,16 @@ class dispatch_on_type(_SingleDispatchMethod):
 
     def __get__(self, obj: object, cls: type[object] | None = None) -> Callable[..., Any]:
         dispatch = self.dispatcher.dispatch
+        # the implementation per class, found once (functools' own cache is a weak mapping,
+        # slower to ask than a dict; the registry is complete before any printing)
+        found: dict[type, Callable[..., Any]] = {}
 
         def method(arg: object, *args: Any, **kwargs: Any) -> Any:
-            return dispatch(arg.__class__)(obj, arg, *args, **kwargs)
+            cls = arg.__class__
+            impl = found.get(cls)
+            if impl is None:
+                impl = found[cls] = dispatch(cls)
+            return impl(obj, arg, *args, **kwargs)
 
         if obj is not None:
             # the printer's own attribute from now on: built once per printer, not per call
@@ -240,11 +247,15 @@ class CudaPrinter(BasePrinter):
     hints: bool = field(default=True, kw_only=True)
     names: dict[Var, str] = field(default_factory=dict[Var, str], init=False)
     scopes: list[set[str]] = field(default_factory=lambda: [set()], init=False)
+    # Per open scope, the variables it declared and the name each had before (None: none).
+    # A body the kernel holds twice (a vector loop's lanes and the element loop after it)
+    # declares its variables in each copy's scope: lexical scoping, as in C.
+    declared: list[dict[Var, str | None]] = field(default_factory=lambda: [{}], init=False)
 
     # -- names -------------------------------------------------------------------------------
 
     def declare(self, var: Var) -> str:
-        assert var not in self.names, f"{var.fallback} is declared twice"
+        assert var not in self.declared[-1], f"{var.fallback} is declared twice in one scope"
         base = c_identifier(var.hint if self.hints and var.hint else var.fallback)
         name, k = base, 1
         sep = "" if base.endswith("_") else "_"  # no double underscore: reserved in C++
@@ -252,16 +263,23 @@ class CudaPrinter(BasePrinter):
             name = f"{base}{sep}{k}"
             k += 1
         self.scopes[-1].add(name)
+        self.declared[-1][var] = self.names.get(var)
         self.names[var] = name
         return name
 
     @contextmanager
     def scope(self) -> Generator[None, None, None]:
         self.scopes.append(set())
+        self.declared.append({})
         try:
             yield
         finally:
             self.scopes.pop()
+            for var, before in reversed(self.declared.pop().items()):
+                if before is None:
+                    del self.names[var]
+                else:
+                    self.names[var] = before
 
     # -- kernels -----------------------------------------------------------------------------
 

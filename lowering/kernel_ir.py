@@ -578,24 +578,62 @@ def _field_names(cls: type) -> tuple[str, ...]:
     return names
 
 
+# Per node type, how `rewrite` treats it: a leaf fn never sees (a string, a number, a C
+# type, ...), a variable (fn sees it; never descended into), or a node it descends into.
+_LEAF, _VARIABLE, _NODE = 0, 1, 2
+_REWRITE_KIND: dict[type, int] = {}
+
+
+def _rewrite_kind(cls: type) -> int:
+    kind = _REWRITE_KIND.get(cls)
+    if kind is None:
+        if not issubclass(cls, Expr | Stmt):
+            kind = _LEAF
+        elif issubclass(cls, Var) or not is_dataclass(cls):
+            kind = _VARIABLE
+        else:
+            kind = _NODE
+        _REWRITE_KIND[cls] = kind
+    return kind
+
+
 def rewrite(node: N, fn: Callable[[Any], Any | None]) -> N:
-    """`node` with every sub-node `x` for which fn(x) is not None replaced by fn(x), top
-    down (a replacement is not visited again). Variables are leaves: the body refers to them
-    by identity."""
-    if isinstance(node, tuple):
-        return tuple(rewrite(x, fn) for x in node)  # type: ignore[return-value]
+    """`node` with every expression or statement `x` (variables included) for which fn(x) is
+    not None replaced by fn(x), top down (a replacement is not visited again). Variables are
+    leaves: the body refers to them by identity. What does not change is shared, not copied
+    (the nodes are immutable)."""
+    cls = type(node)
+    if cls is tuple:
+        items = cast("tuple[object, ...]", node)
+        new_items = [rewrite(x, fn) for x in items]
+        if all(a is b for a, b in zip(new_items, items)):
+            return node
+        return tuple(new_items)  # type: ignore[return-value]
+    kind = _rewrite_kind(cls)
+    if kind == _LEAF:
+        return node
     replaced = fn(node)
     if replaced is not None:
         return replaced
-    if isinstance(node, Var) or not isinstance(node, Expr | Stmt):
+    if kind == _VARIABLE:
         return node
-    changes = {}
-    for name in _field_names(type(node)):
-        old = getattr(node, name)
+    fields_of = node.__dict__
+    changes: dict[str, object] | None = None
+    for name in _field_names(cls):
+        old = fields_of[name]
         new = rewrite(old, fn)
         if new is not old:
+            if changes is None:
+                changes = {}
             changes[name] = new
-    return replace(node, **changes) if changes else node  # type: ignore[type-var]
+    if changes is None:
+        return node
+    # A frozen dataclass's copy with some fields changed: `dataclasses.replace` without its
+    # per-call field inspection and __init__ (these nodes have no __post_init__).
+    copy = object.__new__(cls)
+    copy.__dict__.update(fields_of)
+    copy.__dict__.update(changes)
+    return copy
 
 
 def declared(node: Any) -> list[Var]:

@@ -32,6 +32,7 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
 from coconet.core import values as V
+from coconet.core.gc_pause import without_gc
 from coconet.core.program import CocoError, Program, check_program_on_grid
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import TensorType, tensor_type_of
@@ -829,6 +830,7 @@ def default_ranks(program: Program) -> int:
     return int(np.prod(grid.shape))
 
 
+@without_gc
 def lower(
     program: Program,
     ranks: int | None = None,

@@ -716,15 +716,24 @@ def _merge_coupled(chains: list[set[Operation]]) -> list[set[Operation]]:
     several tensors, read back by each tensor's update: gradient clipping) as ONE region:
     neither can be fused without the other. Chains sharing a tensor op stay apart (the
     disjointness check then refuses them, naming the op)."""
-    merged: list[set[Operation]] = []
+    merged: list[set[Operation] | None] = []  # None: merged into a later one
+    # The merged chains holding each op (an index into `merged`): the chains a new one
+    # meets, found without intersecting it with every chain so far.
+    holders: dict[Operation, list[int]] = {}
     for chain in chains:
         chain = set(chain)
-        for other in [m for m in merged if m & chain]:
+        met = sorted({i for op in chain for i in holders.get(op, ()) if merged[i] is not None})
+        for i in met:
+            other = merged[i]
+            assert other is not None
             if all(_scalar_only(op) for op in other & chain):
-                merged.remove(other)
+                merged[i] = None
                 chain |= other
+        index = len(merged)
         merged.append(chain)
-    return merged
+        for op in chain:
+            holders.setdefault(op, []).append(index)
+    return [m for m in merged if m is not None]
 
 
 def _scalar_only(op: Operation) -> bool:

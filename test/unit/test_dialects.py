@@ -289,6 +289,49 @@ def test_tensor_type_verifier() -> None:
         T([4, 0], f32)
 
 
+def _parse_types(text: str) -> list[Attribute]:
+    parser = Parser(make_context(), text)
+    types = [parser.parse_type()]
+    while parser.parse_optional_punctuation(","):
+        types.append(parser.parse_type())
+    return types
+
+
+def test_a_tensor_type_spelled_again_parses_from_its_first_parse() -> None:
+    from coconet.dialects import coco_types
+
+    body = "4x6xf32, [sliced<1>, local]"
+    coco_types._PARSED_BODIES.pop(body, None)
+    first, again, spaced = _parse_types(
+        f"!coco.tensor<{body}>, !coco.tensor<{body}>, !coco.tensor<4x6xf32,[sliced<1>,local]>"
+    )
+    assert first == again == spaced == T([4, 6], f32, S1, LOCAL)
+    # the parameters of the first parse are reused (they are immutable attributes)
+    assert body in coco_types._PARSED_BODIES
+    assert again.parameters[0] is first.parameters[0]
+    # the parser stands right after a type parsed from the table: what follows parses
+    parser = Parser(make_context(), f"!coco.tensor<{body}> 7 -> !coco.tensor<{body}>")
+    assert parser.parse_type() == first
+    assert parser.parse_integer() == 7
+    parser.parse_punctuation("->")
+    assert parser.parse_type() == first
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("!coco.tensor<?x4xf32>", "static shapes"),
+        ("!coco.tensor<4xf32, sliced<3>>", "sliced-dim-in-range"),
+        ("!coco.tensor<4xf32, sliced<0>", "'>'"),
+    ],
+)
+def test_a_bad_tensor_type_is_refused_every_time_it_is_written(text: str, message: str) -> None:
+    # a failed parse is never remembered: the second spelling fails as the first did
+    for _ in range(2):
+        with pytest.raises(Exception, match=re.escape(message)):
+            _parse_types(text)
+
+
 def test_grid_attr() -> None:
     grid = GridAttr([2, 4])
     assert grid.shape == (2, 4)

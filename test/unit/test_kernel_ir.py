@@ -164,6 +164,26 @@ def test_kernels_compare_by_structure_as_they_print_up_to_naming():
     assert structural_key(d, comments=False) == structural_key(a, comments=False)
 
 
+def test_rewrite_copies_only_what_changes():
+    """`rewrite` replaces the nodes fn names and rebuilds their ancestors; a subtree it does
+    not touch is the same object (the nodes are immutable), and a rebuilt node equals the
+    one `dataclasses.replace` makes."""
+    x, y, z = Var(F32, "x", "a"), Var(F32, "y", "b"), Var(F32, "z", "c")
+    kept = Decl(z, Binary("*", y, Lit("2")))
+    body = (Decl(x, Binary("+", y, Lit("1")), comment="%x"), kept)
+    out = rewrite(body, lambda n: Lit("3") if n == Lit("1") else None)
+    assert out[1] is kept
+    assert out[0] == replace(body[0], init=replace(body[0].init, rhs=Lit("3")))
+    assert out[0].comment == "%x"
+    # nothing to replace: the very same tuple
+    assert rewrite(body, lambda n: None) is body
+    # fn sees expressions, statements and variables, never their plain fields
+    seen = []
+    rewrite(body, lambda n: seen.append(type(n)) or None)
+    assert str not in seen
+    assert set(seen) == {Decl, Binary, Var, Lit}
+
+
 def test_ctype_validates_and_knows_its_abi():
     assert CType("coco_u32").abi == "u32"
     assert F32.ptr(const=True).abi == "ptr"
