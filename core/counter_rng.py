@@ -28,10 +28,15 @@ def _mix64(z: _Word) -> _Word:
         return z ^ (z >> np.uint64(31))
 
 
+def seed_word(seed: int) -> int:
+    """A program's seed (any i64) as the unsigned 64-bit word the generator mixes."""
+    return seed & 0xFFFFFFFFFFFFFFFF
+
+
 def counter_hash(seed: int, index: np.ndarray, stream: int) -> np.ndarray:
     """mix64(index + mix64(seed ^ (stream * GOLDEN))), all uint64 arithmetic wrapping."""
     with np.errstate(over="ignore"):
-        key = _mix64(np.uint64(seed & 0xFFFFFFFFFFFFFFFF) ^ (np.uint64(stream) * GOLDEN))
+        key = _mix64(np.uint64(seed_word(seed)) ^ (np.uint64(stream) * GOLDEN))
         return _mix64(np.asarray(index, dtype=np.uint64) + key)
 
 

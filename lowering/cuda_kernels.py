@@ -518,6 +518,7 @@ class _ElementwiseBuilder:
         self.goffset: Param | None = None
         self.dropouts = [op for op in k.ops if isinstance(op, coco.DropoutOp)]
         self.streams: list[Param] = []
+        self.seeds: list[Param] = []
         sliced_iteration = any(it.slicing_axes(d) for d in range(it.rank))
         self.dim0_iteration = sliced_iteration and all(
             not it.slicing_axes(d) for d in range(1, it.rank)
@@ -698,6 +699,13 @@ class _ElementwiseBuilder:
             self.streams.append(
                 self.param(
                     U64, _hint(op.result, "_stream"), f"stream{n}", ParamKind.STREAM, value=op.input
+                )
+            )
+            # The seed is an argument, not a literal: the layers of a deep model differ in
+            # their dropouts' seeds only, and share one kernel.
+            self.seeds.append(
+                self.param(
+                    U64, _hint(op.result, "_seed"), f"seed{n}", ParamKind.SEED, value=op.result
                 )
             )
 
@@ -883,17 +891,17 @@ class _ElementwiseBuilder:
                 from coconet.core.counter_rng import dropout_threshold
 
                 assert self.gidx is not None
-                stream = self.streams[self.dropouts.index(op)]
+                n = self.dropouts.index(op)
+                stream, seed = self.streams[n], self.seeds[n]
                 elt = op.result.type.elt
                 prob = op.prob.value.data
                 scale = np.array(
                     1.0 / (1.0 - prob), dtype=np.float64 if elt == "f64" else np.float32
                 )
                 sfx = "" if elt == "f64" else "f"
-                seed = op.seed.value.data & 0xFFFFFFFFFFFFFFFF
                 keep = _call(
                     "coco_dropout_keep",
-                    Lit(f"{seed}ull"),
+                    seed,
                     self.gidx,
                     stream,
                     Lit(f"{dropout_threshold(prob)}u"),

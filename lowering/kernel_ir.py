@@ -122,6 +122,7 @@ class ParamKind(StrEnum):
     GSTART = "gstart"
     GOFFSET = "goffset"  # the global linear offset of this rank's piece (dim-0 slices)
     STREAM = "stream"  # a dropout's random stream for this rank (payload: its input)
+    SEED = "seed"  # a dropout's seed (payload: its result)
     PEERS_IN = "peers_in"  # every group member's reduce_scatter input (symmetric)
     PEERS_OUT = "peers_out"  # every group member's gathered buffer (symmetric)
     GATHER_OUT = "gather_out"  # the updated argument a gathered value is assembled in

@@ -32,6 +32,7 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
 from coconet.core import values as V
+from coconet.core.counter_rng import seed_word
 from coconet.core.gc_pause import without_gc
 from coconet.core.program import CocoError, Program, check_program_on_grid
 from coconet.dialects import coco, comm
@@ -42,6 +43,7 @@ from coconet.lowering.cuda_printer import kernel_signature, print_unit
 from coconet.lowering.fused_collective import lower_fused_collective
 from coconet.lowering.fused_send import lower_fused_send
 from coconet.lowering.kernel_ir import Kernel, KernelKey, Param, ParamKind, structural_key
+from coconet.lowering.kernel_site import KernelSite, SiteKey, kernel_site
 from coconet.lowering.overlap import lower_overlap
 from coconet.lowering.plan import (
     COMM_STREAM,
@@ -68,6 +70,12 @@ class Lowering:
     # Buffers and edges the stream schedulers looked at, over all lowerings (a test checks
     # it grows linearly with the program).
     dependence_checks: ClassVar[int] = 0
+    # Whether elementwise sites of one computation share one build (kernel_site.py); a test
+    # lowers without it to check the plans are the same.
+    memoize_kernels: ClassVar[bool] = True
+    # Elementwise kernels built, over all lowerings (a test checks a deeper stack builds no
+    # more of them).
+    elementwise_builds: ClassVar[int] = 0
 
     def __init__(
         self,
@@ -98,6 +106,9 @@ class Lowering:
         self.kernel_keys: dict[KernelKey, str] = {}
         # Kernels that can run in table form (not collective ones), by name.
         self.batchable_kernels: dict[str, Kernel] = {}
+        # Elementwise kernels built so far, by what they compute (kernel_site): a site that
+        # computes the same takes the kernel without building it again (a deep model's layers).
+        self.built_kernels: dict[SiteKey, tuple[Kernel, KernelSite, str]] = {}
         # Fused collective kernels that can run in table form, by name -> their text up to
         # names and comments: launches of kernels of one text (the same region over tensors
         # of other sizes and names) fold into one launch of its table form.
@@ -210,7 +221,7 @@ class Lowering:
         matter; the op comments still name the values each kernel computes, which keeps
         kernels of differently named values apart (and so the plan's launches and batches as
         they were when kernels were text). Nothing is printed to compare them."""
-        key = structural_key(kernel)
+        key = structural_key(kernel, comments=False)
         if key in self.kernel_keys:
             return self.kernel_keys[key]
         if kernel.name not in self.kernel_names:
@@ -567,13 +578,12 @@ class Lowering:
         store_specs += [K.Store(u.value, u.target.type, u.target) for u in updates]
         store_buffers = [self.buffer_for(v) for v in stores]
         store_buffers += [self.value_buffer(u.target) for u in updates]
-        kernel = K.ElementwiseKernel(
+        name, kernel, params = self.elementwise_kernel(
             self.fresh(f"k_{kernel_hint}"), ops, iteration, inputs, store_specs
-        ).build()
-        name = self.add_kernel(kernel)
+        )
         self.batchable_kernels.setdefault(name, kernel)
         n = int(np.prod(iteration.local_shape(self.grid_shape), dtype=np.int64))  # the largest
-        args = self.kernel_args(kernel.params, iteration, store_buffers)
+        args = self.kernel_args(params, iteration, store_buffers)
         self.emit(
             Launch(
                 name,
@@ -581,11 +591,35 @@ class Lowering:
                 self.config.block,
                 args,
                 writes=tuple(b.name for b in store_buffers),
-                range_positions=range_positions(kernel.params),
+                range_positions=range_positions(params),
                 iteration_shape=iteration.local_shape(self.grid_shape),
                 iteration_type=iteration,
             )
         )
+
+    def elementwise_kernel(
+        self,
+        kernel_name: str,
+        ops: Sequence[Operation],
+        iteration: TensorType,
+        inputs: Sequence[SSAValue],
+        stores: Sequence[K.Store],
+    ) -> tuple[str, Kernel, Sequence[Param]]:
+        """The name of the kernel computing `ops` (built, or an earlier site's: kernel_site.py),
+        the kernel, and its parameters pointed at this site's values."""
+        site = kernel_site(ops, iteration, inputs, stores) if self.memoize_kernels else None
+        built = self.built_kernels.get(site.key) if site is not None else None
+        if site is not None and built is not None:
+            kernel, first, name = built
+            params = site.params_of(first, kernel.params)
+            if params is not None:
+                return name, kernel, params
+        kernel = K.ElementwiseKernel(kernel_name, ops, iteration, inputs, stores).build()
+        Lowering.elementwise_builds += 1
+        name = self.add_kernel(kernel)
+        if site is not None:
+            self.built_kernels[site.key] = (kernel, site, name)
+        return name, kernel, kernel.params
 
     def kernel_args(
         self, params: Sequence[Param], iteration: TensorType, store_buffers: list[Buffer]
@@ -653,6 +687,11 @@ class Lowering:
                             lambda r, s0=stride0: self.piece_ranges(it, r)[0][0] * s0,
                         )
                     )
+                case ParamKind.SEED:
+                    assert p.value is not None
+                    dropout = p.value.owner
+                    assert isinstance(dropout, coco.DropoutOp)
+                    args.append(seed_word(dropout.seed.value.data))
                 case ParamKind.STREAM:
                     assert p.value is not None
                     t = tensor_type_of(p.value)

@@ -17,8 +17,9 @@ from coconet.compile import apply_schedule
 from coconet.core.program import Program, parse_module
 from coconet.equivalence import check_equivalence
 from coconet.lowering.cuda_printer import CudaPrinter
-from coconet.lowering.kernel_ir import Kernel
+from coconet.lowering.kernel_ir import Kernel, ParamKind
 from coconet.lowering.lower_to_plan import Lowering, lower
+from coconet.lowering.plan import Launch
 from coconet.passes.common import OrderInfo
 from coconet.passes.fuse import FusePass
 from coconet.runtime.sim import prepare_inputs
@@ -151,6 +152,36 @@ def test_the_lowering_prints_each_kernel_once(monkeypatch: pytest.MonkeyPatch):
         program = apply_schedule(Program(parse_module(_stack_text(6))), schedule)
         plan = lower(program, 2)
         assert sorted(printed) == sorted(plan.signatures), schedule
+
+
+@pytest.mark.parametrize("schedule", ["none", "ar-c", "coco-split-allreduce,coco-fuse"])
+def test_layers_that_differ_in_names_and_seeds_share_their_kernels(schedule: str):
+    """A stack's layers differ in their values' names and their dropouts' seeds only: one
+    kernel per kind of step whatever the depth (a seed is an argument), and each layer's
+    launch draws its own dropout mask (the outputs are the sim's, bit for bit)."""
+    builds, plans = [], []
+    for n in (2, 7):
+        Lowering.elementwise_builds = 0
+        plans.append(lower(apply_schedule(Program(parse_module(_stack_text(n))), schedule), 2))
+        builds.append(Lowering.elementwise_builds)
+    assert len(plans[0].signatures) == len(plans[1].signatures) <= 4, schedule
+    # ... and the lowering builds each once (kernel_site.py), not once per layer
+    assert builds[0] == builds[1] > 0, (schedule, builds)
+    program = Program(parse_module(_stack_text(7)))
+    inputs = prepare_inputs(program, None, plans[1].grid_shape, seed=3)
+    want = coconet.run(program, inputs, ranks=2, inplace=False).outputs
+    got = ThreadedExecutor(plans[1]).run(inputs)
+    for name, value in want.items():
+        assert np.array_equal(got[name], value), (schedule, name)
+    # the seeds the launches pass: every layer's own, in program order
+    seeds = [
+        arg
+        for step in plans[1].steps
+        if isinstance(step, Launch)
+        for p, arg in zip(plans[1].signatures[step.kernel], step.args, strict=True)
+        if p.kind == ParamKind.SEED
+    ]
+    assert seeds == list(range(7)), schedule
 
 
 def test_fuse_rs_c_ag_fuses_every_layer_of_a_residual_stack():

@@ -2,7 +2,8 @@
 
 // Elementwise kernels round every op to its element type (f16 through f32), read a
 // replicated operand of a sliced result at this rank's offset, and draw dropout masks from
-// the global element index.
+// the global element index, under the dropout's seed (an argument: layers that differ only
+// in their seeds share one kernel).
 func.func @chain(%x: !coco.tensor<256xf16, sliced<0>>, %r: !coco.tensor<256xf16>) {
   %f = comm.fused elementwise -> !coco.tensor<256xf16, sliced<0>> {
     %y = coco.add %x, %r : !coco.tensor<256xf16, sliced<0>>, !coco.tensor<256xf16> -> !coco.tensor<256xf16, sliced<0>>
@@ -21,14 +22,15 @@ func.func @chain(%x: !coco.tensor<256xf16, sliced<0>>, %r: !coco.tensor<256xf16>
 // CHECK-NEXT:      coco_i64 end,
 // CHECK-NEXT:      coco_i64 r_base,
 // CHECK-NEXT:      coco_i64 goffset,
-// CHECK-NEXT:      coco_u64 d_stream) {
+// CHECK-NEXT:      coco_u64 d_stream,
+// CHECK-NEXT:      coco_u64 d_seed) {
 // CHECK-NEXT:    COCO_KERNEL_BODY_BEGIN
 // CHECK:         COCO_BLOCK_STRIDE_LOOP(coco_i64, j_, r_.begin, r_.end) {
 // CHECK:           const coco_u64 gidx_ = (coco_u64)(goffset + i);
 // CHECK:           const float x = coco_to_f32(x_in[i]);
 // CHECK:           const float r = coco_to_f32(r_in[r_base + i]);
 // CHECK:           const float y = coco_round_f16(x + r);  // coco.add %y
-// CHECK:           const float d = coco_round_f16(coco_dropout_keep(11ull, gidx_, d_stream, 4194304u) ? y * 0x1.5555560000000p+0f : 0.0f);  // coco.dropout %d
+// CHECK:           const float d = coco_round_f16(coco_dropout_keep(d_seed, gidx_, d_stream, 4194304u) ? y * 0x1.5555560000000p+0f : 0.0f);  // coco.dropout %d
 // CHECK:           d_out[i] = coco_f16_from_f32(d);
 // CHECK:         COCO_KERNEL_BODY_END
 
