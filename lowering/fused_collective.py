@@ -37,7 +37,8 @@ from coconet.dialects import coco, comm
 from coconet.dialects.coco import TensorType, tensor_type_of
 from coconet.lowering import cuda_kernels as K
 from coconet.lowering.hierarchical import emit_hierarchical
-from coconet.lowering.kernel_ir import ParamKind, structural_key
+from coconet.lowering.kernel_ir import Param, ParamKind, structural_key
+from coconet.lowering.kernel_site import kernel_site, op_description
 from coconet.lowering.plan import ArgTable, Epoch, KernelArg, Launch, PeerTable, RankValue
 from coconet.lowering.plan_builder import (
     MAX_COLLECTIVE_BLOCKS,
@@ -233,6 +234,43 @@ def _emit_chain(lw: PlanBuilder, ops: list[Operation], updates: list[coco.Update
             lw.lower_update(u)
 
 
+def _collective_kernel(
+    lw: PlanBuilder,
+    kernel: K.ElementwiseKernel,
+    scatters: list[comm.ReduceScatterOp],
+    gathers: list[comm.AllGatherOp],
+    reductions: Sequence[Operation],
+    rows: bool,
+) -> tuple[str, Sequence[Param]]:
+    """The name of `kernel` built (or of an earlier site's kernel of the same computation:
+    kernel_site.py, a deep model's layers) and its parameters pointed at this site's values."""
+    site = None
+    if lw.memoize_kernels and not rows:
+        extras: list[tuple[object, Sequence[SSAValue]]] = []
+        extras += [(op_description(op), [op.input, op.result]) for op in scatters]
+        extras += [(op_description(op), [op.input, op.result]) for op in gathers]
+        extras += [(op_description(op), op.results) for op in reductions]
+        extras += [("gather_target", [v, t]) for v, t in kernel.gather_targets.items()]
+        extras += [(("reduction", kind), [v, out]) for v, kind, out in kernel.reductions]
+        extras.append((("flags", kernel.uneven, kernel.literal_shapes), []))
+        site = kernel_site(kernel.ops, kernel.iteration, kernel.inputs, kernel.stores, extras)
+    built = lw.built_kernels.get(site.key) if site is not None else None
+    if site is not None and built is not None:
+        first_kernel, first, name = built
+        params = site.params_of(first, first_kernel.params)
+        if params is not None:
+            return name, params
+    new = kernel.build()
+    name = lw.add_kernel(new)
+    if not rows and name not in lw.collective_kernels:
+        # Collective kernels of one text up to names fold into one table launch. (A kernel
+        # the translation unit has already, under `name`, has its key already.)
+        lw.collective_kernels[name] = (structural_key(new, comments=False), new)
+    if site is not None:
+        lw.built_kernels[site.key] = (new, site, name)
+    return name, new.params
+
+
 def _assembled_in_target(u: coco.UpdateOp, gathers: list[comm.AllGatherOp]) -> bool:
     """Whether the update's value is gathered by this kernel into the target's type: the
     kernel then assembles it in the target directly, which holds the value from then on (no
@@ -324,14 +362,7 @@ def emit_collective_kernel(
     )
     # Tensors of different shapes share one text (one table launch): extents as arguments.
     kernel.literal_shapes = not (lw.several_fused_collectives and not rows)
-    built = kernel.build()
-    params = built.params
-    name = lw.add_kernel(built)
-    if not rows and name not in lw.collective_kernels:
-        # Collective kernels of one text up to names fold into one table launch. (A kernel
-        # the translation unit has already, under `name`, has its key already.)
-        key = structural_key(built, comments=False)
-        lw.collective_kernels[name] = (key, built)
+    name, params = _collective_kernel(lw, kernel, scatters, gathers, reductions, rows)
 
     # Symmetric memory: reduce_scatter inputs and gathered results (peers read them); an
     # argument becomes symmetric too, the executor placing the caller's data.

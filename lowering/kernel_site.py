@@ -59,9 +59,12 @@ def kernel_site(
     iteration: Attribute,
     inputs: Sequence[SSAValue],
     stores: Sequence[Store],
+    extras: Sequence[tuple[object, Sequence[SSAValue]]] = (),
 ) -> KernelSite | None:
     """The site of an elementwise kernel; None for ops this key cannot describe (ops with
-    regions or successors: built every time)."""
+    regions or successors: built every time). `extras`: what else the kernel is built from,
+    each a description (hashable, naming no value) and the values it relates (a fused
+    collective's reduce_scatters, all_gathers and reductions: fused_collective.py)."""
     number: dict[SSAValue, int] = {}
     values: list[SSAValue] = []
 
@@ -80,9 +83,7 @@ def kernel_site(
             return None
         key.append(
             (
-                op.name,
-                _properties(op),
-                tuple(sorted(op.attributes.items())),
+                op_description(op),
                 tuple(ref(v) for v in op.operands),
                 tuple(ref(r) for r in op.results),
                 tuple(r.type for r in op.results),
@@ -91,4 +92,12 @@ def kernel_site(
     for s in stores:
         target = None if s.target is None else (ref(s.target), s.target.type)
         key.append((ref(s.value), s.type, target))
+    for description, related in extras:
+        key.append((description, tuple(ref(v) for v in related), tuple(v.type for v in related)))
     return KernelSite(tuple(key), tuple(values), number)
+
+
+def op_description(op: Operation) -> tuple[object, ...]:
+    """An op as a site's key describes it: its name and the properties and attributes its
+    kernel's text shows."""
+    return (op.name, _properties(op), tuple(sorted(op.attributes.items())))

@@ -73,9 +73,6 @@ class Lowering:
     # Whether elementwise sites of one computation share one build (kernel_site.py); a test
     # lowers without it to check the plans are the same.
     memoize_kernels: ClassVar[bool] = True
-    # Elementwise kernels built, over all lowerings (a test checks a deeper stack builds no
-    # more of them).
-    elementwise_builds: ClassVar[int] = 0
 
     def __init__(
         self,
@@ -615,7 +612,6 @@ class Lowering:
             if params is not None:
                 return name, kernel, params
         kernel = K.ElementwiseKernel(kernel_name, ops, iteration, inputs, stores).build()
-        Lowering.elementwise_builds += 1
         name = self.add_kernel(kernel)
         if site is not None:
             self.built_kernels[site.key] = (kernel, site, name)

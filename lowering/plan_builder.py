@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import ClassVar, Literal, Protocol
 
 from xdsl.ir import Operation, SSAValue
 
@@ -19,6 +19,7 @@ from coconet.core.program import CocoError
 from coconet.dialects import coco
 from coconet.dialects.coco import TensorType
 from coconet.lowering.kernel_ir import Kernel, KernelKey, KernelParam, Param, ParamKind
+from coconet.lowering.kernel_site import KernelSite, SiteKey
 from coconet.lowering.plan import Buffer, KernelArg, RankValue, Step
 
 
@@ -81,6 +82,9 @@ class PlanBuilder(Protocol):
     deferred: set[Operation]
     collective_kernels: dict[str, tuple[KernelKey, Kernel]]
     several_fused_collectives: bool
+    # kernels built so far by what they compute (kernel_site.py): kernel, its site, its name
+    memoize_kernels: ClassVar[bool]
+    built_kernels: dict[SiteKey, tuple[Kernel, KernelSite, str]]
 
     def fresh(self, base: str) -> str: ...
 

@@ -16,6 +16,7 @@ import coconet
 from coconet.compile import apply_schedule
 from coconet.core.program import Program, parse_module
 from coconet.equivalence import check_equivalence
+from coconet.lowering.cuda_kernels import ElementwiseKernel
 from coconet.lowering.cuda_printer import CudaPrinter
 from coconet.lowering.kernel_ir import Kernel, ParamKind
 from coconet.lowering.lower_to_plan import Lowering, lower
@@ -155,18 +156,28 @@ def test_the_lowering_prints_each_kernel_once(monkeypatch: pytest.MonkeyPatch):
 
 
 @pytest.mark.parametrize("schedule", ["none", "ar-c", "coco-split-allreduce,coco-fuse"])
-def test_layers_that_differ_in_names_and_seeds_share_their_kernels(schedule: str):
+def test_layers_that_differ_in_names_and_seeds_share_their_kernels(
+    schedule: str, monkeypatch: pytest.MonkeyPatch
+):
     """A stack's layers differ in their values' names and their dropouts' seeds only: one
-    kernel per kind of step whatever the depth (a seed is an argument), and each layer's
-    launch draws its own dropout mask (the outputs are the sim's, bit for bit)."""
-    builds, plans = [], []
+    kernel per kind of step whatever the depth (a seed is an argument), built once
+    (lowering/kernel_site.py), and each layer's launch draws its own dropout mask (the
+    outputs are the sim's, bit for bit)."""
+    builds: list[str] = []
+    build = ElementwiseKernel.build
+
+    def counting(self: ElementwiseKernel) -> Kernel:
+        builds.append(self.name)
+        return build(self)
+
+    monkeypatch.setattr(ElementwiseKernel, "build", counting)
+    counts, plans = [], []
     for n in (2, 7):
-        Lowering.elementwise_builds = 0
+        builds.clear()
         plans.append(lower(apply_schedule(Program(parse_module(_stack_text(n))), schedule), 2))
-        builds.append(Lowering.elementwise_builds)
+        counts.append(len(builds))
+    assert counts[0] == counts[1] > 0, (schedule, counts)
     assert len(plans[0].signatures) == len(plans[1].signatures) <= 4, schedule
-    # ... and the lowering builds each once (kernel_site.py), not once per layer
-    assert builds[0] == builds[1] > 0, (schedule, builds)
     program = Program(parse_module(_stack_text(7)))
     inputs = prepare_inputs(program, None, plans[1].grid_shape, seed=3)
     want = coconet.run(program, inputs, ranks=2, inplace=False).outputs
