@@ -99,22 +99,6 @@ class SlicedAttr(LayoutAttr):
 
     @classmethod
     def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
-        # A program spells a few tensor types thousands of times (a deep stack: every op
-        # names its operands' and results' types): each distinct spelling is parsed once and
-        # its parameters (immutable attributes) are reused, which halves parsing a program.
-        body = _body_text(parser)
-        if body is not None and (params := _PARSED_BODIES.get(body)) is not None:
-            _skip_body(parser, len(body))
-            return params
-        params = cls._parse_body(parser)
-        if body is not None:
-            if len(_PARSED_BODIES) >= _PARSED_BODIES_LIMIT:
-                _PARSED_BODIES.clear()
-            _PARSED_BODIES[body] = params
-        return params
-
-    @classmethod
-    def _parse_body(cls, parser: AttrParser) -> tuple[Attribute, ...]:
         with parser.in_angle_brackets():
             return (IntAttr(parser.parse_integer(allow_boolean=False, allow_negative=False)),)
 
@@ -138,6 +122,8 @@ def layout_str(layout: LayoutAttr) -> str:
 # this starts over instead of growing without end.
 _PARSED_BODIES: dict[str, tuple[Attribute, ...]] = {}
 _PARSED_BODIES_LIMIT = 4096
+# Tensor types built by TensorType.new, by their parameters. Bounded as the bodies are.
+_BUILT_TYPES: dict[tuple[Attribute, ...], TensorType] = {}
 # What a tensor type's body may hold (dims, element type, layouts); a body with anything
 # else (a string, a nested dialect attribute) is parsed as it is, never looked up.
 _BODY_CHARS = frozenset("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_x?<>[], ")
@@ -393,6 +379,20 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
         return "[" + ", ".join(layout_str(lay) for lay in lays) + "]"
 
     # -- syntax --------------------------------------------------------------------------
+
+    @classmethod
+    def new(cls, params: Sequence[Attribute]) -> TensorType:
+        # One object per distinct type built generically (the parser builds every type it
+        # reads this way): attributes are immutable values, and a type already built has
+        # passed its verifier.
+        key = tuple(params)
+        got = _BUILT_TYPES.get(key)
+        if got is None:
+            got = super().new(key)
+            if len(_BUILT_TYPES) >= _PARSED_BODIES_LIMIT:
+                _BUILT_TYPES.clear()
+            _BUILT_TYPES[key] = got
+        return got
 
     @classmethod
     def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:

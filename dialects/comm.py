@@ -111,6 +111,11 @@ def collective_result_type(
     does not take.
     """
 
+    key = (op_type, input_type, tuple(span), grid_rank, dim)
+    got = _INFERRED_COLLECTIVES.get(key)
+    if got is not None:
+        return got
+
     def layouts(what: str) -> list[LayoutAttr]:
         out: list[LayoutAttr] = []
         for a in range(max(grid_rank, len(input_type.layouts))):
@@ -121,11 +126,20 @@ def collective_result_type(
         return out
 
     try:
-        return input_type.with_layouts(layouts(""))
+        got = input_type.with_layouts(layouts(""))
     except VerifyException:
         # Again naming the operand: printing its type for every inference would cost more
         # than inferring (verifiers infer for every collective of a program).
         return input_type.with_layouts(layouts(operand or str(input_type)))
+    if len(_INFERRED_COLLECTIVES) >= 4096:
+        _INFERRED_COLLECTIVES.clear()
+    _INFERRED_COLLECTIVES[key] = got
+    return got
+
+
+# Results by (collective, input type, span, grid rank, dim): the verifier of every collective
+# infers its result, and a program's collectives take a few types. Successes only. Bounded.
+_INFERRED_COLLECTIVES: dict[tuple[object, ...], TensorType] = {}
 
 
 def _span(input_type: Attribute, axes: Sequence[int] | None, grid_rank: int) -> tuple[int, ...]:

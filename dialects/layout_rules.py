@@ -153,6 +153,8 @@ def check_signatures(module: Operation) -> None:
 # nothing else, and a program's ops name a few types thousands of times. Bounded.
 _FITTING: set[tuple[TensorType, GridAttr]] = set()
 _FITTING_LIMIT = 4096
+# The size at which a memo of this module (and of comm.py's) starts over.
+_MEMO_LIMIT = 4096
 
 
 def check_types_fit_grid(op: Operation) -> None:
@@ -240,10 +242,29 @@ def _combine_axis(layouts: Sequence[LayoutAttr], describe: Callable[[], str]) ->
     return result
 
 
+# Elementwise results by operand types (and whether element types must agree): every
+# elementwise op's verification infers its result, and a program's ops combine a few types
+# again and again. Only successes are kept (names matter to the messages only). Bounded.
+_INFERRED_ELEMENTWISE: dict[tuple[tuple[Attribute, ...], bool], TensorType] = {}
+
+
 def infer_elementwise(
     types: Sequence[Attribute], *, same_element_type: bool = True, names: Sequence[str] = ()
 ) -> TensorType:
     """The result type of an elementwise op on operands of these types."""
+    key = (tuple(types), same_element_type)
+    got = _INFERRED_ELEMENTWISE.get(key)
+    if got is None:
+        got = _infer_elementwise(types, same_element_type, names)
+        if len(_INFERRED_ELEMENTWISE) >= _MEMO_LIMIT:
+            _INFERRED_ELEMENTWISE.clear()
+        _INFERRED_ELEMENTWISE[key] = got
+    return got
+
+
+def _infer_elementwise(
+    types: Sequence[Attribute], same_element_type: bool, names: Sequence[str]
+) -> TensorType:
     tts = [_as_tensor(t, f"operand #{i}") for i, t in enumerate(types)]
     shape = broadcast_shapes([t.get_shape() for t in tts])
     rank = len(shape)
