@@ -1496,13 +1496,19 @@ def build_program(
             builder.name_from_locals(local_vars)
             returned = _returned_values(result, fname)
             values = [_operand(v, f"returning {_token(v)}").ssa for v in returned]
-            builder.block.insert_op_before(func.ReturnOp(*values), builder.terminator)
+            returned_op = func.ReturnOp(*values)
+            builder.block.insert_op_before(returned_op, builder.terminator)
             builder.block.erase_op(builder.terminator)
         finally:
             stack.pop()
         builder.func.update_function_type()
         try:
-            builder.module.verify()
+            # Every op verified as it was inserted (`_Builder.insert`; nothing changes an op
+            # after): what is left is the module, the function against its return, and the
+            # return, not every op again (a quarter of building a deep model).
+            builder.module.verify(verify_nested_ops=False)
+            builder.func.verify(verify_nested_ops=False)
+            returned_op.verify()
         except (VerifyException, DiagnosticException) as e:
             raise CocoError(f"{where}: program @{fname} is invalid: {e}") from None
     return Program(builder.module)
