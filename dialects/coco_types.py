@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TypeVar
 
 from xdsl.dialects.builtin import (
     ArrayAttr,
@@ -117,12 +118,26 @@ def layout_str(layout: LayoutAttr) -> str:
     return "local" if isinstance(layout, LocalAttr) else "replicated"
 
 
+K = TypeVar("K")
+V = TypeVar("V")
+
+# The entries a memo of the dialects (types parsed or built, results inferred, checks passed)
+# holds at most: one with more starts over instead of growing without end.
+MEMO_LIMIT = 4096
+
+
+def remember(memo: dict[K, V], key: K, value: V) -> V:
+    """Store `value` under `key` in a bounded memo (emptied when full); returns `value`."""
+    if len(memo) >= MEMO_LIMIT:
+        memo.clear()
+    memo[key] = value
+    return value
+
+
 # Parsed tensor type bodies by their text (TensorType.parse_parameters): the text between
-# `<` and its `>` determines the parameters. Bounded: a program with more distinct types than
-# this starts over instead of growing without end.
+# `<` and its `>` determines the parameters.
 _PARSED_BODIES: dict[str, tuple[Attribute, ...]] = {}
-_PARSED_BODIES_LIMIT = 4096
-# Tensor types built by TensorType.new, by their parameters. Bounded as the bodies are.
+# Tensor types built by TensorType.new, by their parameters.
 _BUILT_TYPES: dict[tuple[Attribute, ...], TensorType] = {}
 # What a tensor type's body may hold (dims, element type, layouts); a body with anything
 # else (a string, a nested dialect attribute) is parsed as it is, never looked up.
@@ -388,10 +403,7 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
         key = tuple(params)
         got = _BUILT_TYPES.get(key)
         if got is None:
-            got = super().new(key)
-            if len(_BUILT_TYPES) >= _PARSED_BODIES_LIMIT:
-                _BUILT_TYPES.clear()
-            _BUILT_TYPES[key] = got
+            got = remember(_BUILT_TYPES, key, super().new(key))
         return got
 
     @classmethod
@@ -405,9 +417,7 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
             return params
         params = cls._parse_body(parser)
         if body is not None:
-            if len(_PARSED_BODIES) >= _PARSED_BODIES_LIMIT:
-                _PARSED_BODIES.clear()
-            _PARSED_BODIES[body] = params
+            remember(_PARSED_BODIES, body, params)
         return params
 
     @classmethod

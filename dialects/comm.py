@@ -60,6 +60,7 @@ from coconet.dialects.coco import (
     tensor_operand,
     tensor_type_of,
 )
+from coconet.dialects.coco_types import remember
 from coconet.dialects.layout_rules import check_innermost_slicing, grid_of
 
 
@@ -99,12 +100,13 @@ def collective_result_type(
     grid_rank: int,
     *,
     dim: int = 0,
-    operand: str | None = None,
+    operand: str | Callable[[], str] | None = None,
 ) -> TensorType:
     """The result type of the collective `op_type` applied to a value of type `input_type`,
     spanning the grid axes `span` of a rank-`grid_rank` grid: each spanned axis takes the
     op's layout rule (`axis_rule`), every other axis keeps its layout. `dim` is the tensor
-    dim a reduce_scatter slices; `operand` names the input in messages.
+    dim a reduce_scatter slices; `operand` names the input in messages (or describes it when
+    called: only a failure asks).
 
     The one statement of the collectives' layout rules: verifiers, constructors and passes
     all infer through it. Raises `VerifyException("[rule] ...")` for an input the collective
@@ -128,17 +130,16 @@ def collective_result_type(
     try:
         got = input_type.with_layouts(layouts(""))
     except VerifyException:
-        # Again naming the operand: printing its type for every inference would cost more
-        # than inferring (verifiers infer for every collective of a program).
-        return input_type.with_layouts(layouts(operand or str(input_type)))
-    if len(_INFERRED_COLLECTIVES) >= 4096:
-        _INFERRED_COLLECTIVES.clear()
-    _INFERRED_COLLECTIVES[key] = got
-    return got
+        # Again naming the operand: describing it (printing its type) for every inference
+        # would cost more than inferring (verifiers infer for every collective of a program).
+        what = operand() if callable(operand) else operand
+        return input_type.with_layouts(layouts(what or str(input_type)))
+    return remember(_INFERRED_COLLECTIVES, key, got)
 
 
 # Results by (collective, input type, span, grid rank, dim): the verifier of every collective
-# infers its result, and a program's collectives take a few types. Successes only. Bounded.
+# infers its result, and a program's collectives take a few types. Successes only. Bounded
+# (remember).
 _INFERRED_COLLECTIVES: dict[tuple[object, ...], TensorType] = {}
 
 
@@ -187,14 +188,14 @@ class CollectiveOp(CocoOp):
 
     def infer(self) -> TensorType:
         """The result type the layout rules give this op where it stands."""
-        args = (type(self), self.input.type, self.span(), grid_of(self).rank)
-        try:
-            return collective_result_type(*args, dim=self.scattered_dim())
-        except VerifyException:
-            # Again describing the operand (only for the message): the same failure.
-            return collective_result_type(
-                *args, dim=self.scattered_dim(), operand=_describe(self.input)
-            )
+        return collective_result_type(
+            type(self),
+            self.input.type,
+            self.span(),
+            grid_of(self).rank,
+            dim=self.scattered_dim(),
+            operand=lambda: _describe(self.input),
+        )
 
     @classmethod
     def axis_rule(
@@ -284,7 +285,7 @@ class AllReduceOp(GroupCollectiveOp):
         properties = {"kind": _kind_attr(kind)} | _axes_props(axes)
         result_type = collective_result_type(
             AllReduceOp, tensor_type_of(input), _span(input.type, axes, grid_rank), grid_rank,
-            operand=_describe(input),
+            operand=lambda: _describe(input),
         )  # fmt: skip
         super().__init__(operands=[input], result_types=[result_type], properties=properties)
 
@@ -327,7 +328,7 @@ class ReduceScatterOp(GroupCollectiveOp):
         properties = {"kind": _kind_attr(kind), "dim": IntegerAttr(dim, i64)} | _axes_props(axes)
         result_type = collective_result_type(
             ReduceScatterOp, tensor_type_of(input), _span(input.type, axes, grid_rank), grid_rank,
-            dim=dim, operand=_describe(input),
+            dim=dim, operand=lambda: _describe(input),
         )  # fmt: skip
         super().__init__(operands=[input], result_types=[result_type], properties=properties)
 
@@ -364,7 +365,7 @@ class AllGatherOp(GroupCollectiveOp):
     def __init__(self, input: SSAValue, axes: Sequence[int] | None = None, *, grid_rank: int = 1):
         result_type = collective_result_type(
             AllGatherOp, tensor_type_of(input), _span(input.type, axes, grid_rank), grid_rank,
-            operand=_describe(input),
+            operand=lambda: _describe(input),
         )  # fmt: skip
         super().__init__(operands=[input], result_types=[result_type], properties=_axes_props(axes))
 
@@ -403,7 +404,7 @@ class BroadcastOp(GroupCollectiveOp):
     ):
         result_type = collective_result_type(
             BroadcastOp, tensor_type_of(input), _span(input.type, axes, grid_rank), grid_rank,
-            operand=_describe(input),
+            operand=lambda: _describe(input),
         )  # fmt: skip
         super().__init__(
             operands=[input],
@@ -455,7 +456,7 @@ class ReduceOp(GroupCollectiveOp):
     ):
         result_type = collective_result_type(
             ReduceOp, tensor_type_of(input), _span(input.type, axes, grid_rank), grid_rank,
-            operand=_describe(input),
+            operand=lambda: _describe(input),
         )  # fmt: skip
         super().__init__(
             operands=[input],
@@ -498,7 +499,7 @@ class SendOp(CollectiveOp):
 
     def __init__(self, input: SSAValue, along: int = 0, shift: int = 1, *, grid_rank: int = 1):
         result_type = collective_result_type(
-            SendOp, tensor_type_of(input), (along,), grid_rank, operand=_describe(input)
+            SendOp, tensor_type_of(input), (along,), grid_rank, operand=lambda: _describe(input)
         )
         super().__init__(
             operands=[input],

@@ -58,6 +58,7 @@ from coconet.dialects.coco_types import (
     TensorType,
     is_float_type,
     layout_str,
+    remember,
 )
 
 
@@ -150,11 +151,8 @@ def check_signatures(module: Operation) -> None:
 
 
 # (type, grid) pairs that passed check_type_fits_grid: whether a type fits a grid depends on
-# nothing else, and a program's ops name a few types thousands of times. Bounded.
-_FITTING: set[tuple[TensorType, GridAttr]] = set()
-_FITTING_LIMIT = 4096
-# The size at which a memo of this module (and of comm.py's) starts over.
-_MEMO_LIMIT = 4096
+# nothing else, and a program's ops name a few types thousands of times. Bounded (remember).
+_FITTING: dict[tuple[TensorType, GridAttr], bool] = {}
 
 
 def check_types_fit_grid(op: Operation) -> None:
@@ -163,18 +161,12 @@ def check_types_fit_grid(op: Operation) -> None:
         t = v.type
         if isinstance(t, TensorType) and (t, grid) not in _FITTING:
             check_type_fits_grid(t, grid, f"operand #{i} ({value_name(v)}) of {op.name}")
-            _remember_fitting(t, grid)
+            remember(_FITTING, (t, grid), True)
     for i, v in enumerate(op.results):
         t = v.type
         if isinstance(t, TensorType) and (t, grid) not in _FITTING:
             check_type_fits_grid(t, grid, f"result #{i} of {op.name}")
-            _remember_fitting(t, grid)
-
-
-def _remember_fitting(t: TensorType, grid: GridAttr) -> None:
-    if len(_FITTING) >= _FITTING_LIMIT:
-        _FITTING.clear()
-    _FITTING.add((t, grid))
+            remember(_FITTING, (t, grid), True)
 
 
 def check_bound_shapes(t: TensorType, grid_shape: Sequence[int], what: str) -> None:
@@ -244,7 +236,8 @@ def _combine_axis(layouts: Sequence[LayoutAttr], describe: Callable[[], str]) ->
 
 # Elementwise results by operand types (and whether element types must agree): every
 # elementwise op's verification infers its result, and a program's ops combine a few types
-# again and again. Only successes are kept (names matter to the messages only). Bounded.
+# again and again. Only successes are kept (names matter to the messages only). Bounded
+# (remember).
 _INFERRED_ELEMENTWISE: dict[tuple[tuple[Attribute, ...], bool], TensorType] = {}
 
 
@@ -255,10 +248,9 @@ def infer_elementwise(
     key = (tuple(types), same_element_type)
     got = _INFERRED_ELEMENTWISE.get(key)
     if got is None:
-        got = _infer_elementwise(types, same_element_type, names)
-        if len(_INFERRED_ELEMENTWISE) >= _MEMO_LIMIT:
-            _INFERRED_ELEMENTWISE.clear()
-        _INFERRED_ELEMENTWISE[key] = got
+        got = remember(
+            _INFERRED_ELEMENTWISE, key, _infer_elementwise(types, same_element_type, names)
+        )
     return got
 
 

@@ -261,11 +261,11 @@ def _collective_kernel(
         if params is not None:
             return name, params
     new = kernel.build()
-    name = lw.add_kernel(new)
+    key = structural_key(new, comments=False)
+    name = lw.add_kernel(new, key)
     if not rows and name not in lw.collective_kernels:
-        # Collective kernels of one text up to names fold into one table launch. (A kernel
-        # the translation unit has already, under `name`, has its key already.)
-        lw.collective_kernels[name] = (structural_key(new, comments=False), new)
+        # Collective kernels of one text up to names fold into one table launch.
+        lw.collective_kernels[name] = (key, new)
     if site is not None:
         lw.built_kernels[site.key] = (new, site, name)
     return name, new.params

@@ -99,7 +99,8 @@ class Lowering:
         self.steps: list[Step] = []
         self.kernels: list[Kernel] = []
         self.kernel_names: set[str] = set()
-        # A kernel's text up to its name and variable names -> the name it was added under.
+        # A kernel's text up to its name, variable names and comments -> the name it was
+        # added under.
         self.kernel_keys: dict[KernelKey, str] = {}
         # Kernels that can run in table form (not collective ones), by name.
         self.batchable_kernels: dict[str, Kernel] = {}
@@ -208,17 +209,17 @@ class Lowering:
     def piece_count(self, t: TensorType, rank: int) -> int:
         return math.prod(self.piece_shape(t, rank))
 
-    def add_kernel(self, kernel: Kernel) -> str:
+    def add_kernel(self, kernel: Kernel, key: KernelKey | None = None) -> str:
         """Add a kernel to the translation unit; an identical kernel (the same computation
-        under another kernel name, e.g. the same chain on tensors of other sizes) is reused.
-        Returns its name.
+        under another kernel name, e.g. the same chain on tensors of other sizes or another
+        layer's) is reused. Returns its name. `key`: the kernel's key, where the caller has it.
 
-        Kernels are compared by structure up to naming (`structural_key`: what they print
-        with positional variable names), so the names of their parameters and inputs do not
-        matter; the op comments still name the values each kernel computes, which keeps
-        kernels of differently named values apart (and so the plan's launches and batches as
-        they were when kernels were text). Nothing is printed to compare them."""
-        key = structural_key(kernel, comments=False)
+        Kernels are compared by structure up to naming (`structural_key` without comments:
+        what they print with positional variable names), so the names of their parameters,
+        inputs and the values their comments name do not matter (a kernel shared by several
+        sites prints its first site's). Nothing is printed to compare them."""
+        if key is None:
+            key = structural_key(kernel, comments=False)
         if key in self.kernel_keys:
             return self.kernel_keys[key]
         if kernel.name not in self.kernel_names:
