@@ -48,12 +48,15 @@ typecheck: setup
 lit: setup
 	$(BIN)/lit -sv test/filecheck
 
+# pytest-xdist workers: MPI tests launch their own ranks, but most of the suite is one Python
+# process at a time, so two workers keep CI's two cores busy (PYTEST_JOBS=0: one process)
+PYTEST_JOBS ?= 2
 pytest: setup
-	$(BIN)/python -m pytest -q test
+	$(BIN)/python -m pytest -q -n $(PYTEST_JOBS) test
 
 test: setup lint typecheck
 	$(BIN)/lit -sv test/filecheck
-	$(BIN)/python -m pytest -q test
+	$(BIN)/python -m pytest -q -n $(PYTEST_JOBS) test
 
 # The fuzzer (test/fuzz): FUZZ_INPUTS mutated programs and pipelines (seed FUZZ_SEED) through
 # parsing, verification, schedules, lowering and the sim; exit 1 on any traceback, hang or
