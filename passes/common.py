@@ -382,19 +382,27 @@ def check_groups_acyclic(
                 succ.setdefault(node[a], set()).add(node[b])
         for target in reads:
             readers.setdefault(target, []).append(b)
+    # depth-first search with an explicit stack: a deep program's chains are thousands of
+    # ops long, deeper than Python's recursion limit
+    on_path, done = 1, 2
     state: dict[object, int] = {}
-
-    def visit(n: object) -> bool:
-        state[n] = 1
-        for m in succ.get(n, ()):
-            if state.get(m) == 1 or (state.get(m) is None and visit(m)):
-                return True
-        state[n] = 2
-        return False
-
-    for n in set(node.values()):
-        if state.get(n) is None and visit(n):
-            raise fail(rule, f"{what} would form a cycle between the requested regions")
+    for root in dict.fromkeys(node.values()):
+        if root in state:
+            continue
+        state[root] = on_path
+        stack = [(root, iter(succ.get(root, ())))]
+        while stack:
+            n, successors = stack[-1]
+            for m in successors:
+                if state.get(m) == on_path:
+                    raise fail(rule, f"{what} would form a cycle between the requested regions")
+                if m not in state:
+                    state[m] = on_path
+                    stack.append((m, iter(succ.get(m, ()))))
+                    break
+            else:
+                state[n] = done
+                stack.pop()
 
 
 def readable_at(v: SSAValue, user: Operation) -> bool:

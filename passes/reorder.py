@@ -3,12 +3,13 @@ the slices (CoCoNet's `reorder(comps, ag)`)."""
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 
 from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import PatternRewriter
 from xdsl.rewriter import InsertPoint
@@ -48,12 +49,63 @@ RULE = "reorder"
 REDUCTION_KINDS = ("sum", "max", "min", "norm")
 
 
+class _BlockOrder:
+    """Where each op of a block stands, numbered once per pass run. Plans visit only the ops
+    that read planned values (a heap ordered by position), so a block's many gathers do not
+    each rescan it: a deep stack's reorder stays linear. The rewrite only inserts and erases
+    ops, never moves one, so the numbers keep their order; an op inserted since is placed
+    after the nearest numbered op before it."""
+
+    def __init__(self, block: Block):
+        self._position = {op: i for i, op in enumerate(block.ops)}
+
+    def key(self, op: Operation) -> tuple[int, int]:
+        inserted_since = 0
+        o = op
+        while o is not None and o not in self._position:
+            o = o.prev_op
+            inserted_since += 1
+        return (self._position[o] if o is not None else -1, inserted_since)
+
+
+class _OrderedOps:
+    """A work list of a block's ops that yields each op once, in program order (or latest
+    first), whenever it was added."""
+
+    def __init__(self, order: _BlockOrder, block: Block, latest_first: bool):
+        self._order = order
+        self._block = block
+        self._sign = -1 if latest_first else 1
+        self._heap: list[tuple[int, int, int, Operation]] = []
+        self._added: set[Operation] = set()
+
+    def add(self, op: Operation) -> None:
+        if op in self._added or op.parent_block() is not self._block:
+            return
+        self._added.add(op)
+        position, inserted_since = self._order.key(op)
+        s = self._sign
+        heapq.heappush(self._heap, (s * position, s * inserted_since, len(self._added), op))
+
+    def add_users(self, v: SSAValue) -> None:
+        for use in v.uses:
+            self.add(use.operation)
+
+    def add_writer(self, v: SSAValue) -> None:
+        if isinstance(v.owner, Operation):
+            self.add(v.owner)
+
+    def pop(self) -> Operation | None:
+        return heapq.heappop(self._heap)[3] if self._heap else None
+
+
 @dataclass
 class _Plan:
     """What one reorder across one all_gather will do; built without touching the IR."""
 
     ag: comm.AllGatherOp
     span: tuple[int, ...]
+    order: _BlockOrder
     # moved elementwise ops (downstream of the gather, or pulled up because they only feed
     # moved ops), and the type each result will have
     moved: dict[Operation, TensorType] = field(default_factory=dict)
@@ -171,10 +223,11 @@ class ReorderPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if not self.ops:
             for fn in functions(op):
+                order = _BlockOrder(body_block(fn))
                 for ag in [o for o in body_block(fn).ops if isinstance(o, comm.AllGatherOp)]:
                     if ag.parent is None:
                         continue
-                    plan = self._plan_maximal(ag, strict=False)
+                    plan = self._plan_maximal(ag, order)
                     if plan is not None and (plan.moved or plan.reductions):
                         self._rewrite(fn, plan)
             return
@@ -193,8 +246,9 @@ class ReorderPass(ModulePass):
                 fn, plan = self._plan_exact(comps, gathers)
                 self._rewrite(fn, plan)
                 return
+            orders = {fn: _BlockOrder(body_block(fn)) for fn in {fn for fn, _ in gathers}}
             for fn, ag in gathers:  # check every request before changing anything
-                self._plan_maximal(ag, strict=True)
+                self._check_movable(ag, orders[fn])
         except _Refusal as r:
             raise r.exception() from None
         for fn, ag in gathers:
@@ -202,14 +256,14 @@ class ReorderPass(ModulePass):
             # also read this one
             if ag.parent is None:
                 continue
-            plan = self._plan_maximal(ag, strict=False)
+            plan = self._plan_maximal(ag, orders[fn])
             if plan is not None:
                 self._rewrite(fn, plan)
 
     # -- planning ------------------------------------------------------------------------
 
-    def _new_plan(self, ag: comm.AllGatherOp) -> _Plan:
-        plan = _Plan(ag, ag.span())
+    def _new_plan(self, ag: comm.AllGatherOp, order: _BlockOrder) -> _Plan:
+        plan = _Plan(ag, ag.span(), order)
         plan.planned[ag.result] = ag.input.type
         return plan
 
@@ -390,16 +444,16 @@ class ReorderPass(ModulePass):
         for i, t in demands.items():
             plan.demands[(p, i)] = t
 
-    def _plan_maximal(self, ag: comm.AllGatherOp, strict: bool) -> _Plan | None:
-        plan = self._new_plan(ag)
-        block = ag.parent_block()
-        assert block is not None
+    def _plan_downstream(self, plan: _Plan, block: Block, check_only: bool) -> _Refusal | None:
+        """Plan, in program order, each op of the block that reads a planned value (the
+        gather's result, then moved results); returns the first refusal. `check_only` stops
+        at the first op that moves: enough to know the gather has a movable consumer."""
         first_refusal: _Refusal | None = None
-        ops = list(block.ops)
-        start = ops.index(ag) + 1
-        for u in ops[start:]:
-            if not any(v in plan.planned for v in u.operands):
-                continue
+        readers = _OrderedOps(plan.order, block, latest_first=False)
+        readers.add_users(plan.ag.result)
+        while (u := readers.pop()) is not None:
+            if check_only and (plan.moved or plan.reductions):
+                break
             if isinstance(u, coco.UpdateOp | func.ReturnOp):
                 continue
             try:
@@ -407,27 +461,55 @@ class ReorderPass(ModulePass):
                     self._plan_reduction(plan, u)
                 else:
                     self._add_forward(plan, u)
+                    readers.add_users(u.results[0])
             except _Refusal as r:
                 first_refusal = first_refusal or r
+        return first_refusal
+
+    def _plan_maximal(self, ag: comm.AllGatherOp, order: _BlockOrder) -> _Plan | None:
+        """The maximal plan of `ag` (None if nothing moves)."""
+        plan = self._new_plan(ag, order)
+        block = ag.parent_block()
+        assert block is not None
+        self._plan_downstream(plan, block, check_only=False)
         if not (plan.moved or plan.reductions):
-            if not strict:
-                return None
-            if first_refusal is not None:
-                raise first_refusal
-            nested = [
-                use.operation for use in ag.result.uses if use.operation.parent_block() is not block
-            ]
-            if nested:
-                raise _Refusal(
-                    f"{RULE}-block",
-                    f"{op_name(ag)} is read only inside a region ({nested[0].name}); reorder "
-                    "moves ops of the gather's own block",
-                )
+            return None
+        self._pull_maximal(plan, block)
+        return plan
+
+    def _check_movable(self, ag: comm.AllGatherOp, order: _BlockOrder) -> None:
+        """Refuse a named gather that nothing can move before. Only up to the first op that
+        moves: planning every named gather in full before rewriting any would re-plan a
+        residual stream once per gather (quadratic in a deep stack)."""
+        plan = self._new_plan(ag, order)
+        block = ag.parent_block()
+        assert block is not None
+        first_refusal = self._plan_downstream(plan, block, check_only=True)
+        if plan.moved or plan.reductions:
+            return
+        if first_refusal is not None:
+            raise first_refusal
+        nested = [
+            use.operation for use in ag.result.uses if use.operation.parent_block() is not block
+        ]
+        if nested:
             raise _Refusal(
-                f"{RULE}-nothing", f"{op_name(ag)} has no elementwise consumer to move before it"
+                f"{RULE}-block",
+                f"{op_name(ag)} is read only inside a region ({nested[0].name}); reorder "
+                "moves ops of the gather's own block",
             )
-        for p in reversed(ops[:]):
-            if p in plan.moved or p is ag or p.parent_block() is not block:
+        raise _Refusal(
+            f"{RULE}-nothing", f"{op_name(ag)} has no elementwise consumer to move before it"
+        )
+
+    def _pull_maximal(self, plan: _Plan, block: Block) -> None:
+        """Pull up, latest first, every op whose results only moved ops read (through the
+        slices they demand): only the writers of demanded operands can qualify."""
+        writers = _OrderedOps(plan.order, block, latest_first=True)
+        for u, i in plan.demands:
+            writers.add_writer(u.operands[i])
+        while (p := writers.pop()) is not None:
+            if p in plan.moved or p is plan.ag:
                 continue
             target = self._pull_type(plan, p)
             if target is None:
@@ -436,7 +518,8 @@ class ReorderPass(ModulePass):
                 self._add_pull(plan, p, target)
             except _Refusal:
                 continue
-        return plan
+            for v in p.operands:
+                writers.add_writer(v)
 
     def _plan_exact(
         self,
@@ -467,7 +550,7 @@ class ReorderPass(ModulePass):
                 f"any); they read: {found}",
             )
         (ag,) = read
-        plan = self._new_plan(ag)
+        plan = self._new_plan(ag, _BlockOrder(block))
         ops = list(block.ops)
         upstream: list[Operation] = []
         for u in ops:
@@ -498,7 +581,7 @@ class ReorderPass(ModulePass):
         rank = grid_rank(fn)
         ag = plan.ag
         x = ag.input
-        order = {op: i for i, op in enumerate(block.ops)}
+        order = plan.order.key
         touched = set(plan.moved) | set(plan.reductions)
         rewriter = PatternRewriter(ag)
 
@@ -506,14 +589,15 @@ class ReorderPass(ModulePass):
         #    all_gather's result folds to the gather's input)
         slices: dict[tuple[SSAValue, TensorType], SSAValue] = {}
         folded: set[comm.AllGatherOp] = set()
-        for (u, i), t in sorted(plan.demands.items(), key=lambda kv: order[kv[0][0]]):
+        readers_of: dict[tuple[SSAValue, TensorType], list[Operation]] = {}
+        for (u, i), t in plan.demands.items():
+            readers_of.setdefault((u.operands[i], t), []).append(u)
+        for (u, i), t in sorted(plan.demands.items(), key=lambda kv: order(kv[0][0])):
             v = u.operands[i]
             key = (v, t)
             if key not in slices:
                 owner = v.owner
-                readers = [
-                    uu for (uu, ii), tt in plan.demands.items() if uu.operands[ii] is v and tt == t
-                ]
+                readers = readers_of[key]
                 if (
                     isinstance(owner, comm.AllGatherOp)
                     and owner.input.type == t
@@ -530,7 +614,7 @@ class ReorderPass(ModulePass):
 
         # 2. moved ops read the slices; results take their sliced types; outside readers get
         #    a new all_gather
-        for u in sorted(plan.moved, key=order.__getitem__):
+        for u in sorted(plan.moved, key=order):
             rewriter.replace_uses_with_if(ag.result, x, lambda use, u=u: use.operation is u)
             old = u.results[0]
             old_type = tensor_type_of(old)
