@@ -1,7 +1,7 @@
 """Compile time of a deep tensor-parallel stack: from MLIR text (or the Python front end) to the
 plan and its CUDA text, and a warm start of the same program.
 
-    python benchmarks/compile_time.py                       # 400 layers, four schedules
+    python benchmarks/compile_time.py                       # 400 layers, six schedules
     python benchmarks/compile_time.py --layers 100,200,400  # scaling: time per layer
     python benchmarks/compile_time.py --profile             # cProfile's top entries
 
@@ -113,7 +113,7 @@ def phases(build: Callable[[], Any], schedule: str, ranks: int) -> dict[str, flo
     program = build()
     c1 = time.process_time()
     out["ops"] = count_ops(program)
-    scheduled = apply_schedule(program, schedule)
+    scheduled = apply_schedule(program, schedule, in_place=True)  # as coconet.compile does
     c2 = time.process_time()
     plan = lower(scheduled, ranks)
     w3, c3 = time.perf_counter(), time.process_time()
@@ -131,7 +131,7 @@ def cold_and_warm(text: str, schedule: str, ranks: int) -> tuple[float, float, b
     from coconet.lowering.lower_to_plan import lower
 
     def build():
-        return lower(apply_schedule(parse_stack(text), schedule), ranks)
+        return lower(apply_schedule(parse_stack(text), schedule, in_place=True), ranks)
 
     old = os.environ.get("COCONET_CACHE_DIR")
     with tempfile.TemporaryDirectory(prefix="coconet-bench-cache-") as cache:
@@ -160,9 +160,10 @@ def main() -> None:
     ap.add_argument("--layers", default="400", help="comma-separated layer counts")
     ap.add_argument(
         "--schedules",
-        default="none;ar-c;coco-split-allreduce;coco-split-allreduce,coco-fuse",
+        default="none;ar-c;coco-split-allreduce;coco-split-allreduce,coco-fuse;rs-c-ag;"
+        "fuse(rs-c-ag)",
         help="schedules (named, pipelines, 'none'), separated by ';' (default: as written, "
-        "ar-c, split, split + fuse)",
+        "ar-c, split, split + fuse, rs-c-ag, fuse(rs-c-ag))",
     )
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument(

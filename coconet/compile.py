@@ -125,8 +125,8 @@ def compile(
     if backend not in BACKENDS:
         raise CocoError(f"unknown backend '{backend}': use one of {', '.join(BACKENDS)}")
     if backend == "sim":
-        if source is not None:
-            program = apply_schedule(program_of(unscheduled, entry), schedule)
+        if source is not None:  # parsed here, for this call: scheduled in place
+            program = apply_schedule(program_of(unscheduled, entry), schedule, in_place=True)
         if ranks is None:
             grid = program.grid
             ranks = int(np.prod(grid.shape)) if grid.is_static() else 1
@@ -173,7 +173,7 @@ def compile(
         from coconet.lowering.plan_cache import cached_plan, plan_key
 
         def scheduled() -> Program:
-            return apply_schedule(program_of(unscheduled, entry), schedule)
+            return apply_schedule(program_of(unscheduled, entry), schedule, in_place=True)
 
         key = plan_key(source, entry, schedule or "", size, nodes, repr(launch_config), backend)
         cached = cached_plan(key, lambda: lower(scheduled(), size, launch_config, nodes))

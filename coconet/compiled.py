@@ -28,8 +28,9 @@ BACKENDS = ("sim", "cpu", "cuda")
 
 
 @without_gc
-def apply_pipeline(program: Program, pipeline: str) -> Program:
-    """A copy of `program` with the pass pipeline applied and verified."""
+def apply_pipeline(program: Program, pipeline: str, *, in_place: bool = False) -> Program:
+    """A copy of `program` (`program` itself when `in_place`) with the pass pipeline applied
+    and verified."""
     if not pipeline:
         return program
     from xdsl.passes import PassPipeline
@@ -42,7 +43,8 @@ def apply_pipeline(program: Program, pipeline: str) -> Program:
         passes = PassPipeline.parse_spec(get_all_passes(), pipeline)
     except Exception as e:
         raise CocoError(f"bad pass pipeline '{pipeline}': {e}") from None
-    program = program.clone()
+    if not in_place:
+        program = program.clone()
     try:
         passes.apply(make_context(), program.module)
         program.module.verify()
@@ -59,12 +61,14 @@ def is_pipeline(spec: str) -> bool:
     return head in get_all_passes()
 
 
-def apply_schedule(program: Program, schedule: str | None) -> Program:
-    """`program` under a named schedule (coconet.schedule) or a pass pipeline."""
+def apply_schedule(program: Program, schedule: str | None, *, in_place: bool = False) -> Program:
+    """`program` under a named schedule (coconet.schedule) or a pass pipeline. `in_place`:
+    `program` was made for this call (parsed from a file, say) and is used only through the
+    result, so it is scheduled itself instead of a clone."""
     if not schedule or schedule in ("none", "as-written"):
         return program
     if is_pipeline(schedule):
-        return apply_pipeline(program, schedule)
+        return apply_pipeline(program, schedule, in_place=in_place)
     try:
         from coconet import schedule as schedules  # written alongside; optional here
     except ImportError:
@@ -75,7 +79,7 @@ def apply_schedule(program: Program, schedule: str | None) -> Program:
     for attr in ("apply_schedule", "apply"):
         fn = getattr(schedules, attr, None)
         if callable(fn):
-            result = fn(program, schedule)
+            result = fn(program, schedule, in_place=in_place) if in_place else fn(program, schedule)
             if hasattr(result, "program") and not isinstance(result, Program):
                 result = getattr(result, "program")  # a Scheduled result
             if not isinstance(result, Program):

@@ -208,22 +208,34 @@ def _as_program(program: Any) -> Program:
 
 
 def _top_level_named(fn: func.FuncOp, name: str) -> SSAValue | None:
+    return _values_named(fn, (name,)).get(name)
+
+
+def _values_named(fn: func.FuncOp, names: Iterable[str]) -> dict[str, SSAValue]:
+    """The value each of `names` names in `fn`, found in one scan: an argument first, else
+    the last result of the body's ops with that name, else the first nested one."""
+    wanted = set(names)
+    found: dict[str, SSAValue] = {}
     block = fn.body.block
-    for a in block.args:
-        if a.name_hint == name:
-            return a
-    found = None
     for op in block.ops:
         for r in op.results:
-            if r.name_hint == name:
-                found = r
-    if found is not None:
-        return found
-    for op in fn.walk():
-        for r in op.results:
-            if r.name_hint == name:
-                return r
-    return None
+            if r.name_hint in wanted:
+                found[r.name_hint] = r
+    for a in reversed(block.args):
+        if a.name_hint in wanted:
+            found[a.name_hint] = a
+    if len(found) < len(wanted):
+        for op in fn.walk():
+            for r in op.results:
+                if r.name_hint in wanted and r.name_hint not in found:
+                    found[r.name_hint] = r
+    return found
+
+
+def _auto_dim(v: SSAValue | None) -> int:
+    if v is None or not isinstance(v.owner, comm.AllReduceOp):
+        return 0  # the pass refuses with its own rule
+    return auto_split_dim(v.owner)
 
 
 @dataclass(frozen=True, eq=False)
@@ -338,10 +350,42 @@ class Schedule:
         p = _as_program(program)
         if entry is not None and entry != p.name:
             p = Program(p.module, entry)
-        self._program = p.clone()
+        self._start(p.clone())
+
+    def _start(self, program: Program) -> None:
+        self._program = program
         name_schedule_targets(self._program.func)
         self._steps: list[ModulePass] = []
         self._new_values: list[SSAValue] = []
+        # clones taken to undo a refused step: _run takes one per pass unless an enclosing
+        # _all_or_nothing holds one, or the schedule is disposable (its maker drops it on
+        # any refusal, so nothing needs undoing)
+        self._checkpoints = 0
+        self._disposable = False
+        # a disposable schedule's steps not verified yet (_verify_deferred)
+        self._unverified: list[str] = []
+
+    @classmethod
+    def _working_on(cls, program: Program, disposable: bool) -> Schedule:
+        """A schedule working on `program` itself, not a clone (a deep program's clone takes
+        a tenth of a second): for a caller that made `program` for this and uses only the
+        result. `disposable`: the caller drops the schedule when a step is refused, so steps
+        keep no undo clones (except inside `_attempt`) and are verified together at the end
+        (`_verify_deferred`, which the caller calls)."""
+        s = object.__new__(cls)
+        s._start(program)
+        s._disposable = disposable
+        return s
+
+    @contextlib.contextmanager
+    def _attempt(self) -> Iterator[None]:
+        """A step its caller goes on without when refused: undone then, even in a disposable
+        schedule."""
+        disposable, self._disposable = self._disposable, False
+        try:
+            yield
+        finally:
+            self._disposable = disposable
 
     # -- state -------------------------------------------------------------------------
 
@@ -370,6 +414,9 @@ class Schedule:
         other._program = self._program.clone()
         other._steps = list(self._steps)
         other._new_values = []
+        other._checkpoints = 0
+        other._disposable = False
+        other._unverified = []
         return other
 
     def __repr__(self) -> str:
@@ -389,7 +436,7 @@ class Schedule:
         refusal the program is left as it was and ScheduleError carries the rule."""
         spec = format_pass(p)
         seen, keep = self._snapshot()
-        backup = self._program.clone()
+        backup = self._program.clone() if not (self._checkpoints or self._disposable) else None
         try:
             _run_on_function(self._program, p)
         except DiagnosticException as e:
@@ -404,13 +451,16 @@ class Schedule:
         except BaseException:
             self._restore(backup)  # a pass crashed: keep the schedule as it was, and say so
             raise
-        try:
-            self._program.verify()
-        except CocoError as e:
-            self._restore(backup)
-            raise ScheduleError(
-                f"{spec}: the pass produced invalid IR (a pass bug): {e}", VERIFY_RULE, spec
-            ) from None
+        if self._disposable:
+            self._unverified.append(spec)
+        else:
+            try:
+                self._program.verify()
+            except CocoError as e:
+                self._restore(backup)
+                raise ScheduleError(
+                    f"{spec}: the pass produced invalid IR (a pass bug): {e}", VERIFY_RULE, spec
+                ) from None
         self._steps.append(p)
         new_ops = [op for op in self._program.func.walk() if id(op) not in seen]
         self._new_values = [
@@ -419,8 +469,24 @@ class Schedule:
         del keep
         return new_ops
 
-    def _restore(self, backup: Program) -> None:
-        self._program = backup
+    def _verify_deferred(self) -> None:
+        """Verify the steps a disposable schedule ran unverified: once, after its last step
+        (a whole-program verification of a deep program costs as much as a pass)."""
+        if not self._unverified:
+            return
+        steps, self._unverified = ",".join(self._unverified), []
+        try:
+            self._program.verify()
+        except CocoError as e:
+            raise ScheduleError(
+                f"{steps}: the passes produced invalid IR (a bug in one of them): {e}",
+                VERIFY_RULE,
+                steps,
+            ) from None
+
+    def _restore(self, backup: Program | None) -> None:
+        if backup is not None:
+            self._program = backup
 
     def _handle(self, v: SSAValue) -> Handle:
         kind = v.op.name if isinstance(v, OpResult) else "argument"
@@ -460,12 +526,18 @@ class Schedule:
     @contextlib.contextmanager
     def _all_or_nothing(self) -> Iterator[None]:
         """Several passes as one step: if one is refused, none of them stays applied."""
+        if self._disposable:
+            yield
+            return
         program, steps = self._program.clone(), list(self._steps)
+        self._checkpoints += 1
         try:
             yield
         except BaseException:
             self._program, self._steps = program, steps
             raise
+        finally:
+            self._checkpoints -= 1
 
     # -- CoCoNet's transformations -------------------------------------------------------
 
@@ -477,7 +549,8 @@ class Schedule:
         the dim that divides on the group (see PREFERRED_GROUP)."""
         names = self._names(targets, "split")
         if dim == "auto":
-            dims = {n: self._auto_dim(n) for n in names}
+            values = _values_named(self._program.func, names)
+            dims = {n: _auto_dim(values.get(n)) for n in names}
             groups: dict[int, list[str]] = {}
             for n in names:
                 groups.setdefault(dims[n], []).append(n)
@@ -501,12 +574,6 @@ class Schedule:
             if isinstance(op, comm.AllGatherOp) and isinstance(op.input.owner, comm.ReduceScatterOp)
         ]
         return pairs[0] if len(names) == 1 and len(pairs) == 1 else pairs
-
-    def _auto_dim(self, name: str) -> int:
-        v = _top_level_named(self._program.func, name)
-        if v is None or not isinstance(v.owner, comm.AllReduceOp):
-            return 0  # the pass refuses with its own rule
-        return auto_split_dim(v.owner)
 
     def reorder(self, computations: Any = None, ag: Target | None = None) -> Reordered:
         """CoCoNet's `reorder(comps, ag)`: move elementwise computation consuming the
@@ -842,14 +909,16 @@ def _slice_state(s: Schedule, info: _Structure) -> None:
     if not names:
         return
     try:
-        s.as_slice(*names)
+        with s._attempt():
+            s.as_slice(*names)
         return
     except ScheduleError as e:
         if e.rule == VERIFY_RULE:
             raise
     for n in names:
         try:
-            s.as_slice(n)
+            with s._attempt():
+                s.as_slice(n)
         except ScheduleError as e:
             if e.rule == VERIFY_RULE:
                 raise
@@ -1095,9 +1164,10 @@ def resolve_schedule_name(name: str) -> str:
 
 
 def _try_named(program: Program, info: _Structure, name: str) -> Schedule | None:
-    s = Schedule(program)
+    s = Schedule._working_on(program.clone(), disposable=True)
     try:
         NAMED_SCHEDULES[name].recipe(s, info)
+        s._verify_deferred()
     except ScheduleError as e:
         if e.rule == VERIFY_RULE:
             raise  # a pass bug, not a schedule that does not fit
@@ -1121,8 +1191,10 @@ def named_schedules(program: Any) -> dict[str, str]:
     return out
 
 
-def apply_schedule(program: Any, name: str) -> Program:
-    """`program` (cloned) scheduled by the named schedule `name` (any accepted spelling)."""
+def apply_schedule(program: Any, name: str, *, in_place: bool = False) -> Program:
+    """`program` (cloned) scheduled by the named schedule `name` (any accepted spelling).
+    `in_place`: schedule `program` itself, a Program its caller made for this and uses only
+    through the result (it may be left half-scheduled when a step is refused)."""
     p = _as_program(program)
     canonical = resolve_schedule_name(name)
     info = _Structure(p)
@@ -1134,15 +1206,21 @@ def apply_schedule(program: Any, name: str) -> Program:
             f"the schedule '{canonical}' needs {ns.requires}, which @{p.name} lacks; schedules "
             f"that fit it: {', '.join(fits) or 'none'}",
         )
-    s = Schedule(p)
+    # private: dropped on a refusal (recipes undo what they try and go on without: _attempt)
+    s = Schedule._working_on(p if in_place else p.clone(), disposable=True)
     ns.recipe(s, info)
+    s._verify_deferred()
     return s.program
 
 
-def apply_pipeline(program: Any, pipeline: str) -> Program:
-    """`program` (cloned) with the coco-opt `pipeline` applied to its function."""
-    s = Schedule(program)
+def apply_pipeline(program: Any, pipeline: str, *, in_place: bool = False) -> Program:
+    """`program` (cloned; `in_place` as for apply_schedule) with the coco-opt `pipeline`
+    applied to its function."""
+    p = _as_program(program)
+    # a refused pass ends the pipeline and its schedule: nothing to undo
+    s = Schedule._working_on(p if in_place else p.clone(), disposable=True)
     s.apply(pipeline)
+    s._verify_deferred()
     return s.program
 
 

@@ -139,6 +139,9 @@ def remember(memo: dict[K, V], key: K, value: V) -> V:
 _PARSED_BODIES: dict[str, tuple[Attribute, ...]] = {}
 # Tensor types built by TensorType.new, by their parameters.
 _BUILT_TYPES: dict[tuple[Attribute, ...], TensorType] = {}
+# Tensor types derived from others (TensorType.with_layouts, ...): passes re-type thousands
+# of values of a deep program with a handful of distinct types.
+_DERIVED_TYPES: dict[tuple[Attribute, Attribute, tuple[Attribute, ...]], TensorType] = {}
 # What a tensor type's body may hold (dims, element type, layouts); a body with anything
 # else (a string, a nested dialect attribute) is parsed as it is, never looked up.
 _BODY_CHARS = frozenset("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_x?<>[], ")
@@ -377,10 +380,12 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
         return tuple(shape)
 
     def with_layouts(self, layouts: LayoutAttr | Sequence[LayoutAttr]) -> TensorType:
-        return TensorType(self.get_shape(), self.element_type, layouts)
+        if isinstance(layouts, LayoutAttr):
+            layouts = (layouts,)
+        return _tensor_type(self.shape, self.element_type, normalize_layouts(layouts))
 
     def with_element_type(self, element_type: Attribute) -> TensorType:
-        return TensorType(self.get_shape(), element_type, self.layouts.data)
+        return _tensor_type(self.shape, element_type, self.layouts.data)
 
     def with_shape(self, shape: Sequence[int]) -> TensorType:
         return TensorType(shape, self.element_type, self.layouts.data)
@@ -475,3 +480,16 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
                     f"[sliced-dim-in-range] sliced<{lay.dim.data}> names a dim that a "
                     f"rank-{self.rank} tensor of shape {list(self.get_shape())} does not have"
                 )
+
+
+def _tensor_type(
+    shape: ArrayAttr[IntAttr], element_type: Attribute, layouts: tuple[LayoutAttr, ...]
+) -> TensorType:
+    """The tensor type of these (normalized) parameters, built once per distinct type."""
+    key = (shape, element_type, layouts)
+    got = _DERIVED_TYPES.get(key)
+    if got is None:
+        got = remember(
+            _DERIVED_TYPES, key, TensorType.new((shape, element_type, ArrayAttr(layouts)))
+        )
+    return got

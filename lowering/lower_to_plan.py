@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Hashable, Sequence
 from typing import ClassVar, Literal, SupportsInt
 
 import numpy as np
@@ -93,6 +93,8 @@ class Lowering:
         self.nodes = tuple(int(n) for n in nodes) if len(set(nodes)) > 1 else ()
         self.coords = [V.coords_of(r, self.grid_shape) for r in range(self.size)]
         self._piece_ranges: dict[tuple[TensorType, int], tuple[tuple[int, int], ...]] = {}
+        self.member_tables: dict[tuple[object, ...], ArgTable] = {}
+        self._rank_tables: dict[tuple[str, Hashable], RankValue] = {}
         self.config = config
         self.buffers: dict[SSAValue, Buffer] = {}
         self.all_buffers: list[Buffer] = []
@@ -182,13 +184,25 @@ class Lowering:
     def group_index(self, rank: int, span: Sequence[int]) -> int:
         return V.group_index(self.grid_shape, span, rank)
 
-    def rank_table(self, label: str, fn: Callable[[int], SupportsInt]) -> RankValue:
-        return RankValue(label, tuple(int(fn(r)) for r in range(self.size)))
+    def rank_table(
+        self, label: str, fn: Callable[[int], SupportsInt], key: Hashable = None
+    ) -> RankValue:
+        """`fn(rank)` for every rank. `key`: what `fn` depends on besides the rank (types,
+        dims), given where a deep program asks the same table of every layer: computed once."""
+        if key is None:
+            return RankValue(label, tuple(int(fn(r)) for r in range(self.size)))
+        got = self._rank_tables.get((label, key))
+        if got is None:
+            got = RankValue(label, tuple(int(fn(r)) for r in range(self.size)))
+            self._rank_tables[(label, key)] = got
+        return got
 
-    def per_rank(self, label: str, fn: Callable[[int], SupportsInt]) -> int | RankValue:
+    def per_rank(
+        self, label: str, fn: Callable[[int], SupportsInt], key: Hashable = None
+    ) -> int | RankValue:
         """`fn(rank)` as a plain number where every rank agrees, else a table (uneven
         slices: counts, sizes and strides of pieces differ between ranks)."""
-        table = self.rank_table(label, fn)
+        table = self.rank_table(label, fn, key)
         return table.table[0] if len(set(table.table)) == 1 else table
 
     def piece_ranges(self, t: TensorType, rank: int) -> tuple[tuple[int, int], ...]:
@@ -634,7 +648,7 @@ class Lowering:
                 case ParamKind.BEGIN:
                     args.append(0)
                 case ParamKind.END:
-                    args.append(self.per_rank("count", lambda r: self.piece_count(it, r)))
+                    args.append(self.per_rank("count", lambda r: self.piece_count(it, r), it))
                 case ParamKind.DIM:
                     assert p.dim is not None
                     dims = slice(p.dim, p.dim + p.span)
@@ -642,6 +656,7 @@ class Lowering:
                         self.per_rank(
                             f"dim{p.dim}",
                             lambda r, dims=dims: math.prod(self.piece_shape(it, r)[dims]),
+                            (it, p.span),
                         )
                     )
                 case ParamKind.STRIDE:
@@ -653,6 +668,7 @@ class Lowering:
                         self.per_rank(
                             f"stride{p.dim}",
                             lambda r, t=t, first=first: math.prod(self.piece_shape(t, r)[first:]),
+                            (t, first),
                         )
                     )
                 case ParamKind.BASE:
@@ -662,6 +678,7 @@ class Lowering:
                         self.rank_table(
                             f"base_{v.name_hint or 'v'}",
                             lambda r, v=v: self.base_offset(tensor_type_of(v), it, r),
+                            (tensor_type_of(v), it),
                         )
                     )
                 case ParamKind.GSTART:

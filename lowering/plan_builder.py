@@ -9,7 +9,7 @@ imports it: no cycle, and each region lowering states exactly what it relies on.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Hashable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal, Protocol
 
@@ -20,7 +20,7 @@ from coconet.dialects import coco
 from coconet.dialects.coco import TensorType
 from coconet.lowering.kernel_ir import Kernel, KernelKey, KernelParam, Param, ParamKind
 from coconet.lowering.kernel_site import KernelSite, SiteKey
-from coconet.lowering.plan import Buffer, KernelArg, RankValue, Step
+from coconet.lowering.plan import ArgTable, Buffer, KernelArg, RankValue, Step
 
 
 @dataclass(frozen=True)
@@ -85,6 +85,8 @@ class PlanBuilder(Protocol):
     # kernels built so far by what they compute (kernel_site.py): kernel, its site, its name
     memoize_kernels: ClassVar[bool]
     built_kernels: dict[SiteKey, tuple[Kernel, KernelSite, str]]
+    # fused collectives' per-member argument tables by what they depend on (types, span)
+    member_tables: dict[tuple[object, ...], ArgTable]
 
     def fresh(self, base: str) -> str: ...
 
@@ -108,7 +110,9 @@ class PlanBuilder(Protocol):
 
     def group_index(self, rank: int, span: Sequence[int]) -> int: ...
 
-    def rank_table(self, label: str, fn: Callable[[int], int]) -> RankValue: ...
+    def rank_table(
+        self, label: str, fn: Callable[[int], int], key: Hashable = None
+    ) -> RankValue: ...
 
     def piece_shape(self, t: TensorType, rank: int) -> tuple[int, ...]: ...
 

@@ -11,18 +11,23 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from xdsl.passes import PassPipeline
+from xdsl.context import Context
+from xdsl.dialects import builtin
+from xdsl.passes import ModulePass, PassPipeline
+from xdsl.rewriter import Rewriter
 
 import coconet
 from coconet.core.program import CocoError, Program, make_context, parse_module
 from coconet.dialects import coco, comm
-from coconet.dialects.coco import SlicedAttr
+from coconet.dialects.coco import LocalAttr, SlicedAttr
 from coconet.passes import get_all_passes
 from coconet.schedule import (
     NAMED_SCHEDULES,
+    VERIFY_RULE,
     Handle,
     Reordered,
     Schedule,
@@ -633,3 +638,75 @@ def test_split_schedules_of_a_residual_stack_reorder_every_layer():
     assert report.ok, report
     pipelines = dict(enumerate_schedules(p))
     assert "split(all)+reorder(all)" in pipelines
+
+
+@pytest.mark.parametrize(
+    ("apply", "spec"),
+    [(apply_schedule, "rs-c-ag"), (apply_pipeline, "coco-split-allreduce,coco-reorder")],
+)
+def test_applying_a_schedule_clones_the_program_unless_asked_to_work_in_place(apply, spec):
+    """The caller's program stays as it was; `in_place=True` (coconet.compile, for a file it
+    has just parsed: no clone of a deep program) schedules the program itself."""
+    program = sgd()
+    before = program.print()
+    scheduled = apply(program, spec)
+    assert program.print() == before
+    assert "comm.reduce_scatter" in scheduled.print()
+    own = sgd()
+    scheduled = apply(own, spec, in_place=True)
+    assert scheduled.module is own.module
+    assert "comm.reduce_scatter" in own.print()
+
+
+def test_a_refused_pipeline_leaves_the_callers_program_as_it_was():
+    """apply_pipeline keeps no undo clone per pass (a refusal ends it), but works on a clone:
+    the split that ran before the refused reorder is not in the caller's program."""
+    program = sgd()
+    before = program.print()
+    with pytest.raises(ScheduleError, match="reorder"):
+        apply_pipeline(program, "coco-split-allreduce,coco-reorder{ops=nothing_named_so}")
+    assert program.print() == before
+
+
+def test_a_step_a_recipe_tries_is_undone_when_refused_even_in_a_disposable_schedule():
+    """Named schedules run on a private schedule that keeps no undo clones, except around
+    the steps a recipe goes on without (as_slice of the optimizer state: all, else each)."""
+    s = Schedule._working_on(sgd(), disposable=True)
+    before = s.ir()
+    with pytest.raises(ScheduleError), s._attempt():
+        s.apply("coco-split-allreduce,coco-reorder{ops=nothing_named_so}")
+    assert s.ir() == before
+    assert s.steps == []
+
+
+@dataclass(frozen=True)
+class _MislabelProducts(ModulePass):
+    """A buggy pass: it marks every product `local` where the layout rules make it
+    replicated (the IR no longer verifies)."""
+
+    name = "test-mislabel-products"
+
+    def apply(self, ctx: Context, op: builtin.ModuleOp) -> None:
+        for o in list(op.walk()):
+            if isinstance(o, coco.MulOp):
+                t = o.results[0].type
+                Rewriter.replace_value_with_new_type(o.results[0], t.with_layouts([LocalAttr()]))
+
+
+def test_a_pass_that_leaves_invalid_ir_is_reported_as_a_pass_bug():
+    """A user's schedule verifies after each step and undoes the bad one; a disposable
+    schedule (apply_schedule, apply_pipeline) verifies once after its last step and names
+    the steps."""
+    s = Schedule(sgd())
+    before = s.ir()
+    with pytest.raises(ScheduleError, match="a pass bug") as refused:
+        s.apply(_MislabelProducts())
+    assert refused.value.rule == VERIFY_RULE
+    assert s.ir() == before
+    assert s.steps == []
+    d = Schedule._working_on(sgd(), disposable=True)
+    d.apply("coco-split-allreduce")
+    d.apply(_MislabelProducts())
+    with pytest.raises(ScheduleError, match="coco-split-allreduce,test-mislabel-products") as late:
+        d._verify_deferred()
+    assert late.value.rule == VERIFY_RULE
