@@ -1,6 +1,9 @@
 """Shared pytest setup: OpenMP behaviour for host-compiled kernels and the `slow` marker."""
 
+import atexit
 import os
+import shutil
+import tempfile
 
 import pytest
 
@@ -9,6 +12,16 @@ import pytest
 # reads these once, when the first kernel library loads.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("OMP_NUM_THREADS", "2")
+
+# The suite's kernels, plans and machine profiles go to a cache of its own (made here, in the
+# first process, and inherited by xdist workers and the MPI ranks they launch): a profile
+# probed while the suite loads the machine must not become the user's, which `--schedule auto`
+# would then rank with until the cache is cleared (a kernel launch measured at 159 us instead
+# of 13 us: every prediction 2-3x off).
+if "COCONET_CACHE_DIR" not in os.environ:
+    _SUITE_CACHE = tempfile.mkdtemp(prefix="coconet-test-cache-")
+    os.environ["COCONET_CACHE_DIR"] = _SUITE_CACHE
+    atexit.register(shutil.rmtree, _SUITE_CACHE, ignore_errors=True)
 
 FULL = os.environ.get("COCONET_FULL") == "1"
 
