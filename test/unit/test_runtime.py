@@ -23,7 +23,7 @@ from coconet.core.program import CocoError
 from coconet.lowering.cuda_printer import c_type
 from coconet.lowering.kernel_ir import CType, KernelParam, ParamKind
 from coconet.lowering.lower_to_plan import lower
-from coconet.lowering.plan import Epoch, Launch, PeerTable, RankValue
+from coconet.lowering.plan import Buffer, Epoch, Launch, PeerTable, RankValue
 from coconet.runtime import sim
 from coconet.runtime.check import compare_outputs, compare_piece, tolerance
 from coconet.runtime.executor import (
@@ -226,6 +226,26 @@ def test_walker_resolves_rank_values_peer_tables_and_epochs():
             assert calls[0][2][i].value == 77
             assert calls[0][2][i].kind == "ptr"
     assert backend.calls[-1] == ("synchronize",)
+
+
+def test_walker_passes_a_buffer_s_current_address_every_step():
+    """Fixed arguments are resolved once per launch, but a buffer's address is looked up each
+    step: a caller's array bound in place of a buffer moves it between runs."""
+    plan = lower(apply_schedule(load("adam"), FUSED), 2)
+    backend = RecordingBackend(rank=0, size=2)
+    runner = PlanRunner(plan, 0, backend)
+    runner.setup()
+    launch = next(s for s in plan.steps if isinstance(s, Launch))
+    at = next(i for i, a in enumerate(launch.args) if isinstance(a, Buffer))
+    name = launch.args[at].name
+    runner.run()
+    moved = 0x7000
+    backend.address = lambda n: moved if n == name else 0x1000 + sorted(backend.arrays).index(n)
+    runner.run()
+    calls = [c for c in backend.calls if c[0] == "launch" and c[1] == launch.kernel]
+    assert calls[0][2][at].value == 0x1000 + sorted(backend.arrays).index(name)
+    assert calls[1][2][at].value == moved
+    assert [a.kind for a in calls[0][2]] == [a.kind for a in calls[1][2]]
 
 
 def test_walker_keeps_stream_and_event_order():
