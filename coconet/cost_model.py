@@ -109,6 +109,9 @@ class MachineProfile:
     collective_overhead: float  # s per library collective call, beyond its alpha terms
     fused_sync: float  # s per cross-rank flag exchange inside a fused collective kernel
     event_overhead: float = 0.0  # s per record / wait
+    # s per step of the whole plan, paid once however many launches it makes (the host
+    # executor's walk: run()'s bookkeeping, the final synchronize)
+    step_overhead: float = 0.0
     # s per exchange of reduction partials inside a fused kernel (a norm finished in the
     # kernel: every block done, then the last block of each rank trades partials with its
     # peers); None: one flag exchange's
@@ -165,6 +168,7 @@ class MachineProfile:
             profile.collective_overhead,
             profile.fused_sync,
             profile.exchange_sync or 0.0,
+            profile.step_overhead,
             profile.intra.latency,
         ]
         if not all(isinstance(x, int | float) and math.isfinite(x) and x >= 0 for x in times):
@@ -582,7 +586,7 @@ def predict_rank(plan: Plan, profile: MachineProfile, rank: int = 0) -> Predicti
         if isinstance(step, RecordEvent):
             events[step.event] = end
         costs.append(StepCost(str(step), s, start, seconds, nbytes, flops, bound))
-    total = max([*clocks.values(), host], default=0.0)
+    total = max([*clocks.values(), host], default=0.0) + profile.step_overhead
     return Prediction(total, rank, costs)
 
 

@@ -8,8 +8,9 @@ peers are busy too, which is how a program runs):
 
 * memory bandwidth: STREAM's triad (a = b + s c, 12 bytes per element) in a host-compiled
   kernel, every rank on its own arrays, several back to back per timed run;
-* launch overhead: a one-kernel coconet program of 256 elements through the real executor
-  (ctypes call and the executor's per-step work);
+* launch overhead: a one-kernel coconet program of 256 elements through the real executor,
+  its launch timed alone (argument resolution, ctypes call, the kernel) and the whole step
+  (the rest is the walk's fixed cost, paid once per step: `step_overhead`);
 * collectives: coconet programs of one all_reduce and one all_gather, small (latency) and
   large (bandwidth), over the job's communicator; per-call overhead and per-step latency come
   from solving t = overhead + k alpha for the all_reduce's k = 2(p-1) and the all_gather's
@@ -42,6 +43,7 @@ from typing import Any
 from coconet.core.program import CocoError
 from coconet.cost_model import Fabric, MachineProfile
 from coconet.lowering.kernel_cache import KernelCache, content_key
+from coconet.lowering.plan import Launch
 
 __all__ = [
     "PROBE_CACHE",
@@ -52,7 +54,7 @@ __all__ = [
 ]
 
 # Bump when what is measured or how it becomes a profile changes: old entries are not reused.
-PROBE_VERSION = 4
+PROBE_VERSION = 5
 PROBE_CACHE = KernelCache("profiles")
 
 STREAM_SOURCE = r"""
@@ -133,6 +135,7 @@ SMALL = 256
 LARGE = 1 << 22
 TRIADS_PER_RUN = 4
 FUSED_STEPS_PER_RUN = 8
+LAUNCHES_PER_RUN = 8
 
 
 def _scale() -> float:
@@ -221,10 +224,17 @@ def measure(comm) -> dict[str, Any]:
     t = _timed(comm, lambda: x @ y, 2, 7)
     out["matmul_flops_f32"] = 2.0 * m**3 / t
 
-    # one kernel launch through the executor
+    # one kernel launch through the executor: the whole step, and the launch alone (a plan's
+    # walk has a fixed cost, run()'s bookkeeping and final synchronize, paid once per step:
+    # priced per launch, it made a 5-launch schedule look twice its measured time)
     launch = _ready(_compiled(comm, LAUNCH_PROGRAM.format(n=SMALL)))
     out["launch_step"] = _timed(comm, launch.step, 20, 101)
     out["launch_plan"] = _plan_steps(launch.plan)
+    index, kernel = next((i, s) for i, s in enumerate(launch.plan.steps) if isinstance(s, Launch))
+    runner = launch.runner
+    out["launch_each"] = _timed(
+        comm, lambda: runner.execute(index, kernel), 20, 41, LAUNCHES_PER_RUN
+    )
     launch.close()
 
     # one small matmul step through the executor, per element type (the fixed cost of a
@@ -284,7 +294,20 @@ def profile_from_measurements(
     host = host or _host()
     p = int(m["ranks"])
     mem = float(m["triad_bandwidth"])
-    launch = max(1e-7, float(m["launch_step"]) - 256 * 8 / mem)
+    kernel_bytes = 256 * 8 / mem  # the probe kernel's own memory time
+    if "launch_each" in m:
+        launch = max(1e-7, float(m["launch_each"]) - kernel_bytes)
+        step_overhead = max(
+            0.0, float(m["launch_step"]) - int(m["launch_plan"]) * launch - kernel_bytes
+        )
+    else:  # a probe of before PROBE_VERSION 5: the step's fixed cost counted per launch
+        launch = max(1e-7, float(m["launch_step"]) - kernel_bytes)
+        step_overhead = 0.0
+
+    def step_time(key: str) -> float:
+        """A probe program's measured step, less the walk's fixed cost."""
+        return float(m[f"{key}_step"]) - step_overhead
+
     intra = Fabric("shared memory (MPI)", mem, 0.0, mem)
     collective_overhead = 0.0
     fused_sync = 0.0
@@ -293,7 +316,7 @@ def profile_from_measurements(
         # the programs' steps other than the collective: a copy out at most (priced as one launch)
         def collective_time(key: str) -> float:
             extra = max(0, int(m[f"{key}_plan"]) - 1) * launch
-            return max(1e-7, float(m[f"{key}_step"]) - extra)
+            return max(1e-7, step_time(key) - extra)
 
         ar_small, ag_small = (
             collective_time("all_reduce_small"),
@@ -312,13 +335,13 @@ def profile_from_measurements(
         move_bw = (p - 1) / p * nbytes / max(1e-7, ag_large)
         intra = Fabric("shared memory (MPI)", move_bw, alpha, reduce_bw)
         extra = max(0, int(m["fused_small_plan"]) - 1) * launch
-        fused_sync = max(0.0, float(m["fused_small_step"]) - extra - launch)
+        fused_sync = max(0.0, step_time("fused_small") - extra - launch)
         if "fused_norm_small_step" in m:
             # each of its kernels is a launch and a flag handshake; what is left is the
             # exchange of the norm's partials
             kernels = int(m["fused_norm_small_plan"])
             exchange_sync = max(
-                0.0, float(m["fused_norm_small_step"]) - kernels * (launch + fused_sync)
+                0.0, step_time("fused_norm_small") - kernels * (launch + fused_sync)
             )
     matmul_overhead = {}
     m_rows, k = MATMUL_SHAPE
@@ -326,7 +349,7 @@ def profile_from_measurements(
         if f"matmul_{elt}_step" in m:
             others = max(0, int(m[f"matmul_{elt}_plan"]) - 1) * launch
             compute = 2.0 * m_rows * k * k / float(m["matmul_flops_f32"])
-            matmul_overhead[elt] = max(1e-7, float(m[f"matmul_{elt}_step"]) - others - compute)
+            matmul_overhead[elt] = max(1e-7, step_time(f"matmul_{elt}") - others - compute)
     return MachineProfile(
         name=f"cpu-{p}",
         description=(
@@ -343,6 +366,7 @@ def profile_from_measurements(
         inter=None,
         peer_bandwidth=mem,
         launch_overhead=launch,
+        step_overhead=step_overhead,
         collective_overhead=collective_overhead,
         fused_sync=fused_sync,
         exchange_sync=exchange_sync,

@@ -292,6 +292,38 @@ def test_fitted_profile_reproduces_its_measurements():
     assert profile.matmul_call("bf16") == profile.matmul_call("f32")  # not measured: f32's
 
 
+def test_the_walk_s_fixed_cost_is_priced_once_per_step_not_per_launch():
+    """The probe times its one-kernel program's launch alone and its whole step: the rest is
+    the executor walk's fixed cost, which a plan pays once. Priced per launch (the whole step
+    taken as one launch's cost), a 5-launch schedule of LAMB was predicted at twice its
+    measured time, and auto ranked it below a 2-launch one that measured slower."""
+    from coconet.machine_probe import LAUNCH_PROGRAM, SMALL, profile_from_measurements
+    from coconet.schedule import apply_schedule
+
+    probe = lower(Program(parse_module(LAUNCH_PROGRAM.format(n=SMALL))), 2)
+    steps = len(probe.steps)
+    m = _fake_measurements(2) | {"launch_each": 6e-6, "launch_step": 2e-5, "launch_plan": steps}
+    profile = profile_from_measurements(m)
+    kernel_bytes = 256 * 8 / m["triad_bandwidth"]
+    launch = 6e-6 - kernel_bytes
+    assert profile.launch_overhead == pytest.approx(launch)
+    assert profile.step_overhead == pytest.approx(2e-5 - steps * launch - kernel_bytes)
+    # the probe's own program prices back at its measured step
+    assert predict(probe, profile).seconds == pytest.approx(2e-5, rel=0.05)
+    # a collective's and a matmul's fitted costs take the walk's cost off their step times
+    assert profile.collective_overhead + profile.intra.latency + profile.step_overhead == (
+        pytest.approx(m["all_gather_small_step"])
+    )
+    older = profile_from_measurements(_fake_measurements(2))
+    assert older.step_overhead == 0.0
+    assert older.launch_overhead == pytest.approx(2e-5 - kernel_bytes)
+    # each launch beyond the first costs a launch, not a whole step
+    three = lower(apply_schedule(load(EXAMPLES / "lamb.mlir"), "rs-c-ag"), 2)
+    launches = sum(isinstance(s, Launch) for s in three.steps)
+    assert launches >= 3
+    assert predict(three, profile).seconds < predict(three, older).seconds
+
+
 def test_an_in_kernel_norm_exchange_is_priced_as_measured():
     """A norm finished inside a fused kernel (LAMB's trust ratio) waits for every block and
     then trades partials with the peers: the probe times such a program, and the fitted
@@ -332,6 +364,8 @@ def test_measuring_on_one_rank_gives_a_valid_profile(monkeypatch, tmp_path):
     assert all(t > 0 for t in profile.matmul_overhead.values())
     assert profile.launch_overhead > 0
     assert m["launch_plan"] >= 1
+    assert 0 < m["launch_each"] <= m["launch_step"]
+    assert profile.step_overhead >= 0
 
 
 # -- auto end to end --------------------------------------------------------------------------
