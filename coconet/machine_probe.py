@@ -230,11 +230,9 @@ def measure(comm) -> dict[str, Any]:
     launch = _ready(_compiled(comm, LAUNCH_PROGRAM.format(n=SMALL)))
     out["launch_step"] = _timed(comm, launch.step, 20, 101)
     out["launch_plan"] = _plan_steps(launch.plan)
-    index, kernel = next((i, s) for i, s in enumerate(launch.plan.steps) if isinstance(s, Launch))
+    index, only = next((i, s) for i, s in enumerate(launch.plan.steps) if isinstance(s, Launch))
     runner = launch.runner
-    out["launch_each"] = _timed(
-        comm, lambda: runner.execute(index, kernel), 20, 41, LAUNCHES_PER_RUN
-    )
+    out["launch_each"] = _timed(comm, lambda: runner.execute(index, only), 20, 41, LAUNCHES_PER_RUN)
     launch.close()
 
     # one small matmul step through the executor, per element type (the fixed cost of a
