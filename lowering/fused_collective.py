@@ -27,7 +27,7 @@ the cutting op runs as it would unfused, and values crossing segments go through
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from xdsl.ir import BlockArgument, Operation, SSAValue
 
@@ -506,22 +506,8 @@ def member_bases(
     """Where the iteration piece of each member of a rank's group starts in its piece of the
     gathered type `t` (the same piece for every member: `t` is replicated over the group), in
     group order: the offsets a rank pulls the members' pieces at."""
-    return _member_table(lw, ("bases", t, iteration, span), lambda: _bases(lw, t, iteration, span))
-
-
-def _member_table(
-    lw: PlanBuilder, key: tuple[object, ...], build: Callable[[], ArgTable]
-) -> ArgTable:
-    # the tables depend on the types and span alone: a deep stack's layers share them
-    got = lw.member_tables.get(key)
-    if got is None:
-        got = lw.member_tables[key] = build()
-    return got
-
-
-def _bases(
-    lw: PlanBuilder, t: TensorType, iteration: TensorType, span: tuple[int, ...]
-) -> ArgTable:
+    # the tables depend on the types and span alone (rank_table's key): a deep stack's layers
+    # share them
     group = lw.group_size(span)
     rows: list[KernelArg] = []
     for m in range(group):
@@ -529,6 +515,7 @@ def _bases(
             lw.rank_table(
                 f"base{m}",
                 lambda r, m=m: lw.base_offset(t, iteration, V.group_of(lw.grid_shape, span, r)[m]),
+                (t, iteration, span),
             )
         )
     return ArgTable(tuple(rows))
@@ -537,16 +524,13 @@ def _bases(
 def member_counts(lw: PlanBuilder, iteration: TensorType, span: tuple[int, ...]) -> ArgTable:
     """How many iteration elements each member of a rank's group holds, in group order
     (uneven slices: the counts the pull of each member's piece covers)."""
-    return _member_table(lw, ("counts", iteration, span), lambda: _counts(lw, iteration, span))
-
-
-def _counts(lw: PlanBuilder, iteration: TensorType, span: tuple[int, ...]) -> ArgTable:
     rows: list[KernelArg] = []
     for m in range(lw.group_size(span)):
         rows.append(
             lw.rank_table(
                 f"count{m}",
                 lambda r, m=m: lw.piece_count(iteration, V.group_of(lw.grid_shape, span, r)[m]),
+                (iteration, span),
             )
         )
     return ArgTable(tuple(rows))
@@ -558,14 +542,6 @@ def member_dims(
     """Each member's local size of iteration dims [dim, dim + dims) (a collapsed dim: their
     product), in group order (uneven slices: where a strided pull finds the coordinates of a
     member's elements)."""
-    return _member_table(
-        lw, ("dims", iteration, span, dim, dims), lambda: _dims(lw, iteration, span, dim, dims)
-    )
-
-
-def _dims(
-    lw: PlanBuilder, iteration: TensorType, span: tuple[int, ...], dim: int, dims: int
-) -> ArgTable:
     rows: list[KernelArg] = []
     for m in range(lw.group_size(span)):
         rows.append(
@@ -576,6 +552,7 @@ def _dims(
                         dim : dim + dims
                     ]
                 ),
+                (iteration, span, dims),
             )
         )
     return ArgTable(tuple(rows))

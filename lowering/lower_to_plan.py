@@ -93,7 +93,6 @@ class Lowering:
         self.nodes = tuple(int(n) for n in nodes) if len(set(nodes)) > 1 else ()
         self.coords = [V.coords_of(r, self.grid_shape) for r in range(self.size)]
         self._piece_ranges: dict[tuple[TensorType, int], tuple[tuple[int, int], ...]] = {}
-        self.member_tables: dict[tuple[object, ...], ArgTable] = {}
         self._rank_tables: dict[tuple[str, Hashable], RankValue] = {}
         self.config = config
         self.buffers: dict[SSAValue, Buffer] = {}
@@ -189,13 +188,12 @@ class Lowering:
     ) -> RankValue:
         """`fn(rank)` for every rank. `key`: what `fn` depends on besides the rank (types,
         dims), given where a deep program asks the same table of every layer: computed once."""
-        if key is None:
-            return RankValue(label, tuple(int(fn(r)) for r in range(self.size)))
-        got = self._rank_tables.get((label, key))
-        if got is None:
-            got = RankValue(label, tuple(int(fn(r)) for r in range(self.size)))
-            self._rank_tables[(label, key)] = got
-        return got
+        if key is not None and (got := self._rank_tables.get((label, key))) is not None:
+            return got
+        table = RankValue(label, tuple(int(fn(r)) for r in range(self.size)))
+        if key is not None:
+            self._rank_tables[(label, key)] = table
+        return table
 
     def per_rank(
         self, label: str, fn: Callable[[int], SupportsInt], key: Hashable = None

@@ -20,7 +20,7 @@ from coconet.dialects import coco
 from coconet.dialects.coco import TensorType
 from coconet.lowering.kernel_ir import Kernel, KernelKey, KernelParam, Param, ParamKind
 from coconet.lowering.kernel_site import KernelSite, SiteKey
-from coconet.lowering.plan import ArgTable, Buffer, KernelArg, RankValue, Step
+from coconet.lowering.plan import Buffer, KernelArg, RankValue, Step
 
 
 @dataclass(frozen=True)
@@ -85,8 +85,6 @@ class PlanBuilder(Protocol):
     # kernels built so far by what they compute (kernel_site.py): kernel, its site, its name
     memoize_kernels: ClassVar[bool]
     built_kernels: dict[SiteKey, tuple[Kernel, KernelSite, str]]
-    # fused collectives' per-member argument tables by what they depend on (types, span)
-    member_tables: dict[tuple[object, ...], ArgTable]
 
     def fresh(self, base: str) -> str: ...
 

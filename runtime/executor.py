@@ -372,6 +372,11 @@ class StepProgress:
         self.index, self.text, self.since = index, text, time.monotonic()
 
 
+# Plan arguments whose value can change between steps (resolve): a buffer's address (a bound
+# caller array moves it), an argument table holding addresses, an epoch (every launch)
+_VARYING = (Buffer, ArgTable, Epoch)
+
+
 class PlanRunner:
     """One rank's execution of a plan on a backend: `setup()` once (collective), then
     `set_inputs(pieces)`, `run()` and `outputs()` per call, or `run()` alone on resident data."""
@@ -395,9 +400,9 @@ class PlanRunner:
         # ArgTable -> (the values it was built from, its device address); rebuilt when a
         # bound caller array moves a buffer.
         self.arg_tables: dict[int, tuple[tuple[int, ...], int]] = {}
-        # each launch's arguments, by id(launch): a varying one (a buffer's name, an ArgTable,
-        # an Epoch) or its fixed value (resolve)
-        self._slots: dict[int, list[tuple[str | ArgTable | Epoch | None, KernelArg | None]]] = {}
+        # each launch's arguments, by id(launch): (plan argument, parameter kind, its value
+        # where it is fixed, None where it varies between steps) (resolve)
+        self._slots: dict[int, list[tuple[Any, str, KernelArg | None]]] = {}
         self.progress = StepProgress()
         self.fault = fault
         self.steps_run = 0
@@ -503,64 +508,43 @@ class PlanRunner:
         """The launch's arguments for this step. What cannot change between steps (numbers,
         rank tables, peer tables, which are built in setup) is resolved at the launch's first
         step; buffers (a bound caller array moves one), argument tables and epochs are
-        looked up each step -- a fused kernel takes 15-25 arguments, and resolving each
+        resolved each step -- a fused kernel takes 15-25 arguments, and resolving each
         afresh cost ~1 us apiece, a launch's worth of time per step on this host."""
         slots = self._slots.get(id(launch))
         if slots is None:
-            fixed = self._resolve_fully(launch)
+            kinds = self.signatures[launch.kernel]
             slots = self._slots[id(launch)] = [
-                (a.name, None)
-                if isinstance(a, Buffer)
-                else (a, None)
-                if isinstance(a, ArgTable | Epoch)
-                else (None, r)
-                for a, r in zip(launch.args, fixed, strict=True)
+                (a, kind, None if isinstance(a, _VARYING) else self._argument(launch, a, kind))
+                for a, kind in zip(launch.args, kinds, strict=True)
             ]
-        args: list[KernelArg] = []
-        for varying, fixed_arg in slots:
-            if fixed_arg is not None:
-                args.append(fixed_arg)
-            elif isinstance(varying, str):
-                args.append(KernelArg("ptr", self.backend.address(varying)))
-            elif isinstance(varying, ArgTable):
-                args.append(KernelArg("ptr", self.arg_table(varying)))
-            else:
-                assert isinstance(varying, Epoch)
-                kind = self.signatures[launch.kernel][len(args)]
-                value = self.epochs[varying.site]
-                args.append(
-                    KernelArg(kind, value & 0xFFFFFFFF if kind in ("u32", "i32") else value)
-                )
-        return args
+        return [
+            fixed if fixed is not None else self._argument(launch, a, kind)
+            for a, kind, fixed in slots
+        ]
 
-    def _resolve_fully(self, launch: Launch) -> list[KernelArg]:
-        kinds = self.signatures[launch.kernel]
-        args: list[KernelArg] = []
-        for a, kind in zip(launch.args, kinds, strict=True):
-            if isinstance(a, Buffer):
-                args.append(KernelArg("ptr", self.backend.address(a.name)))
-            elif isinstance(a, PeerTable):
-                args.append(KernelArg("ptr", self.peer_tables[(a.buffer.name, a.span, a.part)]))
-            elif isinstance(a, ArgTable):
-                args.append(KernelArg("ptr", self.arg_table(a)))
-            elif isinstance(a, Epoch):
-                value = self.epochs[a.site]
-                args.append(
-                    KernelArg(kind, value & 0xFFFFFFFF if kind in ("u32", "i32") else value)
-                )
-            elif isinstance(a, RankValue):
-                args.append(KernelArg(kind, int(a.table[self.rank])))
-            elif isinstance(a, bool):
-                args.append(KernelArg(kind, int(a)))
-            elif isinstance(a, (int, float)):
-                args.append(KernelArg(kind, float(a) if kind in ("f32", "f64") else int(a)))
-            else:
-                raise CocoError(f"{launch.kernel}: cannot pass argument {a!r}")
-            if kind == "ptr" and args[-1].kind != "ptr":
-                raise CocoError(f"{launch.kernel}: a pointer parameter gets {a}")
-            if kind != "ptr" and args[-1].kind == "ptr":
-                raise CocoError(f"{launch.kernel}: a {kind} parameter gets the buffer {a}")
-        return args
+    def _argument(self, launch: Launch, a: Any, kind: str) -> KernelArg:
+        if isinstance(a, Buffer):
+            arg = KernelArg("ptr", self.backend.address(a.name))
+        elif isinstance(a, PeerTable):
+            arg = KernelArg("ptr", self.peer_tables[(a.buffer.name, a.span, a.part)])
+        elif isinstance(a, ArgTable):
+            arg = KernelArg("ptr", self.arg_table(a))
+        elif isinstance(a, Epoch):
+            value = self.epochs[a.site]
+            arg = KernelArg(kind, value & 0xFFFFFFFF if kind in ("u32", "i32") else value)
+        elif isinstance(a, RankValue):
+            arg = KernelArg(kind, int(a.table[self.rank]))
+        elif isinstance(a, bool):
+            arg = KernelArg(kind, int(a))
+        elif isinstance(a, (int, float)):
+            arg = KernelArg(kind, float(a) if kind in ("f32", "f64") else int(a))
+        else:
+            raise CocoError(f"{launch.kernel}: cannot pass argument {a!r}")
+        if kind == "ptr" and arg.kind != "ptr":
+            raise CocoError(f"{launch.kernel}: a pointer parameter gets {a}")
+        if kind != "ptr" and arg.kind == "ptr":
+            raise CocoError(f"{launch.kernel}: a {kind} parameter gets the buffer {a}")
+        return arg
 
     def arg_table(self, table: ArgTable) -> int:
         """The device array of a kernel's table-form argument: buffers' addresses (u64) or
