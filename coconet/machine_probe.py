@@ -24,11 +24,13 @@ Every time is the slowest rank's, the fastest of the repetitions after warm-up. 
 as JSON in the coconet cache (lowering/kernel_cache.py's rules: atomic publish, a digest
 beside it, owned by this user and writable by no one else; an entry that is corrupt or does not
 parse as a profile is measured again). The key is the host (name, cores, CPU model), the rank
-count and PROBE_VERSION.
+count, PROBE_VERSION and the code measured (`measured_code_digest`: the compiler and the
+runtime; an upgrade measures again).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -381,12 +383,27 @@ def profile_key(ranks: int) -> str:
     return content_key(
         "coconet-cpu-profile",
         str(PROBE_VERSION),
+        measured_code_digest(),
         host["host"],
         str(host["cores"]),
         host["cpu"],
         str(ranks),
         str(_scale()),
     )
+
+
+def measured_code_digest() -> str:
+    """What a profile measured: the compiler that generated the probe's kernels (and their
+    device layer) and the runtime that ran them. A profile measured with other code is not
+    this code's: a kernel generator fix once made LAMB's fused kernel 2.6x faster, and the
+    cached profile, probed with the slow kernel, kept pricing it slow."""
+    import coconet.runtime
+    from coconet.lowering.plan_cache import compiler_digest
+
+    h = hashlib.sha256(compiler_digest().encode())
+    for path in sorted(Path(coconet.runtime.__file__).parent.glob("*.py")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
 
 
 def _load(path: Path) -> MachineProfile:

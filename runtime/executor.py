@@ -362,19 +362,24 @@ class Backend(Protocol):
 
 @dataclass
 class StepProgress:
-    """What the rank is doing, for the watchdog and for failure messages."""
+    """What the rank is doing, for the watchdog and for failure messages. `what` is the plan
+    step itself (or a phase's name): its text is made only when a message needs it -- a
+    table launch's text takes 25-60 us to format, and the walk enters every step."""
 
     index: int = -1
-    text: str = "setup"
+    what: object = "setup"
     since: float = field(default_factory=time.monotonic)
 
-    def enter(self, index: int, text: str) -> None:
-        self.index, self.text, self.since = index, text, time.monotonic()
+    def enter(self, index: int, what: object) -> None:
+        self.index, self.what, self.since = index, what, time.monotonic()
+
+    @property
+    def text(self) -> str:
+        return str(self.what)
 
 
-# Plan arguments whose value can change between steps (resolve): a buffer's address (a bound
-# caller array moves it), an argument table holding addresses, an epoch (every launch)
-_VARYING = (Buffer, ArgTable, Epoch)
+# An epoch's place in a launch's resolved arguments, filled each step (PlanRunner.resolve).
+_EPOCH_SLOT = KernelArg("u32", 0)
 
 
 class PlanRunner:
@@ -400,9 +405,13 @@ class PlanRunner:
         # ArgTable -> (the values it was built from, its device address); rebuilt when a
         # bound caller array moves a buffer.
         self.arg_tables: dict[int, tuple[tuple[int, ...], int]] = {}
-        # each launch's arguments, by id(launch): (plan argument, parameter kind, its value
-        # where it is fixed, None where it varies between steps) (resolve)
-        self._slots: dict[int, list[tuple[Any, str, KernelArg | None]]] = {}
+        # Where the buffers are: bumped whenever an argument buffer moves (set_inputs binding
+        # a caller's array at another address; setup allocating), the only events that
+        # change a launch's arguments other than its epochs.
+        self._placement = 0
+        # each launch's resolved arguments, by id(launch): (the placement they were resolved
+        # at, the arguments, (position, epoch site, kind) of each epoch) (resolve)
+        self._resolved: dict[int, tuple[int, list[KernelArg], list[tuple[int, str, str]]]] = {}
         self.progress = StepProgress()
         self.fault = fault
         self.steps_run = 0
@@ -414,7 +423,7 @@ class PlanRunner:
 
     def setup(self) -> None:
         plan, b = self.plan, self.backend
-        self._slots.clear()  # fixed arguments include the peer tables made here
+        self._placement += 1  # buffers and the peer tables are made here
         for step in plan.steps:
             if isinstance(step, Launch):
                 if step.kernel not in self.signatures:
@@ -492,35 +501,53 @@ class PlanRunner:
 
     def set_inputs(self, pieces: Mapping[str, Any], *, zero_copy: bool = True) -> None:
         """Place this rank's pieces in the argument buffers (checked before by check_inputs)."""
+        before = [self.backend.address(name) for name in self.bound]
         for name in list(self.bound):
             self.backend.unbind(self.plan.arguments[name])
-        self.bound.clear()
+        was_bound, self.bound = self.bound, set()
         for name, buf in self.plan.arguments.items():
             value = pieces[name]
             if zero_copy and not buf.symmetric and self.backend.bind(buf, value):
                 self.bound.add(name)
             else:
                 self.backend.write(buf, value)
+        # The same caller arrays again (a training loop's parameters): nothing moved, and the
+        # launches keep the arguments they resolved.
+        if self.bound != was_bound or [self.backend.address(n) for n in was_bound] != before:
+            self._placement += 1
 
     # -- execution ---------------------------------------------------------------------------
 
     def resolve(self, launch: Launch) -> list[KernelArg]:
-        """The launch's arguments for this step. What cannot change between steps (numbers,
-        rank tables, peer tables, which are built in setup) is resolved at the launch's first
-        step; buffers (a bound caller array moves one), argument tables and epochs are
-        resolved each step -- a fused kernel takes 15-25 arguments, and resolving each
-        afresh cost ~1 us apiece, a launch's worth of time per step on this host."""
-        slots = self._slots.get(id(launch))
-        if slots is None:
+        """The launch's arguments for this step, its epochs advanced (one step each). Only the
+        epochs change from step to step; the rest (numbers, rank tables, peer tables,
+        buffers' addresses and the argument tables holding them) is resolved again only
+        after a buffer moved (`_placement`) -- a table launch takes 20-odd argument tables,
+        and resolving them every step cost ~100 us a step, most of a small optimizer step
+        on this host."""
+        cached = self._resolved.get(id(launch))
+        if cached is None or cached[0] != self._placement:
             kinds = self.signatures[launch.kernel]
-            slots = self._slots[id(launch)] = [
-                (a, kind, None if isinstance(a, _VARYING) else self._argument(launch, a, kind))
-                for a, kind in zip(launch.args, kinds, strict=True)
+            epochs = [
+                (i, a.site, k)
+                for i, (a, k) in enumerate(zip(launch.args, kinds, strict=True))
+                if isinstance(a, Epoch)
             ]
-        return [
-            fixed if fixed is not None else self._argument(launch, a, kind)
-            for a, kind, fixed in slots
-        ]
+            args = [
+                _EPOCH_SLOT if isinstance(a, Epoch) else self._argument(launch, a, k)
+                for a, k in zip(launch.args, kinds)
+            ]
+            cached = self._resolved[id(launch)] = (self._placement, args, epochs)
+        _, args, epochs = cached
+        if not epochs:
+            return args
+        for _, site, _ in epochs:
+            self.epochs[site] = self.epochs.get(site, 0) + 1
+        args = list(args)
+        for i, site, kind in epochs:
+            value = self.epochs[site]
+            args[i] = KernelArg(kind, value & 0xFFFFFFFF if kind in ("u32", "i32") else value)
+        return args
 
     def _argument(self, launch: Launch, a: Any, kind: str) -> KernelArg:
         if isinstance(a, Buffer):
@@ -529,9 +556,6 @@ class PlanRunner:
             arg = KernelArg("ptr", self.peer_tables[(a.buffer.name, a.span, a.part)])
         elif isinstance(a, ArgTable):
             arg = KernelArg("ptr", self.arg_table(a))
-        elif isinstance(a, Epoch):
-            value = self.epochs[a.site]
-            arg = KernelArg(kind, value & 0xFFFFFFFF if kind in ("u32", "i32") else value)
         elif isinstance(a, RankValue):
             arg = KernelArg(kind, int(a.table[self.rank]))
         elif isinstance(a, bool):
@@ -578,15 +602,12 @@ class PlanRunner:
         return address
 
     def execute(self, index: int, step: Step) -> None:
-        self.progress.enter(index, str(step))
+        self.progress.enter(index, step)
         if self.fault is not None:
             self.fault(index, step)
         b = self.backend
         match step:
             case Launch():
-                for a in step.args:
-                    if isinstance(a, Epoch):
-                        self.epochs[a.site] = self.epochs.get(a.site, 0) + 1
                 b.launch(step, self.resolve(step))
             case Collective():
                 b.collective(step)

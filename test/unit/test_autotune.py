@@ -266,6 +266,29 @@ def test_profile_is_measured_once_reused_and_remeasured_when_corrupt(monkeypatch
     assert runs == [2, 3, 2, 2]
 
 
+def test_a_profile_of_other_code_is_measured_again(monkeypatch, tmp_path):
+    """The profile measures the generated kernels and the runtime running them: a change to
+    the compiler or the runtime (an upgrade, a kernel fix) measures again."""
+    from coconet import machine_probe
+    from coconet.lowering import plan_cache
+
+    monkeypatch.setenv("COCONET_CACHE_DIR", str(tmp_path))
+    runs = []
+
+    def fake_job(ranks: int, out: Path, timeout: float = 600.0) -> None:
+        runs.append(ranks)
+        profile = machine_probe.profile_from_measurements(_fake_measurements(ranks))
+        out.write_text(json.dumps(profile.to_json()))
+
+    monkeypatch.setattr(machine_probe, "_run_probe_job", fake_job)
+    machine_probe.cpu_profile(2)
+    machine_probe.cpu_profile(2)
+    assert runs == [2]
+    monkeypatch.setattr(plan_cache, "_compiler_digest", "another compiler")
+    machine_probe.cpu_profile(2)
+    assert runs == [2, 2]
+
+
 def test_fitted_profile_reproduces_its_measurements():
     from coconet.machine_probe import profile_from_measurements
 

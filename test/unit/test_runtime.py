@@ -23,7 +23,7 @@ from coconet.core.program import CocoError
 from coconet.lowering.cuda_printer import c_type
 from coconet.lowering.kernel_ir import CType, KernelParam, ParamKind
 from coconet.lowering.lower_to_plan import lower
-from coconet.lowering.plan import Buffer, Epoch, Launch, PeerTable, RankValue
+from coconet.lowering.plan import Epoch, Launch, PeerTable, RankValue
 from coconet.runtime import sim
 from coconet.runtime.check import compare_outputs, compare_piece, tolerance
 from coconet.runtime.executor import (
@@ -228,24 +228,73 @@ def test_walker_resolves_rank_values_peer_tables_and_epochs():
     assert backend.calls[-1] == ("synchronize",)
 
 
-def test_walker_passes_a_buffer_s_current_address_every_step():
-    """Fixed arguments are resolved once per launch, but a buffer's address is looked up each
-    step: a caller's array bound in place of a buffer moves it between runs."""
-    plan = lower(apply_schedule(load("adam"), FUSED), 2)
-    backend = RecordingBackend(rank=0, size=2)
+class BindingBackend(RecordingBackend):
+    """Binds a caller's array in place of an argument buffer, as the cpu backend does: the
+    buffer's address is then the array's."""
+
+    def __init__(self, rank=0, size=1):
+        super().__init__(rank, size)
+        self.bound: dict[str, np.ndarray] = {}
+        self.lookups = 0  # address() calls
+
+    def bind(self, buf, value):
+        self.bound[buf.name] = value
+        return True
+
+    def unbind(self, buf):
+        self.bound.pop(buf.name, None)
+
+    def address(self, name):
+        self.lookups += 1
+        if name in self.bound:
+            return self.bound[name].ctypes.data
+        return super().address(name)
+
+
+@pytest.mark.parametrize(
+    ("example", "schedule"),
+    [("adam", FUSED), ("adam_clip_global_norm", "fuse(rs-c-ag)")],  # plain and table launches
+)
+def test_walker_passes_moved_buffers_and_keeps_the_rest_resolved(example, schedule):
+    """Launch arguments are resolved once, and again only when a buffer moves: callers'
+    arrays bound at other addresses reach the next launches (directly, and through the
+    argument tables of a table launch); the same arrays bound again resolve nothing."""
+    plan = lower(apply_schedule(load(example), schedule), 2)
+    backend = BindingBackend(rank=0, size=2)
     runner = PlanRunner(plan, 0, backend)
     runner.setup()
-    launch = next(s for s in plan.steps if isinstance(s, Launch))
-    at = next(i for i, a in enumerate(launch.args) if isinstance(a, Buffer))
-    name = launch.args[at].name
-    runner.run()
-    moved = 0x7000
-    backend.address = lambda n: moved if n == name else 0x1000 + sorted(backend.arrays).index(n)
-    runner.run()
-    calls = [c for c in backend.calls if c[0] == "launch" and c[1] == launch.kernel]
-    assert calls[0][2][at].value == 0x1000 + sorted(backend.arrays).index(name)
-    assert calls[1][2][at].value == moved
-    assert [a.kind for a in calls[0][2]] == [a.kind for a in calls[1][2]]
+    pieces = {
+        name: np.zeros(shape, dtype) for name, (shape, dtype, _) in runner.expected_inputs().items()
+    }
+
+    def run(inputs) -> tuple[list[tuple], set[int]]:
+        """This run's calls, and every address its launches and table builds pass."""
+        start = len(backend.calls)
+        runner.set_inputs(inputs)
+        backend.lookups = 0
+        runner.run()
+        calls = backend.calls[start:]
+        launches = [c for c in calls if c[0] == "launch"]
+        tables = [c[1] for c in calls if c[0] == "table"]
+        passed = {a.value for c in launches for a in c[2] if a.kind == "ptr"}
+        return calls, passed | {x for t in tables for x in t}
+
+    first, passed = run(pieces)
+    bound = [n for n in pieces if n in backend.bound]
+    assert bound
+    assert all(pieces[n].ctypes.data in passed for n in bound)
+    again, _ = run(pieces)  # the same arrays: nothing moved, nothing looked up again
+    assert backend.lookups == 0
+    assert not [c for c in again if c[0] == "table"]
+
+    def pointers(calls):
+        return [[a for a in c[2] if a.kind == "ptr"] for c in calls if c[0] == "launch"]
+
+    assert pointers(again) == pointers(first)
+    moved = {n: (v.copy() if n in bound else v) for n, v in pieces.items()}
+    _, passed = run(moved)
+    assert all(moved[n].ctypes.data in passed for n in bound)
+    assert not any(pieces[n].ctypes.data in passed for n in bound)
 
 
 def test_walker_keeps_stream_and_event_order():
