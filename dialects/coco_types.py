@@ -142,6 +142,9 @@ _BUILT_TYPES: dict[tuple[Attribute, ...], TensorType] = {}
 # Tensor types derived from others (TensorType.with_layouts, ...): passes re-type thousands
 # of values of a deep program with a handful of distinct types.
 _DERIVED_TYPES: dict[tuple[Attribute, Attribute, tuple[Attribute, ...]], TensorType] = {}
+# Tensor types' hashes by id(type), with the type itself (alive while remembered, so its id is
+# not reused; TensorType.__hash__).
+_HASHES: dict[int, tuple[TensorType, int]] = {}
 # What a tensor type's body may hold (dims, element type, layouts); a body with anything
 # else (a string, a nested dialect attribute) is parsed as it is, never looked up.
 _BODY_CHARS = frozenset("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_x?<>[], ")
@@ -332,6 +335,17 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
             element_type,
             ArrayAttr(normalize_layouts(layouts)),
         )
+
+    def __hash__(self) -> int:
+        # The generated hash walks every parameter (~1.6 us); the compiler keys memos by
+        # tensor types at every op of a deep program (layout checks, the lowering's tables).
+        # Equal types hash alike: this is that hash, computed once per object.
+        entry = _HASHES.get(id(self))
+        if entry is not None and entry[0] is self:
+            return entry[1]
+        h = hash((self.shape, self.element_type, self.layouts))
+        remember(_HASHES, id(self), (self, h))
+        return h
 
     # -- queries -------------------------------------------------------------------------
 

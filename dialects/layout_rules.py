@@ -335,6 +335,18 @@ def infer_select(
 
 
 def infer_matmul(lhs: Attribute, rhs: Attribute) -> TensorType:
+    """The result type of `lhs x rhs` (remembered by operand types: a deep model's verifier
+    asks for the same few thousands of times)."""
+    got = _INFERRED_MATMULS.get((lhs, rhs))
+    if got is None:
+        got = remember(_INFERRED_MATMULS, (lhs, rhs), _infer_matmul(lhs, rhs))
+    return got
+
+
+_INFERRED_MATMULS: dict[tuple[Attribute, Attribute], TensorType] = {}
+
+
+def _infer_matmul(lhs: Attribute, rhs: Attribute) -> TensorType:
     a = _as_tensor(lhs, "the left operand")
     b = _as_tensor(rhs, "the right operand")
     if a.element_type != b.element_type:

@@ -1031,3 +1031,24 @@ def test_built_program_round_trips() -> None:
     reparsed = Parser(make_context(), text).parse_module()
     reparsed.verify()
     assert print_op(reparsed) == text
+
+
+def test_tensor_types_hash_by_value_however_built():
+    """TensorType remembers its hash per object: equal types built apart (parsed, built,
+    derived) still hash alike and find each other in a dict, also once the memo of hashes
+    has been emptied by more types than it holds."""
+    from coconet.dialects import coco_types
+
+    parsed = Parser(make_context(), "!coco.tensor<8x4xf32, sliced<0>>").parse_type()
+    built = TensorType([8, 4], builtin.f32, [SlicedAttr(0)])
+    derived = TensorType([8, 4], builtin.f32).with_layouts([SlicedAttr(0)])
+    assert parsed == built == derived
+    assert hash(parsed) == hash(built) == hash(derived)
+    table = {built: "x"}
+    assert table[parsed] == "x"
+    assert table[derived] == "x"
+    h = hash(built)
+    for n in range(coco_types.MEMO_LIMIT + 1):  # overflow the memo: it starts over
+        hash(TensorType([n + 1], builtin.f32))
+    assert hash(built) == h
+    assert hash(TensorType([8, 4], builtin.f32, [SlicedAttr(0)])) == h
