@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import platform
 import subprocess
@@ -166,6 +167,61 @@ def _timed(comm, fn: Callable[[], Any], warmup: int, iters: int, per_run: int = 
     return min(times)
 
 
+_LOG = logging.getLogger("coconet.autotune")
+
+# The share of the host's CPU time that went to anything but the probe's own ranks while it
+# measured (other processes, and time the hypervisor gave other machines: steal), above which
+# the profile measured the neighbours as much as the host: it is used for the run that asked
+# but not cached. A probe keeps the fastest of its runs, which a short burst of other work
+# cannot spoil; load over the whole probe (a test suite beside it) can.
+BUSY_HOST_SHARE = 0.25
+
+
+def host_cpu_seconds(stat: str | None = None) -> float | None:
+    """Seconds of CPU time the host's CPUs have spent on anything but idling (steal included:
+    time this machine wanted and another got), from /proc/stat; None where there is none."""
+    if stat is None:
+        try:
+            stat = Path("/proc/stat").read_text()
+        except OSError:
+            return None
+    fields = stat.split("\n", 1)[0].split()
+    if not fields or fields[0] != "cpu" or len(fields) < 5:
+        return None
+    ticks = [int(x) for x in fields[1:9]]
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle + iowait
+    return (sum(ticks) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def others_share(host_busy: float, own: float, wall: float, cores: int) -> float:
+    """The share of `cores` cores over `wall` seconds that the host spent busy (`host_busy`
+    CPU seconds) on anything but the probe's own ranks (`own` CPU seconds between them)."""
+    if wall <= 0 or cores <= 0:
+        return 0.0
+    return min(1.0, max(0.0, (host_busy - own) / (wall * cores)))
+
+
+class _CpuAccount:
+    """What the host's CPUs did while the probe measured (collective: every rank starts and
+    stops it): `share()` is `others_share` over that time."""
+
+    def __init__(self, comm) -> None:
+        self.comm = comm
+        comm.Barrier()
+        self.wall = time.perf_counter()
+        self.own = time.process_time()
+        self.busy = host_cpu_seconds()
+
+    def share(self) -> float | None:
+        own = self.comm.allreduce(time.process_time() - self.own)
+        busy = host_cpu_seconds()
+        wall = time.perf_counter() - self.wall
+        share = None
+        if self.comm.Get_rank() == 0 and busy is not None and self.busy is not None:
+            share = others_share(busy - self.busy, own, wall, os.cpu_count() or 1)
+        return self.comm.bcast(share, root=0)
+
+
 def _compiled(comm, text: str, schedule: str | None = None):
     from coconet.compiled import apply_schedule, prepare
     from coconet.core.program import Program, parse_module
@@ -198,6 +254,7 @@ def measure(comm) -> dict[str, Any]:
     size = comm.Get_size()
     scale = _scale()
     out: dict[str, Any] = {"ranks": size, "scale": scale}
+    account = _CpuAccount(comm)
 
     # memory: STREAM triad on every rank's own arrays
     n = max(1 << 16, int((1 << 23) * scale))
@@ -266,6 +323,7 @@ def measure(comm) -> dict[str, Any]:
         out["fused_norm_small_step"] = _timed(comm, normed.step, 10, 15, FUSED_STEPS_PER_RUN)
         out["fused_norm_small_plan"] = _plan_steps(normed.plan)
         normed.close()
+    out["others_cpu_share"] = account.share()
     return out
 
 
@@ -453,41 +511,61 @@ def cpu_profile(
 ) -> MachineProfile:
     """This host's profile for `ranks` ranks of the cpu backend: from the cache, else measured
     (by an mpiexec job of `ranks` processes; with `comm`, collectively on that communicator,
-    every rank calling) and cached."""
+    every rank calling) and cached -- unless other work took more than BUSY_HOST_SHARE of the
+    host's CPU while it measured: then it serves this run only, and `log` (or the
+    `coconet.autotune` logger) says so."""
     key = profile_key(ranks)
-
-    def build(tmp: Path) -> None:
-        if log:
-            log(f"measuring this host's machine profile on {ranks} rank(s) (once; cached)")
-        if comm is not None:
-            profile = profile_from_measurements(measure(comm))
-            tmp.write_text(json.dumps(profile.to_json(), indent=1) + "\n")
-        else:
-            _run_probe_job(ranks, tmp)
-
-    if comm is None or comm.Get_size() == 1:
-        return PROBE_CACHE.get_or_build(key, ".json", build, _load).value
-    # in a job: rank 0 decides whether the cache holds it; if not, every rank measures
-    rank = comm.Get_rank()
-    cached = None
-    if rank == 0:
-        path = PROBE_CACHE.path_for(key, ".json")
-        if path.exists():
-            try:
-                cached = PROBE_CACHE.get_or_build(key, ".json", _refuse_build, _load).value
-            except _NotCached:
-                cached = None
-    cached = comm.bcast(cached.to_json() if cached else None, root=0)
+    rank = 0 if comm is None else comm.Get_rank()
+    cached = _cached(key) if rank == 0 else None
+    if comm is not None and comm.Get_size() > 1:
+        # in a job: rank 0 decides whether the cache holds it; if not, every rank measures
+        shared = comm.bcast(cached.to_json() if cached else None, root=0)
+        cached = MachineProfile.from_json(shared) if shared is not None else None
     if cached is not None:
-        return MachineProfile.from_json(cached)
-    profile = profile_from_measurements(measure(comm))
+        return cached
+    if log and rank == 0:
+        log(f"measuring this host's machine profile on {ranks} rank(s) (once; cached)")
+    if comm is not None:
+        profile = profile_from_measurements(measure(comm))
+    else:
+        with tempfile.TemporaryDirectory(prefix="coconet-probe-") as tmp:
+            out = Path(tmp) / "profile.json"
+            _run_probe_job(ranks, out)
+            try:
+                profile = _load(out)
+            except ValueError as e:
+                raise CocoError(f"[profile-measure] the probe wrote no profile: {e}") from None
     if rank == 0:
-
-        def publish(tmp: Path) -> None:
-            tmp.write_text(json.dumps(profile.to_json()) + "\n")
-
-        PROBE_CACHE.get_or_build(key, ".json", publish, _load)
+        _keep(key, profile, log)
     return profile
+
+
+def _cached(key: str) -> MachineProfile | None:
+    """The cached profile under `key`, if there is a usable one."""
+    if not PROBE_CACHE.path_for(key, ".json").exists():
+        return None
+    try:
+        return PROBE_CACHE.get_or_build(key, ".json", _refuse_build, _load).value
+    except _NotCached:
+        return None
+
+
+def _keep(key: str, profile: MachineProfile, log: Callable[[str], None] | None) -> None:
+    """Cache a freshly measured profile, unless the host was busy with other work while it
+    was measured (its notes' `others_cpu_share`)."""
+    share = profile.notes.get("measurements", {}).get("others_cpu_share")
+    if share is not None and share > BUSY_HOST_SHARE:
+        (log or _LOG.warning)(
+            f"other work took {share:.0%} of this host's CPU time while its profile was "
+            "measured: the profile serves this run but is not cached (it would price every "
+            "later run by this load); it is measured again next time"
+        )
+        return
+
+    def publish(tmp: Path) -> None:
+        tmp.write_text(json.dumps(profile.to_json(), indent=1) + "\n")
+
+    PROBE_CACHE.get_or_build(key, ".json", publish, _load)
 
 
 class _NotCached(Exception):

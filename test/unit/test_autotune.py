@@ -7,8 +7,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -287,6 +289,59 @@ def test_a_profile_of_other_code_is_measured_again(monkeypatch, tmp_path):
     monkeypatch.setattr(plan_cache, "_compiler_digest", "another compiler")
     machine_probe.cpu_profile(2)
     assert runs == [2, 2]
+
+
+def test_a_profile_measured_while_the_host_was_busy_serves_the_run_but_is_not_cached(
+    monkeypatch, tmp_path
+):
+    from coconet import machine_probe
+
+    monkeypatch.setenv("COCONET_CACHE_DIR", str(tmp_path))
+    runs, logged = [], []
+    share = {"value": 0.6}
+
+    def fake_job(ranks: int, out: Path, timeout: float = 600.0) -> None:
+        runs.append(ranks)
+        m = _fake_measurements(ranks) | {"others_cpu_share": share["value"]}
+        out.write_text(json.dumps(machine_probe.profile_from_measurements(m).to_json()))
+
+    monkeypatch.setattr(machine_probe, "_run_probe_job", fake_job)
+    busy = machine_probe.cpu_profile(2, log=logged.append)
+    assert busy.source == "measured"
+    assert any("60%" in line and "not cached" in line for line in logged)
+    machine_probe.cpu_profile(2, log=logged.append)
+    assert runs == [2, 2]  # measured again: nothing was cached
+    share["value"] = 0.1  # a quiet host: cached from now on
+    machine_probe.cpu_profile(2, log=logged.append)
+    machine_probe.cpu_profile(2, log=logged.append)
+    assert runs == [2, 2, 2]
+
+
+def test_the_probe_counts_what_other_processes_take_of_the_host():
+    """The load the probe reports is the host's busy CPU time less its own ranks', from
+    /proc/stat (steal counts: time another machine got); a host running a busy process on
+    every core while it looks is reported busy."""
+    from coconet import machine_probe
+
+    stat = "cpu  100 0 50 800 50 0 0 25 0 0\ncpu0 ...\n"
+    hz = os.sysconf("SC_CLK_TCK")
+    assert machine_probe.host_cpu_seconds(stat) == pytest.approx(175 / hz)
+    assert machine_probe.host_cpu_seconds("intr 1 2 3\n") is None
+    assert machine_probe.others_share(3.0, 1.0, 2.0, 2) == pytest.approx(0.5)
+    assert machine_probe.others_share(1.0, 1.5, 2.0, 2) == 0.0  # jiffy rounding: never < 0
+    before = machine_probe.host_cpu_seconds()
+    if before is None:
+        pytest.skip("no /proc/stat on this host")
+    cores = os.cpu_count() or 1
+    spin = "import time\nend = time.time() + 1.0\nwhile time.time() < end: pass\n"
+    t0 = time.perf_counter()
+    hogs = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(cores)]
+    for h in hogs:
+        h.wait()
+    busy = machine_probe.host_cpu_seconds()
+    assert busy is not None
+    share = machine_probe.others_share(busy - before, 0.0, time.perf_counter() - t0, cores)
+    assert share > machine_probe.BUSY_HOST_SHARE
 
 
 def test_fitted_profile_reproduces_its_measurements():
