@@ -217,6 +217,15 @@ class Param(Var):
     # kernel's coordinates run over collapsed dims: cuda_kernels.py `dim_groups`).
     span: int = 1
 
+    def for_value(self, value: SSAValue) -> Param:
+        """This parameter filled from `value` instead (a kernel shared by another site): a
+        copy of its fields, without `dataclasses.replace`'s pass through `__init__` (~4 us;
+        a deep program's kernel sites copy thousands)."""
+        copy = object.__new__(Param)
+        copy.__dict__.update(self.__dict__)
+        copy.value = value
+        return copy
+
 
 @dataclass(frozen=True)
 class Lit(Expr):

@@ -13,7 +13,7 @@ which is all the lowering reads of them to fill a launch's arguments."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from xdsl.ir import Attribute, Operation, SSAValue
 
@@ -45,7 +45,7 @@ class KernelSite:
             n = first.number.get(p.value)
             if n is None:
                 return None
-            out.append(replace(p, value=self.values[n]))
+            out.append(p.for_value(self.values[n]))
         return tuple(out)
 
 

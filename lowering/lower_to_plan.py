@@ -94,6 +94,10 @@ class Lowering:
         self.coords = [V.coords_of(r, self.grid_shape) for r in range(self.size)]
         self._piece_ranges: dict[tuple[TensorType, int], tuple[tuple[int, int], ...]] = {}
         self._rank_tables: dict[tuple[str, Hashable], RankValue] = {}
+        # a type's local shape and, where its slices are uneven, every rank's (new_buffer)
+        self._buffer_shapes: dict[
+            TensorType, tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]
+        ] = {}
         self.config = config
         self.buffers: dict[SSAValue, Buffer] = {}
         self.all_buffers: list[Buffer] = []
@@ -153,16 +157,16 @@ class Lowering:
         elt: str = "",
         shape: Sequence[int] | None = None,
     ) -> Buffer:
-        uneven = shape is None and V.is_uneven(t, self.grid_shape)
-        buf = Buffer(
-            self.fresh(hint),
-            t,
-            tuple(shape) if shape is not None else t.local_shape(self.grid_shape),
-            kind,
-            symmetric,
-            elt,
-            V.rank_shapes(t, self.grid_shape) if uneven else (),
-        )
+        if shape is not None:
+            local, ranks = tuple(shape), ()
+        elif (got := self._buffer_shapes.get(t)) is not None:
+            local, ranks = got
+        else:
+            uneven = V.is_uneven(t, self.grid_shape)
+            local = t.local_shape(self.grid_shape)
+            ranks = V.rank_shapes(t, self.grid_shape) if uneven else ()
+            self._buffer_shapes[t] = (local, ranks)
+        buf = Buffer(self.fresh(hint), t, local, kind, symmetric, elt, ranks)
         self.all_buffers.append(buf)
         return buf
 
@@ -184,16 +188,23 @@ class Lowering:
         return V.group_index(self.grid_shape, span, rank)
 
     def rank_table(
-        self, label: str, fn: Callable[[int], SupportsInt], key: Hashable = None
+        self,
+        label: str,
+        fn: Callable[[int], SupportsInt],
+        key: Hashable = None,
+        name: str | None = None,
     ) -> RankValue:
         """`fn(rank)` for every rank. `key`: what `fn` depends on besides the rank (types,
-        dims), given where a deep program asks the same table of every layer: computed once."""
-        if key is not None and (got := self._rank_tables.get((label, key))) is not None:
-            return got
-        table = RankValue(label, tuple(int(fn(r)) for r in range(self.size)))
-        if key is not None:
-            self._rank_tables[(label, key)] = table
-        return table
+        dims), given where a deep program asks the same table of every layer: computed once
+        per (label, key). `name`: the table's name in the plan where it is not `label` (a
+        value's name: every layer names its own, and shares the table)."""
+        name = name or label
+        got = self._rank_tables.get((label, key)) if key is not None else None
+        if got is None:
+            got = RankValue(name, tuple(int(fn(r)) for r in range(self.size)))
+            if key is not None:
+                self._rank_tables[(label, key)] = got
+        return got if got.label == name else RankValue(name, got.table)
 
     def per_rank(
         self, label: str, fn: Callable[[int], SupportsInt], key: Hashable = None
@@ -674,9 +685,10 @@ class Lowering:
                     assert v is not None
                     args.append(
                         self.rank_table(
-                            f"base_{v.name_hint or 'v'}",
+                            "base",
                             lambda r, v=v: self.base_offset(tensor_type_of(v), it, r),
                             (tensor_type_of(v), it),
+                            name=f"base_{v.name_hint or 'v'}",
                         )
                     )
                 case ParamKind.GSTART:
@@ -689,6 +701,7 @@ class Lowering:
                         self.rank_table(
                             f"start{d}",
                             lambda r, d=d, inner=inner: self.piece_ranges(it, r)[d][0] * inner,
+                            (it, inner),
                         )
                     )
                 case ParamKind.GOFFSET:
@@ -697,6 +710,7 @@ class Lowering:
                         self.rank_table(
                             "goffset",
                             lambda r, s0=stride0: self.piece_ranges(it, r)[0][0] * s0,
+                            it,
                         )
                     )
                 case ParamKind.SEED:
@@ -711,6 +725,7 @@ class Lowering:
                         self.rank_table(
                             "stream",
                             lambda r, t=t: V.stream_index(t, self.coords[r], self.grid_shape),
+                            t,
                         )
                     )
                 case _:

@@ -109,7 +109,11 @@ class PlanBuilder(Protocol):
     def group_index(self, rank: int, span: Sequence[int]) -> int: ...
 
     def rank_table(
-        self, label: str, fn: Callable[[int], int], key: Hashable = None
+        self,
+        label: str,
+        fn: Callable[[int], int],
+        key: Hashable = None,
+        name: str | None = None,
     ) -> RankValue: ...
 
     def piece_shape(self, t: TensorType, rank: int) -> tuple[int, ...]: ...
