@@ -23,6 +23,7 @@ from coconet.dialects.coco import (
     TensorType,
     tensor_type_of,
 )
+from coconet.dialects.coco_types import remember
 from coconet.dialects.layout_rules import (
     infer_dim_reduction,
     infer_elementwise,
@@ -123,7 +124,19 @@ def _layouts_len(*types: TensorType, span: tuple[int, ...] = ()) -> int:
 def _slice_type(vt: TensorType, result: TensorType, span: tuple[int, ...]) -> TensorType:
     """The type an operand of type `vt` takes so that it lines up, by broadcasting, with a
     result of type `result`: sliced wherever the result is sliced on a spanned axis and the
-    operand is replicated there and really spans the sliced dim (not broadcast along it)."""
+    operand is replicated there and really spans the sliced dim (not broadcast along it).
+    Remembered by its arguments: a deep program's layers ask the same few."""
+    key = (vt, result, span)
+    got = _SLICE_TYPES.get(key)
+    if got is None:
+        got = remember(_SLICE_TYPES, key, _sliced_like(vt, result, span))
+    return got
+
+
+_SLICE_TYPES: dict[tuple[TensorType, TensorType, tuple[int, ...]], TensorType] = {}
+
+
+def _sliced_like(vt: TensorType, result: TensorType, span: tuple[int, ...]) -> TensorType:
     n = _layouts_len(vt, result, span=span)
     lays = [vt.layout_on(a) for a in range(n)]
     gap = result.rank - vt.rank
