@@ -10,6 +10,7 @@ rules, then ops, with no cycle between them.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from typing import TypeVar
 
@@ -145,9 +146,10 @@ _DERIVED_TYPES: dict[tuple[Attribute, Attribute, tuple[Attribute, ...]], TensorT
 # Tensor types' hashes by id(type), with the type itself (alive while remembered, so its id is
 # not reused; TensorType.__hash__).
 _HASHES: dict[int, tuple[TensorType, int]] = {}
-# What a tensor type's body may hold (dims, element type, layouts); a body with anything
-# else (a string, a nested dialect attribute) is parsed as it is, never looked up.
-_BODY_CHARS = frozenset("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_x?<>[], ")
+# What a tensor type's body may hold (dims, element type, layouts, one level of `<...>`), up
+# to its closing `>`; a body with anything else (a string, a nested dialect attribute) does
+# not match and is parsed as it is, never looked up.
+_BODY = re.compile(r"([0-9A-Za-z_?\[\], ]*(?:<[0-9A-Za-z_?\[\], ]*>[0-9A-Za-z_?\[\], ]*)*)>")
 
 
 def _body_text(parser: AttrParser) -> str | None:
@@ -158,20 +160,8 @@ def _body_text(parser: AttrParser) -> str | None:
     token = parser._current_token  # pyright: ignore[reportPrivateUsage]
     if token.text != "<":
         return None
-    content = parser.lexer.input.content
-    start = token.span.end
-    depth = 0
-    for pos in range(start, min(len(content), start + 256)):
-        c = content[pos]
-        if c not in _BODY_CHARS:
-            return None
-        if c == "<":
-            depth += 1
-        elif c == ">":
-            if depth == 0:
-                return content[start:pos]
-            depth -= 1
-    return None
+    match = _BODY.match(parser.lexer.input.content, token.span.end)
+    return match.group(1) if match is not None else None
 
 
 def _skip_body(parser: AttrParser, length: int) -> None:
