@@ -233,18 +233,27 @@ def _fake_measurements(ranks: int) -> dict:
     return m
 
 
-def test_profile_is_measured_once_reused_and_remeasured_when_corrupt(monkeypatch, tmp_path):
+def _fake_probe(monkeypatch, tmp_path, extra: dict | None = None) -> list[int]:
+    """A cache of its own and a probe job that writes a profile of `_fake_measurements` (and
+    `extra`'s entries, read at each run); returns the rank counts it was run for."""
     from coconet import machine_probe
 
     monkeypatch.setenv("COCONET_CACHE_DIR", str(tmp_path))
-    runs = []
+    runs: list[int] = []
 
     def fake_job(ranks: int, out: Path, timeout: float = 600.0) -> None:
         runs.append(ranks)
-        profile = machine_probe.profile_from_measurements(_fake_measurements(ranks))
-        out.write_text(json.dumps(profile.to_json()))
+        m = _fake_measurements(ranks) | (extra or {})
+        out.write_text(json.dumps(machine_probe.profile_from_measurements(m).to_json()))
 
     monkeypatch.setattr(machine_probe, "_run_probe_job", fake_job)
+    return runs
+
+
+def test_profile_is_measured_once_reused_and_remeasured_when_corrupt(monkeypatch, tmp_path):
+    from coconet import machine_probe
+
+    runs = _fake_probe(monkeypatch, tmp_path)
     first = machine_probe.cpu_profile(2)
     assert runs == [2]
     assert first.source == "measured"
@@ -274,15 +283,7 @@ def test_a_profile_of_other_code_is_measured_again(monkeypatch, tmp_path):
     from coconet import machine_probe
     from coconet.lowering import plan_cache
 
-    monkeypatch.setenv("COCONET_CACHE_DIR", str(tmp_path))
-    runs = []
-
-    def fake_job(ranks: int, out: Path, timeout: float = 600.0) -> None:
-        runs.append(ranks)
-        profile = machine_probe.profile_from_measurements(_fake_measurements(ranks))
-        out.write_text(json.dumps(profile.to_json()))
-
-    monkeypatch.setattr(machine_probe, "_run_probe_job", fake_job)
+    runs = _fake_probe(monkeypatch, tmp_path)
     machine_probe.cpu_profile(2)
     machine_probe.cpu_profile(2)
     assert runs == [2]
@@ -296,22 +297,15 @@ def test_a_profile_measured_while_the_host_was_busy_serves_the_run_but_is_not_ca
 ):
     from coconet import machine_probe
 
-    monkeypatch.setenv("COCONET_CACHE_DIR", str(tmp_path))
-    runs, logged = [], []
-    share = {"value": 0.6}
-
-    def fake_job(ranks: int, out: Path, timeout: float = 600.0) -> None:
-        runs.append(ranks)
-        m = _fake_measurements(ranks) | {"others_cpu_share": share["value"]}
-        out.write_text(json.dumps(machine_probe.profile_from_measurements(m).to_json()))
-
-    monkeypatch.setattr(machine_probe, "_run_probe_job", fake_job)
+    share = {"others_cpu_share": 0.6}
+    runs = _fake_probe(monkeypatch, tmp_path, share)
+    logged: list[str] = []
     busy = machine_probe.cpu_profile(2, log=logged.append)
     assert busy.source == "measured"
     assert any("60%" in line and "not cached" in line for line in logged)
     machine_probe.cpu_profile(2, log=logged.append)
     assert runs == [2, 2]  # measured again: nothing was cached
-    share["value"] = 0.1  # a quiet host: cached from now on
+    share["others_cpu_share"] = 0.1  # a quiet host: cached from now on
     machine_probe.cpu_profile(2, log=logged.append)
     machine_probe.cpu_profile(2, log=logged.append)
     assert runs == [2, 2, 2]
