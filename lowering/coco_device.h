@@ -64,6 +64,9 @@
 //   lanes * sizeof(T) a multiple of 16. On the host a vector is a 1 KiB tile of views of the
 //   memory itself, which the compiler vectorizes. Lanes loops read inputs before they store
 //   outputs at the same element (in-place updates), like the lanes of a GPU register vector.
+//   A phase in which each thread accumulates its own vectors (a reduction's lanes) gives
+//   thread t the vectors t, t + coco_vector_threads(), ... for t < coco_vector_threads():
+//   every thread on a GPU, thread 0 on the host (one set of lane accumulators per block).
 // * Helper functions are declared COCO_DEVICE and take any indices they need as parameters.
 // * fp16/bf16 (coco_f16, coco_bf16) are 2-byte storage types: compute in float through
 //   coco_to_f32 / coco_from_f32<T> (round to nearest even). fp32 accumulation throughout.
@@ -172,6 +175,10 @@ constexpr int coco_at_block_level() {
 #define coco_block_idx() (coco_b_)
 #define coco_block_dim() (coco_block_dim_)
 #define coco_grid_dim() (coco_grid_dim_)
+// The threads that share a block's whole vectors where each thread accumulates its own (see
+// VECTORS): thread 0 alone on the host, whose threads run one after another -- each would
+// set up and combine a 1 KiB tile's worth of lane accumulators for a vector or two.
+#define coco_vector_threads() (1u)
 // Defined only inside COCO_FOR_THREADS: anywhere else `coco_t_` is undeclared.
 #define coco_thread_idx() (coco_t_)
 
@@ -292,6 +299,8 @@ COCO_HD void coco_cpu_relax() {
 #define coco_block_idx() (blockIdx.x)
 #define coco_block_dim() (blockDim.x)
 #define coco_grid_dim() (gridDim.x)
+// Every thread: 16-byte loads, coalesced across a warp.
+#define coco_vector_threads() (blockDim.x)
 #define coco_thread_idx() (threadIdx.x)
 
 // A one-trip loop so that `continue`/`break` mean the same as on the host.

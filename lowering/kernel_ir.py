@@ -322,6 +322,8 @@ BLOCK_IDX = Call("coco_block_idx")
 GRID_DIM = Call("coco_grid_dim")
 BLOCK_DIM = Call("coco_block_dim")
 THREAD_IDX = Call("coco_thread_idx")
+# The threads that share a block's vectors where each accumulates its own (coco_device.h).
+VECTOR_THREADS = Call("coco_vector_threads")
 
 
 class ReduceKind(StrEnum):

@@ -46,7 +46,18 @@ func.func @norm(%x: !coco.tensor<1000xbf16>) -> !coco.tensor<bf16> {
 // CHECK-NEXT:      double* __restrict__ partials,
 // CHECK-NEXT:      coco_i64 n) {
 // CHECK:         COCO_SHARED_DYN(double, acc_, 0);
-// CHECK:           a = a + (double)coco_to_f32(x[i]) * (double)coco_to_f32(x[i]);
+// Whole vectors first, one accumulator per lane (coco_vector_threads(): every thread on a
+// GPU, thread 0 of the block on the host), then the elements after them.
+// CHECK:         const coco_i32 lanes_ = COCO_VEC_BYTES / 2;
+// CHECK-NEXT:    const coco_range r_ = coco_chunk(n, coco_grid_dim(), coco_block_idx(), lanes_);
+// CHECK-NEXT:    const bool vec_ = coco_vec_aligned(x + r_.begin);
+// CHECK:           if (coco_thread_idx() < coco_vector_threads() && r_.begin / lanes_ + coco_thread_idx() < vend_ / lanes_) {
+// CHECK:             for (coco_i64 v_ = r_.begin / lanes_ + coco_thread_idx(); v_ < vend_ / lanes_; v_ += coco_vector_threads()) {
+// CHECK-NEXT:          COCO_VEC_IN(coco_bf16, x_v, lanes_, x + v_ * lanes_);
+// CHECK:                 acc_v[k_] = acc_v[k_] + (double)coco_to_f32(x_v[k_]) * (double)coco_to_f32(x_v[k_]);
+// CHECK:             a = acc_v[0];
+// CHECK:           for (coco_i64 i = vend_ + coco_thread_idx(); i < r_.end; i += coco_block_dim()) {
+// CHECK-NEXT:        a = a + (double)coco_to_f32(x[i]) * (double)coco_to_f32(x[i]);
 // CHECK:         coco_sync_block();
 // CHECK-LABEL: COCO_KERNEL(k_reduce_norm_bf16_finish,
 // CHECK:         out[0] = coco_bf16_from_f32(coco_f64_to_f32_odd(sqrt(total)));
@@ -141,12 +152,13 @@ func.func @norm_inside(%g: !coco.tensor<64xf32, local>) -> (!coco.tensor<64xf32,
 // CHECK-NEXT:      coco_u32* __restrict__ counter,
 // CHECK-NEXT:      const coco_u64* __restrict__ exchange,
 // CHECK:         const coco_i64 vend_ = vec_ ? r_.begin + (r_.end - r_.begin) / lanes_ * lanes_ : r_.begin;
-// Only a thread with whole vectors sets up lane accumulators (a host vector has 256 lanes).
+// Only a thread with whole vectors sets up lane accumulators (a host vector has 256 lanes; on
+// the host thread 0 takes all of a block's vectors: coco_vector_threads()).
 // CHECK-NEXT:    COCO_FOR_THREADS {
 // CHECK-NEXT:      double acc0_ = 0;
-// CHECK-NEXT:      if (r_.begin / lanes_ + coco_thread_idx() < vend_ / lanes_) {
+// CHECK-NEXT:      if (coco_thread_idx() < coco_vector_threads() && r_.begin / lanes_ + coco_thread_idx() < vend_ / lanes_) {
 // CHECK-NEXT:        double acc0_v[lanes_];
-// CHECK:             for (coco_i64 v_ = r_.begin / lanes_ + coco_thread_idx(); v_ < vend_ / lanes_; v_ += coco_block_dim()) {
+// CHECK:             for (coco_i64 v_ = r_.begin / lanes_ + coco_thread_idx(); v_ < vend_ / lanes_; v_ += coco_vector_threads()) {
 // CHECK:                 acc0_v[k_] = acc0_v[k_] + (double)sq;
 // CHECK:             coco_i32 s_ = lanes_ / 2;
 // CHECK-NEXT:        while (s_ > 0) {
