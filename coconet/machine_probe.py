@@ -524,7 +524,10 @@ def cpu_profile(
     if cached is not None:
         return cached
     if log and rank == 0:
-        log(f"measuring this host's machine profile on {ranks} rank(s) (once; cached)")
+        log(
+            f"measuring this host's machine profile on {ranks} rank(s) (cached for later runs "
+            "unless other work loads the host meanwhile)"
+        )
     if comm is not None:
         profile = profile_from_measurements(measure(comm))
     else:

@@ -1383,44 +1383,22 @@ class _ElementwiseBuilder:
         ]
 
     def vector_partials(self, accs: list[Var], values: list[Var], vend: Var) -> list[Stmt]:
-        """A thread's whole vectors (v = thread, thread + block size, ...) with one accumulator
-        per lane and reduction, the lanes then combined pairwise (lane k with lane k + s, for
-        s = lanes/2, lanes/4, ..., 1) into the thread's accumulators (declared before, at the
-        identity), which the element loop continues. A fixed order on each target, and one the
-        host vectorizes: in lane order it would be one long chain of dependent additions.
-
-        Only a thread with a vector keeps lane accumulators: a host vector is a tile of
-        hundreds of lanes, and a block of 256 threads setting up and combining them for a few
-        vectors spent ~100x the vectors' own time (LAMB's fused kernel at 4,096 elements: a
-        200 us launch). A thread without one would combine identities into the identity its
-        accumulator already holds, so the result is the same bit for bit."""
+        """This thread's whole vectors into its accumulators (`lane_partials`), each vector
+        the element body over its lanes (`vector_body`)."""
+        kinds = self.kinds()
         L = self.lanes
-        lane_accs = [Var(a.ctype, None, f"{a.fallback}v") for a in accs]
-        stmts: list[Stmt] = []
-        for la, (kind, acc) in zip(lane_accs, self.kinds()):
-            k = Var(I32, None, "k_")
-            identity = (Assign(Index(la, k), Identity(kind, acc)),)
-            stmts += [LocalArray(la, L), LaneLoop(k, L, identity)]
-
-        def into_lanes(k: Var) -> list[Stmt]:
-            return [
-                Assign(Index(la, k), Combine(kind, acc, Index(la, k), Cast(acc, value)))
-                for la, (kind, acc), value in zip(lane_accs, self.kinds(), values)
-            ]
-
-        v = Var(I64, None, "v_")
         first = Field(self.range, "begin") / L + THREAD_IDX
-        stmts.append(For(v, first, vend / L, self.vector_body(v, into_lanes), step=VECTOR_THREADS))
-        half = Var(I32, None, "s_")
-        pairwise: list[Stmt] = []
-        for la, (kind, acc) in zip(lane_accs, self.kinds()):
-            k = Var(I32, None, "k_")
-            pair = Combine(kind, acc, Index(la, k), Index(la, k + half))
-            pairwise.append(LaneLoop(k, half, (Assign(Index(la, k), pair),)))
-        pairwise.append(Assign(half, Lit("2"), op="/="))
-        stmts += [Decl(half, L / 2, const=False), While(binary(">", half, 0), tuple(pairwise))]
-        stmts += [Assign(a, Index(la, Lit("0"))) for a, la in zip(accs, lane_accs)]
-        return [If(_has_vectors(first, vend / L), tuple(stmts))]
+        return [
+            lane_partials(
+                accs,
+                kinds,
+                L,
+                first,
+                vend / L,
+                self.vector_body,
+                lambda k: [Cast(acc, v) for v, (_, acc) in zip(values, kinds)],
+            )
+        ]
 
     def finish_reductions(self) -> list[Stmt]:
         last: list[Stmt] = [ExprStmt(_call("coco_threadfence_system"))]
@@ -1465,11 +1443,57 @@ class _ElementwiseBuilder:
 # --------------------------------------------------------------------------------------------
 
 
-def _has_vectors(first: Expr, vectors_end: Expr) -> Expr:
-    """Whether this thread accumulates whole vectors: it is one of the block's vector threads
-    (coco_vector_threads: every thread on a GPU, thread 0 on the host) and its first vector
-    is one of the chunk's."""
-    return Binary("&&", binary("<", THREAD_IDX, VECTOR_THREADS), binary("<", first, vectors_end))
+def lane_partials(
+    accs: Sequence[Var],
+    kinds: Sequence[tuple[ReduceKind, CType]],
+    lanes: Expr,
+    first: Expr,
+    vectors_end: Expr,
+    vector: Callable[[Var, Callable[[Var], list[Stmt]]], Sequence[Stmt]],
+    values_at: Callable[[Var], Sequence[Expr]],
+) -> Stmt:
+    """A thread's whole vectors v = `first`, `first` + coco_vector_threads(), ... below
+    `vectors_end` with one accumulator per lane and reduction, the lanes then combined
+    pairwise (lane k with lane k + s, for s = lanes/2, lanes/4, ..., 1) into the thread's
+    accumulators `accs` (declared before, at the identity; an element loop continues them).
+    `vector(v, then)` is vector v's statements, `then(k)` ending lane k's; `values_at(k)` is
+    what lane k adds to each reduction, in its accumulator type. A fixed order on each
+    target, and one the host vectorizes: in lane order it would be one long chain of
+    dependent additions.
+
+    Only a thread with a vector keeps lane accumulators, and on the host thread 0 takes all
+    of a block's vectors (coco_vector_threads): a host vector is a tile of hundreds of lanes,
+    and 256 threads setting up and combining them for a vector or two each spent ~100x the
+    vectors' own time (LAMB's fused kernel at 4,096 elements: a 264 us launch). A thread
+    without one would combine identities into the identity its accumulator holds."""
+    lane_accs = [Var(a.ctype, None, f"{a.fallback}v") for a in accs]
+    stmts: list[Stmt] = []
+    for la, (kind, acc) in zip(lane_accs, kinds):
+        k = Var(I32, None, "k_")
+        identity = (Assign(Index(la, k), Identity(kind, acc)),)
+        stmts += [LocalArray(la, lanes), LaneLoop(k, lanes, identity)]
+
+    def into_lanes(k: Var) -> list[Stmt]:
+        return [
+            Assign(Index(la, k), Combine(kind, acc, Index(la, k), value))
+            for la, (kind, acc), value in zip(lane_accs, kinds, values_at(k))
+        ]
+
+    v = Var(I64, None, "v_")
+    stmts.append(For(v, first, vectors_end, tuple(vector(v, into_lanes)), step=VECTOR_THREADS))
+    half = Var(I32, None, "s_")
+    pairwise: list[Stmt] = []
+    for la, (kind, acc) in zip(lane_accs, kinds):
+        k = Var(I32, None, "k_")
+        pair = Combine(kind, acc, Index(la, k), Index(la, k + half))
+        pairwise.append(LaneLoop(k, half, (Assign(Index(la, k), pair),)))
+    pairwise.append(Assign(half, Lit("2"), op="/="))
+    stmts += [Decl(half, lanes / 2, const=False), While(binary(">", half, 0), tuple(pairwise))]
+    stmts += [Assign(a, Index(la, Lit("0"))) for a, la in zip(accs, lane_accs)]
+    has_vectors = Binary(
+        "&&", binary("<", THREAD_IDX, VECTOR_THREADS), binary("<", first, vectors_end)
+    )
+    return If(has_vectors, tuple(stmts))
 
 
 def reduction_kernels(name: str, kind: str, elt: str) -> tuple[Kernel, Kernel]:
@@ -1489,62 +1513,30 @@ def reduction_kernels(name: str, kind: str, elt: str) -> tuple[Kernel, Kernel]:
         load = Cast(acc, load_expr(elt, value))
         return load * load if rkind == ReduceKind.NORM else load
 
-    # Whole vectors first, as fused kernels take them (vector_partials): each thread's vectors
-    # v = thread, thread + block size, ... with one accumulator per lane, the lanes then
-    # combined pairwise into the thread's accumulator; then the elements after the last
-    # vector. One element per thread at a time, in one dependent chain, ran at a tenth of
-    # the host's memory bandwidth (a norm of 2^24 f32: 29 ms against a 2.7 ms floor); 16-byte
-    # loads suit a GPU too. Chunks start at whole vectors.
+    # Whole vectors first, as fused kernels take them (lane_partials), then the elements after
+    # the last vector. One element per thread at a time, in one dependent chain, ran at a
+    # tenth of the host's memory bandwidth (a norm of 2^24 f32: 29 ms against a 2.7 ms
+    # floor); 16-byte loads suit a GPU too. Chunks start at whole vectors.
     lanes, ok, vend = Var(I32, None, "lanes_"), Var(BOOL, None, "vec_"), Var(I64, None, "vend_")
     begin, end = Field(r, "begin"), Field(r, "end")
-    first = begin / lanes + THREAD_IDX
-    lane_acc, k, v = Var(acc, None, "acc_v"), Var(I32, None, "k_"), Var(I64, None, "v_")
-    xv, half = Var(storage, None, "x_v"), Var(I32, None, "s_")
-    vectors = (
-        LocalArray(lane_acc, lanes),
-        LaneLoop(k, lanes, (Assign(Index(lane_acc, k), Identity(rkind, acc)),)),
-        For(
-            v,
-            first,
-            vend / lanes,
-            (
-                VecIn(xv, lanes, x + v * lanes),
-                LaneLoop(
-                    k,
-                    lanes,
-                    (
-                        Assign(
-                            Index(lane_acc, k),
-                            Combine(rkind, acc, Index(lane_acc, k), term(Index(xv, k))),
-                        ),
-                    ),
-                ),
-            ),
-            step=VECTOR_THREADS,
-        ),
-        Decl(half, lanes / 2, const=False),
-        While(
-            binary(">", half, 0),
-            (
-                LaneLoop(
-                    k,
-                    half,
-                    (
-                        Assign(
-                            Index(lane_acc, k),
-                            Combine(rkind, acc, Index(lane_acc, k), Index(lane_acc, k + half)),
-                        ),
-                    ),
-                ),
-                Assign(half, Lit("2"), op="/="),
-            ),
-        ),
-        Assign(a, Index(lane_acc, Lit("0"))),
-    )
+    xv = Var(storage, None, "x_v")
+
+    def vector(v: Var, then: Callable[[Var], list[Stmt]]) -> list[Stmt]:
+        k = Var(I32, None, "k_")
+        return [VecIn(xv, lanes, x + v * lanes), LaneLoop(k, lanes, tuple(then(k)))]
+
     per_thread = ForThreads(
         (
             Decl(a, Identity(rkind, acc), const=False),
-            If(_has_vectors(first, vend / lanes), vectors),
+            lane_partials(
+                [a],
+                [(rkind, acc)],
+                lanes,
+                begin / lanes + THREAD_IDX,
+                vend / lanes,
+                vector,
+                lambda k: [term(Index(xv, k))],
+            ),
             For(
                 i,
                 vend + THREAD_IDX,

@@ -527,16 +527,15 @@ class PlanRunner:
         on this host."""
         cached = self._resolved.get(id(launch))
         if cached is None or cached[0] != self._placement:
+            args: list[KernelArg] = []
+            epochs: list[tuple[int, str, str]] = []
             kinds = self.signatures[launch.kernel]
-            epochs = [
-                (i, a.site, k)
-                for i, (a, k) in enumerate(zip(launch.args, kinds, strict=True))
-                if isinstance(a, Epoch)
-            ]
-            args = [
-                _EPOCH_SLOT if isinstance(a, Epoch) else self._argument(launch, a, k)
-                for a, k in zip(launch.args, kinds)
-            ]
+            for i, (a, k) in enumerate(zip(launch.args, kinds, strict=True)):
+                if isinstance(a, Epoch):
+                    epochs.append((i, a.site, k))
+                    args.append(_EPOCH_SLOT)  # filled below, each step
+                else:
+                    args.append(self._argument(launch, a, k))
             cached = self._resolved[id(launch)] = (self._placement, args, epochs)
         _, args, epochs = cached
         if not epochs:

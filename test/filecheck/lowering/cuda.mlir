@@ -54,8 +54,8 @@ func.func @norm(%x: !coco.tensor<1000xbf16>) -> !coco.tensor<bf16> {
 // CHECK:           if (coco_thread_idx() < coco_vector_threads() && r_.begin / lanes_ + coco_thread_idx() < vend_ / lanes_) {
 // CHECK:             for (coco_i64 v_ = r_.begin / lanes_ + coco_thread_idx(); v_ < vend_ / lanes_; v_ += coco_vector_threads()) {
 // CHECK-NEXT:          COCO_VEC_IN(coco_bf16, x_v, lanes_, x + v_ * lanes_);
-// CHECK:                 acc_v[k_] = acc_v[k_] + (double)coco_to_f32(x_v[k_]) * (double)coco_to_f32(x_v[k_]);
-// CHECK:             a = acc_v[0];
+// CHECK:                 av[k_] = av[k_] + (double)coco_to_f32(x_v[k_]) * (double)coco_to_f32(x_v[k_]);
+// CHECK:             a = av[0];
 // CHECK:           for (coco_i64 i = vend_ + coco_thread_idx(); i < r_.end; i += coco_block_dim()) {
 // CHECK-NEXT:        a = a + (double)coco_to_f32(x[i]) * (double)coco_to_f32(x[i]);
 // CHECK:         coco_sync_block();
