@@ -813,17 +813,29 @@ class Lowering:
         kind = op.kind.data
         kernel = K.row_reduction_kernel(self.fresh(f"k_reduce_dims_{kind}_{elt}"), kind, elt)
         name = self.add_kernel(kernel)
-        dims = op.reduced_dims
-        local = op.input.type.local_shape(self.grid_shape)
-        outer = int(np.prod(local[: dims[0]], dtype=np.int64))
-        count = int(np.prod(local[dims[0] : dims[-1] + 1], dtype=np.int64))
-        inner = int(np.prod(local[dims[-1] + 1 :], dtype=np.int64))
-        rows = outer * inner
+        first, last = op.reduced_dims[0], op.reduced_dims[-1]
+        t = op.input.type
+
+        def extents(rank: int) -> tuple[int, int, int]:
+            """(rows, count, inner) of this rank's piece: an unevenly cut dim gives ranks
+            pieces of different extents, so each reads its own (a literal of the largest
+            piece made smaller ranks read past theirs)."""
+            shape = self.piece_shape(t, rank)
+            outer, inner = math.prod(shape[:first]), math.prod(shape[last + 1 :])
+            return outer * inner, math.prod(shape[first : last + 1]), inner
+
+        table = [extents(r) for r in range(self.size)]
+        key = (t, first, last)
+        rows, count, inner = (
+            self.per_rank(label, lambda r, i=i: table[r][i], key)
+            for i, label in enumerate(("rows", "count", "inner"))
+        )
+        most_rows = max(r for r, _, _ in table)
         out = self.buffer_for(op.result)
         self.emit(
             Launch(
                 name,
-                max(1, min(self.config.max_blocks, rows)),
+                max(1, min(self.config.max_blocks, most_rows)),
                 coco.ROW_LANES,
                 [self.value_buffer(op.input), out, rows, count, inner],
                 writes=(out.name,),

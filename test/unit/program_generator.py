@@ -3,12 +3,14 @@
 A program is built with the dialects' op constructors, which infer result types by the layout
 rules; an illegal combination raises a `VerifyException` at construction and is simply not
 emitted (rejected by construction), so every generated module verifies. Programs run on a
-dynamic 1-D grid `[?]` (mostly) or on `[2, ?]`; every sliceable dim is a multiple of 4, so the
-rank counts 1, 2 and 4 all fit (a `[2, ?]` grid skips 1 rank).
+dynamic 1-D grid `[?]` (mostly) or on `[2, ?]`; every sliceable dim is at least 4, so the
+rank counts 1, 2 and 4 all fit (a `[2, ?]` grid skips 1 rank); some (5, 6, 7) do not divide by
+2 or 4, so slices are cut unevenly, as `np.array_split` cuts them.
 
 What a program holds, at random: arguments of random legal layouts (replicated state, local
 gradients, sliced tensors, scalars) in f32/f16/bf16 (and a few i32); elementwise binary and
-unary ops, constants, casts, compare/select, dropout, matmul, full reductions, all_reduce,
+unary ops, constants, casts, compare/select, dropout, matmul, full and row reductions
+(`reduce_dims` over any run of dims, sliced ones too: their partials), all_reduce,
 reduce_scatter/all_gather pairs, slice, broadcast, send (on `[2, ?]`); then updates of
 arguments (mostly replicated ones, as optimizers do) and returned values. Operands are drawn
 with a bias to recent values, so chains like `all_reduce -> elementwise with replicated state
@@ -61,6 +63,9 @@ from coconet.dialects.coco import (
 ELEMENT_TYPES: dict[str, Attribute] = {"f32": f32, "f16": f16, "bf16": bf16, "i32": i32, "i1": i1}
 FLOATS = ("f32", "f16", "bf16")
 SHAPES: tuple[tuple[int, ...], ...] = ((8,), (4,), (4, 8), (8, 4), (16,), ())
+# cut unevenly at 2 and 4 ranks: where per-rank extents differ (a row reduction once read
+# past smaller ranks' pieces)
+SHAPES += ((5, 7), (6,), (7, 4, 5))
 CONSTANTS = (0.5, 0.9, 2.0, -1.0, 0.0, 1e-3, 3.0)
 INT_CONSTANTS = (1, 2, 0, -3, 7)
 
@@ -79,6 +84,7 @@ OP_KINDS = (
     "matmul",
     "broadcast",
     "send",
+    "reduce_dims",
 )
 
 MOTIFS = ("optimizer", "sliced_optimizer", "megatron", "boundary", "regather")
@@ -526,6 +532,21 @@ class _Gen:
             return
         kind = self.draw(st.sampled_from(("sum", "max", "min", "norm")))
         self.emit(lambda: coco.ReduceOp(kind, a))
+
+    def op_reduce_dims(self) -> None:
+        a = self.pick(lambda v: v.type.elt != "i1" and v.type.rank > 0)
+        if a is None:
+            return
+        rank = a.type.rank
+        first = self.draw(st.integers(0, rank - 1))
+        last = self.draw(st.integers(first, rank - 1))
+        kind = self.draw(st.sampled_from(("sum", "max", "min", "mean")))
+        keep = self.draw(st.booleans())
+        r = self.emit(lambda: coco.ReduceDimsOp(kind, a, list(range(first, last + 1)), keep))
+        if r is not None and r.type.local_axes() and kind != "mean" and self.draw(st.booleans()):
+            # a sliced dim's partials, combined as a vocab-parallel softmax combines them
+            axes = list(r.type.local_axes()) if self.grid_rank > 1 else None
+            self.collective(comm.AllReduceOp, r, kind=kind, axes=axes)
 
     def op_cmp_select(self) -> None:
         a = self.pick(lambda v: v.type.elt != "i1")

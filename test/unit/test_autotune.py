@@ -396,6 +396,17 @@ def test_the_walk_s_fixed_cost_is_priced_once_per_step_not_per_launch():
     assert predict(three, profile).seconds < predict(three, older).seconds
 
 
+def test_a_launch_timed_above_its_whole_step_still_fits_a_valid_profile():
+    """On a busy host the launch timed alone can come out slower than the whole step that
+    holds it: the fit clamps the walk's cost at zero rather than going negative."""
+    from coconet.machine_probe import profile_from_measurements
+
+    m = _fake_measurements(2) | {"launch_each": 3e-5, "launch_step": 2e-5, "launch_plan": 2}
+    profile = profile_from_measurements(m)
+    assert profile.step_overhead == 0.0
+    assert profile.launch_overhead == pytest.approx(3e-5 - 256 * 8 / m["triad_bandwidth"])
+
+
 def test_an_in_kernel_norm_exchange_is_priced_as_measured():
     """A norm finished inside a fused kernel (LAMB's trust ratio) waits for every block and
     then trades partials with the peers: the probe times such a program, and the fitted
@@ -436,7 +447,9 @@ def test_measuring_on_one_rank_gives_a_valid_profile(monkeypatch, tmp_path):
     assert all(t > 0 for t in profile.matmul_overhead.values())
     assert profile.launch_overhead > 0
     assert m["launch_plan"] >= 1
-    assert 0 < m["launch_each"] <= m["launch_step"]
+    # two timings, each positive; their order is noise-dependent on a busy host (the launch
+    # alone measured above the whole step in 3 of 5 runs), which the fit must absorb
+    assert m["launch_each"] > 0 and m["launch_step"] > 0
     assert profile.step_overhead >= 0
 
 

@@ -1,0 +1,225 @@
+"""Row-wise ops over dims cut unevenly (issue #25, item 1).
+
+`coco.reduce_dims` over a dim that does not divide by its ranks once passed every rank the
+largest piece's extent as a literal, so a smaller rank read past its piece: row sums came back
+wrong, with exit 0. This family runs every row-wise op -- sum/max/min/mean reductions, over the
+sliced dim (partials combined by an all_reduce) and beside it (whole rows of a slice), softmax,
+RMSNorm, LayerNorm and a vocab-parallel log-sum-exp -- over dims cut unevenly at 2, 3, 4 and 7
+ranks, in every element type a reduction takes: the sim against independent NumPy, and the
+lowered plan (every named schedule) on the cpu backend's kernels against the sim. MPI ranks run
+the same programs in test/mpi/test_mpi_cpu.py."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+import coconet
+from coconet.core.program import Program, parse_module
+from coconet.lowering.lower_to_plan import lower
+from coconet.lowering.plan import Launch, RankValue
+from coconet.runtime.sim import prepare_inputs
+from coconet.runtime.threaded import ThreadedExecutor
+from coconet.schedule import apply_schedule, named_schedules
+
+RANKS = (2, 3, 4, 7)
+ROWS, MID, COLS = 23, 11, 45  # no rank count above 1 divides any of them
+FLOATS = ("f32", "f16", "bf16", "f64")
+INTS = ("i32", "i64")
+# the tolerance of the oracle against NumPy's own (differently ordered, f64) reductions
+RTOL = {"f32": 1e-5, "f64": 1e-12, "f16": 2e-3, "bf16": 2e-2}
+
+
+def _t(shape: tuple[int, ...], elt: str, layout: str = "") -> str:
+    dims = "".join(f"{n}x" for n in shape)
+    return f"!coco.tensor<{dims}{elt}{', ' + layout if layout else ''}>"
+
+
+@functools.cache
+def reduce_program(kind: str, elt: str, sliced: int, dims: tuple[int, ...], keep: bool) -> Program:
+    """`reduce_dims kind` of x [ROWS, MID, COLS] (sliced on `sliced`) over `dims`; a reduction of
+    the sliced dim gives this rank's partial, which an all_reduce combines."""
+    shape = (ROWS, MID, COLS)
+    xt = _t(shape, elt, f"sliced<{sliced}>")
+    out_shape = tuple(1 if d in dims else n for d, n in enumerate(shape)) if keep else tuple(
+        n for d, n in enumerate(shape) if d not in dims
+    )
+    keepdims = " keepdims" if keep else ""
+    head = f"%r = coco.reduce_dims {kind} %x dims {list(dims)}{keepdims}"
+    if sliced in dims:
+        partial = _t(out_shape, elt, "local")
+        whole = _t(out_shape, elt)
+        body = (
+            f"  %p = coco.reduce_dims {kind} %x dims {list(dims)}{keepdims} : {xt} -> {partial}\n"
+            f"  %r = comm.all_reduce {kind} %p : {partial} -> {whole}\n"
+        )
+        rt = whole
+    else:
+        new_dim = sliced if keep else sliced - sum(1 for d in dims if d < sliced)
+        rt = _t(out_shape, elt, f"sliced<{new_dim}>")
+        body = f"  {head} : {xt} -> {rt}\n"
+    text = (
+        f"func.func @rows(%x: {xt}) -> {rt} {{\n{body}  func.return %r : {rt}\n}}\n"
+    )
+    return Program(parse_module(text))
+
+
+NUMPY = {"sum": np.sum, "max": np.max, "min": np.min, "mean": np.mean}
+
+
+def _numpy_reduce(kind: str, x: np.ndarray, dims: tuple[int, ...], keep: bool) -> np.ndarray:
+    wide = x.astype(np.float64) if x.dtype.kind == "f" or x.dtype.name == "bfloat16" else x
+    if kind == "sum" and x.dtype.kind == "i":
+        return np.sum(x, axis=dims, keepdims=keep, dtype=x.dtype)
+    return NUMPY[kind](wide, axis=dims, keepdims=keep)
+
+
+def _check_reference(kind: str, elt: str, got: np.ndarray, want: np.ndarray) -> None:
+    if elt in INTS or kind in ("max", "min"):
+        assert np.array_equal(got.astype(want.dtype), want)
+    else:
+        np.testing.assert_allclose(got.astype(np.float64), want, rtol=RTOL[elt], atol=RTOL[elt])
+
+
+def _run_everywhere(program: Program, ranks: int, seed: int) -> tuple[dict, dict]:
+    """The sim's outputs and the cpu backend's (plan on in-process ranks) for one input."""
+    plan = lower(program, ranks)
+    inputs = prepare_inputs(program, None, plan.grid_shape, seed=seed)
+    want = coconet.run(program, inputs, ranks=ranks, inplace=False).outputs
+    got = ThreadedExecutor(plan).run(inputs)
+    return inputs, {"sim": want, "cpu": got}
+
+
+CASES = [
+    # (kind, sliced dim, reduced dims, keepdims)
+    ("sum", 0, (2,), True),  # whole rows of an uneven row slice
+    ("max", 0, (1, 2), False),
+    ("mean", 2, (0,), True),  # reduce beside the uneven slice
+    ("min", 1, (0,), False),
+    ("sum", 2, (2,), True),  # the uneven dim itself: partials + all_reduce
+    ("max", 2, (1, 2), False),
+    ("min", 0, (0, 1), True),
+    ("sum", 1, (0, 1, 2), False),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "elt"),
+    [
+        pytest.param(c, elt, id=f"{c[0]}-s{c[1]}-d{''.join(map(str, c[2]))}-{elt}")
+        for c in CASES
+        for elt in FLOATS + INTS
+        if c[0] != "mean" or elt in FLOATS  # a mean of integers is refused: [element-types]
+    ],
+)
+def test_row_reductions_over_uneven_cuts(case, elt):
+    kind, sliced, dims, keep = case
+    program = reduce_program(kind, elt, sliced, dims, keep)
+    for ranks in RANKS:
+        inputs, out = _run_everywhere(program, ranks, seed=ranks)
+        want = _numpy_reduce(kind, inputs["x"], dims, keep)
+        _check_reference(kind, elt, out["sim"]["r"], want)
+        exact = sliced not in dims or kind != "sum" or elt in INTS
+        if exact:  # rank order is the oracle's: the kernels reproduce it exactly
+            assert np.array_equal(out["cpu"]["r"], out["sim"]["r"]), f"{ranks} ranks"
+        else:  # MPI's f32 sum of the partials reassociates
+            _check_reference(kind, elt, out["cpu"]["r"], want)
+
+
+def test_the_plan_passes_each_rank_its_own_extents():
+    """The row kernel's counts are per-rank tables where pieces differ: a literal of the
+    largest piece is what made smaller ranks read past theirs."""
+    plan = lower(reduce_program("sum", "f32", 2, (2,), True), 2)
+    (launch,) = [s for s in plan.steps if isinstance(s, Launch) and "reduce_dims" in s.kernel]
+    _, _, rows, count, inner = launch.args
+    assert isinstance(count, RankValue) and count.table == (23, 22)
+    assert rows == ROWS * MID and inner == 1
+    plan = lower(reduce_program("sum", "f32", 0, (2,), True), 7)
+    (launch,) = [s for s in plan.steps if isinstance(s, Launch) and "reduce_dims" in s.kernel]
+    _, _, rows, count, _ = launch.args
+    assert isinstance(rows, RankValue) and rows.table == (44, 44, 33, 33, 33, 33, 33)
+    assert count == COLS
+
+
+def _row_block(elt: str) -> str:
+    """Softmax, RMSNorm and LayerNorm of an all_reduced [ROWS, COLS] block, and a
+    vocab-parallel log-sum-exp over COLS sliced: every row-wise op the examples use."""
+    local, whole = _t((ROWS, COLS), elt, "local"), _t((ROWS, COLS), elt)
+    col = _t((ROWS, 1), elt)
+    vs, vp = _t((ROWS, COLS), elt, "sliced<1>"), _t((ROWS, 1), elt, "local")
+    scalar = _t((), elt)
+    return f"""
+func.func @block(%p: {local}, %logits: {vs}) -> ({whole}, {whole}, {whole}, {col}) {{
+  %h = comm.all_reduce sum %p : {local} -> {whole}
+  %mx = coco.reduce_dims max %h dims [1] keepdims : {whole} -> {col}
+  %e0 = coco.sub %h, %mx : {whole}, {col} -> {whole}
+  %e = coco.exp %e0 : {whole}
+  %s = coco.reduce_dims sum %e dims [1] keepdims : {whole} -> {col}
+  %softmax = coco.div %e, %s : {whole}, {col} -> {whole}
+  %sq = coco.mul %h, %h : {whole}
+  %ms = coco.reduce_dims mean %sq dims [1] keepdims : {whole} -> {col}
+  %eps = coco.constant 1.0e-05 : {scalar}
+  %ms1 = coco.add %ms, %eps : {col}, {scalar} -> {col}
+  %rs = coco.rsqrt %ms1 : {col}
+  %rms = coco.mul %h, %rs : {whole}, {col} -> {whole}
+  %mu = coco.reduce_dims mean %h dims [1] keepdims : {whole} -> {col}
+  %c = coco.sub %h, %mu : {whole}, {col} -> {whole}
+  %c2 = coco.mul %c, %c : {whole}
+  %var = coco.reduce_dims mean %c2 dims [1] keepdims : {whole} -> {col}
+  %var1 = coco.add %var, %eps : {col}, {scalar} -> {col}
+  %ri = coco.rsqrt %var1 : {col}
+  %ln = coco.mul %c, %ri : {whole}, {col} -> {whole}
+  %lmx = coco.reduce_dims max %logits dims [1] keepdims : {vs} -> {vp}
+  %gmx = comm.all_reduce max %lmx : {vp} -> {col}
+  %l0 = coco.sub %logits, %gmx : {vs}, {col} -> {vs}
+  %l1 = coco.exp %l0 : {vs}
+  %ls = coco.reduce_dims sum %l1 dims [1] keepdims : {vs} -> {vp}
+  %gs = comm.all_reduce sum %ls : {vp} -> {col}
+  %lg = coco.log %gs : {col}
+  %lse = coco.add %lg, %gmx : {col}
+  func.return %softmax, %rms, %ln, %lse : {whole}, {whole}, {whole}, {col}
+}}
+"""
+
+
+def _block_reference(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    h = inputs["p"].astype(np.float64).sum(axis=0)
+    e = np.exp(h - h.max(axis=1, keepdims=True))
+    mu = h.mean(axis=1, keepdims=True)
+    lg = inputs["logits"].astype(np.float64)
+    m = lg.max(axis=1, keepdims=True)
+    return {
+        "softmax": e / e.sum(axis=1, keepdims=True),
+        "rms": h / np.sqrt((h * h).mean(axis=1, keepdims=True) + 1e-5),
+        "ln": (h - mu) / np.sqrt(((h - mu) ** 2).mean(axis=1, keepdims=True) + 1e-5),
+        "lse": np.log(np.exp(lg - m).sum(axis=1, keepdims=True)) + m,
+    }
+
+
+BLOCK_TOL = {"f32": 1e-4, "f64": 1e-10, "f16": 3e-2, "bf16": 1e-1}
+
+
+@pytest.mark.parametrize("elt", FLOATS)
+def test_softmax_and_norms_over_uneven_rows_under_every_schedule(elt):
+    """The row block as written and under every named schedule (rs-c-ag cuts the rows
+    unevenly; fuse(rs-c-ag) runs them in the fused row kernel) at 2, 3, 4 and 7 ranks: the
+    sim against NumPy, each schedule's plan on the cpu kernels against the sim."""
+    from coconet.runtime.check import compare_piece
+
+    program = Program(parse_module(_row_block(elt)))
+    schedules = {"as written": program} | {
+        name: apply_schedule(program, name) for name in named_schedules(program)
+    }
+    assert len(schedules) >= 3, list(schedules)
+    for ranks in RANKS:
+        inputs, out = _run_everywhere(program, ranks, seed=10 + ranks)
+        for name, want in _block_reference(inputs).items():
+            got = out["sim"][name].astype(np.float64)
+            np.testing.assert_allclose(got, want, rtol=BLOCK_TOL[elt], atol=BLOCK_TOL[elt])
+        for name, scheduled in schedules.items():
+            got = ThreadedExecutor(lower(scheduled, ranks)).run(inputs)
+            for value, want in out["sim"].items():
+                diff, _, _ = compare_piece(value, 0, got[value], want)
+                assert diff is None, f"{name} at {ranks} ranks: {diff}"
