@@ -47,6 +47,9 @@ def seeds() -> tuple[Seed, ...]:
     for path in sorted((ROOT / "examples").glob("*.mlir")):
         out.append(Seed(str(path.relative_to(ROOT)), _read(path)))
     out.extend(python_example_seeds())
+    # the unit tests' program files: row reductions of every kind, dense constants
+    for path in sorted((ROOT / "test" / "unit" / "programs").glob("*.mlir")):
+        out.append(Seed(str(path.relative_to(ROOT)), _read(path)))
     for path in sorted((ROOT / "test" / "filecheck").rglob("*.mlir")):
         rel = str(path.relative_to(ROOT))
         for i, chunk in enumerate(re.split(r"^// -----\s*$", _read(path), flags=re.MULTILINE)):
@@ -272,7 +275,11 @@ def shape_everywhere(text, rng):
     m = _pick_match(r"(?<=[<x])(\d+)(?=x)", text, rng)
     if m is None:
         return None
-    new = rng.choice(("0", "1", "3", "6", "1099511627776", "2147483648", "4611686018427387904"))
+    # 3, 5, 7, 45: cut unevenly at 2 and 3 ranks (the cpu stage's), where per-rank extents
+    # differ between ranks
+    new = rng.choice(
+        ("0", "1", "3", "5", "6", "7", "45", "1099511627776", "2147483648", "4611686018427387904")
+    )
     return re.sub(rf"(?<=[<x]){m.group(0)}(?=x)", new, text), None
 
 

@@ -14,7 +14,8 @@ Stages, in order (each is the library call the tools make, in this process):
    `check_equivalence` (bit-exact except reassociated reductions) at 1, 2, 4 ranks;
 6. `cpu`: for a `cpu_fraction` of the distinct accepted programs (chosen by a hash of their
    IR, so a run is reproducible), the plan runs on the cpu backend (the generated kernels,
-   compiled by the host compiler, on 1 and 2 in-process ranks) and its outputs must equal the
+   compiled by the host compiler, on 1, 2 and 3 in-process ranks; unevenly cut programs
+   are chosen at four times the fraction) and its outputs must equal the
    sim's (per-dtype tolerances: the backend's library collectives may reorder sums).
 Stages 3-5 run once per distinct accepted IR (most mutations of one seed print the same).
 A pipeline case runs `coco-opt FILE -p PIPELINE -t TARGET` on an example.
@@ -281,7 +282,9 @@ class Oracle:
                     stage.enter(f"sim@{ranks}")
                     with contextlib.suppress(*CLEAN):
                         sim.run(p, ranks=ranks, seed=ranks)
-            if simulate and _chosen(text + p.name, self.cpu_fraction):
+            # an unevenly cut program is where per-rank extents can go wrong: sampled 4x
+            fraction = self.cpu_fraction * (4 if _cut_unevenly(p) else 1)
+            if simulate and _chosen(text + p.name, fraction):
                 self._cpu(p, stage)
             stage.enter("schedules")
             try:
@@ -311,7 +314,7 @@ class Oracle:
         from coconet.runtime import sim
         from coconet.runtime.threaded import ThreadedExecutor
 
-        for ranks in (1, 2):
+        for ranks in (1, 2, 3):  # 3: most sizes cut unevenly, pieces of other extents
             stage.enter(f"cpu@{ranks}")
             try:
                 plan = lower(p, ranks)
@@ -374,6 +377,22 @@ def _spread(items: list[Any], count: int | None) -> list[Any]:
 def _dtype_name(a: np.ndarray) -> str:
     names = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64"}
     return names.get(a.dtype.name, "i32")
+
+
+def _cut_unevenly(p: Program) -> bool:
+    """Whether a sliced dim of one of the program's tensors does not divide by 2 or 3 (the
+    cpu stage's rank counts): its ranks then hold pieces of different extents."""
+    from coconet.dialects.coco import SlicedAttr, TensorType
+
+    for op in p.func.walk():
+        for v in (*op.operands, *op.results):
+            t = v.type
+            if isinstance(t, TensorType):
+                shape = t.get_shape()
+                for lay in t.layouts:
+                    if isinstance(lay, SlicedAttr) and (shape[lay.dim.data] % 6):
+                        return True
+    return False
 
 
 def _chosen(key: str, fraction: float) -> bool:

@@ -171,3 +171,35 @@ def test_checked_schedules_are_spread_over_the_enumeration():
     assert _spread(list(range(3)), 8) == [0, 1, 2]
     assert _spread(list(range(5)), None) == [0, 1, 2, 3, 4]
     assert _spread(list(range(5)), 1) == [4]
+
+
+UNEVEN_ROWS = """
+func.func @vocab(%x: !coco.tensor<7x45xf32, sliced<1>>) -> !coco.tensor<7x1xf32> {
+  %p = coco.reduce_dims sum %x dims [1] keepdims : !coco.tensor<7x45xf32, sliced<1>> -> !coco.tensor<7x1xf32, local>
+  %r = comm.all_reduce sum %p : !coco.tensor<7x1xf32, local> -> !coco.tensor<7x1xf32>
+  func.return %r : !coco.tensor<7x1xf32>
+}
+"""
+
+
+def test_the_cpu_stage_finds_a_kernel_given_the_largest_piece_s_extents(tmp_path, monkeypatch):
+    """The kind of hole of issue #25 (a row kernel handed the largest piece's extent on every
+    rank read past smaller pieces, with exit 0): the cpu stage runs a program cut unevenly at
+    2 and 3 ranks and reports the lowering that hands every rank the largest extent as a
+    silent acceptance; the real lowering is accepted."""
+    from fuzz_inputs import Case
+
+    import coconet.lowering.lower_to_plan as lowering
+
+    case = Case(0, "ir", "uneven", UNEVEN_ROWS.encode(), [])
+    assert Oracle(tmp_path, cpu_fraction=1.0).run(case)["outcome"] == "accepted"
+    real = lowering.Lowering.per_rank
+
+    def largest(self, label, fn, key=None):
+        got = real(self, label, fn, key)
+        return got if isinstance(got, int) else max(got.table)
+
+    monkeypatch.setattr(lowering.Lowering, "per_rank", largest)
+    result = Oracle(tmp_path, cpu_fraction=1.0).run(case)
+    assert result["outcome"] == "silent", result
+    assert "cpu backend and sim differ" in result["message"], result
