@@ -30,9 +30,11 @@ The contract:
   a wrong shape, dtype or name on any rank raises the same CocoError on every rank.
 * An uncaught exception on any rank of a multi-rank job aborts the whole job with one line
   naming the rank (runtime/failures.py), so no rank hangs waiting for it
-  (`abort_on_error=False` leaves Python's own handling). With COCONET_STEP_TIMEOUT=SECONDS in
-  the environment, a rank that makes no progress in one plan step for that long aborts the
-  job too.
+  (`abort_on_error=False` leaves Python's own handling). A rank that makes no progress in
+  one plan step, or never arrives where its peers wait, for `step_timeout` seconds (default
+  COCONET_STEP_TIMEOUT, else 600 s; 0 = off) aborts the job too, naming it.
+* Every rank compiles the same program under the same schedule (checked: a hash), and passes
+  the same value of each replicated argument (checked at the first call; `check_replicas`).
 * sim: the reference interpreter; all ranks run in this process. It takes and returns LOGICAL
   values (core/values.py: a local tensor's value is the stack of every rank's value) and
   needs no MPI.
@@ -43,7 +45,6 @@ The contract:
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,7 @@ from coconet.compiled import (
     program_of,
     require_gpu,
 )
+from coconet.core import env
 from coconet.core.program import CocoError, Program
 
 __all__ = [
@@ -98,6 +100,8 @@ def compile(
     profile: Any = None,
     schedule_space: str = "all",
     cache: bool = True,
+    step_timeout: float | None = None,
+    check_replicas: bool = True,
 ) -> CompiledProgram | SimCompiled:
     """Schedule and lower `program` (a Program, a path, or a front-end function) for this job
     and prepare it on this rank; see the module docstring for the calling contract.
@@ -111,7 +115,15 @@ def compile(
     A `.mlir` file compiled for the cpu or cuda backend under a given schedule is kept in the
     plan cache (lowering/plan_cache.py; `cache=False` bypasses it): compiling the same text,
     schedule, ranks and target again loads its plan instead of parsing, scheduling and
-    lowering (`compiled.plan_cache_hit`)."""
+    lowering (`compiled.plan_cache_hit`).
+
+    On several ranks, `compile` checks that every rank compiles the same program under the
+    same schedule (a hash of both), and the first call checks that the ranks replicating an
+    argument passed the same value (`check_replicas=False` skips it), refusing on every rank
+    otherwise. A rank that makes no progress in one plan step, or does not arrive at a call
+    its peers wait in, for `step_timeout` seconds (default: COCONET_STEP_TIMEOUT, else
+    core/env.py DEFAULT_STEP_TIMEOUT, 600 s; 0 = no limit) ends the job with a message
+    naming it."""
     from coconet.autotune import is_auto
 
     auto = is_auto(schedule)
@@ -160,15 +172,16 @@ def compile(
 
     global _GUARD
     guard = None
+    timeout = env.step_timeout(step_timeout)
     if abort_on_error and size > 1:
         if _GUARD is None:
-            timeout = os.environ.get("COCONET_STEP_TIMEOUT")
-            _GUARD = FailureGuard(
-                comm, prefix="coconet", step_timeout=float(timeout) if timeout else None
-            )
+            _GUARD = FailureGuard(comm, prefix="coconet", step_timeout=timeout)
+        elif step_timeout is not None:
+            _GUARD.step_timeout = timeout
         guard = _GUARD
     nodes = job_nodes(comm, mpi_module_for(comm))
     cache_hit = False
+    identity = (backend, exact_collectives, repr(launch_config))
     if source is not None:
         from coconet.lowering.plan_cache import cached_plan, plan_key
 
@@ -176,16 +189,52 @@ def compile(
             return apply_schedule(program_of(unscheduled, entry), schedule, in_place=True)
 
         key = plan_key(source, entry, schedule or "", size, nodes, repr(launch_config), backend)
+        _agree_on_program(comm, guard, key, entry or Path(unscheduled).name, schedule)
         cached = cached_plan(key, lambda: lower(scheduled(), size, launch_config, nodes))
         plan, cache_hit, program = cached.value, cached.cache_hit, scheduled
     else:
+        text = program.print()
+        _agree_on_program(comm, guard, _digest(text, *map(str, identity)), program.name, schedule)
         plan = lower(program, size, launch_config, nodes)
     compiled = prepare(
         program, backend, comm, plan=plan, exact_collectives=exact_collectives, guard=guard
     )
     compiled.autotune = choice
     compiled.plan_cache_hit = cache_hit
+    compiled.check_replicas = check_replicas
     return compiled
+
+
+def _digest(*parts: str) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(len(part).to_bytes(8, "little") + part.encode())
+    return h.hexdigest()
+
+
+def _agree_on_program(comm: Any, guard: Any, digest: str, name: str, schedule: str | None) -> None:
+    """Every rank compiled the same program under the same schedule (`digest` covers both,
+    and the backend): ranks running different plans would wait in each other's collectives
+    and flag waits until a timeout, or compute garbage. Refused on every rank, naming one
+    that differs from rank 0."""
+    if comm.Get_size() == 1:
+        return
+    mine = (digest, name, schedule or "as written")
+    if guard is not None:  # a rank that never calls compile() is named, not waited for
+        with guard.waiting("compile()'s program check"):
+            every = comm.allgather(mine)
+    else:
+        every = comm.allgather(mine)
+    for r, theirs in enumerate(every):
+        if theirs[0] != every[0][0]:
+            raise CocoError(
+                f"rank {r} compiled another program or schedule than rank 0 (rank 0: "
+                f"@{every[0][1]} under {every[0][2]!r}; rank {r}: @{theirs[1]} under "
+                f"{theirs[2]!r}, or another text, backend or launch configuration): every rank "
+                "must compile the same program and schedule"
+            )
 
 
 def _mlir_text(program: Any) -> str | None:

@@ -34,14 +34,14 @@ def apply_pipeline(program: Program, pipeline: str, *, in_place: bool = False) -
     if not pipeline:
         return program
     from xdsl.passes import PassPipeline
-    from xdsl.utils.exceptions import DiagnosticException
+    from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException
 
     from coconet.core.program import make_context
     from coconet.passes import get_all_passes
 
     try:
         passes = PassPipeline.parse_spec(get_all_passes(), pipeline)
-    except Exception as e:
+    except (Exception, ArgSpecParseError) as e:  # xDSL's spec error is a BaseException
         raise CocoError(f"bad pass pipeline '{pipeline}': {e}") from None
     if not in_place:
         program = program.clone()
@@ -173,6 +173,11 @@ class CompiledProgram:
         self.rank = runner.rank
         self.size = plan.size
         self.guard = guard
+        # whether the first call compares every replicated argument's value across the ranks
+        # that replicate it (compile(check_replicas=...)): replicas passed different values
+        # would diverge silently
+        self.check_replicas = True
+        self._calls = 0
         self._lock = threading.Lock()
 
     @property
@@ -192,21 +197,25 @@ class CompiledProgram:
 
         return plan_traffic(self.plan, self.rank)
 
-    def _agree(self, error: str | None) -> None:
-        """Every rank learns whether any rank's inputs were refused, before anything runs."""
+    def _agree(self, error: str | None, sums: dict[str, int] | None = None) -> None:
+        """Every rank learns whether any rank's inputs were refused, before anything runs;
+        with `sums` (this rank's checksum of each replicated argument), whether the ranks
+        that replicate an argument passed the same value."""
         if self.size == 1:
             if error:
                 raise CocoError(error)
             return
         if self.guard is not None:  # a rank that stops calling is named, not waited for
             with self.guard.waiting(f"the input check of call {self.guard.calls + 1}"):
-                errors = self.comm.allgather(error)
+                verdicts = self.comm.allgather((error, sums))
         else:
-            errors = self.comm.allgather(error)
-        bad = [(r, e) for r, e in enumerate(errors) if e]
+            verdicts = self.comm.allgather((error, sums))
+        bad = [(r, e) for r, (e, _) in enumerate(verdicts) if e]
         if bad:
             r, e = bad[0]
             raise CocoError(e if r == self.rank else f"rank {r} refused its inputs: {e}")
+        if sums is not None:
+            _check_replicas(self.plan, [s or {} for _, s in verdicts])
 
     def __call__(self, **inputs: Any) -> dict[str, Any]:
         with self._lock:
@@ -225,7 +234,9 @@ class CompiledProgram:
             self._check_aliasing(pieces)
         except CocoError as e:
             error = str(e)
-        self._agree(error)
+        self._calls += 1
+        check = self.check_replicas and self._calls == 1 and self.size > 1 and error is None
+        self._agree(error, replica_sums(self.plan, pieces) if check else None)
         if self.guard is not None:
             self.guard.before_run()
         self.runner.set_inputs(pieces)
@@ -275,6 +286,52 @@ class CompiledProgram:
     def close(self) -> None:
         """Free buffers and communicators (collective)."""
         self.runner.close()
+
+
+def _replicated_axes(t: Any, grid_rank: int) -> list[int]:
+    from coconet.dialects.coco import ReplicatedAttr
+
+    lays = t.layout_list(grid_rank)
+    return [a for a in range(grid_rank) if isinstance(lays[a], ReplicatedAttr)]
+
+
+def _host_bytes(value: Any) -> np.ndarray:
+    """A piece's bytes: host arrays as they are, device arrays (CuPy) copied once. (As
+    uint8: a memoryview of f16 or bf16 cannot be cast to bytes.)"""
+    if not isinstance(value, np.ndarray):
+        value = value.get() if hasattr(value, "get") else np.asarray(value)
+    return np.ascontiguousarray(value).reshape(-1).view(np.uint8)
+
+
+def replica_sums(plan: Any, pieces: Mapping[str, Any]) -> dict[str, int]:
+    """A CRC-32 of this rank's piece of every argument replicated on some grid axis (the
+    bits: a NaN's payload or a signed zero counts)."""
+    import zlib
+
+    grid_rank = len(plan.grid_shape)
+    return {
+        name: zlib.crc32(_host_bytes(pieces[name]))
+        for name, buf in plan.arguments.items()
+        if name in pieces and _replicated_axes(buf.type, grid_rank)
+    }
+
+
+def _check_replicas(plan: Any, sums: list[dict[str, int]]) -> None:
+    """Ranks that replicate an argument (one group per replicated grid axis) hold its same
+    value; else every rank raises the same CocoError naming the argument and two ranks."""
+    grid_rank = len(plan.grid_shape)
+    for name, buf in plan.arguments.items():
+        for axis in _replicated_axes(buf.type, grid_rank):
+            for group in V.groups_of(plan.grid_shape, [axis]):
+                first = group[0]
+                for r in group[1:]:
+                    if sums[r].get(name) != sums[first].get(name):
+                        raise CocoError(
+                            f"input '{name}' is replicated, but rank {r} passed another value "
+                            f"than rank {first} (their checksums differ): every rank must pass "
+                            "the same value of a replicated tensor, or the replicas diverge "
+                            "(compile(..., check_replicas=False) skips this first-call check)"
+                        )
 
 
 class SimCompiled:

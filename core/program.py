@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import runpy
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
@@ -26,6 +27,16 @@ from coconet.dialects.layout_rules import check_bound_shapes
 
 class CocoError(Exception):
     """A user-facing error: the tools print its message (no traceback) and exit non-zero."""
+
+
+@contextlib.contextmanager
+def memory_for(what: str) -> Iterator[None]:
+    """Allocations for `what`: running out of memory (a tensor of 2^40 elements) is the
+    user's program asking too much, said in one line, not a MemoryError from deep inside."""
+    try:
+        yield
+    except MemoryError as e:
+        raise CocoError(f"{what}: not enough memory ({e or 'an allocation failed'})") from None
 
 
 def make_context() -> Context:

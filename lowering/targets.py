@@ -14,7 +14,7 @@ from xdsl.utils.target import Target
 from coconet.core.program import Program
 
 
-def _plans(module: ModuleOp, ranks: int, block: int, max_blocks: int, ranks_per_node: int = 0):
+def _plans(module: ModuleOp, ranks: int | None, block: int, max_blocks: int, ranks_per_node: int = 0):
     from coconet.core.values import nodes_of
     from coconet.lowering.lower_to_plan import LaunchConfig, default_ranks, lower
 
@@ -24,8 +24,8 @@ def _plans(module: ModuleOp, ranks: int, block: int, max_blocks: int, ranks_per_
             program = Program(module, f.sym_name.data)
             nodes: tuple[int, ...] = ()
             if ranks_per_node:
-                nodes = nodes_of(ranks or default_ranks(program), ranks_per_node)
-            yield lower(program, ranks or None, config, nodes)
+                nodes = nodes_of(ranks if ranks is not None else default_ranks(program), ranks_per_node)
+            yield lower(program, ranks, config, nodes)
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class CudaTarget(Target):
     """The CUDA C of each function (rank-independent text; `ranks` only binds a `?` grid)."""
 
     name = "cuda"
-    ranks: int = 0
+    ranks: int | None = None
     block: int = 256
     max_blocks: int = 1024
     # Consecutive ranks per node (0: one node): fused collectives spanning nodes lower
@@ -53,7 +53,7 @@ class PlanTarget(Target):
     or 1 for a grid sized at launch)."""
 
     name = "plan"
-    ranks: int = 0
+    ranks: int | None = None
     block: int = 256
     max_blocks: int = 1024
     # Consecutive ranks per node (0: one node): fused collectives spanning nodes lower

@@ -33,7 +33,7 @@ import ml_dtypes
 import numpy as np
 
 from coconet.core import values as V
-from coconet.core.program import CocoError
+from coconet.core.program import CocoError, memory_for
 from coconet.dialects.coco import TensorType
 from coconet.lowering.kernel_ir import ABI_KINDS
 from coconet.lowering.plan import (
@@ -437,9 +437,10 @@ class PlanRunner:
                         f"which takes {want}"
                     )
         b.prepare(plan)
-        b.allocate([buf for buf in plan.buffers if not buf.symmetric])
         symmetric = [buf for buf in plan.buffers if buf.symmetric]
-        addresses = b.allocate_symmetric(symmetric) if symmetric else {}
+        with memory_for(f"the buffers of @{plan.program}"):
+            b.allocate([buf for buf in plan.buffers if not buf.symmetric])
+            addresses = b.allocate_symmetric(symmetric) if symmetric else {}
         for step in plan.steps:
             if not isinstance(step, Launch):
                 continue

@@ -13,7 +13,8 @@ Every MPI rank of a coconet job (a `coco-run` worker, or a user script that call
   died, which the launcher names with the signal from hydra's report;
 * a watchdog thread aborts the job when this rank makes no progress inside one plan step for
   `step_timeout` seconds (a peer stuck or dead in a way MPI cannot see);
-* `COCONET_FAULT` injects failures for the tests of all this (only tests set it):
+* `COCONET_FAULT` injects failures for the tests of all this, and only where a test enables the
+  hook explicitly (`COCONET_FAULT_INJECTION=1`: a production job never honours it):
   `RANK:KIND[:STEP[:CALL]]` with KIND raise | kill | segv | exit | hang | compile | corrupt |
   absent, at plan step STEP (default 0) of the CALL-th run (default 1) on rank RANK (`compile`:
   that rank's kernels do not compile; `corrupt`: coco-run's worker perturbs that rank's first
@@ -44,6 +45,7 @@ from typing import Any
 from coconet.core.program import CocoError
 
 FAULT_ENV = "COCONET_FAULT"
+FAULT_INJECTION_ENV = "COCONET_FAULT_INJECTION"  # "1": tests enable the hook
 STATUS_DIR_ENV = "COCONET_STATUS_DIR"
 MONITOR_ENV = "COCONET_MONITOR"
 FAULT_KINDS = ("raise", "kill", "segv", "exit", "hang", "compile", "corrupt", "absent")
@@ -51,6 +53,13 @@ FAULT_KINDS = ("raise", "kill", "segv", "exit", "hang", "compile", "corrupt", "a
 
 class InjectedFault(RuntimeError):
     """The failure a test asked for with COCONET_FAULT."""
+
+
+def injected_fault() -> tuple[int, str, int, int] | None:
+    """The failure a test asked for, when the test enabled fault injection; else None."""
+    if os.environ.get(FAULT_INJECTION_ENV) != "1":
+        return None
+    return parse_fault(os.environ.get(FAULT_ENV))
 
 
 def parse_fault(spec: str | None) -> tuple[int, str, int, int] | None:
@@ -100,7 +109,11 @@ class FailureGuard:
         self.status_dir = (
             Path(os.environ[STATUS_DIR_ENV]) if os.environ.get(STATUS_DIR_ENV) else None
         )
-        self.fault = parse_fault(os.environ.get(FAULT_ENV))
+        bad_fault = None
+        try:
+            self.fault = injected_fault()
+        except CocoError as e:  # reported once the guard can fail the job cleanly
+            self.fault, bad_fault = None, e
         self.runners: list[Any] = []
         self.calls = 0
         self._failed = threading.Lock()
@@ -133,6 +146,8 @@ class FailureGuard:
         threading.excepthook = self._thread_excepthook
         self._watchdog: threading.Thread | None = None
         self._wait: tuple[str, float] | None = None  # (what, since) while in `waiting`
+        if bad_fault is not None:
+            self.fail(bad_fault, kind="environment")
         if front_end_gone:
             self.fail(
                 "the coco-run front end that launched this job is gone (its monitor socket "
@@ -219,6 +234,7 @@ class FailureGuard:
         """A wait for every rank outside any plan step (`what` says where, for the message):
         watched like a plan step (see the module docstring)."""
         self._wait = (what, time.monotonic())
+        self._start_watchdog()
         try:
             yield
         finally:
@@ -262,6 +278,9 @@ class FailureGuard:
     def watch(self, runner: Any) -> None:
         """Watch `runner.progress`; abort when one step makes no progress for step_timeout."""
         self.runners.append(runner)
+        self._start_watchdog()
+
+    def _start_watchdog(self) -> None:
         if not self.step_timeout or self._watchdog is not None:
             return
         self._watchdog = threading.Thread(

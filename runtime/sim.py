@@ -27,6 +27,7 @@ from coconet.core.program import (
     argument_name,
     check_program_on_grid,
     load,
+    memory_for,
     output_name,
 )
 from coconet.dialects import coco, comm
@@ -75,10 +76,11 @@ def prepare_inputs(
             raise CocoError(f"the input seed must be at least 0, got {seed}")
         rng = np.random.default_rng(seed)
         positive = arguments_kept_positive(program)
-        return {
-            a.name: V.random_input(a.type, grid_shape, rng, signed=a.name not in positive)
-            for a in args
-        }
+        with memory_for(f"the seeded inputs of @{program.name}"):
+            return {
+                a.name: V.random_input(a.type, grid_shape, rng, signed=a.name not in positive)
+                for a in args
+            }
     V.check_input_names(program.name, inputs, names)
     return {a.name: V.coerce_input(a.name, inputs[a.name], a.type, grid_shape) for a in args}
 
@@ -134,7 +136,8 @@ def run(
     except ValueError as e:
         raise CocoError(f"@{program.name}: {e}") from None
     given = prepare_inputs(program, inputs, grid_shape, seed)
-    result = Interpreter(program, grid_shape).run(given)
+    with memory_for(f"the sim's values of @{program.name} on {ranks} rank(s)"):
+        result = Interpreter(program, grid_shape).run(given)
     result.inputs = given
     if inplace and inputs is not None:
         for out in program.outputs:

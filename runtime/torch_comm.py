@@ -24,23 +24,47 @@ from typing import Any
 
 import numpy as np
 
+from coconet.core import env
 from coconet.core.program import CocoError
 
 # torchrun's environment (torch.distributed.run): every process gets these.
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
+# Set by torchrun's agent (torch.distributed.elastic) in every worker it starts, and by no
+# one else: RANK and WORLD_SIZE without it were set by hand or leaked from another job.
+TORCHRUN_AGENT_VAR = "TORCHELASTIC_RUN_ID"
+# Where a launcher other than torchrun sets torchrun's variables on purpose (env:// rendezvous
+# from a script of one's own), "1" accepts them.
+ENV_LAUNCH_VAR = "COCONET_ENV_LAUNCH"
+
+
 def torchrun_world() -> tuple[int, int] | None:
-    """(rank, world size) when this process was started by torchrun, else None."""
+    """(rank, world size) when this process was started by torchrun, else None. Variables that
+    cannot describe a job (WORLD_SIZE < 1, RANK outside it), or torchrun's variables in a
+    process torchrun did not start, are refused at once: such a process would wait for peers
+    that never come."""
     if not all(v in os.environ for v in ("RANK", "WORLD_SIZE")):
-        return None
+        return None  # one of them alone describes no job (another tool's RANK, say)
     try:
-        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     except ValueError:
         raise CocoError(
             f"RANK={os.environ['RANK']!r} WORLD_SIZE={os.environ['WORLD_SIZE']!r}: torchrun's "
             "variables must be integers"
         ) from None
+    if size < 1:
+        raise CocoError(f"WORLD_SIZE={size}: a job has at least one process")
+    if not 0 <= rank < size:
+        raise CocoError(f"RANK={rank} with WORLD_SIZE={size}: RANK must be in 0..{size - 1}")
+    if size > 1 and TORCHRUN_AGENT_VAR not in os.environ and os.environ.get(ENV_LAUNCH_VAR) != "1":
+        raise CocoError(
+            f"RANK={rank} and WORLD_SIZE={size} are set, but torchrun did not start this "
+            f"process ({TORCHRUN_AGENT_VAR} is unset): it would wait for {size - 1} peer(s) "
+            f"that no launcher started. Launch with torchrun (or mpiexec), unset RANK and "
+            f"WORLD_SIZE, or set {ENV_LAUNCH_VAR}=1 where a launcher of your own starts every rank"
+        )
+    return rank, size
 
 
 class _Ops:
@@ -145,10 +169,15 @@ class TorchComm:
         if not dist.is_available():
             raise CocoError("this PyTorch has no torch.distributed")
         if not dist.is_initialized():
-            dist.init_process_group(backend="gloo")
+            # bounded like every other wait for peers: a rank that never joins ends the job
+            timeout = env.step_timeout()
+            extra = {"timeout": datetime.timedelta(seconds=timeout)} if timeout else {}
+            dist.init_process_group(backend="gloo", **extra)
             # The group is ours: tear it down before the interpreter exits, or gloo's threads
             # may be killed mid-flight ("terminate called without an active exception").
             atexit.register(_destroy_group)
+        if TORCHRUN_AGENT_VAR in os.environ:
+            _watch_the_agent()
         if carries_host_tensors(str(dist.get_backend())):
             return cls()
         if _HOST_GROUP is None:
@@ -354,6 +383,38 @@ def job_communicator(backend: str) -> Any:
             "different MPI library?); refusing to run a job of the wrong size"
         )
     return world
+
+
+_AGENT_WATCHED = False
+
+
+def _watch_the_agent() -> None:
+    """End this rank when the torchrun agent that started it is gone: nobody would stop it
+    otherwise (the agent's own failure handling died with it), and its peers may wait for it.
+    The agent is this process's parent; an orphan is re-parented, so the parent pid changes."""
+    global _AGENT_WATCHED
+    if _AGENT_WATCHED:
+        return
+    _AGENT_WATCHED = True
+    agent = os.getppid()
+
+    def watch() -> None:
+        import sys
+        import time
+
+        while os.getppid() == agent:
+            time.sleep(0.25)
+        print(
+            f"coconet: error: rank {os.environ.get('RANK', '?')}: the torchrun agent (pid "
+            f"{agent}) that started this rank is gone; ending this rank",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(1)
+
+    import threading
+
+    threading.Thread(target=watch, name="coconet-torchrun-agent", daemon=True).start()
 
 
 def _torch_initialized() -> bool:

@@ -36,8 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from coconet.core import env
 from coconet.core.program import CocoError, Program, load
-from coconet.tools.rank_job import job_description, tool_main
+from coconet.tools.rank_job import add_timeout_options, job_description, tool_main
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce")
 DTYPES = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2}
@@ -157,16 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE.json",
         help="write a Chrome/Perfetto timeline of the timed steps of every rank and stream",
     )
-    p.add_argument(
-        "--timeout", type=float, default=None, help="stop the whole job after this many seconds"
-    )
-    p.add_argument(
-        "--step-timeout",
-        type=float,
-        default=300.0,
-        help="abort when a rank makes no progress in one plan step for this many seconds "
-        "(default 300; 0 disables)",
-    )
+    add_timeout_options(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar, even on a terminal")
     p.add_argument("-v", "--verbose", action="store_true", help="report lowering and setup")
     return p
@@ -505,7 +497,7 @@ def run(args: argparse.Namespace) -> int:
             iters=args.iters,
             verbose=args.verbose,
             quiet=True,
-            step_timeout=args.step_timeout,
+            step_timeout=env.step_timeout(args.step_timeout),
             report="sweep",
             title=title,
             progress=True,

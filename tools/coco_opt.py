@@ -93,7 +93,7 @@ class CocoOptMain(xDSLOptMain):
         )
         arg_parser.add_argument(
             "--equivalence-ranks",
-            type=_int_list,
+            type=_rank_counts,
             default=(1, 2, 4),
             metavar="N,N,...",
             help="rank counts --verify-equivalence runs (default 1,2,4)",
@@ -293,6 +293,13 @@ def _int_list(text: str) -> tuple[int, ...]:
         ) from None
     if not values:
         raise argparse.ArgumentTypeError("expected at least one integer")
+    return values
+
+
+def _rank_counts(text: str) -> tuple[int, ...]:
+    values = _int_list(text)
+    if min(values) < 1:  # comparing at 0 ranks compares nothing
+        raise argparse.ArgumentTypeError(f"expected rank counts of at least 1, got '{text}'")
     return values
 
 

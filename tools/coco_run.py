@@ -31,9 +31,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from coconet.core import env
 from coconet.core.program import CocoError, Program, load
 from coconet.core.values import load_arrays
-from coconet.tools.rank_job import job_description, print_summary, tool_main
+from coconet.tools.rank_job import add_timeout_options, job_description, print_summary, tool_main
 
 BACKENDS = ("sim", "cpu", "cuda")
 
@@ -133,19 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="cpu/cuda: reduce f32/f64 by exchanging pieces and combining them in rank order "
         "(bit-exact with the oracle) instead of the MPI/NCCL reductions",
     )
-    p.add_argument(
-        "--timeout",
-        type=float,
-        default=None,
-        help="cpu/cuda: stop the whole job after this many seconds",
-    )
-    p.add_argument(
-        "--step-timeout",
-        type=float,
-        default=300.0,
-        help="cpu/cuda: abort when a rank makes no progress in one plan step for this many "
-        "seconds (default 300; 0 disables)",
-    )
+    add_timeout_options(p)
     p.add_argument(
         "-v",
         "--verbose",
@@ -499,7 +488,7 @@ def prepared_job(
         verbose=args.verbose,
         quiet=args.quiet,
         exact_collectives=args.exact_collectives,
-        step_timeout=args.step_timeout,
+        step_timeout=env.step_timeout(args.step_timeout),
     )
 
 

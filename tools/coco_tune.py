@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from coconet.autotune import Candidate
+from coconet.core import env
 from coconet.core.program import CocoError, Program, load
-from coconet.tools.rank_job import job_description, tool_main
+from coconet.tools.rank_job import job_description, seconds, tool_main
 
 
 @dataclass
@@ -74,7 +75,7 @@ def measure_candidates(
             iters=max(1, -(-iters // max(1, rounds))),
             rounds=max(1, rounds),
             quiet=True,
-            step_timeout=300.0,
+            step_timeout=env.step_timeout(),
         )
         import contextlib
         import io
@@ -124,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=5,
         help="time the steps in this many rounds, the schedules taking turns (default 5)",
     )
-    p.add_argument("--timeout", type=float, default=None, help="stop the job after SECONDS")
+    p.add_argument("--timeout", type=seconds, default=None, help="stop the job after SECONDS")
     p.add_argument("--predict-only", action="store_true", help="print the ranking; measure nothing")
     p.add_argument("--json", metavar="FILE", help="also write the report's rows as JSON")
     return p

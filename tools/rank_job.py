@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import signal
 import statistics
 import sys
@@ -28,11 +29,54 @@ from typing import Any
 
 import numpy as np
 
-from coconet.core import values as V
+from coconet.core import env, values as V
 from coconet.core.program import CocoError, Program
 
 # The module the launcher runs on every rank (`python -m RANK_WORKER JOB.json`).
 RANK_WORKER = "coconet.tools.rank_job"
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a positive, finite number of seconds (--timeout)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got '{text}'")
+    return value
+
+
+def seconds_or_off(text: str) -> float:
+    """An argparse type: a number of seconds >= 0, where 0 turns the limit off."""
+    if text.strip() in ("0", "0.0"):
+        return 0.0
+    try:
+        return seconds(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"expected a number of seconds > 0, or 0 for no limit, got '{text}'"
+        ) from None
+
+
+def add_timeout_options(p: argparse.ArgumentParser, job: str = "the whole job") -> None:
+    """--timeout and --step-timeout, as every tool that launches rank jobs takes them."""
+    p.add_argument(
+        "--timeout",
+        type=seconds,
+        default=None,
+        metavar="SECONDS",
+        help=f"cpu/cuda: stop {job} after this many seconds",
+    )
+    p.add_argument(
+        "--step-timeout",
+        type=seconds_or_off,
+        default=None,
+        metavar="SECONDS",
+        help="cpu/cuda: end the job, naming the rank, when a rank makes no progress in one plan "
+        "step or never arrives where its peers wait for this many seconds (default: "
+        f"$COCONET_STEP_TIMEOUT, else {env.DEFAULT_STEP_TIMEOUT:g}; 0 disables)",
+    )
 
 
 def tool_main(prog: str, parser: argparse.ArgumentParser, run: Callable[[Any], int], argv) -> None:

@@ -143,6 +143,7 @@ def run_fault(kind: str, ranks: int, timeout: float = 120.0) -> FaultRun:
     args: tuple[str, ...] = BENCH
     env = dict(os.environ)
     env.pop("COCONET_FAULT", None)
+    env["COCONET_FAULT_INJECTION"] = "1"  # the hook is off unless a test enables it
     if kind == "exception":
         env["COCONET_FAULT"] = f"{victim}:raise:1:3"
     elif kind == "compile":

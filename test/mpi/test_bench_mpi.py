@@ -167,7 +167,7 @@ def test_a_failing_rank_still_ends_the_sweep_with_one_line(tmp_path):
         text=True,
         timeout=300,
         cwd=ROOT,
-        env={**os.environ, "COCONET_FAULT": "1:raise"},
+        env={**os.environ, "COCONET_FAULT": "1:raise", "COCONET_FAULT_INJECTION": "1"},
     )
     assert r.returncode == 1, r.stdout + r.stderr
     err = [ln for ln in r.stderr.splitlines() if ln.startswith("coco-bench: error:")]

@@ -267,7 +267,7 @@ def run_fault(
         "--schedule",
         "rs-c-ag",
         *extra,
-        env={"COCONET_FAULT": fault},
+        env={"COCONET_FAULT": fault, "COCONET_FAULT_INJECTION": "1"},
         timeout=timeout,
     )
     return r, time.monotonic() - t0

@@ -115,3 +115,12 @@ def test_more_ranks_than_the_smallest_tensor_is_refused_before_launch():
     assert "[empty-slice]" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
     assert "size 7" in r.stderr
+
+
+@pytest.mark.parametrize("ranks", [3, 4])
+def test_row_ops_over_uneven_cuts_on_mpi_ranks(ranks):
+    """Softmax, RMSNorm, LayerNorm and a vocab-parallel log-sum-exp over 23 rows and 45
+    columns (no rank count divides either; test_uneven_rows.py) under every schedule,
+    against the sim: a row kernel handed the largest piece's extents read past smaller
+    ranks' pieces, silently."""
+    every_schedule(ROOT / "test" / "unit" / "programs" / "uneven_row_block.mlir", ranks)

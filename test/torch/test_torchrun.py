@@ -110,10 +110,48 @@ def test_a_torchrun_process_without_torch_refuses_instead_of_running_alone():
         LOCAL_RANK="1",
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT="29999",
+        TORCHELASTIC_RUN_ID="test",
     )
     assert "REFUSED" in proc.stdout, proc.stdout + proc.stderr
     assert "rank 1 of 2 started by torchrun" in proc.stdout
     assert "PyTorch cannot be imported" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        # torchrun's variables in a process torchrun did not start: it would wait forever
+        (
+            {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29997"},
+            "torchrun did not start this process (TORCHELASTIC_RUN_ID is unset)",
+        ),
+        ({"RANK": "0", "WORLD_SIZE": "0"}, "WORLD_SIZE=0: a job has at least one process"),
+        ({"RANK": "0", "WORLD_SIZE": "-2"}, "WORLD_SIZE=-2: a job has at least one process"),
+        (
+            {"RANK": "2", "WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "t"},
+            "RANK=2 with WORLD_SIZE=2: RANK must be in 0..1",
+        ),
+        ({"RANK": "x", "WORLD_SIZE": "2"}, "torchrun's variables must be integers"),
+    ],
+)
+def test_torchrun_variables_that_describe_no_job_are_refused_at_once(env, says):
+    proc = _run_alone(CALL, **env)
+    assert "REFUSED" in proc.stdout, proc.stdout + proc.stderr
+    assert says in proc.stdout, proc.stdout
+
+
+def test_a_hand_made_env_launch_is_accepted_when_declared():
+    """COCONET_ENV_LAUNCH=1: a launcher of one's own set torchrun's variables on purpose; a
+    one-process world of it runs."""
+    proc = _run_alone(
+        CALL + "else:\n    print('RAN')\n",
+        RANK="0",
+        WORLD_SIZE="1",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT="29996",
+        COCONET_ENV_LAUNCH="1",
+    )
+    assert "RAN" in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_an_mpi_launch_that_mpi4py_cannot_see_is_refused():
@@ -166,7 +204,12 @@ def test_coco_run_under_torchrun_refuses_a_different_np():
         check=False,
         cwd=ROOT,
         env=_env(
-            RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT="29998"
+            RANK="0",
+            WORLD_SIZE="2",
+            LOCAL_RANK="0",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT="29998",
+            TORCHELASTIC_RUN_ID="test",
         ),
         capture_output=True,
         text=True,
@@ -228,3 +271,100 @@ def test_a_default_group_that_carries_no_host_tensors_gets_a_gloo_group(tmp_path
         assert [(lo, hi) for lo, hi, _b, _g in runs] == [(0.25, 0.25)] * 2
         assert all(own for _lo, _hi, own, _g in runs), "the default group was used"
         assert len({g for *_x, g in runs}) == 1, "one gloo group for every program"
+
+
+# Each rank compiles SGD with what argv says and reports what compile() or the first call
+# said: a schedule per rank, and a w that may differ per rank.
+AGREEMENT_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import coconet
+    from coconet.core.program import CocoError
+
+    out_dir, schedules, w_offsets = sys.argv[1], sys.argv[2].split("/"), sys.argv[3].split("/")
+    import torch.distributed as dist
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    try:
+        step = coconet.compile("examples/sgd.mlir", schedule=schedules[rank], backend="cpu")
+        w = np.full(4096, 1.0 + float(w_offsets[rank]), np.float32)
+        step(g=np.ones(4096, np.float32), w=w, lr=0.25)
+        said = "ran"
+    except CocoError as e:
+        said = str(e)
+    with open(f"{out_dir}/rank{rank}.json", "w") as f:
+        json.dump(said, f)
+    """
+)
+
+
+def _agreement(tmp_path, schedules: str, offsets: str) -> list[str]:
+    script = tmp_path / "agree.py"
+    script.write_text(AGREEMENT_SCRIPT)
+    proc = _torchrun_two(str(script), str(tmp_path), schedules, offsets, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+
+
+def test_ranks_compiling_different_schedules_are_refused_on_every_rank(tmp_path):
+    said = _agreement(tmp_path, "ar-c/fuse(rs-c-ag)", "0/0")
+    for s in said:
+        assert "rank 1 compiled another program or schedule than rank 0" in s, said
+        assert "'fuse(rs-c-ag)'" in s, said
+
+
+def test_ranks_passing_different_replicated_values_are_refused_on_every_rank(tmp_path):
+    said = _agreement(tmp_path, "ar-c/ar-c", "0/0.5")
+    for s in said:
+        assert "input 'w' is replicated, but rank 1 passed another value than rank 0" in s, said
+    assert _agreement(tmp_path, "ar-c/ar-c", "0/0") == ["ran", "ran"]
+
+
+def test_ranks_end_when_their_torchrun_agent_dies(tmp_path):
+    """The agent (torchrun) is SIGKILLed while its ranks wait in a step: each rank sees its
+    parent gone and ends, instead of running on as an orphan."""
+    import signal
+    import time
+
+    psutil = pytest.importorskip("psutil")
+    script = tmp_path / "wait.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import os, sys, time
+            import coconet
+            step = coconet.compile("examples/sgd.mlir", backend="cpu")
+            open(f"{sys.argv[1]}/rank{step.rank}.pid", "w").write(str(os.getpid()))
+            while True:
+                time.sleep(1)
+            """
+        )
+    )
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+        + [str(script), str(tmp_path)],
+        cwd=ROOT,
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        pids = []
+        while time.monotonic() < deadline and len(pids) < 2:
+            pids = [int(p.read_text()) for p in tmp_path.glob("rank*.pid") if p.read_text()]
+            time.sleep(0.2)
+        assert len(pids) == 2, "the ranks never started"
+        ranks = [psutil.Process(pid) for pid in pids]
+        agent.send_signal(signal.SIGKILL)
+        agent.wait(timeout=30)
+        _gone, alive = psutil.wait_procs(ranks, timeout=10)
+        assert not alive, f"ranks still running 10 s after their agent died: {alive}"
+    finally:
+        agent.kill()
+        for p in tmp_path.glob("rank*.pid"):
+            try:
+                os.kill(int(p.read_text()), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass

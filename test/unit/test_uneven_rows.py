@@ -12,6 +12,7 @@ the same programs in test/mpi/test_mpi_cpu.py."""
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,6 +26,7 @@ from coconet.runtime.threaded import ThreadedExecutor
 from coconet.schedule import apply_schedule, named_schedules
 
 RANKS = (2, 3, 4, 7)
+UNEVEN_ROW_BLOCK = Path(__file__).parent / "programs" / "uneven_row_block.mlir"
 ROWS, MID, COLS = 23, 11, 45  # no rank count above 1 divides any of them
 FLOATS = ("f32", "f16", "bf16", "f64")
 INTS = ("i32", "i64")
@@ -149,42 +151,7 @@ def test_the_plan_passes_each_rank_its_own_extents():
 def _row_block(elt: str) -> str:
     """Softmax, RMSNorm and LayerNorm of an all_reduced [ROWS, COLS] block, and a
     vocab-parallel log-sum-exp over COLS sliced: every row-wise op the examples use."""
-    local, whole = _t((ROWS, COLS), elt, "local"), _t((ROWS, COLS), elt)
-    col = _t((ROWS, 1), elt)
-    vs, vp = _t((ROWS, COLS), elt, "sliced<1>"), _t((ROWS, 1), elt, "local")
-    scalar = _t((), elt)
-    return f"""
-func.func @block(%p: {local}, %logits: {vs}) -> ({whole}, {whole}, {whole}, {col}) {{
-  %h = comm.all_reduce sum %p : {local} -> {whole}
-  %mx = coco.reduce_dims max %h dims [1] keepdims : {whole} -> {col}
-  %e0 = coco.sub %h, %mx : {whole}, {col} -> {whole}
-  %e = coco.exp %e0 : {whole}
-  %s = coco.reduce_dims sum %e dims [1] keepdims : {whole} -> {col}
-  %softmax = coco.div %e, %s : {whole}, {col} -> {whole}
-  %sq = coco.mul %h, %h : {whole}
-  %ms = coco.reduce_dims mean %sq dims [1] keepdims : {whole} -> {col}
-  %eps = coco.constant 1.0e-05 : {scalar}
-  %ms1 = coco.add %ms, %eps : {col}, {scalar} -> {col}
-  %rs = coco.rsqrt %ms1 : {col}
-  %rms = coco.mul %h, %rs : {whole}, {col} -> {whole}
-  %mu = coco.reduce_dims mean %h dims [1] keepdims : {whole} -> {col}
-  %c = coco.sub %h, %mu : {whole}, {col} -> {whole}
-  %c2 = coco.mul %c, %c : {whole}
-  %var = coco.reduce_dims mean %c2 dims [1] keepdims : {whole} -> {col}
-  %var1 = coco.add %var, %eps : {col}, {scalar} -> {col}
-  %ri = coco.rsqrt %var1 : {col}
-  %ln = coco.mul %c, %ri : {whole}, {col} -> {whole}
-  %lmx = coco.reduce_dims max %logits dims [1] keepdims : {vs} -> {vp}
-  %gmx = comm.all_reduce max %lmx : {vp} -> {col}
-  %l0 = coco.sub %logits, %gmx : {vs}, {col} -> {vs}
-  %l1 = coco.exp %l0 : {vs}
-  %ls = coco.reduce_dims sum %l1 dims [1] keepdims : {vs} -> {vp}
-  %gs = comm.all_reduce sum %ls : {vp} -> {col}
-  %lg = coco.log %gs : {col}
-  %lse = coco.add %lg, %gmx : {col}
-  func.return %softmax, %rms, %ln, %lse : {whole}, {whole}, {whole}, {col}
-}}
-"""
+    return UNEVEN_ROW_BLOCK.read_text().replace("f32", elt)
 
 
 def _block_reference(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
