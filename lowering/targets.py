@@ -14,7 +14,9 @@ from xdsl.utils.target import Target
 from coconet.core.program import Program
 
 
-def _plans(module: ModuleOp, ranks: int | None, block: int, max_blocks: int, ranks_per_node: int = 0):
+def _plans(
+    module: ModuleOp, ranks: int | None, block: int, max_blocks: int, ranks_per_node: int = 0
+):
     from coconet.core.values import nodes_of
     from coconet.lowering.lower_to_plan import LaunchConfig, default_ranks, lower
 
@@ -24,7 +26,9 @@ def _plans(module: ModuleOp, ranks: int | None, block: int, max_blocks: int, ran
             program = Program(module, f.sym_name.data)
             nodes: tuple[int, ...] = ()
             if ranks_per_node:
-                nodes = nodes_of(ranks if ranks is not None else default_ranks(program), ranks_per_node)
+                nodes = nodes_of(
+                    ranks if ranks is not None else default_ranks(program), ranks_per_node
+                )
             yield lower(program, ranks, config, nodes)
 
 
