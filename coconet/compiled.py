@@ -310,7 +310,7 @@ def replica_sums(plan: Any, pieces: Mapping[str, Any]) -> dict[str, int]:
 
     grid_rank = len(plan.grid_shape)
     return {
-        name: zlib.crc32(_host_bytes(pieces[name]))
+        name: zlib.crc32(_host_bytes(pieces[name]).data)
         for name, buf in plan.arguments.items()
         if name in pieces and _replicated_axes(buf.type, grid_rank)
     }

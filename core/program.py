@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import math
 import runpy
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
@@ -30,7 +30,7 @@ class CocoError(Exception):
 
 
 @contextlib.contextmanager
-def memory_for(what: str) -> Iterator[None]:
+def memory_for(what: str) -> Generator[None]:
     """Allocations for `what`: running out of memory (a tensor of 2^40 elements) is the
     user's program asking too much, said in one line, not a MemoryError from deep inside."""
     try:

@@ -170,9 +170,11 @@ class TorchComm:
             raise CocoError("this PyTorch has no torch.distributed")
         if not dist.is_initialized():
             # bounded like every other wait for peers: a rank that never joins ends the job
-            timeout = env.step_timeout()
-            extra = {"timeout": datetime.timedelta(seconds=timeout)} if timeout else {}
-            dist.init_process_group(backend="gloo", **extra)
+            seconds = env.step_timeout()
+            if seconds:
+                dist.init_process_group(backend="gloo", timeout=datetime.timedelta(seconds=seconds))
+            else:
+                dist.init_process_group(backend="gloo")
             # The group is ours: tear it down before the interpreter exits, or gloo's threads
             # may be killed mid-flight ("terminate called without an active exception").
             atexit.register(_destroy_group)
