@@ -43,7 +43,7 @@ import stat
 import tempfile
 import threading
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -462,7 +462,9 @@ def _digest(fd: int) -> str:
 
 
 @contextmanager
-def _private_build(name: str, build: Callable[[Path], None]) -> Iterator[tuple[int, Path]]:
+def _private_build(
+    name: str, build: Callable[[Path], None]
+) -> Generator[tuple[int, Path], None, None]:
     """Run `build` into a fresh directory of this process (0700, in the temp dir); yields a
     descriptor on its output and its path, and removes the directory afterwards (a file
     loaded from it stays reachable through its descriptor)."""
@@ -569,7 +571,7 @@ def _unlink_quietly(directory: int, name: str) -> None:
 
 
 @contextmanager
-def _locked(shard: int, name: str) -> Iterator[None]:
+def _locked(shard: int, name: str) -> Generator[None, None, None]:
     """Serialize builders of one key across processes and threads (MPI ranks compile the same
     kernels at the same moment). Correctness does not depend on it, only wasted compiler time,
     so a lock that cannot be taken (read-only cache, a symlink at its name) is skipped."""
