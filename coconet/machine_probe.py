@@ -545,12 +545,8 @@ def cpu_profile(
 
 def _cached(key: str) -> MachineProfile | None:
     """The cached profile under `key`, if there is a usable one."""
-    if not PROBE_CACHE.path_for(key, ".json").exists():
-        return None
-    try:
-        return PROBE_CACHE.get_or_build(key, ".json", _refuse_build, _load).value
-    except _NotCached:
-        return None
+    found = PROBE_CACHE.get(key, ".json", _load)
+    return found.value if found is not None else None
 
 
 def _keep(key: str, profile: MachineProfile, log: Callable[[str], None] | None) -> None:
@@ -569,14 +565,6 @@ def _keep(key: str, profile: MachineProfile, log: Callable[[str], None] | None) 
         tmp.write_text(json.dumps(profile.to_json(), indent=1) + "\n")
 
     PROBE_CACHE.get_or_build(key, ".json", publish, _load)
-
-
-class _NotCached(Exception):
-    pass
-
-
-def _refuse_build(_tmp: Path) -> None:
-    raise _NotCached
 
 
 def main(argv: list[str] | None = None) -> None:

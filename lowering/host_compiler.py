@@ -20,21 +20,19 @@ lanes: the fused Adam kernel is ~1.7x faster with it on a 2-core EPYC (8.4M elem
 from __future__ import annotations
 
 import ctypes
-import fcntl
 import functools
 import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Generator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from coconet.lowering.kernel_cache import KernelCache, content_key
+from coconet.lowering.kernel_cache import KernelCache, content_key, pinned
 
 __all__ = [
     "HOST_CACHE",
@@ -53,11 +51,14 @@ _RECIPE_VERSION = "host-v1"
 
 
 class HostCompileError(RuntimeError):
-    """The host compiler rejected the source; `output` holds its full diagnostics."""
+    """The host compiler rejected the source; `output` holds its full diagnostics, `note` a
+    cause they may not state (a full disk)."""
 
-    def __init__(self, message: str, output: str = "") -> None:
-        super().__init__(f"{message}\n{output}".rstrip())
+    def __init__(self, message: str, output: str = "", note: str = "") -> None:
+        headline = f"{message}: {note}" if note else message
+        super().__init__(f"{headline}\n{output}".rstrip())
         self.output = output
+        self.note = note
 
 
 def _compiler() -> str:
@@ -247,45 +248,47 @@ class HostLibrary:
 def _run_compiler(source: str, headers: dict[str, str], flags: Sequence[str], out: Path) -> None:
     """Compile in a scratch directory holding the source and a copy of the device headers,
     so the build never depends on where the package is installed."""
-    with tempfile.TemporaryDirectory(prefix="coconet-host-") as scratch:
-        src = Path(scratch) / "kernels.cpp"
-        src.write_text(source)
-        for name, text in headers.items():
-            (Path(scratch) / name).write_text(text)
-        cmd = [_compiler(), *flags, "-I", scratch, "-o", str(out), str(src)]
-        proc = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=scratch)
+    try:
+        with tempfile.TemporaryDirectory(prefix="coconet-host-") as scratch:
+            src = Path(scratch) / "kernels.cpp"
+            src.write_text(source)
+            for name, text in headers.items():
+                (Path(scratch) / name).write_text(text)
+            cmd = [_compiler(), *flags, "-I", scratch, "-o", str(out), str(src)]
+            proc = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=scratch)
+    except OSError as e:  # e.g. ENOSPC writing the source: not a library that fails to load
+        raise HostCompileError(f"host compilation failed: {e}") from e
     if proc.returncode != 0:
+        output = proc.stdout + proc.stderr
         raise HostCompileError(
-            f"host compilation failed ({' '.join(cmd[:-3])} ...)", proc.stdout + proc.stderr
+            f"host compilation failed ({' '.join(cmd[:-3])} ...)",
+            output,
+            _disk_full(output, out.parent),
         )
 
 
-@contextmanager
-def _build_lock(path: Path) -> Generator[None, None, None]:
-    """Serialize builders of one key across processes (MPI ranks compile the same kernels
-    at the same moment); correctness does not depend on it, only wasted compiler time, so a
-    lock that cannot be taken (read-only cache, a symlink planted at its path) is skipped.
-    The lock file is never followed through a symlink nor truncated."""
+# Less free space than this where the library is linked: a failed link is taken for ENOSPC.
+_FULL_DISK_BYTES = 4 << 20
+
+
+def _disk_full(output: str, directory: Path) -> str:
+    """The note for a build that failed on a full disk: the linker may say so on a line
+    without "error" (which is all coco-run shows), or say only `collect2: error: ld returned
+    1 exit status`."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(
-            path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600
-        )
+        st = os.statvfs(directory)
+        full = st.f_bavail * st.f_frsize < _FULL_DISK_BYTES or st.f_favail == 0
     except OSError:
-        yield
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
+        full = False
+    if not full and "No space left on device" not in output:
+        return ""
+    return f"no space left on the disk holding {directory} (ENOSPC: No space left on device)"
 
 
 def _load(path: Path) -> ctypes.CDLL:
-    return ctypes.CDLL(str(path), mode=ctypes.RTLD_LOCAL)
+    # `path` names the checked file only while the cache's descriptor is open: the library is
+    # loaded under a name that stays its own (see kernel_cache.pinned)
+    return ctypes.CDLL(pinned(path), mode=ctypes.RTLD_LOCAL)
 
 
 def compile_host(
@@ -302,14 +305,10 @@ def compile_host(
     headers = _device_headers()
     key = _cache_key(source, flags, headers)
     path = HOST_CACHE.path_for(key, ".so")
-    with _build_lock(path):
-        try:
-            artifact = HOST_CACHE.get_or_build(
-                key,
-                ".so",
-                lambda out: _run_compiler(source, headers, flags, out),
-                _load,
-            )
-        except OSError as exc:  # a fresh build that does not load (e.g. no libgomp)
-            raise HostCompileError(f"cannot load the compiled kernels from {path}: {exc}") from exc
+    try:
+        artifact = HOST_CACHE.get_or_build(
+            key, ".so", lambda out: _run_compiler(source, headers, flags, out), _load
+        )
+    except OSError as exc:  # a fresh build that does not load (e.g. no libgomp)
+        raise HostCompileError(f"cannot load the compiled kernels from {path}: {exc}") from exc
     return HostLibrary(artifact.path, artifact.cache_hit, artifact.value)

@@ -4,9 +4,11 @@ once starts without parsing, scheduling or lowering again (a warm start).
 
 Entries live in the kernel cache's directory (lowering/kernel_cache.py, namespace "plans") and
 follow its rules: published atomically, loaded only when intact (the digest written beside
-the entry matches) and trusted (owned by this user, writable by nobody else), rebuilt when
-they fail to load. An entry is a pickle, which can run code when loaded: that is why only a
-trusted, intact entry is ever unpickled, as only such a shared library is ever loaded.
+the entry matches) and trusted (owned by this user, writable by nobody else, in a tree of
+this user's private directories), read through the descriptor those checks were made on,
+rebuilt when they fail to load. An entry is a pickle, which can run code when loaded: that is
+why only a trusted, intact entry is ever unpickled, as only such a shared library is ever
+loaded.
 
 The key covers everything the plan depends on: the program text and entry function, the
 schedule, the ranks, nodes and launch configuration, the target, and the compiler itself

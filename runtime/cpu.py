@@ -208,6 +208,8 @@ class CpuBackend:
                 self.library = compile_host(plan.cuda_source)
             except HostCompileError as e:
                 errors = [ln for ln in e.output.splitlines() if "error" in ln][:8]
+                if errors and e.note:  # a full disk, which the error lines may not say
+                    errors.insert(0, e.note)
                 detail = "\n".join(errors) if errors else str(e)
                 raise CocoError(
                     f"compiling the kernels of @{plan.program} failed:\n{detail}"

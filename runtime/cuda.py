@@ -42,7 +42,7 @@ import numpy as np
 
 from coconet.core import values as V
 from coconet.core.program import CocoError
-from coconet.lowering.kernel_cache import KernelCache, content_key
+from coconet.lowering.kernel_cache import KernelCache, content_key, pinned
 from coconet.lowering.kernel_ir import KernelParam
 from coconet.lowering.lower_to_plan import shrink_grids
 from coconet.lowering.plan import (
@@ -249,7 +249,9 @@ def cubin_cache_key(source: str, arch: str) -> str:
 
 def compile_cubin(source: str, arch: str):
     """The cubin of `source` for `arch` (e.g. "sm_90"), from the cache or built by NVRTC.
-    Returns the cache artifact (its `path` is the .cubin file, `cache_hit` says if it was)."""
+    Returns the cache artifact: its `value` a path to load the cubin from (the very file the
+    cache checked, for the life of the process), `path` its place in the cache, `cache_hit`
+    whether it was there."""
     from coconet.lowering.nvrtc import NvrtcError, compile_cuda
 
     key = cubin_cache_key(source, arch)
@@ -257,11 +259,11 @@ def compile_cubin(source: str, arch: str):
     def build(out) -> None:
         out.write_bytes(compile_cuda(source, arch, warnings_as_errors=False).binary)
 
-    def load(path) -> bytes:
-        data = path.read_bytes()
-        if not data:
+    def load(path) -> str:
+        # CuPy reads the module on first use: a name that keeps naming the checked file
+        if not path.stat().st_size:
             raise ValueError("empty cubin")
-        return data
+        return pinned(path)
 
     try:
         return CUDA_CACHE.get_or_build(key, ".cubin", build, load)
@@ -664,7 +666,7 @@ class CudaBackend:
                 self.cached += 1
             else:
                 self.compiled += 1
-            self.module = self.device.load_module(str(artifact.path), plan.cuda_source)
+            self.module = self.device.load_module(artifact.value, plan.cuda_source)
             self._clamp_grids(launches)
         for step in plan.steps:
             if isinstance(step, Collective) and step.op != "send":

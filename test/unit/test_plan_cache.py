@@ -110,7 +110,7 @@ def test_an_entry_that_is_not_a_plan_is_rebuilt():
         tmp.write_bytes(pickle.dumps({"not": "a plan"}))
 
     first.path.unlink()
-    plan_cache.PLAN_CACHE._build_and_publish(first.path, publish_other)
+    plan_cache.PLAN_CACHE.get_or_build(key, ".plan.pickle", publish_other, lambda path: None)
     again = plan_cache.cached_plan(key, build)
     assert not again.cache_hit
     assert len(calls) == 2
