@@ -35,12 +35,14 @@ from pathlib import Path
 from typing import IO, Any
 
 from coconet.core.program import CocoError
+from coconet.runtime import job_janitor as janitor
 from coconet.runtime.failures import MONITOR_ENV, STATUS_DIR_ENV
 
 # Where coco-run (and any tool that launches) also writes the ranks' ends as JSON, when set:
 # for the tests and reports that follow a job from outside.
 RANK_EXITS_ENV = "COCONET_RANK_EXITS"
 SUPERVISOR = Path(__file__).with_name("rank_supervisor.py")
+JANITOR = Path(__file__).with_name("job_janitor.py")
 # How long after mpiexec has exited the launcher waits for the supervisors' records (a
 # supervisor outlives hydra's kill of its rank by the moment it takes to reap and write).
 EXIT_RECORD_WAIT = 3.0
@@ -225,6 +227,35 @@ def _kill_group(proc: subprocess.Popen) -> None:
             continue
 
 
+def _start_janitor(job_dir: Path, mpiexec: int) -> subprocess.Popen:
+    """runtime/job_janitor.py beside the job, in a session of its own: if this process is
+    killed, it cleans up after the job (MPICH's segments, the job directory)."""
+    return subprocess.Popen(
+        [sys.executable, "-S", str(JANITOR), str(job_dir), str(job_dir / "shm-before.json")]
+        + [str(mpiexec)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def _clean_up(job_dir: Path, before: set[str], watcher: subprocess.Popen) -> None:
+    """After mpiexec: what an abnormal end left in /dev/shm (MPICH unlinks its segments only
+    when its ranks finalize), once the job's ranks are gone; then the janitor is told that
+    nothing is left for it."""
+    janitor.wait_gone(janitor.rank_pids(job_dir / "status"), janitor.SETTLE)
+    janitor.sweep(before)
+    try:
+        assert watcher.stdin is not None
+        watcher.stdin.write("done\n")
+        watcher.stdin.close()
+        watcher.wait(timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        watcher.kill()
+
+
 def launch(
     job: dict[str, Any],
     ranks: int,
@@ -257,6 +288,8 @@ def launch(
         ]
         monitor = Monitor(Path(tmp) / "monitor.sock")
         monitor.start()
+        before = janitor.shm_names()
+        (Path(tmp) / "shm-before.json").write_text(json.dumps(sorted(before)))
         start = time.monotonic()
         proc = subprocess.Popen(
             cmd,
@@ -268,6 +301,7 @@ def launch(
             ),
             start_new_session=True,  # one process group: a timeout kills every rank
         )
+        watcher = _start_janitor(Path(tmp), proc.pid)
         out_lines: list[str] = []
         err_lines: list[str] = []
         noise: list[str] = []
@@ -299,6 +333,7 @@ def launch(
         finally:
             for sig, previous in handlers.items():
                 signal.signal(sig, previous)
+            _clean_up(Path(tmp), before, watcher)
         for t in pumps:
             t.join(timeout=5)
         monitor.stop()
