@@ -19,6 +19,7 @@ import atexit
 import contextlib
 import datetime
 import os
+import signal
 import socket
 from typing import Any
 
@@ -181,10 +182,13 @@ class TorchComm:
         if TORCHRUN_AGENT_VAR in os.environ:
             _watch_the_agent()
         if carries_host_tensors(str(dist.get_backend())):
-            return cls()
-        if _HOST_GROUP is None:
-            _HOST_GROUP = dist.new_group(backend="gloo")  # collective: every rank is here
-        return cls(_HOST_GROUP)
+            comm = cls()
+        else:
+            if _HOST_GROUP is None:
+                _HOST_GROUP = dist.new_group(backend="gloo")  # collective: every rank is here
+            comm = cls(_HOST_GROUP)
+        _learn_local_peers(comm)
+        return comm
 
     # -- identity ------------------------------------------------------------------------------
 
@@ -242,7 +246,13 @@ class TorchComm:
         pass
 
     def Abort(self, code: int = 1) -> None:
-        # torchrun's agent ends the other ranks when one exits non-zero.
+        """As MPI_Abort: every rank of the job ends now. torchrun's agent ends the others when
+        one exits non-zero, but with SIGTERM and a 30 s grace before SIGKILL, which a rank
+        stopped or stuck in native code outlasts: the ranks on this machine are killed here,
+        the agent ends the rest."""
+        for pid in _LOCAL_PEERS or ():
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
         os._exit(code)
 
     # -- point-to-point (blocking) ------------------------------------------------------------
@@ -308,6 +318,17 @@ class TorchComm:
 
 # coconet's own gloo group when the default group cannot carry host tensors (made once).
 _HOST_GROUP: Any = None
+# The pids of this job's other ranks on this machine (TorchComm.Abort kills them).
+_LOCAL_PEERS: list[int] | None = None
+
+
+def _learn_local_peers(comm: TorchComm) -> None:
+    """Once per process (every rank makes its first communicator at the same point)."""
+    global _LOCAL_PEERS
+    if _LOCAL_PEERS is not None:
+        return
+    me = (socket.gethostname(), os.getpid())
+    _LOCAL_PEERS = [pid for host, pid in comm.allgather(me) if host == me[0] and pid != me[1]]
 
 
 def carries_host_tensors(backend: str) -> bool:

@@ -368,3 +368,35 @@ def test_ranks_end_when_their_torchrun_agent_dies(tmp_path):
                 os.kill(int(p.read_text()), signal.SIGKILL)
             except (ProcessLookupError, ValueError):
                 pass
+
+
+def test_a_stopped_rank_ends_with_the_job_without_torchrun_s_grace(tmp_path):
+    """Rank 1 stops (SIGSTOP) before its first call; rank 0's step timeout (3 s) names it
+    and aborts. A stopped process ignores torchrun's SIGTERM until its 30 s grace ends in
+    SIGKILL (the job took ~40 s); coconet's abort kills the job's ranks on this machine, as
+    MPI_Abort does, so the job ends within seconds of the timeout."""
+    import time
+
+    script = tmp_path / "stop.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import os, signal
+            import numpy as np
+            import coconet
+            step = coconet.compile("examples/sgd.mlir", backend="cpu", step_timeout=3)
+            if step.rank == 1:
+                os.kill(os.getpid(), signal.SIGSTOP)
+            w = np.ones(4096, np.float32)
+            step(g=np.ones(4096, np.float32), w=w, lr=0.25)
+            """
+        )
+    )
+    start = time.monotonic()
+    proc = _torchrun_two(str(script), timeout=120)
+    took = time.monotonic() - start
+    assert proc.returncode != 0
+    assert "waiting for every rank at the input check of call 1" in proc.stderr, proc.stderr[-3000:]
+    # Without the kill the job cannot end before the 3 s timeout plus torchrun's 30 s grace:
+    # a bound that load cannot make the fixed job miss nor the broken one meet.
+    assert took < 33, f"the job took {took:.1f} s to end"
