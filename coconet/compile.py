@@ -193,8 +193,9 @@ def compile(
         cached = cached_plan(key, lambda: lower(scheduled(), size, launch_config, nodes))
         plan, cache_hit, program = cached.value, cached.cache_hit, scheduled
     else:
-        text = program.print()
-        _agree_on_program(comm, guard, _digest(text, *map(str, identity)), program.name, schedule)
+        if size > 1:  # printing a deep program costs: only where there are ranks to agree
+            digest = _digest(program.print(), *map(str, identity))
+            _agree_on_program(comm, guard, digest, program.name, schedule)
         plan = lower(program, size, launch_config, nodes)
     compiled = prepare(
         program, backend, comm, plan=plan, exact_collectives=exact_collectives, guard=guard
