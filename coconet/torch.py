@@ -313,19 +313,28 @@ class CoconetOptimizer(torch.optim.Optimizer):
         as segments of their own and the program is compiled again, once; the other segments
         keep their buffers and state."""
         params = param_group.get("params")
-        if isinstance(params, Iterable) and not isinstance(params, torch.Tensor | set):
+        listed: list[Any] = []
+        if isinstance(params, torch.Tensor):
+            listed = [params]
+        elif isinstance(params, Iterable) and not isinstance(params, set):
             param_group = {**param_group, "params": list(params)}
             listed = [p[1] if isinstance(p, tuple) else p for p in param_group["params"]]
             if len({id(p) for p in listed}) != len(listed):
                 raise CocoError("a parameter group lists a parameter twice")
-        super().add_param_group(param_group)
-        self._check_group(self.param_groups[-1])
+        # (refused before torch.optim takes the group: a refusal leaves the optimizer as it was)
+        trainable = [p for p in listed if isinstance(p, torch.Tensor) and p.requires_grad]
+        for p in trainable:
+            if p.dtype not in (torch.float32, torch.bfloat16):
+                raise CocoError(f"a parameter of dtype {p.dtype}: use float32 or bfloat16")
         if self._ready:
-            group = self.param_groups[-1]
-            parameters_device(
-                [self._params[0], *[p for p in group["params"] if p.requires_grad]],
-                self.backend,
-            )
+            parameters_device([self._params[0], *trainable], self.backend)
+        super().add_param_group(param_group)
+        try:
+            self._check_group(self.param_groups[-1])
+        except CocoError:
+            self.param_groups.pop()
+            raise
+        if self._ready:
             self._add_segments(len(self.param_groups) - 1)
             self._recompile()
 
@@ -352,8 +361,6 @@ class CoconetOptimizer(torch.optim.Optimizer):
             if not p.requires_grad:
                 self._frozen.append(p)
                 continue
-            if p.dtype not in (torch.float32, torch.bfloat16):
-                raise CocoError(f"a parameter of dtype {p.dtype}: use float32 or bfloat16")
             by_dtype.setdefault(p.dtype, []).append(p)
         for dtype, ps in by_dtype.items():
             for part in [[p] for p in ps] if self.per_tensor else [ps]:
@@ -420,21 +427,26 @@ class CoconetOptimizer(torch.optim.Optimizer):
         docstring); and whether a frozen parameter has a gradient."""
         marked = self._marks.marked
         have = []
+        unmarked: list[int] = []  # views no backward reached: written in place, if non-zero
         for slot, (p, view) in enumerate(zip(self._params, self._grad_views, strict=True)):
             grad = p.grad
+            got = 1
             if grad is None:
                 view.zero_()
                 marked[slot] = 0
                 got = 0
             elif grad is view or (grad.data_ptr() == view.data_ptr() and grad.shape == view.shape):
-                # written in place without backward (`p.grad.copy_(...)`): non-zero counts
-                got = 1 if marked[slot] or bool(view.any()) else 0
+                if not marked[slot]:
+                    unmarked.append(slot)
             else:
                 view.copy_(grad)
-                got = 1
             if grad is not view:
                 p.grad = view
             have.append(got)
+        if unmarked:  # (one look at the device for all of them)
+            nonzero = torch.stack([self._grad_views[j].ne(0).any() for j in unmarked]).tolist()
+            for slot, written in zip(unmarked, nonzero, strict=True):
+                have[slot] = int(written)
         frozen = int(any(p.grad is not None for p in self._frozen))
         return have, frozen
 
@@ -456,7 +468,7 @@ class CoconetOptimizer(torch.optim.Optimizer):
         check = self._ddp_checks_left > 0
         cs = self._checksum() if check else 0
         vec = torch.tensor([*have, frozen, cs, -cs], dtype=torch.int64)
-        comm = getattr(self.compiled, "comm", None)
+        comm = getattr(next(iter(self._programs.values())), "comm", None)
         dist.all_reduce(vec, op=dist.ReduceOp.MAX, group=getattr(comm, "group", None))
         out = vec.tolist()
         if check:
@@ -524,7 +536,7 @@ class CoconetOptimizer(torch.optim.Optimizer):
     @property
     def compiled(self) -> Any:
         """The program of the common step (every parameter has a gradient)."""
-        return self._programs[self._key(False, self.max_grad_norm is not None)]
+        return self._program(self._key(False, self.max_grad_norm is not None))
 
     @property
     def buckets(self) -> list[_Segment]:
@@ -765,7 +777,7 @@ class CoconetOptimizer(torch.optim.Optimizer):
         """The masked variant's arguments: which elements (LAMB: tensors) to update, and their
         bias corrections from each parameter's own step count (1 where none applies)."""
         shapes = compiled.input_shapes()
-        rank = dist.get_rank() if self.world > 1 else 0
+        rank = compiled.rank
         out: dict[str, Any] = {}
         for i, s in enumerate(self.segments):
             if self.per_tensor:

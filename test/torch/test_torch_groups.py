@@ -252,8 +252,15 @@ def test_add_param_group_compiles_again_once_and_trains_the_new_group():
     train_skipping(ref, ref_opt, 4, start=2)
     train_skipping(mine, opt, 4, start=2)
     _same(ref, mine)
+    # a refused group leaves the optimizer as it was
     with pytest.raises(CocoError, match="twice"):
         opt.add_param_group({"params": [mine.rare.weight, mine.rare.weight]})
+    with pytest.raises(CocoError, match="float32 or bfloat16"):
+        opt.add_param_group({"params": [torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))]})
+    with pytest.raises(CocoError, match="amsgrad"):
+        opt.add_param_group({"params": [mine.rare.weight], "amsgrad": True})
+    assert len(opt.param_groups) == 2
+    assert len(opt.segments) == 2
 
 
 # -- torch.optim's keyword arguments ---------------------------------------------------------------
