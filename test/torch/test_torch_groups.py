@@ -380,7 +380,8 @@ def _env() -> dict[str, str]:
 def test_two_ranks_skip_clip_groups_and_warnings(tmp_path):
     """torchrun on 2 ranks (two_ranks_script.py): parameters used on one rank only or on
     none, under every schedule, for SGD, Adam, AdamW and LAMB; clipping the averaged
-    gradients of two groups; the warnings for local clipping and for DDP's own reduction."""
+    gradients of two groups; a state_dict of two groups' sliced state into torch.optim.AdamW
+    and back; the warnings for local clipping and for DDP's own reduction."""
     proc = subprocess.run(
         [
             sys.executable,

@@ -55,7 +55,9 @@ def main(out: Path) -> None:
             opt = ours(mine.parameters(), schedule=schedule, **options)
             train_skipping(mine, opt, 6, rank=rank, world=world)
             errors[f"{name} {schedule}"] = max_rel(ref, mine)
-            unused_moved[f"{name} {schedule}"] = float((mine.unused.weight - untouched).abs().max())
+            unused_moved[f"{name} {schedule}"] = float(
+                (mine.unused.weight.detach() - untouched).abs().max()
+            )
             params_sum += sum(float(p.detach().double().sum()) for p in mine.parameters())
 
     # Clipping the averaged gradients of two groups, by the method and by the option.
@@ -76,6 +78,31 @@ def main(out: Path) -> None:
         )
         train_skipping(other, opt, 5, rank=rank, world=world)
         errors[f"max_grad_norm {schedule}"] = max_rel(ref, other)
+
+    # state_dict with two groups and the state sliced across the ranks (rs-c-ag): torch
+    # continues from coconet's, and coconet (under another schedule) from torch's.
+    options = {"lr": 0.01, "weight_decay": 0.1}
+    ref, mine = SkipNet(), SkipNet()
+    ref_opt = torch.optim.AdamW(groups(ref), **options)
+    opt = ct.AdamW(groups(mine), schedule="rs-c-ag", **options)
+    train_skipping(ref, ref_opt, 3, world=world)
+    train_skipping(mine, opt, 3, rank=rank, world=world)
+    theirs, ours = SkipNet(), SkipNet()
+    with torch.no_grad():
+        for p, q in zip(theirs.parameters(), mine.parameters(), strict=True):
+            p.copy_(q)
+        for p, q in zip(ours.parameters(), ref.parameters(), strict=True):
+            p.copy_(q)
+    torch_opt = torch.optim.AdamW(groups(theirs), **options)
+    torch_opt.load_state_dict(opt.state_dict())  # (collective: gathers the slices)
+    coco_opt = ct.AdamW(groups(ours), schedule="fuse(rs-c-ag)", **options)
+    coco_opt.load_state_dict(ref_opt.state_dict())
+    train_skipping(mine, opt, 3, rank=rank, world=world, start=3, seed=5)
+    train_skipping(theirs, torch_opt, 3, world=world, start=3, seed=5)
+    errors["state_dict into torch"] = max_rel(theirs, mine)
+    train_skipping(ref, ref_opt, 3, world=world, start=3, seed=5)
+    train_skipping(ours, coco_opt, 3, rank=rank, world=world, start=3, seed=5)
+    errors["state_dict from torch"] = max_rel(ref, ours)
 
     # torch.nn.utils.clip_grad_norm_ on an optimizer's parameters: a warning, once.
     model = SkipNet()
