@@ -104,10 +104,6 @@ SCHEDULES = ("ar-c", "rs-c-ag", "fuse(rs-c-ag)")
 # Flat buffers are padded to a multiple of ranks x this many elements (16-byte vectors).
 ALIGN = 4
 
-# torch.optim options that change how torch runs a step, not what it computes: coconet's step
-# is already one fused program on the parameters' device, outside autograd.
-IGNORED_OPTIONS = ("foreach", "fused", "capturable", "differentiable")
-
 # How many first steps look for gradients already reduced by someone else (DDP's own hook).
 DDP_CHECK_STEPS = 3
 
@@ -926,13 +922,16 @@ def _signature(params: list[tuple[str, Any]]) -> Any:
     )
 
 
-def _accepted(kw: dict[str, Any], allowed: tuple[str, ...]) -> dict[str, Any]:
-    """Splits coconet's own keywords (schedule, backend, max_grad_norm) from torch.optim's
-    ignored ones, which join the group options as torch stores them."""
+def _own_keywords(kw: dict[str, Any]) -> dict[str, Any]:
+    """coconet's own keywords (schedule, backend, max_grad_norm) out of `kw`; anything else is
+    a TypeError, as torch.optim's constructors raise it. (torch.optim's `foreach`, `fused`,
+    `capturable` and `differentiable`, which change how torch runs a step, not what it
+    computes, are named parameters of each constructor: kept in the groups as torch keeps them,
+    and ignored -- the step is already one fused program on the parameters' device, outside
+    autograd.)"""
     own = {k: kw.pop(k) for k in ("schedule", "backend", "max_grad_norm") if k in kw}
-    unknown = [k for k in kw if k not in allowed]
-    if unknown:
-        raise TypeError(f"unexpected keyword argument {unknown[0]!r}")
+    if kw:
+        raise TypeError(f"unexpected keyword argument {next(iter(kw))!r}")
     return own
 
 
@@ -959,7 +958,7 @@ class SGD(CoconetOptimizer):
         fused: bool | None = None,
         **kw: Any,
     ):
-        own = _accepted(kw, ())
+        own = _own_keywords(kw)
         defaults = {
             "lr": lr,
             "momentum": momentum,
@@ -1034,7 +1033,7 @@ class Adam(CoconetOptimizer):
         decoupled_weight_decay: bool | None = None,
         **kw: Any,
     ):
-        own = _accepted(kw, ())
+        own = _own_keywords(kw)
         defaults = {
             "lr": lr,
             "betas": betas,
@@ -1139,7 +1138,7 @@ class LAMB(CoconetOptimizer):
         fused: bool | None = None,
         **kw: Any,
     ):
-        own = _accepted(kw, ())
+        own = _own_keywords(kw)
         defaults = {
             "lr": lr,
             "betas": betas,

@@ -359,6 +359,11 @@ def test_torch_clip_grad_norm_stays_torchs_on_one_rank():
         norm = torch.nn.utils.clip_grad_norm_((p for p in model.parameters()), 1.0)
     n = sum(p.numel() for p in model.parameters())
     assert float(norm) == pytest.approx(2.0 * math.sqrt(n), rel=1e-6)
+    # and it can be taken back: torch's own function again
+    ct._uninstall_clip_warning()
+    assert torch.nn.utils.clip_grad_norm_ is torch.nn.utils.clip_grad.clip_grad_norm_
+    ct.AdamW(SkipNet().parameters())
+    assert getattr(torch.nn.utils.clip_grad_norm_, "_coconet_wrapper", False)
     torch.testing.assert_close(
         model.a.weight.grad, torch.full_like(model.a.weight, 1.0 / math.sqrt(n)), rtol=1e-5, atol=0
     )
