@@ -6,12 +6,15 @@ coconet program -- the all-reduce of the gradients and the update, scheduled as 
 this host for the job's ranks, coconet/autotune.py).
 
     model = Transformer(...)                                 # the same init on every rank
-    opt = coconet.torch.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1,
-                              schedule="fuse(rs-c-ag)")
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    other = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = coconet.torch.AdamW([{"params": decay, "weight_decay": 0.1},
+                               {"params": other, "weight_decay": 0.0}],
+                              lr=3e-4, max_grad_norm=1.0, schedule="fuse(rs-c-ag)")
     for x, y in loader:                                      # this rank's shard of the batch
         loss = loss_fn(model(x), y)
         loss.backward()                                      # local gradients: no DDP needed
-        opt.step()                                           # reduce + update, one program
+        opt.step()                                           # reduce + clip + update, one program
         opt.zero_grad()
 
 Run it under torchrun (or mpiexec): the optimizer is collective, as `coconet.compile` is.
@@ -22,29 +25,68 @@ collectives), each rank on the GPU its parameters live on: the flat buffers are 
 and handed to the program through DLPack, so the update happens in the parameters' own memory.
 `backend=` may name the backend, but it must be the one where the parameters are.
 
-Where the tensors live. At construction the parameters of each dtype are moved, once, into
-one flat buffer (padded so it divides among the ranks), and every `nn.Parameter` becomes a view
-of it (`p.data`); their gradients are views of a second flat buffer. The program reads and
-writes those buffers in place -- no copy of the user's tensors per step. Code that replaces
-`p.grad` (e.g. `zero_grad(set_to_none=True)` from another object) still works: `step()` copies
-such gradients into the buffer first. Gradients are averaged over the ranks, as DDP does.
+Where the tensors live. At construction the trainable parameters of each (param group, dtype)
+are moved, once, into one flat buffer, a *segment* (padded so it divides among the ranks), and
+every `nn.Parameter` becomes a view of it (`p.data`); their gradients are views of a second
+flat buffer. ONE program updates every segment: per-group options (`lr`, `weight_decay`,
+`betas`, `eps`, `momentum`) are scalar arguments read at every step, so schedulers and hand
+edits of `param_groups[i]["lr"]` take effect without recompiling, and `fuse(rs-c-ag)` fuses
+the collectives of every segment. The program reads and writes those buffers in place -- no
+copy of the user's tensors per step. Code that replaces `p.grad` (e.g. `zero_grad(set_to_none=
+True)` from the module) still works: `step()` copies such gradients into the buffer first.
+Gradients are averaged over the ranks, as DDP does. Parameters with `requires_grad=False` at
+construction are left out of the buffers (never updated; one that later has a gradient is
+refused at `step()`); `add_param_group` adds segments and compiles the program again once.
+
+Parameters without a gradient. As torch.optim does, a parameter that received no gradient is
+left untouched by `step()` (no weight decay, no moment update, its `step` count not advanced).
+"Received a gradient" on a rank: backward accumulated into it since the optimizer's last
+`zero_grad()` (a post-accumulate-grad hook marks it), or `p.grad` is a tensor of its own, or
+someone wrote a non-zero value into the gradient view in place; `p.grad is None` means none.
+`zero_grad(set_to_none=False)` keeps the marks, as torch keeps zero gradients then. Across
+ranks the semantics are DDP's: a parameter is updated, with the gradient averaged over all
+ranks (zeros from ranks that produced none), when ANY rank produced a gradient for it, and
+left alone when none did (the ranks agree through one small host all-reduce of the marks per
+step). The step where every parameter has a gradient (and, for Adam, every parameter of a
+segment the same step count) runs the program as compiled; otherwise a masked variant of it
+(a keep mask and, for Adam and AdamW, per-element bias corrections), compiled the first time
+it is needed, keeps the others unchanged.
+
+Gradient clipping. `torch.nn.utils.clip_grad_norm_` before `step()` would clip each rank's
+LOCAL gradients by their own norm (coconet reduces them later, inside the program); on more
+than one rank it warns, once. Clip inside the step instead: `max_grad_norm=` at construction,
+or `opt.clip_grad_norm_(max_norm)` before a `step()`: the program computes the norm of the
+reduced, averaged gradients over every segment and scales them by min(1, max_norm / (norm +
+1e-6)), as `clip_grad_norm_` does after DDP. The norm is computed by the step, so
+`clip_grad_norm_` returns a 0-d tensor that holds NaN until the next `step()` fills it with the
+total norm (`opt.last_grad_norm` is the latest one).
 
 With DDP: let coconet do the reduction -- register `local_gradients_hook` as DDP's
 communication hook (DDP then only buckets, no all-reduce), or use `no_sync()`. Build the
 optimizer before wrapping the model in DDP (DDP keeps references to the parameters' storage).
+A DDP that all-reduces the gradients itself gives the right result twice as expensively:
+`step()` warns once when the local gradients are identical on every rank in its first steps.
 
-Algorithms: SGD with momentum (torch.optim.SGD), Adam with L2 weight decay (torch.optim.Adam),
-AdamW with decoupled weight decay (torch.optim.AdamW), and LAMB (a trust ratio per parameter
-tensor: one program over every tensor, each in its own padded segment), in f32 state over f32
-or bf16 parameters. `state_dict()` gathers the sliced state into full per-parameter tensors in
-torch.optim's layout (`exp_avg`, `exp_avg_sq`, `momentum_buffer`, `step`), and
-`load_state_dict()` scatters it back, so checkpoints move between schedules and rank counts.
+Algorithms: SGD with momentum (torch.optim.SGD, also `nesterov=True`), Adam with L2 weight
+decay (torch.optim.Adam), AdamW with decoupled weight decay (torch.optim.AdamW), and LAMB (a
+trust ratio per parameter tensor: one program over every tensor, each in its own padded
+segment), `maximize=True` for SGD, Adam and AdamW, in f32 state over f32 or bf16 parameters.
+torch.optim's `foreach`, `fused`, `capturable` and `differentiable` are accepted and ignored:
+the step is already one fused program, on the parameters' device, outside autograd.
+`amsgrad=True` and SGD's `dampening` are refused. `state_dict()` is torch.optim's layout
+(groups with their options and parameter indices, a state entry per parameter that has state:
+`exp_avg`, `exp_avg_sq`, `step`, or `momentum_buffer`), the sliced state gathered into full
+tensors, and `load_state_dict()` scatters it back, so checkpoints move between schedules, rank
+counts and torch.optim's own optimizers.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Iterable
+import warnings
+import weakref
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +103,9 @@ SCHEDULES = ("ar-c", "rs-c-ag", "fuse(rs-c-ag)")
 
 # Flat buffers are padded to a multiple of ranks x this many elements (16-byte vectors).
 ALIGN = 4
+
+# How many first steps look for gradients already reduced by someone else (DDP's own hook).
+DDP_CHECK_STEPS = 3
 
 
 def local_gradients_hook(state, bucket):
@@ -122,119 +167,543 @@ def parameters_device(params: Iterable[torch.Tensor], backend: str | None) -> to
     return device
 
 
-@dataclass
-class _Bucket:
-    """The parameters of one dtype, flattened into one buffer, and their compiled step."""
+# -- torch.nn.utils.clip_grad_norm_ on a coconet optimizer's parameters --------------------------
 
+# The live coconet optimizers, for the clip_grad_norm_ wrapper to recognize their parameters.
+_OWNERS: weakref.WeakSet[CoconetOptimizer] = weakref.WeakSet()
+
+
+def _install_clip_warning() -> None:
+    """Wraps `torch.nn.utils.clip_grad_norm_` (once per process) so that, called on parameters
+    a coconet optimizer on several ranks owns, it warns once that it clips LOCAL gradients.
+    The wrapper calls the function it replaced with the same arguments and returns its result;
+    `_uninstall_clip_warning` puts that function back (if nobody wrapped it again since)."""
+    current = torch.nn.utils.clip_grad_norm_
+    if getattr(current, "_coconet_wrapper", False):
+        return
+    original = current
+
+    @functools.wraps(original)
+    def clip_grad_norm_(parameters: Any, *args: Any, **kwargs: Any) -> Any:
+        if _OWNERS:
+            if isinstance(parameters, torch.Tensor):
+                parameters = [parameters]
+            else:
+                parameters = list(parameters)
+            ids = {id(p) for p in parameters}
+            for owner in list(_OWNERS):
+                owner._warn_local_clipping(ids)
+        return original(parameters, *args, **kwargs)
+
+    clip_grad_norm_._coconet_wrapper = True  # type: ignore[attr-defined]
+    torch.nn.utils.clip_grad_norm_ = clip_grad_norm_
+
+
+def _uninstall_clip_warning() -> None:
+    current = torch.nn.utils.clip_grad_norm_
+    if getattr(current, "_coconet_wrapper", False):
+        torch.nn.utils.clip_grad_norm_ = current.__wrapped__  # type: ignore[attr-defined]
+
+
+# -- the optimizers ----------------------------------------------------------------------------
+
+
+@dataclass
+class _Segment:
+    """Trainable parameters of one param group and dtype (LAMB: one parameter), flattened into
+    one buffer padded to divide among the ranks; a program argument of its own."""
+
+    group: int
     dtype: torch.dtype
     params: list[torch.nn.Parameter]
+    slots: list[int]  # each parameter's position in the optimizer's trainable parameters
     offsets: list[int]
     numel: int  # padded
     flat_param: torch.Tensor
     flat_grad: torch.Tensor
     state: dict[str, torch.Tensor] = field(default_factory=dict)  # m, v or buf: pieces
-    compiled: Any = None
-    steps: int = 0
+    # masked steps: a keep mask and per-element bias corrections over the whole segment
+    masks: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+class _Marks:
+    """Which trainable parameters backward accumulated a gradient into since the last
+    `zero_grad()`: set by each parameter's post-accumulate-grad hook (which holds this object,
+    not the optimizer)."""
+
+    def __init__(self) -> None:
+        self.marked = bytearray()
+
+    def hook(self, slot: int) -> Callable[[torch.Tensor], None]:
+        def mark(_p: torch.Tensor) -> None:
+            self.marked[slot] = 1
+
+        return mark
 
 
 class CoconetOptimizer(torch.optim.Optimizer):
-    """The shared machinery (see the module docstring); `SGD`, `Adam`, `AdamW` pick the
-    algorithm."""
+    """The shared machinery (see the module docstring); `SGD`, `Adam`, `AdamW`, `LAMB` pick the
+    algorithm: its state, its per-group scalars and options, and its update rule."""
 
     algorithm = ""
     state_names: tuple[str, ...] = ()
+    # options of a param group passed to the program as f32 scalars, by program name
+    option_scalars: tuple[str, ...] = ()
+    bias_corrected = False  # Adam's bias corrections from per-parameter step counts
+    per_tensor = False  # one segment per parameter tensor (LAMB's trust ratio)
 
     def __init__(
         self,
-        params: Iterable[torch.nn.Parameter],
+        params: Any,
         defaults: dict[str, Any],
         *,
         schedule: str = "fuse(rs-c-ag)",
         backend: str | None = None,
+        max_grad_norm: float | None = None,
     ):
         if schedule not in SCHEDULES and schedule != "auto":
             raise CocoError(
                 f"schedule {schedule!r}: use one of {', '.join(SCHEDULES)}, or 'auto' (the one "
                 "the cost model ranks fastest on this host: coconet/autotune.py)"
             )
-        super().__init__(params, defaults)
-        if len(self.param_groups) != 1:
-            raise CocoError("coconet optimizers take one parameter group (one set of options)")
+        if max_grad_norm is not None and not float(max_grad_norm) > 0:
+            raise CocoError(f"max_grad_norm={max_grad_norm}: a positive number (or None)")
+        self._ready = False
         self.schedule = schedule
-        self.device = parameters_device(self.param_groups[0]["params"], backend)
-        self.backend = BACKEND_OF_DEVICE[self.device.type]
+        self.max_grad_norm = None if max_grad_norm is None else float(max_grad_norm)
         self.world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-        self.buckets: list[_Bucket] = []
-        by_dtype: dict[torch.dtype, list[torch.nn.Parameter]] = {}
-        for p in self.param_groups[0]["params"]:
+        self.segments: list[_Segment] = []
+        self._params: list[torch.nn.Parameter] = []  # trainable, by slot
+        self._grad_views: list[torch.Tensor] = []  # by slot
+        self._slot_of: dict[int, int] = {}  # id(parameter) -> slot
+        self._frozen: list[torch.nn.Parameter] = []
+        self._steps: list[int] = []  # by slot: steps that updated the parameter
+        self._marks = _Marks()
+        self._hooks: list[Any] = []
+        self._sizes: set[int] = set()
+        self._programs: dict[tuple[Any, ...], Any] = {}
+        self._concrete: str | None = schedule  # `auto`: the schedule it chose
+        self._inputs: dict[str, Any] = {}  # the buffers as the programs take them
+        self._clip_next: float | None = None
+        self._norm_next: torch.Tensor | None = None
+        self.last_grad_norm: torch.Tensor | None = None
+        self._ddp_checks_left = DDP_CHECK_STEPS
+        self._warned: set[str] = set()
+        super().__init__(params, defaults)
+        trainable = [p for g in self.param_groups for p in g["params"] if p.requires_grad]
+        if not trainable:
+            raise CocoError("no parameter of the optimizer requires grad: nothing to train")
+        self.device = parameters_device(trainable, backend)
+        self.backend = BACKEND_OF_DEVICE[self.device.type]
+        for k in range(len(self.param_groups)):
+            self._add_segments(k)
+        self._ready = True
+        self._recompile()
+        _OWNERS.add(self)
+        _install_clip_warning()
+
+    # -- param groups ------------------------------------------------------------------------
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """torch.optim's, then (after construction) the new group's trainable parameters join
+        as segments of their own and the program is compiled again, once; the other segments
+        keep their buffers and state."""
+        params = param_group.get("params")
+        listed: list[Any] = []
+        if isinstance(params, torch.Tensor):
+            listed = [params]
+        elif isinstance(params, Iterable) and not isinstance(params, set):
+            param_group = {**param_group, "params": list(params)}
+            listed = [p[1] if isinstance(p, tuple) else p for p in param_group["params"]]
+            if len({id(p) for p in listed}) != len(listed):
+                raise CocoError("a parameter group lists a parameter twice")
+        # (refused before torch.optim takes the group: a refusal leaves the optimizer as it was)
+        trainable = [p for p in listed if isinstance(p, torch.Tensor) and p.requires_grad]
+        for p in trainable:
             if p.dtype not in (torch.float32, torch.bfloat16):
                 raise CocoError(f"a parameter of dtype {p.dtype}: use float32 or bfloat16")
+        if self._ready:
+            parameters_device([self._params[0], *trainable], self.backend)
+        super().add_param_group(param_group)
+        try:
+            self._check_group(self.param_groups[-1])
+        except CocoError:
+            self.param_groups.pop()
+            raise
+        if self._ready:
+            self._add_segments(len(self.param_groups) - 1)
+            self._recompile()
+
+    def _check_group(self, group: dict[str, Any]) -> None:
+        """Refuses the options coconet does not compute (torch.optim would)."""
+        if group.get("amsgrad"):
+            raise CocoError(
+                "amsgrad=True: coconet's Adam and AdamW do not keep max_exp_avg_sq (use "
+                "torch.optim's, or amsgrad=False)"
+            )
+
+    def group_key(self, group: dict[str, Any]) -> tuple[Any, ...]:
+        """The options of a group that shape the program (not scalars): a change compiles a
+        variant."""
+        return ()
+
+    def group_scalars(self, group: dict[str, Any]) -> dict[str, float]:
+        raise NotImplementedError
+
+    def _add_segments(self, k: int) -> None:
+        group = self.param_groups[k]
+        by_dtype: dict[torch.dtype, list[torch.nn.Parameter]] = {}
+        for p in group["params"]:
+            if not p.requires_grad:
+                self._frozen.append(p)
+                continue
             by_dtype.setdefault(p.dtype, []).append(p)
         for dtype, ps in by_dtype.items():
-            self.buckets.append(self._flatten(dtype, ps))
-        for b in self.buckets:
-            b.compiled = self._compile(b)
-            for name, (shape, _dt) in b.compiled.input_shapes().items():
-                if name in self.state_names:
-                    b.state[name] = torch.zeros(shape, dtype=torch.float32, device=self.device)
+            for part in [[p] for p in ps] if self.per_tensor else [ps]:
+                self.segments.append(self._flatten(k, dtype, part))
 
-    # -- buffers -----------------------------------------------------------------------------
+    def _segment_size(self, n: int) -> int:
+        """n padded to divide among the ranks, and to a size no other segment has: chains of
+        one size would look like one chain to coco-fuse where a global norm couples them."""
+        unit = self.world * ALIGN
+        size = _padded(n, unit)
+        while size in self._sizes:
+            size += unit
+        self._sizes.add(size)
+        return size
 
-    def _layout(self, params: list[torch.nn.Parameter]) -> tuple[list[int], int]:
-        """Where each parameter starts in the flat buffer, and the buffer's (padded) size:
-        packed one after another, the whole padded to divide among the ranks."""
+    def _flatten(self, k: int, dtype: torch.dtype, params: list[torch.nn.Parameter]) -> _Segment:
         offsets, total = [], 0
         for p in params:
             offsets.append(total)
             total += p.numel()
-        return offsets, _padded(total, self.world * ALIGN)
-
-    def _flatten(self, dtype: torch.dtype, params: list[torch.nn.Parameter]) -> _Bucket:
-        offsets, padded = self._layout(params)
+        padded = self._segment_size(total)
         flat_param = torch.zeros(padded, dtype=dtype, device=self.device)
         flat_grad = torch.zeros(padded, dtype=dtype, device=self.device)
+        slots = []
         with torch.no_grad():
             for p, o in zip(params, offsets, strict=True):
+                slot = len(self._params)
+                slots.append(slot)
                 view = flat_param[o : o + p.numel()].view_as(p)
                 view.copy_(p.data)
                 p.data = view
-                p.grad = flat_grad[o : o + p.numel()].view_as(p)
-        return _Bucket(dtype, params, offsets, padded, flat_param, flat_grad)
+                grad = flat_grad[o : o + p.numel()].view_as(p)
+                self._marks.marked.append(0)
+                if p.grad is not None:  # a gradient from before: the first step takes it
+                    grad.copy_(p.grad)
+                    self._marks.marked[slot] = 1
+                p.grad = grad
+                self._params.append(p)
+                self._grad_views.append(grad)
+                self._slot_of[id(p)] = slot
+                self._steps.append(0)
+                self._hooks.append(p.register_post_accumulate_grad_hook(self._marks.hook(slot)))
+        return _Segment(k, dtype, params, slots, offsets, padded, flat_param, flat_grad)
 
-    def _gather_grads(self, b: _Bucket) -> None:
-        """Gradients that are not views of the flat buffer (replaced or set to None by other
-        code) are copied in; a missing gradient counts as zero."""
-        for p, o in zip(b.params, b.offsets, strict=True):
-            view = b.flat_grad[o : o + p.numel()].view_as(p)
-            if p.grad is None:
-                view.zero_()
-            elif p.grad.data_ptr() != view.data_ptr():
-                view.copy_(p.grad)
-            p.grad = view
+    # -- gradients ---------------------------------------------------------------------------
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Zeroes the gradient buffers in place (the gradients stay views of them, whatever
-        `set_to_none` says: backward accumulates into them)."""
-        for b in self.buckets:
-            b.flat_grad.zero_()
-            for p, o in zip(b.params, b.offsets, strict=True):
-                p.grad = b.flat_grad[o : o + p.numel()].view_as(p)
+        `set_to_none` says: backward accumulates into them). `set_to_none=True` (torch's
+        default) also forgets which parameters had a gradient, so a parameter backward does
+        not reach next is left alone; `set_to_none=False` keeps it, as torch keeps a zero
+        gradient then, which torch.optim applies (weight decay, momentum)."""
+        for s in self.segments:
+            s.flat_grad.zero_()
+        for p, view in zip(self._params, self._grad_views, strict=True):
+            if p.grad is not view:
+                p.grad = view
+        if set_to_none:
+            self._marks.marked[:] = bytes(len(self._marks.marked))
+
+    def _local_gradients(self) -> tuple[list[int], int]:
+        """Each trainable parameter's gradient in its buffer view (a replaced `p.grad` copied
+        in, a missing one zero) and whether it received one on this rank (see the module
+        docstring); and whether a frozen parameter has a gradient."""
+        marked = self._marks.marked
+        have = []
+        unmarked: list[int] = []  # views no backward reached: written in place, if non-zero
+        for slot, (p, view) in enumerate(zip(self._params, self._grad_views, strict=True)):
+            grad = p.grad
+            got = 1
+            if grad is None:
+                view.zero_()
+                marked[slot] = 0
+                got = 0
+            elif grad is view or (grad.data_ptr() == view.data_ptr() and grad.shape == view.shape):
+                if not marked[slot]:
+                    unmarked.append(slot)
+            else:
+                view.copy_(grad)
+            if grad is not view:
+                p.grad = view
+            have.append(got)
+        if unmarked:  # (one look at the device for all of them)
+            nonzero = torch.stack([self._grad_views[j].ne(0).any() for j in unmarked]).tolist()
+            for slot, written in zip(unmarked, nonzero, strict=True):
+                have[slot] = int(written)
+        frozen = int(any(p.grad is not None for p in self._frozen))
+        return have, frozen
+
+    def _checksum(self) -> int:
+        """A sum of the bits of this rank's gradients (identical on every rank: already
+        reduced)."""
+        total = 0
+        for s in self.segments:
+            bits = s.flat_grad.view(torch.int16 if s.dtype == torch.bfloat16 else torch.int32)
+            total += int(bits.sum(dtype=torch.int64))
+        return total
+
+    def _agree(self, have: list[int], frozen: int) -> tuple[list[int], int]:
+        """The marks of every rank combined (a parameter has a gradient if any rank gave it
+        one), through one host all-reduce; in the first steps, also whether the gradients were
+        identical on every rank before the program reduced them."""
+        if self.world == 1:
+            return have, frozen
+        check = self._ddp_checks_left > 0
+        cs = self._checksum() if check else 0
+        vec = torch.tensor([*have, frozen, cs, -cs], dtype=torch.int64)
+        comm = getattr(next(iter(self._programs.values())), "comm", None)
+        dist.all_reduce(vec, op=dist.ReduceOp.MAX, group=getattr(comm, "group", None))
+        out = vec.tolist()
+        if check:
+            hi, lo = out[-2], -out[-1]
+            if hi != 0 or lo != 0:
+                self._ddp_checks_left -= 1
+                if hi == lo:
+                    self._ddp_checks_left = 0
+                    self._warn_once(
+                        "ddp",
+                        "coconet.torch: the local gradients are identical on every rank before "
+                        f"{type(self).__name__}.step() averages them: they were already reduced "
+                        "(a DistributedDataParallel model without coconet's hook all-reduces "
+                        "every gradient in backward, and the step reduces it again: right, at "
+                        "twice the communication), or every rank trained on the same data. With "
+                        "DDP, register ddp.register_comm_hook(None, "
+                        "coconet.torch.local_gradients_hook) or use ddp.no_sync().",
+                    )
+        return out[: len(have)], out[len(have)]
+
+    def _warn_once(self, what: str, message: str) -> None:
+        if what not in self._warned:
+            self._warned.add(what)
+            warnings.warn(message, UserWarning, stacklevel=3)
+
+    def _warn_local_clipping(self, ids: set[int]) -> None:
+        if self.world > 1 and any(i in self._slot_of for i in ids):
+            self._warn_once(
+                "clip",
+                "coconet.torch: torch.nn.utils.clip_grad_norm_ on parameters a coconet optimizer "
+                "owns clips each rank's LOCAL gradients by their own norm; the optimizer "
+                "averages them over the ranks later, inside step(), so this is not the clipping "
+                "DDP + clip_grad_norm_ computes. Clip the averaged gradients in the step: "
+                f"opt.clip_grad_norm_(max_norm) before opt.step(), or {type(self).__name__}"
+                "(..., max_grad_norm=max_norm).",
+            )
+
+    def clip_grad_norm_(
+        self,
+        max_norm: float,
+        norm_type: float = 2.0,
+        error_if_nonfinite: bool = False,
+        foreach: bool | None = None,
+    ) -> torch.Tensor:
+        """`torch.nn.utils.clip_grad_norm_(params, max_norm)` on the gradients averaged over
+        the ranks, done inside the next `step()` (call it before): the total 2-norm over every
+        parameter's reduced gradient, and every gradient scaled by min(1, max_norm / (norm +
+        1e-6)). Returns the total norm as a 0-d tensor that holds NaN until that `step()`
+        computes it (then also `opt.last_grad_norm`). `foreach` is ignored."""
+        if float(norm_type) != 2.0:
+            raise CocoError(f"norm_type={norm_type}: coconet clips by the 2-norm only")
+        if error_if_nonfinite:
+            raise CocoError(
+                "error_if_nonfinite=True: the norm is computed inside step(), after which the "
+                "update has happened; check opt.last_grad_norm after the step instead"
+            )
+        if not float(max_norm) > 0:
+            raise CocoError(f"max_norm={max_norm}: a positive number")
+        self._clip_next = float(max_norm)
+        self._norm_next = torch.full((), math.nan, dtype=torch.float32, device=self.device)
+        return self._norm_next
 
     # -- the program -------------------------------------------------------------------------
 
-    def _compile(self, b: _Bucket) -> Any:
-        import coconet
+    @property
+    def compiled(self) -> Any:
+        """The program of the common step (every parameter has a gradient)."""
+        return self._program(self._key(False, self.max_grad_norm is not None))
 
-        program = self.build_program(b.numel, b.dtype)
-        return coconet.compile(
-            program, schedule=self.schedule, backend=self.backend, schedule_space="named"
+    @property
+    def buckets(self) -> list[_Segment]:
+        """The segments (the name of earlier versions)."""
+        return self.segments
+
+    def _key(self, masked: bool, clip: bool) -> tuple[Any, ...]:
+        return (masked, clip, tuple(self.group_key(g) for g in self.param_groups))
+
+    def _recompile(self) -> None:
+        """Drops every compiled variant (the segments changed) and compiles the common one."""
+        for compiled in self._programs.values():
+            compiled.close()
+        self._programs = {}
+        self._inputs = {}
+        for i, s in enumerate(self.segments):
+            self._inputs[f"g{i}"] = _handed_over(s.flat_grad)
+            self._inputs[f"w{i}"] = _handed_over(s.flat_param)
+        self._program(self._key(False, self.max_grad_norm is not None))
+
+    def _program(self, key: tuple[Any, ...]) -> Any:
+        compiled = self._programs.get(key)
+        if compiled is not None:
+            return compiled
+        import coconet
+        from coconet.compiled import CompiledProgram
+
+        masked, clip, keys = key
+        program = self.build_program(masked, clip, keys)
+        compiled = coconet.compile(
+            program,
+            schedule=self._concrete,
+            backend=self.backend,
+            schedule_space="named",
+        )
+        if self._concrete == "auto":
+            # every variant after the first takes its schedule: one layout of the state
+            name = (compiled.autotune or {}).get("name", "as-written")
+            self._concrete = None if name == "as-written" else name
+        assert isinstance(compiled, CompiledProgram)  # the cpu or cuda backend (never sim)
+        shapes = compiled.input_shapes()
+        for i, s in enumerate(self.segments):
+            for name in self.state_names:
+                shape = shapes[f"{name}{i}"][0]
+                piece = s.state.get(name)
+                if piece is None:
+                    piece = torch.zeros(shape, dtype=torch.float32, device=self.device)
+                    s.state[name] = piece
+                elif tuple(piece.shape) != tuple(shape):
+                    raise CocoError(
+                        f"internal: the variants of the step hold state {name}{i} as "
+                        f"{tuple(piece.shape)} and {tuple(shape)}"
+                    )
+                self._inputs[f"{name}{i}"] = _handed_over(piece)
+        self._programs[key] = compiled
+        return compiled
+
+    def build_program(self, masked: bool, clip: bool, keys: tuple[Any, ...]) -> Any:
+        """The step over every segment: per segment the sum of the local gradients over the
+        ranks, scaled to their mean; with `clip`, the global norm of those means and each
+        scaled by min(1, max_norm / (norm + 1e-6)) (the norm is the program's result); then
+        the algorithm's update (`rule`), under `masked` kept only where the keep mask is set."""
+        from coconet import frontend
+        from coconet.frontend import (
+            BF16,
+            F32,
+            AllReduce,
+            Cast,
+            Ite,
+            Local,
+            Min,
+            ReduceSum,
+            Replicated,
+            Scalar,
+            Sqrt,
+            Tensor,
+            Update,
         )
 
-    def build_program(self, n: int, dtype: torch.dtype) -> Any:
+        segs = self.segments
+        groups = sorted({s.group for s in segs})
+        elementwise_bc = masked and not self.per_tensor
+        params: list[tuple[str, Any]] = []
+        for i, s in enumerate(segs):
+            elt = BF16 if s.dtype == torch.bfloat16 else F32
+            n = s.numel
+            params += [(f"g{i}", Tensor(elt, [n], Local)), (f"w{i}", Tensor(elt, [n], Replicated))]
+            params += [(f"{name}{i}", Tensor(F32, [n], Replicated)) for name in self.state_names]
+            if masked:
+                keep = Scalar(F32) if self.per_tensor else Tensor(F32, [n], Replicated)
+                params.append((f"keep{i}", keep))
+            if self.bias_corrected:
+                for bc in ("bc1", "bc2"):
+                    t = Tensor(F32, [n], Replicated) if elementwise_bc else Scalar(F32)
+                    params.append((f"{bc}s{i}", t))
+        for k in groups:
+            params += [(f"{name}_g{k}", Scalar(F32)) for name in self.option_scalars]
+        params.append(("gscale", Scalar(F32)))
+        if masked:
+            params.append(("half", Scalar(F32)))
+        if clip:
+            params.append(("max_norm", Scalar(F32)))
+        names = [n for n, _t in params]
+
+        def store_into(a: dict[str, Any], i: int, keep: Any, name: str, value: Any) -> Any:
+            # Right where the rule computes it (a fused LAMB keeps m and v stored before its
+            # norms); the rule goes on with the value stored, so that the schedules see state
+            # (a stored value read again) and slice it in every variant alike (where keep is 0
+            # the rule's result is not kept anyway).
+            old = a[f"{name}{i}"]
+            if keep is not None:
+                value = Ite(keep, value, old).named(f"{name}k{i}")
+            Update(old, value)
+            return value
+
+        def step(*args: Any) -> Any:
+            a = dict(zip(names, args, strict=True))
+            grads = []
+            for i, s in enumerate(segs):
+                gsum = AllReduce("+", a[f"g{i}"]).named(f"gsum{i}")
+                if s.dtype == torch.bfloat16:
+                    gsum = Cast(F32, gsum).named(f"gsumf{i}")
+                grads.append((gsum * a["gscale"]).named(f"gavg{i}"))
+            total = None
+            if clip:
+                squares = None
+                for i, g in enumerate(grads):
+                    part = ReduceSum((g * g).named(f"gsq{i}")).named(f"sumsq{i}")
+                    squares = part if squares is None else (squares + part).named(f"sumsq_to{i}")
+                assert squares is not None
+                total = Sqrt(squares).named("total_norm")
+                coef = Min(1.0, a["max_norm"] / (total + 1e-6)).named("clip_coef")
+                grads = [(g * coef).named(f"gclip{i}") for i, g in enumerate(grads)]
+            for i, s in enumerate(segs):
+                bf16 = s.dtype == torch.bfloat16
+                w = Cast(F32, a[f"w{i}"]).named(f"wf{i}") if bf16 else a[f"w{i}"]
+                opts = {name: a[f"{name}_g{s.group}"] for name in self.option_scalars}
+                if self.bias_corrected:
+                    opts["bc1"], opts["bc2"] = a[f"bc1s{i}"], a[f"bc2s{i}"]
+                state = {name: a[f"{name}{i}"] for name in self.state_names}
+                keep = (a[f"keep{i}"] > a["half"]).named(f"keepb{i}") if masked else None
+
+                store = functools.partial(store_into, a, i, keep)
+                new_w = self.rule(i, grads[i], w, state, opts, keys[s.group], store)
+                if bf16:
+                    new_w = Cast(BF16, new_w).named(f"wb{i}")
+                if keep is not None:
+                    new_w = Ite(keep, new_w, a[f"w{i}"]).named(f"wk{i}")
+                Update(a[f"w{i}"], new_w)
+            return total
+
+        step.__signature__ = _signature(params)  # type: ignore[attr-defined]
+        return frontend.program(grid=[None], name=self.algorithm or "step")(step)
+
+    def rule(
+        self,
+        i: int,
+        g: Any,
+        w: Any,
+        state: dict[str, Any],
+        opts: dict[str, Any],
+        key: tuple[Any, ...],
+        store: Callable[[str, Any], Any],
+    ) -> Any:
+        """Segment i's update in the front end: the averaged (clipped) gradient `g`, the f32
+        parameter `w`, its state, the group's scalars (and bias corrections), its structural
+        options `key` -> the new f32 parameter; each new state tensor goes to `store(name,
+        value)`, and the rule goes on with what that returns."""
         raise NotImplementedError
 
-    def scalars(self, b: _Bucket) -> dict[str, float]:
-        raise NotImplementedError
+    # -- the step ----------------------------------------------------------------------------
 
     @torch.no_grad()
     def step(self, closure: Any = None) -> Any:
@@ -242,117 +711,207 @@ class CoconetOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        for b in self.buckets:
-            self._gather_grads(b)
-            b.steps += 1
-            inputs: dict[str, Any] = {
-                "g": _handed_over(b.flat_grad),
-                "w": _handed_over(b.flat_param),
-            }
-            inputs.update({k: _handed_over(v) for k, v in b.state.items()})
-            inputs.update(self.scalars(b))
-            inputs["gscale"] = 1.0 / self.world
-            b.compiled(**inputs)
+        for group in self.param_groups:
+            self._check_group(group)
+        clip = self._clip_next if self._clip_next is not None else self.max_grad_norm
+        norm_out = self._norm_next
+        self._clip_next = self._norm_next = None
+        have, frozen = self._agree(*self._local_gradients())
+        if frozen:
+            raise CocoError(
+                "a parameter that had requires_grad=False when the optimizer was built has a "
+                "gradient: coconet left it out of its buffers and cannot update it. Set its "
+                "grad to None, or build the optimizer again after unfreezing it (or add it "
+                "with add_param_group)"
+            )
+        if norm_out is None and clip is not None:
+            norm_out = torch.full((), math.nan, dtype=torch.float32, device=self.device)
+        if not any(have):
+            if norm_out is not None:
+                norm_out.fill_(0.0)
+                self.last_grad_norm = norm_out
+            return loss
+        for slot, got in enumerate(have):
+            self._steps[slot] += got
+        masked = not all(have) or (
+            self.bias_corrected
+            and not self.per_tensor
+            and any(len({self._steps[j] for j in s.slots}) > 1 for s in self.segments)
+        )
+        compiled = self._program(self._key(masked, clip is not None))
+        inputs = dict(self._inputs)
+        for k, group in enumerate(self.param_groups):
+            for name, value in self.group_scalars(group).items():
+                inputs[f"{name}_g{k}"] = value
+        inputs = {n: v for n, v in inputs.items() if n in compiled.plan.arguments}
+        inputs["gscale"] = 1.0 / self.world
+        if clip is not None:
+            inputs["max_norm"] = clip
+        if masked:
+            inputs["half"] = 0.5
+            inputs.update(self._masks(have, compiled))
+        elif self.bias_corrected:
+            for i, s in enumerate(self.segments):
+                bc1, bc2 = self._bias_corrections(s.group, self._steps[s.slots[0]])
+                inputs[f"bc1s{i}"], inputs[f"bc2s{i}"] = bc1, bc2
+        out = compiled(**inputs)
+        if norm_out is not None:
+            total = out["total_norm"]
+            total = total.get() if hasattr(total, "get") else total
+            norm_out.fill_(float(np.asarray(total).reshape(-1)[0]))
+            self.last_grad_norm = norm_out
         return loss
+
+    def _bias_corrections(self, k: int, steps: int) -> tuple[float, float]:
+        """The rule's two bias-correction scalars (`bc1`, `bc2`) of a parameter of group k
+        after `steps` steps, computed in f64 on the host and rounded once, as torch computes
+        them in Python: here 1 - beta^steps for both betas."""
+        beta1, beta2 = self.param_groups[k]["betas"]
+        return 1 - math.pow(float(beta1), steps), 1 - math.pow(float(beta2), steps)
+
+    def _masks(self, have: list[int], compiled: Any) -> dict[str, Any]:
+        """The masked variant's arguments: which elements (LAMB: tensors) to update, and their
+        bias corrections from each parameter's own step count (1 where none applies)."""
+        shapes = compiled.input_shapes()
+        rank = compiled.rank
+        out: dict[str, Any] = {}
+        for i, s in enumerate(self.segments):
+            if self.per_tensor:
+                (slot,) = s.slots
+                out[f"keep{i}"] = float(have[slot])
+                if self.bias_corrected:
+                    bc = self._bias_corrections(s.group, max(self._steps[slot], 1))
+                    out[f"bc1s{i}"], out[f"bc2s{i}"] = bc
+                continue
+            names = ["keep", *(("bc1", "bc2") if self.bias_corrected else ())]
+            for name in names:
+                full = s.masks.get(name)
+                if full is None:
+                    full = torch.empty(s.numel, dtype=torch.float32, device=self.device)
+                    s.masks[name] = full
+                full.fill_(0.0 if name == "keep" else 1.0)
+            for p, slot, o in zip(s.params, s.slots, s.offsets, strict=True):
+                if not have[slot]:
+                    continue
+                span = slice(o, o + p.numel())
+                s.masks["keep"][span] = 1.0
+                if self.bias_corrected:
+                    bc1, bc2 = self._bias_corrections(s.group, self._steps[slot])
+                    s.masks["bc1"][span] = bc1
+                    s.masks["bc2"][span] = bc2
+            for name in names:
+                arg = f"{name}{i}" if name == "keep" else f"{name}s{i}"
+                full = s.masks[name]
+                n = shapes[arg][0][0]
+                piece = full if n == s.numel else full[rank * n : (rank + 1) * n]
+                out[arg] = _handed_over(piece)
+        return out
 
     # -- state -------------------------------------------------------------------------------
 
-    def _full(self, b: _Bucket, name: str) -> torch.Tensor:
-        """A state tensor of the whole flat buffer (gathered from the ranks' slices)."""
-        piece = b.state[name]
-        if piece.numel() == b.numel or self.world == 1:
+    def _full(self, s: _Segment, name: str) -> torch.Tensor:
+        """A state tensor of the whole segment (gathered from the ranks' slices: collective)."""
+        piece = s.state[name]
+        if piece.numel() == s.numel or self.world == 1:
             return piece.clone()
         parts = [torch.empty_like(piece) for _ in range(self.world)]
         dist.all_gather(parts, piece)
         return torch.cat(parts)
 
+    def _indices(self) -> list[list[int]]:
+        """Each group's parameters' indices in torch.optim's state_dict: in order over the
+        groups."""
+        out, index = [], 0
+        for g in self.param_groups:
+            out.append(list(range(index, index + len(g["params"]))))
+            index += len(g["params"])
+        return out
+
+    def _has_state(self, slot: int, group: dict[str, Any]) -> bool:
+        return self._steps[slot] > 0
+
+    def _state_entry(self, slot: int, values: dict[str, torch.Tensor]) -> dict[str, Any]:
+        entry: dict[str, Any] = {}
+        if self.bias_corrected:
+            entry["step"] = torch.tensor(float(self._steps[slot]), dtype=torch.float32)
+        for name in self.state_names:
+            entry[self.torch_name(name)] = values[name]
+        return entry
+
     def state_dict(self) -> dict[str, Any]:
-        """torch.optim's layout: per-parameter state (full tensors, gathered: collective)."""
+        """torch.optim's layout: the groups with their options and parameter indices, and an
+        entry per parameter that has state (one step applied to it), full tensors (gathered:
+        collective)."""
+        index_of: dict[int, int] = {}
+        for g, indices in zip(self.param_groups, self._indices(), strict=True):
+            for p, index in zip(g["params"], indices, strict=True):
+                index_of[id(p)] = index
         state: dict[int, dict[str, Any]] = {}
-        index = 0
-        for b in self.buckets:
-            fulls = {name: self._full(b, name) for name in b.state}
-            for p, o in zip(b.params, b.offsets, strict=True):
-                entry: dict[str, Any] = {"step": torch.tensor(float(b.steps))}
-                for name, full in fulls.items():
-                    entry[self.torch_name(name)] = full[o : o + p.numel()].view(p.shape).clone()
-                state[index] = entry
-                index += 1
-        groups = [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]
-        groups[0]["params"] = list(range(index))
-        return {"state": state, "param_groups": groups}
+        for s in self.segments:
+            fulls = {name: self._full(s, name) for name in s.state}
+            for p, slot, o in zip(s.params, s.slots, s.offsets, strict=True):
+                if not self._has_state(slot, self.param_groups[s.group]):
+                    continue
+                values = {
+                    name: full[o : o + p.numel()].view(p.shape).clone()
+                    for name, full in fulls.items()
+                }
+                state[index_of[id(p)]] = self._state_entry(slot, values)
+        groups = []
+        for g, indices in zip(self.param_groups, self._indices(), strict=True):
+            saved = {k: v for k, v in g.items() if k != "params"}
+            saved["params"] = indices
+            groups.append(saved)
+        return {"state": dict(sorted(state.items())), "param_groups": groups}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """A state_dict of this optimizer or of torch.optim's (the same groups, as torch
+        requires): group options, step counts and state, scattered to the ranks' slices."""
         groups = state_dict["param_groups"]
-        self.param_groups[0].update({k: v for k, v in groups[0].items() if k != "params"})
-        state = state_dict["state"]
-        index = 0
+        if len(groups) != len(self.param_groups) or any(
+            len(saved["params"]) != len(mine["params"])
+            for saved, mine in zip(groups, self.param_groups, strict=True)
+        ):
+            raise CocoError(
+                "the state_dict's parameter groups do not match the optimizer's (their number "
+                "or sizes)"
+            )
+        for saved, mine in zip(groups, self.param_groups, strict=True):
+            mine.update({k: v for k, v in saved.items() if k not in ("params", "param_names")})
+            self._check_group(mine)
+        saved_index: dict[int, Any] = {}
+        for saved, mine in zip(groups, self.param_groups, strict=True):
+            for p, index in zip(mine["params"], saved["params"], strict=True):
+                saved_index[id(p)] = index
+        states = state_dict["state"]
         rank = dist.get_rank() if self.world > 1 else 0
-        for b in self.buckets:
+        for s in self.segments:
             fulls = {
-                name: torch.zeros(b.numel, dtype=torch.float32, device=self.device)
-                for name in b.state
+                name: torch.zeros(s.numel, dtype=torch.float32, device=self.device)
+                for name in s.state
             }
-            steps = 0
-            for p, o in zip(b.params, b.offsets, strict=True):
-                entry = state.get(index, state.get(str(index), {}))
-                steps = int(float(entry.get("step", 0)))
+            for p, slot, o in zip(s.params, s.slots, s.offsets, strict=True):
+                index = saved_index[id(p)]
+                entry = states.get(index, states.get(str(index))) or {}
+                if "step" in entry:
+                    self._steps[slot] = int(float(entry["step"]))
+                else:
+                    self._steps[slot] = 1 if entry else 0
                 for name, full in fulls.items():
                     saved = entry.get(self.torch_name(name))
                     if saved is not None:
-                        full[o : o + p.numel()] = saved.reshape(-1).to(full.device)
-                index += 1
-            b.steps = steps
+                        full[o : o + p.numel()] = saved.reshape(-1).to(full)
             for name, full in fulls.items():
-                piece = b.state[name]
-                if piece.numel() == b.numel:
-                    piece.copy_(full)
-                else:
-                    n = piece.numel()
-                    piece.copy_(full[rank * n : (rank + 1) * n])
+                piece = s.state[name]
+                n = piece.numel()
+                piece.copy_(full if n == s.numel else full[rank * n : (rank + 1) * n])
 
     @staticmethod
     def torch_name(name: str) -> str:
         return {"m": "exp_avg", "v": "exp_avg_sq", "buf": "momentum_buffer"}[name]
 
 
-def _scalar_kwargs(names: Iterable[str]) -> dict[str, Any]:
-    from coconet.frontend import F32, Scalar
-
-    return {n: Scalar(F32) for n in names}
-
-
-def _program(name: str, n: int, dtype: torch.dtype, state: tuple[str, ...], scalars, body):
-    """A data-parallel update program over n elements: g local (summed over the ranks, scaled
-    by gscale), w replicated (updated), state f32 replicated (updated), f32 scalars."""
-    from coconet import frontend
-    from coconet.frontend import BF16, F32, AllReduce, Cast, Local, Replicated, Tensor, Update
-
-    elt = BF16 if dtype == torch.bfloat16 else F32
-    params = [
-        ("g", Tensor(elt, [n], Local)),
-        ("w", Tensor(elt, [n], Replicated)),
-        *[(s, Tensor(F32, [n], Replicated)) for s in state],
-        *[(s, t) for s, t in _scalar_kwargs((*scalars, "gscale")).items()],
-    ]
-
-    names = [n for n, _t in params]
-
-    def update(*args):
-        a = dict(zip(names, args, strict=True))
-        gsum = AllReduce("+", a["g"])
-        gavg = (Cast(F32, gsum) if elt is BF16 else gsum) * a["gscale"]
-        wf = Cast(F32, a["w"]) if elt is BF16 else a["w"]
-        new_w, new_state = body(gavg, wf, a)
-        for s in state:
-            Update(a[s], new_state[s])
-        Update(a["w"], Cast(BF16, new_w) if elt is BF16 else new_w)
-
-    update.__signature__ = _signature(params)  # type: ignore[attr-defined]
-    return frontend.program(grid=[None], name=name)(update)
-
-
-def _signature(params):
+def _signature(params: list[tuple[str, Any]]) -> Any:
     import inspect
 
     return inspect.Signature(
@@ -363,85 +922,173 @@ def _signature(params):
     )
 
 
+def _own_keywords(kw: dict[str, Any]) -> dict[str, Any]:
+    """coconet's own keywords (schedule, backend, max_grad_norm) out of `kw`; anything else is
+    a TypeError, as torch.optim's constructors raise it. (torch.optim's `foreach`, `fused`,
+    `capturable` and `differentiable`, which change how torch runs a step, not what it
+    computes, are named parameters of each constructor: kept in the groups as torch keeps them,
+    and ignored -- the step is already one fused program on the parameters' device, outside
+    autograd.)"""
+    own = {k: kw.pop(k) for k in ("schedule", "backend", "max_grad_norm") if k in kw}
+    if kw:
+        raise TypeError(f"unexpected keyword argument {next(iter(kw))!r}")
+    return own
+
+
 class SGD(CoconetOptimizer):
-    """torch.optim.SGD with momentum (no dampening, no Nesterov) and L2 weight decay."""
+    """torch.optim.SGD with momentum (also Nesterov's), L2 weight decay and `maximize`; no
+    dampening."""
 
     algorithm = "sgd"
     state_names = ("buf",)
+    option_scalars = ("lr", "momentum", "wd")
 
     def __init__(
-        self, params, lr: float = 1e-3, momentum: float = 0.9, weight_decay: float = 0.0, **kw: Any
+        self,
+        params: Any,
+        lr: float = 1e-3,
+        momentum: float = 0.9,
+        dampening: float = 0.0,
+        weight_decay: float = 0.0,
+        nesterov: bool = False,
+        *,
+        maximize: bool = False,
+        foreach: bool | None = None,
+        differentiable: bool = False,
+        fused: bool | None = None,
+        **kw: Any,
     ):
-        super().__init__(
-            params, {"lr": lr, "momentum": momentum, "weight_decay": weight_decay}, **kw
-        )
+        own = _own_keywords(kw)
+        defaults = {
+            "lr": lr,
+            "momentum": momentum,
+            "dampening": dampening,
+            "weight_decay": weight_decay,
+            "nesterov": nesterov,
+            "maximize": maximize,
+            "foreach": foreach,
+            "differentiable": differentiable,
+            "fused": fused,
+        }
+        super().__init__(params, defaults, **own)
 
-    def build_program(self, n, dtype):
-        def body(g, w, a):
-            d = g + a["wd"] * w
-            buf = a["momentum"] * a["buf"] + d
-            return w - a["lr"] * buf, {"buf": buf}
+    def _check_group(self, group: dict[str, Any]) -> None:
+        if group.get("dampening", 0):
+            raise CocoError(
+                f"dampening={group['dampening']}: coconet's SGD has no dampening (torch's first "
+                "step ignores it, which needs per-parameter state coconet does not keep)"
+            )
+        if group.get("nesterov") and float(group["momentum"]) <= 0:
+            raise CocoError("nesterov=True needs momentum > 0 (as torch.optim.SGD does)")
 
-        return _program("sgd_momentum", n, dtype, ("buf",), ("lr", "momentum", "wd"), body)
+    def group_key(self, group):
+        return (bool(group.get("maximize")), bool(group.get("nesterov")))
 
-    def scalars(self, b):
-        g = self.param_groups[0]
-        return {"lr": g["lr"], "momentum": g["momentum"], "wd": g["weight_decay"]}
+    def group_scalars(self, group):
+        return {
+            "lr": float(group["lr"]),
+            "momentum": float(group["momentum"]),
+            "wd": float(group["weight_decay"]),
+        }
+
+    def _has_state(self, slot, group):
+        # torch.optim.SGD keeps a momentum buffer only with momentum
+        return self._steps[slot] > 0 and float(group["momentum"]) != 0
+
+    def rule(self, i, g, w, state, opts, key, store):
+        maximize, nesterov = key
+        if maximize:
+            g = (-g).named(f"gneg{i}")
+        d = (g + opts["wd"] * w).named(f"d{i}")
+        buf = (opts["momentum"] * state["buf"] + d).named(f"buf_new{i}")
+        buf = store("buf", buf)
+        direction = (d + opts["momentum"] * buf).named(f"nesterov{i}") if nesterov else buf
+        return (w - opts["lr"] * direction).named(f"w_new{i}")
 
 
 class Adam(CoconetOptimizer):
-    """torch.optim.Adam (bias-corrected, L2 weight decay added to the gradient)."""
+    """torch.optim.Adam (bias-corrected, L2 weight decay added to the gradient, or decoupled
+    with `decoupled_weight_decay=True`; `maximize`); no amsgrad."""
 
     algorithm = "adam"
     state_names = ("m", "v")
+    option_scalars = ("omb1", "beta2", "omb2", "eps", "wd", "decay")
+    bias_corrected = True
     decoupled = False
 
     def __init__(
         self,
-        params,
+        params: Any,
         lr: float = 1e-3,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 0.0,
+        amsgrad: bool = False,
+        *,
+        foreach: bool | None = None,
+        maximize: bool = False,
+        capturable: bool = False,
+        differentiable: bool = False,
+        fused: bool | None = None,
+        decoupled_weight_decay: bool | None = None,
         **kw: Any,
     ):
-        super().__init__(
-            params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay}, **kw
-        )
+        own = _own_keywords(kw)
+        defaults = {
+            "lr": lr,
+            "betas": betas,
+            "eps": eps,
+            "weight_decay": weight_decay,
+            "amsgrad": amsgrad,
+            "maximize": maximize,
+            "foreach": foreach,
+            "capturable": capturable,
+            "differentiable": differentiable,
+            "fused": fused,
+            "decoupled_weight_decay": (
+                self.decoupled if decoupled_weight_decay is None else decoupled_weight_decay
+            ),
+        }
+        super().__init__(params, defaults, **own)
 
-    def build_program(self, n, dtype):
+    def group_key(self, group):
+        return (bool(group.get("maximize")), bool(group.get("decoupled_weight_decay")))
+
+    def group_scalars(self, group):
+        beta1, beta2 = (float(b) for b in group["betas"])
+        lr, wd = float(group["lr"]), float(group["weight_decay"])
+        # f64 on the host, rounded once, as torch computes them in Python
+        return {
+            "omb1": 1 - beta1,
+            "beta2": beta2,
+            "omb2": 1 - beta2,
+            "eps": float(group["eps"]),
+            "wd": wd,
+            "decay": 1 - lr * wd,
+        }
+
+    def _bias_corrections(self, k, steps):
+        # torch's step size lr / (1 - beta1^t) and sqrt(1 - beta2^t)
+        bc1, bc2 = super()._bias_corrections(k, steps)
+        return float(self.param_groups[k]["lr"]) / bc1, math.sqrt(bc2)
+
+    def rule(self, i, g, w, state, opts, key, store):
         from coconet.frontend import Sqrt
 
-        decoupled = self.decoupled
-
-        def body(g, w, a):
-            if not decoupled:
-                g = g + a["wd"] * w
-            m = a["beta1"] * a["m"] + (1 - a["beta1"]) * g
-            v = a["beta2"] * a["v"] + (1 - a["beta2"]) * g * g
-            mhat = m / a["bc1"]
-            vhat = v / a["bc2"]
-            if decoupled:
-                w = w * (1 - a["lr"] * a["wd"])
-            return w - a["lr"] * mhat / (Sqrt(vhat) + a["eps"]), {"m": m, "v": v}
-
-        name = "adamw" if decoupled else "adam"
-        scalars = ("lr", "beta1", "beta2", "eps", "wd", "bc1", "bc2")
-        return _program(name, n, dtype, ("m", "v"), scalars, body)
-
-    def scalars(self, b):
-        g = self.param_groups[0]
-        beta1, beta2 = g["betas"]
-        return {
-            "lr": g["lr"],
-            "beta1": beta1,
-            "beta2": beta2,
-            "eps": g["eps"],
-            "wd": g["weight_decay"],
-            # bias corrections in f64 on the host, rounded once (torch computes them in Python)
-            "bc1": 1 - math.pow(beta1, b.steps),
-            "bc2": 1 - math.pow(beta2, b.steps),
-        }
+        # torch.optim.Adam's single-tensor step, op for op (its order of rounding)
+        maximize, decoupled = key
+        if maximize:
+            g = (-g).named(f"gneg{i}")
+        if decoupled:
+            w = (w * opts["decay"]).named(f"wdecay{i}")
+        else:
+            g = (g + opts["wd"] * w).named(f"gwd{i}")
+        m = (state["m"] + opts["omb1"] * (g - state["m"])).named(f"m_new{i}")  # lerp
+        v = (opts["beta2"] * state["v"] + opts["omb2"] * g * g).named(f"v_new{i}")
+        m = store("m", m)
+        v = store("v", v)
+        denom = (Sqrt(v) / opts["bc2"] + opts["eps"]).named(f"denom{i}")
+        return (w - opts["bc1"] * m / denom).named(f"w_new{i}")
 
 
 class AdamW(Adam):
@@ -452,14 +1099,17 @@ class AdamW(Adam):
 
     def __init__(
         self,
-        params,
+        params: Any,
         lr: float = 1e-3,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 1e-2,
+        amsgrad: bool = False,
         **kw: Any,
     ):
-        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, **kw)
+        super().__init__(
+            params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad, **kw
+        )
 
 
 class LAMB(CoconetOptimizer):
@@ -470,157 +1120,58 @@ class LAMB(CoconetOptimizer):
 
     algorithm = "lamb"
     state_names = ("m", "v")
+    option_scalars = ("lr", "beta1", "beta2", "eps", "wd")
+    bias_corrected = True
+    per_tensor = True
 
     def __init__(
         self,
-        params,
+        params: Any,
         lr: float = 1e-3,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-6,
         weight_decay: float = 0.01,
+        *,
+        foreach: bool | None = None,
+        capturable: bool = False,
+        differentiable: bool = False,
+        fused: bool | None = None,
         **kw: Any,
     ):
-        super().__init__(
-            params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay}, **kw
-        )
-
-    def _layout(self, params: list[torch.nn.Parameter]) -> tuple[list[int], int]:
-        """Each parameter in its own segment, padded to divide among the ranks (its norm is
-        its own, and each segment is sliced across the ranks on its own)."""
-        unit = self.world * ALIGN
-        offsets, self.segments, total = [], [], 0
-        for p in params:
-            offsets.append(total)
-            padded = _padded(p.numel(), unit)
-            self.segments.append((total, padded))
-            total += padded
-        return offsets, total
-
-    def _compile(self, b: _Bucket) -> Any:
-        import coconet
-        from coconet.compiled import CompiledProgram
-
-        program = self.build_table_program([n for _o, n in self.segments], b.dtype)
-        compiled = coconet.compile(
-            program, schedule=self.schedule, backend=self.backend, schedule_space="named"
-        )
-        assert isinstance(compiled, CompiledProgram)  # the cpu or cuda backend (never sim)
-        shapes = compiled.input_shapes()
-        # one state piece per tensor and per name, in the order of the segments
-        self.pieces = {
-            s: [
-                torch.zeros(shapes[f"{s}{i}"][0], dtype=torch.float32, device=self.device)
-                for i in range(len(self.segments))
-            ]
-            for s in self.state_names
+        own = _own_keywords(kw)
+        defaults = {
+            "lr": lr,
+            "betas": betas,
+            "eps": eps,
+            "weight_decay": weight_decay,
+            "foreach": foreach,
+            "capturable": capturable,
+            "differentiable": differentiable,
+            "fused": fused,
         }
-        return compiled
+        super().__init__(params, defaults, **own)
 
-    def build_table_program(self, sizes: list[int], dtype: torch.dtype) -> Any:
-        from coconet import frontend
-        from coconet.frontend import (
-            BF16,
-            F32,
-            AllReduce,
-            Cast,
-            Ite,
-            Local,
-            Norm,
-            Replicated,
-            Sqrt,
-            Tensor,
-            Update,
+    def group_scalars(self, group):
+        beta1, beta2 = group["betas"]
+        return {
+            "lr": float(group["lr"]),
+            "beta1": float(beta1),
+            "beta2": float(beta2),
+            "eps": float(group["eps"]),
+            "wd": float(group["weight_decay"]),
+        }
+
+    def rule(self, i, g, w, state, opts, key, store):
+        from coconet.frontend import Ite, Norm, Sqrt
+
+        beta1, beta2 = opts["beta1"], opts["beta2"]
+        m = (beta1 * state["m"] + (1 - beta1) * g).named(f"m_new{i}")
+        v = (beta2 * state["v"] + (1 - beta2) * g * g).named(f"v_new{i}")
+        m = store("m", m)
+        v = store("v", v)
+        r = ((m / opts["bc1"]) / (Sqrt(v / opts["bc2"]) + opts["eps"]) + opts["wd"] * w).named(
+            f"r{i}"
         )
-
-        elt = BF16 if dtype == torch.bfloat16 else F32
-        params: list[tuple[str, Any]] = []
-        for i, n in enumerate(sizes):
-            params += [
-                (f"g{i}", Tensor(elt, [n], Local)),
-                (f"w{i}", Tensor(elt, [n], Replicated)),
-                (f"m{i}", Tensor(F32, [n], Replicated)),
-                (f"v{i}", Tensor(F32, [n], Replicated)),
-            ]
-        scalars = ("lr", "beta1", "beta2", "eps", "wd", "bc1", "bc2", "gscale")
-        params += list(_scalar_kwargs(scalars).items())
-        names = [n for n, _t in params]
-
-        def lamb(*args):
-            a = dict(zip(names, args, strict=True))
-            for i in range(len(sizes)):
-                gsum = AllReduce("+", a[f"g{i}"])
-                gavg = (Cast(F32, gsum) if elt is BF16 else gsum) * a["gscale"]
-                w = Cast(F32, a[f"w{i}"]) if elt is BF16 else a[f"w{i}"]
-                m = a["beta1"] * a[f"m{i}"] + (1 - a["beta1"]) * gavg
-                v = a["beta2"] * a[f"v{i}"] + (1 - a["beta2"]) * gavg * gavg
-                Update(a[f"m{i}"], m)
-                Update(a[f"v{i}"], v)
-                r = (m / a["bc1"]) / (Sqrt(v / a["bc2"]) + a["eps"]) + a["wd"] * w
-                w_norm, r_norm = Norm(w), Norm(r)
-                trust = Ite(w_norm > 0, Ite(r_norm > 0, w_norm / r_norm, 1.0), 1.0)
-                new_w = w - a["lr"] * trust * r
-                Update(a[f"w{i}"], Cast(BF16, new_w) if elt is BF16 else new_w)
-
-        lamb.__signature__ = _signature(params)  # type: ignore[attr-defined]
-        return frontend.program(grid=[None], name="lamb")(lamb)
-
-    scalars = Adam.scalars
-
-    @torch.no_grad()
-    def step(self, closure: Any = None) -> Any:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        b = self.buckets[0] if len(self.buckets) == 1 else None
-        if b is None:
-            raise CocoError("LAMB takes parameters of one dtype")
-        self._gather_grads(b)
-        b.steps += 1
-        inputs: dict[str, Any] = {}
-        for i, (o, n) in enumerate(self.segments):
-            inputs[f"g{i}"] = _handed_over(b.flat_grad[o : o + n])
-            inputs[f"w{i}"] = _handed_over(b.flat_param[o : o + n])
-            for s in self.state_names:
-                inputs[f"{s}{i}"] = _handed_over(self.pieces[s][i])
-        inputs.update(self.scalars(b))
-        inputs["gscale"] = 1.0 / self.world
-        b.compiled(**inputs)
-        return loss
-
-    def _gathered(self, piece: torch.Tensor, n: int) -> torch.Tensor:
-        if piece.numel() == n or self.world == 1:
-            return piece.clone()
-        parts = [torch.empty_like(piece) for _ in range(self.world)]
-        dist.all_gather(parts, piece)
-        return torch.cat(parts)
-
-    def state_dict(self) -> dict[str, Any]:
-        """torch.optim's layout, one entry per parameter (gathered: collective)."""
-        b = self.buckets[0]
-        state: dict[int, dict[str, Any]] = {}
-        for i, (p, (_o, n)) in enumerate(zip(b.params, self.segments, strict=True)):
-            entry: dict[str, Any] = {"step": torch.tensor(float(b.steps))}
-            for s in self.state_names:
-                full = self._gathered(self.pieces[s][i], n)
-                entry[self.torch_name(s)] = full[: p.numel()].view(p.shape).clone()
-            state[i] = entry
-        group = {k: v for k, v in self.param_groups[0].items() if k != "params"}
-        group["params"] = list(range(len(b.params)))
-        return {"state": state, "param_groups": [group]}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        groups = state_dict["param_groups"]
-        self.param_groups[0].update({k: v for k, v in groups[0].items() if k != "params"})
-        b = self.buckets[0]
-        rank = dist.get_rank() if self.world > 1 else 0
-        for i, (p, (_o, n)) in enumerate(zip(b.params, self.segments, strict=True)):
-            entry = state_dict["state"].get(i, state_dict["state"].get(str(i), {}))
-            b.steps = int(float(entry.get("step", 0)))
-            for s in self.state_names:
-                full = torch.zeros(n, dtype=torch.float32, device=self.device)
-                if self.torch_name(s) in entry:
-                    full[: p.numel()] = entry[self.torch_name(s)].reshape(-1).to(full.device)
-                piece = self.pieces[s][i]
-                k = piece.numel()
-                piece.copy_(full if k == n else full[rank * k : (rank + 1) * k])
+        w_norm, r_norm = Norm(w).named(f"w_norm{i}"), Norm(r).named(f"r_norm{i}")
+        trust = Ite(w_norm > 0, Ite(r_norm > 0, w_norm / r_norm, 1.0), 1.0).named(f"trust{i}")
+        return (w - opts["lr"] * trust * r).named(f"w_new{i}")

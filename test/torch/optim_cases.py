@@ -76,3 +76,108 @@ def check_state_dict_round_trip(
     step(fresh, resumed, 2, 7)
     for a, b in zip(mine.parameters(), fresh.parameters(), strict=True):
         torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-7)
+
+
+class SkipNet(torch.nn.Module):
+    """A model some of whose layers receive no gradient on some steps: `a` and `b` always,
+    `sometimes` on the steps where (t + rank) is even (at 2 ranks: on one rank each step),
+    `rare` on rank 0 every third step, `unused` never."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = torch.nn.Linear(7, 6)
+        self.sometimes = torch.nn.Linear(6, 6)
+        self.rare = torch.nn.Linear(6, 6)
+        self.unused = torch.nn.Linear(6, 3)
+        self.b = torch.nn.Linear(6, 3)
+
+    def forward(self, x: torch.Tensor, t: int, rank: int = 0) -> torch.Tensor:
+        h = torch.tanh(self.a(x))
+        if (t + rank) % 2 == 0:
+            h = h + torch.tanh(self.sometimes(h))
+        if rank == 0 and t % 3 == 0:
+            h = h + torch.tanh(self.rare(h))
+        return self.b(h)
+
+
+def train_skipping(
+    model: SkipNet,
+    opt: torch.optim.Optimizer,
+    steps: int,
+    *,
+    rank: int | None = None,
+    world: int = 1,
+    seed: int = 1,
+    start: int = 0,
+    set_to_none: bool = True,
+    clip: float | None = None,
+) -> tuple[list[float], list[float]]:
+    """`steps` steps (numbered from `start`) on seeded global batches of 8, split into `world`
+    shards. `rank=None` is the reference: the mean of every shard's loss, whose gradient is
+    the average over the ranks (what DDP computes, a layer no shard used left without one);
+    else this rank's shard alone (coconet averages in the step). With `clip`, the gradients'
+    global norm is clipped: by `opt.clip_grad_norm_` for a coconet optimizer, else by
+    torch.nn.utils.clip_grad_norm_. Returns the losses (the reference's, or this rank's) and
+    the norms."""
+    import coconet.torch as ct
+
+    gen = torch.Generator().manual_seed(seed)
+    losses, norms = [], []
+    for t in range(start, start + steps):
+        x = torch.randn(8, 7, generator=gen)
+        shards = x.chunk(world)
+        if rank is None:
+            loss = sum(model(s, t, r).pow(2).mean() for r, s in enumerate(shards)) / world
+        else:
+            loss = model(shards[rank], t, rank).pow(2).mean()
+        assert isinstance(loss, torch.Tensor)
+        loss.backward()
+        norm = None
+        if clip is not None:
+            if isinstance(opt, ct.CoconetOptimizer):
+                norm = opt.clip_grad_norm_(clip)
+            else:
+                norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        opt.step()
+        opt.zero_grad(set_to_none=set_to_none)
+        losses.append(float(loss.detach()))
+        if norm is not None:
+            norms.append(float(norm))
+    return losses, norms
+
+
+def reference_lamb_step(
+    model: torch.nn.Module,
+    state: dict[torch.nn.Parameter, list],
+    lr: float = 0.01,
+    betas: tuple[float, float] = (0.9, 0.999),
+    eps: float = 1e-6,
+    wd: float = 0.01,
+) -> None:
+    """One LAMB step written out in PyTorch, per parameter tensor (f64 norms), as coconet
+    computes it; a tensor without a gradient is skipped (its step count too)."""
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.grad is None:
+                continue
+            m, v, t = state.setdefault(p, [torch.zeros_like(p), torch.zeros_like(p), 0])
+            t += 1
+            state[p][2] = t
+            m.mul_(betas[0]).add_((1 - betas[0]) * p.grad)
+            v.mul_(betas[1]).add_((1 - betas[1]) * p.grad * p.grad)
+            r = (m / (1 - betas[0] ** t)) / ((v / (1 - betas[1] ** t)).sqrt() + eps) + wd * p
+            wn, rn = p.double().norm(), r.double().norm()
+            trust = float(wn / rn) if wn > 0 and rn > 0 else 1.0
+            p.sub_(lr * trust * r)
+
+
+class ReferenceLamb(torch.optim.Optimizer):
+    """reference_lamb_step as a torch optimizer (for train_skipping)."""
+
+    def __init__(self, params, model: torch.nn.Module, **options) -> None:
+        super().__init__(params, {})
+        self.model, self.options, self.moments = model, options, {}
+
+    def step(self, closure=None):  # type: ignore[override]
+        reference_lamb_step(self.model, self.moments, **self.options)

@@ -64,8 +64,8 @@ def test_bf16_cuda_parameters_keep_f32_state():
     opt = ct.AdamW(mine.parameters(), lr=0.01, schedule="fuse(rs-c-ag)")
     _train(mine, opt)
     assert all(p.dtype == torch.bfloat16 and p.is_cuda for p in mine.parameters())
-    assert opt.buckets[0].state["m"].dtype == torch.float32
-    assert opt.buckets[0].state["m"].is_cuda
+    assert opt.segments[0].state["m"].dtype == torch.float32
+    assert opt.segments[0].state["m"].is_cuda
     # The bf16 model's own forward and backward differ from the f32 reference's by bf16
     # rounding (seen on an H200: one element of 4773 off by 0.023, 3 bf16 ulps at 1), so the
     # bound is loose; the second check makes sure it is not loose enough to pass no update.

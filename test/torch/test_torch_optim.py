@@ -65,8 +65,7 @@ def test_auto_picks_one_of_the_optimizer_schedules_and_tracks_torch_optim(monkey
     _train(mine, opt)
     for a, b in zip(ref.parameters(), mine.parameters(), strict=True):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
-    (bucket,) = opt.buckets
-    choice = bucket.compiled.autotune
+    choice = opt.compiled.autotune
     assert choice["profile"] == "dgx-a100"
     assert choice["name"] in ("as-written", *ct.SCHEDULES)
 
@@ -91,7 +90,7 @@ def test_bf16_parameters_are_updated_in_place_with_f32_state():
     opt = ct.AdamW(mine.parameters(), lr=0.01, schedule="fuse(rs-c-ag)")
     _train(mine, opt)
     assert all(p.dtype == torch.bfloat16 for p in mine.parameters())
-    assert opt.buckets[0].state["m"].dtype == torch.float32
+    assert opt.segments[0].state["m"].dtype == torch.float32
     for a, b in zip(ref.parameters(), mine.parameters(), strict=True):
         torch.testing.assert_close(b.float(), a, rtol=0.05, atol=0.02)
 
@@ -208,7 +207,7 @@ DDP_HOOK_AND_STATE = textwrap.dedent(
     sd = opt.state_dict()  # collective: gathers the sliced m and v
     n = sum(p.numel() for p in model.parameters())
     m_total = sum(float(e["exp_avg"].abs().sum()) for e in sd["state"].values())
-    sliced = opt.buckets[0].state["m"].numel()
+    sliced = opt.segments[0].state["m"].numel()
     result = {"ref": reference, "hook": losses, "m": m_total, "sliced": sliced, "n": n,
               "entries": len(sd["state"])}
     with open(f"{sys.argv[1]}/rank{rank}.json", "w") as f:  # stdout of two ranks interleaves
