@@ -295,6 +295,8 @@ AGREEMENT_SCRIPT = textwrap.dedent(
         said = str(e)
     with open(f"{out_dir}/rank{rank}.json", "w") as f:
         json.dump(said, f)
+    dist.barrier()
+    dist.destroy_process_group()  # the script made the group: gloo's threads end before exit
     """
 )
 
