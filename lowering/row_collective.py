@@ -14,6 +14,9 @@ block synchronization:
   phase accumulates its reductions in lane registers, keeps the element values later phases
   read in shared memory (one row each) where they fit, stores results and pushes its piece
   of each gathered value into this rank's symmetric buffer;
+* a phase without reductions (the last: normalize and write) has no order to keep, so every
+  thread of the block takes elements of the row (a block-stride loop: contiguous on the
+  host, all of a GPU block's threads rather than ROW_LANES of them);
 * between phases, thread 0 combines each reduction's lane partials in lane order, rounds once,
   and computes the row values that depend on it (rsqrt(mean + eps)) into shared memory.
 
@@ -57,6 +60,7 @@ from coconet.lowering.kernel_ir import (
     I64,
     Assign,
     Binary,
+    BlockStrideLoop,
     Call,
     Cast,
     Combine,
@@ -369,17 +373,23 @@ class _RowBuilder(_ElementwiseBuilder):
             element: tuple[Stmt, ...] = (*prelude, *self.body)
             if uses(element, self.i):  # a phase may read only shared rows (softmax's last)
                 element = (Decl(self.i, self.begin + self.row_start + self.element), *element)
-            lanes_loop = RowLanes(
-                self.lane,
-                self.element,
-                Lit(str(self.count)),
-                lanes,
-                tuple(before),
-                element,
-                tuple(after),
-            )
+            loop: Stmt
+            if before:
+                loop = RowLanes(
+                    self.lane,
+                    self.element,
+                    Lit(str(self.count)),
+                    lanes,
+                    tuple(before),
+                    element,
+                    tuple(after),
+                )
+            else:
+                # no reduction in this phase (the last: normalize and write), so no order to
+                # keep: every thread of the block takes elements, contiguous on the host
+                loop = BlockStrideLoop(self.element, Lit("0"), Lit(str(self.count)), element)
             # each phase declares its own variables (a kernel declares each one once)
-            per_row += fresh_copy((lanes_loop,))
+            per_row += fresh_copy((loop,))
             finish = self.finish_rows(p, reductions, partials)
             if finish:
                 per_row += [SyncBlock(), _thread_zero(*finish), SyncBlock()]

@@ -68,8 +68,9 @@ func.func @rmsnorm_streamed(%x: !coco.tensor<8x16384xf32, local>, %res: !coco.te
 // CHECK-NEXT:      ((float*)h_peers[me])[h_base + i] = h_s;  // comm.all_gather
 // CHECK-NEXT:    }
 // CHECK:         r_val[0] = r;
-// The second pass: the peers' inputs are not read again, %h_s comes back from memory.
-// CHECK:         for (coco_i64 e_ = lane_; e_ < 16384; e_ += 32) {
+// The second pass (no reduction: every thread takes elements) does not read the peers'
+// inputs again: %h_s comes back from memory.
+// CHECK:         COCO_BLOCK_STRIDE_LOOP(coco_i64, e_, 0, 16384) {
 // CHECK-NOT:       x_peers
 // CHECK:           const float h_s = ((float*)h_peers[me])[h_base + i];  // re-read, not kept
 // CHECK-NEXT:      const float r = r_val[0];
