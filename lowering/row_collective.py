@@ -340,12 +340,12 @@ class _RowBuilder(_ElementwiseBuilder):
             self.phase = p
             self.body = []
             self.local = {v: x for v, x in self.local.items() if x in self.invariant}
+            needed = self.needed(p, reductions)
             for op in k.ops:
-                res = op.results[0]
-                if self.kind[res] == ELEMENT and self.level[res] == p:
+                if op.results[0] in needed:
                     self.compute(op)
             for res in k.peer_reductions:
-                if p == 0:
+                if p == 0 and (res in needed or not res.uses):
                     self.ref(res)
             accs: dict[Operation, Var] = {}
             before: list[Stmt] = []
@@ -415,11 +415,12 @@ class _RowBuilder(_ElementwiseBuilder):
             stmts += [SyncBlock(), *self.pull(pull_vector)]
         return Kernel(k.name, tuple(self.params), tuple(stmts))
 
-    def element_stores(self, p: int) -> None:
-        """Phase p's element stores and pushes: each value's in its own phase, except writes
-        over an argument the kernel reads (an update of it, a gathered value assembled in
-        it), which wait for the last phase, after every phase has read the argument (a value
-        derived from it again reads it as it was). Every value is read before any write."""
+    def phase_writes(self, p: int) -> list[tuple[Expr, SSAValue, str, str]]:
+        """Phase p's element stores and pushes (place, value, element type, comment): each
+        value's in its own phase, except writes over an argument the kernel reads (an
+        update of it, a gathered value assembled in it), which wait for the last phase,
+        after every phase has read the argument (a value derived from it again reads it as
+        it was)."""
         it = self.k.iteration
         last = p == self.phases - 1
         writes: list[tuple[Expr, SSAValue, str, str]] = []
@@ -443,9 +444,33 @@ class _RowBuilder(_ElementwiseBuilder):
                 target = self.k.gather_targets.get(o.value)
                 if last if self.overwrites(target) else own:
                     writes.append((Index(g.dest, index), g.value, elt, ""))
+        return writes
+
+    def element_stores(self, p: int) -> None:
+        """Phase p's writes (`phase_writes`), every value read before any write."""
+        writes = self.phase_writes(p)
         values = [self.ref(v) for _place, v, _elt, _comment in writes]
         for (place, _v, elt, comment), var in zip(writes, values):
             self.body.append(Assign(place, store_expr(elt, var), comment=comment))
+
+    def needed(self, p: int, reductions: list[coco.ReduceDimsOp]) -> set[SSAValue]:
+        """The element values of level p that phase p computes: those its reductions
+        accumulate, it keeps for later phases or it writes, and the values of level p they
+        are computed from. A value only a later phase reads, and does not keep, is left to
+        that phase (streamed)."""
+        work = [r.input for r in reductions if self.level[r.input] == p]
+        work += [v for v in self.carried if self.level[v] == p]
+        work += [v for _place, v, _elt, _comment in self.phase_writes(p)]
+        ops = set(self.k.ops)
+        needed: set[SSAValue] = set()
+        while work:
+            v = work.pop()
+            if v in needed or self.kind.get(v) != ELEMENT or self.level[v] != p:
+                continue
+            needed.add(v)
+            if isinstance(v.owner, Operation) and v.owner in ops:
+                work += v.owner.operands
+        return needed
 
     def finish_rows(
         self, p: int, reductions: list[coco.ReduceDimsOp], partials: dict[coco.ReduceDimsOp, Var]

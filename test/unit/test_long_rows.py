@@ -17,6 +17,7 @@ import pytest
 
 import coconet
 from coconet.core.program import Program, parse_module
+from coconet.lowering.host_compiler import compile_host
 from coconet.lowering.lower_to_plan import LaunchConfig, lower
 from coconet.lowering.nvrtc import compile_cuda, nvrtc_available
 from coconet.lowering.plan import Collective, Launch
@@ -132,6 +133,8 @@ def test_fused_norm_at_any_hidden_size(kind: str, hidden: int, dtype: str):
     elif hidden <= 1024:
         assert kept_rows(source, hidden) >= 1
         assert "re-read, not kept" not in source
+    # warning-free on the host too (-Wall -Wextra -Werror)
+    compile_host(source, warnings_as_errors=True)
     if nvrtc_available():
         for arch in ("sm_80", "sm_90"):
             assert compile_cuda(source, arch, warnings_as_errors=True).binary

@@ -217,7 +217,9 @@ func.func @update_in_place(%x: !coco.tensor<8x16384xf32, local>, %res: !coco.ten
 
 // CHECK-LABEL: ===== @update_in_place =====
 // CHECK:       float* res_out,
+// The first pass computes only what it reduces and writes (%u is left to the second).
 // CHECK:         const float res = res_in[res_base + i];
+// CHECK-NOT:     coco.add %u
 // CHECK:         ((float*)h_peers[me])[h_base + i] = t;  // comm.all_gather
 // CHECK-NOT:     res_out
 // CHECK:         r_val[0] = r;
