@@ -79,7 +79,21 @@ def apply_schedule(program: Program, schedule: str | None, *, in_place: bool = F
     for attr in ("apply_schedule", "apply"):
         fn = getattr(schedules, attr, None)
         if callable(fn):
-            result = fn(program, schedule, in_place=in_place) if in_place else fn(program, schedule)
+            try:
+                result = (
+                    fn(program, schedule, in_place=in_place) if in_place else fn(program, schedule)
+                )
+            except schedules.ScheduleError as e:
+                if e.step is None:  # an unknown name, a structure it lacks: the message says
+                    raise
+                # a step of the schedule refused: the schedule is not offered for this program
+                name = schedules.resolve_schedule_name(schedule)
+                raise schedules.ScheduleError(
+                    f"the schedule '{name}' does not apply to @{program.name} (named_schedules "
+                    f"does not offer it): {e}",
+                    e.rule,
+                    e.step,
+                ) from None
             if hasattr(result, "program") and not isinstance(result, Program):
                 result = getattr(result, "program")  # a Scheduled result
             if not isinstance(result, Program):

@@ -21,7 +21,8 @@ Targets are SSA names (`"g1"` or `"%g1"`), handles, or xDSL values/ops of `s.pro
 named values can be targeted (passes find ops by `name_hint`); to act on unnamed ops, call the
 method without targets (greedy mode).
 
-Named schedules (CoCoNet's variants, chosen by a program's structure): `named_schedules`,
+Named schedules (CoCoNet's variants, chosen by a program's structure): `named_schedules`
+(`explain=True`: also every schedule dropped, with the reason; `why_not_offered` for one),
 `apply_schedule`, and the `coco-schedule{name=...}` pass (passes/schedule.py). The autotuner's
 space: `enumerate_schedules`.
 """
@@ -34,7 +35,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, NamedTuple, overload
 
 from xdsl.context import Context
 from xdsl.dialects import func
@@ -54,6 +55,7 @@ __all__ = [
     "Reordered",
     "Schedule",
     "ScheduleError",
+    "ScheduleOffers",
     "apply_pipeline",
     "apply_schedule",
     "enumerate_scheduled_programs",
@@ -61,6 +63,7 @@ __all__ = [
     "named_schedules",
     "resolve_schedule_name",
     "schedule",
+    "why_not_offered",
 ]
 
 # A dynamic (`?`) process-grid axis is sized at launch: a split then slices the lowest tensor
@@ -1165,7 +1168,22 @@ def resolve_schedule_name(name: str) -> str:
     return canonical
 
 
-def _try_named(program: Program, info: _Structure, name: str) -> Schedule | None:
+def _structure_refusal(p: Program, info: _Structure, name: str) -> ScheduleError | None:
+    """Why the named schedule `name` does not fit `p`'s structure (None if it does)."""
+    ns = NAMED_SCHEDULES[name]
+    if ns.applies(info):
+        return None
+    fits = [n for n, x in NAMED_SCHEDULES.items() if x.applies(info)]
+    return _error(
+        "schedule-unknown",
+        f"the schedule '{name}' needs {ns.requires}, which @{p.name} lacks; schedules "
+        f"that fit it: {', '.join(fits) or 'none'}",
+    )
+
+
+def _try_named(program: Program, info: _Structure, name: str) -> Schedule | ScheduleError:
+    """The named schedule `name` applied to a clone of `program`, or the refusal of the
+    step that stopped it (a pass bug -- IR that does not verify -- is raised)."""
     s = Schedule._working_on(program.clone(), disposable=True)
     try:
         NAMED_SCHEDULES[name].recipe(s, info)
@@ -1173,24 +1191,62 @@ def _try_named(program: Program, info: _Structure, name: str) -> Schedule | None
     except ScheduleError as e:
         if e.rule == VERIFY_RULE:
             raise  # a pass bug, not a schedule that does not fit
-        return None
+        return e
     return s
 
 
-def named_schedules(program: Any) -> dict[str, str]:
+class ScheduleOffers(NamedTuple):
+    """`named_schedules(program, explain=True)`: the named schedules offered for a program
+    (name -> coco-opt pipeline) and those dropped (name -> why: the structure the schedule
+    needs and the program lacks, or the refused step with its `[rule] message`)."""
+
+    offered: dict[str, str]
+    dropped: dict[str, str]
+
+
+@overload
+def named_schedules(program: Any, *, explain: Literal[False] = False) -> dict[str, str]: ...
+
+
+@overload
+def named_schedules(program: Any, *, explain: Literal[True]) -> ScheduleOffers: ...
+
+
+def named_schedules(program: Any, *, explain: bool = False) -> dict[str, str] | ScheduleOffers:
     """The named schedules that fit `program` (by its structure: an all_reduce; a matmul
     feeding one; a send of a value computed from one), each with its coco-opt pipeline, in a
-    fixed order. A schedule is listed only if its passes all apply."""
+    fixed order. A schedule is listed only if its passes all apply. `explain=True`: a
+    ScheduleOffers, which also holds every schedule dropped, with the reason (nothing is
+    dropped silently)."""
     p = _as_program(program)
     info = _Structure(p)
     out: dict[str, str] = {}
-    for name, ns in NAMED_SCHEDULES.items():
-        if not ns.applies(info):
-            continue
-        s = _try_named(p, info, name)
-        if s is not None:
-            out[name] = s.pipeline
-    return out
+    dropped: dict[str, str] = {}
+    for name in NAMED_SCHEDULES:
+        refusal = _structure_refusal(p, info, name)
+        if refusal is None:
+            s = _try_named(p, info, name)
+            if isinstance(s, Schedule):
+                out[name] = s.pipeline
+                continue
+            refusal = s
+        dropped[name] = str(refusal)
+    return ScheduleOffers(out, dropped) if explain else out
+
+
+def why_not_offered(program: Any, name: str) -> str | None:
+    """Why `named_schedules(program)` does not offer the named schedule `name` (any accepted
+    spelling): its refusal's `[rule] message`; None if it is offered."""
+    p = _as_program(program)
+    canonical = resolve_schedule_name(name)
+    info = _Structure(p)
+    refusal = _structure_refusal(p, info, canonical)
+    if refusal is None:
+        s = _try_named(p, info, canonical)
+        if isinstance(s, Schedule):
+            return None
+        refusal = s
+    return str(refusal)
 
 
 @without_gc  # as every compiler phase (core/gc_pause.py): 0.1-0.3 s of a 2,400-op schedule
@@ -1202,13 +1258,9 @@ def apply_schedule(program: Any, name: str, *, in_place: bool = False) -> Progra
     canonical = resolve_schedule_name(name)
     info = _Structure(p)
     ns = NAMED_SCHEDULES[canonical]
-    if not ns.applies(info):
-        fits = [n for n, x in NAMED_SCHEDULES.items() if x.applies(info)]
-        raise _error(
-            "schedule-unknown",
-            f"the schedule '{canonical}' needs {ns.requires}, which @{p.name} lacks; schedules "
-            f"that fit it: {', '.join(fits) or 'none'}",
-        )
+    refusal = _structure_refusal(p, info, canonical)
+    if refusal is not None:
+        raise refusal
     # private: dropped on a refusal (recipes undo what they try and go on without: _attempt)
     s = Schedule._working_on(p if in_place else p.clone(), disposable=True)
     ns.recipe(s, info)

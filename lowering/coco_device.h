@@ -166,6 +166,9 @@ constexpr int coco_at_block_level() {
     (void)coco_dyn_smem_;                                                                 \
     COCO_OMP("omp for schedule(static)")                                                  \
     for (unsigned int coco_b_ = 0; coco_b_ < coco_grid_dim_; ++coco_b_) {                 \
+      /* a block has a thread: what thread 0 writes in a phase (a row value in shared */  \
+      /* memory) is written before a later block-stride phase reads it */                 \
+      if (coco_block_dim_ == 0) __builtin_unreachable();                                  \
       [[maybe_unused]] constexpr int coco_phase_depth_ = 0;
 
 #define COCO_KERNEL_BODY_END \

@@ -563,9 +563,10 @@ class _ElementwiseBuilder:
 
     def build_params(self) -> None:
         k, it = self.k, self.k.iteration
-        # An update writes the buffer of an argument the kernel may also read: no pointer of
-        # such a kernel can promise it is the only way to its memory.
-        restrict = not any(s.target is not None for s in k.stores)
+        # An update writes the buffer of an argument the kernel may also read (so does a
+        # gathered value assembled in an argument): no pointer of such a kernel can promise
+        # it is the only way to its memory.
+        restrict = not any(s.target is not None for s in k.stores) and not k.gather_targets
         for n, v in enumerate(k.inputs):
             ctype = C_STORAGE[tensor_type_of(v).elt].ptr(const=True, restrict=restrict)
             p = self.param(ctype, _hint(v, "_in"), f"in{n}", ParamKind.IN, value=v)

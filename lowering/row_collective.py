@@ -12,10 +12,23 @@ block synchronization:
   element values of level p (level = how many row reductions a value depends on): the first
   phase combines the row from every peer's input in rank order (the reduce_scatter), every
   phase accumulates its reductions in lane registers, keeps the element values later phases
-  read in shared memory (one row each), stores results and pushes its piece of each gathered
-  value into this rank's symmetric buffer;
+  read in shared memory (one row each) where they fit, stores results and pushes its piece
+  of each gathered value into this rank's symmetric buffer;
+* a phase without reductions (the last: normalize and write) has no order to keep, so every
+  thread of the block takes elements of the row (a block-stride loop: contiguous on the
+  host, all of a GPU block's threads rather than ROW_LANES of them);
 * between phases, thread 0 combines each reduction's lane partials in lane order, rounds once,
   and computes the row values that depend on it (rsqrt(mean + eps)) into shared memory.
+
+Rows too long to keep every such value in shared memory (SHARED_ROW_BYTES) run in the
+STREAMING form for the values that do not fit: a later phase derives them again from global
+memory -- it re-reads the copy an earlier phase stored (this rank's piece of a gathered value
+in its symmetric buffer, an output) or, where there is none, recomputes the value from its
+operands (the reduce_scatter sum from the peers' symmetric inputs, a residual, ...). A value
+is computed by the same expression from the same inputs in every phase and rounded alike,
+and the order of every reduction is fixed by the lanes, not by where values are kept, so
+both forms are bit-identical. The kernel keeps in shared memory first the values it could
+only recompute, then those it could re-read, as long as they fit.
 
 After its rows, the block runs the done step of the cross-rank protocol and pulls its rows
 of every peer's pieces, as the elementwise form does (cuda_kernels.py). The order of every
@@ -47,6 +60,7 @@ from coconet.lowering.kernel_ir import (
     I64,
     Assign,
     Binary,
+    BlockStrideLoop,
     Call,
     Cast,
     Combine,
@@ -74,6 +88,14 @@ from coconet.lowering.kernel_ir import (
 
 ELEMENT, ROW, SCALAR = "element", "row", "scalar"
 
+# The static shared memory a row kernel may use (a GPU block gets 48 KiB without opting in):
+# the element values it keeps between phases, its lane partials and row values. What does
+# not fit is streamed: derived again from global memory by the phase that reads it.
+SHARED_ROW_BYTES = 40 * 1024
+
+# Bytes of one value in its compute type (C_COMPUTE), as a shared array holds it.
+COMPUTE_BYTES = {"f16": 4, "bf16": 4, "f32": 4, "f64": 8, "i32": 8, "i64": 8, "i1": 1}
+
 
 def row_space_of(t: TensorType) -> TensorType:
     """The type a keepdims reduction over the last dim of `t` has."""
@@ -98,10 +120,14 @@ class _RowBuilder(_ElementwiseBuilder):
         self.lane = Var(I64, None, "lane_")
         self.element = Var(I64, None, "e_")
         self.phase = 0
+        self.phases = 1
         self.level: dict[SSAValue, int] = {}
         self.kind: dict[SSAValue, str] = {}
         self.row_slots: dict[SSAValue, Var] = {}  # row values, one shared slot each
         self.carried: dict[SSAValue, Var] = {}  # element values later phases read: a row each
+        # element values an earlier phase stored in this rank's memory: a later phase that
+        # does not keep them re-reads them there
+        self.copies: dict[SSAValue, Expr] = {}
         self.shared: list[Stmt] = []
 
     # -- classification ------------------------------------------------------------------
@@ -155,12 +181,75 @@ class _RowBuilder(_ElementwiseBuilder):
             self.body.append(Decl(var, Index(self.row_slots[v], Lit("0"))))
             self.local[v] = var
             return var
-        if v in self.carried and self.level[v] < self.phase:
-            var = Var(C_COMPUTE[tensor_type_of(v).elt], v.name_hint, f"c{len(self.local)}")
-            self.body.append(Decl(var, Index(self.carried[v], self.element)))
+        if self.kind.get(v) == ELEMENT and self.level[v] < self.phase:
+            if v in self.carried:
+                var = Var(C_COMPUTE[tensor_type_of(v).elt], v.name_hint, f"c{len(self.local)}")
+                self.body.append(Decl(var, Index(self.carried[v], self.element)))
+                self.local[v] = var
+                return var
+            return self.rederive(v)
+        return super().ref(v)
+
+    def rederive(self, v: SSAValue) -> Var:
+        """An element value of an earlier phase that the kernel does not keep (the streaming
+        form): re-read from the copy an earlier phase stored, or else recomputed by the
+        same expression from its operands (each derived the same way in turn; the
+        reduce_scatter sums the peers' inputs again), so it has the same bits."""
+        elt = tensor_type_of(v).elt
+        copy = self.copies.get(v)
+        if copy is not None:
+            var = Var(C_COMPUTE[elt], v.name_hint, f"s{len(self.local)}")
+            self.body.append(Decl(var, load_expr(elt, copy), comment="re-read, not kept"))
             self.local[v] = var
             return var
-        return super().ref(v)
+        if v in self.k.peer_reductions:
+            return super().ref(v)
+        assert isinstance(v.owner, Operation)
+        return self.compute(v.owner)
+
+    def stored_copies(self) -> dict[SSAValue, Expr]:
+        """Where this rank's phases store element values (an output or update over the
+        iteration, this rank's piece of a gathered value), in their element types: only
+        the storing thread writes there before the peers' pulls, so it reads them back."""
+        it = self.k.iteration
+        copies: dict[SSAValue, Expr] = {}
+        for s, param in zip(self.k.stores, self.out_params):
+            if (
+                self.kind.get(s.value) == ELEMENT
+                and not self.overwrites(s.target)  # written in the last phase only
+                and self.k.coincides(s.type, it)
+                and s.type.elt == tensor_type_of(s.value).elt
+            ):
+                copies.setdefault(s.value, Index(param, self.i))
+        for g in self.gathers:
+            t = tensor_type_of(g.operand.value)
+            if self.kind.get(g.value) == ELEMENT and t.elt == tensor_type_of(g.value).elt:
+                mine = peer(g.operand.param, self.me, C_STORAGE[t.elt])
+                copies.setdefault(g.value, Index(mine, self.index_of(g.operand)))
+        return copies
+
+    def overwrites(self, target: SSAValue | None) -> bool:
+        """Whether writing `target` (an updated argument) overwrites an argument the kernel
+        reads: such writes wait for the last phase (`element_stores`)."""
+        if target is None:
+            return False
+        return target in self.k.inputs or any(
+            src is target for src, _kind in self.k.peer_reductions.values()
+        )
+
+    def choose_kept(self, later: list[SSAValue], budget: int) -> list[SSAValue]:
+        """The element values read in a later phase that the kernel keeps in shared memory:
+        all of them when they fit `budget` bytes; otherwise, as long as they fit, first
+        those a later phase would recompute, then those it would re-read (one load)."""
+        size = {v: self.count * COMPUTE_BYTES[tensor_type_of(v).elt] for v in later}
+        if sum(size.values()) <= budget:
+            return later
+        kept: set[SSAValue] = set()
+        for v in sorted(later, key=lambda v: v in self.copies):
+            if size[v] <= budget:
+                kept.add(v)
+                budget -= size[v]
+        return [v for v in later if v in kept]
 
     def shared_array(self, v: SSAValue, ctype: CType, size: int, suffix: str) -> Var:
         hint = f"{v.name_hint}_{suffix}" if v.name_hint else None
@@ -184,33 +273,56 @@ class _RowBuilder(_ElementwiseBuilder):
             prelude += (Unused((self.gidx,)),)
         self.classify()
         phases = 1 + max((lv for v, lv in self.level.items() if self.kind[v] == ELEMENT), default=0)
+        self.phases = phases
         reductions = [op for op in k.ops if isinstance(op, coco.ReduceDimsOp)]
-        # values read in a later phase than their own: a shared row each
+        # Element values read in a later phase than their own: a shared row each where
+        # they fit, streamed (derived again in the phase reading them) otherwise.
+        later: list[SSAValue] = []
         for op in k.ops:
             if isinstance(op, coco.ReduceDimsOp):
                 continue  # its input is accumulated in the input's own phase
             for v in op.operands:
-                later = self.kind.get(v) == ELEMENT and self.level[v] < self.level[op.results[0]]
-                if later and v not in self.carried:
-                    self.carried[v] = self.shared_array(
-                        v, C_COMPUTE[tensor_type_of(v).elt], self.count, "row"
-                    )
+                if (
+                    self.kind.get(v) == ELEMENT
+                    and self.level[v] < self.level[op.results[0]]
+                    and v not in later
+                ):
+                    later.append(v)
+        deferred = [s.value for s in k.stores if self.overwrites(s.target)]
+        deferred += [
+            g.value for g in self.gathers if self.overwrites(k.gather_targets.get(g.operand.value))
+        ]
+        for v in deferred:  # written in the last phase
+            if self.kind.get(v) == ELEMENT and self.level[v] < phases - 1 and v not in later:
+                later.append(v)
         stored = {s.value for s in k.stores}
-        for op in k.ops:
-            res = op.results[0]
-            if self.kind[res] != ROW:
-                continue
-            # a row value read after the thread-0 step computing it: a shared slot
-            if res in stored or any(
-                self.kind[use.operation.results[0]] == ELEMENT
-                or self.level[use.operation.results[0]] != self.level[res]
-                for use in res.uses
-                if use.operation in k.ops
-            ):
-                self.row_slots[res] = self.shared_array(
-                    res, C_COMPUTE[tensor_type_of(res).elt], 1, "val"
+        # a row value read after the thread-0 step computing it: a shared slot
+        slots = [
+            op.results[0]
+            for op in k.ops
+            if self.kind[op.results[0]] == ROW
+            and (
+                op.results[0] in stored
+                or any(
+                    self.kind[use.operation.results[0]] == ELEMENT
+                    or self.level[use.operation.results[0]] != self.level[op.results[0]]
+                    for use in op.results[0].uses
+                    if use.operation in k.ops
                 )
+            )
+        ]
         lanes = coco.ROW_LANES
+        fixed = sum(COMPUTE_BYTES[tensor_type_of(v).elt] for v in slots)
+        fixed += lanes * 8 * len(reductions)  # lane partials, in double (int64)
+        self.copies = self.stored_copies()
+        for v in self.choose_kept(later, SHARED_ROW_BYTES - fixed):
+            self.carried[v] = self.shared_array(
+                v, C_COMPUTE[tensor_type_of(v).elt], self.count, "row"
+            )
+        for res in slots:
+            self.row_slots[res] = self.shared_array(
+                res, C_COMPUTE[tensor_type_of(res).elt], 1, "val"
+            )
         partials = {
             r: self.shared_array(r.result, _accumulator(r.input.type.elt), lanes, "lanes")
             for r in reductions
@@ -228,12 +340,12 @@ class _RowBuilder(_ElementwiseBuilder):
             self.phase = p
             self.body = []
             self.local = {v: x for v, x in self.local.items() if x in self.invariant}
+            needed = self.needed(p, reductions)
             for op in k.ops:
-                res = op.results[0]
-                if self.kind[res] == ELEMENT and self.level[res] == p:
+                if op.results[0] in needed:
                     self.compute(op)
             for res in k.peer_reductions:
-                if p == 0:
+                if p == 0 and (res in needed or not res.uses):
                     self.ref(res)
             accs: dict[Operation, Var] = {}
             before: list[Stmt] = []
@@ -261,17 +373,23 @@ class _RowBuilder(_ElementwiseBuilder):
             element: tuple[Stmt, ...] = (*prelude, *self.body)
             if uses(element, self.i):  # a phase may read only shared rows (softmax's last)
                 element = (Decl(self.i, self.begin + self.row_start + self.element), *element)
-            lanes_loop = RowLanes(
-                self.lane,
-                self.element,
-                Lit(str(self.count)),
-                lanes,
-                tuple(before),
-                element,
-                tuple(after),
-            )
+            loop: Stmt
+            if before:
+                loop = RowLanes(
+                    self.lane,
+                    self.element,
+                    Lit(str(self.count)),
+                    lanes,
+                    tuple(before),
+                    element,
+                    tuple(after),
+                )
+            else:
+                # no reduction in this phase (the last: normalize and write), so no order to
+                # keep: every thread of the block takes elements, contiguous on the host
+                loop = BlockStrideLoop(self.element, Lit("0"), Lit(str(self.count)), element)
             # each phase declares its own variables (a kernel declares each one once)
-            per_row += fresh_copy((lanes_loop,))
+            per_row += fresh_copy((loop,))
             finish = self.finish_rows(p, reductions, partials)
             if finish:
                 per_row += [SyncBlock(), _thread_zero(*finish), SyncBlock()]
@@ -297,27 +415,62 @@ class _RowBuilder(_ElementwiseBuilder):
             stmts += [SyncBlock(), *self.pull(pull_vector)]
         return Kernel(k.name, tuple(self.params), tuple(stmts))
 
-    def element_stores(self, p: int) -> None:
+    def phase_writes(self, p: int) -> list[tuple[Expr, SSAValue, str, str]]:
+        """Phase p's element stores and pushes (place, value, element type, comment): each
+        value's in its own phase, except writes over an argument the kernel reads (an
+        update of it, a gathered value assembled in it), which wait for the last phase,
+        after every phase has read the argument (a value derived from it again reads it as
+        it was)."""
         it = self.k.iteration
+        last = p == self.phases - 1
+        writes: list[tuple[Expr, SSAValue, str, str]] = []
         for s, param in zip(self.k.stores, self.out_params):
-            if self.kind.get(s.value, ELEMENT) != ELEMENT or self.level.get(s.value, 0) != p:
+            if self.kind.get(s.value, ELEMENT) != ELEMENT:
+                continue
+            if not (last if self.overwrites(s.target) else self.level.get(s.value, 0) == p):
                 continue
             if not self.k.coincides(s.type, it):
                 raise CocoError(f"[lower-fused-rows] a fused row kernel stores {s.type} over {it}")
-            self.body.append(
-                Assign(Index(param, self.i), store_expr(s.type.elt, self.ref(s.value)))
-            )
+            writes.append((Index(param, self.i), s.value, s.type.elt, ""))
         for g in self.gathers:
-            if self.level.get(g.value, 0) != p:
-                continue
             o = g.operand
-            t = tensor_type_of(o.value)
-            value = store_expr(t.elt, self.ref(g.value))
+            elt = tensor_type_of(o.value).elt
             index = self.index_of(o)
-            mine = peer(o.param, self.me, C_STORAGE[t.elt])
-            self.body.append(Assign(Index(mine, index), value, comment="comm.all_gather"))
+            own = self.level.get(g.value, 0) == p
+            if own:
+                mine = peer(o.param, self.me, C_STORAGE[elt])
+                writes.append((Index(mine, index), g.value, elt, "comm.all_gather"))
             if g.dest is not None:
-                self.body.append(Assign(Index(g.dest, index), value))
+                target = self.k.gather_targets.get(o.value)
+                if last if self.overwrites(target) else own:
+                    writes.append((Index(g.dest, index), g.value, elt, ""))
+        return writes
+
+    def element_stores(self, p: int) -> None:
+        """Phase p's writes (`phase_writes`), every value read before any write."""
+        writes = self.phase_writes(p)
+        values = [self.ref(v) for _place, v, _elt, _comment in writes]
+        for (place, _v, elt, comment), var in zip(writes, values):
+            self.body.append(Assign(place, store_expr(elt, var), comment=comment))
+
+    def needed(self, p: int, reductions: list[coco.ReduceDimsOp]) -> set[SSAValue]:
+        """The element values of level p that phase p computes: those its reductions
+        accumulate, it keeps for later phases or it writes, and the values of level p they
+        are computed from. A value only a later phase reads, and does not keep, is left to
+        that phase (streamed)."""
+        work = [r.input for r in reductions if self.level[r.input] == p]
+        work += [v for v in self.carried if self.level[v] == p]
+        work += [v for _place, v, _elt, _comment in self.phase_writes(p)]
+        ops = set(self.k.ops)
+        needed: set[SSAValue] = set()
+        while work:
+            v = work.pop()
+            if v in needed or self.kind.get(v) != ELEMENT or self.level[v] != p:
+                continue
+            needed.add(v)
+            if isinstance(v.owner, Operation) and v.owner in ops:
+                work += v.owner.operands
+        return needed
 
     def finish_rows(
         self, p: int, reductions: list[coco.ReduceDimsOp], partials: dict[coco.ReduceDimsOp, Var]

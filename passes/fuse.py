@@ -38,10 +38,6 @@ MODES = ("auto", "elementwise", "all_reduce", "send")
 
 Space = tuple[tuple[int, ...], tuple[Attribute, ...]] | None
 
-# The static shared memory a fused row kernel may use for the rows it keeps between phases
-# (a GPU block gets 48 KiB without opting in).
-SHARED_ROW_BYTES = 40 * 1024
-
 
 def function_of(block: Block) -> func.FuncOp:
     """The function whose body `block` is (fused chains are found in function bodies)."""
@@ -218,8 +214,9 @@ class FusePass(ModulePass):
                          reduce_scatter's, for all_reduce); scalars fit any, and so do the
                          rows of a fused all_reduce (keepdims reductions over the last dim
                          of a space that no grid axis slices there, and ops on them).
-    * [fuse-row-length]  the rows a fused row kernel keeps between phases fit in shared
-                         memory (SHARED_ROW_BYTES).
+                         Rows of any length: a row kernel keeps what a later phase
+                         reads in shared memory where it fits and streams it otherwise
+                         (lowering/row_collective.py).
     * [fuse-elementwise] an elementwise fusion holds only elementwise ops (and updates).
     * [fuse-connected]   a targeted set is connected through its own values.
     * [fuse-block]       named ops sit in one function body, not inside regions.
@@ -600,8 +597,8 @@ class FusePass(ModulePass):
 
     def _check_rows(self, members: set[Operation], space: Space) -> None:
         """A chain with row reductions is one kernel with a block per row: no full
-        reduction (those finish across blocks), and the rows that phases carry over a
-        reduction fit in shared memory."""
+        reduction (those finish across blocks). Rows of any length: the row kernel streams
+        what does not fit in shared memory."""
         rows = [m for m in members if isinstance(m, coco.ReduceDimsOp)]
         if not rows or space is None:
             return
@@ -609,15 +606,6 @@ class FusePass(ModulePass):
             raise fail(
                 f"{RULE}-chain",
                 "a fused all_reduce with row reductions cannot also finish full reductions",
-            )
-        elements = sum(1 for m in members if _op_space(m) == space)
-        row_bytes = 8 * space[0][-1] * (elements + 1)
-        if row_bytes > SHARED_ROW_BYTES:
-            raise fail(
-                f"{RULE}-row-length",
-                f"rows of {space[0][-1]} elements of {elements + 1} values need up to "
-                f"{row_bytes} bytes of shared memory in a fused row kernel, more than "
-                f"{SHARED_ROW_BYTES}",
             )
 
     def _bridges(self, info: OrderInfo, members: set[Operation]) -> set[Operation]:

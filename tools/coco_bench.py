@@ -474,7 +474,13 @@ def run(args: argparse.Namespace) -> int:
         if not schedules:
             from coconet.schedule import named_schedules
 
-            schedules = [(name, name) for name in named_schedules(first)] or [("as written", None)]
+            offers = named_schedules(first, explain=True)
+            schedules = [(name, name) for name in offers.offered] or [("as written", None)]
+            # what a step refused (a size, a layout) is said; what needs a structure the
+            # program lacks (a matmul, a send) is not a schedule of it
+            for name, why in offers.dropped.items():
+                if not why.startswith("[schedule-unknown]") and is_rank_zero():
+                    print(f"# not offered: {name}: {why}", file=sys.stderr)
         check_schedules(first, schedules, ranks)
 
         json_path = outputs["json"] or str(directory / "rows.json")

@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+# SGD on a static grid of 3 ranks over 2 elements: no split leaves every rank an element
+SGD3 = EXAMPLES.parent / "test/filecheck/schedule/errors.mlir"
 
 
 def coco_run(*args: str) -> subprocess.CompletedProcess:
@@ -108,6 +110,25 @@ def test_bad_inputs_are_one_clear_error(tmp_path: Path, inputs: dict, message: s
             "[split-allreduce-dim] dim=9: no comm.all_reduce in the module has a tensor dim 9",
         ),
         ([str(EXAMPLES)], "expected a .mlir or .py program"),
+        # a named schedule the program is not offered says why (issue #25): a refused step
+        # with its rule, or the structure the schedule needs
+        (
+            [str(SGD3), "--np", "3", "--schedule", "rs-c-ag"],
+            "the schedule 'rs-c-ag' does not apply to @sgd3 (named_schedules does not offer "
+            "it): coco-split-allreduce{ops=g1}: [split-allreduce-empty] the reduce_scatter of "
+            "%g1",
+        ),
+        (
+            [
+                str(EXAMPLES / "allreduce_rmsnorm.mlir"),
+                "--np",
+                "2",
+                "--schedule",
+                "ol_MM_fuse_RS_C_AG",
+            ],
+            "[schedule-unknown] the schedule 'ol(mm,fuse(rs-c-ag))' needs a matmul whose only "
+            "reader is an all_reduce, which @allreduce_rmsnorm lacks",
+        ),
     ],
 )
 def test_bad_invocations_are_one_clear_error(args: list[str], message: str):

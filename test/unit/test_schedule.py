@@ -32,6 +32,7 @@ from coconet.schedule import (
     Reordered,
     Schedule,
     ScheduleError,
+    ScheduleOffers,
     apply_pipeline,
     apply_schedule,
     auto_split_dim,
@@ -41,6 +42,7 @@ from coconet.schedule import (
     parse_pipeline,
     resolve_schedule_name,
     schedule,
+    why_not_offered,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -482,6 +484,34 @@ def test_named_schedule_shapes():
     types = {a.name_hint: a.type for a in fused.func.body.block.args}
     assert all(not isinstance(lay, SlicedAttr) for lay in types["w"].layouts.data)
     assert isinstance(types["m"].layout_on(0), SlicedAttr)
+
+
+def test_named_schedules_explain_every_drop():
+    """named_schedules(program, explain=True): every named schedule is offered (with its
+    pipeline) or dropped with the reason -- the step that refused it with its [rule], or the
+    structure it needs -- never silently; why_not_offered answers for one name."""
+    p = Program(parse_module((ROOT / "test/filecheck/schedule/errors.mlir").read_text()))
+    offers = named_schedules(p, explain=True)
+    assert isinstance(offers, ScheduleOffers)
+    assert offers.offered == named_schedules(p) == {"ar-c": "coco-fuse{mode=elementwise}"}
+    assert set(offers.offered) | set(offers.dropped) == set(NAMED_SCHEDULES)
+    assert not set(offers.offered) & set(offers.dropped)
+    # a size: 2 elements cannot be cut into 3 slices
+    for name in ("rs-c-ag", "fuse(rs-c-ag)"):
+        assert offers.dropped[name].startswith("coco-split-allreduce{ops=g1}: ")
+        assert "[split-allreduce-empty]" in offers.dropped[name]
+        assert "cannot be cut into 3 parts" in offers.dropped[name]
+    # a structure it lacks
+    assert offers.dropped["sliced-send"].startswith(
+        "[schedule-unknown] the schedule 'sliced-send' needs a send"
+    )
+    assert why_not_offered(p, "RS_C_AG") == offers.dropped["rs-c-ag"]
+    assert why_not_offered(p, "ar-c") is None
+    # long rows are no reason: the fused norm at H = 16384 is offered
+    rms = (EXAMPLES / "allreduce_rmsnorm.mlir").read_text()
+    rms = rms.replace("16x64x", "8x16384x").replace("<64x", "<16384x").replace("16x1x", "8x1x")
+    offers = named_schedules(Program(parse_module(rms)), explain=True)
+    assert "fuse(rs-c-ag)" in offers.offered
 
 
 def test_no_all_reduce_no_named_schedule():
