@@ -623,20 +623,12 @@ class FusePass(ModulePass):
     def _bridges(self, info: OrderInfo, members: set[Operation]) -> set[Operation]:
         """Scalar elementwise ops outside the set that depend on it and feed it."""
         order = sorted(members, key=info.index.__getitem__)
-        first, last = info.index[order[0]], info.index[order[-1]]
-        after: set[Operation] = set()
-        for op in info.ops[first : last + 1]:
-            if op in members:
-                continue
-            if any(
-                info.precedes(x, op) for x in (*members, *after) if info.index[x] < info.index[op]
-            ):
-                after.add(op)
-        bridges: set[Operation] = set()
-        for op in after:
-            feeds = any(info.precedes(op, m) for m in members if info.index[m] > info.index[op])
-            if feeds and isinstance(op, coco.ElementwiseOp) and _op_space(op) is None:
-                bridges.add(op)
+        span = info.ops[info.index[order[0]] : info.index[order[-1]] + 1]
+        after = info.reached(members, span)
+        feeding = info.first_dependents(after, members, span)
+        bridges: set[Operation] = {
+            op for op in feeding if isinstance(op, coco.ElementwiseOp) and _op_space(op) is None
+        }
         return bridges
 
     # -- greedy: elementwise components --------------------------------------------------
