@@ -244,8 +244,21 @@ class FusePass(ModulePass):
         for fn in functions(op):
             block = body_block(fn)
             if self.mode in ("auto", "all_reduce"):
+                scatters = [o for o in block.ops if isinstance(o, comm.ReduceScatterOp)]
+                if not _computes_scalars_of_tensors(block):
+                    # No chain can hold scalar arithmetic, so none couples with another:
+                    # each is grown on what earlier fusions left, in program order (growing
+                    # every chain first, on the untouched block, cost the sum of their
+                    # extents: quadratic where each layer's chain runs on along a sliced
+                    # residual stream to the end of the function).
+                    for rs in scatters:
+                        try:
+                            self._fuse(block, self._chain(block, rs), "all_reduce")
+                        except PassFailedException:
+                            continue
+                    scatters = []
                 chains: list[set[Operation]] = []
-                for rs in [o for o in block.ops if isinstance(o, comm.ReduceScatterOp)]:
+                for rs in scatters:
                     try:
                         chains.append(self._chain(block, rs))
                     except PassFailedException:
@@ -726,6 +739,28 @@ def _merge_coupled(chains: list[set[Operation]]) -> list[set[Operation]]:
         for op in chain:
             holders.setdefault(op, []).append(index)
     return [m for m in merged if m is not None]
+
+
+def _computes_scalars_of_tensors(block: Block) -> bool:
+    """Whether an op of `block` (or one nested in it) computes a scalar from a tensor: a full
+    reduction, a matmul of vectors, a region yielding a scalar. Without one, every scalar of
+    the block comes from arguments and constants, so a reduce_scatter's chain holds scalar
+    arithmetic only as feeders of its own tensor ops (a scalar value of the chain needs a
+    reduction of a chain tensor): two chains then share a scalar op only where they share a
+    tensor op too, and `_merge_coupled` merges none of them."""
+    for top in block.ops:
+        for op in top.walk():
+            if not any(_is_scalar(r) for r in op.results):
+                continue
+            if op.regions or any(
+                isinstance(v.type, TensorType) and v.type.rank > 0 for v in op.operands
+            ):
+                return True
+    return False
+
+
+def _is_scalar(v: SSAValue) -> bool:
+    return isinstance(v.type, TensorType) and v.type.get_shape() == ()
 
 
 def _scalar_only(op: Operation) -> bool:
