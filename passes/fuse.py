@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -173,6 +174,105 @@ def _absorb_feeders(block: Block, members: set[Operation]) -> set[Operation]:
                     members.add(op)
                     work.append(op)
     return members
+
+
+class _GrowingPlan:
+    """`plan_contiguous`'s state for a component that the greedy elementwise fusion grows in
+    program order: the positions from its first member up to `scanned` classified, the
+    values and arguments its members and sunk ops (those depending on it) define and read,
+    and those its sunk ops alone do. A new member (always later than every op looked at)
+    classifies only the ops since `scanned`, so a component costs its extent once, not once
+    per member (a long elementwise chain made `ar-c` quadratic). The decisions are
+    `plan_contiguous`'s: an op sinks when a member or sunk op before it precedes it, and a
+    member that a sunk op before it precedes closes a cycle."""
+
+    __slots__ = ("defined", "first", "read", "scanned", "sunk_defs", "sunk_reads")
+
+    def __init__(self, first: int):
+        self.first = first
+        self.scanned = first - 1
+        self.defined: set[SSAValue] = set()
+        self.read: set[SSAValue] = set()
+        self.sunk_defs: set[SSAValue] = set()
+        self.sunk_reads: set[SSAValue] = set()
+
+    @classmethod
+    def of(cls, info: OrderInfo, u: Operation) -> _GrowingPlan:
+        """The plan of the component {u}."""
+        plan = cls(info.index[u])
+        plan._scan(info, plan, plan.first, plan.first, lambda x: x is u)
+        plan.scanned = plan.first
+        return plan
+
+    @classmethod
+    def join(
+        cls,
+        info: OrderInfo,
+        plans: list[_GrowingPlan | None],
+        parts: list[int],
+        comp_of: dict[Operation, int],
+        u: Operation,
+    ) -> _GrowingPlan | None:
+        """The plan of the components `parts` and the op `u` (after all of them) as one, or
+        None if that set would close a cycle. The plan of the component that starts first
+        is kept as the union's up to where the next one starts, when it has looked no
+        further (it is extended there: its own plan up to that point whatever the answer);
+        the rest is classified again."""
+        found = [plans[i] for i in parts]
+        assert all(p is not None for p in found)
+        ordered = sorted((p for p in found if p is not None), key=lambda p: p.first)
+        head = ordered[0]
+        end = info.index[u]
+        rest = ordered[1].first if len(ordered) > 1 else end
+        if head.scanned < rest:
+            head._scan(info, head, head.scanned + 1, rest - 1, lambda x: False)
+            head.scanned = rest - 1
+            base, start = head, rest
+        else:  # the components interleave: plan the union from its first op
+            base, start = cls(head.first), head.first
+        wanted = set(parts)
+        delta = cls(head.first)
+        if not delta._scan(
+            info, base, start, end, lambda x: x is u or comp_of.get(x, -1) in wanted
+        ):
+            return None
+        if base is head:
+            head.defined |= delta.defined
+            head.read |= delta.read
+            head.sunk_defs |= delta.sunk_defs
+            head.sunk_reads |= delta.sunk_reads
+            head.scanned = end
+            return head
+        delta.scanned = end
+        return delta
+
+    def _scan(
+        self,
+        info: OrderInfo,
+        base: _GrowingPlan,
+        start: int,
+        stop: int,
+        is_member: Callable[[Operation], bool],
+    ) -> bool:
+        """Classify the ops at positions start..stop into this plan, on top of `base`'s (the
+        same plan, or the one before `start`); False at a member that a sunk op precedes."""
+        layers = (self,) if base is self else (base, self)
+        for x in info.ops[start : stop + 1]:
+            defs, uses, reads, writes = info.facts(x)
+            if is_member(x):
+                if any(
+                    not p.sunk_defs.isdisjoint(uses) or not p.sunk_reads.isdisjoint(writes)
+                    for p in layers
+                ):
+                    return False
+            elif all(p.defined.isdisjoint(uses) and p.read.isdisjoint(writes) for p in layers):
+                continue  # hoisted
+            else:
+                self.sunk_defs |= defs
+                self.sunk_reads |= reads
+            self.defined |= defs
+            self.read |= reads
+        return True
 
 
 @dataclass(frozen=True)
@@ -650,6 +750,8 @@ class FusePass(ModulePass):
         info = OrderInfo(block)
         comps: list[set[Operation]] = []
         spaces: list[Space] = []
+        # each component's contiguity plan, kept as it grows (None once merged away)
+        plans: list[_GrowingPlan | None] = []
         comp_of: dict[Operation, int] = {}
         for u in info.ops:
             if not isinstance(u, coco.ElementwiseOp):
@@ -664,23 +766,32 @@ class FusePass(ModulePass):
                 space: Space | str = s
                 for i in neighbours:
                     space = space if isinstance(space, str) else _meet(space, spaces[i])
-                if not isinstance(space, str) and self._acyclic(block, merged, info):
+                plan = None
+                if not isinstance(space, str):
+                    plan = _GrowingPlan.join(info, plans, neighbours, comp_of, u)
+                if plan is not None:
                     keep = neighbours[0]
                     for i in neighbours[1:]:
                         for m in comps[i]:
                             comp_of[m] = keep
                         comps[i] = set()
+                        plans[i] = None
                     comps[keep] = merged
                     spaces[keep] = space
+                    plans[keep] = plan
                     comp_of[u] = keep
                     placed = True
                 else:
                     for i in neighbours:
                         sp = _meet(spaces[i], s) if not isinstance(s, str) else "mismatch"
-                        if isinstance(sp, str) or not self._acyclic(block, comps[i] | {u}, info):
+                        if isinstance(sp, str):
+                            continue
+                        plan = _GrowingPlan.join(info, plans, [i], comp_of, u)
+                        if plan is None:
                             continue
                         comps[i] = comps[i] | {u}
                         spaces[i] = sp
+                        plans[i] = plan
                         comp_of[u] = i
                         placed = True
                         break
@@ -688,6 +799,7 @@ class FusePass(ModulePass):
                 comp_of[u] = len(comps)
                 comps.append({u})
                 spaces.append(None if isinstance(s, str) else s)
+                plans.append(_GrowingPlan.of(info, u))
         result: list[set[Operation]] = []
         for c, sp in zip(comps, spaces, strict=True):
             if len(c) < 2 or sp is None:
@@ -695,13 +807,6 @@ class FusePass(ModulePass):
             c = _absorb_feeders(block, c)
             result.append(_absorb_updates(block, c, info))
         return result
-
-    def _acyclic(self, block: Block, members: set[Operation], info: OrderInfo) -> bool:
-        try:
-            plan_contiguous(block, members, RULE, "", info)
-        except PassFailedException:
-            return False
-        return True
 
     # -- building ------------------------------------------------------------------------
 
