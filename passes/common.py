@@ -159,10 +159,16 @@ def axes_prop(op: comm.GroupCollectiveOp) -> tuple[int, ...] | None:
 
 
 def replace_operand(rewriter: PatternRewriter, op: Operation, index: int, value: SSAValue) -> None:
-    """Make operand `index` of `op` read `value`, through the rewriter."""
-    rewriter.replace_uses_with_if(
-        op.operands[index], value, lambda use: use.operation is op and use.index == index
-    )
+    """Make operand `index` of `op` read `value`, through the rewriter (as
+    `replace_uses_with_if` restricted to that use does, without looking at every other use of
+    the old value: a value many ops read, each given its slice, made that quadratic)."""
+    old = op.operands[index]
+    if old is value:
+        return
+    op.operands[index] = value
+    if value.name_hint is None:  # as xDSL's replace_uses_with_if carries the name over
+        value.name_hint = old.name_hint
+    rewriter.notify_op_modified(op)
 
 
 def ancestor_in(block: Block, op: Operation) -> Operation | None:
