@@ -16,6 +16,7 @@ from xdsl.utils.exceptions import PassFailedException
 
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import ReplicatedAttr, SlicedAttr, TensorType
+from coconet.dialects.layout_rules import precedes_in_block
 from coconet.passes.common import (
     OrderInfo,
     ancestor_in,
@@ -991,7 +992,11 @@ def _reduce_on_slice(
     if kind == coco.ReductionKind.NORM:
         root = coco.SqrtOp(total.result)
         readers = [ancestor_in(block, use.operation) for use in r.result.uses]
-        first = min((op for op in readers if op is not None), key=list(block.ops).index)
+        first: Operation | None = None
+        for op in readers:
+            if op is not None and (first is None or precedes_in_block(op, first)):
+                first = op
+        assert first is not None
         block.insert_op_before(root, first)
         new_ops.append(root)
         final = root.result
