@@ -405,10 +405,20 @@ class FusePass(ModulePass):
         plans: list[tuple[Block, set[Operation], str]] = []
         if kind == "all_reduce" and all(isinstance(s, comm.ReduceScatterOp) for s in named):
             chains: dict[Block, list[set[Operation]]] = {}
+            # Per block where no chains can couple (see _computes_scalars_of_tensors): the
+            # ops the chains so far hold. Sharing one refuses the set, so a chain stops there
+            # (growing each of a residual stream's chains to its end first was quadratic).
+            claimed: dict[Block, dict[Operation, None] | None] = {}
             for fn, rs in sites:
                 assert isinstance(rs, comm.ReduceScatterOp)  # checked just above
                 block = body_block(fn)
-                chains.setdefault(block, []).append(self._chain(block, rs))
+                if block not in claimed:
+                    claimed[block] = None if _computes_scalars_of_tensors(block) else {}
+                held = claimed[block]
+                chain = self._chain(block, rs, held)
+                if held is not None:
+                    held.update(dict.fromkeys(chain))
+                chains.setdefault(block, []).append(chain)
             for block, found in chains.items():
                 plans += [(block, members, "all_reduce") for members in _merge_coupled(found)]
         elif kind == "send" and all(isinstance(s, comm.SendOp) for s in named):
@@ -454,11 +464,7 @@ class FusePass(ModulePass):
         seen: set[Operation] = set()
         for _, members, _ in plans:
             if seen & members:
-                raise fail(
-                    f"{RULE}-chain",
-                    f"the named chains share {op_name(next(iter(seen & members)))}: fuse them "
-                    "one at a time",
-                )
+                raise _shared(next(iter(seen & members)))
             seen |= members
 
     def _check_elementwise(self, members: set[Operation]) -> None:
@@ -577,8 +583,15 @@ class FusePass(ModulePass):
 
     # -- greedy: the chain of a reduce_scatter ---------------------------------------------
 
-    def _chain(self, block: Block, rs: comm.ReduceScatterOp) -> set[Operation]:
-        """The maximal fused all_reduce around `rs` (before the cycle check)."""
+    def _chain(
+        self,
+        block: Block,
+        rs: comm.ReduceScatterOp,
+        held: dict[Operation, None] | None = None,
+    ) -> set[Operation]:
+        """The maximal fused all_reduce around `rs` (before the cycle check). `held`: ops of
+        other chains fused with this one, which cannot couple with it: the chain is refused
+        at the first it would take ([fuse-chain], as the check of disjoint chains refuses)."""
         if rs.parent_block() is not block:
             raise fail(f"{RULE}-block", f"{op_name(rs)} is not in a function body")
         space = _space(rs.result)
@@ -621,6 +634,8 @@ class FusePass(ModulePass):
                 if not waits or isinstance(u, coco.UpdateOp):
                     joined = self._chain_step(u, space, span, chain, gathered)
             if joined is not None:
+                if held is not None and u in held:
+                    raise _shared(u)
                 members.add(u)
                 for v in joined:
                     watch(v, updates_only=v in gathered)
@@ -635,6 +650,10 @@ class FusePass(ModulePass):
             )
         self._check_rows(members, space)
         members = self._pull_feeders(block, members, space)
+        if held is not None:
+            for m in members:
+                if m in held:
+                    raise _shared(m)
         # scalar arithmetic between chain values (e.g. a trust ratio of two norms) that the
         # chain both feeds and reads belongs in the chain too
         info = OrderInfo.spanning(block, members)
@@ -820,6 +839,10 @@ class FusePass(ModulePass):
             block, members, f"{RULE}-cycle", "fusing " + self._describe(members)
         )
         return wrap_in_region(block, hoisted, order, _make_fused(kind))
+
+
+def _shared(op: Operation) -> PassFailedException:
+    return fail(f"{RULE}-chain", f"the named chains share {op_name(op)}: fuse them one at a time")
 
 
 def _merge_coupled(chains: list[set[Operation]]) -> list[set[Operation]]:
