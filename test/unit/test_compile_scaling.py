@@ -23,7 +23,7 @@ import coconet
 from coconet.compile import apply_schedule
 from coconet.core.program import Program, parse_module
 from coconet.equivalence import check_equivalence
-from coconet.lowering.cuda_kernels import ElementwiseKernel
+from coconet.lowering.cuda_kernels import CONJUNCTION_TERMS, ElementwiseKernel
 from coconet.lowering.cuda_printer import CudaPrinter
 from coconet.lowering.kernel_ir import Kernel, ParamKind
 from coconet.lowering.lower_to_plan import Lowering, lower
@@ -427,3 +427,28 @@ def test_the_shared_input_stack_s_fusions():
     )
     assert _schedule_work("shared", 4, "fuse(rs-c-ag)")[1] == "refused [fuse-chain]"
     assert sorted(named_schedules(_shape_program("shared", 4))) == ["ar-c", "rs-c-ag"]
+
+
+def _longest_conjunction(source: str) -> int:
+    return max(line.count("&&") for line in source.splitlines())
+
+
+def test_a_kernel_of_hundreds_of_operands_lowers():
+    """The shared-input stack's pipeline fuses every layer into one kernel reading each
+    layer's bias and reduce_scatter: its vector loop's alignment check ANDed them all in one
+    `&&` chain, which nests as deep as it is long (RecursionError printing the kernel from
+    about 170 layers on); the checks now go a bounded number to a statement."""
+    plan = lower(apply_schedule(_shape_program("shared", 250), SHAPE_PIPELINE), 2)
+    assert _longest_conjunction(plan.cuda_source) <= CONJUNCTION_TERMS
+
+
+def test_a_kernel_with_its_checks_in_several_statements_computes_as_the_sim():
+    program = _shape_program("shared", 40)
+    plan = lower(apply_schedule(program, SHAPE_PIPELINE), 2)
+    assert plan.cuda_source.count("vec_ = vec_ && ") >= 2  # 80 checks, 32 to a statement
+    assert _longest_conjunction(plan.cuda_source) <= CONJUNCTION_TERMS
+    inputs = prepare_inputs(program, None, plan.grid_shape, seed=2)
+    want = coconet.run(program, inputs, ranks=2, inplace=False).outputs
+    got = ThreadedExecutor(plan).run(inputs)
+    for name, value in want.items():
+        assert np.array_equal(got[name], value), name
