@@ -786,10 +786,10 @@ class FusePass(ModulePass):
                 space: Space | str = s
                 for i in neighbours:
                     space = space if isinstance(space, str) else _meet(space, spaces[i])
-                plan = None
-                if not isinstance(space, str):
-                    plan = _GrowingPlan.join(info, plans, neighbours, comp_of, u)
-                if plan is not None:
+                if (
+                    not isinstance(space, str)
+                    and (plan := _GrowingPlan.join(info, plans, neighbours, comp_of, u)) is not None
+                ):
                     keep = neighbours[0]
                     for i in neighbours[1:]:
                         for m in comps[i]:
