@@ -43,8 +43,10 @@ def reduce_program(kind: str, elt: str, sliced: int, dims: tuple[int, ...], keep
     the sliced dim gives this rank's partial, which an all_reduce combines."""
     shape = (ROWS, MID, COLS)
     xt = _t(shape, elt, f"sliced<{sliced}>")
-    out_shape = tuple(1 if d in dims else n for d, n in enumerate(shape)) if keep else tuple(
-        n for d, n in enumerate(shape) if d not in dims
+    out_shape = (
+        tuple(1 if d in dims else n for d, n in enumerate(shape))
+        if keep
+        else tuple(n for d, n in enumerate(shape) if d not in dims)
     )
     keepdims = " keepdims" if keep else ""
     head = f"%r = coco.reduce_dims {kind} %x dims {list(dims)}{keepdims}"
@@ -60,9 +62,7 @@ def reduce_program(kind: str, elt: str, sliced: int, dims: tuple[int, ...], keep
         new_dim = sliced if keep else sliced - sum(1 for d in dims if d < sliced)
         rt = _t(out_shape, elt, f"sliced<{new_dim}>")
         body = f"  {head} : {xt} -> {rt}\n"
-    text = (
-        f"func.func @rows(%x: {xt}) -> {rt} {{\n{body}  func.return %r : {rt}\n}}\n"
-    )
+    text = f"func.func @rows(%x: {xt}) -> {rt} {{\n{body}  func.return %r : {rt}\n}}\n"
     return Program(parse_module(text))
 
 
@@ -134,12 +134,15 @@ def test_the_plan_passes_each_rank_its_own_extents():
     plan = lower(reduce_program("sum", "f32", 2, (2,), True), 2)
     (launch,) = [s for s in plan.steps if isinstance(s, Launch) and "reduce_dims" in s.kernel]
     _, _, rows, count, inner = launch.args
-    assert isinstance(count, RankValue) and count.table == (23, 22)
-    assert rows == ROWS * MID and inner == 1
+    assert isinstance(count, RankValue)
+    assert count.table == (23, 22)
+    assert rows == ROWS * MID
+    assert inner == 1
     plan = lower(reduce_program("sum", "f32", 0, (2,), True), 7)
     (launch,) = [s for s in plan.steps if isinstance(s, Launch) and "reduce_dims" in s.kernel]
     _, _, rows, count, _ = launch.args
-    assert isinstance(rows, RankValue) and rows.table == (44, 44, 33, 33, 33, 33, 33)
+    assert isinstance(rows, RankValue)
+    assert rows.table == (44, 44, 33, 33, 33, 33, 33)
     assert count == COLS
 
 
