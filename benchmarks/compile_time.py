@@ -4,6 +4,7 @@ plan and its CUDA text, and a warm start of the same program.
     python benchmarks/compile_time.py                       # 400 layers, six schedules
     python benchmarks/compile_time.py --layers 100,200,400  # scaling: time per layer
     python benchmarks/compile_time.py --profile             # cProfile's top entries
+    python benchmarks/compile_time.py --shapes all          # and the other program shapes
 
 Each layer is Megatron's output projection with its residual (6 ops): the input sliced on its
 last dim, a matmul against a row-sliced weight (partial sums), their all_reduce, the bias,
@@ -15,6 +16,15 @@ start is what `coconet.compile` does for a `.mlir` file it compiled before: the 
 (with its CUDA text) instead of parsing, scheduling and lowering; the report prints the cold
 compile through the cache (a miss: compile and store) and the warm one (a hit), in a fresh
 cache directory, with the compiler digest recomputed as a new process would.
+
+`--shapes` adds programs of other shapes (`shape_text`), each through the pipeline
+`coco-split-allreduce,coco-reorder,coco-fuse{mode=all_reduce}` and the named schedules
+(`--shape-schedules`), in f16, whose layers are matmul -> all_reduce -> +bias -> dropout -> gelu
+-> +residual: `shared` (every layer's matmul reads one sliced input: after the reorder each
+layer's chain runs on along the sliced residual stream), `own` (every layer reads an input of
+its own), `wide` (independent layers, each returning its own output) and `chain` (one
+all_reduce, then the layers' elementwise ops as one long chain). A pass that looks at the
+whole function per layer shows here as time per op growing with the layers.
 """
 
 from __future__ import annotations
@@ -27,7 +37,7 @@ import pstats
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +77,72 @@ def stack_text(layers: int, h: int = H, b: int = B, s: int = S) -> str:
         ]
     lines += [f"  func.return %x{layers} : !coco.tensor<{t}>", "}"]
     return "\n".join(lines) + "\n"
+
+
+SHAPES = ("shared", "own", "wide", "chain")
+
+SHAPE_PIPELINE = "coco-split-allreduce,coco-reorder,coco-fuse{mode=all_reduce}"
+
+
+def shape_text(shape: str, layers: int, h: int = H, b: int = B, s: int = S) -> str:
+    """A `layers`-deep program of one of SHAPES as MLIR text (f16; see the module docstring):
+    each layer is matmul -> all_reduce -> +bias -> dropout -> gelu -> +residual (`chain`: one
+    matmul and all_reduce, then each layer's +bias, dropout, gelu, +residual)."""
+    if shape not in SHAPES:
+        raise ValueError(f"unknown shape {shape!r}: one of {', '.join(SHAPES)}")
+    t = f"!coco.tensor<{b}x{s}x{h}xf16>"
+    ts = f"!coco.tensor<{b}x{s}x{h}xf16, sliced<2>>"
+    tl = f"!coco.tensor<{b}x{s}x{h}xf16, local>"
+    tw = f"!coco.tensor<{h}x{h}xf16, sliced<0>>"
+    tb = f"!coco.tensor<{h}xf16>"
+    args = [f"%x0: {t}"]
+    if shape in ("own", "wide"):
+        args += [f"%in{i}: {t}" for i in range(layers)]
+    args += [f"%w{i}: {tw}" for i in range(1 if shape == "chain" else layers)]
+    args += [f"%b{i}: {tb}" for i in range(layers)]
+    lines: list[str] = []
+    outputs: list[str] = []
+
+    def tail(i: int, ar: str, residual: str, out: str) -> list[str]:
+        return [
+            f"  %bi{i} = coco.add {ar}, %b{i} : {t}, {tb} -> {t}",
+            f"  %dr{i} = coco.dropout %bi{i}, 0.1 seed {i} : {t}",
+            f"  %ge{i} = coco.gelu %dr{i} : {t}",
+            f"  {out} = coco.add %ge{i}, {residual} : {t}",
+        ]
+
+    def project(i: int, xs: str, w: str, ar: str) -> list[str]:
+        return [
+            f"  %mm{i} = coco.matmul {xs}, {w} : {ts}, {tw} -> {tl}",
+            f"  {ar} = comm.all_reduce sum %mm{i} : {tl} -> {t}",
+        ]
+
+    if shape in ("shared", "chain"):
+        lines.append(f"  %xs = coco.slice %x0 : {t} -> {ts}")
+    if shape == "chain":
+        lines += project(0, "%xs", "%w0", "%ar")
+        for i in range(layers):
+            x = "%ar" if i == 0 else f"%x{i}"
+            lines += tail(i, x, x, f"%x{i + 1}")
+    for i in range(layers if shape != "chain" else 0):
+        xs = "%xs"
+        if shape != "shared":
+            xs = f"%xs{i}"
+            lines.append(f"  {xs} = coco.slice %in{i} : {t} -> {ts}")
+        lines += project(i, xs, f"%w{i}", f"%ar{i}")
+        if shape == "wide":
+            lines += tail(i, f"%ar{i}", "%x0", f"%y{i}")
+            outputs.append(f"%y{i}")
+        else:
+            lines += tail(i, f"%ar{i}", f"%x{i}", f"%x{i + 1}")
+    outputs = outputs or [f"%x{layers}"]
+    types = ", ".join([t] * len(outputs))
+    head = (
+        f"func.func @{shape}(" + ", ".join(args) + f") -> ({types}) "
+        "attributes {coco.grid = #coco.grid<[?]>} {"
+    )
+    ret = f"  func.return {', '.join(outputs)} : {types}"
+    return "\n".join([head, *lines, ret, "}"]) + "\n"
 
 
 def stack_program(layers: int, h: int = H, b: int = B, s: int = S):
@@ -155,6 +231,48 @@ def cold_and_warm(text: str, schedule: str, ranks: int) -> tuple[float, float, b
     return times[0], times[1], same
 
 
+SHAPE_SCHEDULES = (SHAPE_PIPELINE, "ar-c", "rs-c-ag", "fuse(rs-c-ag)", "ol(mm,fuse(rs-c-ag))")
+
+
+def shape_rows(
+    shapes: Sequence[str],
+    layer_counts: Sequence[int],
+    schedules: Sequence[str],
+    ranks: int,
+    repeat: int,
+) -> None:
+    """The phases' CPU seconds for the programs of `shapes` (see shape_text), as the main
+    table reports them; a named schedule that does not fit a shape says so."""
+    from coconet.schedule import ScheduleError
+
+    print(
+        "\nprogram shapes (MLIR text, f16; see the module docstring), same phases and "
+        f"seconds; pipeline = {SHAPE_PIPELINE}"
+    )
+    print(
+        f"  {'shape':<6} {'layers':>6} {'ops':>6}  {'schedule':<31} {'build':>8} "
+        f"{'schedule':>9} {'lower':>8} {'total':>8}  {'per op':>8} {'wall':>9}"
+    )
+    for shape in shapes:
+        for layers in layer_counts:
+            build = functools.partial(parse_stack, shape_text(shape, layers))
+            for schedule in schedules:
+                label = "pipeline" if schedule == SHAPE_PIPELINE else schedule
+                try:
+                    runs = [phases(build, schedule, ranks) for _ in range(repeat)]
+                except ScheduleError as e:
+                    rule = f" [{e.rule}]" if e.rule else ""
+                    print(f"  {shape:<6} {layers:>6} {'':>6}  {label:<31} does not fit{rule}")
+                    continue
+                best = min(runs, key=lambda r: r["total"])
+                print(
+                    f"  {shape:<6} {layers:>6} {best['ops']:>6}  {label:<31} "
+                    f"{best['build']:>6.3f} s {best['schedule']:>7.3f} s {best['lower']:>6.3f} s "
+                    f"{best['total']:>6.3f} s  {best['total'] / best['ops'] * 1e6:>6.0f} us "
+                    f"{best['wall']:>7.3f} s"
+                )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", default="400", help="comma-separated layer counts")
@@ -171,6 +289,20 @@ def main() -> None:
         choices=("mlir", "python", "both"),
         default="both",
         help="build the program from MLIR text, with the Python front end, or both (default)",
+    )
+    ap.add_argument(
+        "--shapes",
+        default="",
+        help="also the programs of these shapes ("
+        + ", ".join(SHAPES)
+        + ", comma-separated, or 'all'), from MLIR text, at the same layer counts",
+    )
+    ap.add_argument(
+        "--shape-schedules",
+        default=";".join(SHAPE_SCHEDULES),
+        help="the shapes' schedules, separated by ';' (default: the split, reorder and "
+        "all_reduce fusion pipeline, ar-c, rs-c-ag, fuse(rs-c-ag), ol(mm,fuse(rs-c-ag)); a "
+        "named schedule that does not fit a shape is reported as such)",
     )
     ap.add_argument("--repeat", type=int, default=3, help="best of this many runs")
     ap.add_argument("--profile", action="store_true", help="cProfile the largest run")
@@ -204,6 +336,9 @@ def main() -> None:
                     f"{best['total']:>6.3f} s  {best['total'] / best['ops'] * 1e6:>6.0f} us "
                     f"{best['wall']:>7.3f} s"
                 )
+    shapes = SHAPES if args.shapes == "all" else [x for x in args.shapes.split(",") if x]
+    if shapes:
+        shape_rows(shapes, layer_counts, args.shape_schedules.split(";"), args.ranks, args.repeat)
     print(
         "\nwarm start (coconet.compile of a .mlir file compiled before): text -> plan + CUDA "
         "text through the plan cache, wall seconds, median of the runs"

@@ -944,8 +944,28 @@ def _overlap(s: Schedule, info: _Structure, chunks: int = 4) -> None:
     if names is None:
         s.overlap(chunks=chunks)
         return
-    for n in names:
-        s.overlap(n, chunks=chunks)
+    _overlap_named(s, names, chunks)
+
+
+def _overlap_named(s: Schedule, names: tuple[str, ...], chunks: int) -> None:
+    """Overlap each named matmul with the collective consuming it: one coco-overlap step
+    naming them all. That is what a step per matmul does (the pass checks every pair, and that
+    the pairs form no cycle together, before it rewrites them one by one in program order),
+    without a step's walks of the whole program per matmul (its snapshot, the search for the
+    name): a deep stack's ol(...) schedules were quadratic in the layers. A step per matmul
+    where the matmuls no longer stand in the order named, which the pass would not keep."""
+    wanted = set(names)
+    current = [
+        r.name_hint
+        for op in s.program.func.body.block.ops
+        for r in op.results[:1]
+        if r.name_hint in wanted
+    ]
+    if list(dict.fromkeys(current)) != list(names):
+        for n in names:
+            s.overlap(n, chunks=chunks)
+        return
+    s._run(_pass("coco-overlap", ops=names, chunks=None if chunks == 4 else chunks))
 
 
 def _sliced_send(s: Schedule, info: _Structure) -> None:
@@ -983,8 +1003,7 @@ def _overlap_each(s: Schedule, matmuls: list, chunks: int = 4) -> None:
     names = _Structure.names(matmuls)
     if names is None:
         raise _error("schedule-target", "overlap: the matmuls to overlap have no SSA names")
-    for n in names:
-        s.overlap(n, chunks=chunks)
+    _overlap_named(s, names, chunks)
 
 
 def recipe_ol_ag_mm(s: Schedule, info: _Structure) -> None:

@@ -557,8 +557,26 @@ def runs_after(user: Operation, op: Operation) -> bool:
     cur = user
     while cur is not None and (block := cur.parent_block()) is not None:
         if (mine := ancestors.get(block)) is not None:
-            return mine is not cur and mine.is_before_in_block(cur)
+            return mine is not cur and precedes_in_block(mine, cur)
         cur = cur.parent_op()
+    return False
+
+
+def precedes_in_block(a: Operation, b: Operation) -> bool:
+    """Whether `a` stands before `b` in the block holding both, found by walking from `a`
+    both ways at once: the cost is their distance, not the rest of the block (xDSL's
+    `is_before_in_block` walks on to the block's end when `b` comes first, which made every
+    update's last-use check cost the rest of the function)."""
+    fwd, back = a.next_op, a.prev_op
+    while fwd is not None or back is not None:
+        if fwd is b:
+            return True
+        if back is b:
+            return False
+        if fwd is not None:
+            fwd = fwd.next_op
+        if back is not None:
+            back = back.prev_op
     return False
 
 

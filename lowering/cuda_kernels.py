@@ -87,6 +87,10 @@ from coconet.lowering.kernel_ir import (
     uses,
 )
 
+# The most checks one statement ANDs together (vector_end): kernel IR nests as deep as a chain
+# of operators is long, and the printer and the IR's walks recurse on it.
+CONJUNCTION_TERMS = 32
+
 # How an element type is stored, and the type it is computed in.
 C_STORAGE = {
     "f16": CType("coco_f16"),
@@ -1134,9 +1138,17 @@ class _ElementwiseBuilder:
         ]
         ok = Var(BOOL, None, "vec_")
         vend = Var(I64, None, "vend_")
-        stmts: list[Stmt] = [Decl(ok, all_of(mine), const=not peers)]
+        # a kernel of many operands (a fused chain of hundreds of layers) ANDs its checks a
+        # bounded number at a time: one `&&` chain of them all nests as deep as it is long,
+        # past Python's recursion limit in the printer and the kernel IR's walks
+        n = CONJUNCTION_TERMS
+        stmts: list[Stmt] = [Decl(ok, all_of(mine[:n]), const=not peers and len(mine) <= n)]
+        stmts += [Assign(ok, all_of([ok, *mine[i : i + n]])) for i in range(n, len(mine), n)]
         if peers:
-            stmts.append(For(p, Lit("0"), self.nranks, (Assign(ok, all_of([ok, *peers])),)))
+            body = tuple(
+                Assign(ok, all_of([ok, *peers[i : i + n]])) for i in range(0, len(peers), n)
+            )
+            stmts.append(For(p, Lit("0"), self.nranks, body))
         stmts.append(Decl(vend, self.whole_vectors(ok)))
         return stmts, vend
 

@@ -84,6 +84,13 @@ class AsSlicePass(ModulePass):
         for p in plans:
             assert isinstance(p, _Plan)
             self._rewrite(p)
+        # each function's signature once, after all its arguments (once per argument cost
+        # the signature's length each: quadratic in a deep optimizer's state)
+        for fn in dict.fromkeys(p.fn for p in plans if isinstance(p, _Plan)):
+            fn.properties["function_type"] = FunctionType.from_lists(
+                [a.type for a in fn.args], fn.function_type.outputs.data
+            )
+            PatternRewriter(fn).notify_op_modified(fn)
 
     def _plan(self, fn: func.FuncOp, arg: BlockArgument) -> _Plan | Exception:
         if not isinstance(arg.type, TensorType):
@@ -149,11 +156,6 @@ class AsSlicePass(ModulePass):
             )
             if not p.gather.result.uses:
                 rewriter.erase(p.gather)
-        fn = p.fn
-        fn.properties["function_type"] = FunctionType.from_lists(
-            [a.type for a in fn.args], fn.function_type.outputs.data
-        )
-        rewriter.notify_op_modified(fn)
 
 
 def _in_fused_region(op: Operation) -> bool:

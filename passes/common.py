@@ -159,10 +159,16 @@ def axes_prop(op: comm.GroupCollectiveOp) -> tuple[int, ...] | None:
 
 
 def replace_operand(rewriter: PatternRewriter, op: Operation, index: int, value: SSAValue) -> None:
-    """Make operand `index` of `op` read `value`, through the rewriter."""
-    rewriter.replace_uses_with_if(
-        op.operands[index], value, lambda use: use.operation is op and use.index == index
-    )
+    """Make operand `index` of `op` read `value`, through the rewriter (as
+    `replace_uses_with_if` restricted to that use does, without looking at every other use of
+    the old value: a value many ops read, each given its slice, made that quadratic)."""
+    old = op.operands[index]
+    if old is value:
+        return
+    op.operands[index] = value
+    if value.name_hint is None:  # as xDSL's replace_uses_with_if carries the name over
+        value.name_hint = old.name_hint
+    rewriter.notify_op_modified(op)
 
 
 def ancestor_in(block: Block, op: Operation) -> Operation | None:
@@ -276,6 +282,53 @@ class OrderInfo:
         _, uses_b, _, writes_b = self.facts(b)
         return bool(defs_a & uses_b) or bool(reads_a & writes_b)
 
+    def reached(self, sources: set[Operation], span: Sequence[Operation]) -> list[Operation]:
+        """The ops of `span` (consecutive ops of this order) outside `sources` that an earlier
+        source, or an earlier op already reached, precedes: `sources`' dependents within the
+        span, in order. One pass that keeps the values those ops define and the arguments
+        they read (the two kinds of `precedes` edges), not a test of every earlier op:
+        linear in the span."""
+        defined: set[SSAValue] = set()
+        read: set[SSAValue] = set()
+        out: list[Operation] = []
+        for op in span:
+            defs, uses, reads, writes = self.facts(op)
+            if op not in sources:
+                if defined.isdisjoint(uses) and read.isdisjoint(writes):
+                    continue
+                out.append(op)
+            defined |= defs
+            read |= reads
+        return out
+
+    def first_dependents(
+        self, sources: Sequence[Operation], targets: set[Operation], span: Sequence[Operation]
+    ) -> dict[Operation, Operation]:
+        """For each op of `sources` that precedes a later op of `targets` (all in `span`,
+        consecutive ops of this order), the first such target. One pass over the span that
+        keeps which source defines each value and which sources read each argument, each
+        source taken once: linear in the span."""
+        wanted = set(sources)
+        definer: dict[SSAValue, Operation] = {}
+        readers: dict[SSAValue, list[Operation]] = {}
+        first: dict[Operation, Operation] = {}
+        for op in span:
+            defs, uses, reads, writes = self.facts(op)
+            if op in targets:
+                for v in uses:
+                    s = definer.get(v)
+                    if s is not None and s not in first:
+                        first[s] = op
+                for a in writes:
+                    for s in readers.pop(a, ()):
+                        first.setdefault(s, op)
+            if op in wanted:
+                for v in defs:
+                    definer[v] = op
+                for a in reads:
+                    readers.setdefault(a, []).append(op)
+        return first
+
 
 def plan_contiguous(
     block: Block,
@@ -287,28 +340,25 @@ def plan_contiguous(
     """Make `members` (top-level ops of `block`) contiguous: returns (hoisted, members in
     order). Ops between the members that depend on none of them are hoisted above; the rest
     sink below. An op that depends on a member and that a member depends on closes a cycle:
-    refused under `rule`."""
+    refused under `rule`. Linear in the ops from the first member to the last (the edges are
+    followed through the values and arguments each op defines and reads: see
+    `OrderInfo.reached`), not in their pairs."""
     if info is None or any(m not in info.index for m in members):
         info = OrderInfo.spanning(block, members)
     order = sorted(members, key=info.index.__getitem__)
-    first, last = info.index[order[0]], info.index[order[-1]]
-    sunk: list[Operation] = []
-    hoisted: list[Operation] = []
-    for op in info.ops[first : last + 1]:
-        if op in members:
-            continue
-        if any(info.precedes(x, op) for x in (*order, *sunk) if info.index[x] < info.index[op]):
-            sunk.append(op)
-        else:
-            hoisted.append(op)
-    for s in sunk:
-        for m in order:
-            if info.index[m] > info.index[s] and info.precedes(s, m):
-                raise fail(
-                    rule,
-                    f"{what} would form a cycle: {op_name(s)} depends on the set and "
-                    f"{op_name(m)} in the set depends on it",
-                )
+    span = info.ops[info.index[order[0]] : info.index[order[-1]] + 1]
+    sunk = info.reached(members, span)
+    sunk_set = set(sunk)
+    hoisted = [op for op in span if op not in members and op not in sunk_set]
+    first = info.first_dependents(sunk, members, span)
+    if first:
+        # the first sunk op a later member depends on, and the first such member
+        s = min(first, key=info.index.__getitem__)
+        raise fail(
+            rule,
+            f"{what} would form a cycle: {op_name(s)} depends on the set and "
+            f"{op_name(first[s])} in the set depends on it",
+        )
     return hoisted, order
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -15,6 +16,7 @@ from xdsl.utils.exceptions import PassFailedException
 
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import ReplicatedAttr, SlicedAttr, TensorType
+from coconet.dialects.layout_rules import precedes_in_block
 from coconet.passes.common import (
     OrderInfo,
     ancestor_in,
@@ -171,6 +173,105 @@ def _absorb_feeders(block: Block, members: set[Operation]) -> set[Operation]:
     return members
 
 
+class _GrowingPlan:
+    """`plan_contiguous`'s state for a component that the greedy elementwise fusion grows in
+    program order: the positions from its first member up to `scanned` classified, the
+    values and arguments its members and sunk ops (those depending on it) define and read,
+    and those its sunk ops alone do. A new member (always later than every op looked at)
+    classifies only the ops since `scanned`, so a component costs its extent once, not once
+    per member (a long elementwise chain made `ar-c` quadratic). The decisions are
+    `plan_contiguous`'s: an op sinks when a member or sunk op before it precedes it, and a
+    member that a sunk op before it precedes closes a cycle."""
+
+    __slots__ = ("defined", "first", "read", "scanned", "sunk_defs", "sunk_reads")
+
+    def __init__(self, first: int):
+        self.first = first
+        self.scanned = first - 1
+        self.defined: set[SSAValue] = set()
+        self.read: set[SSAValue] = set()
+        self.sunk_defs: set[SSAValue] = set()
+        self.sunk_reads: set[SSAValue] = set()
+
+    @classmethod
+    def of(cls, info: OrderInfo, u: Operation) -> _GrowingPlan:
+        """The plan of the component {u}."""
+        plan = cls(info.index[u])
+        plan._scan(info, plan, plan.first, plan.first, lambda x: x is u)
+        plan.scanned = plan.first
+        return plan
+
+    @classmethod
+    def join(
+        cls,
+        info: OrderInfo,
+        plans: list[_GrowingPlan | None],
+        parts: list[int],
+        comp_of: dict[Operation, int],
+        u: Operation,
+    ) -> _GrowingPlan | None:
+        """The plan of the components `parts` and the op `u` (after all of them) as one, or
+        None if that set would close a cycle. The plan of the component that starts first
+        is kept as the union's up to where the next one starts, when it has looked no
+        further (it is extended there: its own plan up to that point whatever the answer);
+        the rest is classified again."""
+        found = [plans[i] for i in parts]
+        assert all(p is not None for p in found)
+        ordered = sorted((p for p in found if p is not None), key=lambda p: p.first)
+        head = ordered[0]
+        end = info.index[u]
+        rest = ordered[1].first if len(ordered) > 1 else end
+        if head.scanned < rest:
+            head._scan(info, head, head.scanned + 1, rest - 1, lambda x: False)
+            head.scanned = rest - 1
+            base, start = head, rest
+        else:  # the components interleave: plan the union from its first op
+            base, start = cls(head.first), head.first
+        wanted = set(parts)
+        delta = cls(head.first)
+        if not delta._scan(
+            info, base, start, end, lambda x: x is u or comp_of.get(x, -1) in wanted
+        ):
+            return None
+        if base is head:
+            head.defined |= delta.defined
+            head.read |= delta.read
+            head.sunk_defs |= delta.sunk_defs
+            head.sunk_reads |= delta.sunk_reads
+            head.scanned = end
+            return head
+        delta.scanned = end
+        return delta
+
+    def _scan(
+        self,
+        info: OrderInfo,
+        base: _GrowingPlan,
+        start: int,
+        stop: int,
+        is_member: Callable[[Operation], bool],
+    ) -> bool:
+        """Classify the ops at positions start..stop into this plan, on top of `base`'s (the
+        same plan, or the one before `start`); False at a member that a sunk op precedes."""
+        layers = (self,) if base is self else (base, self)
+        for x in info.ops[start : stop + 1]:
+            defs, uses, reads, writes = info.facts(x)
+            if is_member(x):
+                if any(
+                    not p.sunk_defs.isdisjoint(uses) or not p.sunk_reads.isdisjoint(writes)
+                    for p in layers
+                ):
+                    return False
+            elif all(p.defined.isdisjoint(uses) and p.read.isdisjoint(writes) for p in layers):
+                continue  # hoisted
+            else:
+                self.sunk_defs |= defs
+                self.sunk_reads |= reads
+            self.defined |= defs
+            self.read |= reads
+        return True
+
+
 @dataclass(frozen=True)
 class FusePass(ModulePass):
     """Group ops into one `comm.fused KIND` region (one kernel, or one fused collective). The
@@ -241,8 +342,21 @@ class FusePass(ModulePass):
         for fn in functions(op):
             block = body_block(fn)
             if self.mode in ("auto", "all_reduce"):
+                scatters = [o for o in block.ops if isinstance(o, comm.ReduceScatterOp)]
+                if not _computes_scalars_of_tensors(block):
+                    # No chain can hold scalar arithmetic, so none couples with another:
+                    # each is grown on what earlier fusions left, in program order (growing
+                    # every chain first, on the untouched block, cost the sum of their
+                    # extents: quadratic where each layer's chain runs on along a sliced
+                    # residual stream to the end of the function).
+                    for rs in scatters:
+                        try:
+                            self._fuse(block, self._chain(block, rs), "all_reduce")
+                        except PassFailedException:
+                            continue
+                    scatters = []
                 chains: list[set[Operation]] = []
-                for rs in [o for o in block.ops if isinstance(o, comm.ReduceScatterOp)]:
+                for rs in scatters:
                     try:
                         chains.append(self._chain(block, rs))
                     except PassFailedException:
@@ -288,10 +402,20 @@ class FusePass(ModulePass):
         plans: list[tuple[Block, set[Operation], str]] = []
         if kind == "all_reduce" and all(isinstance(s, comm.ReduceScatterOp) for s in named):
             chains: dict[Block, list[set[Operation]]] = {}
+            # Per block where no chains can couple (see _computes_scalars_of_tensors): the
+            # ops the chains so far hold. Sharing one refuses the set, so a chain stops there
+            # (growing each of a residual stream's chains to its end first was quadratic).
+            claimed: dict[Block, dict[Operation, None] | None] = {}
             for fn, rs in sites:
                 assert isinstance(rs, comm.ReduceScatterOp)  # checked just above
                 block = body_block(fn)
-                chains.setdefault(block, []).append(self._chain(block, rs))
+                if block not in claimed:
+                    claimed[block] = None if _computes_scalars_of_tensors(block) else {}
+                held = claimed[block]
+                chain = self._chain(block, rs, held)
+                if held is not None:
+                    held.update(dict.fromkeys(chain))
+                chains.setdefault(block, []).append(chain)
             for block, found in chains.items():
                 plans += [(block, members, "all_reduce") for members in _merge_coupled(found)]
         elif kind == "send" and all(isinstance(s, comm.SendOp) for s in named):
@@ -337,11 +461,7 @@ class FusePass(ModulePass):
         seen: set[Operation] = set()
         for _, members, _ in plans:
             if seen & members:
-                raise fail(
-                    f"{RULE}-chain",
-                    f"the named chains share {op_name(next(iter(seen & members)))}: fuse them "
-                    "one at a time",
-                )
+                raise _shared(next(iter(seen & members)))
             seen |= members
 
     def _check_elementwise(self, members: set[Operation]) -> None:
@@ -460,8 +580,15 @@ class FusePass(ModulePass):
 
     # -- greedy: the chain of a reduce_scatter ---------------------------------------------
 
-    def _chain(self, block: Block, rs: comm.ReduceScatterOp) -> set[Operation]:
-        """The maximal fused all_reduce around `rs` (before the cycle check)."""
+    def _chain(
+        self,
+        block: Block,
+        rs: comm.ReduceScatterOp,
+        held: dict[Operation, None] | None = None,
+    ) -> set[Operation]:
+        """The maximal fused all_reduce around `rs` (before the cycle check). `held`: ops of
+        other chains fused with this one, which cannot couple with it: the chain is refused
+        at the first it would take ([fuse-chain], as the check of disjoint chains refuses)."""
         if rs.parent_block() is not block:
             raise fail(f"{RULE}-block", f"{op_name(rs)} is not in a function body")
         space = _space(rs.result)
@@ -504,6 +631,8 @@ class FusePass(ModulePass):
                 if not waits or isinstance(u, coco.UpdateOp):
                     joined = self._chain_step(u, space, span, chain, gathered)
             if joined is not None:
+                if held is not None and u in held:
+                    raise _shared(u)
                 members.add(u)
                 for v in joined:
                     watch(v, updates_only=v in gathered)
@@ -518,6 +647,10 @@ class FusePass(ModulePass):
             )
         self._check_rows(members, space)
         members = self._pull_feeders(block, members, space)
+        if held is not None:
+            for m in members:
+                if m in held:
+                    raise _shared(m)
         # scalar arithmetic between chain values (e.g. a trust ratio of two norms) that the
         # chain both feeds and reads belongs in the chain too
         info = OrderInfo.spanning(block, members)
@@ -611,20 +744,12 @@ class FusePass(ModulePass):
     def _bridges(self, info: OrderInfo, members: set[Operation]) -> set[Operation]:
         """Scalar elementwise ops outside the set that depend on it and feed it."""
         order = sorted(members, key=info.index.__getitem__)
-        first, last = info.index[order[0]], info.index[order[-1]]
-        after: set[Operation] = set()
-        for op in info.ops[first : last + 1]:
-            if op in members:
-                continue
-            if any(
-                info.precedes(x, op) for x in (*members, *after) if info.index[x] < info.index[op]
-            ):
-                after.add(op)
-        bridges: set[Operation] = set()
-        for op in after:
-            feeds = any(info.precedes(op, m) for m in members if info.index[m] > info.index[op])
-            if feeds and isinstance(op, coco.ElementwiseOp) and _op_space(op) is None:
-                bridges.add(op)
+        span = info.ops[info.index[order[0]] : info.index[order[-1]] + 1]
+        after = info.reached(members, span)
+        feeding = info.first_dependents(after, members, span)
+        bridges: set[Operation] = {
+            op for op in feeding if isinstance(op, coco.ElementwiseOp) and _op_space(op) is None
+        }
         return bridges
 
     # -- greedy: elementwise components --------------------------------------------------
@@ -633,6 +758,8 @@ class FusePass(ModulePass):
         info = OrderInfo(block)
         comps: list[set[Operation]] = []
         spaces: list[Space] = []
+        # each component's contiguity plan, kept as it grows (None once merged away)
+        plans: list[_GrowingPlan | None] = []
         comp_of: dict[Operation, int] = {}
         for u in info.ops:
             if not isinstance(u, coco.ElementwiseOp):
@@ -647,23 +774,32 @@ class FusePass(ModulePass):
                 space: Space | str = s
                 for i in neighbours:
                     space = space if isinstance(space, str) else _meet(space, spaces[i])
-                if not isinstance(space, str) and self._acyclic(block, merged, info):
+                if (
+                    not isinstance(space, str)
+                    and (plan := _GrowingPlan.join(info, plans, neighbours, comp_of, u)) is not None
+                ):
                     keep = neighbours[0]
                     for i in neighbours[1:]:
                         for m in comps[i]:
                             comp_of[m] = keep
                         comps[i] = set()
+                        plans[i] = None
                     comps[keep] = merged
                     spaces[keep] = space
+                    plans[keep] = plan
                     comp_of[u] = keep
                     placed = True
                 else:
                     for i in neighbours:
                         sp = _meet(spaces[i], s) if not isinstance(s, str) else "mismatch"
-                        if isinstance(sp, str) or not self._acyclic(block, comps[i] | {u}, info):
+                        if isinstance(sp, str):
+                            continue
+                        plan = _GrowingPlan.join(info, plans, [i], comp_of, u)
+                        if plan is None:
                             continue
                         comps[i] = comps[i] | {u}
                         spaces[i] = sp
+                        plans[i] = plan
                         comp_of[u] = i
                         placed = True
                         break
@@ -671,6 +807,7 @@ class FusePass(ModulePass):
                 comp_of[u] = len(comps)
                 comps.append({u})
                 spaces.append(None if isinstance(s, str) else s)
+                plans.append(_GrowingPlan.of(info, u))
         result: list[set[Operation]] = []
         for c, sp in zip(comps, spaces, strict=True):
             if len(c) < 2 or sp is None:
@@ -678,13 +815,6 @@ class FusePass(ModulePass):
             c = _absorb_feeders(block, c)
             result.append(_absorb_updates(block, c, info))
         return result
-
-    def _acyclic(self, block: Block, members: set[Operation], info: OrderInfo) -> bool:
-        try:
-            plan_contiguous(block, members, RULE, "", info)
-        except PassFailedException:
-            return False
-        return True
 
     # -- building ------------------------------------------------------------------------
 
@@ -697,6 +827,10 @@ class FusePass(ModulePass):
             block, members, f"{RULE}-cycle", "fusing " + self._describe(members)
         )
         return wrap_in_region(block, hoisted, order, _make_fused(kind))
+
+
+def _shared(op: Operation) -> PassFailedException:
+    return fail(f"{RULE}-chain", f"the named chains share {op_name(op)}: fuse them one at a time")
 
 
 def _merge_coupled(chains: list[set[Operation]]) -> list[set[Operation]]:
@@ -722,6 +856,28 @@ def _merge_coupled(chains: list[set[Operation]]) -> list[set[Operation]]:
         for op in chain:
             holders.setdefault(op, []).append(index)
     return [m for m in merged if m is not None]
+
+
+def _computes_scalars_of_tensors(block: Block) -> bool:
+    """Whether an op of `block` (or one nested in it) computes a scalar from a tensor: a full
+    reduction, a matmul of vectors, a region yielding a scalar. Without one, every scalar of
+    the block comes from arguments and constants, so a reduce_scatter's chain holds scalar
+    arithmetic only as feeders of its own tensor ops (a scalar value of the chain needs a
+    reduction of a chain tensor): two chains then share a scalar op only where they share a
+    tensor op too, and `_merge_coupled` merges none of them."""
+    for top in block.ops:
+        for op in top.walk():
+            if not any(_is_scalar(r) for r in op.results):
+                continue
+            if op.regions or any(
+                isinstance(v.type, TensorType) and v.type.rank > 0 for v in op.operands
+            ):
+                return True
+    return False
+
+
+def _is_scalar(v: SSAValue) -> bool:
+    return isinstance(v.type, TensorType) and v.type.get_shape() == ()
 
 
 def _scalar_only(op: Operation) -> bool:
@@ -847,7 +1003,11 @@ def _reduce_on_slice(
     if kind == coco.ReductionKind.NORM:
         root = coco.SqrtOp(total.result)
         readers = [ancestor_in(block, use.operation) for use in r.result.uses]
-        first = min((op for op in readers if op is not None), key=list(block.ops).index)
+        first: Operation | None = None
+        for op in readers:
+            if op is not None and (first is None or precedes_in_block(op, first)):
+                first = op
+        assert first is not None
         block.insert_op_before(root, first)
         new_ops.append(root)
         final = root.result

@@ -627,8 +627,12 @@ class ReorderPass(ModulePass):
 
         # 2. moved ops read the slices; results take their sliced types; outside readers get
         #    a new all_gather
+        if plan.moved and x.name_hint is None:
+            x.name_hint = ag.result.name_hint  # as replace_uses_with_if carries it over
         for u in sorted(plan.moved, key=order):
-            rewriter.replace_uses_with_if(ag.result, x, lambda use, u=u: use.operation is u)
+            for i, v in enumerate(u.operands):
+                if v is ag.result:
+                    replace_operand(rewriter, u, i, x)
             old = u.results[0]
             old_type = tensor_type_of(old)
             new_type = plan.moved[u]

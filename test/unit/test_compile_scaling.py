@@ -1,14 +1,18 @@
 """Compile time stays linear in the program: structural counts, not wall time. The stacks are
-benchmarks/compile_time.py's tensor-parallel layers (6 ops each)."""
+benchmarks/compile_time.py's tensor-parallel layers (6 ops each), and its other program shapes
+(`shape_text`: every layer reading one sliced input, each its own input, independent layers, one
+long elementwise chain)."""
 
 from __future__ import annotations
 
 import cProfile
+import functools
 import importlib.util
 import pstats
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,7 +23,7 @@ import coconet
 from coconet.compile import apply_schedule
 from coconet.core.program import Program, parse_module
 from coconet.equivalence import check_equivalence
-from coconet.lowering.cuda_kernels import ElementwiseKernel
+from coconet.lowering.cuda_kernels import CONJUNCTION_TERMS, ElementwiseKernel
 from coconet.lowering.cuda_printer import CudaPrinter
 from coconet.lowering.kernel_ir import Kernel, ParamKind
 from coconet.lowering.lower_to_plan import Lowering, lower
@@ -28,18 +32,23 @@ from coconet.passes.common import OrderInfo, check_groups_acyclic
 from coconet.passes.fuse import FusePass
 from coconet.runtime.sim import prepare_inputs
 from coconet.runtime.threaded import ThreadedExecutor
-from coconet.schedule import named_schedules
+from coconet.schedule import ScheduleError, named_schedules
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _stack_text(layers: int) -> str:
+@functools.cache
+def _benchmark() -> Any:
     spec = importlib.util.spec_from_file_location(
         "compile_time", ROOT / "benchmarks/compile_time.py"
     )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.stack_text(layers)
+    return module
+
+
+def _stack_text(layers: int) -> str:
+    return _benchmark().stack_text(layers)
 
 
 def _visits(layers: int, pipeline: str) -> int:
@@ -120,8 +129,10 @@ def _calls(work: Callable[[], object]) -> int:
     instead of timed."""
     profile = cProfile.Profile()
     profile.enable()
-    work()
-    profile.disable()
+    try:
+        work()
+    finally:
+        profile.disable()
     return pstats.Stats(profile).total_calls  # type: ignore[attr-defined]
 
 
@@ -335,3 +346,109 @@ def test_the_region_cycle_check_walks_chains_deeper_than_the_recursion_limit():
     # last, so the contracted group would both precede and follow them
     with pytest.raises(PassFailedException, match=r"\[fuse-cycle\] the regions would form a cycle"):
         check_groups_acyclic(block, [{ops[0], ops[length - 1]}], "fuse-cycle", "the regions")
+
+
+# The other program shapes of the benchmark (benchmarks/compile_time.py shape_text), through
+# the pipeline that audit timed and the named schedules.
+SHAPES = ("shared", "own", "wide", "chain")
+SHAPE_PIPELINE = "coco-split-allreduce,coco-reorder,coco-fuse{mode=all_reduce}"
+SHAPE_SCHEDULES = (SHAPE_PIPELINE, "ar-c", "rs-c-ag", "fuse(rs-c-ag)", "ol(mm,fuse(rs-c-ag))")
+
+
+def _shape_program(shape: str, layers: int) -> Program:
+    return Program(parse_module(_benchmark().shape_text(shape, layers)))
+
+
+def _schedule_work(shape: str, layers: int, schedule: str) -> tuple[int, str]:
+    """(calls, outcome) of scheduling a `layers`-deep program of `shape`: the fused regions
+    made, or the rule of the refusal where the schedule does not fit (finding that out must be
+    linear too: named_schedules tries every schedule)."""
+    program = _shape_program(shape, layers)
+    outcome: list[str] = []
+
+    def work() -> None:
+        try:
+            text = str(apply_schedule(program, schedule).module)
+        except ScheduleError as e:
+            outcome.append(f"refused [{e.rule}]")
+            return
+        outcome.append(
+            f"{text.count('comm.fused all_reduce')} fused all_reduce, "
+            f"{text.count('comm.fused elementwise')} fused elementwise, "
+            f"{text.count('comm.overlap')} overlap"
+        )
+
+    return _calls(work), outcome[0]
+
+
+@pytest.mark.parametrize("schedule", SHAPE_SCHEDULES)
+def test_scheduling_is_linear_in_the_layers_of_every_program_shape(schedule: str):
+    """Three times the layers: at most about three times the calls, in every shape. Where
+    every layer reads one sliced input, after coco-reorder each layer's chain runs on along
+    the sliced residual stream to the end of the function: coco-fuse planned a chain by
+    testing pairs of ops (cubic), grew every layer's chain before fusing any (quadratic), and
+    refused fuse(rs-c-ag) only after growing all of them; the greedy elementwise fusion
+    planned each component again per member (a long chain: quadratic); and a step per
+    matmul of ol(...) walked the whole program (x4.3 on independent layers)."""
+    for shape in SHAPES:
+        (small, small_outcome), (large, large_outcome) = (
+            _schedule_work(shape, 8, schedule),
+            _schedule_work(shape, 24, schedule),
+        )
+        assert small_outcome.startswith("refused") == large_outcome.startswith("refused"), (
+            shape,
+            small_outcome,
+            large_outcome,
+        )
+        assert large <= 3.5 * small, (shape, schedule, small, large)
+
+
+def test_listing_the_named_schedules_is_linear_in_every_program_shape():
+    """named_schedules tries every schedule (refusals included): linear too."""
+    for shape in SHAPES:
+        small = _calls(lambda shape=shape: named_schedules(_shape_program(shape, 8)))
+        large = _calls(lambda shape=shape: named_schedules(_shape_program(shape, 24)))
+        assert large <= 3.5 * small, (shape, small, large)
+
+
+def test_the_shared_input_stack_s_fusions():
+    """What the schedules make of a stack whose layers read one sliced input: after the
+    reorder the whole sliced residual stream is one fused all_reduce (the first layer's chain
+    takes the later layers' bias, dropout and gelu, which feed only it; their
+    reduce_scatters stay outside), ar-c fuses every layer's elementwise ops and the residual
+    into one kernel, and fuse(rs-c-ag) is refused: its chains share the stream."""
+    _, fused = _schedule_work("shared", 4, SHAPE_PIPELINE)
+    assert fused == "1 fused all_reduce, 0 fused elementwise, 0 overlap"
+    text = str(apply_schedule(_shape_program("shared", 4), SHAPE_PIPELINE).module)
+    assert text.count("comm.reduce_scatter") == 4  # 1 inside the region, 3 feeding it
+    assert (
+        _schedule_work("shared", 4, "ar-c")[1]
+        == "0 fused all_reduce, 1 fused elementwise, 0 overlap"
+    )
+    assert _schedule_work("shared", 4, "fuse(rs-c-ag)")[1] == "refused [fuse-chain]"
+    assert sorted(named_schedules(_shape_program("shared", 4))) == ["ar-c", "rs-c-ag"]
+
+
+def _longest_conjunction(source: str) -> int:
+    return max(line.count("&&") for line in source.splitlines())
+
+
+def test_a_kernel_of_hundreds_of_operands_lowers():
+    """The shared-input stack's pipeline fuses every layer into one kernel reading each
+    layer's bias and reduce_scatter: its vector loop's alignment check ANDed them all in one
+    `&&` chain, which nests as deep as it is long (RecursionError printing the kernel from
+    about 170 layers on); the checks now go a bounded number to a statement."""
+    plan = lower(apply_schedule(_shape_program("shared", 250), SHAPE_PIPELINE), 2)
+    assert _longest_conjunction(plan.cuda_source) <= CONJUNCTION_TERMS
+
+
+def test_a_kernel_with_its_checks_in_several_statements_computes_as_the_sim():
+    program = _shape_program("shared", 40)
+    plan = lower(apply_schedule(program, SHAPE_PIPELINE), 2)
+    assert plan.cuda_source.count("vec_ = vec_ && ") >= 2  # 80 checks, 32 to a statement
+    assert _longest_conjunction(plan.cuda_source) <= CONJUNCTION_TERMS
+    inputs = prepare_inputs(program, None, plan.grid_shape, seed=2)
+    want = coconet.run(program, inputs, ranks=2, inplace=False).outputs
+    got = ThreadedExecutor(plan).run(inputs)
+    for name, value in want.items():
+        assert np.array_equal(got[name], value), name
