@@ -1280,7 +1280,7 @@ class _ElementwiseBuilder:
     def pull(self, vector: bool) -> list[Stmt]:
         """After the done-flags: the same chunk of every peer's piece of each gathered value,
         read from the peer's gathered buffer into this rank's destination (vectors where
-        aligned)."""
+        aligned), the peers in the order rotated by this rank."""
         q = Var(I32, None, "q_")
         chunk = self.range
         head: list[Stmt] = []
@@ -1350,7 +1350,12 @@ class _ElementwiseBuilder:
                 BlockStrideLoop(v, begin / self.lanes, qend / self.lanes, tuple(vec_body)),
                 BlockStrideLoop(j, qend, end, tail),
             ]
-        return [For(q, Lit("0"), self.nranks, (If(binary("!=", q, self.me), tuple(per_peer)),))]
+        # The peers in the order rotated by this rank (me + 1, me + 2, ...): were every rank
+        # to pull from member 0 first, then 1, ..., one member would serve all the others'
+        # reads at a time while the rest idled.
+        step = Var(I32, None, "d_")
+        rotated = Decl(q, (self.me + step) % self.nranks)
+        return [For(step, Lit("1"), self.nranks, (rotated, *per_peer))]
 
     # -- full reductions inside the kernel ------------------------------------------------
     # Each thread accumulates its elements in double (in a fixed order), the block combines
@@ -1810,10 +1815,14 @@ def node_gather_kernel(name: str, elt: str) -> Kernel:
     storage = C_STORAGE[elt]
 
     def loop(i: Var, part: Var, e: Var) -> list[Stmt]:
-        q = Var(I32, None, "q_")
+        # The members in the order rotated by this rank (its own first), so that the
+        # members are not all read by everyone at once.
+        d, q = Var(I32, None, "d_"), Var(I32, None, "q_")
         src = Index(peer(p["peers"], q, storage, const=True), i)
         dst = Index(p["out"], Index(p["bases"], q * p["parts"] + part) + e)
-        return [For(q, Lit("0"), p["nranks"], (Assign(dst, src, comment="comm.all_gather"),))]
+        rotated = Decl(q, (p["me"] + d) % p["nranks"])
+        body = (rotated, Assign(dst, src, comment="comm.all_gather"))
+        return [For(d, Lit("0"), p["nranks"], body)]
 
     return _node_kernel(name, p, loop)
 
