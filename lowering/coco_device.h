@@ -68,8 +68,9 @@
 //   thread t the vectors t, t + coco_vector_threads(), ... for t < coco_vector_threads():
 //   every thread on a GPU, thread 0 on the host (one set of lane accumulators per block).
 //   LOADS FIRST: a vector iteration declares every COCO_VEC_IN / COCO_PEERS_VEC_IN before its
-//   first lanes loop, and on a GPU these are issued there, in that order, all of them before
-//   any lane math (the compiler may not sink them to their uses: see coco_vload), so one
+//   first lanes loop, then coco_loads_issued(zero, vectors...) naming them all; on a GPU they
+//   are issued there, in that order, every one before any math on loaded data (neither NVVM
+//   nor ptxas may sink them to their uses: see coco_vload and coco_loads_issued), so one
 //   iteration waits for memory once, not once per input.
 //     COCO_PEERS_VEC_IN(T, x, lanes, table, index, first, nranks, me);
 //                                       x[s][k] is element index + k of peer first + s, for
@@ -324,6 +325,9 @@ COCO_HD void coco_peers_view(const T* (&dst)[COCO_PEER_BATCH_], const coco_u64* 
   coco_peers_view<T>(name, (table), (index), (first), (nranks));           \
   (void)(me)
 #define COCO_FOR_PEER_SLOTS(s, start) for (coco_i32 s = (start); s < COCO_PEER_BATCH_; ++s)
+// Nothing is loaded ahead on the host (see the CUDA implementation).
+template <class... A>
+COCO_HD void coco_loads_issued(coco_i64, A&...) {}
 #endif  // COCO_TARGET_HOST
 
 #ifdef COCO_TARGET_CUDA
@@ -497,6 +501,49 @@ COCO_HD void coco_peers_vload(T (&dst)[COCO_PEER_BATCH_][L], const coco_u64* tab
   coco_peers_vload<0>(name, (table), (index), (first), (nranks), (me) % COCO_PEER_BATCH_)
 #define COCO_FOR_PEER_SLOTS(s, start) \
   _Pragma("unroll") for (coco_i32 s = (start); s < COCO_PEER_BATCH_; ++s)
+
+// coco_loads_issued(zero, vectors...): after the last load of a vector iteration, before its
+// first lanes loop. asm volatile keeps the loads in order and ahead of the math in the PTX,
+// but ptxas reschedules the PTX: under register pressure it sinks a load to its value's first
+// use, behind math that waits for the loads before it -- one more round trip to memory (seen
+// in the SASS of Adam at 8 ranks and of every f16/bf16 kernel). So every 32-bit word of every
+// loaded vector is XORed with a fence word that depends on one word of each 16-byte load (an
+// OR of them, ANDed with `zero`): no instruction can compute on loaded data before every load
+// of the iteration is issued. `zero` is a value the compilers cannot know but that is 0 (a
+// kernel's `begin` >> 63: begin >= 0), so the words keep their bits exactly. The XORs are
+// PTX, 4 words at a time (XORs in C let NVVM take the vectors of 2-byte lanes apart: 255
+// registers and spills for bf16 gradients at 8 ranks); they cost one logic instruction per
+// loaded word.
+template <class A>
+COCO_HD unsigned coco_fence_word(const A& v) {
+  static_assert(sizeof(A) % 16 == 0, "a vector is a whole number of 16-byte accesses");
+  unsigned f = 0u;
+#pragma unroll
+  for (int c = 0; c < (int)(sizeof(A) / 16); ++c) {
+    unsigned w;
+    memcpy(&w, reinterpret_cast<const unsigned char*>(&v) + 16 * c, 4);
+    f |= w;
+  }
+  return f;
+}
+template <class A>
+COCO_HD void coco_fence_apply(A& v, unsigned fence) {
+#pragma unroll
+  for (int c = 0; c < (int)(sizeof(A) / 16); ++c) {
+    unsigned w[4];
+    unsigned char* at = reinterpret_cast<unsigned char*>(&v) + 16 * c;
+    memcpy(w, at, 16);
+    asm("xor.b32 %0, %0, %4;\n\txor.b32 %1, %1, %4;\n\txor.b32 %2, %2, %4;\n\txor.b32 %3, %3, %4;"
+        : "+r"(w[0]), "+r"(w[1]), "+r"(w[2]), "+r"(w[3])
+        : "r"(fence));
+    memcpy(at, w, 16);
+  }
+}
+template <class... A>
+COCO_HD void coco_loads_issued(coco_i64 zero, A&... vectors) {
+  const unsigned fence = (coco_fence_word(vectors) | ... | 0u) & (unsigned)((coco_u64)zero >> 63);
+  (coco_fence_apply(vectors, fence), ...);
+}
 #endif  // COCO_TARGET_CUDA
 
 // ---------------------------------------------------------------------------------------------

@@ -59,6 +59,7 @@ from coconet.lowering.kernel_ir import (
     Kernel,
     LaneLoop,
     Lit,
+    LoadsIssued,
     LocalArray,
     Param,
     ParamKind,
@@ -463,6 +464,8 @@ class _Gather:
     operand: Operand
     bases: Param
     dest: Param | None = None
+    # this rank's gathered buffer, found once per block (where the kernel declares it)
+    mine: Var | None = None
 
 
 @dataclass
@@ -960,6 +963,7 @@ class _ElementwiseBuilder:
             name = o.value.name_hint or o.param.fallback
             mine = Var(C_STORAGE[t.elt].ptr(), f"{name}_mine", "mine_")
             self.hoisted.append(Decl(mine, peer(o.param, self.me, C_STORAGE[t.elt])))
+            g.mine = mine
             own = Assign(Index(mine, index), value, comment="comm.all_gather")
             self.body.append(own)
             self.vec_stores[id(own)] = _VecAccess(mine, index, t.elt, name, value=value)
@@ -1228,6 +1232,7 @@ class _ElementwiseBuilder:
             *prologue,
             *peer_loads,
             *loads,
+            *self.loads_issued([*peer_loads, *loads]),
             *outs,
             *combines,
             LaneLoop(k, L, tuple(lane)),
@@ -1236,6 +1241,13 @@ class _ElementwiseBuilder:
         # The element body's statements appear here and in the element loop after this one:
         # shared, each loop's scope declaring their variables (the printer scopes names).
         return body
+
+    def loads_issued(self, loads: list[Stmt]) -> list[Stmt]:
+        """The fence after the loads of a vector iteration (coco_device.h coco_loads_issued):
+        where there are two loads or more, nothing computes on loaded data before all are
+        issued."""
+        vectors = tuple(st.var for st in loads if isinstance(st, VecIn | PeerVecIn))
+        return [LoadsIssued(self.begin, vectors)] if len(vectors) > 1 else []
 
     def peer_vector(self, r: _PeerReduction, arr: Var, i0: Var) -> tuple[list[Stmt], list[Stmt]]:
         """A reduce_scatter's vector `arr`: the statements that load every peer's piece (a
@@ -1254,11 +1266,13 @@ class _ElementwiseBuilder:
 
         def combined(batch: Var, first: Expr, start: int) -> PeerSlots:
             """The batch's slots from `start` on, each combined into `arr` if its peer
-            exists."""
+            exists: a select, not a branch (ptxas sinks loads issued before a branch past
+            it, to their use after it)."""
             s, k = Var(I32, None, "s_"), Var(I32, None, "k_")
-            step = Assign(Index(arr, k), Combine(r.kind, acc_t, Index(arr, k), item(batch, s, k)))
             exists = binary("<", s if isinstance(first, Lit) else first + s, self.group)
-            return PeerSlots(s, Lit(str(start)), (If(exists, (LaneLoop(k, L, (step,)),)),))
+            combine = Combine(r.kind, acc_t, Index(arr, k), item(batch, s, k))
+            step = Assign(Index(arr, k), Select(exists, combine, Index(arr, k)))
+            return PeerSlots(s, Lit(str(start)), (LaneLoop(k, L, (step,)),))
 
         x = Var(storage, hint, "peers_v")
         k0 = Var(I32, None, "k_")
@@ -1299,6 +1313,8 @@ class _ElementwiseBuilder:
         def dst(g: _Gather) -> Expr:
             if g.dest is not None:
                 return g.dest
+            if g.mine is not None:
+                return g.mine
             return peer(g.operand.param, self.me, C_STORAGE[tensor_type_of(g.operand.value).elt])
 
         def at(g: _Gather, element: Expr, coords: Sequence[Expr] = ()) -> Expr:

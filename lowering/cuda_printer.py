@@ -46,6 +46,7 @@ from coconet.lowering.kernel_ir import (
     KernelParam,
     LaneLoop,
     Lit,
+    LoadsIssued,
     LocalArray,
     PeerSlots,
     PeerSync,
@@ -443,6 +444,11 @@ class CudaPrinter(BasePrinter):
         name = self.declare(stmt.var)
         t = c_type(stmt.var.ctype)
         self.print_string(f"\nCOCO_PEERS_VEC_IN({t}, {name}, {', '.join(args)});")
+
+    @print_stmt.register
+    def _(self, stmt: LoadsIssued) -> None:
+        args = ", ".join(self.expr(x) for x in (stmt.zero, *stmt.vectors))
+        self.print_string(f"\ncoco_loads_issued({args});")
 
     @print_stmt.register
     def _(self, stmt: PeerSlots) -> None:

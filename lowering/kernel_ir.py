@@ -511,6 +511,17 @@ class PeerSlots(Stmt):
     body: tuple[Stmt, ...]
 
 
+@dataclass(frozen=True)
+class LoadsIssued(Stmt):
+    """After the loads of a vector iteration (`vectors`: VecIn and PeerVecIn variables),
+    before its math: on a GPU nothing may compute on loaded data until every one of them is
+    issued (coco_loads_issued; `zero` is a kernel argument >= 0 that it turns into a 0 the
+    compiler cannot see). Nothing on the host."""
+
+    zero: Expr
+    vectors: tuple[Var, ...]
+
+
 # The peers a PeerVecIn loads at once (a compile-time constant of the device layer).
 PEER_BATCH = Lit("COCO_PEER_BATCH_")
 

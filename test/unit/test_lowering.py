@@ -278,10 +278,13 @@ def test_fused_adam_assembles_the_gathered_weights_in_the_argument():
     source = plan.cuda_source
     assert "coco_peers_done" in source
     assert "w_out[w1_bases[q_] + i]" in source
-    # every peer's piece of the gradient loaded at once, before the other inputs
-    loads = "COCO_PEERS_VEC_IN(float, g1_rs_peers_v, lanes_, g_peers, g_base + i0_, 0, group_, me)"
-    assert loads in source
-    assert source.index(loads) < source.index("COCO_VEC_IN(float, m_v")
+    # loads first: every peer's piece of the gradient (the farthest), then the other inputs,
+    # then the fence that keeps the math behind all of them (coco_loads_issued), then the math
+    peers = "COCO_PEERS_VEC_IN(float, g1_rs_peers_v, lanes_, g_peers, g_base + i0_, 0, group_, me)"
+    fence = "coco_loads_issued(begin, g1_rs_peers_v, m_v, v_v, w_v);"
+    order = [peers, "COCO_VEC_IN(float, m_v", "COCO_VEC_IN(float, w_v", fence, "COCO_FOR_LANES"]
+    at = [source.index(x) for x in order]
+    assert at == sorted(at), order
 
 
 @pytest.mark.skipif(not nvrtc_available(), reason="the nvidia-cuda-nvrtc wheel is not installed")
