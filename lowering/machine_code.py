@@ -14,9 +14,9 @@ computes on loaded data, and after the first division or square root of loaded d
 (FCHK/MUFU, the start of an IEEE division's or square root's sequence).
 
 The SASS is read as a control-flow graph (blocks between labels and branches; loops are the
-natural loops of its back edges) and, within a loop's own blocks, in address order: what the
-scheduler emitted first is issued first on the path through those blocks. Registers that
-global loads write are followed through the instructions that read them ("loaded data").
+natural loops of its back edges), each loop along its paths from its header: a load is late
+where some path to it has already computed on loaded data. Registers that global loads write
+are followed through the instructions that read them ("loaded data").
 
 `coco-opt FILE -p PIPELINE -t sass-report` prints the report of a program's plan
 (lowering/targets.py); tests assert no spills and loads first for the fused optimizers.
@@ -432,9 +432,31 @@ class LoopReport:
         return not self.loads_after_division
 
 
+@dataclass
+class _State:
+    """What holds at a point of a loop's iteration, on some path from its header: registers
+    holding loaded data, and whether data has been computed on (divided, ...) yet."""
+
+    tainted: frozenset[int] = frozenset()
+    math: bool = False
+    division: bool = False
+
+    def join(self, other: _State) -> _State:
+        return _State(
+            self.tainted | other.tainted,
+            self.math or other.math,
+            self.division or other.division,
+        )
+
+
 def vector_loops(fn: SassFunction) -> list[LoopReport]:
-    """The loops of `fn` that issue 128-bit global loads in their own body, outermost
-    first."""
+    """The loops of `fn` that issue 128-bit global loads in their own body (the loops nested
+    in it left out), outermost first.
+
+    Each is read along its paths: from the header, over the loop's blocks (its nested loops'
+    too: computing on loaded data there counts, as the peers' loop of an earlier design
+    did), to its back edges; a global load of the loop's own blocks is late where, on some
+    path to it, an instruction already computed on loaded data."""
     cfg = _cfg(fn)
     loops = _natural_loops(cfg)
     reports: list[LoopReport] = []
@@ -443,25 +465,51 @@ def vector_loops(fn: SassFunction) -> list[LoopReport]:
         for other, obody in loops.items():
             if other != header and obody < body:
                 inner |= obody
-        own = sorted(body - inner)
-        ins = [fn.instructions[i] for b in own for i in range(*cfg.blocks[b])]
-        ins.sort(key=lambda x: x.address)
+        own = body - inner
+        ins = [fn.instructions[i] for b in sorted(own) for i in range(*cfg.blocks[b])]
         if not any(is_vector_load(x) for x in ins):
             continue
-        tainted: set[int] = set()
-        first_math = first_division = None
-        for x in ins:
-            reads = _read(x)
-            derived = bool(reads & tainted)
-            if first_math is None and derived and x.root in _FP_MATH:
-                first_math = x.address
-            if first_division is None and derived and is_division(x):
-                first_division = x.address
-            written = _written(x)
-            if is_global_load(x) or derived:
-                tainted.update(written)
-            elif not x.predicate:
-                tainted.difference_update(written)
+        # Forward over the iteration (edges back to the header left out) to a fixpoint.
+        states: dict[int, _State] = {header: _State()}
+        math_at: list[int] = []
+        division_at: list[int] = []
+        late_math: dict[int, Instruction] = {}
+        late_division: dict[int, Instruction] = {}
+        work = [header]
+        while work:
+            b = work.pop()
+            state = states[b]
+            tainted = set(state.tainted)
+            math, division = state.math, state.division
+            for i in range(*cfg.blocks[b]):
+                x = fn.instructions[i]
+                derived = bool(_read(x) & tainted)
+                if b in own and is_global_load(x):
+                    if math:
+                        late_math[x.address] = x
+                    if division:
+                        late_division[x.address] = x
+                if derived and x.root in _FP_MATH:
+                    if not math:
+                        math_at.append(x.address)
+                    math = True
+                if derived and is_division(x):
+                    if not division:
+                        division_at.append(x.address)
+                    division = True
+                written = _written(x)
+                if is_global_load(x) or derived:
+                    tainted.update(written)
+                elif not x.predicate:
+                    tainted.difference_update(written)
+            out = _State(frozenset(tainted), math, division)
+            for succ in cfg.succs[b]:
+                if succ not in body or succ == header:
+                    continue
+                joined = out if succ not in states else states[succ].join(out)
+                if states.get(succ) != joined:
+                    states[succ] = joined
+                    work.append(succ)
         loads = [x for x in ins if is_global_load(x)]
         nested = any(other != header and body < obody for other, obody in loops.items())
         reports.append(
@@ -470,14 +518,10 @@ def vector_loops(fn: SassFunction) -> list[LoopReport]:
                 vector_loads=sum(is_vector_load(x) for x in ins),
                 global_loads=len(loads),
                 vector_stores=sum(is_vector_store(x) for x in ins),
-                first_math=first_math,
-                first_division=first_division,
-                loads_after_math=[
-                    x for x in loads if first_math is not None and x.address > first_math
-                ],
-                loads_after_division=[
-                    x for x in loads if first_division is not None and x.address > first_division
-                ],
+                first_math=min(math_at, default=None),
+                first_division=min(division_at, default=None),
+                loads_after_math=sorted(late_math.values(), key=lambda x: x.address),
+                loads_after_division=sorted(late_division.values(), key=lambda x: x.address),
                 nested=nested,
             )
         )

@@ -106,6 +106,28 @@ def test_fused_optimizer_kernels_issue_all_loads_first_and_spill_nothing(name, r
 
 
 @needs_tools
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.mlir")), ids=lambda p: p.stem)
+@pytest.mark.parametrize("schedule", ["fuse(rs-c-ag)", "ar-c"])
+def test_every_example_kernel_loads_first_and_spills_nothing(path, schedule):
+    """Every kernel of every example under the fused schedule and the unfused one, built for
+    4 ranks: the vector loops of fused elementwise and fused collective kernels, reduction
+    kernels and pulls all issue their loads first; nothing spills."""
+    import coconet
+    from coconet.lowering.lower_to_plan import lower
+    from coconet.schedule import apply_schedule
+
+    try:
+        program = apply_schedule(coconet.load(path), schedule)
+    except coconet.CocoError as e:
+        assert "schedule-unknown" in str(e)
+        pytest.skip(f"{schedule} does not apply to {path.stem}")
+    for r in kernel_reports(lower(program, 4).device_source(), "sm_90"):
+        assert r.spills == 0, r
+        for loop in r.loops:
+            assert loop.loads_first, (r.name, loop)
+
+
+@needs_tools
 def test_coco_opt_sass_report(capsys):
     """`coco-opt -t sass-report` prints the report of each function's plan."""
     from coconet.tools.coco_opt import main
