@@ -18,4 +18,9 @@ def get_all_targets() -> dict[str, Callable[[], type[Target]]]:
 
         return PlanTarget
 
-    return {"cuda": get_cuda, "plan": get_plan}
+    def get_sass_report() -> type[Target]:
+        from coconet.lowering.targets import SassReportTarget
+
+        return SassReportTarget
+
+    return {"cuda": get_cuda, "plan": get_plan, "sass-report": get_sass_report}

@@ -67,6 +67,24 @@
 //   A phase in which each thread accumulates its own vectors (a reduction's lanes) gives
 //   thread t the vectors t, t + coco_vector_threads(), ... for t < coco_vector_threads():
 //   every thread on a GPU, thread 0 on the host (one set of lane accumulators per block).
+//   LOADS FIRST: a vector iteration declares every COCO_VEC_IN / COCO_PEERS_VEC_IN before its
+//   first lanes loop, then coco_loads_issued(zero, vectors...) naming them all; on a GPU they
+//   are issued there, in that order, every one before any math on loaded data (neither NVVM
+//   nor ptxas may sink them to their uses: see coco_vload and coco_loads_issued), so one
+//   iteration waits for memory once, not once per input.
+//     COCO_PEERS_VEC_IN(T, x, lanes, table, index, first, nranks, me);
+//                                       x[s][k] is element index + k of peer first + s, for
+//                                       the s < COCO_PEER_BATCH with first + s < nranks
+//                                       (`table` holds the peers' addresses); the slots a
+//                                       GPU loads in the order rotated by `me` (its own slot
+//                                       first, then me + 1, ...: ranks do not all read the
+//                                       same peer at once), each into its own registers
+//     COCO_FOR_PEER_SLOTS(s, start) { }  s in [start, COCO_PEER_BATCH), unrolled on a GPU:
+//                                       the peers of a batch, combined IN RANK ORDER
+//   COCO_PEER_BATCH is a compile-time count: the build's largest group (COCO_PEERS_MAX) up to
+//   8, so a GPU holds no register for a peer that cannot exist; larger groups take further
+//   batches. Vector loops bound the group by coco_group(nranks), which tells the compiler
+//   that no further batch exists where the build's groups fit one.
 // * Helper functions are declared COCO_DEVICE and take any indices they need as parameters.
 // * fp16/bf16 (coco_f16, coco_bf16) are 2-byte storage types: compute in float through
 //   coco_to_f32 / coco_from_f32<T> (round to nearest even). fp32 accumulation throughout.
@@ -104,6 +122,22 @@ struct coco_f16 {
 struct coco_bf16 {
   coco_u16 bits;
 };
+
+// The largest group a kernel of this build serves (a plan defines it: lowering/plan.py
+// `Plan.peers_max`; by default any group a grid can hold), and the peers of a vector
+// iteration loaded at once (see VECTORS): the whole group up to 8 peers, so that a GPU holds
+// registers for exactly the peers that can exist and larger groups take further batches.
+#ifndef COCO_PEERS_MAX
+#define COCO_PEERS_MAX 65536
+#endif
+#ifndef COCO_PEER_BATCH
+#define COCO_PEER_BATCH (COCO_PEERS_MAX < 8 ? COCO_PEERS_MAX : 8)
+#endif
+#if COCO_PEERS_MAX < 1 || COCO_PEER_BATCH < 1 || COCO_PEER_BATCH > 32
+#error "COCO_PEERS_MAX must be at least 1, COCO_PEER_BATCH in [1, 32]"
+#endif
+#define COCO_PEERS_MAX_ ((coco_i32)(COCO_PEERS_MAX))
+#define COCO_PEER_BATCH_ ((coco_i32)(COCO_PEER_BATCH))
 
 #ifdef COCO_TARGET_HOST
 // ---------------------------------------------------------------------------------------------
@@ -257,6 +291,7 @@ COCO_HD void coco_store_release_u32(volatile coco_u32* flag, coco_u32 value) {
   __atomic_store_n(flag, value, __ATOMIC_RELEASE);
 }
 COCO_HD void coco_threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+COCO_HD void coco_trap() { __builtin_trap(); }
 
 COCO_HD void coco_cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -280,6 +315,22 @@ COCO_HD void coco_cpu_relax() {
 #define coco_vec_store(name, dst) ((void)(name))
 // Lanes are distinct elements (distinct GPU threads' work): no dependence between them.
 #define COCO_FOR_LANES(k, lanes) _Pragma("GCC ivdep") for (coco_i32 k = 0; k < (lanes); ++k)
+// A batch of peers' vectors: views of their memory, as a vector is (nothing is loaded ahead
+// on the host, so the order of the slots does not matter there).
+template <class T>
+COCO_HD void coco_peers_view(const T* (&dst)[COCO_PEER_BATCH_], const coco_u64* table,
+                             coco_i64 index, coco_i32 first, coco_i32 nranks) {
+  for (coco_i32 s = 0; s < COCO_PEER_BATCH_; ++s)
+    dst[s] = first + s < nranks ? (const T*)table[first + s] + index : nullptr;
+}
+#define COCO_PEERS_VEC_IN(T, name, lanes, table, index, first, nranks, me) \
+  const T* name[COCO_PEER_BATCH_];                                         \
+  coco_peers_view<T>(name, (table), (index), (first), (nranks));           \
+  (void)(me)
+#define COCO_FOR_PEER_SLOTS(s, start) for (coco_i32 s = (start); s < COCO_PEER_BATCH_; ++s)
+// Nothing is loaded ahead on the host (see the CUDA implementation).
+template <class... A>
+COCO_HD void coco_loads_issued(coco_i64, A&...) {}
 #endif  // COCO_TARGET_HOST
 
 #ifdef COCO_TARGET_CUDA
@@ -339,22 +390,62 @@ COCO_HD void coco_store_release_u32(volatile coco_u32* flag, coco_u32 value) {
   asm volatile("st.release.sys.u32 [%0], %1;" : : "l"(flag), "r"(value) : "memory");
 }
 COCO_HD void coco_threadfence_system() { __threadfence_system(); }
+COCO_HD void coco_trap() { __trap(); }
 COCO_HD void coco_cpu_relax() { __nanosleep(32); }
 
 // ---- vectors (see "VECTORS" above) ----
 // A GPU thread moves 16 bytes per access (one 128-bit load or store per 16 bytes of a vector);
 // the lanes live in registers (the lanes loop is unrolled).
 #define COCO_VEC_BYTES 16
-// Each 16 bytes travel as one uint4 (one 128-bit load or store). The store is spelled in PTX:
-// the compiler splits a plain uint4 store of lanes it can see to be equal (a value stored in
-// two places) into 32-bit stores.
+// Each 16 bytes travel as one 128-bit access, spelled in PTX.
+//
+// Loads are `asm volatile`: the compiler keeps volatile asm in program order and never sinks
+// it towards the loaded value's first use. A plain C load would be sunk past the peers'
+// loop and the IEEE divisions (whose slow paths are calls that ptxas schedules no load
+// across), so the inputs of one iteration would reach memory in two or three waves. They
+// name no "memory" clobber: they read only the vector they return. Every vector load reads
+// global memory (kernel arguments, peers' symmetric buffers), hence ld.global.
+//
+// Stores are `asm volatile` too (and would be even without the keyword: an asm with no
+// outputs is volatile): so they stay after the loads of their iteration (in-place updates)
+// and before the barriers and fences that publish them, all of which are volatile asm or
+// intrinsics with side effects. A plain C store would not do: the compiler splits a uint4
+// store of lanes it can see to be equal (a value stored in two places) into 32-bit stores.
+// They name no "memory" clobber either, deliberately: C-level memory accesses need no
+// ordering against a vector store (no thread reads back an element it stored, except across
+// coco_sync_block() or the protocol's fences, which order everything), and a clobber would
+// make the compiler reload every value it holds from memory after each store -- the peer
+// tables, once per iteration. The "memory" clobbers that remain, on the flag loads and stores
+// (coco_load_acquire_u32, coco_store_release_u32), are needed: they keep the data accesses
+// of the protocol on their side of the acquire or release.
 template <class T, int L>
 COCO_HD void coco_vload(T (&dst)[L], const T* src) {
   static_assert(sizeof(T) * L % 16 == 0, "a vector is a whole number of 16-byte accesses");
 #pragma unroll
   for (int c = 0; c < (int)(sizeof(T) * L / 16); ++c) {
-    const uint4 u = reinterpret_cast<const uint4*>(src)[c];
-    memcpy(reinterpret_cast<unsigned char*>(dst) + 16 * c, &u, 16);
+    unsigned w[4];
+    asm volatile(
+        "{\n\t.reg .u64 g;\n\tcvta.to.global.u64 g, %4;\n\t"
+        "ld.global.v4.b32 {%0, %1, %2, %3}, [g];\n\t}"
+        : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+        : "l"(reinterpret_cast<const uint4*>(src) + c));
+    memcpy(reinterpret_cast<unsigned char*>(dst) + 16 * c, w, 16);
+  }
+}
+// The vector at global address `addr` when `has` (predicated: no branch); else dst is left
+// undefined and must not be read.
+template <class T, int L>
+COCO_HD void coco_vload_if(T (&dst)[L], coco_u64 addr, bool has) {
+  static_assert(sizeof(T) * L % 16 == 0, "a vector is a whole number of 16-byte accesses");
+#pragma unroll
+  for (int c = 0; c < (int)(sizeof(T) * L / 16); ++c) {
+    unsigned w[4];
+    asm volatile(
+        "{\n\t.reg .pred p;\n\t.reg .u64 g;\n\tsetp.ne.u32 p, %5, 0;\n\t"
+        "cvta.to.global.u64 g, %4;\n\t@p ld.global.v4.b32 {%0, %1, %2, %3}, [g];\n\t}"
+        : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+        : "l"(addr + 16u * (coco_u64)c), "r"((unsigned)has));
+    memcpy(reinterpret_cast<unsigned char*>(dst) + 16 * c, w, 16);
   }
 }
 template <class T, int L>
@@ -367,8 +458,7 @@ COCO_HD void coco_vstore(T* dst, const T (&src)[L]) {
     asm volatile("st.v4.b32 [%0], {%1, %2, %3, %4};"
                  :
                  : "l"(reinterpret_cast<uint4*>(dst) + c), "r"(w[0]), "r"(w[1]), "r"(w[2]),
-                   "r"(w[3])
-                 : "memory");
+                   "r"(w[3]));
   }
 }
 #define COCO_VEC_IN(T, name, lanes, src) \
@@ -377,11 +467,97 @@ COCO_HD void coco_vstore(T* dst, const T (&src)[L]) {
 #define COCO_VEC_OUT(T, name, lanes, dst) alignas(16) T name[lanes]
 #define coco_vec_store(name, dst) coco_vstore((dst), name)
 #define COCO_FOR_LANES(k, lanes) _Pragma("unroll") for (coco_i32 k = 0; k < (lanes); ++k)
+
+// A batch of peers' vectors (COCO_PEERS_VEC_IN): slot S holds peer first + S. The slots are
+// loaded in the order R, R + 1, ..., wrapping around, for R = me % COCO_PEER_BATCH_ (with
+// the whole group in one batch: this rank's own piece, then me + 1, ...). The order is a
+// compile-time one per R, so every slot stays in its own registers (an index known only at
+// run time would put the batch in local memory); `rot` picks it with a uniform branch.
+template <int S, class T, int L>
+COCO_HD void coco_peer_slot_vload(T (&dst)[COCO_PEER_BATCH_][L], const coco_u64* table,
+                                  coco_i64 index, coco_i32 first, coco_i32 nranks) {
+  const bool has = first + S < nranks;
+  const coco_u64 base = has ? table[first + S] : 0ull;
+  coco_vload_if(dst[S], base + (coco_u64)index * sizeof(T), has);
+}
+template <int R, int I, class T, int L>
+COCO_HD void coco_peers_vload_rotated(T (&dst)[COCO_PEER_BATCH_][L], const coco_u64* table,
+                                      coco_i64 index, coco_i32 first, coco_i32 nranks) {
+  if constexpr (I < COCO_PEER_BATCH_) {
+    coco_peer_slot_vload<(R + I) % COCO_PEER_BATCH_>(dst, table, index, first, nranks);
+    coco_peers_vload_rotated<R, I + 1>(dst, table, index, first, nranks);
+  }
+}
+template <int R, class T, int L>
+COCO_HD void coco_peers_vload(T (&dst)[COCO_PEER_BATCH_][L], const coco_u64* table,
+                              coco_i64 index, coco_i32 first, coco_i32 nranks, coco_i32 rot) {
+  if constexpr (R + 1 < COCO_PEER_BATCH_) {
+    if (rot != R) {
+      coco_peers_vload<R + 1>(dst, table, index, first, nranks, rot);
+      return;
+    }
+  }
+  coco_peers_vload_rotated<R, 0>(dst, table, index, first, nranks);
+}
+#define COCO_PEERS_VEC_IN(T, name, lanes, table, index, first, nranks, me) \
+  alignas(16) T name[COCO_PEER_BATCH_][lanes];                             \
+  coco_peers_vload<0>(name, (table), (index), (first), (nranks), (me) % COCO_PEER_BATCH_)
+#define COCO_FOR_PEER_SLOTS(s, start) \
+  _Pragma("unroll") for (coco_i32 s = (start); s < COCO_PEER_BATCH_; ++s)
+
+// coco_loads_issued(zero, vectors...): after the last load of a vector iteration, before its
+// first lanes loop. asm volatile keeps the loads in order and ahead of the math in the PTX,
+// but ptxas reschedules the PTX: under register pressure it sinks a load to its value's first
+// use, behind math that waits for the loads before it -- one more round trip to memory (seen
+// in the SASS of Adam at 8 ranks and of every f16/bf16 kernel). So every 32-bit word of every
+// loaded vector is XORed with a fence word that depends on one word of each 16-byte load (an
+// OR of them, ANDed with `zero`): no instruction can compute on loaded data before every load
+// of the iteration is issued. `zero` is a value the compilers cannot know but that is 0 (a
+// kernel's `begin` >> 63: begin >= 0), so the words keep their bits exactly. The XORs are
+// PTX, 4 words at a time (XORs in C let NVVM take the vectors of 2-byte lanes apart: 255
+// registers and spills for bf16 gradients at 8 ranks); they cost one logic instruction per
+// loaded word.
+template <class A>
+COCO_HD unsigned coco_fence_word(const A& v) {
+  static_assert(sizeof(A) % 16 == 0, "a vector is a whole number of 16-byte accesses");
+  unsigned f = 0u;
+#pragma unroll
+  for (int c = 0; c < (int)(sizeof(A) / 16); ++c) {
+    unsigned w;
+    memcpy(&w, reinterpret_cast<const unsigned char*>(&v) + 16 * c, 4);
+    f |= w;
+  }
+  return f;
+}
+template <class A>
+COCO_HD void coco_fence_apply(A& v, unsigned fence) {
+#pragma unroll
+  for (int c = 0; c < (int)(sizeof(A) / 16); ++c) {
+    unsigned w[4];
+    unsigned char* at = reinterpret_cast<unsigned char*>(&v) + 16 * c;
+    memcpy(w, at, 16);
+    asm("xor.b32 %0, %0, %4;\n\txor.b32 %1, %1, %4;\n\txor.b32 %2, %2, %4;\n\txor.b32 %3, %3, %4;"
+        : "+r"(w[0]), "+r"(w[1]), "+r"(w[2]), "+r"(w[3])
+        : "r"(fence));
+    memcpy(at, w, 16);
+  }
+}
+template <class... A>
+COCO_HD void coco_loads_issued(coco_i64 zero, A&... vectors) {
+  const unsigned fence = (coco_fence_word(vectors) | ... | 0u) & (unsigned)((coco_u64)zero >> 63);
+  (coco_fence_apply(vectors, fence), ...);
+}
 #endif  // COCO_TARGET_CUDA
 
 // ---------------------------------------------------------------------------------------------
 // Shared by both targets.
 // ---------------------------------------------------------------------------------------------
+
+// The group size, which a build promises never exceeds COCO_PEERS_MAX (coco_peers_entry
+// checks it): bounding it so lets the compiler drop the code of batches that cannot exist.
+COCO_HD coco_i32 coco_group(coco_i32 nranks) {
+  return nranks < COCO_PEERS_MAX_ ? nranks : COCO_PEERS_MAX_;
+}
 
 // Wrap-around-safe "flag >= value": flags are epoch counters that may wrap after 2^32 steps.
 COCO_HD bool coco_flag_reached(coco_u32 current, coco_u32 value) {
@@ -426,6 +602,8 @@ COCO_HD void coco_peers_signal_wait(const coco_u64* flags, coco_u64 offset, coco
 // block b reads of it (its piece of a gathered value).
 COCO_HD void coco_peers_entry(const coco_u64* flags, coco_i32 me, coco_i32 nranks,
                               coco_u32 epoch, coco_u32 grid, coco_u32 block) {
+  // A kernel built for smaller groups (COCO_PEERS_MAX) would leave peers out: stop instead.
+  if (nranks > COCO_PEERS_MAX_) coco_trap();
 #ifdef COCO_TARGET_HOST
   // A host launch starts after every earlier write of its rank (launches are synchronous),
   // so the first block to get here announces every block of the launch: the others then wait

@@ -33,6 +33,7 @@ from coconet.lowering.kernel_ir import (
     GRID_DIM,
     I32,
     I64,
+    PEER_BATCH,
     RANGE,
     THREAD_IDX,
     U32,
@@ -58,10 +59,13 @@ from coconet.lowering.kernel_ir import (
     Kernel,
     LaneLoop,
     Lit,
+    LoadsIssued,
     LocalArray,
     Param,
     ParamKind,
+    PeerSlots,
     PeerSync,
+    PeerVecIn,
     ReduceKind,
     RowLanes,
     Select,
@@ -464,6 +468,8 @@ class _Gather:
     operand: Operand
     bases: Param
     dest: Param | None = None
+    # this rank's gathered buffer, found once per block (where the kernel declares it)
+    mine: Var | None = None
 
 
 @dataclass
@@ -545,6 +551,7 @@ class _ElementwiseBuilder:
         self.vec_stores: dict[int, _VecAccess] = {}
         self.peer_reads: dict[int, _PeerReduction] = {}
         self.lanes = Var(I32, None, "lanes_")
+        self.group = Var(I32, None, "group_")  # the vector loop's bound on the group
         self.vec_coords: list[Var] = []  # a vector's coordinates (vector_body)
 
     def param(
@@ -956,10 +963,14 @@ class _ElementwiseBuilder:
             t = tensor_type_of(o.value)
             value = store_expr(t.elt, self.ref(g.value))
             index = self.index_of(o)
-            mine = peer(o.param, self.me, C_STORAGE[t.elt])
+            # This rank's own gathered buffer, found once per block (a table lookup left in
+            # the vector loop would be a load between its math and its stores).
+            name = o.value.name_hint or o.param.fallback
+            mine = Var(C_STORAGE[t.elt].ptr(), f"{name}_mine", "mine_")
+            self.hoisted.append(Decl(mine, peer(o.param, self.me, C_STORAGE[t.elt])))
+            g.mine = mine
             own = Assign(Index(mine, index), value, comment="comm.all_gather")
             self.body.append(own)
-            name = o.value.name_hint or o.param.fallback
             self.vec_stores[id(own)] = _VecAccess(mine, index, t.elt, name, value=value)
             if g.dest is not None:
                 store = Assign(Index(g.dest, index), value)
@@ -1010,6 +1021,9 @@ class _ElementwiseBuilder:
         self.align = align
         chunk = _call("coco_chunk", self.end - self.begin, GRID_DIM, BLOCK_IDX, align)
         stmts += [Decl(self.range, chunk), *self.hoisted]
+        if vector and self.peer_reads:
+            # the group size bounded by the build's largest (coco_device.h coco_group)
+            stmts.append(Decl(self.group, _call("coco_group", self.nranks)))
         if k.is_collective:
             # Entry: every earlier write of each peer is complete before any peer's input
             # is read (coco_device.h).
@@ -1169,11 +1183,20 @@ class _ElementwiseBuilder:
     ) -> tuple[Stmt, ...]:
         """One vector of the chunk: the element body, its contiguous loads and stores done as
         vectors around a loop over the lanes (a fresh copy of the element body's variables);
-        `then(k)`: statements ending lane k's body."""
+        `then(k)`: statements ending lane k's body.
+
+        Loads first (coco_device.h, VECTORS): every load of the vector is declared before any
+        lane math -- the peers' pieces of each reduce_scatter (the farthest, first), then the
+        other inputs in the body's order -- and only then are the peers combined (in rank
+        order) and the lanes computed, so a GPU thread waits for memory once per vector."""
         L = self.lanes
         i0 = Var(I64, None, "i0_")
         k = Var(I32, None, "k_")
         prologue: list[Stmt] = []
+        peer_loads: list[Stmt] = []
+        loads: list[Stmt] = []
+        outs: list[Stmt] = []
+        combines: list[Stmt] = []
         lane: list[Stmt] = []
         epilogue: list[Stmt] = []
         # The vector's coordinates, once (the lanes are consecutive along the innermost
@@ -1192,19 +1215,21 @@ class _ElementwiseBuilder:
             if id(st) in self.peer_reads:
                 r = self.peer_reads[id(st)]
                 arr = Var(r.acc.ctype, f"{r.acc.hint}_v" if r.acc.hint else None, "acc_v")
-                prologue += self.peer_vector(r, arr, i0)
+                load, combine = self.peer_vector(r, arr, i0)
+                peer_loads += load
+                combines += combine
                 lane.append(Decl(r.acc, Index(arr, k)))
             elif id(st) in self.vec_loads:
                 a = self.vec_loads[id(st)]
                 arr = Var(C_STORAGE[a.elt], f"{a.name}_v", "in_v")
-                prologue.append(VecIn(arr, L, a.pointer + self.at_element(a.index, i0, vc)))
+                loads.append(VecIn(arr, L, a.pointer + self.at_element(a.index, i0, vc)))
                 assert a.target is not None
                 lane.append(Decl(a.target, load_expr(a.elt, Index(arr, k))))
             elif id(st) in self.vec_stores:
                 a = self.vec_stores[id(st)]
                 arr = Var(C_STORAGE[a.elt], f"{a.name}_v", "out_v")
                 dst = a.pointer + self.at_element(a.index, i0, vc)
-                prologue.append(VecOut(arr, L, dst))
+                outs.append(VecOut(arr, L, dst))
                 assert a.value is not None
                 assert isinstance(st, Assign)
                 lane.append(Assign(Index(arr, k), a.value, comment=st.comment))
@@ -1218,6 +1243,11 @@ class _ElementwiseBuilder:
         body = (
             Decl(i0, self.begin + v * L),
             *prologue,
+            *peer_loads,
+            *loads,
+            *self.loads_issued([*peer_loads, *loads]),
+            *outs,
+            *combines,
             LaneLoop(k, L, tuple(lane)),
             *epilogue,
         )
@@ -1225,34 +1255,59 @@ class _ElementwiseBuilder:
         # shared, each loop's scope declaring their variables (the printer scopes names).
         return body
 
-    def peer_vector(self, r: _PeerReduction, arr: Var, i0: Var) -> list[Stmt]:
-        """`arr` = a reduce_scatter's vector, combined from every peer's in rank order."""
+    def loads_issued(self, loads: list[Stmt]) -> list[Stmt]:
+        """The fence after the loads of a vector iteration (coco_device.h coco_loads_issued):
+        where there are two loads or more, nothing computes on loaded data before all are
+        issued."""
+        vectors = tuple(st.var for st in loads if isinstance(st, VecIn | PeerVecIn))
+        return [LoadsIssued(self.begin, vectors)] if len(vectors) > 1 else []
+
+    def peer_vector(self, r: _PeerReduction, arr: Var, i0: Var) -> tuple[list[Stmt], list[Stmt]]:
+        """A reduce_scatter's vector `arr`: the statements that load every peer's piece (a
+        batch of COCO_PEER_BATCH peers, in registers on a GPU), and those that combine them
+        IN RANK ORDER (the oracle's order, whatever order the loads were issued in) -- the
+        first batch, then, for groups larger than a batch, each further batch loaded and
+        combined in turn."""
         L, elt, acc_t = self.lanes, r.elt, r.acc.ctype
         storage = C_STORAGE[elt]
+        table = r.operand.param
         index = self.at_element(self.index_of(r.operand), i0, self.vec_coords)
+        hint = r.acc.hint.removesuffix("_acc") + "_peers_v" if r.acc.hint else None
 
-        def combined(rank: Expr, first: bool) -> list[Stmt]:
-            x, k = Var(storage, None, "x_"), Var(I32, None, "k_")
-            item = Cast(acc_t, load_expr(elt, Index(x, k)))
-            value = item if first else Combine(r.kind, acc_t, Index(arr, k), item)
-            return [
-                VecIn(x, L, peer(r.operand.param, rank, storage, const=True) + index),
-                LaneLoop(k, L, (Assign(Index(arr, k), value),)),
-            ]
+        def item(batch: Var, slot: Expr, k: Var) -> Expr:
+            return Cast(acc_t, load_expr(elt, Index(Index(batch, slot), k)))
 
-        p = Var(I32, None, "p_")
-        return [
+        def combined(batch: Var, first: Expr, start: int) -> PeerSlots:
+            """The batch's slots from `start` on, each combined into `arr` if its peer
+            exists: a select, not a branch (ptxas sinks loads issued before a branch past
+            it, to their use after it)."""
+            s, k = Var(I32, None, "s_"), Var(I32, None, "k_")
+            exists = binary("<", s if isinstance(first, Lit) else first + s, self.group)
+            combine = Combine(r.kind, acc_t, Index(arr, k), item(batch, s, k))
+            step = Assign(Index(arr, k), Select(exists, combine, Index(arr, k)))
+            return PeerSlots(s, Lit(str(start)), (LaneLoop(k, L, (step,)),))
+
+        x = Var(storage, hint, "peers_v")
+        k0 = Var(I32, None, "k_")
+        loads: list[Stmt] = [PeerVecIn(x, L, table, index, Lit("0"), self.group, self.me)]
+        b, y = Var(I32, None, "b_"), Var(storage, None, "more_v")
+        more = (PeerVecIn(y, L, table, index, b, self.group, self.me), combined(y, b, 0))
+        combine: list[Stmt] = [
             LocalArray(arr, L),
-            *combined(Lit("0"), True),
-            For(p, Lit("1"), self.nranks, tuple(combined(p, False))),
+            # Peer 0 (a group has one): the accumulator starts at its value, not at the
+            # identity (-0.0 + 0.0 would be +0.0).
+            LaneLoop(k0, L, (Assign(Index(arr, k0), item(x, Lit("0"), k0)),)),
+            combined(x, Lit("0"), 1),
+            For(b, PEER_BATCH, self.group, more, step=PEER_BATCH),
         ]
+        return loads, combine
 
     # -- the all_gather's pull ---------------------------------------------------------------
 
     def pull(self, vector: bool) -> list[Stmt]:
         """After the done-flags: the same chunk of every peer's piece of each gathered value,
         read from the peer's gathered buffer into this rank's destination (vectors where
-        aligned)."""
+        aligned), the peers in the order rotated by this rank."""
         q = Var(I32, None, "q_")
         chunk = self.range
         head: list[Stmt] = []
@@ -1271,6 +1326,8 @@ class _ElementwiseBuilder:
         def dst(g: _Gather) -> Expr:
             if g.dest is not None:
                 return g.dest
+            if g.mine is not None:
+                return g.mine
             return peer(g.operand.param, self.me, C_STORAGE[tensor_type_of(g.operand.value).elt])
 
         def at(g: _Gather, element: Expr, coords: Sequence[Expr] = ()) -> Expr:
@@ -1322,7 +1379,12 @@ class _ElementwiseBuilder:
                 BlockStrideLoop(v, begin / self.lanes, qend / self.lanes, tuple(vec_body)),
                 BlockStrideLoop(j, qend, end, tail),
             ]
-        return [For(q, Lit("0"), self.nranks, (If(binary("!=", q, self.me), tuple(per_peer)),))]
+        # The peers in the order rotated by this rank (me + 1, me + 2, ...): were every rank
+        # to pull from member 0 first, then 1, ..., one member would serve all the others'
+        # reads at a time while the rest idled.
+        step = Var(I32, None, "d_")
+        rotated = Decl(q, (self.me + step) % self.nranks)
+        return [For(step, Lit("1"), self.nranks, (rotated, *per_peer))]
 
     # -- full reductions inside the kernel ------------------------------------------------
     # Each thread accumulates its elements in double (in a fixed order), the block combines
@@ -1782,10 +1844,14 @@ def node_gather_kernel(name: str, elt: str) -> Kernel:
     storage = C_STORAGE[elt]
 
     def loop(i: Var, part: Var, e: Var) -> list[Stmt]:
-        q = Var(I32, None, "q_")
+        # The members in the order rotated by this rank (its own first), so that the
+        # members are not all read by everyone at once.
+        d, q = Var(I32, None, "d_"), Var(I32, None, "q_")
         src = Index(peer(p["peers"], q, storage, const=True), i)
         dst = Index(p["out"], Index(p["bases"], q * p["parts"] + part) + e)
-        return [For(q, Lit("0"), p["nranks"], (Assign(dst, src, comment="comm.all_gather"),))]
+        rotated = Decl(q, (p["me"] + d) % p["nranks"])
+        body = (rotated, Assign(dst, src, comment="comm.all_gather"))
+        return [For(d, Lit("0"), p["nranks"], body)]
 
     return _node_kernel(name, p, loop)
 

@@ -46,8 +46,11 @@ from coconet.lowering.kernel_ir import (
     KernelParam,
     LaneLoop,
     Lit,
+    LoadsIssued,
     LocalArray,
+    PeerSlots,
     PeerSync,
+    PeerVecIn,
     ReduceKind,
     RowLanes,
     Select,
@@ -433,6 +436,27 @@ class CudaPrinter(BasePrinter):
         lanes, src = self.expr(stmt.lanes), self.expr(stmt.src)
         name = self.declare(stmt.var)
         self.print_string(f"\nCOCO_VEC_IN({c_type(stmt.var.ctype)}, {name}, {lanes}, {src});")
+
+    @print_stmt.register
+    def _(self, stmt: PeerVecIn) -> None:
+        args = [self.expr(x) for x in (stmt.lanes, stmt.table, stmt.index, stmt.first)]
+        args += [self.expr(stmt.nranks), self.expr(stmt.me)]
+        name = self.declare(stmt.var)
+        t = c_type(stmt.var.ctype)
+        self.print_string(f"\nCOCO_PEERS_VEC_IN({t}, {name}, {', '.join(args)});")
+
+    @print_stmt.register
+    def _(self, stmt: LoadsIssued) -> None:
+        args = ", ".join(self.expr(x) for x in (stmt.zero, *stmt.vectors))
+        self.print_string(f"\ncoco_loads_issued({args});")
+
+    @print_stmt.register
+    def _(self, stmt: PeerSlots) -> None:
+        start = self.expr(stmt.start)
+        with self.scope():
+            s = self.declare(stmt.var)
+            with self.braces(f"COCO_FOR_PEER_SLOTS({s}, {start})"):
+                self.print_block(stmt.body)
 
     @print_stmt.register
     def _(self, stmt: VecOut) -> None:

@@ -486,6 +486,47 @@ class VecIn(Stmt):
 
 
 @dataclass(frozen=True)
+class PeerVecIn(Stmt):
+    """`var[s]` holds the vector of `lanes` elements at `index` of peer `first` + s, for the
+    slots s < COCO_PEER_BATCH whose peer exists (`first` + s < `nranks`); `table` holds the
+    peers' addresses (COCO_PEERS_VEC_IN: on a GPU every slot's 16-byte loads issued at once,
+    in the order rotated by `me`, each slot in registers; views on the host)."""
+
+    var: Var
+    lanes: Expr
+    table: Expr
+    index: Expr
+    first: Expr
+    nranks: Expr
+    me: Expr
+
+
+@dataclass(frozen=True)
+class PeerSlots(Stmt):
+    """The slots of a batch of peers, `var` in [start, COCO_PEER_BATCH) in order (a
+    compile-time count: unrolled on a GPU, so each slot is its own registers)."""
+
+    var: Var
+    start: Expr
+    body: tuple[Stmt, ...]
+
+
+@dataclass(frozen=True)
+class LoadsIssued(Stmt):
+    """After the loads of a vector iteration (`vectors`: VecIn and PeerVecIn variables),
+    before its math: on a GPU nothing may compute on loaded data until every one of them is
+    issued (coco_loads_issued; `zero` is a kernel argument >= 0 that it turns into a 0 the
+    compiler cannot see). Nothing on the host."""
+
+    zero: Expr
+    vectors: tuple[Var, ...]
+
+
+# The peers a PeerVecIn loads at once (a compile-time constant of the device layer).
+PEER_BATCH = Lit("COCO_PEER_BATCH_")
+
+
+@dataclass(frozen=True)
 class VecOut(Stmt):
     """`var` is the vector of `lanes` elements that a `VecStore` writes to `dst`."""
 

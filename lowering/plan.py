@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from coconet.dialects.coco import TensorType
-from coconet.lowering.kernel_ir import KernelParam
+from coconet.lowering.kernel_ir import KernelParam, ParamKind
 
 COMPUTE_STREAM = 0
 COMM_STREAM = 1
@@ -275,6 +275,28 @@ class Plan:
     def kernels(self) -> list[str]:
         return sorted({s.kernel for s in self.steps if isinstance(s, Launch)})
 
+    def peers_max(self) -> int:
+        """The largest group a kernel of the plan runs the cross-rank protocol in (0 for
+        none): what a GPU build defines COCO_PEERS_MAX as (coco_device.h), so that a vector
+        iteration keeps registers for exactly the peers that can exist."""
+        largest = 0
+        for step in self.steps:
+            if not isinstance(step, Launch):
+                continue
+            params = self.signatures.get(step.kernel, ())
+            for p, arg in zip(params, step.args):
+                if p.kind == ParamKind.NRANKS:
+                    largest = max([largest, *_integers(arg)])
+        return largest
+
+    def device_source(self) -> str:
+        """`cuda_source` with the plan's compile-time constants (`peers_max`): the text a GPU
+        build compiles. `cuda_source` itself is the same at every rank count."""
+        largest = self.peers_max()
+        if not largest:
+            return self.cuda_source
+        return f"#define COCO_PEERS_MAX {largest}\n" + self.cuda_source
+
     def format(self) -> str:
         lines = [f"plan @{self.program} on grid {list(self.grid_shape)}"]
         if self.nodes:
@@ -283,3 +305,16 @@ class Plan:
         lines += ["  " + str(s) for s in self.steps]
         lines += [f"  output {name} = %{b.name}" for name, b in self.outputs.items()]
         return "\n".join(lines) + "\n"
+
+
+def _integers(arg: KernelArg) -> list[int]:
+    """The integers a kernel argument takes (on every rank, for every tensor of a table)."""
+    if isinstance(arg, bool):
+        return []
+    if isinstance(arg, int):
+        return [arg]
+    if isinstance(arg, RankValue):
+        return list(arg.table)
+    if isinstance(arg, ArgTable):
+        return [n for item in arg.items for n in _integers(item)]
+    return []

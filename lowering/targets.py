@@ -1,5 +1,6 @@
-"""`coco-opt -t cuda` and `coco-opt -t plan`: print the CUDA translation unit or the execution
-plan of every function of a module (after the pass pipeline)."""
+"""`coco-opt -t cuda`, `coco-opt -t plan` and `coco-opt -t sass-report`: print the CUDA
+translation unit, the execution plan, or the machine-code report (lowering/machine_code.py:
+registers, spills, loads first) of every function of a module (after the pass pipeline)."""
 
 from __future__ import annotations
 
@@ -68,3 +69,36 @@ class PlanTarget(Target):
         plans = _plans(module, self.ranks, self.block, self.max_blocks, self.ranks_per_node)
         for plan in plans:
             output.write(plan.format())
+
+
+@dataclass(frozen=True)
+class SassReportTarget(Target):
+    """Each function's kernels compiled by NVRTC for `arch` as a GPU build of its plan on
+    `ranks` ranks compiles them (Plan.device_source), disassembled: per kernel its registers,
+    stack and spills, and whether each vector loop issues every global load before it
+    computes on loaded data ("loads first") and before its first division or square root."""
+
+    name = "sass-report"
+    ranks: int | None = None
+    arch: str = "sm_90"
+    block: int = 256
+    max_blocks: int = 1024
+    ranks_per_node: int = 0
+
+    def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
+        from coconet.core.program import CocoError
+        from coconet.lowering.machine_code import MachineCodeError, format_report, kernel_reports
+        from coconet.lowering.nvrtc import NvrtcError
+
+        if not self.arch.startswith("sm_"):
+            raise CocoError(f"sass-report needs a real architecture (sm_XX), not {self.arch!r}")
+        plans = _plans(module, self.ranks, self.block, self.max_blocks, self.ranks_per_node)
+        for plan in plans:
+            title = f"@{plan.program} on {plan.size} rank(s), {self.arch}"
+            if plan.peers_max():
+                title += f", COCO_PEERS_MAX {plan.peers_max()}"
+            try:
+                reports = kernel_reports(plan.device_source(), self.arch)
+            except (MachineCodeError, NvrtcError) as e:
+                raise CocoError(f"sass-report: {e}") from None
+            output.write(format_report(title, reports))

@@ -661,12 +661,14 @@ class CudaBackend:
         self._find_shared_gpus()
         launches = [s for s in plan.steps if isinstance(s, Launch)]
         if launches:
-            artifact = compile_cubin(plan.cuda_source, self.device.arch())
+            # the plan's text with its compile-time constants (the peers a vector loads)
+            source = plan.device_source()
+            artifact = compile_cubin(source, self.device.arch())
             if artifact.cache_hit:
                 self.cached += 1
             else:
                 self.compiled += 1
-            self.module = self.device.load_module(artifact.value, plan.cuda_source)
+            self.module = self.device.load_module(artifact.value, source)
             self._clamp_grids(launches)
         for step in plan.steps:
             if isinstance(step, Collective) and step.op != "send":

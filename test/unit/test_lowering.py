@@ -198,37 +198,70 @@ def _fused_adam(n: int) -> Program:
 
 
 @pytest.mark.parametrize(
-    ("example", "n", "ranks", "vec_bytes"),
+    ("example", "n", "ranks", "vec_bytes", "peer_batch"),
     [
-        ("adam", 4096, 2, None),  # every block's chunk in whole vectors
-        ("adam", 4100, 4, None),  # slices of 1025: odd ranks' addresses are not 16-byte aligned
-        ("adam", 4096 + 40, 2, None),  # chunks with a tail of elements
-        ("adam", 4096, 4, 16),  # the GPU's vectors (16 bytes) on the host: lanes of 4
-        ("adam", 4100, 4, 16),
+        ("adam", 4096, 2, None, None),  # every block's chunk in whole vectors
+        ("adam", 4100, 4, None, None),  # slices of 1025: odd ranks' addresses are not aligned
+        ("adam", 4096 + 40, 2, None, None),  # chunks with a tail of elements
+        ("adam", 4096, 4, 16, None),  # the GPU's vectors (16 bytes) on the host: lanes of 4
+        ("adam", 4100, 4, 16, None),
+        # peers read in batches smaller than the group (a group larger than COCO_PEER_BATCH):
+        # whole batches, and a last one that is not full
+        ("adam", 4096, 4, 16, 2),
+        ("adam", 4100, 4, None, 3),
+        ("adam", 4096, 4, 16, 1),
         # LAMB's first kernel finishes a reduction: per-lane partials, then the elements
-        ("lamb_scattered", 4096, 2, None),
-        ("lamb_scattered", 4100, 4, None),
-        ("lamb_scattered", 4100, 4, 16),
+        ("lamb_scattered", 4096, 2, None, None),
+        ("lamb_scattered", 4100, 4, None, None),
+        ("lamb_scattered", 4100, 4, 16, None),
+        ("lamb_scattered", 4100, 4, 16, 3),
     ],
 )
-def test_fused_vector_and_element_loops_match_oracle(example, n, ranks, vec_bytes):
+def test_fused_vector_and_element_loops_match_oracle(example, n, ranks, vec_bytes, peer_batch):
     """The fused kernels' vector loop (whole aligned vectors, the peers' pieces pulled as
     vectors) and element loop (tails, unaligned addresses) both reproduce the oracle (bit for
     bit, but for LAMB's norms, summed in another order), at the host's vector width and at the
-    GPU's."""
+    GPU's, with the group's peers read in one batch or in several (the peers combined in rank
+    order whatever the batches)."""
     import dataclasses
 
     program = _fused(example, n if example == "adam" else (n,))
     for config in CONFIGS:
         plan = lower(program, ranks, config)
+        source = plan.cuda_source
         if vec_bytes is not None:
-            source = f"#define COCO_VEC_BYTES {vec_bytes}\n" + plan.cuda_source
-            plan = dataclasses.replace(plan, cuda_source=source)
+            source = f"#define COCO_VEC_BYTES {vec_bytes}\n" + source
+        if peer_batch is not None:
+            source = f"#define COCO_PEER_BATCH {peer_batch}\n" + source
+        plan = dataclasses.replace(plan, cuda_source=source)
         inputs = prepare_inputs(program, None, plan.grid_shape, seed=ranks)
         want = coconet.run(program, inputs, ranks=ranks, inplace=False).outputs
         got = ThreadedExecutor(plan).run(inputs)
-        context = f"{example} n={n} ranks={ranks} vec={vec_bytes} block={config.block}"
+        context = (
+            f"{example} n={n} ranks={ranks} vec={vec_bytes} batch={peer_batch} block={config.block}"
+        )
         compare(program, got, want, context)
+
+
+def test_fused_kernels_run_as_a_gpu_build_of_their_plan():
+    """What a GPU build compiles (Plan.device_source: the plan's largest group as
+    COCO_PEERS_MAX, so a vector holds registers for just the peers that exist) runs on the
+    host as the plain text does, bit for bit."""
+    import dataclasses
+
+    program = _fused_adam(4096)
+    for ranks in (1, 2, 4):
+        plan = lower(program, ranks)
+        assert plan.peers_max() == ranks
+        assert plan.device_source() == f"#define COCO_PEERS_MAX {ranks}\n" + plan.cuda_source
+        built = dataclasses.replace(plan, cuda_source=plan.device_source())
+        inputs = prepare_inputs(program, None, plan.grid_shape, seed=ranks)
+        want = coconet.run(program, inputs, ranks=ranks, inplace=False).outputs
+        compare(program, ThreadedExecutor(built).run(inputs), want, f"ranks={ranks}")
+    # a program without fused collectives has no peers to bound
+    unfused = lower(coconet.load(EXAMPLES[0]), 2)
+    assert unfused.peers_max() == 0
+    assert unfused.device_source() == unfused.cuda_source
 
 
 def test_fused_adam_assembles_the_gathered_weights_in_the_argument():
@@ -245,7 +278,13 @@ def test_fused_adam_assembles_the_gathered_weights_in_the_argument():
     source = plan.cuda_source
     assert "coco_peers_done" in source
     assert "w_out[w1_bases[q_] + i]" in source
-    assert "COCO_VEC_IN(float, x_, lanes_, (const float*)g_peers[0]" in source
+    # loads first: every peer's piece of the gradient (the farthest), then the other inputs,
+    # then the fence that keeps the math behind all of them (coco_loads_issued), then the math
+    peers = "COCO_PEERS_VEC_IN(float, g1_rs_peers_v, lanes_, g_peers, g_base + i0_, 0, group_, me)"
+    fence = "coco_loads_issued(begin, g1_rs_peers_v, m_v, v_v, w_v);"
+    order = [peers, "COCO_VEC_IN(float, m_v", "COCO_VEC_IN(float, w_v", fence, "COCO_FOR_LANES"]
+    at = [source.index(x) for x in order]
+    assert at == sorted(at), order
 
 
 @pytest.mark.skipif(not nvrtc_available(), reason="the nvidia-cuda-nvrtc wheel is not installed")

@@ -67,8 +67,10 @@ func.func @norm(%x: !coco.tensor<1000xbf16>) -> !coco.tensor<bf16> {
 // A fused all_reduce: entry and done flags between same-index blocks of the group (the
 // protocol's steps are functions of coco_device.h), the reduce_scatter combined from every
 // peer in rank order in double, all_gather by pull (this rank's piece into its own symmetric
-// buffer, the peers' pieces read from theirs after the done flags). Peers are reached in
-// vectors where every address is 16-byte aligned, element by element elsewhere.
+// buffer, found once per block, the peers' pieces read from theirs after the done flags, in
+// the order rotated by the rank). Peers are reached in vectors where every address is 16-byte
+// aligned -- a batch of peers' vectors loaded at once before the lanes' math, combined in rank
+// order -- element by element elsewhere.
 func.func @fused(%g: !coco.tensor<64xf32, local>) -> !coco.tensor<64xf32> {
   %r = comm.fused all_reduce -> !coco.tensor<64xf32> {
     %rs = comm.reduce_scatter sum %g : !coco.tensor<64xf32, local> -> !coco.tensor<64xf32, sliced<0>>
@@ -88,47 +90,53 @@ func.func @fused(%g: !coco.tensor<64xf32, local>) -> !coco.tensor<64xf32> {
 // CHECK-NEXT:      coco_i32 nranks,
 // CHECK:         const coco_i32 lanes_ = COCO_VEC_BYTES / 4;
 // CHECK-NEXT:    const coco_range r_ = coco_chunk(end - begin, coco_grid_dim(), coco_block_idx(), lanes_);
+// CHECK-NEXT:    float* const ag_mine = (float*)ag_peers[me];
+// CHECK-NEXT:    const coco_i32 group_ = coco_group(nranks);
 // CHECK:         if (coco_thread_idx() == 0) {
 // CHECK-NEXT:      coco_peers_entry(flags, me, nranks, epoch, coco_grid_dim(), coco_block_idx());
 // CHECK:         coco_sync_block();
-// CHECK-NEXT:    bool vec_ = coco_vec_aligned((float*)ag_peers[me] + (ag_base + begin));
+// CHECK-NEXT:    bool vec_ = coco_vec_aligned(ag_mine + (ag_base + begin));
 // CHECK-NEXT:    for (coco_i32 p_ = 0; p_ < nranks; ++p_) {
 // CHECK-NEXT:      vec_ = vec_ && coco_vec_aligned((const float*)g_peers[p_] + (g_base + begin));
 // CHECK:         const coco_i64 vend_ = vec_ ? r_.begin + (r_.end - r_.begin) / lanes_ * lanes_ : r_.begin;
 // CHECK-NEXT:    COCO_BLOCK_STRIDE_LOOP(coco_i64, v_, r_.begin / lanes_, vend_ / lanes_) {
 // CHECK-NEXT:      const coco_i64 i0_ = begin + v_ * lanes_;
+// CHECK-NEXT:      COCO_PEERS_VEC_IN(float, rs_peers_v, lanes_, g_peers, g_base + i0_, 0, group_, me);
+// CHECK-NEXT:      COCO_VEC_OUT(float, ag_v, lanes_, ag_mine + (ag_base + i0_));
 // CHECK-NEXT:      double rs_acc_v[lanes_];
-// CHECK-NEXT:      COCO_VEC_IN(float, x_, lanes_, (const float*)g_peers[0] + (g_base + i0_));
 // CHECK-NEXT:      COCO_FOR_LANES(k_, lanes_) {
-// CHECK-NEXT:        rs_acc_v[k_] = (double)x_[k_];
-// CHECK:           for (coco_i32 p_ = 1; p_ < nranks; ++p_) {
-// CHECK-NEXT:        COCO_VEC_IN(float, x_1, lanes_, (const float*)g_peers[p_] + (g_base + i0_));
+// CHECK-NEXT:        rs_acc_v[k_] = (double)rs_peers_v[0][k_];
+// CHECK:           COCO_FOR_PEER_SLOTS(s_, 1) {
 // CHECK-NEXT:        COCO_FOR_LANES(k_, lanes_) {
-// CHECK-NEXT:          rs_acc_v[k_] = rs_acc_v[k_] + (double)x_1[k_];
-// CHECK:           COCO_VEC_OUT(float, ag_v, lanes_, (float*)ag_peers[me] + (ag_base + i0_));
-// CHECK-NEXT:      COCO_FOR_LANES(k_, lanes_) {
+// CHECK-NEXT:          rs_acc_v[k_] = s_ < group_ ? rs_acc_v[k_] + (double)rs_peers_v[s_][k_] : rs_acc_v[k_];
+// CHECK:           for (coco_i32 b_ = COCO_PEER_BATCH_; b_ < group_; b_ += COCO_PEER_BATCH_) {
+// CHECK-NEXT:        COCO_PEERS_VEC_IN(float, more_v, lanes_, g_peers, g_base + i0_, b_, group_, me);
+// CHECK-NEXT:        COCO_FOR_PEER_SLOTS(s_, 0) {
+// CHECK-NEXT:          COCO_FOR_LANES(k_, lanes_) {
+// CHECK-NEXT:            rs_acc_v[k_] = b_ + s_ < group_ ? rs_acc_v[k_] + (double)more_v[s_][k_] : rs_acc_v[k_];
+// CHECK:           COCO_FOR_LANES(k_, lanes_) {
 // CHECK-NEXT:        const double rs_acc = rs_acc_v[k_];
 // CHECK-NEXT:        const float rs = (float)rs_acc;  // comm.reduce_scatter
 // CHECK-NEXT:        const float h = rs * rs;  // coco.mul %h
 // CHECK-NEXT:        ag_v[k_] = h;  // comm.all_gather
-// CHECK:           coco_vec_store(ag_v, (float*)ag_peers[me] + (ag_base + i0_));
+// CHECK:           coco_vec_store(ag_v, ag_mine + (ag_base + i0_));
 // CHECK:         COCO_BLOCK_STRIDE_LOOP(coco_i64, j_, vend_, r_.end) {
 // CHECK:           double rs_acc = (double)((const float*)g_peers[0])[g_base + i];
 // CHECK-NEXT:      for (coco_i32 p_ = 1; p_ < nranks; ++p_) {
 // CHECK-NEXT:        rs_acc = rs_acc + (double)((const float*)g_peers[p_])[g_base + i];
 // CHECK:           const float rs = (float)rs_acc;  // comm.reduce_scatter
-// CHECK:           ((float*)ag_peers[me])[ag_base + i] = h;  // comm.all_gather
+// CHECK:           ag_mine[ag_base + i] = h;  // comm.all_gather
 // CHECK:         coco_sync_block();
 // CHECK:         if (coco_thread_idx() == 0) {
 // CHECK-NEXT:      coco_peers_done(flags, me, nranks, epoch, coco_grid_dim(), coco_block_idx());
 // CHECK:         coco_sync_block();
-// CHECK-NEXT:    for (coco_i32 q_ = 0; q_ < nranks; ++q_) {
-// CHECK-NEXT:      if (q_ != me) {
-// CHECK:             COCO_BLOCK_STRIDE_LOOP(coco_i64, v_, r_.begin / lanes_, qend_ / lanes_) {
-// CHECK:               COCO_VEC_IN(float, x_, lanes_, (const float*)ag_peers[q_] + (ag_bases[q_] + i0_));
-// CHECK-NEXT:          COCO_VEC_OUT(float, y_, lanes_, (float*)ag_peers[me] + (ag_bases[q_] + i0_));
-// CHECK:             COCO_BLOCK_STRIDE_LOOP(coco_i64, j_, qend_, r_.end) {
-// CHECK:               ((float*)ag_peers[me])[ag_bases[q_] + i] = ((const float*)ag_peers[q_])[ag_bases[q_] + i];
+// CHECK-NEXT:    for (coco_i32 d_ = 1; d_ < nranks; ++d_) {
+// CHECK-NEXT:      const coco_i32 q_ = (me + d_) % nranks;
+// CHECK:           COCO_BLOCK_STRIDE_LOOP(coco_i64, v_, r_.begin / lanes_, qend_ / lanes_) {
+// CHECK:             COCO_VEC_IN(float, x_, lanes_, (const float*)ag_peers[q_] + (ag_bases[q_] + i0_));
+// CHECK-NEXT:        COCO_VEC_OUT(float, y_, lanes_, ag_mine + (ag_bases[q_] + i0_));
+// CHECK:           COCO_BLOCK_STRIDE_LOOP(coco_i64, j_, qend_, r_.end) {
+// CHECK:             ag_mine[ag_bases[q_] + i] = ((const float*)ag_peers[q_])[ag_bases[q_] + i];
 
 // -----
 
