@@ -61,7 +61,7 @@
 //     COCO_FOR_LANES(k, lanes) { ... }  the lanes, independent elements
 //   On a GPU a vector is 16 bytes: registers filled and drained with 128-bit loads and stores
 //   (coalesced across the threads of a warp), so `src`/`dst` must be coco_vec_aligned and
-//   lanes * sizeof(T) a multiple of 16. On the host a vector is a 1 KiB tile of views of the
+//   lanes * sizeof(T) a multiple of 16, and `src` global memory (ld.global). On the host a vector is a 1 KiB tile of views of the
 //   memory itself, which the compiler vectorizes. Lanes loops read inputs before they store
 //   outputs at the same element (in-place updates), like the lanes of a GPU register vector.
 //   A phase in which each thread accumulates its own vectors (a reduction's lanes) gives
