@@ -24,6 +24,7 @@ from coconet.lowering.kernel_ir import (
     LaneLoop,
     Param,
     ParamKind,
+    PeerVecIn,
     Stmt,
     Unused,
     Var,
@@ -159,14 +160,16 @@ def test_fused_residual_over_a_sliced_middle_dim_collapses_to_two_coordinates() 
     # the peers' pieces are read and pulled as vectors
     peer_tables = {x for x in kernel.params if x.kind in (ParamKind.PEERS_IN, ParamKind.PEERS_OUT)}
     vector_sources: set[Param] = set()
+
+    def table(x: object) -> None:
+        if isinstance(x, Param) and x in peer_tables:
+            vector_sources.add(x)
+
     for st, _ in statements(kernel.body):
-        if isinstance(st, VecIn):
-
-            def table(x: object) -> None:
-                if isinstance(x, Param) and x in peer_tables:
-                    vector_sources.add(x)
-
+        if isinstance(st, VecIn):  # a pull: one peer's piece at a time
             rewrite(st.src, table)
+        elif isinstance(st, PeerVecIn):  # the reduce_scatter: a batch of peers' pieces at once
+            rewrite(st.table, table)
     assert vector_sources == peer_tables
 
 
