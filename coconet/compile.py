@@ -181,7 +181,6 @@ def compile(
         guard = _GUARD
     nodes = job_nodes(comm, mpi_module_for(comm))
     cache_hit = False
-    identity = (backend, exact_collectives, repr(launch_config))
     if source is not None:
         from coconet.lowering.plan_cache import cached_plan, plan_key
 
@@ -194,7 +193,11 @@ def compile(
         plan, cache_hit, program = cached.value, cached.cache_hit, scheduled
     else:
         if size > 1:  # printing a deep program costs: only where there are ranks to agree
-            digest = _digest(program.print(), *map(str, identity))
+            from coconet.lowering.kernel_cache import content_key
+
+            digest = content_key(
+                program.print(), backend, str(exact_collectives), repr(launch_config)
+            )
             _agree_on_program(comm, guard, digest, program.name, schedule)
         plan = lower(program, size, launch_config, nodes)
     compiled = prepare(
@@ -204,15 +207,6 @@ def compile(
     compiled.plan_cache_hit = cache_hit
     compiled.check_replicas = check_replicas
     return compiled
-
-
-def _digest(*parts: str) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    for part in parts:
-        h.update(len(part).to_bytes(8, "little") + part.encode())
-    return h.hexdigest()
 
 
 def _agree_on_program(comm: Any, guard: Any, digest: str, name: str, schedule: str | None) -> None:

@@ -12,7 +12,7 @@ import os
 
 from coconet.core.program import CocoError
 
-__all__ = ["DEFAULT_STEP_TIMEOUT", "STEP_TIMEOUT_ENV", "env_int", "env_seconds", "step_timeout"]
+__all__ = ["DEFAULT_STEP_TIMEOUT", "STEP_TIMEOUT_ENV", "env_seconds", "step_timeout"]
 
 STEP_TIMEOUT_ENV = "COCONET_STEP_TIMEOUT"
 # How long a rank may make no progress in one plan step, or wait for its peers at a call,
@@ -20,6 +20,13 @@ STEP_TIMEOUT_ENV = "COCONET_STEP_TIMEOUT"
 # (10 min), so a job that torch would let wait is not cut shorter (a rank saving a checkpoint
 # while its peers wait at the next step), and nothing waits forever.
 DEFAULT_STEP_TIMEOUT = 600.0
+
+
+def _seconds(value: float, what: str) -> float | None:
+    """`value` seconds as a limit: None for 0 (no limit); refused unless finite and >= 0."""
+    if not math.isfinite(value) or value < 0:
+        raise CocoError(f"{what}: expected a number of seconds (> 0), or 0 for no limit")
+    return value or None
 
 
 def env_seconds(name: str, default: float | None) -> float | None:
@@ -32,32 +39,12 @@ def env_seconds(name: str, default: float | None) -> float | None:
         value = float(raw)
     except ValueError:
         value = math.nan
-    if not math.isfinite(value) or value < 0:
-        raise CocoError(f"{name}={raw!r}: expected a number of seconds (> 0), or 0 for no limit")
-    return value or None
-
-
-def env_int(name: str, *, minimum: int) -> int | None:
-    """An integer of at least `minimum` from `name`; unset or empty gives None."""
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        raise CocoError(f"{name}={raw!r}: expected an integer of at least {minimum}") from None
-    if value < minimum:
-        raise CocoError(f"{name}={raw!r}: expected an integer of at least {minimum}")
-    return value
+    return _seconds(value, f"{name}={raw!r}")
 
 
 def step_timeout(given: float | None = None) -> float | None:
     """The step timeout of a job: `given` (seconds; 0 = off) where the caller passed one,
     else COCONET_STEP_TIMEOUT, else DEFAULT_STEP_TIMEOUT."""
     if given is not None:
-        if not math.isfinite(given) or given < 0:
-            raise CocoError(
-                f"step timeout {given!r}: expected a number of seconds (> 0), or 0 for no limit"
-            )
-        return given or None
+        return _seconds(given, f"step timeout {given!r}")
     return env_seconds(STEP_TIMEOUT_ENV, DEFAULT_STEP_TIMEOUT)

@@ -118,17 +118,6 @@ def test_a_bad_step_timeout_variable_is_refused_by_compile(monkeypatch, raw):
         coconet.compile(SGD, backend="cpu", step_timeout=-1)
 
 
-def test_env_int_names_the_variable(monkeypatch):
-    monkeypatch.setenv("COCONET_X", "two")
-    with pytest.raises(CocoError, match="COCONET_X='two': expected an integer of at least 1"):
-        env.env_int("COCONET_X", minimum=1)
-    monkeypatch.setenv("COCONET_X", "0")
-    with pytest.raises(CocoError, match="at least 1"):
-        env.env_int("COCONET_X", minimum=1)
-    monkeypatch.setenv("COCONET_X", "3")
-    assert env.env_int("COCONET_X", minimum=1) == 3
-
-
 def test_the_fault_hook_is_off_unless_a_test_enables_it(monkeypatch):
     """COCONET_FAULT is a test hook: a production job never honours it (a stray value used
     to fail every run with a traceback fragment), and where a test enables it, a bad value is
