@@ -77,8 +77,10 @@ the step is already one fused program, on the parameters' device, outside autogr
 (groups with their options and parameter indices, a state entry per parameter that has state:
 `exp_avg`, `exp_avg_sq`, `step`, or `momentum_buffer`), the sliced state gathered into full
 tensors, and `load_state_dict()` scatters it back, so checkpoints move between schedules, rank
-counts and torch.optim's own optimizers.
-"""
+counts and torch.optim's own optimizers. Sliced state is gathered from every rank (collective)
+unless `consolidate_state_dict(to=r)` gathered it on rank r (torch's ZeroRedundancyOptimizer's
+convention); torch.distributed.checkpoint's optimizer state_dict functions work (a fresh
+optimizer lists every parameter, with zero state, for DCP to fill)."""
 
 from __future__ import annotations
 
@@ -106,6 +108,12 @@ ALIGN = 4
 
 # How many first steps look for gradients already reduced by someone else (DDP's own hook).
 DDP_CHECK_STEPS = 3
+
+# The optimizer's own host collectives begin with one all-reduce of the same shape saying which
+# call each rank is in, so a rank alone in state_dict() meets its peers' step() with a message
+# (not a gloo mismatch, an abort or a hang); the codes are positive.
+_STEP, _STATE_DICT, _CONSOLIDATE = 1, 2, 3
+_CALLS = {_STEP: "step()", _STATE_DICT: "state_dict()", _CONSOLIDATE: "consolidate_state_dict()"}
 
 
 def local_gradients_hook(state, bucket):
@@ -272,6 +280,7 @@ class CoconetOptimizer(torch.optim.Optimizer):
         self.schedule = schedule
         self.max_grad_norm = None if max_grad_norm is None else float(max_grad_norm)
         self.world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+        self.rank = dist.get_rank() if self.world > 1 else 0
         self.segments: list[_Segment] = []
         self._params: list[torch.nn.Parameter] = []  # trainable, by slot
         self._grad_views: list[torch.Tensor] = []  # by slot
@@ -289,6 +298,9 @@ class CoconetOptimizer(torch.optim.Optimizer):
         self.last_grad_norm: torch.Tensor | None = None
         self._ddp_checks_left = DDP_CHECK_STEPS
         self._warned: set[str] = set()
+        self._version = 0  # bumped by whatever changes the state: a step, a load, a new group
+        # (version, rank it went to, the state_dict there or None elsewhere)
+        self._consolidated: tuple[int, int, dict[str, Any] | None] | None = None
         super().__init__(params, defaults)
         trainable = [p for g in self.param_groups for p in g["params"] if p.requires_grad]
         if not trainable:
@@ -333,6 +345,7 @@ class CoconetOptimizer(torch.optim.Optimizer):
         if self._ready:
             self._add_segments(len(self.param_groups) - 1)
             self._recompile()
+            self._version += 1
 
     def _check_group(self, group: dict[str, Any]) -> None:
         """Refuses the options coconet does not compute (torch.optim would)."""
@@ -463,10 +476,7 @@ class CoconetOptimizer(torch.optim.Optimizer):
             return have, frozen
         check = self._ddp_checks_left > 0
         cs = self._checksum() if check else 0
-        vec = torch.tensor([*have, frozen, cs, -cs], dtype=torch.int64)
-        comm = getattr(next(iter(self._programs.values())), "comm", None)
-        dist.all_reduce(vec, op=dist.ReduceOp.MAX, group=getattr(comm, "group", None))
-        out = vec.tolist()
+        out = self._meet(_STEP, [*have, frozen, cs, -cs])
         if check:
             hi, lo = out[-2], -out[-1]
             if hi != 0 or lo != 0:
@@ -484,6 +494,34 @@ class CoconetOptimizer(torch.optim.Optimizer):
                         "coconet.torch.local_gradients_hook) or use ddp.no_sync().",
                     )
         return out[: len(have)], out[len(have)]
+
+    def _group(self) -> Any:
+        """The process group the programs communicate over (None: the default one)."""
+        comm = getattr(next(iter(self._programs.values()), None), "comm", None)
+        return getattr(comm, "group", None)
+
+    def _meet(self, call: int, payload: list[int]) -> list[int]:
+        """`payload` combined over the ranks by MAX, after checking that every rank is in the
+        same `call` (refused on every rank otherwise). The vector has the same length in every
+        call (step's: a mark per parameter and three more) so mismatched calls still pair."""
+        width = len(self._params) + 3
+        assert len(payload) <= width
+        vec = torch.tensor(
+            [call, -call, *payload, *[0] * (width - len(payload))], dtype=torch.int64
+        )
+        dist.all_reduce(vec, op=dist.ReduceOp.MAX, group=self._group())
+        out = vec.tolist()
+        highest, lowest = out[0], -out[1]
+        if highest != lowest:
+            other = _CALLS.get(highest if highest != call else lowest, "another call")
+            raise CocoError(
+                f"rank {self.rank} is in {_CALLS[call]} of the optimizer while another "
+                f"rank is in {other}: the optimizer's state is sliced over the ranks, so "
+                "state_dict() gathers from every rank and must be called on all of them. To "
+                "save on one rank, call opt.consolidate_state_dict(to=0) on every rank, then "
+                "opt.state_dict() on rank 0 alone (as torch's ZeroRedundancyOptimizer)"
+            )
+        return out[2 : 2 + len(payload)]
 
     def _warn_once(self, what: str, message: str) -> None:
         if what not in self._warned:
@@ -733,6 +771,7 @@ class CoconetOptimizer(torch.optim.Optimizer):
             return loss
         for slot, got in enumerate(have):
             self._steps[slot] += got
+        self._version += 1
         masked = not all(have) or (
             self.bias_corrected
             and not self.per_tensor
@@ -809,14 +848,70 @@ class CoconetOptimizer(torch.optim.Optimizer):
 
     # -- state -------------------------------------------------------------------------------
 
-    def _full(self, s: _Segment, name: str) -> torch.Tensor:
-        """A state tensor of the whole segment (gathered from the ranks' slices: collective)."""
-        piece = s.state[name]
-        if piece.numel() == s.numel or self.world == 1:
-            return piece.clone()
-        parts = [torch.empty_like(piece) for _ in range(self.world)]
-        dist.all_gather(parts, piece)
-        return torch.cat(parts)
+    def _sliced(self) -> bool:
+        """Whether some rank holds only a slice of the state (gathering it is collective)."""
+        return self.world > 1 and any(
+            piece.numel() != s.numel for s in self.segments for piece in s.state.values()
+        )
+
+    def _fulls(self, to: int | None) -> list[dict[str, torch.Tensor]] | None:
+        """Every segment's state as whole tensors, gathered from the ranks' slices: on every
+        rank (`to` None, all_gather) or on rank `to` alone (gather; None elsewhere). The
+        caller has met the other ranks."""
+        rank, group = self.rank, self._group()
+        out: list[dict[str, torch.Tensor]] = []
+        for s in self.segments:
+            fulls: dict[str, torch.Tensor] = {}
+            for name, piece in s.state.items():
+                if piece.numel() == s.numel:
+                    fulls[name] = piece.clone()
+                    continue
+                parts = [torch.empty_like(piece) for _ in range(self.world)]
+                if to is None:
+                    dist.all_gather(parts, piece, group=group)
+                else:
+                    mine = parts if rank == to else None
+                    dist.gather(piece, mine, group=group, group_dst=to)
+                fulls[name] = torch.cat(parts)
+            out.append(fulls)
+        return out if to is None or rank == to else None
+
+    def consolidate_state_dict(self, to: int = 0) -> None:
+        """Gathers the whole state on rank `to` so that `state_dict()` can be called there
+        alone, as torch's ZeroRedundancyOptimizer: collective (every rank calls it with the
+        same `to`); good until the next step, load or new group."""
+        if not 0 <= to < self.world:
+            raise CocoError(f"consolidate_state_dict(to={to}): a rank, 0 to {self.world - 1}")
+        if self._sliced():
+            agreed = self._meet(_CONSOLIDATE, [to, -to])
+            if agreed[0] != -agreed[1]:
+                raise CocoError(
+                    f"consolidate_state_dict(to=...): the ranks passed different ranks "
+                    f"({-agreed[1]} to {agreed[0]}); pass the same one on every rank"
+                )
+            fulls = self._fulls(to)
+        else:
+            fulls = self._fulls(None) if self.rank == to else None
+        mine = None if fulls is None else self._state_dict_of(fulls)
+        self._consolidated = (self._version, to, mine)
+
+    def state_dict(self) -> dict[str, Any]:
+        """torch.optim's layout: the groups with their options and parameter indices, and an
+        entry per parameter that has state (one step applied to it), full tensors. Sliced
+        state is gathered from every rank (collective) unless `consolidate_state_dict(to=r)`
+        has gathered it on this rank since the state last changed."""
+        if not self._sliced():
+            return self._state_dict_of(self._fulls(None) or [])
+        if self._consolidated is not None and self._consolidated[0] == self._version:
+            _version, to, consolidated = self._consolidated
+            if consolidated is None:
+                raise CocoError(
+                    f"state_dict() on rank {self.rank}: consolidate_state_dict(to={to}) "
+                    f"gathered the state on rank {to}; call state_dict() there"
+                )
+            return consolidated
+        self._meet(_STATE_DICT, [])
+        return self._state_dict_of(self._fulls(None) or [])
 
     def _indices(self) -> list[list[int]]:
         """Each group's parameters' indices in torch.optim's state_dict: in order over the
@@ -828,7 +923,10 @@ class CoconetOptimizer(torch.optim.Optimizer):
         return out
 
     def _has_state(self, slot: int, group: dict[str, Any]) -> bool:
-        return self._steps[slot] > 0
+        # Before the first step every parameter is listed with its zero state: the state
+        # torch.optim has after torch.distributed.checkpoint's initializing step, so that
+        # dcp.load into a fresh optimizer has every tensor to fill (none is silently skipped).
+        return self._steps[slot] > 0 or not any(self._steps)
 
     def _state_entry(self, slot: int, values: dict[str, torch.Tensor]) -> dict[str, Any]:
         entry: dict[str, Any] = {}
@@ -838,17 +936,14 @@ class CoconetOptimizer(torch.optim.Optimizer):
             entry[self.torch_name(name)] = values[name]
         return entry
 
-    def state_dict(self) -> dict[str, Any]:
-        """torch.optim's layout: the groups with their options and parameter indices, and an
-        entry per parameter that has state (one step applied to it), full tensors (gathered:
-        collective)."""
+    def _state_dict_of(self, fulls_by_segment: list[dict[str, torch.Tensor]]) -> dict[str, Any]:
+        """torch.optim's layout of the state whose whole tensors are `fulls_by_segment`."""
         index_of: dict[int, int] = {}
         for g, indices in zip(self.param_groups, self._indices(), strict=True):
             for p, index in zip(g["params"], indices, strict=True):
                 index_of[id(p)] = index
         state: dict[int, dict[str, Any]] = {}
-        for s in self.segments:
-            fulls = {name: self._full(s, name) for name in s.state}
+        for s, fulls in zip(self.segments, fulls_by_segment, strict=True):
             for p, slot, o in zip(s.params, s.slots, s.offsets, strict=True):
                 if not self._has_state(slot, self.param_groups[s.group]):
                     continue
@@ -884,7 +979,8 @@ class CoconetOptimizer(torch.optim.Optimizer):
             for p, index in zip(mine["params"], saved["params"], strict=True):
                 saved_index[id(p)] = index
         states = state_dict["state"]
-        rank = dist.get_rank() if self.world > 1 else 0
+        rank = self.rank
+        self._version += 1
         for s in self.segments:
             fulls = {
                 name: torch.zeros(s.numel, dtype=torch.float32, device=self.device)
@@ -993,7 +1089,7 @@ class SGD(CoconetOptimizer):
 
     def _has_state(self, slot, group):
         # torch.optim.SGD keeps a momentum buffer only with momentum
-        return self._steps[slot] > 0 and float(group["momentum"]) != 0
+        return super()._has_state(slot, group) and float(group["momentum"]) != 0
 
     def rule(self, i, g, w, state, opts, key, store):
         maximize, nesterov = key
