@@ -84,7 +84,9 @@ optimizer lists every parameter, with zero state, for DCP to fill)."""
 
 from __future__ import annotations
 
+import datetime
 import functools
+import itertools
 import math
 import warnings
 import weakref
@@ -97,6 +99,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from coconet.core import env
 from coconet.core.program import CocoError
 
 __all__ = ["LAMB", "SGD", "Adam", "AdamW", "CoconetOptimizer", "local_gradients_hook"]
@@ -113,6 +116,7 @@ DDP_CHECK_STEPS = 3
 # call each rank is in, so a rank alone in state_dict() meets its peers' step() with a message
 # (not a gloo mismatch, an abort or a hang); the codes are positive.
 _STEP, _STATE_DICT, _CONSOLIDATE = 1, 2, 3
+_BUILT = itertools.count()  # optimizers built by this process
 _CALLS = {_STEP: "step()", _STATE_DICT: "state_dict()", _CONSOLIDATE: "consolidate_state_dict()"}
 
 
@@ -268,6 +272,7 @@ class CoconetOptimizer(torch.optim.Optimizer):
         schedule: str = "fuse(rs-c-ag)",
         backend: str | None = None,
         max_grad_norm: float | None = None,
+        step_timeout: float | None = None,
     ):
         if schedule not in SCHEDULES and schedule != "auto":
             raise CocoError(
@@ -278,6 +283,10 @@ class CoconetOptimizer(torch.optim.Optimizer):
             raise CocoError(f"max_grad_norm={max_grad_norm}: a positive number (or None)")
         self._ready = False
         self.schedule = schedule
+        # how long a rank waits for its peers in a call of the optimizer (None: for ever)
+        self.step_timeout = env.step_timeout(step_timeout)
+        self._uid = next(_BUILT)  # the same on every rank: they build their optimizers alike
+        self._meetings = 0
         self.max_grad_norm = None if max_grad_norm is None else float(max_grad_norm)
         self.world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
         self.rank = dist.get_rank() if self.world > 1 else 0
@@ -509,7 +518,23 @@ class CoconetOptimizer(torch.optim.Optimizer):
         vec = torch.tensor(
             [call, -call, *payload, *[0] * (width - len(payload))], dtype=torch.int64
         )
-        dist.all_reduce(vec, op=dist.ReduceOp.MAX, group=self._group())
+        self._meetings += 1
+        arrivals = self._arrived(self._meetings)
+        work = dist.all_reduce(vec, op=dist.ReduceOp.MAX, group=self._group(), async_op=True)
+        try:
+            if self.step_timeout is None:
+                work.wait()
+            else:
+                work.wait(timeout=datetime.timedelta(seconds=self.step_timeout))
+        except RuntimeError as e:
+            if "timed out" not in str(e).lower():
+                raise
+            raise CocoError(
+                f"{_CALLS[call]} of the optimizer on rank {self.rank}: "
+                f"{arrivals()} within the step timeout ({self.step_timeout:g} s): the ranks "
+                "must call the optimizer's step() (and a sliced state_dict()) together; "
+                "set it with step_timeout= or COCONET_STEP_TIMEOUT (0: off)"
+            ) from None
         out = vec.tolist()
         highest, lowest = out[0], -out[1]
         if highest != lowest:
@@ -522,6 +547,27 @@ class CoconetOptimizer(torch.optim.Optimizer):
                 "opt.state_dict() on rank 0 alone (as torch's ZeroRedundancyOptimizer)"
             )
         return out[2 : 2 + len(payload)]
+
+    def _arrived(self, meeting: int) -> Callable[[], str]:
+        """Notes in the job's store that this rank has come to its `meeting`-th call, and
+        returns what to say of the others when the call times out: which ranks did not come.
+        (The store is torch.distributed's own key-value store; without it, no names.)"""
+        try:
+            store = dist.distributed_c10d._get_default_store()  # pyright: ignore[reportPrivateUsage]
+        except Exception:  # (no store to ask: a message without names)
+            return lambda: "some rank did not arrive"
+        prefix = f"coconet/optimizer{self._uid}/rank"
+        store.set(f"{prefix}{self.rank}", str(meeting))
+
+        def missing() -> str:
+            late = []
+            for r in range(self.world):
+                key = f"{prefix}{r}"
+                if not store.check([key]) or int(store.get(key)) < meeting:
+                    late.append(str(r))
+            return f"rank(s) {', '.join(late) or '?'} did not arrive"
+
+        return missing
 
     def _warn_once(self, what: str, message: str) -> None:
         if what not in self._warned:
@@ -605,6 +651,7 @@ class CoconetOptimizer(torch.optim.Optimizer):
             schedule=self._concrete,
             backend=self.backend,
             schedule_space="named",
+            step_timeout=self.step_timeout or 0,
         )
         if self._concrete == "auto":
             # every variant after the first takes its schedule: one layout of the state
@@ -1019,13 +1066,15 @@ def _signature(params: list[tuple[str, Any]]) -> Any:
 
 
 def _own_keywords(kw: dict[str, Any]) -> dict[str, Any]:
-    """coconet's own keywords (schedule, backend, max_grad_norm) out of `kw`; anything else is
-    a TypeError, as torch.optim's constructors raise it. (torch.optim's `foreach`, `fused`,
-    `capturable` and `differentiable`, which change how torch runs a step, not what it
-    computes, are named parameters of each constructor: kept in the groups as torch keeps them,
-    and ignored -- the step is already one fused program on the parameters' device, outside
-    autograd.)"""
-    own = {k: kw.pop(k) for k in ("schedule", "backend", "max_grad_norm") if k in kw}
+    """coconet's own keywords (schedule, backend, max_grad_norm, step_timeout) out of `kw`;
+    anything else is a TypeError, as torch.optim's constructors raise it. (torch.optim's
+    `foreach`, `fused`, `capturable` and `differentiable`, which change how torch runs a step,
+    not what it computes, are named parameters of each constructor: kept in the groups as
+    torch keeps them, and ignored -- the step is already one fused program on the parameters'
+    device, outside autograd.)"""
+    own = {
+        k: kw.pop(k) for k in ("schedule", "backend", "max_grad_norm", "step_timeout") if k in kw
+    }
     if kw:
         raise TypeError(f"unexpected keyword argument {next(iter(kw))!r}")
     return own

@@ -4,12 +4,15 @@ what it saw to DIR/rank<r>.json.
 Under every schedule: `consolidate_state_dict(to=0)` on every rank, then `state_dict()` on
 rank 0 alone, equals the state_dict every rank gathers together; rank 1 is told where the state
 went; torch.distributed.checkpoint saves it (the test loads it at 1 rank); a step makes the consolidation stale; and `state_dict()` called on rank 0 alone without
-it meets rank 1's `step()` with a message on both ranks, after which they train on together."""
+it meets rank 1's `step()` with a message on both ranks, after which they train on together.
+Last, `step()` on rank 0 alone ends within its step timeout, naming rank 1."""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -80,8 +83,25 @@ def main(out: Path) -> None:
         seen[f"{schedule} params"] = sum(
             float(p.detach().double().sum()) for p in model.parameters()
         )
+
+    # step() on rank 0 alone: it ends within the step timeout, naming rank 1
+    model = SkipNet()
+    opt = ct.AdamW(model.parameters(), lr=0.01, schedule="fuse(rs-c-ag)", step_timeout=3)
+    train_skipping(model, opt, 1, rank=rank, world=world)
+    started = time.monotonic()
+    if rank == 0:
+        try:
+            train_skipping(model, opt, 1, rank=rank, world=world, start=1)
+            seen["alone"] = "no error"
+        except CocoError as e:
+            seen["alone"] = str(e)
+        seen["alone seconds"] = time.monotonic() - started
+    else:
+        time.sleep(8)  # (alive, elsewhere, past rank 0's timeout)
     (out / f"rank{rank}.json").write_text(json.dumps(seen))
-    dist.destroy_process_group()
+    # rank 0's all-reduce is still pending in gloo: no orderly teardown
+    sys.stdout.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
