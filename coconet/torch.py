@@ -520,6 +520,13 @@ class CoconetOptimizer(torch.optim.Optimizer):
         )
         self._meetings += 1
         arrivals = self._arrived(self._meetings)
+        with torch.profiler.record_function(f"coconet agree ({_CALLS[call]})"):
+            return self._wait_for_peers(call, vec, arrivals, len(payload))
+
+    def _wait_for_peers(
+        self, call: int, vec: torch.Tensor, arrivals: Callable[[], str], n: int
+    ) -> list[int]:
+        """`_meet`'s all-reduce of `vec` (`n` payload values), bounded by the step timeout."""
         work = dist.all_reduce(vec, op=dist.ReduceOp.MAX, group=self._group(), async_op=True)
         try:
             if self.step_timeout is None:
@@ -546,7 +553,7 @@ class CoconetOptimizer(torch.optim.Optimizer):
                 "save on one rank, call opt.consolidate_state_dict(to=0) on every rank, then "
                 "opt.state_dict() on rank 0 alone (as torch's ZeroRedundancyOptimizer)"
             )
-        return out[2 : 2 + len(payload)]
+        return out[2 : 2 + n]
 
     def _arrived(self, meeting: int) -> Callable[[], str]:
         """Notes in the job's store that this rank has come to its `meeting`-th call, and
@@ -840,13 +847,26 @@ class CoconetOptimizer(torch.optim.Optimizer):
             for i, s in enumerate(self.segments):
                 bc1, bc2 = self._bias_corrections(s.group, self._steps[s.slots[0]])
                 inputs[f"bc1s{i}"], inputs[f"bc2s{i}"] = bc1, bc2
-        out = compiled(**inputs)
+        out = self._run(compiled, inputs)
         if norm_out is not None:
             total = out["total_norm"]
             total = total.get() if hasattr(total, "get") else total
             norm_out.fill_(float(np.asarray(total).reshape(-1)[0]))
             self.last_grad_norm = norm_out
         return loss
+
+    def _run(self, compiled: Any, inputs: dict[str, Any]) -> Any:
+        """`compiled(**inputs)`; under torch.profiler, each step of its plan (kernel, collective,
+        copy) as a record_function range inside torch.optim's own `Optimizer.step#...` one."""
+        if not torch.autograd.profiler._is_profiler_enabled:  # pyright: ignore[reportPrivateUsage]
+            return compiled(**inputs)
+        from coconet.runtime.trace import StepTracer
+
+        compiled.runner.trace(StepTracer(self.rank, nvtx=_ProfilerRanges()))
+        try:
+            return compiled(**inputs)
+        finally:
+            compiled.runner.trace(None)
 
     def _bias_corrections(self, k: int, steps: int) -> tuple[float, float]:
         """The rule's two bias-correction scalars (`bc1`, `bc2`) of a parameter of group k
@@ -1052,6 +1072,22 @@ class CoconetOptimizer(torch.optim.Optimizer):
     @staticmethod
     def torch_name(name: str) -> str:
         return {"m": "exp_avg", "v": "exp_avg_sq", "buf": "momentum_buffer"}[name]
+
+
+class _ProfilerRanges:
+    """NVTX's push/pop interface (what runtime/trace.py's StepTracer names each plan step
+    through) over torch.profiler's record_function ranges."""
+
+    def __init__(self) -> None:
+        self._open: list[Any] = []
+
+    def RangePush(self, name: str) -> None:
+        ranges = torch.profiler.record_function(f"coconet {name}")
+        ranges.__enter__()
+        self._open.append(ranges)
+
+    def RangePop(self) -> None:
+        self._open.pop().__exit__(None, None, None)
 
 
 def _signature(params: list[tuple[str, Any]]) -> Any:

@@ -24,6 +24,8 @@ from optim_cases import (  # noqa: E402
     SCHEDULES,
     ReferenceLamb,
     SkipNet,
+    small_model,
+    train,
     train_skipping,
 )
 
@@ -417,3 +419,27 @@ def test_two_ranks_skip_clip_groups_and_warnings(tmp_path):
         assert r["ddp_warnings"] == 1, rank
         assert r["hook_warnings"] == 0, rank
     assert results[0]["params_sum"] == results[1]["params_sum"]  # the replicas agree
+
+
+def test_torch_profiler_shows_the_step_and_each_step_of_its_plan(tmp_path):
+    """Under torch.profiler a step is torch.optim's `Optimizer.step#AdamW.step` range with a
+    range per kernel, collective and copy of coconet's plan inside, in the Chrome trace too;
+    without the profiler nothing is traced."""
+    from coconet.runtime.trace import step_name
+
+    model = small_model()
+    opt = ct.AdamW(model.parameters(), lr=0.01, schedule="fuse(rs-c-ag)")
+    train(model, opt, 1)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        train(model, opt, 2)
+    names = {e.key for e in prof.key_averages()}
+    assert "Optimizer.step#AdamW.step" in names
+    plan = opt.compiled.plan
+    wanted = {f"coconet {step_name(step)[0]}" for step in plan.steps}
+    assert wanted, plan
+    assert wanted <= names, wanted - names
+    assert {e.count for e in prof.key_averages() if e.key in wanted} == {2}
+    trace = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(trace))
+    assert all(name in trace.read_text() for name in wanted)
+    assert opt.compiled.runner.tracer is None  # (traced only while profiled)
