@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from xdsl.ir import BlockArgument, Operation, SSAValue
+from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
 
 from coconet.core import values as V
 from coconet.core.program import CocoError
@@ -44,6 +44,7 @@ from coconet.lowering.plan_builder import (
     MAX_COLLECTIVE_BLOCKS,
     PLAN_COLLECTIVE_BLOCKS,
     PlanBuilder,
+    needed_after,
     range_positions,
 )
 from coconet.lowering.row_collective import RowCollectiveKernel
@@ -96,6 +97,7 @@ def lower_fused_collective(lw: PlanBuilder, region: comm.FusedOp) -> None:
         }
     )
     lw.deferred |= scalars | arg_slices
+    body = _updates_where_computed(body, lw.deferred)
     segment: list[Operation] = []
     updates: list[coco.UpdateOp] = []
     absorbed: set[Operation] = set()
@@ -134,6 +136,34 @@ def lower_fused_collective(lw: PlanBuilder, region: comm.FusedOp) -> None:
         lw.buffers[res] = lw.value_buffer(v)
 
 
+def _updates_where_computed(body: list[Operation], deferred: set[Operation]) -> list[Operation]:
+    """`body` with each update moved up to just after the op computing its value, where no
+    op in between reads the target (itself or through a deferred op, which runs where its
+    readers run): the segment computing the value then stores it in the target, instead of
+    storing it for a later segment to copy (LAMB written with `m` and `v` updated after its
+    norms: two passes over each less)."""
+    out = list(body)
+    for u in [op for op in body if isinstance(op, coco.UpdateOp)]:
+        producer = u.value.owner
+        if not isinstance(producer, Operation) or producer not in out or producer in deferred:
+            continue
+        start, end = out.index(producer), out.index(u)
+        if any(_reads(op, u.target, deferred) for op in out[start + 1 : end]):
+            continue
+        out.remove(u)
+        out.insert(start + 1, u)
+    return out
+
+
+def _reads(op: Operation, v: SSAValue, deferred: set[Operation]) -> bool:
+    """Whether `op` reads `v`, directly or through deferred ops (computed where read)."""
+    return any(
+        w is v
+        or (isinstance(w.owner, Operation) and w.owner in deferred and _reads(w.owner, v, deferred))
+        for w in op.operands
+    )
+
+
 def _in_kernel_reduction(op: Operation, segment: list[Operation]) -> comm.AllReduceOp | None:
     """The all_reduce that finishes `op`, if `op` is a full reduction of a value of this
     collective segment whose partials only that all_reduce reads (LAMB's sliced norms)."""
@@ -152,26 +182,28 @@ def _in_kernel_reduction(op: Operation, segment: list[Operation]) -> comm.AllRed
     return user
 
 
-def _stored(lw: PlanBuilder, ops: list[Operation], members: set[Operation]) -> list[SSAValue]:
-    """The results of `ops` a kernel stores: those used outside its segment, except deferred
-    ops' (each kernel reading one computes it again)."""
+def _stored(
+    lw: PlanBuilder,
+    ops: list[Operation],
+    members: set[Operation],
+    updates: Sequence[coco.UpdateOp],
+) -> list[SSAValue]:
+    """The results of `ops` a kernel storing `updates` itself must also store: those needed
+    after it, except deferred ops' (each kernel reading one computes it again)."""
     return [
-        r for op in ops if op not in lw.deferred for r in op.results if _used_outside(r, members)
+        r
+        for op in ops
+        if op not in lw.deferred
+        for r in op.results
+        if needed_after(r, members, updates)
     ]
-
-
-def _used_outside(v: SSAValue, segment: set[Operation]) -> bool:
-    return any(
-        use.operation not in segment and not isinstance(use.operation, coco.UpdateOp)
-        for use in v.uses
-    )
 
 
 def emit_segment(lw: PlanBuilder, ops: list[Operation], updates: list[coco.UpdateOp]) -> None:
     """The segment's kernels: one per tensor chain it holds (a region coupling several
     reduce_scatter chains through scalars -- a global norm -- holds one chain per tensor,
     whose kernels then run as one table launch), then the updates no kernel stores."""
-    chains = _chains(ops)
+    chains = _joined_reductions(_chains(ops), ops)
     rest = list(updates)
     for chain in chains:
         mine = [u for u in rest if u.value.owner in chain]
@@ -202,6 +234,37 @@ def _chains(ops: list[Operation]) -> list[list[Operation]]:
     return list(groups.values())
 
 
+def _joined_reductions(
+    chains: list[list[Operation]], ops: list[Operation]
+) -> list[list[Operation]]:
+    """A chain with no collective of its own that finishes a reduction (the norm of a weight
+    slice, which nothing else in the segment reads) joins the chain whose collective kernel
+    iterates over the same slice, and finishes its reduction with that kernel's; without
+    such a chain it is lowered op by op (_emit_chain)."""
+
+    def slice_type(chain: list[Operation]) -> Attribute | None:
+        for op in chain:
+            if isinstance(op, comm.ReduceScatterOp):
+                return op.result.type
+            if isinstance(op, comm.AllGatherOp):
+                return op.input.type
+        return None
+
+    order = {op: i for i, op in enumerate(ops)}
+    out = [list(chain) for chain in chains]
+    for chain in chains:
+        if slice_type(chain) is not None:
+            continue
+        reduced = {op.input.type for op in chain if isinstance(op, coco.ReduceOp)}
+        host = next((c for c in out if c != chain and slice_type(c) in reduced), None)
+        if host is None:
+            continue
+        host += chain
+        host.sort(key=order.__getitem__)
+        out = [c for c in out if c != chain]
+    return out
+
+
 def _emit_chain(lw: PlanBuilder, ops: list[Operation], updates: list[coco.UpdateOp]) -> None:
     members = set(ops)
     scatters = [op for op in ops if isinstance(op, comm.ReduceScatterOp)]
@@ -226,9 +289,14 @@ def _emit_chain(lw: PlanBuilder, ops: list[Operation], updates: list[coco.Update
             lw, members, scatters, gathers, compute, direct, reductions, candidates
         )
     elif ops:
-        stores = _stored(lw, compute, members)
-        remat = lw.rematerialized([v for op in compute for v in op.operands], members)
+        # no collective to finish reductions in: the reductions are lowered after the kernel,
+        # op by op, reading what it stores
+        alone = set(compute)
+        stores = _stored(lw, compute, alone, direct)
+        remat = lw.rematerialized([v for op in compute for v in op.operands], alone)
         lw.lower_elementwise(remat + compute, "fused", stores=stores, updates=direct)
+        for op in reductions:
+            lw.lower_op(op)
     for u in updates:
         if u not in direct and u not in assembled:
             lw.lower_update(u)
@@ -325,7 +393,7 @@ def emit_collective_kernel(
             if v not in inside and v not in inputs:
                 inputs.append(v)
     # Values the rest of the program needs (gathered ones are pushed in place instead).
-    stores = _stored(lw, compute + scatters, members)
+    stores = _stored(lw, compute + scatters, members, updates)
     store_specs = [K.Store(v, tensor_type_of(v)) for v in stores]
     store_specs += [K.Store(u.value, u.target.type, u.target) for u in updates]
     store_buffers = [lw.buffer_for(v) for v in stores] + [

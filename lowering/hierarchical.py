@@ -52,7 +52,12 @@ from coconet.lowering.plan import (
     PeerTable,
     RankValue,
 )
-from coconet.lowering.plan_builder import MAX_COLLECTIVE_BLOCKS, PLAN_COLLECTIVE_BLOCKS, PlanBuilder
+from coconet.lowering.plan_builder import (
+    MAX_COLLECTIVE_BLOCKS,
+    PLAN_COLLECTIVE_BLOCKS,
+    PlanBuilder,
+    needed_after,
+)
 
 
 def _count(shape: tuple[int, ...]) -> int:
@@ -221,14 +226,7 @@ def emit_hierarchical(
 
     # 2. the computation on this rank's slice.
     inside = set(compute)
-    stores = [
-        r
-        for op in compute
-        for r in op.results
-        if any(
-            u.operation not in inside and not isinstance(u.operation, coco.UpdateOp) for u in r.uses
-        )
-    ]
+    stores = [r for op in compute for r in op.results if needed_after(r, inside, updates)]
     if any(isinstance(op, coco.ReduceDimsOp) for op in compute):
         # row reductions (a norm): op by op on the slice, the row kernel for each reduction
         for op in compute:

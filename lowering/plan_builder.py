@@ -149,3 +149,12 @@ class PlanBuilder(Protocol):
     def rematerialized(
         self, values: Sequence[SSAValue], computed: Collection[Operation] = ()
     ) -> list[Operation]: ...
+
+
+def needed_after(
+    v: SSAValue, inside: Collection[Operation], stored: Collection[coco.UpdateOp]
+) -> bool:
+    """Whether a kernel computing `v` over the ops `inside` must store it: some op outside
+    reads it, or an update the kernel does not store itself (`stored`) copies it later (an
+    optimizer's `m` updated after its norms, in a later segment)."""
+    return any(use.operation not in inside and use.operation not in stored for use in v.uses)

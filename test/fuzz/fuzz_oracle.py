@@ -45,6 +45,7 @@ import contextlib
 import io
 import time
 import traceback
+from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,21 @@ RANKS = (1, 2, 3, 4)
 
 class SilentAcceptance(Exception):
     """A finding of the `silent` kind (see the module docstring)."""
+
+
+class InternalError(Exception):
+    """A CocoError whose message says `internal`: the compiler's own fault, never a refusal of
+    the program (a `traceback` finding)."""
+
+
+@contextlib.contextmanager
+def _refusals() -> Iterator[None]:
+    """Lets a stage's clean refusals pass, not its internal errors."""
+    try:
+        yield
+    except CLEAN as e:
+        if str(e).startswith("internal"):
+            raise InternalError(str(e)) from None
 
 
 def where(exc: BaseException) -> str:
@@ -274,7 +290,7 @@ class Oracle:
             simulate = _elements(p) <= SIM_ELEMENTS
             for ranks in RANKS:
                 stage.enter(f"lower@{ranks}")
-                with contextlib.suppress(*CLEAN):
+                with _refusals():
                     plan = lower(p, ranks)
                     plan.format()
                     plan.cuda_source
@@ -296,7 +312,7 @@ class Oracle:
                     continue
                 stage.enter(f"schedule {name}", kind="schedule-lower")
                 for ranks in (1, 2, 4):
-                    with contextlib.suppress(*CLEAN):
+                    with _refusals():
                         lower(sp, ranks).format()
                 if simulate:
                     stage.enter(f"schedule {name}", kind="schedule-check")

@@ -203,3 +203,28 @@ def test_the_cpu_stage_finds_a_kernel_given_the_largest_piece_s_extents(tmp_path
     result = Oracle(tmp_path, cpu_fraction=1.0).run(case)
     assert result["outcome"] == "silent", result
     assert "cpu backend and sim differ" in result["message"], result
+
+
+def test_an_offered_schedule_that_fails_to_lower_is_a_traceback(tmp_path, monkeypatch):
+    """An "internal:" CocoError is the compiler's fault, not a refusal: the kind of hole of a
+    fused optimizer updating its state after a global norm (test_late_updates.py), offered by
+    the enumerator and then refused by the lowering, is reported; the real lowering passes."""
+    from fuzz_inputs import Case
+
+    import coconet.lowering.fused_collective as fused
+
+    path = Path(__file__).resolve().parents[1] / "unit/programs/late_updates.mlir"
+    case = Case(0, "ir", "late_updates", path.read_bytes(), [])
+    assert Oracle(tmp_path, schedule_limit=None).run(case)["outcome"] == "accepted"
+
+    def ignoring_updates(v, inside, stored):  # the lowering before the fix
+        return any(u.operation not in inside and u.operation.name != "coco.update" for u in v.uses)
+
+    monkeypatch.setattr(fused, "_updates_where_computed", lambda body, deferred: body)
+    monkeypatch.setattr(fused, "needed_after", ignoring_updates)
+    result = Oracle(tmp_path, schedule_limit=None).run(case)
+    assert result["outcome"] == "traceback", result
+    assert result["error"] == "InternalError", result
+    assert "no buffer holds m1_s" in result["message"], result
+    assert result["stage"].startswith("schedule "), result
+    assert "fuse" in result["stage"], result

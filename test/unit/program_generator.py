@@ -314,8 +314,9 @@ class _Gen:
         return [LOCAL, LOCAL], [1]
 
     def motif_optimizer(self) -> None:
-        """SGD / Adam-like: g1 = all_reduce(g); m1 = b m + (1 - b) g1; w1 = w - lr * m1;
-        update w (and m). What split, reorder, as-slice and fuse rewrite."""
+        """SGD / Adam-like: g1 = all_reduce(g); m1 = b m + (1 - b) g1; w1 = w - lr * m1
+        (sometimes m1 scaled by 1 / (its global norm + 1), as LAMB and clipping do); update w
+        (and m). What split, reorder, as-slice and fuse rewrite."""
         shape = self.draw(st.sampled_from(((16,), (8,), (8, 4))))
         elt = self.float_elt()
         lays, axes = self.span_axes()
@@ -345,6 +346,17 @@ class _Gen:
                     a = self.emit(lambda: coco.AbsOp(m1))
                     r = self.emit(lambda: coco.SqrtOp(a)) if a else None
                     step = self.emit(lambda: coco.DivOp(m1, r)) if r else m1
+        if step is not None and self.draw(st.integers(0, 2)) == 0:
+            # Scaled by a global norm (LAMB's trust ratio, clipping): fused, the norm's
+            # all_reduce cuts the region in two, and m, updated at the end by finish(), is
+            # computed in the first part.
+            sq = self.emit(lambda: coco.MulOp(step, step))
+            total = self.emit(lambda: coco.ReduceOp("sum", sq)) if sq else None
+            root = self.emit(lambda: coco.SqrtOp(total)) if total else None
+            t = self.tensor_type((), elt, [])
+            one = self.emit(lambda: coco.ConstantOp(1.0, t))  # (a denominator of 1 at least)
+            den = self.emit(lambda: coco.AddOp(root, one)) if root and one else None
+            step = self.emit(lambda: coco.DivOp(step, den)) if den else step
         lr = (
             self.constant(elt)
             if self.draw(st.booleans())
@@ -702,8 +714,14 @@ def _combines(a: TensorType, b: TensorType) -> bool:
 
 
 @st.composite
-def programs(draw, max_ops: int = 10, grids: Sequence[tuple[int, ...]] = GRIDS) -> GeneratedProgram:
-    """A random valid single-function program (see the module docstring)."""
+def programs(
+    draw,
+    max_ops: int = 10,
+    grids: Sequence[tuple[int, ...]] = GRIDS,
+    motif: str | None = None,
+) -> GeneratedProgram:
+    """A random valid single-function program (see the module docstring); `motif` first,
+    where given (a test of what one motif's schedules do)."""
     grid = draw(st.sampled_from(tuple(grids)))
     g = _Gen(draw, grid)
     n_args = draw(st.integers(1, 4))
@@ -725,7 +743,9 @@ def programs(draw, max_ops: int = 10, grids: Sequence[tuple[int, ...]] = GRIDS) 
         fn.attributes[GRID_ATTR_NAME] = GridAttr(list(grid))
     g.func = fn
     g.pool = list(block.args)
-    for _ in range(draw(st.integers(1, max_ops))):
+    if motif is not None:
+        getattr(g, f"motif_{motif}")()
+    for _ in range(draw(st.integers(0 if motif else 1, max_ops))):
         g.step()
     returns = g.finish(list(block.args))
     g.builder.insert(func.ReturnOp(*returns))
