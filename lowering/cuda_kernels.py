@@ -27,17 +27,9 @@ from coconet.dialects.coco import TensorType, tensor_type_of
 from coconet.lowering.kernel_ir import (
     BLOCK_DIM,
     BLOCK_IDX,
-    BOOL,
-    F32,
-    F64,
     GRID_DIM,
-    I32,
-    I64,
     PEER_BATCH,
-    RANGE,
     THREAD_IDX,
-    U32,
-    U64,
     VECTOR_THREADS,
     Assign,
     Binary,
@@ -46,7 +38,6 @@ from coconet.lowering.kernel_ir import (
     Cast,
     Combine,
     ConstArray,
-    CType,
     Decl,
     Expr,
     ExprStmt,
@@ -62,7 +53,6 @@ from coconet.lowering.kernel_ir import (
     LoadsIssued,
     LocalArray,
     Param,
-    ParamKind,
     PeerSlots,
     PeerSync,
     PeerVecIn,
@@ -90,6 +80,7 @@ from coconet.lowering.kernel_ir import (
     sum_of,
     uses,
 )
+from coconet.lowering.signature import BOOL, F32, F64, I32, I64, RANGE, U32, U64, CType, ParamKind
 
 # The most checks one statement ANDs together (vector_end): kernel IR nests as deep as a chain
 # of operators is long, and the printer and the IR's walks recurse on it.

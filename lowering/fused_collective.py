@@ -37,16 +37,21 @@ from coconet.dialects import coco, comm
 from coconet.dialects.coco import TensorType, tensor_type_of
 from coconet.lowering import cuda_kernels as K
 from coconet.lowering.hierarchical import emit_hierarchical
-from coconet.lowering.kernel_ir import Param, ParamKind, structural_key
+from coconet.lowering.kernel_ir import Param, structural_key
 from coconet.lowering.kernel_site import kernel_site, op_description
-from coconet.lowering.plan import ArgTable, Epoch, KernelArg, Launch, PeerTable, RankValue
-from coconet.lowering.plan_builder import (
+from coconet.lowering.plan import (
     MAX_COLLECTIVE_BLOCKS,
     PLAN_COLLECTIVE_BLOCKS,
-    PlanBuilder,
-    range_positions,
+    ArgTable,
+    Epoch,
+    KernelArg,
+    Launch,
+    PeerTable,
+    RankValue,
 )
+from coconet.lowering.plan_builder import PlanBuilder
 from coconet.lowering.row_collective import RowCollectiveKernel
+from coconet.lowering.signature import ParamKind, range_positions
 from coconet.passes.common import readable_at
 
 

@@ -24,14 +24,17 @@ from coconet.dialects import coco, comm
 from coconet.dialects.coco import tensor_type_of
 from coconet.lowering import cuda_kernels as K
 from coconet.lowering.fused_collective import lower_fused_collective
-from coconet.lowering.kernel_ir import ParamKind
-from coconet.lowering.plan import Epoch, KernelArg, Launch, PeerTable, RankValue
-from coconet.lowering.plan_builder import (
+from coconet.lowering.plan import (
     MAX_COLLECTIVE_BLOCKS,
     PLAN_COLLECTIVE_BLOCKS,
-    PlanBuilder,
-    range_positions,
+    Epoch,
+    KernelArg,
+    Launch,
+    PeerTable,
+    RankValue,
 )
+from coconet.lowering.plan_builder import PlanBuilder
+from coconet.lowering.signature import ParamKind, range_positions
 
 _IN_KERNEL = (coco.ElementwiseOp, coco.ConstantOp, coco.SliceOp)
 

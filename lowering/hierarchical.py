@@ -43,6 +43,8 @@ from coconet.dialects import coco, comm
 from coconet.dialects.coco import TensorType, tensor_type_of
 from coconet.lowering import cuda_kernels as K
 from coconet.lowering.plan import (
+    MAX_COLLECTIVE_BLOCKS,
+    PLAN_COLLECTIVE_BLOCKS,
     ArgTable,
     Buffer,
     Collective,
@@ -52,7 +54,7 @@ from coconet.lowering.plan import (
     PeerTable,
     RankValue,
 )
-from coconet.lowering.plan_builder import MAX_COLLECTIVE_BLOCKS, PLAN_COLLECTIVE_BLOCKS, PlanBuilder
+from coconet.lowering.plan_builder import PlanBuilder
 
 
 def _count(shape: tuple[int, ...]) -> int:

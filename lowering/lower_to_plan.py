@@ -42,12 +42,13 @@ from coconet.lowering import cuda_kernels as K
 from coconet.lowering.cuda_printer import kernel_signature, print_unit
 from coconet.lowering.fused_collective import lower_fused_collective
 from coconet.lowering.fused_send import lower_fused_send
-from coconet.lowering.kernel_ir import Kernel, KernelKey, Param, ParamKind, structural_key
+from coconet.lowering.kernel_ir import Kernel, KernelKey, Param, structural_key
 from coconet.lowering.kernel_site import KernelSite, SiteKey, kernel_site
 from coconet.lowering.overlap import lower_overlap
 from coconet.lowering.plan import (
     COMM_STREAM,
     COMPUTE_STREAM,
+    PLAN_COLLECTIVE_BLOCKS,
     ArgTable,
     Buffer,
     Collective,
@@ -62,8 +63,10 @@ from coconet.lowering.plan import (
     RecordEvent,
     Step,
     WaitEvent,
+    shrink_grids,
 )
-from coconet.lowering.plan_builder import PLAN_COLLECTIVE_BLOCKS, LaunchConfig, range_positions
+from coconet.lowering.plan_builder import LaunchConfig
+from coconet.lowering.signature import ParamKind, range_positions
 
 
 class Lowering:
@@ -885,18 +888,6 @@ def step_buffers(step: Step) -> tuple[set[str], set[str]]:
             return {step.a.name, step.b.name}, {step.c.name}
         case _:
             return set(), set()
-
-
-def shrink_grids(grids: Sequence[int], most: int) -> list[int]:
-    """Grids of at least one block each, in proportion to `grids`, summing to at most `most`
-    (at least as many as there are grids)."""
-    total = sum(grids)
-    if total <= most:
-        return list(grids)
-    out = [max(1, g * most // total) for g in grids]
-    while sum(out) > most:
-        out[out.index(max(out))] -= 1
-    return out
 
 
 def default_ranks(program: Program) -> int:

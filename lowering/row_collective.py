@@ -57,14 +57,12 @@ from coconet.lowering.cuda_kernels import (
 from coconet.lowering.kernel_ir import (
     BLOCK_IDX,
     GRID_DIM,
-    I64,
     Assign,
     Binary,
     BlockStrideLoop,
     Call,
     Cast,
     Combine,
-    CType,
     Decl,
     Expr,
     Field,
@@ -85,6 +83,7 @@ from coconet.lowering.kernel_ir import (
     peer,
     uses,
 )
+from coconet.lowering.signature import I64, CType
 
 ELEMENT, ROW, SCALAR = "element", "row", "scalar"
 

@@ -23,7 +23,6 @@ from coconet.lowering.kernel_ir import (
     Kernel,
     LaneLoop,
     Param,
-    ParamKind,
     PeerVecIn,
     Stmt,
     Unused,
@@ -32,10 +31,11 @@ from coconet.lowering.kernel_ir import (
     rewrite,
 )
 from coconet.lowering.lower_to_plan import LaunchConfig, Lowering
-from coconet.lowering.nvrtc import compile_cuda, nvrtc_available
+from coconet.lowering.signature import ParamKind
 from coconet.runtime.sim import prepare_inputs
 from coconet.runtime.threaded import ThreadedExecutor
 from coconet.schedule import apply_schedule, named_schedules
+from coconet.toolchain.nvrtc import compile_cuda, nvrtc_available
 
 GRID = "attributes {coco.grid = #coco.grid<[?]>}"
 

@@ -18,16 +18,11 @@ from coconet.lowering import cuda_kernels as K
 from coconet.lowering.cuda_printer import CudaPrinter, c_identifier, print_kernel
 from coconet.lowering.kernel_ir import (
     BLOCK_IDX,
-    F32,
-    F64,
     GRID_DIM,
-    I32,
-    I64,
     Assign,
     Binary,
     Cast,
     Combine,
-    CType,
     Decl,
     For,
     Identity,
@@ -35,7 +30,6 @@ from coconet.lowering.kernel_ir import (
     Kernel,
     Lit,
     Param,
-    ParamKind,
     ReduceKind,
     Select,
     Unary,
@@ -46,9 +40,10 @@ from coconet.lowering.kernel_ir import (
     structural_key,
 )
 from coconet.lowering.lower_to_plan import lower
-from coconet.lowering.nvrtc import compile_cuda, nvrtc_available
+from coconet.lowering.signature import F32, F64, I32, I64, CType, ParamKind
 from coconet.runtime.sim import prepare_inputs
 from coconet.runtime.threaded import ThreadedExecutor
+from coconet.toolchain.nvrtc import compile_cuda, nvrtc_available
 
 
 def _printer(*names: str) -> tuple[CudaPrinter, list[Var]]:
