@@ -22,8 +22,8 @@ from xdsl.ir import Operation, SSAValue
 from coconet.core import values as V
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import tensor_type_of
-from coconet.lowering import cuda_kernels as K
 from coconet.lowering.fused_collective import lower_fused_collective
+from coconet.lowering.kernels import elementwise as K
 from coconet.lowering.plan import (
     MAX_COLLECTIVE_BLOCKS,
     PLAN_COLLECTIVE_BLOCKS,

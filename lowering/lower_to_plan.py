@@ -38,12 +38,12 @@ from coconet.core.program import CocoError, Program, check_program_on_grid
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import TensorType, tensor_type_of
 from coconet.dialects.layout_rules import infer_elementwise
-from coconet.lowering import cuda_kernels as K
 from coconet.lowering.cuda_printer import kernel_signature, print_unit
 from coconet.lowering.fused_collective import lower_fused_collective
 from coconet.lowering.fused_send import lower_fused_send
 from coconet.lowering.kernel_ir import Kernel, KernelKey, Param, structural_key
 from coconet.lowering.kernel_site import KernelSite, SiteKey, kernel_site
+from coconet.lowering.kernels import elementwise as K
 from coconet.lowering.overlap import lower_overlap
 from coconet.lowering.plan import (
     COMM_STREAM,
@@ -811,7 +811,7 @@ class Lowering:
         self.emit(Launch(f"{name}_finish", 1, 1, [partials, grid, out], writes=(out.name,)))
 
     def lower_reduce_dims(self, op: coco.ReduceDimsOp) -> None:
-        """One row-reduction kernel (cuda_kernels.row_reduction_kernel): a block per row."""
+        """One row-reduction kernel (kernels.reductions.row_reduction_kernel): a block per row."""
         elt = op.input.type.elt
         kind = op.kind.data
         kernel = K.row_reduction_kernel(self.fresh(f"k_reduce_dims_{kind}_{elt}"), kind, elt)

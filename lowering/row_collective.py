@@ -31,7 +31,7 @@ both forms are bit-identical. The kernel keeps in shared memory first the values
 only recompute, then those it could re-read, as long as they fit.
 
 After its rows, the block runs the done step of the cross-rank protocol and pulls its rows
-of every peer's pieces, as the elementwise form does (cuda_kernels.py). The order of every
+of every peer's pieces, as the elementwise form does (kernels/elementwise.py). The order of every
 sum is the oracle's (runtime/sim.py `reduce_rows`), so the kernel is bit-exact.
 """
 
@@ -42,18 +42,6 @@ from xdsl.ir import Operation, SSAValue
 from coconet.core.program import CocoError
 from coconet.dialects import coco
 from coconet.dialects.coco import TensorType, tensor_type_of
-from coconet.lowering.cuda_kernels import (
-    C_COMPUTE,
-    C_STORAGE,
-    ElementwiseKernel,
-    # the row form extends the elementwise kernel builder: one kernel family over two files
-    _accumulator,  # pyright: ignore[reportPrivateUsage]
-    _ElementwiseBuilder,  # pyright: ignore[reportPrivateUsage]
-    _thread_zero,  # pyright: ignore[reportPrivateUsage]
-    load_expr,
-    store_expr,
-    store_from_double,
-)
 from coconet.lowering.kernel_ir import (
     BLOCK_IDX,
     GRID_DIM,
@@ -82,6 +70,18 @@ from coconet.lowering.kernel_ir import (
     fresh_copy,
     peer,
     uses,
+)
+from coconet.lowering.kernels.elementwise import (
+    C_COMPUTE,
+    C_STORAGE,
+    ElementwiseKernel,
+    # the row form extends the elementwise kernel builder: one kernel family over two files
+    _accumulator,  # pyright: ignore[reportPrivateUsage]
+    _ElementwiseBuilder,  # pyright: ignore[reportPrivateUsage]
+    _thread_zero,  # pyright: ignore[reportPrivateUsage]
+    load_expr,
+    store_expr,
+    store_from_double,
 )
 from coconet.lowering.signature import I64, CType
 

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 import coconet
-from coconet.lowering import cuda_kernels as K
 from coconet.lowering.cuda_printer import CudaPrinter, c_identifier, print_kernel
 from coconet.lowering.kernel_ir import (
     BLOCK_IDX,
@@ -39,6 +38,7 @@ from coconet.lowering.kernel_ir import (
     rewrite,
     structural_key,
 )
+from coconet.lowering.kernels import elementwise as K
 from coconet.lowering.lower_to_plan import lower
 from coconet.lowering.signature import F32, F64, I32, I64, CType, ParamKind
 from coconet.runtime.sim import prepare_inputs
