@@ -2,7 +2,7 @@
 
 The sim oracle (runtime/sim.py) applies `numpy` to operands in the op's compute type (f32 for
 f16/bf16/f32, f64, int64) and rounds the result to the element type; the kernel generator
-(lowering/kernels/elementwise.py) emits `device` — a C operator, or a function of coco_device.h
+(lowering/kernels/elements.py) emits `device` — a C operator, or a function of coco_device.h
 overloaded for float, double and coco_i64 — on the same compute type. `transcendental` ops
 compute in f64 on both sides and round once: NumPy, glibc and CUDA disagree on f32 libm results,
 and agree after rounding an f64 result. A new elementwise op is its class in dialects/coco.py, a

@@ -38,7 +38,8 @@ from coconet.dialects.coco import TensorType, tensor_type_of
 from coconet.lowering.hierarchical import emit_hierarchical
 from coconet.lowering.kernel_ir import Param, structural_key
 from coconet.lowering.kernel_site import kernel_site, op_description
-from coconet.lowering.kernels import elementwise as K
+from coconet.lowering.kernels.elementwise import ElementwiseKernel
+from coconet.lowering.kernels.spec import Store
 from coconet.lowering.plan import (
     MAX_COLLECTIVE_BLOCKS,
     PLAN_COLLECTIVE_BLOCKS,
@@ -241,7 +242,7 @@ def _emit_chain(lw: PlanBuilder, ops: list[Operation], updates: list[coco.Update
 
 def _collective_kernel(
     lw: PlanBuilder,
-    kernel: K.ElementwiseKernel,
+    kernel: ElementwiseKernel,
     scatters: list[comm.ReduceScatterOp],
     gathers: list[comm.AllGatherOp],
     reductions: Sequence[Operation],
@@ -331,8 +332,8 @@ def emit_collective_kernel(
                 inputs.append(v)
     # Values the rest of the program needs (gathered ones are pushed in place instead).
     stores = _stored(lw, compute + scatters, members)
-    store_specs = [K.Store(v, tensor_type_of(v)) for v in stores]
-    store_specs += [K.Store(u.value, u.target.type, u.target) for u in updates]
+    store_specs = [Store(v, tensor_type_of(v)) for v in stores]
+    store_specs += [Store(u.value, u.target.type, u.target) for u in updates]
     store_buffers = [lw.buffer_for(v) for v in stores] + [
         lw.value_buffer(u.target) for u in updates
     ]
@@ -342,7 +343,7 @@ def emit_collective_kernel(
             lw.fresh("k_fused_all_reduce_rows"), compute, iteration, inputs, store_specs
         )
     else:
-        kernel = K.ElementwiseKernel(
+        kernel = ElementwiseKernel(
             lw.fresh("k_fused_all_reduce"), remat + compute, iteration, inputs, store_specs
         )
     for op in scatters:

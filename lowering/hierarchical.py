@@ -41,7 +41,7 @@ from coconet.core import values as V
 from coconet.core.program import CocoError
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import TensorType, tensor_type_of
-from coconet.lowering.kernels import elementwise as K
+from coconet.lowering.kernels.node import node_gather_kernel, node_reduce_kernel
 from coconet.lowering.plan import (
     MAX_COLLECTIVE_BLOCKS,
     PLAN_COLLECTIVE_BLOCKS,
@@ -189,7 +189,7 @@ def emit_hierarchical(
         lw.make_symmetric(op.input)
         elt = op.result.type.elt
         name = lw.add_kernel(
-            K.node_reduce_kernel(lw.fresh(f"k_node_reduce_{op.kind.data}_{elt}"), elt, op.kind.data)
+            node_reduce_kernel(lw.fresh(f"k_node_reduce_{op.kind.data}_{elt}"), elt, op.kind.data)
         )
         x, t = op.input.type, op.result.type
         bases = ArgTable(
@@ -289,7 +289,7 @@ def emit_hierarchical(
                 for k in range(parts.n)
             )
         )
-        name = lw.add_kernel(K.node_gather_kernel(lw.fresh(f"k_node_gather_{elt}"), elt))
+        name = lw.add_kernel(node_gather_kernel(lw.fresh(f"k_node_gather_{elt}"), elt))
         lw.emit(_node_launch(lw, name, parts, span, packed, dest, bases, layout))
     for value, u in targets.items():
         lw.buffers[value] = lw.value_buffer(u.target)

@@ -91,7 +91,7 @@ class Param(Var):
     dim: int | None = None
     table: bool = False
     # DIM, GSTART, PEER_DIMS: how many iteration dims from `dim` on the parameter covers (the
-    # kernel's coordinates run over collapsed dims: kernels/elementwise.py `dim_groups`).
+    # kernel's coordinates run over collapsed dims: kernels/spec.py `dim_groups`).
     span: int = 1
 
     def for_value(self, value: SSAValue) -> Param:

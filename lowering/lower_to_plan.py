@@ -43,7 +43,10 @@ from coconet.lowering.fused_collective import lower_fused_collective
 from coconet.lowering.fused_send import lower_fused_send
 from coconet.lowering.kernel_ir import Kernel, KernelKey, Param, structural_key
 from coconet.lowering.kernel_site import KernelSite, SiteKey, kernel_site
-from coconet.lowering.kernels import elementwise as K
+from coconet.lowering.kernels.elementwise import ElementwiseKernel
+from coconet.lowering.kernels.reductions import reduction_kernels, row_reduction_kernel
+from coconet.lowering.kernels.spec import Store
+from coconet.lowering.kernels.table import table_form
 from coconet.lowering.overlap import lower_overlap
 from coconet.lowering.plan import (
     COMM_STREAM,
@@ -429,7 +432,7 @@ class Lowering:
             name, kernel = f"{run[0].kernel}_table", self.batchable_kernels[run[0].kernel]
         if name not in self.kernel_names:
             self.kernel_names.add(name)
-            self.kernels.append(K.table_form(kernel, name, shared))
+            self.kernels.append(table_form(kernel, name, shared))
         blocks = [0]
         for launch in run:
             blocks.append(blocks[-1] + launch.grid)
@@ -598,8 +601,8 @@ class Lowering:
         if not types:
             return
         iteration = self.iteration_type(ops, types)
-        store_specs = [K.Store(v, tensor_type_of(v)) for v in stores]
-        store_specs += [K.Store(u.value, u.target.type, u.target) for u in updates]
+        store_specs = [Store(v, tensor_type_of(v)) for v in stores]
+        store_specs += [Store(u.value, u.target.type, u.target) for u in updates]
         store_buffers = [self.buffer_for(v) for v in stores]
         store_buffers += [self.value_buffer(u.target) for u in updates]
         name, kernel, params = self.elementwise_kernel(
@@ -627,7 +630,7 @@ class Lowering:
         ops: Sequence[Operation],
         iteration: TensorType,
         inputs: Sequence[SSAValue],
-        stores: Sequence[K.Store],
+        stores: Sequence[Store],
     ) -> tuple[str, Kernel, Sequence[Param]]:
         """The name of the kernel computing `ops` (built, or an earlier site's: kernel_site.py),
         the kernel, and its parameters pointed at this site's values."""
@@ -638,7 +641,7 @@ class Lowering:
             params = site.params_of(first, kernel.params)
             if params is not None:
                 return name, kernel, params
-        kernel = K.ElementwiseKernel(kernel_name, ops, iteration, inputs, stores).build()
+        kernel = ElementwiseKernel(kernel_name, ops, iteration, inputs, stores).build()
         name = self.add_kernel(kernel)
         if site is not None:
             self.built_kernels[site.key] = (kernel, site, name)
@@ -782,7 +785,7 @@ class Lowering:
         name = f"k_reduce_{kind}_{elt}"
         if name not in self.kernel_names:
             self.kernel_names.add(name)
-            for kernel in K.reduction_kernels(name, kind, elt):
+            for kernel in reduction_kernels(name, kind, elt):
                 self.add_kernel(kernel)
                 self.batchable_kernels[kernel.name] = kernel
         x = self.value_buffer(op.input)
@@ -814,7 +817,7 @@ class Lowering:
         """One row-reduction kernel (kernels.reductions.row_reduction_kernel): a block per row."""
         elt = op.input.type.elt
         kind = op.kind.data
-        kernel = K.row_reduction_kernel(self.fresh(f"k_reduce_dims_{kind}_{elt}"), kind, elt)
+        kernel = row_reduction_kernel(self.fresh(f"k_reduce_dims_{kind}_{elt}"), kind, elt)
         name = self.add_kernel(kernel)
         first, last = op.reduced_dims[0], op.reduced_dims[-1]
         t = op.input.type

@@ -1,4 +1,4 @@
-"""Dimension coalescing in the kernel generator (lowering/kernels/elementwise.py `dim_groups`).
+"""Dimension coalescing in the kernel generator (lowering/kernels/spec.py `dim_groups`).
 
 A kernel reads operands through per-dim coordinates only where some operand's index map
 differs from the iteration's; adjacent dims that every mapped operand walks alike collapse

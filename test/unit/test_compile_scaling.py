@@ -25,7 +25,8 @@ from coconet.core.program import Program, parse_module
 from coconet.equivalence import check_equivalence
 from coconet.lowering.cuda_printer import CudaPrinter
 from coconet.lowering.kernel_ir import Kernel
-from coconet.lowering.kernels.elementwise import CONJUNCTION_TERMS, ElementwiseKernel
+from coconet.lowering.kernels.elementwise import ElementwiseKernel
+from coconet.lowering.kernels.vectors import CONJUNCTION_TERMS
 from coconet.lowering.lower_to_plan import Lowering, lower
 from coconet.lowering.plan import Launch
 from coconet.lowering.signature import ParamKind

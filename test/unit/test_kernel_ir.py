@@ -38,7 +38,8 @@ from coconet.lowering.kernel_ir import (
     rewrite,
     structural_key,
 )
-from coconet.lowering.kernels import elementwise as K
+from coconet.lowering.kernels.reductions import reduction_kernels
+from coconet.lowering.kernels.table import table_form
 from coconet.lowering.lower_to_plan import lower
 from coconet.lowering.signature import F32, F64, I32, I64, CType, ParamKind
 from coconet.runtime.sim import prepare_inputs
@@ -191,8 +192,8 @@ def test_ctype_validates_and_knows_its_abi():
 
 
 def test_table_form_rewrites_the_launch_geometry_and_tables_every_parameter():
-    partial, _ = K.reduction_kernels("k_reduce_sum_f32", "sum", "f32")
-    table = K.table_form(partial, "k_table")
+    partial, _ = reduction_kernels("k_reduce_sum_f32", "sum", "f32")
+    table = table_form(partial, "k_table")
     assert [p.kind for p in table.params] == [
         ParamKind.IN,
         ParamKind.PARTIALS,

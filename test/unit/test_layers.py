@@ -228,16 +228,20 @@ def test_the_runtime_sees_only_the_plan_of_the_lowering():
     assert not problems, "past the plan:\n" + "\n".join(problems)
 
 
-def test_the_boundary_check_sees_a_crossing(tmp_path, monkeypatch):
-    """The checker itself: a runtime module importing the plan builder is reported."""
+def _add_fake_module(tmp_path, monkeypatch, name: str, text: str) -> None:
+    """Make the contract see one more module, `name`, whose source is `text`."""
     modules = package_modules()
     fake = tmp_path / "fake.py"
-    fake.write_text("def f():\n    from coconet.lowering.lower_to_plan import lower\n")
+    fake.write_text(text)
     monkeypatch.setattr(
-        __import__(__name__, fromlist=["_"]),
-        "package_modules",
-        lambda: {**modules, "coconet.runtime.fake": fake},
+        __import__(__name__, fromlist=["_"]), "package_modules", lambda: {**modules, name: fake}
     )
+
+
+def test_the_boundary_check_sees_a_crossing(tmp_path, monkeypatch):
+    """The checker itself: a runtime module importing the plan builder is reported."""
+    text = "def f():\n    from coconet.lowering.lower_to_plan import lower\n"
+    _add_fake_module(tmp_path, monkeypatch, "coconet.runtime.fake", text)
     (problem,) = boundary_crossings()
     assert "coconet.runtime.fake imports coconet.lowering.lower_to_plan" in problem
 
@@ -249,13 +253,7 @@ def test_the_cycle_finder_finds_a_cycle():
 
 def test_the_contract_sees_an_upward_import(tmp_path, monkeypatch):
     """The checker itself: a lowering module importing the runtime is reported."""
-    modules = package_modules()
-    fake = tmp_path / "fake.py"
-    fake.write_text("def f():\n    from coconet.runtime.sim import run\n")
-    monkeypatch.setattr(
-        __import__(__name__, fromlist=["_"]),
-        "package_modules",
-        lambda: {**modules, "coconet.lowering.fake": fake},
-    )
+    text = "def f():\n    from coconet.runtime.sim import run\n"
+    _add_fake_module(tmp_path, monkeypatch, "coconet.lowering.fake", text)
     (problem,) = upward_imports()
     assert "coconet.lowering.fake (lowering) imports coconet.runtime.sim (runtime)" in problem
