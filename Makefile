@@ -34,7 +34,8 @@ lint: setup
 # error. The checker cannot follow setuptools' package-dir mapping (dialects/ installed as
 # coconet.dialects), so it checks a tree of links laid out as the installed package
 # (build/typecheck/coconet/dialects/coco.py -> dialects/coco.py), remade on every run so that
-# new and removed files count. Its messages name files by their link in that tree.
+# new and removed files count. Its messages name files by their link in that tree. A folder
+# mapped inside another mapped one (lowering/kernels) comes with its parent's copy.
 TYPECHECK_TREE := build/typecheck
 typecheck: setup
 	rm -rf $(TYPECHECK_TREE)
@@ -42,7 +43,8 @@ typecheck: setup
 		dirs = tomllib.load(open("pyproject.toml", "rb"))["tool"]["setuptools"]["package-dir"]; \
 		[shutil.copytree(os.path.abspath(d), os.path.join(sys.argv[1], *p.split(".")), \
 			copy_function=os.symlink, ignore=shutil.ignore_patterns("__pycache__")) \
-			for p, d in dirs.items()]' $(TYPECHECK_TREE)
+			for p, d in dirs.items() \
+			if not any(d.startswith(o + "/") for o in dirs.values())]' $(TYPECHECK_TREE)
 	$(BIN)/basedpyright
 
 lit: setup

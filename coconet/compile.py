@@ -193,7 +193,7 @@ def compile(
         plan, cache_hit, program = cached.value, cached.cache_hit, scheduled
     else:
         if size > 1:  # printing a deep program costs: only where there are ranks to agree
-            from coconet.lowering.kernel_cache import content_key
+            from coconet.toolchain.kernel_cache import content_key
 
             digest = content_key(
                 program.print(), backend, str(exact_collectives), repr(launch_config)

@@ -41,7 +41,6 @@ from typing import Any
 
 from coconet.core.program import CocoError
 from coconet.core.values import group_of
-from coconet.lowering.kernel_ir import ParamKind
 from coconet.lowering.plan import (
     COMM_STREAM,
     ArgTable,
@@ -56,6 +55,7 @@ from coconet.lowering.plan import (
     Step,
     WaitEvent,
 )
+from coconet.lowering.signature import ParamKind
 from coconet.runtime.executor import buffer_nbytes
 
 __all__ = [

@@ -45,8 +45,8 @@ from typing import Any
 
 from coconet.core.program import CocoError
 from coconet.cost_model import Fabric, MachineProfile
-from coconet.lowering.kernel_cache import KernelCache, content_key
 from coconet.lowering.plan import Launch
+from coconet.toolchain.kernel_cache import KernelCache, content_key
 
 __all__ = [
     "PROBE_CACHE",
@@ -249,7 +249,7 @@ def measure(comm) -> dict[str, Any]:
 
     import numpy as np
 
-    from coconet.lowering.host_compiler import compile_host
+    from coconet.toolchain.host_compiler import compile_host
 
     size = comm.Get_size()
     scale = _scale()

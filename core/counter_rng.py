@@ -5,7 +5,7 @@ thread, block, slice or rank computes it: a sliced, fused or overlapped schedule
 the masks of the unscheduled program, on every backend. `stream` is the rank's flat coordinate
 on the axes where the tensor is `local` (its own values there), 0 otherwise.
 
-lowering/coco_device.h implements the same function in C; tests check they agree bit for bit.
+toolchain/coco_device.h implements the same function in C; tests check they agree bit for bit.
 """
 
 from __future__ import annotations

@@ -2,11 +2,11 @@
 
 The sim oracle (runtime/sim.py) applies `numpy` to operands in the op's compute type (f32 for
 f16/bf16/f32, f64, int64) and rounds the result to the element type; the kernel generator
-(lowering/cuda_kernels.py) emits `device` — a C operator, or a function of coco_device.h
+(lowering/kernels/elements.py) emits `device` — a C operator, or a function of coco_device.h
 overloaded for float, double and coco_i64 — on the same compute type. `transcendental` ops
 compute in f64 on both sides and round once: NumPy, glibc and CUDA disagree on f32 libm results,
 and agree after rounding an f64 result. A new elementwise op is its class in dialects/coco.py, a
-row here, and its device function in lowering/coco_device.h.
+row here, and its device function in toolchain/coco_device.h.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Lowering of scheduled coco/comm programs to execution plans and one CUDA translation unit
-(written against the device layer coco_device.h), and the compilers for that text: NVRTC for
-GPUs, the host C++ compiler for CPUs."""
+(written against the device layer, toolchain/coco_device.h). The runtime reads only the plan
+(`plan.py`) and its kernels' signatures (`signature.py`); the compilers for the text live in
+coconet.toolchain."""
 
 from collections.abc import Callable
 

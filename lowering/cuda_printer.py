@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 from xdsl.utils.base_printer import BasePrinter
 
 from coconet.lowering.kernel_ir import (
-    I64,
     Assign,
     Binary,
     BlockStrideLoop,
@@ -32,7 +31,6 @@ from coconet.lowering.kernel_ir import (
     Cast,
     Combine,
     ConstArray,
-    CType,
     Decl,
     Expr,
     ExprStmt,
@@ -43,7 +41,6 @@ from coconet.lowering.kernel_ir import (
     If,
     Index,
     Kernel,
-    KernelParam,
     LaneLoop,
     Lit,
     LoadsIssued,
@@ -69,6 +66,7 @@ from coconet.lowering.kernel_ir import (
     While,
     peer,
 )
+from coconet.lowering.signature import I64, CType, KernelParam
 
 if TYPE_CHECKING:
     _SingleDispatchMethod = singledispatchmethod[Any]

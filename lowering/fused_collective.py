@@ -35,19 +35,24 @@ from coconet.core import values as V
 from coconet.core.program import CocoError
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import TensorType, tensor_type_of
-from coconet.lowering import cuda_kernels as K
 from coconet.lowering.hierarchical import emit_hierarchical
-from coconet.lowering.kernel_ir import Param, ParamKind, structural_key
+from coconet.lowering.kernel_ir import Param, structural_key
 from coconet.lowering.kernel_site import kernel_site, op_description
-from coconet.lowering.plan import ArgTable, Epoch, KernelArg, Launch, PeerTable, RankValue
-from coconet.lowering.plan_builder import (
+from coconet.lowering.kernels.elementwise import ElementwiseKernel
+from coconet.lowering.kernels.spec import Store
+from coconet.lowering.plan import (
     MAX_COLLECTIVE_BLOCKS,
     PLAN_COLLECTIVE_BLOCKS,
-    PlanBuilder,
-    needed_after,
-    range_positions,
+    ArgTable,
+    Epoch,
+    KernelArg,
+    Launch,
+    PeerTable,
+    RankValue,
 )
+from coconet.lowering.plan_builder import PlanBuilder, needed_after
 from coconet.lowering.row_collective import RowCollectiveKernel
+from coconet.lowering.signature import ParamKind, range_positions
 from coconet.passes.common import readable_at
 
 
@@ -304,7 +309,7 @@ def _emit_chain(lw: PlanBuilder, ops: list[Operation], updates: list[coco.Update
 
 def _collective_kernel(
     lw: PlanBuilder,
-    kernel: K.ElementwiseKernel,
+    kernel: ElementwiseKernel,
     scatters: list[comm.ReduceScatterOp],
     gathers: list[comm.AllGatherOp],
     reductions: Sequence[Operation],
@@ -394,8 +399,8 @@ def emit_collective_kernel(
                 inputs.append(v)
     # Values the rest of the program needs (gathered ones are pushed in place instead).
     stores = _stored(lw, compute + scatters, members, updates)
-    store_specs = [K.Store(v, tensor_type_of(v)) for v in stores]
-    store_specs += [K.Store(u.value, u.target.type, u.target) for u in updates]
+    store_specs = [Store(v, tensor_type_of(v)) for v in stores]
+    store_specs += [Store(u.value, u.target.type, u.target) for u in updates]
     store_buffers = [lw.buffer_for(v) for v in stores] + [
         lw.value_buffer(u.target) for u in updates
     ]
@@ -405,7 +410,7 @@ def emit_collective_kernel(
             lw.fresh("k_fused_all_reduce_rows"), compute, iteration, inputs, store_specs
         )
     else:
-        kernel = K.ElementwiseKernel(
+        kernel = ElementwiseKernel(
             lw.fresh("k_fused_all_reduce"), remat + compute, iteration, inputs, store_specs
         )
     for op in scatters:

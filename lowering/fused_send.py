@@ -22,16 +22,20 @@ from xdsl.ir import Operation, SSAValue
 from coconet.core import values as V
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import tensor_type_of
-from coconet.lowering import cuda_kernels as K
 from coconet.lowering.fused_collective import lower_fused_collective
-from coconet.lowering.kernel_ir import ParamKind
-from coconet.lowering.plan import Epoch, KernelArg, Launch, PeerTable, RankValue
-from coconet.lowering.plan_builder import (
+from coconet.lowering.kernels.elementwise import ElementwiseKernel
+from coconet.lowering.kernels.spec import Store
+from coconet.lowering.plan import (
     MAX_COLLECTIVE_BLOCKS,
     PLAN_COLLECTIVE_BLOCKS,
-    PlanBuilder,
-    range_positions,
+    Epoch,
+    KernelArg,
+    Launch,
+    PeerTable,
+    RankValue,
 )
+from coconet.lowering.plan_builder import PlanBuilder
+from coconet.lowering.signature import ParamKind, range_positions
 
 _IN_KERNEL = (coco.ElementwiseOp, coco.ConstantOp, coco.SliceOp)
 
@@ -106,11 +110,11 @@ def emit_send_kernel(
         )
     ]
     direct = [u for u in updates if u.value in inside and u.value.type == u.target.type]
-    store_specs = [K.Store(v, tensor_type_of(v)) for v in stores]
-    store_specs += [K.Store(u.value, u.target.type, u.target) for u in direct]
+    store_specs = [Store(v, tensor_type_of(v)) for v in stores]
+    store_specs += [Store(u.value, u.target.type, u.target) for u in direct]
     store_buffers = [lw.buffer_for(v) for v in stores] + [lw.value_buffer(u.target) for u in direct]
     iteration = received.type
-    kernel = K.ElementwiseKernel(lw.fresh("k_fused_send"), compute, iteration, inputs, store_specs)
+    kernel = ElementwiseKernel(lw.fresh("k_fused_send"), compute, iteration, inputs, store_specs)
     kernel.sends.append((sent, received))
     built = kernel.build()
     name = lw.add_kernel(built)

@@ -41,8 +41,10 @@ from coconet.core import values as V
 from coconet.core.program import CocoError
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import TensorType, tensor_type_of
-from coconet.lowering import cuda_kernels as K
+from coconet.lowering.kernels.node import node_gather_kernel, node_reduce_kernel
 from coconet.lowering.plan import (
+    MAX_COLLECTIVE_BLOCKS,
+    PLAN_COLLECTIVE_BLOCKS,
     ArgTable,
     Buffer,
     Collective,
@@ -52,12 +54,7 @@ from coconet.lowering.plan import (
     PeerTable,
     RankValue,
 )
-from coconet.lowering.plan_builder import (
-    MAX_COLLECTIVE_BLOCKS,
-    PLAN_COLLECTIVE_BLOCKS,
-    PlanBuilder,
-    needed_after,
-)
+from coconet.lowering.plan_builder import PlanBuilder, needed_after
 
 
 def _count(shape: tuple[int, ...]) -> int:
@@ -192,7 +189,7 @@ def emit_hierarchical(
         lw.make_symmetric(op.input)
         elt = op.result.type.elt
         name = lw.add_kernel(
-            K.node_reduce_kernel(lw.fresh(f"k_node_reduce_{op.kind.data}_{elt}"), elt, op.kind.data)
+            node_reduce_kernel(lw.fresh(f"k_node_reduce_{op.kind.data}_{elt}"), elt, op.kind.data)
         )
         x, t = op.input.type, op.result.type
         bases = ArgTable(
@@ -285,7 +282,7 @@ def emit_hierarchical(
                 for k in range(parts.n)
             )
         )
-        name = lw.add_kernel(K.node_gather_kernel(lw.fresh(f"k_node_gather_{elt}"), elt))
+        name = lw.add_kernel(node_gather_kernel(lw.fresh(f"k_node_gather_{elt}"), elt))
         lw.emit(_node_launch(lw, name, parts, span, packed, dest, bases, layout))
     for value, u in targets.items():
         lw.buffers[value] = lw.value_buffer(u.target)

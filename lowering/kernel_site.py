@@ -6,7 +6,7 @@ A site is its ops (names, properties and attributes, how their operands refer to
 inputs and to each other, their result types), its inputs' types, its iteration type and its
 stores, with every value numbered by first occurrence; two sites with equal keys build
 kernels that differ only in what names their variables and comments take from the program's
-values, and in their dropouts' seeds, which are arguments (cuda_kernels.py). A later site
+values, and in their dropouts' seeds, which are arguments (kernels/params.py). A later site
 takes the first site's kernel with its parameters pointed at its own values (`params_of`),
 which is all the lowering reads of them to fill a launch's arguments."""
 
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from coconet.dialects import coco
-from coconet.lowering.cuda_kernels import Store
 from coconet.lowering.kernel_ir import Param
+from coconet.lowering.kernels.spec import Store
 
 SiteKey = tuple[object, ...]
 

@@ -38,16 +38,20 @@ from coconet.core.program import CocoError, Program, check_program_on_grid
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import TensorType, tensor_type_of
 from coconet.dialects.layout_rules import infer_elementwise
-from coconet.lowering import cuda_kernels as K
 from coconet.lowering.cuda_printer import kernel_signature, print_unit
 from coconet.lowering.fused_collective import lower_fused_collective
 from coconet.lowering.fused_send import lower_fused_send
-from coconet.lowering.kernel_ir import Kernel, KernelKey, Param, ParamKind, structural_key
+from coconet.lowering.kernel_ir import Kernel, KernelKey, Param, structural_key
 from coconet.lowering.kernel_site import KernelSite, SiteKey, kernel_site
+from coconet.lowering.kernels.elementwise import ElementwiseKernel
+from coconet.lowering.kernels.reductions import reduction_kernels, row_reduction_kernel
+from coconet.lowering.kernels.spec import Store
+from coconet.lowering.kernels.table import table_form
 from coconet.lowering.overlap import lower_overlap
 from coconet.lowering.plan import (
     COMM_STREAM,
     COMPUTE_STREAM,
+    PLAN_COLLECTIVE_BLOCKS,
     ArgTable,
     Buffer,
     Collective,
@@ -62,8 +66,10 @@ from coconet.lowering.plan import (
     RecordEvent,
     Step,
     WaitEvent,
+    shrink_grids,
 )
-from coconet.lowering.plan_builder import PLAN_COLLECTIVE_BLOCKS, LaunchConfig, range_positions
+from coconet.lowering.plan_builder import LaunchConfig
+from coconet.lowering.signature import ParamKind, range_positions
 
 
 class Lowering:
@@ -426,7 +432,7 @@ class Lowering:
             name, kernel = f"{run[0].kernel}_table", self.batchable_kernels[run[0].kernel]
         if name not in self.kernel_names:
             self.kernel_names.add(name)
-            self.kernels.append(K.table_form(kernel, name, shared))
+            self.kernels.append(table_form(kernel, name, shared))
         blocks = [0]
         for launch in run:
             blocks.append(blocks[-1] + launch.grid)
@@ -595,8 +601,8 @@ class Lowering:
         if not types:
             return
         iteration = self.iteration_type(ops, types)
-        store_specs = [K.Store(v, tensor_type_of(v)) for v in stores]
-        store_specs += [K.Store(u.value, u.target.type, u.target) for u in updates]
+        store_specs = [Store(v, tensor_type_of(v)) for v in stores]
+        store_specs += [Store(u.value, u.target.type, u.target) for u in updates]
         store_buffers = [self.buffer_for(v) for v in stores]
         store_buffers += [self.value_buffer(u.target) for u in updates]
         name, kernel, params = self.elementwise_kernel(
@@ -624,7 +630,7 @@ class Lowering:
         ops: Sequence[Operation],
         iteration: TensorType,
         inputs: Sequence[SSAValue],
-        stores: Sequence[K.Store],
+        stores: Sequence[Store],
     ) -> tuple[str, Kernel, Sequence[Param]]:
         """The name of the kernel computing `ops` (built, or an earlier site's: kernel_site.py),
         the kernel, and its parameters pointed at this site's values."""
@@ -635,7 +641,7 @@ class Lowering:
             params = site.params_of(first, kernel.params)
             if params is not None:
                 return name, kernel, params
-        kernel = K.ElementwiseKernel(kernel_name, ops, iteration, inputs, stores).build()
+        kernel = ElementwiseKernel(kernel_name, ops, iteration, inputs, stores).build()
         name = self.add_kernel(kernel)
         if site is not None:
             self.built_kernels[site.key] = (kernel, site, name)
@@ -779,7 +785,7 @@ class Lowering:
         name = f"k_reduce_{kind}_{elt}"
         if name not in self.kernel_names:
             self.kernel_names.add(name)
-            for kernel in K.reduction_kernels(name, kind, elt):
+            for kernel in reduction_kernels(name, kind, elt):
                 self.add_kernel(kernel)
                 self.batchable_kernels[kernel.name] = kernel
         x = self.value_buffer(op.input)
@@ -808,10 +814,10 @@ class Lowering:
         self.emit(Launch(f"{name}_finish", 1, 1, [partials, grid, out], writes=(out.name,)))
 
     def lower_reduce_dims(self, op: coco.ReduceDimsOp) -> None:
-        """One row-reduction kernel (cuda_kernels.row_reduction_kernel): a block per row."""
+        """One row-reduction kernel (kernels.reductions.row_reduction_kernel): a block per row."""
         elt = op.input.type.elt
         kind = op.kind.data
-        kernel = K.row_reduction_kernel(self.fresh(f"k_reduce_dims_{kind}_{elt}"), kind, elt)
+        kernel = row_reduction_kernel(self.fresh(f"k_reduce_dims_{kind}_{elt}"), kind, elt)
         name = self.add_kernel(kernel)
         first, last = op.reduced_dims[0], op.reduced_dims[-1]
         t = op.input.type
@@ -885,18 +891,6 @@ def step_buffers(step: Step) -> tuple[set[str], set[str]]:
             return {step.a.name, step.b.name}, {step.c.name}
         case _:
             return set(), set()
-
-
-def shrink_grids(grids: Sequence[int], most: int) -> list[int]:
-    """Grids of at least one block each, in proportion to `grids`, summing to at most `most`
-    (at least as many as there are grids)."""
-    total = sum(grids)
-    if total <= most:
-        return list(grids)
-    out = [max(1, g * most // total) for g in grids]
-    while sum(out) > most:
-        out[out.index(max(out))] -= 1
-    return out
 
 
 def default_ranks(program: Program) -> int:

@@ -1,4 +1,4 @@
-"""What the GPU runs: the plan's kernels compiled to a cubin by NVRTC (lowering/nvrtc.py, the
+"""What the GPU runs: the plan's kernels compiled to a cubin by NVRTC (toolchain/nvrtc.py, the
 project's options), their ptxas resource usage, and their machine code (SASS, disassembled by
 `nvdisasm` from the `nvidia-cuda-nvdisasm` wheel) read for the property the vector loops are
 built for (docs/architecture.md section 5, coco_device.h VECTORS): LOADS FIRST.
@@ -35,7 +35,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from coconet.lowering.nvrtc import compile_cuda
+from coconet.toolchain.nvrtc import compile_cuda
 
 __all__ = [
     "Instruction",

@@ -18,7 +18,7 @@ from xdsl.ir import Operation, SSAValue
 from coconet.core.program import CocoError
 from coconet.dialects import coco
 from coconet.dialects.coco import TensorType
-from coconet.lowering.kernel_ir import Kernel, KernelKey, KernelParam, Param, ParamKind
+from coconet.lowering.kernel_ir import Kernel, KernelKey, Param
 from coconet.lowering.kernel_site import KernelSite, SiteKey
 from coconet.lowering.plan import Buffer, KernelArg, RankValue, Step
 
@@ -47,23 +47,6 @@ class LaunchConfig:
     def grid_for(self, n: int) -> int:
         per_block = self.block * self.elements_per_thread
         return max(1, min(self.max_blocks, (n + per_block - 1) // per_block))
-
-
-# Blocks of a fused collective kernel all wait on their peers, so they must be resident at
-# once. The plan's grid is at most PLAN_COLLECTIVE_BLOCKS (the host backend's blocks are
-# chunks of work on a few cores, and any GPU holds that many); the cuda backend grows it, up
-# to what the GPU holds, to MAX_COLLECTIVE_BLOCKS at most: what the flag and partial buffers
-# are sized for. 64 blocks of 256 threads leave half of an H200's 132 SMs idle (measured: an
-# Adam step at 2^24 ran at 0.9 TB/s against a 4.3 TB/s copy).
-PLAN_COLLECTIVE_BLOCKS = 64
-MAX_COLLECTIVE_BLOCKS = 2048
-
-
-def range_positions(params: Sequence[Param] | Sequence[KernelParam]) -> tuple[int, int]:
-    """Where a kernel's element range [begin, end) sits among its parameters (its IR's or the
-    plan's signature); ValueError when it has none."""
-    kinds = [p.kind for p in params]
-    return kinds.index(ParamKind.BEGIN), kinds.index(ParamKind.END)
 
 
 class PlanBuilder(Protocol):

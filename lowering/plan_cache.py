@@ -2,7 +2,7 @@
 schedule, for a rank count, node map, launch configuration and target, so a program compiled
 once starts without parsing, scheduling or lowering again (a warm start).
 
-Entries live in the kernel cache's directory (lowering/kernel_cache.py, namespace "plans") and
+Entries live in the kernel cache's directory (toolchain/kernel_cache.py, namespace "plans") and
 follow its rules: published atomically, loaded only when intact (the digest written beside
 the entry matches) and trusted (owned by this user, writable by nobody else, in a tree of
 this user's private directories), read through the descriptor those checks were made on,
@@ -30,15 +30,15 @@ from xdsl.parser import Parser
 
 from coconet.core.program import make_context
 from coconet.dialects.coco_types import TensorType
-from coconet.lowering.kernel_cache import CachedArtifact, KernelCache, content_key
 from coconet.lowering.plan import Plan
+from coconet.toolchain.kernel_cache import CachedArtifact, KernelCache, content_key
 
 __all__ = ["PLAN_CACHE", "cached_plan", "compiler_digest", "plan_key"]
 
 PLAN_CACHE = KernelCache("plans")
 
 # The folders of coconet's packages (pyproject's package-dir): what a plan is computed by.
-_SOURCE_DIRS = ("coconet", "core", "dialects", "passes", "lowering")
+_SOURCE_DIRS = ("coconet", "core", "dialects", "passes", "toolchain", "lowering")
 _compiler_digest: str | None = None
 
 

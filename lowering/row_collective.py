@@ -31,7 +31,7 @@ both forms are bit-identical. The kernel keeps in shared memory first the values
 only recompute, then those it could re-read, as long as they fit.
 
 After its rows, the block runs the done step of the cross-rank protocol and pulls its rows
-of every peer's pieces, as the elementwise form does (cuda_kernels.py). The order of every
+of every peer's pieces, as the elementwise form does (kernels/pull.py). The order of every
 sum is the oracle's (runtime/sim.py `reduce_rows`), so the kernel is bit-exact.
 """
 
@@ -42,29 +42,15 @@ from xdsl.ir import Operation, SSAValue
 from coconet.core.program import CocoError
 from coconet.dialects import coco
 from coconet.dialects.coco import TensorType, tensor_type_of
-from coconet.lowering.cuda_kernels import (
-    C_COMPUTE,
-    C_STORAGE,
-    ElementwiseKernel,
-    # the row form extends the elementwise kernel builder: one kernel family over two files
-    _accumulator,  # pyright: ignore[reportPrivateUsage]
-    _ElementwiseBuilder,  # pyright: ignore[reportPrivateUsage]
-    _thread_zero,  # pyright: ignore[reportPrivateUsage]
-    load_expr,
-    store_expr,
-    store_from_double,
-)
 from coconet.lowering.kernel_ir import (
     BLOCK_IDX,
     GRID_DIM,
-    I64,
     Assign,
     Binary,
     BlockStrideLoop,
     Call,
     Cast,
     Combine,
-    CType,
     Decl,
     Expr,
     Field,
@@ -85,6 +71,17 @@ from coconet.lowering.kernel_ir import (
     peer,
     uses,
 )
+from coconet.lowering.kernels.elements import (
+    C_COMPUTE,
+    C_STORAGE,
+    accumulator,
+    load_expr,
+    store_expr,
+    store_from_double,
+)
+from coconet.lowering.kernels.elementwise import ElementwiseBuilder, ElementwiseKernel
+from coconet.lowering.kernels.statements import thread_zero
+from coconet.lowering.signature import I64, CType
 
 ELEMENT, ROW, SCALAR = "element", "row", "scalar"
 
@@ -110,7 +107,7 @@ class RowCollectiveKernel(ElementwiseKernel):
         return _RowBuilder(self).build()
 
 
-class _RowBuilder(_ElementwiseBuilder):
+class _RowBuilder(ElementwiseBuilder):
     def __init__(self, k: RowCollectiveKernel):
         super().__init__(k)
         it = k.iteration
@@ -324,7 +321,7 @@ class _RowBuilder(_ElementwiseBuilder):
                 res, C_COMPUTE[tensor_type_of(res).elt], 1, "val"
             )
         partials = {
-            r: self.shared_array(r.result, _accumulator(r.input.type.elt), lanes, "lanes")
+            r: self.shared_array(r.result, accumulator(r.input.type.elt), lanes, "lanes")
             for r in reductions
         }
         # scalars (constants, scalar arithmetic) once per block
@@ -353,7 +350,7 @@ class _RowBuilder(_ElementwiseBuilder):
             for r in reductions:
                 if self.level[r.input] != p:
                     continue
-                acc_t = _accumulator(r.input.type.elt)
+                acc_t = accumulator(r.input.type.elt)
                 rkind = (
                     ReduceKind.SUM
                     if r.kind.data == coco.DimReductionKind.MEAN
@@ -392,7 +389,7 @@ class _RowBuilder(_ElementwiseBuilder):
             per_row += fresh_copy((loop,))
             finish = self.finish_rows(p, reductions, partials)
             if finish:
-                per_row += [SyncBlock(), _thread_zero(*finish), SyncBlock()]
+                per_row += [SyncBlock(), thread_zero(*finish), SyncBlock()]
 
         if phases > 1:
             per_row.append(SyncBlock())  # the next row reuses the shared rows and values
@@ -407,10 +404,10 @@ class _RowBuilder(_ElementwiseBuilder):
         # Blocks take runs of whole rows; so does a pull of member q's uneven piece.
         self.align = Lit(str(self.count))
         stmts += [Decl(self.range, chunk), *self.hoisted]
-        stmts += [_thread_zero(self.peer_sync(SyncStep.ENTRY)), SyncBlock()]
+        stmts += [thread_zero(self.peer_sync(SyncStep.ENTRY)), SyncBlock()]
         begin, end = Field(self.range, "begin"), Field(self.range, "end")
         stmts.append(For(self.row_start, begin, end, tuple(per_row), step=Lit(str(self.count))))
-        stmts += [SyncBlock(), _thread_zero(self.peer_sync(SyncStep.DONE))]
+        stmts += [SyncBlock(), thread_zero(self.peer_sync(SyncStep.DONE))]
         if self.gathers:
             stmts += [SyncBlock(), *self.pull(pull_vector)]
         return Kernel(k.name, tuple(self.params), tuple(stmts))
@@ -484,7 +481,7 @@ class _RowBuilder(_ElementwiseBuilder):
         for r in reductions:
             if self.level[r.input] != p:
                 continue
-            acc_t = _accumulator(r.input.type.elt)
+            acc_t = accumulator(r.input.type.elt)
             rkind = (
                 ReduceKind.SUM
                 if r.kind.data == coco.DimReductionKind.MEAN

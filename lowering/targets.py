@@ -88,7 +88,7 @@ class SassReportTarget(Target):
     def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
         from coconet.core.program import CocoError
         from coconet.lowering.machine_code import MachineCodeError, format_report, kernel_reports
-        from coconet.lowering.nvrtc import NvrtcError
+        from coconet.toolchain.nvrtc import NvrtcError
 
         if not self.arch.startswith("sm_"):
             raise CocoError(f"sass-report needs a real architecture (sm_XX), not {self.arch!r}")

@@ -1,7 +1,7 @@
 """The `cpu` backend: one MPI process per rank (mpi4py).
 
 * Kernels: the plan's CUDA source compiled by the host C++ compiler against the host device
-  layer (lowering/host_compiler.py, cached on disk by content hash), called through ctypes with
+  layer (toolchain/host_compiler.py, cached on disk by content hash), called through ctypes with
   the parameter types of each kernel's signature.
 * Symmetric buffers: MPI-3 shared-memory windows (`MPI.Win.Allocate_shared` on the node
   communicator, `Shared_query` for peers' addresses), zeroed before first use; fused collective
@@ -41,12 +41,12 @@ import numpy as np
 
 from coconet.core import values as V
 from coconet.core.program import CocoError
-from coconet.lowering.host_compiler import HOST_CACHE, HostCompileError, compile_host
 from coconet.lowering.plan import COMM_STREAM, Buffer, Collective, Copy, Launch, Matmul, Plan
 from coconet.runtime.collectives import CollectiveContext, CollectiveOps, collective_ops
 from coconet.runtime.executor import KernelArg, buffer_dtype, check_plan_size, groups_of
 from coconet.runtime.symmetric import MpiWindows, PosixSegments, node_communicator
 from coconet.runtime.transport import MpiTransport
+from coconet.toolchain.host_compiler import HOST_CACHE, HostCompileError, compile_host
 
 CTYPES = {
     "ptr": ctypes.c_void_p,

@@ -8,7 +8,7 @@ arguments, peer tables, stream and event ordering, the choice of transport -- an
 unit-tested with a strict double that models CuPy 14's types and CUDA's stream semantics
 (test/unit/test_runtime_cuda.py).
 
-* Kernels: the plan's CUDA source compiled by NVRTC (lowering/nvrtc.py: the same options as CI,
+* Kernels: the plan's CUDA source compiled by NVRTC (toolchain/nvrtc.py: the same options as CI,
   the device headers in memory) for this GPU's architecture, the cubin cached on disk by content
   hash (`CUDA_CACHE`, like the host .so), loaded as a CuPy RawModule. Scalars are passed with
   the exact C type of each parameter (NumPy scalars), pointers as u64. Fused collective kernels
@@ -42,12 +42,10 @@ import numpy as np
 
 from coconet.core import values as V
 from coconet.core.program import CocoError
-from coconet.lowering.kernel_cache import KernelCache, content_key, pinned
-from coconet.lowering.kernel_ir import KernelParam
-from coconet.lowering.lower_to_plan import shrink_grids
 from coconet.lowering.plan import (
     COMM_STREAM,
     COMPUTE_STREAM,
+    MAX_COLLECTIVE_BLOCKS,
     ArgTable,
     Buffer,
     Collective,
@@ -56,8 +54,9 @@ from coconet.lowering.plan import (
     Matmul,
     PeerTable,
     Plan,
+    shrink_grids,
 )
-from coconet.lowering.plan_builder import MAX_COLLECTIVE_BLOCKS, range_positions
+from coconet.lowering.signature import KernelParam, range_positions
 from coconet.runtime.collectives import CollectiveContext, collective_ops, narrow, widen
 from coconet.runtime.executor import KernelArg, buffer_dtype, check_plan_size, groups_of
 from coconet.runtime.symmetric import node_communicator
@@ -72,6 +71,7 @@ from coconet.runtime.transport import (
     nccl_dtype,
     nccl_op,
 )
+from coconet.toolchain.kernel_cache import KernelCache, content_key, pinned
 
 __all__ = [
     "CUDA_CACHE",
@@ -232,7 +232,7 @@ def serves_tensor_table(step: Launch) -> bool:
 
 
 def cubin_cache_key(source: str, arch: str) -> str:
-    from coconet.lowering import nvrtc
+    from coconet.toolchain import nvrtc
 
     headers = nvrtc.device_headers()
     parts = [p for name in sorted(headers) for p in (name, headers[name])]
@@ -252,7 +252,7 @@ def compile_cubin(source: str, arch: str):
     Returns the cache artifact: its `value` a path to load the cubin from (the very file the
     cache checked, for the life of the process), `path` its place in the cache, `cache_hit`
     whether it was there."""
-    from coconet.lowering.nvrtc import NvrtcError, compile_cuda
+    from coconet.toolchain.nvrtc import NvrtcError, compile_cuda
 
     key = cubin_cache_key(source, arch)
 

@@ -35,7 +35,6 @@ import numpy as np
 from coconet.core import values as V
 from coconet.core.program import CocoError, memory_for
 from coconet.dialects.coco import TensorType
-from coconet.lowering.kernel_ir import ABI_KINDS
 from coconet.lowering.plan import (
     COMPUTE_STREAM,
     ArgTable,
@@ -52,6 +51,7 @@ from coconet.lowering.plan import (
     Step,
     WaitEvent,
 )
+from coconet.lowering.signature import ABI_KINDS
 
 if TYPE_CHECKING:
     from coconet.runtime.trace import StepTracer

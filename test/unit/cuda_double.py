@@ -36,10 +36,10 @@ from typing import Any, ClassVar
 import ml_dtypes
 import numpy as np
 
-from coconet.lowering.host_compiler import compile_host
 from coconet.runtime.cuda import as_bit_patterns, call_nccl, dlpack_placement
 from coconet.runtime.inprocess import InProcessWorld
 from coconet.runtime.transport import NCCL_DTYPES
+from coconet.toolchain.host_compiler import compile_host
 
 LEGACY = "legacy"
 

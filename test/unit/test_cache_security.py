@@ -31,9 +31,9 @@ from pathlib import Path
 
 import pytest
 
-from coconet.lowering import host_compiler, kernel_cache
-from coconet.lowering.host_compiler import HostCompileError, compile_host
-from coconet.lowering.kernel_cache import CacheWarning, KernelCache, cache_root, content_key
+from coconet.toolchain import host_compiler, kernel_cache
+from coconet.toolchain.host_compiler import HostCompileError, compile_host
+from coconet.toolchain.kernel_cache import CacheWarning, KernelCache, cache_root, content_key
 
 NOBODY = 65534
 IS_ROOT = os.geteuid() == 0

@@ -1,4 +1,4 @@
-"""Dimension coalescing in the kernel generator (lowering/cuda_kernels.py `dim_groups`).
+"""Dimension coalescing in the kernel generator (lowering/kernels/spec.py `dim_groups`).
 
 A kernel reads operands through per-dim coordinates only where some operand's index map
 differs from the iteration's; adjacent dims that every mapped operand walks alike collapse
@@ -23,7 +23,6 @@ from coconet.lowering.kernel_ir import (
     Kernel,
     LaneLoop,
     Param,
-    ParamKind,
     PeerVecIn,
     Stmt,
     Unused,
@@ -32,10 +31,11 @@ from coconet.lowering.kernel_ir import (
     rewrite,
 )
 from coconet.lowering.lower_to_plan import LaunchConfig, Lowering
-from coconet.lowering.nvrtc import compile_cuda, nvrtc_available
+from coconet.lowering.signature import ParamKind
 from coconet.runtime.sim import prepare_inputs
 from coconet.runtime.threaded import ThreadedExecutor
 from coconet.schedule import apply_schedule, named_schedules
+from coconet.toolchain.nvrtc import compile_cuda, nvrtc_available
 
 GRID = "attributes {coco.grid = #coco.grid<[?]>}"
 

@@ -23,11 +23,13 @@ import coconet
 from coconet.compile import apply_schedule
 from coconet.core.program import Program, parse_module
 from coconet.equivalence import check_equivalence
-from coconet.lowering.cuda_kernels import CONJUNCTION_TERMS, ElementwiseKernel
 from coconet.lowering.cuda_printer import CudaPrinter
-from coconet.lowering.kernel_ir import Kernel, ParamKind
+from coconet.lowering.kernel_ir import Kernel
+from coconet.lowering.kernels.elementwise import ElementwiseKernel
+from coconet.lowering.kernels.vectors import CONJUNCTION_TERMS
 from coconet.lowering.lower_to_plan import Lowering, lower
 from coconet.lowering.plan import Launch
+from coconet.lowering.signature import ParamKind
 from coconet.passes.common import OrderInfo, check_groups_acyclic
 from coconet.passes.fuse import FusePass
 from coconet.runtime.sim import prepare_inputs

@@ -24,10 +24,10 @@ from coconet.core.program import CocoError, Program, parse_module
 from coconet.dialects import coco
 from coconet.frontend import AllReduce, Constant, Local, Tensor
 from coconet.lowering.lower_to_plan import lower
-from coconet.lowering.nvrtc import compile_cuda, nvrtc_available
 from coconet.runtime.sim import prepare_inputs
 from coconet.runtime.threaded import ThreadedExecutor
 from coconet.schedule import apply_schedule, named_schedules
+from coconet.toolchain.nvrtc import compile_cuda, nvrtc_available
 from coconet.tools.coco_run import apply_pipeline
 
 PROGRAM = Path(__file__).parent / "programs" / "dense_constants.mlir"

@@ -1,4 +1,4 @@
-"""The device layer (lowering/coco_device.h) and its two compilers.
+"""The device layer (toolchain/coco_device.h) and its two compilers.
 
 Hand-written kernels in the house convention are (a) compiled with NVRTC for sm_80 and sm_90
 without warnings, and (b) compiled with the host compiler and run through ctypes with several
@@ -16,15 +16,15 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from coconet.lowering import host_compiler
-from coconet.lowering.host_compiler import (
+from coconet.toolchain import host_compiler
+from coconet.toolchain.host_compiler import (
     HOST_CACHE,
     HostCompileError,
     HostLibrary,
     compile_host,
     host_cache_path,
 )
-from coconet.lowering.nvrtc import (
+from coconet.toolchain.nvrtc import (
     NvrtcError,
     compile_all_archs,
     compile_cuda,

@@ -18,7 +18,7 @@ from coconet.lowering.lower_to_plan import lower
 from coconet.runtime.sim import run as sim_run
 from coconet.runtime.threaded import ThreadedExecutor
 
-HEADER = Path(coco.__file__).resolve().parents[1] / "lowering" / "coco_device.h"
+HEADER = Path(coco.__file__).resolve().parents[1] / "toolchain" / "coco_device.h"
 
 SPECIAL = {
     "f32": np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, -2.5, 1e-30, 3.0], np.float32),

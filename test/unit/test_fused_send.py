@@ -15,10 +15,10 @@ import pytest
 import coconet
 from coconet.compile import apply_schedule
 from coconet.lowering.lower_to_plan import LaunchConfig, lower
-from coconet.lowering.nvrtc import compile_cuda, nvrtc_available
 from coconet.lowering.plan import Collective, Launch, PeerTable, RankValue
 from coconet.runtime import sim
 from coconet.runtime.threaded import ThreadedExecutor
+from coconet.toolchain.nvrtc import compile_cuda, nvrtc_available
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "pipeline_boundary.mlir"
 

@@ -17,13 +17,13 @@ import pytest
 
 import coconet
 from coconet.core.program import Program
-from coconet.lowering.kernel_ir import ParamKind
-from coconet.lowering.lower_to_plan import LaunchConfig, lower, shrink_grids
-from coconet.lowering.nvrtc import compile_cuda, nvrtc_available
-from coconet.lowering.plan import ArgTable, Collective, Launch, Plan
+from coconet.lowering.lower_to_plan import LaunchConfig, lower
+from coconet.lowering.plan import ArgTable, Collective, Launch, Plan, shrink_grids
+from coconet.lowering.signature import ParamKind
 from coconet.runtime.sim import prepare_inputs
 from coconet.runtime.threaded import ThreadedExecutor
 from coconet.schedule import Schedule
+from coconet.toolchain.nvrtc import compile_cuda, nvrtc_available
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SIZES = (1000, 33, 4097, 12345, 7, 65537, 999)

@@ -16,10 +16,10 @@ import coconet
 from coconet.compile import apply_schedule
 from coconet.core import values as V
 from coconet.lowering.lower_to_plan import LaunchConfig, lower
-from coconet.lowering.nvrtc import compile_cuda, nvrtc_available
 from coconet.lowering.plan import Collective, Launch, PeerTable
 from coconet.runtime import sim
 from coconet.runtime.threaded import ThreadedExecutor
+from coconet.toolchain.nvrtc import compile_cuda, nvrtc_available
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 

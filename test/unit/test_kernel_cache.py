@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from coconet.lowering import kernel_cache
-from coconet.lowering.host_compiler import HOST_CACHE, compile_host, host_cache_path
+from coconet.toolchain import kernel_cache
+from coconet.toolchain.host_compiler import HOST_CACHE, compile_host, host_cache_path
 
 SOURCE = (
     '#include "coco_device.h"\n'
@@ -36,7 +36,7 @@ def _published_elsewhere() -> Path:
     """Compile SOURCE into the cache from another process: this one must not have the
     library loaded (the dynamic loader would hand back that mapping for the same path)."""
     code = (
-        "from coconet.lowering.host_compiler import compile_host\n"
+        "from coconet.toolchain.host_compiler import compile_host\n"
         f"print(compile_host({SOURCE!r}).path)"
     )
     out = subprocess.run(

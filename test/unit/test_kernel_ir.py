@@ -14,20 +14,14 @@ import numpy as np
 import pytest
 
 import coconet
-from coconet.lowering import cuda_kernels as K
 from coconet.lowering.cuda_printer import CudaPrinter, c_identifier, print_kernel
 from coconet.lowering.kernel_ir import (
     BLOCK_IDX,
-    F32,
-    F64,
     GRID_DIM,
-    I32,
-    I64,
     Assign,
     Binary,
     Cast,
     Combine,
-    CType,
     Decl,
     For,
     Identity,
@@ -35,7 +29,6 @@ from coconet.lowering.kernel_ir import (
     Kernel,
     Lit,
     Param,
-    ParamKind,
     ReduceKind,
     Select,
     Unary,
@@ -45,10 +38,13 @@ from coconet.lowering.kernel_ir import (
     rewrite,
     structural_key,
 )
+from coconet.lowering.kernels.reductions import reduction_kernels
+from coconet.lowering.kernels.table import table_form
 from coconet.lowering.lower_to_plan import lower
-from coconet.lowering.nvrtc import compile_cuda, nvrtc_available
+from coconet.lowering.signature import F32, F64, I32, I64, CType, ParamKind
 from coconet.runtime.sim import prepare_inputs
 from coconet.runtime.threaded import ThreadedExecutor
+from coconet.toolchain.nvrtc import compile_cuda, nvrtc_available
 
 
 def _printer(*names: str) -> tuple[CudaPrinter, list[Var]]:
@@ -196,8 +192,8 @@ def test_ctype_validates_and_knows_its_abi():
 
 
 def test_table_form_rewrites_the_launch_geometry_and_tables_every_parameter():
-    partial, _ = K.reduction_kernels("k_reduce_sum_f32", "sum", "f32")
-    table = K.table_form(partial, "k_table")
+    partial, _ = reduction_kernels("k_reduce_sum_f32", "sum", "f32")
+    table = table_form(partial, "k_table")
     assert [p.kind for p in table.params] == [
         ParamKind.IN,
         ParamKind.PARTIALS,

@@ -10,8 +10,8 @@ import pytest
 
 from coconet.compile import apply_schedule
 from coconet.core.program import Program, parse_module
-from coconet.lowering.cuda_kernels import Store
 from coconet.lowering.kernel_site import kernel_site
+from coconet.lowering.kernels.spec import Store
 from coconet.lowering.lower_to_plan import Lowering, lower
 from coconet.lowering.plan_cache import dump_plan
 from coconet.schedule import named_schedules

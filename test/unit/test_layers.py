@@ -5,6 +5,8 @@ Layers, bottom to top (a module may import any module of its own layer or of a l
     dialects      coconet.dialects                      the IR: types, ops, layout rules
     core          coconet.core                          program, errors, value layout,
                                                         numerics (tolerances), counter RNG
+    toolchain     coconet.toolchain                     the device layer's compilers (NVRTC,
+                                                        host C++) and the on-disk kernel cache
     frontend      coconet.frontend                      the Python builder of programs
     passes        coconet.passes, coconet.schedule      rewrites and the schedule API that
                                                         drives them (coco-schedule is a pass)
@@ -15,6 +17,10 @@ Layers, bottom to top (a module may import any module of its own layer or of a l
                   coconet.autotune, cost_model, ...     which compiles and measures)
                   coconet (the package's __init__)
     tools         coconet.tools                         console scripts and their rank workers
+
+The runtime reads the lowering through its plan only: of the lowering's modules it imports
+just the plan and its kernels' signatures (RUNTIME_SEES), and those two import no other
+lowering module, so the runtime never reaches into the compiler.
 
 Every import counts: module level, inside functions (the lazy imports that used to hide
 cycles), and under `TYPE_CHECKING`. Folders map to subpackages through pyproject's
@@ -32,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[2]
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("dialects", ("coconet.dialects",)),
     ("core", ("coconet.core",)),
+    ("toolchain", ("coconet.toolchain",)),
     ("frontend", ("coconet.frontend",)),
     ("passes", ("coconet.passes", "coconet.schedule")),
     ("lowering", ("coconet.lowering",)),
@@ -40,6 +47,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("api", ("coconet.compile", "coconet.torch", "coconet")),
     ("tools", ("coconet.tools",)),
 ]
+
+
+# The lowering modules the runtime may import: the plan and its kernels' signatures.
+RUNTIME_SEES = frozenset({"coconet.lowering.plan", "coconet.lowering.signature"})
 
 
 def layer_of(module: str) -> int:
@@ -188,6 +199,53 @@ def test_no_import_cycles_but_the_known_ones():
     assert not gone, f"these cycles are gone; remove them from KNOWN_CYCLES: {gone}"
 
 
+def boundary_crossings() -> list[str]:
+    """Imports of a lowering module by the runtime other than RUNTIME_SEES, and imports of
+    another lowering module by those (which would let the runtime reach past them)."""
+    modules = package_modules()
+    problems = []
+    for module, path in modules.items():
+        if module.startswith("coconet.runtime."):
+            allowed = RUNTIME_SEES
+        elif module in RUNTIME_SEES:
+            allowed = RUNTIME_SEES - {module}
+        else:
+            continue
+        for name, line in imported_modules(module, path):
+            target = resolve(name, modules)
+            if (
+                target is not None
+                and target.startswith("coconet.lowering.")
+                and target not in allowed
+            ):
+                where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+                problems.append(f"{where}:{line}: {module} imports {target}")
+    return problems
+
+
+def test_the_runtime_sees_only_the_plan_of_the_lowering():
+    problems = boundary_crossings()
+    assert not problems, "past the plan:\n" + "\n".join(problems)
+
+
+def _add_fake_module(tmp_path, monkeypatch, name: str, text: str) -> None:
+    """Make the contract see one more module, `name`, whose source is `text`."""
+    modules = package_modules()
+    fake = tmp_path / "fake.py"
+    fake.write_text(text)
+    monkeypatch.setattr(
+        __import__(__name__, fromlist=["_"]), "package_modules", lambda: {**modules, name: fake}
+    )
+
+
+def test_the_boundary_check_sees_a_crossing(tmp_path, monkeypatch):
+    """The checker itself: a runtime module importing the plan builder is reported."""
+    text = "def f():\n    from coconet.lowering.lower_to_plan import lower\n"
+    _add_fake_module(tmp_path, monkeypatch, "coconet.runtime.fake", text)
+    (problem,) = boundary_crossings()
+    assert "coconet.runtime.fake imports coconet.lowering.lower_to_plan" in problem
+
+
 def test_the_cycle_finder_finds_a_cycle():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert import_cycles(graph) == [frozenset({"a", "b", "c"})]
@@ -195,13 +253,7 @@ def test_the_cycle_finder_finds_a_cycle():
 
 def test_the_contract_sees_an_upward_import(tmp_path, monkeypatch):
     """The checker itself: a lowering module importing the runtime is reported."""
-    modules = package_modules()
-    fake = tmp_path / "fake.py"
-    fake.write_text("def f():\n    from coconet.runtime.sim import run\n")
-    monkeypatch.setattr(
-        __import__(__name__, fromlist=["_"]),
-        "package_modules",
-        lambda: {**modules, "coconet.lowering.fake": fake},
-    )
+    text = "def f():\n    from coconet.runtime.sim import run\n"
+    _add_fake_module(tmp_path, monkeypatch, "coconet.lowering.fake", text)
     (problem,) = upward_imports()
     assert "coconet.lowering.fake (lowering) imports coconet.runtime.sim (runtime)" in problem

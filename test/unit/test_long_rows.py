@@ -17,14 +17,14 @@ import pytest
 
 import coconet
 from coconet.core.program import Program, parse_module
-from coconet.lowering.host_compiler import compile_host
 from coconet.lowering.lower_to_plan import LaunchConfig, lower
-from coconet.lowering.nvrtc import compile_cuda, nvrtc_available
 from coconet.lowering.plan import Collective, Launch
 from coconet.lowering.row_collective import SHARED_ROW_BYTES
 from coconet.runtime.sim import prepare_inputs
 from coconet.runtime.threaded import ThreadedExecutor
 from coconet.schedule import apply_schedule, named_schedules
+from coconet.toolchain.host_compiler import compile_host
+from coconet.toolchain.nvrtc import compile_cuda, nvrtc_available
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 CONFIGS = [LaunchConfig(), LaunchConfig(block=1, max_blocks=3), LaunchConfig(block=3, max_blocks=7)]

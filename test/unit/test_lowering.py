@@ -21,9 +21,9 @@ import coconet
 from coconet.core.program import Program
 from coconet.dialects import coco, comm
 from coconet.lowering.lower_to_plan import LaunchConfig, lower
-from coconet.lowering.nvrtc import compile_cuda, nvrtc_available
 from coconet.runtime.sim import prepare_inputs
 from coconet.runtime.threaded import ThreadedExecutor
+from coconet.toolchain.nvrtc import compile_cuda, nvrtc_available
 
 EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.mlir"))
 FULL = os.environ.get("COCONET_FULL") == "1"

@@ -24,7 +24,7 @@ from coconet.lowering.machine_code import (
     parse_sass,
     vector_loops,
 )
-from coconet.lowering.nvrtc import compile_cuda, nvrtc_available
+from coconet.toolchain.nvrtc import compile_cuda, nvrtc_available
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 

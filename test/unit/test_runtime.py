@@ -21,9 +21,9 @@ from coconet.compile import apply_schedule, compile as coco_compile, is_pipeline
 from coconet.core import values as V
 from coconet.core.program import CocoError
 from coconet.lowering.cuda_printer import c_type
-from coconet.lowering.kernel_ir import CType, KernelParam, ParamKind
 from coconet.lowering.lower_to_plan import lower
 from coconet.lowering.plan import Epoch, Launch, PeerTable, RankValue
+from coconet.lowering.signature import CType, KernelParam, ParamKind
 from coconet.runtime import sim
 from coconet.runtime.check import compare_outputs, compare_piece, tolerance
 from coconet.runtime.executor import (
@@ -570,8 +570,8 @@ def test_fault_specs():
 
 
 def test_cubins_are_cached_by_content(tmp_path, monkeypatch):
-    from coconet.lowering.nvrtc import nvrtc_available
     from coconet.runtime.cuda import CUDA_CACHE, compile_cubin
+    from coconet.toolchain.nvrtc import nvrtc_available
 
     if not nvrtc_available():
         pytest.skip("NVRTC is not installed")

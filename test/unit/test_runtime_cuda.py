@@ -30,7 +30,6 @@ from coconet.compile import apply_schedule
 from coconet.core import values as V
 from coconet.core.program import CocoError
 from coconet.lowering.lower_to_plan import lower
-from coconet.lowering.nvrtc import nvrtc_available
 from coconet.lowering.plan import COMM_STREAM, COMPUTE_STREAM, Epoch, Launch, PeerTable
 from coconet.runtime import sim
 from coconet.runtime.check import compare_outputs
@@ -45,6 +44,7 @@ from coconet.runtime.cuda import (
 )
 from coconet.runtime.executor import KernelArg, PlanRunner, group_of
 from coconet.runtime.inprocess import IN_PROCESS_MPI as FakeMPI, InProcessComm as FakeComm
+from coconet.toolchain.nvrtc import nvrtc_available
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -23,11 +23,11 @@ from coconet.core import values as V
 from coconet.core.program import CocoError, Program, parse_module
 from coconet.dialects.coco import SlicedAttr, TensorType
 from coconet.lowering.lower_to_plan import LaunchConfig, lower
-from coconet.lowering.nvrtc import compile_cuda, nvrtc_available
 from coconet.lowering.plan import Launch, RankValue
 from coconet.runtime.sim import prepare_inputs
 from coconet.runtime.threaded import ThreadedExecutor
 from coconet.schedule import apply_schedule, named_schedules
+from coconet.toolchain.nvrtc import compile_cuda, nvrtc_available
 from coconet.tools.coco_run import apply_pipeline
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

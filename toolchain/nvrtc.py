@@ -5,7 +5,7 @@ uses this module to check that every generated kernel compiles for sm_80 and sm_
 NVRTC is driven through ctypes rather than CuPy because CuPy's compile helpers ask the
 (absent) device for its architecture.
 
-The device layer headers (lowering/*.h) are handed to NVRTC as in-memory headers, so the
+The device layer headers (toolchain/*.h) are handed to NVRTC as in-memory headers, so the
 result does not depend on any include path or on the CUDA toolkit being installed.
 """
 
@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 DEFAULT_ARCHS: tuple[str, ...] = ("sm_80", "sm_90")
-LOWERING_DIR = Path(__file__).resolve().parent
+HEADER_DIR = Path(__file__).resolve().parent
 
 # Exact, reproducible numerics: the host build rounds every operation (-ffp-contract=off),
 # so the GPU must not contract a*b+c into an FMA either. The rest are NVRTC's defaults,
@@ -189,7 +189,7 @@ def nvrtc_version() -> tuple[int, int]:
 def device_headers() -> dict[str, str]:
     """The device layer headers by include name (read each call: they are small, and a
     stale copy would make edits to the header invisible in a long-lived process)."""
-    return {p.name: p.read_text() for p in sorted(LOWERING_DIR.glob("*.h"))}
+    return {p.name: p.read_text() for p in sorted(HEADER_DIR.glob("*.h"))}
 
 
 def _string_array(items: Sequence[str]) -> ctypes.Array[ctypes.c_char_p]:

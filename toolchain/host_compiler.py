@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from coconet.lowering.kernel_cache import KernelCache, content_key, pinned
+from coconet.toolchain.kernel_cache import KernelCache, content_key, pinned
 
 __all__ = [
     "HOST_CACHE",
@@ -44,7 +44,7 @@ __all__ = [
     "host_compile_flags",
 ]
 
-LOWERING_DIR = Path(__file__).resolve().parent
+HEADER_DIR = Path(__file__).resolve().parent
 HOST_CACHE = KernelCache("host")
 # Bumped when the build recipe changes in a way the flags do not capture.
 _RECIPE_VERSION = "host-v1"
@@ -163,7 +163,7 @@ def host_compile_flags(*, openmp: bool = True, warnings_as_errors: bool = False)
 
 
 def _device_headers() -> dict[str, str]:
-    return {p.name: p.read_text() for p in sorted(LOWERING_DIR.glob("*.h"))}
+    return {p.name: p.read_text() for p in sorted(HEADER_DIR.glob("*.h"))}
 
 
 def _cache_key(source: str, flags: Sequence[str], headers: dict[str, str]) -> str:

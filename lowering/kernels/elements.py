@@ -1,0 +1,154 @@
+"""Element types in the kernel IR: how each is stored and the type it computes in, exact
+literals, loads and stores between the two, rounding (once, from double, where an op computes
+in double: core/elementwise.py says which), casts, and the accumulators of reductions (double,
+or long long for integers).
+
+Numerics follow the dialects exactly: each op computes in float (double, long long) and rounds
+its result to its element type, constants are rounded to their element type at compile time,
+and reductions accumulate in double."""
+
+from __future__ import annotations
+
+import numpy as np
+from xdsl.ir import Operation
+
+from coconet.core.elementwise import ELEMENTWISE
+from coconet.core.values import NUMPY_DTYPES
+from coconet.dialects import coco
+from coconet.dialects.coco import tensor_type_of
+from coconet.lowering.kernel_ir import Binary, Cast, Expr, Lit, Unary, Var, binary
+from coconet.lowering.kernels.statements import call
+from coconet.lowering.signature import BOOL, F32, F64, I32, I64, CType
+
+# How an element type is stored, and the type it is computed in.
+C_STORAGE = {
+    "f16": CType("coco_f16"),
+    "bf16": CType("coco_bf16"),
+    "f32": F32,
+    "f64": F64,
+    "i32": I32,
+    "i64": I64,
+    "i1": BOOL,
+}
+C_COMPUTE = {
+    "f16": F32,
+    "bf16": F32,
+    "f32": F32,
+    "f64": F64,
+    "i32": I64,
+    "i64": I64,
+    "i1": BOOL,
+}
+
+
+# Bytes of one stored element (vector widths are counted in the narrowest element).
+STORAGE_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8, "i32": 4, "i64": 8, "i1": 1}
+
+
+def is_float(elt: str) -> bool:
+    return elt in ("f16", "bf16", "f32", "f64")
+
+
+def c_float(value: float, elt: str) -> Expr:
+    """An exact C literal of `value` rounded to element type `elt`, in its compute type."""
+    # A literal beyond the type's range rounds to an infinity (printed below), as in the sim.
+    with np.errstate(over="ignore"):
+        rounded = float(np.array(value, dtype=NUMPY_DTYPES[elt]).astype(np.float64))
+    sfx = "f" if C_COMPUTE[elt] == F32 else ""
+    if np.isnan(rounded):
+        return Binary("/", Lit(f"0.0{sfx}"), Lit(f"0.0{sfx}"))
+    if np.isinf(rounded):
+        sign = "-" if rounded < 0 else ""
+        return Binary("/", Lit(f"{sign}1.0{sfx}"), Lit(f"0.0{sfx}"))
+    return Lit(rounded.hex() + sfx)
+
+
+def int_literal(value: float | int, elt: str) -> Expr:
+    """An integer constant wrapped to its element type, as a long long."""
+    return Cast(I64, Lit(str(int(np.array(value).astype(NUMPY_DTYPES[elt])))))
+
+
+def load_expr(elt: str, ref: Expr) -> Expr:
+    """A stored element in its compute type."""
+    if elt in ("f16", "bf16"):
+        return call("coco_to_f32", ref)
+    if elt == "i32":
+        return Cast(I64, ref)
+    return ref
+
+
+def store_expr(elt: str, value: Expr) -> Expr:
+    """A compute-type value (already rounded to `elt`) in its storage type."""
+    if elt == "f16":
+        return call("coco_f16_from_f32", value)
+    if elt == "bf16":
+        return call("coco_bf16_from_f32", value)
+    if elt == "i32":
+        return Cast(I32, value)
+    return value
+
+
+def round_expr(elt: str, value: Expr) -> Expr:
+    """Round a compute-type value to the element type, staying in the compute type."""
+    if elt in ("f16", "bf16"):
+        return call(f"coco_round_{elt}", value)
+    if elt == "i32":
+        return Cast(I64, Cast(I32, value))
+    return value
+
+
+def store_from_double(elt: str, value: Expr) -> Expr:
+    """Round a double to the element type ONCE (as NumPy does), in storage form. Going through
+    float would round twice for f16/bf16; rounding to odd first makes the second rounding
+    exact (float has more than twice the bits of either)."""
+    if elt in ("f16", "bf16"):
+        return store_expr(elt, call("coco_f64_to_f32_odd", value))
+    if elt == "i1":
+        return binary("!=", value, 0)
+    if elt == "i32":
+        return store_expr(elt, Cast(I64, value))
+    return Cast(C_STORAGE[elt], value)
+
+
+def in_double(op: Operation) -> bool:
+    """A transcendental op on a float narrower than double computes in double and rounds once
+    (core/elementwise.py says which ops; the sim does the same)."""
+    semantics = ELEMENTWISE.get(type(op))
+    return (
+        semantics is not None
+        and semantics.transcendental
+        and tensor_type_of(op.results[0]).elt in ("f16", "bf16", "f32")
+    )
+
+
+def round_from_double(elt: str, value: Expr) -> Expr:
+    """Round a double to `elt` once, staying in the compute type (float)."""
+    if elt in ("f16", "bf16"):
+        return call(f"coco_round_{elt}", call("coco_f64_to_f32_odd", value))
+    return Cast(F32, value)
+
+
+def arithmetic(op: coco.BinaryOp | coco.UnaryOp, operands: list[Var]) -> Expr:
+    """The op as core/elementwise.py states it: a C operator or a coco_device.h function
+    (overloaded for float, double and coco_i64), on double operands where it computes in
+    double."""
+    name, is_operator = ELEMENTWISE[type(op)].device_for(
+        is_float(tensor_type_of(op.results[0]).elt)
+    )
+    args: list[Expr] = [Cast(F64, x) for x in operands] if in_double(op) else list(operands)
+    if not is_operator:
+        return call(name, *args)
+    if len(args) == 1:
+        return Unary(name, args[0])
+    return Binary(name, args[0], args[1])
+
+
+def cast_to(dst_elt: str, x: Expr) -> Expr:
+    if dst_elt == "i1":
+        return binary("!=", x, 0)
+    return Cast(C_COMPUTE[dst_elt], x)
+
+
+def accumulator(elt: str) -> CType:
+    """Reductions accumulate floats in double, integers in long long."""
+    return F64 if is_float(elt) else I64
