@@ -309,7 +309,9 @@ class FusePass(ModulePass):
     Legality (refusals name the rule; greedy mode skips what they refuse):
     * [fuse-cycle]       no op outside the set depends on the set and feeds back into it.
     * [fuse-chain]       an all_reduce fusion holds exactly one reduce_scatter and at least
-                         one all_gather of its chain (one collective chain per region); a
+                         one all_gather of its chain (one collective chain per region), or,
+                         for ZeRO-3's step (sliced parameters and state), none where every
+                         result of the chain updates sliced state; a
                          send fusion holds exactly one send, fed by elementwise computation.
     * [fuse-sizes]       tensors computed in the region share one iteration space (the
                          reduce_scatter's, for all_reduce); scalars fit any, and so do the
@@ -639,11 +641,12 @@ class FusePass(ModulePass):
             elif waits:
                 after_gather.add(u)
             u = u.next_op
-        if not any(isinstance(m, comm.AllGatherOp) for m in members):
+        if not any(isinstance(m, comm.AllGatherOp) for m in members) and not _stays_sliced(members):
             raise fail(
                 f"{RULE}-chain",
                 f"no all_gather of the chain of {op_name(rs)} over its axes: a fused all_reduce "
-                "needs reduce_scatter, computation and all_gather",
+                "needs reduce_scatter, computation and all_gather (or, ZeRO-3's, computation "
+                "whose every result updates sliced state)",
             )
         self._check_rows(members, space)
         members = self._pull_feeders(block, members, space)
@@ -827,6 +830,21 @@ class FusePass(ModulePass):
             block, members, f"{RULE}-cycle", "fusing " + self._describe(members)
         )
         return wrap_in_region(block, hoisted, order, _make_fused(kind))
+
+
+def _stays_sliced(members: set[Operation]) -> bool:
+    """Whether a chain without an all_gather is ZeRO-3's step: computation on the slice
+    whose results only its own updates read (sliced parameters and state stay sliced), at
+    least one of them. Where a result leaves the chain (a send of the slice, a value the
+    program returns), the chain is not fused as an all_reduce."""
+    updates = [m for m in members if isinstance(m, coco.UpdateOp)]
+    return bool(updates) and all(
+        use.operation in members
+        for m in members
+        if not isinstance(m, coco.UpdateOp)
+        for r in m.results
+        for use in r.uses
+    )
 
 
 def _shared(op: Operation) -> PassFailedException:

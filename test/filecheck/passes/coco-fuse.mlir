@@ -6,7 +6,7 @@
 // RUN: not coco-opt %s -p 'coco-fuse{mode=elementwise ops=c,e2}' 2>&1 | filecheck %s --check-prefix=CONNECTED
 // RUN: not coco-opt %s -p 'coco-fuse{mode=elementwise ops=ca,cb}' 2>&1 | filecheck %s --check-prefix=CYCLE
 // RUN: not coco-opt %s -p 'coco-fuse{mode=elementwise ops=xb,bias2}' 2>&1 | filecheck %s --check-prefix=SIZES
-// RUN: not coco-opt %s -p 'coco-fuse{mode=all_reduce ops=h_rs}' 2>&1 | filecheck %s --check-prefix=CHAIN
+// RUN: not coco-opt %s -p 'coco-fuse{mode=all_reduce ops=q_rs}' 2>&1 | filecheck %s --check-prefix=CHAIN
 // RUN: not coco-opt %s -p 'coco-fuse{mode=all_reduce ops=ra,rb,cc,ccg}' 2>&1 | filecheck %s --check-prefix=TWO-RS
 // RUN: not coco-opt %s -p 'coco-fuse{mode=bogus}' 2>&1 | filecheck %s --check-prefix=MODE
 
@@ -45,11 +45,11 @@ func.func @sgd(%g: !coco.tensor<64xf32, local>, %w: !coco.tensor<64xf32>, %lr: !
   func.return
 }
 
-// A chain whose state is kept sliced (no all_gather left) is no fused all_reduce: greedy
-// mode fuses its computation as an elementwise kernel instead.
+// ZeRO-3's step: a chain whose state is kept sliced (no all_gather) and whose every result
+// updates that state fuses with its reduce_scatter (one kernel pulls the peers' pieces).
 // CHECK-LABEL: func.func @zero
-// CHECK-NEXT:    %h_rs = comm.reduce_scatter sum %h
-// CHECK-NEXT:    comm.fused elementwise {
+// CHECK-NEXT:    comm.fused all_reduce {
+// CHECK-NEXT:      %h_rs = comm.reduce_scatter sum %h
 // CHECK-NEXT:      %h2 = coco.mul %h_rs, %h_rs
 // CHECK-NEXT:      %h3 = coco.sub %p, %h2
 // CHECK-NEXT:      coco.update %p, %h3
@@ -137,6 +137,18 @@ func.func @two(%a: !coco.tensor<64xf32, local>, %b: !coco.tensor<64xf32, local>)
 // CYCLE:     coco-opt: error: [fuse-cycle] fusing {%ca (coco.add), %cb (coco.mul)} would form a cycle: %sa (coco.reduce) depends on the set and %cb (coco.mul) in the set depends on it
 // CYCLE-NOT: {{.}}
 // SIZES:     coco-opt: error: [fuse-sizes] %xb (coco.add) computes over a different iteration space than the rest of the fused set (one kernel runs one space)
-// CHAIN:     coco-opt: error: [fuse-chain] no all_gather of the chain of %h_rs (comm.reduce_scatter) over its axes: a fused all_reduce needs reduce_scatter, computation and all_gather
+// CHAIN:     coco-opt: error: [fuse-chain] no all_gather of the chain of %q_rs (comm.reduce_scatter) over its axes: a fused all_reduce needs reduce_scatter, computation and all_gather (or, ZeRO-3's, computation whose every result updates sliced state)
 // TWO-RS:    coco-opt: error: [fuse-chain] a fused all_reduce holds exactly one reduce_scatter; the named ops hold 2
 // MODE:      coco-opt: error: [fuse-mode] unknown mode 'bogus': use one of auto, elementwise, all_reduce, send
+
+// A chain without an all_gather whose result leaves it (returned) is no fused all_reduce:
+// greedy mode fuses its computation as an elementwise kernel instead.
+// CHECK-LABEL: func.func @zero_escapes
+// CHECK-NEXT:    %q_rs = comm.reduce_scatter sum %q
+// CHECK-NEXT:    %q3 = comm.fused elementwise
+func.func @zero_escapes(%q: !coco.tensor<64xf32, local>, %r: !coco.tensor<64xf32, sliced<0>>) -> !coco.tensor<64xf32, sliced<0>> attributes {coco.grid = #coco.grid<[?]>} {
+  %q_rs = comm.reduce_scatter sum %q : !coco.tensor<64xf32, local> -> !coco.tensor<64xf32, sliced<0>>
+  %q2 = coco.mul %q_rs, %q_rs : !coco.tensor<64xf32, sliced<0>>
+  %q3 = coco.sub %r, %q2 : !coco.tensor<64xf32, sliced<0>>
+  func.return %q3 : !coco.tensor<64xf32, sliced<0>>
+}
