@@ -200,7 +200,7 @@ def stream_triad(comm, n: int) -> Step:
     import numpy as np
 
     from coconet.lowering.host_compiler import compile_host
-    from coconet.machine_probe import STREAM_SOURCE  # the probe's triad: both measure one loop
+    from coconet.tune.machine_probe import STREAM_SOURCE  # the probe's triad: both measure one loop
 
     lib = compile_host(STREAM_SOURCE)
     kernel = lib.kernel(
