@@ -5,7 +5,7 @@
     ranking.best.name, ranking.best.pipeline, ranking.best.prediction.seconds
     print(ranking.explain())
 
-The space is every named schedule that fits the program (coconet/schedule.py
+The space is every named schedule that fits the program (coconet/schedule/enumerator.py
 `named_schedules`) and every schedule `enumerate_scheduled_programs` lists; schedules whose IR
 is the same are one candidate (its first name kept, the others as aliases). Each candidate is
 lowered for the rank count and the profile's nodes (a fused collective whose group spans
@@ -136,14 +136,10 @@ def _bounds(p: Prediction) -> str:
 def candidate_schedules(program: Any, *, space: str = "all") -> list[Candidate]:
     """The schedules to rank: the named ones that fit, then (space "all") every enumerated
     one; one candidate per distinct IR."""
-    from coconet.schedule import (
-        _as_program,
-        apply_schedule,
-        enumerate_scheduled_programs,
-        named_schedules,
-    )
+    from coconet.schedule import apply_schedule, enumerate_scheduled_programs, named_schedules
+    from coconet.schedule.steps import as_program
 
-    p = _as_program(program)
+    p = as_program(program)
     by_ir: dict[str, Candidate] = {}
     out: list[Candidate] = []
 

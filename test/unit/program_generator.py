@@ -742,7 +742,7 @@ def programs(draw, max_ops: int = 10, grids: Sequence[tuple[int, ...]] = GRIDS) 
 
 def registered_pass_names() -> list[str]:
     """coconet's passes, as registered right now (new passes are picked up automatically)."""
-    from coconet.passes import get_all_passes
+    from coconet.schedule import get_all_passes
 
     names = []
     for name, factory in get_all_passes().items():
