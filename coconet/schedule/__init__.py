@@ -27,10 +27,11 @@ Named schedules (CoCoNet's variants, chosen by a program's structure): `named_sc
 `enumerate_schedules`.
 
 One concern a module, bottom to top: `errors` (ScheduleError), `pipeline` (pipelines as
-text), `targets` (finding and naming the values passes target), `structure` (what decides
-which schedules fit), `steps` (the transformations, one pass each), `recipes` and `named` (the
-named schedules), `schedule_pass` (`coco-schedule`), `registry` (every pass, coco-schedule
-included), `api` (`Schedule`), `enumerator` (what is offered; the autotuner's space).
+text), `targets` (finding and naming the values passes target), `handles` (references to
+what steps made, and targets as names), `structure` (what decides which schedules fit),
+`steps` (the transformations, one pass each), `recipes` and `named` (the named schedules),
+`schedule_pass` (`coco-schedule`), `registry` (every pass, coco-schedule included), `api`
+(`Schedule`), `enumerator` (what is offered; the autotuner's space).
 """
 
 from coconet.schedule.api import Schedule, apply_pipeline, schedule
@@ -42,6 +43,7 @@ from coconet.schedule.enumerator import (
     why_not_offered,
 )
 from coconet.schedule.errors import VERIFY_RULE, ScheduleError
+from coconet.schedule.handles import Handle, Reordered
 from coconet.schedule.named import (
     NAMED_SCHEDULES,
     NamedSchedule,
@@ -51,7 +53,7 @@ from coconet.schedule.named import (
 from coconet.schedule.pipeline import format_pass, format_pipeline
 from coconet.schedule.registry import get_all_passes, parse_pipeline
 from coconet.schedule.schedule_pass import SchedulePass
-from coconet.schedule.steps import Handle, Reordered, ScheduleSteps
+from coconet.schedule.steps import ScheduleSteps
 from coconet.schedule.structure import PREFERRED_GROUP, auto_split_dim
 from coconet.schedule.targets import TARGET_NAMES, name_schedule_targets
 

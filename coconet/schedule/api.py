@@ -12,9 +12,10 @@ from xdsl.passes import ModulePass
 from coconet.core.gc_pause import without_gc
 from coconet.core.program import Program
 from coconet.schedule.errors import schedule_error
+from coconet.schedule.handles import Handle
 from coconet.schedule.named import NAMED_SCHEDULES, resolve_schedule_name
 from coconet.schedule.registry import parse_pipeline
-from coconet.schedule.steps import Handle, ScheduleSteps, as_program
+from coconet.schedule.steps import ScheduleSteps, as_program
 from coconet.schedule.structure import Structure
 
 

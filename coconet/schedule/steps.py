@@ -5,8 +5,7 @@ answered with name-based handles to what it made."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Self
 
@@ -21,6 +20,7 @@ from coconet.core.program import CocoError, Program, make_context
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import SlicedAttr, TensorType
 from coconet.schedule.errors import RULE_PREFIX, VERIFY_RULE, ScheduleError, schedule_error
+from coconet.schedule.handles import Handle, Reordered, Target, flatten_targets, target_name
 from coconet.schedule.pipeline import format_pass, format_pipeline, make_pass
 from coconet.schedule.structure import auto_split_dim
 from coconet.schedule.targets import name_schedule_targets, top_level_named, values_named
@@ -75,108 +75,6 @@ def _auto_dim(v: SSAValue | None) -> int:
     if v is None or not isinstance(v.owner, comm.AllReduceOp):
         return 0  # the pass refuses with its own rule
     return auto_split_dim(v.owner)
-
-
-@dataclass(frozen=True, eq=False)
-class Handle:
-    """A name-based reference to a value (or the op producing it) of a Schedule's program.
-
-    It stays valid across later steps as long as some op still produces a value of that name
-    (a value moved into a fused region is found inside it). `str(handle)` is `%name`. A region
-    with no results has no name: such a handle holds the op itself and cannot be targeted."""
-
-    schedule: ScheduleSteps = field(repr=False)
-    name: str | None
-    kind: str  # the producing op's name (`comm.reduce_scatter`, ...) or `argument`
-    _op: Operation | None = field(default=None, repr=False)
-
-    @property
-    def value(self) -> SSAValue | None:
-        if self.name is None:
-            return None
-        return top_level_named(self.schedule.program.func, self.name)
-
-    @property
-    def op(self) -> Operation | None:
-        """The op producing the value now (None for an argument)."""
-        if self.name is None:
-            return self._op if self._op is not None and self._op.parent is not None else None
-        v = self.value
-        return v.owner if isinstance(v, OpResult) else None
-
-    @property
-    def type(self) -> Any:
-        v = self.value
-        return None if v is None else v.type
-
-    def __str__(self) -> str:
-        return f"%{self.name}" if self.name else f"<unnamed {self.kind}>"
-
-
-class Reordered:
-    """What `Schedule.reorder` returns: unpacks as CoCoNet's `(newComps, newAGs)`: the moved
-    computations (their sliced values) and the all_gathers re-inserted for values that leave
-    the moved set; `slices` holds the slices of replicated operands it made."""
-
-    def __init__(self, computations: list[Handle], gathers: list[Handle], slices: list[Handle]):
-        self.computations = computations
-        self.gathers = gathers
-        self.slices = slices
-
-    def __iter__(self) -> Iterator[list[Handle]]:
-        return iter((self.computations, self.gathers))
-
-    def __repr__(self) -> str:
-        show = lambda hs: "[" + ", ".join(map(str, hs)) + "]"  # noqa: E731
-        return (
-            f"Reordered(computations={show(self.computations)}, gathers={show(self.gathers)}, "
-            f"slices={show(self.slices)})"
-        )
-
-
-Target = str | Handle | SSAValue | Operation
-
-
-def _target_name(t: Target, method: str) -> str:
-    if isinstance(t, Handle):
-        if t.name is None:
-            raise schedule_error(
-                "schedule-target",
-                f"{method}: {t} has no SSA name, so no pass can target it; target a named op "
-                "it holds, or call without targets (greedy mode)",
-            )
-        return t.name
-    if isinstance(t, str):
-        name = t[1:] if t.startswith("%") else t
-        if not name:
-            raise schedule_error("schedule-target", f"{method}: empty target name")
-        return name
-    if isinstance(t, SSAValue):
-        if not t.name_hint:
-            raise schedule_error(
-                "schedule-target",
-                f"{method}: the value has no SSA name; name it in the program (passes find "
-                "ops by name) or call without targets (greedy mode)",
-            )
-        return t.name_hint
-    if isinstance(t, Operation):
-        named = [r.name_hint for r in t.results if r.name_hint]
-        if not named:
-            raise schedule_error(
-                "schedule-target", f"{method}: {t.name} has no named result to target"
-            )
-        return named[0]
-    raise schedule_error("schedule-target", f"{method}: cannot target a {type(t).__name__}")
-
-
-def _flatten(targets: Iterable[Any]) -> list[Target]:
-    out: list[Target] = []
-    for t in targets:
-        if isinstance(t, list | tuple | set | frozenset | Reordered):
-            out.extend(_flatten(t))
-        elif t is not None:
-            out.append(t)
-    return out
 
 
 class ScheduleSteps:
@@ -341,7 +239,7 @@ class ScheduleSteps:
 
     def handle(self, target: Target) -> Handle:
         """A handle to a named value of the program (checks that it exists)."""
-        name = _target_name(target, "handle")
+        name = target_name(target, "handle")
         v = top_level_named(self._program.func, name)
         if v is None:
             raise schedule_error(
@@ -350,7 +248,7 @@ class ScheduleSteps:
         return self._handle(v)
 
     def _names(self, targets: Sequence[Any], method: str) -> tuple[str, ...]:
-        return tuple(_target_name(t, method) for t in _flatten(targets))
+        return tuple(target_name(t, method) for t in flatten_targets(targets))
 
     @contextlib.contextmanager
     def _all_or_nothing(self) -> Iterator[None]:
@@ -473,11 +371,11 @@ class ScheduleSteps:
         all_gather, chunk by chunk. Returns the overlap region's handle."""
         names: tuple[str, ...]
         if producer is not None:
-            names = (_target_name(producer, "overlap"),)
+            names = (target_name(producer, "overlap"),)
             if consumer is not None:
                 self._check_consumer(names[0], consumer)
         elif consumer is not None:
-            names = (_target_name(consumer, "overlap"),)
+            names = (target_name(consumer, "overlap"),)
         else:
             names = ()
         new = self._run(
@@ -496,7 +394,7 @@ class ScheduleSteps:
         if isinstance(consumer, Handle) and consumer.name is None:
             want = consumer.op
         else:
-            cv = top_level_named(self._program.func, _target_name(consumer, "overlap"))
+            cv = top_level_named(self._program.func, target_name(consumer, "overlap"))
             want = cv.owner if isinstance(cv, OpResult) else None
         if mm is None or want is None:
             return  # the pass reports missing names
