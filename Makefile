@@ -33,9 +33,10 @@ lint: setup
 # basedpyright (pyproject [tool.basedpyright]: every module; strict on dialects/, core/, ...): CI fails on a type
 # error. The checker cannot follow setuptools' package-dir mapping (dialects/ installed as
 # coconet.dialects), so it checks a tree of links laid out as the installed package
-# (build/typecheck/coconet/dialects/coco.py -> dialects/coco.py), remade on every run so that
-# new and removed files count. Its messages name files by their link in that tree. A folder
-# mapped inside another mapped one (lowering/kernels) comes with its parent's copy.
+# (build/typecheck/coconet/dialects/coco.py -> dialects/coco.py; a folder's subpackages, such as
+# coconet/schedule/, come with it), remade on every run so that new and removed files count.
+# Its messages name files by their link in that tree. A folder mapped inside another mapped
+# one (lowering/kernels) comes with its parent's copy.
 TYPECHECK_TREE := build/typecheck
 typecheck: setup
 	rm -rf $(TYPECHECK_TREE)

@@ -15,7 +15,7 @@ the report prints predicted and measured ranks, Spearman's rho between predicted
 times, and whether `--schedule auto`'s pick is the measured best (or within the noise of
 it: the measured best's min..median band).
 
-Part 2: the cost model on published GPU node profiles (coconet/cost_model.py) at the
+Part 2: the cost model on published GPU node profiles (coconet/tune/cost_model.py) at the
 original evaluation's shapes (docs: coconet-reference.md "Workload shapes"): Adam and LAMB
 data parallel over 2^20..2^30 f32 parameters on 16 V100s of one DGX-2 and 64 across four;
 Megatron's attention/MLP output projections (B = 8, 16; S = 1024; H = 3072; f16) on 16
@@ -36,15 +36,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from coconet.autotune import (
+from coconet.core.program import Program, load, parse_module
+from coconet.tools.coco_tune import measure_candidates
+from coconet.tune.autotune import (
     Candidate,
     rank_schedules,
     resolve_profile,
     spearman,
 )
-from coconet.core.program import Program, load, parse_module
-from coconet.cost_model import published_profile
-from coconet.tools.coco_tune import measure_candidates
+from coconet.tune.cost_model import published_profile
 
 RANKS = {"pipeline_boundary": 4}  # grid [2, ?]: two stages of two
 DISTINCT = 0.03  # predictions closer than this (relative) are one point
@@ -222,7 +222,7 @@ def _lamb(n: int) -> Program:
 
 
 def part_two(args) -> None:
-    print("\nPart 2: predictions on published GPU node profiles (coconet/cost_model.py)")
+    print("\nPart 2: predictions on published GPU node profiles (coconet/tune/cost_model.py)")
     for profile_name in args.profiles.split(","):
         profile = published_profile(profile_name)
         print(f"\n{profile.description} [{profile.name}]")

@@ -199,8 +199,8 @@ def stream_triad(comm, n: int) -> Step:
 
     import numpy as np
 
-    from coconet.machine_probe import STREAM_SOURCE  # the probe's triad: both measure one loop
     from coconet.toolchain.host_compiler import compile_host
+    from coconet.tune.machine_probe import STREAM_SOURCE  # the probe's triad: both measure one loop
 
     lib = compile_host(STREAM_SOURCE)
     kernel = lib.kernel(

@@ -107,7 +107,7 @@ def compile(
     and prepare it on this rank; see the module docstring for the calling contract.
 
     `schedule="auto"` picks the schedule the cost model ranks fastest for this job's ranks
-    (coconet/autotune.py) on `profile` (a MachineProfile, a published profile's name, a JSON
+    (coconet/tune/autotune.py) on `profile` (a MachineProfile, a published profile's name, a JSON
     file, or None: this host, measured once and cached; the cuda backend needs one named).
     `schedule_space` is what it ranks: "all" (named and enumerated schedules) or "named".
     The choice is logged (logger `coconet.autotune`) and kept as `compiled.autotune`.
@@ -124,7 +124,7 @@ def compile(
     its peers wait in, for `step_timeout` seconds (default: COCONET_STEP_TIMEOUT, else
     core/env.py DEFAULT_STEP_TIMEOUT, 600 s; 0 = no limit) ends the job with a message
     naming it."""
-    from coconet.autotune import is_auto
+    from coconet.tune.autotune import is_auto
 
     auto = is_auto(schedule)
     source = _mlir_text(program) if cache and not auto else None
@@ -256,8 +256,8 @@ def _autotuned(
     job)."""
     import logging
 
-    from coconet.autotune import rank_schedules, resolve_profile
-    from coconet.cost_model import MachineProfile
+    from coconet.tune.autotune import rank_schedules, resolve_profile
+    from coconet.tune.cost_model import MachineProfile
 
     rank = comm.Get_rank() if comm is not None else 0
     if not isinstance(profile, MachineProfile):

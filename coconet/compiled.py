@@ -37,7 +37,7 @@ def apply_pipeline(program: Program, pipeline: str, *, in_place: bool = False) -
     from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException
 
     from coconet.core.program import make_context
-    from coconet.passes import get_all_passes
+    from coconet.schedule import get_all_passes
 
     try:
         passes = PassPipeline.parse_spec(get_all_passes(), pipeline)
@@ -55,7 +55,7 @@ def apply_pipeline(program: Program, pipeline: str, *, in_place: bool = False) -
 
 def is_pipeline(spec: str) -> bool:
     """Whether `spec` reads as a pass pipeline (its first element names a registered pass)."""
-    from coconet.passes import get_all_passes
+    from coconet.schedule import get_all_passes
 
     head = spec.split(",", 1)[0].split("{", 1)[0].strip()
     return head in get_all_passes()

@@ -3,7 +3,7 @@ coconet program -- the all-reduce of the gradients and the update, scheduled as 
 (`ar-c`; `rs-c-ag`, ZeRO-1 style with the optimizer state sliced across ranks; or
 `fuse(rs-c-ag)`, reduce-scatter + update + all-gather as one fused collective kernel; or
 `auto`: the one of these, or the program as written, that the cost model ranks fastest on
-this host for the job's ranks, coconet/autotune.py).
+this host for the job's ranks, coconet/tune/autotune.py).
 
     model = Transformer(...)                                 # the same init on every rank
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
@@ -277,7 +277,7 @@ class CoconetOptimizer(torch.optim.Optimizer):
         if schedule not in SCHEDULES and schedule != "auto":
             raise CocoError(
                 f"schedule {schedule!r}: use one of {', '.join(SCHEDULES)}, or 'auto' (the one "
-                "the cost model ranks fastest on this host: coconet/autotune.py)"
+                "the cost model ranks fastest on this host: coconet/tune/autotune.py)"
             )
         if max_grad_norm is not None and not float(max_grad_norm) > 0:
             raise CocoError(f"max_grad_norm={max_grad_norm}: a positive number (or None)")

@@ -38,7 +38,18 @@ __all__ = ["PLAN_CACHE", "cached_plan", "compiler_digest", "plan_key"]
 PLAN_CACHE = KernelCache("plans")
 
 # The folders of coconet's packages (pyproject's package-dir): what a plan is computed by.
-_SOURCE_DIRS = ("coconet", "core", "dialects", "passes", "toolchain", "lowering")
+# Installed, the API's subpackages (frontend/, schedule/, tune/) stand beside them.
+_SOURCE_DIRS = (
+    "coconet",
+    "core",
+    "dialects",
+    "passes",
+    "toolchain",
+    "lowering",
+    "frontend",
+    "schedule",
+    "tune",
+)
 _compiler_digest: str | None = None
 
 

@@ -1,5 +1,6 @@
 """coconet's passes, one file each, named after the pass (`split_allreduce.py` is
-`coco-split-allreduce`). `get_all_passes` is the registry coco-opt and the schedule API use."""
+`coco-split-allreduce`). `get_all_passes` is their registry; the schedule API adds
+`coco-schedule` to it (coconet.schedule.get_all_passes, what coco-opt registers)."""
 
 from collections.abc import Callable
 
@@ -56,5 +57,4 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "coco-overlap": overlap,
         "coco-sliced-send": sliced_send,
         "coco-canonicalize": canonicalize,
-        "coco-schedule": lambda: __import__("coconet.passes.schedule", fromlist=["_"]).SchedulePass,
     }

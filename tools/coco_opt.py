@@ -29,7 +29,7 @@ from xdsl.utils.exceptions import (
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from coconet.dialects import get_all_dialects
-from coconet.passes import get_all_passes
+from coconet.schedule import get_all_passes
 
 
 class CocoOptMain(xDSLOptMain):

@@ -11,7 +11,7 @@ windows), `cuda` (N MPI processes, one GPU each). Default: cuda when a GPU is vi
 
 Inputs are seeded random logical values (core/values.py) unless `--inputs` names an .npz
 with one array per argument. `--schedule NAME` (a named schedule, or `auto`: the one the cost
-model ranks fastest on `--profile`, coconet/autotune.py) and `-p [LABEL=]PIPELINE` may repeat:
+model ranks fastest on `--profile`, coconet/tune/autotune.py) and `-p [LABEL=]PIPELINE` may repeat:
 each is run in turn (one row of the `--bench` table each). `--check` compares every
 rank's outputs with the sim oracle (exact for integers, per-dtype tolerance for floats) and
 fails naming the output, the rank and the error. `--bench` times warm steps (3 warm-up, 10
@@ -94,7 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=_schedule,
         metavar="NAME",
         help="named schedule to apply (repeatable: one run per schedule); 'auto': the "
-        "schedule the cost model ranks fastest for --np ranks on --profile (coconet/autotune.py)",
+        "schedule the cost model ranks fastest for --np ranks on --profile "
+        "(coconet/tune/autotune.py)",
     )
     p.add_argument(
         "--profile",
@@ -169,7 +170,7 @@ def resolve_auto(
     `--np` ranks (labelled `auto=NAME`), with one line saying what it picked and why; with
     --verbose, the top of the ranking too. With `comm` (a torchrun job) every rank calls this:
     the profile is measured on the job, and rank 0 reports."""
-    from coconet.autotune import is_auto, rank_schedules, resolve_profile
+    from coconet.tune.autotune import is_auto, rank_schedules, resolve_profile
 
     if not any(is_auto(spec) for _label, spec in schedules):
         if args.profile:

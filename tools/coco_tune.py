@@ -5,7 +5,7 @@ report predicted beside measured.
     coco-tune examples/adam.mlir --np 2 --top 8 --iters 30 --json tune.json
     coco-tune examples/model_parallel_mlp.mlir --np 16 --profile dgx2-v100 --predict-only
 
-The candidates (coconet/autotune.py): the named schedules that fit and every enumerated one,
+The candidates (coconet/tune/autotune.py): the named schedules that fit and every enumerated one,
 one per distinct IR, lowered for --np ranks and priced on --profile (default `cpu`: this host,
 measured once per rank count and cached). The `--top` fastest predicted, plus every named
 schedule, run as one `coco-run --bench` job on the cpu backend; the report gives both ranks,
@@ -23,10 +23,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from coconet.autotune import Candidate
 from coconet.core import env
 from coconet.core.program import CocoError, Program, load
 from coconet.tools.rank_job import job_description, seconds, tool_main
+from coconet.tune.autotune import Candidate
 
 
 @dataclass
@@ -132,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from coconet.autotune import rank_schedules, resolve_profile, spearman
+    from coconet.tune.autotune import rank_schedules, resolve_profile, spearman
 
     if args.ranks < 1:
         raise CocoError(f"--np must be at least 1, got {args.ranks}")

@@ -157,7 +157,7 @@ def run_fuzz(
     # Every module a case may reach, imported once before the workers fork.
     for module in PRELOAD:
         importlib.import_module(module)
-    from coconet.passes import get_all_passes
+    from coconet.schedule import get_all_passes
 
     for factory in get_all_passes().values():
         factory()

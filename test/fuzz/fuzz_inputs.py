@@ -95,7 +95,7 @@ def verifying_seeds() -> tuple[Seed, ...]:
 @cache
 def corpus_pipelines() -> tuple[str, ...]:
     """Every `-p` pipeline of the lit RUN lines, plus each registered pass alone."""
-    from coconet.passes import get_all_passes
+    from coconet.schedule import get_all_passes
 
     found: set[str] = set(get_all_passes())
     for path in sorted((ROOT / "test" / "filecheck").rglob("*")):

@@ -762,7 +762,7 @@ def programs(
 
 def registered_pass_names() -> list[str]:
     """coconet's passes, as registered right now (new passes are picked up automatically)."""
-    from coconet.passes import get_all_passes
+    from coconet.schedule import get_all_passes
 
     names = []
     for name, factory in get_all_passes().items():

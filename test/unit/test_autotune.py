@@ -16,17 +16,7 @@ from pathlib import Path
 import pytest
 from xdsl.dialects.builtin import Float32Type
 
-from coconet.autotune import rank_schedules, resolve_profile, spearman
 from coconet.core.program import CocoError, Program, load, parse_module
-from coconet.cost_model import (
-    PUBLISHED_PROFILES,
-    Fabric,
-    MachineProfile,
-    kernel_exchanges,
-    kernel_traffic,
-    predict,
-    published_profile,
-)
 from coconet.dialects.coco import TensorType
 from coconet.lowering.lower_to_plan import lower
 from coconet.lowering.plan import (
@@ -38,6 +28,16 @@ from coconet.lowering.plan import (
     Plan,
     RecordEvent,
     WaitEvent,
+)
+from coconet.tune.autotune import rank_schedules, resolve_profile, spearman
+from coconet.tune.cost_model import (
+    PUBLISHED_PROFILES,
+    Fabric,
+    MachineProfile,
+    kernel_exchanges,
+    kernel_traffic,
+    predict,
+    published_profile,
 )
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -236,7 +236,7 @@ def _fake_measurements(ranks: int) -> dict:
 def _fake_probe(monkeypatch, tmp_path, extra: dict | None = None) -> list[int]:
     """A cache of its own and a probe job that writes a profile of `_fake_measurements` (and
     `extra`'s entries, read at each run); returns the rank counts it was run for."""
-    from coconet import machine_probe
+    from coconet.tune import machine_probe
 
     monkeypatch.setenv("COCONET_CACHE_DIR", str(tmp_path))
     runs: list[int] = []
@@ -251,7 +251,7 @@ def _fake_probe(monkeypatch, tmp_path, extra: dict | None = None) -> list[int]:
 
 
 def test_profile_is_measured_once_reused_and_remeasured_when_corrupt(monkeypatch, tmp_path):
-    from coconet import machine_probe
+    from coconet.tune import machine_probe
 
     runs = _fake_probe(monkeypatch, tmp_path)
     first = machine_probe.cpu_profile(2)
@@ -280,8 +280,8 @@ def test_profile_is_measured_once_reused_and_remeasured_when_corrupt(monkeypatch
 def test_a_profile_of_other_code_is_measured_again(monkeypatch, tmp_path):
     """The profile measures the generated kernels and the runtime running them: a change to
     the compiler or the runtime (an upgrade, a kernel fix) measures again."""
-    from coconet import machine_probe
     from coconet.lowering import plan_cache
+    from coconet.tune import machine_probe
 
     runs = _fake_probe(monkeypatch, tmp_path)
     machine_probe.cpu_profile(2)
@@ -295,7 +295,7 @@ def test_a_profile_of_other_code_is_measured_again(monkeypatch, tmp_path):
 def test_a_profile_measured_while_the_host_was_busy_serves_the_run_but_is_not_cached(
     monkeypatch, tmp_path
 ):
-    from coconet import machine_probe
+    from coconet.tune import machine_probe
 
     share = {"others_cpu_share": 0.6}
     runs = _fake_probe(monkeypatch, tmp_path, share)
@@ -315,7 +315,7 @@ def test_the_probe_counts_what_other_processes_take_of_the_host():
     """The load the probe reports is the host's busy CPU time less its own ranks', from
     /proc/stat (steal counts: time another machine got); a host running a busy process on
     every core while it looks is reported busy."""
-    from coconet import machine_probe
+    from coconet.tune import machine_probe
 
     stat = "cpu  100 0 50 800 50 0 0 25 0 0\ncpu0 ...\n"
     hz = os.sysconf("SC_CLK_TCK")
@@ -339,7 +339,7 @@ def test_the_probe_counts_what_other_processes_take_of_the_host():
 
 
 def test_fitted_profile_reproduces_its_measurements():
-    from coconet.machine_probe import profile_from_measurements
+    from coconet.tune.machine_probe import profile_from_measurements
 
     m = _fake_measurements(2)
     profile = profile_from_measurements(m)
@@ -352,7 +352,7 @@ def test_fitted_profile_reproduces_its_measurements():
     assert profile.memory_bandwidth == m["triad_bandwidth"]
     # a matmul step's fixed cost per element type (f16's includes converting to f32); the
     # probe's program prices as measured: one matmul step plus its other steps' launches
-    from coconet.machine_probe import MATMUL_SHAPE
+    from coconet.tune.machine_probe import MATMUL_SHAPE
 
     rows, k = MATMUL_SHAPE
     compute = 2.0 * rows * k * k / m["matmul_flops_f32"]
@@ -369,8 +369,8 @@ def test_the_walk_s_fixed_cost_is_priced_once_per_step_not_per_launch():
     the executor walk's fixed cost, which a plan pays once. Priced per launch (the whole step
     taken as one launch's cost), a 5-launch schedule of LAMB was predicted at twice its
     measured time, and auto ranked it below a 2-launch one that measured slower."""
-    from coconet.machine_probe import LAUNCH_PROGRAM, SMALL, profile_from_measurements
     from coconet.schedule import apply_schedule
+    from coconet.tune.machine_probe import LAUNCH_PROGRAM, SMALL, profile_from_measurements
 
     probe = lower(Program(parse_module(LAUNCH_PROGRAM.format(n=SMALL))), 2)
     steps = len(probe.steps)
@@ -399,7 +399,7 @@ def test_the_walk_s_fixed_cost_is_priced_once_per_step_not_per_launch():
 def test_a_launch_timed_above_its_whole_step_still_fits_a_valid_profile():
     """On a busy host the launch timed alone can come out slower than the whole step that
     holds it: the fit clamps the walk's cost at zero rather than going negative."""
-    from coconet.machine_probe import profile_from_measurements
+    from coconet.tune.machine_probe import profile_from_measurements
 
     m = _fake_measurements(2) | {"launch_each": 3e-5, "launch_step": 2e-5, "launch_plan": 2}
     profile = profile_from_measurements(m)
@@ -412,8 +412,8 @@ def test_an_in_kernel_norm_exchange_is_priced_as_measured():
     then trades partials with the peers: the probe times such a program, and the fitted
     profile prices it back at that time (it priced the exchange as one flag handshake, and
     so ranked fused LAMB first where it was not)."""
-    from coconet.machine_probe import FUSED_NORM_PROGRAM, SMALL, profile_from_measurements
     from coconet.schedule import apply_schedule
+    from coconet.tune.machine_probe import FUSED_NORM_PROGRAM, SMALL, profile_from_measurements
 
     m = _fake_measurements(2) | {"fused_norm_small_step": 4e-4, "fused_norm_small_plan": 2}
     profile = profile_from_measurements(m)
@@ -435,7 +435,7 @@ def test_measuring_on_one_rank_gives_a_valid_profile(monkeypatch, tmp_path):
     one-rank communicator, at a small scale."""
     from mpi4py import MPI
 
-    from coconet.machine_probe import measure, profile_from_measurements
+    from coconet.tune.machine_probe import measure, profile_from_measurements
 
     monkeypatch.setenv("COCONET_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("COCONET_PROBE_SCALE", "0.05")
@@ -458,7 +458,7 @@ def test_measuring_on_one_rank_gives_a_valid_profile(monkeypatch, tmp_path):
 
 
 def _profile_file(tmp_path: Path) -> str:
-    from coconet.machine_probe import profile_from_measurements
+    from coconet.tune.machine_probe import profile_from_measurements
 
     path = tmp_path / "profile.json"
     path.write_text(json.dumps(profile_from_measurements(_fake_measurements(2)).to_json()))

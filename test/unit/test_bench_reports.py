@@ -364,7 +364,7 @@ def test_plot_is_a_png(tmp_path):
 
 
 def test_list_passes_puts_coconet_first_with_options_and_descriptions():
-    from coconet.passes import get_all_passes
+    from coconet.schedule import get_all_passes
 
     r = run_tool("coconet.tools.coco_opt", "--list-passes")
     assert r.returncode == 0, r.stderr

@@ -1,4 +1,4 @@
-"""The Python front end (coconet/frontend.py): names, literals, operators, grids, errors."""
+"""The Python front end (coconet/frontend/): names, literals, operators, grids, errors."""
 
 from __future__ import annotations
 

@@ -8,14 +8,16 @@ Layers, bottom to top (a module may import any module of its own layer or of a l
     toolchain     coconet.toolchain                     the device layer's compilers (NVRTC,
                                                         host C++) and the on-disk kernel cache
     frontend      coconet.frontend                      the Python builder of programs
-    passes        coconet.passes, coconet.schedule      rewrites and the schedule API that
-                                                        drives them (coco-schedule is a pass)
+    passes        coconet.passes                        rewrites, one pass a module
+    schedule      coconet.schedule                      the schedule API that drives them:
+                                                        named schedules, coco-schedule (a pass
+                                                        that expands to the passes below)
     lowering      coconet.lowering                      plans and CUDA C
     runtime       coconet.runtime                       sim oracle, plan runner, backends, launch
     validation    coconet.equivalence                   translation validation (runs the sim)
-    api           coconet.compile, coconet.torch,       what users call (and the autotuner,
-                  coconet.autotune, cost_model, ...     which compiles and measures)
-                  coconet (the package's __init__)
+    api           coconet.compile, coconet.torch,       what users call (and the tuning
+                  coconet.tune, coconet (the            package, which compiles and measures)
+                  package's __init__, compiled)
     tools         coconet.tools                         console scripts and their rank workers
 
 The runtime reads the lowering through its plan only: of the lowering's modules it imports
@@ -23,8 +25,9 @@ just the plan and its kernels' signatures (RUNTIME_SEES), and those two import n
 lowering module, so the runtime never reaches into the compiler.
 
 Every import counts: module level, inside functions (the lazy imports that used to hide
-cycles), and under `TYPE_CHECKING`. Folders map to subpackages through pyproject's
-`[tool.setuptools.package-dir]`, so the contract reads the same mapping pip uses.
+cycles), under `TYPE_CHECKING`, and dynamic ones with a constant name (`__import__("x.y")`,
+`importlib.import_module("x.y")`). Packages map to folders as setuptools maps them (pyproject's
+`packages`, through `[tool.setuptools.package-dir]`), so the contract reads what pip installs.
 """
 
 from __future__ import annotations
@@ -40,11 +43,12 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("core", ("coconet.core",)),
     ("toolchain", ("coconet.toolchain",)),
     ("frontend", ("coconet.frontend",)),
-    ("passes", ("coconet.passes", "coconet.schedule")),
+    ("passes", ("coconet.passes",)),
+    ("schedule", ("coconet.schedule",)),
     ("lowering", ("coconet.lowering",)),
     ("runtime", ("coconet.runtime",)),
     ("validation", ("coconet.equivalence",)),
-    ("api", ("coconet.compile", "coconet.torch", "coconet")),
+    ("api", ("coconet.compile", "coconet.torch", "coconet.tune", "coconet")),
     ("tools", ("coconet.tools",)),
 ]
 
@@ -65,25 +69,69 @@ def layer_of(module: str) -> int:
     return best
 
 
+def package_folders() -> dict[str, Path]:
+    """Each package pyproject lists, with its folder as setuptools finds it: the folder
+    `package-dir` names, else its parent package's folder / its own name (`coconet.tune`)."""
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    mapping: dict[str, str] = setuptools["package-dir"]
+
+    def folder(package: str) -> Path:
+        if package in mapping:
+            return ROOT / mapping[package]
+        parent, _, name = package.rpartition(".")
+        return folder(parent) / name
+
+    return {package: folder(package) for package in setuptools["packages"]}
+
+
 def package_modules() -> dict[str, Path]:
-    """Every module of the installed package, by dotted name, from pyproject's mapping."""
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    mapping = config["tool"]["setuptools"]["package-dir"]
+    """Every module of the installed package, by dotted name."""
     modules: dict[str, Path] = {}
-    for package, folder in mapping.items():
-        for path in sorted((ROOT / folder).glob("*.py")):
+    for package, folder in package_folders().items():
+        for path in sorted(folder.glob("*.py")):
             name = package if path.stem == "__init__" else f"{package}.{path.stem}"
             modules[name] = path
     return modules
 
 
+def dynamic_import(node: ast.Call) -> list[str]:
+    """The modules a call imports by a constant name: `__import__("x.y")` (with `fromlist`,
+    also `x.y.NAME` for each name listed, as `from x.y import NAME`) and
+    `importlib.import_module("x.y")`; [] for any other call."""
+    func = node.func
+    called = (
+        func.id
+        if isinstance(func, ast.Name)
+        else f"{func.value.id}.{func.attr}"
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
+        else ""
+    )
+    if called not in ("__import__", "importlib.import_module", "import_module"):
+        return []
+    if not node.args or not isinstance(node.args[0], ast.Constant):
+        return []
+    name = node.args[0].value
+    if not isinstance(name, str):
+        return []
+    fromlist = next((k.value for k in node.keywords if k.arg == "fromlist"), None)
+    if fromlist is None and called == "__import__" and len(node.args) > 3:
+        fromlist = node.args[3]
+    names = []
+    if isinstance(fromlist, ast.List | ast.Tuple):
+        names = [e.value for e in fromlist.elts if isinstance(e, ast.Constant)]
+    return [name] + [f"{name}.{n}" for n in names if isinstance(n, str) and n != "_"]
+
+
 def imported_modules(module: str, path: Path) -> list[tuple[str, int]]:
-    """(imported module, line) for every import statement of `path`, relative ones resolved.
-    `from X import Y` counts as importing `X.Y` when that is a module, else `X`."""
+    """(imported module, line) for every import of `path`, relative ones resolved: import
+    statements and dynamic imports by a constant name (`dynamic_import`). `from X import Y`
+    counts as importing `X.Y` when that is a module, else `X`."""
     is_package = path.stem == "__init__"
     found: list[tuple[str, int]] = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
+        if isinstance(node, ast.Call):
+            found += [(name, node.lineno) for name in dynamic_import(node)]
+        elif isinstance(node, ast.Import):
             found += [(alias.name, node.lineno) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
@@ -257,3 +305,54 @@ def test_the_contract_sees_an_upward_import(tmp_path, monkeypatch):
     _add_fake_module(tmp_path, monkeypatch, "coconet.lowering.fake", text)
     (problem,) = upward_imports()
     assert "coconet.lowering.fake (lowering) imports coconet.runtime.sim (runtime)" in problem
+
+
+def test_every_package_folder_is_a_listed_package():
+    """A folder with an `__init__.py` under a package's folder is a package pyproject lists:
+    one left out would be missing from the wheel and from this contract."""
+    folders = package_folders()
+    listed = {folder.resolve() for folder in folders.values()}
+    missing = [
+        init.parent.relative_to(ROOT)
+        for folder in folders.values()
+        for init in folder.rglob("__init__.py")
+        if init.parent.resolve() not in listed and "__pycache__" not in init.parts
+    ]
+    assert not missing, f"add these packages to pyproject's [tool.setuptools] packages: {missing}"
+
+
+def with_fake_modules(monkeypatch, fakes: dict[str, Path]) -> None:
+    modules = package_modules()
+    monkeypatch.setattr(
+        __import__(__name__, fromlist=["_"]), "package_modules", lambda: {**modules, **fakes}
+    )
+
+
+def test_the_contract_sees_a_dynamic_upward_import(tmp_path, monkeypatch):
+    """`__import__` and `importlib.import_module` with a constant name are imports too."""
+    fake = tmp_path / "fake.py"
+    fake.write_text(
+        "import importlib\n"
+        "def f():\n"
+        '    return __import__("coconet.runtime", fromlist=["sim"]).sim\n'
+        "def g():\n"
+        '    return importlib.import_module("coconet.schedule.api")\n'
+    )
+    with_fake_modules(monkeypatch, {"coconet.passes.fake": fake})
+    found = {problem.partition(": ")[2] for problem in upward_imports()}
+    assert found == {
+        "coconet.passes.fake (passes) imports coconet.runtime (runtime)",
+        "coconet.passes.fake (passes) imports coconet.runtime.sim (runtime)",  # the fromlist
+        "coconet.passes.fake (passes) imports coconet.schedule.api (schedule)",
+    }
+
+
+def test_the_contract_sees_a_dynamic_cycle(tmp_path, monkeypatch):
+    """Two modules of one layer, one importing the other dynamically: a cycle."""
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text("from coconet.passes import fake_b\n")
+    b.write_text('def f():\n    return __import__("coconet.passes.fake_a", fromlist=["_"])\n')
+    with_fake_modules(monkeypatch, {"coconet.passes.fake_a": a, "coconet.passes.fake_b": b})
+    assert frozenset({"coconet.passes.fake_a", "coconet.passes.fake_b"}) in import_cycles(
+        import_graph()
+    )

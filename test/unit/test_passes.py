@@ -14,7 +14,7 @@ from xdsl.utils.exceptions import PassFailedException
 import coconet
 from coconet.core.program import make_context, parse_module
 from coconet.dialects import coco, comm
-from coconet.passes import get_all_passes
+from coconet.schedule import get_all_passes
 
 # --------------------------------------------------------------------------------------------
 # Programs (small shapes: the sim is the oracle, not a benchmark)

@@ -59,7 +59,7 @@ def available_passes() -> dict[str, type[ModulePass]]:
     is registered but not there yet is left out (and listed by test_registry_loads)."""
     from xdsl.transforms import get_all_passes as xdsl_passes
 
-    from coconet.passes import get_all_passes
+    from coconet.schedule import get_all_passes
 
     found: dict[str, type[ModulePass]] = {}
     for name, factory in get_all_passes().items():
@@ -169,7 +169,7 @@ def run_pipeline_or_fail(gp: GeneratedProgram, names: list[str], stats: Counter 
 def test_registry_loads() -> None:
     """Every registered pass imports (a registered name whose module is missing is a broken
     coco-opt `-p` entry). Skipped, not failed, while passes are still being written."""
-    from coconet.passes import get_all_passes
+    from coconet.schedule import get_all_passes
 
     missing = []
     for name, factory in get_all_passes().items():

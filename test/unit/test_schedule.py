@@ -1,4 +1,4 @@
-"""The schedule API (coconet/schedule.py) and the `coco-schedule` pass: handles to what each
+"""The schedule API (coconet/schedule/) and the `coco-schedule` pass: handles to what each
 transformation creates, refusals that carry the refusing pass's rule and leave the program as
 it was, pipelines that reproduce a schedule through coco-opt's passes, the named schedules
 chosen by a program's structure, and the enumeration of the autotuner's space.
@@ -24,7 +24,6 @@ import coconet
 from coconet.core.program import CocoError, Program, make_context, parse_module
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import LocalAttr, SlicedAttr
-from coconet.passes import get_all_passes
 from coconet.schedule import (
     NAMED_SCHEDULES,
     VERIFY_RULE,
@@ -38,6 +37,7 @@ from coconet.schedule import (
     auto_split_dim,
     enumerate_schedules,
     format_pass,
+    get_all_passes,
     named_schedules,
     parse_pipeline,
     resolve_schedule_name,

@@ -1,6 +1,6 @@
 """A cost model of plans: how long one step of a lowered program takes on a machine.
 
-    from coconet.cost_model import predict, published_profile
+    from coconet.tune.cost_model import predict, published_profile
     prediction = predict(plan, published_profile("dgx-a100"))
     prediction.seconds, prediction.steps     # the step time, and each plan step's share
 
@@ -28,7 +28,7 @@ element (the plan carries no kernel bodies; elementwise kernels are memory bound
 a matmul's flops are 2 M N K from its buffers' shapes.
 
 A `MachineProfile` holds the machine's numbers: measured on this host for the cpu backend
-(coconet/machine_probe.py, cached), or published figures of GPU nodes (`PUBLISHED_PROFILES`,
+(coconet/tune/machine_probe.py, cached), or published figures of GPU nodes (`PUBLISHED_PROFILES`,
 each figure with its source).
 """
 

@@ -1,6 +1,6 @@
 """This host's machine profile for the cpu backend: measured once per rank count, then cached.
 
-    from coconet.machine_probe import cpu_profile
+    from coconet.tune.machine_probe import cpu_profile
     profile = cpu_profile(ranks=2)      # measured on first use (an mpiexec job), then cached
 
 The measurements run as a job of `ranks` processes, all at once (what a rank gets while its
@@ -44,9 +44,9 @@ from pathlib import Path
 from typing import Any
 
 from coconet.core.program import CocoError
-from coconet.cost_model import Fabric, MachineProfile
 from coconet.lowering.plan import Launch
 from coconet.toolchain.kernel_cache import KernelCache, content_key
+from coconet.tune.cost_model import Fabric, MachineProfile
 
 __all__ = [
     "PROBE_CACHE",
@@ -473,7 +473,7 @@ def _load(path: Path) -> MachineProfile:
 
 
 def _run_probe_job(ranks: int, out: Path, timeout: float = 600.0) -> None:
-    """`python -m coconet.machine_probe OUT` on `ranks` MPI processes."""
+    """`python -m coconet.tune.machine_probe OUT` on `ranks` MPI processes."""
     from coconet.runtime.cpu import apply_rank_env_defaults
     from coconet.runtime.launcher import find_mpiexec
 
@@ -486,7 +486,7 @@ def _run_probe_job(ranks: int, out: Path, timeout: float = 600.0) -> None:
         str(ranks),
         sys.executable,
         "-m",
-        "coconet.machine_probe",
+        "coconet.tune.machine_probe",
         str(out),
     ]
     try:

@@ -1,4 +1,6 @@
-"""`coco-schedule`: apply one of CoCoNet's named schedules (coconet.schedule.NAMED_SCHEDULES)."""
+"""`coco-schedule`: apply one of CoCoNet's named schedules (named.py NAMED_SCHEDULES), that is
+its recipe's pass pipeline. A pass of the schedule API, not of coconet.passes: it expands to
+their passes, so they never reach the API."""
 
 from __future__ import annotations
 
@@ -11,7 +13,9 @@ from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import PatternRewriter
 from xdsl.utils.arg_spec import ArgSpec
 
+from coconet.core.program import CocoError, Program
 from coconet.passes.common import fail
+from coconet.schedule.named import NAMED_SCHEDULES, apply_schedule, resolve_schedule_name
 
 RULE = "schedule"
 
@@ -68,12 +72,7 @@ class SchedulePass(ModulePass):
         return ArgSpec(base.name, params)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        from coconet.core.program import CocoError, Program
-        from coconet.schedule import apply_schedule, resolve_schedule_name
-
         if not self.schedule:
-            from coconet.schedule import NAMED_SCHEDULES
-
             raise fail(
                 f"{RULE}-unknown",
                 "coco-schedule needs a schedule name (name=...): one of "

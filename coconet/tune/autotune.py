@@ -1,20 +1,20 @@
 """The autotuner: rank a program's schedules with the cost model and pick the fastest.
 
-    from coconet.autotune import rank_schedules, resolve_profile
+    from coconet.tune.autotune import rank_schedules, resolve_profile
     ranking = rank_schedules(program, ranks=4, profile=resolve_profile("dgx-a100", "cuda", 4))
     ranking.best.name, ranking.best.pipeline, ranking.best.prediction.seconds
     print(ranking.explain())
 
-The space is every named schedule that fits the program (coconet/schedule.py
+The space is every named schedule that fits the program (coconet/schedule/enumerator.py
 `named_schedules`) and every schedule `enumerate_scheduled_programs` lists; schedules whose IR
 is the same are one candidate (its first name kept, the others as aliases). Each candidate is
 lowered for the rank count and the profile's nodes (a fused collective whose group spans
-nodes lowers hierarchically) and priced by coconet/cost_model.py; candidates the lowering
+nodes lowers hierarchically) and priced by coconet/tune/cost_model.py; candidates the lowering
 refuses for that rank count are listed as refused, never silently dropped.
 
 `--schedule auto` (coco-run), `compile(..., schedule="auto")` and `coconet.torch`'s
 `schedule="auto"` resolve to the best candidate's pipeline. The profile: `cpu` (this host,
-measured once per rank count and cached: coconet/machine_probe.py), a published GPU node
+measured once per rank count and cached: coconet/tune/machine_probe.py), a published GPU node
 (`dgx2-v100`, `dgx-a100`, `dgx-h100`, `dgx-h200`), or a JSON file of a `MachineProfile`.
 """
 
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from coconet.core.program import CocoError, Program
-from coconet.cost_model import (
+from coconet.tune.cost_model import (
     PUBLISHED_PROFILES,
     MachineProfile,
     Prediction,
@@ -136,14 +136,10 @@ def _bounds(p: Prediction) -> str:
 def candidate_schedules(program: Any, *, space: str = "all") -> list[Candidate]:
     """The schedules to rank: the named ones that fit, then (space "all") every enumerated
     one; one candidate per distinct IR."""
-    from coconet.schedule import (
-        _as_program,
-        apply_schedule,
-        enumerate_scheduled_programs,
-        named_schedules,
-    )
+    from coconet.schedule import apply_schedule, enumerate_scheduled_programs, named_schedules
+    from coconet.schedule.steps import as_program
 
-    p = _as_program(program)
+    p = as_program(program)
     by_ir: dict[str, Candidate] = {}
     out: list[Candidate] = []
 
@@ -228,7 +224,7 @@ def resolve_profile(
             )
         spec = "cpu"
     if spec == "cpu":
-        from coconet.machine_probe import cpu_profile
+        from coconet.tune.machine_probe import cpu_profile
 
         return cpu_profile(ranks, comm, log=log)
     if spec in PUBLISHED_PROFILES:

@@ -1,0 +1,193 @@
+"""The communication ops: collectives over grid axes (AllReduce, ReduceScatter, AllGather,
+Broadcast, Reduce) and Send to a rank of the group."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.dialects.builtin import (
+    DenseArrayBase,
+    IntegerAttr,
+    i64,
+)
+from xdsl.ir import Attribute
+from xdsl.utils.exceptions import VerifyException
+
+from coconet.core.program import CocoError
+from coconet.dialects import comm
+from coconet.frontend.compute import _axes
+from coconet.frontend.naming import user_location
+from coconet.frontend.values import Value, _build_error, _current, _finish, _lift, _token
+
+_REDUCTIONS = {
+    "+": "sum", "sum": "sum", "summation": "sum", "add": "sum",
+    "*": "prod", "prod": "prod", "multiplication": "prod", "mul": "prod",
+    "max": "max", "maximum": "max",
+    "min": "min", "minimum": "min",
+}  # fmt: skip
+
+
+def _reduction_kind(op: object) -> str:
+    key = op.lower() if isinstance(op, str) else op
+    if not isinstance(key, str) or key not in _REDUCTIONS:
+        raise CocoError(
+            f"{user_location()}: unknown reduction {op!r}: use '+' (sum), '*' (prod), 'max' or "
+            "'min'"
+        )
+    return _REDUCTIONS[key]
+
+
+def _op_and_tensor(name: str, op: object, x: object) -> tuple[str, Value]:
+    if isinstance(op, Value) and x is None:
+        op, x = "+", op
+    if not isinstance(x, Value):
+        raise CocoError(f"{user_location()}: {name}(op, x) takes a reduction and a tensor")
+    return _reduction_kind(op), x
+
+
+def _over(over: object) -> str:
+    return "" if over is None else f", over={over!r}"
+
+
+def _collective(
+    expr: str,
+    x: Value,
+    cls: type[comm.CollectiveOp],
+    props: dict[str, Attribute],
+    dim: int | None = None,
+) -> Value:
+    (a,) = _lift([x], expr, expr)
+    b = _current(expr)
+
+    if dim is not None:
+        props = props | {"dim": IntegerAttr(dim, i64)}
+
+    def make(result_type: Attribute) -> comm.CollectiveOp:
+        return cls.build(operands=[a.ssa], result_types=[result_type], properties=dict(props))
+
+    # A collective's result depends on the grid, which an op sees only once it sits in the
+    # function: infer on a probe placed there, then build the op with the inferred type.
+    probe = make(a.type)
+    b.block.insert_op_before(probe, b.terminator)
+    try:
+        result_type = probe.infer()
+    except VerifyException as e:
+        raise _build_error(expr, [a], str(e)) from None
+    finally:
+        b.block.detach_op(probe)
+        probe.erase()
+    op = make(result_type)
+    b.insert(op, expr, [a])
+    return _finish(op, b)
+
+
+def _collective_props(
+    kind: str | None = None, over: object = None, root: int | None = None
+) -> dict[str, Attribute]:
+    props: dict[str, Attribute] = {}
+    if kind is not None:
+        props["kind"] = comm.CollectiveKindAttr(comm.CollectiveKind(kind))
+    if root is not None:
+        if isinstance(root, bool) or not isinstance(root, int):
+            raise CocoError(f"{user_location()}: the root is a rank index (an int), got {root!r}")
+        props["root"] = IntegerAttr(root, i64)
+    axes = _axes(over)
+    if axes is not None:
+        props["axes"] = DenseArrayBase.from_list(i64, axes)
+    return props
+
+
+def AllReduce(op: str | Value = "+", x: Value | None = None, *, over=None) -> Value:
+    """`AllReduce("+", g)`: the reduction over the ranks of every grid axis in `over` (all
+    axes by default), replicated on them. Takes local or replicated tensors."""
+    kind, x = _op_and_tensor("AllReduce", op, x)
+    expr = f"AllReduce({kind}, {_token(x)}{_over(over)})"
+    return _collective(expr, x, comm.AllReduceOp, _collective_props(kind, over))
+
+
+def ReduceScatter(
+    op: str | Value = "+", x: Value | None = None, *, dim: int = 0, over=None
+) -> Value:
+    """Reduce, and keep this rank's part along `dim` (the result is sliced<dim>)."""
+    kind, x = _op_and_tensor("ReduceScatter", op, x)
+    expr = f"ReduceScatter({kind}, {_token(x)}, dim={dim}{_over(over)})"
+    return _collective(expr, x, comm.ReduceScatterOp, _collective_props(kind, over), dim=dim)
+
+
+def AllGather(x: Value, *, over=None) -> Value:
+    """Gather a sliced tensor's parts: replicated on the spanned axes."""
+    expr = f"AllGather({_token(x)}{_over(over)})"
+    return _collective(expr, x, comm.AllGatherOp, _collective_props(over=over))
+
+
+def Broadcast(x: Value, root: int = 0, *, over=None) -> Value:
+    """The value of rank `root` (of each group) on every rank."""
+    expr = f"Broadcast({_token(x)}, root={root}{_over(over)})"
+    return _collective(expr, x, comm.BroadcastOp, _collective_props(over=over, root=root))
+
+
+def Reduce(op: str | Value = "+", x: Value | None = None, root: int = 0, *, over=None) -> Value:
+    """The reduction lands on rank `root`; the other ranks keep their input (local)."""
+    kind, x = _op_and_tensor("Reduce", op, x)
+    expr = f"Reduce({kind}, {_token(x)}, root={root}{_over(over)})"
+    return _collective(expr, x, comm.ReduceOp, _collective_props(kind, over, root))
+
+
+@dataclass(frozen=True)
+class _GroupOffset:
+    shift: int
+
+    def __add__(self, k: int) -> _GroupOffset:
+        return _GroupOffset(self.shift + int(k))
+
+    def __sub__(self, k: int) -> _GroupOffset:
+        return _GroupOffset(self.shift - int(k))
+
+    def __repr__(self) -> str:
+        if self.shift == 0:
+            return "GROUP"
+        return f"GROUP + {self.shift}" if self.shift > 0 else f"GROUP - {-self.shift}"
+
+
+class _SameRank:
+    def __repr__(self) -> str:
+        return "RANK"
+
+
+GROUP = _GroupOffset(0)
+"""This rank's group (pipeline stage, grid axis 0); `GROUP + 1` is the next one."""
+RANK = _SameRank()
+"""This rank's position inside its group."""
+
+
+@dataclass(frozen=True)
+class GroupRank:
+    """A point-to-point peer as CoCoNet writes it: `GroupRank(GROUP + 1, RANK)` is the rank at
+    the same position of the next group (grid axis 0)."""
+
+    group: _GroupOffset
+    rank: _SameRank = RANK
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.group, _GroupOffset) or not isinstance(self.rank, _SameRank):
+            raise CocoError("GroupRank(GROUP + k, RANK) names the same rank k groups further on")
+        if self.group.shift == 0:
+            raise CocoError("GroupRank(GROUP, RANK) is this rank itself: send to GROUP + k")
+
+
+def Send(x: Value, to: GroupRank | None = None, *, along: int = 0, shift: int = 1) -> Value:
+    """Send `x` to the rank `shift` further along grid axis `along` (or `to`, a GroupRank) and
+    return what this rank received (zeros where no rank sends to it); local along `along`."""
+    if to is not None:
+        if not isinstance(to, GroupRank):
+            raise CocoError(f"{user_location()}: Send(x, to): `to` is a GroupRank, got {to!r}")
+        along, shift = 0, to.group.shift
+    expr = f"Send({_token(x)}, along={along}, shift={shift})"
+    for what, n in (("along", along), ("shift", shift)):
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise CocoError(f"{user_location()}: `{expr}`: `{what}` is an int, got {n!r}")
+    props: dict[str, Attribute] = {
+        "along": IntegerAttr(along, i64),
+        "shift": IntegerAttr(shift, i64),
+    }
+    return _collective(expr, x, comm.SendOp, props)

@@ -1,0 +1,360 @@
+"""The enumerator: which named schedules a program is offered (each one dropped, with why),
+and every legal schedule of the autotuner's space."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple, overload
+
+from coconet.core.program import Program
+from coconet.dialects import coco, comm
+from coconet.dialects.coco import TensorType
+from coconet.schedule.errors import VERIFY_RULE, ScheduleError
+from coconet.schedule.named import (
+    NAMED_SCHEDULES,
+    resolve_schedule_name,
+    structure_refusal,
+    try_named,
+)
+from coconet.schedule.steps import ScheduleSteps, as_program
+from coconet.schedule.structure import Structure, auto_split_dim
+from coconet.schedule.targets import top_level_named
+
+
+class ScheduleOffers(NamedTuple):
+    """`named_schedules(program, explain=True)`: the named schedules offered for a program
+    (name -> coco-opt pipeline) and those dropped (name -> why: the structure the schedule
+    needs and the program lacks, or the refused step with its `[rule] message`)."""
+
+    offered: dict[str, str]
+    dropped: dict[str, str]
+
+
+@overload
+def named_schedules(program: Any, *, explain: Literal[False] = False) -> dict[str, str]: ...
+
+
+@overload
+def named_schedules(program: Any, *, explain: Literal[True]) -> ScheduleOffers: ...
+
+
+def named_schedules(program: Any, *, explain: bool = False) -> dict[str, str] | ScheduleOffers:
+    """The named schedules that fit `program` (by its structure: an all_reduce; a matmul
+    feeding one; a send of a value computed from one), each with its coco-opt pipeline, in a
+    fixed order. A schedule is listed only if its passes all apply. `explain=True`: a
+    ScheduleOffers, which also holds every schedule dropped, with the reason (nothing is
+    dropped silently)."""
+    p = as_program(program)
+    info = Structure(p)
+    out: dict[str, str] = {}
+    dropped: dict[str, str] = {}
+    for name in NAMED_SCHEDULES:
+        refusal = structure_refusal(p, info, name)
+        if refusal is None:
+            s = try_named(p, info, name)
+            if isinstance(s, ScheduleSteps):
+                out[name] = s.pipeline
+                continue
+            refusal = s
+        dropped[name] = str(refusal)
+    return ScheduleOffers(out, dropped) if explain else out
+
+
+def why_not_offered(program: Any, name: str) -> str | None:
+    """Why `named_schedules(program)` does not offer the named schedule `name` (any accepted
+    spelling): its refusal's `[rule] message`; None if it is offered."""
+    p = as_program(program)
+    canonical = resolve_schedule_name(name)
+    info = Structure(p)
+    refusal = structure_refusal(p, info, canonical)
+    if refusal is None:
+        s = try_named(p, info, canonical)
+        if isinstance(s, ScheduleSteps):
+            return None
+        refusal = s
+    return str(refusal)
+
+
+FUSE_CHOICES: tuple[tuple[str, ...], ...] = (
+    ("all_reduce",),
+    ("send",),
+    ("elementwise",),
+    ("all_reduce", "elementwise"),
+    ("send", "elementwise"),
+    ("all_reduce", "send"),
+    ("all_reduce", "send", "elementwise"),
+)
+
+
+@dataclass
+class _Node:
+    s: ScheduleSteps
+    parts: list[str]
+    ir: str
+
+
+def _step(node: _Node, label: str, action: Callable[[ScheduleSteps], Any]) -> _Node | None:
+    """`node` with one more step, or None if the step is refused or changes nothing."""
+    s = node.s.copy()
+    try:
+        action(s)
+    except ScheduleError as e:
+        if e.rule == VERIFY_RULE:
+            raise  # a pass bug, not an illegal schedule: do not hide it
+        return None
+    ir = s.ir()
+    if ir == node.ir:
+        return None
+    return _Node(s, [*node.parts, label], ir)
+
+
+def _reorder_each(names: Sequence[str]) -> Callable[[ScheduleSteps], None]:
+    def run(s: ScheduleSteps) -> None:
+        s.reorder(list(names))  # one pass: see _split_reorder
+
+    return run
+
+
+def enumerate_schedules(
+    program: Any,
+    *,
+    chunks: Sequence[int] = (2, 4),
+    split_dims: str = "all",
+    limit: int | None = None,
+    max_independent: int = 2,
+    max_as_slice_subsets: int = 3,
+) -> list[tuple[str, str]]:
+    """Every legal schedule of `program` as `(name, pipeline)`: see
+    `enumerate_scheduled_programs` (same options), which also returns the scheduled
+    programs."""
+    return [
+        (n, pipe)
+        for n, pipe, _ in enumerate_scheduled_programs(
+            program,
+            chunks=chunks,
+            split_dims=split_dims,
+            limit=limit,
+            max_independent=max_independent,
+            max_as_slice_subsets=max_as_slice_subsets,
+        )
+    ]
+
+
+def enumerate_scheduled_programs(
+    program: Any,
+    *,
+    chunks: Sequence[int] = (2, 4),
+    split_dims: str = "all",
+    limit: int | None = None,
+    max_independent: int = 2,
+    max_as_slice_subsets: int = 3,
+) -> list[tuple[str, str, Program]]:
+    """Every legal schedule of `program` in the autotuner's space, as `(name, pipeline,
+    scheduled program)`.
+
+    The space, step by step (each choice tried by applying the pass; refused or no-op choices
+    are dropped):
+    1. split: for each all_reduce (by SSA name: all_reduces sharing a name are one choice, as
+       a targeted pass acts on all of them), no split or a split on each tensor dim
+       (`split_dims="auto"`: only the dim `auto_split_dim` picks);
+    2. reorder: for each split, no reorder or the maximal reorder across its all_gather;
+    3. as-slice: every subset of the arguments that can be sliced (with more than
+       `max_as_slice_subsets` candidates: none, the optimizer state (see named schedules), or
+       all of them);
+    4. sliced-send: for each send of an all_gather, the sliced send or not;
+    5. fusion: none, or greedy `all_reduce`, `send` and `elementwise` fusion in each
+       combination (in that order);
+    6. overlap: for each matmul feeding a collective, none or an overlap with each of `chunks`
+       (and, where a fused send exists, the pipeline-boundary form through the send and the
+       next stage's all_gather, `overlap(mm,chunks=N,send)`).
+    With more than `max_independent` all_reduce names, steps 1-2 choose for all of them at
+    once (no split; split all on their auto dims; split and reorder all), as CoCoNet's
+    autotuner does: the per-collective product would grow as 3^n.
+
+    Names are the choices made, e.g. `split(g1,dim=0)+reorder(g1)+as-slice(m,v)+
+    fuse(all_reduce)`; the unscheduled program is `as-written` (pipeline `""`). The order is
+    deterministic (depth first, "no" before "yes", choices in program order), and schedules
+    whose IR equals an earlier one's are left out (the simpler pipeline is kept). `limit`
+    stops after that many schedules.
+
+    A pass that leaves IR that does not verify is a pass bug, not an illegal schedule: its
+    ScheduleError (rule `schedule-verify`) propagates instead of pruning the branch.
+    """
+    p = as_program(program)
+    root = ScheduleSteps(p)
+    root_node = _Node(root, [], root.ir())
+    out: list[tuple[str, str, Program]] = []
+    seen: set[str] = set()
+
+    class _Full(Exception):
+        pass
+
+    def emit(node: _Node) -> None:
+        if node.ir in seen:
+            return
+        seen.add(node.ir)
+        out.append(("+".join(node.parts) or "as-written", node.s.pipeline, node.s.program))
+        if limit is not None and len(out) >= limit:
+            raise _Full
+
+    info = Structure(root.program)  # the program with its schedule targets named
+    ar_names = list(info.unique_names(info.all_reduces))
+    state = list(info.unique_names(info.state))
+
+    def split_dims_of(node: _Node, name: str) -> list[int]:
+        v = top_level_named(node.s.program.func, name)
+        if v is None or not isinstance(v.owner, comm.AllReduceOp):
+            return []
+        if split_dims == "auto":
+            return [auto_split_dim(v.owner)]
+        return list(range(v.owner.input.type.rank))
+
+    def splits(node: _Node, i: int, done: list[str]) -> Iterator[tuple[_Node, list[str]]]:
+        if i == len(ar_names):
+            yield node, done
+            return
+        name = ar_names[i]
+        yield from splits(node, i + 1, done)
+        for d in split_dims_of(node, name):
+            nxt = _step(node, f"split({name},dim={d})", lambda s, n=name, d=d: s.split(n, dim=d))
+            if nxt is not None:
+                yield from splits(nxt, i + 1, [*done, name])
+
+    def reorders(node: _Node, names: list[str], i: int) -> Iterator[_Node]:
+        if i == len(names):
+            yield node
+            return
+        yield from reorders(node, names, i + 1)
+        nxt = _step(node, f"reorder({names[i]})", lambda s, n=names[i]: s.reorder(n))
+        if nxt is not None:
+            yield from reorders(nxt, names, i + 1)
+
+    def joint(node: _Node) -> Iterator[_Node]:
+        yield node
+        split = _step(node, "split(all)", lambda s: s.split(*ar_names, dim="auto"))
+        if split is None:
+            return
+        yield split
+        both = _step(split, "reorder(all)", _reorder_each(ar_names))
+        if both is not None:
+            yield both
+
+    def split_and_reorder() -> Iterator[_Node]:
+        if len(ar_names) > max_independent:
+            yield from joint(root_node)
+            return
+        for n1, split_names in splits(root_node, 0, []):
+            yield from reorders(n1, split_names, 0)
+
+    def as_slices(node: _Node) -> Iterator[_Node]:
+        yield node
+        fn = node.s.program.func
+        cands = []
+        for a in fn.body.block.args:
+            if not a.name_hint or not isinstance(a.type, TensorType) or a.name_hint in cands:
+                continue
+            if any(isinstance(u.operation, coco.SliceOp) for u in a.uses):
+                if _step(node, "", lambda s, n=a.name_hint: s.as_slice(n)) is not None:
+                    cands.append(a.name_hint)
+        if len(cands) <= max_as_slice_subsets:
+            subsets = [
+                c for k in range(1, len(cands) + 1) for c in itertools.combinations(cands, k)
+            ]
+        else:
+            subsets = []
+            legal_state = tuple(n for n in state if n in cands)
+            if legal_state and len(legal_state) < len(cands):
+                subsets.append(legal_state)
+            subsets.append(tuple(cands))
+        for subset in subsets:
+            nxt = _step(node, f"as-slice({','.join(subset)})", lambda s, ns=subset: s.as_slice(*ns))
+            if nxt is not None:
+                yield nxt
+
+    def sliced_sends(node: _Node) -> Iterator[_Node]:
+        sends = Structure.unique_names(
+            op
+            for op in node.s.program.func.body.block.ops
+            if isinstance(op, comm.SendOp)
+            and isinstance(op.input.owner, comm.AllGatherOp)
+            and op.result.name_hint
+        )
+
+        def rec(n: _Node, i: int) -> Iterator[_Node]:
+            if i == len(sends):
+                yield n
+                return
+            yield from rec(n, i + 1)
+            nxt = _step(n, f"sliced-send({sends[i]})", lambda s, x=sends[i]: s.sliced_send(x))
+            if nxt is not None:
+                yield from rec(nxt, i + 1)
+
+        yield from rec(node, 0)
+
+    def fusions(node: _Node) -> Iterator[_Node]:
+        yield node
+        for choice in FUSE_CHOICES:
+            cur: _Node | None = node
+            for kind in choice:
+                assert cur is not None
+                cur = _step(cur, f"fuse({kind})", lambda s, k=kind: s.fuse(mode=k))
+                if cur is None:
+                    break
+            if cur is not None:
+                yield cur
+
+    def overlaps(node: _Node) -> Iterator[_Node]:
+        block = node.s.program.func.body.block
+        # matmuls next to a collective: feeding one, or reading an all_gather (the pass
+        # refuses the pairs it cannot pipeline, and refused steps are dropped)
+        feeding = []
+        for op in block.ops:
+            if isinstance(op, coco.MatmulOp) and op.result.name_hint:
+                users = {block.find_ancestor_op_in_block(u.operation) for u in op.result.uses}
+                if len(users) == 1:
+                    (u,) = users
+                    if isinstance(u, comm.CollectiveOp) or (
+                        isinstance(u, comm.FusedOp) and u.kind.data != "elementwise"
+                    ):
+                        feeding.append(op)
+                        continue
+                if isinstance(op.lhs.owner, comm.AllGatherOp):
+                    feeding.append(op)
+        mms = Structure.unique_names(feeding)
+        # the pipeline-boundary form (through a fused send and the next stage's all_gather)
+        # is tried only where a fused send exists
+        forms = [False]
+        if any(isinstance(o, comm.FusedOp) and o.kind.data == "send" for o in block.ops):
+            forms.append(True)
+
+        def rec(n: _Node, i: int) -> Iterator[_Node]:
+            if i == len(mms):
+                yield n
+                return
+            yield from rec(n, i + 1)
+            for c in chunks:
+                for send in forms:
+                    nxt = _step(
+                        n,
+                        f"overlap({mms[i]},chunks={c}{',send' if send else ''})",
+                        lambda s, m=mms[i], c=c, send=send: s.overlap(m, chunks=c, send=send),
+                    )
+                    if nxt is not None:
+                        yield from rec(nxt, i + 1)
+
+        yield from rec(node, 0)
+
+    if limit is not None and limit <= 0:
+        return out
+    try:
+        for n2 in split_and_reorder():
+            for n3 in as_slices(n2):
+                for n4 in sliced_sends(n3):
+                    for n5 in fusions(n4):
+                        for n6 in overlaps(n5):
+                            emit(n6)
+    except _Full:
+        pass
+    return out

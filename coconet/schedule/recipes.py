@@ -1,0 +1,163 @@
+"""The recipes of the named schedules (CoCoNet's variants): each a sequence of schedule steps,
+that is of passes, chosen from the program's structure; a step the program refuses is undone
+where the recipe can go on without it (slicing the optimizer state)."""
+
+from __future__ import annotations
+
+from coconet.dialects import comm
+from coconet.schedule.errors import VERIFY_RULE, ScheduleError, schedule_error
+from coconet.schedule.pipeline import make_pass
+from coconet.schedule.steps import ScheduleSteps
+from coconet.schedule.structure import Structure
+
+
+def _split_reorder(s: ScheduleSteps, info: Structure) -> None:
+    names = info.names(info.all_reduces)
+    if names is None:
+        s.split(dim="auto")
+        s.reorder()
+        return
+    # One split per dim (not one per all_reduce: each schedule step verifies the program).
+    s.split(*names, dim="auto")
+    # One reorder of every gather: reordering one gather can carry its slices through the
+    # next all_reduce's consumers (a residual stack's `x + 1 = dropout(...) + x`), taking that
+    # gather with it; a reorder per name would then find it gone.
+    s.reorder(list(names))
+
+
+def _slice_state(s: ScheduleSteps, info: Structure) -> None:
+    """as-slice the optimizer state where it can be sliced (all together if legal, else each
+    one that is)."""
+    names = info.names(info.state)
+    if not names:
+        return
+    try:
+        with s._attempt():
+            s.as_slice(*names)
+        return
+    except ScheduleError as e:
+        if e.rule == VERIFY_RULE:
+            raise
+    for n in names:
+        try:
+            with s._attempt():
+                s.as_slice(n)
+        except ScheduleError as e:
+            if e.rule == VERIFY_RULE:
+                raise
+
+
+def _rs_names(s: ScheduleSteps) -> tuple[str, ...] | None:
+    rss = [op for op in s.program.func.body.block.ops if isinstance(op, comm.ReduceScatterOp)]
+    return Structure.names(rss)
+
+
+def _fuse_all_reduce(s: ScheduleSteps) -> None:
+    names = _rs_names(s)
+    s.fuse(*(names or ()), mode="all_reduce")
+
+
+def _overlap(s: ScheduleSteps, info: Structure, chunks: int = 4) -> None:
+    names = info.names(info.matmuls)
+    if names is None:
+        s.overlap(chunks=chunks)
+        return
+    _overlap_named(s, names, chunks)
+
+
+def _overlap_named(s: ScheduleSteps, names: tuple[str, ...], chunks: int) -> None:
+    """Overlap each named matmul with the collective consuming it: one coco-overlap step
+    naming them all. That is what a step per matmul does (the pass checks every pair, and that
+    the pairs form no cycle together, before it rewrites them one by one in program order),
+    without a step's walks of the whole program per matmul (its snapshot, the search for the
+    name): a deep stack's ol(...) schedules were quadratic in the layers. A step per matmul
+    where the matmuls no longer stand in the order named, which the pass would not keep."""
+    wanted = set(names)
+    current = [
+        r.name_hint
+        for op in s.program.func.body.block.ops
+        for r in op.results[:1]
+        if r.name_hint in wanted
+    ]
+    if list(dict.fromkeys(current)) != list(names):
+        for n in names:
+            s.overlap(n, chunks=chunks)
+        return
+    s._run(make_pass("coco-overlap", ops=names, chunks=None if chunks == 4 else chunks))
+
+
+def _sliced_send(s: ScheduleSteps, info: Structure) -> None:
+    names = info.names(info.sends)
+    s.sliced_send(*(names or ()))
+
+
+def _sent_slices(s: ScheduleSteps) -> tuple[str, ...] | None:
+    sends = [op for op in s.program.func.body.block.ops if isinstance(op, comm.SendOp)]
+    return Structure.names(sends)
+
+
+def recipe_ar_c(s: ScheduleSteps, info: Structure) -> None:
+    s.fuse(mode="elementwise")
+
+
+def recipe_rs_c_ag(s: ScheduleSteps, info: Structure) -> None:
+    _split_reorder(s, info)
+    _slice_state(s, info)
+    s.fuse(mode="elementwise")
+
+
+def recipe_fuse_rs_c_ag(s: ScheduleSteps, info: Structure) -> None:
+    _split_reorder(s, info)
+    _slice_state(s, info)
+    _fuse_all_reduce(s)
+
+
+def recipe_ol_mm_fuse_rs_c_ag(s: ScheduleSteps, info: Structure) -> None:
+    recipe_fuse_rs_c_ag(s, info)
+    _overlap(s, info)
+
+
+def _overlap_each(s: ScheduleSteps, matmuls: list, chunks: int = 4) -> None:
+    names = Structure.names(matmuls)
+    if names is None:
+        raise schedule_error("schedule-target", "overlap: the matmuls to overlap have no SSA names")
+    _overlap_named(s, names, chunks)
+
+
+def recipe_ol_ag_mm(s: ScheduleSteps, info: Structure) -> None:
+    _overlap_each(s, info.gathered_matmuls)
+
+
+def recipe_ol_mm_rs(s: ScheduleSteps, info: Structure) -> None:
+    _overlap_each(s, info.scattered_matmuls)
+
+
+def recipe_ol_ag_mm_ol_mm_rs(s: ScheduleSteps, info: Structure) -> None:
+    recipe_ol_ag_mm(s, info)
+    recipe_ol_mm_rs(s, info)
+
+
+def recipe_sliced_send(s: ScheduleSteps, info: Structure) -> None:
+    _split_reorder(s, info)
+    _slice_state(s, info)
+    _sliced_send(s, info)
+    s.fuse(mode="elementwise")
+
+
+def recipe_fuse_sliced_send(s: ScheduleSteps, info: Structure) -> None:
+    _split_reorder(s, info)
+    _slice_state(s, info)
+    _sliced_send(s, info)
+    s.fuse(*(_sent_slices(s) or ()), mode="send")
+
+
+def recipe_ol_rs_fuse_sliced_send(s: ScheduleSteps, info: Structure) -> None:
+    recipe_fuse_sliced_send(s, info)
+    _overlap(s, info)
+
+
+def recipe_ol_rs_send_ag(s: ScheduleSteps, info: Structure) -> None:
+    recipe_fuse_sliced_send(s, info)
+    names = info.names(info.matmuls)
+    for n in names or (None,):
+        s.overlap(n, send=True)

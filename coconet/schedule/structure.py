@@ -1,0 +1,139 @@
+"""The structure of a program that decides which schedules fit it (what the named schedules
+and the enumeration look at), and the tensor dim a split slices."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from xdsl.ir import BlockArgument, SSAValue
+
+from coconet.core.program import Program
+from coconet.dialects import coco, comm
+from coconet.dialects.coco import ReplicatedAttr, TensorType
+
+# A dynamic (`?`) process-grid axis is sized at launch: a split then slices the lowest tensor
+# dim that divides by this many ranks (a node of 8 GPUs), so the schedule runs on 1, 2, 4 and 8
+# ranks; failing that, the dim with the largest power-of-two factor.
+PREFERRED_GROUP = 8
+
+
+def _v2(n: int) -> int:
+    return (n & -n).bit_length() - 1 if n > 0 else 0
+
+
+def auto_split_dim(ar: comm.AllReduceOp) -> int:
+    """The tensor dim a split of `ar` slices, among the dims no grid axis slices yet (on a
+    multi-axis grid, a dim another axis cuts is taken; failing such a dim, any dim the split
+    accepts): on a static group, the lowest dim that divides by it; on a group sized at
+    launch, the lowest dim divisible by PREFERRED_GROUP, else the dim with the largest
+    power-of-two factor (lowest first). A dim that does not divide is cut unevenly."""
+    from coconet.dialects.layout_rules import grid_of
+    from coconet.passes.split_allreduce import split_refusal
+
+    t: TensorType = ar.input.type
+    shape = t.get_shape()
+    if not shape:
+        return 0
+    dims = [d for d in range(len(shape)) if not t.slicing_axes(d)]
+    if not dims:
+        dims = [d for d in range(len(shape)) if split_refusal(ar, d) is None] or [0]
+    grid = grid_of(ar)
+    sizes = [grid.shape[a] for a in ar.span()]
+    if all(s > 0 for s in sizes):
+        group = 1
+        for s in sizes:
+            group *= s
+        for d in dims:
+            if shape[d] > 0 and shape[d] % group == 0:
+                return d
+        return dims[0]
+    for d in dims:
+        if shape[d] > 0 and shape[d] % PREFERRED_GROUP == 0:
+            return d
+    return max(dims, key=lambda d: (_v2(shape[d]), -d))
+
+
+class Structure:
+    """The shape of a program that decides which schedules fit it."""
+
+    def __init__(self, program: Program):
+        fn = program.func
+        block = fn.body.block
+        ops = list(block.ops)
+        self.all_reduces = [
+            op
+            for op in ops
+            if isinstance(op, comm.AllReduceOp)
+            and isinstance(op.input.type, TensorType)
+            and op.input.type.rank > 0
+        ]
+        # matmuls whose only reader is an all_reduce (Megatron's row-parallel layer)
+        self.matmuls = []
+        for op in ops:
+            if isinstance(op, coco.MatmulOp):
+                users = {u.operation for u in op.result.uses}
+                if len(users) == 1 and next(iter(users)) in self.all_reduces:
+                    self.matmuls.append(op)
+        # async tensor parallelism (sequence parallelism): matmuls reading an all_gather that
+        # nothing else reads (column-parallel GEMM), matmuls whose only reader is a
+        # reduce_scatter (row-parallel GEMM)
+        self.gathered_matmuls = []
+        self.scattered_matmuls = []
+        for op in ops:
+            if not isinstance(op, coco.MatmulOp):
+                continue
+            g = op.lhs.owner
+            if isinstance(g, comm.AllGatherOp) and {u.operation for u in g.result.uses} == {op}:
+                self.gathered_matmuls.append(op)
+            users = {u.operation for u in op.result.uses}
+            if len(users) == 1 and isinstance(next(iter(users)), comm.ReduceScatterOp):
+                self.scattered_matmuls.append(op)
+        # sends of a value computed (elementwise) from an all_reduce
+        derived: set[SSAValue] = {ar.result for ar in self.all_reduces}
+        self.sends = []
+        for op in ops:
+            if isinstance(op, comm.SendOp):
+                if op.input in derived:
+                    self.sends.append(op)
+            elif isinstance(op, coco.ElementwiseOp) and any(v in derived for v in op.operands):
+                derived.update(op.results)
+        # optimizer state: replicated arguments whose new value (the one their update stores)
+        # the program also reads (m, v of Adam feed the weight update; the weights do not)
+        self.state: list[BlockArgument] = []
+        for a in block.args:
+            t = a.type
+            if not isinstance(t, TensorType) or t.rank == 0:
+                continue
+            if not all(isinstance(lay, ReplicatedAttr) for lay in t.layouts.data):
+                continue
+            for use in a.uses:
+                up = use.operation
+                if isinstance(up, coco.UpdateOp) and use.index == 0:
+                    if any(u.operation is not up for u in up.value.uses):
+                        self.state.append(a)
+                        break
+
+    @staticmethod
+    def names(ops: Iterable[Any]) -> tuple[str, ...] | None:
+        """The ops' (or values') names, each once, in order; None if one is unnamed (then use
+        greedy mode). Ops may share a name (`%gsum_1` reads back as `gsum`): a targeted pass
+        acts on all of them at once."""
+        out: list[str] = []
+        for op in ops:
+            v = op if isinstance(op, SSAValue) else op.results[0]
+            if not v.name_hint:
+                return None
+            if v.name_hint not in out:
+                out.append(v.name_hint)
+        return tuple(out)
+
+    @staticmethod
+    def unique_names(ops: Iterable[Any]) -> list[str]:
+        """The names of the named ones of `ops` (or values), each once, in order."""
+        out: list[str] = []
+        for op in ops:
+            v = op if isinstance(op, SSAValue) else op.results[0]
+            if v.name_hint and v.name_hint not in out:
+                out.append(v.name_hint)
+        return out
