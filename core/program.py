@@ -249,7 +249,7 @@ def check_program_on_grid(program: Program, grid_shape: Sequence[int]) -> None:
         for a in program.arguments:
             check_bound_shapes(a.type, grid_shape, f"argument %{a.name}")
         for op in program.func.walk():
-            if isinstance(op, AllToAllOp) and op.input.type.local_axes():
+            if isinstance(op, AllToAllOp) and set(op.span()) <= set(op.input.type.local_axes()):
                 # the dispatch form's blocks, once `?` axes have their sizes
                 parts = math.prod(grid_shape[a] for a in op.span())
                 check_all_to_all_blocks(op.input.type, parts, "comm.all_to_all")
