@@ -101,9 +101,9 @@ __all__ = [
     "AMin",
     "Abs",
     "AllGather",
-    "AllToAll",
     # communication
     "AllReduce",
+    "AllToAll",
     "Bool",
     "Broadcast",
     "Cast",

@@ -858,8 +858,8 @@ Comm = Dialect(
 
 __all__ = [
     "AllGatherOp",
-    "AllToAllOp",
     "AllReduceOp",
+    "AllToAllOp",
     "BroadcastOp",
     "CollectiveKind",
     "CollectiveKindAttr",

@@ -17,7 +17,7 @@ import coconet
 from coconet.compile import apply_pipeline
 from coconet.core.program import CocoError, Program, parse_module
 from coconet.equivalence import check_equivalence
-from coconet.frontend import AllToAll, Local, Sliced, Tensor, program
+from coconet.frontend import AllToAll, Local, Tensor, program
 from coconet.lowering.lower_to_plan import lower
 from coconet.lowering.plan import Collective
 from coconet.runtime import sim
@@ -178,7 +178,7 @@ func.func @g(%x: {a}) -> {b} attributes {{coco.grid = #coco.grid<{grid}>}} {{
 
 
 @pytest.mark.parametrize("elt", DTYPES)
-@pytest.mark.parametrize("ranks", (1, 2, 3, 4, 7))
+@pytest.mark.parametrize("ranks", [1, 2, 3, 4, 7])
 def test_dispatch_form(ranks, elt):
     @program(grid=[None])
     def dispatch(d: Tensor(getattr(coconet.frontend, elt.upper()), [ranks * 3, 5], Local)):

@@ -24,8 +24,8 @@ from coconet.frontend import (
     RANK,
     Abs,
     AllGather,
-    AllToAll,
     AllReduce,
+    AllToAll,
     Broadcast,
     Cast,
     Const,
@@ -540,7 +540,8 @@ def test_all_to_all() -> None:
         x = np.arange(48, dtype=np.float32).reshape(8, 6)
         d = np.arange(ranks * 36, dtype=np.float32).reshape(ranks, 12, 3)
         out = coconet.run(f, {"x": x, "d": d}, ranks=ranks)
-        assert np.array_equal(out["y"], x) and np.array_equal(out["back"], x)
+        assert np.array_equal(out["y"], x)
+        assert np.array_equal(out["back"], x)
         k = 12 // ranks  # member i's block j is member j's block i
         want = d.reshape(ranks, ranks, k, 3).transpose(1, 0, 2, 3).reshape(ranks, 12, 3)
         assert np.array_equal(out["e"], want)
