@@ -316,3 +316,22 @@ def test_equivalence_checker_runs_programs_with_all_to_all():
 def test_overlap_refuses_an_all_to_all_with_its_rule():
     with pytest.raises(CocoError, match=r"\[overlap-consumer\].*comm.all_to_all"):
         apply_pipeline(scheduled_program("moe"), "coco-overlap{ops=h}")
+
+
+@pytest.mark.parametrize("name", ["mix", "moe"])
+def test_every_enumerated_schedule_matches_the_sim(name):
+    """The autotuner's space (splits of every dim, reorders, as-slice subsets, fusions,
+    overlaps) around all_to_alls, each scheduled program run by the sim and the cpu backend."""
+    from coconet.schedule import enumerate_scheduled_programs
+
+    p = scheduled_program(name)
+    space = enumerate_scheduled_programs(p)
+    assert len(space) > 3
+    want = sim.run(p, None, ranks=2, seed=9)
+    for label, _pipeline, q in space:
+        assert any(op.name == "comm.all_to_all" for op in q.func.walk()), label
+        got = sim.run(q, want.inputs, ranks=2, inplace=False)
+        cpu = ThreadedExecutor(lower(q, 2)).run(want.inputs)
+        for k, w in want.outputs.items():
+            np.testing.assert_allclose(got.outputs[k], w, rtol=1e-5, atol=1e-6, err_msg=label)
+            np.testing.assert_allclose(cpu[k], w, rtol=1e-5, atol=1e-6, err_msg=label)
