@@ -335,3 +335,13 @@ def test_every_enumerated_schedule_matches_the_sim(name):
         for k, w in want.outputs.items():
             np.testing.assert_allclose(got.outputs[k], w, rtol=1e-5, atol=1e-6, err_msg=label)
             np.testing.assert_allclose(cpu[k], w, rtol=1e-5, atol=1e-6, err_msg=label)
+
+
+def test_the_autotuner_prices_every_candidate_around_all_to_alls():
+    from coconet.autotune import rank_schedules
+    from coconet.cost_model import PUBLISHED_PROFILES
+
+    profile = next(iter(PUBLISHED_PROFILES.values()))
+    ranking = rank_schedules(scheduled_program("moe"), 4, profile)
+    assert ranking.ranked
+    assert not ranking.refused, [c.refused for c in ranking.refused]
