@@ -1042,3 +1042,42 @@ def test_all_to_all_on_fake_gpus(ranks, gpus, elt):
     else:
         assert not p2p
         assert {b.transport_kind for b in backends} == {"mpi"}
+
+
+def test_the_double_refuses_a_recv_of_another_size_than_its_send():
+    """NCCL pairs each recv with the peer's send of as many bytes (else it hangs): an uneven
+    all_to_all whose counts disagree must fail in the double too, not write what was sent."""
+    world = FakeWorld()
+    devices = [StrictDevice(world, bus=f"0000:0{r + 1}:00.0", device_id=r) for r in range(2)]
+    uid = devices[0].nccl_unique_id()
+    errors: list[BaseException] = []
+
+    def rank_main(r: int) -> None:
+        d = devices[r]
+        try:
+            comm = d.nccl_comm(uid, 2, r)
+            s = d.stream(COMM_STREAM)
+            send = d.zeros((4,), np.uint8, s)
+            recv = d.zeros((8 if r == 0 else 4,), np.uint8, s)
+            with d.group():
+                d.nccl("send", comm, s, src=send, count=4, dtype=NCCL_DTYPES["uint8"], peer=1 - r)
+                d.nccl(
+                    "recv",
+                    comm,
+                    s,
+                    dst=recv,
+                    count=recv.size,
+                    dtype=NCCL_DTYPES["uint8"],
+                    peer=1 - r,
+                )
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert len(errors) == 1
+    assert isinstance(errors[0], NcclError)
+    assert "recv of 8 bytes from rank 1, which sent 4 bytes" in str(errors[0])
