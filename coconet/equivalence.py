@@ -295,8 +295,10 @@ def _partial_reductions(program: Program) -> list[Operation]:
     ]
 
 
-def _reassociations(before: Program, after: Program) -> tuple[list[str], set[str]]:
-    """(the partial reductions `after` introduces, the output keys of `after` they feed).
+def _reassociations(before: Program, after: Program) -> tuple[list[str], dict[str, set[str]]]:
+    """(the partial reductions `after` introduces, the output keys of `after` they feed, each
+    with the element types its values pass through on the way: an f16 norm cast to an f32
+    output carries f16's rounding, so the loosest of them bounds the difference).
 
     Max and min are order-independent and the sim's collectives keep rank order, so only a
     sum or norm split into partials changes how a result rounds. If `after` has no more
@@ -306,33 +308,42 @@ def _reassociations(before: Program, after: Program) -> tuple[list[str], set[str
 
     partials = _partial_reductions(after)
     if len(partials) <= len(_partial_reductions(before)):
-        return [], set()
+        return [], {}
     names = [
         f"%{op.results[0].name_hint}" if op.results[0].name_hint else op.name for op in partials
     ]
-    # Forward closure over uses; through a region's yield to the region's results.
-    seen: set[SSAValue] = set()
-    work = [op.results[0] for op in partials]
-    keys: set[str] = set()
+    # Forward closure over uses; through a region's yield to the region's results. A value
+    # is visited again when it is reached through an element type not yet seen on it.
+    seen: dict[SSAValue, frozenset[str]] = {}
+    work = [(op.results[0], frozenset()) for op in partials]
+    keys: dict[str, set[str]] = {}
     ret = after.func.body.block.last_op
     while work:
-        v = work.pop()
-        if v in seen:
+        v, elts = work.pop()
+        elt = getattr(v.type, "elt", None)
+        elts = elts | {elt} if isinstance(elt, str) else elts
+        if v in seen and elts <= seen[v]:
             continue
-        seen.add(v)
+        seen[v] = seen.get(v, frozenset()) | elts
         for use in v.uses:
             user = use.operation
             if isinstance(user, UpdateOp):
-                keys.add(argument_name(user.target))
+                keys.setdefault(argument_name(user.target), set()).update(elts)
             elif user is ret and isinstance(ret, func.ReturnOp):
-                keys.add(output_name(v, use.index))
+                keys.setdefault(output_name(v, use.index), set()).update(elts)
             elif isinstance(user, YieldOp):
                 region_op = user.parent_op()
                 if region_op is not None:
-                    work.append(region_op.results[use.index])
+                    work.append((region_op.results[use.index], elts))
             else:
-                work.extend(user.results)
+                work.extend((r, elts) for r in user.results)
     return names, keys
+
+
+def _loosest(tols: dict[str, Tolerance], elts: set[str]) -> Tolerance:
+    """The widest of the element types' tolerances (EXACT for types without one)."""
+    found = [tols[e] for e in elts if e in tols]
+    return max(found, key=lambda t: (t.rtol, t.atol), default=EXACT)
 
 
 def _ambiguous_names(program: Program) -> list[str]:
@@ -408,7 +419,9 @@ def check_equivalence(
     b_updates, b_returns = _outputs(before)
     a_updates, a_returns = _outputs(after)
     report.outputs = [*b_updates, *(o.name for o in b_returns)]
-    loosened: set[str] = set()  # after's output keys compared within tolerance in exact mode
+    # after's output keys compared within tolerance in exact mode, with the element types
+    # on their way from the reassociated reductions
+    loosened: dict[str, set[str]] = {}
     if exact and allow_reassociation:
         report.reassociated, loosened = _reassociations(before, after)
 
@@ -510,7 +523,7 @@ def check_equivalence(
                     seed,
                     EXACT
                     if exact and a_out.key not in loosened
-                    else tols.get(a_out.type.elt, EXACT),
+                    else _loosest(tols, {a_out.type.elt, *loosened.get(a_out.key, ())}),
                     piece_of,
                     coords_of,
                 )

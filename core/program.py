@@ -22,7 +22,8 @@ from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyExcepti
 from coconet.core.gc_pause import without_gc
 from coconet.dialects import get_all_dialects
 from coconet.dialects.coco import GridAttr, TensorType, tensor_type_of
-from coconet.dialects.layout_rules import check_bound_shapes
+from coconet.dialects.comm import AllToAllOp
+from coconet.dialects.layout_rules import check_all_to_all_blocks, check_bound_shapes
 
 
 class CocoError(Exception):
@@ -248,6 +249,10 @@ def check_program_on_grid(program: Program, grid_shape: Sequence[int]) -> None:
         for a in program.arguments:
             check_bound_shapes(a.type, grid_shape, f"argument %{a.name}")
         for op in program.func.walk():
+            if isinstance(op, AllToAllOp) and set(op.span()) <= set(op.input.type.local_axes()):
+                # the dispatch form's blocks, once `?` axes have their sizes
+                parts = math.prod(grid_shape[a] for a in op.span())
+                check_all_to_all_blocks(op.input.type, parts, "comm.all_to_all")
             for i, res in enumerate(op.results):
                 if isinstance(res.type, TensorType):
                     what = f"%{res.name_hint}" if res.name_hint else f"result #{i} of {op.name}"

@@ -204,6 +204,29 @@ def piece_range(
     return start, length
 
 
+def shared_region(
+    have: TensorType,
+    have_coords: Sequence[int],
+    want: TensorType,
+    want_coords: Sequence[int],
+    grid_shape: Sequence[int],
+) -> tuple[tuple[slice, ...], tuple[slice, ...]]:
+    """The part of the logical tensor that a rank at `have_coords` holds under `have` and one
+    at `want_coords` holds under `want` (a box: both pieces are), as an index region into
+    each piece; empty ranges where they share nothing. What an all_to_all moves between two
+    members (tensor dims only: ranks of one group share their local coordinates)."""
+    in_have: list[slice] = []
+    in_want: list[slice] = []
+    for d in range(have.rank):
+        h0, hn = piece_range(have, d, have_coords, grid_shape)
+        w0, wn = piece_range(want, d, want_coords, grid_shape)
+        lo, hi = max(h0, w0), min(h0 + hn, w0 + wn)
+        hi = max(lo, hi)
+        in_have.append(slice(lo - h0, hi - h0))
+        in_want.append(slice(lo - w0, hi - w0))
+    return tuple(in_have), tuple(in_want)
+
+
 def piece_shape(t: TensorType, coords: Sequence[int], grid_shape: Sequence[int]) -> tuple[int, ...]:
     """The shape of the piece this rank holds (ranks differ where a slice is uneven)."""
     return tuple(piece_range(t, d, coords, grid_shape)[1] for d in range(t.rank))

@@ -20,6 +20,10 @@ Layout rules (per spanned axis; other axes keep their layout):
                         keep their input unchanged, as NCCL's in-place reduce leaves them)
 * send                  any -> local along the shifted axis: rank c receives what rank
                         c - shift sent; ranks with no sender receive zeros.
+* all-to-all-*          sliced<a> -> sliced<b> (a != b): the group's part of the tensor re-cut
+                        along b, uneven sizes cut by split_range; or local -> local (dispatch
+                        buffers: block j of dim 0 of member i lands as block i of member j).
+                        The result type names b (layout_rules.check_all_to_all).
 """
 
 from __future__ import annotations
@@ -61,7 +65,7 @@ from coconet.dialects.coco import (
     tensor_type_of,
 )
 from coconet.dialects.coco_types import remember
-from coconet.dialects.layout_rules import check_innermost_slicing, grid_of
+from coconet.dialects.layout_rules import check_all_to_all, check_innermost_slicing, grid_of
 
 
 class CollectiveKind(StrEnum):
@@ -539,7 +543,75 @@ class SendOp(CollectiveOp):
         return LOCAL
 
 
-COLLECTIVE_OPS = (AllReduceOp, ReduceScatterOp, AllGatherOp, BroadcastOp, ReduceOp, SendOp)
+@irdl_op_definition
+class AllToAllOp(GroupCollectiveOp):
+    """`comm.all_to_all %x : sliced<0> -> sliced<1>`: every rank sends each member of its
+    group the part of its piece that member holds under the result's layout (MPI_Alltoallv,
+    NCCL grouped send/recv). On `local` tensors, the dispatch form of torch's
+    all_to_all_single: dim 0 is cut into one equal block per member, and member i's block j
+    becomes member j's block i.
+
+    The result type says which dim each spanned axis re-cuts (no property repeats it)."""
+
+    name = "comm.all_to_all"
+
+    assembly_format = f"$input (`over` $axes^)? attr-dict {SIGNATURE}"
+
+    def __init__(
+        self,
+        input: SSAValue,
+        dim: int = 0,
+        axes: Sequence[int] | None = None,
+        *,
+        grid_rank: int = 1,
+    ):
+        """Re-cut the spanned axes along `dim` (ignored in the local form)."""
+        result_type = collective_result_type(
+            AllToAllOp, tensor_type_of(input), _span(input.type, axes, grid_rank), grid_rank,
+            dim=dim, operand=lambda: _describe(input),
+        )  # fmt: skip
+        super().__init__(operands=[input], result_types=[result_type], properties=_axes_props(axes))
+
+    def infer(self) -> TensorType:
+        # The declared result names the target dims: check it rather than derive it.
+        return check_all_to_all(self, self.input.type, self.result.type, self.span(), grid_of(self))
+
+    def verify_layouts(self) -> None:
+        self.check_axes()
+        self.infer()
+
+    @classmethod
+    def axis_rule(
+        cls, axis: int, layout: LayoutAttr, *, input_type: TensorType, what: str, dim: int
+    ) -> LayoutAttr:
+        """The builders' rule (one target `dim` for every spanned axis)."""
+        if layout == LOCAL:
+            return LOCAL
+        if not isinstance(layout, SlicedAttr):
+            raise _fail(
+                "all-to-all-layouts",
+                f"all_to_all of {what}, which is {layout_str(layout)} on grid axis {axis}: "
+                "all_to_all takes sliced tensors (or local ones, the dispatch form)",
+            )
+        if layout.dim.data == dim or not 0 <= dim < input_type.rank:
+            raise _fail(
+                "all-to-all-layouts",
+                f"all_to_all of {what} to dim {dim}: grid axis {axis} slices dim "
+                f"{layout.dim.data}, and the target must be another dim of the "
+                f"rank-{input_type.rank} tensor",
+            )
+        return SlicedAttr(dim)
+
+
+COLLECTIVE_OPS = (
+    AllReduceOp,
+    ReduceScatterOp,
+    AllGatherOp,
+    BroadcastOp,
+    ReduceOp,
+    SendOp,
+    AllToAllOp,
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -787,6 +859,7 @@ Comm = Dialect(
 __all__ = [
     "AllGatherOp",
     "AllReduceOp",
+    "AllToAllOp",
     "BroadcastOp",
     "CollectiveKind",
     "CollectiveKindAttr",

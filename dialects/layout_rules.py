@@ -26,6 +26,12 @@ Rules (per grid axis; an axis a collective does not span keeps its layout):
                        on dim d.
 * all-reduce-input / reduce-scatter-input / all-gather-input / broadcast-input / reduce-input:
                        see comm.py.
+* all-to-all-type / all-to-all-layouts / all-to-all-local: comm.all_to_all keeps shape and
+                       element type; on every spanned axis sliced<a> -> sliced<b> (a != b: the
+                       tensor is re-cut along b, each rank keeping its part of b and receiving
+                       the whole of a that its group held) or local -> local (the dispatch
+                       form: dim 0, unsliced, is cut into one equal block per group member);
+                       every other axis keeps its layout (check_all_to_all).
 * update-target / update-type / update-once / update-last-use: see coco.UpdateOp.
 * empty-slice          a sliced dim holds at least one element per rank that cuts it (a dim
                        that does not divide is cut unevenly: the first `size % parts` ranks
@@ -119,17 +125,15 @@ def check_type_fits_grid(t: TensorType, grid: GridAttr, what: str) -> None:
     shape = t.get_shape()
     for d in range(t.rank):
         axes = t.slicing_axes(d)
-        parts = 1
-        for a in axes:
-            if grid.shape[a] < 0:
-                parts = 0  # sized at launch: checked when the grid is bound
-                break
-            parts *= grid.shape[a]
-        if parts and shape[d] < parts:
+        # An axis sized at launch has at least one rank: the static axes alone already cut
+        # the dim into this many parts (the rest is checked when the grid is bound).
+        parts = math.prod(grid.shape[a] for a in axes if grid.shape[a] > 0)
+        if shape[d] < parts:
+            at_least = "at least " if any(grid.shape[a] < 0 for a in axes) else ""
             raise fail(
                 "empty-slice",
-                f"{what} of type {t}: dim {d} of size {shape[d]} cannot be cut into {parts} "
-                f"parts (grid {grid}): some rank would hold no element of it",
+                f"{what} of type {t}: dim {d} of size {shape[d]} cannot be cut into "
+                f"{at_least}{parts} parts (grid {grid}): some rank would hold no element of it",
             )
 
 
@@ -502,6 +506,85 @@ def check_reshape(op: Operation, src: TensorType, dst: TensorType) -> None:
                 f"coco.reshape of {name} : {src} to {dst} changes grid axis {axis} from "
                 f"{layout_str(ls)} to {layout_str(ld)}: a reshape moves no data",
             )
+
+
+# --------------------------------------------------------------------------------------------
+# All-to-all
+# --------------------------------------------------------------------------------------------
+
+
+def check_all_to_all(
+    op: Operation, src: TensorType, dst: Attribute, span: Sequence[int], grid: GridAttr
+) -> TensorType:
+    """The result type of a `comm.all_to_all` over grid axes `span` of `src` declared as
+    `dst` (the declared type names the dim each axis re-cuts), checked against the rules."""
+    name = value_name(op.operands[0])
+    if (
+        not isinstance(dst, TensorType)
+        or dst.get_shape() != src.get_shape()
+        or dst.element_type != src.element_type
+    ):
+        raise fail(
+            "all-to-all-type",
+            f"comm.all_to_all of {name} : {src} to {dst}: an all_to_all keeps the shape and "
+            "the element type, only the layouts of the grid axes it spans change",
+        )
+    forms: set[str] = set()
+    for axis in range(max(grid.rank, len(src.layouts), len(dst.layouts))):
+        ls, ld = src.layout_on(axis), dst.layout_on(axis)
+        if axis not in span:
+            if ls != ld:
+                raise fail(
+                    "all-to-all-layouts",
+                    f"comm.all_to_all of {name} : {src} to {dst} changes grid axis {axis} "
+                    f"({layout_str(ls)} -> {layout_str(ld)}), which it does not span",
+                )
+            continue
+        if isinstance(ls, SlicedAttr) and isinstance(ld, SlicedAttr) and ls != ld:
+            forms.add("sliced")
+        elif isinstance(ls, LocalAttr) and isinstance(ld, LocalAttr):
+            forms.add("local")
+        else:
+            raise fail(
+                "all-to-all-layouts",
+                f"comm.all_to_all of {name} : {src} to {dst} takes grid axis {axis} from "
+                f"{layout_str(ls)} to {layout_str(ld)}: a spanned axis goes from sliced<a> to "
+                "sliced<b> with a != b, or from local to local (the dispatch form)",
+            )
+    if len(forms) > 1:
+        raise fail(
+            "all-to-all-layouts",
+            f"comm.all_to_all of {name} : {src} to {dst} mixes sliced and local spanned axes: "
+            "every spanned axis is re-cut (sliced<a> -> sliced<b>), or every one is local",
+        )
+    if forms == {"local"}:
+        if src.rank == 0 or src.slicing_axes(0):
+            raise fail(
+                "all-to-all-local",
+                f"comm.all_to_all of the local {name} : {src}: the dispatch form cuts dim 0 "
+                "into one block per group member, so the tensor needs a dim 0 that no grid "
+                "axis slices",
+            )
+        parts = 1
+        for a in span:
+            parts = 0 if grid.shape[a] < 0 or parts == 0 else parts * grid.shape[a]
+        if parts:
+            check_all_to_all_blocks(src, parts, f"comm.all_to_all of {name}")
+    # A dim several axes cut: the spanned ones must be the innermost, before and after, so
+    # that the group holds the same part of the tensor before and after.
+    check_innermost_slicing(op, src, span)
+    check_innermost_slicing(op, dst, span)
+    return dst
+
+
+def check_all_to_all_blocks(t: TensorType, parts: int, what: str) -> None:
+    """The dispatch form's dim 0 holds one equal block per member of a group of `parts`."""
+    if t.get_shape()[0] % parts:
+        raise fail(
+            "all-to-all-local",
+            f"{what} : {t}: dim 0 of size {t.get_shape()[0]} does not cut into {parts} equal "
+            "blocks, one per rank of the group (the dispatch form sends block j to member j)",
+        )
 
 
 # --------------------------------------------------------------------------------------------

@@ -143,6 +143,9 @@ def _dominance_problem(v: SSAValue, user: Operation, position: dict[Operation, i
         if user is definer:
             return "uses its own result" + (f" %{v.name_hint}" if v.name_hint else "")
         return f"uses {_name(v)}, a result of the {_op_name(definer)} it is nested in"
+    if definer not in position:
+        # an op at module level (refused on its own once the module's ops are reached)
+        return f"uses {_name(v)}, defined outside any function"
     if position[definer] > position[anchor]:
         return (
             f"uses {_name(v)} before its definition: a value is used only after the op defining it"

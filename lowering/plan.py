@@ -187,8 +187,8 @@ class Launch(Step):
 @dataclass
 class Collective(Step):
     """A library collective on whole buffers. `op`: all_reduce, reduce_scatter, all_gather,
-    broadcast, reduce, send (point-to-point shift). Types say the layouts (and so which part of
-    the logical tensor each rank holds before and after)."""
+    broadcast, reduce, send (point-to-point shift), all_to_all. Types say the layouts (and so
+    which part of the logical tensor each rank holds before and after)."""
 
     op: str
     src: Buffer

@@ -97,9 +97,10 @@ class SplitAllReducePass(ModulePass):
     * [split-allreduce-dim]   dim `dim` is not already sliced by a grid axis inner to (after)
       the all_reduce's axes: slices of one dim nest outer axis first, so a reduce_scatter
       over an outer axis cannot cut a dim an inner axis already cuts.
-    * [split-allreduce-empty] on a statically sized grid, dim `dim` holds at least one
-      element per rank that cuts it (the all_reduce's axes and any axis already slicing that
-      dim). A dim that does not divide is cut unevenly (core/values.py `split_range`).
+    * [split-allreduce-empty] dim `dim` holds at least one element per rank that cuts it
+      (the all_reduce's axes and any axis already slicing that dim), counting the grid's
+      static axes (one sized at launch has at least one rank). A dim that does not divide
+      is cut unevenly (core/values.py `split_range`).
     Greedy mode skips the all_reduces these rules refuse, but refuses a `dim` that no
     all_reduce of the module has (a negative one, or `dim=9` on vectors): a pass asked to split
     on a dim that does not exist would otherwise do nothing, silently.

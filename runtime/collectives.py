@@ -346,10 +346,47 @@ def _send(ctx: CollectiveContext, step: Collective, src: Any, dst: Any) -> Colle
         dst[...] = recv
 
 
+def _all_to_all(ctx, step, t, group, src, dst, src_dt, dst_dt) -> CollectiveOps:
+    """comm.all_to_all. The dispatch form (local tensors): dim 0's blocks are equal runs of
+    both buffers, moved as they are. The sliced form: what this rank holds of each member's
+    result piece (a box of its own piece, strided in general) packed in member order, moved
+    by an uneven all_to_all (MPI_Alltoallv: counts from the uneven cuts) and unpacked into
+    the box of its result piece each member's run fills."""
+    if step.rows is not None or _packed(step):
+        raise CocoError("[all-to-all-rows] an all_to_all runs on whole buffers only")
+    n = len(group)
+    src_t, dst_t = step.src.type, step.dst.type
+    if set(step.axes) <= set(src_t.local_axes()):
+        in_place = step.src.name == step.dst.name
+        out = ctx.empty(tuple(dst.shape), dst.dtype) if in_place else dst
+        yield t.all_to_all(_contiguous(ctx, src).reshape(n, -1), out.reshape(n, -1))
+        if out is not dst:
+            dst[...] = out
+        return
+    me = V.coords_of(ctx.rank, ctx.grid_shape)
+    peers = [V.coords_of(m, ctx.grid_shape) for m in group]
+    sends = [V.shared_region(src_t, me, dst_t, c, ctx.grid_shape)[0] for c in peers]
+    recvs = [V.shared_region(src_t, c, dst_t, me, ctx.grid_shape)[1] for c in peers]
+    send_counts = [_count(r) for r in sends]
+    recv_counts = [_count(r) for r in recvs]
+    packed = ctx.empty((sum(send_counts),), src.dtype)
+    offset = 0
+    for region, count in zip(sends, send_counts):
+        packed[offset : offset + count] = src[region].reshape(-1)
+        offset += count
+    received = ctx.empty((sum(recv_counts),), dst.dtype)
+    yield t.all_to_all_v(packed, send_counts, received, recv_counts)
+    offset = 0
+    for region, count in zip(recvs, recv_counts):
+        dst[region] = received[offset : offset + count].reshape(dst[region].shape)
+        offset += count
+
+
 _COLLECTIVES = {
     "all_reduce": _all_reduce,
     "reduce_scatter": _reduce_scatter,
     "all_gather": _all_gather,
     "broadcast": _broadcast,
     "reduce": _reduce,
+    "all_to_all": _all_to_all,
 }

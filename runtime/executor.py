@@ -226,10 +226,10 @@ def _rows_fraction(step: Collective | Launch, count: int) -> float:
 def plan_traffic(plan: Plan, rank: int = 0) -> int:
     """Bytes this rank sends to other ranks in one step of the plan, counted as bandwidth-
     optimal algorithms move them: all_reduce 2(p-1)/p n (ring), reduce_scatter (p-1)/p of its
-    input, all_gather (p-1)/p of its result, broadcast and reduce n, send n; a fused collective
-    kernel (p-1)/p of every symmetric buffer it reaches through a peer table except its flags
-    (it reads peers' slices of its reduce_scatter input and pushes its gathered slice to every
-    peer). Chunked steps count their rows."""
+    input, all_gather (p-1)/p of its result, all_to_all (p-1)/p of its input, broadcast and
+    reduce n, send n; a fused collective kernel (p-1)/p of every symmetric buffer it reaches
+    through a peer table except its flags (it reads peers' slices of its reduce_scatter input
+    and pushes its gathered slice to every peer). Chunked steps count their rows."""
     total = 0.0
     for step in plan.steps:
         if isinstance(step, Collective):
@@ -248,6 +248,7 @@ def plan_traffic(plan: Plan, rank: int = 0) -> int:
                 "all_reduce": 2 * (p - 1) / p * n_src,
                 "reduce_scatter": (p - 1) / p * n_src,
                 "all_gather": (p - 1) / p * n_dst,
+                "all_to_all": (p - 1) / p * n_src,
                 "broadcast": n_src,
                 "reduce": n_src,
             }.get(step.op, 0.0)

@@ -212,6 +212,23 @@ class InProcessComm:
 
         return self._collective(packed, finish)
 
+    def Ialltoallv(self, send_spec, recv_spec) -> InProcessRequest:
+        """mpi4py's `[buffer, (counts, displacements)]` specs, in elements of the buffers."""
+        send, (send_counts, send_displs) = send_spec
+        recv, (recv_counts, recv_displs) = recv_spec
+        me = self.Get_rank()
+
+        def finish(parts):
+            for j, (data, counts, displs) in enumerate(parts):
+                assert counts[me] == recv_counts[j], "alltoallv counts disagree"
+                run = data.reshape(-1)[displs[me] : displs[me] + counts[me]]
+                recv.reshape(-1)[recv_displs[j] : recv_displs[j] + recv_counts[j]] = run
+
+        self.seq += 1
+        key, n = (self.cid, self.seq), self.Get_size()
+        payload = (np.array(send, copy=True), list(send_counts), list(send_displs))
+        return InProcessRequest(lambda: finish(self.world.exchange(key, me, n, payload)))
+
     def Ibcast(self, buf, root: int = 0) -> InProcessRequest:
         return self._collective(buf, lambda parts: buf.__setitem__(..., parts[root]))
 

@@ -540,6 +540,26 @@ def send(it: Interpreter, pieces: Pieces, along: int, shift: int) -> Pieces:
     return out
 
 
+def all_to_all(it: Interpreter, pieces: Pieces, src: TensorType, dst: TensorType, span) -> Pieces:
+    """Sliced form: each rank's result piece assembled from the parts of its group members'
+    pieces that it holds under `dst`. Local form (dispatch): dim 0 cut into one equal block per
+    member; member i's block j becomes member j's block i."""
+    out: Pieces = [None] * it.size  # type: ignore[list-item]
+    local = bool(src.local_axes()) and all(a in src.local_axes() for a in span)
+    for group in it.groups(span):
+        for i, r in enumerate(group):
+            if local:
+                blocks = [np.split(pieces[m], len(group))[i] for m in group]
+                out[r] = np.concatenate(blocks)
+                continue
+            mine = np.empty(V.piece_shape(dst, it.coords[r], it.grid_shape), pieces[r].dtype)
+            for m in group:
+                have, want = V.shared_region(src, it.coords[m], dst, it.coords[r], it.grid_shape)
+                mine[want] = pieces[m][have]
+            out[r] = mine
+    return out
+
+
 def run_all_reduce(it: Interpreter, op: comm.AllReduceOp) -> list[Pieces]:
     return [
         all_reduce(it, it.get(op.input), op.kind.data, op.input.type, op.result.type, op.span())
@@ -578,6 +598,10 @@ def run_send(it: Interpreter, op: comm.SendOp) -> list[Pieces]:
     return [send(it, it.get(op.input), op.along.value.data, op.shift.value.data)]
 
 
+def run_all_to_all(it: Interpreter, op: comm.AllToAllOp) -> list[Pieces]:
+    return [all_to_all(it, it.get(op.input), op.input.type, op.result.type, op.span())]
+
+
 def run_region(it: Interpreter, op: comm.RegionOp) -> list[Pieces]:
     for inner in op.body.block.ops:
         if isinstance(inner, comm.YieldOp):
@@ -607,5 +631,6 @@ _HANDLERS: dict[type, Callable[[Interpreter, Any], list[Pieces]]] = {
     comm.BroadcastOp: run_broadcast,
     comm.ReduceOp: run_collective_reduce,
     comm.SendOp: run_send,
+    comm.AllToAllOp: run_all_to_all,
     comm.RegionOp: run_region,
 }

@@ -287,6 +287,21 @@ class TorchComm:
     def Ialltoall(self, packed: np.ndarray, out: np.ndarray) -> _Work:
         return _Work(self._async(self.dist.all_to_all_single, _tensor(out), _tensor(packed)))
 
+    def Ialltoallv(self, send_spec: list[Any], recv_spec: list[Any]) -> _Work:
+        # all_to_all_single takes split sizes: runs packed in member order, as MpiTransport
+        # packs them (displacements are the counts' prefix sums)
+        send, (send_counts, _) = send_spec
+        recv, (recv_counts, _) = recv_spec
+        return _Work(
+            self._async(
+                self.dist.all_to_all_single,
+                _tensor(recv),
+                _tensor(send),
+                output_split_sizes=list(recv_counts),
+                input_split_sizes=list(send_counts),
+            )
+        )
+
     def Ibcast(self, buf: np.ndarray, root: int = 0) -> _Work:
         return _Work(self._async(self.dist.broadcast, _tensor(buf), src=self._global(root)))
 

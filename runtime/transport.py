@@ -102,6 +102,14 @@ class Transport(Protocol):
         """Row m of `packed` goes to member m; row m of `out` comes from member m."""
         ...
 
+    def all_to_all_v(
+        self, send: Any, send_counts: list[int], recv: Any, recv_counts: list[int]
+    ) -> Request:
+        """Uneven all_to_all (MPI_Alltoallv) of 1-D arrays holding one run per member in
+        member order: the next `send_counts[m]` elements of `send` go to member m, the next
+        `recv_counts[m]` of `recv` come from it."""
+        ...
+
     def broadcast(self, buf: Any, root: int) -> Request: ...
 
     def reduce(self, src: Any, dst: Any | None, kind: str, dtype: np.dtype, root: int) -> Request:
@@ -173,6 +181,15 @@ class MpiTransport:
     def all_to_all(self, packed, out) -> Request:
         return [self.comm.Ialltoall(as_bytes(packed), as_bytes(out))]
 
+    def all_to_all_v(self, send, send_counts, recv, recv_counts) -> Request:
+        size = send.dtype.itemsize  # in bytes: MPI has no bf16 datatype
+        return [
+            self.comm.Ialltoallv(
+                [as_bytes(send), _counts_displs(send_counts, size)],
+                [as_bytes(recv), _counts_displs(recv_counts, size)],
+            )
+        ]
+
     def broadcast(self, buf, root) -> Request:
         return [self.comm.Ibcast(as_bytes(buf), root=root)]
 
@@ -191,6 +208,15 @@ class MpiTransport:
         if send is not None:
             reqs.append(self.comm.Isend(as_bytes(send), dest=dest, tag=_MPI_TAG))
         return reqs
+
+
+def _counts_displs(counts: list[int], itemsize: int) -> tuple[list[int], list[int]]:
+    """Byte counts and displacements of runs packed one after another."""
+    displs, offset = [], 0
+    for c in counts:
+        displs.append(offset * itemsize)
+        offset += c
+    return [c * itemsize for c in counts], displs
 
 
 # ---------------------------------------------------------------------------------------------
@@ -290,6 +316,19 @@ class NcclTransport:
             pairs.append(("recv", out[m], m))
         return self._point_to_point(pairs)
 
+    def all_to_all_v(self, send, send_counts, recv, recv_counts) -> Request:
+        pairs: list[tuple[str, Any, int]] = []
+        sent = received = 0
+        for m in range(self._size):
+            # an empty run on one side is empty on the other: neither posts a call
+            if send_counts[m]:
+                pairs.append(("send", send[sent : sent + send_counts[m]], m))
+            if recv_counts[m]:
+                pairs.append(("recv", recv[received : received + recv_counts[m]], m))
+            sent += send_counts[m]
+            received += recv_counts[m]
+        return self._point_to_point(pairs) if pairs else None
+
     def gather(self, piece, out, root) -> Request:
         pairs: list[tuple[str, Any, int]] = [("send", piece, root)]
         if out is not None:
@@ -360,6 +399,11 @@ class HostStagedTransport:
 
     def all_to_all(self, packed, out) -> Request:
         return self._in_out(packed, out, self.mpi.all_to_all)
+
+    def all_to_all_v(self, send, send_counts, recv, recv_counts) -> Request:
+        return self._in_out(
+            send, recv, lambda s, d: self.mpi.all_to_all_v(s, send_counts, d, recv_counts)
+        )
 
     def broadcast(self, buf, root) -> Request:
         host = self._host(buf)

@@ -45,6 +45,7 @@ from coconet.frontend.collectives import (
     RANK,
     AllGather,
     AllReduce,
+    AllToAll,
     Broadcast,
     GroupRank,
     Reduce,
@@ -136,6 +137,7 @@ __all__ = [
     "AllGather",
     # communication
     "AllReduce",
+    "AllToAll",
     "Bool",
     "Broadcast",
     "Cast",

@@ -14,7 +14,7 @@ from xdsl.ir import Attribute
 from xdsl.utils.exceptions import VerifyException
 
 from coconet.core.program import CocoError
-from coconet.dialects import comm
+from coconet.dialects import comm, layout_rules
 from coconet.frontend.compute import _axes
 from coconet.frontend.naming import user_location
 from coconet.frontend.values import Value, _build_error, _current, _finish, _lift, _token
@@ -55,7 +55,9 @@ def _collective(
     cls: type[comm.CollectiveOp],
     props: dict[str, Attribute],
     dim: int | None = None,
+    to_dim: int | None = None,
 ) -> Value:
+    """`to_dim`: an all_to_all's target dim (a type, not a property, carries it)."""
     (a,) = _lift([x], expr, expr)
     b = _current(expr)
 
@@ -70,7 +72,15 @@ def _collective(
     probe = make(a.type)
     b.block.insert_op_before(probe, b.terminator)
     try:
-        result_type = probe.infer()
+        if isinstance(probe, comm.AllToAllOp):
+            grid = layout_rules.grid_of(probe)
+            target = comm.collective_result_type(
+                comm.AllToAllOp, a.type, probe.span(), grid.rank, dim=to_dim or 0,
+                operand=lambda: f"{a.type}",
+            )  # fmt: skip
+            result_type = layout_rules.check_all_to_all(probe, a.type, target, probe.span(), grid)
+        else:
+            result_type = probe.infer()
     except VerifyException as e:
         raise _build_error(expr, [a], str(e)) from None
     finally:
@@ -118,6 +128,15 @@ def AllGather(x: Value, *, over=None) -> Value:
     """Gather a sliced tensor's parts: replicated on the spanned axes."""
     expr = f"AllGather({_token(x)}{_over(over)})"
     return _collective(expr, x, comm.AllGatherOp, _collective_props(over=over))
+
+
+def AllToAll(x: Value, dim: int = 0, *, over=None) -> Value:
+    """Re-cut a tensor sliced on the spanned axes along `dim` instead (each rank keeps its
+    part of `dim`, whole along the dim it was sliced on); or, for a local tensor (dispatch
+    buffers: `dim` unused), send block j of dim 0 to member j and receive member j's block
+    for this rank as block j (torch's all_to_all_single)."""
+    expr = f"AllToAll({_token(x)}, dim={dim}{_over(over)})"
+    return _collective(expr, x, comm.AllToAllOp, _collective_props(over=over), to_dim=dim)
 
 
 def Broadcast(x: Value, root: int = 0, *, over=None) -> Value:

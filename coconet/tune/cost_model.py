@@ -12,8 +12,8 @@ The model walks the plan as the executors do and prices each step from the plan 
   synchronization latency;
 * a library collective is alpha-beta on the fabric its group spans (intra-node, or the
   inter-node network once a group crosses nodes): ring all_reduce 2(p-1) alpha + 2(p-1)/p n /
-  beta, reduce_scatter and all_gather (p-1) alpha + (p-1)/p n / beta, broadcast and reduce
-  ceil(log2 p) alpha + n / beta, send alpha + n / beta, plus a per-call overhead;
+  beta, reduce_scatter, all_gather and all_to_all (p-1) alpha + (p-1)/p n / beta, broadcast
+  and reduce ceil(log2 p) alpha + n / beta, send alpha + n / beta, plus a per-call overhead;
 * a matmul is a roofline with the machine's matmul FLOP/s for its element type, plus its fixed
   cost per step (a launch, or what the profile measured for that element type);
 * the two streams (compute, communication) run side by side and meet at events, so work that
@@ -491,6 +491,10 @@ def _collective_cost(
         t = (p - 1) * a + moved / fabric.reducing
     elif step.op == "all_gather":
         moved = (p - 1) / p * n_dst
+        t = (p - 1) * a + moved / fabric.bandwidth
+    elif step.op == "all_to_all":
+        # each rank keeps 1/p of its piece and sends the rest, one peer at a time
+        moved = (p - 1) / p * n_src
         t = (p - 1) * a + moved / fabric.bandwidth
     elif step.op in ("broadcast", "reduce"):
         moved = n_src

@@ -7,7 +7,8 @@ are the `-p` and `-t` options of the lit RUN lines. A case is a deterministic fu
 `random.Random` keyed by both, so any case a run reports is re-made from its index alone.
 
 Mutations act on the text the way a user's mistakes (or a corrupted file) would: token
-deletion, duplication, swaps and splices; element types, layouts, shapes (0, 2^31, 2^40, 2^63,
+deletion, duplication, swaps and splices; a sliced value re-cut by comm.all_to_all and back;
+element types, layouts, shapes (0, 2^31, 2^40, 2^63,
 2^64, `?`), grids, literals (NaN, inf, out-of-range), op names and SSA uses; unknown ops,
 misspelt attributes, declarations, nested functions, ops at module level; truncation and
 bytes that are not UTF-8. Mutations that break a documented rule (docs/architecture.md §9,
@@ -341,6 +342,42 @@ def ssa_use(text, rng):
     return _replace(text, m.start(), m.end(), rng.choice(names)), None
 
 
+# An op line whose result is a tensor sliced on a 1-D grid: the type ends the line.
+_SLICED_RESULT = re.compile(
+    r"^(\s*)(%[\w$.-]+) = (?:coco|comm)\.[^\n]*?(!coco\.tensor<((?:\d+x)+)(\w+), "
+    r"sliced<(\d+)>>)[ \t]*$",
+    re.MULTILINE,
+)
+
+
+def all_to_all_round_trip(text, rng):
+    """A sliced result re-cut along another dim by comm.all_to_all and back, its later uses
+    reading the round trip: the same program (if it still verifies where it landed: inside a
+    fused region it may not), so every stage meets all_to_alls."""
+    matches = [m for m in _SLICED_RESULT.finditer(text) if not _in_comment(text, m.start())]
+    if not matches:
+        return None
+    m = rng.choice(matches)
+    indent, name, t, dims, a = m.group(1), m.group(2), m.group(3), m.group(4), int(m.group(6))
+    # a dim of 4 or more cuts at 1, 2 and 4 ranks (the fuzzer's) without an empty slice
+    sizes = [int(n) for n in dims.split("x")[:-1]]
+    others = [d for d, n in enumerate(sizes) if d != a and n >= 4]
+    if not others:
+        return None
+    b = rng.choice(others)
+    there = t.replace(f"sliced<{a}>>", f"sliced<{b}>>")
+    k = 0
+    while f"%a2a{k}_" in text:
+        k += 1
+    fwd, back = f"%a2a{k}_fwd", f"%a2a{k}_back"
+    block = (
+        f"\n{indent}{fwd} = comm.all_to_all {name} : {t} -> {there}"
+        f"\n{indent}{back} = comm.all_to_all {fwd} : {there} -> {t}"
+    )
+    rest = re.sub(re.escape(name) + r"(?![\w$.-])", back, text[m.end() :])
+    return text[: m.end()] + block + rest, None
+
+
 def truncate(text, rng):
     if len(text) < 2:
         return None
@@ -491,6 +528,7 @@ MUTATIONS: dict[str, Mutation] = {
         delete_line,
         duplicate_line,
         swap_lines,
+        all_to_all_round_trip,
     )
 }
 # Those that break a documented rule: applied last (see the module docstring).
@@ -517,6 +555,7 @@ WEIGHTS.update(
     ssa_use=2.0,
     shape_everywhere=4.0,
     element_type_everywhere=3.0,
+    all_to_all_round_trip=2.0,
 )
 
 

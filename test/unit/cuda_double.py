@@ -206,7 +206,8 @@ class FakeNcclCommunicator:
         if d.group_ops is None:
             raise NcclError("point-to-point call outside ncclGroupStart/End in this test world")
         d.group_comm = self
-        d.group_ops.append(("recv", peer, (recvbuf, d.stream_of(stream))))
+        nbytes = count * np.dtype(_NCCL_NUMPY[datatype]).itemsize
+        d.group_ops.append(("recv", peer, (recvbuf, d.stream_of(stream), nbytes)))
 
 
 _NCCL_NUMPY = {
@@ -637,8 +638,15 @@ class StrictDevice:
         posted = comm._exchange(sends)
         for kind, peer, x in ops:
             if kind == "recv":
-                address, s = x
-                self.write_bytes(address, posted[int(peer)][comm.rank], s)
+                address, s, nbytes = x
+                data = posted[int(peer)].get(comm.rank)
+                # NCCL pairs a recv with the peer's send of as many bytes, or hangs
+                if data is None or data.nbytes != nbytes:
+                    got = "nothing" if data is None else f"{data.nbytes} bytes"
+                    raise NcclError(
+                        f"recv of {nbytes} bytes from rank {int(peer)}, which sent {got}"
+                    )
+                self.write_bytes(address, data, s)
 
     def close_peers(self) -> None:
         self.synchronize()

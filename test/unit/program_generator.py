@@ -11,7 +11,8 @@ What a program holds, at random: arguments of random legal layouts (replicated s
 gradients, sliced tensors, scalars) in f32/f16/bf16 (and a few i32); elementwise binary and
 unary ops, constants, casts, compare/select, dropout, matmul, full and row reductions
 (`reduce_dims` over any run of dims, sliced ones too: their partials), all_reduce,
-reduce_scatter/all_gather pairs, slice, broadcast, send (on `[2, ?]`); then updates of
+reduce_scatter/all_gather pairs, slice, broadcast, send (on `[2, ?]`), all_to_all (a sliced
+value re-cut along another dim, or a local one's dim-0 blocks exchanged); then updates of
 arguments (mostly replicated ones, as optimizers do) and returned values. Operands are drawn
 with a bias to recent values, so chains like `all_reduce -> elementwise with replicated state
 -> update` (what split/reorder/as-slice/fuse act on) are common.
@@ -85,9 +86,10 @@ OP_KINDS = (
     "broadcast",
     "send",
     "reduce_dims",
+    "all_to_all",
 )
 
-MOTIFS = ("optimizer", "sliced_optimizer", "megatron", "boundary", "regather")
+MOTIFS = ("optimizer", "sliced_optimizer", "megatron", "boundary", "regather", "all_to_all")
 
 GRIDS: tuple[tuple[int, ...], ...] = ((DYNAMIC,), (DYNAMIC,), (2, DYNAMIC))
 
@@ -234,7 +236,17 @@ class _Gen:
         if along is not None:
             props["along"] = IntegerAttr(along, i64)
             props["shift"] = IntegerAttr(1, i64)
-        probe = cls.build(operands=[x], result_types=[x.type], properties=dict(props))
+        probe_type = x.type
+        if cls is comm.AllToAllOp:
+            # the declared result names the target dim: probe with the one the rule gives
+            span = axes if axes is not None else range(self.grid_rank)
+            try:
+                probe_type = comm.collective_result_type(
+                    cls, x.type, tuple(span), self.grid_rank, dim=dim
+                )
+            except DiagnosticException:
+                return None
+        probe = cls.build(operands=[x], result_types=[probe_type], properties=dict(props))
         self.builder.insert(probe)
         try:
             t = probe.infer()
@@ -411,6 +423,31 @@ class _Gen:
             self.intended[w] = g
         if self.draw(st.booleans()):
             self.wanted_returns.append(self.draw(st.sampled_from((ws, g))))
+
+    def motif_all_to_all(self) -> None:
+        """Ulysses / MoE-like: a tensor sliced on one dim re-cut along another (uneven sizes,
+        the innermost dim either way), computed on, maybe re-cut back; or a local dispatch
+        buffer's blocks exchanged before an expert's elementwise work."""
+        shape = self.draw(st.sampled_from(((8, 4), (5, 7), (7, 4, 5), (4, 8))))
+        axis = self.grid_rank - 1
+        axes = None if self.grid_rank == 1 else [axis]
+        lays: list[LayoutAttr] = [REPLICATED] * self.grid_rank
+        if self.draw(st.integers(0, 3)) == 0:
+            shape = (8, *shape[1:])  # one block of dim 0 per rank, at 1, 2 and 4 ranks
+            lays[axis] = LOCAL
+            a = b = 0
+        else:
+            a, b = self.draw(st.permutations(range(len(shape))))[:2]
+            lays[axis] = SlicedAttr(a)
+        x = self.arg(self.tensor_type(shape, self.float_elt(), lays), "x")
+        y = self.collective(comm.AllToAllOp, x, axes=axes, dim=b)
+        if y is None:
+            return
+        z = self.emit(lambda: coco.MulOp(y, y))
+        if z is not None and self.draw(st.booleans()):
+            z = self.collective(comm.AllToAllOp, z, axes=axes, dim=a)
+        if z is not None and self.draw(st.booleans()):
+            self.wanted_returns.append(z)
 
     def motif_megatron(self) -> None:
         """A tensor-parallel layer: local = matmul(x sliced on K, W sliced on K);
@@ -618,6 +655,22 @@ class _Gen:
             return
         self.collective(comm.SendOp, a, along=0)
 
+    def op_all_to_all(self) -> None:
+        # a local value's dim 0 holds one block per rank: 4 | dim 0 runs at 1, 2 and 4 ranks
+        a = self.pick(
+            lambda v: (
+                v.type.rank > 0
+                and any(isinstance(lay, SlicedAttr | LocalAttr) for lay in v.type.layouts)
+                and (not v.type.local_axes() or v.type.get_shape()[0] % 4 == 0)
+            )
+        )
+        if a is None:
+            return
+        cut = {lay.dim.data for lay in a.type.layouts if isinstance(lay, SlicedAttr)}
+        others = [d for d in range(a.type.rank) if d not in cut] or [0]
+        dim = self.draw(st.sampled_from(others))
+        self.collective(comm.AllToAllOp, a, axes=self.axes(), dim=dim)
+
     # -- outputs -------------------------------------------------------------------------
 
     def coerce(self, v: SSAValue, t: TensorType) -> SSAValue | None:
@@ -636,7 +689,13 @@ class _Gen:
                 continue
             axes = None if self.grid_rank == 1 else [axis]
             cur = v
-            if isinstance(have, SlicedAttr):
+            if isinstance(have, SlicedAttr) and isinstance(want, SlicedAttr):
+                # re-cut in one exchange (or gather, then slice below)
+                if self.draw(st.booleans()):
+                    cur = self.collective(comm.AllToAllOp, cur, axes=axes, dim=want.dim.data)
+                else:
+                    cur = self.collective(comm.AllGatherOp, cur, axes=axes)
+            elif isinstance(have, SlicedAttr):
                 cur = self.collective(comm.AllGatherOp, cur, axes=axes)
             elif isinstance(have, LocalAttr):
                 if isinstance(want, SlicedAttr):

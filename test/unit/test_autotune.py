@@ -29,6 +29,7 @@ from coconet.lowering.plan import (
     RecordEvent,
     WaitEvent,
 )
+from coconet.runtime.executor import plan_traffic
 from coconet.tune.autotune import rank_schedules, resolve_profile, spearman
 from coconet.tune.cost_model import (
     PUBLISHED_PROFILES,
@@ -86,6 +87,16 @@ def test_collectives_are_alpha_beta_on_the_fabric_the_group_spans():
     # 8 ranks, 4 per node: the group crosses nodes and goes at the inter-node fabric's rate
     t8 = predict(plan_of([ag], grid=(8,)), PROFILE).seconds
     assert t8 == pytest.approx(2e-4 + 7 * 1e-2 + 7 / 8 * n / 1e7)
+
+
+def test_all_to_all_is_priced_as_an_all_gather_of_its_input():
+    """(p-1) alpha + (p-1)/p n / beta: each rank keeps its own part of its piece."""
+    src, dst = buffer("x", 1000), buffer("y", 1000)
+    a2a = Collective("all_to_all", src, dst, axes=(0,))
+    assert predict(plan_of([a2a]), PROFILE).seconds == pytest.approx(
+        2e-4 + 3e-3 + 0.75 * 4000.0 / 1e8
+    )
+    assert plan_traffic(plan_of([a2a]), 0) == 3000
 
 
 def test_overlapped_streams_cost_the_max_not_the_sum():

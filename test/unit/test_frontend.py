@@ -25,6 +25,7 @@ from coconet.frontend import (
     Abs,
     AllGather,
     AllReduce,
+    AllToAll,
     Broadcast,
     Cast,
     Const,
@@ -523,6 +524,29 @@ def test_collectives() -> None:
     coconet.run(f, None, ranks=4)
 
 
+def test_all_to_all() -> None:
+    @program(grid=[None])
+    def f(x: Tensor(F32, [8, 6], Sliced(0)), d: Tensor(F32, [12, 3], Local)):
+        y = AllToAll(x, dim=1)
+        back = AllToAll(y, dim=0)
+        e = AllToAll(d)
+        return y, back, e
+
+    assert str(op_named(f, "y").result.type) == "!coco.tensor<8x6xf32, sliced<1>>"
+    assert str(op_named(f, "back").result.type) == "!coco.tensor<8x6xf32, sliced<0>>"
+    assert str(op_named(f, "e").result.type) == "!coco.tensor<12x3xf32, local>"
+    roundtrips(f)
+    for ranks in (1, 2, 3, 4):
+        x = np.arange(48, dtype=np.float32).reshape(8, 6)
+        d = np.arange(ranks * 36, dtype=np.float32).reshape(ranks, 12, 3)
+        out = coconet.run(f, {"x": x, "d": d}, ranks=ranks)
+        assert np.array_equal(out["y"], x)
+        assert np.array_equal(out["back"], x)
+        k = 12 // ranks  # member i's block j is member j's block i
+        want = d.reshape(ranks, ranks, k, 3).transpose(1, 0, 2, 3).reshape(ranks, 12, 3)
+        assert np.array_equal(out["e"], want)
+
+
 def test_unknown_reduction() -> None:
     with pytest.raises(CocoError, match="unknown reduction 'avg'"):
 
@@ -615,6 +639,9 @@ def test_intermediate_operands_are_named_by_their_variables() -> None:
         ("all-reduce-input", lambda w=Tensor(F32, [16], Sliced(0), "w"): AllReduce(w)),
         ("all-gather-input", lambda w=Tensor(F32, [16], Local, "w"): AllGather(w)),
         ("reduce-scatter-input", lambda w=Tensor(F32, [16], Sliced(0), "w"): ReduceScatter(w)),
+        ("all-to-all-layouts", lambda w=Tensor(F32, [4, 4], Sliced(0), "w"): AllToAll(w, 0)),
+        ("all-to-all-layouts", lambda w=Tensor(F32, [4, 4], name="w"): AllToAll(w, 1)),
+        ("all-to-all-layouts", lambda w=Tensor(F32, [4, 4], Sliced(0), "w"): AllToAll(w, 2)),
         (
             "matmul-layouts",
             lambda a=Tensor(F16, [4, 8], Sliced(1), "a"), b=Tensor(F16, [8, 4], Sliced(1), "b"): (

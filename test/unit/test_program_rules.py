@@ -205,6 +205,20 @@ def test_value_defined_inside_a_region_used_outside() -> None:
         program.verify()
 
 
+def test_value_defined_at_module_level_after_the_function() -> None:
+    """A function reading an op that stands at module level after it (a fuzzer's line swap):
+    one message, not a KeyError of the dominance check."""
+    text = """
+func.func @f() -> !coco.tensor<f32> {
+  %n = coco.neg %eps : !coco.tensor<f32>
+  func.return %n : !coco.tensor<f32>
+}
+%eps = coco.constant 1.0 : !coco.tensor<f32>
+"""
+    with pytest.raises(CocoError, match=r"\[(dominance|module-ops)\]"):
+        parse_module(text)
+
+
 def test_foreign_op_built_in_python() -> None:
     program, f, _ = two_functions()
     f.body.block.insert_op_before(arith.ConstantOp(FloatAttr(1.0, f32)), f.body.block.first_op)

@@ -33,7 +33,7 @@ from xdsl.printer import Printer
 from xdsl.utils.exceptions import DiagnosticException
 
 from coconet.core.program import CocoError, Program, make_context, parse_module
-from coconet.dialects import coco
+from coconet.dialects import coco, comm
 from coconet.equivalence import check_equivalence
 
 FULL = os.environ.get("COCONET_FULL") == "1"
@@ -258,31 +258,36 @@ def test_random_programs_run_on_the_cpu_backend_as_the_sim_computes() -> None:
     @given(gp=programs(max_ops=8))
     def case(gp: GeneratedProgram) -> None:
         program = gp.program
+        # what the generator made, counted once per program
+        names = {op.name for op in program.func.walk()}
+        stats["row reductions"] += coco.ReduceDimsOp.name in names
+        stats["all_to_alls"] += comm.AllToAllOp.name in names
         one_d = len(gp.grid) == 1
         for ranks in (1, 2, 3, 4) if one_d else (2, 4):
             try:
                 want = sim.run(program, ranks=ranks, seed=ranks)
-            except CocoError as e:  # a dim of 1 sliced (a keepdims row) fits one rank only
-                assert "[empty-slice]" in str(e), str(e)
+            except CocoError as e:  # a dim of 1 sliced (a keepdims row) fits one rank only,
+                # a dispatch buffer's dim 0 the rank counts dividing it
+                assert "[empty-slice]" in str(e) or "[all-to-all-local]" in str(e), str(e)
                 continue
             got = ThreadedExecutor(lower(program, ranks)).run(want.inputs)
             for name, value in want.outputs.items():
                 diff, _, _ = compare_piece(name, 0, np.asarray(got[name]), value)
                 assert diff is None, f"at {ranks} ranks: {diff}\n{gp.text}"
             stats["ranks"] += 1
-        if any(isinstance(op, coco.ReduceDimsOp) for op in program.func.walk()):
-            stats["row reductions"] += 1
 
     case()
-    assert stats["row reductions"] > 0, stats  # the generator makes what this test is for
+    # the generator makes what this test is for
+    assert stats["row reductions"] > 0, stats
+    assert stats["all_to_alls"] > 0, stats
 
 
-SCHEDULED_CASES = 12 if not FULL else 200
+SCHEDULED_CASES = 8 if not FULL else 200
 
 
 def test_every_offered_schedule_of_random_programs_runs_on_the_cpu_backend() -> None:
     """Every named schedule the enumerator offers for a random program, lowered and run by
-    the cpu backend's kernels on in-process ranks (1-3: 3 cuts unevenly), against the sim of
+    the cpu backend's kernels on in-process ranks (2 and 3: 3 cuts unevenly), against the sim of
     the program as written: an offered schedule must lower and compute what it rewrites (a
     fused optimizer whose state is updated after a global norm, in a later segment of the
     kernel than computes it, was offered and then failed to lower)."""
@@ -301,11 +306,11 @@ def test_every_offered_schedule_of_random_programs_runs_on_the_cpu_backend() -> 
         names = [n for n in named_schedules(program) if n != "as-written"]
         for name in names:
             scheduled = apply_schedule(program, name)
-            for ranks in (1, 2, 3) if len(gp.grid) == 1 else (2, 4):
+            for ranks in (2, 3) if len(gp.grid) == 1 else (2, 4):
                 try:
                     want = sim.run(program, ranks=ranks, seed=ranks)
-                except CocoError as e:
-                    assert "[empty-slice]" in str(e), str(e)
+                except CocoError as e:  # rank counts the program cannot run at (as above)
+                    assert "[empty-slice]" in str(e) or "[all-to-all-local]" in str(e), str(e)
                     continue
                 got = ThreadedExecutor(lower(scheduled, ranks)).run(want.inputs)
                 for out, value in want.outputs.items():

@@ -28,7 +28,7 @@ from cuda_double import (
 import coconet
 from coconet.compile import apply_schedule
 from coconet.core import values as V
-from coconet.core.program import CocoError
+from coconet.core.program import CocoError, Program, parse_module
 from coconet.lowering.lower_to_plan import lower
 from coconet.lowering.plan import COMM_STREAM, COMPUTE_STREAM, Epoch, Launch, PeerTable
 from coconet.runtime import sim
@@ -1004,3 +1004,80 @@ def test_pipeline_boundary_on_four_fake_gpus(schedule):
     assert not any(b.device.hazards for b in backends)
     scatters = [c for b in backends for c in b.device.calls if c[:2] == ("nccl", "reduce_scatter")]
     assert scatters  # NCCL reduced the packed regions
+
+
+ALL_TO_ALL = """
+func.func @a2a(%x: !coco.tensor<7x10x9x{elt}, sliced<2>>, %d: !coco.tensor<{rows}x5x{elt}, local>)
+    -> (!coco.tensor<7x10x9x{elt}, sliced<0>>, !coco.tensor<7x10x9x{elt}, sliced<2>>,
+        !coco.tensor<{rows}x5x{elt}, local>) attributes {{coco.grid = #coco.grid<[?]>}} {{
+  %y = comm.all_to_all %x : !coco.tensor<7x10x9x{elt}, sliced<2>> -> !coco.tensor<7x10x9x{elt}, sliced<0>>
+  %z = coco.add %y, %y : !coco.tensor<7x10x9x{elt}, sliced<0>>
+  %w = comm.all_to_all %z : !coco.tensor<7x10x9x{elt}, sliced<0>> -> !coco.tensor<7x10x9x{elt}, sliced<2>>
+  %e = comm.all_to_all %d : !coco.tensor<{rows}x5x{elt}, local>
+  return %y, %w, %e : !coco.tensor<7x10x9x{elt}, sliced<0>>, !coco.tensor<7x10x9x{elt}, sliced<2>>, !coco.tensor<{rows}x5x{elt}, local>
+}}
+"""
+
+
+@pytest.mark.parametrize(("ranks", "gpus"), [(2, None), (3, None), (4, None), (3, 1), (4, 2)])
+@pytest.mark.parametrize("elt", ["f32", "bf16", "i64"])
+def test_all_to_all_on_fake_gpus(ranks, gpus, elt):
+    """comm.all_to_all (uneven pieces, the innermost dim re-cut both ways, the dispatch form):
+    NCCL grouped send/recv of each member's run of a packed device array, and no empty run
+    posted; ranks sharing a GPU move the same runs through host copies and MPI Alltoallv."""
+    text = ALL_TO_ALL.format(elt=elt, rows=ranks * 2).replace("return ", "func.return ")
+    program = Program(parse_module(text))
+    inputs = sim.prepare_inputs(program, None, (ranks,), seed=5)
+    want = sim.run(program, {k: v.copy() for k, v in inputs.items()}, ranks=ranks, inplace=False)
+    _plan, got, backends = run_fake(program, ranks, inputs, gpus=gpus)
+    result = compare_outputs(got, want.per_rank)
+    assert result.bit_exact, "\n".join(map(str, result.differences))
+    assert not any(b.device.hazards for b in backends)
+    p2p = [
+        c for b in backends for c in b.device.calls if c[:2] in (("nccl", "send"), ("nccl", "recv"))
+    ]
+    if gpus is None:
+        assert p2p
+        assert all(c[3] for c in p2p)  # counts: never an empty run
+    else:
+        assert not p2p
+        assert {b.transport_kind for b in backends} == {"mpi"}
+
+
+def test_the_double_refuses_a_recv_of_another_size_than_its_send():
+    """NCCL pairs each recv with the peer's send of as many bytes (else it hangs): an uneven
+    all_to_all whose counts disagree must fail in the double too, not write what was sent."""
+    world = FakeWorld()
+    devices = [StrictDevice(world, bus=f"0000:0{r + 1}:00.0", device_id=r) for r in range(2)]
+    uid = devices[0].nccl_unique_id()
+    errors: list[BaseException] = []
+
+    def rank_main(r: int) -> None:
+        d = devices[r]
+        try:
+            comm = d.nccl_comm(uid, 2, r)
+            s = d.stream(COMM_STREAM)
+            send = d.zeros((4,), np.uint8, s)
+            recv = d.zeros((8 if r == 0 else 4,), np.uint8, s)
+            with d.group():
+                d.nccl("send", comm, s, src=send, count=4, dtype=NCCL_DTYPES["uint8"], peer=1 - r)
+                d.nccl(
+                    "recv",
+                    comm,
+                    s,
+                    dst=recv,
+                    count=recv.size,
+                    dtype=NCCL_DTYPES["uint8"],
+                    peer=1 - r,
+                )
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert len(errors) == 1
+    assert isinstance(errors[0], NcclError)
+    assert "recv of 8 bytes from rank 1, which sent 4 bytes" in str(errors[0])
