@@ -13,6 +13,7 @@ from coconet.core.program import Program
 from coconet.schedule.errors import VERIFY_RULE, ScheduleError, schedule_error
 from coconet.schedule.recipes import (
     recipe_ar_c,
+    recipe_fuse_rs_c,
     recipe_fuse_rs_c_ag,
     recipe_fuse_sliced_send,
     recipe_ol_ag_mm,
@@ -69,6 +70,16 @@ NAMED_SCHEDULES: dict[str, NamedSchedule] = {
             lambda i: bool(i.all_reduces),
             recipe_fuse_rs_c_ag,
             ("mm-fuse-rs-c-ag",),
+        ),
+        NamedSchedule(
+            "fuse(rs-c)",
+            "ZeRO-3 / FSDP (not in CoCoNet)",
+            "reduce_scatter + the sliced update it feeds as one fused collective kernel; "
+            "parameters and optimizer state stay sliced (no all_gather)",
+            "a reduce_scatter and sliced arguments it updates",
+            lambda i: bool(i.sliced_scatters),
+            recipe_fuse_rs_c,
+            ("zero3",),
         ),
         NamedSchedule(
             "ol(mm,fuse(rs-c-ag))",

@@ -100,6 +100,12 @@ def recipe_ar_c(s: ScheduleSteps, info: Structure) -> None:
     s.fuse(mode="elementwise")
 
 
+def recipe_fuse_rs_c(s: ScheduleSteps, info: Structure) -> None:
+    """ZeRO-3 / FSDP: each reduce_scatter with the sliced update it feeds as one fused
+    collective kernel (no all_gather: parameters and state stay sliced)."""
+    _fuse_all_reduce(s)
+
+
 def recipe_rs_c_ag(s: ScheduleSteps, info: Structure) -> None:
     _split_reorder(s, info)
     _slice_state(s, info)

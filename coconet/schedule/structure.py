@@ -98,6 +98,17 @@ class Structure:
                     self.sends.append(op)
             elif isinstance(op, coco.ElementwiseOp) and any(v in derived for v in op.operands):
                 derived.update(op.results)
+        # ZeRO-3 / FSDP: reduce_scatters in a program that updates sliced arguments (the
+        # parameters and state each rank keeps only a slice of)
+        sliced_updates = any(
+            isinstance(op, coco.UpdateOp)
+            and isinstance(op.target.type, TensorType)
+            and any(op.target.type.slicing_axes(d) for d in range(op.target.type.rank))
+            for op in ops
+        )
+        self.sliced_scatters = (
+            [op for op in ops if isinstance(op, comm.ReduceScatterOp)] if sliced_updates else []
+        )
         # optimizer state: replicated arguments whose new value (the one their update stores)
         # the program also reads (m, v of Adam feed the weight update; the weights do not)
         self.state: list[BlockArgument] = []

@@ -167,6 +167,22 @@ def adam(inputs: Inputs, ranks: int) -> dict[str, np.ndarray]:
     return agree(per_rank)
 
 
+def zero3_adamw(inputs: Inputs, ranks: int) -> dict[str, np.ndarray]:
+    """AdamW on sliced weights and moments: each rank's slice of the reduce-scattered gradient
+    is the f64 rank-order sum rounded once, as an all_reduce's; the logical results are the
+    slices side by side, which is the update of the whole arrays."""
+    g, w, m, v = inputs["g"], inputs["w"], inputs["m"], inputs["v"]
+    lr, beta1, beta2, eps, wd, step = _scalars(
+        inputs, "lr", "beta1", "beta2", "eps", "weight_decay", "step"
+    )
+    g1 = all_reduce_sum([g[r] for r in range(ranks)], g.dtype)
+    m1, v1, mhat, vhat = _adam_moments(g1, m, v, beta1, beta2, step)
+    den = ew(np.add, ew(np.sqrt, vhat, out=F32), eps, out=F32)
+    r = ew(np.add, ew(np.divide, mhat, den, out=F32), ew(np.multiply, wd, w, out=F32), out=F32)
+    w1 = ew(np.subtract, w, ew(np.multiply, lr, r, out=F32), out=F32)
+    return {"w": w1, "m": m1, "v": v1}
+
+
 def lamb(inputs: Inputs, ranks: int) -> dict[str, np.ndarray]:
     g, w, m, v = inputs["g"], inputs["w"], inputs["m"], inputs["v"]
     lr, beta1, beta2, eps, wd, step = _scalars(
@@ -340,6 +356,7 @@ REFERENCES: dict[str, Callable[[Inputs, int], dict[str, np.ndarray]]] = {
     "adam_f16_grads": adam,
     "adam_bf16_grads": adam,
     "lamb": lamb,
+    "zero3_adamw": zero3_adamw,
     "model_parallel_attention": model_parallel_attention,
     "model_parallel_mlp": model_parallel_mlp,
     "pipeline_boundary": pipeline_boundary,

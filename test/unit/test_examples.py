@@ -28,7 +28,7 @@ from coconet.runtime import sim
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
-OPTIMIZERS = ["sgd", "adam", "adam_f16_grads", "adam_bf16_grads", "lamb"]
+OPTIMIZERS = ["sgd", "adam", "adam_f16_grads", "adam_bf16_grads", "lamb", "zero3_adamw"]
 MATMULS = ["model_parallel_attention", "model_parallel_mlp"]
 NORMS = ["allreduce_rmsnorm", "megatron_sp_layernorm"]
 ALL = [*OPTIMIZERS, *MATMULS, "pipeline_boundary", *NORMS, "softmax_rows"]
@@ -41,6 +41,7 @@ GRAD_DTYPES = {
     "adam_f16_grads": np.float16,
     "adam_bf16_grads": ml_dtypes.bfloat16,
     "lamb": np.float32,
+    "zero3_adamw": np.float32,
 }
 K = {
     "model_parallel_attention": H,
@@ -94,7 +95,7 @@ def make_inputs(name: str, ranks: int, seed: int = 0, dtype=None) -> dict[str, n
                 "eps": np.asarray(1e-6, f32),
                 "step": np.asarray(3.0, f32),
             }
-        if name == "lamb":
+        if name in ("lamb", "zero3_adamw"):
             inputs["weight_decay"] = np.asarray(0.01, f32)
         return inputs
     if name == "softmax_rows":  # the queries and transposed keys of one attention head
