@@ -528,6 +528,7 @@ class CoconetOptimizer(torch.optim.Optimizer):
     ) -> list[int]:
         """`_meet`'s all-reduce of `vec` (`n` payload values), bounded by the step timeout."""
         work = dist.all_reduce(vec, op=dist.ReduceOp.MAX, group=self._group(), async_op=True)
+        assert work is not None  # (async_op=True returns the work)
         try:
             if self.step_timeout is None:
                 work.wait()
