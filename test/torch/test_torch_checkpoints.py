@@ -5,8 +5,6 @@ state_dict() refused with the fix on every rank instead of a collective mismatch
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -23,19 +21,9 @@ import coconet.torch as ct
 
 sys.path.insert(0, str(Path(__file__).parent))
 from optim_cases import SkipNet
+from torchrun_job import torchrun_two
 
-ROOT = Path(__file__).resolve().parents[2]
 SCHEDULES = ["ar-c", "rs-c-ag", "fuse(rs-c-ag)"]
-
-
-def _env() -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("PMI_", "OMPI_", "MPI_", "HYDRA_", "RANK", "WORLD_SIZE"))
-    }
-    env["OMP_NUM_THREADS"] = "1"
-    return env
 
 
 def _groups(model: torch.nn.Module) -> list[dict]:
@@ -61,24 +49,7 @@ def _same(a: dict, b: dict) -> bool:
 
 @pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
 def test_state_dict_consolidated_on_rank_0_and_a_lone_state_dict_refused(tmp_path):
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node",
-            "2",
-            str(Path(__file__).with_name("checkpoint_script.py")),
-            str(tmp_path),
-        ],
-        check=False,
-        cwd=ROOT,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = torchrun_two(str(Path(__file__).with_name("checkpoint_script.py")), str(tmp_path))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
     for schedule in SCHEDULES:

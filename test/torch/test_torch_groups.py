@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -28,11 +25,11 @@ from optim_cases import (  # noqa: E402
     train,
     train_skipping,
 )
+from torchrun_job import torchrun_two  # noqa: E402 (after the importorskip)
 
 import coconet.torch as ct  # noqa: E402 (after the importorskip)
 from coconet.core.program import CocoError  # noqa: E402 (after the importorskip)
 
-ROOT = Path(__file__).resolve().parents[2]
 TIGHT = {"rtol": 1e-6, "atol": 1e-7}
 
 
@@ -374,38 +371,13 @@ def test_torch_clip_grad_norm_stays_torchs_on_one_rank():
 # -- 2 ranks --------------------------------------------------------------------------------------
 
 
-def _env() -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("PMI_", "OMPI_", "MPI_", "HYDRA_", "RANK", "WORLD_SIZE"))
-    }
-    env["OMP_NUM_THREADS"] = "1"
-    return env
-
-
 def test_two_ranks_skip_clip_groups_and_warnings(tmp_path):
     """torchrun on 2 ranks (two_ranks_script.py): parameters used on one rank only or on
     none, under every schedule, for SGD, Adam, AdamW and LAMB; clipping the averaged
     gradients of two groups; a state_dict of two groups' sliced state into torch.optim.AdamW
     and back; the warnings for local clipping and for DDP's own reduction."""
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node",
-            "2",
-            str(Path(__file__).with_name("two_ranks_script.py")),
-            str(tmp_path),
-        ],
-        check=False,
-        cwd=ROOT,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=900,
+    proc = torchrun_two(
+        str(Path(__file__).with_name("two_ranks_script.py")), str(tmp_path), timeout=900
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]

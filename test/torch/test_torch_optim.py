@@ -8,9 +8,6 @@ back."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -28,11 +25,11 @@ from optim_cases import (  # noqa: E402
     small_model,
     train,
 )
+from torchrun_job import torchrun_two  # noqa: E402 (after the importorskip)
 
 import coconet.torch as ct  # noqa: E402 (after the importorskip)
 from coconet.core.program import CocoError  # noqa: E402 (after the importorskip)
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _model(dtype=torch.float32):
@@ -139,36 +136,8 @@ def test_buffers_are_handed_over_without_a_copy():
     assert as_np.ctypes.data == bf16.data_ptr()
 
 
-def _env() -> dict[str, str]:
-    return {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("PMI_", "OMPI_", "MPI_", "HYDRA_", "RANK", "WORLD_SIZE"))
-    }
-
-
-def _torchrun(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node",
-            "2",
-            *args,
-        ],
-        check=False,
-        cwd=ROOT,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-
-
 def test_two_ranks_train_a_transformer_with_the_losses_of_ddp_adamw():
-    proc = _torchrun("examples/torch_lm.py", "--steps", "12", "--json")
+    proc = torchrun_two("examples/torch_lm.py", "--steps", "12", "--json")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("CURVES "))
     curves = json.loads(line[len("CURVES ") :])
@@ -221,7 +190,7 @@ DDP_HOOK_AND_STATE = textwrap.dedent(
 def test_behind_ddp_with_the_local_gradients_hook_and_a_gathered_state_dict(tmp_path):
     script = tmp_path / "hook.py"
     script.write_text(DDP_HOOK_AND_STATE)
-    proc = _torchrun(str(script), str(tmp_path))
+    proc = torchrun_two(str(script), str(tmp_path))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     results = {r: json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)}
     for r in results.values():

@@ -241,17 +241,36 @@ def test_each_pass_alone_on_random_programs(name: str) -> None:
 CPU_CASES = 30 if not FULL else 300
 
 
+def _runs_as_the_sim_computes(
+    gp: GeneratedProgram, scheduled: Program, ranks: int, what: str
+) -> bool:
+    """`scheduled` (the generated program or a schedule of it), lowered and run by the cpu
+    backend's kernels on in-process ranks, computes what the sim computes of the generated
+    program; False where the program cannot run at `ranks` (a dim of 1 sliced, a keepdims
+    row, fits one rank only; a dispatch buffer's dim 0 the rank counts dividing it)."""
+    from coconet.lowering.lower_to_plan import lower
+    from coconet.runtime import sim
+    from coconet.runtime.check import compare_piece
+    from coconet.runtime.threaded import ThreadedExecutor
+
+    try:
+        want = sim.run(gp.program, ranks=ranks, seed=ranks)
+    except CocoError as e:
+        assert "[empty-slice]" in str(e) or "[all-to-all-local]" in str(e), str(e)
+        return False
+    got = ThreadedExecutor(lower(scheduled, ranks)).run(want.inputs)
+    for name, value in want.outputs.items():
+        diff, _, _ = compare_piece(name, 0, np.asarray(got[name]), value)
+        assert diff is None, f"{what} at {ranks} ranks: {diff}\n{gp.text}"
+    return True
+
+
 def test_random_programs_run_on_the_cpu_backend_as_the_sim_computes() -> None:
     """Random programs, as written, lowered and run by the cpu backend's kernels on
     in-process ranks (1-4 on a 1-D grid, so 3 ranks cut every dim unevenly, and the
     generator's odd sizes are uneven at 2 and 4 too) against the sim: the lowering's per-rank
     extents, not just the passes, meet random programs (a row reduction over an uneven slice
     read past a smaller rank's piece, silently)."""
-    from coconet.lowering.lower_to_plan import lower
-    from coconet.runtime import sim
-    from coconet.runtime.check import compare_piece
-    from coconet.runtime.threaded import ThreadedExecutor
-
     stats: Counter = Counter()
 
     @settings(max_examples=CPU_CASES, **SETTINGS)
@@ -264,17 +283,7 @@ def test_random_programs_run_on_the_cpu_backend_as_the_sim_computes() -> None:
         stats["all_to_alls"] += comm.AllToAllOp.name in names
         one_d = len(gp.grid) == 1
         for ranks in (1, 2, 3, 4) if one_d else (2, 4):
-            try:
-                want = sim.run(program, ranks=ranks, seed=ranks)
-            except CocoError as e:  # a dim of 1 sliced (a keepdims row) fits one rank only,
-                # a dispatch buffer's dim 0 the rank counts dividing it
-                assert "[empty-slice]" in str(e) or "[all-to-all-local]" in str(e), str(e)
-                continue
-            got = ThreadedExecutor(lower(program, ranks)).run(want.inputs)
-            for name, value in want.outputs.items():
-                diff, _, _ = compare_piece(name, 0, np.asarray(got[name]), value)
-                assert diff is None, f"at {ranks} ranks: {diff}\n{gp.text}"
-            stats["ranks"] += 1
+            stats["ranks"] += _runs_as_the_sim_computes(gp, program, ranks, "as written")
 
     case()
     # the generator makes what this test is for
@@ -291,10 +300,6 @@ def test_every_offered_schedule_of_random_programs_runs_on_the_cpu_backend() -> 
     the program as written: an offered schedule must lower and compute what it rewrites (a
     fused optimizer whose state is updated after a global norm, in a later segment of the
     kernel than computes it, was offered and then failed to lower)."""
-    from coconet.lowering.lower_to_plan import lower
-    from coconet.runtime import sim
-    from coconet.runtime.check import compare_piece
-    from coconet.runtime.threaded import ThreadedExecutor
     from coconet.schedule import apply_schedule, named_schedules
 
     stats: Counter = Counter()
@@ -307,15 +312,7 @@ def test_every_offered_schedule_of_random_programs_runs_on_the_cpu_backend() -> 
         for name in names:
             scheduled = apply_schedule(program, name)
             for ranks in (2, 3) if len(gp.grid) == 1 else (2, 4):
-                try:
-                    want = sim.run(program, ranks=ranks, seed=ranks)
-                except CocoError as e:  # rank counts the program cannot run at (as above)
-                    assert "[empty-slice]" in str(e) or "[all-to-all-local]" in str(e), str(e)
-                    continue
-                got = ThreadedExecutor(lower(scheduled, ranks)).run(want.inputs)
-                for out, value in want.outputs.items():
-                    diff, _, _ = compare_piece(out, 0, np.asarray(got[out]), value)
-                    assert diff is None, f"{name} at {ranks} ranks: {diff}\n{gp.text}"
+                _runs_as_the_sim_computes(gp, scheduled, ranks, name)
             stats[name] += 1
 
     case()
