@@ -33,6 +33,8 @@ class SchedulePass(ModulePass):
     * `rs-c-ag`              (RS_C_AG, MM_RS_C_AG): split, reorder onto slices, as-slice the
                              optimizer state, fuse the sliced computation.
     * `fuse(rs-c-ag)`        (fuse_RS_C_AG): the same as one FusedAllReduce.
+    * `fuse(rs-c)`           (ZeRO-3 / FSDP): a reduce_scatter and the update of sliced
+                             parameters and state it feeds as one fused kernel.
     * `ol(mm,fuse(rs-c-ag))` (ol_MM_fuse_RS_C_AG): that, overlapped with the producing matmul.
     * `sliced-send`          (RS_P2P_C_AG): rs-c-ag, then send only this rank's slice.
     * `fuse(sliced-send)`:   the sliced computation fused into the send.

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import textwrap
-from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -29,7 +28,6 @@ from torchrun_job import torchrun_two  # noqa: E402 (after the importorskip)
 
 import coconet.torch as ct  # noqa: E402 (after the importorskip)
 from coconet.core.program import CocoError  # noqa: E402 (after the importorskip)
-
 
 
 def _model(dtype=torch.float32):

@@ -779,8 +779,8 @@ def programs(
     grids: Sequence[tuple[int, ...]] = GRIDS,
     motif: str | None = None,
 ) -> GeneratedProgram:
-    """A random valid single-function program (see the module docstring); `motif` first,
-    where given (a test of what one motif's schedules do)."""
+    """A random valid single-function program (see the module docstring); `motif` (a motif or
+    an op kind) first, where given (a test of what one motif or op does)."""
     grid = draw(st.sampled_from(tuple(grids)))
     g = _Gen(draw, grid)
     n_args = draw(st.integers(1, 4))
@@ -802,8 +802,8 @@ def programs(
         fn.attributes[GRID_ATTR_NAME] = GridAttr(list(grid))
     g.func = fn
     g.pool = list(block.args)
-    if motif is not None:
-        getattr(g, f"motif_{motif}")()
+    if motif is not None:  # a motif's name, or an op kind's
+        (getattr(g, f"motif_{motif}", None) or getattr(g, f"op_{motif}"))()
     for _ in range(draw(st.integers(0 if motif else 1, max_ops))):
         g.step()
     returns = g.finish(list(block.args))

@@ -258,7 +258,17 @@ def _runs_as_the_sim_computes(
     except CocoError as e:
         assert "[empty-slice]" in str(e) or "[all-to-all-local]" in str(e), str(e)
         return False
-    got = ThreadedExecutor(lower(scheduled, ranks)).run(want.inputs)
+    try:
+        plan = lower(scheduled, ranks)
+    except CocoError as e:
+        # Overlap needs as many rows per rank as chunks, and even pieces: at a rank count
+        # that leaves neither it is refused at launch with its rule (issue #25.6: offered
+        # schedules are not yet labelled with the rank counts they need), never internally.
+        assert str(e).startswith(("[overlap-chunks]", "[overlap-layout]")), (
+            f"{what} at {ranks} ranks: {e}\n{gp.text}"
+        )
+        return False
+    got = ThreadedExecutor(plan).run(want.inputs)
     for name, value in want.outputs.items():
         diff, _, _ = compare_piece(name, 0, np.asarray(got[name]), value)
         assert diff is None, f"{what} at {ranks} ranks: {diff}\n{gp.text}"
@@ -274,7 +284,7 @@ def test_random_programs_run_on_the_cpu_backend_as_the_sim_computes() -> None:
     stats: Counter = Counter()
 
     @settings(max_examples=CPU_CASES, **SETTINGS)
-    @given(gp=programs(max_ops=8))
+    @given(gp=programs(max_ops=8) | programs(max_ops=6, motif="reduce_dims"))
     def case(gp: GeneratedProgram) -> None:
         program = gp.program
         # what the generator made, counted once per program

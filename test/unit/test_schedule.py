@@ -585,7 +585,16 @@ def test_enumeration_limit():
 
 
 def test_named_schedule_table():
-    assert list(NAMED_SCHEDULES) == [*MODEL_PARALLEL, *SEQUENCE_PARALLEL, *PIPELINE[4:]]
+    assert (
+        list(NAMED_SCHEDULES)
+        == [
+            *DATA_PARALLEL,
+            "fuse(rs-c)",  # ZeRO-3
+            *MODEL_PARALLEL[len(DATA_PARALLEL) :],
+            *SEQUENCE_PARALLEL,
+            *PIPELINE[4:],
+        ]
+    )
     for name, ns in NAMED_SCHEDULES.items():
         assert resolve_schedule_name(name) == name
         assert ns.coconet

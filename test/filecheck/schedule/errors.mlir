@@ -18,7 +18,7 @@ func.func @sgd3(%g: !coco.tensor<2xf32, local>, %w: !coco.tensor<2xf32>, %lr: !c
 }
 
 // UNKNOWN-NOT: Traceback
-// UNKNOWN:     coco-opt: error: [schedule-unknown] no schedule named 'bogus'; named schedules: ar-c, rs-c-ag, fuse(rs-c-ag), ol(mm,fuse(rs-c-ag)), ol(ag,mm), ol(mm,rs), ol(ag,mm)+ol(mm,rs), sliced-send, fuse(sliced-send), ol(mm,rs)+fuse(sliced-send)
+// UNKNOWN:     coco-opt: error: [schedule-unknown] no schedule named 'bogus'; named schedules: ar-c, rs-c-ag, fuse(rs-c-ag), fuse(rs-c), ol(mm,fuse(rs-c-ag)), ol(ag,mm), ol(mm,rs), ol(ag,mm)+ol(mm,rs), sliced-send, fuse(sliced-send), ol(mm,rs)+fuse(sliced-send)
 
 // NONAME:      coco-opt: error: [schedule-unknown] coco-schedule needs a schedule name (name=...)
 
