@@ -1,4 +1,4 @@
-"""`coco-canonicalize`: fold slice/all_gather round trips."""
+"""`coco-canonicalize`: fold slice/all_gather and all_to_all round trips."""
 
 from __future__ import annotations
 
@@ -43,6 +43,16 @@ def _equivalent(op: Operation) -> SSAValue | None:
         src = op.input.owner
         if isinstance(src, coco.SliceOp) and src.input.type == op.result.type:
             return src.input  # all_gather(slice(x)) -> x, x replicated
+    if isinstance(op, comm.AllToAllOp):
+        src = op.input.owner
+        if (
+            isinstance(src, comm.AllToAllOp)
+            and src.input.type == op.result.type
+            and src.span() == op.span()
+        ):
+            # all_to_all(all_to_all(x)) back to x's layout over the same axes -> x: the
+            # re-cut undone (the dispatch form is its own inverse)
+            return src.input
     return None
 
 
@@ -67,6 +77,7 @@ class CanonicalizePass(ModulePass):
     * `coco.slice %x` whose type equals `%x`'s                      -> `%x`
     * `coco.slice (comm.all_gather %y)` of `%y`'s type               -> `%y`
     * `comm.all_gather (coco.slice %x)` of `%x`'s (replicated) type  -> `%x`
+    * `comm.all_to_all (comm.all_to_all %x)` of `%x`'s type, over the same axes -> `%x`
     A fold's producer is erased once nothing reads it. Ops inside regions fold too. A fold to
     a function argument is skipped where a reader runs after the argument's update (it would
     read the overwritten buffer).
@@ -89,7 +100,8 @@ class CanonicalizePass(ModulePass):
         for s in sites:
             if _fold(s) is None:
                 raise fail(
-                    f"{RULE}-fold", f"{op_name(s)} is not a foldable slice/all_gather round trip"
+                    f"{RULE}-fold",
+                    f"{op_name(s)} is not a foldable slice/all_gather or all_to_all round trip",
                 )
         for s in sites:
             pattern.match_and_rewrite(s, PatternRewriter(s))

@@ -25,7 +25,7 @@ func.func @f(%x: !coco.tensor<16xf32>, %y: !coco.tensor<16xf32, sliced<0>>) -> (
   func.return %sum, %u, %keep : !coco.tensor<16xf32>, !coco.tensor<16xf32, sliced<0>>, !coco.tensor<16xf32, sliced<0>>
 }
 
-// FOLD: coco-opt: error: [canonicalize-fold] %keep (coco.slice) is not a foldable slice/all_gather round trip
+// FOLD: coco-opt: error: [canonicalize-fold] %keep (coco.slice) is not a foldable slice/all_gather or all_to_all round trip
 // FOLD-NOT: {{.}}
 
 // all_gather(slice(%w)) read after %w's update: folding to %w would read the overwritten
@@ -42,4 +42,22 @@ func.func @after_update(%w: !coco.tensor<8xf16>) -> !coco.tensor<8xf16> attribut
   %wn = coco.neg %wg : !coco.tensor<8xf16>
   coco.update %w, %wn : !coco.tensor<8xf16>
   func.return %wg : !coco.tensor<8xf16>
+}
+
+// all_to_all(all_to_all(x)) back to x's layout over the same axes -> x (Ulysses' re-cut and
+// its inverse; the dispatch form undoes itself); a round trip to another layout, or one
+// whose inner re-cut is read elsewhere, keeps what is read.
+// CHECK-LABEL: func.func @a2a
+// CHECK-NEXT:    %h = comm.all_to_all %s : !coco.tensor<8x12xf32, sliced<0>> -> !coco.tensor<8x12xf32, sliced<1>>
+// CHECK-NEXT:    %r = coco.add %s, %s : !coco.tensor<8x12xf32, sliced<0>>
+// CHECK-NEXT:    %e = coco.neg %d : !coco.tensor<8x4xf32, local>
+// CHECK-NEXT:    func.return %r, %h, %e
+func.func @a2a(%s: !coco.tensor<8x12xf32, sliced<0>>, %d: !coco.tensor<8x4xf32, local>) -> (!coco.tensor<8x12xf32, sliced<0>>, !coco.tensor<8x12xf32, sliced<1>>, !coco.tensor<8x4xf32, local>) attributes {coco.grid = #coco.grid<[?]>} {
+  %h = comm.all_to_all %s : !coco.tensor<8x12xf32, sliced<0>> -> !coco.tensor<8x12xf32, sliced<1>>
+  %b = comm.all_to_all %h : !coco.tensor<8x12xf32, sliced<1>> -> !coco.tensor<8x12xf32, sliced<0>>
+  %r = coco.add %b, %b : !coco.tensor<8x12xf32, sliced<0>>
+  %d1 = comm.all_to_all %d : !coco.tensor<8x4xf32, local> -> !coco.tensor<8x4xf32, local>
+  %d2 = comm.all_to_all %d1 : !coco.tensor<8x4xf32, local> -> !coco.tensor<8x4xf32, local>
+  %e = coco.neg %d2 : !coco.tensor<8x4xf32, local>
+  func.return %r, %h, %e : !coco.tensor<8x12xf32, sliced<0>>, !coco.tensor<8x12xf32, sliced<1>>, !coco.tensor<8x4xf32, local>
 }
