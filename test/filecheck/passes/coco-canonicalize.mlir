@@ -61,3 +61,19 @@ func.func @a2a(%s: !coco.tensor<8x12xf32, sliced<0>>, %d: !coco.tensor<8x4xf32, 
   %e = coco.neg %d2 : !coco.tensor<8x4xf32, local>
   func.return %r, %h, %e : !coco.tensor<8x12xf32, sliced<0>>, !coco.tensor<8x12xf32, sliced<1>>, !coco.tensor<8x4xf32, local>
 }
+
+// A cast to a narrower type that alone reads an all_to_all moves before it (the dispatch in
+// bf16: half the bytes); a widening one, or one beside another reader, stays.
+// CHECK-LABEL: func.func @narrow
+// CHECK-NEXT:    %0 = coco.cast %x : !coco.tensor<8x12xf32, sliced<0>> -> !coco.tensor<8x12xbf16, sliced<0>>
+// CHECK-NEXT:    %n = comm.all_to_all %0 : !coco.tensor<8x12xbf16, sliced<0>> -> !coco.tensor<8x12xbf16, sliced<1>>
+// CHECK-NEXT:    %w = comm.all_to_all %h : !coco.tensor<8x12xbf16, sliced<0>> -> !coco.tensor<8x12xbf16, sliced<1>>
+// CHECK-NEXT:    %wf = coco.cast %w : !coco.tensor<8x12xbf16, sliced<1>> -> !coco.tensor<8x12xf32, sliced<1>>
+// CHECK-NEXT:    func.return %n, %wf
+func.func @narrow(%x: !coco.tensor<8x12xf32, sliced<0>>, %h: !coco.tensor<8x12xbf16, sliced<0>>) -> (!coco.tensor<8x12xbf16, sliced<1>>, !coco.tensor<8x12xf32, sliced<1>>) attributes {coco.grid = #coco.grid<[?]>} {
+  %y = comm.all_to_all %x : !coco.tensor<8x12xf32, sliced<0>> -> !coco.tensor<8x12xf32, sliced<1>>
+  %n = coco.cast %y : !coco.tensor<8x12xf32, sliced<1>> -> !coco.tensor<8x12xbf16, sliced<1>>
+  %w = comm.all_to_all %h : !coco.tensor<8x12xbf16, sliced<0>> -> !coco.tensor<8x12xbf16, sliced<1>>
+  %wf = coco.cast %w : !coco.tensor<8x12xbf16, sliced<1>> -> !coco.tensor<8x12xf32, sliced<1>>
+  func.return %n, %wf : !coco.tensor<8x12xbf16, sliced<1>>, !coco.tensor<8x12xf32, sliced<1>>
+}
