@@ -95,4 +95,4 @@ def test_state_dict_consolidated_on_rank_0_and_a_lone_state_dict_refused(tmp_pat
         "step() of the optimizer on rank 0: rank(s) 1 did not arrive within the step "
         in (r0["alone"])
     )
-    assert 2.5 < r0["alone seconds"] < 60  # (not before the timeout; bounded, loosely)
+    assert 0.9 < r0["alone seconds"] < 60  # (not before the timeout; bounded, loosely)

@@ -18,6 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 torch = pytest.importorskip("torch", reason="the test extra installs torch")
 
+from torchrun_job import clean_env, torchrun_two  # noqa: E402 (after the importorskip)
+
 # SGD on 2 ranks: rank r's local gradient is r+1 everywhere, w = 1, lr = 0.25, so after the
 # all-reduce every rank must hold w = 1 - 0.25 * (1 + 2) = 0.25. A silent 1-rank run gives
 # 0.75 on rank 0 and 0.5 on rank 1.
@@ -43,34 +45,14 @@ SCRIPT = textwrap.dedent(
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("PMI_", "OMPI_", "MPI_", "HYDRA_", "RANK", "WORLD_SIZE"))
-    }
-    env.update(extra)
-    return env
-
-
-def _torchrun_two(*args: str, timeout: float) -> subprocess.CompletedProcess:
-    """`torchrun --standalone --nproc-per-node 2 ARGS` from the checkout, outside any MPI launch."""
-    return subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-        + list(args),
-        check=False,
-        cwd=ROOT,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return clean_env() | extra
 
 
 def test_compile_under_torchrun_joins_the_job_for_every_schedule(tmp_path):
     script = tmp_path / "sgd_step.py"
     script.write_text(SCRIPT)
     schedules = ["ar-c", "rs-c-ag", "fuse(rs-c-ag)"]
-    proc = _torchrun_two(str(script), str(tmp_path), *schedules, timeout=300)
+    proc = torchrun_two(str(script), str(tmp_path), *schedules, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     results = {r: json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)}
     for rank, per_schedule in results.items():
@@ -163,7 +145,7 @@ def test_an_mpi_launch_that_mpi4py_cannot_see_is_refused():
 
 
 def test_coco_run_under_torchrun_runs_each_process_as_one_rank():
-    proc = _torchrun_two(
+    proc = torchrun_two(
         "-m",
         "coconet.tools.coco_run",
         "examples/adam.mlir",
@@ -264,7 +246,7 @@ NCCL_DEFAULT_SCRIPT = textwrap.dedent(
 def test_a_default_group_that_carries_no_host_tensors_gets_a_gloo_group(tmp_path):
     script = tmp_path / "nccl_default.py"
     script.write_text(NCCL_DEFAULT_SCRIPT)
-    r = _torchrun_two(str(script), str(tmp_path), timeout=600)
+    r = torchrun_two(str(script), str(tmp_path), timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     for rank in (0, 1):
         runs = json.loads((tmp_path / f"rank{rank}.json").read_text())
@@ -304,7 +286,7 @@ AGREEMENT_SCRIPT = textwrap.dedent(
 def _agreement(tmp_path, schedules: str, offsets: str) -> list[str]:
     script = tmp_path / "agree.py"
     script.write_text(AGREEMENT_SCRIPT)
-    proc = _torchrun_two(str(script), str(tmp_path), schedules, offsets, timeout=300)
+    proc = torchrun_two(str(script), str(tmp_path), schedules, offsets, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
 
@@ -395,7 +377,7 @@ def test_a_stopped_rank_ends_with_the_job_without_torchrun_s_grace(tmp_path):
         )
     )
     start = time.monotonic()
-    proc = _torchrun_two(str(script), timeout=120)
+    proc = torchrun_two(str(script), timeout=120)
     took = time.monotonic() - start
     assert proc.returncode != 0
     assert "waiting for every rank at the input check of call 1" in proc.stderr, proc.stderr[-3000:]
@@ -421,7 +403,7 @@ def test_all_to_all_under_torchrun_moves_uneven_runs_over_gloo(tmp_path):
         f"  %e = comm.all_to_all %d : {loc}\n"
         f"  func.return %y, %z, %e : {t}, {s}, {loc}\n}}\n"
     )
-    proc = _torchrun_two(
+    proc = torchrun_two(
         "-m", "coconet.tools.coco_run", str(path), "--backend", "cpu", "--check",
         "--exact-collectives", "-q", timeout=300,
     )  # fmt: skip
