@@ -26,6 +26,7 @@ the cutting op runs as it would unfused, and values crossing segments go through
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
 
@@ -146,27 +147,44 @@ def _updates_where_computed(body: list[Operation], deferred: set[Operation]) -> 
     op in between reads the target (itself or through a deferred op, which runs where its
     readers run): the segment computing the value then stores it in the target, instead of
     storing it for a later segment to copy (LAMB written with `m` and `v` updated after its
-    norms: two passes over each less)."""
-    out = list(body)
-    for u in [op for op in body if isinstance(op, coco.UpdateOp)]:
+    norms: two passes over each less). One pass over the body: a region holding a model's
+    every tensor (LAMB's segments) has hundreds of updates."""
+    at = {op: i for i, op in enumerate(body)}
+    through: dict[Operation, set[SSAValue]] = {}  # what a deferred op reads, transitively
+    readers: dict[SSAValue, list[int]] = {}  # positions reading each value, ascending
+    for i, op in enumerate(body):
+        for v in _read_values(op, deferred, through):
+            readers.setdefault(v, []).append(i)
+    key = {op: (i, 0, 0) for i, op in enumerate(body)}
+    for u in body:
+        if not isinstance(u, coco.UpdateOp):
+            continue
         producer = u.value.owner
-        if not isinstance(producer, Operation) or producer not in out or producer in deferred:
+        if not isinstance(producer, Operation) or producer not in at or producer in deferred:
             continue
-        start, end = out.index(producer), out.index(u)
-        if any(_reads(op, u.target, deferred) for op in out[start + 1 : end]):
-            continue
-        out.remove(u)
-        out.insert(start + 1, u)
+        start, end = at[producer], at[u]
+        positions = readers.get(u.target, [])
+        k = bisect.bisect_right(positions, start)
+        if k < len(positions) and positions[k] < end:
+            continue  # read in between: it stays where it is
+        key[u] = (start, 1, end)  # right after its value, in program order among such
+    return sorted(body, key=key.__getitem__)
+
+
+def _read_values(
+    op: Operation, deferred: set[Operation], through: dict[Operation, set[SSAValue]]
+) -> set[SSAValue]:
+    """The values `op` reads: its operands, and what the deferred ops producing them read
+    (computed where read), memoized in `through`."""
+    out: set[SSAValue] = set()
+    for w in op.operands:
+        out.add(w)
+        owner = w.owner
+        if isinstance(owner, Operation) and owner in deferred:
+            if owner not in through:
+                through[owner] = _read_values(owner, deferred, through)
+            out |= through[owner]
     return out
-
-
-def _reads(op: Operation, v: SSAValue, deferred: set[Operation]) -> bool:
-    """Whether `op` reads `v`, directly or through deferred ops (computed where read)."""
-    return any(
-        w is v
-        or (isinstance(w.owner, Operation) and w.owner in deferred and _reads(w.owner, v, deferred))
-        for w in op.operands
-    )
 
 
 def _in_kernel_reduction(op: Operation, segment: list[Operation]) -> comm.AllReduceOp | None:
@@ -255,18 +273,23 @@ def _joined_reductions(
                 return op.input.type
         return None
 
+    spaces = [slice_type(chain) for chain in chains]
+    hosts = [(t, chain) for t, chain in zip(spaces, chains) if t is not None]
+    out: list[list[Operation]] = []
+    joined: set[int] = set()
+    for t, chain in zip(spaces, chains):
+        if t is None:
+            reduced = {op.input.type for op in chain if isinstance(op, coco.ReduceOp)}
+            host = next((h for ht, h in hosts if ht in reduced), None)
+            if host is not None:
+                host += chain
+                joined.add(id(host))
+                continue
+        out.append(chain)
     order = {op: i for i, op in enumerate(ops)}
-    out = [list(chain) for chain in chains]
-    for chain in chains:
-        if slice_type(chain) is not None:
-            continue
-        reduced = {op.input.type for op in chain if isinstance(op, coco.ReduceOp)}
-        host = next((c for c in out if c != chain and slice_type(c) in reduced), None)
-        if host is None:
-            continue
-        host += chain
-        host.sort(key=order.__getitem__)
-        out = [c for c in out if c != chain]
+    for chain in out:
+        if id(chain) in joined:
+            chain.sort(key=order.__getitem__)
     return out
 
 
