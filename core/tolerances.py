@@ -37,6 +37,10 @@ TOLERANCES: dict[str, Tolerance] = {
     # ulp(1) = 2.2e-16; the f32 argument scaled, with a wide margin (4500 ulps) since f64
     # programs are short and the margin costs no real bug detection at these magnitudes.
     "f64": Tolerance(rtol=1e-12, atol=1e-12),
+    # fp8 (3 and 2 mantissa bits, ulp(1) = 0.125 and 0.25): kernels compute in f32 and round
+    # once, so the f16 argument holds: 2 ulps.
+    "f8E4M3FN": Tolerance(rtol=0.25, atol=0.125),
+    "f8E5M2": Tolerance(rtol=0.5, atol=0.25),
     # Integer +, *, max, min wrap and are associative and commutative, and i1 sums/products are
     # or/and: no reduction order can change an integer result, so integers compare exactly.
     "i32": EXACT,

@@ -27,10 +27,29 @@ NUMPY_DTYPES: dict[str, np.dtype] = {
     "bf16": np.dtype(ml_dtypes.bfloat16),
     "f32": np.dtype(np.float32),
     "f64": np.dtype(np.float64),
+    "f8E4M3FN": np.dtype(ml_dtypes.float8_e4m3fn),
+    "f8E5M2": np.dtype(ml_dtypes.float8_e5m2),
     "i32": np.dtype(np.int32),
     "i64": np.dtype(np.int64),
     "i1": np.dtype(np.bool_),
 }
+
+# The element types NumPy lacks (ml_dtypes'), stored in .npz files as their bit patterns
+# (see NPZ_DTYPES_KEY below).
+BITS_DTYPES: dict[str, np.dtype] = {
+    "bf16": np.dtype(np.uint16),
+    "f8E4M3FN": np.dtype(np.uint8),
+    "f8E5M2": np.dtype(np.uint8),
+}
+
+
+def bits_dtype(dtype: np.dtype) -> np.dtype | None:
+    """The unsigned integer dtype an ml_dtypes type (bf16, fp8) travels as where only NumPy's
+    own types exist (device arrays, .npz files); None for NumPy's types."""
+    for elt, bits in BITS_DTYPES.items():
+        if np.dtype(dtype) == NUMPY_DTYPES[elt]:
+            return bits
+    return None
 
 
 def numpy_dtype(t: TensorType) -> np.dtype:
@@ -44,6 +63,8 @@ def compute_dtype(t: TensorType) -> np.dtype:
         "bf16": np.dtype(np.float32),
         "f32": np.dtype(np.float32),
         "f64": np.dtype(np.float64),
+        "f8E4M3FN": np.dtype(np.float32),
+        "f8E5M2": np.dtype(np.float32),
         "i32": np.dtype(np.int64),
         "i64": np.dtype(np.int64),
         "i1": np.dtype(np.bool_),
@@ -52,10 +73,11 @@ def compute_dtype(t: TensorType) -> np.dtype:
 
 def round_f64(x: np.ndarray, elt: str) -> np.ndarray:
     """Round f64 values to element type `elt` ONCE, to nearest even. NumPy does so for f16 and
-    f32, but ml_dtypes converts f64 to bf16 through f32 (rounding twice): round to odd in f32
-    first, which makes the second rounding exact."""
+    f32, but ml_dtypes converts f64 to bf16 and fp8 through f32 (rounding twice): round to odd
+    in f32 first, which makes the second rounding exact (f32 has more than twice their bits,
+    and their whole range)."""
     x = np.asarray(x)
-    if elt != "bf16" or x.dtype != np.float64:
+    if elt not in BITS_DTYPES or x.dtype != np.float64:
         return x.astype(NUMPY_DTYPES[elt])
     f = x.astype(np.float32)
     inexact = f.astype(np.float64) != x
@@ -63,7 +85,7 @@ def round_f64(x: np.ndarray, elt: str) -> np.ndarray:
     bits = f.view(np.uint32).copy()
     bits = np.where(inexact & away, bits - np.uint32(1), bits)
     bits = np.where(inexact, bits | np.uint32(1), bits)
-    return bits.view(np.float32).astype(NUMPY_DTYPES["bf16"])
+    return bits.view(np.float32).astype(NUMPY_DTYPES[elt])
 
 
 def coords_of(rank: int, grid_shape: Sequence[int]) -> tuple[int, ...]:
@@ -376,16 +398,20 @@ def random_input(
 # Arrays in .npz files (coco-run --inputs / --output)
 # ---------------------------------------------------------------------------------------------
 
-# NumPy has no bf16: it writes ml_dtypes.bfloat16 arrays as raw 2-byte records ('V2') that
-# read back as bytes of no known type. coconet's encoding: a bf16 array is stored as its uint16
-# bit patterns, and this entry (a JSON object as a 0-d string array, no pickle) maps its name to
-# "bf16". Any tool can write it: np.savez(f, x=x.view(np.uint16),
-# __coconet_dtypes__=np.array('{"x": "bf16"}')).
+# NumPy has no bf16 or fp8: it writes ml_dtypes arrays as raw records ('V2', 'V1') that read
+# back as bytes of no known type. coconet's encoding: such an array is stored as its bit
+# patterns (uint16 for bf16, uint8 for f8E4M3FN / f8E5M2), and this entry (a JSON object as a
+# 0-d string array, no pickle) maps its name to the type. Any tool can write it:
+# np.savez(f, x=x.view(np.uint16), __coconet_dtypes__=np.array('{"x": "bf16"}')).
 NPZ_DTYPES_KEY = "__coconet_dtypes__"
+_BITS_HINT = (
+    f"store such arrays as their bits, uint16 for bf16 and uint8 for fp8, named in "
+    f"{NPZ_DTYPES_KEY} (see coco-run --help)"
+)
 
 
 def save_arrays(path: str, arrays: dict[str, np.ndarray]) -> str:
-    """Write `arrays` to the .npz file `path` (bf16 encoded as above), atomically: a reader
+    """Write `arrays` to the .npz file `path` (bf16 and fp8 encoded as above), atomically: a reader
     or a failure midway never sees a half-written file. Returns the file written (`path`,
     with `.npz` added as np.savez would); a directory is refused, not written beside."""
     import json
@@ -397,9 +423,10 @@ def save_arrays(path: str, arrays: dict[str, np.ndarray]) -> str:
     dtypes: dict[str, str] = {}
     for name, a in arrays.items():
         a = np.asarray(a)
-        if a.dtype == NUMPY_DTYPES["bf16"]:
-            stored[name] = a.view(np.uint16)
-            dtypes[name] = "bf16"
+        elt = next((e for e in BITS_DTYPES if NUMPY_DTYPES[e] == a.dtype), None)
+        if elt is not None:
+            stored[name] = a.view(BITS_DTYPES[elt])
+            dtypes[name] = elt
         else:
             stored[name] = a
     if dtypes:
@@ -427,7 +454,7 @@ def save_arrays(path: str, arrays: dict[str, np.ndarray]) -> str:
 
 
 def load_arrays(path: str) -> dict[str, np.ndarray]:
-    """Read an .npz file of named arrays (bf16 decoded from the encoding above)."""
+    """Read an .npz file of named arrays (bf16 and fp8 decoded from the encoding above)."""
     import json
     import zipfile
 
@@ -436,7 +463,11 @@ def load_arrays(path: str) -> dict[str, np.ndarray]:
             arrays = {k: data[k] for k in data.files}
     except FileNotFoundError:
         raise CocoError(f"no such inputs file: {path}") from None
-    except (OSError, ValueError, zipfile.BadZipFile) as e:
+    except ValueError as e:
+        # NumPy writes an fp8 array with a descriptor ('<f1') it cannot read back
+        hint = f" (how NumPy saves fp8): {_BITS_HINT}" if "descr" in str(e) else ""
+        raise CocoError(f"cannot read inputs from {path}: {e}{hint}") from None
+    except (OSError, zipfile.BadZipFile) as e:
         raise CocoError(f"cannot read inputs from {path}: {e}") from None
     dtypes: dict[str, str] = {}
     if NPZ_DTYPES_KEY in arrays:
@@ -447,17 +478,22 @@ def load_arrays(path: str) -> dict[str, np.ndarray]:
             raise CocoError(f"{path}: {NPZ_DTYPES_KEY} is not a JSON object of dtypes") from None
     for name, a in arrays.items():
         want = dtypes.get(name)
-        if want == "bf16":
-            if a.dtype != np.uint16:
+        if want in BITS_DTYPES:
+            bits = BITS_DTYPES[want]
+            if a.dtype != bits:
                 raise CocoError(
-                    f"{path}: '{name}' is marked bf16 but holds {a.dtype.name}, not uint16 bits"
+                    f"{path}: '{name}' is marked {want} but holds {a.dtype.name}, "
+                    f"not {bits.name} bits"
                 )
-            arrays[name] = a.view(NUMPY_DTYPES["bf16"])
+            arrays[name] = a.view(NUMPY_DTYPES[want])
         elif want is not None:
-            raise CocoError(f"{path}: '{name}' has an unknown dtype mark {want!r} (only bf16 is)")
+            raise CocoError(
+                f"{path}: '{name}' has an unknown dtype mark {want!r} "
+                f"(one of {', '.join(BITS_DTYPES)})"
+            )
         elif a.dtype.kind == "V":
             raise CocoError(
                 f"{path}: '{name}' holds raw {a.dtype.itemsize}-byte records (how NumPy saves "
-                f"bf16): store bf16 as uint16 bits with {NPZ_DTYPES_KEY} (see coco-run --help)"
+                f"bf16): {_BITS_HINT}"
             )
     return arrays

@@ -17,6 +17,8 @@ from typing import TypeVar
 from xdsl.dialects.builtin import (
     ArrayAttr,
     BFloat16Type,
+    Float8E4M3FNType,
+    Float8E5M2Type,
     Float16Type,
     Float32Type,
     Float64Type,
@@ -39,7 +41,16 @@ from xdsl.utils.exceptions import VerifyException
 # Element types
 # --------------------------------------------------------------------------------------------
 
-ELEMENT_TYPE_NAMES = ("f16", "bf16", "f32", "f64", "i32", "i64", "i1")
+# fp8 types keep MLIR's names: e4m3 with no infinities (NaN where the others overflow to inf)
+# and e5m2 (IEEE-like), both as ml_dtypes and the OCP FP8 spec define them.
+FLOAT_TYPE_NAMES = ("f16", "bf16", "f32", "f64", "f8E4M3FN", "f8E5M2")
+FP8_TYPE_NAMES = ("f8E4M3FN", "f8E5M2")
+ELEMENT_TYPE_NAMES = (*FLOAT_TYPE_NAMES, "i32", "i64", "i1")
+
+
+def is_float_name(elt: str) -> bool:
+    """Whether the short element type name `elt` is a floating-point type."""
+    return elt in FLOAT_TYPE_NAMES
 
 
 def element_type_name(t: Attribute) -> str:
@@ -53,6 +64,10 @@ def element_type_name(t: Attribute) -> str:
             return "f32"
         case Float64Type():
             return "f64"
+        case Float8E4M3FNType():
+            return "f8E4M3FN"
+        case Float8E5M2Type():
+            return "f8E5M2"
         case IntegerType() if t.width.data in (1, 32, 64) and t.signedness.data.name == "SIGNLESS":
             return f"i{t.width.data}"
         case _:
@@ -63,7 +78,10 @@ def element_type_name(t: Attribute) -> str:
 
 
 def is_float_type(t: Attribute) -> bool:
-    return isinstance(t, Float16Type | BFloat16Type | Float32Type | Float64Type)
+    return isinstance(
+        t,
+        Float16Type | BFloat16Type | Float32Type | Float64Type | Float8E4M3FNType | Float8E5M2Type,
+    )
 
 
 # --------------------------------------------------------------------------------------------

@@ -115,6 +115,8 @@ COCO_DEVICE float coco_f64_to_f32_odd(double d) {
 }
 COCO_DEVICE float coco_round_f16(float x) { return coco_to_f32(coco_f16_from_f32(x)); }
 COCO_DEVICE float coco_round_bf16(float x) { return coco_to_f32(coco_bf16_from_f32(x)); }
+COCO_DEVICE float coco_round_f8e4m3(float x) { return coco_to_f32(coco_f8e4m3_from_f32(x)); }
+COCO_DEVICE float coco_round_f8e5m2(float x) { return coco_to_f32(coco_f8e5m2_from_f32(x)); }
 """
 
 # Identifiers a variable must not take: C++ keywords, CUDA's built-in variables (the device

@@ -204,7 +204,7 @@ def emit_hierarchical(
             f"{op.result.name_hint or 'reduced'}_node",
             t,
             kind="scratch",
-            elt="f64" if elt in ("f16", "bf16", "f32", "f64") else "i64",
+            elt="f64" if coco.is_float_name(elt) else "i64",
             shape=(parts.n * count,),
         )
         lw.emit(

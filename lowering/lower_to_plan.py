@@ -791,7 +791,7 @@ class Lowering:
         x = self.value_buffer(op.input)
         grid = self.config.grid_for(x.count)  # the largest piece's
         n = self.per_rank("count", x.count_at)
-        acc = "f64" if elt in ("f16", "bf16", "f32", "f64") else "i64"
+        acc = "f64" if coco.is_float_name(elt) else "i64"
         partials = self.new_buffer(
             f"{op.result.name_hint or 'r'}_partials",
             op.result.type,

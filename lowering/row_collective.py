@@ -91,7 +91,17 @@ ELEMENT, ROW, SCALAR = "element", "row", "scalar"
 SHARED_ROW_BYTES = 40 * 1024
 
 # Bytes of one value in its compute type (C_COMPUTE), as a shared array holds it.
-COMPUTE_BYTES = {"f16": 4, "bf16": 4, "f32": 4, "f64": 8, "i32": 8, "i64": 8, "i1": 1}
+COMPUTE_BYTES = {
+    "f16": 4,
+    "bf16": 4,
+    "f8E4M3FN": 4,
+    "f8E5M2": 4,
+    "f32": 4,
+    "f64": 8,
+    "i32": 8,
+    "i64": 8,
+    "i1": 1,
+}
 
 
 def row_space_of(t: TensorType) -> TensorType:

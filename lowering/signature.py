@@ -28,6 +28,8 @@ SCALAR_ABI: dict[str, str | None] = {
     "double": "f64",
     "coco_f16": None,
     "coco_bf16": None,
+    "coco_f8e4m3": None,
+    "coco_f8e5m2": None,
     "coco_range": None,
 }
 

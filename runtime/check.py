@@ -23,7 +23,14 @@ import numpy as np
 
 from coconet.core.tolerances import TOLERANCES
 
-_ELT_OF_DTYPE = {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64"}
+_ELT_OF_DTYPE = {
+    "float16": "f16",
+    "bfloat16": "bf16",
+    "float32": "f32",
+    "float64": "f64",
+    "float8_e4m3fn": "f8E4M3FN",
+    "float8_e5m2": "f8E5M2",
+}
 
 
 def tolerance(dtype: np.dtype) -> tuple[float, float]:

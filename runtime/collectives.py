@@ -52,21 +52,32 @@ class CollectiveContext:
 
 def widen(xp: Any, a: Any, logical: np.dtype) -> Any:
     """Values of `a` in the sim's accumulation type: bool for i1, f64 for floats, int64 for
-    integers. bf16 may be stored as uint16 bit patterns (device arrays)."""
+    integers. bf16 and fp8 may be stored as their bit patterns (device arrays)."""
     if logical == np.bool_:
         return a.astype(xp.bool_)
-    if is_bf16(logical):
-        if a.dtype == np.uint16:
+    bits = V.bits_dtype(logical)
+    if bits is not None and a.dtype == bits:
+        if is_bf16(logical):
             return (a.astype(xp.uint32) << xp.uint32(16)).view(xp.float32).astype(xp.float64)
-        return a.astype(xp.float64)
-    if logical.kind == "f":
+        return xp.asarray(_FP8_VALUES[np.dtype(logical).name])[a]
+    if logical.kind == "f" or bits is not None:
         return a.astype(xp.float64)
     return a.astype(xp.int64)
 
 
-def bf16_bits(xp: Any, x: Any) -> Any:
-    """f64 values rounded ONCE to bf16 (nearest even), as uint16 bit patterns: round to odd
-    in f32 first, which makes the second rounding exact (core/values.py `round_f64`)."""
+# Every fp8 code's value, to widen bit patterns by lookup.
+_FP8_VALUES = {
+    V.NUMPY_DTYPES[elt].name: np.arange(256, dtype=np.uint8)
+    .view(V.NUMPY_DTYPES[elt])
+    .astype(np.float64)
+    for elt in ("f8E4M3FN", "f8E5M2")
+}
+
+
+def _odd_f32_bits(xp: Any, x: Any) -> Any:
+    """f64 values rounded to odd in f32, as uint32 bits: a further rounding to a type with
+    fewer than half f32's bits (bf16, fp8) is then the single rounding of the f64 value
+    (core/values.py `round_f64`)."""
     f = x.astype(xp.float32)
     back = f.astype(xp.float64)
     inexact = back != x
@@ -74,7 +85,13 @@ def bf16_bits(xp: Any, x: Any) -> Any:
     bits = f.view(xp.uint32)
     one = xp.uint32(1)
     bits = xp.where(inexact & away, bits - one, bits)
-    bits = xp.where(inexact, bits | one, bits)
+    return xp.where(inexact, bits | one, bits)
+
+
+def bf16_bits(xp: Any, x: Any) -> Any:
+    """f64 values rounded ONCE to bf16 (nearest even), as uint16 bit patterns."""
+    bits = _odd_f32_bits(xp, x)
+    one = xp.uint32(1)
     rounded = (
         (bits + xp.uint32(0x7FFF) + ((bits >> xp.uint32(16)) & one)) >> xp.uint32(16)
     ).astype(xp.uint16)
@@ -82,11 +99,42 @@ def bf16_bits(xp: Any, x: Any) -> Any:
     return xp.where((bits & xp.uint32(0x7FFFFFFF)) > xp.uint32(0x7F800000), quiet_nan, rounded)
 
 
+# coco_device.h's coco_f32_to_f8_bits parameters: mantissa bits, bias, the f32 bits of the
+# smallest normal, the addend that rounds subnormals, the overflow code, the NaN code.
+_FP8_ENCODING = {
+    "float8_e4m3fn": (3, 7, 0x3C800000, 16384.0, 0x7F, 0x7F),
+    "float8_e5m2": (2, 15, 0x38800000, 128.0, 0x7C, 0x7E),
+}
+
+
+def fp8_bits(xp: Any, x: Any, logical: np.dtype) -> Any:
+    """f64 values rounded ONCE to fp8 `logical` (nearest even; e4m3fn overflows to NaN, e5m2
+    to inf), as uint8 bit patterns: coco_device.h's conversion, on any array module."""
+    man, bias, min_normal, sub_add, over, nan = _FP8_ENCODING[np.dtype(logical).name]
+    u32 = xp.uint32
+    bits = _odd_f32_bits(xp, x)
+    sign = (bits >> u32(24)) & u32(0x80)
+    ax = bits & u32(0x7FFFFFFF)
+    shift = u32(23 - man)
+    normal = ((ax + u32((1 << (22 - man)) - 1) + ((ax >> shift) & u32(1))) >> shift) - u32(
+        (127 - bias) << man
+    )
+    add = xp.float32(sub_add)
+    subnormal = (ax.view(xp.float32) + add).view(u32) - add.view(u32)
+    mag = xp.where(ax < u32(min_normal), subnormal, normal)
+    mag = xp.minimum(mag, u32(over))
+    mag = xp.where(ax > u32(0x7F800000), u32(nan), mag)
+    return (sign | mag).astype(xp.uint8)
+
+
 def narrow(xp: Any, x: Any, logical: np.dtype, storage: np.dtype) -> Any:
-    """Accumulated values rounded to `logical`, in `storage` (uint16 for device bf16)."""
-    if is_bf16(logical) and storage in (np.dtype(np.uint16), logical):
-        bits = bf16_bits(xp, x.astype(xp.float64))
-        return bits if storage == np.uint16 else bits.view(storage)
+    """Accumulated values rounded once to `logical`, in `storage` (the bit patterns of bf16
+    and fp8 on a device)."""
+    bits = V.bits_dtype(logical)
+    if bits is not None and storage in (bits, logical):
+        x = x.astype(xp.float64)
+        code = bf16_bits(xp, x) if is_bf16(logical) else fp8_bits(xp, x, logical)
+        return code if storage == bits else code.view(storage)
     return x.astype(storage)
 
 

@@ -91,9 +91,18 @@ def host_matmul(a: np.ndarray, b: np.ndarray, c: np.ndarray, t, rows) -> None:
         c2[lo:hi] = np.matmul(a2[lo:hi].astype(cdt, copy=False), bc).astype(c.dtype)
 
 
+# PyTorch's types that NumPy lacks (DLPack does not carry them): viewed through their bits.
+_TORCH_BITS = {
+    "torch.bfloat16": "bf16",
+    "torch.float8_e4m3fn": "f8E4M3FN",
+    "torch.float8_e5m2": "f8E5M2",
+}
+
+
 def host_view(value: Any) -> np.ndarray | None:
     """A NumPy array sharing memory with `value` -- a NumPy array, or a host tensor of another
-    library (PyTorch CPU tensors, any DLPack producer; bf16 through its int16 bits) -- or None
+    library (PyTorch CPU tensors, any DLPack producer; bf16 and fp8 through their integer
+    bits) -- or None
     when `value` is not host memory that can be viewed (Python numbers, lists)."""
     if isinstance(value, np.ndarray):
         return value
@@ -107,10 +116,12 @@ def host_view(value: Any) -> np.ndarray | None:
     if getattr(value, "requires_grad", False):
         raise CocoError("the tensor requires grad: pass tensor.detach() so it can be updated")
     try:
-        if str(getattr(value, "dtype", "")) == "torch.bfloat16":
+        elt = _TORCH_BITS.get(str(getattr(value, "dtype", "")))
+        if elt is not None:
             import torch
 
-            return np.from_dlpack(value.view(torch.int16)).view(V.NUMPY_DTYPES["bf16"])
+            bits = torch.int16 if elt == "bf16" else torch.uint8
+            return np.from_dlpack(value.view(bits)).view(V.NUMPY_DTYPES[elt])
         return np.from_dlpack(value)
     except (BufferError, RuntimeError, TypeError, ValueError) as e:
         raise CocoError(f"cannot view the tensor's memory: {e}") from None

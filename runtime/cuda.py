@@ -16,7 +16,9 @@ unit-tested with a strict double that models CuPy 14's types and CUDA's stream s
   the occupancy API says is co-resident, agreed by every rank so block b meets block b.
 * bf16 is stored as its uint16 bit pattern on the device; CuPy 14 arrays and DLPack tensors of
   `ml_dtypes.bfloat16` are viewed as such when they come in. NCCL reduces them as
-  ncclBfloat16; exact combines round once from f64 (runtime/collectives.py).
+  ncclBfloat16; exact combines round once from f64 (runtime/collectives.py). fp8 is stored as
+  its uint8 bits, moved as bytes and reduced by the exact combine (NCCL's fp8 reductions
+  round at every hop of a ring).
 * Collectives: runtime/collectives.py over a transport (runtime/transport.py): NCCL when every
   rank has its own GPU (a communicator per set of grid axes, its unique id -- `bytes` since
   CuPy 14 -- from the group's first rank over MPI), MPI through host copies when ranks share a
@@ -67,7 +69,6 @@ from coconet.runtime.transport import (
     MpiTransport,
     NcclTransport,
     Transport,
-    is_bf16,
     nccl_dtype,
     nccl_op,
 )
@@ -111,8 +112,8 @@ SCALAR_TYPES = {
 
 
 def device_dtype(host: np.dtype) -> np.dtype:
-    """The dtype a buffer has on the device (bf16 -> its uint16 bit pattern)."""
-    return np.dtype(np.uint16) if is_bf16(host) else np.dtype(host)
+    """The dtype a buffer has on the device (bf16, fp8 -> their bit patterns)."""
+    return V.bits_dtype(host) or np.dtype(host)
 
 
 def kernel_scalars(args: Sequence[KernelArg]) -> list[Any]:
@@ -153,9 +154,10 @@ def dlpack_placement(value: Any, device_id: int) -> str:
 
 
 def as_bit_patterns(array: Any, xp: Any) -> Any:
-    """A device array as the backend stores it: bf16 (ml_dtypes.bfloat16, how CuPy 14 and
-    DLPack hand it over) viewed as its uint16 bit patterns."""
-    return array.view(xp.uint16) if is_bf16(np.dtype(array.dtype)) else array
+    """A device array as the backend stores it: bf16 and fp8 (ml_dtypes' types, how CuPy 14
+    and DLPack hand them over) viewed as their bit patterns."""
+    bits = V.bits_dtype(np.dtype(array.dtype))
+    return array if bits is None else array.view(bits)
 
 
 def needs_coresidency(step: Launch) -> bool:
@@ -466,7 +468,8 @@ class CupyDevice:
     @staticmethod
     def _bits(host: np.ndarray) -> np.ndarray:
         host = np.ascontiguousarray(host)
-        return host.view(np.uint16) if is_bf16(host.dtype) else host
+        bits = V.bits_dtype(host.dtype)
+        return host if bits is None else host.view(bits)
 
     def upload(self, host, stream):
         with stream:
@@ -1003,7 +1006,7 @@ class CudaBackend:
 
             def value(x, t):
                 # f16/bf16 compute in f32 (the sim's compute dtype), decoded from storage
-                return widen(xp, x, t).astype(cdt) if is_bf16(t) else x.astype(cdt)
+                return widen(xp, x, t).astype(cdt) if V.bits_dtype(t) else x.astype(cdt)
 
             bc = value(b, tb)
             if step.rows is None:

@@ -272,6 +272,9 @@ def run_select(it: Interpreter, op: coco.SelectOp) -> list[Pieces]:
     return _elementwise(it, op, np.where, op.result.type)
 
 
+_ML_DTYPES = tuple(V.NUMPY_DTYPES[elt] for elt in V.BITS_DTYPES)
+
+
 def run_cast(it: Interpreter, op: coco.CastOp) -> list[Pieces]:
     res_t: TensorType = op.result.type
     out = []
@@ -279,7 +282,9 @@ def run_cast(it: Interpreter, op: coco.CastOp) -> list[Pieces]:
         for piece in it.get(op.input):
             if res_t.elt == "i1":
                 out.append(piece != 0)
-            elif piece.dtype == V.NUMPY_DTYPES["bf16"] and res_t.elt != "f32":
+            elif piece.dtype in _ML_DTYPES and res_t.elt != "f32":
+                # ml_dtypes' types hold exactly in f32; going through it gives every cast
+                # (to an integer, between two of them) the kernels' semantics
                 out.append(piece.astype(np.float32).astype(V.numpy_dtype(res_t)))
             else:
                 out.append(piece.astype(V.numpy_dtype(res_t)))
@@ -348,7 +353,7 @@ def run_matmul(it: Interpreter, op: coco.MatmulOp) -> list[Pieces]:
 
 
 def _accumulate_dtype(t: TensorType) -> np.dtype:
-    return np.dtype(np.float64) if t.elt in ("f16", "bf16", "f32", "f64") else np.dtype(np.int64)
+    return np.dtype(np.float64) if coco.is_float_name(t.elt) else np.dtype(np.int64)
 
 
 def run_reduce(it: Interpreter, op: coco.ReduceOp) -> list[Pieces]:

@@ -122,6 +122,14 @@ struct coco_f16 {
 struct coco_bf16 {
   coco_u16 bits;
 };
+// 1-byte fp8 storage types with the layout of ml_dtypes.float8_e4m3fn / float8_e5m2 (OCP FP8:
+// e4m3fn has no infinities and one NaN per sign, S.1111.111; e5m2 is IEEE-like).
+struct coco_f8e4m3 {
+  coco_u8 bits;
+};
+struct coco_f8e5m2 {
+  coco_u8 bits;
+};
 
 // The largest group a kernel of this build serves (a plan defines it: lowering/plan.py
 // `Plan.peers_max`; by default any group a grid can hold), and the peers of a vector
@@ -711,6 +719,67 @@ COCO_HD coco_u16 coco_f32_to_bf16_bits(float f) {
   return (coco_u16)((x & 0x7FFFFFFFu) > 0x7F800000u ? nan : rounded);
 }
 
+// ---- fp8 conversions (round to nearest even, as ml_dtypes' astype) ----
+// One bit-level version for both targets, tested on every code and every rounding edge
+// against ml_dtypes. The GPU's own cvt (sm_89) only saturates, which a cast must not do
+// (e4m3fn overflows to NaN, e5m2 to infinity), and NVRTC's wheel has no cuda_fp8.h: these
+// cost a few integer operations in kernels bound by memory.
+// f32 -> fp8 with `man` mantissa bits and exponent bias `bias`: magnitudes from `min_normal`
+// (the f32 bits of 2^(1-bias)) round on the mantissa bits; below it, adding `sub_add`
+// (2^(23+1-bias-man), whose ulp is the smallest fp8 subnormal) rounds with the FPU's
+// round-to-nearest-even. A code above `over` becomes `over` (the overflow code: NaN, inf or,
+// saturating, the largest finite code); NaN becomes `nan`. The sign is kept throughout.
+COCO_HD coco_u8 coco_f32_to_f8_bits(float f, coco_u32 man, coco_u32 bias, coco_u32 min_normal,
+                                    float sub_add, coco_u32 over, coco_u32 nan) {
+  const coco_u32 x = coco_float_as_u32(f);
+  const coco_u32 sign = (x >> 24) & 0x80u;
+  const coco_u32 ax = x & 0x7FFFFFFFu;
+  const coco_u32 shift = 23u - man;
+  const coco_u32 normal =
+      ((ax + (1u << (shift - 1u)) - 1u + ((ax >> shift) & 1u)) >> shift) - ((127u - bias) << man);
+  const coco_u32 subnormal =
+      coco_float_as_u32(coco_u32_as_float(ax) + sub_add) - coco_float_as_u32(sub_add);
+  coco_u32 mag = ax < min_normal ? subnormal : normal;
+  mag = mag > over ? over : mag;
+  mag = ax > 0x7F800000u ? nan : mag;
+  return (coco_u8)(sign | mag);
+}
+// e4m3fn: 3 mantissa bits, bias 7, smallest normal 2^-6, largest finite 448 (code 0x7E).
+COCO_HD coco_u8 coco_f32_to_f8e4m3_bits(float f) {
+  return coco_f32_to_f8_bits(f, 3u, 7u, 0x3C800000u, 16384.0f, 0x7Fu, 0x7Fu);
+}
+// e5m2: 2 mantissa bits, bias 15, smallest normal 2^-14, largest finite 57344 (0x7B), inf 0x7C.
+COCO_HD coco_u8 coco_f32_to_f8e5m2_bits(float f) {
+  return coco_f32_to_f8_bits(f, 2u, 15u, 0x38800000u, 128.0f, 0x7Cu, 0x7Eu);
+}
+COCO_HD float coco_f8e4m3_bits_to_f32(coco_u8 b) {
+  const coco_u32 sign = (coco_u32)(b & 0x80u) << 24;
+  const coco_u32 exp = (b >> 3) & 0xFu;
+  const coco_u32 man = b & 0x7u;
+  const coco_u32 normal = ((exp + 120u) << 23) | (man << 20);
+  // Subnormal or zero: man * 2^-9 is exact in float.
+  const coco_u32 subnormal = coco_float_as_u32((float)man * 0.001953125f);
+  coco_u32 mag = exp == 0 ? subnormal : normal;
+  mag = (b & 0x7Fu) == 0x7Fu ? 0x7FC00000u : mag;
+  return coco_u32_as_float(sign | mag);
+}
+// e5m2 is the high byte of an f16.
+COCO_HD float coco_f8e5m2_bits_to_f32(coco_u8 b) {
+  return coco_f16_bits_to_f32((coco_u16)((coco_u16)b << 8));
+}
+COCO_HD coco_f8e4m3 coco_f8e4m3_from_f32(float f) {
+  coco_f8e4m3 q;
+  q.bits = coco_f32_to_f8e4m3_bits(f);
+  return q;
+}
+COCO_HD coco_f8e5m2 coco_f8e5m2_from_f32(float f) {
+  coco_f8e5m2 q;
+  q.bits = coco_f32_to_f8e5m2_bits(f);
+  return q;
+}
+COCO_HD float coco_to_f32(coco_f8e4m3 q) { return coco_f8e4m3_bits_to_f32(q.bits); }
+COCO_HD float coco_to_f32(coco_f8e5m2 q) { return coco_f8e5m2_bits_to_f32(q.bits); }
+
 #ifdef COCO_TARGET_CUDA
 // Single instructions on the GPU (cvt rounds to nearest even); bf16 cvt needs sm_80.
 COCO_HD float coco_to_f32(coco_f16 h) {
@@ -775,6 +844,14 @@ struct coco_from_f32_impl<coco_f16> {
 template <>
 struct coco_from_f32_impl<coco_bf16> {
   static COCO_HD coco_bf16 cvt(float f) { return coco_bf16_from_f32(f); }
+};
+template <>
+struct coco_from_f32_impl<coco_f8e4m3> {
+  static COCO_HD coco_f8e4m3 cvt(float f) { return coco_f8e4m3_from_f32(f); }
+};
+template <>
+struct coco_from_f32_impl<coco_f8e5m2> {
+  static COCO_HD coco_f8e5m2 cvt(float f) { return coco_f8e5m2_from_f32(f); }
 };
 template <>
 struct coco_from_f32_impl<float> {

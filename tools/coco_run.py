@@ -71,8 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--entry", help="the function to run (default: the module's first)")
     p.add_argument(
         "--inputs",
-        help=".npz file with one logical array per argument; bf16 arrays as their uint16 bits, "
-        "named in a '__coconet_dtypes__' entry: np.savez(f, x=x.view(np.uint16), "
+        help=".npz file with one logical array per argument; bf16 and fp8 arrays as their "
+        "uint16 / uint8 bits, named in a '__coconet_dtypes__' entry: "
+        "np.savez(f, x=x.view(np.uint16), "
         '__coconet_dtypes__=np.array(\'{"x": "bf16"}\')) (--output writes the same)',
     )
     p.add_argument("--output", help="save every output's logical value to this .npz")

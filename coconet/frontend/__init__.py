@@ -91,6 +91,8 @@ from coconet.frontend.compute import (
 )
 from coconet.frontend.dtypes import (
     BF16,
+    F8E4M3FN,
+    F8E5M2,
     F16,
     F32,
     F64,
@@ -119,6 +121,8 @@ from coconet.frontend.values import (
 
 __all__ = [
     "BF16",
+    "F8E4M3FN",
+    "F8E5M2",
     # element types
     "F16",
     "F32",

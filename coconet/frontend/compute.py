@@ -18,7 +18,19 @@ from coconet.dialects.coco import (
     is_float_type,
     layout_str,
 )
-from coconet.frontend.dtypes import BF16, F16, F32, F64, I1, I32, I64, Sliced, elt_name
+from coconet.frontend.dtypes import (
+    BF16,
+    F8E4M3FN,
+    F8E5M2,
+    F16,
+    F32,
+    F64,
+    I1,
+    I32,
+    I64,
+    Sliced,
+    elt_name,
+)
 from coconet.frontend.naming import user_location
 from coconet.frontend.specs import as_shape
 from coconet.frontend.values import (
@@ -151,6 +163,8 @@ _ELEMENT_TYPES: dict[str, Attribute] = {
     "bf16": BF16,
     "f32": F32,
     "f64": F64,
+    "f8E4M3FN": F8E4M3FN,
+    "f8E5M2": F8E5M2,
     "i32": I32,
     "i64": I64,
     "i1": I1,

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 from xdsl.dialects.builtin import (
+    Float8E4M3FNType,
+    Float8E5M2Type,
     bf16,
     f16,
     f32,
@@ -30,6 +32,9 @@ F64: Attribute = f64
 I32: Attribute = i32
 I64: Attribute = i64
 I1: Attribute = i1
+# fp8 (MLIR's names; ml_dtypes' float8_e4m3fn and float8_e5m2)
+F8E4M3FN: Attribute = Float8E4M3FNType()
+F8E5M2: Attribute = Float8E5M2Type()
 # CoCoNet's spellings
 FP16, FP32, FP64 = F16, F32, F64
 Float16, Float32, Float64, Int32, Int64, Bool = F16, F32, F64, I32, I64, I1
@@ -50,5 +55,6 @@ def elt_name(dtype: object) -> str:
         return element_type_name(dtype)  # type: ignore[arg-type]
     except Exception:
         raise CocoError(
-            f"{dtype!r} is not an element type: use F16, BF16, F32, F64, I32, I64 or I1"
+            f"{dtype!r} is not an element type: use F16, BF16, F32, F64, F8E4M3FN, F8E5M2, "
+            "I32, I64 or I1"
         ) from None

@@ -15,15 +15,18 @@ from xdsl.ir import Operation
 from coconet.core.elementwise import ELEMENTWISE
 from coconet.core.values import NUMPY_DTYPES
 from coconet.dialects import coco
-from coconet.dialects.coco import tensor_type_of
+from coconet.dialects.coco import is_float_name, tensor_type_of
 from coconet.lowering.kernel_ir import Binary, Cast, Expr, Lit, Unary, Var, binary
 from coconet.lowering.kernels.statements import call
 from coconet.lowering.signature import BOOL, F32, F64, I32, I64, CType
 
+# The floats narrower than float: stored in coco_device.h's storage types (this suffix), loaded
+# to float, and rounded from float by its coco_round_<suffix>.
+NARROW_FLOATS = {"f16": "f16", "bf16": "bf16", "f8E4M3FN": "f8e4m3", "f8E5M2": "f8e5m2"}
+
 # How an element type is stored, and the type it is computed in.
 C_STORAGE = {
-    "f16": CType("coco_f16"),
-    "bf16": CType("coco_bf16"),
+    **{elt: CType(f"coco_{sfx}") for elt, sfx in NARROW_FLOATS.items()},
     "f32": F32,
     "f64": F64,
     "i32": I32,
@@ -31,8 +34,7 @@ C_STORAGE = {
     "i1": BOOL,
 }
 C_COMPUTE = {
-    "f16": F32,
-    "bf16": F32,
+    **dict.fromkeys(NARROW_FLOATS, F32),
     "f32": F32,
     "f64": F64,
     "i32": I64,
@@ -42,11 +44,21 @@ C_COMPUTE = {
 
 
 # Bytes of one stored element (vector widths are counted in the narrowest element).
-STORAGE_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8, "i32": 4, "i64": 8, "i1": 1}
+STORAGE_BYTES = {
+    "f16": 2,
+    "bf16": 2,
+    "f8E4M3FN": 1,
+    "f8E5M2": 1,
+    "f32": 4,
+    "f64": 8,
+    "i32": 4,
+    "i64": 8,
+    "i1": 1,
+}
 
 
 def is_float(elt: str) -> bool:
-    return elt in ("f16", "bf16", "f32", "f64")
+    return is_float_name(elt)
 
 
 def c_float(value: float, elt: str) -> Expr:
@@ -70,7 +82,7 @@ def int_literal(value: float | int, elt: str) -> Expr:
 
 def load_expr(elt: str, ref: Expr) -> Expr:
     """A stored element in its compute type."""
-    if elt in ("f16", "bf16"):
+    if elt in NARROW_FLOATS:
         return call("coco_to_f32", ref)
     if elt == "i32":
         return Cast(I64, ref)
@@ -79,10 +91,8 @@ def load_expr(elt: str, ref: Expr) -> Expr:
 
 def store_expr(elt: str, value: Expr) -> Expr:
     """A compute-type value (already rounded to `elt`) in its storage type."""
-    if elt == "f16":
-        return call("coco_f16_from_f32", value)
-    if elt == "bf16":
-        return call("coco_bf16_from_f32", value)
+    if elt in NARROW_FLOATS:
+        return call(f"coco_{NARROW_FLOATS[elt]}_from_f32", value)
     if elt == "i32":
         return Cast(I32, value)
     return value
@@ -90,8 +100,8 @@ def store_expr(elt: str, value: Expr) -> Expr:
 
 def round_expr(elt: str, value: Expr) -> Expr:
     """Round a compute-type value to the element type, staying in the compute type."""
-    if elt in ("f16", "bf16"):
-        return call(f"coco_round_{elt}", value)
+    if elt in NARROW_FLOATS:
+        return call(f"coco_round_{NARROW_FLOATS[elt]}", value)
     if elt == "i32":
         return Cast(I64, Cast(I32, value))
     return value
@@ -100,8 +110,8 @@ def round_expr(elt: str, value: Expr) -> Expr:
 def store_from_double(elt: str, value: Expr) -> Expr:
     """Round a double to the element type ONCE (as NumPy does), in storage form. Going through
     float would round twice for f16/bf16; rounding to odd first makes the second rounding
-    exact (float has more than twice the bits of either)."""
-    if elt in ("f16", "bf16"):
+    exact (float has more than twice the bits of any of them)."""
+    if elt in NARROW_FLOATS:
         return store_expr(elt, call("coco_f64_to_f32_odd", value))
     if elt == "i1":
         return binary("!=", value, 0)
@@ -117,14 +127,14 @@ def in_double(op: Operation) -> bool:
     return (
         semantics is not None
         and semantics.transcendental
-        and tensor_type_of(op.results[0]).elt in ("f16", "bf16", "f32")
+        and tensor_type_of(op.results[0]).elt in (*NARROW_FLOATS, "f32")
     )
 
 
 def round_from_double(elt: str, value: Expr) -> Expr:
     """Round a double to `elt` once, staying in the compute type (float)."""
-    if elt in ("f16", "bf16"):
-        return call(f"coco_round_{elt}", call("coco_f64_to_f32_odd", value))
+    if elt in NARROW_FLOATS:
+        return call(f"coco_round_{NARROW_FLOATS[elt]}", call("coco_f64_to_f32_odd", value))
     return Cast(F32, value)
 
 

@@ -210,8 +210,21 @@ def splice_token(text, rng):
     return _replace(text, s, e, text[s2:e2]), None
 
 
-ELEMENT_TYPES = ("f32", "f16", "bf16", "i32", "i1", "f64", "i64", "i8", "index", "f8E4M3FN")
-ELEMENT_TYPE_RE = r"(?<=[x<])(f32|f16|bf16|i32|i1|f64|i64)(?=[>,])"
+ELEMENT_TYPES = (
+    "f32",
+    "f16",
+    "bf16",
+    "i32",
+    "i1",
+    "f64",
+    "i64",
+    "i8",
+    "index",
+    "f8E4M3FN",
+    "f8E5M2",
+    "f8E4M3FNUZ",
+)
+ELEMENT_TYPE_RE = r"(?<=[x<])(f32|f16|bf16|i32|i1|f64|i64|f8E4M3FN|f8E5M2)(?=[>,])"
 
 
 def element_type(text, rng):
@@ -288,7 +301,7 @@ def element_type_everywhere(text, rng):
     m = _pick_match(ELEMENT_TYPE_RE, text, rng)
     if m is None:
         return None
-    new = rng.choice(("f32", "f16", "bf16", "i32", "f64", "i64", "i1"))
+    new = rng.choice(("f32", "f16", "bf16", "i32", "f64", "i64", "i1", "f8E4M3FN", "f8E5M2"))
     return re.sub(rf"(?<=[x<]){m.group(0)}(?=[>,])", new, text), None
 
 

@@ -166,3 +166,14 @@ def test_all_to_all_on_mpi_ranks(tmp_path, ranks, elt):
     )  # fmt: skip
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr
     assert "match the sim oracle (bit-exact)" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("elt", ["f8E4M3FN", "f8E5M2"])
+def test_fp8_gradients_over_mpi_under_every_schedule(tmp_path, elt):
+    """Adam with fp8 gradients over 4097 elements on 3 MPI ranks: MPI has no fp8 type, so the
+    all_reduce gathers the pieces as bytes and combines them in rank order in f64, rounding
+    once -- the sim's semantics, bit for bit, under every named schedule."""
+    path = tmp_path / f"adam_{elt}.mlir"
+    text = (EXAMPLES / "adam_bf16_grads.mlir").read_text()
+    path.write_text(text.replace("bf16", elt).replace("4096", "4097"))
+    every_schedule(path, 3)

@@ -31,6 +31,8 @@ from xdsl.builder import Builder
 from xdsl.dialects import func
 from xdsl.dialects.builtin import (
     DenseArrayBase,
+    Float8E4M3FNType,
+    Float8E5M2Type,
     FunctionType,
     IntegerAttr,
     ModuleOp,
@@ -61,8 +63,16 @@ from coconet.dialects.coco import (
     TensorType,
 )
 
-ELEMENT_TYPES: dict[str, Attribute] = {"f32": f32, "f16": f16, "bf16": bf16, "i32": i32, "i1": i1}
-FLOATS = ("f32", "f16", "bf16")
+ELEMENT_TYPES: dict[str, Attribute] = {
+    "f32": f32,
+    "f16": f16,
+    "bf16": bf16,
+    "f8E4M3FN": Float8E4M3FNType(),
+    "f8E5M2": Float8E5M2Type(),
+    "i32": i32,
+    "i1": i1,
+}
+FLOATS = ("f32", "f16", "bf16", "f8E4M3FN", "f8E5M2")
 SHAPES: tuple[tuple[int, ...], ...] = ((8,), (4,), (4, 8), (8, 4), (16,), ())
 # cut unevenly at 2 and 4 ranks: where per-rank extents differ (a row reduction once read
 # past smaller ranks' pieces)
@@ -155,7 +165,7 @@ class _Gen:
             elt = self.draw(st.sampled_from(("f32", "f32", "f16", "i32")))
             return self.tensor_type((), elt, [])
         shape = self.draw(st.sampled_from([s for s in SHAPES if s]))
-        elt = self.draw(st.sampled_from(("f32", "f32", "f16", "bf16", "i32")))
+        elt = self.draw(st.sampled_from(("f32", "f32", "f16", "bf16", "i32", "f8E4M3FN", "f8E5M2")))
         if role == "state":
             lays: list[LayoutAttr] = [REPLICATED] * self.grid_rank
         elif role == "grad":
@@ -314,7 +324,7 @@ class _Gen:
         return a
 
     def float_elt(self) -> str:
-        return self.draw(st.sampled_from(("f32", "f32", "f16", "bf16")))
+        return self.draw(st.sampled_from(("f32", "f32", "f16", "bf16", "f8E4M3FN", "f8E5M2")))
 
     def span_axes(self) -> tuple[list[LayoutAttr], list[int] | None]:
         """(layouts of a local gradient, the axes its all_reduce spans)."""
@@ -519,7 +529,7 @@ class _Gen:
         self.emit(lambda: cls(a))
 
     def op_constant(self) -> None:
-        elt = self.draw(st.sampled_from(("f32", "f32", "f16", "bf16", "i32")))
+        elt = self.draw(st.sampled_from(("f32", "f32", "f16", "bf16", "i32", "f8E5M2")))
         shape = self.draw(st.sampled_from(((), (), (8,), (4, 8))))
         self.constant(elt, shape, zero=True)
 

@@ -32,6 +32,7 @@ from coconet.toolchain.nvrtc import (
 )
 
 F32, F16, BF16 = np.float32, np.float16, ml_dtypes.bfloat16
+E4M3, E5M2 = ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2
 VP = ctypes.c_void_p
 BLOCK_SIZES = (1, 3, 32, 128)
 GRID_SIZES = (1, 2, 7)
@@ -238,6 +239,24 @@ COCO_KERNEL(f32_to_bf16, const float* __restrict__ x, coco_bf16* __restrict__ y,
 }
 """
 
+FP8_CONVERSIONS = "".join(
+    f"""
+COCO_KERNEL({t}_to_f32, const coco_{t}* __restrict__ x, float* __restrict__ y, coco_i64 n) {{
+  COCO_KERNEL_BODY_BEGIN
+  const coco_range r = coco_chunk(n, coco_grid_dim(), coco_block_idx(), 1);
+  COCO_BLOCK_STRIDE_LOOP(coco_i64, i, r.begin, r.end) {{ y[i] = coco_to_f32(x[i]); }}
+  COCO_KERNEL_BODY_END
+}}
+COCO_KERNEL(f32_to_{t}, const float* __restrict__ x, coco_{t}* __restrict__ y, coco_i64 n) {{
+  COCO_KERNEL_BODY_BEGIN
+  const coco_range r = coco_chunk(n, coco_grid_dim(), coco_block_idx(), 1);
+  COCO_BLOCK_STRIDE_LOOP(coco_i64, i, r.begin, r.end) {{ y[i] = coco_{t}_from_f32(x[i]); }}
+  COCO_KERNEL_BODY_END
+}}
+"""
+    for t in ("f8e4m3", "f8e5m2")
+)
+
 MATH = """
 COCO_KERNEL(math_$T, const $T* __restrict__ x, $T* __restrict__ out, coco_i64 n) {
   COCO_KERNEL_BODY_BEGIN
@@ -334,6 +353,7 @@ SNIPPETS: dict[str, str] = {
     "atomics": ATOMICS,
     "hash_and_dropout": HASH_AND_DROPOUT,
     "conversions": CONVERSIONS,
+    "fp8_conversions": FP8_CONVERSIONS,
     "math": _per_type(MATH, ("float", "double")),
     "exchange": EXCHANGE,
     "peers_protocol": PEERS_PROTOCOL,
@@ -614,6 +634,45 @@ def test_bf16_conversions_exhaustive(lib: HostLibrary) -> None:
     with np.errstate(over="ignore", invalid="ignore"):
         want = x.astype(BF16)
     _assert_same_bits_or_both_nan(_conversion(lib, "f32_to_bf16", x, BF16), want)
+
+
+@pytest.mark.parametrize(("name", "dtype"), [("f8e4m3", E4M3), ("f8e5m2", E5M2)])
+def test_fp8_conversions_exhaustive(lib: HostLibrary, name: str, dtype: object) -> None:
+    """Every fp8 code widens exactly; f32 narrows bit for bit as ml_dtypes' astype does (round
+    to nearest even, e4m3fn overflowing to NaN and e5m2 to inf, the sign of a NaN kept): on
+    random bit patterns, every tie between two fp8 values and its neighbours, every f32 near
+    the subnormal, normal and overflow edges, and every widened code."""
+    every = np.arange(1 << 8, dtype=np.uint8).view(dtype)
+    widened = _conversion(lib, f"{name}_to_f32", every, F32)
+    finite = ~np.isnan(every.astype(F32))
+    np.testing.assert_array_equal(
+        widened[finite].view(np.uint32), every[finite].astype(F32).view(np.uint32)
+    )
+    assert np.isnan(widened[~finite]).all()
+    assert (np.signbit(widened[~finite]) == (every[~finite].view(np.uint8) >= 0x80)).all()
+
+    finite_values = np.sort(every.astype(np.float64)[finite])
+    ties = ((finite_values[:-1] + finite_values[1:]) / 2).astype(F32)
+    largest = float(finite_values[-1])
+    beyond = np.array([largest * 1.0625, largest * 1.125, largest * 1.5], F32)
+    near = ties.view(np.uint32)[:, None] + np.arange(-3, 4, dtype=np.int64)[None, :]
+    x = np.concatenate(
+        [
+            _interesting_f32(np.random.default_rng(10)),
+            ties,
+            near.ravel().astype(np.uint32).view(F32),
+            beyond,
+            -beyond,
+            widened,
+        ]
+    )
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = x.astype(dtype)
+    got = _conversion(lib, f"f32_to_{name}", x, dtype)
+    bad = got.view(np.uint8) != want.view(np.uint8)
+    assert not bad.any(), (
+        f"{bad.sum()} mismatches, e.g. {x[bad][:5]}: {got[bad][:5]} vs {want[bad][:5]}"
+    )
 
 
 def _gelu_reference(x: np.ndarray) -> np.ndarray:

@@ -1,5 +1,6 @@
-"""bf16 arrays through .npz files: coco-run --inputs reads and --output writes the documented
-encoding (uint16 bits named in `__coconet_dtypes__`), refuses NumPy's raw 'V2' records with a
+"""bf16 and fp8 arrays through .npz files: coco-run --inputs reads and --output writes the
+documented encoding (uint16 / uint8 bits named in `__coconet_dtypes__`), refuses NumPy's raw
+'V2' / 'V1' records with a
 message saying what to do, and never leaves a half-written output file."""
 
 from __future__ import annotations
@@ -32,9 +33,39 @@ def test_bf16_round_trips_bit_for_bit(tmp_path):
     assert np.array_equal(back["y"], y)
 
 
-def test_numpys_raw_bf16_records_are_refused_with_the_way_out(tmp_path):
-    np.savez(tmp_path / "raw.npz", g=np.ones(3, dtype=ml_dtypes.bfloat16))
-    with pytest.raises(CocoError, match="raw 2-byte records.*uint16 bits"):
+@pytest.mark.parametrize(
+    ("elt", "dtype"),
+    [("f8E4M3FN", ml_dtypes.float8_e4m3fn), ("f8E5M2", ml_dtypes.float8_e5m2)],
+)
+def test_fp8_round_trips_bit_for_bit(tmp_path, elt, dtype):
+    every = np.arange(256, dtype=np.uint8).view(dtype)  # every code, NaNs and infinities too
+    save_arrays(str(tmp_path / "a.npz"), {"q": every})
+    with np.load(tmp_path / "a.npz") as raw:
+        assert raw["q"].dtype == np.uint8
+        assert json.loads(str(raw[NPZ_DTYPES_KEY])) == {"q": elt}
+    back = load_arrays(str(tmp_path / "a.npz"))
+    assert back["q"].dtype == dtype
+    assert back["q"].view(np.uint8).tolist() == list(range(256))
+
+
+def test_a_mark_that_does_not_fit_the_bits_is_refused(tmp_path):
+    np.savez(
+        tmp_path / "bad.npz",
+        q=np.zeros(3, np.uint16),
+        __coconet_dtypes__=np.array('{"q": "f8E4M3FN"}'),
+    )
+    with pytest.raises(CocoError, match="marked f8E4M3FN but holds uint16, not uint8 bits"):
+        load_arrays(str(tmp_path / "bad.npz"))
+
+
+@pytest.mark.parametrize(
+    ("dtype", "size", "bits"),
+    [(ml_dtypes.bfloat16, 2, "uint16"), (ml_dtypes.float8_e5m2, 1, "uint8")],
+)
+def test_numpys_raw_records_are_refused_with_the_way_out(tmp_path, dtype, size, bits):
+    np.savez(tmp_path / "raw.npz", g=np.ones(3, dtype=dtype))
+    what = f"raw {size}-byte records" if size == 2 else "how NumPy saves fp8"
+    with pytest.raises(CocoError, match=f"{what}.*{bits} for"):
         load_arrays(str(tmp_path / "raw.npz"))
 
 

@@ -641,7 +641,7 @@ func.func @i8(%a: !coco.tensor<8xi8>) {
 }
 
 // CHECK-LABEL: // {{-----}}
-// CHECK: [unsupported-element-type] unsupported element type i8: coco tensors hold one of f16, bf16, f32, f64, i32, i64, i1
+// CHECK: [unsupported-element-type] unsupported element type i8: coco tensors hold one of f16, bf16, f32, f64, f8E4M3FN, f8E5M2, i32, i64, i1
 
 // -----
 
@@ -650,7 +650,7 @@ func.func @unsigned(%a: !coco.tensor<8xui32>) {
 }
 
 // CHECK-LABEL: // {{-----}}
-// CHECK: [unsupported-element-type] unsupported element type ui32: coco tensors hold one of f16, bf16, f32, f64, i32, i64, i1
+// CHECK: [unsupported-element-type] unsupported element type ui32: coco tensors hold one of f16, bf16, f32, f64, f8E4M3FN, f8E5M2, i32, i64, i1
 
 // -----
 
@@ -659,7 +659,7 @@ func.func @index(%a: !coco.tensor<8xindex>) {
 }
 
 // CHECK-LABEL: // {{-----}}
-// CHECK: [unsupported-element-type] unsupported element type index: coco tensors hold one of f16, bf16, f32, f64, i32, i64, i1
+// CHECK: [unsupported-element-type] unsupported element type index: coco tensors hold one of f16, bf16, f32, f64, f8E4M3FN, f8E5M2, i32, i64, i1
 
 // -----
 
