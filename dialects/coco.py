@@ -18,7 +18,9 @@ computes in f32 for f16/bf16/f32 operands (f64 for f64, int64 for integers) and 
 result to its element type, so a fused kernel that keeps intermediates in registers must still
 round them. Transcendentals (pow, exp, log, tanh, gelu, sigmoid) compute in f64 and round
 once: f32 implementations differ between NumPy, glibc and CUDA, f64 ones rarely enough that
-their rounded results agree. Integer division truncates toward zero, as in C.
+their rounded results agree. Integer division truncates toward zero, as in C. fp8 (f8E4M3FN,
+f8E5M2) computes in f32 like f16; a cast to it overflows as ml_dtypes' does (e4m3fn to NaN,
+e5m2 to inf), `coco.quantize` saturates instead.
 """
 
 from __future__ import annotations
@@ -82,6 +84,7 @@ from coconet.dialects.coco_types import (
     DYNAMIC as DYNAMIC,
     ELEMENT_TYPE_NAMES as ELEMENT_TYPE_NAMES,
     FLOAT_TYPE_NAMES as FLOAT_TYPE_NAMES,
+    FP8_MAX as FP8_MAX,
     FP8_TYPE_NAMES as FP8_TYPE_NAMES,
     GRID_ATTR_NAME as GRID_ATTR_NAME,
     LOCAL as LOCAL,
@@ -618,6 +621,80 @@ class CastOp(ElementwiseOp):
         self.expect_result(self.input.type.with_element_type(res.element_type))
 
 
+class ScaleOp(ElementwiseOp):
+    """An elementwise op of a tensor and its scale, which broadcasts against it like any
+    elementwise operand: its shape states the granularity (a scalar per tensor, `[R, 1]` per
+    row, `[1, C]` per column, the tensor's own shape per element). Computes in f32, or in f64
+    where any of its types is f64, and rounds once to the result's element type."""
+
+    input = tensor_operand()
+    scale = tensor_operand()
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    assembly_format = f"$input `,` $scale attr-dict {SIGNATURE}"
+
+    def __init__(self, input: SSAValue, scale: SSAValue, result_type: Attribute):
+        if not isinstance(result_type, TensorType):
+            inferred = layout_rules.infer_elementwise(
+                [input.type, scale.type], same_element_type=False
+            )
+            result_type = inferred.with_element_type(result_type)
+        super().__init__(operands=[input, scale], result_types=[result_type])
+
+    def check_element_types(self, input: str, scale: str, result: str) -> None:
+        """Refuse element types the op does not convert between (overridden per op)."""
+
+    def verify_layouts(self) -> None:
+        types = [tensor_type_of(self.input), tensor_type_of(self.scale)]
+        res = tensor_type_of(self.result)
+        self.check_element_types(types[0].elt, types[1].elt, res.elt)
+        inferred = layout_rules.infer_elementwise(
+            types,
+            same_element_type=False,
+            names=[layout_rules.value_name(self.input), layout_rules.value_name(self.scale)],
+        )
+        self.expect_result(inferred.with_element_type(res.element_type))
+
+
+def _quantize_types(op: str, want: str, got: str) -> VerifyException:
+    return VerifyException(f"[quantize-types] {op}: {want}, got {got}")
+
+
+@irdl_op_definition
+class QuantizeOp(ScaleOp):
+    """`coco.quantize %x, %scale : T, S -> Q`: `x / scale` rounded to the fp8 type of Q,
+    saturating: what lies beyond its largest finite value (inf included) becomes that value,
+    with its sign; NaN stays NaN (the OCP FP8 spec's saturating conversion). `scale` is the
+    dequantization scale of MLIR's quant dialect: the value a code of 1 stands for."""
+
+    name = "coco.quantize"
+
+    def check_element_types(self, input: str, scale: str, result: str) -> None:
+        if result not in FP8_TYPE_NAMES:
+            raise _quantize_types(self.name, "the result is an fp8 type", result)
+        if not is_float_name(input) or not is_float_name(scale):
+            raise _quantize_types(
+                self.name, "the input and the scale are floats", f"{input} and {scale}"
+            )
+
+
+@irdl_op_definition
+class DequantizeOp(ScaleOp):
+    """`coco.dequantize %q, %scale : Q, S -> T`: the fp8 values of `q` times `scale`, rounded
+    to the float type of T (the inverse of coco.quantize up to its rounding)."""
+
+    name = "coco.dequantize"
+
+    def check_element_types(self, input: str, scale: str, result: str) -> None:
+        if input not in FP8_TYPE_NAMES:
+            raise _quantize_types(self.name, "the input is an fp8 type", input)
+        if not is_float_name(scale) or not is_float_name(result):
+            raise _quantize_types(
+                self.name, "the scale and the result are floats", f"{scale} and {result}"
+            )
+
+
 @irdl_op_definition
 class ConstantOp(CocoOp):
     """`coco.constant 0.9 : !coco.tensor<f32>`: a splat value; `coco.constant dense<[1.0, 2.0]>
@@ -983,6 +1060,8 @@ Coco = Dialect(
         CmpOp,
         SelectOp,
         CastOp,
+        QuantizeOp,
+        DequantizeOp,
         ConstantOp,
         DropoutOp,
         MatmulOp,

@@ -45,6 +45,8 @@ from xdsl.utils.exceptions import VerifyException
 # and e5m2 (IEEE-like), both as ml_dtypes and the OCP FP8 spec define them.
 FLOAT_TYPE_NAMES = ("f16", "bf16", "f32", "f64", "f8E4M3FN", "f8E5M2")
 FP8_TYPE_NAMES = ("f8E4M3FN", "f8E5M2")
+# The largest finite value of each fp8 type: where coco.quantize saturates.
+FP8_MAX = {"f8E4M3FN": 448.0, "f8E5M2": 57344.0}
 ELEMENT_TYPE_NAMES = (*FLOAT_TYPE_NAMES, "i32", "i64", "i1")
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import Float32Type, Float64Type, ModuleOp
 from xdsl.ir import Operation, SSAValue
 
 from coconet.core import values as V
@@ -270,6 +270,21 @@ def run_cmp(it: Interpreter, op: coco.CmpOp) -> list[Pieces]:
 
 def run_select(it: Interpreter, op: coco.SelectOp) -> list[Pieces]:
     return _elementwise(it, op, np.where, op.result.type)
+
+
+def _scale_compute_type(op: coco.ScaleOp) -> TensorType:
+    """coco.quantize / dequantize compute in f64 where any of their types is f64, else f32."""
+    elts = {_tensor_type(v).elt for v in (*op.operands, op.result)}
+    return op.result.type.with_element_type(Float64Type() if "f64" in elts else Float32Type())
+
+
+def run_quantize(it: Interpreter, op: coco.QuantizeOp) -> list[Pieces]:
+    limit = coco.FP8_MAX[op.result.type.elt]
+    return _elementwise(it, op, lambda x, s: np.clip(x / s, -limit, limit), _scale_compute_type(op))
+
+
+def run_dequantize(it: Interpreter, op: coco.DequantizeOp) -> list[Pieces]:
+    return _elementwise(it, op, lambda q, s: q * s, _scale_compute_type(op))
 
 
 _ML_DTYPES = tuple(V.NUMPY_DTYPES[elt] for elt in V.BITS_DTYPES)
@@ -622,6 +637,8 @@ _HANDLERS: dict[type, Callable[[Interpreter, Any], list[Pieces]]] = {
     coco.CmpOp: run_cmp,
     coco.SelectOp: run_select,
     coco.CastOp: run_cast,
+    coco.QuantizeOp: run_quantize,
+    coco.DequantizeOp: run_dequantize,
     coco.ConstantOp: run_constant,
     coco.DropoutOp: run_dropout,
     coco.MatmulOp: run_matmul,

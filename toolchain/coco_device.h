@@ -876,6 +876,13 @@ COCO_HD double coco_max(double a, double b) { return a != a ? a : (b != b ? b : 
 COCO_HD double coco_min(double a, double b) { return a != a ? a : (b != b ? b : (a < b ? a : b)); }
 COCO_HD coco_i64 coco_max(coco_i64 a, coco_i64 b) { return a > b ? a : b; }
 COCO_HD coco_i64 coco_min(coco_i64 a, coco_i64 b) { return a < b ? a : b; }
+// |x| beyond `limit` (an infinity included) becomes +-limit; NaN stays NaN (coco.quantize).
+COCO_HD float coco_saturate(float x, float limit) {
+  return x > limit ? limit : (x < -limit ? -limit : x);
+}
+COCO_HD double coco_saturate(double x, double limit) {
+  return x > limit ? limit : (x < -limit ? -limit : x);
+}
 COCO_HD float coco_relu(float x) { return coco_max(x, 0.0f); }
 COCO_HD double coco_relu(double x) { return coco_max(x, 0.0); }
 COCO_HD coco_i64 coco_relu(coco_i64 x) { return coco_max(x, (coco_i64)0); }

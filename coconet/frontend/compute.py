@@ -145,6 +145,28 @@ def Cast(dtype: Attribute | Value, x: Value | Attribute) -> Value:
     return _emit(expr, [a], lambda: coco.CastOp(a.ssa, a.type.with_element_type(dtype)))
 
 
+def Quantize(x: Value, scale: object, dtype: Attribute) -> Value:
+    """`x / scale` rounded to the fp8 type `dtype`, saturating (coco.quantize). `scale` is a
+    tensor (a scalar per tensor, `[R, 1]` per row, ...) or a number; it is the value a code
+    of 1 stands for: `Quantize(w, amax / 448, F8E4M3FN)`."""
+    expr = f"Quantize({_token(x)}, {_token(scale)}, {elt_name(dtype)})"
+    if not isinstance(x, Value):
+        raise CocoError(f"{user_location()}: `{expr}` needs a tensor, got {x!r}")
+    a, s = _lift([x, scale], expr, expr)
+    return _emit(expr, [a, s], lambda: coco.QuantizeOp(a.ssa, s.ssa, dtype))
+
+
+def Dequantize(q: Value, scale: object, dtype: Attribute = F32) -> Value:
+    """The fp8 values of `q` times `scale`, in float type `dtype` (coco.dequantize)."""
+    expr = f"Dequantize({_token(q)}, {_token(scale)}, {elt_name(dtype)})"
+    if not isinstance(q, Value):
+        raise CocoError(f"{user_location()}: `{expr}` needs a tensor, got {q!r}")
+    if not isinstance(scale, Value):  # a number: a scalar of the result's type, not fp8's
+        scale = Const(dtype, float(scale))  # pyright: ignore[reportArgumentType]
+    a, s = _lift([q, scale], expr, expr)
+    return _emit(expr, [a, s], lambda: coco.DequantizeOp(a.ssa, s.ssa, dtype))
+
+
 def Const(dtype: Attribute, value: float | int | bool) -> Value:
     """A replicated scalar constant of an explicit element type (CoCoNet's `Const<T>`)."""
     elt_name(dtype)

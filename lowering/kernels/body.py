@@ -45,6 +45,7 @@ from coconet.lowering.kernels.elements import (
     load_expr,
     round_expr,
     round_from_double,
+    scaled,
     store_expr,
     store_from_double,
 )
@@ -150,6 +151,8 @@ class BodyBuilder(BuilderState):
                 return args[0]
             case coco.CastOp():
                 return cast_to(op.result.type.elt, args[0])
+            case coco.ScaleOp():
+                return scaled(op, args)
             case coco.ConstantOp() if op.is_dense:
                 o = self.constants[op.result]
                 return Index(o.param, self.index_of(o))

@@ -122,7 +122,10 @@ def store_from_double(elt: str, value: Expr) -> Expr:
 
 def in_double(op: Operation) -> bool:
     """A transcendental op on a float narrower than double computes in double and rounds once
-    (core/elementwise.py says which ops; the sim does the same)."""
+    (core/elementwise.py says which ops; the sim does the same), and so do coco.quantize and
+    coco.dequantize where any of their types is f64."""
+    if isinstance(op, coco.ScaleOp):
+        return any(tensor_type_of(v).elt == "f64" for v in (*op.operands, op.result))
     semantics = ELEMENTWISE.get(type(op))
     return (
         semantics is not None
@@ -132,9 +135,11 @@ def in_double(op: Operation) -> bool:
 
 
 def round_from_double(elt: str, value: Expr) -> Expr:
-    """Round a double to `elt` once, staying in the compute type (float)."""
+    """Round a double to `elt` once, staying in its compute type (float, or double for f64)."""
     if elt in NARROW_FLOATS:
         return call(f"coco_round_{NARROW_FLOATS[elt]}", call("coco_f64_to_f32_odd", value))
+    if elt == "f64":
+        return value
     return Cast(F32, value)
 
 
@@ -151,6 +156,17 @@ def arithmetic(op: coco.BinaryOp | coco.UnaryOp, operands: list[Var]) -> Expr:
     if len(args) == 1:
         return Unary(name, args[0])
     return Binary(name, args[0], args[1])
+
+
+def scaled(op: coco.ScaleOp, operands: list[Var]) -> Expr:
+    """coco.quantize (x / scale, saturated to the fp8 type's largest finite value) and
+    coco.dequantize (q * scale), in double where `in_double` says so; the caller rounds."""
+    x, s = [Cast(F64, v) for v in operands] if in_double(op) else operands
+    if isinstance(op, coco.DequantizeOp):
+        return Binary("*", x, s)
+    limit = coco.FP8_MAX[tensor_type_of(op.result).elt]
+    sfx = "" if in_double(op) else "f"
+    return call("coco_saturate", Binary("/", x, s), Lit(f"{limit!r}{sfx}"))
 
 
 def cast_to(dst_elt: str, x: Expr) -> Expr:

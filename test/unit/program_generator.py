@@ -97,6 +97,7 @@ OP_KINDS = (
     "send",
     "reduce_dims",
     "all_to_all",
+    "quantize",
 )
 
 MOTIFS = ("optimizer", "sliced_optimizer", "megatron", "boundary", "regather", "all_to_all")
@@ -539,6 +540,29 @@ class _Gen:
             return
         to = self.draw(st.sampled_from([e for e in FLOATS if e != a.type.elt]))
         self.emit(lambda: coco.CastOp(a, ELEMENT_TYPES[to]))
+
+    def op_quantize(self) -> None:
+        """coco.quantize by a scale per tensor (a constant, or the amax of the value), per
+        row (a keepdims amax) or of any value that broadcasts; often dequantized again."""
+        a = self.pick(lambda v: v.type.elt in FLOATS)
+        if a is None:
+            return
+        how = self.draw(st.sampled_from(("constant", "amax", "rows", "value")))
+        if how == "rows" and a.type.rank > 0:
+            m = self.emit(lambda: coco.ReduceDimsOp("max", a, [a.type.rank - 1], keepdims=True))
+        elif how == "amax":
+            m = self.emit(lambda: coco.ReduceOp("max", a))
+        elif how == "value":
+            m = self.pick(lambda v: v.type.elt in FLOATS and _combines(a.type, v.type))
+        else:
+            m = self.constant(a.type.elt)
+        if m is None:
+            return
+        fp8 = self.draw(st.sampled_from(("f8E4M3FN", "f8E5M2")))
+        q = self.emit(lambda: coco.QuantizeOp(a, m, ELEMENT_TYPES[fp8]))
+        if q is not None and self.draw(st.booleans()):
+            to = self.draw(st.sampled_from(FLOATS))
+            self.emit(lambda: coco.DequantizeOp(q, m, ELEMENT_TYPES[to]))
 
     def op_all_reduce(self) -> None:
         if self.draw(st.integers(0, 3)):

@@ -435,3 +435,28 @@ func.func @row_ops(%x: !coco.tensor<8x16xf32, [replicated, sliced<0>]>, %c: !coc
 // GENERIC-LABEL: "func.func"() <{sym_name = "row_ops"
 // GENERIC: "coco.reduce_dims"(%{{.*}}) <{kind = #coco<dim_reduction_kind mean>, dims = array<i64: 1>, keepdims}>
 // GENERIC: "coco.reduce_dims"(%{{.*}}) <{kind = #coco<dim_reduction_kind max>, dims = array<i64: 0, 1>}>
+
+// -----
+
+// fp8 element types, casts to and from them, and quantize / dequantize with a scale per
+// tensor, per row and per element.
+func.func @fp8(%x: !coco.tensor<8x16xf32, sliced<0>>, %s: !coco.tensor<f32>, %r: !coco.tensor<8x1xbf16, sliced<0>>, %q: !coco.tensor<8x16xf8E5M2>) {
+  %0 = coco.cast %x : !coco.tensor<8x16xf32, sliced<0>> -> !coco.tensor<8x16xf8E4M3FN, sliced<0>>
+  %1 = coco.cast %0 : !coco.tensor<8x16xf8E4M3FN, sliced<0>> -> !coco.tensor<8x16xf8E5M2, sliced<0>>
+  %2 = coco.quantize %x, %s : !coco.tensor<8x16xf32, sliced<0>>, !coco.tensor<f32> -> !coco.tensor<8x16xf8E4M3FN, sliced<0>>
+  %3 = coco.quantize %x, %r : !coco.tensor<8x16xf32, sliced<0>>, !coco.tensor<8x1xbf16, sliced<0>> -> !coco.tensor<8x16xf8E5M2, sliced<0>>
+  %4 = coco.dequantize %3, %r : !coco.tensor<8x16xf8E5M2, sliced<0>>, !coco.tensor<8x1xbf16, sliced<0>> -> !coco.tensor<8x16xbf16, sliced<0>>
+  %5 = coco.dequantize %q, %q : !coco.tensor<8x16xf8E5M2>, !coco.tensor<8x16xf8E5M2> -> !coco.tensor<8x16xf64>
+  func.return
+}
+
+// CHECK-LABEL: func.func @fp8(
+// CHECK-NEXT:    %0 = coco.cast %x : !coco.tensor<8x16xf32, sliced<0>> -> !coco.tensor<8x16xf8E4M3FN, sliced<0>>{{$}}
+// CHECK-NEXT:    %1 = coco.cast %0 : !coco.tensor<8x16xf8E4M3FN, sliced<0>> -> !coco.tensor<8x16xf8E5M2, sliced<0>>{{$}}
+// CHECK-NEXT:    %2 = coco.quantize %x, %s : !coco.tensor<8x16xf32, sliced<0>>, !coco.tensor<f32> -> !coco.tensor<8x16xf8E4M3FN, sliced<0>>{{$}}
+// CHECK-NEXT:    %3 = coco.quantize %x, %r : !coco.tensor<8x16xf32, sliced<0>>, !coco.tensor<8x1xbf16, sliced<0>> -> !coco.tensor<8x16xf8E5M2, sliced<0>>{{$}}
+// CHECK-NEXT:    %4 = coco.dequantize %3, %r : !coco.tensor<8x16xf8E5M2, sliced<0>>, !coco.tensor<8x1xbf16, sliced<0>> -> !coco.tensor<8x16xbf16, sliced<0>>{{$}}
+// CHECK-NEXT:    %5 = coco.dequantize %q, %q : !coco.tensor<8x16xf8E5M2>, !coco.tensor<8x16xf8E5M2> -> !coco.tensor<8x16xf64>{{$}}
+
+// GENERIC-LABEL: "func.func"() <{sym_name = "fp8"
+// GENERIC: "coco.quantize"(%x, %s) : (!coco.tensor<8x16xf32, sliced<0>>, !coco.tensor<f32>) -> !coco.tensor<8x16xf8E4M3FN, sliced<0>>

@@ -919,3 +919,44 @@ func.func @reshape_changes_layout(%x: !coco.tensor<8x16xf32, local>) {
 
 // CHECK-LABEL: // {{-----}}
 // CHECK: [reshape-layouts] coco.reshape of %x : !coco.tensor<8x16xf32, local> to !coco.tensor<128xf32> changes grid axis 0 from local to replicated: a reshape moves no data
+
+// -----
+
+func.func @quantize_to_a_wide_type(%x: !coco.tensor<8xf32>, %s: !coco.tensor<f32>) {
+  %0 = coco.quantize %x, %s : !coco.tensor<8xf32>, !coco.tensor<f32> -> !coco.tensor<8xbf16>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [quantize-types] coco.quantize: the result is an fp8 type, got bf16
+
+// -----
+
+func.func @quantize_integers(%x: !coco.tensor<8xi32>, %s: !coco.tensor<f32>) {
+  %0 = coco.quantize %x, %s : !coco.tensor<8xi32>, !coco.tensor<f32> -> !coco.tensor<8xf8E4M3FN>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [quantize-types] coco.quantize: the input and the scale are floats, got i32 and f32
+
+// -----
+
+func.func @dequantize_a_wide_type(%x: !coco.tensor<8xf16>, %s: !coco.tensor<f32>) {
+  %0 = coco.dequantize %x, %s : !coco.tensor<8xf16>, !coco.tensor<f32> -> !coco.tensor<8xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [quantize-types] coco.dequantize: the input is an fp8 type, got f16
+
+// -----
+
+// a scale per block of the tensor is not a broadcast: refused by the elementwise rules
+func.func @block_scale(%x: !coco.tensor<8x16xf32>, %s: !coco.tensor<2x4xf32>) {
+  %0 = coco.quantize %x, %s : !coco.tensor<8x16xf32>, !coco.tensor<2x4xf32> -> !coco.tensor<8x16xf8E4M3FN>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [broadcast-shapes] operand shapes [8, 16], [2, 4] do not broadcast
