@@ -98,6 +98,7 @@ from coconet.dialects.coco_types import (
     SlicedAttr as SlicedAttr,
     TensorType as TensorType,
     element_type_name as element_type_name,
+    exact_widening as exact_widening,
     is_float_name as is_float_name,
     is_float_type as is_float_type,
     layout_str as layout_str,

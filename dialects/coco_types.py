@@ -55,6 +55,22 @@ def is_float_name(elt: str) -> bool:
     return elt in FLOAT_TYPE_NAMES
 
 
+# Float types every value of which the wider type holds exactly (range and precision): each
+# fp8 type in f16, bf16, f32 and f64; f16 and bf16 in f32 and f64; f32 in f64.
+_WIDER = {
+    "f8E4M3FN": ("f16", "bf16", "f32", "f64"),
+    "f8E5M2": ("f16", "bf16", "f32", "f64"),
+    "f16": ("f32", "f64"),
+    "bf16": ("f32", "f64"),
+    "f32": ("f64",),
+}
+
+
+def exact_widening(src: str, dst: str) -> bool:
+    """Whether a cast from element type `src` to `dst` changes no value."""
+    return dst in _WIDER.get(src, ())
+
+
 def element_type_name(t: Attribute) -> str:
     """The short name (`f16`, `i1`, ...) of a supported element type; raises otherwise."""
     match t:

@@ -187,6 +187,15 @@ def _read_values(
     return out
 
 
+def wire_source(lw: PlanBuilder, v: SSAValue) -> SSAValue:
+    """What peers read for a reduce_scatter of `v`: the narrow input of an exact widening cast
+    the lowering deferred (`Lowering.wire_casts`), else `v` itself."""
+    op = v.owner
+    if isinstance(op, coco.CastOp) and op in lw.deferred:
+        return op.input
+    return v
+
+
 def _in_kernel_reduction(op: Operation, segment: list[Operation]) -> comm.AllReduceOp | None:
     """The all_reduce that finishes `op`, if `op` is a full reduction of a value of this
     collective segment whose partials only that all_reduce reads (LAMB's sliced norms)."""
@@ -343,7 +352,9 @@ def _collective_kernel(
     site = None
     if lw.memoize_kernels and not rows:
         extras: list[tuple[object, Sequence[SSAValue]]] = []
-        extras += [(op_description(op), [op.input, op.result]) for op in scatters]
+        extras += [
+            (op_description(op), [wire_source(lw, op.input), op.result]) for op in scatters
+        ]
         extras += [(op_description(op), [op.input, op.result]) for op in gathers]
         extras += [(op_description(op), op.results) for op in reductions]
         extras += [("gather_target", [v, t]) for v, t in kernel.gather_targets.items()]
@@ -437,13 +448,15 @@ def emit_collective_kernel(
             lw.fresh("k_fused_all_reduce"), remat + compute, iteration, inputs, store_specs
         )
     for op in scatters:
-        kernel.peer_reductions[op.result] = (op.input, op.kind.data)
+        kernel.peer_reductions[op.result] = (wire_source(lw, op.input), op.kind.data)
     for op in gathers:
         kernel.all_gathers.append((op.input, op.result))
     targets: dict[SSAValue, coco.UpdateOp] = {}
     for u in assembled:
         # A target peers read (a reduce_scatter input of this kernel) cannot take pulls.
-        if u.value not in targets and not any(s.input is u.target for s in scatters):
+        if u.value not in targets and not any(
+            wire_source(lw, s.input) is u.target for s in scatters
+        ):
             kernel.gather_targets[u.value] = u.target
             targets[u.value] = u
     finishers = {r.operands[0]: r for r in reductions if isinstance(r, comm.AllReduceOp)}
@@ -463,7 +476,7 @@ def emit_collective_kernel(
     # Symmetric memory: reduce_scatter inputs and gathered results (peers read them); an
     # argument becomes symmetric too, the executor placing the caller's data.
     for op in scatters:
-        lw.make_symmetric(op.input)
+        lw.make_symmetric(wire_source(lw, op.input))
     for op in gathers:
         lw.buffers[op.result] = lw.new_buffer(
             op.result.name_hint or "gathered", op.result.type, symmetric=True

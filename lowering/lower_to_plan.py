@@ -36,7 +36,7 @@ from coconet.core.counter_rng import seed_word
 from coconet.core.gc_pause import without_gc
 from coconet.core.program import CocoError, Program, check_program_on_grid
 from coconet.dialects import coco, comm
-from coconet.dialects.coco import TensorType, tensor_type_of
+from coconet.dialects.coco import TensorType, exact_widening, tensor_type_of
 from coconet.dialects.layout_rules import infer_elementwise
 from coconet.lowering.cuda_printer import kernel_signature, print_unit
 from coconet.lowering.fused_collective import lower_fused_collective
@@ -270,7 +270,7 @@ class Lowering:
             self.buffers[arg.value] = buf
             arguments[arg.name] = buf
         outputs: dict[str, Buffer] = {}
-        self.deferred = self.scalars_for_fused_collectives()
+        self.deferred = self.scalars_for_fused_collectives() | self.wire_casts()
         for op in self.program.func.body.block.ops:
             if op in self.deferred:
                 continue  # computed inside the kernels reading it (or where a buffer is asked)
@@ -497,6 +497,30 @@ class Lowering:
                 for r in readers
             ):
                 chosen.discard(op)
+        return chosen
+
+    def wire_casts(self) -> set[Operation]:
+        """Casts that widen exactly (bf16, f16 or fp8 to f32, ...) whose only readers are the
+        reduce_scatters of fused all_reduce regions: their peers pull the cast's narrow input
+        and widen it as they accumulate, so the wire carries the narrow type -- the sum is
+        the same, bit for bit, as a widening that changes no value. Not across nodes (those
+        kernels read inputs from memory)."""
+        if self.nodes:
+            return set()
+        chosen: set[Operation] = set()
+        for op in self.program.func.body.block.ops:
+            if not isinstance(op, coco.CastOp) or not exact_widening(
+                tensor_type_of(op.input).elt, tensor_type_of(op.result).elt
+            ):
+                continue
+            readers = [use.operation for use in op.result.uses]
+            if readers and all(
+                isinstance(r, comm.ReduceScatterOp)
+                and isinstance(parent := r.parent_op(), comm.FusedOp)
+                and parent.kind.data == comm.FusionKind.ALL_REDUCE
+                for r in readers
+            ):
+                chosen.add(op)
         return chosen
 
     def rematerialized(

@@ -320,3 +320,72 @@ def test_row_scales_on_sliced_rows_at_every_rank_count(fp8: str) -> None:
             _same_bits(got["d"], want_d)
         # the row's largest magnitude lands on the largest finite code, none beyond
         assert (np.abs(want_q.astype(np.float32)).max(axis=1) == top).all()
+
+
+@functools.cache
+def wire_program(narrow: str, wide: str, extra_reader: bool, n: int = 1003) -> Program:
+    """Adam's moment update on gradients that arrive narrow and are widened before the
+    all_reduce: `cast` then `all_reduce` in the wide type (the accumulation type stated by
+    the all_reduce's type), over `n` elements."""
+    g, gw = f"!coco.tensor<{n}x{narrow}, local>", f"!coco.tensor<{n}x{wide}, local>"
+    t = f"!coco.tensor<{n}x{wide}>"
+    ret = f", {gw}" if extra_reader else ""
+    val = ", %gw" if extra_reader else ""
+    return Program(
+        parse_module(
+            f"func.func @wire(%g: {g}, %m: {t}) -> ({t}{ret}) "
+            "attributes {coco.grid = #coco.grid<[?]>} {\n"
+            f"  %gw = coco.cast %g : {g} -> {gw}\n"
+            f"  %r = comm.all_reduce sum %gw : {gw} -> {t}\n"
+            f"  %h = coco.constant 0.5 : !coco.tensor<{wide}>\n"
+            f"  %d = coco.mul %h, %r : !coco.tensor<{wide}>, {t} -> {t}\n"
+            f"  %m1 = coco.add %m, %d : {t}\n"
+            f"  func.return %m1{val} : {t}{ret}\n}}\n"
+        )
+    )
+
+
+WIRES = [("bf16", "f32"), ("f16", "f32"), ("f8E4M3FN", "f32"), ("f8E5M2", "f32")]
+WIRES += [("f8E4M3FN", "bf16"), ("f8E5M2", "f16"), ("f32", "f64")]
+
+
+@pytest.mark.parametrize(("narrow", "wide"), WIRES)
+def test_fused_reduce_scatters_pull_the_narrow_type_through_an_exact_widening(narrow, wide):
+    """Under fuse(rs-c-ag), peers read the gradient in its narrow type (the wire carries 1 or
+    2 bytes an element, not 4) and widen it as they accumulate: no cast kernel, the narrow
+    argument symmetric, and every rank's result the sim's bit for bit at 2, 3, 4 and 7
+    ranks."""
+    program = wire_program(narrow, wide, extra_reader=False)
+    fused = apply_schedule(program, "fuse(rs-c-ag)")
+    for ranks in RANKS:
+        plan = lower(fused, ranks)
+        text = plan.format()
+        assert "k_cast" not in text, text
+        assert "peers(%g)" in text, text
+        assert "peers(%gw)" not in text, text
+        assert plan.arguments["g"].symmetric
+        inputs = prepare_inputs(program, None, plan.grid_shape, seed=ranks)
+        want = coconet.run(program, inputs, ranks=ranks, inplace=False).outputs
+        got = ThreadedExecutor(plan).run(inputs)
+        _same_bits(got["m1"], want["m1"])
+
+
+def test_a_widening_read_elsewhere_or_a_rounding_cast_stays_a_kernel():
+    """The narrow wire needs a cast that changes no value and that only the fused
+    reduce_scatter reads; otherwise the cast is computed and its result is what peers read."""
+    read_too = lower(
+        apply_schedule(wire_program("bf16", "f32", extra_reader=True), "fuse(rs-c-ag)"), 2
+    )
+    assert "k_cast" in read_too.format()
+    assert "peers(%gw)" in read_too.format()
+    rounding = lower(
+        apply_schedule(wire_program("f32", "bf16", extra_reader=False), "fuse(rs-c-ag)"), 2
+    )
+    assert "k_cast" in rounding.format()
+    assert "peers(%gw)" in rounding.format()
+    across = lower(
+        apply_schedule(wire_program("bf16", "f32", False, 1024), "fuse(rs-c-ag)"),
+        4,
+        nodes=(0, 0, 1, 1),
+    )
+    assert "peers(%g)" not in across.format()
