@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -444,10 +444,15 @@ class FusePass(ModulePass):
                 block = body_block(fn)
                 plans.append((block, self._send_chain(block, send), "send"))
         elif kind == "all_to_all" and all(isinstance(s, comm.AllToAllOp) for s in named):
-            for fn, a2a in sites:
+            # In program order, each chain without the ops an earlier one took (the
+            # computation between two exchanges is the first one's consumers).
+            taken: set[Operation] = set()
+            for fn, a2a in sorted(sites, key=lambda site: _position(site[1])):
                 assert isinstance(a2a, comm.AllToAllOp)  # checked just above
                 block = body_block(fn)
-                plans.append((block, self._exchange_chain(block, a2a), "all_to_all"))
+                members = self._exchange_chain(block, a2a, taken)
+                taken |= members
+                plans.append((block, members, "all_to_all"))
         else:
             if len(fns) != 1:
                 raise fail(f"{RULE}-block", "the named ops are in different functions")
@@ -612,15 +617,17 @@ class FusePass(ModulePass):
                     f"all_to_all's {side} (the kernel computes each side on one piece)",
                 )
 
-    def _exchange_chain(self, block: Block, a2a: comm.AllToAllOp) -> set[Operation]:
+    def _exchange_chain(
+        self, block: Block, a2a: comm.AllToAllOp, taken: Set[Operation] = frozenset()
+    ) -> set[Operation]:
         """`a2a` with the elementwise computation of its input (producers) and of its
         result (consumers), plus the slices, constants and updates only they need: the
         largest of {producers and consumers, consumers, producers, none} that closes no
-        cycle."""
+        cycle. Ops in `taken` (an earlier exchange's) are not taken again."""
         if a2a.parent_block() is not block:
             raise fail(f"{RULE}-block", f"{op_name(a2a)} is not in a function body")
-        before = _exchange_producers(block, a2a)
-        after = _exchange_consumers(block, a2a)
+        before = _exchange_producers(block, a2a, taken)
+        after = _exchange_consumers(block, a2a, taken)
         tried: list[set[Operation]] = []
         for chosen in (before | after, after, before):
             if not chosen or chosen in tried:
@@ -918,6 +925,16 @@ class FusePass(ModulePass):
         return wrap_in_region(block, hoisted, order, _make_fused(kind))
 
 
+def _position(op: Operation) -> tuple[int, int]:
+    """Where `op` stands: its function's place in the module, its own in the function."""
+    fn = op.parent_op()
+    block = op.parent_block()
+    assert fn is not None and block is not None
+    module = fn.parent_block()
+    outer = module.get_operation_index(fn) if module is not None else 0
+    return outer, block.get_operation_index(op)
+
+
 def _downstream(a2a: comm.AllToAllOp, members: set[Operation]) -> set[Operation]:
     """The members computed (transitively) from the all_to_all's result."""
     reached: set[SSAValue] = {a2a.result}
@@ -929,10 +946,12 @@ def _downstream(a2a: comm.AllToAllOp, members: set[Operation]) -> set[Operation]
     return out
 
 
-def _exchange_producers(block: Block, a2a: comm.AllToAllOp) -> set[Operation]:
+def _exchange_producers(
+    block: Block, a2a: comm.AllToAllOp, taken: Set[Operation]
+) -> set[Operation]:
     """The elementwise ops computing the all_to_all's input in its iteration space (shape and
     layouts; the element type may differ: a cast to bf16 before dispatch), walking back from
-    it through their operands."""
+    it through their operands (not into `taken`)."""
     space = _space(a2a.input)
     members: set[Operation] = set()
     work = [a2a.input]
@@ -942,6 +961,7 @@ def _exchange_producers(block: Block, a2a: comm.AllToAllOp) -> set[Operation]:
             isinstance(p, coco.ElementwiseOp)
             and p.parent_block() is block
             and p not in members
+            and p not in taken
             and space is not None
             and _op_space(p) == space
         ):
@@ -950,12 +970,14 @@ def _exchange_producers(block: Block, a2a: comm.AllToAllOp) -> set[Operation]:
     return members
 
 
-def _exchange_consumers(block: Block, a2a: comm.AllToAllOp) -> set[Operation]:
+def _exchange_consumers(
+    block: Block, a2a: comm.AllToAllOp, taken: Set[Operation]
+) -> set[Operation]:
     """The elementwise ops in the all_to_all result's iteration space computed from it, in
     program order: an op joins when it reads the result or a joined op's, and nothing
-    computed from them outside the set (which would then run between the set's ops). Only
-    the users of those values are looked at, up to the last one (no scan of the rest of the
-    function)."""
+    computed from them outside the set (which would then run between the set's ops), and
+    it is not in `taken`. Only the users of those values are looked at, up to the last one
+    (no scan of the rest of the function)."""
     space = _space(a2a.result)
     members: set[Operation] = set()
     chain: set[SSAValue] = {a2a.result}
@@ -977,6 +999,7 @@ def _exchange_consumers(block: Block, a2a: comm.AllToAllOp) -> set[Operation]:
             reads = {v for o in u.walk() for v in o.operands}
             if (
                 isinstance(u, coco.ElementwiseOp)
+                and u not in taken
                 and space is not None
                 and _op_space(u) == space
                 and reads & chain

@@ -1,5 +1,6 @@
 // RUN: coco-opt %s -p 'coco-fuse{mode=all_to_all}' | filecheck %s
 // RUN: coco-opt %s -p coco-fuse | filecheck %s --check-prefix=AUTO
+// RUN: coco-opt %s -p 'coco-schedule{name=fuse-a2a}' --verify-equivalence --equivalence-ranks 1,2,3,4 | filecheck %s --check-prefix=SCHED
 // RUN: coco-opt %s -p 'coco-fuse{mode=all_to_all ops=back}' | filecheck %s --check-prefix=NAMED
 // RUN: coco-opt %s --split-input-file --verify-diagnostics -p 'coco-fuse{mode=all_to_all ops=xa,xb,xc}' | filecheck %s --check-prefix=EXACT
 
@@ -21,6 +22,8 @@
 // CHECK-NEXT:    func.return
 // AUTO-LABEL: func.func @moe
 // AUTO-NEXT:    comm.fused all_to_all {
+// SCHED-LABEL: func.func @moe
+// SCHED-NEXT:    comm.fused all_to_all {
 func.func @moe(%x: !coco.tensor<8x6xf32, sliced<0>>, %s: !coco.tensor<f32>, %w: !coco.tensor<8x1xf32>, %r: !coco.tensor<8x6xf32, sliced<1>>) attributes {coco.grid = #coco.grid<[?]>} {
   %u = coco.mul %x, %s : !coco.tensor<8x6xf32, sliced<0>>, !coco.tensor<f32> -> !coco.tensor<8x6xf32, sliced<0>>
   %c = coco.cast %u : !coco.tensor<8x6xf32, sliced<0>> -> !coco.tensor<8x6xbf16, sliced<0>>
@@ -97,6 +100,16 @@ func.func @dispatch(%a: !coco.tensor<8x4xf32, local>) -> (!coco.tensor<8x4xf32, 
 
 // -----
 
+// (The named schedule fuse(a2a), which names every all_to_all, gives the computation
+// between two exchanges to the first.)
+// SCHED-LABEL: func.func @two_exchanges
+// SCHED-NEXT:    %xb = comm.fused all_to_all
+// SCHED-NEXT:      %xa = comm.all_to_all %x
+// SCHED-NEXT:      %xb_1 = coco.mul %xa, %xa
+// SCHED-NEXT:      comm.yield %xb_1
+// SCHED-NEXT:    }
+// SCHED-NEXT:    %xc = comm.fused all_to_all
+// SCHED-NEXT:      %xc_1 = comm.all_to_all %xb
 func.func @two_exchanges(%x: !coco.tensor<8x6xf32, sliced<0>>) -> !coco.tensor<8x6xf32, sliced<0>> attributes {coco.grid = #coco.grid<[?]>} {
   %xa = comm.all_to_all %x : !coco.tensor<8x6xf32, sliced<0>> -> !coco.tensor<8x6xf32, sliced<1>>
   %xb = coco.mul %xa, %xa : !coco.tensor<8x6xf32, sliced<1>>
