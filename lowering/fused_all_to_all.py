@@ -85,9 +85,7 @@ def _scalar(op: Operation) -> bool:
     return all(tensor_type_of(r).get_shape() == () for r in op.results)
 
 
-def _sides(
-    a2a: comm.AllToAllOp, body: list[Operation]
-) -> tuple[list[Operation], list[Operation]]:
+def _sides(a2a: comm.AllToAllOp, body: list[Operation]) -> tuple[list[Operation], list[Operation]]:
     """The ops of the sender's side and of the receiver's, in program order: the receiver
     computes the ops reading the exchange's result (transitively) and what they read of the
     other ops; the sender what the exchange, the updates and the rest of the program read
@@ -101,11 +99,7 @@ def _sides(
             reached.update(o.results)
     rest = [o for o in compute if o not in downstream]
     inner = set(compute)
-    roots = [
-        o
-        for o in rest
-        if any(u.operation not in inner for r in o.results for u in r.uses)
-    ]
+    roots = [o for o in rest if any(u.operation not in inner for r in o.results for u in r.uses)]
     return (
         [o for o in compute if o in _feeding(roots, rest)],
         [o for o in compute if o in downstream or o in _feeding(list(downstream), rest)],
@@ -178,11 +172,15 @@ def emit_exchange_kernel(lw: PlanBuilder, a2a: comm.AllToAllOp, body: list[Opera
         and u.target not in send_inputs
     ]
     stored_updates = [*send_updates, *recv_updates]
-    send_values = [
+    send_values: list[SSAValue] = [
         r for o in before for r in o.results if needed_after(r, members, stored_updates)
     ]
-    recv_values = [r for o in after for r in o.results if r not in computed_before]
-    recv_values = [r for r in recv_values if needed_after(r, members, stored_updates)]
+    recv_values: list[SSAValue] = [
+        r
+        for o in after
+        for r in o.results
+        if r not in computed_before and needed_after(r, members, stored_updates)
+    ]
     if needed_after(received, members, stored_updates):
         recv_values.insert(0, received)
 
@@ -244,9 +242,7 @@ def emit_exchange_kernel(lw: PlanBuilder, a2a: comm.AllToAllOp, body: list[Opera
                     args.append(group)
                 case _:
                     raise AssertionError(f"a fused all_to_all has no {p.kind} parameter")
-    count = max(
-        max(lw.piece_count(src, r), lw.piece_count(dst, r)) for r in range(lw.size)
-    )
+    count = max(max(lw.piece_count(src, r), lw.piece_count(dst, r)) for r in range(lw.size))
     writes = [b.name for b in send_buffers + recv_buffers] + [staging.name]
     lw.emit(
         Launch(

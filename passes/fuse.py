@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence, Set
+from collections.abc import Callable, Sequence, Set as AbstractSet
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -618,7 +618,7 @@ class FusePass(ModulePass):
                 )
 
     def _exchange_chain(
-        self, block: Block, a2a: comm.AllToAllOp, taken: Set[Operation] = frozenset()
+        self, block: Block, a2a: comm.AllToAllOp, taken: AbstractSet[Operation] = frozenset()
     ) -> set[Operation]:
         """`a2a` with the elementwise computation of its input (producers) and of its
         result (consumers), plus the slices, constants and updates only they need: the
@@ -929,7 +929,8 @@ def _position(op: Operation) -> tuple[int, int]:
     """Where `op` stands: its function's place in the module, its own in the function."""
     fn = op.parent_op()
     block = op.parent_block()
-    assert fn is not None and block is not None
+    assert fn is not None
+    assert block is not None
     module = fn.parent_block()
     outer = module.get_operation_index(fn) if module is not None else 0
     return outer, block.get_operation_index(op)
@@ -947,14 +948,14 @@ def _downstream(a2a: comm.AllToAllOp, members: set[Operation]) -> set[Operation]
 
 
 def _exchange_producers(
-    block: Block, a2a: comm.AllToAllOp, taken: Set[Operation]
+    block: Block, a2a: comm.AllToAllOp, taken: AbstractSet[Operation]
 ) -> set[Operation]:
     """The elementwise ops computing the all_to_all's input in its iteration space (shape and
     layouts; the element type may differ: a cast to bf16 before dispatch), walking back from
     it through their operands (not into `taken`)."""
     space = _space(a2a.input)
     members: set[Operation] = set()
-    work = [a2a.input]
+    work: list[SSAValue] = [a2a.input]
     while work:
         p = work.pop().owner
         if (
@@ -971,7 +972,7 @@ def _exchange_producers(
 
 
 def _exchange_consumers(
-    block: Block, a2a: comm.AllToAllOp, taken: Set[Operation]
+    block: Block, a2a: comm.AllToAllOp, taken: AbstractSet[Operation]
 ) -> set[Operation]:
     """The elementwise ops in the all_to_all result's iteration space computed from it, in
     program order: an op joins when it reads the result or a joined op's, and nothing

@@ -27,7 +27,7 @@ contiguous loop. Per member the kernel reads the box from a table (`SEND_BOXES` 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from xdsl.ir import SSAValue
 
@@ -56,8 +56,8 @@ from coconet.lowering.kernel_ir import (
     sum_of,
 )
 from coconet.lowering.kernels.builder_state import BuilderState
-from coconet.lowering.kernels.elementwise import ElementwiseBuilder
 from coconet.lowering.kernels.elements import C_COMPUTE, C_STORAGE, load_expr, store_expr
+from coconet.lowering.kernels.elementwise import ElementwiseBuilder
 from coconet.lowering.kernels.spec import ElementwiseSpec
 from coconet.lowering.kernels.statements import call, thread_zero, value_hint
 from coconet.lowering.signature import I32, I64, RANGE, U32, U64, ParamKind
@@ -150,7 +150,7 @@ class FusedAllToAllKernel:
             return (Decl(s.i, at[0] + k), *s.body, staged)
 
         stmts.append(
-            walk_boxes(send_boxes, send_fields(rank), rank, 1, me, nranks, lambda q: [], send_body)
+            walk_boxes(send_boxes, send_fields(rank), rank, 1, me, nranks, _nothing, send_body)
         )
         stmts += [SyncBlock(), sync(SyncStep.DONE)]
 
@@ -177,13 +177,13 @@ def walk_boxes(
     places: int,
     me: Param,
     nranks: Param,
-    head,  # noqa: ANN001 -- (q) -> statements before member q's rows; [] for none
-    body,  # noqa: ANN001 -- (row starts, k) -> the element's statements
+    head: Callable[[Var], list[Stmt]],
+    body: Callable[[Sequence[Expr], Var], tuple[Stmt, ...]],
 ) -> Stmt:
     """Over every member q of the group (rotated by this rank: q = me, me + 1, ...), this
     block's chunk of q's box, row by row: `places` positions per row (a base plus the row's
-    coordinates times strides, each from q's entry of `boxes`), and the element body at
-    `k` along the row."""
+    coordinates times strides, each from q's entry of `boxes`), and the element body
+    (`body(starts, k)`) at `k` along the row; `head(q)`: statements before q's rows."""
     d, q = Var(I32, None, "d_"), Var(I32, None, "q_")
     box = Var(I64.ptr(const=True), None, "box_")
     count, inner = Var(I64, None, "n_"), Var(I64, None, "inner_")
@@ -208,7 +208,7 @@ def walk_boxes(
         Decl(first, row * inner),
         Decl(lo, _larger(begin, first) - first),
         Decl(hi, _smaller(end, first + inner) - first),
-        BlockStrideLoop(k, lo, hi, tuple(body(starts, k))),
+        BlockStrideLoop(k, lo, hi, body(starts, k)),
     ]
     member: list[Stmt] = [
         Decl(q, (me + d) % nranks),
@@ -220,6 +220,10 @@ def walk_boxes(
         For(row, begin / inner, (end + inner - Lit("1")) / inner, tuple(row_stmts)),
     ]
     return For(d, Lit("0"), nranks, tuple(member))
+
+
+def _nothing(q: Var) -> list[Stmt]:
+    return []
 
 
 def _larger(a: Expr, b: Expr) -> Expr:
