@@ -50,6 +50,7 @@ from coconet.lowering.kernel_ir import (
     Stmt,
     SyncBlock,
     SyncStep,
+    Unused,
     Var,
     binary,
     peer,
@@ -145,29 +146,46 @@ class FusedAllToAllKernel:
         stmts: list[Stmt] = [*s.hoisted, *r.hoisted, Decl(mine, peer(staging, me, storage))]
         stmts += [sync(SyncStep.ENTRY), SyncBlock()]
 
-        def send_body(at: Sequence[Expr], k: Var) -> tuple[Stmt, ...]:
+        def send_row(at: Sequence[Var], k: Var) -> tuple[list[Stmt], tuple[Stmt, ...]]:
             staged = Assign(Index(mine, s.i), store_expr(elt, sent), comment="comm.all_to_all")
-            return (Decl(s.i, at[0] + k), *s.body, staged)
+            row, element = along_row(s, at[0], k)
+            return row, (*element, staged)
 
-        stmts.append(
-            walk_boxes(send_boxes, send_fields(rank), rank, 1, me, nranks, _nothing, send_body)
-        )
+        stmts.append(walk_boxes(send_boxes, send_fields(rank), rank, 1, me, nranks, _no, send_row))
         stmts += [SyncBlock(), sync(SyncStep.DONE)]
 
         source = Var(storage.ptr(const=True), f"{name}_from", "from_")
 
-        def recv_body(at: Sequence[Expr], k: Var) -> tuple[Stmt, ...]:
+        def recv_row(at: Sequence[Var], k: Var) -> tuple[list[Stmt], tuple[Stmt, ...]]:
             element = Index(source, at[0] + k)
             pulled_decl = Decl(pulled, load_expr(elt, element), comment="comm.all_to_all")
-            return (Decl(r.i, at[1] + k), pulled_decl, *r.body)
+            row, body = along_row(r, at[1], k)
+            return row, (pulled_decl, *body)
 
         def recv_head(q: Var) -> list[Stmt]:
             return [Decl(source, peer(staging, q, storage, const=True))]
 
         stmts.append(
-            walk_boxes(recv_boxes, recv_fields(rank), rank, 2, me, nranks, recv_head, recv_body)
+            walk_boxes(recv_boxes, recv_fields(rank), rank, 2, me, nranks, recv_head, recv_row)
         )
         return Kernel(self.name, tuple(params), tuple(stmts))
+
+
+def along_row(b: ElementwiseBuilder, start: Var, k: Var) -> tuple[list[Stmt], tuple[Stmt, ...]]:
+    """One side's element body at element `k` of a row starting at `start` (its iteration's
+    linear index): the row-level statements (the row start's coordinates, once per row: a
+    row lies along the innermost dim, so only the innermost coordinate moves, by k) and the
+    element's."""
+    element: list[Stmt] = [Decl(b.i, start + k)]
+    row: list[Stmt] = []
+    if b.coords:
+        at = [Var(I64, None, f"r{c.fallback}_") for c in b.coords]
+        row += b.coordinates(start, at, b.dims)
+        element += [Decl(c, x) for c, x in zip(b.coords[:-1], at[:-1])]
+        element += [Decl(b.coords[-1], at[-1] + k), Unused(tuple(b.coords))]
+    skipped = {id(st) for st in b.index_stmts}
+    element += [st for st in b.body if id(st) not in skipped]
+    return row, tuple(element)
 
 
 def walk_boxes(
@@ -178,12 +196,13 @@ def walk_boxes(
     me: Param,
     nranks: Param,
     head: Callable[[Var], list[Stmt]],
-    body: Callable[[Sequence[Expr], Var], tuple[Stmt, ...]],
+    body: Callable[[Sequence[Var], Var], tuple[list[Stmt], tuple[Stmt, ...]]],
 ) -> Stmt:
     """Over every member q of the group (rotated by this rank: q = me, me + 1, ...), this
     block's chunk of q's box, row by row: `places` positions per row (a base plus the row's
-    coordinates times strides, each from q's entry of `boxes`), and the element body
-    (`body(starts, k)`) at `k` along the row; `head(q)`: statements before q's rows."""
+    coordinates times strides, each from q's entry of `boxes`), then `body(starts, k)`: the
+    row's statements and the element's at `k` along the row; `head(q)`: statements before
+    q's rows."""
     d, q = Var(I32, None, "d_"), Var(I32, None, "q_")
     box = Var(I64.ptr(const=True), None, "box_")
     count, inner = Var(I64, None, "n_"), Var(I64, None, "inner_")
@@ -204,11 +223,13 @@ def walk_boxes(
         row_stmts.append(Decl(start, sum_of([base, *(c * s for c, s in zip(coords, strides))])))
         starts.append(start)
         at += rank
+    at_row, element = body(starts, k)
     row_stmts += [
+        *at_row,
         Decl(first, row * inner),
         Decl(lo, _larger(begin, first) - first),
         Decl(hi, _smaller(end, first + inner) - first),
-        BlockStrideLoop(k, lo, hi, body(starts, k)),
+        BlockStrideLoop(k, lo, hi, element),
     ]
     member: list[Stmt] = [
         Decl(q, (me + d) % nranks),
@@ -222,7 +243,7 @@ def walk_boxes(
     return For(d, Lit("0"), nranks, tuple(member))
 
 
-def _nothing(q: Var) -> list[Stmt]:
+def _no(q: Var) -> list[Stmt]:
     return []
 
 
