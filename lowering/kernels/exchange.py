@@ -152,7 +152,9 @@ class FusedAllToAllKernel:
             return row, (*element, staged)
 
         stmts.append(walk_boxes(send_boxes, send_fields(rank), rank, 1, me, nranks, _no, send_row))
-        stmts += [SyncBlock(), sync(SyncStep.DONE)]
+        # Done: this block's chunks are staged here, the peers' same-index block's there; the
+        # block's threads wait for thread 0 to see them before pulling.
+        stmts += [SyncBlock(), sync(SyncStep.DONE), SyncBlock()]
 
         source = Var(storage.ptr(const=True), f"{name}_from", "from_")
 
