@@ -36,7 +36,6 @@ from coconet.lowering.kernels.exchange import FusedAllToAllKernel, recv_fields, 
 from coconet.lowering.kernels.spec import ElementwiseSpec, Store
 from coconet.lowering.plan import (
     MAX_COLLECTIVE_BLOCKS,
-    PLAN_COLLECTIVE_BLOCKS,
     ArgTable,
     Buffer,
     Epoch,
@@ -213,6 +212,7 @@ def emit_exchange_kernel(lw: PlanBuilder, a2a: comm.AllToAllOp, body: list[Opera
         elt="u32",
         shape=(2 * group * MAX_COLLECTIVE_BLOCKS + group,),
     )
+    count = max(max(lw.piece_count(src, r), lw.piece_count(dst, r)) for r in range(lw.size))
     send_args = iter(lw.kernel_args(kernel.send_params, src, send_buffers))
     recv_args = iter(lw.kernel_args(kernel.recv_params, dst, recv_buffers))
     send_ids = {id(p) for p in kernel.send_params}
@@ -240,14 +240,21 @@ def emit_exchange_kernel(lw: PlanBuilder, a2a: comm.AllToAllOp, body: list[Opera
                     args.append(RankValue("me", me))
                 case ParamKind.NRANKS:
                     args.append(group)
+                case ParamKind.BEGIN:
+                    args.append(0)
+                case ParamKind.END:
+                    args.append(count)
                 case _:
                     raise AssertionError(f"a fused all_to_all has no {p.kind} parameter")
-    count = max(max(lw.piece_count(src, r), lw.piece_count(dst, r)) for r in range(lw.size))
     writes = [b.name for b in send_buffers + recv_buffers] + [staging.name]
     lw.emit(
         Launch(
             name,
-            min(lw.config.grid_for(count), PLAN_COLLECTIVE_BLOCKS),
+            # One block: the host runs a rank's blocks one after another, and each block's
+            # handshake with its peers' costs a scheduling delay where ranks share cores (64
+            # blocks at 4 ranks on 2 cores: 80 ms a step); a GPU grows the grid by the kernel's
+            # [begin, end) (runtime/cuda.py grown_grid), to what it holds at once.
+            1,
             lw.config.block,
             args,
             writes=tuple(writes),

@@ -136,14 +136,17 @@ class FusedAllToAllKernel:
         me = Param(I32, None, "me", ParamKind.ME)
         nranks = Param(I32, None, "nranks", ParamKind.NRANKS)
         params = [*self.send_params, *self.recv_params]
-        params += [staging, send_boxes, recv_boxes, flags, epoch, me, nranks]
+        params += [staging, send_boxes, recv_boxes, flags, epoch, me, nranks, s.begin, s.end]
 
         def sync(step: SyncStep) -> Stmt:
             return thread_zero(PeerSync(step, flags, me, nranks, epoch, GRID_DIM, BLOCK_IDX))
 
         name = self.sent.name_hint or "staged"
         mine = Var(storage.ptr(), f"{name}_mine", "mine_")
-        stmts: list[Stmt] = [*s.hoisted, *r.hoisted, Decl(mine, peer(staging, me, storage))]
+        # The range [begin, end) only sizes the grid (the cuda backend's grown_grid): the
+        # boxes cut the work.
+        stmts: list[Stmt] = [Unused((s.begin, s.end)), *s.hoisted, *r.hoisted]
+        stmts.append(Decl(mine, peer(staging, me, storage)))
         stmts += [sync(SyncStep.ENTRY), SyncBlock()]
 
         def send_row(at: Sequence[Var], k: Var) -> tuple[list[Stmt], tuple[Stmt, ...]]:
