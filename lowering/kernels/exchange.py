@@ -66,7 +66,7 @@ from coconet.lowering.signature import I32, I64, RANGE, U32, U64, ParamKind
 
 def send_fields(rank: int) -> int:
     """Fields per member of a send box table: count, inner, extents 1..R-2, base, strides."""
-    return 2 + (rank - 2) + 1 + (rank - 1)
+    return 2 + _middle(rank) + 1 + (rank - 1)
 
 
 def recv_fields(rank: int) -> int:
@@ -218,9 +218,10 @@ def walk_boxes(
     begin, end = Field(chunk, "begin"), Field(chunk, "end")
     coords = [Var(I64, None, f"t{dim}_") for dim in range(rank - 1)]
     extents: list[Expr | None] = [None, *(Index(box, Lit(str(2 + e))) for e in range(rank - 2))]
-    row_stmts: list[Stmt] = [*BuilderState.coordinates(row, coords, extents)]
+    # (a 1-D box is one row: no coordinates)
+    row_stmts: list[Stmt] = BuilderState.coordinates(row, coords, extents) if coords else []
     starts: list[Var] = []
-    at = 2 + (rank - 2)  # the first place's base
+    at = 2 + _middle(rank)  # the first place's base
     for n in range(places):
         base = Index(box, Lit(str(at)))
         strides = [Index(box, Lit(str(at + 1 + dim))) for dim in range(rank - 1)]
@@ -246,6 +247,11 @@ def walk_boxes(
         For(row, begin / inner, (end + inner - Lit("1")) / inner, tuple(row_stmts)),
     ]
     return For(d, Lit("0"), nranks, tuple(member))
+
+
+def _middle(rank: int) -> int:
+    """How many extents a box entry holds: those of dims 1..R-2 (the rows' coordinates)."""
+    return max(0, rank - 2)
 
 
 def _no(q: Var) -> list[Stmt]:

@@ -161,9 +161,10 @@ func.func @more(%d: !coco.tensor<12x5xf32, [replicated, local]>, %e: !coco.tenso
                 %g: !coco.tensor<9x10x7xf32, [sliced<0>, sliced<1>]>,
                 %h: !coco.tensor<9x10x7xbf16, [sliced<0>, sliced<0>]>,
                 %p: !coco.tensor<9x10x7xf32, [replicated, sliced<2>]>,
-                %acc: !coco.tensor<9x10x7xf32, [replicated, sliced<0>]>)
+                %acc: !coco.tensor<9x10x7xf32, [replicated, sliced<0>]>,
+                %v: !coco.tensor<12xf16, [replicated, local]>)
     -> (!coco.tensor<12x5xf32, [replicated, local]>, !coco.tensor<9x10x7xf32, [sliced<0>, sliced<2>]>,
-        !coco.tensor<9x10x7xf32, [sliced<2>, sliced<2>]>)
+        !coco.tensor<9x10x7xf32, [sliced<2>, sliced<2>]>, !coco.tensor<12xf16, [replicated, local]>)
     attributes {coco.grid = #coco.grid<[2, ?]>} {
   %d2 = coco.mul %d, %d : !coco.tensor<12x5xf32, [replicated, local]>
   %dx = comm.all_to_all %d2 over [1] : !coco.tensor<12x5xf32, [replicated, local]>
@@ -175,14 +176,16 @@ func.func @more(%d: !coco.tensor<12x5xf32, [replicated, local]>, %e: !coco.tenso
   %pa = coco.add %px, %acc : !coco.tensor<9x10x7xf32, [replicated, sliced<0>]>
   coco.update %acc, %pa : !coco.tensor<9x10x7xf32, [replicated, sliced<0>]>
   coco.update %d, %de : !coco.tensor<12x5xf32, [replicated, local]>
-  func.return %de, %gx, %hf : !coco.tensor<12x5xf32, [replicated, local]>, !coco.tensor<9x10x7xf32, [sliced<0>, sliced<2>]>, !coco.tensor<9x10x7xf32, [sliced<2>, sliced<2>]>
+  %vx = comm.all_to_all %v over [1] : !coco.tensor<12xf16, [replicated, local]>
+  %vv = coco.neg %vx : !coco.tensor<12xf16, [replicated, local]>
+  func.return %de, %gx, %hf, %vv : !coco.tensor<12x5xf32, [replicated, local]>, !coco.tensor<9x10x7xf32, [sliced<0>, sliced<2>]>, !coco.tensor<9x10x7xf32, [sliced<2>, sliced<2>]>, !coco.tensor<12xf16, [replicated, local]>
 }"""
 
 
-def test_dispatch_form_two_dimensional_grids_and_updates():
+def test_dispatch_form_two_dimensional_grids_updates_and_vectors():
     p = Program(parse_module(MORE))
     q = fused(p)
-    assert len(regions(q)) == 4
+    assert len(regions(q)) == 5
     for ranks in (2, 4, 6):
         want = sim.run(p, None, ranks=ranks, seed=ranks)
         plan = lower(q, ranks)
