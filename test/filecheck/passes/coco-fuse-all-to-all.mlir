@@ -1,5 +1,6 @@
 // RUN: coco-opt %s -p 'coco-fuse{mode=all_to_all}' | filecheck %s
 // RUN: coco-opt %s -p coco-fuse | filecheck %s --check-prefix=AUTO
+// RUN: coco-opt %s -p 'coco-fuse{mode=all_to_all}' -t cuda | filecheck %s --check-prefix=CUDA
 // RUN: coco-opt %s -p 'coco-schedule{name=fuse-a2a}' --verify-equivalence --equivalence-ranks 1,2,3,4 | filecheck %s --check-prefix=SCHED
 // RUN: coco-opt %s -p 'coco-fuse{mode=all_to_all ops=back}' | filecheck %s --check-prefix=NAMED
 // RUN: coco-opt %s --split-input-file --verify-diagnostics -p 'coco-fuse{mode=all_to_all ops=xa,xb,xc}' | filecheck %s --check-prefix=EXACT
@@ -22,6 +23,30 @@
 // CHECK-NEXT:    func.return
 // AUTO-LABEL: func.func @moe
 // AUTO-NEXT:    comm.fused all_to_all {
+// The kernel: entry flags; the sender's side over the boxes it sends (rows of its piece),
+// staged in its symmetric buffer; done flags; the receiver's side over the boxes it
+// receives, each element pulled from the peer holding it, the update stored in place.
+// CUDA-LABEL: // ===== @moe =====
+// CUDA:       COCO_KERNEL(k_fused_all_to_all,
+// CUDA:         coco_bf16* const c_mine = (coco_bf16*)c_peers[me];
+// CUDA:         coco_peers_entry(
+// CUDA:         const coco_i64* const box_ = send_boxes + q_ * 4;
+// CUDA:         COCO_BLOCK_STRIDE_LOOP(coco_i64, k_, lo_, hi_) {
+// CUDA-NEXT:      const coco_i64 i = at0_ + k_;
+// CUDA-NEXT:      const float x = x_in[i];
+// CUDA-NEXT:      const float u = x * s;  // coco.mul %u
+// CUDA-NEXT:      const float c = coco_round_bf16((float)u);  // coco.cast %c
+// CUDA-NEXT:      c_mine[i] = coco_bf16_from_f32(c);  // comm.all_to_all
+// CUDA:         coco_peers_done(
+// CUDA:         const coco_i64* const box_ = recv_boxes + q_ * 6;
+// CUDA:         const coco_bf16* const c_from = (const coco_bf16*)c_peers[q_];
+// CUDA:         COCO_BLOCK_STRIDE_LOOP(coco_i64, k_, lo_, hi_) {
+// CUDA-NEXT:      const float y = coco_to_f32(c_from[at0_ + k_]);  // comm.all_to_all
+// CUDA-NEXT:      const coco_i64 i = at1_ + k_;
+// CUDA:           const float w = w_in[w_base + c0];
+// CUDA:           const float z = m + r;  // coco.add %z
+// CUDA-NEXT:      r_out[i] = z;
+// CUDA-LABEL: // ===== @ulysses =====
 // SCHED-LABEL: func.func @moe
 // SCHED-NEXT:    comm.fused all_to_all {
 func.func @moe(%x: !coco.tensor<8x6xf32, sliced<0>>, %s: !coco.tensor<f32>, %w: !coco.tensor<8x1xf32>, %r: !coco.tensor<8x6xf32, sliced<1>>) attributes {coco.grid = #coco.grid<[?]>} {
