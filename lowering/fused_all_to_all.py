@@ -194,7 +194,7 @@ def emit_exchange_kernel(lw: PlanBuilder, a2a: comm.AllToAllOp, body: list[Opera
         stores = [Store(v, tensor_type_of(v)) for v in values]
         stores += [Store(u.value, u.target.type, u.target) for u in ups]
         buffers = [lw.buffer_for(v) for v in values] + [lw.value_buffer(u.target) for u in ups]
-        return ElementwiseSpec(f"{side}", ops, it, inputs, stores), buffers
+        return ElementwiseSpec(side, ops, it, inputs, stores), buffers
 
     send, send_buffers = spec("send", before, src, send_inputs, send_values, send_updates)
     recv, recv_buffers = spec("recv", after, dst, recv_inputs, recv_values, recv_updates)
