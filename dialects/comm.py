@@ -623,6 +623,7 @@ class FusionKind(StrEnum):
     ELEMENTWISE = auto()  # a chain of elementwise ops: one kernel
     ALL_REDUCE = auto()  # reduce_scatter + sliced computation + all_gather: one collective
     SEND = auto()  # computation + send: one fused transfer
+    ALL_TO_ALL = auto()  # producers + all_to_all + consumers: one kernel over symmetric memory
 
 
 @irdl_attr_definition
@@ -676,8 +677,9 @@ class FusedOp(RegionOp):
 
     `all_reduce` holds one reduce_scatter, computation on its slices and the all_gathers that
     re-replicate results (CoCoNet's FusedAllReduce) -- or several such chains, one per tensor,
-    that scalars couple (a global norm each tensor's update reads); `elementwise` holds
-    computation only.
+    that scalars couple (a global norm each tensor's update reads); `all_to_all` holds one
+    all_to_all, the elementwise computation of its input (on the sender's piece) and of its
+    result (on the receiver's); `elementwise` holds computation only.
     """
 
     name = "comm.fused"
@@ -715,6 +717,8 @@ class FusedOp(RegionOp):
                         f"an elementwise fusion holds elementwise ops, constants, slices and "
                         f"updates, but this one holds {op.name}",
                     )
+        if self.kind.data == FusionKind.ALL_TO_ALL:
+            self._check_all_to_all(collectives)
         if self.kind.data == FusionKind.ALL_REDUCE:
             scatters = [op for op in collectives if isinstance(op, ReduceScatterOp)]
             if not scatters:
@@ -725,6 +729,27 @@ class FusedOp(RegionOp):
                 )
             if len(scatters) > 1:
                 self._check_coupled_chains(scatters)
+
+    def _check_all_to_all(self, collectives: Sequence[CollectiveOp]) -> None:
+        """One all_to_all and the elementwise computation around it (constants, slices and
+        updates too): what one kernel computes before and after the exchange."""
+        from coconet.dialects.coco import ConstantOp, ElementwiseOp, SliceOp, UpdateOp
+
+        exchanges = [op for op in collectives if isinstance(op, AllToAllOp)]
+        if len(exchanges) != 1 or len(collectives) != 1:
+            raise _fail(
+                "fuse-one-collective",
+                f"a fused all_to_all holds exactly one comm.all_to_all and no other "
+                f"collective, this one holds {', '.join(op.name for op in collectives) or 'none'}",
+            )
+        members = ElementwiseOp | ConstantOp | SliceOp | UpdateOp | AllToAllOp | YieldOp
+        for op in self.body.block.ops:
+            if not isinstance(op, members):
+                raise _fail(
+                    "fuse-one-collective",
+                    f"a fused all_to_all holds its all_to_all, elementwise ops, constants, "
+                    f"slices and updates, but this one holds {op.name}",
+                )
 
     def _check_coupled_chains(self, scatters: Sequence[ReduceScatterOp]) -> None:
         """Several reduce_scatters: one per tensor chain (ops linked through tensor values),

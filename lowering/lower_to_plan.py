@@ -11,6 +11,9 @@ Top-level ops map to plan steps:
   (hierarchical.py);
 * `comm.fused send`: ONE kernel computing the sent slice and storing it into the receiver's
   buffer over symmetric memory (fused_send.py), a library send across nodes;
+* `comm.fused all_to_all`: ONE kernel computing the producers into a symmetric staging
+  buffer, pulling each peer's part and computing the consumers on it (fused_all_to_all.py),
+  op by op across nodes;
 * `comm.overlap`: its producer and consumer, chunked by rows and ordered on two streams;
 * `coco.update`: a copy into the caller's buffer (or the kernel writes there directly);
 * `coco.slice`: a kernel reading this rank's part (no communication).
@@ -39,6 +42,7 @@ from coconet.dialects import coco, comm
 from coconet.dialects.coco import TensorType, exact_widening, tensor_type_of
 from coconet.dialects.layout_rules import infer_elementwise
 from coconet.lowering.cuda_printer import kernel_signature, print_unit
+from coconet.lowering.fused_all_to_all import lower_fused_all_to_all
 from coconet.lowering.fused_collective import lower_fused_collective
 from coconet.lowering.fused_send import lower_fused_send
 from coconet.lowering.kernel_ir import Kernel, KernelKey, Param, structural_key
@@ -558,6 +562,8 @@ class Lowering:
                 self.lower_fused_elementwise(op)
             case comm.FusedOp() if op.kind.data == comm.FusionKind.SEND:
                 lower_fused_send(self, op)
+            case comm.FusedOp() if op.kind.data == comm.FusionKind.ALL_TO_ALL:
+                lower_fused_all_to_all(self, op)
             case comm.FusedOp():
                 lower_fused_collective(self, op)
             case comm.OverlapOp():

@@ -1,10 +1,10 @@
 """What a region lowering sees of the plan builder.
 
 `lower_to_plan.Lowering` builds a plan op by op and hands each fused or overlapped region to its
-lowering (fused_collective, fused_send, hierarchical, overlap), which builds with the same
-state and helpers and hands the ops inside back through `lower_op`. The region lowerings are
-written against this protocol, not against `Lowering`, so the dispatcher imports them and none
-imports it: no cycle, and each region lowering states exactly what it relies on.
+lowering (fused_collective, fused_send, fused_all_to_all, hierarchical, overlap), which builds
+with the same state and helpers and hands the ops inside back through `lower_op`. The region
+lowerings are written against this protocol, not against `Lowering`, so the dispatcher imports
+them and none imports it: no cycle, and each region lowering states exactly what it relies on.
 """
 
 from __future__ import annotations

@@ -108,7 +108,8 @@ class ParamKind(StrEnum):
     GOFFSET = "goffset"  # the global linear offset of this rank's piece (dim-0 slices)
     STREAM = "stream"  # a dropout's random stream for this rank (payload: its input)
     SEED = "seed"  # a dropout's seed (payload: its result)
-    PEERS_IN = "peers_in"  # every group member's reduce_scatter input (symmetric)
+    # every group member's reduce_scatter input, or staged all_to_all input (symmetric)
+    PEERS_IN = "peers_in"
     PEERS_OUT = "peers_out"  # every group member's gathered buffer (symmetric)
     GATHER_OUT = "gather_out"  # the updated argument a gathered value is assembled in
     PEER_BASES = "peer_bases"  # where each group member's piece starts in a gathered buffer
@@ -127,6 +128,10 @@ class ParamKind(StrEnum):
     SEND_PEERS = "send_peers"  # every member's receive buffer along a send's axis (symmetric)
     SEND_TO = "send_to"  # the member this rank sends to along the axis (-1: none)
     RECEIVES = "receives"  # 1 when some member sends to this rank (0: it receives zeros)
+    # a fused all_to_all's box per group member: what this rank sends it, what it receives
+    # from it (lowering/kernels/exchange.py)
+    SEND_BOXES = "send_boxes"
+    RECV_BOXES = "recv_boxes"
     BLOCKS = "blocks"  # table form: prefix sums of the blocks of each tensor
     NTENSORS = "ntensors"  # table form: how many tensors the launch serves
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence, Set as AbstractSet
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -36,7 +36,7 @@ from coconet.passes.common import (
 )
 
 RULE = "fuse"
-MODES = ("auto", "elementwise", "all_reduce", "send")
+MODES = ("auto", "elementwise", "all_reduce", "send", "all_to_all")
 
 Space = tuple[tuple[int, ...], tuple[Attribute, ...]] | None
 
@@ -303,8 +303,18 @@ class FusePass(ModulePass):
       space, walking back from its input) and the send -> `comm.fused send` (CoCoNet's fused
       computation + P2P). Targeted: `ops` names sends (their maximal feeding computation), or
       the exact set (one send plus elementwise ops).
+    * `all_to_all`: a `comm.all_to_all`, the elementwise computation of its input (ops in
+      the input's iteration space, walking back from it: a scale, a cast to bf16 before
+      dispatch) and of its result (ops in the result's space reading it, in program order,
+      none waiting for a value computed from it outside the set: a weighted combine, a
+      residual add, a cast back) -> `comm.fused all_to_all`, one kernel: the sender
+      computes its piece into symmetric memory, the receiver pulls its part from each peer
+      and computes on it (lowering/fused_all_to_all.py). Where producers and consumers
+      together would close a cycle, the consumers alone, then the producers alone, then the
+      all_to_all alone. Targeted: `ops` names all_to_alls (their maximal computation), or
+      the exact set (one all_to_all plus elementwise ops).
     * `auto` (default): `all_reduce` on every reduce_scatter, then `send` on every send,
-      then `elementwise` on the rest.
+      then `all_to_all` on every all_to_all, then `elementwise` on the rest.
 
     Legality (refusals name the rule; greedy mode skips what they refuse):
     * [fuse-cycle]       no op outside the set depends on the set and feeds back into it.
@@ -312,9 +322,11 @@ class FusePass(ModulePass):
                          one all_gather of its chain (one collective chain per region), or,
                          for ZeRO-3's step (sliced parameters and state), none where every
                          result of the chain updates sliced state; a
-                         send fusion holds exactly one send, fed by elementwise computation.
+                         send fusion holds exactly one send, fed by elementwise computation;
+                         an all_to_all fusion exactly one all_to_all and elementwise ops.
     * [fuse-sizes]       tensors computed in the region share one iteration space (the
-                         reduce_scatter's, for all_reduce); scalars fit any, and so do the
+                         reduce_scatter's, for all_reduce; for all_to_all, the input's before
+                         the exchange and the result's after it); scalars fit any, and so do the
                          rows of a fused all_reduce (keepdims reductions over the last dim
                          of a space that no grid axis slices there, and ops on them).
                          Rows of any length: a row kernel keeps what a later phase
@@ -323,7 +335,7 @@ class FusePass(ModulePass):
     * [fuse-elementwise] an elementwise fusion holds only elementwise ops (and updates).
     * [fuse-connected]   a targeted set is connected through its own values.
     * [fuse-block]       named ops sit in one function body, not inside regions.
-    * [fuse-mode]        `mode` is one of auto, elementwise, all_reduce, send.
+    * [fuse-mode]        `mode` is one of auto, elementwise, all_reduce, send, all_to_all.
     """
 
     name = "coco-fuse"
@@ -381,6 +393,12 @@ class FusePass(ModulePass):
                         self._fuse(block, self._send_chain(block, send), "send")
                     except PassFailedException:
                         continue
+            if self.mode in ("auto", "all_to_all"):
+                for a2a in [o for o in block.ops if isinstance(o, comm.AllToAllOp)]:
+                    try:
+                        self._fuse(block, self._exchange_chain(block, a2a), "all_to_all")
+                    except PassFailedException:
+                        continue
             if self.mode in ("auto", "elementwise"):
                 for members in self._components(block):
                     try:
@@ -425,6 +443,16 @@ class FusePass(ModulePass):
                 assert isinstance(send, comm.SendOp)  # checked just above
                 block = body_block(fn)
                 plans.append((block, self._send_chain(block, send), "send"))
+        elif kind == "all_to_all" and all(isinstance(s, comm.AllToAllOp) for s in named):
+            # In program order, each chain without the ops an earlier one took (the
+            # computation between two exchanges is the first one's consumers).
+            taken: set[Operation] = set()
+            for fn, a2a in sorted(sites, key=lambda site: _position(site[1])):
+                assert isinstance(a2a, comm.AllToAllOp)  # checked just above
+                block = body_block(fn)
+                members = self._exchange_chain(block, a2a, taken)
+                taken |= members
+                plans.append((block, members, "all_to_all"))
         else:
             if len(fns) != 1:
                 raise fail(f"{RULE}-block", "the named ops are in different functions")
@@ -434,10 +462,15 @@ class FusePass(ModulePass):
                 self._check_elementwise(members)
             elif kind == "send":
                 self._check_send(members)
+            elif kind == "all_to_all":
+                self._check_exchange(members)
             else:
                 self._check_chain(members)
             self._check_connected(members)
-            self._check_sizes(members, kind)
+            if kind == "all_to_all":
+                self._check_exchange_sizes(members)
+            else:
+                self._check_sizes(members, kind)
             members = _absorb_updates(block, members, OrderInfo(block))
             plans.append((block, members, kind))
         # check every region before building any
@@ -549,6 +582,66 @@ class FusePass(ModulePass):
             block, members, f"{RULE}-cycle", f"fusing the computation of {op_name(send)}"
         )
         return members
+
+    # -- all_to_all: the exchange and the computation on either side ----------------------
+
+    def _check_exchange(self, members: set[Operation]) -> None:
+        exchanges = [m for m in members if isinstance(m, comm.AllToAllOp)]
+        if len(exchanges) != 1:
+            raise fail(
+                f"{RULE}-chain",
+                f"a fused all_to_all holds exactly one comm.all_to_all; the named ops hold "
+                f"{len(exchanges)}",
+            )
+        for m in _in_order(members - set(exchanges)):
+            if not isinstance(m, coco.ElementwiseOp):
+                raise fail(
+                    f"{RULE}-chain",
+                    f"{op_name(m)} cannot be part of a fused all_to_all (its all_to_all and "
+                    "elementwise computation of its input and result only)",
+                )
+
+    def _check_exchange_sizes(self, members: set[Operation]) -> None:
+        """Ops computed from the all_to_all's result run on the receiver's piece (the
+        result's space), the others on the sender's (the input's); scalars fit either."""
+        a2a = next(m for m in members if isinstance(m, comm.AllToAllOp))
+        after = _downstream(a2a, members)
+        for m in _in_order(members - {a2a}):
+            s = _op_space(m)
+            want = _space(a2a.result) if m in after else _space(a2a.input)
+            if s is not None and s != want:
+                side = "result" if m in after else "input"
+                raise fail(
+                    f"{RULE}-sizes",
+                    f"{op_name(m)} computes over a different iteration space than the "
+                    f"all_to_all's {side} (the kernel computes each side on one piece)",
+                )
+
+    def _exchange_chain(
+        self, block: Block, a2a: comm.AllToAllOp, taken: AbstractSet[Operation] = frozenset()
+    ) -> set[Operation]:
+        """`a2a` with the elementwise computation of its input (producers) and of its
+        result (consumers), plus the slices, constants and updates only they need: the
+        largest of {producers and consumers, consumers, producers, none} that closes no
+        cycle. Ops in `taken` (an earlier exchange's) are not taken again."""
+        if a2a.parent_block() is not block:
+            raise fail(f"{RULE}-block", f"{op_name(a2a)} is not in a function body")
+        before = _exchange_producers(block, a2a, taken)
+        after = _exchange_consumers(block, a2a, taken)
+        tried: list[set[Operation]] = []
+        for chosen in (before | after, after, before):
+            if not chosen or chosen in tried:
+                continue
+            tried.append(chosen)
+            members = _absorb_feeders(block, chosen | {a2a})
+            try:
+                plan_contiguous(
+                    block, members, f"{RULE}-cycle", f"fusing the computation of {op_name(a2a)}"
+                )
+            except PassFailedException:
+                continue
+            return _absorb_updates(block, members, OrderInfo.spanning(block, members))
+        return _absorb_updates(block, {a2a}, OrderInfo.spanning(block, {a2a}))
 
     def _check_connected(self, members: set[Operation]) -> None:
         groups = comm.linked_groups(list(members), lambda _v: True)
@@ -830,6 +923,96 @@ class FusePass(ModulePass):
             block, members, f"{RULE}-cycle", "fusing " + self._describe(members)
         )
         return wrap_in_region(block, hoisted, order, _make_fused(kind))
+
+
+def _position(op: Operation) -> tuple[int, int]:
+    """Where `op` stands: its function's place in the module, its own in the function."""
+    fn = op.parent_op()
+    block = op.parent_block()
+    assert fn is not None
+    assert block is not None
+    module = fn.parent_block()
+    outer = module.get_operation_index(fn) if module is not None else 0
+    return outer, block.get_operation_index(op)
+
+
+def _downstream(a2a: comm.AllToAllOp, members: set[Operation]) -> set[Operation]:
+    """The members computed (transitively) from the all_to_all's result."""
+    reached: set[SSAValue] = {a2a.result}
+    out: set[Operation] = set()
+    for m in _in_order(members - {a2a}):
+        if any(v in reached for o in m.walk() for v in o.operands):
+            out.add(m)
+            reached.update(m.results)
+    return out
+
+
+def _exchange_producers(
+    block: Block, a2a: comm.AllToAllOp, taken: AbstractSet[Operation]
+) -> set[Operation]:
+    """The elementwise ops computing the all_to_all's input in its iteration space (shape and
+    layouts; the element type may differ: a cast to bf16 before dispatch), walking back from
+    it through their operands (not into `taken`)."""
+    space = _space(a2a.input)
+    members: set[Operation] = set()
+    work: list[SSAValue] = [a2a.input]
+    while work:
+        p = work.pop().owner
+        if (
+            isinstance(p, coco.ElementwiseOp)
+            and p.parent_block() is block
+            and p not in members
+            and p not in taken
+            and space is not None
+            and _op_space(p) == space
+        ):
+            members.add(p)
+            work.extend(p.operands)
+    return members
+
+
+def _exchange_consumers(
+    block: Block, a2a: comm.AllToAllOp, taken: AbstractSet[Operation]
+) -> set[Operation]:
+    """The elementwise ops in the all_to_all result's iteration space computed from it, in
+    program order: an op joins when it reads the result or a joined op's, and nothing
+    computed from them outside the set (which would then run between the set's ops), and
+    it is not in `taken`. Only the users of those values are looked at, up to the last one
+    (no scan of the rest of the function)."""
+    space = _space(a2a.result)
+    members: set[Operation] = set()
+    chain: set[SSAValue] = {a2a.result}
+    waiting: set[SSAValue] = set()  # computed from the chain outside it
+    pending: set[Operation] = set()
+
+    def watch(values: Sequence[SSAValue]) -> None:
+        for v in values:
+            for use in v.uses:
+                user = ancestor_in(block, use.operation)
+                if user is not None:
+                    pending.add(user)
+
+    watch([a2a.result])
+    u = a2a.next_op
+    while pending and u is not None:
+        if u in pending:
+            pending.discard(u)
+            reads = {v for o in u.walk() for v in o.operands}
+            if (
+                isinstance(u, coco.ElementwiseOp)
+                and u not in taken
+                and space is not None
+                and _op_space(u) == space
+                and reads & chain
+                and not reads & waiting
+            ):
+                members.add(u)
+                chain.update(u.results)
+            else:
+                waiting.update(u.results)
+            watch(list(u.results))
+        u = u.next_op
+    return members
 
 
 def _stays_sliced(members: set[Operation]) -> bool:

@@ -81,10 +81,13 @@ FUSE_CHOICES: tuple[tuple[str, ...], ...] = (
     ("all_reduce",),
     ("send",),
     ("elementwise",),
+    ("all_to_all",),
     ("all_reduce", "elementwise"),
     ("send", "elementwise"),
+    ("all_to_all", "elementwise"),
     ("all_reduce", "send"),
     ("all_reduce", "send", "elementwise"),
+    ("all_reduce", "all_to_all", "elementwise"),
 )
 
 

@@ -13,6 +13,7 @@ from coconet.core.program import Program
 from coconet.schedule.errors import VERIFY_RULE, ScheduleError, schedule_error
 from coconet.schedule.recipes import (
     recipe_ar_c,
+    recipe_fuse_a2a,
     recipe_fuse_rs_c,
     recipe_fuse_rs_c_ag,
     recipe_fuse_sliced_send,
@@ -150,6 +151,17 @@ NAMED_SCHEDULES: dict[str, NamedSchedule] = {
             lambda i: bool(i.sends) and bool(i.matmuls),
             recipe_ol_rs_send_ag,
             ("ol-rs-fuse-p2p-c-ag",),
+        ),
+        NamedSchedule(
+            "fuse(a2a)",
+            "DeepEP's fused dispatch / combine (not in CoCoNet)",
+            "each all_to_all with the elementwise computation of its input (before the "
+            "exchange, on the sender's piece) and of its result (after it, on the receiver's) "
+            "as one kernel over symmetric memory",
+            "an all_to_all",
+            lambda i: bool(i.all_to_alls),
+            recipe_fuse_a2a,
+            ("fuse-all-to-all",),
         ),
     ]
 }

@@ -106,6 +106,14 @@ def recipe_fuse_rs_c(s: ScheduleSteps, info: Structure) -> None:
     _fuse_all_reduce(s)
 
 
+def recipe_fuse_a2a(s: ScheduleSteps, info: Structure) -> None:
+    """Each all_to_all with the elementwise computation of its input (on the sender's
+    piece: a scale, a cast to bf16 before dispatch) and of its result (on the receiver's: a
+    weighted combine, a residual add) as one kernel over symmetric memory."""
+    names = info.names(info.all_to_alls)
+    s.fuse(*(names or ()), mode="all_to_all")
+
+
 def recipe_rs_c_ag(s: ScheduleSteps, info: Structure) -> None:
     _split_reorder(s, info)
     _slice_state(s, info)

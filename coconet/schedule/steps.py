@@ -349,8 +349,10 @@ class ScheduleSteps:
         """CoCoNet's `fuse`: `mode="elementwise"` fuses the named elementwise ops into one
         kernel; `mode="all_reduce"` fuses a reduce_scatter's chain (name the reduce_scatter,
         or the exact set) into one FusedAllReduce; `mode="send"` fuses computation into a
-        send; `auto` picks by the targets. No targets: greedy. Returns the new region's
-        handle (a list when several regions were made)."""
+        send; `mode="all_to_all"` an all_to_all with the computation of its input and of
+        its result (name the all_to_all, or the exact set); `auto` picks by the targets. No
+        targets: greedy. Returns the new region's handle (a list when several regions were
+        made)."""
         names = self._names(targets, "fuse")
         new = self._run(make_pass("coco-fuse", ops=names, mode=None if mode == "auto" else mode))
         regions = [self._op_handle(op) for op in new if isinstance(op, comm.FusedOp)]

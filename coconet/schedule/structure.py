@@ -98,6 +98,9 @@ class Structure:
                     self.sends.append(op)
             elif isinstance(op, coco.ElementwiseOp) and any(v in derived for v in op.operands):
                 derived.update(op.results)
+        # all_to_alls (MoE dispatch and combine, Ulysses' re-cuts): each can run as one kernel
+        # with the elementwise computation of its input and of its result
+        self.all_to_alls = [op for op in ops if isinstance(op, comm.AllToAllOp)]
         # ZeRO-3 / FSDP: reduce_scatters in a program that updates sliced arguments (the
         # parameters and state each rank keeps only a slice of)
         sliced_updates = any(

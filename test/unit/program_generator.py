@@ -438,7 +438,9 @@ class _Gen:
     def motif_all_to_all(self) -> None:
         """Ulysses / MoE-like: a tensor sliced on one dim re-cut along another (uneven sizes,
         the innermost dim either way), computed on, maybe re-cut back; or a local dispatch
-        buffer's blocks exchanged before an expert's elementwise work."""
+        buffer's blocks exchanged before an expert's elementwise work. Maybe computed on
+        before the exchange too (a scale, a cast to bf16 before dispatch) and after it (a
+        cast back, a residual add): what the fused all_to_all (`fuse(a2a)`) takes."""
         shape = self.draw(st.sampled_from(((8, 4), (5, 7), (7, 4, 5), (4, 8))))
         axis = self.grid_rank - 1
         axes = None if self.grid_rank == 1 else [axis]
@@ -450,11 +452,29 @@ class _Gen:
         else:
             a, b = self.draw(st.permutations(range(len(shape))))[:2]
             lays[axis] = SlicedAttr(a)
-        x = self.arg(self.tensor_type(shape, self.float_elt(), lays), "x")
-        y = self.collective(comm.AllToAllOp, x, axes=axes, dim=b)
+        elt = self.float_elt()
+        x = self.arg(self.tensor_type(shape, elt, lays), "x")
+        sent: SSAValue | None = x
+        before = self.draw(st.integers(0, 2))  # none, a scale, a scale and a narrowing cast
+        if before:
+            s = self.arg(self.tensor_type((), elt, []), "s")
+            sent = self.emit(lambda: coco.MulOp(x, s))
+        if sent is not None and before == 2 and elt != "bf16":
+            narrow = sent
+            sent = self.emit(lambda: coco.CastOp(narrow, ELEMENT_TYPES["bf16"]))
+        if sent is None:
+            return
+        y = self.collective(comm.AllToAllOp, sent, axes=axes, dim=b)
         if y is None:
             return
         z = self.emit(lambda: coco.MulOp(y, y))
+        if z is not None and y.type.elt != elt and self.draw(st.booleans()):
+            wide = z
+            z = self.emit(lambda: coco.CastOp(wide, ELEMENT_TYPES[elt]))
+            if z is not None and self.draw(st.booleans()):
+                r = self.arg(z.type, "r")
+                summed = z
+                z = self.emit(lambda: coco.AddOp(summed, r))
         if z is not None and self.draw(st.booleans()):
             z = self.collective(comm.AllToAllOp, z, axes=axes, dim=a)
         if z is not None and self.draw(st.booleans()):

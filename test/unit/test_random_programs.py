@@ -315,7 +315,11 @@ def test_every_offered_schedule_of_random_programs_runs_on_the_cpu_backend() -> 
     stats: Counter = Counter()
 
     @settings(max_examples=SCHEDULED_CASES, **SETTINGS)
-    @given(gp=programs(max_ops=4, motif="optimizer") | programs(max_ops=8))
+    @given(
+        gp=programs(max_ops=4, motif="optimizer")
+        | programs(max_ops=8)
+        | programs(max_ops=4, motif="all_to_all")
+    )
     def case(gp: GeneratedProgram) -> None:
         program = gp.program
         names = [n for n in named_schedules(program) if n != "as-written"]
@@ -327,4 +331,6 @@ def test_every_offered_schedule_of_random_programs_runs_on_the_cpu_backend() -> 
 
     case()
     print("\noffered schedules run:", dict(stats))
-    assert stats["fuse(rs-c-ag)"] > 0, stats  # the generator makes what this test is for
+    # the generator makes what this test is for
+    assert stats["fuse(rs-c-ag)"] > 0, stats
+    assert stats["fuse(a2a)"] > 0, stats

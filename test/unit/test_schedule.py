@@ -593,6 +593,7 @@ def test_named_schedule_table():
             *MODEL_PARALLEL[len(DATA_PARALLEL) :],
             *SEQUENCE_PARALLEL,
             *PIPELINE[4:],
+            "fuse(a2a)",  # MoE dispatch / combine, Ulysses
         ]
     )
     for name, ns in NAMED_SCHEDULES.items():

@@ -139,7 +139,7 @@ func.func @two(%a: !coco.tensor<64xf32, local>, %b: !coco.tensor<64xf32, local>)
 // SIZES:     coco-opt: error: [fuse-sizes] %xb (coco.add) computes over a different iteration space than the rest of the fused set (one kernel runs one space)
 // CHAIN:     coco-opt: error: [fuse-chain] no all_gather of the chain of %q_rs (comm.reduce_scatter) over its axes: a fused all_reduce needs reduce_scatter, computation and all_gather (or, ZeRO-3's, computation whose every result updates sliced state)
 // TWO-RS:    coco-opt: error: [fuse-chain] a fused all_reduce holds exactly one reduce_scatter; the named ops hold 2
-// MODE:      coco-opt: error: [fuse-mode] unknown mode 'bogus': use one of auto, elementwise, all_reduce, send
+// MODE:      coco-opt: error: [fuse-mode] unknown mode 'bogus': use one of auto, elementwise, all_reduce, send, all_to_all
 
 // A chain without an all_gather whose result leaves it (returned) is no fused all_reduce:
 // greedy mode fuses its computation as an elementwise kernel instead.

@@ -482,6 +482,34 @@ func.func @fused_all_reduce_with_two(%a: !coco.tensor<8xf32, local>) {
 
 // -----
 
+func.func @fused_all_to_all_with_two(%a: !coco.tensor<8x4xf32, sliced<0>>) {
+  %0 = comm.fused all_to_all -> !coco.tensor<8x4xf32, sliced<0>> {
+    %1 = comm.all_to_all %a : !coco.tensor<8x4xf32, sliced<0>> -> !coco.tensor<8x4xf32, sliced<1>>
+    %2 = comm.all_to_all %1 : !coco.tensor<8x4xf32, sliced<1>> -> !coco.tensor<8x4xf32, sliced<0>>
+    comm.yield %2 : !coco.tensor<8x4xf32, sliced<0>>
+  }
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [fuse-one-collective] a fused all_to_all holds exactly one comm.all_to_all and no other collective, this one holds comm.all_to_all, comm.all_to_all
+
+// -----
+
+func.func @fused_all_to_all_with_a_matmul(%a: !coco.tensor<8x4xf32, sliced<0>>, %w: !coco.tensor<4x4xf32>) {
+  %0 = comm.fused all_to_all -> !coco.tensor<8x4xf32, sliced<1>> {
+    %1 = coco.matmul %a, %w : !coco.tensor<8x4xf32, sliced<0>>, !coco.tensor<4x4xf32> -> !coco.tensor<8x4xf32, sliced<0>>
+    %2 = comm.all_to_all %1 : !coco.tensor<8x4xf32, sliced<0>> -> !coco.tensor<8x4xf32, sliced<1>>
+    comm.yield %2 : !coco.tensor<8x4xf32, sliced<1>>
+  }
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [fuse-one-collective] a fused all_to_all holds its all_to_all, elementwise ops, constants, slices and updates, but this one holds coco.matmul
+
+// -----
+
 // overlap-chunks
 func.func @zero_chunks(%a: !coco.tensor<8xf32>) {
   %0 = comm.overlap chunks 0 -> !coco.tensor<8xf32> {
