@@ -389,3 +389,46 @@ def test_a_widening_read_elsewhere_or_a_rounding_cast_stays_a_kernel():
         nodes=(0, 0, 1, 1),
     )
     assert "peers(%g)" not in across.format()
+
+
+def _scaled_program(scale_op: str, reduce_in: str) -> Program:
+    """Quantize a gradient that is all_reduced in `reduce_in` (f32 after a widening cast, or
+    fp8 itself), by a per-tensor scale `scale_op` applies to %s."""
+    loc8, loc32 = "!coco.tensor<64xf8E4M3FN, local>", "!coco.tensor<64xf32, local>"
+    t32, t8, s = "!coco.tensor<64xf32>", "!coco.tensor<64xf8E4M3FN>", "!coco.tensor<f32>"
+    if reduce_in == "f32":
+        reduce = (
+            f"  %gw = coco.cast %g : {loc8} -> {loc32}\n"
+            f"  %r = comm.all_reduce sum %gw : {loc32} -> {t32}\n"
+        )
+    else:
+        reduce = (
+            f"  %r8 = comm.all_reduce sum %g : {loc8} -> {t8}\n"
+            f"  %r = coco.cast %r8 : {t8} -> {t32}\n"
+        )
+    return Program(
+        parse_module(
+            f"func.func @p(%g: {loc8}, %s: {s}) -> {t8} "
+            "attributes {coco.grid = #coco.grid<[?]>} {\n"
+            f"{reduce}"
+            f"  %k = coco.constant 1.0625 : {s}\n"
+            f"  %s2 = {scale_op} : {s}\n"
+            f"  %q = coco.quantize %r, %s2 : {t32}, {s} -> {t8}\n"
+            f"  func.return %q : {t8}\n}}\n"
+        )
+    )
+
+
+def test_the_equivalence_checker_catches_a_wrong_scale_or_accumulation():
+    """Translation validation knows fp8: a rewrite that scales by 1/16 more, or that
+    accumulates in fp8 instead of f32, is reported; the program itself is equivalent."""
+    from coconet.equivalence import check_equivalence
+
+    right = _scaled_program("coco.max %s, %s", "f32")
+    assert check_equivalence(right, right, ranks=(2, 4)).ok
+    wrong_scale = _scaled_program("coco.mul %s, %k", "f32")
+    report = check_equivalence(right, wrong_scale, ranks=(2, 4))
+    assert not report.ok, str(report)
+    wrong_accumulation = _scaled_program("coco.max %s, %s", "f8E4M3FN")
+    report = check_equivalence(right, wrong_accumulation, ranks=(2, 4))
+    assert not report.ok, str(report)
