@@ -40,6 +40,7 @@ from xdsl.utils.exceptions import DiagnosticException
 
 from coconet.core.program import CocoError, Program, argument_name
 from coconet.core.tolerances import EXACT, TOLERANCES, Tolerance
+from coconet.core.values import bits_dtype
 from coconet.dialects.coco import TensorType
 from coconet.dialects.comm import YieldOp
 
@@ -49,7 +50,8 @@ _BITS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 def _is_float(a: np.ndarray) -> bool:
-    return a.dtype.kind == "f" or a.dtype.name == "bfloat16"
+    """NumPy's floats and ml_dtypes' (bf16, fp8: kind 'V' to NumPy)."""
+    return a.dtype.kind == "f" or bits_dtype(a.dtype) is not None
 
 
 def _isnan(a: np.ndarray) -> np.ndarray:

@@ -432,3 +432,34 @@ def test_the_equivalence_checker_catches_a_wrong_scale_or_accumulation():
     wrong_accumulation = _scaled_program("coco.max %s, %s", "f8E4M3FN")
     report = check_equivalence(right, wrong_accumulation, ranks=(2, 4))
     assert not report.ok, str(report)
+
+
+def test_a_reassociated_fp8_sum_is_compared_within_fp8_tolerance():
+    """coco-reorder turns a sum of an fp8 all_gather's squares into per-slice partials (each
+    rounded to fp8) and an all_reduce: translation validation compares what follows within
+    fp8's tolerance, as for bf16 (the fuzzer found it compared fp8 exactly: NumPy calls
+    ml_dtypes' types kind 'V', not 'f')."""
+    from coconet.equivalence import check_equivalence
+    from coconet.schedule import apply_pipeline
+
+    loc, s, t = (f"!coco.tensor<16xf8E4M3FN{lay}>" for lay in (", local", ", sliced<0>", ""))
+    one = "!coco.tensor<f8E4M3FN>"
+    program = Program(
+        parse_module(
+            f"func.func @r(%g: {loc}, %w: {t}) -> ({t}, {one}) "
+            "attributes {coco.grid = #coco.grid<[?]>} {\n"
+            f"  %rs = comm.reduce_scatter sum %g : {loc} -> {s}\n"
+            f"  %ag = comm.all_gather %rs : {s} -> {t}\n"
+            f"  %sq = coco.mul %ag, %ag : {t}\n"
+            f"  %n = coco.reduce sum %sq : {t} -> {one}\n"
+            f"  %r = coco.sqrt %n : {one}\n"
+            f"  %u = coco.div %ag, %r : {t}, {one} -> {t}\n"
+            f"  %w1 = coco.sub %w, %u : {t}\n"
+            f"  func.return %w1, %n : {t}, {one}\n}}\n"
+        )
+    )
+    reordered = apply_pipeline(program, "coco-reorder")
+    assert "_part" in str(reordered.module)  # the sum was reassociated
+    report = check_equivalence(program, reordered, ranks=(2, 4), seeds=(0, 1, 2))
+    assert report.ok, str(report)
+    assert report.reassociated, str(report)
