@@ -56,10 +56,11 @@ class SchedulePass(ModulePass):
     module's own schedule, its `coco.schedule` attribute, which it consumes: a pass pipeline
     (coco-opt's `-p` text: `module attributes {coco.schedule = "coco-reorder{ops=x}"}`) or a
     schedule name, told apart as `coconet.compile` tells them (the first element names a
-    pass). This is how MLIR's transform interpreter takes its script from the payload module
-    when none is given: a test file's chunks (`--split-input-file`) each carry the passes and
-    options they are tested with, so one coco-opt process checks them all; refusals come out
-    as the command line would give them (the pass's own `[rule] message`, at its op).
+    pass, coconet's or xDSL's). This is how MLIR's transform interpreter takes its script
+    from the payload module when none is given: a test file's chunks (`--split-input-file`)
+    each carry the passes and options they are tested with, so one coco-opt process checks
+    them all; refusals come out as the command line would give them (the pass's own
+    `[rule] message`, at its op).
 
     Legality (refusals name the rule):
     * [schedule-unknown] the name is a named schedule, and the function has the structure it
@@ -117,10 +118,12 @@ class SchedulePass(ModulePass):
     def _apply_module_schedule(self, ctx: Context, op: ModuleOp, script: object) -> None:
         if not isinstance(script, StringAttr):  # the program rules refuse it when parsing
             raise fail(f"{RULE}-pipeline", f"{SCHEDULE_ATTR_NAME} is not a string: {script}")
+        from xdsl.transforms import get_all_passes as xdsl_passes
+
         registry = {**get_all_passes(), self.name: lambda: SchedulePass}
         head = script.data.split(",", 1)[0].split("{", 1)[0].strip()
         try:
-            if head in registry:
+            if head in registry or head in xdsl_passes():
                 passes = parse_passes(script.data, registry)
             else:
                 passes = [SchedulePass(schedule=script.data)]
