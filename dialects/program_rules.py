@@ -68,7 +68,8 @@ def check_structure(module: ModuleOp) -> None:
             module,
             "unknown-attribute",
             f"builtin.module has '{SCHEDULE_ATTR_NAME}' = {script}: a schedule is a string, "
-            'the pass pipeline coco-schedule applies (coco.schedule = "coco-reorder{ops=x}")',
+            "the pass pipeline or schedule name coco-schedule applies "
+            '(coco.schedule = "coco-reorder{ops=x}")',
         )
     for op in module.ops:
         if not isinstance(op, func.FuncOp):

@@ -88,3 +88,25 @@ func.func @sgd3(%g: !coco.tensor<2xf32, local>, %w: !coco.tensor<2xf32>, %lr: !c
   func.return
 }
 }
+
+// -----
+
+// A module's schedule is a pipeline coco-opt reads ...
+// CHECK: {{^}}[schedule-pipeline] cannot parse the pipeline 'coco-split-allreduce{ops=g1': Error parsing pass pipeline specification:
+module attributes {coco.schedule = "coco-split-allreduce{ops=g1"} {
+func.func @sgd3(%g: !coco.tensor<2xf32, local>) -> !coco.tensor<2xf32> attributes {coco.grid = #coco.grid<[3]>} {
+  %g1 = comm.all_reduce sum %g : !coco.tensor<2xf32, local> -> !coco.tensor<2xf32>
+  func.return %g1 : !coco.tensor<2xf32>
+}
+}
+
+// -----
+
+// ... and a string (the program rules refuse anything else before any pass runs).
+// CHECK: {{^}}[unknown-attribute] builtin.module has 'coco.schedule' = 3 : i64: a schedule is a string, the pass pipeline or schedule name coco-schedule applies (coco.schedule = "coco-reorder{ops=x}")
+module attributes {coco.schedule = 3} {
+func.func @sgd3(%g: !coco.tensor<2xf32, local>) -> !coco.tensor<2xf32> attributes {coco.grid = #coco.grid<[3]>} {
+  %g1 = comm.all_reduce sum %g : !coco.tensor<2xf32, local> -> !coco.tensor<2xf32>
+  func.return %g1 : !coco.tensor<2xf32>
+}
+}
