@@ -91,6 +91,7 @@ from coconet.dialects.coco_types import (
     MAX_ELEMENTS as MAX_ELEMENTS,
     MAX_RANKS as MAX_RANKS,
     REPLICATED as REPLICATED,
+    SCHEDULE_ATTR_NAME as SCHEDULE_ATTR_NAME,
     GridAttr as GridAttr,
     LayoutAttr as LayoutAttr,
     LocalAttr as LocalAttr,

@@ -332,6 +332,9 @@ class GridAttr(ParametrizedAttribute):
 
 DEFAULT_GRID = GridAttr([DYNAMIC])
 GRID_ATTR_NAME = "coco.grid"
+# A module's own schedule: the pass pipeline `coco-schedule` (given no name) applies to it, as
+# MLIR's transform interpreter runs the script its payload module holds.
+SCHEDULE_ATTR_NAME = "coco.schedule"
 
 
 # --------------------------------------------------------------------------------------------

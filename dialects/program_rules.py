@@ -17,8 +17,9 @@ starts with the rule's name in brackets, as in layout_rules.py:
 * foreign-op            a function holds coco and comm ops and its `func.return`, nothing from
                         another (or an unregistered) dialect: no tool could run it.
 * unknown-attribute     attributes in the `coco.`/`comm.` namespaces are coconet's own: only
-                        `coco.grid`, on a `func.func`; any other (a misspelt `coco.gird`)
-                        would be silently ignored otherwise.
+                        `coco.grid`, on a `func.func`, and `coco.schedule` (a string), on the
+                        module; any other (a misspelt `coco.gird`) would be silently ignored
+                        otherwise.
 * dominance             a value is used only after its definition, by ops its block encloses:
                         no use before the def, no op using its own result, no value of another
                         function or of a region's inside used outside it.
@@ -33,16 +34,17 @@ import difflib
 from typing import NoReturn
 
 from xdsl.dialects import func
-from xdsl.dialects.builtin import DictionaryAttr, ModuleOp, UnregisteredOp
+from xdsl.dialects.builtin import DictionaryAttr, ModuleOp, StringAttr, UnregisteredOp
 from xdsl.ir import Block, BlockArgument, Operation, OpResult, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
-from coconet.dialects.coco import GRID_ATTR_NAME, CocoOp
+from coconet.dialects.coco import GRID_ATTR_NAME, SCHEDULE_ATTR_NAME, CocoOp
 from coconet.dialects.comm import YieldOp
 from coconet.dialects.layout_rules import check_signatures, value_name
 
 # The coco/comm-namespaced attributes coconet reads, by the kind of op that may carry them.
 KNOWN_FUNCTION_ATTRIBUTES = frozenset({GRID_ATTR_NAME})
+KNOWN_MODULE_ATTRIBUTES = frozenset({SCHEDULE_ATTR_NAME})
 COCONET_NAMESPACES = ("coco.", "comm.")
 # Dialects whose ops may sit beside the functions: rewrites for xDSL passes, not program.
 PATTERN_DIALECTS = frozenset({"pdl", "pdl_interp", "transform"})
@@ -59,7 +61,16 @@ def verify_program(module: ModuleOp) -> None:
 
 def check_structure(module: ModuleOp) -> None:
     """The program-level rules of this module's docstring (not the op verifiers)."""
-    _check_attributes(module, "builtin.module", frozenset())
+    _check_attributes(module, "builtin.module", KNOWN_MODULE_ATTRIBUTES)
+    script = module.attributes.get(SCHEDULE_ATTR_NAME)
+    if script is not None and not isinstance(script, StringAttr):
+        _refuse(
+            module,
+            "unknown-attribute",
+            f"builtin.module has '{SCHEDULE_ATTR_NAME}' = {script}: a schedule is a string, "
+            "the pass pipeline or schedule name coco-schedule applies "
+            '(coco.schedule = "coco-reorder{ops=x}")',
+        )
     for op in module.ops:
         if not isinstance(op, func.FuncOp):
             if _op_name(op).split(".", 1)[0] in PATTERN_DIALECTS:
@@ -192,6 +203,8 @@ def _unknown_attribute(owner: str, name: str, known: frozenset[str]) -> str:
     message = f"{owner} has attribute '{name}', which coconet does not know"
     if name == GRID_ATTR_NAME:
         return message + f": '{GRID_ATTR_NAME}' belongs on a func.func"
+    if name == SCHEDULE_ATTR_NAME:
+        return message + f": '{SCHEDULE_ATTR_NAME}' belongs on the module"
     if close := difflib.get_close_matches(name, sorted(known), n=1):
         return message + f" (did you mean '{close[0]}'?)"
     if known:

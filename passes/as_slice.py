@@ -94,7 +94,7 @@ class AsSlicePass(ModulePass):
 
     def _plan(self, fn: func.FuncOp, arg: BlockArgument) -> _Plan | Exception:
         if not isinstance(arg.type, TensorType):
-            return fail(f"{RULE}-arg", f"{name_of(arg)} is not a !coco.tensor")
+            return fail(f"{RULE}-arg", f"{name_of(arg)} is not a !coco.tensor", at=fn)
         slices: list[coco.SliceOp] = []
         update: coco.UpdateOp | None = None
         for use in arg.uses:
@@ -108,15 +108,17 @@ class AsSlicePass(ModulePass):
                     f"{RULE}-uses",
                     f"{name_of(arg)} is read by {op_name(user)}, not through a coco.slice: every "
                     "use must be a slice (run coco-reorder first)",
+                    at=user,
                 )
         if not slices:
-            return fail(f"{RULE}-uses", f"{name_of(arg)} is never read through a coco.slice")
+            return fail(f"{RULE}-uses", f"{name_of(arg)} is never read through a coco.slice", at=fn)
         types = {s.result.type for s in slices}
         if len(types) != 1:
             return fail(
                 f"{RULE}-layout",
                 f"the slices of {name_of(arg)} have different types: "
                 + ", ".join(sorted(map(str, types))),
+                at=_second_layout(fn, slices),
             )
         (sliced,) = types
         if update is not None:
@@ -128,6 +130,7 @@ class AsSlicePass(ModulePass):
                         f"{op_name(late[0])} reads {name_of(sl.result)}, the slice of "
                         f"{name_of(arg)}, after the update of {name_of(arg)}: stored sliced, "
                         "the argument would be read after it was overwritten",
+                        at=late[0],
                     )
         gather: comm.AllGatherOp | None = None
         if update is not None:
@@ -138,6 +141,7 @@ class AsSlicePass(ModulePass):
                     f"{RULE}-update",
                     f"the update of {name_of(arg)} stores {what}, not an all_gather of a value "
                     f"of type {sliced}",
+                    at=update,
                 )
             gather = owner
         return _Plan(fn, arg, sliced, slices, update, gather)
@@ -165,3 +169,10 @@ def _in_fused_region(op: Operation) -> bool:
             return True
         parent = parent.parent_op()
     return False
+
+
+def _second_layout(fn: func.FuncOp, slices: list[coco.SliceOp]) -> Operation:
+    """The first slice, in program order, whose type differs from the first slice's."""
+    position = {op: i for i, op in enumerate(fn.walk())}
+    ordered = sorted(slices, key=position.__getitem__)
+    return next(s for s in ordered if s.result.type != ordered[0].result.type)

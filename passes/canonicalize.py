@@ -136,6 +136,7 @@ class CanonicalizePass(ModulePass):
                 raise fail(
                     f"{RULE}-fold",
                     f"{op_name(s)} is not a foldable slice/all_gather or all_to_all round trip",
+                    at=s,
                 )
         for s in sites:
             pattern.match_and_rewrite(s, PatternRewriter(s))

@@ -1,8 +1,9 @@
 """Shared machinery of coconet's schedule passes.
 
 Every pass plans first and mutates second: legality is checked on the untouched IR, and a
-refusal raises `PassFailedException` with a message `[rule] ...` before anything changes, so
-a refused targeted request never leaves half-rewritten IR behind.
+refusal raises `PassFailedException` (`Refusal`, carrying the op it is about) with a message
+`[rule] ...` before anything changes, so a refused targeted request never leaves
+half-rewritten IR behind.
 """
 
 from __future__ import annotations
@@ -25,9 +26,19 @@ from coconet.dialects.layout_rules import grid_of, runs_after, value_name
 # --------------------------------------------------------------------------------------------
 
 
-def fail(rule: str, message: str) -> PassFailedException:
-    """The one exception a pass raises for an illegal request: `[rule] message`."""
-    return PassFailedException(f"[{rule}] {message}")
+class Refusal(PassFailedException):
+    """A pass's refusal, `[rule] message`, and the op it is about (None when it is about no
+    one op: a name found nowhere, an option). coco-opt reports it at that op's location."""
+
+    def __init__(self, message: str, op: Operation | None = None):
+        super().__init__(message)
+        self.op = op
+
+
+def fail(rule: str, message: str, at: Operation | None = None) -> Refusal:
+    """The one exception a pass raises for an illegal request: `[rule] message`, about the op
+    `at` (the op the rule judges: the one a FileCheck test expects the diagnostic on)."""
+    return Refusal(f"[{rule}] {message}", at)
 
 
 name_of = value_name  # how refusals point at a value: the verifier's own spelling
@@ -358,6 +369,7 @@ def plan_contiguous(
             rule,
             f"{what} would form a cycle: {op_name(s)} depends on the set and "
             f"{op_name(first[s])} in the set depends on it",
+            at=s,
         )
     return hoisted, order
 

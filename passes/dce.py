@@ -96,7 +96,7 @@ class DeadCodeEliminationPass(ModulePass):
             for _, site in sites:
                 if not is_trivially_dead(site):
                     why = "has side effects" if has_side_effects(site) else "is still read"
-                    raise fail(f"{RULE}-live", f"{op_name(site)} {why}: it is not dead")
+                    raise fail(f"{RULE}-live", f"{op_name(site)} {why}: it is not dead", at=site)
             for _, site in sites:
                 Rewriter.erase_op(site)
             return

@@ -506,6 +506,7 @@ class FusePass(ModulePass):
                     f"{RULE}-elementwise",
                     f"{op_name(m)} is not elementwise: an elementwise fusion holds elementwise "
                     "ops only (use mode=all_reduce for a reduce_scatter chain)",
+                    at=m,
                 )
 
     def _check_chain(self, members: set[Operation]) -> None:
@@ -540,6 +541,7 @@ class FusePass(ModulePass):
                     f"{RULE}-chain",
                     f"{op_name(m)} cannot be part of a fused all_reduce (one collective chain: "
                     "reduce_scatter, computation, all_gathers, scalar all_reduces of partials)",
+                    at=m,
                 )
 
     def _check_send(self, members: set[Operation]) -> None:
@@ -554,7 +556,7 @@ class FusePass(ModulePass):
     def _send_chain(self, block: Block, send: comm.SendOp) -> set[Operation]:
         """The elementwise computation feeding `send` (in its iteration space), and the send."""
         if send.parent_block() is not block:
-            raise fail(f"{RULE}-block", f"{op_name(send)} is not in a function body")
+            raise fail(f"{RULE}-block", f"{op_name(send)} is not in a function body", at=send)
         space = _space(send.input)
         producer = send.input.owner
         if not (isinstance(producer, coco.ElementwiseOp) and producer.parent_block() is block):
@@ -562,6 +564,7 @@ class FusePass(ModulePass):
                 f"{RULE}-chain",
                 f"the input of {op_name(send)} is not computed by an elementwise op: there is "
                 "no computation to fuse into the send",
+                at=send,
             )
         members: set[Operation] = {producer}
         work = [producer]
@@ -670,6 +673,7 @@ class FusePass(ModulePass):
                     f"{RULE}-sizes",
                     f"{op_name(m)} computes over a different iteration space than the rest of "
                     "the fused set (one kernel runs one space)",
+                    at=m,
                 )
             space = met
 
@@ -685,7 +689,7 @@ class FusePass(ModulePass):
         other chains fused with this one, which cannot couple with it: the chain is refused
         at the first it would take ([fuse-chain], as the check of disjoint chains refuses)."""
         if rs.parent_block() is not block:
-            raise fail(f"{RULE}-block", f"{op_name(rs)} is not in a function body")
+            raise fail(f"{RULE}-block", f"{op_name(rs)} is not in a function body", at=rs)
         space = _space(rs.result)
         span = set(rs.span())
         members: set[Operation] = {rs}
@@ -740,6 +744,7 @@ class FusePass(ModulePass):
                 f"no all_gather of the chain of {op_name(rs)} over its axes: a fused all_reduce "
                 "needs reduce_scatter, computation and all_gather (or, ZeRO-3's, computation "
                 "whose every result updates sliced state)",
+                at=rs,
             )
         self._check_rows(members, space)
         members = self._pull_feeders(block, members, space)
@@ -1031,7 +1036,9 @@ def _stays_sliced(members: set[Operation]) -> bool:
 
 
 def _shared(op: Operation) -> PassFailedException:
-    return fail(f"{RULE}-chain", f"the named chains share {op_name(op)}: fuse them one at a time")
+    return fail(
+        f"{RULE}-chain", f"the named chains share {op_name(op)}: fuse them one at a time", at=op
+    )
 
 
 def _merge_coupled(chains: list[set[Operation]]) -> list[set[Operation]]:

@@ -70,12 +70,13 @@ def _is_collective_consumer(op: Operation) -> bool:
     return isinstance(op, comm.FusedOp) and op.kind.data != comm.FusionKind.ELEMENTWISE.value
 
 
-def _whole(t: Attribute, what: str) -> None:
+def _whole(t: Attribute, what: str, op: Operation) -> None:
     """Overlap chunks a value by rows that every rank holds whole (no grid axis slices it)."""
     if isinstance(t, TensorType) and any(isinstance(lay, SlicedAttr) for lay in t.layouts.data):
         raise fail(
             f"{RULE}-layout",
             f"{what} is sliced ({t}): overlap chunks, by rows, a value every rank holds whole",
+            at=op,
         )
 
 
@@ -211,11 +212,13 @@ class OverlapPass(ModulePass):
                     f"{RULE}-producer",
                     f"{op_name(named)} neither feeds the left operand of one matmul (and "
                     "nothing else) nor gathers a matmul's result",
+                    at=named,
                 )
         if not _is_collective_consumer(named):
             raise fail(
                 f"{RULE}-producer",
                 f"{op_name(named)} is neither a coco.matmul nor a collective consuming one",
+                at=named,
             )
         producers = {
             v.owner
@@ -228,6 +231,7 @@ class OverlapPass(ModulePass):
                 f"{RULE}-producer",
                 f"{op_name(named)} reads {len(producers)} matmul results; "
                 "overlap needs exactly one",
+                at=named,
             )
         (producer,) = producers
         return _Site(fn, producer, named)  # type: ignore[arg-type]
@@ -236,12 +240,13 @@ class OverlapPass(ModulePass):
         block = body_block(fn)
         users = {ancestor_in(block, u.operation) for u in mm.result.uses}
         if not users:
-            raise fail(f"{RULE}-consumer", f"nothing reads {op_name(mm)}")
+            raise fail(f"{RULE}-consumer", f"nothing reads {op_name(mm)}", at=mm)
         if len(users) != 1:
             raise fail(
                 f"{RULE}-consumer",
                 f"{op_name(mm)} is read by {len(users)} ops: its result must go only to "
                 "the overlapped collective",
+                at=mm,
             )
         (consumer,) = users
         assert consumer is not None
@@ -254,6 +259,7 @@ class OverlapPass(ModulePass):
             raise fail(
                 f"{RULE}-producer",
                 f"the left operand of {op_name(mm)} is not an all_gather in the function body",
+                at=mm,
             )
         others = [u for u in gather.result.uses if u.operation is not mm or u.index != 0]
         if others:
@@ -261,6 +267,7 @@ class OverlapPass(ModulePass):
                 f"{RULE}-producer",
                 f"{op_name(gather)} is also read by {op_name(others[0].operation)}: overlap "
                 "gathers a value only the matmul's left operand reads",
+                at=gather,
             )
         return _Site(fn, gather, mm)
 
@@ -270,11 +277,11 @@ class OverlapPass(ModulePass):
         block = body_block(site.fn)
         if site.gathers:
             chunked = site.first.results[0]
-            _whole(chunked.type, f"the gathered value {op_name(site.first)}")
+            _whole(chunked.type, f"the gathered value {op_name(site.first)}", site.first)
         else:
             self._check_consumer(block, site.matmul, site.second)
             chunked = site.matmul.result
-            _whole(chunked.type, f"the result of {op_name(site.matmul)}")
+            _whole(chunked.type, f"the result of {op_name(site.matmul)}", site.matmul)
         shape = tensor_type_of(chunked).get_shape()
         rows = math.prod(shape[:-1])
         if rows % self.chunks:
@@ -282,6 +289,7 @@ class OverlapPass(ModulePass):
                 f"{RULE}-chunks",
                 f"{self.chunks} chunks do not divide the {rows} rows of {op_name(site.first)}"
                 f" (shape {list(shape)})",
+                at=site.first,
             )
         plan_contiguous(
             block,
@@ -296,6 +304,7 @@ class OverlapPass(ModulePass):
                 f"{RULE}-consumer",
                 f"{op_name(mm)} is consumed by {op_name(consumer)}, which is not a collective "
                 "or a fused collective",
+                at=mm,
             )
         others = [u for u in mm.result.uses if ancestor_in(block, u.operation) is not consumer]
         if others:
@@ -303,6 +312,7 @@ class OverlapPass(ModulePass):
                 f"{RULE}-consumer",
                 f"{op_name(mm)} is also read by {op_name(others[0].operation)}: the matmul's "
                 "result may only go to the overlapped collective",
+                at=mm,
             )
         if isinstance(consumer, comm.AllReduceOp | comm.ReduceScatterOp):
             return
@@ -316,12 +326,14 @@ class OverlapPass(ModulePass):
                     f"{op_name(consumer)} holds {op_name(strangers[0])}, which ends its "
                     "collective kernel: a region of several kernels cannot run per chunk of "
                     "rows",
+                    at=consumer,
                 )
             if not all(isinstance(r, comm.ReduceScatterOp) for r in readers):
                 raise fail(
                     f"{RULE}-consumer",
                     f"{op_name(consumer)} reads {op_name(mm)} other than by its "
                     "reduce_scatter: only the scattered rows can run per chunk",
+                    at=consumer,
                 )
             return
         raise fail(
@@ -329,6 +341,7 @@ class OverlapPass(ModulePass):
             f"{op_name(mm)} is consumed by {op_name(consumer)}: overlap pipelines an "
             "all_reduce, a reduce_scatter or a fused all_reduce by rows; this collective "
             "cannot run chunk by chunk",
+            at=mm,
         )
 
     def _through_send(self, site: _Site) -> _Site:
@@ -342,6 +355,7 @@ class OverlapPass(ModulePass):
                 f"{op_name(site.second)} is not a reduce_scatter of {op_name(site.first)}: the "
                 "pipeline-boundary overlap chunks a matmul, its reduce_scatter, the fused send "
                 "of the slice and the next stage's all_gather",
+                at=site.second,
             )
         readers = {ancestor_in(block, u.operation) for u in rs.result.uses}
         sender = next(iter(readers)) if len(readers) == 1 else None
@@ -350,6 +364,7 @@ class OverlapPass(ModulePass):
                 f"{RULE}-send",
                 f"the slice {op_name(rs)} goes to {len(readers)} op(s), not only to a fused "
                 "send region (fuse(sliced-send)): there is no send to pipeline",
+                at=rs,
             )
         sends = [o for o in sender.body.block.ops if isinstance(o, comm.SendOp)]
         received = [u for r in sender.res for u in r.uses]
@@ -364,6 +379,7 @@ class OverlapPass(ModulePass):
                 f"{RULE}-send",
                 f"{op_name(sender)} must hold one send whose received slice only an all_gather "
                 "of the next stage reads (fuse(sliced-send)), to be pipelined with it",
+                at=sender,
             )
         plan_contiguous(
             block,

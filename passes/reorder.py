@@ -166,13 +166,14 @@ def _gather_axes(new: TensorType, old: TensorType, span: tuple[int, ...]) -> lis
 
 
 class _Refusal(Exception):
-    def __init__(self, rule: str, message: str):
+    def __init__(self, rule: str, message: str, op: Operation | None = None):
         super().__init__(message)
         self.rule = rule
         self.message = message
+        self.op = op
 
     def exception(self) -> PassFailedException:
-        return fail(self.rule, self.message)
+        return fail(self.rule, self.message, at=self.op)
 
 
 @dataclass(frozen=True)
@@ -251,6 +252,7 @@ class ReorderPass(ModulePass):
                     f"{RULE}-gather",
                     f"{op_name(s)} is not a comm.all_gather: reorder moves computation across "
                     "an all_gather (split an all_reduce first)",
+                    at=s,
                 )
         gathers = [(fn, s) for fn, s in sites if isinstance(s, comm.AllGatherOp)]
         comps = [(fn, s) for fn, s in sites if not isinstance(s, comm.AllGatherOp)]
@@ -289,6 +291,7 @@ class ReorderPass(ModulePass):
                 f"{RULE}-elementwise",
                 f"{op_name(u)} reads {self._moved_operand_name(plan, u)} but is not elementwise: "
                 "only elementwise ops (and sum/max/min/norm reductions) commute with an all_gather",
+                u,
             )
         self._check_operands(plan, u)
         self._check_readable(plan, u)
@@ -306,6 +309,7 @@ class ReorderPass(ModulePass):
             raise _Refusal(
                 f"{RULE}-layouts",
                 f"the sliced operands of {op_name(u)} do not line up with its sliced result",
+                u,
             )
         self._check_regather(u, result, plan)
         return result, demands
@@ -324,11 +328,12 @@ class ReorderPass(ModulePass):
                     f"{op_name(plan.ag)} cut (grid axis {a}): on slices it would see part "
                     "rows only; reorder moves a row-wise op onto slices of the dims it keeps "
                     "(split the all_reduce along another dim)",
+                    u,
                 )
         try:
             result = infer_dim_reduction(u.kind.data, x, u.reduced_dims, u.keeps_dims)
         except VerifyException as e:
-            raise _Refusal(f"{RULE}-layouts", f"{op_name(u)} on slices: {e}") from None
+            raise _Refusal(f"{RULE}-layouts", f"{op_name(u)} on slices: {e}", u) from None
         self._check_regather(u, result, plan)
         return result
 
@@ -339,6 +344,7 @@ class ReorderPass(ModulePass):
                 f"{RULE}-update",
                 f"{op_name(u)} runs after the update of {name_of(x)}: reading the slice "
                 f"{name_of(x)} instead of {op_name(plan.ag)} would read the overwritten buffer",
+                u,
             )
 
     def _moved_operand_name(self, plan: _Plan, u: Operation) -> str:
@@ -358,6 +364,7 @@ class ReorderPass(ModulePass):
                         f"{op_name(u)} reads {name_of(v)} : {v.type}, which is local on grid "
                         f"axis {a}: a per-rank value cannot be sliced, so {op_name(u)} cannot "
                         "move before the all_gather",
+                        u,
                     )
 
     def _infer(self, u: Operation, types: list[TensorType]) -> TensorType:
@@ -366,7 +373,9 @@ class ReorderPass(ModulePass):
             inferred = infer_elementwise(types, same_element_type=False)
         except VerifyException as e:
             raise _Refusal(
-                f"{RULE}-layouts", f"on slices, the operands of {op_name(u)} do not combine: {e}"
+                f"{RULE}-layouts",
+                f"on slices, the operands of {op_name(u)} do not combine: {e}",
+                u,
             ) from None
         return old.with_layouts(inferred.layouts.data)
 
@@ -377,12 +386,13 @@ class ReorderPass(ModulePass):
                 f"{RULE}-layouts",
                 f"{op_name(u)} would produce {new}, which no all_gather over the gather's axes "
                 f"takes back to its type {old}",
+                u,
             )
 
     def _plan_reduction(self, plan: _Plan, r: coco.ReduceOp) -> None:
         if r.kind.data not in REDUCTION_KINDS:
             raise _Refusal(
-                f"{RULE}-elementwise", f"{op_name(r)}: unknown reduction '{r.kind.data}'"
+                f"{RULE}-elementwise", f"{op_name(r)}: unknown reduction '{r.kind.data}'", r
             )
         self._check_readable(plan, r)
         x = plan.planned[r.input]
@@ -392,7 +402,7 @@ class ReorderPass(ModulePass):
         try:
             part = infer_reduction(kind, x)
         except VerifyException as e:
-            raise _Refusal(f"{RULE}-layouts", f"{op_name(r)} on slices: {e}") from None
+            raise _Refusal(f"{RULE}-layouts", f"{op_name(r)} on slices: {e}", r) from None
         old: TensorType = r.result.type
         for a in range(_layouts_len(part, old, span=plan.span)):
             lp, lo = part.layout_on(a), old.layout_on(a)
@@ -402,6 +412,7 @@ class ReorderPass(ModulePass):
                 raise _Refusal(
                     f"{RULE}-layouts",
                     f"{op_name(r)}: the partial result {part} does not all_reduce back to {old}",
+                    r,
                 )
         plan.reductions.append(r)
 
@@ -428,7 +439,7 @@ class ReorderPass(ModulePass):
 
     def _plan_pull(self, plan: _Plan, p: Operation, target: TensorType) -> dict[int, TensorType]:
         if not isinstance(p, coco.ElementwiseOp):
-            raise _Refusal(f"{RULE}-elementwise", f"{op_name(p)} is not elementwise")
+            raise _Refusal(f"{RULE}-elementwise", f"{op_name(p)} is not elementwise", p)
         self._check_operands(plan, p)
         types: list[TensorType] = []
         demands: dict[int, TensorType] = {}
@@ -443,7 +454,9 @@ class ReorderPass(ModulePass):
             types.append(st)
         if self._infer(p, types) != target:
             raise _Refusal(
-                f"{RULE}-layouts", f"{op_name(p)} cannot compute the slice {target} from slices"
+                f"{RULE}-layouts",
+                f"{op_name(p)} cannot compute the slice {target} from slices",
+                p,
             )
         return demands
 
@@ -510,9 +523,10 @@ class ReorderPass(ModulePass):
                 f"{RULE}-block",
                 f"{op_name(ag)} is read only inside a region ({nested[0].name}); reorder "
                 "moves ops of the gather's own block",
+                ag,
             )
         raise _Refusal(
-            f"{RULE}-nothing", f"{op_name(ag)} has no elementwise consumer to move before it"
+            f"{RULE}-nothing", f"{op_name(ag)} has no elementwise consumer to move before it", ag
         )
 
     def _pull_maximal(self, plan: _Plan, block: Block) -> None:
@@ -551,6 +565,7 @@ class ReorderPass(ModulePass):
                     f"{RULE}-elementwise",
                     f"{op_name(c)} is not elementwise: only elementwise ops (and sum/max/min/norm "
                     "reductions) commute with an all_gather",
+                    c,
                 )
         # the gather: the one all_gather a named op reads
         read = {v.owner for c in named for v in c.operands if isinstance(v.owner, comm.AllGatherOp)}
@@ -561,6 +576,7 @@ class ReorderPass(ModulePass):
                 f"{RULE}-gather",
                 "the named computations must read exactly one all_gather (the one named, if "
                 f"any); they read: {found}",
+                comps[0][1],  # reported at the first of them
             )
         (ag,) = read
         plan = self._new_plan(ag, _BlockOrder(block))
@@ -583,6 +599,7 @@ class ReorderPass(ModulePass):
                     f"{RULE}-connected",
                     f"{op_name(p)} neither reads {op_name(ag)} (or a moved value) nor feeds only "
                     "moved ops",
+                    p,
                 )
             self._add_pull(plan, p, target)
         return fn, plan

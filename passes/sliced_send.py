@@ -41,12 +41,14 @@ def check_sliced_send(send: comm.SendOp) -> None:
             f"{RULE}-gather",
             f"the input of {op_name(send)} is not the result of a comm.all_gather: there is "
             "no gather to move to the receiving stage",
+            at=send,
         )
     if not readable_at(ag.input, send):
         raise fail(
             f"{RULE}-update",
             f"{op_name(send)} runs after the update of {name_of(ag.input)}: sending the "
             "slice itself would read the overwritten buffer",
+            at=send,
         )
     along = send.along.value.data
     if along in ag.span():
@@ -54,17 +56,19 @@ def check_sliced_send(send: comm.SendOp) -> None:
             f"{RULE}-axes",
             f"{op_name(ag)} spans grid axis {along}, the axis {op_name(send)} sends along: "
             "the receivers could not gather the slices",
+            at=ag,
         )
     rank = grid_of(send).rank
     try:
         sent = comm.collective_result_type(comm.SendOp, ag.input.type, (along,), rank)
         gathered = comm.collective_result_type(comm.AllGatherOp, sent, ag.span(), rank)
     except VerifyException as e:
-        raise fail(f"{RULE}-axes", f"sending the slice of {op_name(ag)}: {e}") from None
+        raise fail(f"{RULE}-axes", f"sending the slice of {op_name(ag)}: {e}", at=ag) from None
     if gathered != send.result.type:
         raise fail(
             f"{RULE}-axes",
             f"sending the slice and gathering gives {gathered}, not {send.result.type}",
+            at=send,
         )
 
 
@@ -123,7 +127,7 @@ class SlicedSendPass(ModulePass):
         sites = [s for _, s in find_named_ops(op, self.ops, f"{RULE}-op", "send")]
         for s in sites:  # check every request before changing anything
             if not isinstance(s, comm.SendOp):
-                raise fail(f"{RULE}-op", f"{op_name(s)} is not a comm.send")
+                raise fail(f"{RULE}-op", f"{op_name(s)} is not a comm.send", at=s)
             check_sliced_send(s)
         for s in sites:
             SliceSend().match_and_rewrite(s, PatternRewriter(s))

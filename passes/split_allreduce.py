@@ -38,6 +38,7 @@ def split_refusal(ar: comm.AllReduceOp, dim: int) -> PassFailedException | None:
             f"{RULE}-scalar",
             f"{op_name(ar)} reduces a value of type {t}, which has no dim {dim} to "
             "slice for a reduce_scatter",
+            at=ar,
         )
     grid = grid_of(ar)
     span = ar.span()
@@ -49,12 +50,13 @@ def split_refusal(ar: comm.AllReduceOp, dim: int) -> PassFailedException | None:
             f"{inner[0]}, inner to the all_reduce's axes {list(span)}: a reduce_scatter "
             "cannot slice it further (each rank's part would lie on another rank); pick "
             "another dim",
+            at=ar,
         )
     rs_type = comm.collective_result_type(comm.ReduceScatterOp, t, span, grid.rank, dim=dim)
     try:
         check_type_fits_grid(rs_type, grid, f"the reduce_scatter of {op_name(ar)}")
     except VerifyException as e:
-        return fail(f"{RULE}-empty", str(e).split("] ", 1)[-1])
+        return fail(f"{RULE}-empty", str(e).split("] ", 1)[-1], at=ar)
     return None
 
 
@@ -123,6 +125,7 @@ class SplitAllReducePass(ModulePass):
                 raise fail(
                     f"{RULE}-op",
                     f"{op_name(site)} is not a comm.all_reduce: only all_reduces split",
+                    at=site,
                 )
             sites.append(site)
         # check every request before changing anything

@@ -8,6 +8,7 @@ sentence of its docstring): coconet's first, then xDSL's. `--help` lists coconet
 from __future__ import annotations
 
 import argparse
+import bisect
 import dataclasses
 import io
 import re
@@ -18,13 +19,17 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import IO, Any
 
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.context import Context
+from xdsl.dialects.builtin import FileLineColLoc, IntAttr, ModuleOp, StringAttr, UnknownLoc
+from xdsl.ir import Operation
+from xdsl.parser import Parser
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import (
     ArgSpecParseError,
     DiagnosticException,
     MultipleSpansParseError,
     ParseError,
+    PassFailedException,
 )
 from xdsl.xdsl_opt_main import xDSLOptMain
 
@@ -52,6 +57,10 @@ class CocoOptMain(xDSLOptMain):
 
     def register_all_frontends(self) -> None:
         super().register_all_frontends()
+        self._line_offset = 0  # the line of the chunk being parsed (--split-input-file)
+        self.available_frontends["mlir"] = lambda stream: LocatingParser(
+            self.ctx, stream.read(), self.get_input_name(), self._line_offset
+        ).parse_module(not self.args.no_implicit_module)
         # The input file's path, as coco-run takes it (the stream may be a copy of its bytes).
         self.available_frontends["py"] = lambda _stream: parse_python_program(self.args.input_file)
 
@@ -125,12 +134,12 @@ class CocoOptMain(xDSLOptMain):
 
     def apply_passes(self, prog: ModuleOp) -> None:
         if not self.args.verify_equivalence:
-            super().apply_passes(prog)
+            self._run_pipeline(prog)
             return
         from coconet.equivalence import EquivalenceError, check_module_equivalence
 
         before = prog.clone()
-        super().apply_passes(prog)
+        self._run_pipeline(prog)
         pipeline = self.args.passes or "(no passes)"
         try:
             reports = check_module_equivalence(
@@ -164,10 +173,25 @@ class CocoOptMain(xDSLOptMain):
                 + "\n".join(str(r) for r in unchecked)
             )
 
+    def _run_pipeline(self, prog: ModuleOp) -> None:
+        """The pipeline; a refusal about an op (a pass's `fail(..., at=op)`) is reported at
+        that op's location, `FILE:LINE:COL: [rule] message`, as MLIR reports a diagnostic: so
+        `--split-input-file --verify-diagnostics` prints each chunk's refusal where a
+        FileCheck line beside the op (`[[# @LINE + 1]]`) can pin it."""
+        try:
+            super().apply_passes(prog)
+        except PassFailedException as e:
+            where = refusal_location(e)
+            if where is None:
+                raise
+            raise PassFailedException(f"{where}: {e}") from None
+
     def parse_chunk(
         self, chunk: IO[bytes], file_extension: str, start_offset: int = 0
     ) -> ModuleOp | None:
         from coconet.core.program import CocoError
+
+        self._line_offset = start_offset
 
         data = chunk.read()
         try:
@@ -194,6 +218,39 @@ class CocoOptMain(xDSLOptMain):
 
             verify_program(module)
         return module
+
+
+class LocatingParser(Parser):
+    """xDSL's parser, giving every op the location of its first token in the input
+    (`FileLineColLoc`), as MLIR's parser does; xDSL 0.74 keeps only a `loc(...)` written in the
+    text. Passes keep an op's location when they refuse it, so coco-opt can say where."""
+
+    def __init__(self, ctx: Context, text: bytes | str, name: str, line_offset: int = 0):
+        text = text.decode("utf-8") if isinstance(text, bytes) else text
+        super().__init__(ctx, text, name)
+        self._file = StringAttr(name)
+        self._line_offset = line_offset
+        self._newlines = [m.start() for m in re.finditer("\n", text)]
+
+    def parse_operation(self) -> Operation:
+        start = self._current_token.span.start
+        op = super().parse_operation()
+        if isinstance(op.location, UnknownLoc):
+            line = bisect.bisect_left(self._newlines, start)  # newlines before `start`
+            column = start - (self._newlines[line - 1] + 1 if line else 0) + 1
+            op.location = FileLineColLoc(
+                self._file, IntAttr(line + 1 + self._line_offset), IntAttr(column)
+            )
+        return op
+
+
+def refusal_location(e: Exception) -> str | None:
+    """`FILE:LINE:COL` of the op a refusal is about (its `op`), if the parser located it."""
+    op = getattr(e, "op", None)
+    if not isinstance(op, Operation) or not isinstance(op.location, FileLineColLoc):
+        return None
+    loc = op.location
+    return f"{loc.filename.data}:{loc.line.data}:{loc.column.data}"
 
 
 def parse_python_program(path: str | None) -> ModuleOp:

@@ -1,6 +1,7 @@
 """`coco-schedule`: apply one of CoCoNet's named schedules (named.py NAMED_SCHEDULES), that is
-its recipe's pass pipeline. A pass of the schedule API, not of coconet.passes: it expands to
-their passes, so they never reach the API."""
+its recipe's pass pipeline, or, given no name, the module's own schedule (its `coco.schedule`
+attribute). A pass of the schedule API, not of coconet.passes: it expands to their passes, so
+they never reach the API."""
 
 from __future__ import annotations
 
@@ -8,14 +9,19 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import ModuleOp, StringAttr
+from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import PatternRewriter
 from xdsl.utils.arg_spec import ArgSpec
+from xdsl.utils.exceptions import PassFailedException
 
 from coconet.core.program import CocoError, Program
-from coconet.passes.common import fail
+from coconet.dialects.coco import SCHEDULE_ATTR_NAME
+from coconet.passes import get_all_passes
+from coconet.passes.common import Refusal, fail
 from coconet.schedule.named import NAMED_SCHEDULES, apply_schedule, resolve_schedule_name
+from coconet.schedule.pipeline import parse_passes
 
 RULE = "schedule"
 
@@ -46,9 +52,21 @@ class SchedulePass(ModulePass):
     (`coco-schedule{name="fuse(rs-c-ag)"}`), or written without them (`name=fuse-rs-c-ag`,
     `name=ol-mm-fuse-rs-c-ag`); CoCoNet's names work too (`name=fuse_RS_C_AG`).
 
-    The option may also be spelled `schedule=`. Legality (refusals name the rule):
+    The option may also be spelled `schedule=`. Given no name, the pass applies the
+    module's own schedule, its `coco.schedule` attribute, which it consumes: a pass pipeline
+    (coco-opt's `-p` text: `module attributes {coco.schedule = "coco-reorder{ops=x}"}`) or a
+    schedule name, told apart as `coconet.compile` tells them (the first element names a
+    pass, coconet's or xDSL's). This is how MLIR's transform interpreter takes its script
+    from the payload module when none is given: a test file's chunks (`--split-input-file`)
+    each carry the passes and options they are tested with, so one coco-opt process checks
+    them all; refusals come out as the command line would give them (the pass's own
+    `[rule] message`, at its op).
+
+    Legality (refusals name the rule):
     * [schedule-unknown] the name is a named schedule, and the function has the structure it
-                         needs (an all_reduce; a matmul feeding it; a send of its result).
+                         needs (an all_reduce; a matmul feeding it; a send of its result);
+                         without a name, the module has a `coco.schedule`.
+    * [schedule-pipeline] a module's schedule is a pipeline coco-opt would read.
     * the rules of the passes the schedule runs (e.g. [split-allreduce-empty]).
     """
 
@@ -75,11 +93,16 @@ class SchedulePass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if not self.schedule:
-            raise fail(
-                f"{RULE}-unknown",
-                "coco-schedule needs a schedule name (name=...): one of "
-                + ", ".join(NAMED_SCHEDULES),
-            )
+            script = op.attributes.get(SCHEDULE_ATTR_NAME)
+            if script is None:
+                raise fail(
+                    f"{RULE}-unknown",
+                    "coco-schedule needs a schedule name (name=...), one of "
+                    + ", ".join(NAMED_SCHEDULES)
+                    + f', or a module holding its own ({SCHEDULE_ATTR_NAME} = "PIPELINE")',
+                )
+            self._apply_module_schedule(ctx, op, script)
+            return
         try:
             resolve_schedule_name(self.schedule)
             fns = [f for f in op.ops if isinstance(f, func.FuncOp) and not f.is_declaration]
@@ -92,10 +115,31 @@ class SchedulePass(ModulePass):
             new.detach()  # from the scheduled copy of the module
             PatternRewriter(fn).replace(fn, new)
 
+    def _apply_module_schedule(self, ctx: Context, op: ModuleOp, script: object) -> None:
+        if not isinstance(script, StringAttr):  # the program rules refuse it when parsing
+            raise fail(f"{RULE}-pipeline", f"{SCHEDULE_ATTR_NAME} is not a string: {script}")
+        from xdsl.transforms import get_all_passes as xdsl_passes
+
+        registry = {**get_all_passes(), self.name: lambda: SchedulePass}
+        head = script.data.split(",", 1)[0].split("{", 1)[0].strip()
+        try:
+            if head in registry or head in xdsl_passes():
+                passes = parse_passes(script.data, registry)
+            else:
+                passes = [SchedulePass(schedule=script.data)]
+        except CocoError as e:
+            raise PassFailedException(str(e)) from None
+        # consumed: the result holds no pending schedule (and a coco-schedule in it reads none)
+        del op.attributes[SCHEDULE_ATTR_NAME]
+        try:
+            for p in passes:
+                p.apply(ctx, op)
+        except BaseException:
+            op.attributes[SCHEDULE_ATTR_NAME] = script
+            raise
+
     def _refusal(self, e: Exception) -> Exception:
         """The failing pass's `[rule] message`, saying which step of which schedule it was."""
-        from xdsl.utils.exceptions import PassFailedException
-
         msg = str(e)
         rule = getattr(e, "rule", None)
         step = getattr(e, "step", None)
@@ -104,4 +148,7 @@ class SchedulePass(ModulePass):
         if rule and msg.startswith(f"[{rule}] "):
             msg = msg[len(rule) + 3 :]
         where = f" ({step}, in schedule '{self.schedule}')" if step else ""
-        return PassFailedException(f"[{rule or RULE + '-unknown'}]{where} {msg}")
+        op = getattr(e, "op", None)
+        return Refusal(
+            f"[{rule or RULE + '-unknown'}]{where} {msg}", op if isinstance(op, Operation) else None
+        )

@@ -182,7 +182,9 @@ class ScheduleSteps:
             self._restore(backup)
             msg = str(e).strip()
             m = RULE_PREFIX.match(msg)
-            raise ScheduleError(f"{spec}: {msg}", m.group(1) if m else None, spec) from None
+            raise ScheduleError(
+                f"{spec}: {msg}", m.group(1) if m else None, spec, getattr(e, "op", None)
+            ) from None
         except CocoError as e:
             self._restore(backup)
             rule = getattr(e, "rule", None)

@@ -95,7 +95,8 @@ def verifying_seeds() -> tuple[Seed, ...]:
 
 @cache
 def corpus_pipelines() -> tuple[str, ...]:
-    """Every `-p` pipeline of the lit RUN lines, plus each registered pass alone."""
+    """Every `-p` pipeline of the lit RUN lines and every chunk's own (its `coco.schedule`
+    attribute, which `coco-schedule` applies), plus each registered pass alone."""
     from coconet.schedule import get_all_passes
 
     found: set[str] = set(get_all_passes())
@@ -103,6 +104,8 @@ def corpus_pipelines() -> tuple[str, ...]:
         if path.suffix not in (".mlir", ".py"):
             continue
         for line in _read(path).splitlines():
+            for m in re.finditer(r'coco\.schedule\s*=\s*"((?:[^"\\]|\\.)*)"', line):
+                found.add(re.sub(r"\\(.)", r"\1", m.group(1)))
             if "RUN:" not in line:
                 continue
             for m in re.finditer(r"-p\s+(?:'([^']*)'|\"([^\"]*)\"|(\S+))", line):

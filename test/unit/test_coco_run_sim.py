@@ -10,7 +10,7 @@ import pytest
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 # SGD on a static grid of 3 ranks over 2 elements: no split leaves every rank an element
-SGD3 = EXAMPLES.parent / "test/filecheck/schedule/errors.mlir"
+SGD3 = Path(__file__).parent / "programs" / "sgd3.mlir"
 
 
 def coco_run(*args: str) -> subprocess.CompletedProcess:

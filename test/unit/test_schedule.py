@@ -490,7 +490,7 @@ def test_named_schedules_explain_every_drop():
     """named_schedules(program, explain=True): every named schedule is offered (with its
     pipeline) or dropped with the reason -- the step that refused it with its [rule], or the
     structure it needs -- never silently; why_not_offered answers for one name."""
-    p = Program(parse_module((ROOT / "test/filecheck/schedule/errors.mlir").read_text()))
+    p = Program(parse_module((ROOT / "test/unit/programs/sgd3.mlir").read_text()))
     offers = named_schedules(p, explain=True)
     assert isinstance(offers, ScheduleOffers)
     assert offers.offered == named_schedules(p) == {"ar-c": "coco-fuse{mode=elementwise}"}

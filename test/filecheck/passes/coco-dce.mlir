@@ -1,11 +1,15 @@
-// RUN: coco-opt %s -p coco-dce | filecheck %s
-// RUN: coco-opt %s -p 'coco-dce{ops=dead}' | filecheck %s --check-prefix=TARGET
-// RUN: not coco-opt %s -p 'coco-dce{ops=x}' 2>&1 | filecheck %s --check-prefix=LIVE
-// RUN: not coco-opt %s -p 'coco-dce{ops=pg}' 2>&1 | filecheck %s --check-prefix=EFFECT
+// RUN: coco-opt %s --split-input-file -p coco-dce | filecheck %s
+// RUN: coco-opt %s --split-input-file -p coco-schedule --verify-diagnostics | filecheck %s --check-prefix=SCRIPT
+
+// Greedy mode (the CHECK lines) runs on every chunk. The SCRIPT run applies each chunk's own
+// `coco.schedule` (coco-schedule without a name) and prints each refusal at the op it is
+// about: `FILE:LINE:COL: [rule] message`.
+
+module attributes {coco.schedule = "coco-dce{ops=dead}"} {
 
 // Unread pure ops go (collectives too), updates and what they need stay; inside regions,
 // unread results are dropped first, then their producers; a region left with nothing but
-// its yield goes too.
+// its yield goes too. The script erases %dead alone.
 // CHECK-LABEL: func.func @f
 // CHECK-NEXT:    %x = coco.mul %a, %a
 // CHECK-NEXT:    %f = comm.fused elementwise -> !coco.tensor<64xf32> {
@@ -19,8 +23,8 @@
 // CHECK-NEXT:    }
 // CHECK-NEXT:    coco.update %w, %f
 // CHECK-NEXT:    func.return %x
-// TARGET-LABEL: func.func @f
-// TARGET-NEXT:    %ag = comm.all_gather
+// SCRIPT-LABEL: func.func @f
+// SCRIPT-NEXT:    %ag = comm.all_gather
 func.func @f(%a: !coco.tensor<64xf32>, %w: !coco.tensor<64xf32>, %u: !coco.tensor<64xf32>, %s: !coco.tensor<64xf32, sliced<0>>) -> !coco.tensor<64xf32> attributes {coco.grid = #coco.grid<[?]>} {
   %dead = coco.add %a, %a : !coco.tensor<64xf32>
   %ag = comm.all_gather %s : !coco.tensor<64xf32, sliced<0>> -> !coco.tensor<64xf32>
@@ -42,15 +46,30 @@ func.func @f(%a: !coco.tensor<64xf32>, %w: !coco.tensor<64xf32>, %u: !coco.tenso
   coco.update %w, %f#1 : !coco.tensor<64xf32>
   func.return %x : !coco.tensor<64xf32>
 }
+}
 
-// LIVE:   coco-opt: error: [dce-live] %x (coco.mul) is still read: it is not dead
-// LIVE-NOT: {{.}}
-// EFFECT: coco-opt: error: [dce-live] %pg (comm.fused) has side effects: it is not dead
+// -----
+
+// Named, a live op is refused: one still read ...
+module attributes {coco.schedule = "coco-dce{ops=x}"} {
+func.func @live(%a: !coco.tensor<64xf32>) -> !coco.tensor<64xf32> attributes {coco.grid = #coco.grid<[?]>} {
+  // SCRIPT: coco-dce.mlir:[[# @LINE + 1]]:3: [dce-live] %x (coco.mul) is still read: it is not dead
+  %x = coco.mul %a, %a : !coco.tensor<64xf32>
+  func.return %x : !coco.tensor<64xf32>
+}
+}
+
+// -----
+
+// ... and one with side effects (an update inside its region), though its result is unread.
+module attributes {coco.schedule = "coco-dce{ops=pg}"} {
 func.func @g(%u2: !coco.tensor<4xf32>) attributes {coco.grid = #coco.grid<[?]>} {
+  // SCRIPT: coco-dce.mlir:[[# @LINE + 1]]:3: [dce-live] %pg (comm.fused) has side effects: it is not dead
   %pg = comm.fused elementwise -> !coco.tensor<4xf32> {
     %nn = coco.neg %u2 : !coco.tensor<4xf32>
     coco.update %u2, %nn : !coco.tensor<4xf32>
     comm.yield %nn : !coco.tensor<4xf32>
   }
   func.return
+}
 }

@@ -1,11 +1,11 @@
-// RUN: coco-opt %s -p coco-overlap | filecheck %s
-// RUN: coco-opt %s -p 'coco-overlap{ops=fsum chunks=2}' | filecheck %s --check-prefix=TARGET
-// RUN: not coco-opt %s -p 'coco-overlap{ops=l2}' 2>&1 | filecheck %s --check-prefix=CHUNKS
-// RUN: not coco-opt %s -p 'coco-overlap{ops=l3}' 2>&1 | filecheck %s --check-prefix=USES
-// RUN: not coco-opt %s -p 'coco-overlap{ops=l4}' 2>&1 | filecheck %s --check-prefix=CONSUMER
-// RUN: not coco-opt %s -p 'coco-overlap{ops=l5}' 2>&1 | filecheck %s --check-prefix=FUSED-ELT
-// RUN: not coco-opt %s -p 'coco-overlap{ops=s4}' 2>&1 | filecheck %s --check-prefix=PRODUCER
-// RUN: not coco-opt %s -p 'coco-overlap{chunks=0}' 2>&1 | filecheck %s --check-prefix=ZERO
+// RUN: coco-opt %s --split-input-file -p coco-overlap | filecheck %s
+// RUN: coco-opt %s --split-input-file -p coco-schedule --verify-diagnostics | filecheck %s --check-prefix=SCRIPT
+
+// Greedy mode (the CHECK lines) runs on every chunk. The SCRIPT run applies each chunk's own
+// `coco.schedule` (coco-schedule without a name) and prints each refusal at the op it is
+// about: `FILE:LINE:COL: [rule] message`.
+
+module attributes {coco.schedule = "coco-overlap{ops=fsum chunks=2}"} {
 
 // A matmul of partial sums and the all_reduce consuming it: one chunked pipeline. An op in
 // between that does not depend on the matmul moves above the region.
@@ -26,20 +26,20 @@ func.func @mp(%in: !coco.tensor<2x8x32xf32, sliced<2>>, %w: !coco.tensor<32x32xf
 }
 
 // The consumer may be a fused all_reduce (CoCoNet's overlap(MatMul, fused RS-C-AG)); here
-// named by the fused region's result.
+// named by the fused region's result (the script, with 2 chunks).
 // CHECK-LABEL: func.func @fused
 // CHECK-NEXT:    %fsum = comm.overlap chunks 4
-// TARGET-LABEL: func.func @fused
-// TARGET-NEXT:    %fsum = comm.overlap chunks 2 -> !coco.tensor<16x32xf32> {
-// TARGET-NEXT:      %fl = coco.matmul %fin, %fw
-// TARGET-NEXT:      %fsum_1 = comm.fused all_reduce -> !coco.tensor<16x32xf32> {
-// TARGET-NEXT:        %rs = comm.reduce_scatter sum %fl
-// TARGET-NEXT:        %rs2 = coco.relu %rs
-// TARGET-NEXT:        %ag = comm.all_gather %rs2
-// TARGET-NEXT:        comm.yield %ag
-// TARGET-NEXT:      }
-// TARGET-NEXT:      comm.yield %fsum_1
-// TARGET-NEXT:    }
+// SCRIPT-LABEL: func.func @fused
+// SCRIPT-NEXT:    %fsum = comm.overlap chunks 2 -> !coco.tensor<16x32xf32> {
+// SCRIPT-NEXT:      %fl = coco.matmul %fin, %fw
+// SCRIPT-NEXT:      %fsum_1 = comm.fused all_reduce -> !coco.tensor<16x32xf32> {
+// SCRIPT-NEXT:        %rs = comm.reduce_scatter sum %fl
+// SCRIPT-NEXT:        %rs2 = coco.relu %rs
+// SCRIPT-NEXT:        %ag = comm.all_gather %rs2
+// SCRIPT-NEXT:        comm.yield %ag
+// SCRIPT-NEXT:      }
+// SCRIPT-NEXT:      comm.yield %fsum_1
+// SCRIPT-NEXT:    }
 func.func @fused(%fin: !coco.tensor<16x32xf32, sliced<1>>, %fw: !coco.tensor<32x32xf32, sliced<0>>) -> !coco.tensor<16x32xf32> attributes {coco.grid = #coco.grid<[?]>} {
   %fl = coco.matmul %fin, %fw : !coco.tensor<16x32xf32, sliced<1>>, !coco.tensor<32x32xf32, sliced<0>> -> !coco.tensor<16x32xf32, local>
   %fsum = comm.fused all_reduce -> !coco.tensor<16x32xf32> {
@@ -79,12 +79,83 @@ func.func @refused(%a: !coco.tensor<6x4xf32, local>, %b: !coco.tensor<4x4xf32>, 
   }
   func.return %s2, %s3, %n3, %s4, %m5 : !coco.tensor<6x4xf32>, !coco.tensor<6x4xf32>, !coco.tensor<6x4xf32, local>, !coco.tensor<6x4xf32>, !coco.tensor<6x4xf32, local>
 }
+}
 
-// CHUNKS:   coco-opt: error: [overlap-chunks] 4 chunks do not divide the 6 rows of %l2 (coco.matmul) (shape [6, 4])
-// CHUNKS-NOT: {{.}}
-// USES:     coco-opt: error: [overlap-consumer] %l3 (coco.matmul) is read by 2 ops: its result must go only to the overlapped collective
-// USES-NOT: {{.}}
-// CONSUMER: coco-opt: error: [overlap-consumer] %l4 (coco.matmul) is consumed by %n4 (coco.neg), which is not a collective or a fused collective
-// FUSED-ELT: coco-opt: error: [overlap-consumer] %l5 (coco.matmul) is consumed by %m5 (comm.fused), which is not a collective or a fused collective
-// PRODUCER: coco-opt: error: [overlap-producer] %s4 (comm.all_reduce) reads 0 matmul results; overlap needs exactly one
-// ZERO:     coco-opt: error: [overlap-chunks] chunk count must be positive, got 0
+// -----
+
+// Requests the rules refuse (greedy mode leaves these sites, as in @refused above).
+// The chunks must divide the rows.
+module attributes {coco.schedule = "coco-overlap{ops=l2}"} {
+func.func @chunks(%a: !coco.tensor<6x4xf32, local>, %b: !coco.tensor<4x4xf32>) -> !coco.tensor<6x4xf32> attributes {coco.grid = #coco.grid<[?]>} {
+  // SCRIPT: coco-overlap.mlir:[[# @LINE + 1]]:3: [overlap-chunks] 4 chunks do not divide the 6 rows of %l2 (coco.matmul) (shape [6, 4])
+  %l2 = coco.matmul %a, %b : !coco.tensor<6x4xf32, local>, !coco.tensor<4x4xf32> -> !coco.tensor<6x4xf32, local>
+  %s2 = comm.all_reduce sum %l2 : !coco.tensor<6x4xf32, local> -> !coco.tensor<6x4xf32>
+  func.return %s2 : !coco.tensor<6x4xf32>
+}
+}
+
+// -----
+
+// The matmul's result goes only to the collective.
+module attributes {coco.schedule = "coco-overlap{ops=l3}"} {
+func.func @uses(%a: !coco.tensor<6x4xf32, local>, %b: !coco.tensor<4x4xf32>) -> (!coco.tensor<6x4xf32>, !coco.tensor<6x4xf32, local>) attributes {coco.grid = #coco.grid<[?]>} {
+  // SCRIPT: coco-overlap.mlir:[[# @LINE + 1]]:3: [overlap-consumer] %l3 (coco.matmul) is read by 2 ops: its result must go only to the overlapped collective
+  %l3 = coco.matmul %a, %b : !coco.tensor<6x4xf32, local>, !coco.tensor<4x4xf32> -> !coco.tensor<6x4xf32, local>
+  %s3 = comm.all_reduce sum %l3 : !coco.tensor<6x4xf32, local> -> !coco.tensor<6x4xf32>
+  %n3 = coco.neg %l3 : !coco.tensor<6x4xf32, local>
+  func.return %s3, %n3 : !coco.tensor<6x4xf32>, !coco.tensor<6x4xf32, local>
+}
+}
+
+// -----
+
+// The consumer is a collective or a fused collective ...
+module attributes {coco.schedule = "coco-overlap{ops=l4}"} {
+func.func @consumer(%a: !coco.tensor<6x4xf32, local>, %b: !coco.tensor<4x4xf32>) -> !coco.tensor<6x4xf32> attributes {coco.grid = #coco.grid<[?]>} {
+  // SCRIPT: coco-overlap.mlir:[[# @LINE + 1]]:3: [overlap-consumer] %l4 (coco.matmul) is consumed by %n4 (coco.neg), which is not a collective or a fused collective
+  %l4 = coco.matmul %a, %b : !coco.tensor<6x4xf32, local>, !coco.tensor<4x4xf32> -> !coco.tensor<6x4xf32, local>
+  %n4 = coco.neg %l4 : !coco.tensor<6x4xf32, local>
+  %s4 = comm.all_reduce sum %n4 : !coco.tensor<6x4xf32, local> -> !coco.tensor<6x4xf32>
+  func.return %s4 : !coco.tensor<6x4xf32>
+}
+}
+
+// -----
+
+// ... not a fused elementwise region.
+module attributes {coco.schedule = "coco-overlap{ops=l5}"} {
+func.func @fused_elementwise(%a: !coco.tensor<6x4xf32, local>, %b: !coco.tensor<4x4xf32>, %z5: !coco.tensor<6x4xf32, local>) -> !coco.tensor<6x4xf32, local> attributes {coco.grid = #coco.grid<[?]>} {
+  // SCRIPT: coco-overlap.mlir:[[# @LINE + 1]]:3: [overlap-consumer] %l5 (coco.matmul) is consumed by %m5 (comm.fused), which is not a collective or a fused collective
+  %l5 = coco.matmul %a, %b : !coco.tensor<6x4xf32, local>, !coco.tensor<4x4xf32> -> !coco.tensor<6x4xf32, local>
+  %m5 = comm.fused elementwise -> !coco.tensor<6x4xf32, local> {
+    %y5 = coco.add %l5, %z5 : !coco.tensor<6x4xf32, local>
+    comm.yield %y5 : !coco.tensor<6x4xf32, local>
+  }
+  func.return %m5 : !coco.tensor<6x4xf32, local>
+}
+}
+
+// -----
+
+// A named collective reads a matmul's result.
+module attributes {coco.schedule = "coco-overlap{ops=s4}"} {
+func.func @producer(%a: !coco.tensor<6x4xf32, local>, %b: !coco.tensor<4x4xf32>) -> !coco.tensor<6x4xf32> attributes {coco.grid = #coco.grid<[?]>} {
+  %l4 = coco.matmul %a, %b : !coco.tensor<6x4xf32, local>, !coco.tensor<4x4xf32> -> !coco.tensor<6x4xf32, local>
+  %n4 = coco.neg %l4 : !coco.tensor<6x4xf32, local>
+  // SCRIPT: coco-overlap.mlir:[[# @LINE + 1]]:3: [overlap-producer] %s4 (comm.all_reduce) reads 0 matmul results; overlap needs exactly one
+  %s4 = comm.all_reduce sum %n4 : !coco.tensor<6x4xf32, local> -> !coco.tensor<6x4xf32>
+  func.return %s4 : !coco.tensor<6x4xf32>
+}
+}
+
+// -----
+
+// A chunk count below 1: refused with no op to point at.
+// SCRIPT: {{^}}[overlap-chunks] chunk count must be positive, got 0
+module attributes {coco.schedule = "coco-overlap{chunks=0}"} {
+func.func @zero(%a: !coco.tensor<6x4xf32, local>, %b: !coco.tensor<4x4xf32>) -> !coco.tensor<6x4xf32> attributes {coco.grid = #coco.grid<[?]>} {
+  %l2 = coco.matmul %a, %b : !coco.tensor<6x4xf32, local>, !coco.tensor<4x4xf32> -> !coco.tensor<6x4xf32, local>
+  %s2 = comm.all_reduce sum %l2 : !coco.tensor<6x4xf32, local> -> !coco.tensor<6x4xf32>
+  func.return %s2 : !coco.tensor<6x4xf32>
+}
+}

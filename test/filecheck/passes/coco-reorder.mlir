@@ -1,16 +1,13 @@
-// RUN: coco-opt %s -p coco-reorder | filecheck %s
-// RUN: coco-opt %s -p 'coco-reorder{ops=gm}' | filecheck %s --check-prefix=EXACT
-// RUN: coco-opt %s -p coco-reorder,coco-reorder | filecheck %s --check-prefix=IDEM
-// RUN: not coco-opt %s -p 'coco-reorder{ops=lx}' 2>&1 | filecheck %s --check-prefix=LOCAL
-// RUN: not coco-opt %s -p 'coco-reorder{ops=mx}' 2>&1 | filecheck %s --check-prefix=ELEMENTWISE
-// RUN: not coco-opt %s -p 'coco-reorder{ops=ex,mm}' 2>&1 | filecheck %s --check-prefix=EXACT-ELEMENTWISE
-// RUN: not coco-opt %s -p 'coco-reorder{ops=gm,lone}' 2>&1 | filecheck %s --check-prefix=CONNECTED
-// RUN: not coco-opt %s -p 'coco-reorder{ops=two}' 2>&1 | filecheck %s --check-prefix=TWO
-// RUN: not coco-opt %s -p 'coco-reorder{ops=ux}' 2>&1 | filecheck %s --check-prefix=NOTHING
-// RUN: not coco-opt %s -p 'coco-reorder{ops=cx}' 2>&1 | filecheck %s --check-prefix=LAYOUTS
-// RUN: not coco-opt %s -p 'coco-reorder{ops=rx}' 2>&1 | filecheck %s --check-prefix=BLOCK
-// RUN: not coco-opt %s -p 'coco-reorder{ops=w}' 2>&1 | filecheck %s --check-prefix=GATHER
-// RUN: not coco-opt %s -p 'coco-reorder{ops=ug}' 2>&1 | filecheck %s --check-prefix=UPDATE
+// RUN: coco-opt %s --split-input-file -p coco-reorder | filecheck %s
+// RUN: coco-opt %s --split-input-file -p coco-schedule --verify-diagnostics | filecheck %s --check-prefix=SCRIPT
+
+// Greedy mode (CHECK) runs on every chunk. The SCRIPT run applies each chunk's own
+// `coco.schedule` (coco-schedule without a name: the chunk names its targets, as a transform
+// script names its handles) and prints each refusal at the op it is about:
+// `FILE:LINE:COL: [rule] message`, its line pinned by `[[# @LINE + 1]]`.
+
+// The script moves exactly @state's %gm (named computations); greedy mode ignores it.
+module attributes {coco.schedule = "coco-reorder{ops=gm}"} {
 
 // SGD after split: the update computes on slices; %w is read through a slice; the new
 // all_gather of the moved %w1 takes the name %w1 and feeds the update.
@@ -44,10 +41,10 @@ func.func @sgd(%g: !coco.tensor<64xf32, local>, %w: !coco.tensor<64xf32>, %lr: !
 // CHECK-NEXT:    %other = comm.all_gather %other_s
 // CHECK-NEXT:    %lone = coco.exp %b
 // CHECK-NEXT:    func.return %other
-// EXACT-LABEL: func.func @state
-// EXACT:         %gx = comm.all_gather %gx_rs
-// EXACT:         %gm_s = coco.add %mb_s, %gx_rs
-// EXACT:         %other = coco.exp %gx : !coco.tensor<64xf32>
+// SCRIPT-LABEL: func.func @state
+// SCRIPT:        %gx = comm.all_gather %gx_rs
+// SCRIPT:        %gm_s = coco.add %mb_s, %gx_rs
+// SCRIPT:        %other = coco.exp %gx : !coco.tensor<64xf32>
 func.func @state(%g: !coco.tensor<64xf32, local>, %m: !coco.tensor<64xf32>, %b: !coco.tensor<f32>) -> !coco.tensor<64xf32> attributes {coco.grid = #coco.grid<[?]>} {
   %gx_rs = comm.reduce_scatter sum %g : !coco.tensor<64xf32, local> -> !coco.tensor<64xf32, sliced<0>>
   %gx = comm.all_gather %gx_rs : !coco.tensor<64xf32, sliced<0>> -> !coco.tensor<64xf32>
@@ -148,10 +145,6 @@ func.func @grid2(%v: !coco.tensor<4x8xf32, [local, sliced<1>]>, %h: !coco.tensor
 // CHECK-NEXT:    %ca = coco.add %cx, %c1
 // CHECK-NEXT:    %rx = comm.all_gather %l1
 // CHECK-NEXT:    %both = comm.fused elementwise
-// IDEM-LABEL: func.func @sgd
-// IDEM:         %w1_s = coco.sub %w_s, %d_s
-// IDEM-NEXT:    %w1 = comm.all_gather %w1_s
-// IDEM-NEXT:    coco.update %w, %w1
 func.func @refused(%l1: !coco.tensor<8x8xf32, sliced<0>>, %loc: !coco.tensor<8x8xf32, local>, %sq: !coco.tensor<8x8xf32>, %u: !coco.tensor<8x8xf32>, %c1: !coco.tensor<8x8xf32, sliced<1>>) -> (!coco.tensor<8x8xf32, local>, !coco.tensor<8x8xf32>, !coco.tensor<8x8xf32>, !coco.tensor<8x8xf32>, !coco.tensor<8x8xf32, sliced<1>>, !coco.tensor<8x8xf32>, !coco.tensor<8x8xf32>) attributes {coco.grid = #coco.grid<[?]>} {
   %lx = comm.all_gather %l1 : !coco.tensor<8x8xf32, sliced<0>> -> !coco.tensor<8x8xf32>
   %la = coco.add %lx, %loc : !coco.tensor<8x8xf32>, !coco.tensor<8x8xf32, local> -> !coco.tensor<8x8xf32, local>
@@ -173,31 +166,207 @@ func.func @refused(%l1: !coco.tensor<8x8xf32, sliced<0>>, %loc: !coco.tensor<8x8
   }
   func.return %la, %mm, %ea, %stray, %ca, %both, %two : !coco.tensor<8x8xf32, local>, !coco.tensor<8x8xf32>, !coco.tensor<8x8xf32>, !coco.tensor<8x8xf32>, !coco.tensor<8x8xf32, sliced<1>>, !coco.tensor<8x8xf32>, !coco.tensor<8x8xf32>
 }
+}
 
-// LOCAL:       coco-opt: error: [reorder-local] %la (coco.add) reads %loc : !coco.tensor<8x8xf32, local>, which is local on grid axis 0: a per-rank value cannot be sliced, so %la (coco.add) cannot move before the all_gather
-// LOCAL-NOT:   {{.}}
-// ELEMENTWISE: coco-opt: error: [reorder-elementwise] %mm (coco.matmul) reads %mx but is not elementwise: only elementwise ops (and sum/max/min/norm reductions) commute with an all_gather
-// ELEMENTWISE-NOT: {{.}}
-// EXACT-ELEMENTWISE: coco-opt: error: [reorder-elementwise] %mm (coco.matmul) is not elementwise
-// CONNECTED:   coco-opt: error: [reorder-connected] %lone (coco.exp) neither reads %gx (comm.all_gather) (or a moved value) nor feeds only moved ops
-// CONNECTED-NOT: {{.}}
-// TWO:         coco-opt: error: [reorder-gather] the named computations must read exactly one all_gather (the one named, if any); they read: %ex (comm.all_gather), %tx (comm.all_gather)
-// NOTHING:     coco-opt: error: [reorder-nothing] %ux (comm.all_gather) has no elementwise consumer to move before it
-// LAYOUTS:     coco-opt: error: [reorder-layouts] on slices, the operands of %ca (coco.add) do not combine: [elementwise-layouts]
-// BLOCK:       coco-opt: error: [reorder-block] %rx (comm.all_gather) is read only inside a region (coco.add); reorder moves ops of the gather's own block
-// GATHER:      coco-opt: error: [reorder-gather] no op named %w in the program
+// -----
 
 // The gathered argument is updated before the consumer runs: the consumer must keep reading
-// the gathered copy, not the (overwritten) argument.
+// the gathered copy, not the (overwritten) argument; a request to move it is refused.
 // CHECK-LABEL: func.func @after_update
 // CHECK-NEXT:    %ug = comm.all_gather %ua
 // CHECK-NEXT:    coco.update %ua, %un
 // CHECK-NEXT:    %uy = coco.neg %ug
-// UPDATE: coco-opt: error: [reorder-update] %uy (coco.neg) runs after the update of %ua: reading the slice %ua instead of %ug (comm.all_gather) would read the overwritten buffer
-// UPDATE-NOT: {{.}}
+module attributes {coco.schedule = "coco-reorder{ops=ug}"} {
 func.func @after_update(%ua: !coco.tensor<8xf32, sliced<0>>, %un: !coco.tensor<8xf32, sliced<0>>) -> !coco.tensor<8xf32> attributes {coco.grid = #coco.grid<[?]>} {
   %ug = comm.all_gather %ua : !coco.tensor<8xf32, sliced<0>> -> !coco.tensor<8xf32>
   coco.update %ua, %un : !coco.tensor<8xf32, sliced<0>>
+  // SCRIPT: coco-reorder.mlir:[[# @LINE + 1]]:3: [reorder-update] %uy (coco.neg) runs after the update of %ua: reading the slice %ua instead of %ug (comm.all_gather) would read the overwritten buffer
   %uy = coco.neg %ug : !coco.tensor<8xf32>
   func.return %uy : !coco.tensor<8xf32>
+}
+}
+
+// -----
+
+// Applying the pass twice changes nothing more.
+// SCRIPT-LABEL: func.func @sgd_twice
+// SCRIPT:         %w1_s = coco.sub %w_s, %d_s
+// SCRIPT-NEXT:    %w1 = comm.all_gather %w1_s
+// SCRIPT-NEXT:    coco.update %w, %w1
+module attributes {coco.schedule = "coco-reorder,coco-reorder"} {
+func.func @sgd_twice(%g: !coco.tensor<64xf32, local>, %w: !coco.tensor<64xf32>, %lr: !coco.tensor<f32>) attributes {coco.grid = #coco.grid<[?]>} {
+  %g1_rs = comm.reduce_scatter sum %g : !coco.tensor<64xf32, local> -> !coco.tensor<64xf32, sliced<0>>
+  %g1 = comm.all_gather %g1_rs : !coco.tensor<64xf32, sliced<0>> -> !coco.tensor<64xf32>
+  %d = coco.mul %lr, %g1 : !coco.tensor<f32>, !coco.tensor<64xf32> -> !coco.tensor<64xf32>
+  %w1 = coco.sub %w, %d : !coco.tensor<64xf32>
+  coco.update %w, %w1 : !coco.tensor<64xf32>
+  func.return
+}
+}
+
+// -----
+
+// The script names the row reduction of @rows_sliced_by_hidden.
+module attributes {coco.schedule = "coco-reorder{ops=csq,cms}"} {
+
+// Row-wise ops (coco.reduce_dims) move onto slices only when the gather's slices cut a dim
+// they keep: sliced along the tokens, each rank normalizes whole rows of its slice.
+
+func.func @rows_sliced_by_token(%x: !coco.tensor<16x64xf32, local>, %w: !coco.tensor<64xf32>) -> !coco.tensor<16x64xf32> {
+  %rs = comm.reduce_scatter sum %x : !coco.tensor<16x64xf32, local> -> !coco.tensor<16x64xf32, sliced<0>>
+  %h = comm.all_gather %rs : !coco.tensor<16x64xf32, sliced<0>> -> !coco.tensor<16x64xf32>
+  %sq = coco.mul %h, %h : !coco.tensor<16x64xf32>
+  %ms = coco.reduce_dims mean %sq dims [1] keepdims : !coco.tensor<16x64xf32> -> !coco.tensor<16x1xf32>
+  %r = coco.rsqrt %ms : !coco.tensor<16x1xf32>
+  %n = coco.mul %h, %r : !coco.tensor<16x64xf32>, !coco.tensor<16x1xf32> -> !coco.tensor<16x64xf32>
+  %y = coco.mul %n, %w : !coco.tensor<16x64xf32>, !coco.tensor<64xf32> -> !coco.tensor<16x64xf32>
+  func.return %y : !coco.tensor<16x64xf32>
+}
+
+// CHECK-LABEL: func.func @rows_sliced_by_token(
+// CHECK-NEXT:    %rs = comm.reduce_scatter sum %x : !coco.tensor<16x64xf32, local> -> !coco.tensor<16x64xf32, sliced<0>>{{$}}
+// CHECK-NEXT:    %sq_s = coco.mul %rs, %rs : !coco.tensor<16x64xf32, sliced<0>>{{$}}
+// CHECK-NEXT:    %ms_s = coco.reduce_dims mean %sq_s dims [1] keepdims : !coco.tensor<16x64xf32, sliced<0>> -> !coco.tensor<16x1xf32, sliced<0>>{{$}}
+// CHECK-NEXT:    %r_s = coco.rsqrt %ms_s : !coco.tensor<16x1xf32, sliced<0>>{{$}}
+// CHECK-NEXT:    %n_s = coco.mul %rs, %r_s : !coco.tensor<16x64xf32, sliced<0>>, !coco.tensor<16x1xf32, sliced<0>> -> !coco.tensor<16x64xf32, sliced<0>>{{$}}
+// CHECK-NEXT:    %y_s = coco.mul %n_s, %w : !coco.tensor<16x64xf32, sliced<0>>, !coco.tensor<64xf32> -> !coco.tensor<16x64xf32, sliced<0>>{{$}}
+// CHECK-NEXT:    %y = comm.all_gather %y_s : !coco.tensor<16x64xf32, sliced<0>> -> !coco.tensor<16x64xf32>{{$}}
+// CHECK-NEXT:    func.return %y : !coco.tensor<16x64xf32>{{$}}
+
+// Sliced along the reduced (hidden) dim, a rank would see part rows: greedy reorder moves
+// the elementwise op, re-gathers its value for the row reduction, which stays; naming the
+// reduction is refused with the rule.
+
+func.func @rows_sliced_by_hidden(%x: !coco.tensor<16x64xf32, local>) -> !coco.tensor<16x1xf32> {
+  %crs = comm.reduce_scatter sum %x dim 1 : !coco.tensor<16x64xf32, local> -> !coco.tensor<16x64xf32, sliced<1>>
+  %ch = comm.all_gather %crs : !coco.tensor<16x64xf32, sliced<1>> -> !coco.tensor<16x64xf32>
+  %csq = coco.mul %ch, %ch : !coco.tensor<16x64xf32>
+  // SCRIPT: coco-reorder.mlir:[[# @LINE + 1]]:3: [reorder-row-reduction] %cms (coco.reduce_dims) reduces dim 1, which the slices of %ch (comm.all_gather) cut (grid axis 0): on slices it would see part rows only; reorder moves a row-wise op onto slices of the dims it keeps (split the all_reduce along another dim)
+  %cms = coco.reduce_dims mean %csq dims [1] keepdims : !coco.tensor<16x64xf32> -> !coco.tensor<16x1xf32>
+  func.return %cms : !coco.tensor<16x1xf32>
+}
+
+// CHECK-LABEL: func.func @rows_sliced_by_hidden(
+// CHECK-NEXT:    %crs = comm.reduce_scatter sum %x dim 1 : !coco.tensor<16x64xf32, local> -> !coco.tensor<16x64xf32, sliced<1>>{{$}}
+// CHECK-NEXT:    %csq_s = coco.mul %crs, %crs : !coco.tensor<16x64xf32, sliced<1>>{{$}}
+// CHECK-NEXT:    %csq = comm.all_gather %csq_s : !coco.tensor<16x64xf32, sliced<1>> -> !coco.tensor<16x64xf32>{{$}}
+// CHECK-NEXT:    %cms = coco.reduce_dims mean %csq dims [1] keepdims : !coco.tensor<16x64xf32> -> !coco.tensor<16x1xf32>{{$}}
+}
+
+// -----
+
+// Requests the rules refuse (greedy mode leaves these sites, as in @refused above).
+// A local operand cannot be sliced.
+module attributes {coco.schedule = "coco-reorder{ops=lx}"} {
+func.func @local(%l1: !coco.tensor<8x8xf32, sliced<0>>, %loc: !coco.tensor<8x8xf32, local>) -> !coco.tensor<8x8xf32, local> attributes {coco.grid = #coco.grid<[?]>} {
+  %lx = comm.all_gather %l1 : !coco.tensor<8x8xf32, sliced<0>> -> !coco.tensor<8x8xf32>
+  // SCRIPT: coco-reorder.mlir:[[# @LINE + 1]]:3: [reorder-local] %la (coco.add) reads %loc : !coco.tensor<8x8xf32, local>, which is local on grid axis 0: a per-rank value cannot be sliced, so %la (coco.add) cannot move before the all_gather
+  %la = coco.add %lx, %loc : !coco.tensor<8x8xf32>, !coco.tensor<8x8xf32, local> -> !coco.tensor<8x8xf32, local>
+  func.return %la : !coco.tensor<8x8xf32, local>
+}
+}
+
+// -----
+
+// A matmul does not commute with an all_gather, named through its gather (ELEMENTWISE) ...
+module attributes {coco.schedule = "coco-reorder{ops=mx}"} {
+func.func @matmul(%l1: !coco.tensor<8x8xf32, sliced<0>>, %sq: !coco.tensor<8x8xf32>) -> !coco.tensor<8x8xf32> attributes {coco.grid = #coco.grid<[?]>} {
+  %mx = comm.all_gather %l1 : !coco.tensor<8x8xf32, sliced<0>> -> !coco.tensor<8x8xf32>
+  // SCRIPT: coco-reorder.mlir:[[# @LINE + 1]]:3: [reorder-elementwise] %mm (coco.matmul) reads %mx but is not elementwise: only elementwise ops (and sum/max/min/norm reductions) commute with an all_gather
+  %mm = coco.matmul %mx, %sq : !coco.tensor<8x8xf32>
+  func.return %mm : !coco.tensor<8x8xf32>
+}
+}
+
+// -----
+
+// ... or named itself, beside another gather (EXACT-ELEMENTWISE).
+module attributes {coco.schedule = "coco-reorder{ops=ex,mm}"} {
+func.func @matmul_named(%l1: !coco.tensor<8x8xf32, sliced<0>>, %sq: !coco.tensor<8x8xf32>) -> (!coco.tensor<8x8xf32>, !coco.tensor<8x8xf32>) attributes {coco.grid = #coco.grid<[?]>} {
+  %mx = comm.all_gather %l1 : !coco.tensor<8x8xf32, sliced<0>> -> !coco.tensor<8x8xf32>
+  // SCRIPT: coco-reorder.mlir:[[# @LINE + 1]]:3: [reorder-elementwise] %mm (coco.matmul) is not elementwise: only elementwise ops (and sum/max/min/norm reductions) commute with an all_gather
+  %mm = coco.matmul %mx, %sq : !coco.tensor<8x8xf32>
+  %ex = comm.all_gather %l1 : !coco.tensor<8x8xf32, sliced<0>> -> !coco.tensor<8x8xf32>
+  %ea = coco.exp %ex : !coco.tensor<8x8xf32>
+  func.return %mm, %ea : !coco.tensor<8x8xf32>, !coco.tensor<8x8xf32>
+}
+}
+
+// -----
+
+// A named computation must read the gather (or a moved value) or feed only moved ops.
+module attributes {coco.schedule = "coco-reorder{ops=gm,lone}"} {
+func.func @connected(%gx_rs: !coco.tensor<64xf32, sliced<0>>, %m: !coco.tensor<64xf32>, %b: !coco.tensor<f32>) -> !coco.tensor<f32> attributes {coco.grid = #coco.grid<[?]>} {
+  %gx = comm.all_gather %gx_rs : !coco.tensor<64xf32, sliced<0>> -> !coco.tensor<64xf32>
+  %mb = coco.mul %b, %m : !coco.tensor<f32>, !coco.tensor<64xf32> -> !coco.tensor<64xf32>
+  %gm = coco.add %mb, %gx : !coco.tensor<64xf32>
+  coco.update %m, %gm : !coco.tensor<64xf32>
+  // SCRIPT: coco-reorder.mlir:[[# @LINE + 1]]:3: [reorder-connected] %lone (coco.exp) neither reads %gx (comm.all_gather) (or a moved value) nor feeds only moved ops
+  %lone = coco.exp %b : !coco.tensor<f32>
+  func.return %lone : !coco.tensor<f32>
+}
+}
+
+// -----
+
+// Named computations read exactly one all_gather.
+module attributes {coco.schedule = "coco-reorder{ops=two}"} {
+func.func @two_gathers(%l1: !coco.tensor<8x8xf32, sliced<0>>) -> !coco.tensor<8x8xf32> attributes {coco.grid = #coco.grid<[?]>} {
+  %ex = comm.all_gather %l1 : !coco.tensor<8x8xf32, sliced<0>> -> !coco.tensor<8x8xf32>
+  %tx = comm.all_gather %l1 : !coco.tensor<8x8xf32, sliced<0>> -> !coco.tensor<8x8xf32>
+  // SCRIPT: coco-reorder.mlir:[[# @LINE + 1]]:3: [reorder-gather] the named computations must read exactly one all_gather (the one named, if any); they read: %ex (comm.all_gather), %tx (comm.all_gather)
+  %two = coco.add %ex, %tx : !coco.tensor<8x8xf32>
+  func.return %two : !coco.tensor<8x8xf32>
+}
+}
+
+// -----
+
+// A named gather needs a consumer to move.
+module attributes {coco.schedule = "coco-reorder{ops=ux}"} {
+func.func @nothing(%l1: !coco.tensor<8x8xf32, sliced<0>>, %u: !coco.tensor<8x8xf32>) attributes {coco.grid = #coco.grid<[?]>} {
+  // SCRIPT: coco-reorder.mlir:[[# @LINE + 1]]:3: [reorder-nothing] %ux (comm.all_gather) has no elementwise consumer to move before it
+  %ux = comm.all_gather %l1 : !coco.tensor<8x8xf32, sliced<0>> -> !coco.tensor<8x8xf32>
+  coco.update %u, %ux : !coco.tensor<8x8xf32>
+  func.return
+}
+}
+
+// -----
+
+// On slices, the operands must still combine by the layout rules.
+module attributes {coco.schedule = "coco-reorder{ops=cx}"} {
+func.func @layouts(%l1: !coco.tensor<8x8xf32, sliced<0>>, %c1: !coco.tensor<8x8xf32, sliced<1>>) -> !coco.tensor<8x8xf32, sliced<1>> attributes {coco.grid = #coco.grid<[?]>} {
+  %cx = comm.all_gather %l1 : !coco.tensor<8x8xf32, sliced<0>> -> !coco.tensor<8x8xf32>
+  // SCRIPT: coco-reorder.mlir:[[# @LINE + 1]]:3: [reorder-layouts] on slices, the operands of %ca (coco.add) do not combine: [elementwise-layouts] operands #0 : !coco.tensor<8x8xf32, sliced<0>>, #1 : !coco.tensor<8x8xf32, sliced<1>>: layouts sliced<0> and sliced<1> cannot meet in one elementwise op (only replicated combines with another layout)
+  %ca = coco.add %cx, %c1 : !coco.tensor<8x8xf32>, !coco.tensor<8x8xf32, sliced<1>> -> !coco.tensor<8x8xf32, sliced<1>>
+  func.return %ca : !coco.tensor<8x8xf32, sliced<1>>
+}
+}
+
+// -----
+
+// Reorder moves ops of the gather's own block, not of a region inside it.
+module attributes {coco.schedule = "coco-reorder{ops=rx}"} {
+func.func @block(%l1: !coco.tensor<8x8xf32, sliced<0>>) -> !coco.tensor<8x8xf32> attributes {coco.grid = #coco.grid<[?]>} {
+  %ex = comm.all_gather %l1 : !coco.tensor<8x8xf32, sliced<0>> -> !coco.tensor<8x8xf32>
+  // SCRIPT: coco-reorder.mlir:[[# @LINE + 1]]:3: [reorder-block] %rx (comm.all_gather) is read only inside a region (coco.add); reorder moves ops of the gather's own block
+  %rx = comm.all_gather %l1 : !coco.tensor<8x8xf32, sliced<0>> -> !coco.tensor<8x8xf32>
+  %both = comm.fused elementwise -> !coco.tensor<8x8xf32> {
+    %in = coco.add %rx, %ex : !coco.tensor<8x8xf32>
+    comm.yield %in : !coco.tensor<8x8xf32>
+  }
+  func.return %both : !coco.tensor<8x8xf32>
+}
+}
+
+// -----
+
+// A name must name an op (%w is an argument): refused with no op to point at.
+// SCRIPT: {{^}}[reorder-gather] no op named %w in the program
+module attributes {coco.schedule = "coco-reorder{ops=w}"} {
+func.func @argument(%w: !coco.tensor<8x8xf32>) -> !coco.tensor<8x8xf32> attributes {coco.grid = #coco.grid<[?]>} {
+  %e = coco.exp %w : !coco.tensor<8x8xf32>
+  func.return %e : !coco.tensor<8x8xf32>
+}
 }

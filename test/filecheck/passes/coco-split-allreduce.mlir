@@ -1,15 +1,11 @@
-// RUN: coco-opt %s -p coco-split-allreduce | filecheck %s
-// RUN: coco-opt %s -p 'coco-split-allreduce{ops=g1 dim=1}' | filecheck %s --check-prefix=TARGET
-// RUN: not coco-opt %s -p 'coco-split-allreduce{ops=d}' 2>&1 | filecheck %s --check-prefix=NOT-AR
-// RUN: not coco-opt %s -p 'coco-split-allreduce{ops=sc}' 2>&1 | filecheck %s --check-prefix=SCALAR
-// RUN: not coco-opt %s -p 'coco-split-allreduce{ops=u}' 2>&1 | filecheck %s --check-prefix=EMPTY
-// RUN: not coco-opt %s -p 'coco-split-allreduce{ops=nope}' 2>&1 | filecheck %s --check-prefix=MISSING
-// RUN: not coco-opt %s -p 'coco-split-allreduce{ops=z}' 2>&1 | filecheck %s --check-prefix=NESTED
-// A dim no all_reduce has: greedy mode refuses rather than do nothing (found by the fuzzer).
-// RUN: not coco-opt %s -p 'coco-split-allreduce{dim=9}' 2>&1 | filecheck %s --check-prefix=NO-DIM
-// NO-DIM: coco-opt: error: [split-allreduce-dim] dim=9: no comm.all_reduce in the module has a tensor dim 9
-// RUN: not coco-opt %s -p 'coco-split-allreduce{dim=-1}' 2>&1 | filecheck %s --check-prefix=NEG-DIM
-// NEG-DIM: coco-opt: error: [split-allreduce-dim] dim=-1: no comm.all_reduce in the module has a tensor dim -1
+// RUN: coco-opt %s --split-input-file -p coco-split-allreduce | filecheck %s
+// RUN: coco-opt %s --split-input-file -p coco-schedule --verify-diagnostics | filecheck %s --check-prefix=SCRIPT
+
+// Greedy mode (the CHECK lines) runs on every chunk. The SCRIPT run applies each chunk's own
+// `coco.schedule` (coco-schedule without a name) and prints each refusal at the op it is
+// about: `FILE:LINE:COL: [rule] message`.
+
+module attributes {coco.schedule = "coco-split-allreduce{ops=g1 dim=1}"} {
 
 // Greedy: every all_reduce with a dim to slice; the uses read the all_gather, which keeps
 // the all_reduce's name.
@@ -22,26 +18,13 @@
 // CHECK-NEXT:    %sc = comm.all_reduce sum %s
 // CHECK:       func.return
 
-// Targeted, with a dim option.
-// TARGET-LABEL: func.func @sgd
-// TARGET-NEXT:    %g1_rs = comm.reduce_scatter sum %g dim 1 : !coco.tensor<64x8xf32, local> -> !coco.tensor<64x8xf32, sliced<1>>
-// TARGET-NEXT:    %g1 = comm.all_gather %g1_rs : !coco.tensor<64x8xf32, sliced<1>> -> !coco.tensor<64x8xf32>
-// TARGET-LABEL: func.func @grid2
-// TARGET-NEXT:    %y = comm.all_reduce sum %x over [1]
-// TARGET-NEXT:    %u = comm.all_reduce max %v over [1]
-
-// NOT-AR-NOT: Traceback
-// NOT-AR:     coco-opt: error: [split-allreduce-op] %d (coco.mul) is not a comm.all_reduce: only all_reduces split
-// NOT-AR-NOT: {{.}}
-
-// SCALAR:     coco-opt: error: [split-allreduce-scalar] %sc (comm.all_reduce) reduces a value of type !coco.tensor<f32, local>, which has no dim 0 to slice for a reduce_scatter
-// SCALAR-NOT: {{.}}
-
-// EMPTY:     coco-opt: error: [split-allreduce-empty] the reduce_scatter of %u (comm.all_reduce) of type !coco.tensor<3x4xf32, [sliced<0>, sliced<0>]>: dim 0 of size 3 cannot be cut into 4 parts (grid [2, 2]): some rank would hold no element of it
-// EMPTY-NOT: {{.}}
-
-// MISSING:     coco-opt: error: [split-allreduce-op] no all_reduce named %nope in the program
-// MISSING-NOT: {{.}}
+// Targeted, with a dim option (the script).
+// SCRIPT-LABEL: func.func @sgd
+// SCRIPT-NEXT:    %g1_rs = comm.reduce_scatter sum %g dim 1 : !coco.tensor<64x8xf32, local> -> !coco.tensor<64x8xf32, sliced<1>>
+// SCRIPT-NEXT:    %g1 = comm.all_gather %g1_rs : !coco.tensor<64x8xf32, sliced<1>> -> !coco.tensor<64x8xf32>
+// SCRIPT-LABEL: func.func @grid2
+// SCRIPT-NEXT:    %y = comm.all_reduce sum %x over [1]
+// SCRIPT-NEXT:    %u = comm.all_reduce max %v over [1]
 
 func.func @sgd(%g: !coco.tensor<64x8xf32, local>, %w: !coco.tensor<64x8xf32>, %lr: !coco.tensor<f32>, %s: !coco.tensor<f32, local>) -> !coco.tensor<f32> attributes {coco.grid = #coco.grid<[?]>} {
   %g1 = comm.all_reduce sum %g : !coco.tensor<64x8xf32, local> -> !coco.tensor<64x8xf32>
@@ -67,8 +50,83 @@ func.func @grid2(%x: !coco.tensor<6x4xf32, [local, local]>, %v: !coco.tensor<3x4
   %z = comm.all_reduce sum %zz over [0] : !coco.tensor<8x4xf32, [local, sliced<0>]> -> !coco.tensor<8x4xf32, [replicated, sliced<0>]>
   func.return %y, %u, %z : !coco.tensor<6x4xf32, [local, replicated]>, !coco.tensor<3x4xf32, [sliced<0>, replicated]>, !coco.tensor<8x4xf32, [replicated, sliced<0>]>
 }
+}
+
+// -----
+
+// Requests the rules refuse. Only all_reduces split.
+module attributes {coco.schedule = "coco-split-allreduce{ops=d}"} {
+func.func @not_all_reduce(%g: !coco.tensor<64x8xf32, local>, %lr: !coco.tensor<f32>) -> !coco.tensor<64x8xf32> attributes {coco.grid = #coco.grid<[?]>} {
+  %g1 = comm.all_reduce sum %g : !coco.tensor<64x8xf32, local> -> !coco.tensor<64x8xf32>
+  // SCRIPT: coco-split-allreduce.mlir:[[# @LINE + 1]]:3: [split-allreduce-op] %d (coco.mul) is not a comm.all_reduce: only all_reduces split
+  %d = coco.mul %lr, %g1 : !coco.tensor<f32>, !coco.tensor<64x8xf32> -> !coco.tensor<64x8xf32>
+  func.return %d : !coco.tensor<64x8xf32>
+}
+}
+
+// -----
+
+// A scalar has no dim to slice.
+module attributes {coco.schedule = "coco-split-allreduce{ops=sc}"} {
+func.func @scalar(%s: !coco.tensor<f32, local>) -> !coco.tensor<f32> attributes {coco.grid = #coco.grid<[?]>} {
+  // SCRIPT: coco-split-allreduce.mlir:[[# @LINE + 1]]:3: [split-allreduce-scalar] %sc (comm.all_reduce) reduces a value of type !coco.tensor<f32, local>, which has no dim 0 to slice for a reduce_scatter
+  %sc = comm.all_reduce sum %s : !coco.tensor<f32, local> -> !coco.tensor<f32>
+  func.return %sc : !coco.tensor<f32>
+}
+}
+
+// -----
+
+// 3 rows (already cut by axis 0) cannot be cut into 2 x 2 parts (as %u of @grid2).
+module attributes {coco.schedule = "coco-split-allreduce{ops=u}"} {
+func.func @empty(%v: !coco.tensor<3x4xf32, [sliced<0>, local]>) -> !coco.tensor<3x4xf32, [sliced<0>, replicated]> attributes {coco.grid = #coco.grid<[2, 2]>} {
+  // SCRIPT: coco-split-allreduce.mlir:[[# @LINE + 1]]:3: [split-allreduce-empty] the reduce_scatter of %u (comm.all_reduce) of type !coco.tensor<3x4xf32, [sliced<0>, sliced<0>]>: dim 0 of size 3 cannot be cut into 4 parts (grid [2, 2]): some rank would hold no element of it
+  %u = comm.all_reduce max %v over [1] : !coco.tensor<3x4xf32, [sliced<0>, local]> -> !coco.tensor<3x4xf32, [sliced<0>, replicated]>
+  func.return %u : !coco.tensor<3x4xf32, [sliced<0>, replicated]>
+}
+}
+
+// -----
 
 // Dim 0 of %zz is cut by axis 1, inner to the all_reduce's axis 0: no reduce_scatter over
-// axis 0 can cut it further (greedy mode leaves it; dim=1 would split).
-// NESTED: coco-opt: error: [split-allreduce-dim] %z (comm.all_reduce): dim 0 of !coco.tensor<8x4xf32, [local, sliced<0>]> is already sliced by grid axis 1, inner to the all_reduce's axes [0]: a reduce_scatter cannot slice it further (each rank's part would lie on another rank); pick another dim
-// NESTED-NOT: {{.}}
+// axis 0 can cut it further (greedy mode leaves it, as %z of @grid2; dim=1 would split).
+module attributes {coco.schedule = "coco-split-allreduce{ops=z}"} {
+func.func @nested(%zz: !coco.tensor<8x4xf32, [local, sliced<0>]>) -> !coco.tensor<8x4xf32, [replicated, sliced<0>]> attributes {coco.grid = #coco.grid<[2, 2]>} {
+  // SCRIPT: coco-split-allreduce.mlir:[[# @LINE + 1]]:3: [split-allreduce-dim] %z (comm.all_reduce): dim 0 of !coco.tensor<8x4xf32, [local, sliced<0>]> is already sliced by grid axis 1, inner to the all_reduce's axes [0]: a reduce_scatter cannot slice it further (each rank's part would lie on another rank); pick another dim
+  %z = comm.all_reduce sum %zz over [0] : !coco.tensor<8x4xf32, [local, sliced<0>]> -> !coco.tensor<8x4xf32, [replicated, sliced<0>]>
+  func.return %z : !coco.tensor<8x4xf32, [replicated, sliced<0>]>
+}
+}
+
+// -----
+
+// Refusals with no one op to point at: a name found nowhere; a dim no all_reduce has, which
+// greedy mode refuses rather than do nothing (found by the fuzzer), negative too.
+// SCRIPT: {{^}}[split-allreduce-op] no all_reduce named %nope in the program
+module attributes {coco.schedule = "coco-split-allreduce{ops=nope}"} {
+func.func @missing(%g: !coco.tensor<64x8xf32, local>) -> !coco.tensor<64x8xf32> attributes {coco.grid = #coco.grid<[?]>} {
+  %g1 = comm.all_reduce sum %g : !coco.tensor<64x8xf32, local> -> !coco.tensor<64x8xf32>
+  func.return %g1 : !coco.tensor<64x8xf32>
+}
+}
+
+// -----
+
+// SCRIPT: {{^}}[split-allreduce-dim] dim=9: no comm.all_reduce in the module has a tensor dim 9 (their values have 0, 2 dim(s)); nothing would be split
+module attributes {coco.schedule = "coco-split-allreduce{dim=9}"} {
+func.func @no_dim(%g: !coco.tensor<64x8xf32, local>, %s: !coco.tensor<f32, local>) -> (!coco.tensor<64x8xf32>, !coco.tensor<f32>) attributes {coco.grid = #coco.grid<[?]>} {
+  %g1 = comm.all_reduce sum %g : !coco.tensor<64x8xf32, local> -> !coco.tensor<64x8xf32>
+  %sc = comm.all_reduce sum %s : !coco.tensor<f32, local> -> !coco.tensor<f32>
+  func.return %g1, %sc : !coco.tensor<64x8xf32>, !coco.tensor<f32>
+}
+}
+
+// -----
+
+// SCRIPT: {{^}}[split-allreduce-dim] dim=-1: no comm.all_reduce in the module has a tensor dim -1 (their values have 2 dim(s)); nothing would be split
+module attributes {coco.schedule = "coco-split-allreduce{dim=-1}"} {
+func.func @negative_dim(%g: !coco.tensor<64x8xf32, local>) -> !coco.tensor<64x8xf32> attributes {coco.grid = #coco.grid<[?]>} {
+  %g1 = comm.all_reduce sum %g : !coco.tensor<64x8xf32, local> -> !coco.tensor<64x8xf32>
+  func.return %g1 : !coco.tensor<64x8xf32>
+}
+}
