@@ -66,7 +66,7 @@ def build(g=G, s=S, m=M, e=E, c=C, f=F, k=2, dtype=F32):
         slot_of_mask = Constant(np.arange(c).reshape(c, 1, 1), dtype)
         never = Constant(np.array(-np.inf), dtype)  # a logit no expert is chosen by
         left, kept, masks, gates = logits, None, [], []
-        for _ in range(k):
+        for choice in range(k):
             best = AMin(Ite(Eq(left, AMax(left, keepdims=True)), expert, e), keepdims=True)
             chosen = Cast(dtype, Eq(best, expert))  # [g, s, e], one-hot
             position = Sum(Reshape(chosen, [g, 1, s, e]) * earlier, dims=2)  # 1-based
@@ -79,9 +79,10 @@ def build(g=G, s=S, m=M, e=E, c=C, f=F, k=2, dtype=F32):
             gate = Sum(probs * chosen, keepdims=True)  # [g, s, 1]
             masks.append(within)
             gates.append(gate)
-            taken = Sum(chosen * Cast(dtype, position < c + 1), dims=1, keepdims=True)
-            kept = taken if kept is None else kept + taken
-            left = Ite(Eq(chosen, 1), never, left)
+            if choice + 1 < k:  # the next choice: among the other experts, after these slots
+                taken = Sum(chosen * Cast(dtype, position < c + 1), dims=1, keepdims=True)
+                kept = taken if kept is None else kept + taken
+                left = Ite(Eq(chosen, 1), never, left)
         if k > 1:  # GShard: the chosen experts' gates sum to 1
             chosen_total = gates[0]
             for gate in gates[1:]:
