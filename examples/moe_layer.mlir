@@ -95,15 +95,15 @@ func.func @moe_layer(
   %buffers = coco.reduce_dims sum %46 dims [3] : !coco.tensor<8x10x3x8x8xf32, sliced<1>> -> !coco.tensor<8x10x3x8xf32, sliced<1>>
   %expert_in = comm.all_to_all %buffers : !coco.tensor<8x10x3x8xf32, sliced<1>> -> !coco.tensor<8x10x3x8xf32, sliced<0>>
   %47 = coco.reshape %expert_in : !coco.tensor<8x10x3x8xf32, sliced<0>> -> !coco.tensor<8x30x8xf32, sliced<0>>
-  %48 = coco.matmul %47, %w1 : !coco.tensor<8x30x8xf32, sliced<0>>, !coco.tensor<8x8x16xf32, sliced<0>> -> !coco.tensor<8x30x16xf32, sliced<0>>
-  %hidden = coco.relu %48 : !coco.tensor<8x30x16xf32, sliced<0>>
-  %49 = coco.matmul %hidden, %w2 : !coco.tensor<8x30x16xf32, sliced<0>>, !coco.tensor<8x16x8xf32, sliced<0>> -> !coco.tensor<8x30x8xf32, sliced<0>>
-  %expert_out = coco.reshape %49 : !coco.tensor<8x30x8xf32, sliced<0>> -> !coco.tensor<8x10x3x8xf32, sliced<0>>
+  %up = coco.matmul %47, %w1 : !coco.tensor<8x30x8xf32, sliced<0>>, !coco.tensor<8x8x16xf32, sliced<0>> -> !coco.tensor<8x30x16xf32, sliced<0>>
+  %48 = coco.relu %up : !coco.tensor<8x30x16xf32, sliced<0>>
+  %down = coco.matmul %48, %w2 : !coco.tensor<8x30x16xf32, sliced<0>>, !coco.tensor<8x16x8xf32, sliced<0>> -> !coco.tensor<8x30x8xf32, sliced<0>>
+  %expert_out = coco.reshape %down : !coco.tensor<8x30x8xf32, sliced<0>> -> !coco.tensor<8x10x3x8xf32, sliced<0>>
   %back = comm.all_to_all %expert_out : !coco.tensor<8x10x3x8xf32, sliced<0>> -> !coco.tensor<8x10x3x8xf32, sliced<1>>
-  %50 = coco.reshape %back : !coco.tensor<8x10x3x8xf32, sliced<1>> -> !coco.tensor<8x10x3x1x8xf32, sliced<1>>
-  %51 = coco.mul %weights_1, %50 : !coco.tensor<8x10x3x8x1xf32, sliced<1>>, !coco.tensor<8x10x3x1x8xf32, sliced<1>> -> !coco.tensor<8x10x3x8x8xf32, sliced<1>>
-  %52 = coco.reduce_dims sum %51 dims [2] : !coco.tensor<8x10x3x8x8xf32, sliced<1>> -> !coco.tensor<8x10x8x8xf32, sliced<1>>
-  %combined = coco.reduce_dims sum %52 dims [0] : !coco.tensor<8x10x8x8xf32, sliced<1>> -> !coco.tensor<10x8x8xf32, sliced<0>>
+  %49 = coco.reshape %back : !coco.tensor<8x10x3x8xf32, sliced<1>> -> !coco.tensor<8x10x3x1x8xf32, sliced<1>>
+  %50 = coco.mul %weights_1, %49 : !coco.tensor<8x10x3x8x1xf32, sliced<1>>, !coco.tensor<8x10x3x1x8xf32, sliced<1>> -> !coco.tensor<8x10x3x8x8xf32, sliced<1>>
+  %51 = coco.reduce_dims sum %50 dims [2] : !coco.tensor<8x10x3x8x8xf32, sliced<1>> -> !coco.tensor<8x10x8x8xf32, sliced<1>>
+  %combined = coco.reduce_dims sum %51 dims [0] : !coco.tensor<8x10x8x8xf32, sliced<1>> -> !coco.tensor<10x8x8xf32, sliced<0>>
   %out = coco.add %x, %combined : !coco.tensor<10x8x8xf32, sliced<0>>
   func.return %out : !coco.tensor<10x8x8xf32, sliced<0>>
 }

@@ -95,8 +95,9 @@ def build(g=G, s=S, m=M, e=E, c=C, f=F, k=2, dtype=F32):
             weights = weights + mask * Reshape(gate, [g, 1, s, 1])
         buffers = Sum(dispatch * Reshape(x, [g, 1, s, m]), dims=3)  # [e, g, c, m]
         expert_in = AllToAll(buffers, dim=0)  # groups -> experts
-        hidden = Relu(MatMul(Reshape(expert_in, [e, g * c, m]), w1))
-        expert_out = Reshape(MatMul(hidden, w2), [e, g, c, m])
+        up = MatMul(Reshape(expert_in, [e, g * c, m]), w1)  # each rank's experts
+        down = MatMul(Relu(up), w2)
+        expert_out = Reshape(down, [e, g, c, m])
         back = AllToAll(expert_out, dim=1)  # experts -> groups
         combined = Sum(Sum(weights * Reshape(back, [e, g, c, 1, m]), dims=2), dims=0)
         out = x + combined

@@ -19,19 +19,19 @@ func.func @ulysses_attention(
   %qh = comm.all_to_all %q : !coco.tensor<10x14x16xf32, sliced<1>> -> !coco.tensor<10x14x16xf32, sliced<0>>
   %kh = comm.all_to_all %kt : !coco.tensor<10x16x14xf32, sliced<2>> -> !coco.tensor<10x16x14xf32, sliced<0>>
   %vh = comm.all_to_all %v : !coco.tensor<10x14x16xf32, sliced<1>> -> !coco.tensor<10x14x16xf32, sliced<0>>
-  %0 = coco.matmul %qh, %kh : !coco.tensor<10x14x16xf32, sliced<0>>, !coco.tensor<10x16x14xf32, sliced<0>> -> !coco.tensor<10x14x14xf32, sliced<0>>
-  %1 = coco.constant 0.25 : !coco.tensor<f32>
-  %2 = coco.mul %0, %1 : !coco.tensor<10x14x14xf32, sliced<0>>, !coco.tensor<f32> -> !coco.tensor<10x14x14xf32, sliced<0>>
-  %3 = coco.constant dense<[[0.0, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf], [0.0, 0.0, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf], [0.0, 0.0, 0.0, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf], [0.0, 0.0, 0.0, 0.0, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf], [0.0, 0.0, 0.0, 0.0, 0.0, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -inf, -inf, -inf, -inf, -inf, -inf, -inf], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -inf, -inf, -inf, -inf, -inf, -inf], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -inf, -inf, -inf, -inf, -inf], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -inf, -inf, -inf, -inf], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -inf, -inf, -inf], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -inf, -inf], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -inf], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]]> : !coco.tensor<14x14xf32>
-  %scores = coco.add %2, %3 : !coco.tensor<10x14x14xf32, sliced<0>>, !coco.tensor<14x14xf32> -> !coco.tensor<10x14x14xf32, sliced<0>>
-  %4 = coco.reduce_dims max %scores dims [2] keepdims : !coco.tensor<10x14x14xf32, sliced<0>> -> !coco.tensor<10x14x1xf32, sliced<0>>
-  %5 = coco.sub %scores, %4 : !coco.tensor<10x14x14xf32, sliced<0>>, !coco.tensor<10x14x1xf32, sliced<0>> -> !coco.tensor<10x14x14xf32, sliced<0>>
-  %6 = coco.exp %5 : !coco.tensor<10x14x14xf32, sliced<0>>
-  %7 = coco.reduce_dims sum %6 dims [2] keepdims : !coco.tensor<10x14x14xf32, sliced<0>> -> !coco.tensor<10x14x1xf32, sliced<0>>
-  %8 = coco.div %6, %7 : !coco.tensor<10x14x14xf32, sliced<0>>, !coco.tensor<10x14x1xf32, sliced<0>> -> !coco.tensor<10x14x14xf32, sliced<0>>
-  %heads = coco.matmul %8, %vh : !coco.tensor<10x14x14xf32, sliced<0>>, !coco.tensor<10x14x16xf32, sliced<0>> -> !coco.tensor<10x14x16xf32, sliced<0>>
+  %qk = coco.matmul %qh, %kh : !coco.tensor<10x14x16xf32, sliced<0>>, !coco.tensor<10x16x14xf32, sliced<0>> -> !coco.tensor<10x14x14xf32, sliced<0>>
+  %0 = coco.constant 0.25 : !coco.tensor<f32>
+  %1 = coco.mul %qk, %0 : !coco.tensor<10x14x14xf32, sliced<0>>, !coco.tensor<f32> -> !coco.tensor<10x14x14xf32, sliced<0>>
+  %2 = coco.constant dense<[[0.0, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf], [0.0, 0.0, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf], [0.0, 0.0, 0.0, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf], [0.0, 0.0, 0.0, 0.0, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf], [0.0, 0.0, 0.0, 0.0, 0.0, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -inf, -inf, -inf, -inf, -inf, -inf, -inf], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -inf, -inf, -inf, -inf, -inf, -inf], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -inf, -inf, -inf, -inf, -inf], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -inf, -inf, -inf, -inf], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -inf, -inf, -inf], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -inf, -inf], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -inf], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]]> : !coco.tensor<14x14xf32>
+  %scores = coco.add %1, %2 : !coco.tensor<10x14x14xf32, sliced<0>>, !coco.tensor<14x14xf32> -> !coco.tensor<10x14x14xf32, sliced<0>>
+  %3 = coco.reduce_dims max %scores dims [2] keepdims : !coco.tensor<10x14x14xf32, sliced<0>> -> !coco.tensor<10x14x1xf32, sliced<0>>
+  %4 = coco.sub %scores, %3 : !coco.tensor<10x14x14xf32, sliced<0>>, !coco.tensor<10x14x1xf32, sliced<0>> -> !coco.tensor<10x14x14xf32, sliced<0>>
+  %5 = coco.exp %4 : !coco.tensor<10x14x14xf32, sliced<0>>
+  %6 = coco.reduce_dims sum %5 dims [2] keepdims : !coco.tensor<10x14x14xf32, sliced<0>> -> !coco.tensor<10x14x1xf32, sliced<0>>
+  %7 = coco.div %5, %6 : !coco.tensor<10x14x14xf32, sliced<0>>, !coco.tensor<10x14x1xf32, sliced<0>> -> !coco.tensor<10x14x14xf32, sliced<0>>
+  %heads = coco.matmul %7, %vh : !coco.tensor<10x14x14xf32, sliced<0>>, !coco.tensor<10x14x16xf32, sliced<0>> -> !coco.tensor<10x14x16xf32, sliced<0>>
   %back = comm.all_to_all %heads : !coco.tensor<10x14x16xf32, sliced<0>> -> !coco.tensor<10x14x16xf32, sliced<1>>
-  %9 = coco.matmul %back, %wo : !coco.tensor<10x14x16xf32, sliced<1>>, !coco.tensor<10x16x32xf32> -> !coco.tensor<10x14x32xf32, sliced<1>>
-  %out = coco.reduce_dims sum %9 dims [0] : !coco.tensor<10x14x32xf32, sliced<1>> -> !coco.tensor<14x32xf32, sliced<0>>
+  %per_head = coco.matmul %back, %wo : !coco.tensor<10x14x16xf32, sliced<1>>, !coco.tensor<10x16x32xf32> -> !coco.tensor<10x14x32xf32, sliced<1>>
+  %out = coco.reduce_dims sum %per_head dims [0] : !coco.tensor<10x14x32xf32, sliced<1>> -> !coco.tensor<14x32xf32, sliced<0>>
   func.return %out : !coco.tensor<14x32xf32, sliced<0>>
 }

@@ -52,10 +52,12 @@ def build(h: int = H, s: int = S, d: int = D, e: int = E, dtype=F32):
         qh = AllToAll(q, dim=0)  # sequence slices -> head slices
         kh = AllToAll(kt, dim=0)
         vh = AllToAll(v, dim=0)
-        scores = MatMul(qh, kh) * (1 / np.sqrt(d)) + Constant(causal_mask(s), dtype)
+        qk = MatMul(qh, kh)  # [h, s, s]: each rank's heads
+        scores = qk * (1 / np.sqrt(d)) + Constant(causal_mask(s), dtype)
         heads = MatMul(Softmax(scores), vh)
         back = AllToAll(heads, dim=1)  # head slices -> sequence slices
-        out = Sum(MatMul(back, wo), dims=0)  # the output projection over the heads
+        per_head = MatMul(back, wo)  # the output projection, summed over the heads
+        out = Sum(per_head, dims=0)
         return out
 
     return ulysses_attention
