@@ -10,15 +10,19 @@ takes the next free slot of its expert's buffer in its group (GShard's cumsum, h
 count of the group's earlier tokens choosing that expert, plus, for second choices, the
 first choices the expert kept); past the capacity C it is dropped for that expert. The
 dispatch mask [E, G, C, S] (token s of group g in slot c of expert e) gathers the tokens
-into the dispatch buffer [E, G, C, M], still sliced by group: the dispatch all_to_all
-re-cuts it by expert (sliced<0>), each rank runs its experts' FFN (relu(x w1) w2) on every
+into the dispatch buffers [E, G, C, M], still sliced by group: the dispatch all_to_all
+re-cuts them by expert (sliced<0>), each rank runs its experts' FFN (relu(x w1) w2) on every
 group's slots, and the combine all_to_all re-cuts the result by group again; each token sums
 its experts' outputs weighted by its gates, plus the residual. Same IR as moe_layer.mlir.
 
 Routing is written with the front end's elementwise ops and row reductions: argmax as the
 smallest expert index attaining the row max, the cumsum as a sum over a lower-triangular
-constant, the dispatch and the combine as broadcast products summed over a dim (GShard's
-einsums). The groups (10) and the experts (8) need not divide by the rank count.
+constant, the masks as comparisons of each token's expert and slot with constant index
+ranges. GShard's dispatch and combine einsums are batched matmuls over (expert, group): the
+dispatch mask [E, G, C, S] times the tokens (repeated per expert: a batched matmul's
+operands share their batch dims), the combine weights [E, G, S, C] times the returned
+buffers, summed over the experts. The groups (10) and the experts (8) need not divide by the
+rank count.
 
 Schedules: as written (the library all_to_alls: MPI Alltoallv, NCCL grouped send/recv, gloo
 all_to_all_single); the enumerator's other schedules (coconet.schedule.
@@ -62,10 +66,10 @@ def build(g=G, s=S, m=M, e=E, c=C, f=F, k=2, dtype=F32):
         probs = Softmax(logits)
         expert = Constant(np.arange(e), dtype)
         earlier = Constant(np.tril(np.ones((s, s)))[..., None], dtype)  # [s, s', 1]: s' <= s
-        expert_of_mask = Constant(np.arange(e).reshape(e, 1, 1, 1, 1), dtype)
-        slot_of_mask = Constant(np.arange(c).reshape(c, 1, 1), dtype)
+        expert_e = Constant(np.arange(e).reshape(e, 1, 1, 1), dtype)  # expert e at dim 0
+        slot_c = Constant(np.arange(c), dtype)
         never = Constant(np.array(-np.inf), dtype)  # a logit no expert is chosen by
-        left, kept, masks, gates = logits, None, [], []
+        left, kept, dispatch, weights, gates = logits, None, [], [], []
         for choice in range(k):
             best = AMin(Ite(Eq(left, AMax(left, keepdims=True)), expert, e), keepdims=True)
             chosen = Cast(dtype, Eq(best, expert))  # [g, s, e], one-hot
@@ -73,33 +77,38 @@ def build(g=G, s=S, m=M, e=E, c=C, f=F, k=2, dtype=F32):
             if kept is not None:  # after the slots the first choices took
                 position = position + kept
             slot = Sum(chosen * position, keepdims=True) - 1  # [g, s, 1]; >= c: dropped
-            within = Cast(dtype, Eq(Reshape(best, [g, 1, s, 1]), expert_of_mask)) * Cast(
-                dtype, Eq(Reshape(slot, [g, 1, s, 1]), slot_of_mask)
-            )  # [e, g, c, s, 1]
+            to_expert = Cast(dtype, Eq(best, expert_e))  # [e, g, s, 1]
+            to_slot = Cast(dtype, Eq(slot, slot_c))  # [g, s, c]
+            route = to_expert * to_slot  # [e, g, s, c]: token s in slot c of expert e
+            to_slot_t = Cast(dtype, Eq(Reshape(slot, [g, 1, s]), Reshape(slot_c, [c, 1])))
+            sends = Reshape(to_expert, [e, g, 1, s]) * to_slot_t  # route's [e, g, c, s]
             gate = Sum(probs * chosen, keepdims=True)  # [g, s, 1]
-            masks.append(within)
+            dispatch.append(sends)
+            weights.append(route)
             gates.append(gate)
             if choice + 1 < k:  # the next choice: among the other experts, after these slots
                 taken = Sum(chosen * Cast(dtype, position < c + 1), dims=1, keepdims=True)
                 kept = taken if kept is None else kept + taken
                 left = Ite(Eq(chosen, 1), never, left)
         if k > 1:  # GShard: the chosen experts' gates sum to 1
-            chosen_total = gates[0]
+            gate_total = gates[0]
             for gate in gates[1:]:
-                chosen_total = chosen_total + gate
-            gates = [gate / chosen_total for gate in gates]
-        dispatch = masks[0]
-        weights = masks[0] * Reshape(gates[0], [g, 1, s, 1])
-        for mask, gate in zip(masks[1:], gates[1:], strict=True):
-            dispatch = dispatch + mask
-            weights = weights + mask * Reshape(gate, [g, 1, s, 1])
-        buffers = Sum(dispatch * Reshape(x, [g, 1, s, m]), dims=3)  # [e, g, c, m]
+                gate_total = gate_total + gate
+            gates = [gate / gate_total for gate in gates]
+        dispatch_mask, combine_weights = dispatch[0], weights[0] * gates[0]
+        for sends, route, gate in zip(dispatch[1:], weights[1:], gates[1:], strict=True):
+            dispatch_mask = dispatch_mask + sends
+            combine_weights = combine_weights + route * gate
+        # the tokens as every expert sees them (a batched matmul's operands share batch dims)
+        tokens = x * Constant(np.ones((e, 1, 1, 1)), dtype)  # [e, g, s, m]
+        buffers = MatMul(dispatch_mask, tokens)  # [e, g, c, m]: GShard's dispatch einsum
         expert_in = AllToAll(buffers, dim=0)  # groups -> experts
         up = MatMul(Reshape(expert_in, [e, g * c, m]), w1)  # each rank's experts
         down = MatMul(Relu(up), w2)
         expert_out = Reshape(down, [e, g, c, m])
         back = AllToAll(expert_out, dim=1)  # experts -> groups
-        combined = Sum(Sum(weights * Reshape(back, [e, g, c, 1, m]), dims=2), dims=0)
+        per_expert = MatMul(combine_weights, back)  # [e, g, s, m]: the combine einsum
+        combined = Sum(per_expert, dims=0)
         out = x + combined
         return out
 
