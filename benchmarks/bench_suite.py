@@ -52,12 +52,34 @@ MPI progresses between BLAS calls (the backend tests its requests after each chu
 fused collective kernel on the communication stream runs on the rank's one thread: the table
 measures what that buys, it does not assume it.
 
+The all_to_all tables (`--tables moe ulysses`, issue #28): examples/moe_layer.py (GShard
+top-2, static capacity; sizes by `--moe-size`) and examples/ulysses_attention.py (sizes by
+`--ulysses-size`), each a table of:
+
+* `coconet as written` (library all_to_alls: MPI Alltoallv) and `coconet <schedule>` for
+  every named schedule the program is offered and every other schedule of the autotuner's
+  space (coconet.schedule.named_schedules, enumerate_scheduled_programs), one row per
+  distinct scheduled program;
+* `mpi4py Alltoallv + NumPy`: what an mpi4py user writes -- Alltoallv of packed buffers, the
+  routing by argmax / cumsum / index arithmetic and the dispatch and combine by indexing
+  (MoE), attention and the output projection as one [S/P, H*D] x [H*D, E] matmul (Ulysses);
+* `torch gloo all_to_all_single + ops`: the same in torch ops, exchanged by
+  `torch.distributed.all_to_all_single` with split sizes over gloo;
+* the floor: this rank's essential matmuls (gating and its experts' FFN; scores, P x V and
+  the projection) in NumPy, measured in the run, plus the all_to_alls' bytes (every rank's
+  (p-1)/p of each exchanged buffer, read once and written once) at the triad's bandwidth.
+
+Each row's output is checked against coconet as written's before anything is timed. `x floor`: the
+row's median over the floor; `vs as written`: coconet as written's median over the row's.
+
 Timings on a shared machine are noisy: repeat the run, and compare rows of one run.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
+import math
 import os
 import statistics
 import subprocess
@@ -473,6 +495,366 @@ def mp_worker(comm, args: argparse.Namespace) -> None:
     print(f"  {'floor':<{width}}{floor * 1e3:>8.2f}ms{'':>10}{1.0:>8.2f}x")
 
 
+# --------------------------------------------------------------------------------------------
+# all_to_all: the MoE layer and the Ulysses block (examples/moe_layer.py,
+# examples/ulysses_attention.py)
+# --------------------------------------------------------------------------------------------
+
+
+def parts(n: int, size: int) -> list[tuple[int, int]]:
+    """[begin, end) of each rank's part of n (the first n % size ranks hold one more)."""
+    base, extra = divmod(n, size)
+    starts = [r * base + min(r, extra) for r in range(size + 1)]
+    return list(itertools.pairwise(starts))
+
+
+def alltoallv_numpy(comm, blocks: list, shapes: list[tuple[int, ...]]) -> list:
+    """mpi4py's Alltoallv: blocks[j] to rank j (packed into one buffer, as its users write
+    it); returns what each rank sent this one, shaped shapes[i]."""
+    import numpy as np
+    from mpi4py import MPI
+
+    send = np.concatenate([b.reshape(-1) for b in blocks])
+    counts = [b.size for b in blocks]
+    rcounts = [math.prod(shape) for shape in shapes]
+    recv = np.empty(sum(rcounts), np.float32)
+    displs = [sum(counts[:j]) for j in range(len(counts))]
+    rdispls = [sum(rcounts[:i]) for i in range(len(rcounts))]
+    comm.Alltoallv([send, (counts, displs), MPI.FLOAT], [recv, (rcounts, rdispls), MPI.FLOAT])
+    return [
+        recv[d : d + c].reshape(shape) for d, c, shape in zip(rdispls, rcounts, shapes, strict=True)
+    ]
+
+
+def alltoallv_torch(blocks: list, shapes: list[tuple[int, ...]]) -> list:
+    """torch.distributed's all_to_all_single over gloo with split sizes, on flat tensors."""
+    import torch
+    import torch.distributed as dist
+
+    send = torch.cat([b.reshape(-1) for b in blocks])
+    rcounts = [math.prod(shape) for shape in shapes]
+    recv = torch.empty(sum(rcounts))
+    dist.all_to_all_single(recv, send, rcounts, [b.numel() for b in blocks])
+    return [piece.view(shape) for piece, shape in zip(recv.split(rcounts), shapes, strict=True)]
+
+
+def ulysses_rows(comm, sizes: tuple[int, ...], torch_up: bool):
+    """The Ulysses block's pieces on this rank, and (label, step, output) of mpi4py + NumPy
+    and torch gloo as their users write it: all_to_all q, kt, v to head slices, attention,
+    all_to_all back, the output projection as one [S/P, H*D] x [H*D, E] matmul."""
+    import numpy as np
+
+    h, s, d, e = sizes
+    rank, size = comm.Get_rank(), comm.Get_size()
+    rng = np.random.default_rng(3)  # the same logical tensors on every rank
+    logical = {
+        "q": rng.standard_normal((h, s, d), dtype=np.float32),
+        "kt": rng.standard_normal((h, d, s), dtype=np.float32),
+        "v": rng.standard_normal((h, s, d), dtype=np.float32),
+        "wo": rng.standard_normal((h, d, e), dtype=np.float32) / np.float32(math.sqrt(h * d)),
+    }
+    heads, seq = parts(h, size), parts(s, size)
+    (h0, h1), (s0, s1) = heads[rank], seq[rank]
+    q, kt, v = logical["q"][:, s0:s1], logical["kt"][:, :, s0:s1], logical["v"][:, s0:s1]
+    q, kt, v = (np.ascontiguousarray(a) for a in (q, kt, v))
+    wo = logical["wo"]
+    mask = np.where(np.arange(s)[None, :] <= np.arange(s)[:, None], 0, -np.inf)
+    mask = mask.astype(np.float32)
+    scale = np.float32(1 / math.sqrt(d))
+    mine, here = h1 - h0, s1 - s0
+
+    def attention_numpy(qh, kh, vh):
+        scores = qh @ kh
+        scores *= scale
+        scores += mask
+        scores -= scores.max(-1, keepdims=True)
+        np.exp(scores, out=scores)
+        scores /= scores.sum(-1, keepdims=True)
+        return scores @ vh
+
+    out_np = np.empty((here, e), np.float32)
+
+    def numpy_step() -> None:
+        to_heads = [(mine, b - a, d) for a, b in seq]
+        qh = np.concatenate(alltoallv_numpy(comm, [q[a:b] for a, b in heads], to_heads), 1)
+        kh = np.concatenate(
+            alltoallv_numpy(comm, [kt[a:b] for a, b in heads], [(mine, d, b - a) for a, b in seq]),
+            2,
+        )
+        vh = np.concatenate(alltoallv_numpy(comm, [v[a:b] for a, b in heads], to_heads), 1)
+        o = attention_numpy(qh, kh, vh)
+        back = alltoallv_numpy(
+            comm, [o[:, a:b] for a, b in seq], [(b - a, here, d) for a, b in heads]
+        )
+        full = np.concatenate(back, 0)  # [H, S/P, D]
+        np.matmul(full.transpose(1, 0, 2).reshape(here, h * d), wo.reshape(h * d, e), out=out_np)
+
+    rows = [("mpi4py Alltoallv + NumPy", numpy_step, lambda: out_np)]
+    if torch_up:
+        import torch
+
+        tq, tkt, tv, two = (torch.from_numpy(a) for a in (q, kt, v, wo))
+        tmask, result = torch.from_numpy(mask), {}
+
+        def torch_step() -> None:
+            to_heads = [(mine, b - a, d) for a, b in seq]
+            qh = torch.cat(alltoallv_torch([tq[a:b] for a, b in heads], to_heads), 1)
+            kh = torch.cat(
+                alltoallv_torch([tkt[a:b] for a, b in heads], [(mine, d, b - a) for a, b in seq]),
+                2,
+            )
+            vh = torch.cat(alltoallv_torch([tv[a:b] for a, b in heads], to_heads), 1)
+            o = torch.softmax(qh @ kh * float(scale) + tmask, -1) @ vh
+            back = alltoallv_torch(
+                [o[:, a:b] for a, b in seq], [(b - a, here, d) for a, b in heads]
+            )
+            full = torch.cat(back, 0)
+            result["out"] = full.transpose(0, 1).reshape(here, h * d) @ two.reshape(h * d, e)
+
+        rows.append(
+            ("torch gloo all_to_all_single + ops", torch_step, lambda: result["out"].numpy())
+        )
+
+    def blas() -> None:  # the block's matmuls on this rank's shapes
+        qh, kh = np.ones((mine, s, d), np.float32), np.ones((mine, d, s), np.float32)
+        np.matmul(np.matmul(qh, kh), qh)
+        np.matmul(np.ones((here, h * d), np.float32), wo.reshape(h * d, e))
+
+    return logical, rows, blas
+
+
+def moe_rows(comm, sizes: tuple[int, ...], torch_up: bool):
+    """The MoE layer's pieces on this rank, and (label, step, output) of mpi4py + NumPy and
+    torch gloo as their users write it: GShard's top-2 routing with argmax, cumsum and index
+    arithmetic, the tokens scattered into the dispatch buffers by index, all_to_all, each
+    local expert's FFN, all_to_all back, the gates times the gathered outputs, residual."""
+    import numpy as np
+
+    g, s, m, e, c, f = sizes
+    rank, size = comm.Get_rank(), comm.Get_size()
+    rng = np.random.default_rng(4)
+
+    def dyadic(shape):  # exact logits: the routing agrees with coconet's to the bit
+        return (rng.integers(-64, 65, size=shape) / 64).astype(np.float32)
+
+    logical = {
+        "x": dyadic((g, s, m)),
+        "wg": dyadic((m, e)),
+        "w1": rng.standard_normal((e, m, f), dtype=np.float32) / np.float32(math.sqrt(m)),
+        "w2": rng.standard_normal((e, f, m), dtype=np.float32) / np.float32(math.sqrt(f)),
+    }
+    groups, experts = parts(g, size), parts(e, size)
+    (g0, g1), (e0, e1) = groups[rank], experts[rank]
+    x, wg = np.ascontiguousarray(logical["x"][g0:g1]), logical["wg"]
+    w1, w2 = np.ascontiguousarray(logical["w1"][e0:e1]), np.ascontiguousarray(logical["w2"][e0:e1])
+    here, mine = g1 - g0, e1 - e0
+
+    def route_numpy():
+        logits = x @ wg  # [G/P, S, E]
+        probs = np.exp(logits - logits.max(-1, keepdims=True))
+        probs /= probs.sum(-1, keepdims=True)
+        left, filled, routes = logits.copy(), np.zeros((here, 1, e), np.int64), []
+        for _ in range(2):
+            best = left.argmax(-1)  # the first expert of the row max
+            onehot = best[..., None] == np.arange(e)
+            position = np.cumsum(onehot, 1) - 1 + filled
+            slot = np.take_along_axis(position, best[..., None], -1)[..., 0]
+            gate = np.take_along_axis(probs, best[..., None], -1)[..., 0]
+            routes.append((best, slot, slot < c, gate))
+            filled = np.minimum(filled + onehot.sum(1, keepdims=True), c)
+            np.put_along_axis(left, best[..., None], -np.inf, -1)
+        total = routes[0][3] + routes[1][3]
+        return [(b, sl, k, gate / total) for b, sl, k, gate in routes]
+
+    out_np = np.empty_like(x)
+
+    def numpy_step() -> None:
+        routes = route_numpy()
+        buffers = np.zeros((e, here, c, m), np.float32)
+        for best, slot, keep, _ in routes:
+            gg, ss = np.nonzero(keep)
+            buffers[best[gg, ss], gg, slot[gg, ss]] = x[gg, ss]
+        got = alltoallv_numpy(
+            comm, [buffers[a:b] for a, b in experts], [(mine, b - a, c, m) for a, b in groups]
+        )
+        tokens = np.concatenate(got, 1).reshape(mine, g * c, m)
+        y = (np.maximum(tokens @ w1, 0) @ w2).reshape(mine, g, c, m)
+        back = alltoallv_numpy(
+            comm, [y[:, a:b] for a, b in groups], [(b - a, here, c, m) for a, b in experts]
+        )
+        returned = np.concatenate(back, 0)  # [E, G/P, C, M]
+        out_np[...] = x
+        for best, slot, keep, gate in routes:
+            gg, ss = np.nonzero(keep)
+            out_np[gg, ss] += gate[gg, ss, None] * returned[best[gg, ss], gg, slot[gg, ss]]
+
+    rows = [("mpi4py Alltoallv + NumPy", numpy_step, lambda: out_np)]
+    if torch_up:
+        import torch
+
+        tx, twg, tw1, tw2 = (torch.from_numpy(a) for a in (x, wg, w1, w2))
+        result = {}
+
+        def torch_step() -> None:
+            logits = tx @ twg
+            probs = torch.softmax(logits, -1)
+            left, filled, routes = logits.clone(), torch.zeros(here, 1, e, dtype=torch.long), []
+            for _ in range(2):
+                best = left.argmax(-1)
+                onehot = torch.nn.functional.one_hot(best, e)
+                position = onehot.cumsum(1) - 1 + filled
+                slot = position.gather(-1, best[..., None])[..., 0]
+                gate = probs.gather(-1, best[..., None])[..., 0]
+                routes.append((best, slot, slot < c, gate))
+                filled = (filled + onehot.sum(1, keepdim=True)).clamp(max=c)
+                left.scatter_(-1, best[..., None], float("-inf"))
+            total = routes[0][3] + routes[1][3]
+            buffers = torch.zeros(e, here, c, m)
+            for best, slot, keep, _ in routes:
+                gg, ss = keep.nonzero(as_tuple=True)
+                buffers[best[gg, ss], gg, slot[gg, ss]] = tx[gg, ss]
+            got = alltoallv_torch(
+                [buffers[a:b] for a, b in experts], [(mine, b - a, c, m) for a, b in groups]
+            )
+            tokens = torch.cat(got, 1).reshape(mine, g * c, m)
+            y = (torch.relu(tokens @ tw1) @ tw2).reshape(mine, g, c, m)
+            back = alltoallv_torch(
+                [y[:, a:b] for a, b in groups], [(b - a, here, c, m) for a, b in experts]
+            )
+            returned = torch.cat(back, 0)
+            out = tx.clone()
+            for best, slot, keep, gate in routes:
+                gg, ss = keep.nonzero(as_tuple=True)
+                weight = (gate / total)[gg, ss, None]
+                out[gg, ss] += weight * returned[best[gg, ss], gg, slot[gg, ss]]
+            result["out"] = out
+
+        rows.append(
+            ("torch gloo all_to_all_single + ops", torch_step, lambda: result["out"].numpy())
+        )
+
+    def blas() -> None:  # the layer's essential matmuls on this rank: gating, its experts' FFN
+        np.matmul(x, wg)
+        np.matmul(np.matmul(np.ones((mine, g * c, m), np.float32), w1), w2)
+
+    return logical, rows, blas
+
+
+A2A_TABLES = {
+    "moe": ("moe_layer", moe_rows, "moe_size"),
+    "ulysses": ("ulysses_attention", ulysses_rows, "ulysses_size"),
+}
+
+
+def a2a_worker(comm, table: str, args: argparse.Namespace) -> None:
+    """The MoE layer's or the Ulysses block's table: coconet as written and under every named
+    schedule the program is offered, mpi4py + NumPy, torch gloo, and the floor -- every row in
+    rounds, the floor measured in the run; each baseline checked against coconet's output
+    first."""
+    import runpy
+    from pathlib import Path
+
+    import numpy as np
+
+    from coconet.compile import CompiledProgram, compile as coco_compile
+    from coconet.core import values as V
+    from coconet.runtime.executor import plan_traffic
+    from coconet.schedule import apply_schedule, enumerate_scheduled_programs, named_schedules
+
+    example, make_rows, option = A2A_TABLES[table]
+    sizes = tuple(int(x) for x in getattr(args, option).split(","))
+    size, rank = comm.Get_size(), comm.Get_rank()
+    torch_up = _torch_group(comm)
+    build = runpy.run_path(str(Path(__file__).resolve().parents[1] / "examples" / f"{example}.py"))[
+        "build"
+    ]
+    program = build(*sizes)
+    logical, baselines, blas = make_rows(comm, sizes, torch_up)
+    rows: list[tuple[str, Step]] = []
+    # coconet's schedules: as written, the named ones the program is offered, the rest of the
+    # autotuner's space; one row per distinct scheduled program
+    space = [(name, q) for name, _, q in enumerate_scheduled_programs(program)]
+    named = [(name, apply_schedule(program, name)) for name in named_schedules(program)]
+    compiled: list[CompiledProgram] = []
+    seen: set[str] = set()
+    reference = None
+    for name, q in [space[0], *named, *space[1:]]:  # the space starts with as-written
+        if q.print() in seen:
+            continue
+        seen.add(q.print())
+        c = coco_compile(q, backend="cpu")
+        assert isinstance(c, CompiledProgram)
+        coords = V.coords_of(rank, c.plan.grid_shape)
+        pieces = {
+            arg: V.piece_of(logical[arg], buf.type, coords, c.plan.grid_shape)
+            for arg, buf in c.plan.arguments.items()
+        }
+        out = np.array(next(iter(c(**pieces).values())))
+        if reference is None:
+            reference = out
+        elif not np.allclose(out, reference, rtol=1e-3, atol=1e-4):
+            raise SystemExit(f"{table}: coconet {name} on rank {rank} differs from as written")
+        compiled.append(c)
+        rows.append((f"coconet {'as written' if name == 'as-written' else name}", c.step))
+    assert reference is not None
+    for label, step, output in baselines:
+        step()
+        got = np.asarray(output())
+        if not np.allclose(got, reference, rtol=1e-3, atol=1e-4):
+            raise SystemExit(
+                f"{table}: '{label}' on rank {rank} differs from coconet's output by "
+                f"{np.abs(got - reference).max():.3g}"
+            )
+        rows.append((label, step))
+    # Every rank's all_to_all traffic, read from the sender's memory and written to the
+    # receiver's: the plan as written's (p-1)/p of each exchanged buffer, twice.
+    exchange = 2 * sum(plan_traffic(compiled[0].plan, r) for r in range(size))
+    triad_n = 1 << 25
+    triad = stream_triad(comm, triad_n)
+    times: dict[str, list[float]] = {label: [] for label, _ in rows}
+    floors: list[float] = []
+    for _ in range(args.rounds):
+        bandwidth = size * 12 * triad_n / min(timed(comm, triad, 1, 3))
+        floors.append(statistics.median(timed(comm, blas, 1, 5)) + exchange / bandwidth)
+        for label, step in rows:
+            times[label] += timed(comm, step, args.warmup, args.iters)
+    for c in compiled:
+        c.close()
+    if torch_up:
+        import torch.distributed as dist
+
+        dist.barrier()
+        dist.destroy_process_group()
+    if rank != 0:
+        return
+    floor = statistics.median(floors)
+    base = statistics.median(times["coconet as written"])
+    shapes = ", ".join(f"{k} {list(v.shape)}" for k, v in logical.items())
+    print(
+        f"\n{example} ({shapes} f32), {size} rank(s) of the cpu backend, {os.cpu_count()} "
+        f"core(s): median of {args.rounds * args.iters} step(s) ({args.rounds} round(s) of "
+        f"{args.iters} after {args.warmup} warm-up), slowest rank per step"
+    )
+    print(
+        f"  floor = this rank's essential matmuls in NumPy (BLAS, measured in the run) + the "
+        f"all_to_alls' {exchange / 2**20:.1f} MiB (every rank's (p-1)/p of each exchanged "
+        f"buffer, read and written once) at the triad's bandwidth = {floor * 1e3:.2f} ms"
+    )
+    width = max(len(label) for label in times) + 2
+    print(f"  {'':<{width}}{'median':>10}{'min':>10}{'x floor':>9}{'vs as written':>15}")
+    for label, ts in times.items():
+        med = statistics.median(ts)
+        print(
+            f"  {label:<{width}}{med * 1e3:>8.2f}ms{min(ts) * 1e3:>8.2f}ms{med / floor:>8.2f}x"
+            f"{base / med:>14.2f}x"
+        )
+    print(f"  {'floor':<{width}}{floor * 1e3:>8.2f}ms{'':>10}{1.0:>8.2f}x{base / floor:>14.2f}x")
+    print(
+        "  x floor: median over the floor; vs as written: coconet as written's median over the "
+        "row's (above 1: faster)"
+    )
+
+
 def _torch_group(comm) -> bool:
     """A gloo process group over the job's ranks (False: no PyTorch)."""
     try:
@@ -541,6 +923,9 @@ def worker(args: argparse.Namespace) -> None:
             optimizer_worker(comm, OPTIMIZERS[table], args)
     if "mp" in args.tables:
         mp_worker(comm, args)
+    for table in A2A_TABLES:
+        if table in args.tables:
+            a2a_worker(comm, table, args)
     if "overlap" in args.tables:
         overlap_worker(comm, args)
 
@@ -643,8 +1028,8 @@ def main() -> None:
     p.add_argument(
         "--tables",
         nargs="+",
-        choices=("adam", "lamb", "mp", "overlap"),
-        default=["adam", "lamb", "mp", "overlap"],
+        choices=("adam", "lamb", "mp", "overlap", "moe", "ulysses"),
+        default=["adam", "lamb", "mp", "overlap", "moe", "ulysses"],
         help="which tables to measure and print (default all)",
     )
     p.add_argument(
@@ -652,6 +1037,18 @@ def main() -> None:
         default="4,256,256",
         help="batch,seq,hidden of the model-parallel and overlap tables' programs (default "
         "4,256,256)",
+    )
+    p.add_argument(
+        "--moe-size",
+        default="8,128,128,8,32,256",
+        help="G,S,M,E,C,F of the MoE table's layer (examples/moe_layer.py build: token groups, "
+        "tokens a group, model dim, experts, capacity, FFN dim; default 8,128,128,8,32,256)",
+    )
+    p.add_argument(
+        "--ulysses-size",
+        default="8,512,64,512",
+        help="H,S,D,E of the Ulysses table's block (examples/ulysses_attention.py build: heads, "
+        "sequence, head dim, model dim; default 8,512,64,512)",
     )
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -681,6 +1078,10 @@ def main() -> None:
         str(args.rounds),
         "--overlap-size",
         args.overlap_size,
+        "--moe-size",
+        args.moe_size,
+        "--ulysses-size",
+        args.ulysses_size,
         "--tables",
         *args.tables,
         "--schedules",

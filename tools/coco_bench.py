@@ -40,7 +40,7 @@ from coconet.core import env
 from coconet.core.program import CocoError, Program, load
 from coconet.tools.rank_job import add_timeout_options, job_description, tool_main
 
-OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce")
+OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce")
 DTYPES = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2}
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -179,7 +179,9 @@ class SizePoint:
 
 def op_program(op: str, dtype: str, count: int) -> Program:
     """`y = OP(x)` over `count` elements: x in the layout the collective reads (local for the
-    reductions, sliced for all_gather), y returned."""
+    reductions, sliced for all_gather, local for all_to_all: each rank's buffer, block j of
+    which goes to rank j, as nccl-tests' alltoall and torch's all_to_all_single), y
+    returned."""
     from coconet import frontend
     from coconet.frontend import (
         BF16,
@@ -188,6 +190,7 @@ def op_program(op: str, dtype: str, count: int) -> Program:
         F64,
         AllGather,
         AllReduce,
+        AllToAll,
         Broadcast,
         Local,
         Reduce,
@@ -202,6 +205,7 @@ def op_program(op: str, dtype: str, count: int) -> Program:
         "all_reduce": lambda x: AllReduce("+", x),
         "reduce_scatter": lambda x: ReduceScatter("+", x),
         "all_gather": lambda x: AllGather(x),
+        "all_to_all": lambda x: AllToAll(x),
         "broadcast": lambda x: Broadcast(x, 0),
         "reduce": lambda x: Reduce("+", x, 0),
     }[op]

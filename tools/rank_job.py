@@ -160,12 +160,13 @@ def job_description(
 ALGBW_CONVENTION = (
     "algbw = size / time; size = the bytes of the program's collectives as written, the same "
     "for every schedule (nccl-tests' size: an all_reduce's buffer, a reduce_scatter's input, "
-    "an all_gather's output)"
+    "an all_gather's output, an all_to_all's input)"
 )
 BUSBW_CONVENTION = (
     "busbw = bytes/rank / time; bytes/rank = what each rank sends per step in the scheduled plan "
     "(runtime/executor.py plan_traffic): nccl-tests' busbw for one collective, algbw x 2(n-1)/n "
-    "for all_reduce, x (n-1)/n for reduce_scatter and all_gather, x 1 for broadcast and reduce"
+    "for all_reduce, x (n-1)/n for reduce_scatter, all_gather and all_to_all, x 1 for broadcast "
+    "and reduce"
 )
 
 
@@ -190,6 +191,8 @@ def nccl_bus_factor(op: str, ranks: int) -> float:
         "all_reduce": 2 * (n - 1) / n,
         "reduce_scatter": (n - 1) / n,
         "all_gather": (n - 1) / n,
+        # nccl-tests' alltoall: each rank keeps 1/n of its buffer and sends the rest
+        "all_to_all": (n - 1) / n,
         "broadcast": 1.0,
         "reduce": 1.0,
         "send": 1.0,
@@ -248,9 +251,10 @@ class BenchRow:
 
 def plan_size(plan, rank: int = 0) -> int:
     """The bytes of the plan's library collectives in nccl-tests' size convention: an
-    all_reduce's (or broadcast's, reduce's, send's) buffer, a reduce_scatter's input, an
-    all_gather's output; chunked steps count their rows. With runtime/executor.py plan_traffic
-    (the same steps times their bus factors), busbw / algbw is the collective's factor."""
+    all_reduce's (or broadcast's, reduce's, send's) buffer, a reduce_scatter's (or
+    all_to_all's) input, an all_gather's output; chunked steps count their rows. With
+    runtime/executor.py plan_traffic (the same steps times their bus factors), busbw / algbw
+    is the collective's factor."""
     from coconet.lowering.plan import Collective
     from coconet.runtime.executor import _rows_fraction, buffer_nbytes, group_of
 

@@ -350,6 +350,135 @@ def softmax_rows(inputs: Inputs, ranks: int) -> dict[str, np.ndarray]:
     return {"probs": softmax(ew(np.add, scaled, bias, out=q.dtype))}
 
 
+# --------------------------------------------------------------------------------------------
+# all_to_all: Ulysses attention and a GShard MoE layer, rank by rank
+# --------------------------------------------------------------------------------------------
+
+
+def split(n: int, parts: int) -> list[np.ndarray]:
+    """The indices of each rank's part of n elements, as MPI_Reduce_scatter's recvcounts cut
+    them: the first n % parts ranks hold one more."""
+    size, extra = divmod(n, parts)
+    starts = [i * size + min(i, extra) for i in range(parts + 1)]
+    return [np.arange(starts[i], starts[i + 1]) for i in range(parts)]
+
+
+def matmul_f32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """A matmul of f32 operands, accumulated in f64 and rounded once (equal to any f32
+    accumulation order where the products and partial sums are exact; within a few ulps
+    elsewhere)."""
+    return np.matmul(a.astype(F64), b.astype(F64)).astype(F32)
+
+
+def sum_dim(x: np.ndarray, dim: int) -> np.ndarray:
+    """A row reduction over `dim` in the dialect's lane order (row_sum), dim dropped."""
+    moved = np.moveaxis(np.asarray(x), dim, -1)
+    return row_sum(moved)[..., 0]
+
+
+def ulysses_attention(inputs: Inputs, ranks: int) -> dict[str, np.ndarray]:
+    """Rank r holds sequence part r of q [H, S, D], v [H, S, D] and kt [H, D, S]; the
+    all_to_all gives rank j the whole sequence of its heads (every rank's sequence part of
+    them, in rank order); causal attention per head; the second all_to_all gives rank r its
+    sequence part of every head's output; out = sum over heads of out_h @ wo[h] (lane order),
+    rank r holding its sequence part."""
+    q, kt, v, wo = (np.asarray(inputs[k]) for k in ("q", "kt", "v", "wo"))
+    h, s, d = q.shape
+    seq, heads = split(s, ranks), split(h, ranks)
+    # what each rank holds
+    held = [{"q": q[:, seq[r]], "kt": kt[:, :, seq[r]], "v": v[:, seq[r]]} for r in range(ranks)]
+
+    def to_heads(name: str, axis: int) -> list[np.ndarray]:
+        return [
+            np.concatenate([held[i][name][heads[j]] for i in range(ranks)], axis=axis)
+            for j in range(ranks)
+        ]
+
+    qh, kh, vh = to_heads("q", 1), to_heads("kt", 2), to_heads("v", 1)
+    mask = np.where(np.arange(s)[None, :] <= np.arange(s)[:, None], 0.0, -np.inf).astype(F32)
+    scale = np.asarray(1 / math.sqrt(d), F32)
+    outputs = []
+    for j in range(ranks):
+        scaled = ew(np.multiply, matmul_f32(qh[j], kh[j]), scale, out=F32)
+        scores = ew(np.add, scaled, mask, out=F32)
+        outputs.append(matmul_f32(softmax(scores), vh[j]))  # [heads of j, S, D]
+    pieces = []
+    for r in range(ranks):
+        back = np.concatenate([outputs[j][:, seq[r]] for j in range(ranks)], axis=0)
+        projected = np.stack([matmul_f32(back[i], wo[i]) for i in range(h)])  # [H, S_r, E]
+        pieces.append(sum_dim(projected, 0))
+    return {"out": np.concatenate(pieces, axis=0)}
+
+
+def moe_layer(inputs: Inputs, ranks: int, k: int = 2, capacity: int = 3) -> dict[str, np.ndarray]:
+    """GShard's top-k MoE layer with static capacity, rank by rank: rank r routes the tokens
+    of its groups (array_split of G), fills each expert's dispatch buffer [G, C, M] slot by
+    slot (first choices in token order, then second choices after the first choices the
+    expert kept), sends expert e's buffers to the rank holding e (array_split of E), runs
+    relu(x w1[e]) w2[e], sends them back; each token adds its kept experts' outputs times its
+    gates (renormalized over the k chosen: GShard) to itself."""
+    x, wg, w1, w2 = (np.asarray(inputs[n]) for n in ("x", "wg", "w1", "w2"))
+    g_count, s, m = x.shape
+    e_count = wg.shape[1]
+    groups, experts = split(g_count, ranks), split(e_count, ranks)
+    # routing on each rank: per token, its (expert, slot or None, gate) choices
+    routes: dict[tuple[int, int], list[tuple[int, int | None, np.float32]]] = {}
+    sent = [np.zeros((e_count, len(groups[r]), capacity, m), F32) for r in range(ranks)]
+    for r in range(ranks):
+        for gi, g in enumerate(groups[r]):
+            logits = matmul_f32(x[g], wg)  # [S, E], exact for dyadic inputs
+            probs = softmax(logits)
+            choices: list[list[int]] = []  # each token's experts, best first
+            for t in range(s):
+                left = logits[t].copy()
+                choices.append([])
+                for _ in range(k):
+                    e = int(np.argmax(left))  # the first expert of the highest logit
+                    choices[t].append(e)
+                    left[e] = -np.inf
+            gates = [[probs[t, e] for e in choices[t]] for t in range(s)]
+            if k > 1:
+                for t in range(s):
+                    total = np.float32(0)
+                    for gate in gates[t]:
+                        total = np.float32(total + gate)
+                    gates[t] = [np.float32(gate / total) for gate in gates[t]]
+            # slots: replay the choices in GShard's order
+            filled = np.zeros(e_count, int)
+            for c in range(k):
+                count = filled.copy()
+                for t in range(s):
+                    e = choices[t][c]
+                    slot = int(count[e])
+                    count[e] += 1
+                    keep = slot < capacity
+                    route = (e, slot if keep else None, gates[t][c])
+                    routes.setdefault((int(g), t), []).append(route)
+                    if keep:
+                        sent[r][e, gi, slot] = x[g, t]
+                filled = np.minimum(count, capacity)
+    # dispatch all_to_all: rank j receives its experts' buffers of every group
+    returned = [np.zeros((e_count, len(groups[r]), capacity, m), F32) for r in range(ranks)]
+    for j in range(ranks):
+        for e in experts[j]:
+            buf = np.concatenate([sent[i][e] for i in range(ranks)], axis=0)  # [G, C, M]
+            hidden = np.maximum(matmul_f32(buf.reshape(-1, m), w1[e]), np.float32(0))
+            y = matmul_f32(hidden, w2[e]).reshape(buf.shape)
+            for i in range(ranks):  # combine all_to_all: each group back to its rank
+                returned[i][e] = y[groups[i]]
+    out = np.empty_like(x)
+    for r in range(ranks):
+        for gi, g in enumerate(groups[r]):
+            for t in range(s):
+                # f32 products, summed over the experts in f64 in expert order, rounded once
+                acc = np.zeros(m, F64)
+                for e, slot, gate in sorted(routes[(int(g), t)], key=lambda c: c[0]):
+                    if slot is not None:
+                        acc = acc + ew(np.multiply, gate, returned[r][e, gi, slot], out=F32)
+                out[g, t] = ew(np.add, x[g, t], acc.astype(F32), out=F32)
+    return {"out": out}
+
+
 REFERENCES: dict[str, Callable[[Inputs, int], dict[str, np.ndarray]]] = {
     "sgd": sgd,
     "adam": adam,
@@ -363,4 +492,6 @@ REFERENCES: dict[str, Callable[[Inputs, int], dict[str, np.ndarray]]] = {
     "allreduce_rmsnorm": allreduce_rmsnorm,
     "megatron_sp_layernorm": megatron_sp_layernorm,
     "softmax_rows": softmax_rows,
+    "ulysses_attention": ulysses_attention,
+    "moe_layer": moe_layer,
 }

@@ -64,13 +64,14 @@ def test_nccl_bus_factors():
     assert nccl_bus_factor("reduce_scatter", 4) == pytest.approx(0.75)
     assert nccl_bus_factor("all_gather", 8) == pytest.approx(0.875)
     assert nccl_bus_factor("broadcast", 4) == 1.0
+    assert nccl_bus_factor("all_to_all", 4) == pytest.approx(0.75)  # nccl-tests' alltoall
     assert nccl_bus_factor("all_reduce", 1) == 0.0  # one rank moves nothing
-    with pytest.raises(ValueError, match="no bus bandwidth factor for 'all_to_all'"):
-        nccl_bus_factor("all_to_all", 4)
+    with pytest.raises(ValueError, match="no bus bandwidth factor for 'gather'"):
+        nccl_bus_factor("gather", 4)
 
 
 @pytest.mark.parametrize("ranks", [2, 4, 8])
-@pytest.mark.parametrize("op", ["all_reduce", "reduce_scatter", "all_gather"])
+@pytest.mark.parametrize("op", ["all_reduce", "reduce_scatter", "all_gather", "all_to_all"])
 def test_every_schedule_of_a_collective_has_its_nccl_bus_factor(op, ranks):
     """busbw / algbw = plan_traffic / plan_size of the program as written: nccl-tests' factor of
     the collective, whether it runs as a library all_reduce, split into reduce_scatter +
@@ -78,7 +79,8 @@ def test_every_schedule_of_a_collective_has_its_nccl_bus_factor(op, ranks):
     count = 1024 * ranks
     program = op_program(op, "f32", count)
     size = program_size(program, ranks)
-    assert size == 4 * count  # nccl-tests' size: the buffer, the RS input, the AG output
+    # nccl-tests' size: the buffer, the RS input, the AG output, the all_to_all's input
+    assert size == 4 * count
     schedules = list(named_schedules(program)) or [None]
     if op == "all_reduce":
         assert schedules == ["ar-c", "rs-c-ag", "fuse(rs-c-ag)"]
