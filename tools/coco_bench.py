@@ -41,7 +41,7 @@ from coconet.core.program import CocoError, Program, load
 from coconet.tools.rank_job import add_timeout_options, job_description, tool_main
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce")
-DTYPES = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2}
+DTYPES = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2, "f8E4M3FN": 1, "f8E5M2": 1}
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
@@ -185,6 +185,8 @@ def op_program(op: str, dtype: str, count: int) -> Program:
     from coconet import frontend
     from coconet.frontend import (
         BF16,
+        F8E4M3FN,
+        F8E5M2,
         F16,
         F32,
         F64,
@@ -199,7 +201,14 @@ def op_program(op: str, dtype: str, count: int) -> Program:
         Tensor,
     )
 
-    elt = {"f32": F32, "f64": F64, "f16": F16, "bf16": BF16}[dtype]
+    elt = {
+        "f32": F32,
+        "f64": F64,
+        "f16": F16,
+        "bf16": BF16,
+        "f8E4M3FN": F8E4M3FN,
+        "f8E5M2": F8E5M2,
+    }[dtype]
     layout = Sliced(0) if op == "all_gather" else Local
     collective: Callable[[Any], Any] = {
         "all_reduce": lambda x: AllReduce("+", x),

@@ -90,6 +90,20 @@ def test_every_schedule_of_a_collective_has_its_nccl_bus_factor(op, ranks):
         assert traffic / size == pytest.approx(nccl_bus_factor(op, ranks)), spec
 
 
+@pytest.mark.parametrize(("dtype", "itemsize"), [("bf16", 2), ("f8E4M3FN", 1), ("f8E5M2", 1)])
+def test_narrow_types_move_their_own_bytes(dtype, itemsize):
+    """coco-bench -d bf16/f8E4M3FN/f8E5M2: the size and every schedule's traffic count the
+    type's own bytes (fp8 moves a quarter of f32's), with the same bus factor."""
+    count, ranks = 4096, 4
+    program = op_program("all_reduce", dtype, count)
+    size = program_size(program, ranks)
+    assert size == itemsize * count
+    for spec in named_schedules(program):
+        plan = lower(apply_schedule(program, spec), ranks)
+        traffic = max(plan_traffic(plan, r) for r in range(ranks))
+        assert traffic / size == pytest.approx(nccl_bus_factor("all_reduce", ranks)), spec
+
+
 def test_bench_row_bandwidths_follow_the_conventions():
     row = BenchRow("ar-c", 2e-3, 1e-3, 3 << 20, 2, 1, size_bytes=2 << 20)
     assert row.algbw == pytest.approx((2 << 20) / 2e-3 / 1e9)
