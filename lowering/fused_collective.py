@@ -352,9 +352,7 @@ def _collective_kernel(
     site = None
     if lw.memoize_kernels and not rows:
         extras: list[tuple[object, Sequence[SSAValue]]] = []
-        extras += [
-            (op_description(op), [wire_source(lw, op.input), op.result]) for op in scatters
-        ]
+        extras += [(op_description(op), [wire_source(lw, op.input), op.result]) for op in scatters]
         extras += [(op_description(op), [op.input, op.result]) for op in gathers]
         extras += [(op_description(op), op.results) for op in reductions]
         extras += [("gather_target", [v, t]) for v, t in kernel.gather_targets.items()]
