@@ -301,26 +301,72 @@ def test_the_cuda_units_compile_with_nvrtc() -> None:
             assert compile_cuda(source, arch, warnings_as_errors=True).binary, (name, arch)
 
 
-def test_the_epilogue_s_last_phase_vectorizes_on_the_host(tmp_path: Path) -> None:
-    """The fused epilogue's last phase (normalize, times the bf16 weight, quantize, store the
-    fp8 row) is a loop the host compiler vectorizes: the weight is read at the innermost
-    coordinate, the row's plus e_ (row_collective.py build_indices). Read through `i % 64`,
-    it was a gather, which AVX2 lacks for 16-bit values, so the loop ran scalar and the fp8
-    epilogue at [1024, 4096] took 2-3x the f32 one on the cpu backend."""
+def vectorized_lines(source: str, tmp_path: Path) -> set[int]:
+    """The lines of `source` (a plan's translation unit) whose loop the host compiler, with
+    the cpu backend's flags, reports vectorized (g++'s -fopt-info)."""
+    import re
     import subprocess
 
     from coconet.toolchain.host_compiler import HEADER_DIR, _compiler, host_compile_flags
 
     if "g++" not in Path(_compiler()).name:
         pytest.skip("-fopt-info is g++'s")
-    source = lower(scheduled("allreduce_rmsnorm_fp8", "fuse(rs-c-ag)"), 2).cuda_source
     (tmp_path / "unit.cu").write_text(source)
-    (line,) = [
-        n + 1
-        for n, text in enumerate(source.splitlines())
-        if "COCO_BLOCK_STRIDE_LOOP(coco_i64, e_, 0, 64)" in text
-    ]
     cmd = [_compiler(), *host_compile_flags(), "-x", "c++", "-I", str(HEADER_DIR)]
     cmd += ["-fopt-info-vec-optimized", "-o", str(tmp_path / "unit.so"), str(tmp_path / "unit.cu")]
     done = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    assert f"unit.cu:{line}:5: optimized: loop vectorized" in done.stderr, done.stderr
+    return {
+        int(m) for m in re.findall(r"unit\.cu:(\d+):\d+: optimized: loop vectorized", done.stderr)
+    }
+
+
+def lines_with(source: str, text: str) -> list[int]:
+    return [n + 1 for n, line in enumerate(source.splitlines()) if text in line]
+
+
+def test_the_epilogue_s_last_phase_vectorizes_on_the_host(tmp_path: Path) -> None:
+    """The fused epilogue's last phase (normalize, times the bf16 weight, quantize, store the
+    fp8 row) is a loop the host compiler vectorizes: the weight is read at the innermost
+    coordinate, the row's plus e_ (row_collective.py build_indices). Read through `i % 64`,
+    it was a gather, which AVX2 lacks for 16-bit values, so the loop ran scalar and the fp8
+    epilogue at [1024, 4096] took 2-3x the f32 one on the cpu backend."""
+    source = lower(scheduled("allreduce_rmsnorm_fp8", "fuse(rs-c-ag)"), 2).cuda_source
+    (line,) = lines_with(source, "COCO_BLOCK_STRIDE_LOOP(coco_i64, e_, 0, 64)")
+    assert line in vectorized_lines(source, tmp_path)
+
+
+def test_the_fp8_gradient_widens_in_vectors_on_the_host(tmp_path: Path) -> None:
+    """The fused Adam's reduce_scatter combines each further peer's fp8 vector in a lanes loop
+    the host compiler vectorizes (both batches' loops: the first's slots 1.., and every
+    further batch's): the host runs a slot only where its peer exists (COCO_FOR_PEER_SLOTS),
+    so the select in the body is known true. Through the select, the peer's address was
+    loaded per lane, a gather of bytes AVX2 has not, and the step at 2 ranks took 2x the f32
+    one."""
+    source = lower(scheduled("adam_fp8_wire", "fuse(rs-c-ag)"), 2).cuda_source
+    slots = lines_with(source, "COCO_FOR_PEER_SLOTS(")
+    assert len(slots) == 2, source
+    assert {line + 1 for line in slots} <= vectorized_lines(source, tmp_path)
+
+
+@pytest.mark.parametrize("ranks", [10, 17])
+def test_the_narrow_wire_over_several_peer_batches(ranks: int) -> None:
+    """Groups beyond one batch of peers (COCO_PEER_BATCH: 8 on the host): the fused kernel's
+    vector loop pulls and widens the fp8 gradient batch by batch, each slot only where its
+    peer exists (COCO_FOR_PEER_SLOTS), two and three batches here, every block holding whole
+    1 KiB vectors of fp8; the step equals the NumPy reference bit for bit."""
+    import runpy
+
+    program = runpy.run_path(str(EXAMPLES / "adam_fp8_wire.py"))["build"](1 << 16)
+    inputs = make_inputs("adam_fp8_wire", ranks, seed=ranks)
+    rng = np.random.default_rng(ranks)
+    n = 1 << 16
+    inputs |= {
+        "g": rng.standard_normal((ranks, n)).astype(E4M3),
+        "w": rng.standard_normal(n).astype(F32),
+        "m": (0.1 * rng.standard_normal(n)).astype(F32),
+        "v": (0.01 * rng.random(n)).astype(F32),
+    }
+    want = adam_fp8_wire({k: v.copy() for k, v in inputs.items()}, ranks)
+    plan = lower(apply_schedule(program, "fuse(rs-c-ag)"), ranks)
+    assert n // ranks // plan.steps[0].grid >= 512  # most blocks run a 1024-lane vector
+    assert_same_bits(ThreadedExecutor(plan).run(inputs), want, f"fuse(rs-c-ag) at {ranks}")
