@@ -914,6 +914,157 @@ def overlap_worker(comm, args: argparse.Namespace) -> None:
     print("  vs base: the base row's median over the row's (above 1: faster than the base)")
 
 
+# ---------------------------------------------------------------------------------------------
+# fp8 on the wire (issue #31.6): each fp8 example beside its f32 and bf16 forms
+# ---------------------------------------------------------------------------------------------
+
+
+def fp8_programs(log2n: int) -> list[tuple[str, list[str | None], list[tuple[str, object]]]]:
+    """(title, schedules, [(form, program)]) per fp8 example (examples/*.py's build()), the f32
+    form first: it is the base of the ratios. n = 2^log2n elements in the tensor that moves:
+    Adam's parameters; the epilogue's [n / 4096, 4096] activations; the FSDP weight
+    [n / 2048, 2048] (times 16 tokens of activations)."""
+    import runpy
+    from pathlib import Path
+
+    from coconet.frontend import BF16, F8E4M3FN, F32
+
+    examples = Path(__file__).resolve().parents[1] / "examples"
+
+    def build(name: str) -> Callable:
+        return runpy.run_path(str(examples / f"{name}.py"))["build"]
+
+    n = 1 << log2n
+    adam, rms, gather = (
+        build(e) for e in ("adam_fp8_wire", "allreduce_rmsnorm_fp8", "fp8_allgather_matmul")
+    )
+    tokens, k = max(1, n // 4096), max(1, n // 2048)
+    return [
+        (
+            f"adam_fp8_wire: Adam over n = 2^{log2n} f32 parameters, the gradient arriving as",
+            ["ar-c", "fuse(rs-c-ag)"],
+            [
+                ("f32", adam(n, F32)),
+                ("bf16 (cast)", adam(n, BF16)),
+                ("fp8 e4m3 (cast)", adam(n, F8E4M3FN)),
+            ],
+        ),
+        (
+            f"allreduce_rmsnorm_fp8: [{tokens}, 4096] all_reduce + residual + RMSNorm, in/out",
+            ["ar-c", "fuse(rs-c-ag)"],
+            [
+                ("f32/f32", rms(F32, None, tokens, 4096)),
+                ("bf16/bf16", rms(BF16, None, tokens, 4096)),
+                ("bf16/fp8 e4m3", rms(BF16, F8E4M3FN, tokens, 4096)),
+            ],
+        ),
+        (
+            f"fp8_allgather_matmul: [16, {k}] x all_gather([{k}, 2048] f32 slices), gathered as",
+            [None],
+            [
+                ("f32", gather(F32, 16, k, 2048)),
+                ("bf16 (cast)", gather(BF16, 16, k, 2048)),
+                ("fp8 e4m3 (amax, quantize)", gather(F8E4M3FN, 16, k, 2048)),
+            ],
+        ),
+    ]
+
+
+def fp8_inputs(plan, rank: int) -> dict[str, object]:
+    """This rank's pieces: Adam's scalars, the epilogue's scale (1/64), values of each
+    argument's element type otherwise (local ones this rank's own, the rest alike on every
+    rank, so replicated arguments agree)."""
+    import numpy as np
+
+    from coconet.core import values as V
+    from coconet.dialects.coco import LocalAttr
+
+    out: dict[str, object] = {}
+    for i, (arg, buf) in enumerate(plan.arguments.items()):
+        if buf.shape == ():
+            out[arg] = np.asarray(ADAM.get(arg, 1 / 64), V.numpy_dtype(buf.type))
+            continue
+        local = any(isinstance(lay, LocalAttr) for lay in buf.type.layouts.data)
+        rng = np.random.default_rng([i, rank if local else 0])
+        values = rng.standard_normal(buf.shape, dtype=np.float32)
+        out[arg] = (np.abs(values) * 0.01 if arg == "v" else values).astype(V.numpy_dtype(buf.type))
+    return out
+
+
+def fp8_worker(comm, args: argparse.Namespace) -> None:
+    """The fp8 table: every (example, schedule, form) row, in rounds, with its bytes per rank
+    (the plan's traffic, runtime/executor.py plan_traffic: what the rank sends per step, as
+    coco-run --bench counts it) and both ratios against the f32 form under the same schedule."""
+    from coconet.compile import compile as coco_compile
+
+    tables = []
+    for title, schedules, forms in fp8_programs(args.log2n):
+        groups = []
+        for schedule in schedules:
+            rows = []
+            for form, program in forms:
+                c = coco_compile(program, schedule=schedule, backend="cpu")
+                c(**fp8_inputs(c.plan, comm.Get_rank()))  # binds the arrays
+                rows.append((form, c.step, c))
+            groups.append((schedule or "as written", rows))
+        tables.append((title, groups))
+    times: dict[tuple[int, int, str], list[float]] = {}
+    for _ in range(args.rounds):
+        for t, (_, groups) in enumerate(tables):
+            for g, (_, rows) in enumerate(groups):
+                for form, step, _ in rows:
+                    times.setdefault((t, g, form), []).extend(
+                        timed(comm, step, args.warmup, args.iters)
+                    )
+    traffic = {
+        (t, g, form): c.bytes_per_rank
+        for t, (_, groups) in enumerate(tables)
+        for g, (_, rows) in enumerate(groups)
+        for form, _, c in rows
+    }
+    for _, groups in tables:
+        for _, rows in groups:
+            for _, _, c in rows:
+                c.close()
+    if comm.Get_rank() != 0:
+        return
+    print(
+        f"\nfp8 on the wire, {comm.Get_size()} rank(s) of the cpu backend, {os.cpu_count()} "
+        f"core(s): median of {args.rounds * args.iters} step(s) ({args.rounds} round(s) of "
+        f"{args.iters} after {args.warmup} warm-up), slowest rank per step"
+    )
+    width = 2 + max(
+        len(f"{label}  {form}")
+        for _, groups in tables
+        for label, rows in groups
+        for form, *_ in rows
+    )
+    for t, (title, groups) in enumerate(tables):
+        print(f"  {title}")
+        print(
+            f"    {'':<{width}}{'median':>10}{'min':>10}{'bytes/rank':>13}"
+            f"{'bytes vs f32':>14}{'time vs f32':>13}"
+        )
+        for g, (label, rows) in enumerate(groups):
+            base_form = rows[0][0]
+            base = statistics.median(times[(t, g, base_form)])
+            base_bytes = traffic[(t, g, base_form)]
+            for form, _, _ in rows:
+                ts = times[(t, g, form)]
+                med = statistics.median(ts)
+                sent = traffic[(t, g, form)]
+                bytes_ratio = f"{sent / base_bytes:.2f}x" if base_bytes else "-"
+                print(
+                    f"    {label + '  ' + form:<{width}}{med * 1e3:>8.2f}ms{min(ts) * 1e3:>8.2f}ms"
+                    f"{sent / 2**20:>9.2f} MiB{bytes_ratio:>14}{base / med:>12.2f}x"
+                )
+    print(
+        "  bytes vs f32: the row's bytes/rank over the f32 form's under the same schedule (below "
+        "1: fewer bytes);\n  time vs f32: the f32 form's median over the row's (above 1: faster "
+        "than f32)"
+    )
+
+
 def worker(args: argparse.Namespace) -> None:
     from mpi4py import MPI
 
@@ -928,6 +1079,8 @@ def worker(args: argparse.Namespace) -> None:
             a2a_worker(comm, table, args)
     if "overlap" in args.tables:
         overlap_worker(comm, args)
+    if "fp8" in args.tables:
+        fp8_worker(comm, args)
 
 
 def optimizer_worker(comm, opt: Optimizer, args: argparse.Namespace) -> None:
@@ -1028,8 +1181,8 @@ def main() -> None:
     p.add_argument(
         "--tables",
         nargs="+",
-        choices=("adam", "lamb", "mp", "overlap", "moe", "ulysses"),
-        default=["adam", "lamb", "mp", "overlap", "moe", "ulysses"],
+        choices=("adam", "lamb", "mp", "overlap", "moe", "ulysses", "fp8"),
+        default=["adam", "lamb", "mp", "overlap", "moe", "ulysses", "fp8"],
         help="which tables to measure and print (default all)",
     )
     p.add_argument(

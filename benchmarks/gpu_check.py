@@ -242,6 +242,9 @@ def job_limits(timeout: float) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 
 
+AS_WRITTEN = "as-written"  # coco-run's --schedule for the program unscheduled
+
+
 @dataclass(frozen=True)
 class Case:
     example: Path
@@ -260,7 +263,8 @@ class Skipped:
 def enumerate_matrix(examples_dir: Path, ranks: Sequence[int]) -> tuple[list[Case], list[Skipped]]:
     """Every (example, named schedule, rank count) the API says is legal, and why the others
     are not. Legal means what coco-run checks before launching: the process grid binds to
-    that many ranks and the scheduled program lowers for them."""
+    that many ranks and the scheduled program lowers for them. An example no named schedule
+    fits (examples/fp8_allgather_matmul) runs as written (`--schedule as-written`)."""
     from coconet.compile import apply_schedule
     from coconet.core.program import CocoError, load
     from coconet.lowering.lower_to_plan import lower
@@ -270,7 +274,8 @@ def enumerate_matrix(examples_dir: Path, ranks: Sequence[int]) -> tuple[list[Cas
     skipped: list[Skipped] = []
     for path in sorted(Path(examples_dir).glob("*.mlir")):
         program = load(path)
-        scheduled = {name: apply_schedule(program, name) for name in named_schedules(program)}
+        names = list(named_schedules(program)) or [AS_WRITTEN]
+        scheduled = {name: apply_schedule(program, name) for name in names}
         for n in ranks:
             try:
                 program.grid.bind(n)

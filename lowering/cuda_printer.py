@@ -455,7 +455,8 @@ class CudaPrinter(BasePrinter):
         start = self.expr(stmt.start)
         with self.scope():
             s = self.declare(stmt.var)
-            with self.braces(f"COCO_FOR_PEER_SLOTS({s}, {start})"):
+            exists = self.expr(stmt.exists)
+            with self.braces(f"COCO_FOR_PEER_SLOTS({s}, {start}, {exists})"):
                 self.print_block(stmt.body)
 
     @print_stmt.register

@@ -381,10 +381,13 @@ class PeerVecIn(Stmt):
 @dataclass(frozen=True)
 class PeerSlots(Stmt):
     """The slots of a batch of peers, `var` in [start, COCO_PEER_BATCH) in order (a
-    compile-time count: unrolled on a GPU, so each slot is its own registers)."""
+    compile-time count: unrolled on a GPU, so each slot is its own registers, and the body
+    selects on the slot's peer existing); `exists`, that condition, which the host tests
+    before the body (its slots are views, not registers)."""
 
     var: Var
     start: Expr
+    exists: Expr
     body: tuple[Stmt, ...]
 
 

@@ -137,6 +137,30 @@ class _RowBuilder(ElementwiseBuilder):
         self.copies: dict[SSAValue, Expr] = {}
         self.shared: list[Stmt] = []
 
+    # -- the element's coordinates --------------------------------------------------------
+
+    def build_indices(self) -> None:
+        """The element's coordinates from its row's start, with the element's index in the row
+        added to the innermost one (as a vector's lanes add theirs: kernels/vectors.py). Rows
+        start at multiples of the row (ranks, blocks and overlap chunks take whole rows) and
+        the innermost collapsed dim holds the last dim whole, so the coordinates of
+        `begin + row_ + e_` are those of `begin + row_` with e_ added to the innermost. Its
+        value is the same; but it is now affine in e_ (the rest is invariant over the row), so
+        the host compiler vectorizes a phase reading an operand broadcast along the rows
+        (RMSNorm's weight), which it did not through `i % count` for 8- and 16-bit types
+        (the gather it would take has no AVX2 form): an f32 epilogue with a bf16 weight or an
+        fp8 output ran its last phase scalar, 2-3x slower."""
+        super().build_indices()
+        if not self.coords:
+            return
+        at = next(n for n, st in enumerate(self.body) if st is self.index_stmts[0])
+        base = [Var(I64, None, f"r{c.fallback}_") for c in self.coords]
+        stmts = self.coordinates(self.begin + self.row_start, base, self.dims)
+        stmts += [Decl(c, b) for c, b in zip(self.coords[:-1], base[:-1], strict=True)]
+        stmts += [Decl(self.coords[-1], base[-1] + self.element), Unused(tuple(self.coords))]
+        self.body[at : at + len(self.index_stmts)] = stmts
+        self.index_stmts = stmts
+
     # -- classification ------------------------------------------------------------------
 
     def space(self, v: SSAValue) -> str:

@@ -79,7 +79,9 @@
 //                                       GPU loads in the order rotated by `me` (its own slot
 //                                       first, then me + 1, ...: ranks do not all read the
 //                                       same peer at once), each into its own registers
-//     COCO_FOR_PEER_SLOTS(s, start) { }  s in [start, COCO_PEER_BATCH), unrolled on a GPU:
+//     COCO_FOR_PEER_SLOTS(s, start, exists) { }  s in [start, COCO_PEER_BATCH), unrolled
+//                                       on a GPU (the body selects on `exists`, slot s's
+//                                       peer existing), those where it holds on the host:
 //                                       the peers of a batch, combined IN RANK ORDER
 //   COCO_PEER_BATCH is a compile-time count: the build's largest group (COCO_PEERS_MAX) up to
 //   8, so a GPU holds no register for a peer that cannot exist; larger groups take further
@@ -335,7 +337,10 @@ COCO_HD void coco_peers_view(const T* (&dst)[COCO_PEER_BATCH_], const coco_u64* 
   const T* name[COCO_PEER_BATCH_];                                         \
   coco_peers_view<T>(name, (table), (index), (first), (nranks));           \
   (void)(me)
-#define COCO_FOR_PEER_SLOTS(s, start) for (coco_i32 s = (start); s < COCO_PEER_BATCH_; ++s)
+// The slots whose peer exists (`exists`, the condition the body selects on): the compiler
+// then knows the select true, hoists the peer's address and vectorizes the lanes loop.
+#define COCO_FOR_PEER_SLOTS(s, start, exists) \
+  for (coco_i32 s = (start); s < COCO_PEER_BATCH_; ++s) if (exists)
 // Nothing is loaded ahead on the host (see the CUDA implementation).
 template <class... A>
 COCO_HD void coco_loads_issued(coco_i64, A&...) {}
@@ -510,7 +515,8 @@ COCO_HD void coco_peers_vload(T (&dst)[COCO_PEER_BATCH_][L], const coco_u64* tab
 #define COCO_PEERS_VEC_IN(T, name, lanes, table, index, first, nranks, me) \
   alignas(16) T name[COCO_PEER_BATCH_][lanes];                             \
   coco_peers_vload<0>(name, (table), (index), (first), (nranks), (me) % COCO_PEER_BATCH_)
-#define COCO_FOR_PEER_SLOTS(s, start) \
+// Every slot (its own registers): the body selects on `exists` (the host tests it).
+#define COCO_FOR_PEER_SLOTS(s, start, exists) \
   _Pragma("unroll") for (coco_i32 s = (start); s < COCO_PEER_BATCH_; ++s)
 
 // coco_loads_issued(zero, vectors...): after the last load of a vector iteration, before its

@@ -275,13 +275,18 @@ class VectorBuilder(BuilderState):
 
         def combined(batch: Var, first: Expr, start: int) -> PeerSlots:
             """The batch's slots from `start` on, each combined into `arr` if its peer
-            exists: a select, not a branch (ptxas sinks loads issued before a branch past
-            it, to their use after it)."""
+            exists: a select, not a branch, on a GPU (ptxas sinks loads issued before a
+            branch past it, to their use after it). The host tests the same condition before
+            the slot (COCO_FOR_PEER_SLOTS), so the compiler knows the select true, hoists the
+            peer's address and vectorizes the lanes; through the select it loaded the
+            address per lane, a gather, which has no AVX2 form for 8- and 16-bit values: an
+            fp8 gradient's peers were widened one element at a time (Adam's fused step at 2
+            ranks took 2x the f32 one)."""
             s, k = Var(I32, None, "s_"), Var(I32, None, "k_")
             exists = binary("<", s if isinstance(first, Lit) else first + s, self.group)
             combine = Combine(r.kind, acc_t, Index(arr, k), item(batch, s, k))
             step = Assign(Index(arr, k), Select(exists, combine, Index(arr, k)))
-            return PeerSlots(s, Lit(str(start)), (LaneLoop(k, L, (step,)),))
+            return PeerSlots(s, Lit(str(start)), exists, (LaneLoop(k, L, (step,)),))
 
         x = Var(storage, hint, "peers_v")
         k0 = Var(I32, None, "k_")

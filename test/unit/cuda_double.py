@@ -36,6 +36,7 @@ from typing import Any, ClassVar
 import ml_dtypes
 import numpy as np
 
+from coconet.core.values import bits_dtype
 from coconet.runtime.cuda import as_bit_patterns, call_nccl, dlpack_placement
 from coconet.runtime.inprocess import InProcessWorld
 from coconet.runtime.transport import NCCL_DTYPES
@@ -468,8 +469,9 @@ class StrictDevice:
     def upload(self, host, stream):
         self._settle()
         host = np.ascontiguousarray(host)
-        if host.dtype == ml_dtypes.bfloat16:
-            host = host.view(np.uint16)
+        bits = bits_dtype(host.dtype)  # bf16 and fp8 as their bit patterns, as CupyDevice does
+        if bits is not None:
+            host = host.view(bits)
         array = self._alloc("upload", host.copy())
         self._write(self.find(array.ctypes.data), self._name(stream), "an upload")
         self.calls.append(("upload", self._name(stream)))
@@ -478,8 +480,9 @@ class StrictDevice:
     def copy_from_host(self, dst, host, stream):
         self._settle()
         host = np.ascontiguousarray(host)
-        if host.dtype == ml_dtypes.bfloat16:
-            host = host.view(np.uint16)
+        bits = bits_dtype(host.dtype)  # bf16 and fp8 as their bit patterns, as CupyDevice does
+        if bits is not None:
+            host = host.view(bits)
         dst[...] = host.reshape(dst.shape)
         self._write(self.find(dst.ctypes.data), self._name(stream), "a host-to-device copy")
 

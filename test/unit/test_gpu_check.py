@@ -153,7 +153,9 @@ def test_matrix_covers_every_example_with_every_schedule_it_is_offered():
     several = 0
     for name in examples:
         schedules = {c.schedule for c in cases if c.example.name == name}
-        assert schedules == set(named_schedules(load(EXAMPLES / name))), name
+        # as written where no named schedule fits (examples/fp8_allgather_matmul)
+        offered = set(named_schedules(load(EXAMPLES / name))) or {gpu_check().AS_WRITTEN}
+        assert schedules == offered, name
         several += len(schedules) >= 3
     assert several >= 9  # (ZeRO-3's step is offered one schedule; the others several)
     assert len(set(cases)) == len(cases), "no case twice"
@@ -175,7 +177,10 @@ def test_matrix_includes_overlap_and_sliced_send_schedules():
 
 def test_matrix_schedules_are_named_schedules_of_their_program():
     cases, _ = matrix()
-    named = {p: set(named_schedules(load(p))) for p in {c.example for c in cases}}
+    named = {
+        p: set(named_schedules(load(p))) or {gpu_check().AS_WRITTEN}
+        for p in {c.example for c in cases}
+    }
     for c in cases:
         assert c.schedule in named[c.example], c
 

@@ -313,13 +313,16 @@ def test_unknown_schedule_names():
 # --------------------------------------------------------------------------------------------
 
 EXAMPLE_NAMES = sorted(p.stem for p in EXAMPLES.glob("*.mlir"))
+# Examples no named schedule fits (test_fp8_examples.py says why; the autotuner's space still
+# holds more than "as written"): the FSDP fp8 gather's one all_reduce is a scalar's.
+NO_NAMED_SCHEDULE = {"fp8_allgather_matmul"}
 
 
 @pytest.mark.parametrize("example", EXAMPLE_NAMES)
 def test_named_pipelines_reproduce_the_ir(example):
     p = load(example)
     named = named_schedules(p)
-    assert named, f"no named schedule fits {example}"
+    assert bool(named) != (example in NO_NAMED_SCHEDULE), f"named schedules of {example}: {named}"
     for name, pipeline in named.items():
         scheduled = apply_schedule(p, name)
         assert run_passes(p, pipeline) == scheduled.print(), name

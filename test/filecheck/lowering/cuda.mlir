@@ -106,12 +106,12 @@ func.func @fused(%g: !coco.tensor<64xf32, local>) -> !coco.tensor<64xf32> {
 // CHECK-NEXT:      double rs_acc_v[lanes_];
 // CHECK-NEXT:      COCO_FOR_LANES(k_, lanes_) {
 // CHECK-NEXT:        rs_acc_v[k_] = (double)rs_peers_v[0][k_];
-// CHECK:           COCO_FOR_PEER_SLOTS(s_, 1) {
+// CHECK:           COCO_FOR_PEER_SLOTS(s_, 1, s_ < group_) {
 // CHECK-NEXT:        COCO_FOR_LANES(k_, lanes_) {
 // CHECK-NEXT:          rs_acc_v[k_] = s_ < group_ ? rs_acc_v[k_] + (double)rs_peers_v[s_][k_] : rs_acc_v[k_];
 // CHECK:           for (coco_i32 b_ = COCO_PEER_BATCH_; b_ < group_; b_ += COCO_PEER_BATCH_) {
 // CHECK-NEXT:        COCO_PEERS_VEC_IN(float, more_v, lanes_, g_peers, g_base + i0_, b_, group_, me);
-// CHECK-NEXT:        COCO_FOR_PEER_SLOTS(s_, 0) {
+// CHECK-NEXT:        COCO_FOR_PEER_SLOTS(s_, 0, b_ + s_ < group_) {
 // CHECK-NEXT:          COCO_FOR_LANES(k_, lanes_) {
 // CHECK-NEXT:            rs_acc_v[k_] = b_ + s_ < group_ ? rs_acc_v[k_] + (double)more_v[s_][k_] : rs_acc_v[k_];
 // CHECK:           COCO_FOR_LANES(k_, lanes_) {
