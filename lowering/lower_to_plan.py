@@ -278,6 +278,8 @@ class Lowering:
         for op in self.program.func.body.block.ops:
             if op in self.deferred:
                 continue  # computed inside the kernels reading it (or where a buffer is asked)
+            if _dead(op):
+                continue  # a pure op nobody reads: a kernel of it would compute and store nothing
             if isinstance(op, func.ReturnOp):
                 for i, v in enumerate(op.arguments):
                     outputs[v.name_hint or f"result{i}"] = self.value_buffer(v)
@@ -933,6 +935,13 @@ def default_ranks(program: Program) -> int:
 
 
 @without_gc
+def _dead(op: Operation) -> bool:
+    """A pure elementwise op or constant whose results nothing reads."""
+    return isinstance(op, coco.ElementwiseOp | coco.ConstantOp) and all(
+        not r.uses for r in op.results
+    )
+
+
 def lower(
     program: Program,
     ranks: int | None = None,

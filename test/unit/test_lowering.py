@@ -23,6 +23,7 @@ from coconet.dialects import coco, comm
 from coconet.lowering.lower_to_plan import LaunchConfig, lower
 from coconet.runtime.sim import prepare_inputs
 from coconet.runtime.threaded import ThreadedExecutor
+from coconet.schedule import apply_pipeline
 from coconet.toolchain.nvrtc import compile_cuda, nvrtc_available
 
 EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.mlir"))
@@ -366,3 +367,28 @@ def test_fused_row_collective_is_one_kernel_and_bit_exact(path: Path):
     if nvrtc_available():
         for arch in ("sm_80", "sm_90"):
             assert _compiled(plan.cuda_source, arch) > 0
+
+
+def test_a_value_nobody_reads_is_not_computed():
+    """A pure op whose result nothing reads (left outside a fused region by coco-fuse) gets no
+    kernel: one of it would compute a variable it never stores, which NVRTC warns about."""
+    text = """
+func.func @f(%a: !coco.tensor<64xf32>, %b: !coco.tensor<64xf32>) -> !coco.tensor<64xf32> {
+  %c = coco.add %a, %b : !coco.tensor<64xf32>
+  %d = coco.neg %a : !coco.tensor<64xf32>
+  %k = coco.constant 2.0 : !coco.tensor<f32>
+  %e = coco.mul %c, %b : !coco.tensor<64xf32>
+  func.return %e : !coco.tensor<64xf32>
+}
+"""
+    program = Program(coconet.parse_module(text))
+    for scheduled in (program, apply_pipeline(program, "coco-fuse")):
+        plan = lower(scheduled, 1)
+        assert "neg" not in plan.format()
+        assert "coco.neg" not in plan.cuda_source
+        if nvrtc_available():
+            assert compile_cuda(plan.cuda_source, "sm_90", warnings_as_errors=True).binary
+        inputs = prepare_inputs(scheduled, None, plan.grid_shape, seed=0)
+        want = coconet.run(program, inputs, inplace=False).outputs
+        got = ThreadedExecutor(plan).run(inputs)
+        np.testing.assert_array_equal(got["e"], want["e"])
