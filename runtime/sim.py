@@ -287,9 +287,6 @@ def run_dequantize(it: Interpreter, op: coco.DequantizeOp) -> list[Pieces]:
     return _elementwise(it, op, lambda q, s: q * s, _scale_compute_type(op))
 
 
-_ML_DTYPES = tuple(V.NUMPY_DTYPES[elt] for elt in V.BITS_DTYPES)
-
-
 def run_cast(it: Interpreter, op: coco.CastOp) -> list[Pieces]:
     res_t: TensorType = op.result.type
     out = []
@@ -297,7 +294,7 @@ def run_cast(it: Interpreter, op: coco.CastOp) -> list[Pieces]:
         for piece in it.get(op.input):
             if res_t.elt == "i1":
                 out.append(piece != 0)
-            elif piece.dtype in _ML_DTYPES and res_t.elt != "f32":
+            elif V.bits_dtype(piece.dtype) is not None and res_t.elt != "f32":
                 # ml_dtypes' types hold exactly in f32; going through it gives every cast
                 # (to an integer, between two of them) the kernels' semantics
                 out.append(piece.astype(np.float32).astype(V.numpy_dtype(res_t)))

@@ -19,6 +19,7 @@ import pytest
 
 import coconet
 from coconet.core.program import Program, parse_module
+from coconet.core.values import bits_dtype
 from coconet.lowering.lower_to_plan import lower
 from coconet.lowering.plan import Launch, RankValue
 from coconet.runtime.sim import prepare_inputs
@@ -73,7 +74,7 @@ NUMPY = {"sum": np.sum, "max": np.max, "min": np.min, "mean": np.mean}
 
 
 def _numpy_reduce(kind: str, x: np.ndarray, dims: tuple[int, ...], keep: bool) -> np.ndarray:
-    ml_float = x.dtype.name == "bfloat16" or x.dtype.name.startswith("float8")
+    ml_float = bits_dtype(x.dtype) is not None  # bf16, fp8
     wide = x.astype(np.float64) if x.dtype.kind == "f" or ml_float else x
     if kind == "sum" and x.dtype.kind == "i":
         return np.sum(x, axis=dims, keepdims=keep, dtype=x.dtype)
