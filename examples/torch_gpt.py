@@ -117,7 +117,7 @@ def train(optimizer: str, schedule: str, args: argparse.Namespace) -> dict:
     """One training run of the recipe; returns what rank 0 reports."""
     rank, world = dist.get_rank(), dist.get_world_size()
     began = time.perf_counter()
-    name = "torch" if optimizer == "torch" else f"coconet {schedule}"
+    name = optimizer.replace("-", " ") if optimizer != "coconet" else f"coconet {schedule}"
     ckpt_file = f"{name.replace(' ', '_').replace('(', '_').replace(')', '')}.pt"
     torch.manual_seed(args.seed)
     model = GPT(args.vocab, args.seq, args.dim, args.heads, args.layers)
@@ -131,8 +131,9 @@ def train(optimizer: str, schedule: str, args: argparse.Namespace) -> dict:
     groups = [{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}]
     hp = {"lr": args.lr, "betas": (0.9, 0.95), "eps": 1e-8}
     # ---- the optimizer line: the one place the recipes differ ----------------------------
-    if optimizer == "torch":
-        opt = torch.optim.AdamW(groups, **hp, **({"fused": True} if args.fused else {}))
+    if optimizer.startswith("torch"):  # torch (its default: a for-loop on CPU), foreach, fused
+        impl = {"torch-foreach": {"foreach": True}, "torch-fused": {"fused": True}}
+        opt = torch.optim.AdamW(groups, **hp, **impl.get(optimizer, {}))
     else:
         import coconet.torch
 
@@ -211,9 +212,14 @@ def train(optimizer: str, schedule: str, args: argparse.Namespace) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--optimizer", action="append", choices=["torch", "coconet"])
+    p.add_argument(
+        "--optimizer",
+        action="append",
+        choices=["torch", "torch-foreach", "torch-fused", "coconet"],
+        help="torch.optim.AdamW (default, foreach=True or fused=True) or coconet's (default: "
+        "torch and coconet)",
+    )
     p.add_argument("--schedule", action="append", help="coconet schedule(s) (default: all)")
-    p.add_argument("--fused", action="store_true", help="torch: AdamW(fused=True), not foreach")
     p.add_argument("--bucket-view", action="store_true", help="DDP(gradient_as_bucket_view=True)")
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--batch", type=int, default=8, help="global batch (split over the ranks)")
@@ -240,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = [
         (o, s)
         for o in args.optimizer or ["torch", "coconet"]
-        for s in ([""] if o == "torch" else args.schedule or ["ar-c", "rs-c-ag", "fuse(rs-c-ag)"])
+        for s in ([""] if o != "coconet" else args.schedule or ["ar-c", "rs-c-ag", "fuse(rs-c-ag)"])
     ]
     records = [train(o, s, args) for o, s in runs]
     if dist.get_rank() == 0:
