@@ -206,6 +206,8 @@ def train(optimizer: str, schedule: str, args: argparse.Namespace) -> dict:
         "dropped_moved": dropped_moved,
         "step_ms": 1e3 * statistics.median(step_s[skip:]) if step_s else None,
         "opt_ms": 1e3 * statistics.median(opt_s[skip:]) if opt_s else None,
+        "step_min_ms": 1e3 * min(step_s[skip:]) if step_s else None,
+        "opt_min_ms": 1e3 * min(opt_s[skip:]) if opt_s else None,
         "run_s": time.perf_counter() - began,  # with the compilation
     }
 
