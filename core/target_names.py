@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Operation
+from xdsl.ir import Operation, SSAValue
 
 from coconet.dialects import coco, comm
 
@@ -29,7 +29,7 @@ def name_schedule_targets(fn: func.FuncOp) -> None:
     keep their (output) names."""
     block = fn.body.block
     last = block.last_op
-    returned = set(last.operands) if isinstance(last, func.ReturnOp) else set()
+    returned: set[SSAValue] = set(last.operands) if isinstance(last, func.ReturnOp) else set()
     unnamed = [
         op
         for op in block.ops

@@ -8,7 +8,7 @@ half-rewritten IR behind.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -66,7 +66,7 @@ _REMARKS: ContextVar[list[Remark] | None] = ContextVar("coco_remarks", default=N
 
 
 @contextmanager
-def collecting_remarks() -> Iterator[list[Remark]]:
+def collecting_remarks() -> Generator[list[Remark]]:
     """Collect the remarks passes make inside the block (coco-opt's `--remarks`); outside
     such a block a remark costs nothing and goes nowhere."""
     sink: list[Remark] = []
@@ -82,12 +82,13 @@ def remarks_wanted() -> bool:
     return _REMARKS.get() is not None
 
 
-def remark_skipped(pass_name: str, refusal: Refusal, skipped: Operation) -> None:
+def remark_skipped(pass_name: str, refusal: PassFailedException, skipped: Operation) -> None:
     """A greedy pass left `skipped` alone: record the refusal its targeted form would give,
     at the op that refusal is about (as coco-opt reports the refusal)."""
     sink = _REMARKS.get()
     if sink is not None:
-        where = refusal.op if refusal.op is not None else skipped
+        about = getattr(refusal, "op", None)
+        where = about if isinstance(about, Operation) else skipped
         sink.append(Remark(pass_name, f"skipped {op_name(skipped)}: {refusal}", where))
 
 
