@@ -264,45 +264,45 @@ AGREEMENT_SCRIPT = textwrap.dedent(
     import coconet
     from coconet.core.program import CocoError
 
-    out_dir, schedules, w_offsets = sys.argv[1], sys.argv[2].split("/"), sys.argv[3].split("/")
+    out_dir, cases = sys.argv[1], sys.argv[2:]
     import torch.distributed as dist
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    try:
-        step = coconet.compile("examples/sgd.mlir", schedule=schedules[rank], backend="cpu")
-        w = np.full(4096, 1.0 + float(w_offsets[rank]), np.float32)
-        step(g=np.ones(4096, np.float32), w=w, lr=0.25)
-        said = "ran"
-    except CocoError as e:
-        said = str(e)
+    said = []
+    for case in cases:  # "SCHEDULE0/SCHEDULE1:OFFSET0/OFFSET1", one compile() each, in turn
+        schedules, w_offsets = (part.split("/") for part in case.split(":"))
+        try:
+            step = coconet.compile("examples/sgd.mlir", schedule=schedules[rank], backend="cpu")
+            w = np.full(4096, 1.0 + float(w_offsets[rank]), np.float32)
+            step(g=np.ones(4096, np.float32), w=w, lr=0.25)
+            said.append("ran")
+        except CocoError as e:
+            said.append(str(e))
+        dist.barrier()  # the next case starts on both ranks after this one ended on both
     with open(f"{out_dir}/rank{rank}.json", "w") as f:
         json.dump(said, f)
-    dist.barrier()
     dist.destroy_process_group()  # the script made the group: gloo's threads end before exit
     """
 )
 
 
-def _agreement(tmp_path, schedules: str, offsets: str) -> list[str]:
+def test_ranks_that_disagree_are_refused_on_every_rank_and_then_agree(tmp_path):
+    """compile() refuses, on every rank, ranks that compiled different schedules, and ranks
+    passing different values for a replicated argument; the same ranks then agree and run.
+    One torchrun job runs the cases in turn (each compile() a job of its own)."""
+    cases = ["ar-c/fuse(rs-c-ag):0/0", "ar-c/ar-c:0/0.5", "ar-c/ar-c:0/0"]
     script = tmp_path / "agree.py"
     script.write_text(AGREEMENT_SCRIPT)
-    proc = torchrun_two(str(script), str(tmp_path), schedules, offsets, timeout=300)
+    proc = torchrun_two(str(script), str(tmp_path), *cases, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
-
-
-def test_ranks_compiling_different_schedules_are_refused_on_every_rank(tmp_path):
-    said = _agreement(tmp_path, "ar-c/fuse(rs-c-ag)", "0/0")
-    for s in said:
+    said = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    schedules, values, agreeing = zip(*said, strict=True)
+    for s in schedules:
         assert "rank 1 compiled another program or schedule than rank 0" in s, said
         assert "'fuse(rs-c-ag)'" in s, said
-
-
-def test_ranks_passing_different_replicated_values_are_refused_on_every_rank(tmp_path):
-    said = _agreement(tmp_path, "ar-c/ar-c", "0/0.5")
-    for s in said:
+    for s in values:
         assert "input 'w' is replicated, but rank 1 passed another value than rank 0" in s, said
-    assert _agreement(tmp_path, "ar-c/ar-c", "0/0") == ["ran", "ran"]
+    assert agreeing == ("ran", "ran")
 
 
 def test_ranks_end_when_their_torchrun_agent_dies(tmp_path):
