@@ -860,6 +860,45 @@ class OverlapOp(RegionOp):
                 "inside it, got " + ", ".join(op.name for op in strangers),
             )
 
+    def check_rows_on_grid(self, grid_shape: Sequence[int]) -> None:
+        """At launch ([overlap-chunks]): every rank's piece of the chunked value -- what one
+        rank's collective handles: a reduce_scatter's result, an all_gather's input, or the
+        whole matmul result an all_reduce reads -- has at least `chunks` rows (the product of
+        its dims but the last), the smallest piece of an uneven cut too; the lowering
+        (lowering/overlap.py `chunk_bounds`) cuts those rows into the chunks."""
+        from coconet.dialects.coco import MatmulOp
+
+        producer = next((op for op in self.body.block.ops if isinstance(op, MatmulOp)), None)
+        if producer is None:
+            return
+        piece: TensorType | None = None
+        for op in self.walk():
+            if isinstance(op, ReduceScatterOp) and op.input == producer.result:
+                piece = op.result.type
+            elif isinstance(op, AllGatherOp) and op.result == producer.lhs:
+                piece = op.input.type
+            elif isinstance(op, AllReduceOp) and op.input == producer.result:
+                piece = op.result.type
+            if piece is not None:
+                break
+        if piece is None or piece.rank < 2:
+            return
+        shape = piece.get_shape()
+        rows = 1
+        for d in range(piece.rank - 1):
+            parts = 1
+            for a in piece.slicing_axes(d):
+                parts *= grid_shape[a]
+            rows *= shape[d] // parts  # the smallest piece of an uneven cut
+        chunks = self.chunks.value.data
+        if rows < chunks:
+            raise _fail(
+                "overlap-chunks",
+                f"{chunks} chunks need at least {chunks} rows in each rank's piece of the "
+                f"overlapped value {piece}, which has {rows} on a grid of {list(grid_shape)} "
+                "ranks: choose fewer chunks (or more rows per rank)",
+            )
+
 
 @irdl_op_definition
 class YieldOp(IRDLOperation):

@@ -206,11 +206,9 @@ def test_example_schedules_lower_where_listed(path: Path):
 @settings(max_examples=20, **SETTINGS)
 @given(programs(max_ops=8))
 def test_random_program_schedules_lower_where_listed(gen: GeneratedProgram):
-    # Known gap: an overlap's chunks need rows in each rank's piece, a rule of the lowering
-    # (lowering/overlap.py, above the schedule layer) the enumerator does not check yet: a
-    # 4x8 matmul overlapped in 2 chunks after a split is listed for 4 ranks, where each piece
-    # has 1 row ([overlap-chunks]).
-    assert_listed_schedules_lower(gen.program, allowed=("overlap-chunks",))
+    # an overlap's chunks need rows in every rank's piece: checked at launch, so a 4x8
+    # matmul overlapped in 2 chunks after a split is not listed for 4 ranks
+    assert_listed_schedules_lower(gen.program)
 
 
 # -- 4. a scalar all_reduce ------------------------------------------------------------------

@@ -396,6 +396,12 @@ def test_too_few_rows_per_rank_refuses_instead_of_running_unpipelined() -> None:
     )
     with pytest.raises(CocoError, match=r"\[overlap-chunks\] 4 chunks need at least 4 rows"):
         lower(p, 16)
+    # the launch check the enumerator and the sim make says so before any lowering
+    from coconet.schedule.enumerator import launch_refusal
+
+    assert "[overlap-chunks]" in (launch_refusal(p, 16) or "")
+    assert launch_refusal(p, 4) is None
+    lower(p, 4)
     plan = lower(
         apply_pipeline(
             coconet.load(EXAMPLES / "model_parallel_mlp.mlir"),
