@@ -465,10 +465,15 @@ class FusePass(ModulePass):
         named = [s for _, s in sites]
         plans: list[tuple[Block, set[Operation], str]] = []
         if all(isinstance(s, comm.AllReduceOp) for s in named):
-            for fn, ar in sites:
+            # In program order, each chain without the ops an earlier one took (a residual
+            # stream that every layer's chain reaches is the first one's).
+            taken: set[Operation] = set()
+            for fn, ar in sorted(sites, key=lambda site: _position(site[1])):
                 assert isinstance(ar, comm.AllReduceOp)  # checked just above
                 block = body_block(fn)
-                plans.append((block, self._one_shot_chain(block, ar), ONE_SHOT))
+                members = self._one_shot_chain(block, ar, taken)
+                taken |= members
+                plans.append((block, members, ONE_SHOT))
         else:
             if len({fn for fn, _ in sites}) != 1:
                 raise fail(f"{RULE}-block", "the named ops are in different functions")
@@ -492,8 +497,13 @@ class FusePass(ModulePass):
         for block, members, kind in plans:
             self._fuse(block, members, kind)
 
-    def _one_shot_chain(self, block: Block, ar: comm.AllReduceOp) -> set[Operation]:
-        """The maximal one-shot fused all_reduce around `ar` (before the cycle check)."""
+    def _one_shot_chain(
+        self, block: Block, ar: comm.AllReduceOp, taken: AbstractSet[Operation] = frozenset()
+    ) -> set[Operation]:
+        """The maximal one-shot fused all_reduce around `ar` (before the cycle check), without
+        the ops in `taken` (an earlier chain's)."""
+        if ar in taken:
+            raise _shared(ar)
         if ar.parent_block() is not block:
             raise fail(f"{RULE}-block", f"{op_name(ar)} is not in a function body", at=ar)
         if _scalar(ar):
@@ -522,7 +532,7 @@ class FusePass(ModulePass):
             joined = None
             if u in pending:
                 pending.discard(u)
-                if not read & outside:
+                if not read & outside and u not in taken:
                     joined = self._one_shot_step(u, ar, space, chain)
             if joined is not None:
                 members.add(u)
@@ -534,7 +544,10 @@ class FusePass(ModulePass):
                     watch(v)
             u = u.next_op
         self._check_rows(members, space)
-        return self._pull_feeders(block, members, space)
+        members = self._pull_feeders(block, members, space)
+        for m in _in_order(members & set(taken)):
+            raise _shared(m)
+        return members
 
     @staticmethod
     def _one_shot_step(

@@ -34,7 +34,7 @@ import numpy as np
 
 from coconet.core import values as V
 from coconet.core.program import CocoError, memory_for
-from coconet.dialects.coco import TensorType
+from coconet.dialects.coco import ReplicatedAttr, TensorType
 from coconet.lowering.plan import (
     COMPUTE_STREAM,
     ArgTable,
@@ -223,13 +223,25 @@ def _rows_fraction(step: Collective | Launch, count: int) -> float:
     return 1.0
 
 
+def _read_whole(step: Launch, table: PeerTable) -> bool:
+    """Whether each peer reads all of the table's buffer: the launch iterates over a type
+    replicated on every axis of the table (the one-shot fused all_reduce)."""
+    t = step.iteration_type
+    if t is None or table.part != "all":
+        return False
+    layouts = t.layouts.data
+    return all(ax >= len(layouts) or isinstance(layouts[ax], ReplicatedAttr) for ax in table.span)
+
+
 def plan_traffic(plan: Plan, rank: int = 0) -> int:
     """Bytes this rank sends to other ranks in one step of the plan, counted as bandwidth-
     optimal algorithms move them: all_reduce 2(p-1)/p n (ring), reduce_scatter (p-1)/p of its
     input, all_gather (p-1)/p of its result, all_to_all (p-1)/p of its input, broadcast and
     reduce n, send n; a fused collective kernel (p-1)/p of every symmetric buffer it reaches
     through a peer table except its flags (it reads peers' slices of its reduce_scatter input
-    and pushes its gathered slice to every peer). Chunked steps count their rows."""
+    and pushes its gathered slice to every peer) -- (p-1) times the whole buffer where its
+    iteration is not sliced over the table's axes (the one-shot fused all_reduce: every peer
+    reads this rank's whole input). Chunked steps count their rows."""
     total = 0.0
     for step in plan.steps:
         if isinstance(step, Collective):
@@ -257,7 +269,8 @@ def plan_traffic(plan: Plan, rank: int = 0) -> int:
             for a in step.args:
                 if isinstance(a, PeerTable) and a.buffer.kind != "scratch":
                     p = len(plan_group(plan, a.span, a.part, rank))
-                    total += frac * (p - 1) / p * buffer_nbytes(a.buffer)
+                    share = (p - 1) if _read_whole(step, a) else (p - 1) / p
+                    total += frac * share * buffer_nbytes(a.buffer)
     return round(total)
 
 
