@@ -484,14 +484,18 @@ def emit_collective_kernel(
         lw.value_buffer(u.target) for u in updates
     ]
 
+    prefix = (
+        "k_one_shot_all_reduce"
+        if any(isinstance(op, comm.AllReduceOp) for op in scatters)
+        else "k_fused_all_reduce"
+    )
     if rows:
         kernel = RowCollectiveKernel(
-            lw.fresh("k_fused_all_reduce_rows"), compute, iteration, inputs, store_specs
+            lw.fresh(f"{prefix}_rows"), compute, iteration, inputs, store_specs
         )
     else:
-        one_shot = any(isinstance(op, comm.AllReduceOp) for op in scatters)
         kernel = ElementwiseKernel(
-            lw.fresh("k_one_shot_all_reduce" if one_shot else "k_fused_all_reduce"),
+            lw.fresh(prefix),
             remat + compute,
             iteration,
             inputs,
