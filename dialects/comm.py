@@ -706,9 +706,7 @@ class FusedOp(RegionOp):
         }
         if one_shot:
             properties["one_shot"] = UnitAttr()
-        super().__init__(
-            regions=[body], result_types=[list(result_types)], properties=properties
-        )
+        super().__init__(regions=[body], result_types=[list(result_types)], properties=properties)
 
     @property
     def is_one_shot(self) -> bool:

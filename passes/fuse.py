@@ -1134,8 +1134,7 @@ class FusePass(ModulePass):
 
 
 def _scalar(ar: comm.AllReduceOp) -> bool:
-    t = ar.input.type
-    return not isinstance(t, TensorType) or t.rank == 0
+    return ar.input.type.rank == 0
 
 
 def _position(op: Operation) -> tuple[int, int]:

@@ -192,3 +192,17 @@ func.func @verify_reduce(%x: !coco.tensor<16xf32, local>) -> !coco.tensor<f32> a
 }
 }
 // CHECK: [fuse-one-shot] a one-shot fused all_reduce holds its all_reduce, elementwise ops, constants, slices, row reductions and updates, but this one holds coco.reduce
+
+// -----
+
+// coco-overlap pipelines the two-shot form's reduce_scatter by chunks of rows; the one-shot
+// kernel reduces the whole tensor in one step.
+module attributes {coco.schedule = "coco-fuse{mode=all_reduce form=one_shot},coco-overlap{ops=mm}"} {
+func.func @overlap(%x: !coco.tensor<8x8xf32, sliced<1>>, %w: !coco.tensor<8x8xf32, sliced<0>>) -> !coco.tensor<8x8xf32> attributes {coco.grid = #coco.grid<[?]>} {
+  %mm = coco.matmul %x, %w : !coco.tensor<8x8xf32, sliced<1>>, !coco.tensor<8x8xf32, sliced<0>> -> !coco.tensor<8x8xf32, local>
+  %t = comm.all_reduce sum %mm : !coco.tensor<8x8xf32, local> -> !coco.tensor<8x8xf32>
+  %y = coco.relu %t : !coco.tensor<8x8xf32>
+  func.return %y : !coco.tensor<8x8xf32>
+}
+}
+// CHECK: [overlap-consumer] %y (comm.fused) is a one-shot fused all_reduce: its kernel reduces the whole tensor in one step, with no chunk of rows to pipeline (the two-shot fuse(rs-c-ag) overlaps)
