@@ -34,7 +34,7 @@ import numpy as np
 
 from coconet.core import values as V
 from coconet.core.program import CocoError, memory_for
-from coconet.dialects.coco import ReplicatedAttr, TensorType
+from coconet.dialects.coco import TensorType
 from coconet.lowering.plan import (
     COMPUTE_STREAM,
     ArgTable,
@@ -50,6 +50,7 @@ from coconet.lowering.plan import (
     RecordEvent,
     Step,
     WaitEvent,
+    reads_whole,
 )
 from coconet.lowering.signature import ABI_KINDS
 
@@ -223,16 +224,6 @@ def _rows_fraction(step: Collective | Launch, count: int) -> float:
     return 1.0
 
 
-def _read_whole(step: Launch, table: PeerTable) -> bool:
-    """Whether each peer reads all of the table's buffer: the launch iterates over a type
-    replicated on every axis of the table (the one-shot fused all_reduce)."""
-    t = step.iteration_type
-    if t is None or table.part != "all":
-        return False
-    layouts = t.layouts.data
-    return all(ax >= len(layouts) or isinstance(layouts[ax], ReplicatedAttr) for ax in table.span)
-
-
 def plan_traffic(plan: Plan, rank: int = 0) -> int:
     """Bytes this rank sends to other ranks in one step of the plan, counted as bandwidth-
     optimal algorithms move them: all_reduce 2(p-1)/p n (ring), reduce_scatter (p-1)/p of its
@@ -269,7 +260,7 @@ def plan_traffic(plan: Plan, rank: int = 0) -> int:
             for a in step.args:
                 if isinstance(a, PeerTable) and a.buffer.kind != "scratch":
                     p = len(plan_group(plan, a.span, a.part, rank))
-                    share = (p - 1) if _read_whole(step, a) else (p - 1) / p
+                    share = (p - 1) if reads_whole(step, a) else (p - 1) / p
                     total += frac * share * buffer_nbytes(a.buffer)
     return round(total)
 
