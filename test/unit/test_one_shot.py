@@ -179,6 +179,15 @@ def test_the_plan_is_one_kernel_reading_every_peer_s_whole_input():
     assert plan_traffic(plan, 0) == 3 * 16 * 64 * 2
 
 
+def test_peers_pull_the_narrow_type_of_an_exact_widening():
+    """adam_fp8_wire casts its fp8 gradient to f32 before the all_reduce: the one-shot kernel
+    pulls the fp8 input and widens it as it accumulates (Lowering.wire_casts), no cast kernel."""
+    plan = lower(apply_schedule(example("adam_fp8_wire"), ONE_SHOT), 2)
+    (launch,) = [s for s in plan.steps if isinstance(s, Launch)]
+    tables = [a.buffer for a in launch.args if isinstance(a, PeerTable)]
+    assert [(b.name, b.type.elt) for b in tables if b.kind != "scratch"] == [("g", "f8E4M3FN")]
+
+
 def test_the_one_shot_pipeline_is_the_named_schedule_s():
     p = example("allreduce_rmsnorm")
     assert named_schedules(p)[ONE_SHOT] == (
@@ -261,7 +270,8 @@ def test_refusals_name_their_rule():
 @pytest.mark.skipif(not nvrtc_available(), reason="the nvidia-cuda-nvrtc wheel is not installed")
 def test_the_elementwise_and_streaming_forms_compile_with_nvrtc():
     # (the examples' one-shot kernels are in test_lowering's NVRTC matrix)
-    for p in (bias_gelu(1001, "bf16"), rmsnorm(3, 12000, "f32")):
+    for p in (bias_gelu(1001, "bf16"), rmsnorm(3, 12000, "f32"), example("adam_fp8_wire")):
         plan = lower(apply_schedule(p, ONE_SHOT), 2)
         assert "k_one_shot_all_reduce" in plan.cuda_source
-        assert compile_cuda(plan.cuda_source, "sm_90", warnings_as_errors=True).binary
+        for arch in ("sm_80", "sm_90"):
+            assert compile_cuda(plan.cuda_source, arch, warnings_as_errors=True).binary
