@@ -228,6 +228,13 @@ def test_an_elementwise_epilogue_matches_the_sim_on_the_cpu_backend(elt):
     _check_host(bias_gelu(1001, elt))
 
 
+@pytest.mark.parametrize(("name", "ranks"), [("pipeline_boundary", (2, 4)), ("lamb", (2, 3))])
+def test_examples_on_the_cpu_backend(name, ranks):
+    """A two-axis grid (the all_reduce over axis 1 of [2, ?], replicated there and local on
+    axis 0) and a chain that a full norm ends (LAMB: the region stops before it)."""
+    _check_host(example(name), ranks, two_shot=False)
+
+
 def test_several_blocks_and_threads_per_rank():
     program = apply_schedule(rmsnorm(23, 45, "f32"), ONE_SHOT)
     elementwise = apply_schedule(bias_gelu(1001, "f32"), ONE_SHOT)
