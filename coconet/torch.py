@@ -41,8 +41,11 @@ refused at `step()`); `add_param_group` adds segments and compiles the program a
 Parameters without a gradient. As torch.optim does, a parameter that received no gradient is
 left untouched by `step()` (no weight decay, no moment update, its `step` count not advanced).
 "Received a gradient" on a rank: backward accumulated into it since the optimizer's last
-`zero_grad()` (a post-accumulate-grad hook marks it), or `p.grad` is a tensor of its own, or
-someone wrote a non-zero value into the gradient view in place; `p.grad is None` means none.
+`zero_grad()` (a post-accumulate-grad hook marks it), or someone wrote a non-zero value into
+the gradient view in place or made `p.grad` a non-zero tensor of its own; `p.grad is None`
+means none. (The optimizer keeps `p.grad` a zeroed view of its buffer where torch.optim's
+`zero_grad()` leaves None, so an all-zero tensor no backward reached counts as none: that is
+what DDP with `gradient_as_bucket_view=True` puts in a parameter unused on every rank.)
 `zero_grad(set_to_none=False)` keeps the marks, as torch keeps zero gradients then. Across
 ranks the semantics are DDP's: a parameter is updated, with the gradient averaged over all
 ranks (zeros from ranks that produced none), when ANY rank produced a gradient for it, and
@@ -458,6 +461,11 @@ class CoconetOptimizer(torch.optim.Optimizer):
                     unmarked.append(slot)
             else:
                 view.copy_(grad)
+                # A tensor no backward reached counts if non-zero: DDP with
+                # gradient_as_bucket_view puts its zeroed bucket view in an unused parameter's
+                # defined `.grad` (the view this optimizer keeps where torch's would be None).
+                if not marked[slot]:
+                    unmarked.append(slot)
             if grad is not view:
                 p.grad = view
             have.append(got)

@@ -20,6 +20,7 @@ from xdsl.printer import Printer
 from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyException
 
 from coconet.core.gc_pause import without_gc
+from coconet.core.target_names import name_module_targets
 from coconet.dialects import get_all_dialects
 from coconet.dialects.coco import GridAttr, TensorType, tensor_type_of
 from coconet.dialects.comm import AllToAllOp
@@ -207,7 +208,9 @@ def load(path: str | Path, entry: str | None = None) -> Program:
     if not path.exists():
         raise CocoError(f"no such file: {path}")
     if path.suffix == ".mlir":
-        return Program(parse_module(read_text(path), str(path)), entry)
+        module = parse_module(read_text(path), str(path))
+        name_module_targets(module)  # as the front end names them: see core/target_names.py
+        return Program(module, entry)
     if path.suffix == ".py":
         try:
             namespace = runpy.run_path(str(path), run_name="coconet_program")

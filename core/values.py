@@ -14,7 +14,7 @@ mixed radix, outermost axis first.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import cast
+from typing import Any, cast
 
 import ml_dtypes
 import numpy as np
@@ -71,21 +71,28 @@ def compute_dtype(t: TensorType) -> np.dtype:
     }[t.elt]
 
 
+def odd_f32_bits(xp: Any, x: Any) -> Any:
+    """f64 values rounded to odd in f32, as uint32 bits, on any array module `xp`: a further
+    rounding to a type with fewer than half f32's bits (bf16, fp8) is then the single rounding
+    of the f64 value (f32 has more than twice their bits, and their whole range)."""
+    f = x.astype(xp.float32)
+    back = f.astype(xp.float64)
+    inexact = back != x
+    away = xp.abs(back) > xp.abs(x)
+    bits = f.view(xp.uint32)
+    one = xp.uint32(1)
+    bits = xp.where(inexact & away, bits - one, bits)
+    return xp.where(inexact, bits | one, bits)
+
+
 def round_f64(x: np.ndarray, elt: str) -> np.ndarray:
     """Round f64 values to element type `elt` ONCE, to nearest even. NumPy does so for f16 and
     f32, but ml_dtypes converts f64 to bf16 and fp8 through f32 (rounding twice): round to odd
-    in f32 first, which makes the second rounding exact (f32 has more than twice their bits,
-    and their whole range)."""
+    in f32 first, which makes the second rounding exact."""
     x = np.asarray(x)
     if elt not in BITS_DTYPES or x.dtype != np.float64:
         return x.astype(NUMPY_DTYPES[elt])
-    f = x.astype(np.float32)
-    inexact = f.astype(np.float64) != x
-    away = np.abs(f.astype(np.float64)) > np.abs(x)
-    bits = f.view(np.uint32).copy()
-    bits = np.where(inexact & away, bits - np.uint32(1), bits)
-    bits = np.where(inexact, bits | np.uint32(1), bits)
-    return bits.view(np.float32).astype(NUMPY_DTYPES[elt])
+    return odd_f32_bits(np, x).view(np.float32).astype(NUMPY_DTYPES[elt])
 
 
 def coords_of(rank: int, grid_shape: Sequence[int]) -> tuple[int, ...]:

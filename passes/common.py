@@ -8,7 +8,10 @@ half-rewritten IR behind.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
@@ -39,6 +42,54 @@ def fail(rule: str, message: str, at: Operation | None = None) -> Refusal:
     """The one exception a pass raises for an illegal request: `[rule] message`, about the op
     `at` (the op the rule judges: the one a FileCheck test expects the diagnostic on)."""
     return Refusal(f"[{rule}] {message}", at)
+
+
+# --------------------------------------------------------------------------------------------
+# Remarks: what a greedy pass skipped, and why
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Remark:
+    """A note a pass makes without failing (MLIR's `remark:`): in greedy mode, an op it left
+    alone and the refusal its targeted form gives for that op (`[rule] message`)."""
+
+    pass_name: str
+    message: str
+    op: Operation | None = None
+
+    def __str__(self) -> str:
+        return f"{self.pass_name}: {self.message}"
+
+
+_REMARKS: ContextVar[list[Remark] | None] = ContextVar("coco_remarks", default=None)
+
+
+@contextmanager
+def collecting_remarks() -> Generator[list[Remark]]:
+    """Collect the remarks passes make inside the block (coco-opt's `--remarks`); outside
+    such a block a remark costs nothing and goes nowhere."""
+    sink: list[Remark] = []
+    token = _REMARKS.set(sink)
+    try:
+        yield sink
+    finally:
+        _REMARKS.reset(token)
+
+
+def remarks_wanted() -> bool:
+    """Whether anyone collects remarks (a pass may skip working them out otherwise)."""
+    return _REMARKS.get() is not None
+
+
+def remark_skipped(pass_name: str, refusal: PassFailedException, skipped: Operation) -> None:
+    """A greedy pass left `skipped` alone: record the refusal its targeted form would give,
+    at the op that refusal is about (as coco-opt reports the refusal)."""
+    sink = _REMARKS.get()
+    if sink is not None:
+        about = getattr(refusal, "op", None)
+        where = about if isinstance(about, Operation) else skipped
+        sink.append(Remark(pass_name, f"skipped {op_name(skipped)}: {refusal}", where))
 
 
 name_of = value_name  # how refusals point at a value: the verifier's own spelling

@@ -20,6 +20,7 @@ from xdsl.utils.exceptions import PassFailedException, VerifyException
 from coconet.dialects import comm
 from coconet.dialects.layout_rules import grid_of
 from coconet.passes.common import (
+    Refusal,
     axes_prop,
     derived_name,
     fail,
@@ -27,6 +28,8 @@ from coconet.passes.common import (
     name_of,
     op_name,
     readable_at,
+    remark_skipped,
+    remarks_wanted,
     set_name,
 )
 
@@ -108,7 +111,8 @@ class SlicedSendPass(ModulePass):
 
     Options: `ops` names sends (targeted); none: every legal send (greedy).
 
-    Legality (refusals name the rule; greedy mode skips what they refuse):
+    Legality (refusals name the rule; greedy mode skips what they refuse, with a remark
+    under `coco-opt --remarks`):
     * [sliced-send-op]     a named op is a `comm.send`.
     * [sliced-send-gather] the send's input is the result of a `comm.all_gather` of the same
                            block.
@@ -122,6 +126,15 @@ class SlicedSendPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if not self.ops:
+            if remarks_wanted():  # coco-opt --remarks: the sends of a gather it skips, and why
+                for send in op.walk():
+                    if isinstance(send, comm.SendOp) and isinstance(
+                        send.input.owner, comm.AllGatherOp
+                    ):
+                        try:
+                            check_sliced_send(send)
+                        except Refusal as refusal:
+                            remark_skipped(self.name, refusal, send)
             PatternRewriteWalker(SliceSend(), apply_recursively=False).rewrite_module(op)
             return
         sites = [s for _, s in find_named_ops(op, self.ops, f"{RULE}-op", "send")]

@@ -24,6 +24,8 @@ from coconet.passes.common import (
     fail,
     find_named_ops,
     op_name,
+    remark_skipped,
+    remarks_wanted,
     set_name,
 )
 
@@ -103,7 +105,8 @@ class SplitAllReducePass(ModulePass):
       (the all_reduce's axes and any axis already slicing that dim), counting the grid's
       static axes (one sized at launch has at least one rank). A dim that does not divide
       is cut unevenly (core/values.py `split_range`).
-    Greedy mode skips the all_reduces these rules refuse, but refuses a `dim` that no
+    Greedy mode skips the all_reduces these rules refuse (each with a remark saying which
+    rule: `coco-opt --remarks`), but refuses a `dim` that no
     all_reduce of the module has (a negative one, or `dim=9` on vectors): a pass asked to split
     on a dim that does not exist would otherwise do nothing, silently.
     """
@@ -117,6 +120,11 @@ class SplitAllReducePass(ModulePass):
         pattern = SplitAllReduce(self.dim)
         if not self.ops:
             self._check_dim_exists(op)
+            if remarks_wanted():  # coco-opt --remarks: what is skipped, and why
+                for ar in op.walk():
+                    if isinstance(ar, comm.AllReduceOp) and isinstance(ar.parent_op(), func.FuncOp):
+                        if (refusal := split_refusal(ar, self.dim)) is not None:
+                            remark_skipped(self.name, refusal, ar)
             PatternRewriteWalker(pattern, apply_recursively=False).rewrite_module(op)
             return
         sites: list[comm.AllReduceOp] = []

@@ -74,23 +74,9 @@ _FP8_VALUES = {
 }
 
 
-def _odd_f32_bits(xp: Any, x: Any) -> Any:
-    """f64 values rounded to odd in f32, as uint32 bits: a further rounding to a type with
-    fewer than half f32's bits (bf16, fp8) is then the single rounding of the f64 value
-    (core/values.py `round_f64`)."""
-    f = x.astype(xp.float32)
-    back = f.astype(xp.float64)
-    inexact = back != x
-    away = xp.abs(back) > xp.abs(x)
-    bits = f.view(xp.uint32)
-    one = xp.uint32(1)
-    bits = xp.where(inexact & away, bits - one, bits)
-    return xp.where(inexact, bits | one, bits)
-
-
 def bf16_bits(xp: Any, x: Any) -> Any:
     """f64 values rounded ONCE to bf16 (nearest even), as uint16 bit patterns."""
-    bits = _odd_f32_bits(xp, x)
+    bits = V.odd_f32_bits(xp, x)
     one = xp.uint32(1)
     rounded = (
         (bits + xp.uint32(0x7FFF) + ((bits >> xp.uint32(16)) & one)) >> xp.uint32(16)
@@ -112,7 +98,7 @@ def fp8_bits(xp: Any, x: Any, logical: np.dtype) -> Any:
     to inf), as uint8 bit patterns: coco_device.h's conversion, on any array module."""
     man, bias, min_normal, sub_add, over, nan = _FP8_ENCODING[np.dtype(logical).name]
     u32 = xp.uint32
-    bits = _odd_f32_bits(xp, x)
+    bits = V.odd_f32_bits(xp, x)
     sign = (bits >> u32(24)) & u32(0x80)
     ax = bits & u32(0x7FFFFFFF)
     shift = u32(23 - man)

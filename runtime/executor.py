@@ -29,7 +29,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-import ml_dtypes
 import numpy as np
 
 from coconet.core import values as V
@@ -199,10 +198,6 @@ def buffer_dtype(buf: Buffer) -> np.dtype:
 
 def buffer_nbytes(buf: Buffer) -> int:
     return buf.count * buffer_dtype(buf).itemsize
-
-
-def is_bf16(dtype: np.dtype) -> bool:
-    return dtype == np.dtype(ml_dtypes.bfloat16)
 
 
 # ---------------------------------------------------------------------------------------------

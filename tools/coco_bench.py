@@ -487,7 +487,7 @@ def run(args: argparse.Namespace) -> int:
         if not schedules:
             from coconet.schedule import named_schedules
 
-            offers = named_schedules(first, explain=True)
+            offers = named_schedules(first, explain=True, ranks=ranks)
             schedules = [(name, name) for name in offers.offered] or [("as written", None)]
             # what a step refused (a size, a layout) is said; what needs a structure the
             # program lacks (a matmul, a send) is not a schedule of it

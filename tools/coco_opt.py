@@ -95,6 +95,12 @@ class CocoOptMain(xDSLOptMain):
             "coconet's passes first, then xDSL's; then exit",
         )
         arg_parser.add_argument(
+            "--remarks",
+            action="store_true",
+            help="print the passes' remarks on stderr, MLIR's way (FILE:LINE:COL: remark: "
+            "...): what a greedy pass skipped, with the refusal its targeted form gives",
+        )
+        arg_parser.add_argument(
             "--verify-equivalence",
             action="store_true",
             help="run every function before and after the pipeline in the sim oracle on the "
@@ -178,6 +184,20 @@ class CocoOptMain(xDSLOptMain):
         that op's location, `FILE:LINE:COL: [rule] message`, as MLIR reports a diagnostic: so
         `--split-input-file --verify-diagnostics` prints each chunk's refusal where a
         FileCheck line beside the op (`[[# @LINE + 1]]`) can pin it."""
+        if not self.args.remarks:
+            self._apply_located(prog)
+            return
+        from coconet.passes.common import collecting_remarks
+
+        with collecting_remarks() as remarks:
+            try:
+                self._apply_located(prog)
+            finally:
+                for r in remarks:
+                    where = refusal_location(r) or "coco-opt"
+                    print(f"{where}: remark: {r}", file=sys.stderr)
+
+    def _apply_located(self, prog: ModuleOp) -> None:
         try:
             super().apply_passes(prog)
         except PassFailedException as e:
@@ -244,8 +264,9 @@ class LocatingParser(Parser):
         return op
 
 
-def refusal_location(e: Exception) -> str | None:
-    """`FILE:LINE:COL` of the op a refusal is about (its `op`), if the parser located it."""
+def refusal_location(e: object) -> str | None:
+    """`FILE:LINE:COL` of the op a refusal (or a remark) is about (its `op`), if the parser
+    located it."""
     op = getattr(e, "op", None)
     if not isinstance(op, Operation) or not isinstance(op.location, FileLineColLoc):
         return None

@@ -14,6 +14,7 @@ from xdsl.utils.exceptions import DiagnosticException, VerifyException
 
 from coconet.core.gc_pause import gc_paused
 from coconet.core.program import CocoError, Program
+from coconet.core.target_names import name_schedule_targets
 from coconet.dialects.coco import (
     DYNAMIC,
     REPLICATED,
@@ -167,6 +168,9 @@ def build_program(
             returned_op.verify()
         except (VerifyException, DiagnosticException) as e:
             raise CocoError(f"{where}: program @{fname} is invalid: {e}") from None
+        # the ops a schedule targets carry names in the printed program, Python names or
+        # not, so the pipelines printed for its schedules replay on its text
+        name_schedule_targets(builder.func)
     return Program(builder.module)
 
 

@@ -24,7 +24,8 @@ method without targets (greedy mode).
 Named schedules (CoCoNet's variants, chosen by a program's structure): `named_schedules`
 (`explain=True`: also every schedule dropped, with the reason; `why_not_offered` for one),
 `apply_schedule`, and the `coco-schedule{name=...}` pass. The autotuner's space:
-`enumerate_schedules`.
+`enumerate_schedules`. Both offer only schedules that launch at the rank counts asked for
+(`ranks=`; default: those of DEFAULT_RANKS the program as written launches at).
 
 One concern a module, bottom to top: `errors` (ScheduleError), `pipeline` (pipelines as
 text), `targets` (finding and naming the values passes target), `handles` (references to
@@ -36,9 +37,12 @@ what steps made, and targets as names), `structure` (what decides which schedule
 
 from coconet.schedule.api import Schedule, apply_pipeline, schedule
 from coconet.schedule.enumerator import (
+    DEFAULT_RANKS,
     ScheduleOffers,
     enumerate_scheduled_programs,
     enumerate_schedules,
+    launch_ranks,
+    launch_refusal,
     named_schedules,
     why_not_offered,
 )
@@ -58,6 +62,7 @@ from coconet.schedule.structure import PREFERRED_GROUP, auto_split_dim
 from coconet.schedule.targets import TARGET_NAMES, name_schedule_targets
 
 __all__ = [
+    "DEFAULT_RANKS",
     "NAMED_SCHEDULES",
     "PREFERRED_GROUP",
     "TARGET_NAMES",
@@ -78,6 +83,8 @@ __all__ = [
     "format_pass",
     "format_pipeline",
     "get_all_passes",
+    "launch_ranks",
+    "launch_refusal",
     "name_schedule_targets",
     "named_schedules",
     "parse_pipeline",

@@ -4,14 +4,14 @@ and every legal schedule of the autotuner's space."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, overload
 
-from coconet.core.program import Program
+from coconet.core.program import CocoError, Program, check_program_on_grid
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import TensorType
-from coconet.schedule.errors import VERIFY_RULE, ScheduleError
+from coconet.schedule.errors import VERIFY_RULE, ScheduleError, schedule_error
 from coconet.schedule.named import (
     NAMED_SCHEDULES,
     resolve_schedule_name,
@@ -22,59 +22,126 @@ from coconet.schedule.steps import ScheduleSteps, as_program
 from coconet.schedule.structure import Structure, auto_split_dim
 from coconet.schedule.targets import top_level_named
 
+# The rank counts a schedule is offered for when its caller names none: those of these at
+# which the program as written launches (a node of 8 GPUs and its halves; see
+# structure.PREFERRED_GROUP). A caller running at other counts names them (`ranks=`).
+DEFAULT_RANKS: tuple[int, ...] = (1, 2, 4, 8)
+
 
 class ScheduleOffers(NamedTuple):
     """`named_schedules(program, explain=True)`: the named schedules offered for a program
-    (name -> coco-opt pipeline) and those dropped (name -> why: the structure the schedule
-    needs and the program lacks, or the refused step with its `[rule] message`)."""
+    (name -> coco-opt pipeline), those dropped (name -> why: the structure the schedule
+    needs and the program lacks, the refused step with its `[rule] message`, or the rank
+    count it cannot launch at) and the rank counts the offered ones launch at."""
 
     offered: dict[str, str]
     dropped: dict[str, str]
+    ranks: tuple[int, ...] = ()
+
+
+def launch_refusal(program: Program, ranks: int) -> str | None:
+    """Why `program` cannot launch on `ranks` ranks (None: it can): its grid does not take
+    that many, or a rank would hold no element of a sliced value (`[empty-slice]`): the
+    checks `lower` and the sim make before anything runs."""
+    try:
+        shape = program.grid.bind(ranks)
+    except ValueError as e:
+        return f"@{program.name}: {e}"
+    try:
+        check_program_on_grid(program, shape)
+    except CocoError as e:
+        return str(e)
+    return None
+
+
+def launch_ranks(program: Any, candidates: Iterable[int] = DEFAULT_RANKS) -> tuple[int, ...]:
+    """The rank counts among `candidates` at which `program` launches (`launch_refusal`)."""
+    p = as_program(program)
+    return tuple(n for n in candidates if launch_refusal(p, n) is None)
+
+
+def _offer_ranks(p: Program, ranks: int | Iterable[int] | None) -> tuple[int, ...]:
+    """The rank counts schedules of `p` must launch at to be offered: `ranks` as given, or
+    the DEFAULT_RANKS the program as written launches at."""
+    if ranks is None:
+        return launch_ranks(p)
+    counts = (ranks,) if isinstance(ranks, int) else tuple(ranks)
+    for n in counts:
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise schedule_error("schedule-ranks", f"rank counts are positive integers, got {n!r}")
+    return counts
+
+
+def _ranks_refusal(scheduled: Program, counts: Sequence[int]) -> str | None:
+    """`[schedule-ranks] ...` where the scheduled program cannot launch at one of `counts`."""
+    for n in counts:
+        why = launch_refusal(scheduled, n)
+        if why is not None:
+            runs = [m for m in counts if launch_refusal(scheduled, m) is None]
+            return (
+                f"[schedule-ranks] it cannot launch on {n} rank(s)"
+                + (f" (only on {', '.join(map(str, runs))} of them)" if runs else "")
+                + f": {why}"
+            )
+    return None
+
+
+Ranks = int | Iterable[int] | None
 
 
 @overload
-def named_schedules(program: Any, *, explain: Literal[False] = False) -> dict[str, str]: ...
+def named_schedules(
+    program: Any, *, explain: Literal[False] = False, ranks: Ranks = None
+) -> dict[str, str]: ...
 
 
 @overload
-def named_schedules(program: Any, *, explain: Literal[True]) -> ScheduleOffers: ...
+def named_schedules(
+    program: Any, *, explain: Literal[True], ranks: Ranks = None
+) -> ScheduleOffers: ...
 
 
-def named_schedules(program: Any, *, explain: bool = False) -> dict[str, str] | ScheduleOffers:
+def named_schedules(
+    program: Any, *, explain: bool = False, ranks: Ranks = None
+) -> dict[str, str] | ScheduleOffers:
     """The named schedules that fit `program` (by its structure: an all_reduce; a matmul
     feeding one; a send of a value computed from one), each with its coco-opt pipeline, in a
-    fixed order. A schedule is listed only if its passes all apply. `explain=True`: a
-    ScheduleOffers, which also holds every schedule dropped, with the reason (nothing is
-    dropped silently)."""
+    fixed order. A schedule is listed only if its passes all apply and the scheduled program
+    launches at every rank count of `ranks` (an int or several; default: those of
+    DEFAULT_RANKS the program as written launches at): a split of a dim too small for the
+    ranks is not offered. `explain=True`: a ScheduleOffers, which also holds every schedule
+    dropped, with the reason (nothing is dropped silently), and the rank counts checked."""
     p = as_program(program)
+    counts = _offer_ranks(p, ranks)
     info = Structure(p)
     out: dict[str, str] = {}
     dropped: dict[str, str] = {}
     for name in NAMED_SCHEDULES:
-        refusal = structure_refusal(p, info, name)
-        if refusal is None:
-            s = try_named(p, info, name)
-            if isinstance(s, ScheduleSteps):
-                out[name] = s.pipeline
-                continue
-            refusal = s
-        dropped[name] = str(refusal)
-    return ScheduleOffers(out, dropped) if explain else out
+        why = _why_not(p, info, name, counts)
+        if isinstance(why, str):
+            dropped[name] = why
+        else:
+            out[name] = why.pipeline
+    return ScheduleOffers(out, dropped, counts) if explain else out
 
 
-def why_not_offered(program: Any, name: str) -> str | None:
-    """Why `named_schedules(program)` does not offer the named schedule `name` (any accepted
-    spelling): its refusal's `[rule] message`; None if it is offered."""
+def _why_not(p: Program, info: Structure, name: str, counts: Sequence[int]) -> str | ScheduleSteps:
+    refusal = structure_refusal(p, info, name)
+    if refusal is not None:
+        return str(refusal)
+    s = try_named(p, info, name)
+    if not isinstance(s, ScheduleSteps):
+        return str(s)
+    return _ranks_refusal(s.program, counts) or s
+
+
+def why_not_offered(program: Any, name: str, *, ranks: Ranks = None) -> str | None:
+    """Why `named_schedules(program, ranks=ranks)` does not offer the named schedule `name`
+    (any accepted spelling): its refusal's `[rule] message`; None if it is offered."""
     p = as_program(program)
     canonical = resolve_schedule_name(name)
-    info = Structure(p)
-    refusal = structure_refusal(p, info, canonical)
-    if refusal is None:
-        s = try_named(p, info, canonical)
-        if isinstance(s, ScheduleSteps):
-            return None
-        refusal = s
-    return str(refusal)
+    why = _why_not(p, Structure(p), canonical, _offer_ranks(p, ranks))
+    return why if isinstance(why, str) else None
 
 
 FUSE_CHOICES: tuple[tuple[str, ...], ...] = (
@@ -138,6 +205,7 @@ def enumerate_schedules(
     limit: int | None = None,
     max_independent: int = 2,
     max_as_slice_subsets: int = 3,
+    ranks: Ranks = None,
 ) -> list[tuple[str, str]]:
     """Every legal schedule of `program` as `(name, pipeline)`: see
     `enumerate_scheduled_programs` (same options), which also returns the scheduled
@@ -151,6 +219,7 @@ def enumerate_schedules(
             limit=limit,
             max_independent=max_independent,
             max_as_slice_subsets=max_as_slice_subsets,
+            ranks=ranks,
         )
     ]
 
@@ -163,6 +232,7 @@ def enumerate_scheduled_programs(
     limit: int | None = None,
     max_independent: int = 2,
     max_as_slice_subsets: int = 3,
+    ranks: Ranks = None,
 ) -> list[tuple[str, str, Program]]:
     """Every legal schedule of `program` in the autotuner's space, as `(name, pipeline,
     scheduled program)`.
@@ -193,10 +263,15 @@ def enumerate_scheduled_programs(
     whose IR equals an earlier one's are left out (the simpler pipeline is kept). `limit`
     stops after that many schedules.
 
+    Only schedules that launch at every rank count of `ranks` are listed (as for
+    `named_schedules`: default, the DEFAULT_RANKS the program as written launches at): one
+    that splits a dim smaller than the ranks (`[empty-slice]` at launch) is left out.
+
     A pass that leaves IR that does not verify is a pass bug, not an illegal schedule: its
     ScheduleError (rule `schedule-verify`) propagates instead of pruning the branch.
     """
     p = as_program(program)
+    counts = _offer_ranks(p, ranks)
     root = ScheduleSteps(p)
     root_node = _Node(root, [], root.ir())
     out: list[tuple[str, str, Program]] = []
@@ -209,6 +284,8 @@ def enumerate_scheduled_programs(
         if node.ir in seen:
             return
         seen.add(node.ir)
+        if _ranks_refusal(node.s.program, counts) is not None:
+            return
         out.append(("+".join(node.parts) or "as-written", node.s.pipeline, node.s.program))
         if limit is not None and len(out) >= limit:
             raise _Full

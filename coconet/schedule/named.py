@@ -10,6 +10,9 @@ from typing import Any
 
 from coconet.core.gc_pause import without_gc
 from coconet.core.program import Program
+from coconet.dialects import comm
+from coconet.dialects.coco import TensorType
+from coconet.passes.common import op_name
 from coconet.schedule.errors import VERIFY_RULE, ScheduleError, schedule_error
 from coconet.schedule.recipes import (
     recipe_ar_c,
@@ -49,7 +52,7 @@ NAMED_SCHEDULES: dict[str, NamedSchedule] = {
             "ar-c",
             "AR_C / MM_AR_C / AR_P2P_C",
             "the all_reduce as written, the computation after it fused into one kernel",
-            "an all_reduce",
+            "an all_reduce of a tensor",
             lambda i: bool(i.all_reduces),
             recipe_ar_c,
             ("mm-ar-c", "ar-p2p-c"),
@@ -59,7 +62,7 @@ NAMED_SCHEDULES: dict[str, NamedSchedule] = {
             "RS_C_AG / MM_RS_C_AG",
             "split the all_reduce, reorder the computation onto slices, as-slice the optimizer "
             "state, fuse the sliced computation into one kernel",
-            "an all_reduce",
+            "an all_reduce of a tensor",
             lambda i: bool(i.all_reduces),
             recipe_rs_c_ag,
             ("mm-rs-c-ag",),
@@ -68,7 +71,7 @@ NAMED_SCHEDULES: dict[str, NamedSchedule] = {
             "fuse(rs-c-ag)",
             "fuse_RS_C_AG",
             "rs-c-ag with reduce_scatter + sliced computation + all_gather as one FusedAllReduce",
-            "an all_reduce",
+            "an all_reduce of a tensor",
             lambda i: bool(i.all_reduces),
             recipe_fuse_rs_c_ag,
             ("mm-fuse-rs-c-ag",),
@@ -212,9 +215,26 @@ def structure_refusal(p: Program, info: Structure, name: str) -> ScheduleError |
     if ns.applies(info):
         return None
     fits = [n for n, x in NAMED_SCHEDULES.items() if x.applies(info)]
+    lacks = f"which @{p.name} lacks"
+    if ns.requires.startswith("an all_reduce") and not info.all_reduces:
+        # its all_reduces, if any, are of scalars: say so, not that it has none
+        scalars = [
+            op
+            for op in p.func.body.block.ops
+            if isinstance(op, comm.AllReduceOp) and isinstance(op.input.type, TensorType)
+        ]
+        if scalars:
+            names = ", ".join(op_name(op) for op in scalars)
+            several = len(scalars) > 1
+            lacks = (
+                f"and @{p.name}'s only all_reduce{'s' if several else ''} ({names}) "
+                f"reduce{'' if several else 's'} a scalar "
+                f"({', '.join(sorted({str(op.input.type) for op in scalars}))}), which no "
+                "named schedule rewrites: it runs as written"
+            )
     return schedule_error(
         "schedule-unknown",
-        f"the schedule '{name}' needs {ns.requires}, which @{p.name} lacks; schedules "
+        f"the schedule '{name}' needs {ns.requires}, {lacks}; schedules "
         f"that fit it: {', '.join(fits) or 'none'}",
     )
 

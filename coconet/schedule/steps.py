@@ -23,7 +23,12 @@ from coconet.schedule.errors import RULE_PREFIX, VERIFY_RULE, ScheduleError, sch
 from coconet.schedule.handles import Handle, Reordered, Target, flatten_targets, target_name
 from coconet.schedule.pipeline import format_pass, format_pipeline, make_pass
 from coconet.schedule.structure import auto_split_dim
-from coconet.schedule.targets import name_schedule_targets, top_level_named, values_named
+from coconet.schedule.targets import (
+    name_module_targets,
+    name_schedule_targets,
+    top_level_named,
+    values_named,
+)
 
 _CTX: Context | None = None
 
@@ -57,6 +62,15 @@ def _run_on_function(program: Program, p: ModulePass) -> None:
 
 
 def as_program(program: Any) -> Program:
+    """The Program a schedule works from, its unnamed schedule targets named in place
+    (`name_schedule_targets`: names only, idempotent), so that the names the pipelines of its
+    schedules use are names its printed text carries."""
+    p = _as_program(program)
+    name_module_targets(p.module)
+    return p
+
+
+def _as_program(program: Any) -> Program:
     if isinstance(program, Program):
         return program
     if isinstance(program, ModuleOp):

@@ -133,9 +133,12 @@ def _bounds(p: Prediction) -> str:
     return ", ".join(f"{k} {v / total:.0%}" for k, v in top)
 
 
-def candidate_schedules(program: Any, *, space: str = "all") -> list[Candidate]:
+def candidate_schedules(
+    program: Any, *, space: str = "all", ranks: int | None = None
+) -> list[Candidate]:
     """The schedules to rank: the named ones that fit, then (space "all") every enumerated
-    one; one candidate per distinct IR."""
+    one; one candidate per distinct IR. `ranks`: only schedules that launch on that many
+    ranks (default: those offered at the enumerator's DEFAULT_RANKS)."""
     from coconet.schedule import apply_schedule, enumerate_scheduled_programs, named_schedules
     from coconet.schedule.steps import as_program
 
@@ -153,10 +156,10 @@ def candidate_schedules(program: Any, *, space: str = "all") -> list[Candidate]:
         out.append(c)
 
     add("as-written", "", p)
-    for name, pipeline in named_schedules(p).items():
+    for name, pipeline in named_schedules(p, ranks=ranks).items():
         add(name, pipeline, apply_schedule(p, name))
     if space == "all":
-        for name, pipeline, scheduled in enumerate_scheduled_programs(p):
+        for name, pipeline, scheduled in enumerate_scheduled_programs(p, ranks=ranks):
             add(name, pipeline, scheduled)
     elif space != "named":
         raise CocoError(f"[autotune-space] unknown space '{space}': use 'all' or 'named'")
@@ -183,7 +186,11 @@ def rank_schedules(
     the earlier candidate, i.e. the simpler schedule)."""
     from coconet.lowering.lower_to_plan import lower
 
-    cands = candidates if candidates is not None else candidate_schedules(program, space=space)
+    cands = (
+        candidates
+        if candidates is not None
+        else candidate_schedules(program, space=space, ranks=ranks)
+    )
     ranked: list[Candidate] = []
     refused: list[Candidate] = []
     # Lowered for the profile's nodes, as a job on that machine would be: fused collectives

@@ -65,7 +65,7 @@ def python_example_seeds() -> list[Seed]:
 
     out = []
     for path in sorted((ROOT / "examples").glob("*.py")):
-        if path.name == "torch_lm.py":  # a training script, not a program file
+        if path.name.startswith("torch_"):  # training scripts (torch_lm, torch_gpt), no program
             continue
         out.append(Seed(str(path.relative_to(ROOT)), coconet.load(path).print()))
     return out

@@ -101,6 +101,30 @@ def test_gradients_written_in_place_or_replaced_count_and_none_does_not():
     torch.testing.assert_close(model.a.weight, before["a.weight"] - 0.1)
 
 
+def test_a_zero_gradient_tensor_no_backward_reached_is_no_gradient():
+    """DDP(gradient_as_bucket_view=True) swaps a parameter's defined `.grad` for its bucket
+    view, zeroed where the parameter was unused on every rank (torch.optim's would be None,
+    which DDP leaves alone): no gradient, so no decay and no moment update, as torch. Before
+    the fix such a tensor counted as a gradient and a LayerDrop'd block decayed."""
+    ref, mine = SkipNet(), SkipNet()
+    options = {"lr": 0.01, "weight_decay": 0.1}
+    ref_opt = torch.optim.AdamW(ref.parameters(), **options)
+    opt = ct.AdamW(mine.parameters(), schedule="fuse(rs-c-ag)", **options)
+    for model, o in ((ref, ref_opt), (mine, opt)):
+        train_skipping(model, o, 2)
+    before = mine.sometimes.weight.detach().clone()
+    for model, o in ((ref, ref_opt), (mine, opt)):
+        model.b(torch.tanh(model.a(torch.ones(2, 7)))).sum().backward()  # `sometimes` unused
+        if model is mine:  # what DDP's bucket view leaves: zeros, not the optimizer's view
+            model.sometimes.weight.grad = torch.zeros_like(model.sometimes.weight)
+            model.sometimes.bias.grad = torch.zeros_like(model.sometimes.bias)
+        o.step()
+        o.zero_grad()
+    assert torch.equal(mine.sometimes.weight, before)
+    _same(ref, mine)
+    assert float(opt.state_dict()["state"][2]["step"]) == 1  # `sometimes`: 1 of 3 steps
+
+
 def test_lamb_skips_a_tensor_without_a_gradient():
     ref, mine = SkipNet(), SkipNet()
     want, _ = train_skipping(ref, ReferenceLamb(ref.parameters(), ref, lr=0.01), 6)
