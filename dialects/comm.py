@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from enum import auto
 
-from xdsl.dialects.builtin import I64, DenseArrayBase, IntegerAttr, i64
+from xdsl.dialects.builtin import I64, DenseArrayBase, IntegerAttr, UnitAttr, i64
 from xdsl.dialects.utils.enum_attribute import EnumAttribute
 from xdsl.ir import Attribute, Dialect, Operation, Region, SpacedOpaqueSyntaxAttribute, SSAValue
 from xdsl.irdl import (
@@ -676,28 +676,49 @@ class FusedOp(RegionOp):
     """`%w = comm.fused all_reduce -> T { ... comm.yield %w2 : T }`: ops that run as one kernel.
 
     `all_reduce` holds one reduce_scatter, computation on its slices and the all_gathers that
-    re-replicate results (CoCoNet's FusedAllReduce) -- or several such chains, one per tensor,
-    that scalars couple (a global norm each tensor's update reads); `all_to_all` holds one
-    all_to_all, the elementwise computation of its input (on the sender's piece) and of its
-    result (on the receiver's); `elementwise` holds computation only.
+    re-replicate results (CoCoNet's FusedAllReduce, two-shot) -- or several such chains, one
+    per tensor, that scalars couple (a global norm each tensor's update reads); `all_to_all`
+    holds one all_to_all, the elementwise computation of its input (on the sender's piece) and
+    of its result (on the receiver's); `elementwise` holds computation only.
+
+    `comm.fused all_reduce one_shot` is the one-shot form: one tensor `comm.all_reduce` and
+    the computation on its whole result (elementwise ops, constants, row reductions over the
+    last dim with their row values, updates). Each rank reads every peer's whole input from
+    symmetric memory, reduces it in rank order and computes the rest on the whole tensor: one
+    handshake, no all_gather (lowering/fused_collective.py `lower_one_shot`).
     """
 
     name = "comm.fused"
     kind = prop_def(FusionKindAttr)
+    one_shot = opt_prop_def(UnitAttr)
 
-    assembly_format = f"$kind {REGION_TAIL}"
+    assembly_format = f"$kind (`one_shot` $one_shot^)? {REGION_TAIL}"
 
-    def __init__(self, kind: str | FusionKind, body: Region, result_types: Sequence[Attribute]):
-        super().__init__(
-            regions=[body],
-            result_types=[list(result_types)],
-            properties={"kind": FusionKindAttr(enum_member(FusionKind, kind, "fusion kind"))},
-        )
+    def __init__(
+        self,
+        kind: str | FusionKind,
+        body: Region,
+        result_types: Sequence[Attribute],
+        one_shot: bool = False,
+    ):
+        properties: dict[str, Attribute] = {
+            "kind": FusionKindAttr(enum_member(FusionKind, kind, "fusion kind"))
+        }
+        if one_shot:
+            properties["one_shot"] = UnitAttr()
+        super().__init__(regions=[body], result_types=[list(result_types)], properties=properties)
+
+    @property
+    def is_one_shot(self) -> bool:
+        return self.one_shot is not None
 
     def verify_layouts(self) -> None:
         super().verify_layouts()
         inner = [op for op in self.body.walk() if op is not self]
         collectives = [op for op in inner if isinstance(op, CollectiveOp)]
+        if self.is_one_shot:
+            self._check_one_shot(collectives)
+            return
         if self.kind.data == FusionKind.ELEMENTWISE and collectives:
             raise _fail(
                 "fuse-elementwise",
@@ -729,6 +750,45 @@ class FusedOp(RegionOp):
                 )
             if len(scatters) > 1:
                 self._check_coupled_chains(scatters)
+
+    def _check_one_shot(self, collectives: Sequence[CollectiveOp]) -> None:
+        """One tensor all_reduce and the computation on its whole result: what one kernel
+        computes after reducing every peer's whole input."""
+        from coconet.dialects.coco import (
+            ConstantOp,
+            ElementwiseOp,
+            ReduceDimsOp,
+            SliceOp,
+            UpdateOp,
+        )
+
+        if self.kind.data != FusionKind.ALL_REDUCE:
+            raise _fail(
+                "fuse-one-shot",
+                f"one_shot is a form of a fused all_reduce, not of a fused {self.kind.data}",
+            )
+        reduces = [op for op in collectives if isinstance(op, AllReduceOp)]
+        if len(reduces) != 1 or len(collectives) != 1:
+            raise _fail(
+                "fuse-one-shot",
+                "a one-shot fused all_reduce holds exactly one comm.all_reduce and no other "
+                f"collective, this one holds {', '.join(op.name for op in collectives) or 'none'}",
+            )
+        if tensor_type_of(reduces[0].input).get_shape() == ():
+            raise _fail(
+                "fuse-one-shot",
+                "a one-shot fused all_reduce reduces a tensor, not a scalar",
+            )
+        members = (
+            ElementwiseOp | ConstantOp | SliceOp | ReduceDimsOp | UpdateOp | AllReduceOp | YieldOp
+        )
+        for op in self.body.block.ops:
+            if not isinstance(op, members):
+                raise _fail(
+                    "fuse-one-shot",
+                    "a one-shot fused all_reduce holds its all_reduce, elementwise ops, "
+                    f"constants, slices, row reductions and updates, but this one holds {op.name}",
+                )
 
     def _check_all_to_all(self, collectives: Sequence[CollectiveOp]) -> None:
         """One all_to_all and the elementwise computation around it (constants, slices and

@@ -77,7 +77,52 @@ def _scalar_arithmetic(op: Operation) -> bool:
     )
 
 
+def lower_one_shot(lw: PlanBuilder, region: comm.FusedOp) -> None:
+    """The one-shot form (`comm.fused all_reduce one_shot`): ONE kernel over the all_reduce's
+    whole result. Block b of each rank reads chunk b of every peer's whole input from
+    symmetric memory, combines it in rank order in double and rounds once (as the oracle's
+    all_reduce does), then computes the region's computation on it and stores the results:
+    the entry/done handshake of the flag protocol (the done step: no peer still reads this
+    rank's input when the next launch overwrites it), no all_gather. Row reductions take the
+    row form, a block per run of whole rows. Every rank reads (group - 1) whole inputs -- more
+    bytes than the two-shot form, one handshake less: the form of small tensors.
+
+    A group spanning nodes (symmetric memory reaches one node) lowers op by op: the library
+    all_reduce, then the computation's kernels."""
+    body = [o for o in region.body.block.ops if not isinstance(o, comm.YieldOp)]
+    reduce = next(o for o in body if isinstance(o, comm.AllReduceOp))
+    span = reduce.span()
+    updates = [o for o in body if isinstance(o, coco.UpdateOp)]
+    if lw.nodes and any(V.spans_nodes(g, lw.nodes) for g in V.groups_of(lw.grid_shape, span)):
+        for op in body:
+            if isinstance(op, coco.UpdateOp):
+                lw.lower_update(op)
+            else:
+                lw.lower_op(op)
+    else:
+        compute = [o for o in body if o is not reduce and not isinstance(o, coco.UpdateOp)]
+        members = {reduce, *compute}
+        computed = {r for op in [reduce, *compute] for r in op.results}
+        # An update of the all_reduce's input (which peers read) is a copy after the kernel.
+        direct = [
+            u
+            for u in updates
+            if u.value in computed
+            and u.value.type == u.target.type
+            and u.target is not wire_source(lw, reduce.input)
+        ]
+        emit_collective_kernel(lw, members, [reduce], [], compute, direct)
+        for u in updates:
+            if u not in direct:
+                lw.lower_update(u)
+    for res, v in zip(region.res, region.yield_op.values):
+        lw.buffers[res] = lw.value_buffer(v)
+
+
 def lower_fused_collective(lw: PlanBuilder, region: comm.FusedOp) -> None:
+    if region.is_one_shot:
+        lower_one_shot(lw, region)
+        return
     body = [o for o in region.body.block.ops if not isinstance(o, comm.YieldOp)]
     # Scalar arithmetic (a trust ratio, a clipping factor from a global norm) belongs to no
     # tensor's chain: every kernel reading it computes it (PlanBuilder.rematerialized), and a
@@ -342,7 +387,7 @@ def _emit_chain(lw: PlanBuilder, ops: list[Operation], updates: list[coco.Update
 def _collective_kernel(
     lw: PlanBuilder,
     kernel: ElementwiseKernel,
-    scatters: list[comm.ReduceScatterOp],
+    scatters: Sequence[comm.ReduceScatterOp | comm.AllReduceOp],
     gathers: list[comm.AllGatherOp],
     reductions: Sequence[Operation],
     rows: bool,
@@ -387,7 +432,7 @@ def _assembled_in_target(u: coco.UpdateOp, gathers: list[comm.AllGatherOp]) -> b
 def emit_collective_kernel(
     lw: PlanBuilder,
     members: set[Operation],
-    scatters: list[comm.ReduceScatterOp],
+    scatters: Sequence[comm.ReduceScatterOp | comm.AllReduceOp],
     gathers: list[comm.AllGatherOp],
     compute: list[Operation],
     updates: list[coco.UpdateOp],
@@ -395,8 +440,10 @@ def emit_collective_kernel(
     assembled: Sequence[coco.UpdateOp] = (),
 ) -> list[coco.UpdateOp]:
     """Emits the kernel; returns the updates of `assembled` (candidates) whose gathered value
-    it assembles in the target."""
-    spans = {op.span() for op in scatters + gathers}
+    it assembles in the target. `scatters` are the reductions whose peers' inputs the kernel
+    reads: reduce_scatters, or the one-shot form's all_reduce (its result is the whole
+    tensor, which the kernel then iterates over: lower_one_shot)."""
+    spans = {op.span() for op in [*scatters, *gathers]}
     if len(spans) != 1:
         raise CocoError(
             "[lower-fused-collective] the collectives of one fused region must span the same "
@@ -404,9 +451,9 @@ def emit_collective_kernel(
         )
     span = spans.pop()
     if lw.nodes and any(V.spans_nodes(g, lw.nodes) for g in V.groups_of(lw.grid_shape, span)):
-        return emit_hierarchical(
-            lw, span, scatters, gathers, compute, updates, reductions, assembled
-        )
+        rss = [op for op in scatters if isinstance(op, comm.ReduceScatterOp)]
+        assert len(rss) == len(scatters), "a one-shot form across nodes lowers op by op"
+        return emit_hierarchical(lw, span, rss, gathers, compute, updates, reductions, assembled)
 
     # The kernel iterates over this rank's slice: the type of the sliced values.
     sliced = [op.result for op in scatters] + [r for op in compute for r in op.results]
@@ -430,20 +477,29 @@ def emit_collective_kernel(
             if v not in inside and v not in inputs:
                 inputs.append(v)
     # Values the rest of the program needs (gathered ones are pushed in place instead).
-    stores = _stored(lw, compute + scatters, members, updates)
+    stores = _stored(lw, [*compute, *scatters], members, updates)
     store_specs = [Store(v, tensor_type_of(v)) for v in stores]
     store_specs += [Store(u.value, u.target.type, u.target) for u in updates]
     store_buffers = [lw.buffer_for(v) for v in stores] + [
         lw.value_buffer(u.target) for u in updates
     ]
 
+    prefix = (
+        "k_one_shot_all_reduce"
+        if any(isinstance(op, comm.AllReduceOp) for op in scatters)
+        else "k_fused_all_reduce"
+    )
     if rows:
         kernel = RowCollectiveKernel(
-            lw.fresh("k_fused_all_reduce_rows"), compute, iteration, inputs, store_specs
+            lw.fresh(f"{prefix}_rows"), compute, iteration, inputs, store_specs
         )
     else:
         kernel = ElementwiseKernel(
-            lw.fresh("k_fused_all_reduce"), remat + compute, iteration, inputs, store_specs
+            lw.fresh(prefix),
+            remat + compute,
+            iteration,
+            inputs,
+            store_specs,
         )
     for op in scatters:
         kernel.peer_reductions[op.result] = (wire_source(lw, op.input), op.kind.data)

@@ -507,7 +507,8 @@ class Lowering:
 
     def wire_casts(self) -> set[Operation]:
         """Casts that widen exactly (bf16, f16 or fp8 to f32, ...) whose only readers are the
-        reduce_scatters of fused all_reduce regions: their peers pull the cast's narrow input
+        reduce_scatters of fused all_reduce regions (or the all_reduces of one-shot ones):
+        their peers pull the cast's narrow input
         and widen it as they accumulate, so the wire carries the narrow type -- the sum is
         the same, bit for bit, as a widening that changes no value. Not across nodes (those
         kernels read inputs from memory)."""
@@ -521,9 +522,13 @@ class Lowering:
                 continue
             readers = [use.operation for use in op.result.uses]
             if readers and all(
-                isinstance(r, comm.ReduceScatterOp)
-                and isinstance(parent := r.parent_op(), comm.FusedOp)
+                isinstance(parent := r.parent_op(), comm.FusedOp)
                 and parent.kind.data == comm.FusionKind.ALL_REDUCE
+                and (
+                    isinstance(r, comm.ReduceScatterOp)
+                    # the one-shot form's all_reduce reads its peers' inputs the same way
+                    or (isinstance(r, comm.AllReduceOp) and parent.is_one_shot)
+                )
                 for r in readers
             ):
                 chosen.add(op)

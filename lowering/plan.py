@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from coconet.dialects.coco import TensorType
+from coconet.dialects.coco import ReplicatedAttr, TensorType
 from coconet.lowering.signature import KernelParam, ParamKind
 
 COMPUTE_STREAM = 0
@@ -340,3 +340,14 @@ def _integers(arg: KernelArg) -> list[int]:
     if isinstance(arg, ArgTable):
         return [n for item in arg.items for n in _integers(item)]
     return []
+
+
+def reads_whole(step: Launch, table: PeerTable) -> bool:
+    """Whether each peer of a launch reads all of the table's buffer: the launch iterates over
+    a type replicated on every axis of the table (the one-shot fused all_reduce: every rank
+    reduces every peer's whole input), where a two-shot kernel iterates over its slice."""
+    t = step.iteration_type
+    if t is None or table.part != "all":
+        return False
+    layouts = t.layouts.data
+    return all(ax >= len(layouts) or isinstance(layouts[ax], ReplicatedAttr) for ax in table.span)

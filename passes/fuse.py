@@ -37,8 +37,12 @@ from coconet.passes.common import (
 
 RULE = "fuse"
 MODES = ("auto", "elementwise", "all_reduce", "send", "all_to_all")
+FORMS = ("two_shot", "one_shot")
 
 Space = tuple[tuple[int, ...], tuple[Attribute, ...]] | None
+
+# The kind of a one-shot fused all_reduce's plan (`comm.fused all_reduce one_shot`).
+ONE_SHOT = "one_shot"
 
 
 def function_of(block: Block) -> func.FuncOp:
@@ -117,6 +121,8 @@ def _in_order(members: set[Operation]) -> list[Operation]:
 
 def _make_fused(kind: str):
     def make(body: Region, types: list[Attribute]) -> comm.RegionOp:
+        if kind == ONE_SHOT:
+            return comm.FusedOp("all_reduce", body, types, one_shot=True)
         return comm.FusedOp(kind, body, types)
 
     return make
@@ -316,6 +322,21 @@ class FusePass(ModulePass):
     * `auto` (default): `all_reduce` on every reduce_scatter, then `send` on every send,
       then `all_to_all` on every all_to_all, then `elementwise` on the rest.
 
+    Forms of a fused all_reduce (`form` option, with `mode=all_reduce`):
+    * `two_shot` (default): the reduce_scatter chains above (split and reordered programs).
+    * `one_shot`: a tensor `comm.all_reduce` as written and the computation on its whole
+      result -> `comm.fused all_reduce one_shot`: each rank reduces every peer's whole input
+      from symmetric memory in rank order and computes the rest locally (one handshake, no
+      all_gather: the form of small tensors, where latency wins). From the all_reduce, the
+      chain grows in program order over elementwise ops in its result's iteration space (or
+      scalar), row reductions over the last dim (keepdims) and elementwise ops on their row
+      values (AR + residual + RMSNorm/LayerNorm), and the updates storing chain values
+      (except one of the all_reduce's own input, which peers read: it stays a copy after
+      the region); an op that waits for a value computed from the chain outside it does
+      not join (a full norm and what reads it). Then slices, constants and elementwise ops
+      feeding only the chain are pulled in. Targeted: `ops` names all_reduces (their
+      maximal chain), or the exact set (one all_reduce plus computation).
+
     Legality (refusals name the rule; greedy mode skips what they refuse):
     * [fuse-cycle]       no op outside the set depends on the set and feeds back into it.
     * [fuse-chain]       an all_reduce fusion holds exactly one reduce_scatter and at least
@@ -336,6 +357,14 @@ class FusePass(ModulePass):
     * [fuse-connected]   a targeted set is connected through its own values.
     * [fuse-block]       named ops sit in one function body, not inside regions.
     * [fuse-mode]        `mode` is one of auto, elementwise, all_reduce, send, all_to_all.
+    * [fuse-form]        `form` is two_shot or one_shot; one_shot goes with mode=all_reduce.
+    * [fuse-one-shot]    a one-shot fusion starts at a comm.all_reduce of a tensor as written
+                         (a scalar's is a norm's partials; a split all_reduce is the two-shot
+                         form's, and sliced values -- as-slice'd optimizer state, ZeRO-3's
+                         sliced parameters -- never join: each rank computes the whole
+                         tensor); a named set holds one all_reduce and, besides, only
+                         elementwise ops, constants, slices, row reductions over the last dim
+                         and updates, in the all_reduce's iteration space or its rows.
     """
 
     name = "coco-fuse"
@@ -346,10 +375,22 @@ class FusePass(ModulePass):
 
     mode: str = "auto"
     ops: tuple[str, ...] = ()
+    form: str = "two_shot"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.mode not in MODES:
             raise fail(f"{RULE}-mode", f"unknown mode '{self.mode}': use one of {', '.join(MODES)}")
+        if self.form not in FORMS:
+            raise fail(f"{RULE}-form", f"unknown form '{self.form}': use one of {', '.join(FORMS)}")
+        if self.form == ONE_SHOT:
+            if self.mode != "all_reduce":
+                raise fail(
+                    f"{RULE}-form",
+                    f"form=one_shot is a form of a fused all_reduce: use it with "
+                    f"mode=all_reduce, not mode={self.mode}",
+                )
+            self._apply_one_shot(op)
+            return
         if self.ops:
             self._apply_targeted(op)
             return
@@ -405,6 +446,168 @@ class FusePass(ModulePass):
                         self._fuse(block, members, "elementwise")
                     except PassFailedException:
                         continue
+
+    # -- the one-shot form ------------------------------------------------------------------
+
+    def _apply_one_shot(self, module: ModuleOp) -> None:
+        if not self.ops:
+            for fn in functions(module):
+                block = body_block(fn)
+                for ar in [o for o in block.ops if isinstance(o, comm.AllReduceOp)]:
+                    if ar.parent_block() is not block or _scalar(ar):
+                        continue
+                    try:
+                        self._fuse(block, self._one_shot_chain(block, ar), ONE_SHOT)
+                    except PassFailedException:
+                        continue
+            return
+        sites = find_named_ops(module, self.ops, f"{RULE}-block", "op")
+        named = [s for _, s in sites]
+        plans: list[tuple[Block, set[Operation], str]] = []
+        if all(isinstance(s, comm.AllReduceOp) for s in named):
+            # In program order, each chain without the ops an earlier one took (a residual
+            # stream that every layer's chain reaches is the first one's).
+            taken: set[Operation] = set()
+            for fn, ar in sorted(sites, key=lambda site: _position(site[1])):
+                assert isinstance(ar, comm.AllReduceOp)  # checked just above
+                block = body_block(fn)
+                members = self._one_shot_chain(block, ar, taken)
+                taken |= members
+                plans.append((block, members, ONE_SHOT))
+        else:
+            if len({fn for fn, _ in sites}) != 1:
+                raise fail(f"{RULE}-block", "the named ops are in different functions")
+            block = body_block(sites[0][0])
+            members = set(named)
+            self._check_one_shot_set(members)
+            self._check_connected(members)
+            members = _absorb_updates(block, members, OrderInfo(block))
+            plans.append((block, members, ONE_SHOT))
+        for block, members, _ in plans:
+            plan_contiguous(block, members, f"{RULE}-cycle", "fusing " + self._describe(members))
+        if len(plans) > 1:
+            self._check_disjoint(plans)
+            for block in {b for b, _, _ in plans}:
+                check_groups_acyclic(
+                    block,
+                    [m for b, m, _ in plans if b is block],
+                    f"{RULE}-cycle",
+                    "fusing these sets",
+                )
+        for block, members, kind in plans:
+            self._fuse(block, members, kind)
+
+    def _one_shot_chain(
+        self, block: Block, ar: comm.AllReduceOp, taken: AbstractSet[Operation] = frozenset()
+    ) -> set[Operation]:
+        """The maximal one-shot fused all_reduce around `ar` (before the cycle check), without
+        the ops in `taken` (an earlier chain's)."""
+        if ar in taken:
+            raise _shared(ar)
+        if ar.parent_block() is not block:
+            raise fail(f"{RULE}-block", f"{op_name(ar)} is not in a function body", at=ar)
+        if _scalar(ar):
+            raise fail(
+                f"{RULE}-one-shot",
+                f"{op_name(ar)} reduces a scalar (a norm's partials): a one-shot fused "
+                "all_reduce reduces a tensor",
+                at=ar,
+            )
+        space = _space(ar.result)
+        members: set[Operation] = {ar}
+        chain: set[SSAValue] = {ar.result}
+        # Values computed from the chain by ops that did not join (a full norm): an op
+        # reading one waits for the region, so it cannot join it.
+        outside: set[SSAValue] = set()
+        pending: set[Operation] = set()
+
+        def watch(v: SSAValue) -> None:
+            pending.update(u.operation for u in v.uses if u.operation.parent_block() is block)
+
+        watch(ar.result)
+        u = ar.next_op
+        while pending and u is not None:
+            FusePass.chain_visits += 1
+            read = {v for o in (u.walk() if u.regions else (u,)) for v in o.operands}
+            joined = None
+            if u in pending:
+                pending.discard(u)
+                if not read & outside and u not in taken:
+                    joined = self._one_shot_step(u, ar, space, chain)
+            if joined is not None:
+                members.add(u)
+                for v in joined:
+                    watch(v)
+            elif read & (chain | outside):
+                outside.update(u.results)
+                for v in u.results:
+                    watch(v)
+            u = u.next_op
+        self._check_rows(members, space)
+        members = self._pull_feeders(block, members, space)
+        for m in _in_order(members & set(taken)):
+            raise _shared(m)
+        return members
+
+    @staticmethod
+    def _one_shot_step(
+        u: Operation, ar: comm.AllReduceOp, space: Space, chain: set[SSAValue]
+    ) -> tuple[SSAValue, ...] | None:
+        """Whether `u` joins the one-shot chain of `ar`: None if not, else its results."""
+        if isinstance(u, coco.UpdateOp):
+            # peers read the all_reduce's input: writing it stays a copy after the region
+            return () if u.value in chain and u.target is not ar.input else None
+        if not any(v in chain for v in u.operands):
+            return None
+        if isinstance(u, coco.ElementwiseOp) and (
+            _meet(space, _space(u.results[0])) == space
+            or (_space(u.results[0]) is not None and _space(u.results[0]) == _row_space(space))
+        ):
+            chain.add(u.results[0])
+            return (u.results[0],)
+        if _row_reduction_of(u, space):
+            chain.add(u.results[0])
+            return (u.results[0],)
+        return None
+
+    def _check_one_shot_set(self, members: set[Operation]) -> None:
+        """A named one-shot set: one tensor all_reduce, the rest computation in its space."""
+        reduces = [m for m in _in_order(members) if isinstance(m, comm.AllReduceOp)]
+        if len(reduces) != 1:
+            raise fail(
+                f"{RULE}-one-shot",
+                f"a one-shot fused all_reduce holds exactly one comm.all_reduce; the named ops "
+                f"hold {len(reduces)}",
+            )
+        ar = reduces[0]
+        if _scalar(ar):
+            raise fail(
+                f"{RULE}-one-shot",
+                f"{op_name(ar)} reduces a scalar (a norm's partials): a one-shot fused "
+                "all_reduce reduces a tensor",
+                at=ar,
+            )
+        space = _space(ar.result)
+        rows = _row_space(space)
+        for m in _in_order(members - {ar}):
+            ok = isinstance(m, coco.ElementwiseOp | coco.ConstantOp | coco.SliceOp) or (
+                _row_reduction_of(m, space)
+            )
+            if not ok:
+                raise fail(
+                    f"{RULE}-one-shot",
+                    f"{op_name(m)} cannot be part of a one-shot fused all_reduce (its "
+                    "all_reduce, elementwise computation, row reductions over the last dim)",
+                    at=m,
+                )
+            s = _op_space(m)
+            if isinstance(m, coco.ElementwiseOp) and s not in (space, rows, None):
+                raise fail(
+                    f"{RULE}-one-shot",
+                    f"{op_name(m)} computes over a different iteration space than the "
+                    "all_reduce's result (each rank computes the whole tensor)",
+                    at=m,
+                )
 
     # -- targeted ------------------------------------------------------------------------
 
@@ -928,6 +1131,10 @@ class FusePass(ModulePass):
             block, members, f"{RULE}-cycle", "fusing " + self._describe(members)
         )
         return wrap_in_region(block, hoisted, order, _make_fused(kind))
+
+
+def _scalar(ar: comm.AllReduceOp) -> bool:
+    return ar.input.type.rank == 0
 
 
 def _position(op: Operation) -> tuple[int, int]:

@@ -114,7 +114,8 @@ class OverlapPass(ModulePass):
                           reduce_scatter of it, or a fused all_reduce whose ops all run in its
                           one kernel and that reads the matmul by a reduce_scatter (what can
                           run per chunk of rows); others (a send, a broadcast, a fused send,
-                          a region finishing a full reduction) cannot be pipelined.
+                          a region finishing a full reduction, a one-shot fused all_reduce)
+                          cannot be pipelined.
     * [overlap-layout]    the value chunked by rows (the matmul's result; the gathered value)
                           is sliced on no grid axis.
     * [overlap-chunks]    `chunks` >= 1 and divides the rows of that value (the product of
@@ -316,6 +317,14 @@ class OverlapPass(ModulePass):
             )
         if isinstance(consumer, comm.AllReduceOp | comm.ReduceScatterOp):
             return
+        if isinstance(consumer, comm.FusedOp) and consumer.is_one_shot:
+            raise fail(
+                f"{RULE}-consumer",
+                f"{op_name(consumer)} is a one-shot fused all_reduce: its kernel reduces the "
+                "whole tensor in one step, with no chunk of rows to pipeline (the two-shot "
+                "fuse(rs-c-ag) overlaps)",
+                at=consumer,
+            )
         if isinstance(consumer, comm.FusedOp) and consumer.kind.data == comm.FusionKind.ALL_REDUCE:
             inner = consumer.body.block
             strangers = [o for o in inner.ops if not isinstance(o, (*_IN_KERNEL, comm.YieldOp))]

@@ -49,6 +49,7 @@ from coconet.lowering.plan import (
     RecordEvent,
     Step,
     WaitEvent,
+    reads_whole,
 )
 from coconet.lowering.signature import ABI_KINDS
 
@@ -224,7 +225,9 @@ def plan_traffic(plan: Plan, rank: int = 0) -> int:
     input, all_gather (p-1)/p of its result, all_to_all (p-1)/p of its input, broadcast and
     reduce n, send n; a fused collective kernel (p-1)/p of every symmetric buffer it reaches
     through a peer table except its flags (it reads peers' slices of its reduce_scatter input
-    and pushes its gathered slice to every peer). Chunked steps count their rows."""
+    and pushes its gathered slice to every peer) -- (p-1) times the whole buffer where its
+    iteration is not sliced over the table's axes (the one-shot fused all_reduce: every peer
+    reads this rank's whole input). Chunked steps count their rows."""
     total = 0.0
     for step in plan.steps:
         if isinstance(step, Collective):
@@ -252,7 +255,8 @@ def plan_traffic(plan: Plan, rank: int = 0) -> int:
             for a in step.args:
                 if isinstance(a, PeerTable) and a.buffer.kind != "scratch":
                     p = len(plan_group(plan, a.span, a.part, rank))
-                    total += frac * (p - 1) / p * buffer_nbytes(a.buffer)
+                    share = (p - 1) if reads_whole(step, a) else (p - 1) / p
+                    total += frac * share * buffer_nbytes(a.buffer)
     return round(total)
 
 

@@ -155,6 +155,8 @@ FUSE_CHOICES: tuple[tuple[str, ...], ...] = (
     ("all_reduce", "send"),
     ("all_reduce", "send", "elementwise"),
     ("all_reduce", "all_to_all", "elementwise"),
+    ("one_shot",),
+    ("one_shot", "elementwise"),
 )
 
 
@@ -178,6 +180,14 @@ def _step(node: _Node, label: str, action: Callable[[ScheduleSteps], Any]) -> _N
     if ir == node.ir:
         return None
     return _Node(s, [*node.parts, label], ir)
+
+
+def _fuse_step(kind: str) -> Callable[[ScheduleSteps], None]:
+    """The fusion step of a FUSE_CHOICES entry: a mode, or `one_shot` (the one-shot form of
+    the fused all_reduce)."""
+    if kind == "one_shot":
+        return lambda s: s.fuse(mode="all_reduce", form="one_shot")
+    return lambda s: s.fuse(mode=kind)
 
 
 def _reorder_each(names: Sequence[str]) -> Callable[[ScheduleSteps], None]:
@@ -238,7 +248,8 @@ def enumerate_scheduled_programs(
        all of them);
     4. sliced-send: for each send of an all_gather, the sliced send or not;
     5. fusion: none, or greedy `all_reduce`, `send` and `elementwise` fusion in each
-       combination (in that order);
+       combination (in that order), or the one-shot fused all_reduce (`fuse(one_shot)`,
+       with or without `elementwise` after it);
     6. overlap: for each matmul feeding a collective, none or an overlap with each of `chunks`
        (and, where a fused send exists, the pipeline-boundary form through the send and the
        next stage's all_gather, `overlap(mm,chunks=N,send)`).
@@ -379,7 +390,7 @@ def enumerate_scheduled_programs(
             cur: _Node | None = node
             for kind in choice:
                 assert cur is not None
-                cur = _step(cur, f"fuse({kind})", lambda s, k=kind: s.fuse(mode=k))
+                cur = _step(cur, f"fuse({kind})", _fuse_step(kind))
                 if cur is None:
                     break
             if cur is not None:

@@ -17,6 +17,7 @@ from coconet.schedule.errors import VERIFY_RULE, ScheduleError, schedule_error
 from coconet.schedule.recipes import (
     recipe_ar_c,
     recipe_fuse_a2a,
+    recipe_fuse_ar_c,
     recipe_fuse_rs_c,
     recipe_fuse_rs_c_ag,
     recipe_fuse_sliced_send,
@@ -74,6 +75,17 @@ NAMED_SCHEDULES: dict[str, NamedSchedule] = {
             lambda i: bool(i.all_reduces),
             recipe_fuse_rs_c_ag,
             ("mm-fuse-rs-c-ag",),
+        ),
+        NamedSchedule(
+            "fuse(ar-c)",
+            "one-shot fused AllReduce (not in CoCoNet; vLLM's / TensorRT-LLM's one-shot)",
+            "the all_reduce as written and the computation on its result as one kernel: each "
+            "rank reduces every peer's whole input from symmetric memory and computes the "
+            "rest locally (one handshake, no all_gather: the form of small tensors)",
+            "an all_reduce",
+            lambda i: bool(i.all_reduces),
+            recipe_fuse_ar_c,
+            ("mm-fuse-ar-c", "one-shot"),
         ),
         NamedSchedule(
             "fuse(rs-c)",
@@ -186,7 +198,8 @@ def resolve_schedule_name(name: str) -> str:
     """The canonical name of a named schedule. Accepted spellings: the canonical name
     (`fuse(rs-c-ag)`), the same without parentheses and commas (`fuse-rs-c-ag`,
     `ol-mm-fuse-rs-c-ag`, `ol-mm-rs-fuse-sliced-send-ag`), CoCoNet's names in any case
-    (`fuse_RS_C_AG`, `MM_AR_C`, `ol_MM_fuse_RS_C_AG`, `RS_P2P_C_AG`, `ol_RS_fuse_P2P_C_AG`)."""
+    (`fuse_RS_C_AG`, `MM_AR_C`, `ol_MM_fuse_RS_C_AG`, `RS_P2P_C_AG`, `ol_RS_fuse_P2P_C_AG`);
+    the one-shot fused all_reduce `fuse(ar-c)` also as `one-shot`."""
     canonical = _ALIASES.get(_alias_key(name))
     if canonical is None:
         raise schedule_error(

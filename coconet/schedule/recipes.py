@@ -100,6 +100,15 @@ def recipe_ar_c(s: ScheduleSteps, info: Structure) -> None:
     s.fuse(mode="elementwise")
 
 
+def recipe_fuse_ar_c(s: ScheduleSteps, info: Structure) -> None:
+    """The one-shot fused all_reduce: each all_reduce as written with the computation on its
+    whole result as one kernel in which every rank reduces every peer's whole input (one
+    handshake, no all_gather), then the rest of the computation fused as ar-c fuses it."""
+    names = info.names(info.all_reduces)
+    s.fuse(*(names or ()), mode="all_reduce", form="one_shot")
+    s.fuse(mode="elementwise")
+
+
 def recipe_fuse_rs_c(s: ScheduleSteps, info: Structure) -> None:
     """ZeRO-3 / FSDP: each reduce_scatter with the sliced update it feeds as one fused
     collective kernel (no all_gather: parameters and state stay sliced)."""

@@ -361,16 +361,25 @@ class ScheduleSteps:
             self._handle(a) for a in fn.body.block.args if a.name_hint and _sliced_somewhere(a.type)
         ]
 
-    def fuse(self, *targets: Target, mode: str = "auto") -> Any:
+    def fuse(self, *targets: Target, mode: str = "auto", form: str = "two_shot") -> Any:
         """CoCoNet's `fuse`: `mode="elementwise"` fuses the named elementwise ops into one
         kernel; `mode="all_reduce"` fuses a reduce_scatter's chain (name the reduce_scatter,
         or the exact set) into one FusedAllReduce; `mode="send"` fuses computation into a
         send; `mode="all_to_all"` an all_to_all with the computation of its input and of
         its result (name the all_to_all, or the exact set); `auto` picks by the targets. No
-        targets: greedy. Returns the new region's handle (a list when several regions were
-        made)."""
+        targets: greedy. `form="one_shot"` (with `mode="all_reduce"`): an all_reduce as
+        written and the computation on its whole result, one kernel in which each rank
+        reduces every peer's whole input (name the all_reduce, or the exact set). Returns the
+        new region's handle (a list when several regions were made)."""
         names = self._names(targets, "fuse")
-        new = self._run(make_pass("coco-fuse", ops=names, mode=None if mode == "auto" else mode))
+        new = self._run(
+            make_pass(
+                "coco-fuse",
+                ops=names,
+                mode=None if mode == "auto" else mode,
+                form=None if form == "two_shot" else form,
+            )
+        )
         regions = [self._op_handle(op) for op in new if isinstance(op, comm.FusedOp)]
         return regions[0] if len(regions) == 1 else regions
 

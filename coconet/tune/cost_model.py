@@ -54,6 +54,7 @@ from coconet.lowering.plan import (
     RecordEvent,
     Step,
     WaitEvent,
+    reads_whole,
 )
 from coconet.lowering.signature import ParamKind
 from coconet.runtime.executor import buffer_nbytes
@@ -375,7 +376,8 @@ def kernel_traffic(plan: Plan, step: Launch, group_size: int) -> tuple[float, fl
     Each input or output parameter moves its buffer's bytes, but no more than the launch's
     iterated elements of it (a kernel reading its slice of a replicated tensor reads the
     slice). A peer parameter (a fused collective kernel's view of its group's symmetric
-    buffers) moves the whole buffer's bytes, (p-1)/p of them from or to peers. Flags and
+    buffers) moves the whole buffer's bytes, (p-1)/p of them from or to peers -- in the
+    one-shot fused all_reduce, (p-1) whole buffers from peers and its own. Flags and
     in-kernel exchanges are synchronizations: one each."""
     params = plan.signatures.get(step.kernel, ())
     elements = _elements(step)
@@ -402,10 +404,16 @@ def kernel_traffic(plan: Plan, step: Launch, group_size: int) -> tuple[float, fl
             if step.range_positions and step.iteration_shape:
                 whole = math.prod(step.iteration_shape)
                 frac = elements / whole if whole else 1.0
+            # the one-shot fused all_reduce reads every peer's whole buffer
+            read_whole = isinstance(arg, PeerTable) and reads_whole(step, arg)
             for b in buffers:
                 nbytes = buffer_nbytes(b) * frac
-                peer += nbytes * (group_size - 1) / group_size
-                local += nbytes / group_size
+                if read_whole:
+                    peer += nbytes * (group_size - 1)
+                    local += nbytes
+                else:
+                    peer += nbytes * (group_size - 1) / group_size
+                    local += nbytes / group_size
             inputs += param.kind == ParamKind.PEERS_IN
         elif param.kind in (ParamKind.FLAGS, ParamKind.EXCHANGE):
             syncs += 1

@@ -105,7 +105,8 @@ class BodyBuilder(BuilderState):
         rounded = load_expr(
             tensor_type_of(res).elt, store_from_double(tensor_type_of(res).elt, acc)
         )
-        self.body.append(Decl(var, rounded, comment="comm.reduce_scatter"))
+        owner = res.owner  # a reduce_scatter, or the one-shot form's all_reduce
+        self.body.append(Decl(var, rounded, comment=getattr(owner, "name", "comm.reduce_scatter")))
         self.local[res] = var
         return var
 

@@ -890,6 +890,10 @@ def registered_pass_names() -> list[str]:
 # xDSL's generic cleanups also run in coconet pipelines; they must preserve meaning too.
 XDSL_CLEANUPS = ("cse", "canonicalize", "dce")
 
+# Passes with options that their defaults never reach, drawn as coconet passes are: the
+# one-shot fused all_reduce (`fuse(ar-c)`'s fusion).
+OPTION_VARIANTS = ("coco-fuse{mode=all_reduce form=one_shot}",)
+
 
 def pipelines(
     max_len: int = 5, extra: Sequence[str] = XDSL_CLEANUPS
@@ -898,6 +902,8 @@ def pipelines(
     then one of xDSL's cleanups. The registry is read once, here, so that every draw sees
     the same passes (hypothesis needs deterministic strategies)."""
     names = registered_pass_names()
+    if "coco-fuse" in names:
+        names += list(OPTION_VARIANTS)
     pool = names + list(extra)
     if not pool:
         return st.just([])

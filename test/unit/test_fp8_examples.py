@@ -46,8 +46,8 @@ F32, F64, BF16 = np.dtype(np.float32), np.dtype(np.float64), np.dtype(ml_dtypes.
 # schedule fits it) the autotuner's one pipeline beside "as written".
 NAMED = {
     "fp8_allgather_matmul": [],
-    "allreduce_rmsnorm_fp8": ["ar-c", "rs-c-ag", "fuse(rs-c-ag)"],
-    "adam_fp8_wire": ["ar-c", "rs-c-ag", "fuse(rs-c-ag)"],
+    "allreduce_rmsnorm_fp8": ["ar-c", "rs-c-ag", "fuse(rs-c-ag)", "fuse(ar-c)"],
+    "adam_fp8_wire": ["ar-c", "rs-c-ag", "fuse(rs-c-ag)", "fuse(ar-c)"],
 }
 PIPELINES = {"fp8_allgather_matmul": ["coco-fuse{mode=elementwise}"]}
 

@@ -333,4 +333,5 @@ def test_every_offered_schedule_of_random_programs_runs_on_the_cpu_backend() -> 
     print("\noffered schedules run:", dict(stats))
     # the generator makes what this test is for
     assert stats["fuse(rs-c-ag)"] > 0, stats
+    assert stats["fuse(ar-c)"] > 0, stats
     assert stats["fuse(a2a)"] > 0, stats

@@ -5,7 +5,7 @@
 // for a schedule (its `coco.schedule`, which coco-schedule applies given no name); a refused
 // one prints its rule, at the op it is about when there is one.
 
-// CHECK: {{^}}[schedule-unknown] no schedule named 'bogus'; named schedules: ar-c, rs-c-ag, fuse(rs-c-ag), fuse(rs-c), ol(mm,fuse(rs-c-ag)), ol(ag,mm), ol(mm,rs), ol(ag,mm)+ol(mm,rs), sliced-send, fuse(sliced-send), ol(mm,rs)+fuse(sliced-send), ol(mm,rs,fuse(sliced-send),ag)
+// CHECK: {{^}}[schedule-unknown] no schedule named 'bogus'; named schedules: ar-c, rs-c-ag, fuse(rs-c-ag), fuse(ar-c), fuse(rs-c), ol(mm,fuse(rs-c-ag)), ol(ag,mm), ol(mm,rs), ol(ag,mm)+ol(mm,rs), sliced-send, fuse(sliced-send), ol(mm,rs)+fuse(sliced-send), ol(mm,rs,fuse(sliced-send),ag)
 module attributes {coco.schedule = "bogus"} {
 func.func @sgd3(%g: !coco.tensor<2xf32, local>, %w: !coco.tensor<2xf32>, %lr: !coco.tensor<f32>)
     attributes {coco.grid = #coco.grid<[3]>} {
@@ -20,7 +20,7 @@ func.func @sgd3(%g: !coco.tensor<2xf32, local>, %w: !coco.tensor<2xf32>, %lr: !c
 // -----
 
 // No name and no schedule of the module's own.
-// CHECK: {{^}}[schedule-unknown] coco-schedule needs a schedule name (name=...), one of ar-c, rs-c-ag, fuse(rs-c-ag), fuse(rs-c), ol(mm,fuse(rs-c-ag)), ol(ag,mm), ol(mm,rs), ol(ag,mm)+ol(mm,rs), sliced-send, fuse(sliced-send), ol(mm,rs)+fuse(sliced-send), ol(mm,rs,fuse(sliced-send),ag), fuse(a2a), or a module holding its own (coco.schedule = "PIPELINE")
+// CHECK: {{^}}[schedule-unknown] coco-schedule needs a schedule name (name=...), one of ar-c, rs-c-ag, fuse(rs-c-ag), fuse(ar-c), fuse(rs-c), ol(mm,fuse(rs-c-ag)), ol(ag,mm), ol(mm,rs), ol(ag,mm)+ol(mm,rs), sliced-send, fuse(sliced-send), ol(mm,rs)+fuse(sliced-send), ol(mm,rs,fuse(sliced-send),ag), fuse(a2a), or a module holding its own (coco.schedule = "PIPELINE")
 func.func @sgd3(%g: !coco.tensor<2xf32, local>, %w: !coco.tensor<2xf32>, %lr: !coco.tensor<f32>)
     attributes {coco.grid = #coco.grid<[3]>} {
   %g1 = comm.all_reduce sum %g : !coco.tensor<2xf32, local> -> !coco.tensor<2xf32>
@@ -32,7 +32,7 @@ func.func @sgd3(%g: !coco.tensor<2xf32, local>, %w: !coco.tensor<2xf32>, %lr: !c
 
 // -----
 
-// CHECK: {{^}}[schedule-unknown] the schedule 'ol(mm,fuse(rs-c-ag))' needs a matmul whose only reader is an all_reduce, which @sgd3 lacks; schedules that fit it: ar-c, rs-c-ag, fuse(rs-c-ag)
+// CHECK: {{^}}[schedule-unknown] the schedule 'ol(mm,fuse(rs-c-ag))' needs a matmul whose only reader is an all_reduce, which @sgd3 lacks; schedules that fit it: ar-c, rs-c-ag, fuse(rs-c-ag), fuse(ar-c)
 module attributes {coco.schedule = "ol(mm,fuse(rs-c-ag))"} {
 func.func @sgd3(%g: !coco.tensor<2xf32, local>, %w: !coco.tensor<2xf32>, %lr: !coco.tensor<f32>)
     attributes {coco.grid = #coco.grid<[3]>} {
@@ -46,7 +46,7 @@ func.func @sgd3(%g: !coco.tensor<2xf32, local>, %w: !coco.tensor<2xf32>, %lr: !c
 
 // -----
 
-// CHECK: {{^}}[schedule-unknown] the schedule 'sliced-send' needs a send of a value computed from an all_reduce, which @sgd3 lacks; schedules that fit it: ar-c, rs-c-ag, fuse(rs-c-ag)
+// CHECK: {{^}}[schedule-unknown] the schedule 'sliced-send' needs a send of a value computed from an all_reduce, which @sgd3 lacks; schedules that fit it: ar-c, rs-c-ag, fuse(rs-c-ag), fuse(ar-c)
 module attributes {coco.schedule = "sliced-send"} {
 func.func @sgd3(%g: !coco.tensor<2xf32, local>, %w: !coco.tensor<2xf32>, %lr: !coco.tensor<f32>)
     attributes {coco.grid = #coco.grid<[3]>} {

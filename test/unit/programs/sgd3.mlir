@@ -1,5 +1,6 @@
 // An SGD step on a static grid of 3 ranks over 2 elements: a split would leave a rank no
-// element (uneven cuts are fine, empty ones are not), so only ar-c applies
+// element (uneven cuts are fine, empty ones are not), so only ar-c and the one-shot fuse(ar-c),
+// which slices nothing, apply
 // (test/filecheck/schedule/errors.mlir refuses the others with it).
 
 func.func @sgd3(%g: !coco.tensor<2xf32, local>, %w: !coco.tensor<2xf32>, %lr: !coco.tensor<f32>)
