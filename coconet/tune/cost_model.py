@@ -117,6 +117,10 @@ class MachineProfile:
     # kernel: every block done, then the last block of each rank trades partials with its
     # peers); None: one flag exchange's
     exchange_sync: float | None = None
+    # s per flag protocol of a one-shot fused all_reduce kernel (an entry and a done
+    # handshake; the two-shot kernel's `fused_sync` has a third between its reduce_scatter and
+    # all_gather phases); None: `fused_sync` (profiles probed before it was measured)
+    one_shot_sync: float | None = None
     # The host runs kernels on one thread whatever their stream (cpu backend); only
     # library collectives progress concurrently.
     host_serializes_kernels: bool = False
@@ -169,6 +173,7 @@ class MachineProfile:
             profile.collective_overhead,
             profile.fused_sync,
             profile.exchange_sync or 0.0,
+            profile.one_shot_sync or 0.0,
             profile.step_overhead,
             profile.intra.latency,
         ]
@@ -224,7 +229,8 @@ def _gpu_node(
         peer_bandwidth=nvlink,
         launch_overhead=5 * US,
         collective_overhead=5 * US,
-        fused_sync=3 * US,
+        fused_sync=3 * US,  # three handshakes: entry, between the phases, done
+        one_shot_sync=2 * US,  # two: entry, done
         event_overhead=1 * US,
         source="published",
     )
@@ -549,10 +555,18 @@ def _launch_cost(
     bound = max(terms, key=terms.__getitem__)
     exchanges = kernel_exchanges(plan, step)
     per_exchange = profile.fused_sync if profile.exchange_sync is None else profile.exchange_sync
-    sync = (syncs - exchanges) * profile.fused_sync + exchanges * per_exchange if p > 1 else 0.0
+    per_sync = profile.fused_sync
+    if profile.one_shot_sync is not None and is_one_shot(step):
+        per_sync = profile.one_shot_sync
+    sync = (syncs - exchanges) * per_sync + exchanges * per_exchange if p > 1 else 0.0
     if sync > terms[bound]:
         bound = "latency"
     return profile.launch_overhead + max(terms.values()) + sync, local + peer, flops, bound
+
+
+def is_one_shot(step: Launch) -> bool:
+    """A one-shot fused all_reduce kernel: it reads its peers' whole inputs."""
+    return any(isinstance(a, PeerTable) and reads_whole(step, a) for a in step.args)
 
 
 def step_cost(

@@ -15,7 +15,9 @@ peers are busy too, which is how a program runs):
   large (bandwidth), over the job's communicator; per-call overhead and per-step latency come
   from solving t = overhead + k alpha for the all_reduce's k = 2(p-1) and the all_gather's
   p-1; bandwidth from the large ones once the latency is taken off;
-* fused-kernel synchronization: a tiny `fuse(rs-c-ag)` program, its time less one launch;
+* fused-kernel synchronization: a tiny `fuse(rs-c-ag)` program, its time less one launch
+  (`fused_sync`), and the same program one-shot, `fuse(ar-c)` (`one_shot_sync`: one
+  handshake fewer, which the cost model weighs against reading every peer's whole input);
 * matmul FLOP/s: NumPy's f32 matmul of 256 x 256 matrices on every rank (one BLAS thread per
   rank, as ranks run); a matmul step's fixed cost: a one-matmul coconet program of 16 x 64
   times 64 x 64 per element type (f16 and bf16 are converted to f32 on the host).
@@ -57,7 +59,7 @@ __all__ = [
 ]
 
 # Bump when what is measured or how it becomes a profile changes: old entries are not reused.
-PROBE_VERSION = 5
+PROBE_VERSION = 6
 PROBE_CACHE = KernelCache("profiles")
 
 STREAM_SOURCE = r"""
@@ -319,6 +321,11 @@ def measure(comm) -> dict[str, Any]:
         out["fused_small_step"] = _timed(comm, fused.step, 10, 15, FUSED_STEPS_PER_RUN)
         out["fused_small_plan"] = _plan_steps(fused.plan)
         fused.close()
+        # the same program one-shot: its handshakes (entry, done) against the two-shot's three
+        one_shot = _ready(_compiled(comm, FUSED_PROGRAM.format(n=SMALL * size), "fuse(ar-c)"))
+        out["one_shot_small_step"] = _timed(comm, one_shot.step, 10, 15, FUSED_STEPS_PER_RUN)
+        out["one_shot_small_plan"] = _plan_steps(one_shot.plan)
+        one_shot.close()
         normed = _ready(_compiled(comm, FUSED_NORM_PROGRAM.format(n=SMALL * size), "fuse(rs-c-ag)"))
         out["fused_norm_small_step"] = _timed(comm, normed.step, 10, 15, FUSED_STEPS_PER_RUN)
         out["fused_norm_small_plan"] = _plan_steps(normed.plan)
@@ -370,6 +377,7 @@ def profile_from_measurements(
     collective_overhead = 0.0
     fused_sync = 0.0
     exchange_sync: float | None = None
+    one_shot_sync: float | None = None
     if p > 1:
         # the programs' steps other than the collective: a copy out at most (priced as one launch)
         def collective_time(key: str) -> float:
@@ -394,6 +402,10 @@ def profile_from_measurements(
         intra = Fabric("shared memory (MPI)", move_bw, alpha, reduce_bw)
         extra = max(0, int(m["fused_small_plan"]) - 1) * launch
         fused_sync = max(0.0, step_time("fused_small") - extra - launch)
+        if "one_shot_small_step" in m:
+            # its reads of the peers' whole (small) inputs are priced apart, as bytes
+            extra = max(0, int(m["one_shot_small_plan"]) - 1) * launch
+            one_shot_sync = max(0.0, step_time("one_shot_small") - extra - launch)
         if "fused_norm_small_step" in m:
             # each of its kernels is a launch and a flag handshake; what is left is the
             # exchange of the norm's partials
@@ -428,6 +440,7 @@ def profile_from_measurements(
         collective_overhead=collective_overhead,
         fused_sync=fused_sync,
         exchange_sync=exchange_sync,
+        one_shot_sync=one_shot_sync,
         host_serializes_kernels=True,
         exchange_reductions=("f16", "bf16", "i1"),
         matmul_overhead=matmul_overhead,

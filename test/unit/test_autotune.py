@@ -35,6 +35,7 @@ from coconet.tune.cost_model import (
     PUBLISHED_PROFILES,
     Fabric,
     MachineProfile,
+    is_one_shot,
     kernel_exchanges,
     kernel_traffic,
     predict,
@@ -439,6 +440,51 @@ def test_an_in_kernel_norm_exchange_is_priced_as_measured():
     assert plain.exchange_sync is None
     cheaper = predict(plan, plain).seconds
     assert cheaper == pytest.approx(4e-4 - profile.exchange_sync + plain.fused_sync, rel=0.02)
+
+
+def test_a_one_shot_kernel_is_priced_as_measured():
+    """The probe times the fused program one-shot too (`fuse(ar-c)`: entry and done
+    handshakes, no phase between a reduce_scatter and an all_gather): the fitted profile
+    prices that program back at its time, and two-shot kernels keep `fused_sync`."""
+    from coconet.schedule import apply_schedule
+    from coconet.tune.machine_probe import FUSED_PROGRAM, SMALL, profile_from_measurements
+
+    program = Program(parse_module(FUSED_PROGRAM.format(n=SMALL * 2)))
+    one_shot = lower(apply_schedule(program, "fuse(ar-c)"), 2)
+    two_shot = lower(apply_schedule(program, "fuse(rs-c-ag)"), 2)
+    launches = [s for s in one_shot.steps if isinstance(s, Launch)]
+    assert len(launches) == 1
+    assert is_one_shot(launches[0])
+    assert not any(is_one_shot(s) for s in two_shot.steps if isinstance(s, Launch))
+    plan_steps = len(one_shot.steps)
+    m = _fake_measurements(2) | {"one_shot_small_step": 9e-5, "one_shot_small_plan": plan_steps}
+    profile = profile_from_measurements(m)
+    assert profile.one_shot_sync is not None
+    assert profile.one_shot_sync > 0
+    assert predict(one_shot, profile).seconds == pytest.approx(9e-5, rel=0.05)
+    # the two-shot program is priced as before the one-shot measurement existed
+    plain = profile_from_measurements(_fake_measurements(2))
+    assert plain.one_shot_sync is None
+    assert predict(two_shot, profile).seconds == predict(two_shot, plain).seconds
+
+
+@pytest.mark.parametrize("name", ["dgx-a100", "dgx-h100", "dgx-h200"])
+def test_auto_picks_one_shot_below_the_crossover_and_two_shot_above(name: str):
+    """On a GPU node one handshake less wins while the bytes are few; reading every peer's
+    whole input loses once they are many (vLLM's one-shot / two-shot crossover). Without a
+    one-shot measurement (a profile probed before it) one-shot never wins on handshakes."""
+    from coconet.tune.machine_probe import FUSED_PROGRAM
+
+    profile = PUBLISHED_PROFILES[name]
+
+    def best(n: int, prof=profile) -> str:
+        program = Program(parse_module(FUSED_PROGRAM.format(n=n)))
+        return rank_schedules(program, 8, prof, space="named").ranked[0].name
+
+    assert best(2048) == "fuse(ar-c)"  # 8 KiB
+    assert best(1 << 20) == "fuse(rs-c-ag)"  # 4 MiB
+    older = dataclasses.replace(profile, one_shot_sync=None)
+    assert best(2048, older) == "fuse(rs-c-ag)"
 
 
 def test_measuring_on_one_rank_gives_a_valid_profile(monkeypatch, tmp_path):
