@@ -219,8 +219,6 @@ def op_program(op: str, dtype: str, count: int) -> Program:
         "reduce": lambda x: Reduce("+", x, 0),
     }[op]
 
-    # The result stays unnamed: coconet.schedule's rs-c-ag recipe reorders into a named
-    # all_reduce's consumers and refuses one without any, but splits an unnamed one plainly.
     def body(x=Tensor(elt, [count], layout, "x")):
         return collective(x)
 

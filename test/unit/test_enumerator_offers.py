@@ -231,3 +231,32 @@ func.func @f(%x: !coco.tensor<8xf32>, %y: !coco.tensor<8xf32>) -> !coco.tensor<8
   func.return %a : !coco.tensor<8xf32>
 }
 """
+
+
+# -- a lone all_reduce, named or not ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["%total", "%0"])
+def test_a_lone_all_reduce_gets_the_same_schedules_named_or_not(name: str):
+    """rs-c-ag's recipe reorders the computation on an all_reduce's result before its gather;
+    a lone all_reduce (a result returned as is, coco-bench's) has none, and was refused when
+    named ([reorder-nothing]) but split when not: a schedule must not depend on a name."""
+    import numpy as np
+
+    from coconet.runtime.sim import run as sim_run
+
+    text = f"""
+    func.func @lone(%x: !coco.tensor<64xf32, local>) -> !coco.tensor<64xf32>
+        attributes {{coco.grid = #coco.grid<[?]>}} {{
+      {name} = comm.all_reduce sum %x : !coco.tensor<64xf32, local> -> !coco.tensor<64xf32>
+      func.return {name} : !coco.tensor<64xf32>
+    }}
+    """
+    program = Program(parse_module(text))
+    offered = named_schedules(program)
+    assert {"ar-c", "rs-c-ag", "fuse(rs-c-ag)", "fuse(ar-c)"} <= set(offered)
+    x = np.arange(3 * 64, dtype=np.float32).reshape(3, 64)
+    want = x.sum(axis=0)
+    for schedule in offered:
+        got = sim_run(apply_schedule(program, schedule), {"x": x}, ranks=3).outputs
+        assert np.array_equal(next(iter(got.values())), want), schedule
