@@ -1,8 +1,9 @@
 """coconet in a PyTorch training loop: data-parallel optimizers whose `step()` is one compiled
 coconet program -- the all-reduce of the gradients and the update, scheduled as CoCoNet does
 (`ar-c`; `rs-c-ag`, ZeRO-1 style with the optimizer state sliced across ranks; or
-`fuse(rs-c-ag)`, reduce-scatter + update + all-gather as one fused collective kernel; or
-`auto`: the one of these, or the program as written, that the cost model ranks fastest on
+`fuse(rs-c-ag)`, reduce-scatter + update + all-gather as one fused collective kernel;
+`fuse(ar-c)`, the one-shot form of small models: the all-reduce and the update as one kernel;
+or `auto`: the one of these, or the program as written, that the cost model ranks fastest on
 this host for the job's ranks, coconet/tune/autotune.py).
 
     model = Transformer(...)                                 # the same init on every rank
@@ -107,7 +108,7 @@ from coconet.core.program import CocoError
 
 __all__ = ["LAMB", "SGD", "Adam", "AdamW", "CoconetOptimizer", "local_gradients_hook"]
 
-SCHEDULES = ("ar-c", "rs-c-ag", "fuse(rs-c-ag)")
+SCHEDULES = ("ar-c", "rs-c-ag", "fuse(rs-c-ag)", "fuse(ar-c)")
 
 # Flat buffers are padded to a multiple of ranks x this many elements (16-byte vectors).
 ALIGN = 4

@@ -113,6 +113,12 @@ def lr_lambda(args: argparse.Namespace):
     return factor
 
 
+def coconet_schedules() -> tuple[str, ...]:
+    import coconet.torch
+
+    return coconet.torch.SCHEDULES
+
+
 def train(optimizer: str, schedule: str, args: argparse.Namespace) -> dict:
     """One training run of the recipe; returns what rank 0 reports."""
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -248,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = [
         (o, s)
         for o in args.optimizer or ["torch", "coconet"]
-        for s in ([""] if o != "coconet" else args.schedule or ["ar-c", "rs-c-ag", "fuse(rs-c-ag)"])
+        for s in ([""] if o != "coconet" else args.schedule or list(coconet_schedules()))
     ]
     records = [train(o, s, args) for o, s in runs]
     if dist.get_rank() == 0:

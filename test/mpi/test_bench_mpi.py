@@ -57,7 +57,7 @@ def test_all_reduce_sweep_rows_plot_and_trace(tmp_path):
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr
     assert "#coco-bench-progress" not in r.stdout  # progress markers never reach the user
     doc = json.loads(rows_file.read_text())
-    schedules = ["ar-c", "rs-c-ag", "fuse(rs-c-ag)"]
+    schedules = ["ar-c", "rs-c-ag", "fuse(rs-c-ag)", "fuse(ar-c)"]
     assert doc["conventions"]["busbw"].startswith("busbw = bytes/rank / time")
     rows = doc["rows"]
     for s in schedules:
@@ -73,8 +73,8 @@ def test_all_reduce_sweep_rows_plot_and_trace(tmp_path):
         assert row["min_time_s"] <= row["time_s"]
     # One printed row per size and schedule, in nccl-tests' column order.
     printed = [ln.split() for ln in r.stdout.splitlines() if ln and ln.split()[0].isdigit()]
-    assert len(printed) == 12
-    assert [p[0] for p in printed[:3]] == ["1024"] * 3
+    assert len(printed) == 16
+    assert [p[0] for p in printed[:4]] == ["1024"] * 4
     assert plot.read_bytes()[:8] == PNG_MAGIC
     events = json.loads(trace.read_text())["traceEvents"]
     steps = [e for e in events if e["ph"] == "X"]
@@ -96,8 +96,12 @@ def test_busbw_over_algbw_is_the_collectives_factor(tmp_path, op, ranks):
     rows = json.loads(rows_file.read_text())["rows"]
     assert sorted({row["size_bytes"] for row in rows}) == [4096, 16384]
     for row in rows:
-        assert row["busbw_factor"] == pytest.approx(bus_factor(op, ranks))
-        assert row["busbw_GBps"] / row["algbw_GBps"] == pytest.approx(bus_factor(op, ranks))
+        # the one-shot all_reduce's peers each read this rank's whole buffer: (n-1) x size
+        want = ranks - 1 if row["schedule"] == "fuse(ar-c)" else bus_factor(op, ranks)
+        assert row["busbw_factor"] == pytest.approx(want)
+        assert row["busbw_GBps"] / row["algbw_GBps"] == pytest.approx(want)
+    if op == "all_reduce":
+        assert "fuse(ar-c)" in {row["schedule"] for row in rows}
 
 
 def test_a_program_file_is_rebuilt_at_each_size(tmp_path):

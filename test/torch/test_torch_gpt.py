@@ -1,5 +1,5 @@
 """examples/torch_gpt.py, the GPT recipe of issue #26 (item 7), under torchrun: coconet's AdamW
-under ar-c, rs-c-ag and fuse(rs-c-ag) gives DDP + torch.optim.AdamW's losses at every step,
+under ar-c, rs-c-ag, fuse(rs-c-ag) and fuse(ar-c) gives DDP + torch.optim.AdamW's losses at every step,
 with two param groups, warmup + cosine LambdaLR, clipping at 1.0 that engages, 2 micro-batches
 accumulated under no_sync(), DDP(gradient_as_bucket_view=True), a frozen position embedding
 (unchanged bit for bit) and a LayerDrop'd block (untouched on its skipped steps, as torch
@@ -78,7 +78,7 @@ def test_gpt_recipe_matches_ddp_adamw_at_every_step_and_resumes_at_one_rank(tmp_
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     records = json.loads(two.read_text())
     assert [r["name"] for r in records] == [
-        "torch", "coconet ar-c", "coconet rs-c-ag", "coconet fuse(rs-c-ag)"
+        "torch", "coconet ar-c", "coconet rs-c-ag", "coconet fuse(rs-c-ag)", "coconet fuse(ar-c)"
     ]  # fmt: skip
     _check_against_torch(records)
     assert max(records[0]["norms"]) > 1.0  # the clipping engaged

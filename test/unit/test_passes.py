@@ -228,7 +228,7 @@ MODEL_PARALLEL_PIPELINES = [
     "coco-split-allreduce{dim=1},coco-reorder",
     "coco-split-allreduce{dim=2},coco-reorder,coco-fuse",
     "coco-split-allreduce{dim=2},coco-reorder,coco-fuse,coco-overlap",
-    "coco-split-allreduce{dim=1},coco-reorder,coco-fuse,coco-overlap{chunks=8}",
+    "coco-split-allreduce{dim=1},coco-reorder,coco-fuse,coco-overlap{chunks=2}",
     "coco-split-allreduce{dim=2},coco-reorder,coco-overlap{chunks=2}",
     "coco-overlap",
     "coco-fuse,coco-overlap",

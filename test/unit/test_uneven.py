@@ -163,7 +163,7 @@ def odd_lamb_reference(inputs: dict[str, np.ndarray], ranks: int) -> dict[str, n
     "ranks", [pytest.param(2, marks=pytest.mark.slow), 3, pytest.param(4, marks=pytest.mark.slow)]
 )
 def test_lamb_over_seven_odd_tensors(schedule: str, ranks: int):
-    assert schedule in named_schedules(odd_lamb())
+    assert schedule in named_schedules(odd_lamb(), ranks=ranks)
     program = scheduled(odd_lamb(), schedule)
     result = coconet.run(program, None, ranks=ranks, seed=ranks, inplace=False)
     want = odd_lamb_reference(result.inputs, ranks)
