@@ -123,8 +123,23 @@ def assert_checked(r: subprocess.CompletedProcess, runs: int) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("ranks", [2, 4])
-@pytest.mark.parametrize("example", EXAMPLES, ids=[e.stem for e in EXAMPLES])
+def _example_ranks():
+    """Every example at 2 and 4 ranks under COCONET_FULL=1; otherwise each at one of them, in
+    turn (the threaded kernels run every example at 1, 2 and 4 ranks in test_lowering: this
+    sweep is about MPI ranks, which both counts cover across the examples)."""
+    for i, example in enumerate(EXAMPLES):
+        for ranks in (2, 4):
+            marks = () if ranks == (2, 4)[i % 2] else SLOW
+            yield pytest.param(example, ranks, id=f"{example.stem}-{ranks}", marks=marks)
+
+
+SLOW = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not FULL, reason="heavier sweep: set COCONET_FULL=1"),
+]
+
+
+@pytest.mark.parametrize(("example", "ranks"), list(_example_ranks()))
 def test_example_under_every_schedule_matches_the_oracle(example, ranks):
     found = schedules_for(example, ranks)
     if found is None:
