@@ -483,19 +483,7 @@ class FusePass(ModulePass):
             self._check_connected(members)
             members = _absorb_updates(block, members, OrderInfo(block))
             plans.append((block, members, ONE_SHOT))
-        for block, members, _ in plans:
-            plan_contiguous(block, members, f"{RULE}-cycle", "fusing " + self._describe(members))
-        if len(plans) > 1:
-            self._check_disjoint(plans)
-            for block in {b for b, _, _ in plans}:
-                check_groups_acyclic(
-                    block,
-                    [m for b, m, _ in plans if b is block],
-                    f"{RULE}-cycle",
-                    "fusing these sets",
-                )
-        for block, members, kind in plans:
-            self._fuse(block, members, kind)
+        self._fuse_plans(plans)
 
     def _one_shot_chain(
         self, block: Block, ar: comm.AllReduceOp, taken: AbstractSet[Operation] = frozenset()
@@ -676,7 +664,10 @@ class FusePass(ModulePass):
                 self._check_sizes(members, kind)
             members = _absorb_updates(block, members, OrderInfo(block))
             plans.append((block, members, kind))
-        # check every region before building any
+        self._fuse_plans(plans)
+
+    def _fuse_plans(self, plans: list[tuple[Block, set[Operation], str]]) -> None:
+        """Fuse each planned set, after checking every region before building any."""
         for block, members, _ in plans:
             plan_contiguous(block, members, f"{RULE}-cycle", "fusing " + self._describe(members))
         if len(plans) > 1:

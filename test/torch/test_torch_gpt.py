@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 
 import pytest
 
 torch = pytest.importorskip("torch", reason="the test extra installs torch")
 
-from torchrun_job import ROOT, clean_env, torchrun_two  # noqa: E402 (after the importorskip)
+from torchrun_job import torchrun, torchrun_two  # noqa: E402 (after the importorskip)
 
 LOSS_TOL = 2e-6
 NORM_RTOL = 1e-5
@@ -35,16 +34,7 @@ STEPS, SAVE_AT = 6, 3  # LayerDrop on steps 2 and 5: one on each side of the che
 
 
 def _one_rank(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1"]
-        + list(args),
-        check=False,
-        cwd=ROOT,
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    return torchrun(1, *args)
 
 
 def _check_against_torch(records: list[dict]) -> None:

@@ -23,9 +23,14 @@ def clean_env() -> dict[str, str]:
 
 def torchrun_two(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     """`torchrun --standalone --nproc-per-node 2 ARGS...` from the repository's root."""
+    return torchrun(2, *args, timeout=timeout)
+
+
+def torchrun(ranks: int, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`torchrun --standalone --nproc-per-node RANKS ARGS...` from the repository's root."""
     return subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-        + list(args),
+        [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+        + ["--nproc-per-node", str(ranks), *args],
         check=False,
         cwd=ROOT,
         env=clean_env(),
