@@ -494,13 +494,7 @@ class FusePass(ModulePass):
             raise _shared(ar)
         if ar.parent_block() is not block:
             raise fail(f"{RULE}-block", f"{op_name(ar)} is not in a function body", at=ar)
-        if _scalar(ar):
-            raise fail(
-                f"{RULE}-one-shot",
-                f"{op_name(ar)} reduces a scalar (a norm's partials): a one-shot fused "
-                "all_reduce reduces a tensor",
-                at=ar,
-            )
+        _refuse_scalar(ar)
         space = _space(ar.result)
         members: set[Operation] = {ar}
         chain: set[SSAValue] = {ar.result}
@@ -568,13 +562,7 @@ class FusePass(ModulePass):
                 f"hold {len(reduces)}",
             )
         ar = reduces[0]
-        if _scalar(ar):
-            raise fail(
-                f"{RULE}-one-shot",
-                f"{op_name(ar)} reduces a scalar (a norm's partials): a one-shot fused "
-                "all_reduce reduces a tensor",
-                at=ar,
-            )
+        _refuse_scalar(ar)
         space = _space(ar.result)
         rows = _row_space(space)
         for m in _in_order(members - {ar}):
@@ -1126,6 +1114,17 @@ class FusePass(ModulePass):
 
 def _scalar(ar: comm.AllReduceOp) -> bool:
     return ar.input.type.rank == 0
+
+
+def _refuse_scalar(ar: comm.AllReduceOp) -> None:
+    """[fuse-one-shot]: a one-shot fused all_reduce starts at an all_reduce of a tensor."""
+    if _scalar(ar):
+        raise fail(
+            f"{RULE}-one-shot",
+            f"{op_name(ar)} reduces a scalar (a norm's partials): a one-shot fused "
+            "all_reduce reduces a tensor",
+            at=ar,
+        )
 
 
 def _position(op: Operation) -> tuple[int, int]:

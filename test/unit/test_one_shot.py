@@ -60,16 +60,22 @@ def _t(shape: tuple[int, ...], elt: str, layout: str = "") -> str:
     return f"!coco.tensor<{dims}{elt}{', ' + layout if layout else ''}>"
 
 
-@functools.cache
-def rmsnorm(rows: int, cols: int, elt: str) -> Program:
-    """AR + residual + RMSNorm over [rows, cols] (the new residual an output too)."""
-    x, t, w, r = (
+def _row_types(rows: int, cols: int, elt: str) -> tuple[str, str, str, str, str]:
+    """The types of an AR + norm over [rows, cols]: the local partials, a whole tensor, a
+    row's weights, the per-row statistics, a scalar."""
+    return (
         _t((rows, cols), elt, "local"),
         _t((rows, cols), elt),
         _t((cols,), elt),
         _t((rows, 1), elt),
+        _t((), elt),
     )
-    s = _t((), elt)
+
+
+@functools.cache
+def rmsnorm(rows: int, cols: int, elt: str) -> Program:
+    """AR + residual + RMSNorm over [rows, cols] (the new residual an output too)."""
+    x, t, w, r, s = _row_types(rows, cols, elt)
     return Program(
         parse_module(f"""
 func.func @rms(%x: {x}, %res: {t}, %w: {w}) -> ({t}, {t}) {{
@@ -91,13 +97,7 @@ func.func @rms(%x: {x}, %res: {t}, %w: {w}) -> ({t}, {t}) {{
 @functools.cache
 def layernorm(rows: int, cols: int, elt: str) -> Program:
     """AR + residual (updated in place) + LayerNorm over [rows, cols]."""
-    x, t, w, r = (
-        _t((rows, cols), elt, "local"),
-        _t((rows, cols), elt),
-        _t((cols,), elt),
-        _t((rows, 1), elt),
-    )
-    s = _t((), elt)
+    x, t, w, r, s = _row_types(rows, cols, elt)
     return Program(
         parse_module(f"""
 func.func @ln(%x: {x}, %res: {t}, %g: {w}, %b: {w}) -> {t} {{
