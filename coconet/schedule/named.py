@@ -11,7 +11,6 @@ from typing import Any
 from coconet.core.gc_pause import without_gc
 from coconet.core.program import Program
 from coconet.dialects import comm
-from coconet.dialects.coco import TensorType
 from coconet.passes.common import op_name
 from coconet.schedule.errors import VERIFY_RULE, ScheduleError, schedule_error
 from coconet.schedule.recipes import (
@@ -82,7 +81,7 @@ NAMED_SCHEDULES: dict[str, NamedSchedule] = {
             "the all_reduce as written and the computation on its result as one kernel: each "
             "rank reduces every peer's whole input from symmetric memory and computes the "
             "rest locally (one handshake, no all_gather: the form of small tensors)",
-            "an all_reduce",
+            "an all_reduce of a tensor",
             lambda i: bool(i.all_reduces),
             recipe_fuse_ar_c,
             ("mm-fuse-ar-c", "one-shot"),
@@ -218,11 +217,7 @@ def structure_refusal(p: Program, info: Structure, name: str) -> ScheduleError |
     lacks = f"which @{p.name} lacks"
     if ns.requires.startswith("an all_reduce") and not info.all_reduces:
         # its all_reduces, if any, are of scalars: say so, not that it has none
-        scalars = [
-            op
-            for op in p.func.body.block.ops
-            if isinstance(op, comm.AllReduceOp) and isinstance(op.input.type, TensorType)
-        ]
+        scalars = [op for op in p.func.body.block.ops if isinstance(op, comm.AllReduceOp)]
         if scalars:
             names = ", ".join(op_name(op) for op in scalars)
             several = len(scalars) > 1
