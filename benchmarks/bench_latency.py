@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -262,7 +261,8 @@ def report(size, rows, times, chosen, args) -> None:
     for table, found in crossover.items():
         print(
             f"  {table}: one-shot beats two-shot at every size up to "
-            f"{_size(found['measured'])} measured, {_size(found['predicted'])} predicted"
+            f"{_size(found['measured'])} measured"
+            + (f", {_size(found['predicted'])} predicted" if chosen else "")
         )
 
 
@@ -287,8 +287,7 @@ def main() -> None:
     if args.worker:
         worker(args)
         return
-    from coconet.runtime.cpu import apply_rank_env_defaults
-    from coconet.runtime.launcher import find_mpiexec
+    from bench_suite import run_workers
 
     with tempfile.TemporaryDirectory() as tmp:
         predicted = Path(tmp) / "predicted.json"
@@ -296,13 +295,9 @@ def main() -> None:
         if not args.no_predict:
             predicted.write_text(json.dumps(predictions(args.np)))
             extra = ["--predicted", str(predicted)]
-        env = apply_rank_env_defaults(dict(os.environ))
-        if args.np > (os.cpu_count() or 1):
-            env.setdefault("MPIR_CVAR_CH4_PROGRESS_THROTTLE", "1")
-        cmd = [find_mpiexec(), "-n", str(args.np), sys.executable, os.path.abspath(__file__)]
-        cmd += ["--worker", "--warmup", str(args.warmup), "--iters", str(args.iters)]
-        cmd += ["--rounds", str(args.rounds), *extra]
-        sys.exit(subprocess.call(cmd, env=env))
+        argv = ["--worker", "--warmup", str(args.warmup), "--iters", str(args.iters)]
+        argv += ["--rounds", str(args.rounds), *extra]
+        sys.exit(run_workers(args.np, __file__, *argv))
 
 
 if __name__ == "__main__":

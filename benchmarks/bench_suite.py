@@ -1208,18 +1208,9 @@ def main() -> None:
     if args.worker:
         worker(args)
         return
-    from coconet.runtime.cpu import apply_rank_env_defaults
-    from coconet.runtime.launcher import find_mpiexec
-
-    env = apply_rank_env_defaults(dict(os.environ))
-    if args.np > (os.cpu_count() or 1):
-        env.setdefault("MPIR_CVAR_CH4_PROGRESS_THROTTLE", "1")
-    cmd = [
-        find_mpiexec(),
-        "-n",
-        str(args.np),
-        sys.executable,
-        os.path.abspath(__file__),
+    code = run_workers(
+        args.np,
+        __file__,
         "--worker",
         "--log2n",
         str(args.log2n),
@@ -1239,8 +1230,21 @@ def main() -> None:
         *args.tables,
         "--schedules",
         *args.schedules,
-    ]
-    sys.exit(subprocess.call(cmd, env=env))
+    )
+    sys.exit(code)
+
+
+def run_workers(ranks: int, script: str, *argv: str) -> int:
+    """`mpiexec -n RANKS python SCRIPT ARGV...` with the cpu backend's rank environment (one
+    thread a rank; MPICH throttled when the ranks outnumber the cores); its exit status."""
+    from coconet.runtime.cpu import apply_rank_env_defaults
+    from coconet.runtime.launcher import find_mpiexec
+
+    env = apply_rank_env_defaults(dict(os.environ))
+    if ranks > (os.cpu_count() or 1):
+        env.setdefault("MPIR_CVAR_CH4_PROGRESS_THROTTLE", "1")
+    cmd = [find_mpiexec(), "-n", str(ranks), sys.executable, os.path.abspath(script), *argv]
+    return subprocess.call(cmd, env=env)
 
 
 if __name__ == "__main__":
