@@ -939,7 +939,6 @@ def default_ranks(program: Program) -> int:
     return int(np.prod(grid.shape))
 
 
-@without_gc
 def _dead(op: Operation) -> bool:
     """A pure elementwise op or constant whose results nothing reads."""
     return isinstance(op, coco.ElementwiseOp | coco.ConstantOp) and all(
@@ -947,6 +946,7 @@ def _dead(op: Operation) -> bool:
     )
 
 
+@without_gc
 def lower(
     program: Program,
     ranks: int | None = None,

@@ -454,3 +454,26 @@ def test_a_kernel_with_its_checks_in_several_statements_computes_as_the_sim():
     got = ThreadedExecutor(plan).run(inputs)
     for name, value in want.items():
         assert np.array_equal(got[name], value), name
+
+
+def test_lowering_runs_with_the_collector_paused(monkeypatch):
+    """`lower` pauses Python's cyclic collector (core/gc_pause.py: a large program's IR is
+    millions of objects the collector would walk again and again); a refactor once moved the
+    pause onto a per-op helper, pausing and resuming it once an op instead."""
+    import gc
+
+    import coconet.lowering.lower_to_plan as lp
+
+    seen: list[bool] = []
+    dead = lp._dead
+
+    def spy(op):
+        seen.append(gc.isenabled())
+        return dead(op)
+
+    monkeypatch.setattr(lp, "_dead", spy)
+    was = gc.isenabled()
+    lp.lower(coconet.load(Path(__file__).resolve().parents[2] / "examples" / "adam.mlir"), 2)
+    assert seen
+    assert not any(seen)
+    assert gc.isenabled() == was
