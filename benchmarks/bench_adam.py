@@ -6,7 +6,8 @@
 Runs itself under the mpich wheel's `mpiexec` (one process per rank) and uses the Python API
 as a data-parallel trainer would: the program is built with the front end (coconet.frontend)
 at the requested size, each schedule is compiled with `coconet.compile(...)` (collective), every
-rank passes its own gradient and its pieces of w, m, v (`compiled.input_shapes()`), calls the
+rank passes its own gradient and its pieces of w, m, v (`pieces=True`, the zero-copy calling
+convention: the buffers the schedule holds, sliced m and v under rs-c-ag), calls the
 step once (the check against the sim oracle is `coco-run --check`; this is timing only), then
 times warm steps on its resident buffers (`compiled.step()`): barrier, step, the slowest
 rank's time; the median over the timed steps. Bytes/rank is what each rank sends per step,
@@ -49,7 +50,7 @@ def worker(args: argparse.Namespace) -> None:
     rows = []
     for name in args.schedules:
         t0 = time.perf_counter()
-        compiled = coco_compile(program, schedule=name, backend="cpu")
+        compiled = coco_compile(program, schedule=name, backend="cpu", pieces=True)
         setup = time.perf_counter() - t0
         plan = compiled.plan
         coords = V.coords_of(rank, plan.grid_shape)

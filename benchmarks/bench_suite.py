@@ -8,7 +8,7 @@ optimizer, the same processes).
 Rows (every rank runs each row on its own resident buffers; a step's time is the slowest
 rank's, after a barrier; the median over the timed steps):
 
-* `coconet <schedule>`: `coconet.compile(build(n), schedule=..., backend="cpu")` of
+* `coconet <schedule>`: `coconet.compile(build(n), schedule=..., backend="cpu", pieces=True)` of
   examples/adam.py or examples/lamb.py, then `compiled.step()` on the bound arrays (as
   benchmarks/bench_adam.py does): ar-c (all_reduce, then the update as fused elementwise
   kernels), rs-c-ag (reduce_scatter, sliced update with sliced m and v, all_gather),
@@ -269,7 +269,7 @@ def coconet_steps(
     program = runpy.run_path(str(example))["build"](n)
     out = []
     for name in schedules:
-        compiled = coco_compile(program, schedule=name, backend="cpu")
+        compiled = coco_compile(program, schedule=name, backend="cpu", pieces=True)
         compiled(**optimizer_inputs(compiled.plan, comm.Get_rank(), n, opt.scalars))  # binds
         out.append((f"coconet {name}", compiled.step, compiled))
     return out
@@ -357,7 +357,7 @@ def overlap_steps(comm, sizes: tuple[int, int, int]) -> list[tuple[str, list]]:
         steps = []
         for label, schedule in rows:
             spec = label if schedule is None else schedule
-            compiled = coco_compile(program, schedule=spec or None, backend="cpu")
+            compiled = coco_compile(program, schedule=spec or None, backend="cpu", pieces=True)
             rng = np.random.default_rng(10 + comm.Get_rank())
             inputs = {
                 arg: rng.standard_normal(buf.shape, dtype=np.float32)
@@ -393,7 +393,7 @@ def mp_steps(comm, sizes: tuple[int, int, int]) -> tuple[list, Step, Step | None
     rng = np.random.default_rng(10 + rank)
     compiled = []
     for name in MP_SCHEDULES:
-        c = coco_compile(program, schedule=name, backend="cpu")
+        c = coco_compile(program, schedule=name, backend="cpu", pieces=True)
         c(
             **{
                 a: rng.standard_normal(b.shape, dtype=np.float32)
@@ -782,7 +782,7 @@ def a2a_worker(comm, table: str, args: argparse.Namespace) -> None:
         if q.print() in seen:
             continue
         seen.add(q.print())
-        c = coco_compile(q, backend="cpu")
+        c = coco_compile(q, backend="cpu", pieces=True)
         assert isinstance(c, CompiledProgram)
         coords = V.coords_of(rank, c.plan.grid_shape)
         pieces = {
@@ -1003,7 +1003,7 @@ def fp8_worker(comm, args: argparse.Namespace) -> None:
         for schedule in schedules:
             rows = []
             for form, program in forms:
-                c = coco_compile(program, schedule=schedule, backend="cpu")
+                c = coco_compile(program, schedule=schedule, backend="cpu", pieces=True)
                 c(**fp8_inputs(c.plan, comm.Get_rank()))  # binds the arrays
                 rows.append((form, c.step, c))
             groups.append((schedule or "as written", rows))

@@ -2,7 +2,8 @@
 
     # run with:  mpiexec -n 4 python train.py
     import coconet
-    step = coconet.compile("examples/adam.mlir", schedule="coco-split-allreduce", backend="cpu")
+    step = coconet.compile("examples/adam.mlir", schedule="fuse(rs-c-ag)", backend="cpu")
+    # w, m, v whole on every rank, as adam.mlir declares them (replicated), under any schedule
     out = step(g=my_grad, w=w, m=m, v=v, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, step=1.0)
 
 The contract:
@@ -14,27 +15,44 @@ The contract:
   alone. Every rank calls it with the same program and schedule (it allocates symmetric
   buffers and communicators). The rank and the number of ranks come from the job; `ranks`,
   when given, must equal the number of processes.
-* cpu / cuda: each rank passes ITS OWN PIECE of every argument (core/values.py `piece_of`):
-  a replicated tensor's full value, its part of a sliced tensor, its own value of a local
-  tensor (a data-parallel rank's local gradient) — for a tensor of global shape S that is
-  `!coco.tensor<S, local>`, the rank passes an array of shape S, not the stacked logical
-  value. `compiled.input_shapes()` says what this rank must pass. Rank-0 tensors (scalars) may
-  be Python numbers. Arrays must have the exact dtype (bf16: ml_dtypes.bfloat16).
-  cpu: NumPy arrays. cuda: CuPy arrays or anything with `__dlpack__` (PyTorch tensors, ...);
-  NumPy arrays are copied to the GPU.
-* Every call returns a dict with this rank's piece of every output (returned values and
-  updated arguments by name). An updated argument is written in place into the caller's
-  array (as `coco.update` means) and that same array is returned; a returned value is a new
-  array each call.
+* cpu / cuda, the default calling convention: each rank passes, for every argument, its value
+  under the type the PROGRAM AS WRITTEN declares, whatever the schedule (core/values.py
+  `piece_of` of the logical value under that type): a replicated tensor whole, its own value
+  of a local tensor (a data-parallel rank's local gradient: for `!coco.tensor<S, local>` an
+  array of shape S, not the stacked logical value), and its part of a tensor the program
+  itself declares sliced (ZeRO-3's state: the program chose pieces). So a loop written against
+  `ar-c` runs unchanged under `rs-c-ag` and `fuse(rs-c-ag)`, whose schedules keep replicated
+  state (Adam's m and v) sliced: the runtime hands the plan this rank's piece of the caller's
+  array (a view, zero copy where it is contiguous: dim-0 pieces of a C-contiguous array) and,
+  after each call, all-gathers the updated pieces back into the caller's array, in place
+  (the backend's collectives: on the device on cuda; uneven pieces as core/values.py
+  `split_range` cuts them). "As written" is the program handed to compile: one scheduled
+  beforehand declares its own types. coconet/convention.py has the details.
+* `pieces=True`, the zero-copy opt-in: each rank passes its piece of every argument under the
+  SCHEDULED program's types (its part of the state the schedule slices; `compiled.plan.
+  arguments[name].type`), bound as it is, nothing gathered: what coconet.torch and the
+  benchmarks use. The sim refuses it.
+* `compiled.input_shapes()` says what this rank passes under the chosen convention. Rank-0
+  tensors (scalars) may be Python numbers. Arrays must have the exact dtype (bf16:
+  ml_dtypes.bfloat16). cpu: NumPy arrays (or host tensors with `__dlpack__`). cuda: CuPy
+  arrays or anything with `__dlpack__` (PyTorch tensors, ...); NumPy arrays are copied to the
+  GPU.
+* Every call returns a dict with this rank's value of every output (returned values and
+  updated arguments by name) under the same convention. An updated argument is written in
+  place into the caller's array (as `coco.update` means) and that same array is returned; a
+  returned value is a new array each call. `compiled.step()` reruns the plan on the pieces
+  its buffers hold, without the gather (benchmarks; with `pieces=True`).
 * Inputs are checked on every rank before anything runs, and the ranks agree on the verdict:
-  a wrong shape, dtype or name on any rank raises the same CocoError on every rank.
+  a wrong shape, dtype or name on any rank raises the same CocoError on every rank, naming
+  the argument and the shape expected under the convention.
 * An uncaught exception on any rank of a multi-rank job aborts the whole job with one line
   naming the rank (runtime/failures.py), so no rank hangs waiting for it
   (`abort_on_error=False` leaves Python's own handling). A rank that makes no progress in
   one plan step, or never arrives where its peers wait, for `step_timeout` seconds (default
   COCONET_STEP_TIMEOUT, else 600 s; 0 = off) aborts the job too, naming it.
 * Every rank compiles the same program under the same schedule (checked: a hash), and passes
-  the same value of each replicated argument (checked at the first call; `check_replicas`).
+  the same value of each argument replicated as the caller passes it (checked at the first
+  call; `check_replicas`).
 * sim: the reference interpreter; all ranks run in this process. It takes and returns LOGICAL
   values (core/values.py: a local tensor's value is the stack of every rank's value) and
   needs no MPI.
@@ -102,6 +120,7 @@ def compile(
     cache: bool = True,
     step_timeout: float | None = None,
     check_replicas: bool = True,
+    pieces: bool = False,
 ) -> CompiledProgram | SimCompiled:
     """Schedule and lower `program` (a Program, a path, or a front-end function) for this job
     and prepare it on this rank; see the module docstring for the calling contract.
@@ -123,20 +142,31 @@ def compile(
     otherwise. A rank that makes no progress in one plan step, or does not arrive at a call
     its peers wait in, for `step_timeout` seconds (default: COCONET_STEP_TIMEOUT, else
     core/env.py DEFAULT_STEP_TIMEOUT, 600 s; 0 = no limit) ends the job with a message
-    naming it."""
+    naming it.
+
+    `pieces=True` opts into the zero-copy calling convention (each rank's pieces under the
+    scheduled program's types); the default takes and returns the program as written's values
+    under every schedule (see the module docstring)."""
     from coconet.tune.autotune import is_auto
 
     auto = is_auto(schedule)
     source = _mlir_text(program) if cache and not auto else None
     unscheduled = program
+    written: tuple[dict[str, Any], dict[str, Any]] = ({}, {})
     if source is None:
         program = program_of(program, entry)
+        written = _written(program)
         if not auto:
             program = apply_schedule(program, schedule)
     backend = backend or default_backend()
     if backend not in BACKENDS:
         raise CocoError(f"unknown backend '{backend}': use one of {', '.join(BACKENDS)}")
     if backend == "sim":
+        if pieces:
+            raise CocoError(
+                "compile(..., pieces=True) is the cpu and cuda backends' convention: the sim "
+                "takes and returns logical values"
+            )
         if source is not None:  # parsed here, for this call: scheduled in place
             program = apply_schedule(program_of(unscheduled, entry), schedule, in_place=True)
         if ranks is None:
@@ -165,6 +195,7 @@ def compile(
     choice = None
     if auto:
         program, choice = _autotuned(program, backend, size, profile, comm, schedule_space)
+    from coconet.convention import written_changes
     from coconet.lowering.lower_to_plan import lower
     from coconet.runtime.failures import FailureGuard
     from coconet.runtime.symmetric import job_nodes
@@ -187,9 +218,18 @@ def compile(
         def scheduled() -> Program:
             return apply_schedule(program_of(unscheduled, entry), schedule, in_place=True)
 
+        def build() -> Any:
+            parsed = program_of(unscheduled, entry)
+            as_written = _written(parsed)  # before the schedule rewrites it in place
+            plan = lower(
+                apply_schedule(parsed, schedule, in_place=True), size, launch_config, nodes
+            )
+            plan.written_types = written_changes(plan, *as_written)
+            return plan
+
         key = plan_key(source, entry, schedule or "", size, nodes, repr(launch_config), backend)
         _agree_on_program(comm, guard, key, entry or Path(unscheduled).name, schedule)
-        cached = cached_plan(key, lambda: lower(scheduled(), size, launch_config, nodes))
+        cached = cached_plan(key, build)
         plan, cache_hit, program = cached.value, cached.cache_hit, scheduled
     else:
         if size > 1:  # printing a deep program costs: only where there are ranks to agree
@@ -200,13 +240,29 @@ def compile(
             )
             _agree_on_program(comm, guard, digest, program.name, schedule)
         plan = lower(program, size, launch_config, nodes)
+        plan.written_types = written_changes(plan, *written)
     compiled = prepare(
-        program, backend, comm, plan=plan, exact_collectives=exact_collectives, guard=guard
+        program,
+        backend,
+        comm,
+        plan=plan,
+        exact_collectives=exact_collectives,
+        guard=guard,
+        pieces=pieces,
     )
     compiled.autotune = choice
     compiled.plan_cache_hit = cache_hit
     compiled.check_replicas = check_replicas
     return compiled
+
+
+def _written(program: Program) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The program as written's argument types and returned values' types, by name (what the
+    default calling convention takes and returns, coconet/convention.py)."""
+    return (
+        {a.name: a.type for a in program.arguments},
+        {o.name: o.type for o in program.outputs if not o.updated_argument},
+    )
 
 
 def _agree_on_program(comm: Any, guard: Any, digest: str, name: str, schedule: str | None) -> None:

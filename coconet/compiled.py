@@ -174,7 +174,11 @@ class CompiledProgram:
         backend_name: str,
         comm,
         guard=None,
+        *,
+        pieces: bool = False,
     ):
+        from coconet.convention import resliced_arguments
+
         # A warm start (the plan from the plan cache) passes how to get the scheduled
         # program, parsed only if someone asks for it.
         self._program = program
@@ -191,6 +195,10 @@ class CompiledProgram:
         # that replicate it (compile(check_replicas=...)): replicas passed different values
         # would diverge silently
         self.check_replicas = True
+        # the calling convention (coconet/convention.py): with `pieces`, the plan's own pieces;
+        # else the program as written's values, the arguments a schedule sliced converted
+        self.pieces = pieces
+        self.resliced = {} if pieces else resliced_arguments(plan, self.rank)
         self._calls = 0
         self._lock = threading.Lock()
 
@@ -202,8 +210,13 @@ class CompiledProgram:
         return self._program
 
     def input_shapes(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-        """What this rank passes for each argument: (shape of its piece, dtype)."""
-        return {n: (s, d) for n, (s, d, _t) in self.runner.expected_inputs().items()}
+        """What this rank passes for each argument under the chosen calling convention:
+        (shape, dtype) of its value under the program as written's type, or of its piece of
+        the scheduled program's (`pieces=True`)."""
+        return {
+            n: (self.resliced[n].shape if n in self.resliced else s, d)
+            for n, (s, d, _t) in self.runner.expected_inputs().items()
+        }
 
     @property
     def bytes_per_rank(self) -> int:
@@ -229,7 +242,12 @@ class CompiledProgram:
             r, e = bad[0]
             raise CocoError(e if r == self.rank else f"rank {r} refused its inputs: {e}")
         if sums is not None:
-            _check_replicas(self.plan, [s or {} for _, s in verdicts])
+            _check_replicas(self.plan, [s or {} for _, s in verdicts], self._caller_types())
+
+    def _caller_types(self) -> dict[str, Any]:
+        from coconet.convention import caller_types
+
+        return caller_types(self.plan, self.resliced)
 
     def __call__(self, **inputs: Any) -> dict[str, Any]:
         with self._lock:
@@ -239,18 +257,29 @@ class CompiledProgram:
         backend = self.runner.backend
         error = None
         pieces: dict[str, Any] = {}
+        wholes: dict[str, Any] = {}  # the caller's values of resliced arguments, as taken
         try:
-            pieces = {
-                name: backend.coerce_input(name, value, buf)
-                for name, value, buf in self._pairs(inputs)
-            }
+            for name, value, buf in self._pairs(inputs):
+                r = self.resliced.get(name)
+                if r is not None and not hasattr(value, "shape"):
+                    raise CocoError(
+                        f"input '{name}' of type {r.written}: expected an array of shape "
+                        f"{list(r.shape)}, got a {type(value).__name__}"
+                    )
+                pieces[name] = backend.coerce_input(name, value, buf)
+                if r is not None:
+                    wholes[name] = pieces[name]
+                    pieces[name] = r.piece(self.rank, value, wholes[name], backend.shape_of)
             self.runner.check_inputs(pieces, backend.shape_of, backend.dtype_of)
             self._check_aliasing(pieces)
         except CocoError as e:
             error = str(e)
         self._calls += 1
         check = self.check_replicas and self._calls == 1 and self.size > 1 and error is None
-        self._agree(error, replica_sums(self.plan, pieces) if check else None)
+        sums = None
+        if check:  # each value as the caller passed it: a resliced argument whole
+            sums = replica_sums(self.plan, pieces | wholes, self._caller_types())
+        self._agree(error, sums)
         if self.guard is not None:
             self.guard.before_run()
         self.runner.set_inputs(pieces)
@@ -258,7 +287,12 @@ class CompiledProgram:
         out: dict[str, Any] = {}
         for name, buf in self.plan.outputs.items():
             arg = self.plan.arguments.get(name)
-            if arg is buf:
+            r = self.resliced.get(name)
+            if arg is buf and r is not None and r.gather is not None:
+                # every rank's updated piece back into the caller's whole value
+                backend.gather_into(r.gather, wholes[name])
+                out[name] = r.returned(inputs[name], wholes[name])
+            elif arg is buf:
                 out[name] = backend.write_back(buf, inputs[name], bound=name in self.runner.bound)
             else:
                 out[name] = backend.output(buf)
@@ -291,7 +325,9 @@ class CompiledProgram:
             yield name, inputs[name], buf
 
     def step(self) -> None:
-        """Run the plan once on the data already in its buffers (benchmarks: no copies)."""
+        """Run the plan once on the data already in its buffers (benchmarks: no copies).
+        Under the default convention the caller's whole arrays of the state a schedule
+        slices are not gathered: they change at the next call."""
         self.runner.run()
 
     def barrier(self) -> None:
@@ -317,25 +353,30 @@ def _host_bytes(value: Any) -> np.ndarray:
     return np.ascontiguousarray(value).reshape(-1).view(np.uint8)
 
 
-def replica_sums(plan: Any, pieces: Mapping[str, Any]) -> dict[str, int]:
-    """A CRC-32 of this rank's piece of every argument replicated on some grid axis (the
-    bits: a NaN's payload or a signed zero counts)."""
+def replica_sums(
+    plan: Any, pieces: Mapping[str, Any], types: Mapping[str, Any] | None = None
+) -> dict[str, int]:
+    """A CRC-32 of this rank's value of every argument replicated on some grid axis (the
+    bits: a NaN's payload or a signed zero counts). `types`: the type of each value as
+    passed (default: the plan's)."""
     import zlib
 
     grid_rank = len(plan.grid_shape)
     return {
         name: zlib.crc32(_host_bytes(pieces[name]).data)
         for name, buf in plan.arguments.items()
-        if name in pieces and _replicated_axes(buf.type, grid_rank)
+        if name in pieces and _replicated_axes((types or {}).get(name, buf.type), grid_rank)
     }
 
 
-def _check_replicas(plan: Any, sums: list[dict[str, int]]) -> None:
+def _check_replicas(
+    plan: Any, sums: list[dict[str, int]], types: Mapping[str, Any] | None = None
+) -> None:
     """Ranks that replicate an argument (one group per replicated grid axis) hold its same
     value; else every rank raises the same CocoError naming the argument and two ranks."""
     grid_rank = len(plan.grid_shape)
     for name, buf in plan.arguments.items():
-        for axis in _replicated_axes(buf.type, grid_rank):
+        for axis in _replicated_axes((types or {}).get(name, buf.type), grid_rank):
             for group in V.groups_of(plan.grid_shape, [axis]):
                 first = group[0]
                 for r in group[1:]:
@@ -385,10 +426,12 @@ def prepare(
     launch_config: Any = None,
     exact_collectives: bool = False,
     guard: Any = None,
+    pieces: bool = False,
 ) -> CompiledProgram:
     """`program` (already scheduled) lowered for `comm`'s ranks, or `plan` when one is given,
     with its buffers allocated on this rank (collective over `comm`). `guard`, a
-    runtime.failures.FailureGuard, watches the runner."""
+    runtime.failures.FailureGuard, watches the runner. `pieces`: the calling convention
+    (coconet/convention.py)."""
     from coconet.lowering.lower_to_plan import lower
     from coconet.runtime.executor import PlanRunner
     from coconet.runtime.symmetric import job_nodes
@@ -406,4 +449,4 @@ def prepare(
     runner.setup()
     if guard is not None:
         guard.watch(runner)
-    return CompiledProgram(program, plan, runner, backend, comm, guard)
+    return CompiledProgram(program, plan, runner, backend, comm, guard, pieces=pieces)

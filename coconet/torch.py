@@ -669,6 +669,8 @@ class CoconetOptimizer(torch.optim.Optimizer):
             backend=self.backend,
             schedule_space="named",
             step_timeout=self.step_timeout or 0,
+            # the state lives as each rank's piece (ZeRO's sliced m and v), bound zero-copy
+            pieces=True,
         )
         if self._concrete == "auto":
             # every variant after the first takes its schedule: one layout of the state

@@ -286,6 +286,11 @@ class Plan:
     signatures: dict[str, tuple[KernelParam, ...]] = field(default_factory=dict)
     # The node of every rank (core/values.py); empty: one node holds every rank.
     nodes: tuple[int, ...] = ()
+    # The type the program AS WRITTEN gives each argument a schedule stores otherwise
+    # (coco-as-slice: replicated state kept sliced), recorded by coconet.compile: what the
+    # caller passes under its default calling convention (coconet/convention.py). Empty: the
+    # arguments' own types.
+    written_types: dict[str, TensorType] = field(default_factory=dict)
 
     @property
     def size(self) -> int:

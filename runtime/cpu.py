@@ -482,7 +482,10 @@ class CpuBackend:
     def transport(self, span: tuple[int, ...], part: str = "all") -> MpiTransport:
         return MpiTransport(self.group_comm(span, part), self.MPI)
 
-    def collective_ops(self, step: Collective) -> CollectiveOps:
+    def collective_ops(
+        self, step: Collective, src: np.ndarray | None = None, dst: np.ndarray | None = None
+    ) -> CollectiveOps:
+        """`step` on its buffers, or on the arrays given in their place."""
         ctx = CollectiveContext(
             xp=np,
             rank=self.rank,
@@ -496,8 +499,24 @@ class CpuBackend:
         return collective_ops(
             ctx,
             step,
-            self.arrays[step.src.name],
-            self.arrays[step.dst.name],
+            self.arrays[step.src.name] if src is None else src,
+            self.arrays[step.dst.name] if dst is None else dst,
             buffer_dtype(step.src),
             buffer_dtype(step.dst),
         )
+
+    def gather_into(self, step: Collective, target: np.ndarray) -> None:
+        """Run the all_gather `step` now, after the plan, from its source buffer into
+        `target` (the caller's array, standing for its destination; coconet/convention.py)."""
+        self.drain()
+        src = self.arrays[step.src.name]
+        if src is not self.own[step.src.name]:
+            # bound to the caller's array, i.e. a view into `target`: MPI refuses aliased
+            # send and receive buffers, so the piece travels from a copy
+            src = src.copy()
+        dst = target if target.flags.c_contiguous else np.empty(target.shape, target.dtype)
+        pending = Pending(-1, step, self.collective_ops(step, src, dst))
+        pending.advance()
+        pending.wait(self.MPI)
+        if dst is not target:
+            target[...] = dst

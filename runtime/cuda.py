@@ -1067,10 +1067,8 @@ class CudaBackend:
             )
         return HostStagedTransport(self.device, MpiTransport(mpi_comm, self._mpi()), stream)
 
-    def collective(self, step: Collective) -> None:
-        self.trace.append((step.op, step.stream, str(step.rows)))
-        stream = self._stream(step)
-        ctx = CollectiveContext(
+    def _collective_context(self, stream: Any) -> CollectiveContext:
+        return CollectiveContext(
             xp=self.xp,
             rank=self.rank,
             grid_shape=self.grid_shape,
@@ -1080,6 +1078,38 @@ class CudaBackend:
             empty=self.device.empty,
             nodes=self.plan.nodes if self.plan else (),
         )
+
+    def gather_into(self, step: Collective, target: Any) -> None:
+        """Run the all_gather `step` now, after the plan, from its source buffer into
+        `target` (the caller's array, on the device or the host, standing for its
+        destination; coconet/convention.py): on the device, through the plan's transports."""
+        stream = self._compute()
+        dtype = self.host_dtypes[step.src.name]
+        on_device = self.device.is_device_array(target)
+        direct = on_device and bool(target.flags.c_contiguous)
+        with self.device.on(stream):
+            src = self.arrays[step.src.name]
+            if src is not self.own[step.src.name]:
+                src = src.copy()  # bound to a view into `target`: no aliased send and receive
+            dst = (
+                as_bit_patterns(target, self.xp)
+                if direct
+                else self.device.empty(tuple(target.shape), src.dtype)
+            )
+            ctx = self._collective_context(stream)
+            for request in collective_ops(ctx, step, src, dst, dtype, dtype):
+                assert request is None, "device transports are stream-ordered"
+            if on_device and not direct:
+                self.xp.copyto(as_bit_patterns(target, self.xp), dst)
+        if not on_device:  # a NumPy array the caller passed: the gathered value copied back
+            host = self.device.download(dst, stream)
+            target[...] = host.view(target.dtype) if host.dtype != target.dtype else host
+        self.device.synchronize()
+
+    def collective(self, step: Collective) -> None:
+        self.trace.append((step.op, step.stream, str(step.rows)))
+        stream = self._stream(step)
+        ctx = self._collective_context(stream)
         with self.device.on(stream):
             for request in collective_ops(
                 ctx,

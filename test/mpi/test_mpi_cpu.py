@@ -397,7 +397,7 @@ API_SCRIPT = textwrap.dedent(
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
     program = coconet.load(sys.argv[1])
-    step = compile(program, schedule=sys.argv[2], backend="cpu")
+    step = compile(program, schedule=sys.argv[2], backend="cpu", pieces=True)
     logical = sim.prepare_inputs(program, None, program.grid.bind(size), seed=5)
     coords = V.coords_of(rank, step.plan.grid_shape)
     mine = {n: V.piece_of(logical[n], b.type, coords, step.plan.grid_shape) for n, b in step.plan.arguments.items()}

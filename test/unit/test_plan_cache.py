@@ -122,6 +122,8 @@ def test_compile_starts_warm_from_the_plan_cache_and_computes_the_same():
     for expect_hit in (False, True):
         compiled = coco_compile(ADAM, schedule="fuse(rs-c-ag)", backend="cpu")
         assert compiled.plan_cache_hit is expect_hit
+        # the types the program as written declares travel with the plan (the caller's)
+        assert set(compiled.plan.written_types) == {"m", "v"}
         rng = np.random.default_rng(0)
         inputs = {
             n: rng.uniform(0.1, 1, s).astype(d) for n, (s, d) in compiled.input_shapes().items()
