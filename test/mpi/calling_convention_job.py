@@ -75,6 +75,13 @@ def main() -> None:
         assert f"must pass its value of shape [{n}]" in msg or f"piece of shape [{n}]" in msg, msg
         step.close()
 
+    # Replicas are compared as the caller passes them: m whole, though the schedule slices it.
+    step = coconet.compile(program, schedule="fuse(rs-c-ag)", backend="cpu")
+    ones = {k: np.ones(n, np.float32) for k in "gwv"}
+    msg = refused(step, rank, **ones, m=np.full(n, rank, np.float32), step=1.0, **HYPER)
+    assert "input 'm' is replicated, but rank 1 passed another value than rank 0" in msg, msg
+    step.close()
+
     # The opt-in: each rank passes and gets back its pieces of the sliced state.
     step = coconet.compile(program, schedule="fuse(rs-c-ag)", backend="cpu", pieces=True)
     q, r = divmod(n, size)
