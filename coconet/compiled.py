@@ -269,7 +269,9 @@ class CompiledProgram:
                 pieces[name] = backend.coerce_input(name, value, buf)
                 if r is not None:
                     wholes[name] = pieces[name]
-                    pieces[name] = r.piece(self.rank, value, wholes[name], backend.shape_of)
+                    pieces[name] = r.piece(
+                        self.rank, wholes[name], backend.shape_of, backend.dtype_of
+                    )
             self.runner.check_inputs(pieces, backend.shape_of, backend.dtype_of)
             self._check_aliasing(pieces)
         except CocoError as e:

@@ -22,6 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from coconet.core import values as V
 from coconet.core.program import CocoError
 from coconet.dialects.coco import ReplicatedAttr, SlicedAttr, TensorType
@@ -39,15 +41,21 @@ class Resliced:
     # the updated pieces back into the caller's array; None where the program only reads it
     gather: Collective | None
 
-    def piece(self, rank: int, value: Any, whole: Any, shape_of: Any) -> Any:
-        """This rank's piece of the caller's `whole` (`value` as the backend took it): a
-        view. Refuses a value of another shape than the program as written gives it."""
+    def piece(self, rank: int, whole: Any, shape_of: Any, dtype_of: Any) -> Any:
+        """This rank's piece of the caller's value (`whole`, as the backend took it): a view.
+        Refuses a value of another shape or dtype than the program as written gives it."""
         got = tuple(shape_of(whole))
         if got != self.shape:
             raise CocoError(
                 f"input '{self.name}' of type {self.written}: rank {rank} must pass its value "
                 f"of shape {list(self.shape)} (the type the program as written declares; "
                 f"compile(..., pieces=True) takes the schedule's pieces), got {list(got)}"
+            )
+        want = V.numpy_dtype(self.written)
+        if np.dtype(dtype_of(whole)) != want:
+            raise CocoError(
+                f"input '{self.name}' of type {self.written}: expected dtype "
+                f"{self.written.elt} ({want.name}), got {np.dtype(dtype_of(whole)).name}"
             )
         return whole[self.region]
 

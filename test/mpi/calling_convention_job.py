@@ -73,6 +73,8 @@ def main() -> None:
         msg = refused(step, rank, **bad, m=np.ones(n // 2, np.float32), step=1.0, **HYPER)
         assert f"input 'm' of type !coco.tensor<{n}xf32>" in msg, msg
         assert f"must pass its value of shape [{n}]" in msg or f"piece of shape [{n}]" in msg, msg
+        msg = refused(step, rank, **bad, m=np.ones(n), step=1.0, **HYPER)
+        assert f"input 'm' of type !coco.tensor<{n}xf32>: expected dtype f32" in msg, msg
         step.close()
 
     # Replicas are compared as the caller passes them: m whole, though the schedule slices it.
