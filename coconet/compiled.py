@@ -292,13 +292,22 @@ class CompiledProgram:
             r = self.resliced.get(name)
             if arg is buf and r is not None and r.gather is not None:
                 # every rank's updated piece back into the caller's whole value
-                backend.gather_into(r.gather, wholes[name])
+                self._gather(r.gather, wholes[name])
                 out[name] = r.returned(inputs[name], wholes[name])
             elif arg is buf:
                 out[name] = backend.write_back(buf, inputs[name], bound=name in self.runner.bound)
             else:
                 out[name] = backend.output(buf)
         return out
+
+    def _gather(self, step: Any, whole: Any) -> None:
+        """The all_gather of a resliced argument, outside the plan: watched as its steps are
+        (a rank that never arrives is named, not waited for)."""
+        if self.guard is None:
+            self.runner.backend.gather_into(step, whole)
+            return
+        with self.guard.waiting(f"the gather of '{step.src.name}' after call {self.guard.calls}"):
+            self.runner.backend.gather_into(step, whole)
 
     def _check_aliasing(self, pieces: Mapping[str, Any]) -> None:
         """An argument the program updates in place must not share memory with another
