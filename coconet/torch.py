@@ -29,7 +29,8 @@ and handed to the program through DLPack, so the update happens in the parameter
 Where the tensors live. At construction the trainable parameters of each (param group, dtype)
 are moved, once, into one flat buffer, a *segment* (padded so it divides among the ranks), and
 every `nn.Parameter` becomes a view of it (`p.data`); their gradients are views of a second
-flat buffer. ONE program updates every segment: per-group options (`lr`, `weight_decay`,
+flat buffer. ONE program updates every segment (one per bucket with `overlap=True`: see
+"Overlap with backward"): per-group options (`lr`, `weight_decay`,
 `betas`, `eps`, `momentum`) are scalar arguments read at every step, so schedulers and hand
 edits of `param_groups[i]["lr"]` take effect without recompiling, and `fuse(rs-c-ag)` fuses
 the collectives of every segment. The program reads and writes those buffers in place -- no
@@ -64,6 +65,39 @@ reduced, averaged gradients over every segment and scales them by min(1, max_nor
 1e-6)), as `clip_grad_norm_` does after DDP. The norm is computed by the step, so
 `clip_grad_norm_` returns a 0-d tensor that holds NaN until the next `step()` fills it with the
 total norm (`opt.last_grad_norm` is the latest one).
+
+Overlap with backward. `overlap=True` (off by default) runs each *bucket*'s step inside
+backward, as Apex's DistributedFusedAdam overlaps its reduce-scatters: each (param group,
+dtype) is cut into segments of consecutive parameters of at most `bucket_cap_mb` MiB (default
+25, DDP's; a larger parameter alone; LAMB's one-tensor segments grouped to that size), a
+bucket is one segment (LAMB: a run of them), and each bucket has its own compiled program --
+the same `build_program` over its segments, so the result is bit for bit the step without
+overlap (every segment's arithmetic is per element; tested on 1 and 2 ranks). Each
+parameter's post-accumulate-grad hook counts its bucket's arrivals; when backward has
+delivered every gradient of a bucket, the bucket's program (reduce + update, as `step()`
+would run it) is launched on a worker thread (the host kernels are ctypes calls and the
+collectives torch's or MPI's waits, which release the GIL, so backward goes on beside it; on
+cuda the worker runs it on a side stream that first waits for an event recorded on backward's
+stream, and `step()` makes the current stream wait for the side stream). Buckets launch in ONE
+order on every rank -- the order they completed in on rank 0 in the first backward, agreed at
+the first step (which overlaps nothing: DDP rebuilds its buckets the same way) -- and a bucket
+waits for the ones before it, so every rank issues the same programs in the same order. The
+programs' communicator is the worker's alone while buckets are in flight: `step()`'s host
+agreement runs on a gloo group of its own, and variants a bucket needs are compiled on the
+worker too. `step()` then agrees on the marks and on which buckets any rank launched, launches
+(in that order) the ones this rank has not -- a bucket some rank launched has a gradient for
+every parameter, so the same variant; the others by the marks, masked where a parameter has
+none, as without overlap -- and waits for all of them. Consequences: group options (`lr`)
+are read when a bucket launches, i.e. during backward (set them before it, as schedulers
+do); what is done to `.grad` after backward (GradScaler's `unscale_`, hand scaling) does not
+reach a launched bucket; `zero_grad()`, `state_dict()` and friends between a backward and its
+`step()` are refused (buckets are in flight); a second backward into a launched bucket is
+refused -- accumulate micro-batches inside `with opt.no_sync():` (backward there launches
+nothing; `no_sync()` is accepted without overlap too, and changes nothing there). Clipping
+needs the norm of every reduced gradient before any update, so `overlap=True` with
+`max_grad_norm`, `opt.clip_grad_norm_` or `torch.nn.utils.clip_grad_norm_` on its parameters
+is refused (a CocoError), not silently applied late. Use it without DDP (DDP's own bucket
+copies would race with the worker): coconet reduces the gradients itself.
 
 With DDP: let coconet do the reduction -- register `local_gradients_hook` as DDP's
 communication hook (DDP then only buckets, no all-reduce), or use `no_sync()`. Build the
