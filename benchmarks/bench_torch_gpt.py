@@ -10,6 +10,21 @@ clipping, `opt.step()`, `zero_grad()`) on rank 0, after the first --warmup-steps
 `opt` is its clip + step + zero_grad part. DDP all-reduces the gradients inside the last
 backward (in `step`, not in `opt`); coconet's `opt` holds the all-reduce (local_gradients_hook
 leaves backward local). `vs foreach` = torch foreach's median / the row's (> 1: faster).
+
+    python benchmarks/bench_torch_gpt.py --overlap --schedule 'fuse(rs-c-ag)'
+
+`--overlap` compares coconet's AdamW without and with `overlap=True` (each bucket of
+`--bucket-cap-mb` reduced and updated from backward, coconet.torch's "Overlap with
+backward"), both without DDP (micro-batches under `opt.no_sync()`) and without clipping
+(overlap refuses it): `step` is then forward + backward + step, `opt` what `opt.step()` still
+waits for after backward. It then predicts the same for `--predict-ranks` GPUs of a published
+profile (`--profile`, coconet/tune/cost_model.py): each bucket's program and the one
+program of the step without overlap priced by the cost model, against a backward estimated
+from the model's FLOPs (2x the forward's matmuls and attention, at the profile's f32 peak:
+a lower bound, so the time overlap hides is underestimated). The buckets become ready in
+reverse parameter order, as fast as backward reaches them, and run one at a time. Not
+modelled: the host overhead of a launch (argument checks, one host all-gather per program
+call), which the CPU numbers above do include.
 """
 
 from __future__ import annotations
@@ -37,13 +52,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seq", type=int, default=32)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--schedule", action="append", help="coconet schedule(s) (default: all)")
+    p.add_argument("--overlap", action="store_true", help="coconet with and without overlap")
+    p.add_argument("--bucket-cap-mb", type=float, default=1.0, help="--overlap's buckets")
+    p.add_argument("--profile", default="dgx-h100", help="--overlap's GPU prediction")
+    p.add_argument("--predict-ranks", type=int, default=8)
     args = p.parse_args(argv)
+    runs = ["coconet", "coconet-overlap"] if args.overlap else RUNS
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "runs.json"
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
         cmd += ["--nproc-per-node", str(args.np), str(ROOT / "examples" / "torch_gpt.py")]
-        for o in RUNS:
+        for o in runs:
             cmd += ["--optimizer", o]
+        if args.overlap:
+            cmd += ["--no-ddp", "--clip", "0", "--bucket-cap-mb", str(args.bucket_cap_mb)]
         for s in args.schedule or []:
             cmd += ["--schedule", s]
         for k in ("steps", "warmup_steps", "vocab", "dim", "layers", "seq", "batch"):
@@ -63,6 +85,11 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.seq}, global batch {args.batch} in 2 micro-batches, {params / 1e6:.2f}M "
         f"trainable f32 parameters; median of {args.steps - args.warmup_steps} steps (rank 0)"
     )
+    if args.overlap:
+        _overlap_table(records, args.bucket_cap_mb)
+        for schedule in args.schedule or ["fuse(rs-c-ag)"]:
+            _predict_overlap(args, schedule)
+        return 0
     base = next(r for r in records if r["name"] == "torch foreach")
     print(f"  {'':<24}{'step (ms)':>17}{'opt (ms)':>17}{'vs torch foreach':>20}")
     print(
@@ -76,6 +103,78 @@ def main(argv: list[str] | None = None) -> int:
         )
     print("  (vs torch foreach: its median / the row's median; > 1 is faster)")
     return 0
+
+
+def _predict_overlap(args: argparse.Namespace, schedule: str) -> None:
+    """The GPU prediction of --overlap (see the module docstring)."""
+
+    sys.path.insert(0, str(ROOT / "examples"))
+    import torch_gpt
+
+    import coconet.torch as ct
+    from coconet.compiled import apply_schedule
+    from coconet.lowering.lower_to_plan import lower
+    from coconet.tune.cost_model import predict, published_profile
+
+    profile, ranks = published_profile(args.profile), args.predict_ranks
+    d, v, n, t = args.dim, args.vocab, args.layers, args.seq
+    model = torch_gpt.GPT(v, t, d, 4, n)
+    named = list(model.named_parameters())
+    decay = [p for m, p in named if p.dim() >= 2 and "emb" not in m]
+    other = [p for m, p in named if not (p.dim() >= 2 and "emb" not in m)]
+    groups = [{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}]
+    opt = ct.AdamW(groups, schedule=schedule, overlap=True, bucket_cap_mb=args.bucket_cap_mb)
+    keys = tuple(opt.group_key(g) for g in opt.param_groups)
+
+    def seconds(chosen: list[int] | None) -> float:
+        program = apply_schedule(opt.build_program(False, False, keys, chosen), schedule)
+        return predict(lower(program, ranks), profile).seconds
+
+    # a GPU's backward: per token of its share of the batch, 2x the forward's 2 FLOPs per
+    # matmul weight plus attention's 2 x 2 x seq x dim per block
+    tokens = args.batch * t / ranks
+    matmul_weights = sum(p.numel() for m, p in named if p.dim() >= 2 and "emb" not in m)
+    flops = 2 * tokens * (2 * matmul_weights + n * 4 * t * d)
+    backward = flops / profile.matmul_rate("f32")
+    position = {id(p): k for k, (_m, p) in enumerate(named)}
+    total = len(named)
+    ready = []  # when backward has reached a bucket's first parameter
+    buckets = opt._buckets  # pyright: ignore[reportPrivateUsage]
+    for b, chosen in enumerate(buckets):
+        first = min(position[id(p)] for i in chosen for p in opt.segments[i].params)
+        ready.append((backward * (total - first) / total, b))
+    end = 0.0
+    for at, b in sorted(ready):
+        end = max(at, end) + seconds(buckets[b])
+    whole = seconds(None)
+    busy = sum(seconds(c) for c in buckets)
+    exposed = max(0.0, end - backward)
+    print(
+        f"  predicted on {ranks} GPUs of {args.profile} ({schedule}): backward >= "
+        f"{backward * 1e6:.1f} us; the step without overlap {whole * 1e6:.1f} us after it; "
+        f"with overlap ({len(buckets)} buckets, {busy * 1e6:.1f} us of programs) "
+        f"{exposed * 1e6:.1f} us after it"
+    )
+
+
+def _overlap_table(records: list[dict], cap: float) -> None:
+    print(f"  no DDP, no clipping; overlap=True in buckets of {cap:g} MiB")
+    print(f"  {'':<34}{'step (ms)':>17}{'opt (ms)':>17}")
+    print(f"  {'optimizer':<34}{'median':>9}{'min':>8}{'median':>9}{'min':>8}")
+    for r in records:
+        print(
+            f"  {r['name']:<34}{r['step_ms']:>9.2f}{r['step_min_ms']:>8.2f}"
+            f"{r['opt_ms']:>9.2f}{r['opt_min_ms']:>8.2f}"
+        )
+    by_schedule: dict[str, dict[str, dict]] = {}
+    for r in records:
+        on = r["name"].startswith("coconet overlap ")
+        schedule = r["name"].removeprefix("coconet overlap ").removeprefix("coconet ")
+        by_schedule.setdefault(schedule, {})["on" if on else "off"] = r
+    for schedule, pair in by_schedule.items():
+        if len(pair) == 2:
+            off, on = pair["off"]["step_ms"], pair["on"]["step_ms"]
+            print(f"  {schedule}: overlap changes the step by {on - off:+.2f} ms ({on / off:.2f}x)")
 
 
 if __name__ == "__main__":

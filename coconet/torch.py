@@ -29,7 +29,8 @@ and handed to the program through DLPack, so the update happens in the parameter
 Where the tensors live. At construction the trainable parameters of each (param group, dtype)
 are moved, once, into one flat buffer, a *segment* (padded so it divides among the ranks), and
 every `nn.Parameter` becomes a view of it (`p.data`); their gradients are views of a second
-flat buffer. ONE program updates every segment: per-group options (`lr`, `weight_decay`,
+flat buffer. ONE program updates every segment (one per bucket with `overlap=True`: see
+"Overlap with backward"): per-group options (`lr`, `weight_decay`,
 `betas`, `eps`, `momentum`) are scalar arguments read at every step, so schedulers and hand
 edits of `param_groups[i]["lr"]` take effect without recompiling, and `fuse(rs-c-ag)` fuses
 the collectives of every segment. The program reads and writes those buffers in place -- no
@@ -65,6 +66,39 @@ reduced, averaged gradients over every segment and scales them by min(1, max_nor
 `clip_grad_norm_` returns a 0-d tensor that holds NaN until the next `step()` fills it with the
 total norm (`opt.last_grad_norm` is the latest one).
 
+Overlap with backward. `overlap=True` (off by default) runs each *bucket*'s step inside
+backward, as Apex's DistributedFusedAdam overlaps its reduce-scatters: each (param group,
+dtype) is cut into segments of consecutive parameters of at most `bucket_cap_mb` MiB (default
+25, DDP's; a larger parameter alone; LAMB's one-tensor segments grouped to that size), a
+bucket is one segment (LAMB: a run of them), and each bucket has its own compiled program --
+the same `build_program` over its segments, so the result is bit for bit the step without
+overlap (every segment's arithmetic is per element; tested on 1 and 2 ranks). Each
+parameter's post-accumulate-grad hook counts its bucket's arrivals; when backward has
+delivered every gradient of a bucket, the bucket's program (reduce + update, as `step()`
+would run it) is launched on a worker thread (the host kernels are ctypes calls and the
+collectives torch's or MPI's waits, which release the GIL, so backward goes on beside it; on
+cuda the worker runs it on a side stream that first waits for an event recorded on backward's
+stream, and `step()` makes the current stream wait for the side stream). Buckets launch in ONE
+order on every rank -- the order they completed in on rank 0 in the first backward, agreed at
+the first step (which overlaps nothing: DDP rebuilds its buckets the same way) -- and a bucket
+waits for the ones before it, so every rank issues the same programs in the same order. The
+programs' communicator is the worker's alone while buckets are in flight: `step()`'s host
+agreement runs on a gloo group of its own, and variants a bucket needs are compiled on the
+worker too. `step()` then agrees on the marks and on which buckets any rank launched, launches
+(in that order) the ones this rank has not -- a bucket some rank launched has a gradient for
+every parameter, so the same variant; the others by the marks, masked where a parameter has
+none, as without overlap -- and waits for all of them. Consequences: group options (`lr`)
+are read when a bucket launches, i.e. during backward (set them before it, as schedulers
+do); what is done to `.grad` after backward (GradScaler's `unscale_`, hand scaling) does not
+reach a launched bucket; `zero_grad()`, `state_dict()` and friends between a backward and its
+`step()` are refused (buckets are in flight); a second backward into a launched bucket is
+refused -- accumulate micro-batches inside `with opt.no_sync():` (backward there launches
+nothing; `no_sync()` is accepted without overlap too, and changes nothing there). Clipping
+needs the norm of every reduced gradient before any update, so `overlap=True` with
+`max_grad_norm`, `opt.clip_grad_norm_` or `torch.nn.utils.clip_grad_norm_` on its parameters
+is refused (a CocoError), not silently applied late. Use it without DDP (DDP's own bucket
+copies would race with the worker): coconet reduces the gradients itself.
+
 With DDP: let coconet do the reduction -- register `local_gradients_hook` as DDP's
 communication hook (DDP then only buckets, no all-reduce), or use `no_sync()`. Build the
 optimizer before wrapping the model in DDP (DDP keeps references to the parameters' storage).
@@ -88,13 +122,16 @@ optimizer lists every parameter, with zero state, for DCP to fill)."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import itertools
 import math
+import threading
 import warnings
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -257,6 +294,32 @@ class _Marks:
         return mark
 
 
+_FROZEN_GRADIENT = (
+    "a parameter that had requires_grad=False when the optimizer was built has a gradient: "
+    "coconet left it out of its buffers and cannot update it. Set its grad to None, or build "
+    "the optimizer again after unfreezing it (or add it with add_param_group)"
+)
+_OVERLAP_CLIP = (
+    "overlap=True with gradient clipping: the clipping factor needs the norm of every reduced "
+    "gradient, but an overlapped bucket is updated during backward, before the last gradients "
+    "exist. Clip without overlap (max_grad_norm= or opt.clip_grad_norm_ with overlap=False)"
+)
+
+
+def _arrival(opt: CoconetOptimizer, slot: int) -> Callable[[torch.Tensor], None]:
+    """overlap=True: the post-accumulate-grad hook of the parameter in `slot` (after its mark),
+    which launches its bucket when backward completed it. (A weak reference: the parameters
+    must not keep the optimizer alive.)"""
+    ref = weakref.ref(opt)
+
+    def arrive(_p: torch.Tensor) -> None:
+        owner = ref()
+        if owner is not None:
+            owner._arrive(slot)  # pyright: ignore[reportPrivateUsage]
+
+    return arrive
+
+
 class CoconetOptimizer(torch.optim.Optimizer):
     """The shared machinery (see the module docstring); `SGD`, `Adam`, `AdamW`, `LAMB` pick the
     algorithm: its state, its per-group scalars and options, and its update rule."""
@@ -277,6 +340,8 @@ class CoconetOptimizer(torch.optim.Optimizer):
         backend: str | None = None,
         max_grad_norm: float | None = None,
         step_timeout: float | None = None,
+        overlap: bool = False,
+        bucket_cap_mb: float = 25.0,
     ):
         if schedule not in SCHEDULES and schedule != "auto":
             raise CocoError(
@@ -285,6 +350,12 @@ class CoconetOptimizer(torch.optim.Optimizer):
             )
         if max_grad_norm is not None and not float(max_grad_norm) > 0:
             raise CocoError(f"max_grad_norm={max_grad_norm}: a positive number (or None)")
+        if not float(bucket_cap_mb) > 0:
+            raise CocoError(f"bucket_cap_mb={bucket_cap_mb}: a positive number of MiB")
+        if overlap and max_grad_norm is not None:
+            raise CocoError(_OVERLAP_CLIP)
+        self.overlap = bool(overlap)
+        self._bucket_bytes = float(bucket_cap_mb) * 2**20
         self._ready = False
         self.schedule = schedule
         # how long a rank waits for its peers in a call of the optimizer (None: for ever)
@@ -314,6 +385,23 @@ class CoconetOptimizer(torch.optim.Optimizer):
         self._version = 0  # bumped by whatever changes the state: a step, a load, a new group
         # (version, rank it went to, the state_dict there or None elsewhere)
         self._consolidated: tuple[int, int, dict[str, Any] | None] | None = None
+        # overlap=True: buckets (runs of segments), what backward has completed of them, and
+        # the programs launched on the worker (see "Overlap with backward")
+        self._buckets: list[list[int]] = []  # segment indices
+        self._bucket_slots: list[list[int]] = []  # the slots of each bucket's parameters
+        self._bucket_of: list[int] = []  # by slot
+        self._order: list[int] | None = None  # launch order, agreed at the first step
+        self._completed: list[int] = []  # buckets in the order the first backward completed
+        self._arrivals: list[set[int]] = []  # by bucket: slots backward reached, syncing
+        self._launched: list[bool] = []  # by bucket, since the last step
+        self._next = 0  # position in _order of the next bucket to launch
+        self._futures: list[Future[None]] = []
+        self._launch_checksum = 0  # DDP check: the launched buckets' local gradients
+        self._syncing = True  # False inside no_sync()
+        self._worker: ThreadPoolExecutor | None = None
+        self._side: Any = None  # cuda: the bucket programs' stream
+        self._agree_group: Any = None  # the step's host all-reduce, apart from the programs'
+        self._overlap_lock = threading.Lock()
         super().__init__(params, defaults)
         trainable = [p for g in self.param_groups for p in g["params"] if p.requires_grad]
         if not trainable:
@@ -322,6 +410,11 @@ class CoconetOptimizer(torch.optim.Optimizer):
         self.backend = BACKEND_OF_DEVICE[self.device.type]
         for k in range(len(self.param_groups)):
             self._add_segments(k)
+        if self.overlap:
+            if self.world > 1:  # (collective: every rank builds its optimizer)
+                self._agree_group = dist.new_group(backend="gloo")
+            if self.device.type == "cuda":
+                self._side = torch.cuda.Stream(device=self.device)
         self._ready = True
         self._recompile()
         _OWNERS.add(self)
@@ -348,6 +441,7 @@ class CoconetOptimizer(torch.optim.Optimizer):
             if p.dtype not in (torch.float32, torch.bfloat16):
                 raise CocoError(f"a parameter of dtype {p.dtype}: use float32 or bfloat16")
         if self._ready:
+            self._refuse_in_flight("add_param_group()")
             parameters_device([self._params[0], *trainable], self.backend)
         super().add_param_group(param_group)
         try:
@@ -357,6 +451,7 @@ class CoconetOptimizer(torch.optim.Optimizer):
             raise
         if self._ready:
             self._add_segments(len(self.param_groups) - 1)
+            self._order, self._completed = None, []  # (learned again at the next step)
             self._recompile()
             self._version += 1
 
@@ -385,8 +480,42 @@ class CoconetOptimizer(torch.optim.Optimizer):
                 continue
             by_dtype.setdefault(p.dtype, []).append(p)
         for dtype, ps in by_dtype.items():
-            for part in [[p] for p in ps] if self.per_tensor else [ps]:
+            if self.per_tensor:
+                parts = [[p] for p in ps]
+            elif self.overlap:
+                parts = self._chunks(ps, dtype)
+            else:
+                parts = [ps]
+            first = len(self.segments)
+            for part in parts:
                 self.segments.append(self._flatten(k, dtype, part))
+            if self.overlap:
+                # a bucket: one segment, or (LAMB) consecutive one-tensor segments to the cap
+                runs = self._chunks(list(range(first, len(self.segments))), dtype, segments=True)
+                for run in runs:
+                    self._buckets.append(run)
+                    self._bucket_slots.append([j for i in run for j in self.segments[i].slots])
+                    self._arrivals.append(set())
+                    self._launched.append(False)
+                    for i in run:
+                        for slot in self.segments[i].slots:
+                            self._bucket_of.append(len(self._buckets) - 1)
+                            assert len(self._bucket_of) == slot + 1
+
+    def _chunks(self, items: list[Any], dtype: torch.dtype, segments: bool = False) -> list[Any]:
+        """`items` (parameters, or segment indices) cut into runs of consecutive ones of at
+        most `bucket_cap_mb` (an item larger than that alone)."""
+        size = torch.empty((), dtype=dtype).element_size()
+        runs: list[list[Any]] = []
+        total = 0.0
+        for item in items:
+            n = self.segments[item].numel if segments else item.numel()
+            if not runs or total + n * size > self._bucket_bytes:
+                runs.append([])
+                total = 0.0
+            runs[-1].append(item)
+            total += n * size
+        return runs
 
     def _segment_size(self, n: int) -> int:
         """n padded to divide among the ranks, and to a size no other segment has: chains of
@@ -425,6 +554,8 @@ class CoconetOptimizer(torch.optim.Optimizer):
                 self._slot_of[id(p)] = slot
                 self._steps.append(0)
                 self._hooks.append(p.register_post_accumulate_grad_hook(self._marks.hook(slot)))
+                if self.overlap:  # (after the mark: the bucket counts a marked parameter)
+                    self._hooks.append(p.register_post_accumulate_grad_hook(_arrival(self, slot)))
         return _Segment(k, dtype, params, slots, offsets, padded, flat_param, flat_grad)
 
     # -- gradients ---------------------------------------------------------------------------
@@ -435,6 +566,11 @@ class CoconetOptimizer(torch.optim.Optimizer):
         default) also forgets which parameters had a gradient, so a parameter backward does
         not reach next is left alone; `set_to_none=False` keeps it, as torch keeps a zero
         gradient then, which torch.optim applies (weight decay, momentum)."""
+        self._refuse_in_flight("zero_grad()")
+        with self._overlap_lock:
+            self._arrivals = [set() for _ in self._buckets]
+            if set_to_none:
+                self._completed = []
         for s in self.segments:
             s.flat_grad.zero_()
         for p, view in zip(self._params, self._grad_views, strict=True):
@@ -443,16 +579,23 @@ class CoconetOptimizer(torch.optim.Optimizer):
         if set_to_none:
             self._marks.marked[:] = bytes(len(self._marks.marked))
 
-    def _local_gradients(self) -> tuple[list[int], int]:
+    def _local_gradients(self, launched: set[int] | None = None) -> tuple[list[int], int]:
         """Each trainable parameter's gradient in its buffer view (a replaced `p.grad` copied
         in, a missing one zero) and whether it received one on this rank (see the module
-        docstring); and whether a frozen parameter has a gradient."""
+        docstring); and whether a frozen parameter has a gradient. The slots `launched`
+        (overlap: their bucket's program has taken their gradients) count as received and
+        are left as they are."""
         marked = self._marks.marked
         have = []
         unmarked: list[int] = []  # views no backward reached: written in place, if non-zero
         for slot, (p, view) in enumerate(zip(self._params, self._grad_views, strict=True)):
             grad = p.grad
             got = 1
+            if launched and slot in launched:
+                if grad is not view:  # (its bucket took the gradient at launch)
+                    p.grad = view
+                have.append(1)
+                continue
             if grad is None:
                 view.zero_()
                 marked[slot] = 0
@@ -477,26 +620,37 @@ class CoconetOptimizer(torch.optim.Optimizer):
         frozen = int(any(p.grad is not None for p in self._frozen))
         return have, frozen
 
-    def _checksum(self) -> int:
-        """A sum of the bits of this rank's gradients (identical on every rank: already
-        reduced)."""
+    def _checksum(self, chosen: Iterable[int] | None = None) -> int:
+        """A sum of the bits of this rank's gradients in the segments `chosen` (None: all;
+        identical on every rank: already reduced)."""
         total = 0
-        for s in self.segments:
+        for i in range(len(self.segments)) if chosen is None else chosen:
+            s = self.segments[i]
             bits = s.flat_grad.view(torch.int16 if s.dtype == torch.bfloat16 else torch.int32)
             total += int(bits.sum(dtype=torch.int64))
         return total
 
-    def _agree(self, have: list[int], frozen: int) -> tuple[list[int], int]:
+    def _agree(
+        self,
+        have: list[int],
+        frozen: int,
+        extra: list[int] | None = None,
+        unlaunched: list[int] | None = None,
+    ) -> tuple[list[int], int, list[int]]:
         """The marks of every rank combined (a parameter has a gradient if any rank gave it
-        one), through one host all-reduce; in the first steps, also whether the gradients were
-        identical on every rank before the program reduced them."""
+        one), and `extra` (overlap: launched buckets, the launch order) by MAX, through one
+        host all-reduce; in the first steps, also whether the gradients were identical on
+        every rank before the programs reduced them (overlap: those of the segments
+        `unlaunched` now, and those the launched buckets had at their launch)."""
+        extra = extra or []
         if self.world == 1:
-            return have, frozen
+            return have, frozen, extra
         check = self._ddp_checks_left > 0
-        cs = self._checksum() if check else 0
-        out = self._meet(_STEP, [*have, frozen, cs, -cs])
+        cs = self._checksum(unlaunched) + self._launch_checksum if check else 0
+        n = len(have)
+        out = self._meet(_STEP, [*have, frozen, cs, -cs, *extra])
         if check:
-            hi, lo = out[-2], -out[-1]
+            hi, lo = out[n + 1], -out[n + 2]
             if hi != 0 or lo != 0:
                 self._ddp_checks_left -= 1
                 if hi == lo:
@@ -511,7 +665,7 @@ class CoconetOptimizer(torch.optim.Optimizer):
                         "DDP, register ddp.register_comm_hook(None, "
                         "coconet.torch.local_gradients_hook) or use ddp.no_sync().",
                     )
-        return out[: len(have)], out[len(have)]
+        return out[:n], out[n], out[n + 3 : n + 3 + len(extra)]
 
     def _group(self) -> Any:
         """The process group the programs communicate over (None: the default one)."""
@@ -521,8 +675,9 @@ class CoconetOptimizer(torch.optim.Optimizer):
     def _meet(self, call: int, payload: list[int]) -> list[int]:
         """`payload` combined over the ranks by MAX, after checking that every rank is in the
         same `call` (refused on every rank otherwise). The vector has the same length in every
-        call (step's: a mark per parameter and three more) so mismatched calls still pair."""
-        width = len(self._params) + 3
+        call (step's: a mark per parameter, three more and, overlap, two per bucket) so mismatched
+        calls still pair."""
+        width = len(self._params) + 3 + 2 * len(self._buckets)
         assert len(payload) <= width
         vec = torch.tensor(
             [call, -call, *payload, *[0] * (width - len(payload))], dtype=torch.int64
@@ -536,7 +691,9 @@ class CoconetOptimizer(torch.optim.Optimizer):
         self, call: int, vec: torch.Tensor, arrivals: Callable[[], str], n: int
     ) -> list[int]:
         """`_meet`'s all-reduce of `vec` (`n` payload values), bounded by the step timeout."""
-        work = dist.all_reduce(vec, op=dist.ReduceOp.MAX, group=self._group(), async_op=True)
+        # (overlap: a group of its own, as bucket programs may be using theirs on the worker)
+        group = self._agree_group if self._agree_group is not None else self._group()
+        work = dist.all_reduce(vec, op=dist.ReduceOp.MAX, group=group, async_op=True)
         assert work is not None  # (async_op=True returns the work)
         try:
             if self.step_timeout is None:
@@ -592,6 +749,8 @@ class CoconetOptimizer(torch.optim.Optimizer):
             warnings.warn(message, UserWarning, stacklevel=3)
 
     def _warn_local_clipping(self, ids: set[int]) -> None:
+        if self.overlap and any(i in self._slot_of for i in ids):
+            raise CocoError(f"torch.nn.utils.clip_grad_norm_ on its parameters: {_OVERLAP_CLIP}")
         if self.world > 1 and any(i in self._slot_of for i in ids):
             self._warn_once(
                 "clip",
@@ -615,6 +774,8 @@ class CoconetOptimizer(torch.optim.Optimizer):
         parameter's reduced gradient, and every gradient scaled by min(1, max_norm / (norm +
         1e-6)). Returns the total norm as a 0-d tensor that holds NaN until that `step()`
         computes it (then also `opt.last_grad_norm`). `foreach` is ignored."""
+        if self.overlap:
+            raise CocoError(_OVERLAP_CLIP)
         if float(norm_type) != 2.0:
             raise CocoError(f"norm_type={norm_type}: coconet clips by the 2-norm only")
         if error_if_nonfinite:
@@ -640,8 +801,9 @@ class CoconetOptimizer(torch.optim.Optimizer):
         """The segments (the name of earlier versions)."""
         return self.segments
 
-    def _key(self, masked: bool, clip: bool) -> tuple[Any, ...]:
-        return (masked, clip, tuple(self.group_key(g) for g in self.param_groups))
+    def _key(self, masked: bool, clip: bool, bucket: int | None = None) -> tuple[Any, ...]:
+        """A variant of the step: over every segment (`bucket` None) or one bucket's."""
+        return (masked, clip, tuple(self.group_key(g) for g in self.param_groups), bucket)
 
     def _recompile(self) -> None:
         """Drops every compiled variant (the segments changed) and compiles the common one."""
@@ -652,7 +814,11 @@ class CoconetOptimizer(torch.optim.Optimizer):
         for i, s in enumerate(self.segments):
             self._inputs[f"g{i}"] = _handed_over(s.flat_grad)
             self._inputs[f"w{i}"] = _handed_over(s.flat_param)
-        self._program(self._key(False, self.max_grad_norm is not None))
+        if self.overlap:  # every bucket's common variant, before any backward launches one
+            for b in range(len(self._buckets)):
+                self._program(self._key(False, False, b))
+        else:
+            self._program(self._key(False, self.max_grad_norm is not None))
 
     def _program(self, key: tuple[Any, ...]) -> Any:
         compiled = self._programs.get(key)
@@ -661,8 +827,9 @@ class CoconetOptimizer(torch.optim.Optimizer):
         import coconet
         from coconet.compiled import CompiledProgram
 
-        masked, clip, keys = key
-        program = self.build_program(masked, clip, keys)
+        masked, clip, keys, bucket = key
+        chosen = range(len(self.segments)) if bucket is None else self._buckets[bucket]
+        program = self.build_program(masked, clip, keys, list(chosen))
         compiled = coconet.compile(
             program,
             schedule=self._concrete,
@@ -678,7 +845,8 @@ class CoconetOptimizer(torch.optim.Optimizer):
             self._concrete = None if name == "as-written" else name
         assert isinstance(compiled, CompiledProgram)  # the cpu or cuda backend (never sim)
         shapes = compiled.input_shapes()
-        for i, s in enumerate(self.segments):
+        for i in chosen:
+            s = self.segments[i]
             for name in self.state_names:
                 shape = shapes[f"{name}{i}"][0]
                 piece = s.state.get(name)
@@ -694,8 +862,11 @@ class CoconetOptimizer(torch.optim.Optimizer):
         self._programs[key] = compiled
         return compiled
 
-    def build_program(self, masked: bool, clip: bool, keys: tuple[Any, ...]) -> Any:
-        """The step over every segment: per segment the sum of the local gradients over the
+    def build_program(
+        self, masked: bool, clip: bool, keys: tuple[Any, ...], chosen: list[int] | None = None
+    ) -> Any:
+        """The step over the segments `chosen` (None: every one; the arguments keep each
+        segment's index in the optimizer): per segment the sum of the local gradients over the
         ranks, scaled to their mean; with `clip`, the global norm of those means and each
         scaled by min(1, max_norm / (norm + 1e-6)) (the norm is the program's result); then
         the algorithm's update (`rule`), under `masked` kept only where the keep mask is set."""
@@ -716,11 +887,12 @@ class CoconetOptimizer(torch.optim.Optimizer):
             Update,
         )
 
-        segs = self.segments
-        groups = sorted({s.group for s in segs})
+        indices = range(len(self.segments)) if chosen is None else chosen
+        segs = [(i, self.segments[i]) for i in indices]
+        groups = sorted({s.group for _i, s in segs})
         elementwise_bc = masked and not self.per_tensor
         params: list[tuple[str, Any]] = []
-        for i, s in enumerate(segs):
+        for i, s in segs:
             elt = BF16 if s.dtype == torch.bfloat16 else F32
             n = s.numel
             params += [(f"g{i}", Tensor(elt, [n], Local)), (f"w{i}", Tensor(elt, [n], Replicated))]
@@ -754,23 +926,23 @@ class CoconetOptimizer(torch.optim.Optimizer):
 
         def step(*args: Any) -> Any:
             a = dict(zip(names, args, strict=True))
-            grads = []
-            for i, s in enumerate(segs):
+            grads = {}
+            for i, s in segs:
                 gsum = AllReduce("+", a[f"g{i}"]).named(f"gsum{i}")
                 if s.dtype == torch.bfloat16:
                     gsum = Cast(F32, gsum).named(f"gsumf{i}")
-                grads.append((gsum * a["gscale"]).named(f"gavg{i}"))
+                grads[i] = (gsum * a["gscale"]).named(f"gavg{i}")
             total = None
             if clip:
                 squares = None
-                for i, g in enumerate(grads):
+                for i, g in grads.items():
                     part = ReduceSum((g * g).named(f"gsq{i}")).named(f"sumsq{i}")
                     squares = part if squares is None else (squares + part).named(f"sumsq_to{i}")
                 assert squares is not None
                 total = Sqrt(squares).named("total_norm")
                 coef = Min(1.0, a["max_norm"] / (total + 1e-6)).named("clip_coef")
-                grads = [(g * coef).named(f"gclip{i}") for i, g in enumerate(grads)]
-            for i, s in enumerate(segs):
+                grads = {i: (g * coef).named(f"gclip{i}") for i, g in grads.items()}
+            for i, s in segs:
                 bf16 = s.dtype == torch.bfloat16
                 w = Cast(F32, a[f"w{i}"]).named(f"wf{i}") if bf16 else a[f"w{i}"]
                 opts = {name: a[f"{name}_g{s.group}"] for name in self.option_scalars}
@@ -820,14 +992,11 @@ class CoconetOptimizer(torch.optim.Optimizer):
         clip = self._clip_next if self._clip_next is not None else self.max_grad_norm
         norm_out = self._norm_next
         self._clip_next = self._norm_next = None
-        have, frozen = self._agree(*self._local_gradients())
+        if self.overlap:
+            return self._overlapped_step(loss)
+        have, frozen, _ = self._agree(*self._local_gradients())
         if frozen:
-            raise CocoError(
-                "a parameter that had requires_grad=False when the optimizer was built has a "
-                "gradient: coconet left it out of its buffers and cannot update it. Set its "
-                "grad to None, or build the optimizer again after unfreezing it (or add it "
-                "with add_param_group)"
-            )
+            raise CocoError(_FROZEN_GRADIENT)
         if norm_out is None and clip is not None:
             norm_out = torch.full((), math.nan, dtype=torch.float32, device=self.device)
         if not any(have):
@@ -838,12 +1007,212 @@ class CoconetOptimizer(torch.optim.Optimizer):
         for slot, got in enumerate(have):
             self._steps[slot] += got
         self._version += 1
-        masked = not all(have) or (
+        every = list(range(len(self.segments)))
+        masked = self._masked(every, have, self._steps)
+        compiled = self._program(self._key(masked, clip is not None))
+        inputs = self._inputs_for(compiled, every, masked, have, self._steps, clip)
+        out = self._run(compiled, inputs)
+        if norm_out is not None:
+            total = out["total_norm"]
+            total = total.get() if hasattr(total, "get") else total
+            norm_out.fill_(float(np.asarray(total).reshape(-1)[0]))
+            self.last_grad_norm = norm_out
+        return loss
+
+    # -- overlap with backward ---------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Gradient accumulation (DDP's `no_sync()`): backward inside launches no bucket, the
+        gradients accumulate locally; the backward after it (or `step()`) launches them.
+        Without overlap gradients stay local until `step()` anyway: it changes nothing."""
+        before = self._syncing
+        self._syncing = False
+        try:
+            yield
+        finally:
+            self._syncing = before
+
+    def _arrive(self, slot: int) -> None:
+        """overlap=True: backward accumulated the gradient of the parameter in `slot`. Before
+        the launch order is known (the first step), the order buckets complete in is noted;
+        after, a bucket every parameter of which arrived (outside `no_sync()`) is launched, as
+        are the ones after it in the launch order that are complete: in that order only, so
+        that every rank launches the same programs in the same order."""
+        with self._overlap_lock:
+            b = self._bucket_of[slot]
+            if self._launched[b]:
+                raise CocoError(
+                    "overlap=True: backward reached a parameter whose bucket was already "
+                    "reduced and updated in this step (a second backward before step()). "
+                    "Accumulate the micro-batches' gradients inside opt.no_sync(), and call "
+                    "backward outside it for the last one only"
+                )
+            if self._order is None:
+                marked = self._marks.marked
+                if b not in self._completed and all(marked[j] for j in self._bucket_slots[b]):
+                    self._completed.append(b)
+                return
+            if not self._syncing:
+                return
+            self._arrivals[b].add(slot)
+            order = self._order
+            while self._next < len(order):
+                ready = order[self._next]
+                if len(self._arrivals[ready]) < len(self._bucket_slots[ready]):
+                    break
+                self._launch(ready)
+                self._next += 1
+
+    def _launch(self, b: int) -> None:
+        """Bucket `b`'s program on the worker, from backward: every parameter of it has a
+        gradient here (the same variant step() runs where some rank launched it)."""
+        for k in sorted({self.segments[i].group for i in self._buckets[b]}):
+            self._check_group(self.param_groups[k])
+        slots = self._bucket_slots[b]
+        for j in slots:  # a gradient in a tensor of its own (p.grad was None): into the view
+            p, view = self._params[j], self._grad_views[j]
+            grad = p.grad
+            if grad is not None and grad is not view:
+                view.copy_(grad)
+                p.grad = view
+        have = [1] * len(self._params)
+        steps = list(self._steps)
+        for j in slots:
+            steps[j] += 1
+        if self._ddp_checks_left > 0 and self.world > 1:
+            self._launch_checksum += self._checksum(self._buckets[b])
+        self._launched[b] = True
+        self._submit(b, have, steps)
+
+    def _submit(self, b: int, have: list[int], steps: list[int]) -> None:
+        """Bucket `b`'s step for the marks `have` and step counts `steps` (after the step), on
+        the worker thread: launches there run one at a time in the order submitted, and the
+        variants a launch needs compile there too (compiling is collective over the programs'
+        communicator, which only the worker uses while buckets are in flight)."""
+        chosen = self._buckets[b]
+        masked = self._masked(chosen, have, steps)
+        key = self._key(masked, False, b)
+        ready = None
+        if self._side is not None:  # the gradients' producer (backward's stream) first
+            ready = torch.cuda.Event()
+            ready.record(torch.cuda.current_stream(self.device))
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="coconet-overlap")
+        job = functools.partial(self._run_bucket, key, chosen, masked, have, steps, ready)
+        self._futures.append(self._worker.submit(job))
+
+    def _run_bucket(
+        self,
+        key: tuple[Any, ...],
+        chosen: list[int],
+        masked: bool,
+        have: list[int],
+        steps: list[int],
+        ready: Any,
+    ) -> None:
+        if ready is None:
+            compiled = self._program(key)
+            self._run(compiled, self._inputs_for(compiled, chosen, masked, have, steps, None))
+            return
+        # cuda: the side stream waits for the gradients, and the DLPack hand-over orders the
+        # program's streams after it (PyTorch's current stream of this thread)
+        with torch.cuda.device(self.device), torch.cuda.stream(self._side):
+            self._side.wait_event(ready)
+            compiled = self._program(key)
+            self._run(compiled, self._inputs_for(compiled, chosen, masked, have, steps, None))
+
+    def _overlapped_step(self, loss: Any) -> Any:
+        """step() with overlap=True: the ranks agree on the marks and on which buckets some
+        rank launched in backward; each rank launches, in the launch order, every bucket it
+        has not (those launched elsewhere first: the same variant, every parameter having a
+        gradient there), waits for all of them, and is ready for the next backward."""
+        nb = len(self._buckets)
+        with self._overlap_lock:
+            here = list(self._launched)
+        launched = {j for b in range(nb) if here[b] for j in self._bucket_slots[b]}
+        try:
+            have, frozen = self._local_gradients(launched)
+            learning = self._order is None
+            extra = [int(x) for x in here]
+            if learning:  # rank 0's: the order its buckets completed in, the rest from the end
+                seen = self._completed + [
+                    b for b in reversed(range(nb)) if b not in self._completed
+                ]
+                position = {b: k + 1 for k, b in enumerate(seen)}
+                extra += [position[b] if self.rank == 0 else 0 for b in range(nb)]
+            unlaunched = [i for b in range(nb) if not here[b] for i in self._buckets[b]]
+            have, frozen, extra = self._agree(have, frozen, extra, unlaunched)
+            if learning:
+                self._order = sorted(range(nb), key=lambda b: extra[nb + b])
+            order = self._order
+            assert order is not None
+            anywhere = extra[:nb]
+            if frozen:  # finish what some rank began (the replicas stay alike), then refuse
+                have = [int(anywhere[self._bucket_of[j]] and have[j]) for j in range(len(have))]
+            for slot, got in enumerate(have):
+                self._steps[slot] += got
+            if any(have):
+                self._version += 1
+            steps = list(self._steps)
+            for b in order:
+                if here[b] or not any(have[j] for j in self._bucket_slots[b]):
+                    continue
+                with self._overlap_lock:
+                    self._submit(b, have, steps)
+        finally:
+            self._drain()
+        if frozen:
+            raise CocoError(_FROZEN_GRADIENT)
+        return loss
+
+    def _drain(self) -> None:
+        """Waits for every launched bucket (raising the first failure), and resets the
+        buckets for the next backward."""
+        failure = None
+        for future in self._futures:
+            try:
+                future.result()
+            except BaseException as e:  # (every bucket waited for before raising)
+                failure = failure or e
+        if self._side is not None:
+            torch.cuda.current_stream(self.device).wait_stream(self._side)
+        with self._overlap_lock:
+            self._futures = []
+            self._launched = [False] * len(self._buckets)
+            self._arrivals = [set() for _ in self._buckets]
+            self._next = 0
+            self._launch_checksum = 0
+        if failure is not None:
+            raise failure
+
+    def _refuse_in_flight(self, what: str) -> None:
+        if any(self._launched):
+            raise CocoError(
+                f"{what} between a backward and step() with overlap=True: backward has already "
+                "launched buckets (their parameters are being updated); call step() first"
+            )
+
+    def _masked(self, chosen: list[int], have: list[int], steps: list[int]) -> bool:
+        """Whether the segments `chosen` take the masked variant: a parameter without a
+        gradient, or (Adam) parameters of one segment at different step counts."""
+        return not all(have[j] for i in chosen for j in self.segments[i].slots) or (
             self.bias_corrected
             and not self.per_tensor
-            and any(len({self._steps[j] for j in s.slots}) > 1 for s in self.segments)
+            and any(len({steps[j] for j in self.segments[i].slots}) > 1 for i in chosen)
         )
-        compiled = self._program(self._key(masked, clip is not None))
+
+    def _inputs_for(
+        self,
+        compiled: Any,
+        chosen: list[int],
+        masked: bool,
+        have: list[int],
+        steps: list[int],
+        clip: float | None,
+    ) -> dict[str, Any]:
+        """The arguments of `compiled`, the step over the segments `chosen`, for the marks
+        `have` and the step counts `steps` (after this step), by slot."""
         inputs = dict(self._inputs)
         for k, group in enumerate(self.param_groups):
             for name, value in self.group_scalars(group).items():
@@ -854,18 +1223,13 @@ class CoconetOptimizer(torch.optim.Optimizer):
             inputs["max_norm"] = clip
         if masked:
             inputs["half"] = 0.5
-            inputs.update(self._masks(have, compiled))
+            inputs.update(self._masks(have, steps, compiled, chosen))
         elif self.bias_corrected:
-            for i, s in enumerate(self.segments):
-                bc1, bc2 = self._bias_corrections(s.group, self._steps[s.slots[0]])
+            for i in chosen:
+                s = self.segments[i]
+                bc1, bc2 = self._bias_corrections(s.group, steps[s.slots[0]])
                 inputs[f"bc1s{i}"], inputs[f"bc2s{i}"] = bc1, bc2
-        out = self._run(compiled, inputs)
-        if norm_out is not None:
-            total = out["total_norm"]
-            total = total.get() if hasattr(total, "get") else total
-            norm_out.fill_(float(np.asarray(total).reshape(-1)[0]))
-            self.last_grad_norm = norm_out
-        return loss
+        return inputs
 
     def _run(self, compiled: Any, inputs: dict[str, Any]) -> Any:
         """`compiled(**inputs)`; under torch.profiler, each step of its plan (kernel, collective,
@@ -887,18 +1251,21 @@ class CoconetOptimizer(torch.optim.Optimizer):
         beta1, beta2 = self.param_groups[k]["betas"]
         return 1 - math.pow(float(beta1), steps), 1 - math.pow(float(beta2), steps)
 
-    def _masks(self, have: list[int], compiled: Any) -> dict[str, Any]:
+    def _masks(
+        self, have: list[int], steps: list[int], compiled: Any, chosen: list[int]
+    ) -> dict[str, Any]:
         """The masked variant's arguments: which elements (LAMB: tensors) to update, and their
         bias corrections from each parameter's own step count (1 where none applies)."""
         shapes = compiled.input_shapes()
         rank = compiled.rank
         out: dict[str, Any] = {}
-        for i, s in enumerate(self.segments):
+        for i in chosen:
+            s = self.segments[i]
             if self.per_tensor:
                 (slot,) = s.slots
                 out[f"keep{i}"] = float(have[slot])
                 if self.bias_corrected:
-                    bc = self._bias_corrections(s.group, max(self._steps[slot], 1))
+                    bc = self._bias_corrections(s.group, max(steps[slot], 1))
                     out[f"bc1s{i}"], out[f"bc2s{i}"] = bc
                 continue
             names = ["keep", *(("bc1", "bc2") if self.bias_corrected else ())]
@@ -914,7 +1281,7 @@ class CoconetOptimizer(torch.optim.Optimizer):
                 span = slice(o, o + p.numel())
                 s.masks["keep"][span] = 1.0
                 if self.bias_corrected:
-                    bc1, bc2 = self._bias_corrections(s.group, self._steps[slot])
+                    bc1, bc2 = self._bias_corrections(s.group, steps[slot])
                     s.masks["bc1"][span] = bc1
                     s.masks["bc2"][span] = bc2
             for name in names:
@@ -961,6 +1328,7 @@ class CoconetOptimizer(torch.optim.Optimizer):
         same `to`); good until the next step, load or new group."""
         if not 0 <= to < self.world:
             raise CocoError(f"consolidate_state_dict(to={to}): a rank, 0 to {self.world - 1}")
+        self._refuse_in_flight("consolidate_state_dict()")
         if self._sliced():
             agreed = self._meet(_CONSOLIDATE, [to, -to])
             if agreed[0] != -agreed[1]:
@@ -979,6 +1347,7 @@ class CoconetOptimizer(torch.optim.Optimizer):
         entry per parameter that has state (one step applied to it), full tensors. Sliced
         state is gathered from every rank (collective) unless `consolidate_state_dict(to=r)`
         has gathered it on this rank since the state last changed."""
+        self._refuse_in_flight("state_dict()")
         if not self._sliced():
             return self._state_dict_of(self._fulls(None) or [])
         if self._consolidated is not None and self._consolidated[0] == self._version:
@@ -1041,6 +1410,7 @@ class CoconetOptimizer(torch.optim.Optimizer):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """A state_dict of this optimizer or of torch.optim's (the same groups, as torch
         requires): group options, step counts and state, scattered to the ranks' slices."""
+        self._refuse_in_flight("load_state_dict()")
         groups = state_dict["param_groups"]
         if len(groups) != len(self.param_groups) or any(
             len(saved["params"]) != len(mine["params"])
@@ -1114,14 +1484,24 @@ def _signature(params: list[tuple[str, Any]]) -> Any:
 
 
 def _own_keywords(kw: dict[str, Any]) -> dict[str, Any]:
-    """coconet's own keywords (schedule, backend, max_grad_norm, step_timeout) out of `kw`;
+    """coconet's own keywords (schedule, backend, max_grad_norm, step_timeout, overlap,
+    bucket_cap_mb) out of `kw`;
     anything else is a TypeError, as torch.optim's constructors raise it. (torch.optim's
     `foreach`, `fused`, `capturable` and `differentiable`, which change how torch runs a step,
     not what it computes, are named parameters of each constructor: kept in the groups as
     torch keeps them, and ignored -- the step is already one fused program on the parameters'
     device, outside autograd.)"""
     own = {
-        k: kw.pop(k) for k in ("schedule", "backend", "max_grad_norm", "step_timeout") if k in kw
+        k: kw.pop(k)
+        for k in (
+            "schedule",
+            "backend",
+            "max_grad_norm",
+            "step_timeout",
+            "overlap",
+            "bucket_cap_mb",
+        )
+        if k in kw
     }
     if kw:
         raise TypeError(f"unexpected keyword argument {next(iter(kw))!r}")

@@ -123,7 +123,9 @@ def train(optimizer: str, schedule: str, args: argparse.Namespace) -> dict:
     """One training run of the recipe; returns what rank 0 reports."""
     rank, world = dist.get_rank(), dist.get_world_size()
     began = time.perf_counter()
-    name = optimizer.replace("-", " ") if optimizer != "coconet" else f"coconet {schedule}"
+    name = optimizer.replace("-", " ")
+    if optimizer.startswith("coconet"):
+        name = f"{name} {schedule}"
     ckpt_file = f"{name.replace(' ', '_').replace('(', '_').replace(')', '')}.pt"
     torch.manual_seed(args.seed)
     model = GPT(args.vocab, args.seq, args.dim, args.heads, args.layers)
@@ -143,16 +145,31 @@ def train(optimizer: str, schedule: str, args: argparse.Namespace) -> dict:
     else:
         import coconet.torch
 
-        opt = coconet.torch.AdamW(groups, **hp, schedule=schedule)
-    # (find_unused_parameters: LayerDrop leaves a block unused on some steps)
-    ddp = DDP(model, find_unused_parameters=True, gradient_as_bucket_view=args.bucket_view)
-    if optimizer == "coconet":
-        ddp.register_comm_hook(None, coconet.torch.local_gradients_hook)
+        # coconet-overlap: each bucket's reduce + update launched from backward
+        overlap = {"overlap": True, "bucket_cap_mb": args.bucket_cap_mb}
+        opt = coconet.torch.AdamW(
+            groups, **hp, schedule=schedule, **(overlap if optimizer == "coconet-overlap" else {})
+        )
+    if args.no_ddp:  # coconet reduces the gradients itself; accumulate under its no_sync()
+        ddp, no_sync = model, opt.no_sync
+    else:
+        # (find_unused_parameters: LayerDrop leaves a block unused on some steps)
+        ddp = DDP(model, find_unused_parameters=True, gradient_as_bucket_view=args.bucket_view)
+        no_sync = ddp.no_sync
+    if args.clip <= 0:
+
+        def clip_grad_norm_(max_norm: float) -> torch.Tensor:
+            return torch.tensor(math.nan)  # (no clipping)
+
+    elif optimizer.startswith("coconet"):
         clip_grad_norm_ = opt.clip_grad_norm_
     else:
 
         def clip_grad_norm_(max_norm: float) -> torch.Tensor:
             return nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+
+    if optimizer == "coconet" and not args.no_ddp:
+        ddp.register_comm_hook(None, coconet.torch.local_gradients_hook)
 
     # ---------------------------------------------------------------------------------------
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(args))
@@ -172,7 +189,7 @@ def train(optimizer: str, schedule: str, args: argparse.Namespace) -> dict:
         total = torch.zeros(())
         for i, (x, y) in enumerate(micro_batches(step, args, rank, world)):
             sync = i == args.accum - 1
-            with contextlib.nullcontext() if sync else ddp.no_sync():
+            with contextlib.nullcontext() if sync else no_sync():
                 logits = ddp(x, drop_last=drop)
                 loss = F.cross_entropy(logits.reshape(-1, args.vocab), y.reshape(-1))
                 (loss / args.accum).backward()
@@ -223,10 +240,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--optimizer",
         action="append",
-        choices=["torch", "torch-foreach", "torch-fused", "coconet"],
+        choices=["torch", "torch-foreach", "torch-fused", "coconet", "coconet-overlap"],
         help="torch.optim.AdamW (default, foreach=True or fused=True) or coconet's (default: "
-        "torch and coconet)",
+        "torch and coconet; coconet-overlap: overlap=True, which needs --clip 0)",
     )
+    p.add_argument(
+        "--no-ddp",
+        action="store_true",
+        help="coconet runs only: the model without DDP, micro-batches under opt.no_sync()",
+    )
+    p.add_argument("--bucket-cap-mb", type=float, default=1.0, help="coconet-overlap's buckets")
     p.add_argument("--schedule", action="append", help="coconet schedule(s) (default: all)")
     p.add_argument("--bucket-view", action="store_true", help="DDP(gradient_as_bucket_view=True)")
     p.add_argument("--steps", type=int, default=12)
@@ -239,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--warmup", type=int, default=3, help="LR warmup steps")
-    p.add_argument("--clip", type=float, default=1.0, help="max gradient norm")
+    p.add_argument("--clip", type=float, default=1.0, help="max gradient norm (0: none)")
     p.add_argument("--drop-every", type=int, default=3, help="skip the last block every N steps")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--save-at", type=int, default=0, help="save a checkpoint after this step")
@@ -248,13 +271,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup-steps", type=int, default=2, help="steps left out of the times")
     p.add_argument("--json", help="rank 0 writes every run's record to this file")
     args = p.parse_args(argv)
+    if args.no_ddp and any(o.startswith("torch") for o in args.optimizer or ["torch"]):
+        p.error("--no-ddp: torch.optim's runs need DDP to reduce their gradients")
+    if "coconet-overlap" in (args.optimizer or []) and (not args.no_ddp or args.clip > 0):
+        p.error("coconet-overlap needs --no-ddp and --clip 0 (see coconet.torch: overlap)")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     runs = [
         (o, s)
         for o in args.optimizer or ["torch", "coconet"]
-        for s in ([""] if o != "coconet" else args.schedule or list(coconet_schedules()))
+        for s in (
+            [""] if not o.startswith("coconet") else args.schedule or list(coconet_schedules())
+        )
     ]
     records = [train(o, s, args) for o, s in runs]
     if dist.get_rank() == 0:

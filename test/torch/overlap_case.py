@@ -1,0 +1,92 @@
+"""The overlap check of test_torch_overlap.py, in one process or as a rank of a torchrun job
+(`python overlap_case.py DIR`: each rank writes DIR/rank<r>.json): the same training with
+overlap=True and overlap=False must leave every parameter bit for bit the same, through an
+accumulation step (no_sync), a layer unused on one rank, a layer unused on every rank (the
+masked variant, and Adam's step counts uneven in a bucket after it) and gradients that
+backward put in tensors of their own (the module's zero_grad)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+import coconet.torch as ct
+
+# 384 f32 elements a bucket: the first two weight matrices, the last, the f32 vectors, the bf16
+# gain: four buckets
+CAP_MB = 1536 / 2**20
+STEPS = 7
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.inp, self.ln = nn.Linear(6, 16), nn.LayerNorm(16)
+        self.mid, self.out = nn.Linear(16, 16), nn.Linear(16, 4)
+        self.gain = nn.Parameter(torch.linspace(0.5, 1.5, 16).to(torch.bfloat16))
+
+    def forward(self, x: torch.Tensor, skip_mid: bool = False) -> torch.Tensor:
+        h = torch.tanh(self.ln(self.inp(x)) * self.gain.float())
+        if not skip_mid:
+            h = torch.tanh(self.mid(h))
+        return self.out(h)
+
+
+def train(overlap: bool, rank: int, world: int) -> tuple[Net, list[int]]:
+    """STEPS steps of AdamW (two groups) on this rank's shard; returns the model and, per
+    backward, how many buckets had been launched when the first layer's weight gradient
+    arrived (overlap: during backward)."""
+    model = Net()
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    other = [p for p in model.parameters() if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}]
+    opt = ct.AdamW(groups, lr=0.01, overlap=overlap, bucket_cap_mb=CAP_MB)
+    launched: list[int] = []
+    # registered after the optimizer's hooks: runs after them for this parameter
+    model.inp.weight.register_post_accumulate_grad_hook(
+        lambda _p: launched.append(sum(opt._launched))  # pyright: ignore[reportPrivateUsage]
+    )
+    gen = torch.Generator().manual_seed(1 + rank)
+
+    def backward(skip_mid: bool = False) -> None:
+        x = torch.randn(5, 6, generator=gen)
+        model(x, skip_mid).pow(2).mean().backward()
+
+    for step in range(STEPS):
+        if step == 2:  # accumulation: the first micro-batch inside no_sync()
+            with opt.no_sync():
+                backward()
+        if step == 6:  # the module's zero_grad: backward makes gradient tensors of its own
+            model.zero_grad(set_to_none=True)
+        # step 3: `mid` unused on the last rank only; step 4: on every rank
+        backward(skip_mid=(step == 3 and rank == world - 1) or step == 4)
+        opt.step()
+        opt.zero_grad()
+    return model, launched
+
+
+def compare(rank: int = 0, world: int = 1) -> dict:
+    ref, _ = train(False, rank, world)
+    mine, launched = train(True, rank, world)
+    pairs = zip(ref.parameters(), mine.parameters(), strict=True)
+    return {
+        "equal": [torch.equal(a, b) for a, b in pairs],
+        "launched": launched,
+        "sum": sum(float(p.detach().double().sum()) for p in mine.parameters()),
+        "mid_moved": not torch.equal(Net().mid.weight, mine.mid.weight),
+    }
+
+
+if __name__ == "__main__":
+    dist.init_process_group("gloo")
+    result = compare(dist.get_rank(), dist.get_world_size())
+    out = Path(sys.argv[1]) / f"rank{dist.get_rank()}.json"
+    out.write_text(json.dumps(result))  # (the ranks' stdout interleaves)
+    dist.barrier()
+    dist.destroy_process_group()
