@@ -9,6 +9,7 @@ to seconds.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from coconet.toolchain.host_compiler import compile_host
 from coconet.toolchain.nvrtc import compile_cuda, nvrtc_available
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
+FULL = os.environ.get("COCONET_FULL") == "1"
 CONFIGS = [LaunchConfig(), LaunchConfig(block=1, max_blocks=3), LaunchConfig(block=3, max_blocks=7)]
 ROWS = 8  # the split slices the rows (a dim divisible by 8) at 1, 2 and 4 ranks
 
@@ -109,7 +111,8 @@ def test_fused_norm_at_any_hidden_size(kind: str, hidden: int, dtype: str):
     fused = apply_schedule(program, "fuse(rs-c-ag)")
     plan = None
     for ranks in (1, 2, 4):
-        for config in CONFIGS:
+        # every launch shape at 2 ranks; at 1 and 4 the default one (all under COCONET_FULL=1)
+        for config in CONFIGS if FULL or ranks == 2 else CONFIGS[:1]:
             plan = lower(fused, ranks, config)
             launches = [s for s in plan.steps if isinstance(s, Launch)]
             assert len(launches) == 1

@@ -3,7 +3,8 @@
 * the CUDA text compiles with NVRTC (the compiler CuPy uses) for sm_80 and sm_90, warning-free
   (the intermediate greedy pipelines to compute_90 PTX only, unless COCONET_FULL=1: NVRTC's
   front end and NVVM see all of their text, and ptxas, most of the compile time, runs on every
-  example's unscheduled and named forms, whose kernels the greedy ones share);
+  example's unscheduled and named forms, whose kernels the greedy ones share; a text several
+  pipelines lower to compiles once per suite run);
 * the SAME text compiled for the host runs every rank (threads of this process, symmetric
   buffers shared) and reproduces the sim oracle on 1, 2 and 4 ranks, with launch shapes down to
   one thread per block: bit for bit (transcendentals too: both sides compute them in f64 and
@@ -14,6 +15,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 from pathlib import Path
 
@@ -27,7 +29,7 @@ from coconet.lowering.lower_to_plan import LaunchConfig, lower
 from coconet.runtime.sim import prepare_inputs
 from coconet.runtime.threaded import ThreadedExecutor
 from coconet.schedule import apply_pipeline
-from coconet.toolchain.nvrtc import compile_cuda, nvrtc_available
+from coconet.toolchain.nvrtc import compile_cuda, device_headers, nvrtc_available, nvrtc_version
 
 EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.mlir"))
 FULL = os.environ.get("COCONET_FULL") == "1"
@@ -150,9 +152,19 @@ def test_host_execution_matches_oracle(path: Path, pipeline: str):
             )
 
 
-@functools.cache
 def _compiled(source: str, arch: str) -> int:
-    return len(compile_cuda(source, arch, warnings_as_errors=True).binary)
+    """NVRTC compiles `source` for `arch` without a warning. Many pipelines lower an example to
+    the same text: each text compiles once per suite run, whichever xdist worker gets it first
+    (a marker in the suite's cache directory, keyed by everything NVRTC reads)."""
+    parts = [arch, source, *sorted(device_headers().items()), str(nvrtc_version())]
+    key = hashlib.sha256(repr(parts).encode()).hexdigest()
+    marker = Path(os.environ["COCONET_CACHE_DIR"]) / "test-nvrtc-compiled" / key
+    if marker.exists():
+        return int(marker.read_text())
+    size = len(compile_cuda(source, arch, warnings_as_errors=True).binary)
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(str(size))
+    return size
 
 
 @pytest.mark.skipif(not nvrtc_available(), reason="the nvidia-cuda-nvrtc wheel is not installed")
