@@ -6,15 +6,15 @@ from __future__ import annotations
 import contextlib
 import math
 import runpy
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 from xdsl.context import Context
 from xdsl.dialects import builtin, func
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import BlockArgument, SSAValue
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, SSAValue
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyException
@@ -160,6 +160,31 @@ class Program:
             verify_program(self.module)
         except DiagnosticException as e:
             raise CocoError(f"invalid program: {e}") from None
+
+    def structure(self) -> Hashable:
+        """The module as a value: equal for two programs exactly when their printed texts
+        are (ops, operands by definition, names, types, attributes, nesting), at a fraction
+        of printing's cost -- what the schedule enumerator compares its candidates by."""
+        ids: dict[SSAValue, int] = {}
+
+        def attrs(d: Mapping[str, Attribute]) -> tuple[Any, ...]:
+            return tuple(sorted(d.items(), key=lambda kv: kv[0]))
+
+        def block(b: Block) -> tuple[Any, ...]:
+            for a in b.args:
+                ids[a] = len(ids)
+            args = tuple((a.name_hint, a.type) for a in b.args)
+            return (args, tuple(operation(op) for op in b.ops))
+
+        def operation(op: Operation) -> tuple[Any, ...]:
+            operands = tuple(ids.get(v, -1) for v in op.operands)
+            regions = tuple(tuple(block(b) for b in r.blocks) for r in op.regions)
+            for r in op.results:
+                ids[r] = len(ids)
+            results = tuple((r.name_hint, r.type) for r in op.results)
+            return (op.name, operands, attrs(op.attributes), attrs(op.properties), regions, results)
+
+        return operation(self.module)
 
     def __str__(self) -> str:
         return str(self.module)

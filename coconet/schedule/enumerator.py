@@ -4,7 +4,7 @@ and every legal schedule of the autotuner's space."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, overload
 
@@ -164,19 +164,19 @@ FUSE_CHOICES: tuple[tuple[str, ...], ...] = (
 class _Node:
     s: ScheduleSteps
     parts: list[str]
-    ir: str
+    ir: Hashable  # the scheduled program's structure (Program.structure)
 
 
 def _step(node: _Node, label: str, action: Callable[[ScheduleSteps], Any]) -> _Node | None:
     """`node` with one more step, or None if the step is refused or changes nothing."""
-    s = node.s.copy()
+    s = node.s.copy(throwaway=True)  # dropped on a refusal: no undo clone per step
     try:
         action(s)
     except ScheduleError as e:
         if e.rule == VERIFY_RULE:
             raise  # a pass bug, not an illegal schedule: do not hide it
         return None
-    ir = s.ir()
+    ir = s.program.structure()
     if ir == node.ir:
         return None
     return _Node(s, [*node.parts, label], ir)
@@ -273,9 +273,9 @@ def enumerate_scheduled_programs(
     p = as_program(program)
     counts = _offer_ranks(p, ranks)
     root = ScheduleSteps(p)
-    root_node = _Node(root, [], root.ir())
+    root_node = _Node(root, [], root.program.structure())
     out: list[tuple[str, str, Program]] = []
-    seen: set[str] = set()
+    seen: set[Hashable] = set()
 
     class _Full(Exception):
         pass

@@ -114,6 +114,9 @@ class ScheduleSteps:
         # any refusal, so nothing needs undoing)
         self._checkpoints = 0
         self._disposable = False
+        # steps verified one by one, but no undo clones: the maker drops the schedule on a
+        # refusal (the enumerator's copies, made to try one step each)
+        self._throwaway = False
         # a disposable schedule's steps not verified yet (_verify_deferred)
         self._unverified: list[str] = []
 
@@ -132,12 +135,13 @@ class ScheduleSteps:
     @contextlib.contextmanager
     def _attempt(self) -> Iterator[None]:
         """A step its caller goes on without when refused: undone then, even in a disposable
-        schedule."""
-        disposable, self._disposable = self._disposable, False
+        or throwaway schedule."""
+        kept = self._disposable, self._throwaway
+        self._disposable = self._throwaway = False
         try:
             yield
         finally:
-            self._disposable = disposable
+            self._disposable, self._throwaway = kept
 
     # -- state -------------------------------------------------------------------------
 
@@ -160,14 +164,17 @@ class ScheduleSteps:
         """The scheduled module as text."""
         return self._program.print(generic=generic)
 
-    def copy(self) -> Self:
-        """An independent schedule with the same steps so far (for exploring alternatives)."""
+    def copy(self, *, throwaway: bool = False) -> Self:
+        """An independent schedule with the same steps so far (for exploring alternatives).
+        `throwaway`: the caller drops the copy when a step is refused, so its steps keep no
+        undo clones (each is still verified)."""
         other = object.__new__(type(self))
         other._program = self._program.clone()
         other._steps = list(self._steps)
         other._new_values = []
         other._checkpoints = 0
         other._disposable = False
+        other._throwaway = throwaway
         other._unverified = []
         return other
 
@@ -189,7 +196,8 @@ class ScheduleSteps:
         refusal the program is left as it was and ScheduleError carries the rule."""
         spec = format_pass(p)
         seen, keep = self._snapshot()
-        backup = self._program.clone() if not (self._checkpoints or self._disposable) else None
+        undo = not (self._checkpoints or self._disposable or self._throwaway)
+        backup = self._program.clone() if undo else None
         try:
             _run_on_function(self._program, p)
         except DiagnosticException as e:
@@ -269,7 +277,7 @@ class ScheduleSteps:
     @contextlib.contextmanager
     def _all_or_nothing(self) -> Iterator[None]:
         """Several passes as one step: if one is refused, none of them stays applied."""
-        if self._disposable:
+        if self._disposable or self._throwaway:
             yield
             return
         program, steps = self._program.clone(), list(self._steps)

@@ -260,3 +260,27 @@ def test_a_lone_all_reduce_gets_the_same_schedules_named_or_not(name: str):
     for schedule in offered:
         got = sim_run(apply_schedule(program, schedule), {"x": x}, ranks=3).outputs
         assert np.array_equal(next(iter(got.values())), want), schedule
+
+
+# -- 5. the enumerator compares programs by structure ----------------------------------------
+
+
+@pytest.mark.parametrize("stem", ["adam_clip_global_norm", "model_parallel_mlp", "moe_layer"])
+def test_structure_is_equal_exactly_when_the_printed_text_is(stem: str):
+    """Program.structure(), which the enumerator dedupes and detects no-op steps by, tells
+    programs apart exactly as their printed texts do: across every enumerated schedule, a
+    clone, a renamed argument and a new attribute."""
+    from xdsl.dialects.builtin import StringAttr
+
+    program = load(EXAMPLES / f"{stem}.mlir")
+    scheduled = [s for _n, _p, s in enumerate_scheduled_programs(program)]
+    variants = [program, program.clone(), *scheduled]
+    renamed = program.clone()
+    next(a for a in renamed.func.body.block.args if a.name_hint).name_hint = "renamed"
+    attributed = program.clone()
+    attributed.func.attributes["coco.note"] = StringAttr("x")
+    variants += [renamed, attributed]
+    for a in variants:
+        for b in variants:
+            assert (a.structure() == b.structure()) == (a.print() == b.print())
+    assert len({s.structure() for s in scheduled}) == len(scheduled)
