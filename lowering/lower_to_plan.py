@@ -48,7 +48,12 @@ from coconet.lowering.fused_send import lower_fused_send
 from coconet.lowering.kernel_ir import Kernel, KernelKey, Param, structural_key
 from coconet.lowering.kernel_site import KernelSite, SiteKey, kernel_site
 from coconet.lowering.kernels.elementwise import ElementwiseKernel
-from coconet.lowering.kernels.reductions import reduction_kernels, row_reduction_kernel
+from coconet.lowering.kernels.reductions import (
+    column_form,
+    column_reduction_kernel,
+    reduction_kernels,
+    row_reduction_kernel,
+)
 from coconet.lowering.kernels.spec import Store
 from coconet.lowering.kernels.table import table_form
 from coconet.lowering.overlap import lower_overlap
@@ -851,11 +856,10 @@ class Lowering:
         self.emit(Launch(f"{name}_finish", 1, 1, [partials, grid, out], writes=(out.name,)))
 
     def lower_reduce_dims(self, op: coco.ReduceDimsOp) -> None:
-        """One row-reduction kernel (kernels.reductions.row_reduction_kernel): a block per row."""
+        """One row-reduction kernel (kernels.reductions): a block per row, or a thread per row
+        where rows are short or strided (`column_form`); the same bits either way."""
         elt = op.input.type.elt
         kind = op.kind.data
-        kernel = row_reduction_kernel(self.fresh(f"k_reduce_dims_{kind}_{elt}"), kind, elt)
-        name = self.add_kernel(kernel)
         first, last = op.reduced_dims[0], op.reduced_dims[-1]
         t = op.input.type
 
@@ -875,11 +879,19 @@ class Lowering:
         )
         most_rows = max(r for r, _, _ in table)
         out = self.buffer_for(op.result)
+        column = column_form(most_rows, max(c for _, c, _ in table), max(i for _, _, i in table))
+        make = column_reduction_kernel if column else row_reduction_kernel
+        name = self.add_kernel(make(self.fresh(f"k_reduce_dims_{kind}_{elt}"), kind, elt))
+        if column:
+            block = self.config.block
+            grid = max(1, min(self.config.max_blocks, -(-most_rows // block)))
+        else:
+            block, grid = coco.ROW_LANES, max(1, min(self.config.max_blocks, most_rows))
         self.emit(
             Launch(
                 name,
-                max(1, min(self.config.max_blocks, most_rows)),
-                coco.ROW_LANES,
+                grid,
+                block,
                 [self.value_buffer(op.input), out, rows, count, inner],
                 writes=(out.name,),
             )

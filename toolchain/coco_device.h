@@ -325,6 +325,15 @@ COCO_HD void coco_cpu_relax() {
 #define coco_vec_store(name, dst) ((void)(name))
 // Lanes are distinct elements (distinct GPU threads' work): no dependence between them.
 #define COCO_FOR_LANES(k, lanes) _Pragma("GCC ivdep") for (coco_i32 k = 0; k < (lanes); ++k)
+// The lanes of a kernel whose vectors must stay within the innermost dim of `inner` elements
+// (a broadcast): the tile shrinks to the largest power of two dividing it, so a dim shorter
+// than a tile still runs the vector loop (one coordinate computation per vector) instead of
+// the element loop (one per element).
+static inline coco_i32 coco_vec_lanes(coco_i32 most, coco_i64 inner) {
+  coco_i32 lanes = most;
+  while (lanes > 1 && inner % lanes != 0) lanes /= 2;
+  return lanes;
+}
 // A batch of peers' vectors: views of their memory, as a vector is (nothing is loaded ahead
 // on the host, so the order of the slots does not matter there).
 template <class T>
@@ -480,6 +489,9 @@ COCO_HD void coco_vstore(T* dst, const T (&src)[L]) {
 #define COCO_VEC_OUT(T, name, lanes, dst) alignas(16) T name[lanes]
 #define coco_vec_store(name, dst) coco_vstore((dst), name)
 #define COCO_FOR_LANES(k, lanes) _Pragma("unroll") for (coco_i32 k = 0; k < (lanes); ++k)
+// A GPU vector is one 16-byte access whatever the innermost dim: the lanes stay a constant
+// (they size register arrays), and a dim they do not divide takes the element loop.
+#define coco_vec_lanes(most, inner) (most)
 
 // A batch of peers' vectors (COCO_PEERS_VEC_IN): slot S holds peer first + S. The slots are
 // loaded in the order R, R + 1, ..., wrapping around, for R = me % COCO_PEER_BATCH_ (with

@@ -54,7 +54,12 @@ class ElementwiseBuilder(ParamBuilder, BodyBuilder, PullBuilder, ReductionBuilde
         align: Expr = Lit("4")
         if vector or pull_vector:
             narrowest = min(self.vector_elements(all_accesses=vector))
-            stmts.append(Decl(self.lanes, Lit(f"COCO_VEC_BYTES / {narrowest}")))
+            lanes: Expr = Lit(f"COCO_VEC_BYTES / {narrowest}")
+            if len(self.coords) > 1 and not (k.is_collective or k.reductions or self.gathers):
+                # a broadcast's vectors stay within the innermost dim: on the host the tile
+                # shrinks to fit it (coco_device.h coco_vec_lanes; no array is sized by it)
+                lanes = call("coco_vec_lanes", lanes, self.dims[-1])
+            stmts.append(Decl(self.lanes, lanes))
             align = self.lanes  # chunks start at whole vectors
         self.align = align
         chunk = call("coco_chunk", self.end - self.begin, GRID_DIM, BLOCK_IDX, align)

@@ -1,7 +1,8 @@
 """The reduction kernels of unfused reductions: a full reduction (per-block partials, then
 one block that combines them in block order and rounds once) and a row reduction
-(coco.reduce_dims: a block per row, `ROW_LANES` lanes combined in lane order), and the order
-in which a thread's vectors accumulate (`lane_partials`, which fused kernels share)."""
+(coco.reduce_dims: a block per row, `ROW_LANES` lanes combined in lane order; or, for short or
+strided rows, a thread per row walking the same lanes in the same order), and the order in
+which a thread's vectors accumulate (`lane_partials`, which fused kernels share)."""
 
 from __future__ import annotations
 
@@ -263,6 +264,76 @@ def row_reduction_kernel(name: str, kind: str, elt: str) -> Kernel:
                 SyncBlock(),  # the lane partials are reused by the next row
             ),
             step=Cast(I64, GRID_DIM),
+        ),
+    )
+    return Kernel(name, (x, out, rows, count, inner), body)
+
+
+def column_form(rows: int, count: int, inner: int) -> bool:
+    """Whether a row reduction of `rows` rows of `count` elements, `inner` apart, runs a
+    thread per row (`column_reduction_kernel`) rather than a block per row: rows no longer
+    than a block's lanes a few times over (the block form's per-row barriers and lane
+    combine cost more than the row), or strided rows with more rows than elements in each
+    (the parallelism is across rows, and neighbouring threads read neighbouring elements).
+    Only the speed depends on it: both forms give the same bits."""
+    return count <= 4 * coco.ROW_LANES or (inner > 1 and rows >= count)
+
+
+def column_reduction_kernel(name: str, kind: str, elt: str) -> Kernel:
+    """The row reduction of `row_reduction_kernel` (same parameters, same bits) with a thread
+    per row instead of a block: for short rows (a block's lanes mostly idle, its barriers per
+    row dominating) and strided ones (inner > 1: the threads of a warp read neighbouring
+    elements of their rows, coalesced). The thread walks the lanes in order, each lane's
+    elements lane, lane + ROW_LANES, ... in order, and combines each lane's partial into the
+    total as it finishes: the block form's order exactly. Lanes with no element are skipped:
+    they would combine the identity, which changes no total (a sum of +0.0-started lanes is
+    never -0.0)."""
+    mean = kind == "mean"
+    rkind = ReduceKind.SUM if mean else ReduceKind(kind)
+    acc = accumulator(elt)
+    storage = C_STORAGE[elt]
+    lanes = coco.ROW_LANES
+
+    x = Param(storage.ptr(const=True, restrict=True), None, "x", kind=ParamKind.IN)
+    out = Param(storage.ptr(restrict=True), None, "out", kind=ParamKind.OUT)
+    rows = Param(I64, None, "rows", kind=ParamKind.COUNT)
+    count = Param(I64, None, "count", kind=ParamKind.COUNT)
+    inner = Param(I64, None, "inner", kind=ParamKind.COUNT)
+
+    row, base = Var(I64, None, "row"), Var(I64, None, "base")
+    lane, j = Var(I64, None, "lane"), Var(I64, None, "j")
+    a, total = Var(acc, None, "a"), Var(acc, None, "total")
+    used = Var(I64, None, "used")
+    element = Cast(acc, load_expr(elt, Index(x, base + j * inner)))
+    value: Expr = Binary("/", total, Cast(acc, count)) if mean else total
+    first = Cast(I64, BLOCK_IDX) * Cast(I64, BLOCK_DIM) + Cast(I64, THREAD_IDX)
+    per_row = (
+        Decl(base, (row / inner) * count * inner + row % inner),
+        Decl(total, Identity(rkind, acc), const=False),
+        For(
+            lane,
+            Lit("0"),
+            used,
+            (
+                Decl(a, Identity(rkind, acc), const=False),
+                For(
+                    j,
+                    lane,
+                    count,
+                    (Assign(a, Combine(rkind, acc, a, element)),),
+                    step=Lit(str(lanes)),
+                ),
+                Assign(total, Combine(rkind, acc, total, a)),
+            ),
+        ),
+        Assign(Index(out, row), store_from_double(elt, value)),
+    )
+    body = (
+        ForThreads(
+            (
+                Decl(used, Select(binary("<", count, lanes), count, Lit(str(lanes)))),
+                For(row, first, rows, per_row, step=Cast(I64, GRID_DIM) * Cast(I64, BLOCK_DIM)),
+            )
         ),
     )
     return Kernel(name, (x, out, rows, count, inner), body)

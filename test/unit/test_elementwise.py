@@ -87,3 +87,37 @@ def test_sim_and_host_kernel_agree_on_special_values(op, elt):
         want[name].view(f"u{want[name].itemsize}"),
         err_msg=f"{op.name} on {elt}: sim {want[name]!r}, host kernel {got[name]!r}",
     )
+
+
+def test_broadcasts_over_short_innermost_dims_run_vectors_of_their_size():
+    """A broadcast's vectors stay within the innermost dim, so on the host their tile shrinks
+    to the largest power of two dividing it (coco_vec_lanes) where a 1 KiB tile would not
+    fit and every element would take the element loop: innermost dims of 1-300 elements,
+    odd and even, over an uneven row slice at 1 and 3 ranks, give the sim's bits."""
+    from coconet.runtime.sim import prepare_inputs
+
+    inner = (1, 3, 8, 12, 45, 128, 300)
+    t = "!coco.tensor<{}x7x{}x{}, sliced<0>>"
+    args = [f"%x{c}: {t.format(5, c, 'f32')}" for c in inner]
+    body = [
+        f"  %y{c} = coco.mul %x{c}, %b : {t.format(5, c, 'f32')}, !coco.tensor<7x1xf32> "
+        f"-> {t.format(5, c, 'f32')}"
+        for c in inner
+    ]
+    types = ", ".join(t.format(5, c, "f32") for c in inner)
+    results = ", ".join(f"%y{c}" for c in inner)
+    text = (
+        f"func.func @bcast({', '.join(args)}, %b: !coco.tensor<7x1xf32>) -> ({types}) {{\n"
+        + "\n".join(body)
+        + f"\n  func.return {results} : {types}\n}}\n"
+    )
+    program = Program(parse_module(text))
+    for ranks in (1, 3):
+        plan = lower(program, ranks)
+        assert "coco_vec_lanes(COCO_VEC_BYTES / 4, " in plan.cuda_source
+        inputs = prepare_inputs(program, None, plan.grid_shape, seed=ranks)
+        want = sim_run(program, inputs, ranks=ranks, inplace=False).outputs
+        got = ThreadedExecutor(plan).run(inputs)
+        assert set(got) == set(want)
+        for name, value in want.items():
+            assert np.array_equal(got[name], value), (name, ranks)

@@ -218,3 +218,48 @@ def test_softmax_and_norms_over_uneven_rows_under_every_schedule(elt):
             for value, want in out["sim"].items():
                 diff, _, _ = compare_piece(value, 0, got[value], want)
                 assert diff is None, f"{name} at {ranks} ranks: {diff}"
+
+
+@pytest.mark.parametrize("elt", ["f32", "bf16", "f64", "f8E4M3FN", "i32"])
+def test_thread_and_block_per_row_forms_give_the_same_bits(elt, monkeypatch):
+    """`coco.reduce_dims` lowers to a block per row or a thread per row (short or strided
+    rows); both walk the oracle's lanes in its order, so each form, forced on rows of 70
+    (two or three elements a lane, the last lanes short), strided (inner 45) and contiguous,
+    over an uneven row slice at 3 and 7 ranks, gives the sim's bits for every kind."""
+    import coconet.lowering.lower_to_plan as lowering
+
+    xt = _t((23, 70, 45), elt, "sliced<0>")
+    lines, results = [], []
+    kinds = ("sum", "max", "min") if elt in INTS else ("sum", "max", "min", "mean")
+    shapes = (((1,), (23, 1, 45)), ((2,), (23, 70, 1)), ((1, 2), (23, 1, 1)))
+    for kind in kinds:
+        for i, (dims, out) in enumerate(shapes):
+            rt = _t(out, elt, "sliced<0>")
+            d = ", ".join(map(str, dims))
+            r = f"%{kind}{i}"
+            lines.append(f"  {r} = coco.reduce_dims {kind} %x dims [{d}] keepdims : {xt} -> {rt}")
+            results.append((r, rt))
+    names, types = ", ".join(n for n, _ in results), ", ".join(t for _, t in results)
+    text = "\n".join(
+        [
+            f"func.func @rows(%x: {xt}) -> ({types}) {{",
+            *lines,
+            f"  func.return {names} : {types}",
+            "}",
+        ]
+    )
+    program = Program(parse_module(text))
+    for ranks in (3, 7):
+        sources = set()
+        for column in (True, False):
+            monkeypatch.setattr(lowering, "column_form", lambda *_a, c=column: c)
+            plan = lower(program, ranks)
+            sources.add(plan.cuda_source)
+            inputs = prepare_inputs(program, None, plan.grid_shape, seed=ranks)
+            want = coconet.run(program, inputs, ranks=ranks, inplace=False).outputs
+            got = ThreadedExecutor(plan).run(inputs)
+            assert set(got) == set(want)
+            assert len(want) == len(results)
+            for name, value in want.items():
+                assert np.array_equal(got[name], value, equal_nan=True), (name, ranks, column)
+        assert len(sources) == 2  # the two forms, each checked
