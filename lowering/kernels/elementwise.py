@@ -55,10 +55,12 @@ class ElementwiseBuilder(ParamBuilder, BodyBuilder, PullBuilder, ReductionBuilde
         if vector or pull_vector:
             narrowest = min(self.vector_elements(all_accesses=vector))
             lanes: Expr = Lit(f"COCO_VEC_BYTES / {narrowest}")
-            if len(self.coords) > 1 and not (k.is_collective or k.reductions or self.gathers):
+            inner = self.dims[-1] if self.dims else None
+            plain = not (k.is_collective or k.reductions or self.gathers)
+            if len(self.coords) > 1 and plain and inner is not None:
                 # a broadcast's vectors stay within the innermost dim: on the host the tile
                 # shrinks to fit it (coco_device.h coco_vec_lanes; no array is sized by it)
-                lanes = call("coco_vec_lanes", lanes, self.dims[-1])
+                lanes = call("coco_vec_lanes", lanes, inner)
             stmts.append(Decl(self.lanes, lanes))
             align = self.lanes  # chunks start at whole vectors
         self.align = align
