@@ -259,16 +259,19 @@ def report(size, rows, times, chosen, args) -> None:
         "best coconet form's"
     )
     for table, found in crossover.items():
-        print(
-            f"  {table}: one-shot beats two-shot at every size up to "
-            f"{_size(found['measured'])} measured"
-            + (f", {_size(found['predicted'])} predicted" if chosen else "")
-        )
+        parts = [f"{_up_to(found['measured'])} measured"]
+        if chosen:
+            parts.append(f"{_up_to(found['predicted'])} predicted")
+        print(f"  {table}: one-shot beats two-shot " + ", ".join(parts))
+
+
+def _up_to(nbytes: int) -> str:
+    """Where one-shot stops winning: `nbytes` is the largest size of the sweep's leading run
+    of sizes it wins (0: it loses at the smallest)."""
+    return f"at every size up to {_size(nbytes)}" if nbytes else "at no size"
 
 
 def _size(nbytes: int) -> str:
-    if nbytes == 0:
-        return "none"
     return f"{nbytes // 1024 // 1024} MiB" if nbytes >= 1024 * 1024 else f"{nbytes // 1024} KiB"
 
 

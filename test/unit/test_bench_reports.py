@@ -427,3 +427,39 @@ def test_coco_bench_is_installed_with_its_extras():
             r.split(">")[0].split("=")[0].strip() for r in project["optional-dependencies"][extra]
         }
         assert {"matplotlib", "tqdm"} <= names, extra
+
+
+def test_the_latency_report_prints_both_crossovers_from_its_times(capsys):
+    """benchmarks/bench_latency.py's table and crossover lines from given times (no ranks):
+    one-shot wins up to the size where two-shot first wins, in the measured p50s and in the
+    cost model's picks; a form that never wins is said to win at no size."""
+    import argparse
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    try:
+        import bench_latency
+    finally:
+        sys.path.pop(0)
+    sizes = (1024, 8192, 65536)
+    rows = {(t, n): {} for t in ("all_reduce", "AR + RMSNorm") for n in sizes}
+    one = {1024: 10e-6, 8192: 20e-6, 65536: 90e-6}  # one-shot loses at 64 KiB
+    times = {}
+    for t, n in rows:
+        for form in bench_latency.FORMS:
+            if t == "AR + RMSNorm" and form == "fuse(ar-c)":
+                base = 99e-6  # never ahead of two-shot here
+            else:
+                base = one[n] if form == "fuse(ar-c)" else 50e-6
+            times[(t, n, f"coconet {form}")] = [base] * 5
+        times[(t, n, "mpi4py")] = [12e-6] * 5
+        rows[(t, n)] = {"mpi4py": None}
+    chosen = {f"all_reduce/{n}": "fuse(ar-c)" if n <= 1024 else "fuse(rs-c-ag)" for n in sizes}
+    args = argparse.Namespace(rounds=1, iters=5, warmup=1)
+    bench_latency.report(2, rows, times, chosen, args)
+    out = capsys.readouterr().out
+    assert (
+        "all_reduce: one-shot beats two-shot at every size up to 8 KiB measured, at every "
+        "size up to 1 KiB predicted" in out
+    )
+    assert "AR + RMSNorm: one-shot beats two-shot at no size measured, at no size predicted" in out
+    assert "    64 KiB" in out
