@@ -213,7 +213,12 @@ def structure_refusal(p: Program, info: Structure, name: str) -> ScheduleError |
     ns = NAMED_SCHEDULES[name]
     if ns.applies(info):
         return None
-    fits = [n for n, x in NAMED_SCHEDULES.items() if x.applies(info)]
+    # those that apply, not only those whose structure it has (a split can still be refused)
+    fits = [
+        n
+        for n, x in NAMED_SCHEDULES.items()
+        if x.applies(info) and not isinstance(try_named(p, info, n), ScheduleError)
+    ]
     lacks = f"which @{p.name} lacks"
     if ns.requires.startswith("an all_reduce") and not info.all_reduces:
         # its all_reduces, if any, are of scalars: say so, not that it has none
@@ -230,7 +235,7 @@ def structure_refusal(p: Program, info: Structure, name: str) -> ScheduleError |
     return schedule_error(
         "schedule-unknown",
         f"the schedule '{name}' needs {ns.requires}, {lacks}; schedules "
-        f"that fit it: {', '.join(fits) or 'none'}",
+        f"that apply to it: {', '.join(fits) or 'none'}",
     )
 
 
