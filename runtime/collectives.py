@@ -15,6 +15,7 @@ the cuda backend (whose NCCL calls are stream-ordered) simply runs it to the end
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
@@ -162,10 +163,18 @@ def collective_ops(
     run = _COLLECTIVES.get(step.op)
     if run is None:
         raise CocoError(f"no library collective {step.op}")
-    group = group_of(ctx.grid_shape, step.axes, ctx.rank)
-    if step.part != "all":
-        group = V.group_part(group, ctx.nodes, step.part, ctx.rank)
+    group = _group(tuple(ctx.grid_shape), step.axes, step.part, tuple(ctx.nodes), ctx.rank)
     return run(ctx, step, ctx.transport(step.axes, step.part), group, src, dst, src_dt, dst_dt)
+
+
+@functools.lru_cache(maxsize=1024)
+def _group(
+    grid_shape: tuple[int, ...], axes: tuple[int, ...], part: str, nodes: tuple[int, ...], rank: int
+) -> list[int]:
+    """The rank's group (or its part), computed once: every step of every call asks (read
+    only: the list is shared)."""
+    group = group_of(grid_shape, axes, rank)
+    return V.group_part(group, nodes, part, rank) if part != "all" else group
 
 
 def _packed(step: Collective) -> bool:

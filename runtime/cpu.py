@@ -46,7 +46,12 @@ from coconet.runtime.collectives import CollectiveContext, CollectiveOps, collec
 from coconet.runtime.executor import KernelArg, buffer_dtype, check_plan_size, groups_of
 from coconet.runtime.symmetric import MpiWindows, PosixSegments, node_communicator
 from coconet.runtime.transport import MpiTransport
-from coconet.toolchain.host_compiler import HOST_CACHE, HostCompileError, compile_host
+from coconet.toolchain.host_compiler import (
+    HOST_CACHE,
+    HostCompileError,
+    PackedLaunch,
+    compile_host,
+)
 
 CTYPES = {
     "ptr": ctypes.c_void_p,
@@ -199,6 +204,10 @@ class CpuBackend:
         self.keyed_tables: dict[object, np.ndarray] = {}
         self.node = None
         self.comms: dict[tuple[tuple[int, ...], str], Any] = {}  # (span, part) -> MPI comm
+        self.transports: dict[tuple[tuple[int, ...], str], MpiTransport] = {}
+        self.ctx: CollectiveContext | None = None
+        # each collective step's (source, destination) dtypes, by id(step)
+        self.dtypes: dict[int, tuple[np.dtype, np.dtype]] = {}
         self.library = None
         self.kernels: dict[str, Any] = {}
         self.pending: list[Pending] = []
@@ -293,7 +302,9 @@ class CpuBackend:
         return self.addresses[name]
 
     def bind(self, buf: Buffer, value: Any) -> bool:
-        if not isinstance(value, np.ndarray):
+        if not isinstance(value, np.ndarray) or not value.ndim:
+            # a scalar is copied in: a Python number comes as a new 0-d array each call, and
+            # binding it would move the buffer, re-resolving every launch's arguments
             return False
         if (
             value.dtype != buffer_dtype(buf)
@@ -398,6 +409,20 @@ class CpuBackend:
         kernel = self.kernel(step.kernel, [a.kind for a in args])
         kernel(step.grid, step.block, *(a.value for a in args), shared_bytes=step.shared_bytes)
 
+    def pack(self, step: Launch, args: Sequence[KernelArg]) -> PackedLaunch:
+        """The launch's arguments as C values, once per placement (PlanRunner._launch_packed)."""
+        kernel = self.kernel(step.kernel, [a.kind for a in args])
+        return kernel.pack(
+            step.grid, step.block, *(a.value for a in args), shared_bytes=step.shared_bytes
+        )
+
+    def launch_packed(self, step: Launch, packed: PackedLaunch) -> None:
+        if step.stream == COMM_STREAM:
+            self.drain()
+        elif self.pending:
+            self.poll()
+        packed()
+
     def matmul(self, step: Matmul) -> None:
         if step.stream == COMM_STREAM:
             self.drain()
@@ -473,6 +498,8 @@ class CpuBackend:
             if c is not self.comm:
                 c.Free()
         self.comms.clear()
+        self.transports.clear()
+        self.ctx = None
         if self.node is not None:
             self.node.Free()
             self.node = None
@@ -480,29 +507,45 @@ class CpuBackend:
     # -- collectives ---------------------------------------------------------------------------
 
     def transport(self, span: tuple[int, ...], part: str = "all") -> MpiTransport:
-        return MpiTransport(self.group_comm(span, part), self.MPI)
+        key = (span, part)
+        t = self.transports.get(key)
+        if t is None:
+            t = self.transports[key] = MpiTransport(self.group_comm(span, part), self.MPI)
+        return t
+
+    def _world(self) -> MpiTransport:
+        t = self.transports.get(((), "world"))
+        if t is None:
+            t = self.transports[((), "world")] = MpiTransport(self.comm, self.MPI)
+        return t
+
+    def _context(self) -> CollectiveContext:
+        if self.ctx is None:  # made once: every collective step of every call uses it
+            self.ctx = CollectiveContext(
+                xp=np,
+                rank=self.rank,
+                grid_shape=self.grid_shape,
+                exact=self.exact,
+                transport=self.transport,
+                world=self._world,
+                empty=lambda shape, dtype: np.empty(shape, dtype),
+                nodes=self.plan.nodes if self.plan else (),
+            )
+        return self.ctx
 
     def collective_ops(
         self, step: Collective, src: np.ndarray | None = None, dst: np.ndarray | None = None
     ) -> CollectiveOps:
         """`step` on its buffers, or on the arrays given in their place."""
-        ctx = CollectiveContext(
-            xp=np,
-            rank=self.rank,
-            grid_shape=self.grid_shape,
-            exact=self.exact,
-            transport=self.transport,
-            world=lambda: MpiTransport(self.comm, self.MPI),
-            empty=lambda shape, dtype: np.empty(shape, dtype),
-            nodes=self.plan.nodes if self.plan else (),
-        )
+        dtypes = self.dtypes.get(id(step))
+        if dtypes is None:
+            dtypes = self.dtypes[id(step)] = (buffer_dtype(step.src), buffer_dtype(step.dst))
         return collective_ops(
-            ctx,
+            self._context(),
             step,
             self.arrays[step.src.name] if src is None else src,
             self.arrays[step.dst.name] if dst is None else dst,
-            buffer_dtype(step.src),
-            buffer_dtype(step.dst),
+            *dtypes,
         )
 
     def gather_into(self, step: Collective, target: np.ndarray) -> None:
