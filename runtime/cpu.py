@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -132,6 +133,57 @@ def host_view(value: Any) -> np.ndarray | None:
         raise CocoError(f"cannot view the tensor's memory: {e}") from None
 
 
+class LibraryClock:
+    """Seconds spent inside the libraries a step calls -- the kernels' foreign calls and
+    every MPI call (starting a collective, waiting or testing for it) -- so that a
+    benchmark can report a step's host overhead as its time less these (opt-in:
+    `CpuBackend.clock_library`; benchmarks/bench_latency.py). What coconet's Python does
+    around them (walking the plan, packing, the collectives' bookkeeping) stays outside."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def timed(self, fn: Any) -> Any:
+        def call(*args: Any, **kw: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kw)
+            finally:
+                self.seconds += time.perf_counter() - t0
+
+        return call
+
+
+class _ClockedComm:
+    """A communicator whose calls are timed by a LibraryClock (its non-blocking buffer
+    collectives and point-to-point calls)."""
+
+    def __init__(self, comm: Any, clock: LibraryClock):
+        self._comm, self._clock = comm, clock
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._comm, name)
+        return self._clock.timed(attr) if name[:1] == "I" and callable(attr) else attr
+
+
+class _ClockedMPI:
+    """The MPI module, its requests' waits and tests timed by a LibraryClock."""
+
+    def __init__(self, mpi: Any, clock: LibraryClock):
+        self._mpi = mpi
+        self.Request = type(
+            "Request",
+            (),
+            {
+                "Waitall": staticmethod(clock.timed(mpi.Request.Waitall)),
+                "Testall": staticmethod(clock.timed(mpi.Request.Testall)),
+            },
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._mpi, name)
+
+
 @dataclass
 class Pending:
     """A non-blocking collective in flight on the communication stream."""
@@ -205,9 +257,11 @@ class CpuBackend:
         self.node = None
         self.comms: dict[tuple[tuple[int, ...], str], Any] = {}  # (span, part) -> MPI comm
         self.transports: dict[tuple[tuple[int, ...], str], MpiTransport] = {}
+        self.clock: LibraryClock | None = None  # clock_library (benchmarks)
+        self._mpi_module = mpi
         self.ctx: CollectiveContext | None = None
         # each collective step's (source, destination) dtypes, by id(step)
-        self.dtypes: dict[int, tuple[np.dtype, np.dtype]] = {}
+        self.dtypes: dict[int, tuple[Collective, np.dtype, np.dtype]] = {}
         self.library = None
         self.kernels: dict[str, Any] = {}
         self.pending: list[Pending] = []
@@ -421,7 +475,21 @@ class CpuBackend:
             self.drain()
         elif self.pending:
             self.poll()
-        packed()
+        if self.clock is None:
+            packed()
+        else:
+            self.clock.timed(packed)()
+
+    def clock_library(self, clock: LibraryClock | None) -> None:
+        """Time every kernel's foreign call and every MPI call of the steps from now on into
+        `clock` (None: stop). Benchmarks only: the timing wraps cost a little."""
+        self.drain()
+        if clock is not None and self.clock is None:
+            self._mpi_module = self.MPI
+        self.clock = clock
+        self.MPI = self._mpi_module if clock is None else _ClockedMPI(self._mpi_module, clock)
+        self.transports.clear()  # remade over timed communicators (or plain ones again)
+        self.ctx = None
 
     def matmul(self, step: Matmul) -> None:
         if step.stream == COMM_STREAM:
@@ -510,13 +578,17 @@ class CpuBackend:
         key = (span, part)
         t = self.transports.get(key)
         if t is None:
-            t = self.transports[key] = MpiTransport(self.group_comm(span, part), self.MPI)
+            comm = self.group_comm(span, part)
+            if self.clock is not None:
+                comm = _ClockedComm(comm, self.clock)
+            t = self.transports[key] = MpiTransport(comm, self.MPI)
         return t
 
     def _world(self) -> MpiTransport:
         t = self.transports.get(((), "world"))
         if t is None:
-            t = self.transports[((), "world")] = MpiTransport(self.comm, self.MPI)
+            comm = self.comm if self.clock is None else _ClockedComm(self.comm, self.clock)
+            t = self.transports[((), "world")] = MpiTransport(comm, self.MPI)
         return t
 
     def _context(self) -> CollectiveContext:
@@ -537,15 +609,16 @@ class CpuBackend:
         self, step: Collective, src: np.ndarray | None = None, dst: np.ndarray | None = None
     ) -> CollectiveOps:
         """`step` on its buffers, or on the arrays given in their place."""
-        dtypes = self.dtypes.get(id(step))
-        if dtypes is None:
-            dtypes = self.dtypes[id(step)] = (buffer_dtype(step.src), buffer_dtype(step.dst))
+        known = self.dtypes.get(id(step))
+        if known is None or known[0] is not step:  # (the step itself: an id outlives it)
+            known = self.dtypes[id(step)] = (step, buffer_dtype(step.src), buffer_dtype(step.dst))
         return collective_ops(
             self._context(),
             step,
             self.arrays[step.src.name] if src is None else src,
             self.arrays[step.dst.name] if dst is None else dst,
-            *dtypes,
+            known[1],
+            known[2],
         )
 
     def gather_into(self, step: Collective, target: np.ndarray) -> None:
