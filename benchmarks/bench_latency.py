@@ -14,6 +14,16 @@ slowest rank's, after a barrier (benchmarks/bench_suite.py `timed`); the rows ru
 a change in the load of a shared machine falls on every row alike. `-` marks a schedule the
 program is not offered at that size (a split needs a row per rank).
 
+The host path (issue #29 item 3) gets a table of its own per program: for each coconet form,
+`call` is the user-facing `compiled(**inputs)` (the same arrays every step: the per-call
+input check, its agreement over the job, the step, the returned values), and `host` the
+step's host overhead -- its time less the time spent inside the libraries it calls, the
+kernels' foreign calls and every MPI call (starting a collective, waiting for it), timed by
+the cpu backend's opt-in `LibraryClock` on every rank; the slowest rank's overhead per step.
+What stays in `host` is coconet's Python around them: walking the plan, the epochs, the
+collectives' bookkeeping. `host/call` is the same for the call (its one-int agreement
+counts as host work: the library call it wraps has none).
+
 `auto` is the cheapest of the three coconet forms by the cost model's prediction of each lowered
 plan on this host's profile (measured once per rank count and cached: the first run probes);
 `auto/best` is the measured p50 of that choice over the best coconet form's p50 (1.00: the
@@ -120,6 +130,7 @@ def worker(args: argparse.Namespace) -> None:
     rng = np.random.default_rng(rank)
     rows: dict[tuple[str, int], dict[str, object]] = {}
     compiled = []
+    calls: dict[tuple[str, int, str], tuple[object, dict]] = {}
     for table, nbytes, text in cases():
         row: dict[str, object] = {}
         n = nbytes // 4
@@ -139,6 +150,7 @@ def worker(args: argparse.Namespace) -> None:
             c(**inputs)  # binds the arrays; later steps reuse them
             compiled.append(c)
             row[f"coconet {form}"] = c.step
+            calls[(table, nbytes, form)] = (c, inputs)
         out = np.empty_like(x)
 
         def mpi_step(x=x, out=out, residual=residual, weight=weight, norm=norm) -> None:
@@ -179,12 +191,81 @@ def worker(args: argparse.Namespace) -> None:
                 times.setdefault((table, nbytes, label), []).extend(
                     clock(comm, step, args.warmup, iters)
                 )
+            for form in FORMS:
+                if (table, nbytes, form) not in calls:
+                    continue
+                c, inputs = calls[(table, nbytes, form)]
+                for what, ts in zip(
+                    ("call", "host", "host/call"),
+                    host_path(comm, c, inputs, args.warmup, iters),
+                    strict=True,
+                ):
+                    times.setdefault((table, nbytes, f"{form} {what}"), []).extend(ts)
     for c in compiled:
         c.close()
     if rank != 0:
         return
     chosen = json.loads(Path(args.predicted).read_text()) if args.predicted else {}
     report(comm.Get_size(), rows, times, chosen, args)
+    report_host(rows, times)
+
+
+def host_path(comm, c, inputs, warmup: int, iters: int) -> tuple[list[float], ...]:
+    """The slowest rank's times of `c(**inputs)`, and of the host overhead of a step and
+    of a call: their time less what the cpu backend's LibraryClock saw inside the kernels'
+    foreign calls and MPI's calls."""
+    import time
+
+    from bench_suite import timed
+    from mpi4py import MPI
+
+    from coconet.runtime.cpu import LibraryClock
+
+    call = timed(comm, lambda: c(**inputs), warmup, iters)
+    clock = LibraryClock()
+    backend = c.runner.backend
+    backend.clock_library(clock)
+    try:
+        overheads: list[list[float]] = []
+        for fn in (c.step, lambda: c(**inputs)):
+            for _ in range(warmup):
+                fn()
+            out = []
+            for _ in range(iters):
+                comm.Barrier()
+                inside = clock.seconds
+                t0 = time.perf_counter()
+                fn()
+                t = time.perf_counter() - t0 - (clock.seconds - inside)
+                out.append(comm.allreduce(t, op=MPI.MAX))
+            overheads.append(out)
+    finally:
+        backend.clock_library(None)
+    return call, *overheads
+
+
+def report_host(rows, times) -> None:
+    """The host path's table per program: each form's call, and its step's and call's host
+    overhead, beside the step of the library it wraps."""
+    print(
+        "\n  the host path: p50 in us of the slowest rank -- `call` compiled(**inputs), `host` "
+        "a step's time outside kernels and MPI calls, `host/call` a call's"
+    )
+    for table in dict.fromkeys(t for t, _ in rows):
+        print(f"\n  {table}")
+        labels = [f"{f} {w}" for f in FORMS for w in ("call", "host", "host/call")]
+        lib = next(lab for (t, _), row in rows.items() if t == table for lab in row if "mpi" in lab)
+        head = f"    {'size':>9}" + "".join(f"{lab:>{max(16, len(lab) + 2)}}" for lab in labels)
+        print(head + f"{lib + ' step':>{len(lib) + 7}}")
+        for t, nbytes in rows:
+            if t != table:
+                continue
+            line = f"    {_size(nbytes):>9}"
+            for lab in [*labels, lib]:
+                w = max(16, len(lab) + 2) if lab != lib else len(lib) + 7
+                ts = times.get((t, nbytes, lab))
+                line += f"{statistics.median(ts) * 1e6:>{w}.1f}" if ts else f"{'-':>{w}}"
+            print(line)
 
 
 def timed_torch(comm, fn, warmup: int, iters: int) -> list[float]:

@@ -201,6 +201,17 @@ class CompiledProgram:
         self.resliced = {} if pieces else resliced_arguments(plan, self.rank)
         self._calls = 0
         self._lock = threading.Lock()
+        self._names = frozenset(plan.arguments)
+        self._arguments = list(plan.arguments.items())
+        # The last placed call's inputs, by name: (value, its identity, piece, whole), and
+        # the runner's `inputs_set` they were placed at. A call passing the same objects
+        # at the same addresses (a training loop's parameters) reuses their pieces unchecked.
+        self._taken: dict[str, tuple[Any, Any, Any, Any]] = {}
+        self._taken_at = -1
+        # the per-call verdict agreement: one int over the job (the first call's replica
+        # checksums, and the messages of a refused call, take the object allgather)
+        self._flag = VerdictFlag(comm) if self.size > 1 else None
+        self._check_text = lambda: f"the input check of call {guard.calls + 1 if guard else 0}"
 
     @property
     def program(self) -> Program:
@@ -224,19 +235,34 @@ class CompiledProgram:
 
         return plan_traffic(self.plan, self.rank)
 
-    def _agree(self, error: str | None, sums: dict[str, int] | None = None) -> None:
+    def _agree(
+        self, error: str | None, sums: dict[str, int] | None = None, *, objects: bool = True
+    ) -> None:
         """Every rank learns whether any rank's inputs were refused, before anything runs;
         with `sums` (this rank's checksum of each replicated argument), whether the ranks
-        that replicate an argument passed the same value."""
+        that replicate an argument passed the same value. `objects` (the same on every rank):
+        exchange the verdicts and sums as objects; else agree on one integer, the largest
+        rank's flag, and exchange the messages only when some rank refused (every rank saw
+        the flag, so every rank enters that exchange)."""
         if self.size == 1:
             if error:
                 raise CocoError(error)
             return
-        if self.guard is not None:  # a rank that stops calling is named, not waited for
-            with self.guard.waiting(f"the input check of call {self.guard.calls + 1}"):
+        guard = self.guard
+        if guard is not None:  # a rank that stops calling is named, not waited for
+            guard.begin_wait(self._check_text)
+        try:
+            if objects:
                 verdicts = self.comm.allgather((error, sums))
-        else:
-            verdicts = self.comm.allgather((error, sums))
+            else:
+                assert self._flag is not None
+                refused = self._flag.agree(1 if error else 0)
+                verdicts = self.comm.allgather((error, None)) if refused else None
+        finally:
+            if guard is not None:
+                guard.end_wait()
+        if verdicts is None:
+            return
         bad = [(r, e) for r, (e, _) in enumerate(verdicts) if e]
         if bad:
             r, e = bad[0]
@@ -254,38 +280,29 @@ class CompiledProgram:
             return self._call(inputs)
 
     def _call(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
-        backend = self.runner.backend
         error = None
         pieces: dict[str, Any] = {}
         wholes: dict[str, Any] = {}  # the caller's values of resliced arguments, as taken
+        fresh: list[str] = []
+        taken: dict[str, tuple[Any, Any, Any, Any]] = {}
         try:
-            for name, value, buf in self._pairs(inputs):
-                r = self.resliced.get(name)
-                if r is not None and not hasattr(value, "shape"):
-                    raise CocoError(
-                        f"input '{name}' of type {r.written}: expected an array of shape "
-                        f"{list(r.shape)}, got a {type(value).__name__}"
-                    )
-                pieces[name] = backend.coerce_input(name, value, buf)
-                if r is not None:
-                    wholes[name] = pieces[name]
-                    pieces[name] = r.piece(
-                        self.rank, wholes[name], backend.shape_of, backend.dtype_of
-                    )
-            self.runner.check_inputs(pieces, backend.shape_of, backend.dtype_of)
-            self._check_aliasing(pieces)
+            pieces, wholes, fresh, taken = self._take(inputs)
         except CocoError as e:
             error = str(e)
         self._calls += 1
-        check = self.check_replicas and self._calls == 1 and self.size > 1 and error is None
+        # the first call compares the replicas' checksums: an object exchange on every rank
+        first = self.check_replicas and self._calls == 1 and self.size > 1
         sums = None
-        if check:  # each value as the caller passed it: a resliced argument whole
+        if first and error is None:  # each value as the caller passed it: a resliced whole
             sums = replica_sums(self.plan, pieces | wholes, self._caller_types())
-        self._agree(error, sums)
+        self._agree(error, sums, objects=first)
         if self.guard is not None:
             self.guard.before_run()
-        self.runner.set_inputs(pieces)
+        self._taken = {}  # until the placement below is done
+        self.runner.set_inputs(pieces, fresh=fresh)
+        self._taken, self._taken_at = taken, self.runner.inputs_set
         self.runner.run()
+        backend = self.runner.backend
         out: dict[str, Any] = {}
         for name, buf in self.plan.outputs.items():
             arg = self.plan.arguments.get(name)
@@ -306,18 +323,71 @@ class CompiledProgram:
         if self.guard is None:
             self.runner.backend.gather_into(step, whole)
             return
-        with self.guard.waiting(f"the gather of '{step.src.name}' after call {self.guard.calls}"):
+        guard = self.guard
+        guard.begin_wait(lambda: f"the gather of '{step.src.name}' after call {guard.calls}")
+        try:
             self.runner.backend.gather_into(step, whole)
+        finally:
+            guard.end_wait()
 
-    def _check_aliasing(self, pieces: Mapping[str, Any]) -> None:
+    def _take(self, inputs: Mapping[str, Any]):
+        """This rank's pieces of the caller's values, checked: (pieces, wholes of resliced
+        arguments, the names taken afresh, what to remember of each). A value that is the
+        same object as at the last placed call, at the same address with the same shape,
+        strides, dtype and flags (`_identity`), reuses that call's piece unchecked: it
+        passed then, and what it holds is read when the plan runs."""
+        if inputs.keys() != self._names:
+            V.check_input_names(self.plan.program, inputs, list(self.plan.arguments))
+        backend = self.runner.backend
+        last = self._taken if self._taken_at == self.runner.inputs_set else {}
+        pieces: dict[str, Any] = {}
+        wholes: dict[str, Any] = {}
+        fresh: list[str] = []
+        taken: dict[str, tuple[Any, Any, Any, Any]] = {}
+        for name, buf in self._arguments:
+            value = inputs[name]
+            key = _identity(value)
+            prev = last.get(name)
+            if key is not None and prev is not None and prev[0] is value and prev[1] == key:
+                taken[name] = prev
+                pieces[name] = prev[2]
+                if prev[3] is not None:
+                    wholes[name] = prev[3]
+                continue
+            r = self.resliced.get(name)
+            if r is not None and not hasattr(value, "shape"):
+                raise CocoError(
+                    f"input '{name}' of type {r.written}: expected an array of shape "
+                    f"{list(r.shape)}, got a {type(value).__name__}"
+                )
+            piece = whole = backend.coerce_input(name, value, buf)
+            if r is not None:
+                piece = r.piece(self.rank, whole, backend.shape_of, backend.dtype_of)
+                wholes[name] = whole
+            else:
+                whole = None
+            pieces[name] = piece
+            fresh.append(name)
+            taken[name] = (value, key, piece, whole)
+        if fresh:
+            self.runner.check_inputs(pieces, backend.shape_of, backend.dtype_of, only=fresh)
+            # a Python number became a new array: it shares memory with nothing
+            arrays = [n for n in fresh if not isinstance(inputs[n], _SCALARS)]
+            if arrays:
+                self._check_aliasing(pieces, arrays)
+        return pieces, wholes, fresh, taken
+
+    def _check_aliasing(self, pieces: Mapping[str, Any], fresh: list[str] | None = None) -> None:
         """An argument the program updates in place must not share memory with another
-        argument: the update would change that input while the program reads it."""
+        argument: the update would change that input while the program reads it. `fresh`:
+        the pairs holding one of these names (the others were checked at an earlier call)."""
         updated = [n for n, b in self.plan.outputs.items() if self.plan.arguments.get(n) is b]
         for name in updated:
             for other, value in pieces.items():
                 mine = pieces[name]
                 if (
                     other != name
+                    and (fresh is None or name in fresh or other in fresh)
                     and isinstance(mine, np.ndarray)
                     and isinstance(value, np.ndarray)
                     and mine.size
@@ -328,12 +398,6 @@ class CompiledProgram:
                         f"input '{name}' is updated in place, but it shares memory with input "
                         f"'{other}': pass separate arrays"
                     )
-
-    def _pairs(self, inputs: Mapping[str, Any]):
-        args = self.plan.arguments
-        V.check_input_names(self.plan.program, inputs, list(args))
-        for name, buf in args.items():
-            yield name, inputs[name], buf
 
     def step(self) -> None:
         """Run the plan once on the data already in its buffers (benchmarks: no copies).
@@ -347,6 +411,76 @@ class CompiledProgram:
     def close(self) -> None:
         """Free buffers and communicators (collective)."""
         self.runner.close()
+
+
+_SCALARS = (int, float, bool, np.generic)
+
+
+def _array_address() -> Callable[[np.ndarray], int]:
+    """The data pointer of a NumPy array, read from the array object's C struct (the
+    `data` field after the object header: NumPy's public PyArrayObject_fields layout) --
+    a fifth of `a.ctypes.data`'s cost, which every call pays per argument; `ctypes.data`
+    where the struct read does not agree with it (another Python implementation)."""
+    import ctypes
+
+    read = ctypes.c_void_p.from_address
+    offset = 2 * ctypes.sizeof(ctypes.c_void_p)  # ob_refcnt, ob_type
+    probe = np.zeros(3)
+    try:
+        if read(id(probe) + offset).value == probe.ctypes.data:
+            return lambda a: read(id(a) + offset).value or 0
+    except (ValueError, OverflowError):
+        pass
+    return lambda a: a.ctypes.data
+
+
+_address = _array_address()
+
+
+def _identity(value: Any) -> tuple | None:
+    """What makes the caller's value the same input as at the last call for the fast path:
+    a NumPy array's address (ndarray.resize moves it), shape, strides, dtype and
+    writeability; a tensor's (PyTorch) data pointer, shape, strides, dtype and requires_grad.
+    None: anything else (a Python number), which is taken afresh every call."""
+    if isinstance(value, np.ndarray):
+        return (_address(value), value.shape, value.strides, value.dtype, value.flags.writeable)
+    data_ptr = getattr(value, "data_ptr", None)
+    if data_ptr is not None and hasattr(value, "__dlpack__"):
+        return (
+            data_ptr(),
+            tuple(value.shape),
+            value.stride(),
+            value.dtype,
+            value.requires_grad,
+            value.device,
+        )
+    return None
+
+
+class VerdictFlag:
+    """The largest of every rank's small integer over the job, by a fixed-size numeric
+    collective (a compiled program's per-call input verdict): the communicator's own
+    `allreduce_flag` (TorchComm, InProcessComm), mpi4py's buffer `Allreduce` on a
+    preallocated int32 pair, or (another mpi4py-like communicator) its object allgather."""
+
+    def __init__(self, comm: Any):
+        own = getattr(comm, "allreduce_flag", None)
+        if own is not None:
+            self.agree: Callable[[int], int] = own
+        elif hasattr(comm, "Allreduce"):
+            from mpi4py import MPI
+
+            send, recv = np.zeros(1, np.int32), np.zeros(1, np.int32)
+            spec_send, spec_recv, op = [send, MPI.INT], [recv, MPI.INT], MPI.MAX
+
+            def agree(flag: int) -> int:
+                send[0] = flag
+                comm.Allreduce(spec_send, spec_recv, op=op)
+                return int(recv[0])
+
+            self.agree = agree
+        else:
+            self.agree = lambda flag: max(comm.allgather(flag))
 
 
 def _replicated_axes(t: Any, grid_rank: int) -> list[int]:
@@ -455,7 +589,8 @@ def prepare(
         plan,
         comm.Get_rank(),
         make_backend(backend, comm, exact_collectives=exact_collectives),
-        fault=guard.fault_hook if guard else None,
+        # a hook per step only where a test injects a fault: every step would call it
+        fault=guard.fault_hook if guard is not None and guard.fault is not None else None,
     )
     runner.setup()
     if guard is not None:

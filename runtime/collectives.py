@@ -15,8 +15,9 @@ the cuda backend (whose NCCL calls are stream-ordered) simply runs it to the end
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -43,6 +44,9 @@ class CollectiveContext:
     world: Callable[[], Transport]  # every rank, in rank order (for send)
     empty: Callable[[tuple[int, ...], np.dtype], Any]  # a scratch array like the buffers
     nodes: tuple[int, ...] = ()  # the node of every rank (the plan's)
+    # what a step computes of the plan alone, by id(step) (`_regions`): a context lives as
+    # long as its backend's plan, whose steps it is keyed by
+    memo: dict[Any, Any] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -162,10 +166,18 @@ def collective_ops(
     run = _COLLECTIVES.get(step.op)
     if run is None:
         raise CocoError(f"no library collective {step.op}")
-    group = group_of(ctx.grid_shape, step.axes, ctx.rank)
-    if step.part != "all":
-        group = V.group_part(group, ctx.nodes, step.part, ctx.rank)
+    group = _group(tuple(ctx.grid_shape), step.axes, step.part, tuple(ctx.nodes), ctx.rank)
     return run(ctx, step, ctx.transport(step.axes, step.part), group, src, dst, src_dt, dst_dt)
+
+
+@functools.lru_cache(maxsize=1024)
+def _group(
+    grid_shape: tuple[int, ...], axes: tuple[int, ...], part: str, nodes: tuple[int, ...], rank: int
+) -> list[int]:
+    """The rank's group (or its part), computed once: every step of every call asks (read
+    only: the list is shared)."""
+    group = group_of(grid_shape, axes, rank)
+    return V.group_part(group, nodes, part, rank) if part != "all" else group
 
 
 def _packed(step: Collective) -> bool:
@@ -210,6 +222,21 @@ def _all_reduce(ctx, step, t, group, src, dst, src_dt, dst_dt) -> CollectiveOps:
     dst[...] = combine(ctx.xp, step.kind, gathered, src_dt, dst_dt, dst.dtype)
 
 
+def _regions(
+    ctx: CollectiveContext, step: Collective, outer: Any, inner: Any, group: list[int], shape: Any
+) -> tuple[list[tuple[slice, ...]], bool]:
+    """The member regions of `step` (member_region of each member's piece under `inner`
+    within this rank's under `outer`) and whether they tile an array of `shape` as
+    consecutive blocks: computed once per step and shape (`ctx.memo`), as every call of a
+    compiled program would compute them again."""
+    key = (id(step), tuple(shape))
+    hit = ctx.memo.get(key)
+    if hit is None or hit[0] is not step:  # (the step itself: an id outlives its object)
+        regions = [member_region(outer, ctx.rank, inner, m, ctx.grid_shape) for m in group]
+        hit = ctx.memo[key] = (step, regions, consecutive_blocks(regions, shape))
+    return hit[1], hit[2]
+
+
 def _count(region: tuple[slice, ...]) -> int:
     n = 1
     for s in region:
@@ -229,12 +256,11 @@ def _padded(ctx: CollectiveContext, src: Any, regions: list[tuple[slice, ...]], 
 
 
 def _reduce_scatter(ctx, step, t, group, src, dst, src_dt, dst_dt) -> CollectiveOps:
+    tiled = False
     if _packed(step):
         regions = []
     else:
-        regions = [
-            member_region(step.src.type, ctx.rank, step.dst.type, m, ctx.grid_shape) for m in group
-        ]
+        regions, tiled = _regions(ctx, step, step.src.type, step.dst.type, group, src.shape)
     counts = [_count(r) for r in regions]
     if step.rows is None and len(set(counts)) > 1:
         # Uneven slices (MPI_Reduce_scatter with recvcounts): every member's region padded to
@@ -259,7 +285,7 @@ def _reduce_scatter(ctx, step, t, group, src, dst, src_dt, dst_dt) -> Collective
         for j, r in enumerate(regions):
             i, c = _region_rows(ctx, tuple(src.shape), r, step.rows)
             packed[j] = flat[i, c].reshape(-1)
-    elif _packed(step) or consecutive_blocks(regions, src.shape):
+    elif _packed(step) or tiled:
         packed = src.reshape(len(group), -1)
     else:
         # Each member's region (e.g. a block of rows per batch index when an inner dim is
@@ -281,9 +307,7 @@ def _all_gather(ctx, step, t, group, src, dst, src_dt, dst_dt) -> CollectiveOps:
     if _packed(step):
         yield t.all_gather(piece, dst)
         return
-    regions = [
-        member_region(step.dst.type, ctx.rank, step.src.type, m, ctx.grid_shape) for m in group
-    ]
+    regions, tiled = _regions(ctx, step, step.dst.type, step.src.type, group, dst.shape)
     counts = [_count(r) for r in regions]
     if step.rows is None and len(set(counts)) > 1:
         # Uneven slices (MPI_Allgatherv): pieces padded to the largest, gathered as equal
@@ -306,7 +330,7 @@ def _all_gather(ctx, step, t, group, src, dst, src_dt, dst_dt) -> CollectiveOps:
             i, c = _region_rows(ctx, tuple(dst.shape), r, step.rows)
             flat[i, c] = gathered[j]
         return
-    if consecutive_blocks(regions, dst.shape):
+    if tiled:
         yield t.all_gather(piece, dst)
         return
     gathered = ctx.empty((len(group), *piece.shape), piece.dtype)

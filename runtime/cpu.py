@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -46,7 +47,12 @@ from coconet.runtime.collectives import CollectiveContext, CollectiveOps, collec
 from coconet.runtime.executor import KernelArg, buffer_dtype, check_plan_size, groups_of
 from coconet.runtime.symmetric import MpiWindows, PosixSegments, node_communicator
 from coconet.runtime.transport import MpiTransport
-from coconet.toolchain.host_compiler import HOST_CACHE, HostCompileError, compile_host
+from coconet.toolchain.host_compiler import (
+    HOST_CACHE,
+    HostCompileError,
+    PackedLaunch,
+    compile_host,
+)
 
 CTYPES = {
     "ptr": ctypes.c_void_p,
@@ -127,6 +133,57 @@ def host_view(value: Any) -> np.ndarray | None:
         raise CocoError(f"cannot view the tensor's memory: {e}") from None
 
 
+class LibraryClock:
+    """Seconds spent inside the libraries a step calls -- the kernels' foreign calls and
+    every MPI call (starting a collective, waiting or testing for it) -- so that a
+    benchmark can report a step's host overhead as its time less these (opt-in:
+    `CpuBackend.clock_library`; benchmarks/bench_latency.py). What coconet's Python does
+    around them (walking the plan, packing, the collectives' bookkeeping) stays outside."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def timed(self, fn: Any) -> Any:
+        def call(*args: Any, **kw: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kw)
+            finally:
+                self.seconds += time.perf_counter() - t0
+
+        return call
+
+
+class _ClockedComm:
+    """A communicator whose calls are timed by a LibraryClock (its non-blocking buffer
+    collectives and point-to-point calls)."""
+
+    def __init__(self, comm: Any, clock: LibraryClock):
+        self._comm, self._clock = comm, clock
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._comm, name)
+        return self._clock.timed(attr) if name[:1] == "I" and callable(attr) else attr
+
+
+class _ClockedMPI:
+    """The MPI module, its requests' waits and tests timed by a LibraryClock."""
+
+    def __init__(self, mpi: Any, clock: LibraryClock):
+        self._mpi = mpi
+        self.Request = type(
+            "Request",
+            (),
+            {
+                "Waitall": staticmethod(clock.timed(mpi.Request.Waitall)),
+                "Testall": staticmethod(clock.timed(mpi.Request.Testall)),
+            },
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._mpi, name)
+
+
 @dataclass
 class Pending:
     """A non-blocking collective in flight on the communication stream."""
@@ -199,6 +256,12 @@ class CpuBackend:
         self.keyed_tables: dict[object, np.ndarray] = {}
         self.node = None
         self.comms: dict[tuple[tuple[int, ...], str], Any] = {}  # (span, part) -> MPI comm
+        self.transports: dict[tuple[tuple[int, ...], str], MpiTransport] = {}
+        self.clock: LibraryClock | None = None  # clock_library (benchmarks)
+        self._mpi_module = mpi
+        self.ctx: CollectiveContext | None = None
+        # each collective step's (source, destination) dtypes, by id(step)
+        self.dtypes: dict[int, tuple[Collective, np.dtype, np.dtype]] = {}
         self.library = None
         self.kernels: dict[str, Any] = {}
         self.pending: list[Pending] = []
@@ -293,7 +356,9 @@ class CpuBackend:
         return self.addresses[name]
 
     def bind(self, buf: Buffer, value: Any) -> bool:
-        if not isinstance(value, np.ndarray):
+        if not isinstance(value, np.ndarray) or not value.ndim:
+            # a scalar is copied in: a Python number comes as a new 0-d array each call, and
+            # binding it would move the buffer, re-resolving every launch's arguments
             return False
         if (
             value.dtype != buffer_dtype(buf)
@@ -398,6 +463,34 @@ class CpuBackend:
         kernel = self.kernel(step.kernel, [a.kind for a in args])
         kernel(step.grid, step.block, *(a.value for a in args), shared_bytes=step.shared_bytes)
 
+    def pack(self, step: Launch, args: Sequence[KernelArg]) -> PackedLaunch:
+        """The launch's arguments as C values, once per placement (PlanRunner._launch_packed)."""
+        kernel = self.kernel(step.kernel, [a.kind for a in args])
+        return kernel.pack(
+            step.grid, step.block, *(a.value for a in args), shared_bytes=step.shared_bytes
+        )
+
+    def launch_packed(self, step: Launch, packed: PackedLaunch) -> None:
+        if step.stream == COMM_STREAM:
+            self.drain()
+        elif self.pending:
+            self.poll()
+        if self.clock is None:
+            packed()
+        else:
+            self.clock.timed(packed)()
+
+    def clock_library(self, clock: LibraryClock | None) -> None:
+        """Time every kernel's foreign call and every MPI call of the steps from now on into
+        `clock` (None: stop). Benchmarks only: the timing wraps cost a little."""
+        self.drain()
+        if clock is not None and self.clock is None:
+            self._mpi_module = self.MPI
+        self.clock = clock
+        self.MPI = self._mpi_module if clock is None else _ClockedMPI(self._mpi_module, clock)
+        self.transports.clear()  # remade over timed communicators (or plain ones again)
+        self.ctx = None
+
     def matmul(self, step: Matmul) -> None:
         if step.stream == COMM_STREAM:
             self.drain()
@@ -473,6 +566,8 @@ class CpuBackend:
             if c is not self.comm:
                 c.Free()
         self.comms.clear()
+        self.transports.clear()
+        self.ctx = None
         if self.node is not None:
             self.node.Free()
             self.node = None
@@ -480,29 +575,50 @@ class CpuBackend:
     # -- collectives ---------------------------------------------------------------------------
 
     def transport(self, span: tuple[int, ...], part: str = "all") -> MpiTransport:
-        return MpiTransport(self.group_comm(span, part), self.MPI)
+        key = (span, part)
+        t = self.transports.get(key)
+        if t is None:
+            comm = self.group_comm(span, part)
+            if self.clock is not None:
+                comm = _ClockedComm(comm, self.clock)
+            t = self.transports[key] = MpiTransport(comm, self.MPI)
+        return t
+
+    def _world(self) -> MpiTransport:
+        t = self.transports.get(((), "world"))
+        if t is None:
+            comm = self.comm if self.clock is None else _ClockedComm(self.comm, self.clock)
+            t = self.transports[((), "world")] = MpiTransport(comm, self.MPI)
+        return t
+
+    def _context(self) -> CollectiveContext:
+        if self.ctx is None:  # made once: every collective step of every call uses it
+            self.ctx = CollectiveContext(
+                xp=np,
+                rank=self.rank,
+                grid_shape=self.grid_shape,
+                exact=self.exact,
+                transport=self.transport,
+                world=self._world,
+                empty=lambda shape, dtype: np.empty(shape, dtype),
+                nodes=self.plan.nodes if self.plan else (),
+            )
+        return self.ctx
 
     def collective_ops(
         self, step: Collective, src: np.ndarray | None = None, dst: np.ndarray | None = None
     ) -> CollectiveOps:
         """`step` on its buffers, or on the arrays given in their place."""
-        ctx = CollectiveContext(
-            xp=np,
-            rank=self.rank,
-            grid_shape=self.grid_shape,
-            exact=self.exact,
-            transport=self.transport,
-            world=lambda: MpiTransport(self.comm, self.MPI),
-            empty=lambda shape, dtype: np.empty(shape, dtype),
-            nodes=self.plan.nodes if self.plan else (),
-        )
+        known = self.dtypes.get(id(step))
+        if known is None or known[0] is not step:  # (the step itself: an id outlives it)
+            known = self.dtypes[id(step)] = (step, buffer_dtype(step.src), buffer_dtype(step.dst))
         return collective_ops(
-            ctx,
+            self._context(),
             step,
             self.arrays[step.src.name] if src is None else src,
             self.arrays[step.dst.name] if dst is None else dst,
-            buffer_dtype(step.src),
-            buffer_dtype(step.dst),
+            known[1],
+            known[2],
         )
 
     def gather_into(self, step: Collective, target: np.ndarray) -> None:

@@ -25,7 +25,7 @@ unit-tested: process groups, the regions of a piece that collectives exchange, t
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -423,6 +423,15 @@ class PlanRunner:
         self.bound: set[str] = set()
         self._ready = False
         self.tracer: StepTracer | None = None
+        self._expected: dict[str, tuple[tuple[int, ...], np.dtype, TensorType]] | None = None
+        # a backend that converts a launch's arguments once per placement (`pack`, the cpu
+        # backend's ctypes values) and launches them with only the epochs written in place
+        self._pack = getattr(backend, "pack", None)
+        # each launch's packed arguments, by id(launch): (placement, packed, epochs)
+        self._packed: dict[int, tuple[int, Any, list[tuple[int, str, str]]]] = {}
+        # packs made (tests count them: once per launch per placement)
+        self.packs = 0
+        self.inputs_set = 0  # set_inputs calls (coconet/compiled.py: what its inputs match)
 
     # -- setup -------------------------------------------------------------------------------
 
@@ -477,24 +486,35 @@ class PlanRunner:
     # -- inputs and outputs ------------------------------------------------------------------
 
     def expected_inputs(self) -> dict[str, tuple[tuple[int, ...], np.dtype, TensorType]]:
-        return {
-            name: (buf.shape_at(self.rank), buffer_dtype(buf), buf.type)
-            for name, buf in self.plan.arguments.items()
-        }
+        if self._expected is None:  # the plan does not change: made once (every call checks)
+            self._expected = {
+                name: (tuple(buf.shape_at(self.rank)), buffer_dtype(buf), buf.type)
+                for name, buf in self.plan.arguments.items()
+            }
+        return dict(self._expected)
 
     def check_inputs(
         self,
         pieces: Mapping[str, Any],
         shape_of: Callable[[Any], tuple],
         dtype_of: Callable[[Any], Any],
+        *,
+        only: Iterable[str] | None = None,
     ) -> None:
         """Every argument present, no unknown one, each of this rank's piece shape and dtype:
-        one clear error before anything is launched."""
-        want = self.expected_inputs()
-        V.check_input_names(self.plan.program, pieces, list(want))
-        for name, (shape, dtype, t) in want.items():
+        one clear error before anything is launched. `only`: check the shapes and dtypes of
+        these names alone (the caller checked the names, and the others were checked before
+        and did not change)."""
+        self.expected_inputs()
+        want = self._expected
+        assert want is not None
+        if only is None:
+            V.check_input_names(self.plan.program, pieces, list(want))
+            only = want
+        for name in only:
+            shape, dtype, t = want[name]
             got_shape, got_dtype = shape_of(pieces[name]), dtype_of(pieces[name])
-            if tuple(got_shape) != tuple(shape):
+            if tuple(got_shape) != shape:
                 raise CocoError(
                     f"input '{name}' of type {t}: rank {self.rank} must pass its piece of shape "
                     f"{list(shape)}, got {list(got_shape)}"
@@ -505,21 +525,39 @@ class PlanRunner:
                     f"{np.dtype(got_dtype).name}"
                 )
 
-    def set_inputs(self, pieces: Mapping[str, Any], *, zero_copy: bool = True) -> None:
-        """Place this rank's pieces in the argument buffers (checked before by check_inputs)."""
-        before = [self.backend.address(name) for name in self.bound]
-        for name in list(self.bound):
-            self.backend.unbind(self.plan.arguments[name])
-        was_bound, self.bound = self.bound, set()
-        for name, buf in self.plan.arguments.items():
+    def set_inputs(
+        self,
+        pieces: Mapping[str, Any],
+        *,
+        zero_copy: bool = True,
+        fresh: Iterable[str] | None = None,
+    ) -> None:
+        """Place this rank's pieces in the argument buffers (checked before by check_inputs).
+        `fresh`: the names whose values may differ from the last call's (None: every name);
+        an argument bound to the caller's array and not fresh keeps its binding -- the same
+        array at the same address (coconet/compiled.py checks both) -- while an argument
+        copied in is copied again (the caller may have written new values into it)."""
+        self.inputs_set += 1
+        names = self.plan.arguments
+        fresh = names if fresh is None else set(fresh)
+        was = {n: self.backend.address(n) for n in self.bound if n in fresh}
+        for name in was:
+            self.backend.unbind(names[name])
+            self.bound.discard(name)
+        moved = False
+        for name, buf in names.items():
+            if name in self.bound:
+                continue  # kept: not fresh
             value = pieces[name]
             if zero_copy and not buf.symmetric and self.backend.bind(buf, value):
                 self.bound.add(name)
+                moved = moved or was.get(name) != self.backend.address(name)
             else:
                 self.backend.write(buf, value)
+                moved = moved or name in was
         # The same caller arrays again (a training loop's parameters): nothing moved, and the
         # launches keep the arguments they resolved.
-        if self.bound != was_bound or [self.backend.address(n) for n in was_bound] != before:
+        if moved:
             self._placement += 1
 
     # -- execution ---------------------------------------------------------------------------
@@ -531,6 +569,17 @@ class PlanRunner:
         after a buffer moved (`_placement`) -- a table launch takes 20-odd argument tables,
         and resolving them every step cost ~100 us a step, most of a small optimizer step
         on this host."""
+        args, epochs = self._fixed(launch)
+        if not epochs:
+            return args
+        args = list(args)
+        for i, kind, value in self._advance(epochs):
+            args[i] = KernelArg(kind, value)
+        return args
+
+    def _fixed(self, launch: Launch) -> tuple[list[KernelArg], list[tuple[int, str, str]]]:
+        """The launch's arguments at this placement, an epoch's place holding a stand-in, and
+        (position, epoch site, kind) of each epoch."""
         cached = self._resolved.get(id(launch))
         if cached is None or cached[0] != self._placement:
             args: list[KernelArg] = []
@@ -539,20 +588,39 @@ class PlanRunner:
             for i, (a, k) in enumerate(zip(launch.args, kinds, strict=True)):
                 if isinstance(a, Epoch):
                     epochs.append((i, a.site, k))
-                    args.append(_EPOCH_SLOT)  # filled below, each step
+                    args.append(_EPOCH_SLOT)  # filled each step
                 else:
                     args.append(self._argument(launch, a, k))
             cached = self._resolved[id(launch)] = (self._placement, args, epochs)
-        _, args, epochs = cached
-        if not epochs:
-            return args
+        return cached[1], cached[2]
+
+    def _advance(self, epochs: list[tuple[int, str, str]]) -> list[tuple[int, str, int]]:
+        """Each epoch site of a launch advanced one step: (position, kind, value) to pass."""
         for _, site, _ in epochs:
             self.epochs[site] = self.epochs.get(site, 0) + 1
-        args = list(args)
-        for i, site, kind in epochs:
-            value = self.epochs[site]
-            args[i] = KernelArg(kind, value & 0xFFFFFFFF if kind in ("u32", "i32") else value)
-        return args
+        return [
+            (
+                i,
+                kind,
+                self.epochs[site] & 0xFFFFFFFF if kind in ("u32", "i32") else self.epochs[site],
+            )
+            for i, site, kind in epochs
+        ]
+
+    def _launch_packed(self, launch: Launch) -> None:
+        """The launch through the backend's packed arguments: converted once per placement,
+        only the epochs written each step (no per-step conversion or allocation)."""
+        cached = self._packed.get(id(launch))
+        if cached is None or cached[0] != self._placement:
+            args, epochs = self._fixed(launch)
+            assert self._pack is not None
+            cached = self._packed[id(launch)] = (self._placement, self._pack(launch, args), epochs)
+            self.packs += 1
+        _, packed, epochs = cached
+        if epochs:
+            for i, _kind, value in self._advance(epochs):
+                packed.set(i, value)
+        self.backend.launch_packed(launch, packed)  # type: ignore[attr-defined]
 
     def _argument(self, launch: Launch, a: Any, kind: str) -> KernelArg:
         if isinstance(a, Buffer):
@@ -613,7 +681,10 @@ class PlanRunner:
         b = self.backend
         match step:
             case Launch():
-                b.launch(step, self.resolve(step))
+                if self._pack is not None:
+                    self._launch_packed(step)
+                else:
+                    b.launch(step, self.resolve(step))
             case Collective():
                 b.collective(step)
             case Matmul():

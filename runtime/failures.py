@@ -38,7 +38,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -145,7 +145,8 @@ class FailureGuard:
         sys.excepthook = self._excepthook
         threading.excepthook = self._thread_excepthook
         self._watchdog: threading.Thread | None = None
-        self._wait: tuple[str, float] | None = None  # (what, since) while in `waiting`
+        # (what, since) while in `waiting`; `what` a text or what makes it
+        self._wait: tuple[str | Callable[[], str], float] | None = None
         if bad_fault is not None:
             self.fail(bad_fault, kind="environment")
         if front_end_gone:
@@ -230,15 +231,25 @@ class FailureGuard:
                     time.sleep(1)
 
     @contextlib.contextmanager
-    def waiting(self, what: str) -> Iterator[None]:
+    def waiting(self, what: str | Callable[[], str]) -> Iterator[None]:
         """A wait for every rank outside any plan step (`what` says where, for the message):
         watched like a plan step (see the module docstring)."""
-        self._wait = (what, time.monotonic())
-        self._start_watchdog()
+        self.begin_wait(what)
         try:
             yield
         finally:
             self._wait = None
+
+    def begin_wait(self, what: str | Callable[[], str]) -> None:
+        """`waiting` without a context manager, for the per-call waits of a compiled program
+        (the generator costs a microsecond or two): `end_wait()` ends it. `what` may be a
+        callable making the text, called only when a message needs it."""
+        self._wait = (what, time.monotonic())
+        if self._watchdog is None:
+            self._start_watchdog()
+
+    def end_wait(self) -> None:
+        self._wait = None
 
     def fault_hook(self, index: int, step: Any) -> None:
         if self.fault is None:
@@ -303,7 +314,8 @@ class FailureGuard:
                     )
             wait = self._wait
             if wait is not None and time.monotonic() - wait[1] > self.step_timeout:  # type: ignore[operator]
-                self._fail_waiting(wait[0])
+                what = wait[0]
+                self._fail_waiting(what if isinstance(what, str) else what())
 
     def _fail_waiting(self, what: str) -> None:
         """This rank waited `step_timeout` at `what`: name the ranks that never arrived."""

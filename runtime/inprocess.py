@@ -137,6 +137,13 @@ class InProcessComm:
         self.seq += 1
         return self.world.exchange((self.cid, self.seq), self.Get_rank(), self.Get_size(), value)
 
+    def allreduce_flag(self, flag: int) -> int:
+        """The largest of every rank's small integer `flag` (TorchComm's numeric agreement;
+        here the threads' exchange itself, not an object allgather)."""
+        self.seq += 1
+        key, me, size = (self.cid, self.seq), self.Get_rank(), self.Get_size()
+        return max(self.world.exchange(key, me, size, int(flag)))
+
     def bcast(self, value: Any, root: int = 0) -> Any:
         return self.allgather(value)[root]
 

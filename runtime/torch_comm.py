@@ -156,6 +156,7 @@ class TorchComm:
         self.group = group
         self.members = members if members is not None else list(range(dist.get_world_size()))
         self.me = dist.get_rank()
+        self._flag: tuple[np.ndarray, Any] | None = None  # allreduce_flag's buffer, made once
 
     @classmethod
     def world(cls) -> TorchComm:
@@ -207,6 +208,20 @@ class TorchComm:
         out: list[Any] = [None] * self.Get_size()
         self.dist.all_gather_object(out, value, group=self.group)
         return out
+
+    def allreduce_flag(self, flag: int) -> int:
+        """The largest of every rank's small integer `flag`, through one preallocated int32
+        tensor: a compiled program's per-call input verdict without pickling (gloo's
+        all_gather_object is a size exchange and two collectives of pickled bytes)."""
+        if self._flag is None:
+            import torch
+
+            array = np.zeros(1, np.int32)
+            self._flag = (array, torch.from_numpy(array))
+        array, tensor = self._flag
+        array[0] = flag
+        self.dist.all_reduce(tensor, op=self.dist.ReduceOp.MAX, group=self.group)
+        return int(array[0])
 
     def bcast(self, value: Any, root: int = 0) -> Any:
         box = [value]

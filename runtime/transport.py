@@ -149,6 +149,8 @@ class MpiTransport:
             from mpi4py import MPI as mpi
         self.MPI = mpi
         self.comm = comm
+        self._reduces: dict[tuple[Any, str], bool] = {}
+        self._ops: dict[str, Any] | None = None
 
     def size(self) -> int:
         return self.comm.Get_size()
@@ -160,14 +162,22 @@ class MpiTransport:
         # MPI reduces in the data's precision in its own order: integers are exact whatever the
         # order; f32/f64 sums and products are within tolerance. f16/bf16 have no MPI type,
         # i1's or/and are the sim's, and max/min of floats must propagate NaN as the sim does.
-        dtype = np.dtype(dtype)
-        if dtype in (np.dtype(np.int32), np.dtype(np.int64)):
-            return True
-        return dtype in (np.dtype(np.float32), np.dtype(np.float64)) and kind in ("sum", "prod")
+        # (Answered once per (dtype, kind): every collective step asks.)
+        key = (dtype, kind)
+        known = self._reduces.get(key)
+        if known is None:
+            dtype = np.dtype(dtype)
+            known = dtype in (np.dtype(np.int32), np.dtype(np.int64)) or (
+                dtype in (np.dtype(np.float32), np.dtype(np.float64)) and kind in ("sum", "prod")
+            )
+            self._reduces[key] = known
+        return known
 
     def _op(self, kind: str) -> Any:
-        MPI = self.MPI
-        return {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}[kind]
+        if self._ops is None:
+            MPI = self.MPI
+            self._ops = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
+        return self._ops[kind]
 
     def all_reduce(self, src, dst, kind, dtype) -> Request:
         return [self.comm.Iallreduce(src, dst, self._op(kind))]

@@ -39,6 +39,7 @@ __all__ = [
     "HostCompileError",
     "HostKernel",
     "HostLibrary",
+    "PackedLaunch",
     "compile_host",
     "host_cache_path",
     "host_compile_flags",
@@ -203,12 +204,44 @@ def _to_c_argument(value: object, argtype: Any) -> object:
 
 
 @dataclass
+class PackedLaunch:
+    """One launch's arguments converted to C values once (HostKernel.pack): calling it
+    launches with them, through an entry point without argtypes, so ctypes converts nothing;
+    `set` changes a scalar in place (an epoch: the only argument that changes per step)."""
+
+    function: Any
+    values: list[Any]  # ctypes instances: grid, block, shared bytes, then the kernel's own
+
+    def set(self, index: int, value: int | float) -> None:
+        """The kernel's own argument `index` (after the launch parameters) becomes `value`."""
+        self.values[3 + index].value = value
+
+    def __call__(self) -> None:
+        self.function(*self.values)
+
+
+@dataclass
 class HostKernel:
     """A COCO_KERNEL entry point: call it like a CUDA launch, kernel(grid, block, *args)."""
 
     name: str
     function: Any
     argtypes: tuple[Any, ...]
+    # the same entry point without argtypes, for packed launches (`pack`)
+    raw: Any = None
+
+    def pack(
+        self, grid: int, block: int, *args: int | float, shared_bytes: int = 0
+    ) -> PackedLaunch:
+        """The launch `self(grid, block, *args)` with its arguments converted once (pointers
+        as addresses, scalars as numbers)."""
+        if grid < 1 or block < 1:
+            raise ValueError(f"{self.name}: grid ({grid}) and block ({block}) must be >= 1")
+        if len(args) != len(self.argtypes):
+            raise TypeError(f"{self.name} takes {len(self.argtypes)} arguments, got {len(args)}")
+        launch = [t(v) for t, v in zip(_LAUNCH_ARGTYPES, (grid, block, shared_bytes), strict=True)]
+        own = [t(v) for t, v in zip(self.argtypes, args, strict=True)]
+        return PackedLaunch(self.raw, launch + own)
 
     def __call__(self, grid: int, block: int, *args: object, shared_bytes: int = 0) -> None:
         if grid < 1 or block < 1:
@@ -237,7 +270,9 @@ class HostLibrary:
             raise HostCompileError(f"no kernel named {name!r} in {self.path}") from None
         function.argtypes = [*_LAUNCH_ARGTYPES, *argtypes]
         function.restype = None
-        return HostKernel(name, function, tuple(argtypes))
+        raw = self.library[name]  # a function object of its own (getattr's is cached)
+        raw.restype = None
+        return HostKernel(name, function, tuple(argtypes), raw)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -90,3 +90,18 @@ def test_bf16_tensors_go_in_as_their_bits():
         torch.testing.assert_close(m, torch.full((4096,), 0.05), rtol=1e-6, atol=1e-7)
     finally:
         step.close()
+
+
+def test_the_same_tensor_again_is_checked_again_where_it_changed(sgd):
+    """A call passing the same tensors as the last reuses their checked views (the fast
+    path); a tensor that since requires grad, or whose storage was swapped, is taken afresh."""
+    g, w = torch.full((4096,), 2.0), torch.ones(4096)
+    for _ in range(3):
+        sgd(g=g, w=w, lr=0.125)
+    assert torch.all(w == 0.25)
+    w.data = torch.ones(4096)  # another storage under the same tensor
+    sgd(g=g, w=w, lr=0.125)
+    assert torch.all(w == 0.75), "the update lands in the tensor's new storage"
+    w.requires_grad_()
+    with pytest.raises(CocoError, match="input 'w'.*detach"):
+        sgd(g=g, w=w, lr=0.125)

@@ -274,8 +274,14 @@ AGREEMENT_SCRIPT = textwrap.dedent(
         try:
             step = coconet.compile("examples/sgd.mlir", schedule=schedules[rank], backend="cpu")
             w = np.full(4096, 1.0 + float(w_offsets[rank]), np.float32)
-            step(g=np.ones(4096, np.float32), w=w, lr=0.25)
+            g = np.ones(4096, np.float32)
+            step(g=g, w=w, lr=0.25)
             said.append("ran")
+            for _ in range(3):  # steady calls: the verdict agreed on one int
+                step(g=g, w=w, lr=0.25)
+            # then rank 1 alone passes a wrong g: refused on both ranks, naming it
+            step(g=np.ones(3, np.float32) if rank == 1 else g, w=w, lr=0.25)
+            said.append("a wrong g ran")
         except CocoError as e:
             said.append(str(e))
         dist.barrier()  # the next case starts on both ranks after this one ended on both
@@ -288,7 +294,8 @@ AGREEMENT_SCRIPT = textwrap.dedent(
 
 def test_ranks_that_disagree_are_refused_on_every_rank_and_then_agree(tmp_path):
     """compile() refuses, on every rank, ranks that compiled different schedules, and ranks
-    passing different values for a replicated argument; the same ranks then agree and run.
+    passing different values for a replicated argument; the same ranks then agree and run,
+    and after steady calls one rank's wrong input is refused on both.
     One torchrun job runs the cases in turn (each compile() a job of its own)."""
     cases = ["ar-c/fuse(rs-c-ag):0/0", "ar-c/ar-c:0/0.5", "ar-c/ar-c:0/0"]
     script = tmp_path / "agree.py"
@@ -296,13 +303,16 @@ def test_ranks_that_disagree_are_refused_on_every_rank_and_then_agree(tmp_path):
     proc = torchrun_two(str(script), str(tmp_path), *cases, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     said = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
-    schedules, values, agreeing = zip(*said, strict=True)
+    schedules, values, agreeing, refused = zip(*said, strict=True)
     for s in schedules:
         assert "rank 1 compiled another program or schedule than rank 0" in s, said
         assert "'fuse(rs-c-ag)'" in s, said
     for s in values:
         assert "input 'w' is replicated, but rank 1 passed another value than rank 0" in s, said
     assert agreeing == ("ran", "ran")
+    assert "rank 1 refused its inputs" in refused[0], said
+    for s in refused:
+        assert "rank 1 must pass its piece of shape [4096], got [3]" in s, said
 
 
 def test_ranks_end_when_their_torchrun_agent_dies(tmp_path):
