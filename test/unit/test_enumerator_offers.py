@@ -280,7 +280,8 @@ def test_structure_is_equal_exactly_when_the_printed_text_is(stem: str):
     attributed = program.clone()
     attributed.func.attributes["coco.note"] = StringAttr("x")
     variants += [renamed, attributed]
-    for a in variants:
-        for b in variants:
-            assert (a.structure() == b.structure()) == (a.print() == b.print())
+    keys = [(v.structure(), v.print()) for v in variants]
+    for s1, p1 in keys:
+        for s2, p2 in keys:
+            assert (s1 == s2) == (p1 == p2)
     assert len({s.structure() for s in scheduled}) == len(scheduled)
