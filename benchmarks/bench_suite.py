@@ -52,6 +52,12 @@ MPI progresses between BLAS calls (the backend tests its requests after each chu
 fused collective kernel on the communication stream runs on the rank's one thread: the table
 measures what that buys, it does not assume it.
 
+The model-parallel tables (`--tables mp ln`): examples/model_parallel_mlp.py's block (the MLP
+output projection 4H -> H, + bias, dropout, residual; `--overlap-size`) and the attention
+output + LayerNorm block at H = 4096 (examples/megatron_sp_layernorm.py with the projection
+H -> H; `--ln-size`), under the schedules of MP_SCHEDULES the block is offered, beside
+mpi4py + NumPy and torch gloo; the floor is the local matmul in NumPy plus 8N + 4N/P bytes.
+
 The all_to_all tables (`--tables moe ulysses`, issue #28): examples/moe_layer.py (GShard
 top-2, static capacity; sizes by `--moe-size`) and examples/ulysses_attention.py (sizes by
 `--ulysses-size`), each a table of:
@@ -370,13 +376,22 @@ def overlap_steps(comm, sizes: tuple[int, int, int]) -> list[tuple[str, list]]:
 
 
 MP_SCHEDULES = ("ar-c", "rs-c-ag", "fuse(rs-c-ag)", "ol(mm,fuse(rs-c-ag))")
+# The model-parallel tables: the MLP's output projection (4H -> H) + bias, dropout, residual;
+# and the attention output projection (H -> H) + the same + LayerNorm (examples/
+# megatron_sp_layernorm.py), whose fused form reduces, normalizes and gathers in one kernel.
+MP_BLOCKS = {
+    "mp": ("model_parallel_mlp", 4, False),
+    "ln": ("megatron_sp_layernorm", 1, True),
+}
 
 
-def mp_steps(comm, sizes: tuple[int, int, int]) -> tuple[list, Step, Step | None, Step]:
-    """The model-parallel block (examples/model_parallel_mlp.py, f32) at `sizes`: coconet's
-    schedules; mpi4py + NumPy and torch gloo as their users write it (matmul of the local
-    pieces, all_reduce of the partial sums, bias, dropout, residual); and the local matmul
-    alone in NumPy (the BLAS part of the floor)."""
+def mp_steps(
+    comm, sizes: tuple[int, int, int], block: str = "mp"
+) -> tuple[list, Step, Step | None, Step]:
+    """A model-parallel block (MP_BLOCKS, f32) at `sizes`: coconet's schedules (those offered);
+    mpi4py + NumPy and torch gloo as their users write it (matmul of the local pieces,
+    all_reduce of the partial sums, bias, dropout, residual, and LayerNorm where the block has
+    it); and the local matmul alone in NumPy (the BLAS part of the floor)."""
     import runpy
     from pathlib import Path
 
@@ -385,27 +400,37 @@ def mp_steps(comm, sizes: tuple[int, int, int]) -> tuple[list, Step, Step | None
 
     from coconet.compile import compile as coco_compile
     from coconet.frontend import F32
+    from coconet.schedule import named_schedules
 
     batch, seq, hidden = sizes
-    example = Path(__file__).resolve().parents[1] / "examples" / "model_parallel_mlp.py"
-    program = runpy.run_path(str(example))["build"](F32, batch=batch, seq=seq, hidden=hidden)
+    stem, widen, norm = MP_BLOCKS[block]
+    example = Path(__file__).resolve().parents[1] / "examples" / f"{stem}.py"
+    build = runpy.run_path(str(example))["build"]
+    if norm:
+        program = build(F32, batch=batch, seq=seq, k=widen * hidden, hidden=hidden)
+    else:
+        program = build(F32, batch=batch, seq=seq, hidden=hidden)
     rank, size = comm.Get_rank(), comm.Get_size()
     rng = np.random.default_rng(10 + rank)
     compiled = []
-    for name in MP_SCHEDULES:
+    offered = named_schedules(program, ranks=size)
+    for name in (s for s in MP_SCHEDULES if s in offered):
         c = coco_compile(program, schedule=name, backend="cpu", pieces=True)
+        same = np.random.default_rng(10)  # replicated arguments: the same value on every rank
         c(
             **{
-                a: rng.standard_normal(b.shape, dtype=np.float32)
+                a: same.standard_normal(b.shape, dtype=np.float32)
                 for a, b in c.plan.arguments.items()
             }
         )
         compiled.append((f"coconet {name}", c.step, c))
-    k = 4 * hidden // size
+    k = widen * hidden // size
     x = rng.standard_normal((batch, seq, k), dtype=np.float32)
     w = rng.standard_normal((k, hidden), dtype=np.float32)
     b = rng.standard_normal(hidden, dtype=np.float32)
     r = rng.standard_normal((batch, seq, hidden), dtype=np.float32)
+    gamma = rng.standard_normal(hidden, dtype=np.float32)
+    beta = rng.standard_normal(hidden, dtype=np.float32)
     y = np.empty((batch, seq, hidden), np.float32)
     total = np.empty_like(y)
     drop = np.random.default_rng(2)
@@ -417,6 +442,11 @@ def mp_steps(comm, sizes: tuple[int, int, int]) -> tuple[list, Step, Step | None
         keep = drop.random(total.shape, dtype=np.float32) >= np.float32(0.1)
         np.multiply(total, keep / np.float32(0.9), out=total)
         np.add(total, r, out=total)
+        if norm:
+            mean = total.mean(-1, keepdims=True)
+            centred = total - mean
+            var = np.mean(centred * centred, -1, keepdims=True)
+            (centred / np.sqrt(var + np.float32(1e-5))) * gamma + beta
 
     def blas() -> None:
         np.matmul(x, w, out=y)
@@ -428,25 +458,29 @@ def mp_steps(comm, sizes: tuple[int, int, int]) -> tuple[list, Step, Step | None
         import torch.nn.functional as F
 
         if dist.is_initialized():
-            tx, tw, tb, tr = (torch.from_numpy(a) for a in (x, w, b, r))
+            tx, tw, tb, tr, tg, tbeta = (torch.from_numpy(a) for a in (x, w, b, r, gamma, beta))
 
             def torch_row() -> None:
                 t = tx @ tw
                 dist.all_reduce(t)
-                F.dropout(t + tb, 0.1) + tr
+                h = F.dropout(t + tb, 0.1) + tr
+                if norm:
+                    F.layer_norm(h, (hidden,), tg, tbeta)
 
     except ImportError:
         pass
     return compiled, numpy_step, torch_row, blas
 
 
-def mp_worker(comm, args: argparse.Namespace) -> None:
-    """The model-parallel block's table: every row in rounds, the floor measured in the run."""
-    sizes = tuple(int(x) for x in args.overlap_size.split(","))
+def mp_worker(comm, args: argparse.Namespace, block: str = "mp") -> None:
+    """A model-parallel block's table: every row in rounds, the floor measured in the run."""
+    size_arg = args.ln_size if block == "ln" else args.overlap_size
+    sizes = tuple(int(x) for x in size_arg.split(","))
     batch, seq, hidden = sizes
+    stem, widen, norm = MP_BLOCKS[block]
     size = comm.Get_size()
     torch_up = _torch_group(comm)
-    compiled, numpy_step, torch_row, blas = mp_steps(comm, sizes)  # type: ignore[arg-type]
+    compiled, numpy_step, torch_row, blas = mp_steps(comm, sizes, block)  # type: ignore[arg-type]
     rows: list[tuple[str, Step]] = [(label, s) for label, s, _ in compiled]
     rows.append(("mpi4py + NumPy", numpy_step))
     if torch_row is not None:
@@ -473,9 +507,10 @@ def mp_worker(comm, args: argparse.Namespace) -> None:
     if comm.Get_rank() != 0:
         return
     floor = statistics.median(floors)
+    what = "+ bias, dropout, residual" + (", LayerNorm" if norm else "")
     print(
-        f"\nModel-parallel block (examples/model_parallel_mlp.py, [{batch}, {seq}, {4 * hidden}] "
-        f"x [{4 * hidden}, {hidden}] f32 sliced over {size} rank(s), + bias, dropout, residual), "
+        f"\nModel-parallel block (examples/{stem}.py, [{batch}, {seq}, {widen * hidden}] "
+        f"x [{widen * hidden}, {hidden}] f32 sliced over {size} rank(s), {what}), "
         f"cpu backend, {os.cpu_count()} core(s): median of {args.rounds * args.iters} step(s)"
     )
     print(
@@ -483,7 +518,7 @@ def mp_worker(comm, args: argparse.Namespace) -> None:
         f"{floor_bytes / 2**20:.0f} MiB (8N + 4N/P bytes per rank, N = {n}) at the triad's "
         f"bandwidth = {floor * 1e3:.2f} ms"
     )
-    fused = times["coconet fuse(rs-c-ag)"]
+    fused = times.get("coconet fuse(rs-c-ag)") or times["coconet ar-c"]
     width = max(len(label) for label in times) + 2
     print(f"  {'':<{width}}{'median':>10}{'min':>10}{'x floor':>9}{'fuse(rs-c-ag) is':>27}")
     for label, ts in times.items():
@@ -1072,8 +1107,9 @@ def worker(args: argparse.Namespace) -> None:
     for table in ("adam", "lamb"):
         if table in args.tables:
             optimizer_worker(comm, OPTIMIZERS[table], args)
-    if "mp" in args.tables:
-        mp_worker(comm, args)
+    for block in MP_BLOCKS:
+        if block in args.tables:
+            mp_worker(comm, args, block)
     for table in A2A_TABLES:
         if table in args.tables:
             a2a_worker(comm, table, args)
@@ -1181,8 +1217,8 @@ def main() -> None:
     p.add_argument(
         "--tables",
         nargs="+",
-        choices=("adam", "lamb", "mp", "overlap", "moe", "ulysses", "fp8"),
-        default=["adam", "lamb", "mp", "overlap", "moe", "ulysses", "fp8"],
+        choices=("adam", "lamb", "mp", "ln", "overlap", "moe", "ulysses", "fp8"),
+        default=["adam", "lamb", "mp", "ln", "overlap", "moe", "ulysses", "fp8"],
         help="which tables to measure and print (default all)",
     )
     p.add_argument(
@@ -1190,6 +1226,12 @@ def main() -> None:
         default="4,256,256",
         help="batch,seq,hidden of the model-parallel and overlap tables' programs (default "
         "4,256,256)",
+    )
+    p.add_argument(
+        "--ln-size",
+        default="1,64,4096",
+        help="batch,seq,hidden of the attention output + LayerNorm table's block "
+        "(examples/megatron_sp_layernorm.py build with k = hidden; default 1,64,4096)",
     )
     p.add_argument(
         "--moe-size",
@@ -1222,6 +1264,8 @@ def main() -> None:
         str(args.rounds),
         "--overlap-size",
         args.overlap_size,
+        "--ln-size",
+        args.ln_size,
         "--moe-size",
         args.moe_size,
         "--ulysses-size",
