@@ -222,3 +222,23 @@ def test_rounds_without_bench_is_refused(tmp_path):
     assert r.returncode != 0
     assert "--rounds times --bench steps: add --bench" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_the_model_parallel_table_of_the_suite_runs(tmp_path):
+    """benchmarks/bench_suite.py's attention output + LayerNorm table (the model-parallel
+    tables' code path) end to end at a small size on 2 MPI ranks -- a broken table fails here,
+    not in the next benchmark run: every offered schedule's row, the baselines, the floor."""
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_suite.py"
+    r = subprocess.run(
+        [sys.executable, str(script), "--np", "2", "--tables", "ln", "--ln-size", "1,8,64"]
+        + ["--rounds", "1", "--iters", "1", "--warmup", "0"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "examples/megatron_sp_layernorm.py" in r.stdout
+    assert "LayerNorm" in r.stdout
+    for row in ("coconet ar-c", "coconet fuse(rs-c-ag)", "mpi4py + NumPy", "floor"):
+        assert f"  {row} " in r.stdout, row
