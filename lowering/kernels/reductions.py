@@ -206,6 +206,24 @@ def reduction_kernels(name: str, kind: str, elt: str) -> tuple[Kernel, Kernel]:
     return partial, finish
 
 
+def _row_kind(kind: str, elt: str) -> tuple[bool, ReduceKind, CType]:
+    """(whether it is a mean, the combining kind -- a mean sums --, the accumulator type)."""
+    mean = kind == "mean"
+    return mean, ReduceKind.SUM if mean else ReduceKind(kind), accumulator(elt)
+
+
+def _row_params(elt: str) -> tuple[Param, Param, Param, Param, Param]:
+    """A row reduction's parameters: x, out, and the rows of `count` elements `inner` apart."""
+    storage = C_STORAGE[elt]
+    return (
+        Param(storage.ptr(const=True, restrict=True), None, "x", kind=ParamKind.IN),
+        Param(storage.ptr(restrict=True), None, "out", kind=ParamKind.OUT),
+        Param(I64, None, "rows", kind=ParamKind.COUNT),
+        Param(I64, None, "count", kind=ParamKind.COUNT),
+        Param(I64, None, "inner", kind=ParamKind.COUNT),
+    )
+
+
 def row_reduction_kernel(name: str, kind: str, elt: str) -> Kernel:
     """A reduction over a run of consecutive dims, viewed as [outer, count, inner] (row r of
     the result is element (r / inner, :, r % inner)): one block per row (a block-stride loop
@@ -213,17 +231,9 @@ def row_reduction_kernel(name: str, kind: str, elt: str) -> Kernel:
     elements in order in double (long long), lane partials in shared memory combined in lane
     order by thread 0 and rounded once. This is the fixed order of the oracle
     (runtime/sim.py `reduce_rows`), so results are bit-identical for any block size."""
-    mean = kind == "mean"
-    rkind = ReduceKind.SUM if mean else ReduceKind(kind)
-    acc = accumulator(elt)
-    storage = C_STORAGE[elt]
+    mean, rkind, acc = _row_kind(kind, elt)
     lanes = coco.ROW_LANES
-
-    x = Param(storage.ptr(const=True, restrict=True), None, "x", kind=ParamKind.IN)
-    out = Param(storage.ptr(restrict=True), None, "out", kind=ParamKind.OUT)
-    rows = Param(I64, None, "rows", kind=ParamKind.COUNT)
-    count = Param(I64, None, "count", kind=ParamKind.COUNT)
-    inner = Param(I64, None, "inner", kind=ParamKind.COUNT)
+    x, out, rows, count, inner = _row_params(elt)
 
     partial = Var(acc, None, "lane_acc_")
     row, base = Var(I64, None, "row"), Var(I64, None, "base")
@@ -288,17 +298,9 @@ def column_reduction_kernel(name: str, kind: str, elt: str) -> Kernel:
     total as it finishes: the block form's order exactly. Lanes with no element are skipped:
     they would combine the identity, which changes no total (a sum of +0.0-started lanes is
     never -0.0)."""
-    mean = kind == "mean"
-    rkind = ReduceKind.SUM if mean else ReduceKind(kind)
-    acc = accumulator(elt)
-    storage = C_STORAGE[elt]
+    mean, rkind, acc = _row_kind(kind, elt)
     lanes = coco.ROW_LANES
-
-    x = Param(storage.ptr(const=True, restrict=True), None, "x", kind=ParamKind.IN)
-    out = Param(storage.ptr(restrict=True), None, "out", kind=ParamKind.OUT)
-    rows = Param(I64, None, "rows", kind=ParamKind.COUNT)
-    count = Param(I64, None, "count", kind=ParamKind.COUNT)
-    inner = Param(I64, None, "inner", kind=ParamKind.COUNT)
+    x, out, rows, count, inner = _row_params(elt)
 
     row, base = Var(I64, None, "row"), Var(I64, None, "base")
     lane, j = Var(I64, None, "lane"), Var(I64, None, "j")
