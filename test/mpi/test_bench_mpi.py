@@ -12,22 +12,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from mpi_env import MPI_MARKS
 
 ROOT = Path(__file__).resolve().parents[2]
-MPIEXEC = Path(sys.executable).parent / "mpiexec"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
-try:
-    import mpi4py  # noqa: F401
-
-    HAVE_MPI = MPIEXEC.exists()
-except ImportError:
-    HAVE_MPI = False
-
-pytestmark = [
-    pytest.mark.mpi,
-    pytest.mark.skipif(not HAVE_MPI, reason="needs mpi4py and the mpich wheel's mpiexec"),
-]
+pytestmark = MPI_MARKS
 
 
 def tool(module: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:

@@ -13,22 +13,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from mpi_env import MPI_MARKS, MPIEXEC
 
 JOB = Path(__file__).with_name("calling_convention_job.py")
-MPIEXEC = Path(sys.executable).parent / "mpiexec"
 SCHEDULES = ("ar-c", "rs-c-ag", "fuse(rs-c-ag)", "fuse(ar-c)")
 
-try:
-    import mpi4py  # noqa: F401
-
-    HAVE_MPI = MPIEXEC.exists()
-except ImportError:
-    HAVE_MPI = False
-
-pytestmark = [
-    pytest.mark.mpi,
-    pytest.mark.skipif(not HAVE_MPI, reason="needs mpi4py and the mpich wheel's mpiexec"),
-]
+pytestmark = MPI_MARKS
 
 
 @pytest.mark.parametrize("ranks", [2, 3])

@@ -11,21 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from mpi_env import MPI_MARKS
 
 ROOT = Path(__file__).resolve().parents[2]
-MPIEXEC = Path(sys.executable).parent / "mpiexec"
 
-try:
-    import mpi4py  # noqa: F401
-
-    HAVE_MPI = MPIEXEC.exists()
-except ImportError:
-    HAVE_MPI = False
-
-pytestmark = [
-    pytest.mark.mpi,
-    pytest.mark.skipif(not HAVE_MPI, reason="needs mpi4py and the mpich wheel's mpiexec"),
-]
+pytestmark = MPI_MARKS
 
 SCHEDULES = [
     "fuse(sliced-send)",

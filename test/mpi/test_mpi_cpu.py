@@ -19,23 +19,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from mpi_env import MPI_MARKS, MPIEXEC
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.mlir"))
-MPIEXEC = Path(sys.executable).parent / "mpiexec"
 FULL = os.environ.get("COCONET_FULL") == "1"
 
-try:
-    import mpi4py  # noqa: F401
-
-    HAVE_MPI = MPIEXEC.exists()
-except ImportError:
-    HAVE_MPI = False
-
-pytestmark = [
-    pytest.mark.mpi,
-    pytest.mark.skipif(not HAVE_MPI, reason="needs mpi4py and the mpich wheel's mpiexec"),
-]
+pytestmark = MPI_MARKS
 
 
 def slow(test):

@@ -16,25 +16,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from mpi_env import MPI_MARKS
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
-MPIEXEC = Path(sys.executable).parent / "mpiexec"
 FULL = os.environ.get("COCONET_FULL") == "1"
 ODD = {"sgd": 35, "adam": 4097, "lamb": 1001}
 SCHEDULES = ("ar-c", "rs-c-ag", "fuse(rs-c-ag)")
 
-try:
-    import mpi4py  # noqa: F401
-
-    HAVE_MPI = MPIEXEC.exists()
-except ImportError:
-    HAVE_MPI = False
-
-pytestmark = [
-    pytest.mark.mpi,
-    pytest.mark.skipif(not HAVE_MPI, reason="needs mpi4py and the mpich wheel's mpiexec"),
-]
+pytestmark = MPI_MARKS
 
 
 def coco_run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
