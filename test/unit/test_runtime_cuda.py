@@ -632,46 +632,25 @@ def test_a_tensor_that_requires_grad_is_refused_with_one_clear_message():
         backend.coerce_input("g", g, plan.arguments["g"])
 
 
-@pytest.mark.parametrize("schedule", ["ar-c", "fuse(rs-c-ag)"])
-def test_dlpack_tensors_are_updated_in_their_own_memory(schedule):
-    """PyTorch tensors on the GPU (DLPack), through compile()'s call path: every updated
-    argument changes in the tensor's own memory -- also a non-contiguous one (here `w`, a
-    strided view), which the program cannot bind and reads through a copy: it used to come
-    back as a new array, leaving the user's tensor as it was."""
+def _compiled_on_fake_gpus(program, plan, ranks: int, call) -> list[tuple[Any, set[str]]]:
+    """`call(r, device, compiled)` on each of `ranks` threads, each rank a CompiledProgram of
+    `plan` on its own strict fake GPU (compile()'s call path): (what it returned, the names
+    the runner bound) per rank; the first rank's failure is raised."""
     from coconet.compile import CompiledProgram
 
-    program = apply_schedule(coconet.load(EXAMPLES / "adam.mlir"), schedule)
-    ranks = 2
-    plan = lower(program, ranks)
-    inputs = sim.prepare_inputs(program, None, plan.grid_shape, seed=3)
-    want = sim.run(program, {k: v.copy() for k, v in inputs.items()}, ranks=ranks, inplace=False)
     world, cid = FakeWorld(), uuid.uuid4().hex
-    tensors: list[dict[str, Any]] = [{} for _ in range(ranks)]
-    results: list[Any] = [None] * ranks
-    bound: list[set[str]] = [set() for _ in range(ranks)]
+    out: list[tuple[Any, set[str]]] = [(None, set()) for _ in range(ranks)]
     errors: list[BaseException] = []
 
     def rank_main(r: int) -> None:
         try:
             device = StrictDevice(world, bus=f"0000:{r + 1:02x}:00.0", device_id=r)
             comm = FakeComm(world, cid, list(range(ranks)), r)
-            backend = CudaBackend(device, comm, mpi=FakeMPI)
-            runner = PlanRunner(plan, r, backend)
+            runner = PlanRunner(plan, r, CudaBackend(device, comm, mpi=FakeMPI))
             runner.setup()
             compiled = CompiledProgram(program, plan, runner, "cuda", comm)
-            coords = V.coords_of(r, plan.grid_shape)
-            for name, buf in plan.arguments.items():
-                piece = V.piece_of(inputs[name], buf.type, coords, plan.grid_shape)
-                if name == "w":  # every other element of a buffer twice its size
-                    wide = np.zeros((piece.size, 2), piece.dtype)
-                    wide[:, 0] = piece
-                    data = device.user_array(wide)[:, 0]
-                    assert not data.flags.c_contiguous
-                else:
-                    data = device.user_array(np.asarray(piece))
-                tensors[r][name] = FakeTensor(data, device_index=r)
-            results[r] = compiled(**tensors[r])
-            bound[r] = set(runner.bound)
+            result = call(r, device, compiled)
+            out[r] = (result, set(runner.bound))
             runner.close()
         except BaseException as e:
             errors.append(e)
@@ -683,15 +662,46 @@ def test_dlpack_tensors_are_updated_in_their_own_memory(schedule):
         t.join(timeout=120)
     if errors:
         raise errors[0]
+    return out
+
+
+@pytest.mark.parametrize("schedule", ["ar-c", "fuse(rs-c-ag)"])
+def test_dlpack_tensors_are_updated_in_their_own_memory(schedule):
+    """PyTorch tensors on the GPU (DLPack), through compile()'s call path: every updated
+    argument changes in the tensor's own memory -- also a non-contiguous one (here `w`, a
+    strided view), which the program cannot bind and reads through a copy: it used to come
+    back as a new array, leaving the user's tensor as it was."""
+    program = apply_schedule(coconet.load(EXAMPLES / "adam.mlir"), schedule)
+    ranks = 2
+    plan = lower(program, ranks)
+    inputs = sim.prepare_inputs(program, None, plan.grid_shape, seed=3)
+    want = sim.run(program, {k: v.copy() for k, v in inputs.items()}, ranks=ranks, inplace=False)
+    tensors: list[dict[str, Any]] = [{} for _ in range(ranks)]
+
+    def call(r: int, device: Any, compiled: Any) -> Any:
+        coords = V.coords_of(r, plan.grid_shape)
+        for name, buf in plan.arguments.items():
+            piece = V.piece_of(inputs[name], buf.type, coords, plan.grid_shape)
+            if name == "w":  # every other element of a buffer twice its size
+                wide = np.zeros((piece.size, 2), piece.dtype)
+                wide[:, 0] = piece
+                data = device.user_array(wide)[:, 0]
+                assert not data.flags.c_contiguous
+            else:
+                data = device.user_array(np.asarray(piece))
+            tensors[r][name] = FakeTensor(data, device_index=r)
+        return compiled(**tensors[r])
+
+    ranks_out = _compiled_on_fake_gpus(program, plan, ranks, call)
     updated = [n for n, b in plan.outputs.items() if plan.arguments.get(n) is b]
     assert set(updated) >= {"w", "m", "v"}
-    for r in range(ranks):
-        assert "w" not in bound[r]
-        assert {"m", "v"} <= bound[r]  # contiguous: the program works in them directly
+    for r, (result, bound) in enumerate(ranks_out):
+        assert "w" not in bound
+        assert {"m", "v"} <= bound  # contiguous: the program works in them directly
         for name in updated:
             mine = np.asarray(tensors[r][name].data)
             np.testing.assert_array_equal(mine, want.per_rank[r][name], err_msg=f"{name}@{r}")
-            assert results[r][name] is tensors[r][name], name
+            assert result[name] is tensors[r][name], name
 
 
 def test_the_default_convention_gathers_sliced_state_on_the_device():
@@ -699,7 +709,6 @@ def test_the_default_convention_gathers_sliced_state_on_the_device():
     sliced by fuse(rs-c-ag), are passed whole (m a DLPack tensor on the GPU, v a NumPy array)
     over 1001 elements on 2 ranks (uneven pieces); each rank's piece is bound, and after the
     step the updated pieces are all-gathered back on the device into the caller's arrays."""
-    from coconet.compile import CompiledProgram
     from coconet.convention import written_changes
 
     text = (EXAMPLES / "adam.mlir").read_text().replace("4096", "1001")
@@ -714,45 +723,24 @@ def test_the_default_convention_gathers_sliced_state_on_the_device():
     )
     inputs = sim.prepare_inputs(written, None, plan.grid_shape, seed=3)
     want = sim.run(written, {k: v.copy() for k, v in inputs.items()}, ranks=ranks, inplace=False)
-    world, cid = FakeWorld(), uuid.uuid4().hex
     given: list[dict[str, Any]] = [{} for _ in range(ranks)]
-    results: list[Any] = [None] * ranks
-    bound: list[set[str]] = [set() for _ in range(ranks)]
-    errors: list[BaseException] = []
 
-    def rank_main(r: int) -> None:
-        try:
-            device = StrictDevice(world, bus=f"0000:{r + 1:02x}:00.0", device_id=r)
-            comm = FakeComm(world, cid, list(range(ranks)), r)
-            backend = CudaBackend(device, comm, mpi=FakeMPI)
-            runner = PlanRunner(plan, r, backend)
-            runner.setup()
-            compiled = CompiledProgram(program, plan, runner, "cuda", comm)
-            assert set(compiled.resliced) == {"m", "v"}
-            assert compiled.input_shapes()["m"][0] == (1001,)
-            coords = V.coords_of(r, plan.grid_shape)
-            for name, t in [(a.name, a.type) for a in written.arguments]:
-                value = np.asarray(V.piece_of(inputs[name], t, coords, plan.grid_shape))
-                if name == "m":
-                    value = FakeTensor(device.user_array(value), device_index=r)
-                given[r][name] = value
-            results[r] = compiled(**given[r])
-            bound[r] = set(runner.bound)
-            runner.close()
-        except BaseException as e:
-            errors.append(e)
+    def call(r: int, device: Any, compiled: Any) -> Any:
+        assert set(compiled.resliced) == {"m", "v"}
+        assert compiled.input_shapes()["m"][0] == (1001,)
+        coords = V.coords_of(r, plan.grid_shape)
+        for name, t in [(a.name, a.type) for a in written.arguments]:
+            value = np.asarray(V.piece_of(inputs[name], t, coords, plan.grid_shape))
+            if name == "m":
+                value = FakeTensor(device.user_array(value), device_index=r)
+            given[r][name] = value
+        return compiled(**given[r])
 
-    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(ranks)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    if errors:
-        raise errors[0]
-    for r in range(ranks):
-        assert "m" in bound[r]  # this rank's piece of the caller's tensor, zero copy
+    ranks_out = _compiled_on_fake_gpus(program, plan, ranks, call)
+    for r, (result, bound) in enumerate(ranks_out):
+        assert "m" in bound  # this rank's piece of the caller's tensor, zero copy
         for name in ("w", "m", "v"):
-            assert results[r][name] is given[r][name], name
+            assert result[name] is given[r][name], name
             mine = given[r][name]
             mine = np.asarray(mine.data) if name == "m" else mine
             np.testing.assert_array_equal(mine, want.outputs[name], err_msg=f"{name}@{r}")
