@@ -887,11 +887,14 @@ COCO_HD T coco_from_f32(float f) {
 // ---- math (float and double overloads; same operation order on both targets) ----
 // The device side of core/elementwise.py: each function overloaded for the compute types
 // (float, double, coco_i64), so the generator emits one name per op.
-// NumPy semantics for max/min: a NaN operand wins.
-COCO_HD float coco_max(float a, float b) { return a != a ? a : (b != b ? b : (a > b ? a : b)); }
-COCO_HD float coco_min(float a, float b) { return a != a ? a : (b != b ? b : (a < b ? a : b)); }
-COCO_HD double coco_max(double a, double b) { return a != a ? a : (b != b ? b : (a > b ? a : b)); }
-COCO_HD double coco_min(double a, double b) { return a != a ? a : (b != b ? b : (a < b ? a : b)); }
+// NumPy semantics for max/min: a NaN operand wins (`a` when both are). One select: where `a`
+// is not NaN and does not win the comparison, `b` is the answer whether or not it is a NaN
+// (a comparison with a NaN is false) -- a reduction's loop-carried chain is one compare-and-
+// blend per element, not three selects.
+COCO_HD float coco_max(float a, float b) { return (a > b || a != a) ? a : b; }
+COCO_HD float coco_min(float a, float b) { return (a < b || a != a) ? a : b; }
+COCO_HD double coco_max(double a, double b) { return (a > b || a != a) ? a : b; }
+COCO_HD double coco_min(double a, double b) { return (a < b || a != a) ? a : b; }
 COCO_HD coco_i64 coco_max(coco_i64 a, coco_i64 b) { return a > b ? a : b; }
 COCO_HD coco_i64 coco_min(coco_i64 a, coco_i64 b) { return a < b ? a : b; }
 // |x| beyond `limit` (an infinity included) becomes +-limit; NaN stays NaN (coco.quantize).
