@@ -277,6 +277,9 @@ class _Segment:
     state: dict[str, torch.Tensor] = field(default_factory=dict)  # m, v or buf: pieces
     # masked steps: a keep mask and per-element bias corrections over the whole segment
     masks: dict[str, torch.Tensor] = field(default_factory=dict)
+    # overlap with clipping: the gradients summed over the ranks (replicated), which backward's
+    # bucket programs write and step()'s program reads
+    reduced: torch.Tensor | None = None
 
 
 class _Marks:
@@ -300,9 +303,17 @@ _FROZEN_GRADIENT = (
     "the optimizer again after unfreezing it (or add it with add_param_group)"
 )
 _OVERLAP_CLIP = (
-    "overlap=True with gradient clipping: the clipping factor needs the norm of every reduced "
-    "gradient, but an overlapped bucket is updated during backward, before the last gradients "
-    "exist. Clip without overlap (max_grad_norm= or opt.clip_grad_norm_ with overlap=False)"
+    "opt.clip_grad_norm_ with overlap=True but no max_grad_norm= at construction: by the time "
+    "it is called, backward has launched buckets that reduce and update their parameters "
+    "unclipped. Pass max_grad_norm= to the constructor (the buckets then only reduce their "
+    "gradients in backward; the norm, the clipping and the update run in step(), and "
+    "opt.clip_grad_norm_(max_norm) sets that step's max_norm), or use overlap=False"
+)
+_OVERLAP_TORCH_CLIP = (
+    "torch.nn.utils.clip_grad_norm_ on the parameters of an overlap=True optimizer: it would "
+    "clip LOCAL gradients that the buckets launched in backward have already taken. Clip the "
+    "averaged gradients in the step: max_grad_norm= at construction (and opt.clip_grad_norm_ "
+    "between backward and step(), for the norm)"
 )
 
 
@@ -352,8 +363,6 @@ class CoconetOptimizer(torch.optim.Optimizer):
             raise CocoError(f"max_grad_norm={max_grad_norm}: a positive number (or None)")
         if not float(bucket_cap_mb) > 0:
             raise CocoError(f"bucket_cap_mb={bucket_cap_mb}: a positive number of MiB")
-        if overlap and max_grad_norm is not None:
-            raise CocoError(_OVERLAP_CLIP)
         self.overlap = bool(overlap)
         self._bucket_bytes = float(bucket_cap_mb) * 2**20
         self._ready = False
@@ -363,6 +372,9 @@ class CoconetOptimizer(torch.optim.Optimizer):
         self._uid = next(_BUILT)  # the same on every rank: they build their optimizers alike
         self._meetings = 0
         self.max_grad_norm = None if max_grad_norm is None else float(max_grad_norm)
+        # overlap with clipping: backward's bucket programs only reduce (into each segment's
+        # `reduced`), and step() runs the norm, the clipping and the update
+        self._reduce_only = bool(overlap) and self.max_grad_norm is not None
         self.world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
         self.rank = dist.get_rank() if self.world > 1 else 0
         self.segments: list[_Segment] = []
@@ -556,7 +568,13 @@ class CoconetOptimizer(torch.optim.Optimizer):
                 self._hooks.append(p.register_post_accumulate_grad_hook(self._marks.hook(slot)))
                 if self.overlap:  # (after the mark: the bucket counts a marked parameter)
                     self._hooks.append(p.register_post_accumulate_grad_hook(_arrival(self, slot)))
-        return _Segment(k, dtype, params, slots, offsets, padded, flat_param, flat_grad)
+        segment = _Segment(k, dtype, params, slots, offsets, padded, flat_param, flat_grad)
+        if self._reduce_only:
+            # (a buffer of its own, not the gradient's: the IR keeps a tensor's layout, so a
+            # local gradient cannot be stored a replicated sum; and `.grad` stays local, as
+            # without overlap)
+            segment.reduced = torch.zeros(padded, dtype=dtype, device=self.device)
+        return segment
 
     # -- gradients ---------------------------------------------------------------------------
 
@@ -750,7 +768,7 @@ class CoconetOptimizer(torch.optim.Optimizer):
 
     def _warn_local_clipping(self, ids: set[int]) -> None:
         if self.overlap and any(i in self._slot_of for i in ids):
-            raise CocoError(f"torch.nn.utils.clip_grad_norm_ on its parameters: {_OVERLAP_CLIP}")
+            raise CocoError(_OVERLAP_TORCH_CLIP)
         if self.world > 1 and any(i in self._slot_of for i in ids):
             self._warn_once(
                 "clip",
@@ -774,7 +792,7 @@ class CoconetOptimizer(torch.optim.Optimizer):
         parameter's reduced gradient, and every gradient scaled by min(1, max_norm / (norm +
         1e-6)). Returns the total norm as a 0-d tensor that holds NaN until that `step()`
         computes it (then also `opt.last_grad_norm`). `foreach` is ignored."""
-        if self.overlap:
+        if self.overlap and not self._reduce_only:
             raise CocoError(_OVERLAP_CLIP)
         if float(norm_type) != 2.0:
             raise CocoError(f"norm_type={norm_type}: coconet clips by the 2-norm only")
@@ -793,17 +811,24 @@ class CoconetOptimizer(torch.optim.Optimizer):
 
     @property
     def compiled(self) -> Any:
-        """The program of the common step (every parameter has a gradient)."""
-        return self._program(self._key(False, self.max_grad_norm is not None))
+        """The program of the common step (every parameter has a gradient; overlap with
+        clipping: the step after backward's reductions)."""
+        form = "reduced" if self._reduce_only else "step"
+        return self._program(self._key(False, self.max_grad_norm is not None, form=form))
 
     @property
     def buckets(self) -> list[_Segment]:
         """The segments (the name of earlier versions)."""
         return self.segments
 
-    def _key(self, masked: bool, clip: bool, bucket: int | None = None) -> tuple[Any, ...]:
-        """A variant of the step: over every segment (`bucket` None) or one bucket's."""
-        return (masked, clip, tuple(self.group_key(g) for g in self.param_groups), bucket)
+    def _key(
+        self, masked: bool, clip: bool, bucket: int | None = None, form: str = "step"
+    ) -> tuple[Any, ...]:
+        """A variant of the step: over every segment (`bucket` None) or one bucket's; `form`
+        "step" (reduce and update), "reduce" (overlap with clipping: a bucket's reduction
+        only) or "reduced" (the update reading the reduced gradients, after those)."""
+        keys = tuple(self.group_key(g) for g in self.param_groups)
+        return (masked, clip, keys, bucket, form)
 
     def _recompile(self) -> None:
         """Drops every compiled variant (the segments changed) and compiles the common one."""
@@ -814,7 +839,13 @@ class CoconetOptimizer(torch.optim.Optimizer):
         for i, s in enumerate(self.segments):
             self._inputs[f"g{i}"] = _handed_over(s.flat_grad)
             self._inputs[f"w{i}"] = _handed_over(s.flat_param)
-        if self.overlap:  # every bucket's common variant, before any backward launches one
+            if s.reduced is not None:
+                self._inputs[f"r{i}"] = _handed_over(s.reduced)
+        if self._reduce_only:  # every bucket's reduction, and the step after them
+            for b in range(len(self._buckets)):
+                self._program(self._key(False, False, b, "reduce"))
+            self._program(self._key(False, True, None, "reduced"))
+        elif self.overlap:  # every bucket's common variant, before any backward launches one
             for b in range(len(self._buckets)):
                 self._program(self._key(False, False, b))
         else:
@@ -827,25 +858,30 @@ class CoconetOptimizer(torch.optim.Optimizer):
         import coconet
         from coconet.compiled import CompiledProgram
 
-        masked, clip, keys, bucket = key
+        masked, clip, keys, bucket, form = key
         chosen = range(len(self.segments)) if bucket is None else self._buckets[bucket]
-        program = self.build_program(masked, clip, keys, list(chosen))
+        if form == "reduce":
+            program = self.build_reduction(list(chosen))
+        else:
+            program = self.build_program(masked, clip, keys, list(chosen), form == "reduced")
         compiled = coconet.compile(
             program,
-            schedule=self._concrete,
+            # Overlap with clipping: a library all_reduce per bucket, and a step with no
+            # collective left for a schedule to split or fuse (the state stays replicated)
+            schedule=self._concrete if form == "step" else None,
             backend=self.backend,
             schedule_space="named",
             step_timeout=self.step_timeout or 0,
             # the state lives as each rank's piece (ZeRO's sliced m and v), bound zero-copy
             pieces=True,
         )
-        if self._concrete == "auto":
+        if self._concrete == "auto" and form == "step":
             # every variant after the first takes its schedule: one layout of the state
             name = (compiled.autotune or {}).get("name", "as-written")
             self._concrete = None if name == "as-written" else name
         assert isinstance(compiled, CompiledProgram)  # the cpu or cuda backend (never sim)
         shapes = compiled.input_shapes()
-        for i in chosen:
+        for i in chosen if form != "reduce" else ():  # (a reduction holds no state)
             s = self.segments[i]
             for name in self.state_names:
                 shape = shapes[f"{name}{i}"][0]
@@ -862,14 +898,44 @@ class CoconetOptimizer(torch.optim.Optimizer):
         self._programs[key] = compiled
         return compiled
 
+    def build_reduction(self, chosen: list[int]) -> Any:
+        """Overlap with clipping: a bucket's program in backward, the sum over the ranks of
+        the local gradients of the segments `chosen` stored into their `reduced` buffers
+        (`r<i>`, replicated), in the gradients' element type as the step's all_reduce
+        computes it (bf16 rounded once), before any cast or scaling."""
+        from coconet import frontend
+        from coconet.frontend import BF16, F32, AllReduce, Local, Replicated, Tensor, Update
+
+        params: list[tuple[str, Any]] = []
+        for i in chosen:
+            s = self.segments[i]
+            elt = BF16 if s.dtype == torch.bfloat16 else F32
+            params += [(f"g{i}", Tensor(elt, [s.numel], Local))]
+            params += [(f"r{i}", Tensor(elt, [s.numel], Replicated))]
+        names = [n for n, _t in params]
+
+        def reduce(*args: Any) -> None:
+            a = dict(zip(names, args, strict=True))
+            for i in chosen:
+                Update(a[f"r{i}"], AllReduce("+", a[f"g{i}"]).named(f"gsum{i}"))
+
+        reduce.__signature__ = _signature(params)  # type: ignore[attr-defined]
+        return frontend.program(grid=[None], name=f"{self.algorithm or 'step'}_reduce")(reduce)
+
     def build_program(
-        self, masked: bool, clip: bool, keys: tuple[Any, ...], chosen: list[int] | None = None
+        self,
+        masked: bool,
+        clip: bool,
+        keys: tuple[Any, ...],
+        chosen: list[int] | None = None,
+        reduced: bool = False,
     ) -> Any:
         """The step over the segments `chosen` (None: every one; the arguments keep each
         segment's index in the optimizer): per segment the sum of the local gradients over the
-        ranks, scaled to their mean; with `clip`, the global norm of those means and each
-        scaled by min(1, max_norm / (norm + 1e-6)) (the norm is the program's result); then
-        the algorithm's update (`rule`), under `masked` kept only where the keep mask is set."""
+        ranks (`reduced`: the sum `build_reduction` stored, read as the argument `r<i>`),
+        scaled to their mean; with `clip`, the global norm of those means and each scaled by
+        min(1, max_norm / (norm + 1e-6)) (the norm is the program's result); then the
+        algorithm's update (`rule`), under `masked` kept only where the keep mask is set."""
         from coconet import frontend
         from coconet.frontend import (
             BF16,
@@ -895,7 +961,12 @@ class CoconetOptimizer(torch.optim.Optimizer):
         for i, s in segs:
             elt = BF16 if s.dtype == torch.bfloat16 else F32
             n = s.numel
-            params += [(f"g{i}", Tensor(elt, [n], Local)), (f"w{i}", Tensor(elt, [n], Replicated))]
+            grad = (
+                (f"r{i}", Tensor(elt, [n], Replicated))
+                if reduced
+                else (f"g{i}", Tensor(elt, [n], Local))
+            )
+            params += [grad, (f"w{i}", Tensor(elt, [n], Replicated))]
             params += [(f"{name}{i}", Tensor(F32, [n], Replicated)) for name in self.state_names]
             if masked:
                 keep = Scalar(F32) if self.per_tensor else Tensor(F32, [n], Replicated)
@@ -928,7 +999,8 @@ class CoconetOptimizer(torch.optim.Optimizer):
             a = dict(zip(names, args, strict=True))
             grads = {}
             for i, s in segs:
-                gsum = AllReduce("+", a[f"g{i}"]).named(f"gsum{i}")
+                # (the same ops after the sum, in the same order: the same step bit for bit)
+                gsum = a[f"r{i}"] if reduced else AllReduce("+", a[f"g{i}"]).named(f"gsum{i}")
                 if s.dtype == torch.bfloat16:
                     gsum = Cast(F32, gsum).named(f"gsumf{i}")
                 grads[i] = (gsum * a["gscale"]).named(f"gavg{i}")
@@ -993,10 +1065,22 @@ class CoconetOptimizer(torch.optim.Optimizer):
         norm_out = self._norm_next
         self._clip_next = self._norm_next = None
         if self.overlap:
-            return self._overlapped_step(loss)
+            return self._overlapped_step(loss, clip, norm_out)
         have, frozen, _ = self._agree(*self._local_gradients())
         if frozen:
             raise CocoError(_FROZEN_GRADIENT)
+        return self._update(loss, have, clip, norm_out, "step")
+
+    def _update(
+        self,
+        loss: Any,
+        have: list[int],
+        clip: float | None,
+        norm_out: torch.Tensor | None,
+        form: str,
+    ) -> Any:
+        """The program over every segment for the agreed marks `have` (`form`: the step, or
+        the step after backward's reductions), the norm into `norm_out` where it clips."""
         if norm_out is None and clip is not None:
             norm_out = torch.full((), math.nan, dtype=torch.float32, device=self.device)
         if not any(have):
@@ -1009,7 +1093,7 @@ class CoconetOptimizer(torch.optim.Optimizer):
         self._version += 1
         every = list(range(len(self.segments)))
         masked = self._masked(every, have, self._steps)
-        compiled = self._program(self._key(masked, clip is not None))
+        compiled = self._program(self._key(masked, clip is not None, None, form))
         inputs = self._inputs_for(compiled, every, masked, have, self._steps, clip)
         out = self._run(compiled, inputs)
         if norm_out is not None:
@@ -1091,8 +1175,11 @@ class CoconetOptimizer(torch.optim.Optimizer):
         variants a launch needs compile there too (compiling is collective over the programs'
         communicator, which only the worker uses while buckets are in flight)."""
         chosen = self._buckets[b]
-        masked = self._masked(chosen, have, steps)
-        key = self._key(masked, False, b)
+        if self._reduce_only:  # (no update: nothing masked)
+            masked, key = False, self._key(False, False, b, "reduce")
+        else:
+            masked = self._masked(chosen, have, steps)
+            key = self._key(masked, False, b)
         ready = None
         if self._side is not None:  # the gradients' producer (backward's stream) first
             ready = torch.cuda.Event()
@@ -1111,22 +1198,30 @@ class CoconetOptimizer(torch.optim.Optimizer):
         steps: list[int],
         ready: Any,
     ) -> None:
-        if ready is None:
+        def run() -> None:
             compiled = self._program(key)
-            self._run(compiled, self._inputs_for(compiled, chosen, masked, have, steps, None))
+            if key[4] == "reduce":  # the gradients and their sums, nothing else
+                args = compiled.plan.arguments
+                inputs = {n: v for n, v in self._inputs.items() if n in args}
+            else:
+                inputs = self._inputs_for(compiled, chosen, masked, have, steps, None)
+            self._run(compiled, inputs)
+
+        if ready is None:
+            run()
             return
         # cuda: the side stream waits for the gradients, and the DLPack hand-over orders the
         # program's streams after it (PyTorch's current stream of this thread)
         with torch.cuda.device(self.device), torch.cuda.stream(self._side):
             self._side.wait_event(ready)
-            compiled = self._program(key)
-            self._run(compiled, self._inputs_for(compiled, chosen, masked, have, steps, None))
+            run()
 
-    def _overlapped_step(self, loss: Any) -> Any:
+    def _overlapped_step(self, loss: Any, clip: float | None, norm_out: torch.Tensor | None) -> Any:
         """step() with overlap=True: the ranks agree on the marks and on which buckets some
         rank launched in backward; each rank launches, in the launch order, every bucket it
         has not (those launched elsewhere first: the same variant, every parameter having a
-        gradient there), waits for all of them, and is ready for the next backward."""
+        gradient there), waits for all of them, and is ready for the next backward. With
+        clipping the buckets only reduced: then the step over every segment runs."""
         nb = len(self._buckets)
         with self._overlap_lock:
             here = list(self._launched)
@@ -1150,13 +1245,23 @@ class CoconetOptimizer(torch.optim.Optimizer):
             anywhere = extra[:nb]
             if frozen:  # finish what some rank began (the replicas stay alike), then refuse
                 have = [int(anywhere[self._bucket_of[j]] and have[j]) for j in range(len(have))]
-            for slot, got in enumerate(have):
-                self._steps[slot] += got
-            if any(have):
-                self._version += 1
+            if not self._reduce_only:  # (else counted by the step after the reductions)
+                for slot, got in enumerate(have):
+                    self._steps[slot] += got
+                if any(have):
+                    self._version += 1
             steps = list(self._steps)
             for b in order:
-                if here[b] or not any(have[j] for j in self._bucket_slots[b]):
+                if here[b]:
+                    continue
+                if not any(have[j] for j in self._bucket_slots[b]):
+                    if self._reduce_only:
+                        # zero on every rank (no rank gave it a gradient), so is its sum; the
+                        # step reads it (the norm) and must not find the last step's
+                        for i in self._buckets[b]:
+                            reduced = self.segments[i].reduced
+                            assert reduced is not None
+                            reduced.zero_()
                     continue
                 with self._overlap_lock:
                     self._submit(b, have, steps)
@@ -1164,6 +1269,8 @@ class CoconetOptimizer(torch.optim.Optimizer):
             self._drain()
         if frozen:
             raise CocoError(_FROZEN_GRADIENT)
+        if self._reduce_only:
+            return self._update(loss, have, clip, norm_out, "reduced")
         return loss
 
     def _drain(self) -> None:

@@ -3,7 +3,9 @@
 overlap=True and overlap=False must leave every parameter bit for bit the same, through an
 accumulation step (no_sync), a layer unused on one rank, a layer unused on every rank (the
 masked variant, and Adam's step counts uneven in a bucket after it) and gradients that
-backward put in tensors of their own (the module's zero_grad)."""
+backward put in tensors of their own (the module's zero_grad); and so must the same training
+clipped (max_grad_norm=, and opt.clip_grad_norm_ between a backward and its step: the buckets
+only reduce in backward), with the same norms."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import coconet.torch as ct
 # gain: four buckets
 CAP_MB = 1536 / 2**20
 STEPS = 7
+MAX_NORM = 0.2  # below most steps' norm: clipping acts
 
 
 class Net(nn.Module):
@@ -38,16 +41,21 @@ class Net(nn.Module):
         return self.out(h)
 
 
-def train(overlap: bool, rank: int, world: int) -> tuple[Net, list[int]]:
-    """STEPS steps of AdamW (two groups) on this rank's shard; returns the model and, per
-    backward, how many buckets had been launched when the first layer's weight gradient
-    arrived (overlap: during backward)."""
+def train(
+    overlap: bool, rank: int, world: int, clip: bool = False
+) -> tuple[Net, list[int], list[float]]:
+    """STEPS steps of AdamW (two groups) on this rank's shard, `clip`ped at MAX_NORM (and at
+    half of it on step 5, by opt.clip_grad_norm_); returns the model, per backward how many
+    buckets had been launched when the first layer's weight gradient arrived (overlap: during
+    backward), and each step's gradient norm (clip)."""
     model = Net()
     decay = [p for p in model.parameters() if p.dim() >= 2]
     other = [p for p in model.parameters() if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}]
-    opt = ct.AdamW(groups, lr=0.01, overlap=overlap, bucket_cap_mb=CAP_MB)
+    clipping = {"max_grad_norm": MAX_NORM} if clip else {}
+    opt = ct.AdamW(groups, lr=0.01, overlap=overlap, bucket_cap_mb=CAP_MB, **clipping)
     launched: list[int] = []
+    norms: list[float] = []
     # registered after the optimizer's hooks: runs after them for this parameter
     model.inp.weight.register_post_accumulate_grad_hook(
         lambda _p: launched.append(sum(opt._launched))  # pyright: ignore[reportPrivateUsage]
@@ -66,21 +74,31 @@ def train(overlap: bool, rank: int, world: int) -> tuple[Net, list[int]]:
             model.zero_grad(set_to_none=True)
         # step 3: `mid` unused on the last rank only; step 4: on every rank
         backward(skip_mid=(step == 3 and rank == world - 1) or step == 4)
+        norm = opt.clip_grad_norm_(MAX_NORM / 2) if clip and step == 5 else None
         opt.step()
+        if clip:
+            assert opt.last_grad_norm is not None
+            assert norm is None or norm is opt.last_grad_norm
+            norms.append(float(opt.last_grad_norm))
         opt.zero_grad()
-    return model, launched
+    return model, launched, norms
 
 
 def compare(rank: int = 0, world: int = 1) -> dict:
-    ref, _ = train(False, rank, world)
-    mine, launched = train(True, rank, world)
-    pairs = zip(ref.parameters(), mine.parameters(), strict=True)
-    return {
-        "equal": [torch.equal(a, b) for a, b in pairs],
-        "launched": launched,
-        "sum": sum(float(p.detach().double().sum()) for p in mine.parameters()),
-        "mid_moved": not torch.equal(Net().mid.weight, mine.mid.weight),
-    }
+    out: dict = {}
+    for clip in (False, True):
+        ref, _, ref_norms = train(False, rank, world, clip)
+        mine, launched, norms = train(True, rank, world, clip)
+        pairs = zip(ref.parameters(), mine.parameters(), strict=True)
+        out["clipped" if clip else "unclipped"] = {
+            "equal": [torch.equal(a, b) for a, b in pairs],
+            "launched": launched,
+            "sum": sum(float(p.detach().double().sum()) for p in mine.parameters()),
+            "mid_moved": not torch.equal(Net().mid.weight, mine.mid.weight),
+            "norms": norms,
+            "ref_norms": ref_norms,
+        }
+    return out
 
 
 if __name__ == "__main__":
