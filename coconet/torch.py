@@ -93,11 +93,36 @@ do); what is done to `.grad` after backward (GradScaler's `unscale_`, hand scali
 reach a launched bucket; `zero_grad()`, `state_dict()` and friends between a backward and its
 `step()` are refused (buckets are in flight); a second backward into a launched bucket is
 refused -- accumulate micro-batches inside `with opt.no_sync():` (backward there launches
-nothing; `no_sync()` is accepted without overlap too, and changes nothing there). Clipping
-needs the norm of every reduced gradient before any update, so `overlap=True` with
-`max_grad_norm`, `opt.clip_grad_norm_` or `torch.nn.utils.clip_grad_norm_` on its parameters
-is refused (a CocoError), not silently applied late. Use it without DDP (DDP's own bucket
-copies would race with the worker): coconet reduces the gradients itself.
+nothing; `no_sync()` is accepted without overlap too, and changes nothing there). Use it
+without DDP (DDP's own bucket copies would race with the worker): coconet reduces the
+gradients itself.
+
+Overlap with clipping. Clipping needs the norm of every reduced gradient before any update,
+so with `max_grad_norm=` (given at construction) a bucket's program in backward is its
+REDUCTION only: per segment a library all_reduce of the local gradients into a replicated
+buffer of the optimizer's own (the sum, in the gradients' element type: bf16 rounded once,
+as the step's all_reduce computes it before its cast and scaling; `.grad` keeps the local
+gradients, as without overlap). `step()` then reduces the buckets no rank launched (in the
+launch order; a bucket no rank gave a gradient is zero everywhere, so is its sum) and runs
+ONE program over every segment: `build_program` with each all_reduce replaced by the reduced
+gradient it reads -- the same cast, scaling, norm, clipping and update ops in the same order,
+the keep masks of parameters without a gradient as without overlap. On 2 ranks that is the
+clipped step without overlap bit for bit, and `opt.clip_grad_norm_` returns the same norm
+(tested; a sum of two values does not depend on its order); on more ranks the library's
+all_reduce may sum in another order than the fused kernel, so equality there is to rounding.
+`opt.clip_grad_norm_(max_norm)` (between backward and step, for the norm it returns) sets
+that step's max_norm; `max_grad_norm=math.inf` computes the norm without clipping. Without
+`max_grad_norm=` it is refused (a CocoError): backward has already launched buckets that
+update unclipped by the time it is called, and a clipping that held on some steps (the first,
+which launches nothing) and not on others would surprise more. `torch.nn.utils.clip_grad_norm_`
+on an overlapped optimizer's parameters is refused either way (it clips local gradients the
+buckets have already taken). What overlap buys shrinks with clipping (the update waits for
+step()), and the schedule does not apply to these programs: the step after the reductions
+holds no collective for `rs-c-ag` to split or `fuse(...)` to fuse, so the state stays
+replicated (every rank updates every parameter). Keeping ZeRO-1's sliced state would need a
+reduce_scatter in backward and a step program over the slices that all-gathers the
+parameters, with the norm's partial sums combined as the fused kernel combines them to stay
+bit for bit: not done.
 
 With DDP: let coconet do the reduction -- register `local_gradients_hook` as DDP's
 communication hook (DDP then only buckets, no all-reduce), or use `no_sync()`. Build the
@@ -149,6 +174,10 @@ SCHEDULES = ("ar-c", "rs-c-ag", "fuse(rs-c-ag)", "fuse(ar-c)")
 
 # Flat buffers are padded to a multiple of ranks x this many elements (16-byte vectors).
 ALIGN = 4
+
+# Overlap with clipping: the step after the reductions has no all_reduce for a named schedule;
+# what ar-c does to its computation (elementwise chains fused into kernels) is this pass.
+FUSE_ELEMENTWISE = "coco-fuse{mode=elementwise}"
 
 # How many first steps look for gradients already reduced by someone else (DDP's own hook).
 DDP_CHECK_STEPS = 3
@@ -867,8 +896,9 @@ class CoconetOptimizer(torch.optim.Optimizer):
         compiled = coconet.compile(
             program,
             # Overlap with clipping: a library all_reduce per bucket, and a step with no
-            # collective left for a schedule to split or fuse (the state stays replicated)
-            schedule=self._concrete if form == "step" else None,
+            # collective left for a schedule to split (the state stays replicated) whose
+            # elementwise chains are fused into kernels, as ar-c fuses them
+            schedule={"step": self._concrete, "reduce": None, "reduced": FUSE_ELEMENTWISE}[form],
             backend=self.backend,
             schedule_space="named",
             step_timeout=self.step_timeout or 0,
