@@ -146,18 +146,21 @@ def _predict_overlap(args: argparse.Namespace, schedule: str) -> None:
     def priced(program: object, schedule: str | None) -> float:
         return predict(lower(apply_schedule(program, schedule), ranks), profile).seconds
 
-    def seconds(chosen: list[int] | None) -> float:
-        """The program of bucket `chosen` in backward (None: the step without overlap)."""
-        if chosen is not None and clip:  # (as coconet.torch compiles it: as written)
-            return priced(opt.build_reduction(chosen), None)
+    buckets = opt._bucket_ranges  # pyright: ignore[reportPrivateUsage]
+
+    def seconds(b: int | None) -> float:
+        """Bucket b's program in backward (None: the step without overlap), as coconet.torch
+        compiles it."""
+        if b is not None and clip:  # the reduction of its ranges
+            return priced(opt.build_reduction(buckets[b]), schedule)
+        chosen = None if b is None else sorted({i for i, _b, _e in buckets[b]})
         return priced(opt.build_program(False, clip, keys, chosen), schedule)
 
-    # clipped: the norm, clipping and update after the reductions, as written
-    after = (
-        priced(opt.build_program(False, True, keys, None, True), ct.FUSE_ELEMENTWISE)
-        if clip
-        else 0.0
-    )
+    after = 0.0  # clipped: the norm, clipping and update after the reductions
+    if clip:
+        sliced = opt._sliced_step  # pyright: ignore[reportPrivateUsage]
+        program = opt.build_program(False, True, keys, None, True, sliced)
+        after = priced(program, ct.FUSE_ELEMENTWISE)
 
     # a GPU's backward: per token of its share of the batch, 2x the forward's 2 FLOPs per
     # matmul weight plus attention's 2 x 2 x seq x dim per block
@@ -168,15 +171,16 @@ def _predict_overlap(args: argparse.Namespace, schedule: str) -> None:
     position = {id(p): k for k, (_m, p) in enumerate(named)}
     total = len(named)
     ready = []  # when backward has reached a bucket's first parameter
-    buckets = opt._buckets  # pyright: ignore[reportPrivateUsage]
-    for b, chosen in enumerate(buckets):
-        first = min(position[id(p)] for i in chosen for p in opt.segments[i].params)
+    slots = opt._bucket_slots  # pyright: ignore[reportPrivateUsage]
+    params = opt._params  # pyright: ignore[reportPrivateUsage]
+    for b in range(len(buckets)):
+        first = min(position[id(params[j])] for j in slots[b])
         ready.append((backward * (total - first) / total, b))
     end = 0.0
     for at, b in sorted(ready):
-        end = max(at, end) + seconds(buckets[b])
+        end = max(at, end) + seconds(b)
     whole = seconds(None)
-    busy = sum(seconds(c) for c in buckets)
+    busy = sum(seconds(b) for b in range(len(buckets)))
     exposed = max(0.0, end - backward) + after
     what = f"reductions, then a {after * 1e6:.1f} us step" if clip else "programs"
     print(

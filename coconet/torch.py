@@ -116,10 +116,12 @@ that step's max_norm; `max_grad_norm=math.inf` computes the norm without clippin
 update unclipped by the time it is called, and a clipping that held on some steps (the first,
 which launches nothing) and not on others would surprise more. `torch.nn.utils.clip_grad_norm_`
 on an overlapped optimizer's parameters is refused either way (it clips local gradients the
-buckets have already taken). What overlap buys shrinks with clipping (the update waits for
-step()), and the schedule does not apply to these programs: the step after the reductions
-holds no collective for `rs-c-ag` to split or `fuse(...)` to fuse, so the state stays
-replicated (every rank updates every parameter). Keeping ZeRO-1's sliced state would need a
+buckets have already taken). What overlap buys shrinks with clipping (only the reductions
+overlap backward; the update waits for step()), and `schedule=` does not apply to these
+programs: the reductions are library all_reduces as written, and the step after them holds
+no collective for `rs-c-ag` to split or `fuse(...)` to fuse -- its elementwise chains are
+fused into kernels as `ar-c` fuses them (`FUSE_ELEMENTWISE`), and the state stays replicated
+(every rank updates every parameter). Keeping ZeRO-1's sliced state would need a
 reduce_scatter in backward and a step program over the slices that all-gathers the
 parameters, with the norm's partial sums combined as the fused kernel combines them to stay
 bit for bit: not done.
@@ -404,6 +406,13 @@ class CoconetOptimizer(torch.optim.Optimizer):
         # overlap with clipping: backward's bucket programs only reduce (into each segment's
         # `reduced`), and step() runs the norm, the clipping and the update
         self._reduce_only = bool(overlap) and self.max_grad_norm is not None
+        # ... and that step written as rs-c-ag schedules it (sliced state), to round as the
+        # step without overlap under the schedules that slice it (LAMB's per-tensor norms: no)
+        self._sliced_step = (
+            self._reduce_only
+            and not self.per_tensor
+            and schedule in ("rs-c-ag", "fuse(rs-c-ag)", "auto")
+        )
         self.world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
         self.rank = dist.get_rank() if self.world > 1 else 0
         self.segments: list[_Segment] = []
@@ -429,6 +438,10 @@ class CoconetOptimizer(torch.optim.Optimizer):
         # overlap=True: buckets (runs of segments), what backward has completed of them, and
         # the programs launched on the worker (see "Overlap with backward")
         self._buckets: list[list[int]] = []  # segment indices
+        # what each bucket's program reads: (segment, begin, end) element ranges (a whole
+        # segment, but for overlap with clipping: a run of a segment's parameters)
+        self._bucket_ranges: list[list[tuple[int, int, int]]] = []
+        self._range_inputs: dict[int, dict[str, Any]] = {}  # by bucket: reductions' buffers
         self._bucket_slots: list[list[int]] = []  # the slots of each bucket's parameters
         self._bucket_of: list[int] = []  # by slot
         self._order: list[int] | None = None  # launch order, agreed at the first step
@@ -523,34 +536,64 @@ class CoconetOptimizer(torch.optim.Optimizer):
         for dtype, ps in by_dtype.items():
             if self.per_tensor:
                 parts = [[p] for p in ps]
-            elif self.overlap:
+            elif self.overlap and not self._reduce_only:
                 parts = self._chunks(ps, dtype)
             else:
+                # (with clipping, the segments the step without overlap has: the norm sums the
+                # squares of each in one reduction, so they must be the same to round the same)
                 parts = [ps]
             first = len(self.segments)
             for part in parts:
                 self.segments.append(self._flatten(k, dtype, part))
-            if self.overlap:
+            if not self.overlap:
+                continue
+            if self._reduce_only and not self.per_tensor:
+                # a bucket: a run of the segment's parameters to the cap (the last one to the
+                # segment's end: its padding is zero on every rank, so is its sum)
+                s = self.segments[first]
+                runs = self._chunks(list(range(len(s.params))), dtype, params_of=s)
+                ranges = []
+                for r, run in enumerate(runs):
+                    begin = s.offsets[run[0]]
+                    last = run[-1]
+                    end = (
+                        s.numel if r == len(runs) - 1 else s.offsets[last] + s.params[last].numel()
+                    )
+                    ranges.append([(first, begin, end)])
+                slots = [[s.slots[j] for j in run] for run in runs]
+            else:
                 # a bucket: one segment, or (LAMB) consecutive one-tensor segments to the cap
                 runs = self._chunks(list(range(first, len(self.segments))), dtype, segments=True)
-                for run in runs:
-                    self._buckets.append(run)
-                    self._bucket_slots.append([j for i in run for j in self.segments[i].slots])
-                    self._arrivals.append(set())
-                    self._launched.append(False)
-                    for i in run:
-                        for slot in self.segments[i].slots:
-                            self._bucket_of.append(len(self._buckets) - 1)
-                            assert len(self._bucket_of) == slot + 1
+                ranges = [[(i, 0, self.segments[i].numel) for i in run] for run in runs]
+                slots = [[j for i in run for j in self.segments[i].slots] for run in runs]
+            for bucket_ranges, bucket_slots in zip(ranges, slots, strict=True):
+                self._buckets.append(sorted({i for i, _b, _e in bucket_ranges}))
+                self._bucket_ranges.append(bucket_ranges)
+                self._bucket_slots.append(bucket_slots)
+                self._arrivals.append(set())
+                self._launched.append(False)
+                for slot in bucket_slots:
+                    self._bucket_of.append(len(self._buckets) - 1)
+                    assert len(self._bucket_of) == slot + 1
 
-    def _chunks(self, items: list[Any], dtype: torch.dtype, segments: bool = False) -> list[Any]:
-        """`items` (parameters, or segment indices) cut into runs of consecutive ones of at
-        most `bucket_cap_mb` (an item larger than that alone)."""
+    def _chunks(
+        self,
+        items: list[Any],
+        dtype: torch.dtype,
+        segments: bool = False,
+        params_of: _Segment | None = None,
+    ) -> list[Any]:
+        """`items` (parameters, segment indices, or indices of the parameters of segment
+        `params_of`) cut into runs of consecutive ones of at most `bucket_cap_mb` (an item
+        larger than that alone)."""
         size = torch.empty((), dtype=dtype).element_size()
         runs: list[list[Any]] = []
         total = 0.0
         for item in items:
-            n = self.segments[item].numel if segments else item.numel()
+            if params_of is not None:
+                n = params_of.params[item].numel()
+            else:
+                n = self.segments[item].numel if segments else item.numel()
             if not runs or total + n * size > self._bucket_bytes:
                 runs.append([])
                 total = 0.0
@@ -667,13 +710,16 @@ class CoconetOptimizer(torch.optim.Optimizer):
         frozen = int(any(p.grad is not None for p in self._frozen))
         return have, frozen
 
-    def _checksum(self, chosen: Iterable[int] | None = None) -> int:
-        """A sum of the bits of this rank's gradients in the segments `chosen` (None: all;
-        identical on every rank: already reduced)."""
+    def _checksum(self, chosen: Iterable[tuple[int, int, int]] | None = None) -> int:
+        """A sum of the bits of this rank's gradients in the (segment, begin, end) ranges
+        `chosen` (None: all; identical on every rank: already reduced)."""
         total = 0
-        for i in range(len(self.segments)) if chosen is None else chosen:
+        if chosen is None:
+            chosen = [(i, 0, s.numel) for i, s in enumerate(self.segments)]
+        for i, begin, end in chosen:
             s = self.segments[i]
-            bits = s.flat_grad.view(torch.int16 if s.dtype == torch.bfloat16 else torch.int32)
+            grad = s.flat_grad[begin:end]
+            bits = grad.view(torch.int16 if s.dtype == torch.bfloat16 else torch.int32)
             total += int(bits.sum(dtype=torch.int64))
         return total
 
@@ -682,12 +728,12 @@ class CoconetOptimizer(torch.optim.Optimizer):
         have: list[int],
         frozen: int,
         extra: list[int] | None = None,
-        unlaunched: list[int] | None = None,
+        unlaunched: list[tuple[int, int, int]] | None = None,
     ) -> tuple[list[int], int, list[int]]:
         """The marks of every rank combined (a parameter has a gradient if any rank gave it
         one), and `extra` (overlap: launched buckets, the launch order) by MAX, through one
         host all-reduce; in the first steps, also whether the gradients were identical on
-        every rank before the programs reduced them (overlap: those of the segments
+        every rank before the programs reduced them (overlap: those of the ranges
         `unlaunched` now, and those the launched buckets had at their launch)."""
         extra = extra or []
         if self.world == 1:
@@ -865,6 +911,7 @@ class CoconetOptimizer(torch.optim.Optimizer):
             compiled.close()
         self._programs = {}
         self._inputs = {}
+        self._range_inputs = {}
         for i, s in enumerate(self.segments):
             self._inputs[f"g{i}"] = _handed_over(s.flat_grad)
             self._inputs[f"w{i}"] = _handed_over(s.flat_param)
@@ -890,15 +937,30 @@ class CoconetOptimizer(torch.optim.Optimizer):
         masked, clip, keys, bucket, form = key
         chosen = range(len(self.segments)) if bucket is None else self._buckets[bucket]
         if form == "reduce":
-            program = self.build_reduction(list(chosen))
+            assert bucket is not None
+            ranges = self._bucket_ranges[bucket]
+            program = self.build_reduction(ranges)
+            self._range_inputs[bucket] = {}
+            for k, (i, begin, end) in enumerate(ranges):
+                s = self.segments[i]
+                assert s.reduced is not None
+                self._range_inputs[bucket][f"g{k}"] = _handed_over(s.flat_grad[begin:end])
+                self._range_inputs[bucket][f"r{k}"] = _handed_over(s.reduced[begin:end])
         else:
-            program = self.build_program(masked, clip, keys, list(chosen), form == "reduced")
+            reduced = form == "reduced"
+            sliced = reduced and self._sliced_step
+            program = self.build_program(masked, clip, keys, list(chosen), reduced, sliced)
         compiled = coconet.compile(
             program,
-            # Overlap with clipping: a library all_reduce per bucket, and a step with no
-            # collective left for a schedule to split (the state stays replicated) whose
-            # elementwise chains are fused into kernels, as ar-c fuses them
-            schedule={"step": self._concrete, "reduce": None, "reduced": FUSE_ELEMENTWISE}[form],
+            # Overlap with clipping: a bucket's all_reduce under the schedule (the fused forms
+            # sum in rank order, as the step's fused reduce_scatter does), and a step with no
+            # collective left for a schedule to split, written sliced or not as it would, whose
+            # elementwise chains are fused into kernels as ar-c fuses them
+            schedule={
+                "step": self._concrete,
+                "reduce": "fuse(rs-c-ag)" if self.schedule == "auto" else self.schedule,
+                "reduced": FUSE_ELEMENTWISE,
+            }[form],
             backend=self.backend,
             schedule_space="named",
             step_timeout=self.step_timeout or 0,
@@ -928,26 +990,26 @@ class CoconetOptimizer(torch.optim.Optimizer):
         self._programs[key] = compiled
         return compiled
 
-    def build_reduction(self, chosen: list[int]) -> Any:
+    def build_reduction(self, ranges: list[tuple[int, int, int]]) -> Any:
         """Overlap with clipping: a bucket's program in backward, the sum over the ranks of
-        the local gradients of the segments `chosen` stored into their `reduced` buffers
-        (`r<i>`, replicated), in the gradients' element type as the step's all_reduce
-        computes it (bf16 rounded once), before any cast or scaling."""
+        the local gradients in the (segment, begin, end) `ranges` (argument `g<k>` for the
+        k-th) stored into the same range of the segment's `reduced` buffer (`r<k>`,
+        replicated), in the gradients' element type as the step's all_reduce computes it
+        (bf16 rounded once), before any cast or scaling."""
         from coconet import frontend
         from coconet.frontend import BF16, F32, AllReduce, Local, Replicated, Tensor, Update
 
         params: list[tuple[str, Any]] = []
-        for i in chosen:
-            s = self.segments[i]
-            elt = BF16 if s.dtype == torch.bfloat16 else F32
-            params += [(f"g{i}", Tensor(elt, [s.numel], Local))]
-            params += [(f"r{i}", Tensor(elt, [s.numel], Replicated))]
+        for k, (i, begin, end) in enumerate(ranges):
+            elt = BF16 if self.segments[i].dtype == torch.bfloat16 else F32
+            params += [(f"g{k}", Tensor(elt, [end - begin], Local))]
+            params += [(f"r{k}", Tensor(elt, [end - begin], Replicated))]
         names = [n for n, _t in params]
 
         def reduce(*args: Any) -> None:
             a = dict(zip(names, args, strict=True))
-            for i in chosen:
-                Update(a[f"r{i}"], AllReduce("+", a[f"g{i}"]).named(f"gsum{i}"))
+            for k in range(len(ranges)):
+                Update(a[f"r{k}"], AllReduce("+", a[f"g{k}"]).named(f"gsum{k}"))
 
         reduce.__signature__ = _signature(params)  # type: ignore[attr-defined]
         return frontend.program(grid=[None], name=f"{self.algorithm or 'step'}_reduce")(reduce)
@@ -959,17 +1021,23 @@ class CoconetOptimizer(torch.optim.Optimizer):
         keys: tuple[Any, ...],
         chosen: list[int] | None = None,
         reduced: bool = False,
+        sliced: bool = False,
     ) -> Any:
         """The step over the segments `chosen` (None: every one; the arguments keep each
         segment's index in the optimizer): per segment the sum of the local gradients over the
         ranks (`reduced`: the sum `build_reduction` stored, read as the argument `r<i>`),
         scaled to their mean; with `clip`, the global norm of those means and each scaled by
         min(1, max_norm / (norm + 1e-6)) (the norm is the program's result); then the
-        algorithm's update (`rule`), under `masked` kept only where the keep mask is set."""
+        algorithm's update (`rule`), under `masked` kept only where the keep mask is set.
+        `sliced` (with `reduced`; not LAMB): written as rs-c-ag schedules the step, each rank
+        computing its slice of every segment (its state sliced: ZeRO-1) and the norm from the
+        slices' partial sums, then all-gathering the parameters -- so that it rounds as the
+        step without overlap under rs-c-ag and fuse(rs-c-ag) does."""
         from coconet import frontend
         from coconet.frontend import (
             BF16,
             F32,
+            AllGather,
             AllReduce,
             Cast,
             Ite,
@@ -978,11 +1046,15 @@ class CoconetOptimizer(torch.optim.Optimizer):
             ReduceSum,
             Replicated,
             Scalar,
+            Slice,
+            Sliced,
             Sqrt,
             Tensor,
             Update,
         )
 
+        assert not sliced or (reduced and not self.per_tensor)
+        state_layout = Sliced(0) if sliced else Replicated
         indices = range(len(self.segments)) if chosen is None else chosen
         segs = [(i, self.segments[i]) for i in indices]
         groups = sorted({s.group for _i, s in segs})
@@ -997,7 +1069,7 @@ class CoconetOptimizer(torch.optim.Optimizer):
                 else (f"g{i}", Tensor(elt, [n], Local))
             )
             params += [grad, (f"w{i}", Tensor(elt, [n], Replicated))]
-            params += [(f"{name}{i}", Tensor(F32, [n], Replicated)) for name in self.state_names]
+            params += [(f"{name}{i}", Tensor(F32, [n], state_layout)) for name in self.state_names]
             if masked:
                 keep = Scalar(F32) if self.per_tensor else Tensor(F32, [n], Replicated)
                 params.append((f"keep{i}", keep))
@@ -1030,7 +1102,12 @@ class CoconetOptimizer(torch.optim.Optimizer):
             grads = {}
             for i, s in segs:
                 # (the same ops after the sum, in the same order: the same step bit for bit)
-                gsum = a[f"r{i}"] if reduced else AllReduce("+", a[f"g{i}"]).named(f"gsum{i}")
+                if sliced:
+                    gsum = Slice(a[f"r{i}"]).named(f"gsum{i}")
+                elif reduced:
+                    gsum = a[f"r{i}"]
+                else:
+                    gsum = AllReduce("+", a[f"g{i}"]).named(f"gsum{i}")
                 if s.dtype == torch.bfloat16:
                     gsum = Cast(F32, gsum).named(f"gsumf{i}")
                 grads[i] = (gsum * a["gscale"]).named(f"gavg{i}")
@@ -1039,26 +1116,40 @@ class CoconetOptimizer(torch.optim.Optimizer):
                 squares = None
                 for i, g in grads.items():
                     part = ReduceSum((g * g).named(f"gsq{i}")).named(f"sumsq{i}")
+                    if sliced:  # (this rank's partial sum)
+                        part = AllReduce("+", part).named(f"sumsq_all{i}")
                     squares = part if squares is None else (squares + part).named(f"sumsq_to{i}")
                 assert squares is not None
                 total = Sqrt(squares).named("total_norm")
                 coef = Min(1.0, a["max_norm"] / (total + 1e-6)).named("clip_coef")
                 grads = {i: (g * coef).named(f"gclip{i}") for i, g in grads.items()}
+
+            def mine(x: Any, name: str) -> Any:  # (sliced: this rank's slice of x)
+                return Slice(x).named(name) if sliced else x
+
             for i, s in segs:
                 bf16 = s.dtype == torch.bfloat16
-                w = Cast(F32, a[f"w{i}"]).named(f"wf{i}") if bf16 else a[f"w{i}"]
+                w_in = mine(a[f"w{i}"], f"ws{i}")
+                w = Cast(F32, w_in).named(f"wf{i}") if bf16 else w_in
                 opts = {name: a[f"{name}_g{s.group}"] for name in self.option_scalars}
                 if self.bias_corrected:
-                    opts["bc1"], opts["bc2"] = a[f"bc1s{i}"], a[f"bc2s{i}"]
+                    bc1, bc2 = a[f"bc1s{i}"], a[f"bc2s{i}"]
+                    if elementwise_bc:
+                        bc1, bc2 = mine(bc1, f"bc1p{i}"), mine(bc2, f"bc2p{i}")
+                    opts["bc1"], opts["bc2"] = bc1, bc2
                 state = {name: a[f"{name}{i}"] for name in self.state_names}
-                keep = (a[f"keep{i}"] > a["half"]).named(f"keepb{i}") if masked else None
+                keep = None
+                if masked:
+                    keep = (mine(a[f"keep{i}"], f"keeps{i}") > a["half"]).named(f"keepb{i}")
 
                 store = functools.partial(store_into, a, i, keep)
                 new_w = self.rule(i, grads[i], w, state, opts, keys[s.group], store)
                 if bf16:
                     new_w = Cast(BF16, new_w).named(f"wb{i}")
                 if keep is not None:
-                    new_w = Ite(keep, new_w, a[f"w{i}"]).named(f"wk{i}")
+                    new_w = Ite(keep, new_w, w_in).named(f"wk{i}")
+                if sliced:
+                    new_w = AllGather(new_w).named(f"wg{i}")
                 Update(a[f"w{i}"], new_w)
             return total
 
@@ -1195,7 +1286,7 @@ class CoconetOptimizer(torch.optim.Optimizer):
         for j in slots:
             steps[j] += 1
         if self._ddp_checks_left > 0 and self.world > 1:
-            self._launch_checksum += self._checksum(self._buckets[b])
+            self._launch_checksum += self._checksum(self._bucket_ranges[b])
         self._launched[b] = True
         self._submit(b, have, steps)
 
@@ -1231,8 +1322,7 @@ class CoconetOptimizer(torch.optim.Optimizer):
         def run() -> None:
             compiled = self._program(key)
             if key[4] == "reduce":  # the gradients and their sums, nothing else
-                args = compiled.plan.arguments
-                inputs = {n: v for n, v in self._inputs.items() if n in args}
+                inputs = self._range_inputs[key[3]]
             else:
                 inputs = self._inputs_for(compiled, chosen, masked, have, steps, None)
             self._run(compiled, inputs)
@@ -1266,7 +1356,7 @@ class CoconetOptimizer(torch.optim.Optimizer):
                 ]
                 position = {b: k + 1 for k, b in enumerate(seen)}
                 extra += [position[b] if self.rank == 0 else 0 for b in range(nb)]
-            unlaunched = [i for b in range(nb) if not here[b] for i in self._buckets[b]]
+            unlaunched = [r for b in range(nb) if not here[b] for r in self._bucket_ranges[b]]
             have, frozen, extra = self._agree(have, frozen, extra, unlaunched)
             if learning:
                 self._order = sorted(range(nb), key=lambda b: extra[nb + b])
@@ -1288,10 +1378,10 @@ class CoconetOptimizer(torch.optim.Optimizer):
                     if self._reduce_only:
                         # zero on every rank (no rank gave it a gradient), so is its sum; the
                         # step reads it (the norm) and must not find the last step's
-                        for i in self._buckets[b]:
+                        for i, begin, end in self._bucket_ranges[b]:
                             reduced = self.segments[i].reduced
                             assert reduced is not None
-                            reduced.zero_()
+                            reduced[begin:end].zero_()
                     continue
                 with self._overlap_lock:
                     self._submit(b, have, steps)

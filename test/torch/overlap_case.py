@@ -42,7 +42,7 @@ class Net(nn.Module):
 
 
 def train(
-    overlap: bool, rank: int, world: int, clip: bool = False
+    overlap: bool, rank: int, world: int, clip: bool = False, schedule: str = "fuse(rs-c-ag)"
 ) -> tuple[Net, list[int], list[float]]:
     """STEPS steps of AdamW (two groups) on this rank's shard, `clip`ped at MAX_NORM (and at
     half of it on step 5, by opt.clip_grad_norm_); returns the model, per backward how many
@@ -53,7 +53,9 @@ def train(
     other = [p for p in model.parameters() if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}]
     clipping = {"max_grad_norm": MAX_NORM} if clip else {}
-    opt = ct.AdamW(groups, lr=0.01, overlap=overlap, bucket_cap_mb=CAP_MB, **clipping)
+    opt = ct.AdamW(
+        groups, lr=0.01, overlap=overlap, bucket_cap_mb=CAP_MB, schedule=schedule, **clipping
+    )
     launched: list[int] = []
     norms: list[float] = []
     # registered after the optimizer's hooks: runs after them for this parameter
@@ -84,13 +86,20 @@ def train(
     return model, launched, norms
 
 
-def compare(rank: int = 0, world: int = 1) -> dict:
+# Clipped, the step after backward's reductions is written as rs-c-ag schedules it (sliced
+# state) or, under the other schedules, as ar-c does (replicated): each rounds as its schedule.
+CLIP_SCHEDULES = ("fuse(rs-c-ag)", "ar-c")
+
+
+def compare(
+    rank: int = 0, world: int = 1, clip_schedules: tuple[str, ...] = CLIP_SCHEDULES
+) -> dict:
     out: dict = {}
-    for clip in (False, True):
-        ref, _, ref_norms = train(False, rank, world, clip)
-        mine, launched, norms = train(True, rank, world, clip)
+    for clip, schedule in [(False, "fuse(rs-c-ag)"), *((True, s) for s in clip_schedules)]:
+        ref, _, ref_norms = train(False, rank, world, clip, schedule)
+        mine, launched, norms = train(True, rank, world, clip, schedule)
         pairs = zip(ref.parameters(), mine.parameters(), strict=True)
-        out["clipped" if clip else "unclipped"] = {
+        out[f"clipped {schedule}" if clip else "unclipped"] = {
             "equal": [torch.equal(a, b) for a, b in pairs],
             "launched": launched,
             "sum": sum(float(p.detach().double().sum()) for p in mine.parameters()),
