@@ -99,32 +99,38 @@ gradients itself.
 
 Overlap with clipping. Clipping needs the norm of every reduced gradient before any update,
 so with `max_grad_norm=` (given at construction) a bucket's program in backward is its
-REDUCTION only: per segment a library all_reduce of the local gradients into a replicated
-buffer of the optimizer's own (the sum, in the gradients' element type: bf16 rounded once,
-as the step's all_reduce computes it before its cast and scaling; `.grad` keeps the local
-gradients, as without overlap). `step()` then reduces the buckets no rank launched (in the
-launch order; a bucket no rank gave a gradient is zero everywhere, so is its sum) and runs
-ONE program over every segment: `build_program` with each all_reduce replaced by the reduced
-gradient it reads -- the same cast, scaling, norm, clipping and update ops in the same order,
-the keep masks of parameters without a gradient as without overlap. On 2 ranks that is the
-clipped step without overlap bit for bit, and `opt.clip_grad_norm_` returns the same norm
-(tested; a sum of two values does not depend on its order); on more ranks the library's
-all_reduce may sum in another order than the fused kernel, so equality there is to rounding.
+REDUCTION only, and `step()` runs the norm, the clipping and the update. The segments are
+then those of the step without overlap (one per param group and dtype; LAMB's one per
+tensor), so that the norm sums the same squares in the same reductions; a bucket is a run of
+a segment's parameters to `bucket_cap_mb` (LAMB: of its segments), and its program stores the
+sum over the ranks of those gradients into the same range of a replicated buffer of the
+optimizer's own (in the gradients' element type, bf16 rounded once, as the step's all_reduce
+computes it before its cast and scaling; under the optimizer's schedule, whose fused forms
+sum in rank order; `.grad` keeps the local gradients, as without overlap). `step()` reduces
+the buckets no rank launched (in the launch order; one no rank gave a gradient is zero
+everywhere, so is its sum) and runs ONE program over every segment: `build_program` with each
+all_reduce replaced by the reduced gradient it reads -- the same cast, scaling, norm,
+clipping and update ops in the same order, the keep masks of parameters without a gradient as
+without overlap -- written as the schedule would make it: under `rs-c-ag`, `fuse(rs-c-ag)`
+and `auto`, sliced (each rank updates its slice with its slice of the state, ZeRO-1, the norm
+from the slices' partial sums, then the parameters are all-gathered), otherwise (and for
+LAMB, whose per-tensor norms it does not slice) replicated; its elementwise chains fused into
+kernels as `ar-c` fuses them (`FUSE_ELEMENTWISE`). On 2 ranks that is the clipped step
+without overlap bit for bit, and `opt.clip_grad_norm_` returns the same norm (tested under
+`fuse(rs-c-ag)` and `ar-c`; a sum of two values does not depend on its order); on more ranks a
+library collective (the all_reduces of `ar-c` and `rs-c-ag`, the partial norms' all_reduce)
+may sum in another order than the step without overlap, so equality there is to rounding, as
+it is under `auto` when the step without overlap took a schedule of the other form.
 `opt.clip_grad_norm_(max_norm)` (between backward and step, for the norm it returns) sets
 that step's max_norm; `max_grad_norm=math.inf` computes the norm without clipping. Without
 `max_grad_norm=` it is refused (a CocoError): backward has already launched buckets that
 update unclipped by the time it is called, and a clipping that held on some steps (the first,
 which launches nothing) and not on others would surprise more. `torch.nn.utils.clip_grad_norm_`
 on an overlapped optimizer's parameters is refused either way (it clips local gradients the
-buckets have already taken). What overlap buys shrinks with clipping (only the reductions
-overlap backward; the update waits for step()), and `schedule=` does not apply to these
-programs: the reductions are library all_reduces as written, and the step after them holds
-no collective for `rs-c-ag` to split or `fuse(...)` to fuse -- its elementwise chains are
-fused into kernels as `ar-c` fuses them (`FUSE_ELEMENTWISE`), and the state stays replicated
-(every rank updates every parameter). Keeping ZeRO-1's sliced state would need a
-reduce_scatter in backward and a step program over the slices that all-gathers the
-parameters, with the norm's partial sums combined as the fused kernel combines them to stay
-bit for bit: not done.
+buckets have already taken). What overlap buys shrinks with clipping: only the reductions
+overlap backward, the update waits for `step()`, and the step after them is not one fused
+collective kernel (no reduce_scatter is left to fuse it around) but kernels and library
+collectives (the partial norms; sliced, the parameters' all_gather).
 
 With DDP: let coconet do the reduction -- register `local_gradients_hook` as DDP's
 communication hook (DDP then only buckets, no all-reduce), or use `no_sync()`. Build the
