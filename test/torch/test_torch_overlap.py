@@ -15,7 +15,13 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the test extra installs torch")
 
-from overlap_case import CAP_MB, MAX_NORM, Net, compare  # noqa: E402 (after the importorskip)
+from overlap_case import (  # noqa: E402 (after the importorskip)
+    CAP_MB,
+    CLIP_BUCKETS,
+    MAX_NORM,
+    Net,
+    compare,
+)
 from torchrun_job import torchrun_two  # noqa: E402 (after the importorskip)
 
 import coconet.torch as ct  # noqa: E402 (after the importorskip)
@@ -25,12 +31,16 @@ BUCKETS = 4  # Net's parameters in buckets of CAP_MB
 
 
 def _launches_and_equality(results: dict, skipped_here: bool) -> None:
+    _launches_and_equality_of(results["unclipped"], skipped_here)
     for run, result in results.items():
         if run.startswith("clipped"):
+            assert all(result["equal"]), (run, result["equal"])
             assert result["norms"] == result["ref_norms"], run  # the same floats
             assert max(result["norms"]) > MAX_NORM  # it clips
-    for result in results.values():
-        _launches_and_equality_of(result, skipped_here)
+            # the reductions launch in backward (its own buckets: a step without `mid` leaves
+            # one without a gradient anywhere, whose sum step() must not take from before)
+            launched = result["launched"]
+            assert launched[:4] == [0, CLIP_BUCKETS, 0, CLIP_BUCKETS], run
 
 
 def _launches_and_equality_of(result: dict, skipped_here: bool) -> None:
@@ -47,8 +57,8 @@ def _launches_and_equality_of(result: dict, skipped_here: bool) -> None:
 
 
 def test_overlap_gives_the_step_without_it_bit_for_bit_in_one_process():
-    # (the sliced form of the step after the reductions; the torchrun job also the replicated)
-    _launches_and_equality(compare(clip_schedules=("fuse(rs-c-ag)",)), skipped_here=True)
+    # (ar-c: the replicated form of the step after the reductions; the torchrun job the sliced)
+    _launches_and_equality(compare(), skipped_here=True)
 
 
 def test_two_ranks_overlap_gives_the_step_without_it_bit_for_bit(tmp_path):
@@ -58,7 +68,7 @@ def test_two_ranks_overlap_gives_the_step_without_it_bit_for_bit(tmp_path):
     # rank 0 launched `mid`'s buckets in backward on step 3, rank 1 (no gradient) in step()
     _launches_and_equality(results[0], skipped_here=False)
     _launches_and_equality(results[1], skipped_here=True)
-    assert sorted(results[0]) == ["clipped ar-c", "clipped fuse(rs-c-ag)", "unclipped"]
+    assert sorted(results[0]) == ["clipped fuse(rs-c-ag)", "unclipped"]
     for run in results[0]:  # the replicas agree
         assert results[0][run]["sum"] == results[1][run]["sum"]
 
