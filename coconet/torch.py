@@ -120,7 +120,8 @@ without overlap bit for bit, and `opt.clip_grad_norm_` returns the same norm (te
 `fuse(rs-c-ag)` and `ar-c`; a sum of two values does not depend on its order); on more ranks a
 library collective (the all_reduces of `ar-c` and `rs-c-ag`, the partial norms' all_reduce)
 may sum in another order than the step without overlap, so equality there is to rounding, as
-it is under `auto` when the step without overlap took a schedule of the other form.
+it is under `auto` when the step without overlap took a schedule of the other form, and for
+LAMB under `rs-c-ag` and `fuse(rs-c-ag)` (which split its per-tensor norms over the slices).
 `opt.clip_grad_norm_(max_norm)` (between backward and step, for the norm it returns) sets
 that step's max_norm; `max_grad_norm=math.inf` computes the norm without clipping. Without
 `max_grad_norm=` it is refused (a CocoError): backward has already launched buckets that
