@@ -14,11 +14,14 @@ leaves backward local). `vs foreach` = torch foreach's median / the row's (> 1: 
     python benchmarks/bench_torch_gpt.py --overlap --schedule 'fuse(rs-c-ag)'
 
 `--overlap` compares coconet's AdamW without and with `overlap=True` (each bucket of
-`--bucket-cap-mb` reduced and updated from backward, coconet.torch's "Overlap with
-backward"), both without DDP (micro-batches under `opt.no_sync()`) and without clipping
-(overlap refuses it): `step` is then forward + backward + step, `opt` what `opt.step()` still
-waits for after backward. It then predicts the same for `--predict-ranks` GPUs of a published
-profile (`--profile`, coconet/tune/cost_model.py): each bucket's program and the one
+`--bucket-cap-mb` launched from backward, coconet.torch's "Overlap with backward"), both
+without DDP (micro-batches under `opt.no_sync()`) and clipped at `--clip` (the recipe's 1.0;
+0: no clipping): `step` is then forward + backward + step, `opt` what `opt.step()` still
+waits for after backward. Clipped, a bucket's program in backward is its reduction only, and
+`opt.step()` runs the norm, the clipping and the update of every parameter ("Overlap with
+clipping"); unclipped, a bucket is reduced and updated in backward. It then predicts the same
+for `--predict-ranks` GPUs of a published profile (`--profile`,
+coconet/tune/cost_model.py): each bucket's program, the step after them (clipped) and the one
 program of the step without overlap priced by the cost model, against a backward estimated
 from the model's FLOPs (2x the forward's matmuls and attention, at the profile's f32 peak:
 a lower bound, so the time overlap hides is underestimated). The buckets become ready in
@@ -54,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--schedule", action="append", help="coconet schedule(s) (default: all)")
     p.add_argument("--overlap", action="store_true", help="coconet with and without overlap")
     p.add_argument("--bucket-cap-mb", type=float, default=1.0, help="--overlap's buckets")
+    p.add_argument("--clip", type=float, default=1.0, help="--overlap's max norm (0: none)")
     p.add_argument("--profile", default="dgx-h100", help="--overlap's GPU prediction")
     p.add_argument("--predict-ranks", type=int, default=8)
     args = p.parse_args(argv)
@@ -65,7 +69,13 @@ def main(argv: list[str] | None = None) -> int:
         for o in runs:
             cmd += ["--optimizer", o]
         if args.overlap:
-            cmd += ["--no-ddp", "--clip", "0", "--bucket-cap-mb", str(args.bucket_cap_mb)]
+            cmd += [
+                "--no-ddp",
+                "--clip",
+                str(args.clip),
+                "--bucket-cap-mb",
+                str(args.bucket_cap_mb),
+            ]
         for s in args.schedule or []:
             cmd += ["--schedule", s]
         for k in ("steps", "warmup_steps", "vocab", "dim", "layers", "seq", "batch"):
@@ -86,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         f"trainable f32 parameters; median of {args.steps - args.warmup_steps} steps (rank 0)"
     )
     if args.overlap:
-        _overlap_table(records, args.bucket_cap_mb)
+        _overlap_table(records, args.bucket_cap_mb, args.clip)
         for schedule in args.schedule or ["fuse(rs-c-ag)"]:
             _predict_overlap(args, schedule)
         return 0
@@ -123,12 +133,34 @@ def _predict_overlap(args: argparse.Namespace, schedule: str) -> None:
     decay = [p for m, p in named if p.dim() >= 2 and "emb" not in m]
     other = [p for m, p in named if not (p.dim() >= 2 and "emb" not in m)]
     groups = [{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}]
-    opt = ct.AdamW(groups, schedule=schedule, overlap=True, bucket_cap_mb=args.bucket_cap_mb)
+    clip = args.clip > 0
+    opt = ct.AdamW(
+        groups,
+        schedule=schedule,
+        overlap=True,
+        bucket_cap_mb=args.bucket_cap_mb,
+        max_grad_norm=args.clip if clip else None,
+    )
     keys = tuple(opt.group_key(g) for g in opt.param_groups)
 
-    def seconds(chosen: list[int] | None) -> float:
-        program = apply_schedule(opt.build_program(False, False, keys, chosen), schedule)
-        return predict(lower(program, ranks), profile).seconds
+    def priced(program: object, schedule: str | None) -> float:
+        return predict(lower(apply_schedule(program, schedule), ranks), profile).seconds
+
+    buckets = opt._bucket_ranges  # pyright: ignore[reportPrivateUsage]
+
+    def seconds(b: int | None) -> float:
+        """Bucket b's program in backward (None: the step without overlap), as coconet.torch
+        compiles it."""
+        if b is not None and clip:  # the reduction of its ranges
+            return priced(opt.build_reduction(buckets[b]), schedule)
+        chosen = None if b is None else sorted({i for i, _b, _e in buckets[b]})
+        return priced(opt.build_program(False, clip, keys, chosen), schedule)
+
+    after = 0.0  # clipped: the norm, clipping and update after the reductions
+    if clip:
+        sliced = opt._sliced_step  # pyright: ignore[reportPrivateUsage]
+        program = opt.build_program(False, True, keys, None, True, sliced)
+        after = priced(program, ct.FUSE_ELEMENTWISE)
 
     # a GPU's backward: per token of its share of the batch, 2x the forward's 2 FLOPs per
     # matmul weight plus attention's 2 x 2 x seq x dim per block
@@ -139,26 +171,29 @@ def _predict_overlap(args: argparse.Namespace, schedule: str) -> None:
     position = {id(p): k for k, (_m, p) in enumerate(named)}
     total = len(named)
     ready = []  # when backward has reached a bucket's first parameter
-    buckets = opt._buckets  # pyright: ignore[reportPrivateUsage]
-    for b, chosen in enumerate(buckets):
-        first = min(position[id(p)] for i in chosen for p in opt.segments[i].params)
+    slots = opt._bucket_slots  # pyright: ignore[reportPrivateUsage]
+    params = opt._params  # pyright: ignore[reportPrivateUsage]
+    for b in range(len(buckets)):
+        first = min(position[id(params[j])] for j in slots[b])
         ready.append((backward * (total - first) / total, b))
     end = 0.0
     for at, b in sorted(ready):
-        end = max(at, end) + seconds(buckets[b])
+        end = max(at, end) + seconds(b)
     whole = seconds(None)
-    busy = sum(seconds(c) for c in buckets)
-    exposed = max(0.0, end - backward)
+    busy = sum(seconds(b) for b in range(len(buckets)))
+    exposed = max(0.0, end - backward) + after
+    what = f"reductions, then a {after * 1e6:.1f} us step" if clip else "programs"
     print(
-        f"  predicted on {ranks} GPUs of {args.profile} ({schedule}): backward >= "
-        f"{backward * 1e6:.1f} us; the step without overlap {whole * 1e6:.1f} us after it; "
-        f"with overlap ({len(buckets)} buckets, {busy * 1e6:.1f} us of programs) "
-        f"{exposed * 1e6:.1f} us after it"
+        f"  predicted on {ranks} GPUs of {args.profile} ({schedule}"
+        f"{', clipped' if clip else ''}): backward >= {backward * 1e6:.1f} us; the step "
+        f"without overlap {whole * 1e6:.1f} us after it; with overlap ({len(buckets)} "
+        f"buckets, {busy * 1e6:.1f} us of {what}) {exposed * 1e6:.1f} us after it"
     )
 
 
-def _overlap_table(records: list[dict], cap: float) -> None:
-    print(f"  no DDP, no clipping; overlap=True in buckets of {cap:g} MiB")
+def _overlap_table(records: list[dict], cap: float, clip: float) -> None:
+    clipping = f"clipped at {clip:g}" if clip > 0 else "no clipping"
+    print(f"  no DDP, {clipping}; overlap=True in buckets of {cap:g} MiB")
     print(f"  {'':<34}{'step (ms)':>17}{'opt (ms)':>17}")
     print(f"  {'optimizer':<34}{'median':>9}{'min':>8}{'median':>9}{'min':>8}")
     for r in records:

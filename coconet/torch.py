@@ -93,11 +93,45 @@ do); what is done to `.grad` after backward (GradScaler's `unscale_`, hand scali
 reach a launched bucket; `zero_grad()`, `state_dict()` and friends between a backward and its
 `step()` are refused (buckets are in flight); a second backward into a launched bucket is
 refused -- accumulate micro-batches inside `with opt.no_sync():` (backward there launches
-nothing; `no_sync()` is accepted without overlap too, and changes nothing there). Clipping
-needs the norm of every reduced gradient before any update, so `overlap=True` with
-`max_grad_norm`, `opt.clip_grad_norm_` or `torch.nn.utils.clip_grad_norm_` on its parameters
-is refused (a CocoError), not silently applied late. Use it without DDP (DDP's own bucket
-copies would race with the worker): coconet reduces the gradients itself.
+nothing; `no_sync()` is accepted without overlap too, and changes nothing there). Use it
+without DDP (DDP's own bucket copies would race with the worker): coconet reduces the
+gradients itself.
+
+Overlap with clipping. Clipping needs the norm of every reduced gradient before any update,
+so with `max_grad_norm=` (given at construction) a bucket's program in backward is its
+REDUCTION only, and `step()` runs the norm, the clipping and the update. The segments are
+then those of the step without overlap (one per param group and dtype; LAMB's one per
+tensor), so that the norm sums the same squares in the same reductions; a bucket is a run of
+a segment's parameters to `bucket_cap_mb` (LAMB: of its segments), and its program stores the
+sum over the ranks of those gradients into the same range of a replicated buffer of the
+optimizer's own (in the gradients' element type, bf16 rounded once, as the step's all_reduce
+computes it before its cast and scaling; under the optimizer's schedule, whose fused forms
+sum in rank order; `.grad` keeps the local gradients, as without overlap). `step()` reduces
+the buckets no rank launched (in the launch order; one no rank gave a gradient is zero
+everywhere, so is its sum) and runs ONE program over every segment: `build_program` with each
+all_reduce replaced by the reduced gradient it reads -- the same cast, scaling, norm,
+clipping and update ops in the same order, the keep masks of parameters without a gradient as
+without overlap -- written as the schedule would make it: under `rs-c-ag`, `fuse(rs-c-ag)`
+and `auto`, sliced (each rank updates its slice with its slice of the state, ZeRO-1, the norm
+from the slices' partial sums, then the parameters are all-gathered), otherwise (and for
+LAMB, whose per-tensor norms it does not slice) replicated; its elementwise chains fused into
+kernels as `ar-c` fuses them (`FUSE_ELEMENTWISE`). On 2 ranks that is the clipped step
+without overlap bit for bit, and `opt.clip_grad_norm_` returns the same norm (tested under
+`fuse(rs-c-ag)` and `ar-c`; a sum of two values does not depend on its order); on more ranks a
+library collective (the all_reduces of `ar-c` and `rs-c-ag`, the partial norms' all_reduce)
+may sum in another order than the step without overlap, so equality there is to rounding, as
+it is under `auto` when the step without overlap took a schedule of the other form, and for
+LAMB under `rs-c-ag` and `fuse(rs-c-ag)` (which split its per-tensor norms over the slices).
+`opt.clip_grad_norm_(max_norm)` (between backward and step, for the norm it returns) sets
+that step's max_norm; `max_grad_norm=math.inf` computes the norm without clipping. Without
+`max_grad_norm=` it is refused (a CocoError): backward has already launched buckets that
+update unclipped by the time it is called, and a clipping that held on some steps (the first,
+which launches nothing) and not on others would surprise more. `torch.nn.utils.clip_grad_norm_`
+on an overlapped optimizer's parameters is refused either way (it clips local gradients the
+buckets have already taken). What overlap buys shrinks with clipping: only the reductions
+overlap backward, the update waits for `step()`, and the step after them is not one fused
+collective kernel (no reduce_scatter is left to fuse it around) but kernels and library
+collectives (the partial norms; sliced, the parameters' all_gather).
 
 With DDP: let coconet do the reduction -- register `local_gradients_hook` as DDP's
 communication hook (DDP then only buckets, no all-reduce), or use `no_sync()`. Build the
@@ -149,6 +183,10 @@ SCHEDULES = ("ar-c", "rs-c-ag", "fuse(rs-c-ag)", "fuse(ar-c)")
 
 # Flat buffers are padded to a multiple of ranks x this many elements (16-byte vectors).
 ALIGN = 4
+
+# Overlap with clipping: the step after the reductions has no all_reduce for a named schedule;
+# what ar-c does to its computation (elementwise chains fused into kernels) is this pass.
+FUSE_ELEMENTWISE = "coco-fuse{mode=elementwise}"
 
 # How many first steps look for gradients already reduced by someone else (DDP's own hook).
 DDP_CHECK_STEPS = 3
@@ -277,6 +315,9 @@ class _Segment:
     state: dict[str, torch.Tensor] = field(default_factory=dict)  # m, v or buf: pieces
     # masked steps: a keep mask and per-element bias corrections over the whole segment
     masks: dict[str, torch.Tensor] = field(default_factory=dict)
+    # overlap with clipping: the gradients summed over the ranks (replicated), which backward's
+    # bucket programs write and step()'s program reads
+    reduced: torch.Tensor | None = None
 
 
 class _Marks:
@@ -300,9 +341,17 @@ _FROZEN_GRADIENT = (
     "the optimizer again after unfreezing it (or add it with add_param_group)"
 )
 _OVERLAP_CLIP = (
-    "overlap=True with gradient clipping: the clipping factor needs the norm of every reduced "
-    "gradient, but an overlapped bucket is updated during backward, before the last gradients "
-    "exist. Clip without overlap (max_grad_norm= or opt.clip_grad_norm_ with overlap=False)"
+    "opt.clip_grad_norm_ with overlap=True but no max_grad_norm= at construction: by the time "
+    "it is called, backward has launched buckets that reduce and update their parameters "
+    "unclipped. Pass max_grad_norm= to the constructor (the buckets then only reduce their "
+    "gradients in backward; the norm, the clipping and the update run in step(), and "
+    "opt.clip_grad_norm_(max_norm) sets that step's max_norm), or use overlap=False"
+)
+_OVERLAP_TORCH_CLIP = (
+    "torch.nn.utils.clip_grad_norm_ on the parameters of an overlap=True optimizer: it would "
+    "clip LOCAL gradients that the buckets launched in backward have already taken. Clip the "
+    "averaged gradients in the step: max_grad_norm= at construction (and opt.clip_grad_norm_ "
+    "between backward and step(), for the norm)"
 )
 
 
@@ -352,8 +401,6 @@ class CoconetOptimizer(torch.optim.Optimizer):
             raise CocoError(f"max_grad_norm={max_grad_norm}: a positive number (or None)")
         if not float(bucket_cap_mb) > 0:
             raise CocoError(f"bucket_cap_mb={bucket_cap_mb}: a positive number of MiB")
-        if overlap and max_grad_norm is not None:
-            raise CocoError(_OVERLAP_CLIP)
         self.overlap = bool(overlap)
         self._bucket_bytes = float(bucket_cap_mb) * 2**20
         self._ready = False
@@ -363,6 +410,16 @@ class CoconetOptimizer(torch.optim.Optimizer):
         self._uid = next(_BUILT)  # the same on every rank: they build their optimizers alike
         self._meetings = 0
         self.max_grad_norm = None if max_grad_norm is None else float(max_grad_norm)
+        # overlap with clipping: backward's bucket programs only reduce (into each segment's
+        # `reduced`), and step() runs the norm, the clipping and the update
+        self._reduce_only = bool(overlap) and self.max_grad_norm is not None
+        # ... and that step written as rs-c-ag schedules it (sliced state), to round as the
+        # step without overlap under the schedules that slice it (LAMB's per-tensor norms: no)
+        self._sliced_step = (
+            self._reduce_only
+            and not self.per_tensor
+            and schedule in ("rs-c-ag", "fuse(rs-c-ag)", "auto")
+        )
         self.world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
         self.rank = dist.get_rank() if self.world > 1 else 0
         self.segments: list[_Segment] = []
@@ -388,6 +445,10 @@ class CoconetOptimizer(torch.optim.Optimizer):
         # overlap=True: buckets (runs of segments), what backward has completed of them, and
         # the programs launched on the worker (see "Overlap with backward")
         self._buckets: list[list[int]] = []  # segment indices
+        # what each bucket's program reads: (segment, begin, end) element ranges (a whole
+        # segment, but for overlap with clipping: a run of a segment's parameters)
+        self._bucket_ranges: list[list[tuple[int, int, int]]] = []
+        self._range_inputs: dict[int, dict[str, Any]] = {}  # by bucket: reductions' buffers
         self._bucket_slots: list[list[int]] = []  # the slots of each bucket's parameters
         self._bucket_of: list[int] = []  # by slot
         self._order: list[int] | None = None  # launch order, agreed at the first step
@@ -482,34 +543,64 @@ class CoconetOptimizer(torch.optim.Optimizer):
         for dtype, ps in by_dtype.items():
             if self.per_tensor:
                 parts = [[p] for p in ps]
-            elif self.overlap:
+            elif self.overlap and not self._reduce_only:
                 parts = self._chunks(ps, dtype)
             else:
+                # (with clipping, the segments the step without overlap has: the norm sums the
+                # squares of each in one reduction, so they must be the same to round the same)
                 parts = [ps]
             first = len(self.segments)
             for part in parts:
                 self.segments.append(self._flatten(k, dtype, part))
-            if self.overlap:
+            if not self.overlap:
+                continue
+            if self._reduce_only and not self.per_tensor:
+                # a bucket: a run of the segment's parameters to the cap (the last one to the
+                # segment's end: its padding is zero on every rank, so is its sum)
+                s = self.segments[first]
+                runs = self._chunks(list(range(len(s.params))), dtype, params_of=s)
+                ranges = []
+                for r, run in enumerate(runs):
+                    begin = s.offsets[run[0]]
+                    last = run[-1]
+                    end = (
+                        s.numel if r == len(runs) - 1 else s.offsets[last] + s.params[last].numel()
+                    )
+                    ranges.append([(first, begin, end)])
+                slots = [[s.slots[j] for j in run] for run in runs]
+            else:
                 # a bucket: one segment, or (LAMB) consecutive one-tensor segments to the cap
                 runs = self._chunks(list(range(first, len(self.segments))), dtype, segments=True)
-                for run in runs:
-                    self._buckets.append(run)
-                    self._bucket_slots.append([j for i in run for j in self.segments[i].slots])
-                    self._arrivals.append(set())
-                    self._launched.append(False)
-                    for i in run:
-                        for slot in self.segments[i].slots:
-                            self._bucket_of.append(len(self._buckets) - 1)
-                            assert len(self._bucket_of) == slot + 1
+                ranges = [[(i, 0, self.segments[i].numel) for i in run] for run in runs]
+                slots = [[j for i in run for j in self.segments[i].slots] for run in runs]
+            for bucket_ranges, bucket_slots in zip(ranges, slots, strict=True):
+                self._buckets.append(sorted({i for i, _b, _e in bucket_ranges}))
+                self._bucket_ranges.append(bucket_ranges)
+                self._bucket_slots.append(bucket_slots)
+                self._arrivals.append(set())
+                self._launched.append(False)
+                for slot in bucket_slots:
+                    self._bucket_of.append(len(self._buckets) - 1)
+                    assert len(self._bucket_of) == slot + 1
 
-    def _chunks(self, items: list[Any], dtype: torch.dtype, segments: bool = False) -> list[Any]:
-        """`items` (parameters, or segment indices) cut into runs of consecutive ones of at
-        most `bucket_cap_mb` (an item larger than that alone)."""
+    def _chunks(
+        self,
+        items: list[Any],
+        dtype: torch.dtype,
+        segments: bool = False,
+        params_of: _Segment | None = None,
+    ) -> list[Any]:
+        """`items` (parameters, segment indices, or indices of the parameters of segment
+        `params_of`) cut into runs of consecutive ones of at most `bucket_cap_mb` (an item
+        larger than that alone)."""
         size = torch.empty((), dtype=dtype).element_size()
         runs: list[list[Any]] = []
         total = 0.0
         for item in items:
-            n = self.segments[item].numel if segments else item.numel()
+            if params_of is not None:
+                n = params_of.params[item].numel()
+            else:
+                n = self.segments[item].numel if segments else item.numel()
             if not runs or total + n * size > self._bucket_bytes:
                 runs.append([])
                 total = 0.0
@@ -556,7 +647,13 @@ class CoconetOptimizer(torch.optim.Optimizer):
                 self._hooks.append(p.register_post_accumulate_grad_hook(self._marks.hook(slot)))
                 if self.overlap:  # (after the mark: the bucket counts a marked parameter)
                     self._hooks.append(p.register_post_accumulate_grad_hook(_arrival(self, slot)))
-        return _Segment(k, dtype, params, slots, offsets, padded, flat_param, flat_grad)
+        segment = _Segment(k, dtype, params, slots, offsets, padded, flat_param, flat_grad)
+        if self._reduce_only:
+            # (a buffer of its own, not the gradient's: the IR keeps a tensor's layout, so a
+            # local gradient cannot be stored a replicated sum; and `.grad` stays local, as
+            # without overlap)
+            segment.reduced = torch.zeros(padded, dtype=dtype, device=self.device)
+        return segment
 
     # -- gradients ---------------------------------------------------------------------------
 
@@ -620,13 +717,16 @@ class CoconetOptimizer(torch.optim.Optimizer):
         frozen = int(any(p.grad is not None for p in self._frozen))
         return have, frozen
 
-    def _checksum(self, chosen: Iterable[int] | None = None) -> int:
-        """A sum of the bits of this rank's gradients in the segments `chosen` (None: all;
-        identical on every rank: already reduced)."""
+    def _checksum(self, chosen: Iterable[tuple[int, int, int]] | None = None) -> int:
+        """A sum of the bits of this rank's gradients in the (segment, begin, end) ranges
+        `chosen` (None: all; identical on every rank: already reduced)."""
         total = 0
-        for i in range(len(self.segments)) if chosen is None else chosen:
+        if chosen is None:
+            chosen = [(i, 0, s.numel) for i, s in enumerate(self.segments)]
+        for i, begin, end in chosen:
             s = self.segments[i]
-            bits = s.flat_grad.view(torch.int16 if s.dtype == torch.bfloat16 else torch.int32)
+            grad = s.flat_grad[begin:end]
+            bits = grad.view(torch.int16 if s.dtype == torch.bfloat16 else torch.int32)
             total += int(bits.sum(dtype=torch.int64))
         return total
 
@@ -635,12 +735,12 @@ class CoconetOptimizer(torch.optim.Optimizer):
         have: list[int],
         frozen: int,
         extra: list[int] | None = None,
-        unlaunched: list[int] | None = None,
+        unlaunched: list[tuple[int, int, int]] | None = None,
     ) -> tuple[list[int], int, list[int]]:
         """The marks of every rank combined (a parameter has a gradient if any rank gave it
         one), and `extra` (overlap: launched buckets, the launch order) by MAX, through one
         host all-reduce; in the first steps, also whether the gradients were identical on
-        every rank before the programs reduced them (overlap: those of the segments
+        every rank before the programs reduced them (overlap: those of the ranges
         `unlaunched` now, and those the launched buckets had at their launch)."""
         extra = extra or []
         if self.world == 1:
@@ -750,7 +850,7 @@ class CoconetOptimizer(torch.optim.Optimizer):
 
     def _warn_local_clipping(self, ids: set[int]) -> None:
         if self.overlap and any(i in self._slot_of for i in ids):
-            raise CocoError(f"torch.nn.utils.clip_grad_norm_ on its parameters: {_OVERLAP_CLIP}")
+            raise CocoError(_OVERLAP_TORCH_CLIP)
         if self.world > 1 and any(i in self._slot_of for i in ids):
             self._warn_once(
                 "clip",
@@ -774,7 +874,7 @@ class CoconetOptimizer(torch.optim.Optimizer):
         parameter's reduced gradient, and every gradient scaled by min(1, max_norm / (norm +
         1e-6)). Returns the total norm as a 0-d tensor that holds NaN until that `step()`
         computes it (then also `opt.last_grad_norm`). `foreach` is ignored."""
-        if self.overlap:
+        if self.overlap and not self._reduce_only:
             raise CocoError(_OVERLAP_CLIP)
         if float(norm_type) != 2.0:
             raise CocoError(f"norm_type={norm_type}: coconet clips by the 2-norm only")
@@ -793,17 +893,24 @@ class CoconetOptimizer(torch.optim.Optimizer):
 
     @property
     def compiled(self) -> Any:
-        """The program of the common step (every parameter has a gradient)."""
-        return self._program(self._key(False, self.max_grad_norm is not None))
+        """The program of the common step (every parameter has a gradient; overlap with
+        clipping: the step after backward's reductions)."""
+        form = "reduced" if self._reduce_only else "step"
+        return self._program(self._key(False, self.max_grad_norm is not None, form=form))
 
     @property
     def buckets(self) -> list[_Segment]:
         """The segments (the name of earlier versions)."""
         return self.segments
 
-    def _key(self, masked: bool, clip: bool, bucket: int | None = None) -> tuple[Any, ...]:
-        """A variant of the step: over every segment (`bucket` None) or one bucket's."""
-        return (masked, clip, tuple(self.group_key(g) for g in self.param_groups), bucket)
+    def _key(
+        self, masked: bool, clip: bool, bucket: int | None = None, form: str = "step"
+    ) -> tuple[Any, ...]:
+        """A variant of the step: over every segment (`bucket` None) or one bucket's; `form`
+        "step" (reduce and update), "reduce" (overlap with clipping: a bucket's reduction
+        only) or "reduced" (the update reading the reduced gradients, after those)."""
+        keys = tuple(self.group_key(g) for g in self.param_groups)
+        return (masked, clip, keys, bucket, form)
 
     def _recompile(self) -> None:
         """Drops every compiled variant (the segments changed) and compiles the common one."""
@@ -811,10 +918,17 @@ class CoconetOptimizer(torch.optim.Optimizer):
             compiled.close()
         self._programs = {}
         self._inputs = {}
+        self._range_inputs = {}
         for i, s in enumerate(self.segments):
             self._inputs[f"g{i}"] = _handed_over(s.flat_grad)
             self._inputs[f"w{i}"] = _handed_over(s.flat_param)
-        if self.overlap:  # every bucket's common variant, before any backward launches one
+            if s.reduced is not None:
+                self._inputs[f"r{i}"] = _handed_over(s.reduced)
+        if self._reduce_only:  # every bucket's reduction, and the step after them
+            for b in range(len(self._buckets)):
+                self._program(self._key(False, False, b, "reduce"))
+            self._program(self._key(False, True, None, "reduced"))
+        elif self.overlap:  # every bucket's common variant, before any backward launches one
             for b in range(len(self._buckets)):
                 self._program(self._key(False, False, b))
         else:
@@ -827,25 +941,46 @@ class CoconetOptimizer(torch.optim.Optimizer):
         import coconet
         from coconet.compiled import CompiledProgram
 
-        masked, clip, keys, bucket = key
+        masked, clip, keys, bucket, form = key
         chosen = range(len(self.segments)) if bucket is None else self._buckets[bucket]
-        program = self.build_program(masked, clip, keys, list(chosen))
+        if form == "reduce":
+            assert bucket is not None
+            ranges = self._bucket_ranges[bucket]
+            program = self.build_reduction(ranges)
+            self._range_inputs[bucket] = {}
+            for k, (i, begin, end) in enumerate(ranges):
+                s = self.segments[i]
+                assert s.reduced is not None
+                self._range_inputs[bucket][f"g{k}"] = _handed_over(s.flat_grad[begin:end])
+                self._range_inputs[bucket][f"r{k}"] = _handed_over(s.reduced[begin:end])
+        else:
+            reduced = form == "reduced"
+            sliced = reduced and self._sliced_step
+            program = self.build_program(masked, clip, keys, list(chosen), reduced, sliced)
         compiled = coconet.compile(
             program,
-            schedule=self._concrete,
+            # Overlap with clipping: a bucket's all_reduce under the schedule (the fused forms
+            # sum in rank order, as the step's fused reduce_scatter does), and a step with no
+            # collective left for a schedule to split, written sliced or not as it would, whose
+            # elementwise chains are fused into kernels as ar-c fuses them
+            schedule={
+                "step": self._concrete,
+                "reduce": "fuse(rs-c-ag)" if self.schedule == "auto" else self.schedule,
+                "reduced": FUSE_ELEMENTWISE,
+            }[form],
             backend=self.backend,
             schedule_space="named",
             step_timeout=self.step_timeout or 0,
             # the state lives as each rank's piece (ZeRO's sliced m and v), bound zero-copy
             pieces=True,
         )
-        if self._concrete == "auto":
+        if self._concrete == "auto" and form == "step":
             # every variant after the first takes its schedule: one layout of the state
             name = (compiled.autotune or {}).get("name", "as-written")
             self._concrete = None if name == "as-written" else name
         assert isinstance(compiled, CompiledProgram)  # the cpu or cuda backend (never sim)
         shapes = compiled.input_shapes()
-        for i in chosen:
+        for i in chosen if form != "reduce" else ():  # (a reduction holds no state)
             s = self.segments[i]
             for name in self.state_names:
                 shape = shapes[f"{name}{i}"][0]
@@ -862,18 +997,54 @@ class CoconetOptimizer(torch.optim.Optimizer):
         self._programs[key] = compiled
         return compiled
 
+    def build_reduction(self, ranges: list[tuple[int, int, int]]) -> Any:
+        """Overlap with clipping: a bucket's program in backward, the sum over the ranks of
+        the local gradients in the (segment, begin, end) `ranges` (argument `g<k>` for the
+        k-th) stored into the same range of the segment's `reduced` buffer (`r<k>`,
+        replicated), in the gradients' element type as the step's all_reduce computes it
+        (bf16 rounded once), before any cast or scaling."""
+        from coconet import frontend
+        from coconet.frontend import BF16, F32, AllReduce, Local, Replicated, Tensor, Update
+
+        params: list[tuple[str, Any]] = []
+        for k, (i, begin, end) in enumerate(ranges):
+            elt = BF16 if self.segments[i].dtype == torch.bfloat16 else F32
+            params += [(f"g{k}", Tensor(elt, [end - begin], Local))]
+            params += [(f"r{k}", Tensor(elt, [end - begin], Replicated))]
+        names = [n for n, _t in params]
+
+        def reduce(*args: Any) -> None:
+            a = dict(zip(names, args, strict=True))
+            for k in range(len(ranges)):
+                Update(a[f"r{k}"], AllReduce("+", a[f"g{k}"]).named(f"gsum{k}"))
+
+        reduce.__signature__ = _signature(params)  # type: ignore[attr-defined]
+        return frontend.program(grid=[None], name=f"{self.algorithm or 'step'}_reduce")(reduce)
+
     def build_program(
-        self, masked: bool, clip: bool, keys: tuple[Any, ...], chosen: list[int] | None = None
+        self,
+        masked: bool,
+        clip: bool,
+        keys: tuple[Any, ...],
+        chosen: list[int] | None = None,
+        reduced: bool = False,
+        sliced: bool = False,
     ) -> Any:
         """The step over the segments `chosen` (None: every one; the arguments keep each
         segment's index in the optimizer): per segment the sum of the local gradients over the
-        ranks, scaled to their mean; with `clip`, the global norm of those means and each
-        scaled by min(1, max_norm / (norm + 1e-6)) (the norm is the program's result); then
-        the algorithm's update (`rule`), under `masked` kept only where the keep mask is set."""
+        ranks (`reduced`: the sum `build_reduction` stored, read as the argument `r<i>`),
+        scaled to their mean; with `clip`, the global norm of those means and each scaled by
+        min(1, max_norm / (norm + 1e-6)) (the norm is the program's result); then the
+        algorithm's update (`rule`), under `masked` kept only where the keep mask is set.
+        `sliced` (with `reduced`; not LAMB): written as rs-c-ag schedules the step, each rank
+        computing its slice of every segment (its state sliced: ZeRO-1) and the norm from the
+        slices' partial sums, then all-gathering the parameters -- so that it rounds as the
+        step without overlap under rs-c-ag and fuse(rs-c-ag) does."""
         from coconet import frontend
         from coconet.frontend import (
             BF16,
             F32,
+            AllGather,
             AllReduce,
             Cast,
             Ite,
@@ -882,11 +1053,15 @@ class CoconetOptimizer(torch.optim.Optimizer):
             ReduceSum,
             Replicated,
             Scalar,
+            Slice,
+            Sliced,
             Sqrt,
             Tensor,
             Update,
         )
 
+        assert not sliced or (reduced and not self.per_tensor)
+        state_layout = Sliced(0) if sliced else Replicated
         indices = range(len(self.segments)) if chosen is None else chosen
         segs = [(i, self.segments[i]) for i in indices]
         groups = sorted({s.group for _i, s in segs})
@@ -895,8 +1070,13 @@ class CoconetOptimizer(torch.optim.Optimizer):
         for i, s in segs:
             elt = BF16 if s.dtype == torch.bfloat16 else F32
             n = s.numel
-            params += [(f"g{i}", Tensor(elt, [n], Local)), (f"w{i}", Tensor(elt, [n], Replicated))]
-            params += [(f"{name}{i}", Tensor(F32, [n], Replicated)) for name in self.state_names]
+            grad = (
+                (f"r{i}", Tensor(elt, [n], Replicated))
+                if reduced
+                else (f"g{i}", Tensor(elt, [n], Local))
+            )
+            params += [grad, (f"w{i}", Tensor(elt, [n], Replicated))]
+            params += [(f"{name}{i}", Tensor(F32, [n], state_layout)) for name in self.state_names]
             if masked:
                 keep = Scalar(F32) if self.per_tensor else Tensor(F32, [n], Replicated)
                 params.append((f"keep{i}", keep))
@@ -928,7 +1108,13 @@ class CoconetOptimizer(torch.optim.Optimizer):
             a = dict(zip(names, args, strict=True))
             grads = {}
             for i, s in segs:
-                gsum = AllReduce("+", a[f"g{i}"]).named(f"gsum{i}")
+                # (the same ops after the sum, in the same order: the same step bit for bit)
+                if sliced:
+                    gsum = Slice(a[f"r{i}"]).named(f"gsum{i}")
+                elif reduced:
+                    gsum = a[f"r{i}"]
+                else:
+                    gsum = AllReduce("+", a[f"g{i}"]).named(f"gsum{i}")
                 if s.dtype == torch.bfloat16:
                     gsum = Cast(F32, gsum).named(f"gsumf{i}")
                 grads[i] = (gsum * a["gscale"]).named(f"gavg{i}")
@@ -937,26 +1123,40 @@ class CoconetOptimizer(torch.optim.Optimizer):
                 squares = None
                 for i, g in grads.items():
                     part = ReduceSum((g * g).named(f"gsq{i}")).named(f"sumsq{i}")
+                    if sliced:  # (this rank's partial sum)
+                        part = AllReduce("+", part).named(f"sumsq_all{i}")
                     squares = part if squares is None else (squares + part).named(f"sumsq_to{i}")
                 assert squares is not None
                 total = Sqrt(squares).named("total_norm")
                 coef = Min(1.0, a["max_norm"] / (total + 1e-6)).named("clip_coef")
                 grads = {i: (g * coef).named(f"gclip{i}") for i, g in grads.items()}
+
+            def mine(x: Any, name: str) -> Any:  # (sliced: this rank's slice of x)
+                return Slice(x).named(name) if sliced else x
+
             for i, s in segs:
                 bf16 = s.dtype == torch.bfloat16
-                w = Cast(F32, a[f"w{i}"]).named(f"wf{i}") if bf16 else a[f"w{i}"]
+                w_in = mine(a[f"w{i}"], f"ws{i}")
+                w = Cast(F32, w_in).named(f"wf{i}") if bf16 else w_in
                 opts = {name: a[f"{name}_g{s.group}"] for name in self.option_scalars}
                 if self.bias_corrected:
-                    opts["bc1"], opts["bc2"] = a[f"bc1s{i}"], a[f"bc2s{i}"]
+                    bc1, bc2 = a[f"bc1s{i}"], a[f"bc2s{i}"]
+                    if elementwise_bc:
+                        bc1, bc2 = mine(bc1, f"bc1p{i}"), mine(bc2, f"bc2p{i}")
+                    opts["bc1"], opts["bc2"] = bc1, bc2
                 state = {name: a[f"{name}{i}"] for name in self.state_names}
-                keep = (a[f"keep{i}"] > a["half"]).named(f"keepb{i}") if masked else None
+                keep = None
+                if masked:
+                    keep = (mine(a[f"keep{i}"], f"keeps{i}") > a["half"]).named(f"keepb{i}")
 
                 store = functools.partial(store_into, a, i, keep)
                 new_w = self.rule(i, grads[i], w, state, opts, keys[s.group], store)
                 if bf16:
                     new_w = Cast(BF16, new_w).named(f"wb{i}")
                 if keep is not None:
-                    new_w = Ite(keep, new_w, a[f"w{i}"]).named(f"wk{i}")
+                    new_w = Ite(keep, new_w, w_in).named(f"wk{i}")
+                if sliced:
+                    new_w = AllGather(new_w).named(f"wg{i}")
                 Update(a[f"w{i}"], new_w)
             return total
 
@@ -993,10 +1193,22 @@ class CoconetOptimizer(torch.optim.Optimizer):
         norm_out = self._norm_next
         self._clip_next = self._norm_next = None
         if self.overlap:
-            return self._overlapped_step(loss)
+            return self._overlapped_step(loss, clip, norm_out)
         have, frozen, _ = self._agree(*self._local_gradients())
         if frozen:
             raise CocoError(_FROZEN_GRADIENT)
+        return self._update(loss, have, clip, norm_out, "step")
+
+    def _update(
+        self,
+        loss: Any,
+        have: list[int],
+        clip: float | None,
+        norm_out: torch.Tensor | None,
+        form: str,
+    ) -> Any:
+        """The program over every segment for the agreed marks `have` (`form`: the step, or
+        the step after backward's reductions), the norm into `norm_out` where it clips."""
         if norm_out is None and clip is not None:
             norm_out = torch.full((), math.nan, dtype=torch.float32, device=self.device)
         if not any(have):
@@ -1009,7 +1221,7 @@ class CoconetOptimizer(torch.optim.Optimizer):
         self._version += 1
         every = list(range(len(self.segments)))
         masked = self._masked(every, have, self._steps)
-        compiled = self._program(self._key(masked, clip is not None))
+        compiled = self._program(self._key(masked, clip is not None, None, form))
         inputs = self._inputs_for(compiled, every, masked, have, self._steps, clip)
         out = self._run(compiled, inputs)
         if norm_out is not None:
@@ -1081,7 +1293,7 @@ class CoconetOptimizer(torch.optim.Optimizer):
         for j in slots:
             steps[j] += 1
         if self._ddp_checks_left > 0 and self.world > 1:
-            self._launch_checksum += self._checksum(self._buckets[b])
+            self._launch_checksum += self._checksum(self._bucket_ranges[b])
         self._launched[b] = True
         self._submit(b, have, steps)
 
@@ -1091,8 +1303,11 @@ class CoconetOptimizer(torch.optim.Optimizer):
         variants a launch needs compile there too (compiling is collective over the programs'
         communicator, which only the worker uses while buckets are in flight)."""
         chosen = self._buckets[b]
-        masked = self._masked(chosen, have, steps)
-        key = self._key(masked, False, b)
+        if self._reduce_only:  # (no update: nothing masked)
+            masked, key = False, self._key(False, False, b, "reduce")
+        else:
+            masked = self._masked(chosen, have, steps)
+            key = self._key(masked, False, b)
         ready = None
         if self._side is not None:  # the gradients' producer (backward's stream) first
             ready = torch.cuda.Event()
@@ -1111,22 +1326,29 @@ class CoconetOptimizer(torch.optim.Optimizer):
         steps: list[int],
         ready: Any,
     ) -> None:
-        if ready is None:
+        def run() -> None:
             compiled = self._program(key)
-            self._run(compiled, self._inputs_for(compiled, chosen, masked, have, steps, None))
+            if key[4] == "reduce":  # the gradients and their sums, nothing else
+                inputs = self._range_inputs[key[3]]
+            else:
+                inputs = self._inputs_for(compiled, chosen, masked, have, steps, None)
+            self._run(compiled, inputs)
+
+        if ready is None:
+            run()
             return
         # cuda: the side stream waits for the gradients, and the DLPack hand-over orders the
         # program's streams after it (PyTorch's current stream of this thread)
         with torch.cuda.device(self.device), torch.cuda.stream(self._side):
             self._side.wait_event(ready)
-            compiled = self._program(key)
-            self._run(compiled, self._inputs_for(compiled, chosen, masked, have, steps, None))
+            run()
 
-    def _overlapped_step(self, loss: Any) -> Any:
+    def _overlapped_step(self, loss: Any, clip: float | None, norm_out: torch.Tensor | None) -> Any:
         """step() with overlap=True: the ranks agree on the marks and on which buckets some
         rank launched in backward; each rank launches, in the launch order, every bucket it
         has not (those launched elsewhere first: the same variant, every parameter having a
-        gradient there), waits for all of them, and is ready for the next backward."""
+        gradient there), waits for all of them, and is ready for the next backward. With
+        clipping the buckets only reduced: then the step over every segment runs."""
         nb = len(self._buckets)
         with self._overlap_lock:
             here = list(self._launched)
@@ -1141,7 +1363,7 @@ class CoconetOptimizer(torch.optim.Optimizer):
                 ]
                 position = {b: k + 1 for k, b in enumerate(seen)}
                 extra += [position[b] if self.rank == 0 else 0 for b in range(nb)]
-            unlaunched = [i for b in range(nb) if not here[b] for i in self._buckets[b]]
+            unlaunched = [r for b in range(nb) if not here[b] for r in self._bucket_ranges[b]]
             have, frozen, extra = self._agree(have, frozen, extra, unlaunched)
             if learning:
                 self._order = sorted(range(nb), key=lambda b: extra[nb + b])
@@ -1150,13 +1372,23 @@ class CoconetOptimizer(torch.optim.Optimizer):
             anywhere = extra[:nb]
             if frozen:  # finish what some rank began (the replicas stay alike), then refuse
                 have = [int(anywhere[self._bucket_of[j]] and have[j]) for j in range(len(have))]
-            for slot, got in enumerate(have):
-                self._steps[slot] += got
-            if any(have):
-                self._version += 1
+            if not self._reduce_only:  # (else counted by the step after the reductions)
+                for slot, got in enumerate(have):
+                    self._steps[slot] += got
+                if any(have):
+                    self._version += 1
             steps = list(self._steps)
             for b in order:
-                if here[b] or not any(have[j] for j in self._bucket_slots[b]):
+                if here[b]:
+                    continue
+                if not any(have[j] for j in self._bucket_slots[b]):
+                    if self._reduce_only:
+                        # zero on every rank (no rank gave it a gradient), so is its sum; the
+                        # step reads it (the norm) and must not find the last step's
+                        for i, begin, end in self._bucket_ranges[b]:
+                            reduced = self.segments[i].reduced
+                            assert reduced is not None
+                            reduced[begin:end].zero_()
                     continue
                 with self._overlap_lock:
                     self._submit(b, have, steps)
@@ -1164,6 +1396,8 @@ class CoconetOptimizer(torch.optim.Optimizer):
             self._drain()
         if frozen:
             raise CocoError(_FROZEN_GRADIENT)
+        if self._reduce_only:
+            return self._update(loss, have, clip, norm_out, "reduced")
         return loss
 
     def _drain(self) -> None:
