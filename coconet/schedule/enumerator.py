@@ -116,19 +116,23 @@ def named_schedules(
     info = Structure(p)
     out: dict[str, str] = {}
     dropped: dict[str, str] = {}
-    for name in NAMED_SCHEDULES:
+    fitting = [n for n, ns in NAMED_SCHEDULES.items() if ns.applies(info)]
+    for name in fitting:  # first those the structure admits: their refusals are the steps'
         why = _why_not(p, info, name, counts)
         if isinstance(why, str):
             dropped[name] = why
         else:
             out[name] = why.pipeline
+    for name in NAMED_SCHEDULES:  # the others name what applies: those just offered
+        if name not in fitting:
+            dropped[name] = str(structure_refusal(p, info, name, applying=list(out)))
+    out = {n: out[n] for n in NAMED_SCHEDULES if n in out}  # the fixed order
+    dropped = {n: dropped[n] for n in NAMED_SCHEDULES if n in dropped}
     return ScheduleOffers(out, dropped, counts) if explain else out
 
 
 def _why_not(p: Program, info: Structure, name: str, counts: Sequence[int]) -> str | ScheduleSteps:
-    refusal = structure_refusal(p, info, name)
-    if refusal is not None:
-        return str(refusal)
+    """Why the structurally fitting `name` is not offered at `counts`, or its schedule."""
     s = try_named(p, info, name)
     if not isinstance(s, ScheduleSteps):
         return str(s)
@@ -140,8 +144,7 @@ def why_not_offered(program: Any, name: str, *, ranks: Ranks = None) -> str | No
     (any accepted spelling): its refusal's `[rule] message`; None if it is offered."""
     p = as_program(program)
     canonical = resolve_schedule_name(name)
-    why = _why_not(p, Structure(p), canonical, _offer_ranks(p, ranks))
-    return why if isinstance(why, str) else None
+    return named_schedules(p, explain=True, ranks=ranks).dropped.get(canonical)
 
 
 FUSE_CHOICES: tuple[tuple[str, ...], ...] = (

@@ -4,7 +4,7 @@ the spellings each name accepts, and applying one to a program."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -208,17 +208,22 @@ def resolve_schedule_name(name: str) -> str:
     return canonical
 
 
-def structure_refusal(p: Program, info: Structure, name: str) -> ScheduleError | None:
-    """Why the named schedule `name` does not fit `p`'s structure (None if it does)."""
+def structure_refusal(
+    p: Program, info: Structure, name: str, *, applying: Sequence[str] | None = None
+) -> ScheduleError | None:
+    """Why the named schedule `name` does not fit `p`'s structure (None if it does), naming
+    the schedules that apply to it: `applying` when the caller knows them, else those whose
+    steps all apply (not only those whose structure it has: a split can still be refused)."""
     ns = NAMED_SCHEDULES[name]
     if ns.applies(info):
         return None
-    # those that apply, not only those whose structure it has (a split can still be refused)
-    fits = [
-        n
-        for n, x in NAMED_SCHEDULES.items()
-        if x.applies(info) and not isinstance(try_named(p, info, n), ScheduleError)
-    ]
+    if applying is None:
+        applying = [
+            n
+            for n, x in NAMED_SCHEDULES.items()
+            if x.applies(info) and not isinstance(try_named(p, info, n), ScheduleError)
+        ]
+    fits = list(applying)
     lacks = f"which @{p.name} lacks"
     if ns.requires.startswith("an all_reduce") and not info.all_reduces:
         # its all_reduces, if any, are of scalars: say so, not that it has none
