@@ -126,8 +126,7 @@ def named_schedules(
     for name in NAMED_SCHEDULES:  # the others name what applies: those just offered
         if name not in fitting:
             dropped[name] = str(structure_refusal(p, info, name, applying=list(out)))
-    out = {n: out[n] for n in NAMED_SCHEDULES if n in out}  # the fixed order
-    dropped = {n: dropped[n] for n in NAMED_SCHEDULES if n in dropped}
+    dropped = {n: dropped[n] for n in NAMED_SCHEDULES if n in dropped}  # the fixed order
     return ScheduleOffers(out, dropped, counts) if explain else out
 
 
@@ -144,6 +143,11 @@ def why_not_offered(program: Any, name: str, *, ranks: Ranks = None) -> str | No
     (any accepted spelling): its refusal's `[rule] message`; None if it is offered."""
     p = as_program(program)
     canonical = resolve_schedule_name(name)
+    info = Structure(p)
+    if NAMED_SCHEDULES[canonical].applies(info):  # its own steps decide: try it alone
+        why = _why_not(p, info, canonical, _offer_ranks(p, ranks))
+        return why if isinstance(why, str) else None
+    # a structure refusal names the schedules offered instead
     return named_schedules(p, explain=True, ranks=ranks).dropped.get(canonical)
 
 

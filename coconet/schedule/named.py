@@ -217,13 +217,13 @@ def structure_refusal(
     ns = NAMED_SCHEDULES[name]
     if ns.applies(info):
         return None
-    if applying is None:
-        applying = [
+    fits = applying
+    if fits is None:
+        fits = [
             n
             for n, x in NAMED_SCHEDULES.items()
             if x.applies(info) and not isinstance(try_named(p, info, n), ScheduleError)
         ]
-    fits = list(applying)
     lacks = f"which @{p.name} lacks"
     if ns.requires.startswith("an all_reduce") and not info.all_reduces:
         # its all_reduces, if any, are of scalars: say so, not that it has none
