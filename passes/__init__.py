@@ -1,6 +1,7 @@
 """coconet's passes, one file each, named after the pass (`split_allreduce.py` is
-`coco-split-allreduce`). `get_all_passes` is their registry; the schedule API adds
-`coco-schedule` to it (coconet.schedule.get_all_passes, what coco-opt registers)."""
+`coco-split-allreduce`; the fusion passes, one a mode, are the `fuse/` package).
+`get_all_passes` is their registry; the schedule API adds `coco-schedule` to it
+(coconet.schedule.get_all_passes, what coco-opt registers)."""
 
 from collections.abc import Callable
 
@@ -29,9 +30,29 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         return DeadCodeEliminationPass
 
     def fuse() -> type[ModulePass]:
-        from coconet.passes.fuse import FusePass
+        from coconet.passes.fuse.auto import FusePass
 
         return FusePass
+
+    def fuse_elementwise() -> type[ModulePass]:
+        from coconet.passes.fuse.elementwise import FuseElementwisePass
+
+        return FuseElementwisePass
+
+    def fuse_all_reduce() -> type[ModulePass]:
+        from coconet.passes.fuse.all_reduce import FuseAllReducePass
+
+        return FuseAllReducePass
+
+    def fuse_send() -> type[ModulePass]:
+        from coconet.passes.fuse.send import FuseSendPass
+
+        return FuseSendPass
+
+    def fuse_all_to_all() -> type[ModulePass]:
+        from coconet.passes.fuse.all_to_all import FuseAllToAllPass
+
+        return FuseAllToAllPass
 
     def overlap() -> type[ModulePass]:
         from coconet.passes.overlap import OverlapPass
@@ -54,6 +75,10 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "coco-as-slice": as_slice,
         "coco-dce": dce,
         "coco-fuse": fuse,
+        "coco-fuse-elementwise": fuse_elementwise,
+        "coco-fuse-all-reduce": fuse_all_reduce,
+        "coco-fuse-send": fuse_send,
+        "coco-fuse-all-to-all": fuse_all_to_all,
         "coco-overlap": overlap,
         "coco-sliced-send": sliced_send,
         "coco-canonicalize": canonicalize,

@@ -31,7 +31,7 @@ from coconet.lowering.lower_to_plan import Lowering, lower
 from coconet.lowering.plan import Launch
 from coconet.lowering.signature import ParamKind
 from coconet.passes.common import OrderInfo, check_groups_acyclic
-from coconet.passes.fuse import FusePass
+from coconet.passes.fuse.chain import ChainScans
 from coconet.runtime.sim import prepare_inputs
 from coconet.runtime.threaded import ThreadedExecutor
 from coconet.schedule import ScheduleError, named_schedules
@@ -78,9 +78,9 @@ def test_the_fused_program_is_the_same_whatever_the_order_info_covers():
 
 def _chain_visits(layers: int) -> int:
     program = apply_schedule(Program(parse_module(_stack_text(layers))), "coco-split-allreduce")
-    FusePass.chain_visits = 0
+    ChainScans.visits = 0
     apply_schedule(program, "coco-fuse{mode=all_reduce}")
-    return FusePass.chain_visits
+    return ChainScans.visits
 
 
 def test_the_reduce_scatter_chain_scans_stop_at_each_chain_s_last_use():
@@ -250,10 +250,10 @@ def _reordered_chain_visits(layers: int) -> int:
     program = apply_schedule(
         Program(parse_module(_stack_text(layers))), "coco-split-allreduce{dim=1},coco-reorder"
     )
-    FusePass.chain_visits = 0
+    ChainScans.visits = 0
     fused = apply_schedule(program, "coco-fuse{mode=all_reduce}")
     assert str(fused.module).count("comm.fused all_reduce") == layers
-    return FusePass.chain_visits
+    return ChainScans.visits
 
 
 def test_a_reordered_stack_s_chain_scans_end_within_their_layer():

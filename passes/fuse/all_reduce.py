@@ -1,0 +1,255 @@
+"""`coco-fuse-all-reduce`: a reduce_scatter, the sliced computation consuming it and the
+all_gathers of its results -> one `comm.fused all_reduce` region (CoCoNet's FusedAllReduce);
+with `form=one_shot`, an all_reduce as written and the computation on its result
+(one_shot.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Block, Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.utils.exceptions import PassFailedException
+
+from coconet.dialects import coco, comm
+from coconet.dialects.coco import TensorType
+from coconet.passes.common import body_block, fail, find_named_ops, functions, op_name
+from coconet.passes.fuse.chain import reduce_scatter_chain
+from coconet.passes.fuse.checks import check_sizes, exact_set
+from coconet.passes.fuse.one_shot import fuse_one_shot
+from coconet.passes.fuse.region import ONE_SHOT, RULE, Plan, fuse, fuse_plans, in_order
+
+KIND = "all_reduce"
+FORMS = ("two_shot", "one_shot")
+
+
+@dataclass(frozen=True)
+class FuseAllReducePass(ModulePass):
+    """Group a reduce_scatter, the sliced computation consuming it and the all_gathers of its
+    results into one `comm.fused all_reduce` region (built as coco-fuse-elementwise builds its
+    regions). From the reduce_scatter, the chain grows in program order over: elementwise ops with a
+    result in the reduce_scatter's iteration space (same shape and layouts) or scalar; reductions of
+    chain values (partial norms) and all_reduces of scalar partials; row reductions over the last
+    dim (keepdims) of a slice that keeps whole rows, and elementwise ops on their row values
+    (RMSNorm, LayerNorm: one block per row); all_gathers of chain values over the reduce_scatter's
+    axes; and the updates storing chain or gathered values. Then ops feeding only the chain (slices
+    of arguments, constants, scalar arithmetic, elementwise ops in the chain's space) are pulled in,
+    and so is scalar arithmetic the chain both feeds and reads (LAMB's trust ratio ||w|| / ||r||).
+    Full reductions of a whole tensor the chain reads are finished on its slice
+    (whole_reductions.py). Greedy (no `ops`): every reduce_scatter's chain, chains sharing scalar
+    arithmetic (a global norm) as one region. Targeted: `ops` names reduce_scatters (their maximal
+    chain), or names the exact set to fuse (one reduce_scatter, at least one all_gather; updates of
+    its values join). `coco-fuse{mode=all_reduce}` is this pass.
+
+    Forms (`form` option):
+    * `two_shot` (default): the reduce_scatter chains above (split and reordered programs).
+    * `one_shot`: a tensor `comm.all_reduce` as written and the computation on its whole
+      result -> `comm.fused all_reduce one_shot`: each rank reduces every peer's whole input
+      from symmetric memory in rank order and computes the rest locally (one handshake, no
+      all_gather: the form of small tensors, where latency wins). From the all_reduce, the
+      chain grows in program order over elementwise ops in its result's iteration space (or
+      scalar), row reductions over the last dim (keepdims) and elementwise ops on their row
+      values (AR + residual + RMSNorm/LayerNorm), and the updates storing chain values
+      (except one of the all_reduce's own input, which peers read: it stays a copy after
+      the region); an op that waits for a value computed from the chain outside it does
+      not join (a full norm and what reads it). Then slices, constants and elementwise ops
+      feeding only the chain are pulled in. Targeted: `ops` names all_reduces (their
+      maximal chain), or the exact set (one all_reduce plus computation).
+
+    Legality (refusals name the rule; greedy mode skips what they refuse):
+    * [fuse-chain]       a fused all_reduce holds exactly one reduce_scatter and at least
+                         one all_gather of its chain (one collective chain per region), or,
+                         for ZeRO-3's step (sliced parameters and state), none where every
+                         result of the chain updates sliced state; row reductions and full
+                         reductions do not share a chain.
+    * [fuse-sizes]       tensors computed in the region share the reduce_scatter's
+                         iteration space; scalars fit any, and so do the rows of a fused
+                         all_reduce (keepdims reductions over the last dim of a space that
+                         no grid axis slices there, and ops on them). Rows of any length: a
+                         row kernel keeps what a later phase reads in shared memory where it
+                         fits and streams it otherwise (lowering/row_collective.py).
+    * [fuse-form]        `form` is two_shot or one_shot.
+    * [fuse-one-shot]    a one-shot fusion starts at a comm.all_reduce of a tensor as written
+                         (a scalar's is a norm's partials; a split all_reduce is the two-shot
+                         form's, and sliced values -- as-slice'd optimizer state, ZeRO-3's
+                         sliced parameters -- never join: each rank computes the whole
+                         tensor); a named set holds one all_reduce and, besides, only
+                         elementwise ops, constants, slices, row reductions over the last dim
+                         and updates, in the all_reduce's iteration space or its rows.
+    * [fuse-connected], [fuse-cycle], [fuse-block] as for coco-fuse-elementwise.
+    """
+
+    name = "coco-fuse-all-reduce"
+
+    ops: tuple[str, ...] = ()
+    form: str = "two_shot"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.form not in FORMS:
+            raise fail(f"{RULE}-form", f"unknown form '{self.form}': use one of {', '.join(FORMS)}")
+        if self.form == ONE_SHOT:
+            fuse_one_shot(op, self.ops)
+        elif self.ops:
+            _fuse_targeted(op, self.ops)
+        else:
+            for fn in functions(op):
+                fuse_greedy(body_block(fn))
+
+
+def fuse_greedy(block: Block) -> None:
+    """Fuse every reduce_scatter chain of `block` that the rules admit."""
+    scatters = [o for o in block.ops if isinstance(o, comm.ReduceScatterOp)]
+    if not _computes_scalars_of_tensors(block):
+        # No chain can hold scalar arithmetic, so none couples with another: each is
+        # grown on what earlier fusions left, in program order (growing every chain
+        # first, on the untouched block, cost the sum of their extents: quadratic where
+        # each layer's chain runs on along a sliced residual stream to the end of the
+        # function).
+        for rs in scatters:
+            try:
+                fuse(block, reduce_scatter_chain(block, rs), KIND)
+            except PassFailedException:
+                continue
+        return
+    chains: list[set[Operation]] = []
+    for rs in scatters:
+        try:
+            chains.append(reduce_scatter_chain(block, rs))
+        except PassFailedException:
+            continue
+    for members in _merge_coupled(chains):
+        scatters = [m for m in members if isinstance(m, comm.ReduceScatterOp)]
+        try:
+            if len(scatters) == 1:
+                # A chain of its own is grown again around what earlier fusions left at
+                # the top level.
+                members = reduce_scatter_chain(block, scatters[0])
+            fuse(block, members, KIND)
+        except PassFailedException:
+            continue
+
+
+def _fuse_targeted(module: ModuleOp, ops: tuple[str, ...]) -> None:
+    sites = find_named_ops(module, ops, f"{RULE}-block", "op")
+    if all(isinstance(s, comm.ReduceScatterOp) for _, s in sites):
+        plans = _named_chains(sites)
+    else:
+        block, members = exact_set(sites, _check_chain, lambda members: check_sizes(members, KIND))
+        plans = [(block, members, KIND)]
+    fuse_plans(plans)
+
+
+def _named_chains(sites: Sequence[tuple[func.FuncOp, Operation]]) -> list[Plan]:
+    """The chains of the named reduce_scatters, coupled ones merged."""
+    plans: list[Plan] = []
+    chains: dict[Block, list[set[Operation]]] = {}
+    # Per block where no chains can couple (see _computes_scalars_of_tensors): the
+    # ops the chains so far hold. Sharing one refuses the set, so a chain stops there
+    # (growing each of a residual stream's chains to its end first was quadratic).
+    claimed: dict[Block, dict[Operation, None] | None] = {}
+    for fn, rs in sites:
+        assert isinstance(rs, comm.ReduceScatterOp)  # checked by the caller
+        block = body_block(fn)
+        if block not in claimed:
+            claimed[block] = None if _computes_scalars_of_tensors(block) else {}
+        held = claimed[block]
+        chain = reduce_scatter_chain(block, rs, held)
+        if held is not None:
+            held.update(dict.fromkeys(chain))
+        chains.setdefault(block, []).append(chain)
+    for block, found in chains.items():
+        plans += [(block, members, KIND) for members in _merge_coupled(found)]
+    return plans
+
+
+def _check_chain(members: set[Operation]) -> None:
+    scatters = [m for m in members if isinstance(m, comm.ReduceScatterOp)]
+    gathers = [m for m in members if isinstance(m, comm.AllGatherOp)]
+    if len(scatters) != 1:
+        raise fail(
+            f"{RULE}-chain",
+            f"a fused all_reduce holds exactly one reduce_scatter; the named ops hold "
+            f"{len(scatters)}",
+        )
+    if not gathers:
+        raise fail(
+            f"{RULE}-chain",
+            "a fused all_reduce needs an all_gather re-replicating its chain; the named ops "
+            "hold none",
+        )
+    for m in in_order(members):
+        ok = isinstance(
+            m,
+            coco.ElementwiseOp
+            | coco.ReduceOp
+            | coco.ReduceDimsOp
+            | coco.SliceOp
+            | coco.ConstantOp
+            | coco.UpdateOp
+            | comm.ReduceScatterOp
+            | comm.AllGatherOp,
+        ) or (isinstance(m, comm.AllReduceOp) and m.input.type.rank == 0)
+        if not ok:
+            raise fail(
+                f"{RULE}-chain",
+                f"{op_name(m)} cannot be part of a fused all_reduce (one collective chain: "
+                "reduce_scatter, computation, all_gathers, scalar all_reduces of partials)",
+                at=m,
+            )
+
+
+def _merge_coupled(chains: list[set[Operation]]) -> list[set[Operation]]:
+    """Chains of several reduce_scatters that share scalar arithmetic (a global norm over
+    several tensors, read back by each tensor's update: gradient clipping) as ONE region:
+    neither can be fused without the other. Chains sharing a tensor op stay apart (the
+    disjointness check then refuses them, naming the op)."""
+    merged: list[set[Operation] | None] = []  # None: merged into a later one
+    # The merged chains holding each op (an index into `merged`): the chains a new one
+    # meets, found without intersecting it with every chain so far.
+    holders: dict[Operation, list[int]] = {}
+    for chain in chains:
+        chain = set(chain)
+        met = sorted({i for op in chain for i in holders.get(op, ()) if merged[i] is not None})
+        for i in met:
+            other = merged[i]
+            assert other is not None
+            if all(_scalar_only(op) for op in other & chain):
+                merged[i] = None
+                chain |= other
+        index = len(merged)
+        merged.append(chain)
+        for op in chain:
+            holders.setdefault(op, []).append(index)
+    return [m for m in merged if m is not None]
+
+
+def _computes_scalars_of_tensors(block: Block) -> bool:
+    """Whether an op of `block` (or one nested in it) computes a scalar from a tensor: a full
+    reduction, a matmul of vectors, a region yielding a scalar. Without one, every scalar of
+    the block comes from arguments and constants, so a reduce_scatter's chain holds scalar
+    arithmetic only as feeders of its own tensor ops (a scalar value of the chain needs a
+    reduction of a chain tensor): two chains then share a scalar op only where they share a
+    tensor op too, and `_merge_coupled` merges none of them."""
+    for top in block.ops:
+        for op in top.walk():
+            if not any(_is_scalar(r) for r in op.results):
+                continue
+            if op.regions or any(
+                isinstance(v.type, TensorType) and v.type.rank > 0 for v in op.operands
+            ):
+                return True
+    return False
+
+
+def _is_scalar(v: SSAValue) -> bool:
+    return isinstance(v.type, TensorType) and v.type.get_shape() == ()
+
+
+def _scalar_only(op: Operation) -> bool:
+    return bool(op.results) and all(
+        isinstance(r.type, TensorType) and r.type.get_shape() == () for r in op.results
+    )

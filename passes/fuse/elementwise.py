@@ -1,0 +1,134 @@
+"""`coco-fuse-elementwise`: connected elementwise ops -> one `comm.fused elementwise` region,
+one kernel (CoCoNet's `fuse` of computation)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Block, Operation
+from xdsl.passes import ModulePass
+from xdsl.utils.exceptions import PassFailedException
+
+from coconet.dialects import coco
+from coconet.passes.common import OrderInfo, body_block, find_named_ops, functions
+from coconet.passes.fuse.checks import check_elementwise, check_sizes, exact_set
+from coconet.passes.fuse.growing_plan import GrowingPlan
+from coconet.passes.fuse.region import RULE, absorb_feeders, absorb_updates, fuse, fuse_plans
+from coconet.passes.fuse.spaces import Space, meet, op_space
+
+KIND = "elementwise"
+
+
+@dataclass(frozen=True)
+class FuseElementwisePass(ModulePass):
+    """Group elementwise ops into one `comm.fused elementwise` region (one kernel). The
+    region keeps the original ops, runs in place (it reads outer values directly), and yields
+    the values used outside it; ops between the grouped ones move above the region if they
+    do not depend on it, below if they do.
+
+    Greedy (no `ops`): every maximal connected set (grown in program order, an op joining
+    only where it keeps the set acyclic and in one iteration space) of two or more ops with a
+    tensor result, plus the slices and constants only it reads. Targeted (`ops` names the
+    ops): exactly those. Updates storing a fused value join the region when that keeps it
+    acyclic (the kernel writes the buffer). `coco-fuse{mode=elementwise}` is this pass.
+
+    Legality (refusals name the rule; greedy mode skips what they refuse):
+    * [fuse-elementwise] the set holds only elementwise ops (and updates).
+    * [fuse-sizes]       tensors computed in the region share one iteration space; scalars
+                         fit any.
+    * [fuse-connected]   a targeted set is connected through its own values.
+    * [fuse-cycle]       no op outside the set depends on the set and feeds back into it.
+    * [fuse-block]       named ops sit in one function body, not inside regions.
+    """
+
+    name = "coco-fuse-elementwise"
+
+    ops: tuple[str, ...] = ()
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.ops:
+            sites = find_named_ops(op, self.ops, f"{RULE}-block", "op")
+            block, members = exact_set(
+                sites, check_elementwise, lambda members: check_sizes(members, KIND)
+            )
+            fuse_plans([(block, members, KIND)])
+            return
+        for fn in functions(op):
+            fuse_greedy(body_block(fn))
+
+
+def fuse_greedy(block: Block) -> None:
+    """Fuse every elementwise component of `block` that the rules admit."""
+    for members in components(block):
+        try:
+            fuse(block, members, KIND)
+        except PassFailedException:
+            continue
+
+
+def components(block: Block) -> list[set[Operation]]:
+    """Every maximal connected set of elementwise ops, grown in program order (an op joins
+    where it keeps the set acyclic and in one iteration space), of two or more ops with a
+    tensor result, with the slices, constants and updates that join it."""
+    info = OrderInfo(block)
+    comps: list[set[Operation]] = []
+    spaces: list[Space] = []
+    # each component's contiguity plan, kept as it grows (None once merged away)
+    plans: list[GrowingPlan | None] = []
+    comp_of: dict[Operation, int] = {}
+    for u in info.ops:
+        if not isinstance(u, coco.ElementwiseOp):
+            continue
+        s = op_space(u)
+        neighbours = sorted(
+            {comp_of[v.owner] for v in u.operands if v.owner in comp_of}  # type: ignore[index]
+        )
+        placed = False
+        if neighbours:
+            merged = {u}.union(*(comps[i] for i in neighbours))
+            space: Space | str = s
+            for i in neighbours:
+                space = space if isinstance(space, str) else meet(space, spaces[i])
+            if (
+                not isinstance(space, str)
+                and (plan := GrowingPlan.join(info, plans, neighbours, comp_of, u)) is not None
+            ):
+                keep = neighbours[0]
+                for i in neighbours[1:]:
+                    for m in comps[i]:
+                        comp_of[m] = keep
+                    comps[i] = set()
+                    plans[i] = None
+                comps[keep] = merged
+                spaces[keep] = space
+                plans[keep] = plan
+                comp_of[u] = keep
+                placed = True
+            else:
+                for i in neighbours:
+                    sp = meet(spaces[i], s) if not isinstance(s, str) else "mismatch"
+                    if isinstance(sp, str):
+                        continue
+                    plan = GrowingPlan.join(info, plans, [i], comp_of, u)
+                    if plan is None:
+                        continue
+                    comps[i] = comps[i] | {u}
+                    spaces[i] = sp
+                    plans[i] = plan
+                    comp_of[u] = i
+                    placed = True
+                    break
+        if not placed:
+            comp_of[u] = len(comps)
+            comps.append({u})
+            spaces.append(None if isinstance(s, str) else s)
+            plans.append(GrowingPlan.of(info, u))
+    result: list[set[Operation]] = []
+    for c, sp in zip(comps, spaces, strict=True):
+        if len(c) < 2 or sp is None:
+            continue
+        c = absorb_feeders(block, c)
+        result.append(absorb_updates(block, c, info))
+    return result

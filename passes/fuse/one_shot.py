@@ -1,0 +1,189 @@
+"""The one-shot form of a fused all_reduce (`coco-fuse-all-reduce{form=one_shot}`): a tensor
+`comm.all_reduce` as written and the computation on its whole result -> one
+`comm.fused all_reduce one_shot` region, in which each rank reduces every peer's whole input
+from symmetric memory and computes the rest locally (one handshake, no all_gather: the form
+of small tensors, where latency wins)."""
+
+from __future__ import annotations
+
+from collections.abc import Set as AbstractSet
+
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Block, Operation, SSAValue
+from xdsl.utils.exceptions import PassFailedException
+
+from coconet.dialects import coco, comm
+from coconet.passes.common import body_block, fail, find_named_ops, functions, op_name
+from coconet.passes.fuse.chain import ChainScans, check_rows, pull_feeders
+from coconet.passes.fuse.checks import exact_set
+from coconet.passes.fuse.region import (
+    ONE_SHOT,
+    RULE,
+    Plan,
+    fuse,
+    fuse_plans,
+    in_order,
+    position,
+    shared,
+)
+from coconet.passes.fuse.spaces import (
+    Space,
+    meet,
+    op_space,
+    row_reduction_of,
+    row_space,
+    space_of,
+)
+
+
+def fuse_one_shot(module: ModuleOp, ops: tuple[str, ...]) -> None:
+    """Greedy (no `ops`): every tensor all_reduce's chain. Targeted: the chains of the
+    named all_reduces, or the named set."""
+    if not ops:
+        for fn in functions(module):
+            fuse_greedy(body_block(fn))
+        return
+    sites = find_named_ops(module, ops, f"{RULE}-block", "op")
+    plans: list[Plan] = []
+    if all(isinstance(s, comm.AllReduceOp) for _, s in sites):
+        # In program order, each chain without the ops an earlier one took (a residual
+        # stream that every layer's chain reaches is the first one's).
+        taken: set[Operation] = set()
+        for fn, ar in sorted(sites, key=lambda site: position(site[1])):
+            assert isinstance(ar, comm.AllReduceOp)  # checked just above
+            block = body_block(fn)
+            members = one_shot_chain(block, ar, taken)
+            taken |= members
+            plans.append((block, members, ONE_SHOT))
+    else:
+        block, members = exact_set(sites, _check_one_shot_set)
+        plans.append((block, members, ONE_SHOT))
+    fuse_plans(plans)
+
+
+def fuse_greedy(block: Block) -> None:
+    """Fuse the one-shot chain of every tensor all_reduce of `block` the rules admit."""
+    for ar in [o for o in block.ops if isinstance(o, comm.AllReduceOp)]:
+        if ar.parent_block() is not block or _scalar(ar):
+            continue
+        try:
+            fuse(block, one_shot_chain(block, ar), ONE_SHOT)
+        except PassFailedException:
+            continue
+
+
+def one_shot_chain(
+    block: Block, ar: comm.AllReduceOp, taken: AbstractSet[Operation] = frozenset()
+) -> set[Operation]:
+    """The maximal one-shot fused all_reduce around `ar` (before the cycle check), without
+    the ops in `taken` (an earlier chain's)."""
+    if ar in taken:
+        raise shared(ar)
+    if ar.parent_block() is not block:
+        raise fail(f"{RULE}-block", f"{op_name(ar)} is not in a function body", at=ar)
+    _refuse_scalar(ar)
+    space = space_of(ar.result)
+    members: set[Operation] = {ar}
+    chain: set[SSAValue] = {ar.result}
+    # Values computed from the chain by ops that did not join (a full norm): an op
+    # reading one waits for the region, so it cannot join it.
+    outside: set[SSAValue] = set()
+    pending: set[Operation] = set()
+
+    def watch(v: SSAValue) -> None:
+        pending.update(u.operation for u in v.uses if u.operation.parent_block() is block)
+
+    watch(ar.result)
+    u = ar.next_op
+    while pending and u is not None:
+        ChainScans.visits += 1
+        read = {v for o in (u.walk() if u.regions else (u,)) for v in o.operands}
+        joined = None
+        if u in pending:
+            pending.discard(u)
+            if not read & outside and u not in taken:
+                joined = _one_shot_step(u, ar, space, chain)
+        if joined is not None:
+            members.add(u)
+            for v in joined:
+                watch(v)
+        elif read & (chain | outside):
+            outside.update(u.results)
+            for v in u.results:
+                watch(v)
+        u = u.next_op
+    check_rows(members, space)
+    members = pull_feeders(block, members, space)
+    for m in in_order(members & set(taken)):
+        raise shared(m)
+    return members
+
+
+def _one_shot_step(
+    u: Operation, ar: comm.AllReduceOp, space: Space, chain: set[SSAValue]
+) -> tuple[SSAValue, ...] | None:
+    """Whether `u` joins the one-shot chain of `ar`: None if not, else its results."""
+    if isinstance(u, coco.UpdateOp):
+        # peers read the all_reduce's input: writing it stays a copy after the region
+        return () if u.value in chain and u.target is not ar.input else None
+    if not any(v in chain for v in u.operands):
+        return None
+    if isinstance(u, coco.ElementwiseOp) and (
+        meet(space, space_of(u.results[0])) == space
+        or (space_of(u.results[0]) is not None and space_of(u.results[0]) == row_space(space))
+    ):
+        chain.add(u.results[0])
+        return (u.results[0],)
+    if row_reduction_of(u, space):
+        chain.add(u.results[0])
+        return (u.results[0],)
+    return None
+
+
+def _check_one_shot_set(members: set[Operation]) -> None:
+    """A named one-shot set: one tensor all_reduce, the rest computation in its space."""
+    reduces = [m for m in in_order(members) if isinstance(m, comm.AllReduceOp)]
+    if len(reduces) != 1:
+        raise fail(
+            f"{RULE}-one-shot",
+            f"a one-shot fused all_reduce holds exactly one comm.all_reduce; the named ops "
+            f"hold {len(reduces)}",
+        )
+    ar = reduces[0]
+    _refuse_scalar(ar)
+    space = space_of(ar.result)
+    rows = row_space(space)
+    for m in in_order(members - {ar}):
+        ok = isinstance(m, coco.ElementwiseOp | coco.ConstantOp | coco.SliceOp) or (
+            row_reduction_of(m, space)
+        )
+        if not ok:
+            raise fail(
+                f"{RULE}-one-shot",
+                f"{op_name(m)} cannot be part of a one-shot fused all_reduce (its "
+                "all_reduce, elementwise computation, row reductions over the last dim)",
+                at=m,
+            )
+        s = op_space(m)
+        if isinstance(m, coco.ElementwiseOp) and s not in (space, rows, None):
+            raise fail(
+                f"{RULE}-one-shot",
+                f"{op_name(m)} computes over a different iteration space than the "
+                "all_reduce's result (each rank computes the whole tensor)",
+                at=m,
+            )
+
+
+def _scalar(ar: comm.AllReduceOp) -> bool:
+    return ar.input.type.rank == 0
+
+
+def _refuse_scalar(ar: comm.AllReduceOp) -> None:
+    """[fuse-one-shot]: a one-shot fused all_reduce starts at an all_reduce of a tensor."""
+    if _scalar(ar):
+        raise fail(
+            f"{RULE}-one-shot",
+            f"{op_name(ar)} reduces a scalar (a norm's partials): a one-shot fused "
+            "all_reduce reduces a tensor",
+            at=ar,
+        )

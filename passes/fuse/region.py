@@ -1,0 +1,164 @@
+"""Building a fused region: what joins a fused set besides the ops chosen (the updates that
+store its values, the slices and constants only it reads), and wrapping the set into one
+`comm.fused KIND` region after checking it closes no cycle. Every mode builds its regions
+here, so all of them move ops and yield values the same way."""
+
+from __future__ import annotations
+
+from xdsl.ir import Attribute, Block, Operation, Region
+from xdsl.utils.exceptions import PassFailedException
+
+from coconet.dialects import coco, comm
+from coconet.passes.common import (
+    OrderInfo,
+    ancestor_in,
+    check_groups_acyclic,
+    fail,
+    op_name,
+    plan_contiguous,
+    wrap_in_region,
+)
+from coconet.passes.fuse.whole_reductions import absorb_whole_reductions
+
+RULE = "fuse"
+
+# The kind of a one-shot fused all_reduce's plan (`comm.fused all_reduce one_shot`).
+ONE_SHOT = "one_shot"
+
+# A planned region: its block, its members and its kind (`all_reduce`, ..., ONE_SHOT).
+Plan = tuple[Block, set[Operation], str]
+
+
+def in_order(members: set[Operation]) -> list[Operation]:
+    """Members in program order (so refusals name the same op every run)."""
+    by_block: dict[Block | None, list[Operation]] = {}
+    for m in members:
+        by_block.setdefault(m.parent_block(), []).append(m)
+    out: list[Operation] = []
+    for block, ops in by_block.items():
+        if block is None:
+            out.extend(ops)
+            continue
+        index = {op: i for i, op in enumerate(block.ops)}
+        out.extend(sorted(ops, key=index.__getitem__))
+    return out
+
+
+def position(op: Operation) -> tuple[int, int]:
+    """Where `op` stands: its function's place in the module, its own in the function."""
+    fn = op.parent_op()
+    block = op.parent_block()
+    assert fn is not None
+    assert block is not None
+    module = fn.parent_block()
+    outer = module.get_operation_index(fn) if module is not None else 0
+    return outer, block.get_operation_index(op)
+
+
+def shared(op: Operation) -> PassFailedException:
+    return fail(
+        f"{RULE}-chain", f"the named chains share {op_name(op)}: fuse them one at a time", at=op
+    )
+
+
+def _make_fused(kind: str):
+    def make(body: Region, types: list[Attribute]) -> comm.RegionOp:
+        if kind == ONE_SHOT:
+            return comm.FusedOp("all_reduce", body, types, one_shot=True)
+        return comm.FusedOp(kind, body, types)
+
+    return make
+
+
+def absorb_updates(block: Block, members: set[Operation], info: OrderInfo) -> set[Operation]:
+    """Add the updates that store a member's result, each only if that keeps the set acyclic
+    (found through the members' uses: no scan of the block)."""
+    updates = {
+        use.operation
+        for m in members
+        for r in m.results
+        for use in r.uses
+        if isinstance(use.operation, coco.UpdateOp)
+        and use.index == 1
+        and use.operation.parent_block() is block
+    }
+    updates -= members
+    if not updates:
+        return members
+    if any(u not in info.index for u in updates) or any(m not in info.index for m in members):
+        info = OrderInfo.spanning(block, members | updates)
+    for op in sorted(updates, key=info.index.__getitem__):
+        try:
+            plan_contiguous(block, members | {op}, RULE, "", info)
+        except PassFailedException:
+            continue
+        members = members | {op}
+    return members
+
+
+def absorb_feeders(block: Block, members: set[Operation]) -> set[Operation]:
+    """Add slices and constants read only by members, and what feeds those only (the
+    constant under a slice of it): they move no data, and inside the region the kernel sees
+    them as a pointer offset, an immediate or its own array of values (found through the
+    members' operands: no scan of the block)."""
+    members = set(members)
+    work = list(members)
+    while work:
+        m = work.pop()
+        for o in m.walk():
+            for v in o.operands:
+                op = v.owner
+                if (
+                    not isinstance(op, coco.SliceOp | coco.ConstantOp)
+                    or op in members
+                    or op.parent_block() is not block
+                ):
+                    continue
+                users = {ancestor_in(block, use.operation) for use in op.results[0].uses}
+                if users and users <= members:
+                    members.add(op)
+                    work.append(op)
+    return members
+
+
+def describe(members: set[Operation]) -> str:
+    names = [op_name(m) for m in members if m.results and m.results[0].name_hint]
+    return "{" + ", ".join(sorted(names)[:6]) + (", ...}" if len(names) > 6 else "}")
+
+
+def fuse(block: Block, members: set[Operation], kind: str) -> comm.RegionOp:
+    """Wrap `members` into one `comm.fused KIND` region: the ops between them move above it
+    if they do not depend on it, below if they do."""
+    if any(m.parent_block() is not block for m in members):
+        raise fail(f"{RULE}-block", "a fused set lies partly inside another region")
+    if kind == "all_reduce":
+        # done here, as the region is built, so that every two-shot chain (greedy or named)
+        # finishes the whole tensors' reductions it reads in its own kernel
+        members = absorb_whole_reductions(block, members)
+    hoisted, order = plan_contiguous(block, members, f"{RULE}-cycle", "fusing " + describe(members))
+    return wrap_in_region(block, hoisted, order, _make_fused(kind))
+
+
+def fuse_plans(plans: list[Plan]) -> None:
+    """Fuse each planned set, after checking every region before building any."""
+    for block, members, _ in plans:
+        plan_contiguous(block, members, f"{RULE}-cycle", "fusing " + describe(members))
+    if len(plans) > 1:
+        _check_disjoint(plans)
+        for block in {b for b, _, _ in plans}:
+            check_groups_acyclic(
+                block,
+                [m for b, m, _ in plans if b is block],
+                f"{RULE}-cycle",
+                "fusing these sets",
+            )
+    for block, members, kind in plans:
+        fuse(block, members, kind)
+
+
+def _check_disjoint(plans: list[Plan]) -> None:
+    seen: set[Operation] = set()
+    for _, members, _ in plans:
+        if seen & members:
+            raise shared(next(iter(seen & members)))
+        seen |= members
