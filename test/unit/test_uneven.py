@@ -290,8 +290,8 @@ def test_cuda_backend_runs_uneven_slices(schedule: str, gpus: int, exact: bool):
     assert not any(b.device.hazards for b in backends)
 
 
-# RMSNorm after the reduce_scatter and the residual add (test/filecheck/passes/coco-fuse.mlir's
-# @rmsnorm) over 3 rows.
+# RMSNorm after the reduce_scatter and the residual add
+# (test/filecheck/passes/coco-fuse-all-reduce.mlir's @rmsnorm) over 3 rows.
 RMSNORM_3_ROWS = """
 func.func @rmsnorm(%x: !coco.tensor<3x64xf32, local>, %res: !coco.tensor<3x64xf32>, %w: !coco.tensor<64xf32>) -> (!coco.tensor<3x64xf32>, !coco.tensor<3x64xf32>) {
   %rs = comm.reduce_scatter sum %x : !coco.tensor<3x64xf32, local> -> !coco.tensor<3x64xf32, sliced<0>>

@@ -1,9 +1,10 @@
+// RUN: coco-opt %s -p coco-fuse-all-to-all | filecheck %s
 // RUN: coco-opt %s -p 'coco-fuse{mode=all_to_all}' | filecheck %s
 // RUN: coco-opt %s -p coco-fuse | filecheck %s --check-prefix=AUTO
-// RUN: coco-opt %s -p 'coco-fuse{mode=all_to_all}' -t cuda | filecheck %s --check-prefix=CUDA
+// RUN: coco-opt %s -p coco-fuse-all-to-all -t cuda | filecheck %s --check-prefix=CUDA
 // RUN: coco-opt %s -p 'coco-schedule{name=fuse-a2a}' --verify-equivalence --equivalence-ranks 1,2,3,4 | filecheck %s --check-prefix=SCHED
-// RUN: coco-opt %s -p 'coco-fuse{mode=all_to_all ops=back}' | filecheck %s --check-prefix=NAMED
-// RUN: coco-opt %s --split-input-file --verify-diagnostics -p 'coco-fuse{mode=all_to_all ops=xa,xb,xc}' | filecheck %s --check-prefix=EXACT
+// RUN: coco-opt %s -p 'coco-fuse-all-to-all{ops=back}' | filecheck %s --check-prefix=NAMED
+// RUN: coco-opt %s --split-input-file --verify-diagnostics -p 'coco-fuse-all-to-all{ops=xa,xb,xc}' | filecheck %s --check-prefix=EXACT
 
 // MoE's dispatch and combine: the scale and the cast to bf16 before the exchange
 // (producers, on the sender's piece), the cast back, the weighted combine and the residual

@@ -1,11 +1,13 @@
 // RUN: coco-opt %s --split-input-file -p coco-fuse | filecheck %s
-// RUN: coco-opt %s --split-input-file -p 'coco-fuse{mode=elementwise}' | filecheck %s --check-prefix=ELT
 // RUN: coco-opt %s --split-input-file -p coco-schedule --verify-diagnostics | filecheck %s --check-prefix=SCRIPT
 
-// Greedy mode (the CHECK lines; the ELT lines with elementwise fusion only) runs on every
-// chunk. The SCRIPT run applies each chunk's own `coco.schedule` (coco-schedule without a
-// name) and prints each refusal at the op it is about: `FILE:LINE:COL: [rule] message`.
+// coco-fuse runs the fusion passes in order (coco-fuse-all-reduce, -send, -all-to-all,
+// -elementwise), each greedy (the CHECK lines), or, with `mode=`, one of them (the scripts:
+// each chunk's own `coco.schedule`, coco-schedule without a name, which prints each refusal
+// at the op it is about: `FILE:LINE:COL: [rule] message`). Each pass's own file tests it.
 
+// The script fuses exactly %c and %d of @elt (mode=elementwise: coco-fuse-elementwise);
+// greedy mode ignores it.
 // The script fuses exactly %c and %d of @elt; greedy mode ignores it.
 module attributes {coco.schedule = "coco-fuse{mode=elementwise ops=c,d}"} {
 
@@ -22,15 +24,6 @@ module attributes {coco.schedule = "coco-fuse{mode=elementwise ops=c,d}"} {
 // CHECK-NEXT:      comm.yield
 // CHECK-NEXT:    }
 // CHECK-NEXT:    func.return
-// ELT-LABEL: func.func @sgd
-// ELT-NEXT:    %g1_rs = comm.reduce_scatter sum %g
-// ELT-NEXT:    %w1_s = comm.fused elementwise -> !coco.tensor<64xf32, sliced<0>> {
-// ELT-NEXT:      %d_s = coco.mul %lr, %g1_rs
-// ELT-NEXT:      %w_s = coco.slice %w
-// ELT-NEXT:      %w1_s_1 = coco.sub %w_s, %d_s
-// ELT-NEXT:      comm.yield %w1_s_1
-// ELT-NEXT:    }
-// ELT-NEXT:    %w1 = comm.all_gather %w1_s
 func.func @sgd(%g: !coco.tensor<64xf32, local>, %w: !coco.tensor<64xf32>, %lr: !coco.tensor<f32>) attributes {coco.grid = #coco.grid<[?]>} {
   %g1_rs = comm.reduce_scatter sum %g : !coco.tensor<64xf32, local> -> !coco.tensor<64xf32, sliced<0>>
   %d_s = coco.mul %lr, %g1_rs : !coco.tensor<f32>, !coco.tensor<64xf32, sliced<0>> -> !coco.tensor<64xf32, sliced<0>>
@@ -153,174 +146,6 @@ func.func @zero_escapes(%q: !coco.tensor<64xf32, local>, %r: !coco.tensor<64xf32
 
 // -----
 
-// A targeted fused all_reduce (greedy mode would find the same chain).
-// SCRIPT-LABEL: func.func @sgd_targeted
-// SCRIPT-NEXT:    comm.fused all_reduce {
-// SCRIPT-NEXT:      %g1_rs = comm.reduce_scatter sum %g
-module attributes {coco.schedule = "coco-fuse{mode=all_reduce ops=g1_rs}"} {
-func.func @sgd_targeted(%g: !coco.tensor<64xf32, local>, %w: !coco.tensor<64xf32>, %lr: !coco.tensor<f32>) attributes {coco.grid = #coco.grid<[?]>} {
-  %g1_rs = comm.reduce_scatter sum %g : !coco.tensor<64xf32, local> -> !coco.tensor<64xf32, sliced<0>>
-  %d_s = coco.mul %lr, %g1_rs : !coco.tensor<f32>, !coco.tensor<64xf32, sliced<0>> -> !coco.tensor<64xf32, sliced<0>>
-  %w_s = coco.slice %w : !coco.tensor<64xf32> -> !coco.tensor<64xf32, sliced<0>>
-  %w1_s = coco.sub %w_s, %d_s : !coco.tensor<64xf32, sliced<0>>
-  %w1 = comm.all_gather %w1_s : !coco.tensor<64xf32, sliced<0>> -> !coco.tensor<64xf32>
-  coco.update %w, %w1 : !coco.tensor<64xf32>
-  func.return
-}
-}
-
-// -----
-
-// Row-wise ops, with fused all_reduces only (the script).
-module attributes {coco.schedule = "coco-fuse{mode=all_reduce}"} {
-
-// A fused all_reduce takes the row-wise ops of a slice of whole rows (RMSNorm after the
-// reduce_scatter and the residual add): one kernel, a block per row (row_collective.py).
-
-func.func @rmsnorm(%x: !coco.tensor<16x64xf32, local>, %res: !coco.tensor<16x64xf32>, %w: !coco.tensor<64xf32>) -> (!coco.tensor<16x64xf32>, !coco.tensor<16x64xf32>) {
-  %rs = comm.reduce_scatter sum %x : !coco.tensor<16x64xf32, local> -> !coco.tensor<16x64xf32, sliced<0>>
-  %res_s = coco.slice %res : !coco.tensor<16x64xf32> -> !coco.tensor<16x64xf32, sliced<0>>
-  %h_s = coco.add %rs, %res_s : !coco.tensor<16x64xf32, sliced<0>>
-  %h = comm.all_gather %h_s : !coco.tensor<16x64xf32, sliced<0>> -> !coco.tensor<16x64xf32>
-  %sq = coco.mul %h_s, %h_s : !coco.tensor<16x64xf32, sliced<0>>
-  %ms = coco.reduce_dims mean %sq dims [1] keepdims : !coco.tensor<16x64xf32, sliced<0>> -> !coco.tensor<16x1xf32, sliced<0>>
-  %eps = coco.constant 1.0e-06 : !coco.tensor<f32>
-  %d = coco.add %ms, %eps : !coco.tensor<16x1xf32, sliced<0>>, !coco.tensor<f32> -> !coco.tensor<16x1xf32, sliced<0>>
-  %r = coco.rsqrt %d : !coco.tensor<16x1xf32, sliced<0>>
-  %n = coco.mul %h_s, %r : !coco.tensor<16x64xf32, sliced<0>>, !coco.tensor<16x1xf32, sliced<0>> -> !coco.tensor<16x64xf32, sliced<0>>
-  %y_s = coco.mul %n, %w : !coco.tensor<16x64xf32, sliced<0>>, !coco.tensor<64xf32> -> !coco.tensor<16x64xf32, sliced<0>>
-  %y = comm.all_gather %y_s : !coco.tensor<16x64xf32, sliced<0>> -> !coco.tensor<16x64xf32>
-  func.return %h, %y : !coco.tensor<16x64xf32>, !coco.tensor<16x64xf32>
-}
-
-// SCRIPT-LABEL: func.func @rmsnorm(
-// SCRIPT-NEXT:    %h, %y = comm.fused all_reduce -> !coco.tensor<16x64xf32>, !coco.tensor<16x64xf32> {
-// SCRIPT-NEXT:      %rs = comm.reduce_scatter sum %x
-// SCRIPT-NEXT:      %res_s = coco.slice %res
-// SCRIPT-NEXT:      %h_s = coco.add %rs, %res_s
-// SCRIPT-NEXT:      %h_1 = comm.all_gather %h_s
-// SCRIPT-NEXT:      %sq = coco.mul %h_s, %h_s
-// SCRIPT-NEXT:      %ms = coco.reduce_dims mean %sq dims [1] keepdims
-// SCRIPT-NEXT:      %eps = coco.constant
-// SCRIPT-NEXT:      %d = coco.add %ms, %eps
-// SCRIPT-NEXT:      %r = coco.rsqrt %d
-// SCRIPT-NEXT:      %n = coco.mul %h_s, %r
-// SCRIPT-NEXT:      %y_s = coco.mul %n, %w
-// SCRIPT-NEXT:      %y_1 = comm.all_gather %y_s
-// SCRIPT-NEXT:      comm.yield %h_1, %y_1
-// SCRIPT-NEXT:    }
-// SCRIPT-NEXT:    func.return %h, %y
-
-// A full reduction (a norm finished across blocks) and row reductions in one chain: refused.
-
-func.func @rows_and_norm(%nx: !coco.tensor<16x64xf32, local>) -> (!coco.tensor<16x64xf32>, !coco.tensor<f32>) {
-  %nrs = comm.reduce_scatter sum %nx : !coco.tensor<16x64xf32, local> -> !coco.tensor<16x64xf32, sliced<0>>
-  %nmax = coco.reduce_dims max %nrs dims [1] keepdims : !coco.tensor<16x64xf32, sliced<0>> -> !coco.tensor<16x1xf32, sliced<0>>
-  %nsub = coco.sub %nrs, %nmax : !coco.tensor<16x64xf32, sliced<0>>, !coco.tensor<16x1xf32, sliced<0>> -> !coco.tensor<16x64xf32, sliced<0>>
-  %npart = coco.reduce sum %nsub : !coco.tensor<16x64xf32, sliced<0>> -> !coco.tensor<f32, local>
-  %ntotal = comm.all_reduce sum %npart : !coco.tensor<f32, local> -> !coco.tensor<f32>
-  %ny = comm.all_gather %nsub : !coco.tensor<16x64xf32, sliced<0>> -> !coco.tensor<16x64xf32>
-  func.return %ny, %ntotal : !coco.tensor<16x64xf32>, !coco.tensor<f32>
-}
-
-// Greedy fusion leaves it as it is.
-// SCRIPT-LABEL: func.func @rows_and_norm(
-// SCRIPT-NEXT:    %nrs = comm.reduce_scatter sum %nx
-}
-
-// -----
-
-// Named, the chain of @rows_and_norm is refused, with no one op to point at.
-// SCRIPT: {{^}}[fuse-chain] a fused all_reduce with row reductions cannot also finish full reductions
-module attributes {coco.schedule = "coco-fuse{mode=all_reduce ops=nrs}"} {
-func.func @rows_and_norm_named(%nx: !coco.tensor<16x64xf32, local>) -> (!coco.tensor<16x64xf32>, !coco.tensor<f32>) {
-  %nrs = comm.reduce_scatter sum %nx : !coco.tensor<16x64xf32, local> -> !coco.tensor<16x64xf32, sliced<0>>
-  %nmax = coco.reduce_dims max %nrs dims [1] keepdims : !coco.tensor<16x64xf32, sliced<0>> -> !coco.tensor<16x1xf32, sliced<0>>
-  %nsub = coco.sub %nrs, %nmax : !coco.tensor<16x64xf32, sliced<0>>, !coco.tensor<16x1xf32, sliced<0>> -> !coco.tensor<16x64xf32, sliced<0>>
-  %npart = coco.reduce sum %nsub : !coco.tensor<16x64xf32, sliced<0>> -> !coco.tensor<f32, local>
-  %ntotal = comm.all_reduce sum %npart : !coco.tensor<f32, local> -> !coco.tensor<f32>
-  %ny = comm.all_gather %nsub : !coco.tensor<16x64xf32, sliced<0>> -> !coco.tensor<16x64xf32>
-  func.return %ny, %ntotal : !coco.tensor<16x64xf32>, !coco.tensor<f32>
-}
-}
-
-// -----
-
-module attributes {coco.schedule = "coco-fuse{mode=all_reduce ops=lrs}"} {
-
-// Rows too long for the shared memory a row kernel keeps between its phases fuse too: the
-// kernel streams them (test/filecheck/lowering/row_streaming.mlir).
-
-func.func @long_rows(%lx: !coco.tensor<8x16384xf32, local>) -> !coco.tensor<8x16384xf32> {
-  %lrs = comm.reduce_scatter sum %lx : !coco.tensor<8x16384xf32, local> -> !coco.tensor<8x16384xf32, sliced<0>>
-  %lmean = coco.reduce_dims mean %lrs dims [1] keepdims : !coco.tensor<8x16384xf32, sliced<0>> -> !coco.tensor<8x1xf32, sliced<0>>
-  %lc = coco.sub %lrs, %lmean : !coco.tensor<8x16384xf32, sliced<0>>, !coco.tensor<8x1xf32, sliced<0>> -> !coco.tensor<8x16384xf32, sliced<0>>
-  %ly = comm.all_gather %lc : !coco.tensor<8x16384xf32, sliced<0>> -> !coco.tensor<8x16384xf32>
-  func.return %ly : !coco.tensor<8x16384xf32>
-}
-
-// SCRIPT-LABEL: func.func @long_rows(
-// SCRIPT-NEXT:    %ly = comm.fused all_reduce -> !coco.tensor<8x16384xf32> {
-// SCRIPT-NEXT:      %lrs = comm.reduce_scatter sum %lx
-// SCRIPT-NEXT:      %lmean = coco.reduce_dims mean %lrs dims [1] keepdims
-// SCRIPT-NEXT:      %lc = coco.sub %lrs, %lmean
-// SCRIPT-NEXT:      %ly_1 = comm.all_gather %lc
-// SCRIPT-NEXT:      comm.yield %ly_1
-}
-
-// -----
-
-// Requests the rules refuse (greedy mode leaves these sites, as in @elt above).
-// An elementwise fusion holds elementwise ops only.
-module attributes {coco.schedule = "coco-fuse{mode=elementwise ops=c,mm}"} {
-func.func @not_elementwise(%x: !coco.tensor<16x16xf32>) -> !coco.tensor<16x16xf32> attributes {coco.grid = #coco.grid<[?]>} {
-  // SCRIPT: coco-fuse.mlir:[[# @LINE + 1]]:3: [fuse-elementwise] %mm (coco.matmul) is not elementwise: an elementwise fusion holds elementwise ops only (use mode=all_reduce for a reduce_scatter chain)
-  %mm = coco.matmul %x, %x : !coco.tensor<16x16xf32>
-  %c = coco.add %mm, %x : !coco.tensor<16x16xf32>
-  func.return %c : !coco.tensor<16x16xf32>
-}
-}
-
-// -----
-
-// The named ops must be connected through their own values (%x is an argument).
-// SCRIPT: {{^}}[fuse-connected] the named ops are not connected through their own values: they form 2 separate groups
-module attributes {coco.schedule = "coco-fuse{mode=elementwise ops=c,e2}"} {
-func.func @unconnected(%x: !coco.tensor<16x16xf32>) -> (!coco.tensor<16x16xf32>, !coco.tensor<16x16xf32>) attributes {coco.grid = #coco.grid<[?]>} {
-  %mm = coco.matmul %x, %x : !coco.tensor<16x16xf32>
-  %c = coco.add %mm, %x : !coco.tensor<16x16xf32>
-  %e2 = coco.exp %x : !coco.tensor<16x16xf32>
-  func.return %c, %e2 : !coco.tensor<16x16xf32>, !coco.tensor<16x16xf32>
-}
-}
-
-// -----
-
-// A reduction between two named ops would have to run both before and after the region.
-module attributes {coco.schedule = "coco-fuse{mode=elementwise ops=ca,cb}"} {
-func.func @cycle(%x: !coco.tensor<16x16xf32>) -> !coco.tensor<16x16xf32> attributes {coco.grid = #coco.grid<[?]>} {
-  %ca = coco.add %x, %x : !coco.tensor<16x16xf32>
-  // SCRIPT: coco-fuse.mlir:[[# @LINE + 1]]:3: [fuse-cycle] fusing {%ca (coco.add), %cb (coco.mul)} would form a cycle: %sa (coco.reduce) depends on the set and %cb (coco.mul) in the set depends on it
-  %sa = coco.reduce sum %ca : !coco.tensor<16x16xf32> -> !coco.tensor<f32>
-  %cb = coco.mul %ca, %sa : !coco.tensor<16x16xf32>, !coco.tensor<f32> -> !coco.tensor<16x16xf32>
-  func.return %cb : !coco.tensor<16x16xf32>
-}
-}
-
-// -----
-
-// One kernel runs one iteration space.
-module attributes {coco.schedule = "coco-fuse{mode=elementwise ops=xb,bias2}"} {
-func.func @sizes(%x: !coco.tensor<16x16xf32>, %bias: !coco.tensor<16xf32>) -> !coco.tensor<16x16xf32> attributes {coco.grid = #coco.grid<[?]>} {
-  %bias2 = coco.mul %bias, %bias : !coco.tensor<16xf32>
-  // SCRIPT: coco-fuse.mlir:[[# @LINE + 1]]:3: [fuse-sizes] %xb (coco.add) computes over a different iteration space than the rest of the fused set (one kernel runs one space)
-  %xb = coco.add %x, %bias2 : !coco.tensor<16x16xf32>, !coco.tensor<16xf32> -> !coco.tensor<16x16xf32>
-  func.return %xb : !coco.tensor<16x16xf32>
-}
-}
-
-// -----
-
 // An unknown mode: refused with no op to point at.
 // SCRIPT: {{^}}[fuse-mode] unknown mode 'bogus': use one of auto, elementwise, all_reduce, send, all_to_all
 module attributes {coco.schedule = "coco-fuse{mode=bogus}"} {
@@ -329,3 +154,14 @@ func.func @mode(%x: !coco.tensor<16x16xf32>) -> !coco.tensor<16x16xf32> attribut
   func.return %e : !coco.tensor<16x16xf32>
 }
 }
+
+// -----
+// one_shot is a form of the fused all_reduce only.
+// SCRIPT: [fuse-form] form=one_shot is a form of a fused all_reduce: use it with mode=all_reduce, not mode=elementwise
+module attributes {coco.schedule = "coco-fuse{mode=elementwise form=one_shot}"} {
+func.func @form_mode(%x: !coco.tensor<16xf32, local>) -> !coco.tensor<16xf32> attributes {coco.grid = #coco.grid<[?]>} {
+  %t = comm.all_reduce sum %x : !coco.tensor<16xf32, local> -> !coco.tensor<16xf32>
+  func.return %t : !coco.tensor<16xf32>
+}
+}
+

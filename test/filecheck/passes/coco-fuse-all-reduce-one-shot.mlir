@@ -1,6 +1,6 @@
 // RUN: coco-opt %s --split-input-file -p coco-schedule --verify-diagnostics | filecheck %s
 
-// The one-shot fused all_reduce: `coco-fuse{mode=all_reduce form=one_shot}` (the named
+// The one-shot fused all_reduce: `coco-fuse-all-reduce{form=one_shot}` (the named
 // schedule fuse(ar-c)) fuses an all_reduce as written and the computation on its whole result
 // into `comm.fused all_reduce one_shot`, one kernel in which each rank reduces every peer's
 // whole input (lowering/fused_collective.py lower_one_shot). Each chunk applies its own
@@ -21,7 +21,7 @@
 // CHECK-NEXT:      comm.yield %h_1, %out_1
 // CHECK-NEXT:    }
 // CHECK-NEXT:    func.return %h, %out
-module attributes {coco.schedule = "coco-fuse{mode=all_reduce form=one_shot}"} {
+module attributes {coco.schedule = "coco-fuse-all-reduce{form=one_shot}"} {
 func.func @rmsnorm(%x: !coco.tensor<4x8xf32, local>, %res: !coco.tensor<4x8xf32>) -> (!coco.tensor<4x8xf32>, !coco.tensor<4x8xf32>) attributes {coco.grid = #coco.grid<[?]>} {
   %t = comm.all_reduce sum %x : !coco.tensor<4x8xf32, local> -> !coco.tensor<4x8xf32>
   %h = coco.add %t, %res : !coco.tensor<4x8xf32>
@@ -49,7 +49,7 @@ func.func @rmsnorm(%x: !coco.tensor<4x8xf32, local>, %res: !coco.tensor<4x8xf32>
 // CHECK-NEXT:    }
 // CHECK-NEXT:    %n = coco.reduce norm %w1
 // CHECK-NEXT:    %s = coco.mul %w1, %n
-module attributes {coco.schedule = "coco-fuse{mode=all_reduce ops=g1 form=one_shot}"} {
+module attributes {coco.schedule = "coco-fuse-all-reduce{ops=g1 form=one_shot}"} {
 func.func @sgd_norm(%g: !coco.tensor<64xf32, local>, %w: !coco.tensor<64xf32>, %lr: !coco.tensor<f32>) -> !coco.tensor<64xf32> attributes {coco.grid = #coco.grid<[?]>} {
   %g1 = comm.all_reduce sum %g : !coco.tensor<64xf32, local> -> !coco.tensor<64xf32>
   %d = coco.mul %lr, %g1 : !coco.tensor<f32>, !coco.tensor<64xf32> -> !coco.tensor<64xf32>
@@ -71,7 +71,7 @@ func.func @sgd_norm(%g: !coco.tensor<64xf32, local>, %w: !coco.tensor<64xf32>, %
 // CHECK-NEXT:      %y_1 = coco.exp %t : !coco.tensor<16xf32>
 // CHECK-NEXT:      comm.yield %y_1 : !coco.tensor<16xf32>
 // CHECK-NEXT:    }
-module attributes {coco.schedule = "coco-fuse{mode=all_reduce form=one_shot}"} {
+module attributes {coco.schedule = "coco-fuse-all-reduce{form=one_shot}"} {
 func.func @round_trip(%x: !coco.tensor<16xf32, local>) -> !coco.tensor<16xf32> attributes {coco.grid = #coco.grid<[?]>} {
   %y = comm.fused all_reduce one_shot -> !coco.tensor<16xf32> {
     %t = comm.all_reduce sum %x : !coco.tensor<16xf32, local> -> !coco.tensor<16xf32>
@@ -85,9 +85,9 @@ func.func @round_trip(%x: !coco.tensor<16xf32, local>) -> !coco.tensor<16xf32> a
 // -----
 
 // A scalar's all_reduce (an amax, a norm's partials) is not a one-shot fused all_reduce.
-module attributes {coco.schedule = "coco-fuse{mode=all_reduce ops=a form=one_shot}"} {
+module attributes {coco.schedule = "coco-fuse-all-reduce{ops=a form=one_shot}"} {
 func.func @scalar(%p: !coco.tensor<f32, local>) -> !coco.tensor<f32> attributes {coco.grid = #coco.grid<[?]>} {
-  // CHECK: coco-fuse-one-shot.mlir:[[# @LINE + 1]]:3: [fuse-one-shot] %a (comm.all_reduce) reduces a scalar (a norm's partials): a one-shot fused all_reduce reduces a tensor
+  // CHECK: coco-fuse-all-reduce-one-shot.mlir:[[# @LINE + 1]]:3: [fuse-one-shot] %a (comm.all_reduce) reduces a scalar (a norm's partials): a one-shot fused all_reduce reduces a tensor
   %a = comm.all_reduce max %p : !coco.tensor<f32, local> -> !coco.tensor<f32>
   func.return %a : !coco.tensor<f32>
 }
@@ -95,19 +95,8 @@ func.func @scalar(%p: !coco.tensor<f32, local>) -> !coco.tensor<f32> attributes 
 
 // -----
 
-// one_shot is a form of the fused all_reduce only.
-// CHECK: [fuse-form] form=one_shot is a form of a fused all_reduce: use it with mode=all_reduce, not mode=elementwise
-module attributes {coco.schedule = "coco-fuse{mode=elementwise form=one_shot}"} {
-func.func @form_mode(%x: !coco.tensor<16xf32, local>) -> !coco.tensor<16xf32> attributes {coco.grid = #coco.grid<[?]>} {
-  %t = comm.all_reduce sum %x : !coco.tensor<16xf32, local> -> !coco.tensor<16xf32>
-  func.return %t : !coco.tensor<16xf32>
-}
-}
-
-// -----
-
 // CHECK: [fuse-form] unknown form 'three_shot': use one of two_shot, one_shot
-module attributes {coco.schedule = "coco-fuse{mode=all_reduce form=three_shot}"} {
+module attributes {coco.schedule = "coco-fuse-all-reduce{form=three_shot}"} {
 func.func @form_unknown(%x: !coco.tensor<16xf32, local>) -> !coco.tensor<16xf32> attributes {coco.grid = #coco.grid<[?]>} {
   %t = comm.all_reduce sum %x : !coco.tensor<16xf32, local> -> !coco.tensor<16xf32>
   func.return %t : !coco.tensor<16xf32>
@@ -117,10 +106,10 @@ func.func @form_unknown(%x: !coco.tensor<16xf32, local>) -> !coco.tensor<16xf32>
 // -----
 
 // A named set holds one all_reduce and computation in its space: a matmul is neither.
-module attributes {coco.schedule = "coco-fuse{mode=all_reduce ops=t,m form=one_shot}"} {
+module attributes {coco.schedule = "coco-fuse-all-reduce{ops=t,m form=one_shot}"} {
 func.func @matmul_in_set(%x: !coco.tensor<8x8xf32, local>, %w: !coco.tensor<8x8xf32>) -> !coco.tensor<8x8xf32> attributes {coco.grid = #coco.grid<[?]>} {
   %t = comm.all_reduce sum %x : !coco.tensor<8x8xf32, local> -> !coco.tensor<8x8xf32>
-  // CHECK: coco-fuse-one-shot.mlir:[[# @LINE + 1]]:3: [fuse-one-shot] %m (coco.matmul) cannot be part of a one-shot fused all_reduce (its all_reduce, elementwise computation, row reductions over the last dim)
+  // CHECK: coco-fuse-all-reduce-one-shot.mlir:[[# @LINE + 1]]:3: [fuse-one-shot] %m (coco.matmul) cannot be part of a one-shot fused all_reduce (its all_reduce, elementwise computation, row reductions over the last dim)
   %m = coco.matmul %t, %w : !coco.tensor<8x8xf32>, !coco.tensor<8x8xf32> -> !coco.tensor<8x8xf32>
   func.return %m : !coco.tensor<8x8xf32>
 }
@@ -130,10 +119,10 @@ func.func @matmul_in_set(%x: !coco.tensor<8x8xf32, local>, %w: !coco.tensor<8x8x
 
 // Sliced values never join: each rank computes the whole tensor (a sliced result is the
 // two-shot form's, after coco-split-allreduce and coco-reorder).
-module attributes {coco.schedule = "coco-fuse{mode=all_reduce ops=t,s form=one_shot}"} {
+module attributes {coco.schedule = "coco-fuse-all-reduce{ops=t,s form=one_shot}"} {
 func.func @sliced_in_set(%x: !coco.tensor<8x8xf32, local>, %p: !coco.tensor<8x8xf32, sliced<0>>) -> !coco.tensor<8x8xf32, sliced<0>> attributes {coco.grid = #coco.grid<[?]>} {
   %t = comm.all_reduce sum %x : !coco.tensor<8x8xf32, local> -> !coco.tensor<8x8xf32>
-  // CHECK: coco-fuse-one-shot.mlir:[[# @LINE + 1]]:3: [fuse-one-shot] %s (coco.add) computes over a different iteration space than the all_reduce's result (each rank computes the whole tensor)
+  // CHECK: coco-fuse-all-reduce-one-shot.mlir:[[# @LINE + 1]]:3: [fuse-one-shot] %s (coco.add) computes over a different iteration space than the all_reduce's result (each rank computes the whole tensor)
   %s = coco.add %t, %p : !coco.tensor<8x8xf32>, !coco.tensor<8x8xf32, sliced<0>> -> !coco.tensor<8x8xf32, sliced<0>>
   func.return %s : !coco.tensor<8x8xf32, sliced<0>>
 }
@@ -142,7 +131,7 @@ func.func @sliced_in_set(%x: !coco.tensor<8x8xf32, local>, %p: !coco.tensor<8x8x
 // -----
 
 // Two all_reduces in one named set: one region fuses one.
-module attributes {coco.schedule = "coco-fuse{mode=all_reduce ops=a,b,c form=one_shot}"} {
+module attributes {coco.schedule = "coco-fuse-all-reduce{ops=a,b,c form=one_shot}"} {
 func.func @two_reduces(%x: !coco.tensor<8xf32, local>, %y: !coco.tensor<8xf32, local>) -> !coco.tensor<8xf32> attributes {coco.grid = #coco.grid<[?]>} {
   %a = comm.all_reduce sum %x : !coco.tensor<8xf32, local> -> !coco.tensor<8xf32>
   %b = comm.all_reduce sum %y : !coco.tensor<8xf32, local> -> !coco.tensor<8xf32>
@@ -155,7 +144,7 @@ func.func @two_reduces(%x: !coco.tensor<8xf32, local>, %y: !coco.tensor<8xf32, l
 // -----
 
 // The verifier: a one-shot region holds one tensor all_reduce and its computation.
-module attributes {coco.schedule = "coco-fuse{mode=all_reduce form=one_shot}"} {
+module attributes {coco.schedule = "coco-fuse-all-reduce{form=one_shot}"} {
 func.func @verify_kind(%x: !coco.tensor<16xf32, local>) -> !coco.tensor<16xf32> attributes {coco.grid = #coco.grid<[?]>} {
   %y = comm.fused elementwise one_shot -> !coco.tensor<16xf32> {
     %t = comm.all_reduce sum %x : !coco.tensor<16xf32, local> -> !coco.tensor<16xf32>
@@ -168,7 +157,7 @@ func.func @verify_kind(%x: !coco.tensor<16xf32, local>) -> !coco.tensor<16xf32> 
 
 // -----
 
-module attributes {coco.schedule = "coco-fuse{mode=all_reduce form=one_shot}"} {
+module attributes {coco.schedule = "coco-fuse-all-reduce{form=one_shot}"} {
 func.func @verify_scatter(%x: !coco.tensor<16xf32, local>) -> !coco.tensor<16xf32, sliced<0>> attributes {coco.grid = #coco.grid<[?]>} {
   %y = comm.fused all_reduce one_shot -> !coco.tensor<16xf32, sliced<0>> {
     %t = comm.reduce_scatter sum %x : !coco.tensor<16xf32, local> -> !coco.tensor<16xf32, sliced<0>>
@@ -181,7 +170,7 @@ func.func @verify_scatter(%x: !coco.tensor<16xf32, local>) -> !coco.tensor<16xf3
 
 // -----
 
-module attributes {coco.schedule = "coco-fuse{mode=all_reduce form=one_shot}"} {
+module attributes {coco.schedule = "coco-fuse-all-reduce{form=one_shot}"} {
 func.func @verify_reduce(%x: !coco.tensor<16xf32, local>) -> !coco.tensor<f32> attributes {coco.grid = #coco.grid<[?]>} {
   %y = comm.fused all_reduce one_shot -> !coco.tensor<f32> {
     %t = comm.all_reduce sum %x : !coco.tensor<16xf32, local> -> !coco.tensor<16xf32>
@@ -197,7 +186,7 @@ func.func @verify_reduce(%x: !coco.tensor<16xf32, local>) -> !coco.tensor<f32> a
 
 // coco-overlap pipelines the two-shot form's reduce_scatter by chunks of rows; the one-shot
 // kernel reduces the whole tensor in one step.
-module attributes {coco.schedule = "coco-fuse{mode=all_reduce form=one_shot},coco-overlap{ops=mm}"} {
+module attributes {coco.schedule = "coco-fuse-all-reduce{form=one_shot},coco-overlap{ops=mm}"} {
 func.func @overlap(%x: !coco.tensor<8x8xf32, sliced<1>>, %w: !coco.tensor<8x8xf32, sliced<0>>) -> !coco.tensor<8x8xf32> attributes {coco.grid = #coco.grid<[?]>} {
   %mm = coco.matmul %x, %w : !coco.tensor<8x8xf32, sliced<1>>, !coco.tensor<8x8xf32, sliced<0>> -> !coco.tensor<8x8xf32, local>
   %t = comm.all_reduce sum %mm : !coco.tensor<8x8xf32, local> -> !coco.tensor<8x8xf32>

@@ -1,0 +1,205 @@
+// RUN: coco-opt %s --split-input-file -p coco-fuse-all-reduce | filecheck %s
+// RUN: coco-opt %s --split-input-file -p coco-schedule --verify-diagnostics | filecheck %s --check-prefix=SCRIPT
+
+// Greedy mode (the CHECK lines) runs on every chunk. The SCRIPT run applies each chunk's
+// own `coco.schedule` (coco-schedule without a name) and prints each refusal at the op it is
+// about: `FILE:LINE:COL: [rule] message`. The one-shot form:
+// coco-fuse-all-reduce-one-shot.mlir.
+
+// SGD after split + reorder: reduce_scatter, the sliced update and the all_gather become one
+// fused all_reduce (CoCoNet's FusedAllReduce); the slice of %w and the update join it.
+// CHECK-LABEL: func.func @sgd
+// CHECK-NEXT:    comm.fused all_reduce {
+// CHECK-NEXT:      %g1_rs = comm.reduce_scatter sum %g
+// CHECK-NEXT:      %d_s = coco.mul %lr, %g1_rs
+// CHECK-NEXT:      %w_s = coco.slice %w
+// CHECK-NEXT:      %w1_s = coco.sub %w_s, %d_s
+// CHECK-NEXT:      %w1 = comm.all_gather %w1_s
+// CHECK-NEXT:      coco.update %w, %w1
+// CHECK-NEXT:      comm.yield
+// CHECK-NEXT:    }
+// CHECK-NEXT:    func.return
+func.func @sgd(%g: !coco.tensor<64xf32, local>, %w: !coco.tensor<64xf32>, %lr: !coco.tensor<f32>) attributes {coco.grid = #coco.grid<[?]>} {
+  %g1_rs = comm.reduce_scatter sum %g : !coco.tensor<64xf32, local> -> !coco.tensor<64xf32, sliced<0>>
+  %d_s = coco.mul %lr, %g1_rs : !coco.tensor<f32>, !coco.tensor<64xf32, sliced<0>> -> !coco.tensor<64xf32, sliced<0>>
+  %w_s = coco.slice %w : !coco.tensor<64xf32> -> !coco.tensor<64xf32, sliced<0>>
+  %w1_s = coco.sub %w_s, %d_s : !coco.tensor<64xf32, sliced<0>>
+  %w1 = comm.all_gather %w1_s : !coco.tensor<64xf32, sliced<0>> -> !coco.tensor<64xf32>
+  coco.update %w, %w1 : !coco.tensor<64xf32>
+  func.return
+}
+
+// ZeRO-3's step: a chain whose state is kept sliced (no all_gather) and whose every result
+// updates that state fuses with its reduce_scatter (one kernel pulls the peers' pieces).
+// CHECK-LABEL: func.func @zero
+// CHECK-NEXT:    comm.fused all_reduce {
+// CHECK-NEXT:      %h_rs = comm.reduce_scatter sum %h
+// CHECK-NEXT:      %h2 = coco.mul %h_rs, %h_rs
+// CHECK-NEXT:      %h3 = coco.sub %p, %h2
+// CHECK-NEXT:      coco.update %p, %h3
+// CHECK-NEXT:      comm.yield
+func.func @zero(%h: !coco.tensor<64xf32, local>, %p: !coco.tensor<64xf32, sliced<0>>) attributes {coco.grid = #coco.grid<[?]>} {
+  %h_rs = comm.reduce_scatter sum %h : !coco.tensor<64xf32, local> -> !coco.tensor<64xf32, sliced<0>>
+  %h2 = coco.mul %h_rs, %h_rs : !coco.tensor<64xf32, sliced<0>>
+  %h3 = coco.sub %p, %h2 : !coco.tensor<64xf32, sliced<0>>
+  coco.update %p, %h3 : !coco.tensor<64xf32, sliced<0>>
+  func.return
+}
+// -----
+
+// Two reduce_scatters meet: the first one's chain takes the combining op and reads the
+// second from outside (hoisted above the region); one reduce_scatter per fused all_reduce.
+// Named, the chain holds both: refused, with no one op to point at.
+// SCRIPT: {{^}}[fuse-chain] a fused all_reduce holds exactly one reduce_scatter; the named ops hold 2
+// CHECK-LABEL: func.func @two
+// CHECK-NEXT:    %rb = comm.reduce_scatter sum %b
+// CHECK-NEXT:    %ccg = comm.fused all_reduce -> !coco.tensor<64xf32> {
+// CHECK-NEXT:      %ra = comm.reduce_scatter sum %a
+// CHECK-NEXT:      %cc = coco.add %ra, %rb
+// CHECK-NEXT:      %ccg_1 = comm.all_gather %cc
+// CHECK-NEXT:      comm.yield %ccg_1
+module attributes {coco.schedule = "coco-fuse-all-reduce{ops=ra,rb,cc,ccg}"} {
+func.func @two(%a: !coco.tensor<64xf32, local>, %b: !coco.tensor<64xf32, local>) -> !coco.tensor<64xf32> attributes {coco.grid = #coco.grid<[?]>} {
+  %ra = comm.reduce_scatter sum %a : !coco.tensor<64xf32, local> -> !coco.tensor<64xf32, sliced<0>>
+  %rb = comm.reduce_scatter sum %b : !coco.tensor<64xf32, local> -> !coco.tensor<64xf32, sliced<0>>
+  %cc = coco.add %ra, %rb : !coco.tensor<64xf32, sliced<0>>
+  %ccg = comm.all_gather %cc : !coco.tensor<64xf32, sliced<0>> -> !coco.tensor<64xf32>
+  func.return %ccg : !coco.tensor<64xf32>
+}
+}
+
+// -----
+
+// A chain without an all_gather whose result leaves it (returned) is no fused all_reduce:
+// greedy mode leaves it (coco-fuse then fuses its computation as an elementwise kernel);
+// named, it is refused.
+// CHECK-LABEL: func.func @zero_escapes
+// CHECK-NEXT:    %q_rs = comm.reduce_scatter sum %q
+// CHECK-NEXT:    %q2 = coco.mul %q_rs, %q_rs
+// CHECK-NEXT:    %q3 = coco.sub %r, %q2
+module attributes {coco.schedule = "coco-fuse-all-reduce{ops=q_rs}"} {
+func.func @zero_escapes(%q: !coco.tensor<64xf32, local>, %r: !coco.tensor<64xf32, sliced<0>>) -> !coco.tensor<64xf32, sliced<0>> attributes {coco.grid = #coco.grid<[?]>} {
+  // SCRIPT: coco-fuse-all-reduce.mlir:[[# @LINE + 1]]:3: [fuse-chain] no all_gather of the chain of %q_rs (comm.reduce_scatter) over its axes: a fused all_reduce needs reduce_scatter, computation and all_gather (or, ZeRO-3's, computation whose every result updates sliced state)
+  %q_rs = comm.reduce_scatter sum %q : !coco.tensor<64xf32, local> -> !coco.tensor<64xf32, sliced<0>>
+  %q2 = coco.mul %q_rs, %q_rs : !coco.tensor<64xf32, sliced<0>>
+  %q3 = coco.sub %r, %q2 : !coco.tensor<64xf32, sliced<0>>
+  func.return %q3 : !coco.tensor<64xf32, sliced<0>>
+}
+}
+
+// -----
+
+// A targeted fused all_reduce (greedy mode would find the same chain).
+// SCRIPT-LABEL: func.func @sgd_targeted
+// SCRIPT-NEXT:    comm.fused all_reduce {
+// SCRIPT-NEXT:      %g1_rs = comm.reduce_scatter sum %g
+module attributes {coco.schedule = "coco-fuse-all-reduce{ops=g1_rs}"} {
+func.func @sgd_targeted(%g: !coco.tensor<64xf32, local>, %w: !coco.tensor<64xf32>, %lr: !coco.tensor<f32>) attributes {coco.grid = #coco.grid<[?]>} {
+  %g1_rs = comm.reduce_scatter sum %g : !coco.tensor<64xf32, local> -> !coco.tensor<64xf32, sliced<0>>
+  %d_s = coco.mul %lr, %g1_rs : !coco.tensor<f32>, !coco.tensor<64xf32, sliced<0>> -> !coco.tensor<64xf32, sliced<0>>
+  %w_s = coco.slice %w : !coco.tensor<64xf32> -> !coco.tensor<64xf32, sliced<0>>
+  %w1_s = coco.sub %w_s, %d_s : !coco.tensor<64xf32, sliced<0>>
+  %w1 = comm.all_gather %w1_s : !coco.tensor<64xf32, sliced<0>> -> !coco.tensor<64xf32>
+  coco.update %w, %w1 : !coco.tensor<64xf32>
+  func.return
+}
+}
+
+// -----
+
+// Row-wise ops, with fused all_reduces only (the script).
+module attributes {coco.schedule = "coco-fuse-all-reduce"} {
+
+// A fused all_reduce takes the row-wise ops of a slice of whole rows (RMSNorm after the
+// reduce_scatter and the residual add): one kernel, a block per row (row_collective.py).
+
+func.func @rmsnorm(%x: !coco.tensor<16x64xf32, local>, %res: !coco.tensor<16x64xf32>, %w: !coco.tensor<64xf32>) -> (!coco.tensor<16x64xf32>, !coco.tensor<16x64xf32>) {
+  %rs = comm.reduce_scatter sum %x : !coco.tensor<16x64xf32, local> -> !coco.tensor<16x64xf32, sliced<0>>
+  %res_s = coco.slice %res : !coco.tensor<16x64xf32> -> !coco.tensor<16x64xf32, sliced<0>>
+  %h_s = coco.add %rs, %res_s : !coco.tensor<16x64xf32, sliced<0>>
+  %h = comm.all_gather %h_s : !coco.tensor<16x64xf32, sliced<0>> -> !coco.tensor<16x64xf32>
+  %sq = coco.mul %h_s, %h_s : !coco.tensor<16x64xf32, sliced<0>>
+  %ms = coco.reduce_dims mean %sq dims [1] keepdims : !coco.tensor<16x64xf32, sliced<0>> -> !coco.tensor<16x1xf32, sliced<0>>
+  %eps = coco.constant 1.0e-06 : !coco.tensor<f32>
+  %d = coco.add %ms, %eps : !coco.tensor<16x1xf32, sliced<0>>, !coco.tensor<f32> -> !coco.tensor<16x1xf32, sliced<0>>
+  %r = coco.rsqrt %d : !coco.tensor<16x1xf32, sliced<0>>
+  %n = coco.mul %h_s, %r : !coco.tensor<16x64xf32, sliced<0>>, !coco.tensor<16x1xf32, sliced<0>> -> !coco.tensor<16x64xf32, sliced<0>>
+  %y_s = coco.mul %n, %w : !coco.tensor<16x64xf32, sliced<0>>, !coco.tensor<64xf32> -> !coco.tensor<16x64xf32, sliced<0>>
+  %y = comm.all_gather %y_s : !coco.tensor<16x64xf32, sliced<0>> -> !coco.tensor<16x64xf32>
+  func.return %h, %y : !coco.tensor<16x64xf32>, !coco.tensor<16x64xf32>
+}
+
+// SCRIPT-LABEL: func.func @rmsnorm(
+// SCRIPT-NEXT:    %h, %y = comm.fused all_reduce -> !coco.tensor<16x64xf32>, !coco.tensor<16x64xf32> {
+// SCRIPT-NEXT:      %rs = comm.reduce_scatter sum %x
+// SCRIPT-NEXT:      %res_s = coco.slice %res
+// SCRIPT-NEXT:      %h_s = coco.add %rs, %res_s
+// SCRIPT-NEXT:      %h_1 = comm.all_gather %h_s
+// SCRIPT-NEXT:      %sq = coco.mul %h_s, %h_s
+// SCRIPT-NEXT:      %ms = coco.reduce_dims mean %sq dims [1] keepdims
+// SCRIPT-NEXT:      %eps = coco.constant
+// SCRIPT-NEXT:      %d = coco.add %ms, %eps
+// SCRIPT-NEXT:      %r = coco.rsqrt %d
+// SCRIPT-NEXT:      %n = coco.mul %h_s, %r
+// SCRIPT-NEXT:      %y_s = coco.mul %n, %w
+// SCRIPT-NEXT:      %y_1 = comm.all_gather %y_s
+// SCRIPT-NEXT:      comm.yield %h_1, %y_1
+// SCRIPT-NEXT:    }
+// SCRIPT-NEXT:    func.return %h, %y
+
+// A full reduction (a norm finished across blocks) and row reductions in one chain: refused.
+
+func.func @rows_and_norm(%nx: !coco.tensor<16x64xf32, local>) -> (!coco.tensor<16x64xf32>, !coco.tensor<f32>) {
+  %nrs = comm.reduce_scatter sum %nx : !coco.tensor<16x64xf32, local> -> !coco.tensor<16x64xf32, sliced<0>>
+  %nmax = coco.reduce_dims max %nrs dims [1] keepdims : !coco.tensor<16x64xf32, sliced<0>> -> !coco.tensor<16x1xf32, sliced<0>>
+  %nsub = coco.sub %nrs, %nmax : !coco.tensor<16x64xf32, sliced<0>>, !coco.tensor<16x1xf32, sliced<0>> -> !coco.tensor<16x64xf32, sliced<0>>
+  %npart = coco.reduce sum %nsub : !coco.tensor<16x64xf32, sliced<0>> -> !coco.tensor<f32, local>
+  %ntotal = comm.all_reduce sum %npart : !coco.tensor<f32, local> -> !coco.tensor<f32>
+  %ny = comm.all_gather %nsub : !coco.tensor<16x64xf32, sliced<0>> -> !coco.tensor<16x64xf32>
+  func.return %ny, %ntotal : !coco.tensor<16x64xf32>, !coco.tensor<f32>
+}
+
+// Greedy fusion leaves it as it is.
+// SCRIPT-LABEL: func.func @rows_and_norm(
+// SCRIPT-NEXT:    %nrs = comm.reduce_scatter sum %nx
+}
+
+// -----
+
+// Named, the chain of @rows_and_norm is refused, with no one op to point at.
+// SCRIPT: {{^}}[fuse-chain] a fused all_reduce with row reductions cannot also finish full reductions
+module attributes {coco.schedule = "coco-fuse-all-reduce{ops=nrs}"} {
+func.func @rows_and_norm_named(%nx: !coco.tensor<16x64xf32, local>) -> (!coco.tensor<16x64xf32>, !coco.tensor<f32>) {
+  %nrs = comm.reduce_scatter sum %nx : !coco.tensor<16x64xf32, local> -> !coco.tensor<16x64xf32, sliced<0>>
+  %nmax = coco.reduce_dims max %nrs dims [1] keepdims : !coco.tensor<16x64xf32, sliced<0>> -> !coco.tensor<16x1xf32, sliced<0>>
+  %nsub = coco.sub %nrs, %nmax : !coco.tensor<16x64xf32, sliced<0>>, !coco.tensor<16x1xf32, sliced<0>> -> !coco.tensor<16x64xf32, sliced<0>>
+  %npart = coco.reduce sum %nsub : !coco.tensor<16x64xf32, sliced<0>> -> !coco.tensor<f32, local>
+  %ntotal = comm.all_reduce sum %npart : !coco.tensor<f32, local> -> !coco.tensor<f32>
+  %ny = comm.all_gather %nsub : !coco.tensor<16x64xf32, sliced<0>> -> !coco.tensor<16x64xf32>
+  func.return %ny, %ntotal : !coco.tensor<16x64xf32>, !coco.tensor<f32>
+}
+}
+
+// -----
+
+module attributes {coco.schedule = "coco-fuse-all-reduce{ops=lrs}"} {
+
+// Rows too long for the shared memory a row kernel keeps between its phases fuse too: the
+// kernel streams them (test/filecheck/lowering/row_streaming.mlir).
+
+func.func @long_rows(%lx: !coco.tensor<8x16384xf32, local>) -> !coco.tensor<8x16384xf32> {
+  %lrs = comm.reduce_scatter sum %lx : !coco.tensor<8x16384xf32, local> -> !coco.tensor<8x16384xf32, sliced<0>>
+  %lmean = coco.reduce_dims mean %lrs dims [1] keepdims : !coco.tensor<8x16384xf32, sliced<0>> -> !coco.tensor<8x1xf32, sliced<0>>
+  %lc = coco.sub %lrs, %lmean : !coco.tensor<8x16384xf32, sliced<0>>, !coco.tensor<8x1xf32, sliced<0>> -> !coco.tensor<8x16384xf32, sliced<0>>
+  %ly = comm.all_gather %lc : !coco.tensor<8x16384xf32, sliced<0>> -> !coco.tensor<8x16384xf32>
+  func.return %ly : !coco.tensor<8x16384xf32>
+}
+
+// SCRIPT-LABEL: func.func @long_rows(
+// SCRIPT-NEXT:    %ly = comm.fused all_reduce -> !coco.tensor<8x16384xf32> {
+// SCRIPT-NEXT:      %lrs = comm.reduce_scatter sum %lx
+// SCRIPT-NEXT:      %lmean = coco.reduce_dims mean %lrs dims [1] keepdims
+// SCRIPT-NEXT:      %lc = coco.sub %lrs, %lmean
+// SCRIPT-NEXT:      %ly_1 = comm.all_gather %lc
+// SCRIPT-NEXT:      comm.yield %ly_1
+}
