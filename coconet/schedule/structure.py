@@ -131,14 +131,16 @@ class Structure:
         # replicated on every axis an all_reduce spans, whatever their layout on the other
         # axes (sliced on a tensor-parallel axis, local on a pipeline axis): what a split of
         # that all_reduce slices and as-slice keeps sliced
-        spans = {ar.span() for ar in self.all_reduces} or {()}
+        # (with no all_reduce: replicated on every axis)
+        spans = {ar.span() for ar in self.all_reduces}
         self.state: list[BlockArgument] = []
         for a in block.args:
             t = a.type
             if not isinstance(t, TensorType) or t.rank == 0:
                 continue
             if not any(
-                all(isinstance(t.layout_on(ax), ReplicatedAttr) for ax in span) for span in spans
+                all(isinstance(t.layout_on(ax), ReplicatedAttr) for ax in span)
+                for span in spans or {tuple(range(len(t.layouts)))}
             ):
                 continue
             for use in a.uses:
