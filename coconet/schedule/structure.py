@@ -14,7 +14,8 @@ from coconet.dialects.coco import ReplicatedAttr, TensorType
 
 # A dynamic (`?`) process-grid axis is sized at launch: a split then slices the lowest tensor
 # dim that divides by this many ranks (a node of 8 GPUs), so the schedule runs on 1, 2, 4 and 8
-# ranks; failing that, the dim with the largest power-of-two factor.
+# ranks; failing that, the dim with the largest power-of-two factor among those with an element
+# for each of them.
 PREFERRED_GROUP = 8
 
 
@@ -22,12 +23,27 @@ def _v2(n: int) -> int:
     return (n & -n).bit_length() - 1 if n > 0 else 0
 
 
+def _parts(t: TensorType, dim: int, span: Iterable[int], grid_shape: tuple[int, ...]) -> int:
+    """How many pieces a split over `span` cuts tensor dim `dim` into: the span's ranks times
+    those of the axes already slicing it (a split nests inside them), an axis sized at launch
+    counted as PREFERRED_GROUP ranks."""
+    parts = 1
+    for a in {*span, *t.slicing_axes(dim)}:
+        parts *= grid_shape[a] if grid_shape[a] > 0 else PREFERRED_GROUP
+    return parts
+
+
 def auto_split_dim(ar: comm.AllReduceOp) -> int:
-    """The tensor dim a split of `ar` slices, among the dims no grid axis slices yet (on a
-    multi-axis grid, a dim another axis cuts is taken; failing such a dim, any dim the split
-    accepts): on a static group, the lowest dim that divides by it; on a group sized at
-    launch, the lowest dim divisible by PREFERRED_GROUP, else the dim with the largest
-    power-of-two factor (lowest first). A dim that does not divide is cut unevenly."""
+    """The tensor dim a split of `ar` slices, among the dims the split accepts
+    (`split_refusal`: not cut by a grid axis inner to the all_reduce's, holding a rank's
+    element on every static axis). Dims no grid axis slices yet come first; failing those, a
+    dim an outer axis already cuts (the split nests inside it). Among them: the lowest dim
+    that divides into its pieces (the group's ranks times those of the axes already cutting
+    it, an axis sized at launch counted as PREFERRED_GROUP ranks: a node of 8 GPUs, so the
+    schedule runs on 1, 2, 4 and 8 ranks); failing that, on a group sized at launch the dim
+    with the largest power-of-two factor among those holding an element per piece (lowest
+    first), on a static group the lowest, cut unevenly. With no legal dim, the lowest dim no
+    axis slices (or 0): the pass then refuses it with its rule."""
     from coconet.dialects.layout_rules import grid_of
     from coconet.passes.split_allreduce import split_refusal
 
@@ -35,23 +51,21 @@ def auto_split_dim(ar: comm.AllReduceOp) -> int:
     shape = t.get_shape()
     if not shape:
         return 0
-    dims = [d for d in range(len(shape)) if not t.slicing_axes(d)]
-    if not dims:
-        dims = [d for d in range(len(shape)) if split_refusal(ar, d) is None] or [0]
+    legal = [d for d in range(len(shape)) if split_refusal(ar, d) is None]
+    fresh = [d for d in range(len(shape)) if not t.slicing_axes(d)]
+    if not legal:
+        return fresh[0] if fresh else 0
+    dims = [d for d in legal if d in fresh] or legal
     grid = grid_of(ar)
-    sizes = [grid.shape[a] for a in ar.span()]
-    if all(s > 0 for s in sizes):
-        group = 1
-        for s in sizes:
-            group *= s
-        for d in dims:
-            if shape[d] > 0 and shape[d] % group == 0:
-                return d
-        return dims[0]
+    span = ar.span()
+    parts = {d: _parts(t, d, span, grid.shape) for d in dims}
     for d in dims:
-        if shape[d] > 0 and shape[d] % PREFERRED_GROUP == 0:
+        if shape[d] % parts[d] == 0:
             return d
-    return max(dims, key=lambda d: (_v2(shape[d]), -d))
+    if all(grid.shape[a] > 0 for a in span):
+        return dims[0]
+    roomy = [d for d in dims if shape[d] >= parts[d]] or dims
+    return max(roomy, key=lambda d: (_v2(shape[d]), -d))
 
 
 class Structure:
@@ -112,14 +126,22 @@ class Structure:
         self.sliced_scatters = (
             [op for op in ops if isinstance(op, comm.ReduceScatterOp)] if sliced_updates else []
         )
-        # optimizer state: replicated arguments whose new value (the one their update stores)
-        # the program also reads (m, v of Adam feed the weight update; the weights do not)
+        # optimizer state: arguments whose new value (the one their update stores) the
+        # program also reads (m, v of Adam feed the weight update; the weights do not),
+        # replicated on every axis an all_reduce spans, whatever their layout on the other
+        # axes (sliced on a tensor-parallel axis, local on a pipeline axis): what a split of
+        # that all_reduce slices and as-slice keeps sliced
+        # (with no all_reduce: replicated on every axis)
+        spans = {ar.span() for ar in self.all_reduces}
         self.state: list[BlockArgument] = []
         for a in block.args:
             t = a.type
             if not isinstance(t, TensorType) or t.rank == 0:
                 continue
-            if not all(isinstance(lay, ReplicatedAttr) for lay in t.layouts.data):
+            if not any(
+                all(isinstance(t.layout_on(ax), ReplicatedAttr) for ax in span)
+                for span in spans or {tuple(range(len(t.layouts)))}
+            ):
                 continue
             for use in a.uses:
                 up = use.operation
