@@ -513,6 +513,13 @@ def set_numerics(op: PowOp | PolicyUnaryOp, numerics: str | Numerics | None) -> 
         op.numerics = NumericsAttr(enum_member(Numerics, numerics, "numerics policy"))
 
 
+def set_numerics_default(op: Operation, numerics: str | Numerics) -> None:
+    """Make `numerics` the policy of the ops inside `op` (a module or function) that name none
+    of their own: its `coco.numerics`. A ValueError names the policies for an unknown one."""
+    policy = enum_member(Numerics, numerics, "numerics policy")
+    op.attributes[NUMERICS_ATTR_NAME] = NumericsAttr(policy)
+
+
 # The ops whose numerics a policy chooses.
 NUMERICS_OPS: tuple[type[Operation], ...] = (PowOp, PolicyUnaryOp)
 
