@@ -17,7 +17,10 @@ bit-identical results, and by default the check demands bit identity (any NaN eq
 value that reorder moves onto slices becomes per-rank partials (rounded to the element type)
 combined by an all_reduce. Outputs downstream of such a reassociated reduction are compared
 within the per-dtype tolerances of `TOLERANCES`, and the report names the reductions;
-everything else stays bit-exact (`allow_reassociation=False` makes it all bit-exact). With
+everything else stays bit-exact (`allow_reassociation=False` makes it all bit-exact). So are
+outputs downstream of an op under the `fast` numerics policy (docs/architecture.md §3.4.2) in
+either program, with at least f32's tolerance (such an op computes in f32, within a few f32
+ulps of the exact result): the report names those ops (`fast`). With
 `exact=False` every output gets the tolerances, for backends that reorder collectives (NCCL
 rings, f32 accumulation).
 
@@ -181,6 +184,8 @@ class EquivalenceReport:
     outputs: list[str] = field(default_factory=list)
     # reductions the schedule reassociates (exact mode compares what they feed within tolerance)
     reassociated: list[str] = field(default_factory=list)
+    # ops under the `fast` numerics policy (exact mode compares what they feed within tolerance)
+    fast: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -202,6 +207,8 @@ class EquivalenceReport:
             mode += " except within tolerance downstream of reassociated " + ", ".join(
                 self.reassociated
             )
+        if self.exact and self.fast:
+            mode += " except within tolerance downstream of fast-numerics " + ", ".join(self.fast)
         if self.ok:
             return f"@{self.function}: equivalent ({mode}; {runs})"
         return (
@@ -305,21 +312,35 @@ def _reassociations(before: Program, after: Program) -> tuple[list[str], dict[st
     Max and min are order-independent and the sim's collectives keep rank order, so only a
     sum or norm split into partials changes how a result rounds. If `after` has no more
     partial reductions than `before`, nothing was reassociated."""
-    from coconet.core.program import output_name
-    from coconet.dialects.coco import UpdateOp
-
     partials = _partial_reductions(after)
     if len(partials) <= len(_partial_reductions(before)):
         return [], {}
-    names = [
-        f"%{op.results[0].name_hint}" if op.results[0].name_hint else op.name for op in partials
-    ]
+    return [_op_label(op) for op in partials], _downstream(after, partials)
+
+
+def _op_label(op: Operation) -> str:
+    return f"%{op.results[0].name_hint}" if op.results[0].name_hint else op.name
+
+
+def _fast_ops(program: Program) -> list[Operation]:
+    """The ops computing under the `fast` numerics policy (docs/architecture.md §3.4.2)."""
+    from coconet.dialects.coco import is_fast
+
+    return [op for op in program.func.walk() if is_fast(op)]
+
+
+def _downstream(program: Program, roots: Sequence[Operation]) -> dict[str, set[str]]:
+    """The output keys of `program` that the results of `roots` feed, each with the element
+    types its values pass through on the way."""
+    from coconet.core.program import output_name
+    from coconet.dialects.coco import UpdateOp
+
     # Forward closure over uses; through a region's yield to the region's results. A value
     # is visited again when it is reached through an element type not yet seen on it.
     seen: dict[SSAValue, frozenset[str]] = {}
-    work = [(op.results[0], frozenset()) for op in partials]
+    work = [(r, frozenset[str]()) for op in roots for r in op.results]
     keys: dict[str, set[str]] = {}
-    ret = after.func.body.block.last_op
+    ret = program.func.body.block.last_op
     while work:
         v, elts = work.pop()
         elt = getattr(v.type, "elt", None)
@@ -339,7 +360,7 @@ def _reassociations(before: Program, after: Program) -> tuple[list[str], dict[st
                     work.append((region_op.results[use.index], elts))
             else:
                 work.extend((r, elts) for r in user.results)
-    return names, keys
+    return keys
 
 
 def _loosest(tols: dict[str, Tolerance], elts: set[str]) -> Tolerance:
@@ -426,6 +447,15 @@ def check_equivalence(
     loosened: dict[str, set[str]] = {}
     if exact and allow_reassociation:
         report.reassociated, loosened = _reassociations(before, after)
+    # outputs downstream of a `fast` op (of either program; docs/architecture.md §3.4.2): its
+    # f32 result is within a few f32 ulps of the exact one, not equal to it
+    fast_before: dict[str, set[str]] = {}
+    if exact:
+        fast_ops = _fast_ops(after)
+        report.fast = list(dict.fromkeys(_op_label(op) for op in [*_fast_ops(before), *fast_ops]))
+        fast_before = _downstream(before, _fast_ops(before))
+        for key, elts in _downstream(after, fast_ops).items():
+            loosened.setdefault(key, set()).update({"f32", *elts})
 
     # Pairs (before's output, after's output or None); after's unmatched outputs are extra.
     pairs: list[tuple[_Output, _Output | None]] = []
@@ -502,6 +532,8 @@ def check_equivalence(
                 continue
             after_grid = got.grid_shape
             for b_out, a_out in pairs:
+                if a_out is not None and b_out.key in fast_before:
+                    loosened.setdefault(a_out.key, set()).update({"f32", *fast_before[b_out.key]})
                 if a_out is None:
                     what = "updated argument" if b_out.name in b_updates else "returned value"
                     report.mismatches.append(
@@ -531,9 +563,20 @@ def check_equivalence(
                 )
                 if m is not None:
                     if a_out.key in loosened:
+                        why = [
+                            *(
+                                ["the reassociated reduction(s) " + ", ".join(report.reassociated)]
+                                if report.reassociated
+                                else []
+                            ),
+                            *(
+                                ["the fast-numerics op(s) " + ", ".join(report.fast)]
+                                if report.fast
+                                else []
+                            ),
+                        ]
                         m.detail = (m.detail + "; " if m.detail else "") + (
-                            "beyond the tolerance allowed for the reassociated reduction(s) "
-                            + ", ".join(report.reassociated)
+                            "beyond the tolerance allowed for " + " and ".join(why)
                         )
                     if a_out.name != b_out.name:
                         m.detail = (m.detail + "; " if m.detail else "") + (

@@ -5,7 +5,11 @@ f16/bf16/f32, f64, int64) and rounds the result to the element type; the kernel 
 (lowering/kernels/elements.py) emits `device` — a C operator, or a function of coco_device.h
 overloaded for float, double and coco_i64 — on the same compute type. `transcendental` ops
 compute in f64 on both sides and round once: NumPy, glibc and CUDA disagree on f32 libm results,
-and agree after rounding an f64 result. A new elementwise op is its class in dialects/coco.py, a
+and agree after rounding an f64 result. That is the `exact` numerics policy; under `fast`
+(coco.py `numerics_of`) an op with a `fast` function computes in its compute type instead: the
+sim applies `numpy` to f32 operands (NumPy's f32 loops), the kernels call `fast`, whose f32
+overload is the target's f32 function (coco_device.h) and whose double one is the exact
+function (f64 computes alike under both). A new elementwise op is its class in dialects/coco.py, a
 row here, and its device function in toolchain/coco_device.h.
 """
 
@@ -28,6 +32,8 @@ class Elementwise:
     # the function integers use where their C semantics differ from `device`'s
     integer_device: str | None = None
     transcendental: bool = False
+    # the coco_device.h function the `fast` numerics policy calls (None: the policy does not apply)
+    fast: str | None = None
 
     def device_for(self, is_float: bool) -> tuple[str, bool]:
         """(what the generator emits, whether it is an operator) for a float or integer op."""
@@ -88,18 +94,20 @@ ELEMENTWISE: dict[type, Elementwise] = {
     # NumPy's maximum/minimum: a NaN operand wins
     coco.MaxOp: Elementwise(np.maximum, "coco_max"),
     coco.MinOp: Elementwise(np.minimum, "coco_min"),
-    coco.PowOp: Elementwise(_pow, "coco_pow", transcendental=True),
+    coco.PowOp: Elementwise(_pow, "coco_pow", transcendental=True, fast="coco_fast_pow"),
     coco.NegOp: Elementwise(np.negative, "-", operator=True),
     coco.AbsOp: Elementwise(np.abs, "coco_abs"),
     coco.SqrtOp: Elementwise(np.sqrt, "coco_sqrt"),
-    # 1/sqrt, not an approximate rsqrt: the same on every target
-    coco.RsqrtOp: Elementwise(_rsqrt, "coco_rsqrt"),
-    coco.ExpOp: Elementwise(np.exp, "coco_exp", transcendental=True),
-    coco.LogOp: Elementwise(_log, "coco_log", transcendental=True),
-    coco.TanhOp: Elementwise(np.tanh, "coco_tanh", transcendental=True),
+    # 1/sqrt, not an approximate rsqrt: the same on every target (`fast`: CUDA's rsqrtf)
+    coco.RsqrtOp: Elementwise(_rsqrt, "coco_rsqrt", fast="coco_fast_rsqrt"),
+    coco.ExpOp: Elementwise(np.exp, "coco_exp", transcendental=True, fast="coco_fast_exp"),
+    coco.LogOp: Elementwise(_log, "coco_log", transcendental=True, fast="coco_fast_log"),
+    coco.TanhOp: Elementwise(np.tanh, "coco_tanh", transcendental=True, fast="coco_fast_tanh"),
     coco.ReluOp: Elementwise(_relu, "coco_relu"),
-    coco.GeluOp: Elementwise(_gelu, "coco_gelu", transcendental=True),
-    coco.SigmoidOp: Elementwise(_sigmoid, "coco_sigmoid", transcendental=True),
+    coco.GeluOp: Elementwise(_gelu, "coco_gelu", transcendental=True, fast="coco_fast_gelu"),
+    coco.SigmoidOp: Elementwise(
+        _sigmoid, "coco_sigmoid", transcendental=True, fast="coco_fast_sigmoid"
+    ),
 }
 
 # `coco.cmp`'s predicates: NumPy's comparison and the C operator.

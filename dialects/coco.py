@@ -16,9 +16,13 @@ also how scalars read: `!coco.tensor<f32>`.
 Numerics (the sim oracle implements exactly this, and generated kernels must too): every op
 computes in f32 for f16/bf16/f32 operands (f64 for f64, int64 for integers) and rounds its
 result to its element type, so a fused kernel that keeps intermediates in registers must still
-round them. Transcendentals (pow, exp, log, tanh, gelu, sigmoid) compute in f64 and round
-once: f32 implementations differ between NumPy, glibc and CUDA, f64 ones rarely enough that
-their rounded results agree. Integer division truncates toward zero, as in C. fp8 (f8E4M3FN,
+round them. Transcendentals (pow, exp, log, tanh, gelu, sigmoid) compute in f64 and round once:
+f32 implementations differ between NumPy, glibc and CUDA, f64 ones rarely enough that their
+rounded results agree. That is the `exact` numerics policy, the default; under the `fast` one
+(`#coco<numerics fast>`, on the op or as the function's or module's `coco.numerics`) a
+transcendental or rsqrt on a float narrower than f64 computes in f32 with each target's f32
+functions, within a few f32 ulps of the exact result, not bit-identical across targets
+(docs/architecture.md §3.4.2). Integer division truncates toward zero, as in C. fp8 (f8E4M3FN,
 f8E5M2) computes in f32 like f16; a cast to it overflows as ml_dtypes' does (e4m3fn to NaN,
 e5m2 to inf), `coco.quantize` saturates instead.
 """
@@ -90,6 +94,7 @@ from coconet.dialects.coco_types import (
     LOCAL as LOCAL,
     MAX_ELEMENTS as MAX_ELEMENTS,
     MAX_RANKS as MAX_RANKS,
+    NUMERICS_ATTR_NAME as NUMERICS_ATTR_NAME,
     REPLICATED as REPLICATED,
     SCHEDULE_ATTR_NAME as SCHEDULE_ATTR_NAME,
     GridAttr as GridAttr,
@@ -379,6 +384,26 @@ class ElementwiseOp(CocoOp):
     """Marker base of ops that act element by element (reorder and fuse rely on it)."""
 
 
+class Numerics(StrEnum):
+    """How a transcendental op computes (docs/architecture.md §3.4.2): `exact` in f64, rounded
+    once (bit-identical on every target), `fast` in f32 with each target's f32 functions."""
+
+    EXACT = auto()
+    FAST = auto()
+
+
+@irdl_attr_definition
+class NumericsAttr(EnumAttribute[Numerics], SpacedOpaqueSyntaxAttribute):
+    """A numerics policy: `numerics fast` on an op, `#coco<numerics fast>` in generic form and
+    as a function's or module's `coco.numerics` default."""
+
+    name = "coco.numerics"
+
+
+# An op's own policy, between its operands and its attributes: `coco.exp %x numerics fast : T`.
+NUMERICS = "(`numerics` $numerics^)?"
+
+
 class BinaryOp(ElementwiseOp):
     lhs = tensor_operand()
     rhs = tensor_operand()
@@ -434,6 +459,19 @@ class MinOp(BinaryOp):
 @irdl_op_definition
 class PowOp(BinaryOp):
     name = "coco.pow"
+    numerics = opt_prop_def(NumericsAttr)
+
+    assembly_format = f"$lhs `,` $rhs {NUMERICS} attr-dict {SIGNATURE}"
+
+    def __init__(
+        self,
+        lhs: SSAValue,
+        rhs: SSAValue,
+        result_type: Attribute | None = None,
+        numerics: str | Numerics | None = None,
+    ):
+        super().__init__(lhs, rhs, result_type)
+        set_numerics(self, numerics)
 
 
 class UnaryOp(ElementwiseOp):
@@ -449,6 +487,64 @@ class UnaryOp(ElementwiseOp):
 
     def verify_layouts(self) -> None:
         self.expect_result(layout_rules.infer_unary(self.input.type, self.FLOAT_ONLY, self.name))
+
+
+class PolicyUnaryOp(UnaryOp):
+    """A unary op a numerics policy applies to (`numerics_of`): the transcendentals and rsqrt."""
+
+    numerics = opt_prop_def(NumericsAttr)
+
+    assembly_format = f"$input {NUMERICS} attr-dict {SIGNATURE}"
+
+    def __init__(
+        self,
+        input: SSAValue,
+        result_type: Attribute | None = None,
+        numerics: str | Numerics | None = None,
+    ):
+        super().__init__(input, result_type)
+        set_numerics(self, numerics)
+
+
+def set_numerics(op: PowOp | PolicyUnaryOp, numerics: str | Numerics | None) -> None:
+    """Give `op` its own numerics policy (None: none, it takes its function's or module's);
+    a ValueError names the policies for an unknown one."""
+    if numerics is not None:
+        op.numerics = NumericsAttr(enum_member(Numerics, numerics, "numerics policy"))
+
+
+def set_numerics_default(op: Operation, numerics: str | Numerics) -> None:
+    """Make `numerics` the policy of the ops inside `op` (a module or function) that name none
+    of their own: its `coco.numerics`. A ValueError names the policies for an unknown one."""
+    policy = enum_member(Numerics, numerics, "numerics policy")
+    op.attributes[NUMERICS_ATTR_NAME] = NumericsAttr(policy)
+
+
+# The ops whose numerics a policy chooses.
+NUMERICS_OPS: tuple[type[Operation], ...] = (PowOp, PolicyUnaryOp)
+
+
+def numerics_of(op: Operation) -> Numerics:
+    """The policy `op` computes under: its own `numerics`, else the `coco.numerics` of the
+    closest op around it that has one (its function, then its module), else `exact`; `exact`
+    for ops no policy applies to."""
+    if not isinstance(op, NUMERICS_OPS):
+        return Numerics.EXACT
+    own = op.properties.get("numerics")
+    if isinstance(own, NumericsAttr):
+        return own.data
+    parent = op.parent_op()
+    while parent is not None:
+        default = parent.attributes.get(NUMERICS_ATTR_NAME)
+        if isinstance(default, NumericsAttr):
+            return default.data
+        parent = parent.parent_op()
+    return Numerics.EXACT
+
+
+def is_fast(op: Operation) -> bool:
+    """Whether `op` computes under the `fast` policy (`numerics_of`)."""
+    return numerics_of(op) == Numerics.FAST
 
 
 @irdl_op_definition
@@ -469,22 +565,22 @@ class SqrtOp(UnaryOp):
 
 
 @irdl_op_definition
-class RsqrtOp(UnaryOp):
+class RsqrtOp(PolicyUnaryOp):
     name = "coco.rsqrt"
 
 
 @irdl_op_definition
-class ExpOp(UnaryOp):
+class ExpOp(PolicyUnaryOp):
     name = "coco.exp"
 
 
 @irdl_op_definition
-class LogOp(UnaryOp):
+class LogOp(PolicyUnaryOp):
     name = "coco.log"
 
 
 @irdl_op_definition
-class TanhOp(UnaryOp):
+class TanhOp(PolicyUnaryOp):
     name = "coco.tanh"
 
 
@@ -495,14 +591,14 @@ class ReluOp(UnaryOp):
 
 
 @irdl_op_definition
-class GeluOp(UnaryOp):
+class GeluOp(PolicyUnaryOp):
     """tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
 
     name = "coco.gelu"
 
 
 @irdl_op_definition
-class SigmoidOp(UnaryOp):
+class SigmoidOp(PolicyUnaryOp):
     name = "coco.sigmoid"
 
 
@@ -1080,6 +1176,7 @@ Coco = Dialect(
         GridAttr,
         TensorType,
         CmpPredicateAttr,
+        NumericsAttr,
         ReductionKindAttr,
         DimReductionKindAttr,
     ],

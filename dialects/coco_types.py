@@ -335,6 +335,9 @@ GRID_ATTR_NAME = "coco.grid"
 # A module's own schedule: the pass pipeline `coco-schedule` (given no name) applies to it, as
 # MLIR's transform interpreter runs the script its payload module holds.
 SCHEDULE_ATTR_NAME = "coco.schedule"
+# The numerics policy of a module's or function's transcendental ops that carry none of their
+# own (`#coco<numerics fast>`; coco.py `numerics_of`).
+NUMERICS_ATTR_NAME = "coco.numerics"
 
 
 # --------------------------------------------------------------------------------------------

@@ -17,8 +17,9 @@ starts with the rule's name in brackets, as in layout_rules.py:
 * foreign-op            a function holds coco and comm ops and its `func.return`, nothing from
                         another (or an unregistered) dialect: no tool could run it.
 * unknown-attribute     attributes in the `coco.`/`comm.` namespaces are coconet's own: only
-                        `coco.grid`, on a `func.func`, and `coco.schedule` (a string), on the
-                        module; any other (a misspelt `coco.gird`) would be silently ignored
+                        `coco.grid`, on a `func.func`, `coco.schedule` (a string), on the
+                        module, and `coco.numerics` (a `#coco<numerics ...>`), on either;
+                        any other (a misspelt `coco.gird`) would be silently ignored
                         otherwise.
 * dominance             a value is used only after its definition, by ops its block encloses:
                         no use before the def, no op using its own result, no value of another
@@ -38,13 +39,19 @@ from xdsl.dialects.builtin import DictionaryAttr, ModuleOp, StringAttr, Unregist
 from xdsl.ir import Block, BlockArgument, Operation, OpResult, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
-from coconet.dialects.coco import GRID_ATTR_NAME, SCHEDULE_ATTR_NAME, CocoOp
+from coconet.dialects.coco import (
+    GRID_ATTR_NAME,
+    NUMERICS_ATTR_NAME,
+    SCHEDULE_ATTR_NAME,
+    CocoOp,
+    NumericsAttr,
+)
 from coconet.dialects.comm import YieldOp
 from coconet.dialects.layout_rules import check_signatures, value_name
 
 # The coco/comm-namespaced attributes coconet reads, by the kind of op that may carry them.
-KNOWN_FUNCTION_ATTRIBUTES = frozenset({GRID_ATTR_NAME})
-KNOWN_MODULE_ATTRIBUTES = frozenset({SCHEDULE_ATTR_NAME})
+KNOWN_FUNCTION_ATTRIBUTES = frozenset({GRID_ATTR_NAME, NUMERICS_ATTR_NAME})
+KNOWN_MODULE_ATTRIBUTES = frozenset({SCHEDULE_ATTR_NAME, NUMERICS_ATTR_NAME})
 COCONET_NAMESPACES = ("coco.", "comm.")
 # Dialects whose ops may sit beside the functions: rewrites for xDSL passes, not program.
 PATTERN_DIALECTS = frozenset({"pdl", "pdl_interp", "transform"})
@@ -71,6 +78,7 @@ def check_structure(module: ModuleOp) -> None:
             "the pass pipeline or schedule name coco-schedule applies "
             '(coco.schedule = "coco-reorder{ops=x}")',
         )
+    _check_numerics(module, "builtin.module")
     for op in module.ops:
         if not isinstance(op, func.FuncOp):
             if _op_name(op).split(".", 1)[0] in PATTERN_DIALECTS:
@@ -87,6 +95,7 @@ def check_structure(module: ModuleOp) -> None:
 def _check_function(fn: func.FuncOp) -> None:
     where = f"@{fn.sym_name.data}"
     _check_attributes(fn, where, KNOWN_FUNCTION_ATTRIBUTES)
+    _check_numerics(fn, where)
     _check_argument_attributes(fn)
     if not fn.body.blocks:
         _refuse(
@@ -179,6 +188,17 @@ def _function_of(op: Operation) -> func.FuncOp | None:
     while cur is not None and not isinstance(cur, func.FuncOp):
         cur = cur.parent_op()
     return cur
+
+
+def _check_numerics(op: Operation, owner: str) -> None:
+    default = op.attributes.get(NUMERICS_ATTR_NAME)
+    if default is not None and not isinstance(default, NumericsAttr):
+        _refuse(
+            op,
+            "unknown-attribute",
+            f"{owner} has '{NUMERICS_ATTR_NAME}' = {default}: a numerics policy is "
+            "#coco<numerics exact> or #coco<numerics fast>",
+        )
 
 
 def _check_attributes(op: Operation, owner: str, known: frozenset[str]) -> None:

@@ -2,9 +2,9 @@
 builds one kernel per distinct site and hands later sites of the same computation that
 kernel (a deep model's layers, an optimizer's step over each parameter tensor).
 
-A site is its ops (names, properties and attributes, how their operands refer to the
-inputs and to each other, their result types), its inputs' types, its iteration type and its
-stores, with every value numbered by first occurrence; two sites with equal keys build
+A site is its ops (names, properties and attributes, numerics policy, how their operands refer
+to the inputs and to each other, their result types), its inputs' types, its iteration type and
+its stores, with every value numbered by first occurrence; two sites with equal keys build
 kernels that differ only in what names their variables and comments take from the program's
 values, and in their dropouts' seeds, which are arguments (kernels/params.py). A later site
 takes the first site's kernel with its parameters pointed at its own values (`params_of`),
@@ -99,5 +99,11 @@ def kernel_site(
 
 def op_description(op: Operation) -> tuple[object, ...]:
     """An op as a site's key describes it: its name and the properties and attributes its
-    kernel's text shows."""
-    return (op.name, _properties(op), tuple(sorted(op.attributes.items())))
+    kernel's text shows, and the numerics policy it computes under (its own, or the default
+    of its function or module: coco.numerics_of)."""
+    return (
+        op.name,
+        _properties(op),
+        tuple(sorted(op.attributes.items())),
+        coco.numerics_of(op).value,
+    )

@@ -260,8 +260,11 @@ def _elementwise(
 
 
 def run_arithmetic(it: Interpreter, op: coco.BinaryOp | coco.UnaryOp) -> list[Pieces]:
+    # under the `fast` policy a transcendental computes in its compute type (NumPy's f32 loops
+    # for f32, f16, bf16), under `exact` in f64, rounded once (docs/architecture.md §3.4.2)
     semantics = ELEMENTWISE[type(op)]
-    return _elementwise(it, op, semantics.numpy, op.result.type, semantics.transcendental)
+    in_f64 = semantics.transcendental and not coco.is_fast(op)
+    return _elementwise(it, op, semantics.numpy, op.result.type, in_f64)
 
 
 def run_cmp(it: Interpreter, op: coco.CmpOp) -> list[Pieces]:

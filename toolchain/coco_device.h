@@ -159,6 +159,20 @@ struct coco_f8e5m2 {
 
 #include <new>
 
+// The `fast` numerics policy's f32 functions (coco_fast_*, below) call libm's expf, logf, tanhf
+// and powf. Where the build links glibc's vector math library (host_compiler.py passes
+// -DCOCO_HOST_LIBMVEC -lmvec where g++ links it), they are declared with their vector variants,
+// as glibc's own <math.h> declares them only under -ffast-math, so g++ vectorizes the loops that
+// call them (_ZGVdN8v_expf: 8 lanes under AVX2). Exact kernels call none of them on floats.
+#if defined(COCO_HOST_LIBMVEC) && defined(__GNUC__) && !defined(__clang__)
+extern "C" {
+__attribute__((simd("notinbranch"))) float expf(float) noexcept;
+__attribute__((simd("notinbranch"))) float logf(float) noexcept;
+__attribute__((simd("notinbranch"))) float tanhf(float) noexcept;
+__attribute__((simd("notinbranch"))) float powf(float, float) noexcept;
+}
+#endif
+
 #define COCO_DEVICE static inline
 #define COCO_HD inline
 
@@ -940,6 +954,32 @@ COCO_HD double coco_gelu(double x) {
   double inner = 0.7978845608028654 * (x + 0.044715 * x * x * x);
   return 0.5 * x * (1.0 + tanh(inner));
 }
+
+// ---- the `fast` numerics policy (docs/architecture.md §3.4.2) ----
+// Float only (an f64 op computes alike under both policies), each computed in float, not
+// bit-identical across targets. On a GPU: CUDA's full-range f32 functions, whose maximum errors
+// the CUDA C Programming Guide's table of mathematical functions gives as expf 2 ulp, logf 1,
+// tanhf 2, powf 4, rsqrtf 2 (not the __expf / __logf intrinsics, whose error grows with |x|).
+// On the host: libm's expf, logf, tanhf and powf (glibc's vector variants where the build
+// links libmvec: see the host section) and 1/sqrtf. Every call is unconditional, so the host
+// compiler can vectorize it; the log of a negative number is the positive NaN, as under exact.
+COCO_HD float coco_fast_exp(float x) { return expf(x); }
+COCO_HD float coco_fast_log(float x) {
+  float y = logf(x);
+  return x < 0.0f ? coco_u32_as_float(0x7FC00000u) : y;
+}
+COCO_HD float coco_fast_tanh(float x) { return tanhf(x); }
+COCO_HD float coco_fast_pow(float a, float b) { return powf(a, b); }
+COCO_HD float coco_fast_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+COCO_HD float coco_fast_gelu(float x) {
+  float inner = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+  return 0.5f * x * (1.0f + tanhf(inner));
+}
+#ifdef COCO_TARGET_CUDA
+COCO_HD float coco_fast_rsqrt(float x) { return rsqrtf(x); }
+#else
+COCO_HD float coco_fast_rsqrt(float x) { return 1.0f / sqrtf(x); }
+#endif
 
 // ---- counter-based random numbers (SplitMix64 finalizer) ----
 // Stateless so that any thread, block split or rank count draws the same number for the

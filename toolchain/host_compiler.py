@@ -137,6 +137,26 @@ def _march(compiler: str) -> str | None:
     return level if probe.returncode == 0 else None
 
 
+@functools.cache
+def _libmvec(compiler: str) -> bool:
+    """Whether builds link glibc's vector math library, which the `fast` numerics policy's f32
+    functions vectorize through (coco_device.h; docs/architecture.md §3.4.2): on x86-64 with
+    g++ where the compiler finds it. COCONET_HOST_LIBMVEC=0 turns it off."""
+    import platform
+
+    if os.environ.get("COCONET_HOST_LIBMVEC", "1") == "0":
+        return False
+    if platform.machine() not in ("x86_64", "AMD64") or "clang" in Path(compiler).name:
+        return False
+    try:
+        found = subprocess.run(
+            [compiler, "-print-file-name=libmvec.so"], capture_output=True, text=True, check=False
+        )
+    except OSError:
+        return False
+    return found.returncode == 0 and os.path.isabs(found.stdout.strip())
+
+
 def host_compile_flags(*, openmp: bool = True, warnings_as_errors: bool = False) -> list[str]:
     flags = [
         "-O3",
@@ -156,6 +176,8 @@ def host_compile_flags(*, openmp: bool = True, warnings_as_errors: bool = False)
     march = _march(_compiler())
     if march is not None:
         flags.append(f"-march={march}")
+    if _libmvec(_compiler()):
+        flags += ["-DCOCO_HOST_LIBMVEC", "-lmvec"]
     if openmp:
         flags.append("-fopenmp")
     if warnings_as_errors:
@@ -283,20 +305,23 @@ class HostLibrary:
 def _run_compiler(source: str, headers: dict[str, str], flags: Sequence[str], out: Path) -> None:
     """Compile in a scratch directory holding the source and a copy of the device headers,
     so the build never depends on where the package is installed."""
+    # libraries after the source that needs them (an --as-needed link drops them before)
+    libs = [f for f in flags if f.startswith("-l")]
+    options = [f for f in flags if not f.startswith("-l")]
     try:
         with tempfile.TemporaryDirectory(prefix="coconet-host-") as scratch:
             src = Path(scratch) / "kernels.cpp"
             src.write_text(source)
             for name, text in headers.items():
                 (Path(scratch) / name).write_text(text)
-            cmd = [_compiler(), *flags, "-I", scratch, "-o", str(out), str(src)]
+            cmd = [_compiler(), *options, "-I", scratch, "-o", str(out), str(src), *libs]
             proc = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=scratch)
     except OSError as e:  # e.g. ENOSPC writing the source: not a library that fails to load
         raise HostCompileError(f"host compilation failed: {e}") from e
     if proc.returncode != 0:
         output = proc.stdout + proc.stderr
         raise HostCompileError(
-            f"host compilation failed ({' '.join(cmd[:-3])} ...)",
+            f"host compilation failed ({' '.join([_compiler(), *options])} ...)",
             output,
             _disk_full(output, out.parent),
         )

@@ -34,6 +34,7 @@ from pathlib import Path
 from coconet.core import env
 from coconet.core.program import CocoError, Program, load
 from coconet.core.values import load_arrays
+from coconet.dialects import coco
 from coconet.tools.rank_job import add_timeout_options, job_description, print_summary, tool_main
 
 BACKENDS = ("sim", "cpu", "cuda")
@@ -69,6 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
         "each (default: cuda when a GPU is visible, else cpu)",
     )
     p.add_argument("--entry", help="the function to run (default: the module's first)")
+    p.add_argument(
+        "--numerics",
+        choices=("exact", "fast"),
+        default=None,
+        help="the numerics policy of the transcendental ops that name none of their own "
+        "(default: the module's coco.numerics, else exact; docs/usage.md)",
+    )
     p.add_argument(
         "--inputs",
         help=".npz file with one logical array per argument; bf16 and fp8 arrays as their "
@@ -288,6 +296,8 @@ def run(args: argparse.Namespace) -> int:
     check_bench_options(args, backend)
     schedules = [schedule_label(k, v) for k, v in args.schedules] or [("as written", None)]
     program = load(args.program, args.entry)
+    if args.numerics:  # the ops' own policies still win (docs/usage.md)
+        coco.set_numerics_default(program.module, args.numerics)
     if not under_torchrun:  # under torchrun the ranks resolve it together (run_in_torchrun)
         schedules = resolve_auto(args, backend, program, schedules)
     if backend == "sim":
@@ -491,6 +501,7 @@ def prepared_job(
         quiet=args.quiet,
         exact_collectives=args.exact_collectives,
         step_timeout=env.step_timeout(args.step_timeout),
+        numerics=args.numerics,
     )
 
 

@@ -31,6 +31,7 @@ import numpy as np
 
 from coconet.core import env, values as V
 from coconet.core.program import CocoError, Program
+from coconet.dialects import coco
 
 # The module the launcher runs on every rank (`python -m RANK_WORKER JOB.json`).
 RANK_WORKER = "coconet.tools.rank_job"
@@ -121,6 +122,7 @@ def job_description(
     exact_collectives: bool = False,
     step_timeout: float | None = None,
     rounds: int = 1,
+    numerics: str | None = None,
     **report: Any,
 ) -> dict[str, Any]:
     """The job every rank of coco-run, coco-bench and coco-tune runs (JSON through the
@@ -152,6 +154,7 @@ def job_description(
         job["programs"] = list(programs)
     else:
         job["program"], job["entry"] = program, entry
+        job["numerics"] = numerics
     return job
 
 
@@ -487,7 +490,14 @@ def job_programs(job: dict[str, Any]) -> list[dict[str, Any]]:
     path, entry, meta for its rows); coco-run's job names one (`program`)."""
     if job.get("programs"):
         return list(job["programs"])
-    return [{"path": job["program"], "entry": job.get("entry"), "meta": {}}]
+    return [
+        {
+            "path": job["program"],
+            "entry": job.get("entry"),
+            "numerics": job.get("numerics"),
+            "meta": {},
+        }
+    ]
 
 
 def run_job(job: dict[str, Any], comm, guard) -> int:
@@ -562,6 +572,8 @@ def run_program(
     backend_name = job["backend"]
     verbose = job.get("verbose", False)
     program = load(entry["path"], entry.get("entry"))
+    if entry.get("numerics"):  # coco-run --numerics: the module's default policy
+        coco.set_numerics_default(program.module, entry["numerics"])
     given = V.load_arrays(job["inputs"]) if job.get("inputs") and rank == 0 else None
     config = LaunchConfig(**job["launch_config"]) if job.get("launch_config") else None
     bench = job.get("bench")

@@ -61,9 +61,10 @@ def Min(a: object, b: object) -> Value:
     return _binary(coco.MinOp, "Min", a, b)
 
 
-def Pow(a: object, b: object) -> Value:
-    """Elementwise power (coco.pow), also `a ** b`."""
-    return _binary(coco.PowOp, "**", a, b)
+def Pow(a: object, b: object, numerics: str | None = None) -> Value:
+    """Elementwise power (coco.pow), also `a ** b`. `numerics`: "exact" or "fast", this op's
+    own numerics policy (default: the program's; docs/usage.md)."""
+    return _binary(coco.PowOp, "Pow" if numerics else "**", a, b, numerics)
 
 
 def Eq(a: object, b: object) -> Value:
@@ -80,33 +81,35 @@ def Sqrt(x: Value) -> Value:
     return _unary(coco.SqrtOp, "Sqrt", x)
 
 
-def Rsqrt(x: Value) -> Value:
-    return _unary(coco.RsqrtOp, "Rsqrt", x)
+def Rsqrt(x: Value, numerics: str | None = None) -> Value:
+    return _unary(coco.RsqrtOp, "Rsqrt", x, numerics)
 
 
-def Exp(x: Value) -> Value:
-    return _unary(coco.ExpOp, "Exp", x)
+def Exp(x: Value, numerics: str | None = None) -> Value:
+    """exp(x) (coco.exp). `numerics`: "exact" or "fast", this op's own numerics policy
+    (default: the program's); so for Log, Tanh, Gelu, Sigmoid, Rsqrt, Pow and Softmax."""
+    return _unary(coco.ExpOp, "Exp", x, numerics)
 
 
-def Log(x: Value) -> Value:
-    return _unary(coco.LogOp, "Log", x)
+def Log(x: Value, numerics: str | None = None) -> Value:
+    return _unary(coco.LogOp, "Log", x, numerics)
 
 
-def Tanh(x: Value) -> Value:
-    return _unary(coco.TanhOp, "Tanh", x)
+def Tanh(x: Value, numerics: str | None = None) -> Value:
+    return _unary(coco.TanhOp, "Tanh", x, numerics)
 
 
 def Relu(x: Value) -> Value:
     return _unary(coco.ReluOp, "Relu", x)
 
 
-def Gelu(x: Value) -> Value:
+def Gelu(x: Value, numerics: str | None = None) -> Value:
     """tanh-approximated GELU."""
-    return _unary(coco.GeluOp, "Gelu", x)
+    return _unary(coco.GeluOp, "Gelu", x, numerics)
 
 
-def Sigmoid(x: Value) -> Value:
-    return _unary(coco.SigmoidOp, "Sigmoid", x)
+def Sigmoid(x: Value, numerics: str | None = None) -> Value:
+    return _unary(coco.SigmoidOp, "Sigmoid", x, numerics)
 
 
 def Abs(x: Value) -> Value:
@@ -355,9 +358,9 @@ def LayerNorm(x: Value, gamma: Value, beta: Value, eps: float = 1e-5) -> Value:
     return centered * Rsqrt(variance + eps) * gamma + beta
 
 
-def Softmax(x: Value, dim: int = -1) -> Value:
-    """exp(x - max) / sum(exp(x - max)) over `dim`."""
-    shifted = Exp(x - AMax(x, dim, keepdims=True))
+def Softmax(x: Value, dim: int = -1, numerics: str | None = None) -> Value:
+    """exp(x - max) / sum(exp(x - max)) over `dim` (`numerics`: the exp's policy)."""
+    shifted = Exp(x - AMax(x, dim, keepdims=True), numerics)
     return shifted / Sum(shifted, dim, keepdims=True)
 
 

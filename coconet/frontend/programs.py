@@ -17,9 +17,13 @@ from coconet.core.program import CocoError, Program
 from coconet.core.target_names import name_schedule_targets
 from coconet.dialects.coco import (
     DYNAMIC,
+    NUMERICS_ATTR_NAME,
     REPLICATED,
     GridAttr,
     LayoutAttr,
+    Numerics,
+    NumericsAttr,
+    enum_member,
 )
 from coconet.frontend.dtypes import elt_name
 from coconet.frontend.naming import caller_scope, capture_locals, check_name, user_location
@@ -134,10 +138,14 @@ def _parameter_specs(fn: Callable[..., Any], fname: str, where: str) -> list[Ten
 
 
 def build_program(
-    fn: Callable[..., Any], grid: object = (None,), name: str | None = None
+    fn: Callable[..., Any],
+    grid: object = (None,),
+    name: str | None = None,
+    numerics: str | None = None,
 ) -> Program:
     """Build the Program that `fn` describes (see `program`)."""
     grid_attr = _as_grid(grid)
+    policy = _as_numerics(numerics)
     fname = name or fn.__name__
     where = f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno}"
     specs = _parameter_specs(fn, fname, where)
@@ -145,6 +153,8 @@ def build_program(
     # frame would stand between the annotations and the caller's scope they are read in)
     with gc_paused():
         builder = _Builder(fname, grid_attr, fn.__code__)
+        if policy is not None:
+            builder.module.attributes[NUMERICS_ATTR_NAME] = policy
         stack = _stack()
         stack.append(builder)
         try:
@@ -174,6 +184,16 @@ def build_program(
     return Program(builder.module)
 
 
+def _as_numerics(numerics: object) -> NumericsAttr | None:
+    """`numerics=` of @program as the module's default policy (None: none, which is exact)."""
+    if numerics is None:
+        return None
+    try:
+        return NumericsAttr(enum_member(Numerics, str(numerics), "numerics policy"))
+    except ValueError as e:
+        raise CocoError(f"@program(numerics={numerics!r}): {e}") from None
+
+
 def _returned_values(result: object, fname: str) -> list[Value]:
     if result is None:
         return []
@@ -190,19 +210,25 @@ def _returned_values(result: object, fname: str) -> list[Value]:
 
 
 def program(
-    fn: Callable[..., Any] | None = None, *, grid: object = (None,), name: str | None = None
+    fn: Callable[..., Any] | None = None,
+    *,
+    grid: object = (None,),
+    name: str | None = None,
+    numerics: str | None = None,
 ) -> Any:
     """Decorator: `@program(grid=[None])` turns a function into a `coconet.core.program.Program`.
 
     `grid` lists the process grid's axis sizes, None for the one sized at launch: `[None]` is
     a 1-D world, `[2, None]` two pipeline stages of launch-sized tensor-parallel groups.
-    `name` names the func (default: the function's name). Bare `@program` means grid [None]."""
+    `name` names the func (default: the function's name). `numerics` ("exact", the default, or
+    "fast") is the numerics policy of its transcendental ops that name none of their own (the
+    module's `coco.numerics`; docs/usage.md). Bare `@program` means grid [None]."""
     if fn is not None:
         if not callable(fn):
             raise CocoError("use @program or @program(grid=[...], name=...)")
-        return build_program(fn, grid, name)
+        return build_program(fn, grid, name, numerics)
 
     def decorate(f: Callable[..., Any]) -> Program:
-        return build_program(f, grid, name)
+        return build_program(f, grid, name, numerics)
 
     return decorate

@@ -450,30 +450,44 @@ def _emit(
 _INFIX = {"+", "-", "*", "/", "**"}
 
 
-def _binary(cls: type[coco.BinaryOp], sym: str, lhs: object, rhs: object) -> Value:
+def _with_numerics(op: Operation, numerics: str | None) -> Operation:
+    """`op` with its own numerics policy (`numerics=` of Exp, Pow, ...), where one is given."""
+    if numerics is not None:
+        assert isinstance(op, coco.PowOp | coco.PolicyUnaryOp)
+        coco.set_numerics(op, numerics)
+    return op
+
+
+def _numerics_arg(numerics: str | None) -> str:
+    return "" if numerics is None else f", numerics={numerics!r}"
+
+
+def _binary(
+    cls: type[coco.BinaryOp], sym: str, lhs: object, rhs: object, numerics: str | None = None
+) -> Value:
     if sym in _INFIX:
         expr = f"{_token(lhs)} {sym} {_token(rhs)}"
     else:
-        expr = f"{sym}({_token(lhs)}, {_token(rhs)})"
+        expr = f"{sym}({_token(lhs)}, {_token(rhs)}{_numerics_arg(numerics)})"
     a, b = _lift([lhs, rhs], expr, expr)
 
     def make() -> Operation:
         # Infer with the Python names first, so the rule's message names the operands.
         t = layout_rules.infer_elementwise([a.type, b.type], names=[_short(a), _short(b)])
-        return cls(a.ssa, b.ssa, t)
+        return _with_numerics(cls(a.ssa, b.ssa, t), numerics)
 
     return _emit(expr, [a, b], make)
 
 
-def _unary(cls: type[coco.UnaryOp], fname: str, x: object) -> Value:
-    expr = f"{fname}({_token(x)})"
+def _unary(cls: type[coco.UnaryOp], fname: str, x: object, numerics: str | None = None) -> Value:
+    expr = f"{fname}({_token(x)}{_numerics_arg(numerics)})"
     if not isinstance(x, Value):
         raise CocoError(f"{user_location()}: `{expr}` needs a tensor, got {x!r}")
     (a,) = _lift([x], expr, expr)
 
     def make() -> Operation:
         t = layout_rules.infer_unary(a.type, cls.FLOAT_ONLY, cls.name)
-        return cls(a.ssa, t)
+        return _with_numerics(cls(a.ssa, t), numerics)
 
     return _emit(expr, [a], make)
 

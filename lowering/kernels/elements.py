@@ -131,6 +131,7 @@ def in_double(op: Operation) -> bool:
         semantics is not None
         and semantics.transcendental
         and tensor_type_of(op.results[0]).elt in (*NARROW_FLOATS, "f32")
+        and not coco.is_fast(op)
     )
 
 
@@ -146,10 +147,13 @@ def round_from_double(elt: str, value: Expr) -> Expr:
 def arithmetic(op: coco.BinaryOp | coco.UnaryOp, operands: list[Var]) -> Expr:
     """The op as core/elementwise.py states it: a C operator or a coco_device.h function
     (overloaded for float, double and coco_i64), on double operands where it computes in
-    double."""
-    name, is_operator = ELEMENTWISE[type(op)].device_for(
-        is_float(tensor_type_of(op.results[0]).elt)
-    )
+    double. Under the `fast` numerics policy an op on a float narrower than double calls its
+    `fast` function on float operands (coco_device.h: the target's f32 function)."""
+    semantics = ELEMENTWISE[type(op)]
+    elt = tensor_type_of(op.results[0]).elt
+    name, is_operator = semantics.device_for(is_float(elt))
+    if semantics.fast is not None and C_COMPUTE[elt] == F32 and coco.is_fast(op):
+        name, is_operator = semantics.fast, False
     args: list[Expr] = [Cast(F64, x) for x in operands] if in_double(op) else list(operands)
     if not is_operator:
         return call(name, *args)
