@@ -12,7 +12,13 @@ import os
 
 from coconet.core.program import CocoError
 
-__all__ = ["DEFAULT_STEP_TIMEOUT", "STEP_TIMEOUT_ENV", "env_seconds", "step_timeout"]
+__all__ = [
+    "DEFAULT_STEP_TIMEOUT",
+    "STEP_TIMEOUT_ENV",
+    "env_choice",
+    "env_seconds",
+    "step_timeout",
+]
 
 STEP_TIMEOUT_ENV = "COCONET_STEP_TIMEOUT"
 # How long a rank may make no progress in one plan step, or wait for its peers at a call,
@@ -40,6 +46,17 @@ def env_seconds(name: str, default: float | None) -> float | None:
     except ValueError:
         value = math.nan
     return _seconds(value, f"{name}={raw!r}")
+
+
+def env_choice(name: str, choices: tuple[str, ...], default: str) -> str:
+    """One of `choices` from `name`: unset or empty gives `default`; anything else is refused
+    with the values it takes."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    if raw not in choices:
+        raise CocoError(f"{name}={raw!r}: expected one of {', '.join(choices)}")
+    return raw
 
 
 def step_timeout(given: float | None = None) -> float | None:

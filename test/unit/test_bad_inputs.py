@@ -59,6 +59,7 @@ def huge(tmp_path_factory) -> str:
         (("--step-timeout", "nan"), {}, "argument --step-timeout: expected a number of seconds"),
         ((), {"COCONET_STEP_TIMEOUT": "abc"}, "COCONET_STEP_TIMEOUT='abc': expected a number"),
         ((), {"COCONET_STEP_TIMEOUT": "-1"}, "COCONET_STEP_TIMEOUT='-1': expected a number"),
+        ((), {"COCONET_HOST_OPT": "fast"}, "COCONET_HOST_OPT='fast': expected one of 0, 1, 2, 3"),
     ],
 )
 def test_coco_run_refuses(args, environ, says):
@@ -116,6 +117,23 @@ def test_a_bad_step_timeout_variable_is_refused_by_compile(monkeypatch, raw):
     monkeypatch.delenv(env.STEP_TIMEOUT_ENV)
     with pytest.raises(CocoError, match="step timeout -1"):
         coconet.compile(SGD, backend="cpu", step_timeout=-1)
+
+
+@pytest.mark.parametrize(("raw", "flag"), [("", "-O3"), ("0", "-O0"), ("1", "-O1"), (" 2 ", "-O2")])
+def test_the_host_optimization_level_variable(monkeypatch, raw, flag):
+    """COCONET_HOST_OPT sets the host build's -O level (users get -O3); being a flag, it is
+    part of the kernel cache's key, so builds at two levels never stand in for each other."""
+    from coconet.toolchain.host_compiler import HOST_OPT_ENV, host_cache_path, host_compile_flags
+
+    monkeypatch.setenv(HOST_OPT_ENV, raw)
+    flags = host_compile_flags()
+    assert [f for f in flags if f.startswith("-O")] == [flag]
+    path = host_cache_path("int x;")
+    monkeypatch.setenv(HOST_OPT_ENV, "3" if flag != "-O3" else "1")
+    assert host_cache_path("int x;") != path
+    monkeypatch.setenv(HOST_OPT_ENV, "-O3")
+    with pytest.raises(CocoError, match="COCONET_HOST_OPT='-O3': expected one of 0, 1, 2, 3"):
+        host_compile_flags()
 
 
 def test_the_fault_hook_is_off_unless_a_test_enables_it(monkeypatch):

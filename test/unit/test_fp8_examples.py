@@ -324,6 +324,7 @@ def lines_with(source: str, text: str) -> list[int]:
     return [n + 1 for n, line in enumerate(source.splitlines()) if text in line]
 
 
+@pytest.mark.usefixtures("product_host_build")
 def test_the_epilogue_s_last_phase_vectorizes_on_the_host(tmp_path: Path) -> None:
     """The fused epilogue's last phase (normalize, times the bf16 weight, quantize, store the
     fp8 row) is a loop the host compiler vectorizes: the weight is read at the innermost
@@ -335,6 +336,7 @@ def test_the_epilogue_s_last_phase_vectorizes_on_the_host(tmp_path: Path) -> Non
     assert line in vectorized_lines(source, tmp_path)
 
 
+@pytest.mark.usefixtures("product_host_build")
 def test_the_fp8_gradient_widens_in_vectors_on_the_host(tmp_path: Path) -> None:
     """The fused Adam's reduce_scatter combines each further peer's fp8 vector in a lanes loop
     the host compiler vectorizes (both batches' loops: the first's slots 1.., and every

@@ -132,6 +132,7 @@ CONFIGS = [LaunchConfig(), LaunchConfig(block=1, max_blocks=3), LaunchConfig(blo
 
 
 @pytest.mark.parametrize(("path", "pipeline"), list(cases()))
+@pytest.mark.usefixtures("product_host_build")
 def test_host_execution_matches_oracle(path: Path, pipeline: str):
     program = scheduled(path, pipeline)
     if program is None:

@@ -167,6 +167,7 @@ def exact_key(outputs: dict[str, np.ndarray], name: str) -> str:
     return list(outputs)[RESULTS.index(name)]
 
 
+@pytest.mark.usefixtures("product_host_build")  # libmvec's calls come from vectorized loops
 def test_host_kernels_follow_the_policy():
     """The cpu backend's kernels: exact still bit-identical to the sim; fast within a few f32
     ulps of the fast sim and of rounded f64, with the f32 functions in the text (and no
