@@ -52,14 +52,15 @@ lit: setup
 	$(BIN)/lit -sv test/filecheck
 
 # pytest-xdist workers: MPI tests launch their own ranks, but most of the suite is one Python
-# process at a time, so two workers keep CI's two cores busy (PYTEST_JOBS=0: one process)
+# process at a time, so two workers keep CI's two cores busy (PYTEST_JOBS=0: one process).
+# worksteal: tests take milliseconds to a minute, and a long one dealt last idles a core.
 PYTEST_JOBS ?= 2
 pytest: setup
-	$(BIN)/python -m pytest -q -n $(PYTEST_JOBS) test
+	$(BIN)/python -m pytest -q -n $(PYTEST_JOBS) --dist worksteal test
 
 test: setup lint typecheck
 	$(BIN)/lit -sv test/filecheck
-	$(BIN)/python -m pytest -q -n $(PYTEST_JOBS) test
+	$(BIN)/python -m pytest -q -n $(PYTEST_JOBS) --dist worksteal test
 
 # The fuzzer (test/fuzz): FUZZ_INPUTS mutated programs and pipelines (seed FUZZ_SEED) through
 # parsing, verification, schedules, lowering and the sim; exit 1 on any traceback, hang or

@@ -25,7 +25,8 @@ if "COCONET_CACHE_DIR" not in os.environ:
 
 # Host kernels build at -O1 here (toolchain/host_compiler.py): the same values as at -O3 (the
 # flags fix the arithmetic), compiled in half the time, and the suite compiles hundreds of
-# one-use kernels. The tests that hold the level users run take `product_host_build`.
+# one-use kernels. The tests that hold the level users run take `product_host_build` (and
+# test_lowering's matrix builds the pipelines users run at -O3).
 os.environ.setdefault("COCONET_HOST_OPT", "1")
 
 FULL = os.environ.get("COCONET_FULL") == "1"
@@ -33,9 +34,7 @@ FULL = os.environ.get("COCONET_FULL") == "1"
 
 @pytest.fixture
 def product_host_build(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Host kernels built as users build them (-O3): for the example x schedule matrix, where
-    what an optimizer may assume (restrict, aliasing, no overflow) must hold, and for checks of
-    vectorized code."""
+    """Host kernels built as users build them (-O3), for checks of vectorized code."""
     monkeypatch.setenv("COCONET_HOST_OPT", "3")
 
 
