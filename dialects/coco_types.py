@@ -95,6 +95,26 @@ def element_type_name(t: Attribute) -> str:
             )
 
 
+def element_type_of_name(elt: str) -> Attribute:
+    """The element type whose short name is `elt` (`element_type_name`'s inverse)."""
+    types: dict[str, Attribute] = {
+        "f16": Float16Type(),
+        "bf16": BFloat16Type(),
+        "f32": Float32Type(),
+        "f64": Float64Type(),
+        "f8E4M3FN": Float8E4M3FNType(),
+        "f8E5M2": Float8E5M2Type(),
+    }
+    if elt in types:
+        return types[elt]
+    if elt in ("i1", "i32", "i64"):
+        return IntegerType(int(elt[1:]))
+    raise VerifyException(
+        f"[unsupported-element-type] unsupported element type {elt}: coco tensors hold one of "
+        + ", ".join(ELEMENT_TYPE_NAMES)
+    )
+
+
 def is_float_type(t: Attribute) -> bool:
     return isinstance(
         t,

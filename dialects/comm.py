@@ -7,7 +7,11 @@ share their coordinates on every other axis form one group, as in MLIR's `shard`
 
 Reductions combine in rank order, accumulating in f64 (int64 for integers) and rounding once
 to the element type; real collectives (NCCL rings) reorder this sum, which translation
-validation allows for with a per-dtype tolerance.
+validation allows for with a per-dtype tolerance. A float reduction may state its accumulation
+type (`comm.all_reduce sum %g acc f32 : ...`, the reducing collectives' `acc`): each partial
+sum, in rank order, is rounded to `acc` after every step (the first rank's value included),
+then the result to the element type; every lowering honours it bit for bit (`check_acc` says
+which types can be stated).
 
 Layout rules (per spanned axis; other axes keep their layout):
 
@@ -64,7 +68,13 @@ from coconet.dialects.coco import (
     tensor_operand,
     tensor_type_of,
 )
-from coconet.dialects.coco_types import remember
+from coconet.dialects.coco_types import (
+    element_type_name,
+    element_type_of_name,
+    exact_widening,
+    is_float_name,
+    remember,
+)
 from coconet.dialects.layout_rules import check_all_to_all, check_innermost_slicing, grid_of
 
 
@@ -212,6 +222,7 @@ class CollectiveOp(CocoOp):
         self.check_axes()
         inferred = self.infer()
         self.expect_result(inferred)
+        check_acc(self, tensor_type_of(self.input).elt)
         # Gathering or scattering a dim that several axes cut must act on the innermost ones.
         if isinstance(self, AllGatherOp):
             check_innermost_slicing(self, self.input.type, self.span())
@@ -266,14 +277,71 @@ def _kind_attr(kind: str | CollectiveKind) -> CollectiveKindAttr:
     return CollectiveKindAttr(enum_member(CollectiveKind, kind, "reduction kind"))
 
 
+# The accumulation types a reduction may state: what the kernels accumulate in (float registers,
+# rounded per step for bf16 and f16) and the sim rounds to. fp8 is no accumulator: 2 or 3
+# mantissa bits would lose every small addend.
+ACC_TYPE_NAMES = ("bf16", "f16", "f32", "f64")
+
+ACC = "(`acc` $acc^)?"
+
+
+def _acc_attr(acc: str | Attribute | None) -> dict[str, Attribute]:
+    if acc is None:
+        return {}
+    if isinstance(acc, str):
+        acc = element_type_of_name(acc)
+    return {"acc": acc}
+
+
+def accumulation(op: Operation) -> str | None:
+    """The element type name a reducing collective states as its accumulation (`acc`), or
+    None: the default (f64, int64, rounded once)."""
+    acc = op.properties.get("acc")
+    return None if acc is None else element_type_name(acc)
+
+
+def check_acc(op: Operation, elt: str) -> None:
+    """[<op>-acc]: a stated accumulation holds every value of the element type `elt` exactly
+    (so the first rank's value enters unrounded), is a float for float data, and is one the
+    lowerings accumulate in (`ACC_TYPE_NAMES`); integers accumulate exactly (int64) and state
+    none."""
+    acc = op.properties.get("acc")
+    if acc is None:
+        return
+    rule = op.name.removeprefix("comm.").replace("_", "-") + "-acc"
+    try:
+        name = element_type_name(acc)
+    except VerifyException:
+        raise _fail(rule, f"{op.name} accumulates in {acc}, which is no element type") from None
+    if not is_float_name(elt) or not is_float_name(name):
+        raise _fail(
+            rule,
+            f"{op.name} of {elt} values accumulating in {name}: integers accumulate exactly "
+            "(int64) and state no acc; float data accumulates in a float type",
+        )
+    if name not in ACC_TYPE_NAMES:
+        raise _fail(
+            rule,
+            f"{op.name} accumulating in {name}: no lowering accumulates in fp8 (too few "
+            f"mantissa bits); use one of {', '.join(ACC_TYPE_NAMES)}",
+        )
+    if name != elt and not exact_widening(elt, name):
+        raise _fail(
+            rule,
+            f"{op.name} of {elt} values accumulating in {name}, which does not hold every "
+            f"{elt} value: the accumulation is at least as wide as the data",
+        )
+
+
 @irdl_op_definition
 class AllReduceOp(GroupCollectiveOp):
     """`comm.all_reduce sum %g : !coco.tensor<Nxf32, local> -> !coco.tensor<Nxf32>`."""
 
     name = "comm.all_reduce"
     kind = prop_def(CollectiveKindAttr)
+    acc = opt_prop_def(Attribute)
 
-    assembly_format = f"$kind $input (`over` $axes^)? attr-dict {SIGNATURE}"
+    assembly_format = f"$kind $input {ACC} (`over` $axes^)? attr-dict {SIGNATURE}"
 
     def combining_kind(self) -> CollectiveKind | None:
         return self.kind.data
@@ -285,8 +353,9 @@ class AllReduceOp(GroupCollectiveOp):
         axes: Sequence[int] | None = None,
         *,
         grid_rank: int = 1,
+        acc: str | Attribute | None = None,
     ):
-        properties = {"kind": _kind_attr(kind)} | _axes_props(axes)
+        properties = {"kind": _kind_attr(kind)} | _axes_props(axes) | _acc_attr(acc)
         result_type = collective_result_type(
             AllReduceOp, tensor_type_of(input), _span(input.type, axes, grid_rank), grid_rank,
             operand=lambda: _describe(input),
@@ -314,8 +383,9 @@ class ReduceScatterOp(GroupCollectiveOp):
     name = "comm.reduce_scatter"
     kind = prop_def(CollectiveKindAttr)
     dim = prop_def(IntegerAttr[I64], default_value=IntegerAttr(0, i64))
+    acc = opt_prop_def(Attribute)
 
-    assembly_format = f"$kind $input (`dim` $dim^)? (`over` $axes^)? attr-dict {SIGNATURE}"
+    assembly_format = f"$kind $input (`dim` $dim^)? {ACC} (`over` $axes^)? attr-dict {SIGNATURE}"
 
     def combining_kind(self) -> CollectiveKind | None:
         return self.kind.data
@@ -328,8 +398,13 @@ class ReduceScatterOp(GroupCollectiveOp):
         axes: Sequence[int] | None = None,
         *,
         grid_rank: int = 1,
+        acc: str | Attribute | None = None,
     ):
-        properties = {"kind": _kind_attr(kind), "dim": IntegerAttr(dim, i64)} | _axes_props(axes)
+        properties = (
+            {"kind": _kind_attr(kind), "dim": IntegerAttr(dim, i64)}
+            | _axes_props(axes)
+            | _acc_attr(acc)
+        )
         result_type = collective_result_type(
             ReduceScatterOp, tensor_type_of(input), _span(input.type, axes, grid_rank), grid_rank,
             dim=dim, operand=lambda: _describe(input),
@@ -440,8 +515,9 @@ class ReduceOp(GroupCollectiveOp):
     name = "comm.reduce"
     kind = prop_def(CollectiveKindAttr)
     root = prop_def(IntegerAttr[I64])
+    acc = opt_prop_def(Attribute)
 
-    assembly_format = f"$kind $input `root` $root (`over` $axes^)? attr-dict {SIGNATURE}"
+    assembly_format = f"$kind $input `root` $root {ACC} (`over` $axes^)? attr-dict {SIGNATURE}"
 
     def combining_kind(self) -> CollectiveKind | None:
         return self.kind.data
@@ -457,6 +533,7 @@ class ReduceOp(GroupCollectiveOp):
         axes: Sequence[int] | None = None,
         *,
         grid_rank: int = 1,
+        acc: str | Attribute | None = None,
     ):
         result_type = collective_result_type(
             ReduceOp, tensor_type_of(input), _span(input.type, axes, grid_rank), grid_rank,
@@ -466,7 +543,8 @@ class ReduceOp(GroupCollectiveOp):
             operands=[input],
             result_types=[result_type],
             properties={"kind": _kind_attr(kind), "root": IntegerAttr(root, i64)}
-            | _axes_props(axes),
+            | _axes_props(axes)
+            | _acc_attr(acc),
         )
 
     @classmethod
@@ -999,5 +1077,7 @@ __all__ = [
     "RegionOp",
     "SendOp",
     "YieldOp",
+    "accumulation",
+    "check_acc",
     "collective_result_type",
 ]

@@ -254,6 +254,8 @@ def _in_kernel_reduction(op: Operation, segment: list[Operation]) -> comm.AllRed
     user = uses[0].operation
     if not isinstance(user, comm.AllReduceOp) or user.kind.data != op.kind.data:
         return None
+    if user.acc is not None:
+        return None  # its stated accumulation: the library step honours it (lower_collective)
     if user.span() != scatters[0].span():
         return None
     return user
@@ -453,6 +455,16 @@ def emit_collective_kernel(
     if lw.nodes and any(V.spans_nodes(g, lw.nodes) for g in V.groups_of(lw.grid_shape, span)):
         rss = [op for op in scatters if isinstance(op, comm.ReduceScatterOp)]
         assert len(rss) == len(scatters), "a one-shot form across nodes lowers op by op"
+        stated = [op for op in rss if op.acc is not None]
+        if stated:
+            # The node kernel sums each node's part before the library sums across nodes:
+            # not the rank order each step of a stated accumulation rounds in.
+            raise CocoError(
+                f"[fused-acc-across-nodes] a fused reduce_scatter accumulating in "
+                f"{comm.accumulation(stated[0])} over a group that spans nodes: the "
+                "hierarchical kernel cannot round in rank order; run it unfused (the library "
+                "collective honours acc) or within one node"
+            )
         return emit_hierarchical(lw, span, rss, gathers, compute, updates, reductions, assembled)
 
     # The kernel iterates over this rank's slice: the type of the sliced values.

@@ -912,6 +912,7 @@ class Lowering:
             axes=op.span(),
             root=op.root_rank(),
             rows=rows,
+            acc=comm.accumulation(op),
         )
         if isinstance(op, comm.SendOp):
             step.axes = ()

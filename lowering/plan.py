@@ -206,6 +206,9 @@ class Collective(Step):
     # "all" the group, or its members across nodes (one per node: a hierarchical
     # collective's inter-node step, on buffers packed in that member order).
     part: str = "all"
+    # The reduction's stated accumulation (comm.accumulation): combined here in rank order,
+    # each step rounded to it, never by the library (runtime/collectives.py).
+    acc: str | None = None
 
     @property
     def row_buffer(self) -> Buffer:
@@ -225,6 +228,8 @@ class Collective(Step):
             parts.append(f"along {self.along} shift {self.shift}")
         if self.part == "across":
             parts.append("across nodes")
+        if self.acc is not None:
+            parts.append(f"acc {self.acc}")
         if self.rows is not None:
             parts.append(f"rows [{self.rows[0]}, {self.rows[1]})")
         return " ".join(parts)

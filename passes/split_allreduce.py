@@ -81,7 +81,10 @@ class SplitAllReduce(RewritePattern):
             return
         rank = grid_of(op).rank
         axes = axes_prop(op)
-        rs = comm.ReduceScatterOp(op.input, op.kind.data, self.dim, axes, grid_rank=rank)
+        # The stated accumulation moves to the reduce_scatter, which now does the reducing.
+        rs = comm.ReduceScatterOp(
+            op.input, op.kind.data, self.dim, axes, grid_rank=rank, acc=op.acc
+        )
         ag = comm.AllGatherOp(rs.result, axes, grid_rank=rank)
         set_name(rs.result, derived_name(op.result, "rs"))
         # the gather takes the all_reduce's name: readers and output names stay

@@ -1,6 +1,8 @@
 """Comparing a backend's per-rank outputs with the sim oracle (`coco-run --check`).
 
-Integers and booleans compare exactly. Floats compare within the per-dtype tolerances of
+Integers and booleans compare exactly. Floats compare within the tolerance of the ops on each
+output's path (core/path_tolerances.py: exact where only reductions with a stated
+accumulation feed it), else within the per-dtype tolerances of
 coconet.core.tolerances.TOLERANCES (library reductions in f32/f16 and in another order than the
 oracle's f64 rank-order accumulation, libm vs NumPy transcendentals): |x - ref| <= atol +
 rtol (|ref| + max |ref|), NaN matching NaN. Each comparison also says whether it was
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from coconet.core.tolerances import TOLERANCES
+from coconet.core.tolerances import TOLERANCES, Tolerance
 
 _ELT_OF_DTYPE = {
     "float16": "f16",
@@ -77,9 +79,10 @@ def _as_f64(a: np.ndarray) -> np.ndarray:
 
 
 def compare_piece(
-    name: str, rank: int, got: np.ndarray, want: np.ndarray
+    name: str, rank: int, got: np.ndarray, want: np.ndarray, tol: Tolerance | None = None
 ) -> tuple[Difference | None, bool, float]:
-    """(difference or None, bit-exact?, max abs error) of one rank's piece of one output."""
+    """(difference or None, bit-exact?, max abs error) of one rank's piece of one output,
+    within `tol` (default: its dtype's)."""
     if got.shape != want.shape:
         return (
             Difference(
@@ -119,7 +122,7 @@ def compare_piece(
         ) or bool(equal.all() and got.dtype.kind in "biu")
         err = np.where(equal, 0.0, np.abs(x - y))
         err = np.where(np.isnan(err), np.inf, err)
-        rtol, atol = tolerance(got.dtype)
+        rtol, atol = tolerance(got.dtype) if tol is None else (tol.rtol, tol.atol)
         finite = np.abs(y[np.isfinite(y)])
         scale = float(finite.max()) if finite.size else 0.0
         ok = equal | (err <= atol + rtol * (np.abs(y) + scale))
@@ -130,9 +133,14 @@ def compare_piece(
 
 
 def compare_outputs(
-    got: Sequence[Mapping[str, np.ndarray]], want: Sequence[Mapping[str, np.ndarray]]
+    got: Sequence[Mapping[str, np.ndarray]],
+    want: Sequence[Mapping[str, np.ndarray]],
+    tolerances: Mapping[str, Tolerance] | None = None,
 ) -> CheckResult:
-    """Compare every rank's pieces (`got[rank][name]`) with the oracle's."""
+    """Compare every rank's pieces (`got[rank][name]`) with the oracle's, each output within
+    its tolerance in `tolerances` (core/path_tolerances.py: from the ops on its path) or, for
+    an output it lacks, its dtype's."""
+    tolerances = tolerances or {}
     diffs: list[Difference] = []
     exact, worst = True, 0.0
     for rank, (g, w) in enumerate(zip(got, want, strict=True)):
@@ -145,7 +153,9 @@ def compare_outputs(
                 )
                 exact = False
                 continue
-            d, bits, err = compare_piece(name, rank, np.asarray(g[name]), np.asarray(ref))
+            d, bits, err = compare_piece(
+                name, rank, np.asarray(g[name]), np.asarray(ref), tolerances.get(name)
+            )
             exact &= bits
             worst = max(worst, err)
             if d is not None:

@@ -128,12 +128,30 @@ def narrow(xp: Any, x: Any, logical: np.dtype, storage: np.dtype) -> Any:
     return x.astype(storage)
 
 
+def round_to_acc(xp: Any, x: Any, acc: str | None) -> Any:
+    """f64 values rounded once to the stated accumulation `acc` (comm.accumulation), as f64;
+    unchanged where none is stated."""
+    if acc is None or acc == "f64":
+        return x
+    if acc == "bf16":
+        bits = bf16_bits(xp, x)
+        return (bits.astype(xp.uint32) << xp.uint32(16)).view(xp.float32).astype(xp.float64)
+    return x.astype(V.NUMPY_DTYPES[acc]).astype(xp.float64)  # f32, f16
+
+
 def combine(
-    xp: Any, kind: str, pieces: Any, src: np.dtype, dst: np.dtype, storage: np.dtype
+    xp: Any,
+    kind: str,
+    pieces: Any,
+    src: np.dtype,
+    dst: np.dtype,
+    storage: np.dtype,
+    acc_elt: str | None = None,
 ) -> Any:
     """The rank-order combination of `pieces` (a sequence, or an array with one piece per
-    row), rounded once to `dst` -- the sim's all_reduce of those pieces."""
-    acc = widen(xp, pieces[0], src)
+    row), rounded once to `dst` -- the sim's all_reduce of those pieces; with a stated
+    accumulation `acc_elt`, each partial rounded to it after every step first."""
+    acc = round_to_acc(xp, widen(xp, pieces[0], src), acc_elt)
     for p in list(pieces)[1:]:
         x = widen(xp, p, src)
         if kind == "sum":
@@ -144,6 +162,7 @@ def combine(
             acc = xp.maximum(acc, x)
         else:
             acc = xp.minimum(acc, x)
+        acc = round_to_acc(xp, acc, acc_elt)
     return narrow(xp, acc, dst, storage)
 
 
@@ -203,8 +222,11 @@ def _region_rows(
     return ctx.xp.asarray(picked), region[-1]
 
 
-def _library(ctx: CollectiveContext, t: Transport, dtype: np.dtype, kind: str) -> bool:
-    if not t.reduces(dtype, kind):
+def _library(
+    ctx: CollectiveContext, t: Transport, dtype: np.dtype, kind: str, step: Collective
+) -> bool:
+    # A stated accumulation rounds every step in rank order: no library promises that.
+    if step.acc is not None or not t.reduces(dtype, kind):
         return False
     return not ctx.exact or np.dtype(dtype).kind in "iub"
 
@@ -214,12 +236,12 @@ def _contiguous(ctx: CollectiveContext, a: Any) -> Any:
 
 
 def _all_reduce(ctx, step, t, group, src, dst, src_dt, dst_dt) -> CollectiveOps:
-    if _library(ctx, t, src_dt, step.kind) and src.dtype == dst.dtype:
+    if _library(ctx, t, src_dt, step.kind, step) and src.dtype == dst.dtype:
         yield t.all_reduce(src, dst, step.kind, src_dt)
         return
     gathered = ctx.empty((len(group), *src.shape), src.dtype)
     yield t.all_gather(_contiguous(ctx, src), gathered)
-    dst[...] = combine(ctx.xp, step.kind, gathered, src_dt, dst_dt, dst.dtype)
+    dst[...] = combine(ctx.xp, step.kind, gathered, src_dt, dst_dt, dst.dtype, step.acc)
 
 
 def _regions(
@@ -268,14 +290,16 @@ def _reduce_scatter(ctx, step, t, group, src, dst, src_dt, dst_dt) -> Collective
         width = max(counts)
         packed = _padded(ctx, src, regions, width)
         mine = dst.size
-        if _library(ctx, t, src_dt, step.kind) and src.dtype == dst.dtype:
+        if _library(ctx, t, src_dt, step.kind, step) and src.dtype == dst.dtype:
             block = ctx.empty((width,), dst.dtype)
             yield t.reduce_scatter(packed, block, step.kind, src_dt)
             dst[...] = block[:mine].reshape(dst.shape)
             return
         received = ctx.empty(tuple(packed.shape), packed.dtype)
         yield t.all_to_all(packed, received)
-        combined = combine(ctx.xp, step.kind, received[:, :mine], src_dt, dst_dt, dst.dtype)
+        combined = combine(
+            ctx.xp, step.kind, received[:, :mine], src_dt, dst_dt, dst.dtype, step.acc
+        )
         dst[...] = combined.reshape(dst.shape)
         return
     if step.rows is not None:  # one chunk: every member's rows [b, e) of its part
@@ -294,12 +318,13 @@ def _reduce_scatter(ctx, step, t, group, src, dst, src_dt, dst_dt) -> Collective
         packed = ctx.empty((len(group), dst.size), src.dtype)
         for j, r in enumerate(regions):
             packed[j] = src[r].reshape(-1)
-    if _library(ctx, t, src_dt, step.kind) and src.dtype == dst.dtype:
+    if _library(ctx, t, src_dt, step.kind, step) and src.dtype == dst.dtype:
         yield t.reduce_scatter(packed, dst, step.kind, src_dt)
         return
     received = ctx.empty(tuple(packed.shape), packed.dtype)
     yield t.all_to_all(_contiguous(ctx, packed), received)
-    dst[...] = combine(ctx.xp, step.kind, received, src_dt, dst_dt, dst.dtype).reshape(dst.shape)
+    combined = combine(ctx.xp, step.kind, received, src_dt, dst_dt, dst.dtype, step.acc)
+    dst[...] = combined.reshape(dst.shape)
 
 
 def _all_gather(ctx, step, t, group, src, dst, src_dt, dst_dt) -> CollectiveOps:
@@ -359,7 +384,7 @@ def _reduce(ctx, step, t, group, src, dst, src_dt, dst_dt) -> CollectiveOps:
     me = t.rank()
     in_place = step.src.name == step.dst.name
     piece = _contiguous(ctx, src)
-    if _library(ctx, t, src_dt, step.kind) and src.dtype == dst.dtype:
+    if _library(ctx, t, src_dt, step.kind, step) and src.dtype == dst.dtype:
         out = None
         if me == root:
             out = ctx.empty(tuple(dst.shape), dst.dtype) if in_place else dst
@@ -370,7 +395,7 @@ def _reduce(ctx, step, t, group, src, dst, src_dt, dst_dt) -> CollectiveOps:
         gathered = ctx.empty((len(group), *piece.shape), piece.dtype) if me == root else None
         yield t.gather(piece, gathered, root)
         if me == root:
-            dst[...] = combine(ctx.xp, step.kind, gathered, src_dt, dst_dt, dst.dtype)
+            dst[...] = combine(ctx.xp, step.kind, gathered, src_dt, dst_dt, dst.dtype, step.acc)
     if me != root and not in_place:
         dst[...] = src  # the sim: ranks other than the root keep their input
 

@@ -463,9 +463,18 @@ def run_update(it: Interpreter, op: coco.UpdateOp) -> list[Pieces]:
 # --------------------------------------------------------------------------------------------
 
 
-def _combine(kind: str, pieces: Sequence[np.ndarray], t: TensorType) -> np.ndarray:
+def _combine(
+    kind: str, pieces: Sequence[np.ndarray], t: TensorType, acc_elt: str | None = None
+) -> np.ndarray:
+    """The rank-order combination of `pieces`, unrounded (f64, int64, bool) -- or, where the
+    collective states an accumulation `acc_elt`, each partial rounded to it (once, from the
+    f64 step) after every step: values of `acc_elt` held in f64."""
     acc_dt = _accumulate_dtype(t) if t.elt != "i1" else np.dtype(np.bool_)
-    acc = pieces[0].astype(acc_dt)
+
+    def rounded(x: np.ndarray) -> np.ndarray:
+        return x if acc_elt is None else V.round_f64(x, acc_elt).astype(np.float64)
+
+    acc = rounded(pieces[0].astype(acc_dt))
     for p in pieces[1:]:
         x = p.astype(acc_dt)
         if kind == "sum":
@@ -476,6 +485,7 @@ def _combine(kind: str, pieces: Sequence[np.ndarray], t: TensorType) -> np.ndarr
             acc = np.maximum(acc, x)
         else:
             acc = np.minimum(acc, x)
+        acc = rounded(acc)
     return acc
 
 
@@ -484,22 +494,34 @@ def _combine(kind: str, pieces: Sequence[np.ndarray], t: TensorType) -> np.ndarr
 
 
 def all_reduce(
-    it: Interpreter, pieces: Pieces, kind: str, src: TensorType, dst: TensorType, span
+    it: Interpreter,
+    pieces: Pieces,
+    kind: str,
+    src: TensorType,
+    dst: TensorType,
+    span,
+    acc: str | None = None,
 ) -> Pieces:
     out: Pieces = [None] * it.size  # type: ignore[list-item]
     for group in it.groups(span):
-        total = _round(_combine(kind, [pieces[r] for r in group], src), dst)
+        total = _round(_combine(kind, [pieces[r] for r in group], src, acc), dst)
         for r in group:
             out[r] = total.copy()
     return out
 
 
 def reduce_scatter(
-    it: Interpreter, pieces: Pieces, kind: str, src: TensorType, dst: TensorType, span
+    it: Interpreter,
+    pieces: Pieces,
+    kind: str,
+    src: TensorType,
+    dst: TensorType,
+    span,
+    acc: str | None = None,
 ) -> Pieces:
     out: Pieces = [None] * it.size  # type: ignore[list-item]
     for group in it.groups(span):
-        total = _round(_combine(kind, [pieces[r] for r in group], src), dst)
+        total = _round(_combine(kind, [pieces[r] for r in group], src, acc), dst)
         for r in group:
             out[r] = np.ascontiguousarray(it.localize(total, src, dst, r))
     return out
@@ -539,12 +561,19 @@ def broadcast(it: Interpreter, pieces: Pieces, root: int, span) -> Pieces:
 
 
 def reduce(
-    it: Interpreter, pieces: Pieces, kind: str, root: int, src: TensorType, dst: TensorType, span
+    it: Interpreter,
+    pieces: Pieces,
+    kind: str,
+    root: int,
+    src: TensorType,
+    dst: TensorType,
+    span,
+    acc: str | None = None,
 ) -> Pieces:
     out: Pieces = [p.copy() for p in pieces]
     for group in it.groups(span):
         target = _root_rank("comm.reduce", root, group)
-        out[target] = _round(_combine(kind, [pieces[r] for r in group], src), dst)
+        out[target] = _round(_combine(kind, [pieces[r] for r in group], src, acc), dst)
     return out
 
 
@@ -581,15 +610,13 @@ def all_to_all(it: Interpreter, pieces: Pieces, src: TensorType, dst: TensorType
 
 
 def run_all_reduce(it: Interpreter, op: comm.AllReduceOp) -> list[Pieces]:
-    return [
-        all_reduce(it, it.get(op.input), op.kind.data, op.input.type, op.result.type, op.span())
-    ]
+    src, dst, acc = op.input.type, op.result.type, comm.accumulation(op)
+    return [all_reduce(it, it.get(op.input), op.kind.data, src, dst, op.span(), acc)]
 
 
 def run_reduce_scatter(it: Interpreter, op: comm.ReduceScatterOp) -> list[Pieces]:
-    return [
-        reduce_scatter(it, it.get(op.input), op.kind.data, op.input.type, op.result.type, op.span())
-    ]
+    src, dst, acc = op.input.type, op.result.type, comm.accumulation(op)
+    return [reduce_scatter(it, it.get(op.input), op.kind.data, src, dst, op.span(), acc)]
 
 
 def run_all_gather(it: Interpreter, op: comm.AllGatherOp) -> list[Pieces]:
@@ -610,6 +637,7 @@ def run_collective_reduce(it: Interpreter, op: comm.ReduceOp) -> list[Pieces]:
             op.input.type,
             op.result.type,
             op.span(),
+            comm.accumulation(op),
         )
     ]
 

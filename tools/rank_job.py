@@ -760,11 +760,14 @@ def _max_op(comm):
 
 def check_per_rank(label, scheduled, inputs, per_rank, size) -> list[str]:
     """Rank 0: every rank's pieces against the sim running the scheduled program."""
+    from coconet.core.path_tolerances import path_tolerances
+    from coconet.core.tolerances import TOLERANCES
     from coconet.runtime import sim
     from coconet.runtime.check import compare_outputs
 
     ref = sim.run(scheduled, {k: v.copy() for k, v in inputs.items()}, ranks=size, inplace=False)
-    result = compare_outputs(per_rank, ref.per_rank)
+    paths = path_tolerances(sim.as_program(scheduled), TOLERANCES)
+    result = compare_outputs(per_rank, ref.per_rank, paths)
     problems = [f"[{label}] {d}" for d in result.differences]
     if not problems:
         how = (

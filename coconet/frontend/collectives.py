@@ -15,6 +15,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from coconet.core.program import CocoError
 from coconet.dialects import comm, layout_rules
+from coconet.frontend import dtypes
 from coconet.frontend.compute import _axes
 from coconet.frontend.naming import user_location
 from coconet.frontend.values import Value, _build_error, _current, _finish, _lift, _token
@@ -49,6 +50,10 @@ def _over(over: object) -> str:
     return "" if over is None else f", over={over!r}"
 
 
+def _acc(acc: object) -> str:
+    return "" if acc is None else f", acc={acc}"
+
+
 def _collective(
     expr: str,
     x: Value,
@@ -81,6 +86,7 @@ def _collective(
             result_type = layout_rules.check_all_to_all(probe, a.type, target, probe.span(), grid)
         else:
             result_type = probe.infer()
+            comm.check_acc(probe, a.type.elt)
     except VerifyException as e:
         raise _build_error(expr, [a], str(e)) from None
     finally:
@@ -92,9 +98,11 @@ def _collective(
 
 
 def _collective_props(
-    kind: str | None = None, over: object = None, root: int | None = None
+    kind: str | None = None, over: object = None, root: int | None = None, *, acc: object = None
 ) -> dict[str, Attribute]:
     props: dict[str, Attribute] = {}
+    if acc is not None:
+        props["acc"] = dtypes.element_type_of(acc)
     if kind is not None:
         props["kind"] = comm.CollectiveKindAttr(comm.CollectiveKind(kind))
     if root is not None:
@@ -107,21 +115,32 @@ def _collective_props(
     return props
 
 
-def AllReduce(op: str | Value = "+", x: Value | None = None, *, over=None) -> Value:
+def AllReduce(
+    op: str | Value = "+", x: Value | None = None, *, over=None, acc: Attribute | None = None
+) -> Value:
     """`AllReduce("+", g)`: the reduction over the ranks of every grid axis in `over` (all
-    axes by default), replicated on them. Takes local or replicated tensors."""
+    axes by default), replicated on them. Takes local or replicated tensors. `acc=F32` states
+    the accumulation type (each partial rounded to it in rank order; default: f64, rounded
+    once)."""
     kind, x = _op_and_tensor("AllReduce", op, x)
-    expr = f"AllReduce({kind}, {_token(x)}{_over(over)})"
-    return _collective(expr, x, comm.AllReduceOp, _collective_props(kind, over))
+    expr = f"AllReduce({kind}, {_token(x)}{_over(over)}{_acc(acc)})"
+    return _collective(expr, x, comm.AllReduceOp, _collective_props(kind, over, acc=acc))
 
 
 def ReduceScatter(
-    op: str | Value = "+", x: Value | None = None, *, dim: int = 0, over=None
+    op: str | Value = "+",
+    x: Value | None = None,
+    *,
+    dim: int = 0,
+    over=None,
+    acc: Attribute | None = None,
 ) -> Value:
-    """Reduce, and keep this rank's part along `dim` (the result is sliced<dim>)."""
+    """Reduce, and keep this rank's part along `dim` (the result is sliced<dim>); `acc` as
+    for AllReduce."""
     kind, x = _op_and_tensor("ReduceScatter", op, x)
-    expr = f"ReduceScatter({kind}, {_token(x)}, dim={dim}{_over(over)})"
-    return _collective(expr, x, comm.ReduceScatterOp, _collective_props(kind, over), dim=dim)
+    expr = f"ReduceScatter({kind}, {_token(x)}, dim={dim}{_over(over)}{_acc(acc)})"
+    props = _collective_props(kind, over, acc=acc)
+    return _collective(expr, x, comm.ReduceScatterOp, props, dim=dim)
 
 
 def AllGather(x: Value, *, over=None) -> Value:
@@ -145,11 +164,19 @@ def Broadcast(x: Value, root: int = 0, *, over=None) -> Value:
     return _collective(expr, x, comm.BroadcastOp, _collective_props(over=over, root=root))
 
 
-def Reduce(op: str | Value = "+", x: Value | None = None, root: int = 0, *, over=None) -> Value:
-    """The reduction lands on rank `root`; the other ranks keep their input (local)."""
+def Reduce(
+    op: str | Value = "+",
+    x: Value | None = None,
+    root: int = 0,
+    *,
+    over=None,
+    acc: Attribute | None = None,
+) -> Value:
+    """The reduction lands on rank `root`; the other ranks keep their input (local); `acc` as
+    for AllReduce."""
     kind, x = _op_and_tensor("Reduce", op, x)
-    expr = f"Reduce({kind}, {_token(x)}, root={root}{_over(over)})"
-    return _collective(expr, x, comm.ReduceOp, _collective_props(kind, over, root))
+    expr = f"Reduce({kind}, {_token(x)}, root={root}{_over(over)}{_acc(acc)})"
+    return _collective(expr, x, comm.ReduceOp, _collective_props(kind, over, root, acc=acc))
 
 
 @dataclass(frozen=True)

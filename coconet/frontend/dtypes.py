@@ -58,3 +58,10 @@ def elt_name(dtype: object) -> str:
             f"{dtype!r} is not an element type: use F16, BF16, F32, F64, F8E4M3FN, F8E5M2, "
             "I32, I64 or I1"
         ) from None
+
+
+def element_type_of(dtype: object) -> Attribute:
+    """`dtype` if it is an element type (F32, BF16, ...); a CocoError otherwise."""
+    elt_name(dtype)
+    assert isinstance(dtype, Attribute)
+    return dtype

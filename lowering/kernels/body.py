@@ -8,7 +8,7 @@ import numpy as np
 from xdsl.ir import Operation, SSAValue
 
 from coconet.core.elementwise import COMPARISONS
-from coconet.dialects import coco
+from coconet.dialects import coco, comm
 from coconet.dialects.coco import tensor_type_of
 from coconet.lowering.kernel_ir import (
     Assign,
@@ -35,6 +35,7 @@ from coconet.lowering.kernels.builder_state import BuilderState, PeerReduction, 
 from coconet.lowering.kernels.elements import (
     C_COMPUTE,
     C_STORAGE,
+    accumulate_step,
     accumulator,
     arithmetic,
     c_float,
@@ -87,7 +88,11 @@ class BodyBuilder(BuilderState):
         src, kind = self.k.peer_reductions[res]
         o = self.peer_operands[res]
         elt = tensor_type_of(src).elt
-        acc_t = accumulator(elt)
+        owner = res.owner  # a reduce_scatter, or the one-shot form's all_reduce
+        # A stated accumulation: float registers, each step rounded to it (the first peer's
+        # value needs none: the verifier's [*-acc] makes the element type widen into it).
+        acc_elt = comm.accumulation(owner) if isinstance(owner, Operation) else None
+        acc_t = accumulator(elt, acc_elt)
         fallback = f"x{len(self.local)}"
         acc = Var(acc_t, value_hint(res, "_acc"), f"{fallback}_acc")
         p = Var(I32, None, "p_")
@@ -96,16 +101,17 @@ class BodyBuilder(BuilderState):
             element = Index(peer(o.param, rank, C_STORAGE[elt], const=True), self.index_of(o))
             return Cast(acc_t, load_expr(elt, element))
 
-        combine = Assign(acc, Combine(ReduceKind(kind), acc_t, acc, item(p)))
+        step = accumulate_step(acc_elt, Combine(ReduceKind(kind), acc_t, acc, item(p)))
+        combine = Assign(acc, step)
         first = Decl(acc, item(Lit("0")), const=False)
         rest = For(p, Lit("1"), self.nranks, (combine,))
         self.body += [first, rest]
-        self.peer_reads[id(first)] = PeerReduction(acc, ReduceKind(kind), o, elt, rest)
+        self.peer_reads[id(first)] = PeerReduction(acc, ReduceKind(kind), o, elt, rest, acc_elt)
         var = Var(C_COMPUTE[tensor_type_of(res).elt], res.name_hint, fallback)
+        # (a float accumulator widens exactly to the double this rounds from)
         rounded = load_expr(
             tensor_type_of(res).elt, store_from_double(tensor_type_of(res).elt, acc)
         )
-        owner = res.owner  # a reduce_scatter, or the one-shot form's all_reduce
         self.body.append(Decl(var, rounded, comment=getattr(owner, "name", "comm.reduce_scatter")))
         self.local[res] = var
         return var

@@ -71,6 +71,8 @@ class PeerReduction:
     operand: Operand
     elt: str
     combine: Stmt
+    # the collective's stated accumulation (comm.accumulation): each step rounds to it
+    acc_elt: str | None = None
 
 
 class BuilderState:

@@ -179,6 +179,18 @@ def cast_to(dst_elt: str, x: Expr) -> Expr:
     return Cast(C_COMPUTE[dst_elt], x)
 
 
-def accumulator(elt: str) -> CType:
-    """Reductions accumulate floats in double, integers in long long."""
+def accumulator(elt: str, acc: str | None = None) -> CType:
+    """Reductions accumulate floats in double, integers in long long; a collective's stated
+    accumulation `acc` (comm.accumulation) in float, or double for f64."""
+    if acc is not None:
+        return F64 if acc == "f64" else F32
     return F64 if is_float(elt) else I64
+
+
+def accumulate_step(acc: str | None, value: Expr) -> Expr:
+    """One step of a reduction, rounded to the stated accumulation `acc`: float arithmetic
+    rounds to f32 (and double to f64) itself; bf16 and f16 round from float, which is exact
+    as a single rounding would be (float has more than twice their bits plus two)."""
+    if acc in NARROW_FLOATS:
+        return round_expr(acc, value)
+    return value

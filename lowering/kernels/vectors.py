@@ -40,7 +40,12 @@ from coconet.lowering.kernel_ir import (
     uses,
 )
 from coconet.lowering.kernels.builder_state import BuilderState, PeerReduction
-from coconet.lowering.kernels.elements import C_STORAGE, STORAGE_BYTES, load_expr
+from coconet.lowering.kernels.elements import (
+    C_STORAGE,
+    STORAGE_BYTES,
+    accumulate_step,
+    load_expr,
+)
 from coconet.lowering.kernels.statements import call, without_zeros
 from coconet.lowering.signature import BOOL, I32, I64
 
@@ -284,7 +289,9 @@ class VectorBuilder(BuilderState):
             ranks took 2x the f32 one)."""
             s, k = Var(I32, None, "s_"), Var(I32, None, "k_")
             exists = binary("<", s if isinstance(first, Lit) else first + s, self.group)
-            combine = Combine(r.kind, acc_t, Index(arr, k), item(batch, s, k))
+            combine = accumulate_step(
+                r.acc_elt, Combine(r.kind, acc_t, Index(arr, k), item(batch, s, k))
+            )
             step = Assign(Index(arr, k), Select(exists, combine, Index(arr, k)))
             return PeerSlots(s, Lit(str(start)), exists, (LaneLoop(k, L, (step,)),))
 
