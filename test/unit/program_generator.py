@@ -12,7 +12,8 @@ gradients, sliced tensors, scalars) in f32/f16/bf16 (and a few i32); elementwise
 unary ops, constants, casts, compare/select, dropout, matmul, full and row reductions
 (`reduce_dims` over any run of dims, sliced ones too: their partials), all_reduce,
 reduce_scatter/all_gather pairs, slice, broadcast, send (on `[2, ?]`), all_to_all (a sliced
-value re-cut along another dim, or a local one's dim-0 blocks exchanged); then updates of
+value re-cut along another dim, or a local one's dim-0 blocks exchanged), a quarter of the
+float sums stating an accumulation (`acc`: the element type or one it widens to); then updates of
 arguments (mostly replicated ones, as optimizers do) and returned values. Operands are drawn
 with a bias to recent values, so chains like `all_reduce -> elementwise with replicated state
 -> update` (what split/reorder/as-slice/fuse act on) are common.
@@ -61,7 +62,10 @@ from coconet.dialects.coco import (
     ReplicatedAttr,
     SlicedAttr,
     TensorType,
+    tensor_type_of,
 )
+from coconet.dialects.coco_types import element_type_of_name, exact_widening
+from coconet.dialects.comm import ACC_TYPE_NAMES
 
 ELEMENT_TYPES: dict[str, Attribute] = {
     "f32": f32,
@@ -242,6 +246,9 @@ class _Gen:
             props["dim"] = IntegerAttr(dim, i64)
         if axes is not None:
             props["axes"] = DenseArrayBase.from_list(i64, axes)
+        acc = self.accumulation(cls, x, kind)
+        if acc is not None:
+            props["acc"] = element_type_of_name(acc)
         if root is not None:
             props["root"] = IntegerAttr(root, i64)
         if along is not None:
@@ -268,6 +275,19 @@ class _Gen:
         if t is None:
             return None
         return self._insert(cls.build(operands=[x], result_types=[t], properties=props))
+
+    def accumulation(self, cls: type, x: SSAValue, kind: str | None) -> str | None:
+        """Now and then a stated accumulation (`acc`) on a float sum: one the element type
+        widens to exactly, the element type itself included (rounding every step)."""
+        if kind != "sum" or cls not in (comm.AllReduceOp, comm.ReduceScatterOp, comm.ReduceOp):
+            return None
+        elt = tensor_type_of(x).elt
+        legal = [
+            a for a in ACC_TYPE_NAMES if a == elt or (elt in FLOATS and exact_widening(elt, a))
+        ]
+        if not legal or self.draw(st.integers(0, 3)):
+            return None
+        return self.draw(st.sampled_from(legal))
 
     def pick(self, pred: Callable[[SSAValue], bool] = lambda v: True) -> SSAValue | None:
         """A value from the pool, most recent first (so draws shrink toward chains)."""
