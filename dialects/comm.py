@@ -890,19 +890,25 @@ class FusedOp(RegionOp):
                 )
 
     def _check_coupled_chains(self, scatters: Sequence[ReduceScatterOp]) -> None:
-        """Several reduce_scatters: one per tensor chain (ops linked through tensor values),
-        the chains coupled through scalars (a global norm every tensor's update reads)."""
+        """Several reduce_scatters: chains (ops linked through tensor values) coupled through
+        scalars (a global norm every tensor's update reads); reduce_scatters of one chain
+        (a loss reading the row sums of two all_reduces) share one slice and axes, which
+        one kernel reads from the peers."""
         # The terminator yields results of any chain: it links none.
         ops = [op for op in self.body.block.ops if not isinstance(op, YieldOp)]
         chains = linked_groups(ops, lambda v: tensor_type_of(v).get_shape() != ())
         coupled = linked_groups(ops, lambda v: True)
         for chain in chains:
             held = [s for s in scatters if s in chain]
-            if len(held) > 1:
+            slices = {
+                (tensor_type_of(s.result).get_shape(), tensor_type_of(s.result).layouts, s.span())
+                for s in held
+            }
+            if len(slices) > 1:
                 raise _fail(
                     "fuse-one-collective",
-                    f"a fused all_reduce holds one reduce_scatter per tensor chain, this one "
-                    f"holds {len(held)} in one chain",
+                    f"the reduce_scatters of one tensor chain of a fused all_reduce share one "
+                    f"slice and grid axes, this one holds {len(held)} that differ",
                 )
         if not any(all(s in group for s in scatters) for group in coupled):
             raise _fail(

@@ -140,6 +140,9 @@ def recipe_fuse_rs_c_ag(s: ScheduleSteps, info: Structure) -> None:
     _split_reorder(s, info)
     _slice_state(s, info)
     _fuse_all_reduce(s)
+    # What no chain holds (a vocab-parallel softmax's exp(x - max) between its all_reduces)
+    # is fused as ar-c fuses it, not left one kernel an op.
+    s.fuse(mode="elementwise")
 
 
 def recipe_ol_mm_fuse_rs_c_ag(s: ScheduleSteps, info: Structure) -> None:

@@ -17,11 +17,19 @@ from xdsl.utils.exceptions import PassFailedException
 
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import TensorType
-from coconet.passes.common import body_block, fail, find_named_ops, functions, op_name
+from coconet.passes.common import (
+    body_block,
+    fail,
+    find_named_ops,
+    functions,
+    op_name,
+    plan_contiguous,
+)
 from coconet.passes.fuse.chain import reduce_scatter_chain
 from coconet.passes.fuse.checks import check_sizes, exact_set
 from coconet.passes.fuse.one_shot import fuse_one_shot
 from coconet.passes.fuse.region import ONE_SHOT, RULE, Plan, fuse, fuse_plans, in_order
+from coconet.passes.fuse.spaces import space_of
 
 KIND = "all_reduce"
 FORMS = ("two_shot", "one_shot")
@@ -121,13 +129,17 @@ def fuse_greedy(block: Block) -> None:
             chains.append(reduce_scatter_chain(block, rs))
         except PassFailedException:
             continue
-    for members in _merge_coupled(chains):
+    plans = _merge_coupled(chains, block)
+    for n, members in enumerate(plans):
         scatters = [m for m in members if isinstance(m, comm.ReduceScatterOp)]
         try:
             if len(scatters) == 1:
                 # A chain of its own is grown again around what earlier fusions left at
-                # the top level.
+                # the top level, leaving what the merge gave a later chain to it.
                 members = reduce_scatter_chain(block, scatters[0])
+                later = set[Operation]().union(*plans[n + 1 :]) & members
+                if later and (members := _without(members, later)) is None:
+                    continue
             fuse(block, members, KIND)
         except PassFailedException:
             continue
@@ -162,7 +174,7 @@ def _named_chains(sites: Sequence[tuple[func.FuncOp, Operation]]) -> list[Plan]:
             held.update(dict.fromkeys(chain))
         chains.setdefault(block, []).append(chain)
     for block, found in chains.items():
-        plans += [(block, members, KIND) for members in _merge_coupled(found)]
+        plans += [(block, members, KIND) for members in _merge_coupled(found, block)]
     return plans
 
 
@@ -202,11 +214,18 @@ def _check_chain(members: set[Operation]) -> None:
             )
 
 
-def _merge_coupled(chains: list[set[Operation]]) -> list[set[Operation]]:
-    """Chains of several reduce_scatters that share scalar arithmetic (a global norm over
-    several tensors, read back by each tensor's update: gradient clipping) as ONE region:
-    neither can be fused without the other. Chains sharing a tensor op stay apart (the
-    disjointness check then refuses them, naming the op)."""
+def _merge_coupled(chains: list[set[Operation]], block: Block) -> list[set[Operation]]:
+    """Chains that meet, merged or kept apart so that each op is in one region:
+    * chains of several reduce_scatters sharing scalar arithmetic only (a global norm over
+      several tensors, read back by each tensor's update: gradient clipping) are ONE region:
+      neither can be fused without the other;
+    * chains meeting in a tensor op (a cross-entropy's loss reads the row sums of two
+      all_reduces) whose reduce_scatters share one iteration space and axes are ONE region,
+      its kernel reading both from the peers, where the union closes no cycle;
+    * otherwise the earlier chain leaves the shared ops (and what it computes from them) to
+      the later one, whose reduce_scatter they wait for anyway, if it keeps an all_gather.
+    Chains that still share an op stay apart (the disjointness check refuses them, naming
+    the op)."""
     merged: list[set[Operation] | None] = []  # None: merged into a later one
     # The merged chains holding each op (an index into `merged`): the chains a new one
     # meets, found without intersecting it with every chain so far.
@@ -217,14 +236,47 @@ def _merge_coupled(chains: list[set[Operation]]) -> list[set[Operation]]:
         for i in met:
             other = merged[i]
             assert other is not None
-            if all(_scalar_only(op) for op in other & chain):
+            common = other & chain
+            if not common:
+                continue  # trimmed off it by an earlier meeting
+            if all(_scalar_only(op) for op in common) or _one_kernel(block, other, chain):
                 merged[i] = None
                 chain |= other
+                continue
+            kept = _without(other, common)
+            if kept is not None:
+                merged[i] = kept
         index = len(merged)
         merged.append(chain)
         for op in chain:
             holders.setdefault(op, []).append(index)
     return [m for m in merged if m is not None]
+
+
+def _one_kernel(block: Block, a: set[Operation], b: set[Operation]) -> bool:
+    """Whether two chains meeting in a tensor op can be one fused kernel: every
+    reduce_scatter of both has one result space and one span, and their union is acyclic."""
+    scatters = [m for m in a | b if isinstance(m, comm.ReduceScatterOp)]
+    if len({(space_of(s.result), s.span()) for s in scatters}) != 1:
+        return False
+    try:
+        plan_contiguous(block, a | b, f"{RULE}-cycle", "")
+    except PassFailedException:
+        return False
+    return True
+
+
+def _without(chain: set[Operation], common: set[Operation]) -> set[Operation] | None:
+    """`chain` without the ops in `common` and those of its ops computed from them, or None
+    where what is left re-replicates nothing (no all_gather)."""
+    dropped = set(common)
+    for m in in_order(chain):
+        if m not in dropped and any(v.owner in dropped for o in m.walk() for v in o.operands):
+            dropped.add(m)
+    kept = chain - dropped
+    if not any(isinstance(m, comm.AllGatherOp) for m in kept):
+        return None
+    return kept
 
 
 def _computes_scalars_of_tensors(block: Block) -> bool:

@@ -472,7 +472,10 @@ def test_named_schedule_shapes():
     assert adam["ar-c"] == "coco-fuse{mode=elementwise}"
     # the optimizer state m, v is sliced (ZeRO); the weights stay replicated
     assert "coco-as-slice{ops=m,v}" in adam["rs-c-ag"]
-    assert adam["fuse(rs-c-ag)"].endswith("coco-fuse{mode=all_reduce ops=g1_rs}")
+    # what no chain holds is fused as ar-c fuses it
+    assert adam["fuse(rs-c-ag)"].endswith(
+        "coco-fuse{mode=all_reduce ops=g1_rs},coco-fuse{mode=elementwise}"
+    )
     # SGD has no state to slice
     assert "as-slice" not in named_schedules(load("sgd"))["rs-c-ag"]
     mp = named_schedules(load("model_parallel_mlp"))
@@ -657,7 +660,7 @@ def test_enumeration_of_many_collectives_chooses_jointly():
         assert report.ok, f"{pipeline}\n{report}"
     # the named schedules handle every collective
     named = named_schedules(p)
-    assert named["fuse(rs-c-ag)"].endswith("coco-fuse{mode=all_reduce ops=a_rs,b_rs,c_rs}")
+    assert "coco-fuse{mode=all_reduce ops=a_rs,b_rs,c_rs}" in named["fuse(rs-c-ag)"]
 
 
 def test_split_schedules_of_a_residual_stack_reorder_every_layer():
