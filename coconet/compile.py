@@ -221,9 +221,9 @@ def compile(
         def build() -> Any:
             parsed = program_of(unscheduled, entry)
             as_written = _written(parsed)  # before the schedule rewrites it in place
-            plan = lower(
-                apply_schedule(parsed, schedule, in_place=True), size, launch_config, nodes
-            )
+            ready = apply_schedule(parsed, schedule, in_place=True)
+            # parsed for this build alone: the lowering's decisions go on it, not on a copy
+            plan = lower(ready, size, launch_config, nodes, in_place=True)
             plan.written_types = written_changes(plan, *as_written)
             return plan
 

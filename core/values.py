@@ -103,6 +103,18 @@ def rank_of(coords: Sequence[int], grid_shape: Sequence[int]) -> int:
     return int(np.ravel_multi_index(tuple(coords), tuple(grid_shape)))
 
 
+def send_partner(
+    coords: Sequence[int], grid_shape: Sequence[int], along: int, shift: int
+) -> int | None:
+    """The rank `shift` steps from the rank at `coords` along grid axis `along` (whom a
+    `comm.send ... along A shift S` from it reaches), None past the axis' ends."""
+    moved = list(coords)
+    moved[along] += shift
+    if not 0 <= moved[along] < grid_shape[along]:
+        return None
+    return rank_of(moved, grid_shape)
+
+
 def groups_of(grid_shape: Sequence[int], span: Sequence[int]) -> list[list[int]]:
     """The groups a collective over grid axes `span` works in: ranks sharing their coordinates
     off those axes, each group in rank order (the order every reduction accumulates in), the

@@ -712,6 +712,56 @@ class FusionKindAttr(EnumAttribute[FusionKind], SpacedOpaqueSyntaxAttribute):
     name = "comm.fusion_kind"
 
 
+# --------------------------------------------------------------------------------------------
+# Lowering decisions: discardable attributes the lowering's first passes set (lowering/
+# decisions.py: `coco-choose-topology`, `coco-defer`) and the plan builder reads
+# --------------------------------------------------------------------------------------------
+
+
+class Topology(StrEnum):
+    FLAT = auto()  # the group within one node: the fused kernel reaches it over symmetric memory
+    HIERARCHICAL = auto()  # the group spans nodes: node kernels, library collectives between
+
+
+@irdl_attr_definition
+class TopologyAttr(EnumAttribute[Topology], SpacedOpaqueSyntaxAttribute):
+    """How a fused kernel's collective reaches its group (`#comm<topology flat>`), the
+    `comm.topology` attribute of the collective: flat (one kernel over symmetric memory) or
+    hierarchical (the group spans nodes)."""
+
+    name = "comm.topology"
+
+
+class Deferral(StrEnum):
+    REMATERIALIZE = auto()  # computed in each fused kernel reading it, not where it stands
+    WIRE = auto()  # an exact widening the peers apply to its narrow input as they accumulate
+
+
+@irdl_attr_definition
+class DeferralAttr(EnumAttribute[Deferral], SpacedOpaqueSyntaxAttribute):
+    """Where the lowering computes an op it does not compute where it stands
+    (`#comm<deferral rematerialize>`), the `comm.deferral` attribute of the op."""
+
+    name = "comm.deferral"
+
+
+# The keys of the discardable attributes holding those decisions.
+TOPOLOGY_ATTR_NAME = "comm.topology"
+DEFERRAL_ATTR_NAME = "comm.deferral"
+
+
+def topology_of(op: Operation) -> Topology | None:
+    """The topology chosen for a fused kernel's collective (its `comm.topology`), if any."""
+    attr = op.attributes.get(TOPOLOGY_ATTR_NAME)
+    return attr.data if isinstance(attr, TopologyAttr) else None
+
+
+def deferral_of(op: Operation) -> Deferral | None:
+    """How the lowering defers `op` (its `comm.deferral`), if it does."""
+    attr = op.attributes.get(DEFERRAL_ATTR_NAME)
+    return attr.data if isinstance(attr, DeferralAttr) else None
+
+
 # `attributes {...}` rather than a bare attr-dict: with no results, `{` after the head would
 # open either the attr-dict or the body.
 REGION_TAIL = "attr-dict-with-keyword (`->` type($res)^)? $body"
@@ -1061,10 +1111,12 @@ class YieldOp(IRDLOperation):
 Comm = Dialect(
     "comm",
     [*COLLECTIVE_OPS, FusedOp, OverlapOp, YieldOp],
-    [CollectiveKindAttr, FusionKindAttr],
+    [CollectiveKindAttr, FusionKindAttr, TopologyAttr, DeferralAttr],
 )
 
 __all__ = [
+    "DEFERRAL_ATTR_NAME",
+    "TOPOLOGY_ATTR_NAME",
     "AllGatherOp",
     "AllReduceOp",
     "AllToAllOp",
@@ -1073,6 +1125,8 @@ __all__ = [
     "CollectiveKindAttr",
     "CollectiveOp",
     "Comm",
+    "Deferral",
+    "DeferralAttr",
     "FusedOp",
     "FusionKind",
     "FusionKindAttr",
@@ -1082,8 +1136,12 @@ __all__ = [
     "ReduceScatterOp",
     "RegionOp",
     "SendOp",
+    "Topology",
+    "TopologyAttr",
     "YieldOp",
     "accumulation",
     "check_acc",
     "collective_result_type",
+    "deferral_of",
+    "topology_of",
 ]

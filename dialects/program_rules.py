@@ -18,7 +18,10 @@ starts with the rule's name in brackets, as in layout_rules.py:
                         another (or an unregistered) dialect: no tool could run it.
 * unknown-attribute     attributes in the `coco.`/`comm.` namespaces are coconet's own: only
                         `coco.grid`, on a `func.func`, `coco.schedule` (a string), on the
-                        module, and `coco.numerics` (a `#coco<numerics ...>`), on either;
+                        module, `coco.numerics` (a `#coco<numerics ...>`), on either, and
+                        the lowering's decisions (lowering/decisions.py): `comm.topology`
+                        (a `#comm<topology ...>`) on a collective, `comm.deferral` (a
+                        `#comm<deferral ...>`) on an elementwise op, constant or slice;
                         any other (a misspelt `coco.gird`) would be silently ignored
                         otherwise.
 * dominance             a value is used only after its definition, by ops its block encloses:
@@ -36,7 +39,7 @@ from typing import NoReturn
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import DictionaryAttr, ModuleOp, StringAttr, UnregisteredOp
-from xdsl.ir import Block, BlockArgument, Operation, OpResult, SSAValue
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
 from coconet.dialects.coco import (
@@ -44,14 +47,40 @@ from coconet.dialects.coco import (
     NUMERICS_ATTR_NAME,
     SCHEDULE_ATTR_NAME,
     CocoOp,
+    ConstantOp,
+    ElementwiseOp,
     NumericsAttr,
+    SliceOp,
 )
-from coconet.dialects.comm import YieldOp
+from coconet.dialects.comm import (
+    DEFERRAL_ATTR_NAME,
+    TOPOLOGY_ATTR_NAME,
+    CollectiveOp,
+    DeferralAttr,
+    TopologyAttr,
+    YieldOp,
+)
 from coconet.dialects.layout_rules import check_signatures, value_name
 
 # The coco/comm-namespaced attributes coconet reads, by the kind of op that may carry them.
 KNOWN_FUNCTION_ATTRIBUTES = frozenset({GRID_ATTR_NAME, NUMERICS_ATTR_NAME})
 KNOWN_MODULE_ATTRIBUTES = frozenset({SCHEDULE_ATTR_NAME, NUMERICS_ATTR_NAME})
+# The lowering's decisions (lowering/decisions.py), by the ops that may carry them, with the
+# attribute each must hold and how a message spells its values.
+DECISION_ATTRIBUTES: tuple[tuple[tuple[type[Operation], ...], str, type[Attribute], str], ...] = (
+    (
+        (CollectiveOp,),
+        TOPOLOGY_ATTR_NAME,
+        TopologyAttr,
+        "#comm<topology flat> or #comm<topology hierarchical>",
+    ),
+    (
+        (ElementwiseOp, ConstantOp, SliceOp),
+        DEFERRAL_ATTR_NAME,
+        DeferralAttr,
+        "#comm<deferral rematerialize> or #comm<deferral wire>",
+    ),
+)
 COCONET_NAMESPACES = ("coco.", "comm.")
 # Dialects whose ops may sit beside the functions: rewrites for xDSL passes, not program.
 PATTERN_DIALECTS = frozenset({"pdl", "pdl_interp", "transform"})
@@ -131,7 +160,7 @@ def _check_function(fn: func.FuncOp) -> None:
                 f"{_op_name(op)} in {where} is not a coco or comm op: a coconet function "
                 "holds coco and comm ops and ends in func.return",
             )
-        _check_attributes(op, f"{_op_name(op)} in {where}", frozenset())
+        _check_attributes(op, f"{_op_name(op)} in {where}", _decisions_known(op))
         for v in op.operands:
             if (problem := _dominance_problem(v, op, position)) is not None:
                 _refuse(op, "dominance", f"{_op_name(op)} in {where} {problem}")
@@ -199,6 +228,25 @@ def _check_numerics(op: Operation, owner: str) -> None:
             f"{owner} has '{NUMERICS_ATTR_NAME}' = {default}: a numerics policy is "
             "#coco<numerics exact> or #coco<numerics fast>",
         )
+
+
+def _decisions_known(op: Operation) -> frozenset[str]:
+    """The decision attributes `op` may carry (checked for their values' kind here)."""
+    if not op.attributes:
+        return frozenset()
+    known: set[str] = set()
+    for kinds, name, attr_type, values in DECISION_ATTRIBUTES:
+        if not isinstance(op, kinds):
+            continue
+        known.add(name)
+        value = op.attributes.get(name)
+        if value is not None and not isinstance(value, attr_type):
+            _refuse(
+                op,
+                "unknown-attribute",
+                f"{_op_name(op)} has '{name}' = {value}: it is {values}",
+            )
+    return frozenset(known)
 
 
 def _check_attributes(op: Operation, owner: str, known: frozenset[str]) -> None:

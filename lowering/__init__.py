@@ -1,11 +1,30 @@
 """Lowering of scheduled coco/comm programs to execution plans and one CUDA translation unit
 (written against the device layer, toolchain/coco_device.h). The runtime reads only the plan
 (`plan.py`) and its kernels' signatures (`signature.py`); the compilers for the text live in
-coconet.toolchain."""
+coconet.toolchain. `get_all_passes`: the lowering's decisions, which coco-opt registers beside
+coconet's schedule passes; `get_all_targets`: its `-t` targets."""
 
 from collections.abc import Callable
 
+from xdsl.passes import ModulePass
 from xdsl.utils.target import Target
+
+
+def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
+    """The lowering's decisions as passes (decisions.py): what `lower()` runs first, and
+    coco-opt's `-p` prints."""
+
+    def choose_topology() -> type[ModulePass]:
+        from coconet.lowering.decisions import ChooseTopologyPass
+
+        return ChooseTopologyPass
+
+    def defer() -> type[ModulePass]:
+        from coconet.lowering.decisions import DeferPass
+
+        return DeferPass
+
+    return {"coco-choose-topology": choose_topology, "coco-defer": defer}
 
 
 def get_all_targets() -> dict[str, Callable[[], type[Target]]]:

@@ -65,8 +65,7 @@ def _in_one_kernel(lw: PlanBuilder, a2a: comm.AllToAllOp, body: list[Operation])
     """Whether the region runs as one kernel: its group within one node, its ops elementwise
     (the receiver's side reading of the sender's ops only constants, slices and scalars,
     none of them a dropout: those it computes again)."""
-    span = a2a.span()
-    if lw.nodes and any(V.spans_nodes(g, lw.nodes) for g in V.groups_of(lw.grid_shape, span)):
+    if comm.topology_of(a2a) != comm.Topology.FLAT:  # decisions.py: its group spans nodes
         return False
     kernel_ops = coco.ElementwiseOp | coco.ConstantOp | coco.SliceOp
     if not all(isinstance(o, kernel_ops | coco.UpdateOp | comm.AllToAllOp) for o in body):

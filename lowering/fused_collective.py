@@ -30,12 +30,13 @@ import bisect
 import math
 from collections.abc import Sequence
 
-from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
+from xdsl.ir import Attribute, Operation, SSAValue
 
 from coconet.core import values as V
 from coconet.core.program import CocoError
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import TensorType, tensor_type_of
+from coconet.lowering.decisions import scalar_arithmetic
 from coconet.lowering.hierarchical import emit_hierarchical
 from coconet.lowering.kernel_ir import Param, structural_key
 from coconet.lowering.kernel_site import kernel_site, op_description
@@ -54,7 +55,6 @@ from coconet.lowering.plan import (
 from coconet.lowering.plan_builder import PlanBuilder, needed_after
 from coconet.lowering.row_collective import RowCollectiveKernel
 from coconet.lowering.signature import ParamKind, range_positions
-from coconet.passes.common import readable_at
 
 
 def _in_kernel(op: Operation) -> bool:
@@ -66,14 +66,6 @@ def _in_kernel(op: Operation) -> bool:
         | coco.ReduceDimsOp  # row reductions: the row form of the kernel (row_collective.py)
         | comm.ReduceScatterOp
         | comm.AllGatherOp,
-    )
-
-
-def _scalar_arithmetic(op: Operation) -> bool:
-    return (
-        isinstance(op, coco.ElementwiseOp | coco.ConstantOp)
-        and not isinstance(op, coco.DropoutOp)
-        and all(tensor_type_of(r).get_shape() == () for r in op.results)
     )
 
 
@@ -91,9 +83,8 @@ def lower_one_shot(lw: PlanBuilder, region: comm.FusedOp) -> None:
     all_reduce, then the computation's kernels."""
     body = [o for o in region.body.block.ops if not isinstance(o, comm.YieldOp)]
     reduce = next(o for o in body if isinstance(o, comm.AllReduceOp))
-    span = reduce.span()
     updates = [o for o in body if isinstance(o, coco.UpdateOp)]
-    if lw.nodes and any(V.spans_nodes(g, lw.nodes) for g in V.groups_of(lw.grid_shape, span)):
+    if _hierarchical([reduce]):
         for op in body:
             if isinstance(op, coco.UpdateOp):
                 lw.lower_update(op)
@@ -125,29 +116,13 @@ def lower_fused_collective(lw: PlanBuilder, region: comm.FusedOp) -> None:
         return
     body = [o for o in region.body.block.ops if not isinstance(o, comm.YieldOp)]
     # Scalar arithmetic (a trust ratio, a clipping factor from a global norm) belongs to no
-    # tensor's chain: every kernel reading it computes it (PlanBuilder.rematerialized), and a
-    # step reading it from memory gets it lowered on demand. Row kernels and kernels across
-    # nodes read scalars from memory (computed where they stand, as before).
-    rows = any(isinstance(op, coco.ReduceDimsOp) for op in body)
-    scalars: set[Operation] = (
-        set() if rows or lw.nodes else {op for op in body if _scalar_arithmetic(op)}
-    )
-    # Slices of the function's arguments move no data either: each kernel reading one reads
-    # the argument at this rank's piece, rather than one kernel storing the slice for the
-    # next to read back (LAMB's %w_s, read before and after its norms: 8 bytes more per
-    # element of the slice). Not where a reader runs after the argument's update.
-    arg_slices: set[Operation] = (
-        set()
-        if rows or lw.nodes
-        else {
-            op
-            for op in body
-            if isinstance(op, coco.SliceOp)
-            and isinstance(op.input, BlockArgument)
-            and all(readable_at(op.input, use.operation) for use in op.result.uses)
-        }
-    )
-    lw.deferred |= scalars | arg_slices
+    # tensor's chain: where `coco-defer` marked it (decisions.py: not with row reductions,
+    # not across nodes), every kernel reading it computes it (PlanBuilder.rematerialized),
+    # and a step reading it from memory gets it lowered on demand. The slices of arguments
+    # it marked move no data either: each kernel reading one reads the argument at this
+    # rank's piece (LAMB's %w_s, read before and after its norms: 8 bytes more per element
+    # of the slice otherwise).
+    scalars = {op for op in body if op in lw.deferred and scalar_arithmetic(op)}
     body = _updates_where_computed(body, lw.deferred)
     segment: list[Operation] = []
     updates: list[coco.UpdateOp] = []
@@ -234,11 +209,20 @@ def _read_values(
 
 def wire_source(lw: PlanBuilder, v: SSAValue) -> SSAValue:
     """What peers read for a reduce_scatter of `v`: the narrow input of an exact widening cast
-    the lowering deferred (`Lowering.wire_casts`), else `v` itself."""
+    `coco-defer` put on the wire (`#comm<deferral wire>`, decisions.py), else `v` itself."""
     op = v.owner
-    if isinstance(op, coco.CastOp) and op in lw.deferred:
+    if isinstance(op, coco.CastOp) and comm.deferral_of(op) == comm.Deferral.WIRE:
         return op.input
     return v
+
+
+def _hierarchical(collectives: Sequence[comm.CollectiveOp]) -> bool:
+    """Whether a fused kernel's collectives reach a group across nodes: the topology
+    `coco-choose-topology` chose for them (decisions.py), one for all (they span the same
+    axes)."""
+    chosen = {comm.topology_of(op) for op in collectives}
+    assert None not in chosen, "the lowering's decisions were not made (decisions.decided)"
+    return comm.Topology.HIERARCHICAL in chosen
 
 
 def _in_kernel_reduction(op: Operation, segment: list[Operation]) -> comm.AllReduceOp | None:
@@ -452,7 +436,7 @@ def emit_collective_kernel(
             f"grid axes, got {sorted(spans)}"
         )
     span = spans.pop()
-    if lw.nodes and any(V.spans_nodes(g, lw.nodes) for g in V.groups_of(lw.grid_shape, span)):
+    if _hierarchical([*scatters, *gathers]):
         rss = [op for op in scatters if isinstance(op, comm.ReduceScatterOp)]
         assert len(rss) == len(scatters), "a one-shot form across nodes lowers op by op"
         stated = [op for op in rss if op.acc is not None]

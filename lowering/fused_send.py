@@ -22,6 +22,7 @@ from xdsl.ir import Operation, SSAValue
 from coconet.core import values as V
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import tensor_type_of
+from coconet.lowering.decisions import send_kernel_of
 from coconet.lowering.fused_collective import lower_fused_collective
 from coconet.lowering.kernels.elementwise import ElementwiseKernel
 from coconet.lowering.kernels.spec import Store
@@ -37,49 +38,24 @@ from coconet.lowering.plan import (
 from coconet.lowering.plan_builder import PlanBuilder
 from coconet.lowering.signature import ParamKind, range_positions
 
-_IN_KERNEL = (coco.ElementwiseOp, coco.ConstantOp, coco.SliceOp)
-
 
 def _partner(lw: PlanBuilder, rank: int, along: int, shift: int) -> int | None:
     """The rank `shift` steps from `rank` along grid axis `along`, if any."""
-    coords = list(lw.coords[rank])
-    coords[along] += shift
-    if not 0 <= coords[along] < lw.grid_shape[along]:
-        return None
-    return V.rank_of(coords, lw.grid_shape)
-
-
-def sends_within_nodes(lw: PlanBuilder, along: int, shift: int) -> bool:
-    """Whether every sender of this send and its receiver share a node."""
-    for r in range(lw.size):
-        to = _partner(lw, r, along, shift)
-        if to is not None and lw.nodes and lw.nodes[r] != lw.nodes[to]:
-            return False
-    return True
+    return V.send_partner(lw.coords[rank], lw.grid_shape, along, shift)
 
 
 def lower_fused_send(lw: PlanBuilder, region: comm.FusedOp) -> None:
+    # One send of a value computed elementwise in the region, received only by the region's
+    # result (or updates), its sender and receiver on one node (decisions.py): one kernel.
+    # Anything else lowers as a fused collective region (across nodes: the computation
+    # kernel, then a library send).
+    send = send_kernel_of(region)
+    if send is None or comm.topology_of(send) != comm.Topology.FLAT:
+        lower_fused_collective(lw, region)
+        return
     body = [o for o in region.body.block.ops if not isinstance(o, comm.YieldOp)]
-    sends = [o for o in body if isinstance(o, comm.SendOp)]
     updates = [o for o in body if isinstance(o, coco.UpdateOp)]
     compute = [o for o in body if not isinstance(o, comm.SendOp | coco.UpdateOp)]
-    # One send of a value computed elementwise in the region, received only by the region's
-    # result (or updates): one kernel. Anything else lowers as a fused collective region.
-    if len(sends) != 1 or not all(isinstance(o, _IN_KERNEL) for o in compute):
-        lower_fused_collective(lw, region)
-        return
-    send = sends[0]
-    if any(
-        u.operation is not region.yield_op and not isinstance(u.operation, coco.UpdateOp)
-        for u in send.result.uses
-    ):
-        lower_fused_collective(lw, region)
-        return
-    along, shift = send.along.value.data, send.shift.value.data
-    if not sends_within_nodes(lw, along, shift):
-        # Across nodes: the computation kernel, then a library send.
-        lower_fused_collective(lw, region)
-        return
     emit_send_kernel(lw, compute, send, updates)
     for res, v in zip(region.res, region.yield_op.values):
         lw.buffers[res] = lw.value_buffer(v)

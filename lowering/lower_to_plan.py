@@ -39,9 +39,11 @@ from coconet.core.counter_rng import seed_word
 from coconet.core.gc_pause import without_gc
 from coconet.core.program import CocoError, Program, check_program_on_grid
 from coconet.dialects import coco, comm
-from coconet.dialects.coco import TensorType, exact_widening, tensor_type_of
+from coconet.dialects.coco import TensorType, tensor_type_of
+from coconet.dialects.comm import deferral_of
 from coconet.dialects.layout_rules import infer_elementwise
 from coconet.lowering.cuda_printer import kernel_signature, print_unit
+from coconet.lowering.decisions import decided, default_ranks, node_map
 from coconet.lowering.fused_all_to_all import lower_fused_all_to_all
 from coconet.lowering.fused_collective import lower_fused_collective
 from coconet.lowering.fused_send import lower_fused_send
@@ -95,17 +97,16 @@ class Lowering:
         grid_shape: Sequence[int],
         config: LaunchConfig,
         nodes: Sequence[int] = (),
+        in_place: bool = False,
     ):
-        self.program = program
         self.grid_shape = tuple(grid_shape)
         self.size = int(np.prod(self.grid_shape))
-        if nodes and len(nodes) != self.size:
-            raise CocoError(
-                f"[ranks-per-node] the node map names {len(nodes)} rank(s), the plan has "
-                f"{self.size}"
-            )
         # The node of every rank (core/values.py); () when one node holds them all.
-        self.nodes = tuple(int(n) for n in nodes) if len(set(nodes)) > 1 else ()
+        self.nodes = node_map(nodes, self.size)
+        # The program with the lowering's decisions made for this machine (decisions.py:
+        # topologies, deferrals), which the builder reads; a copy unless `in_place`.
+        program = decided(program, self.grid_shape, self.nodes, in_place)
+        self.program = program
         self.coords = [V.coords_of(r, self.grid_shape) for r in range(self.size)]
         self._piece_ranges: dict[tuple[TensorType, int], tuple[tuple[int, int], ...]] = {}
         self._rank_tables: dict[tuple[str, Hashable], RankValue] = {}
@@ -279,7 +280,8 @@ class Lowering:
             self.buffers[arg.value] = buf
             arguments[arg.name] = buf
         outputs: dict[str, Buffer] = {}
-        self.deferred = self.scalars_for_fused_collectives() | self.wire_casts()
+        # ops computed where they are read (decisions.py `coco-defer`), not where they stand
+        self.deferred = {op for op in self.program.func.walk() if deferral_of(op) is not None}
         for op in self.program.func.body.block.ops:
             if op in self.deferred:
                 continue  # computed inside the kernels reading it (or where a buffer is asked)
@@ -469,75 +471,6 @@ class Lowering:
         return self.buffers[v]
 
     # -- scalars computed where they are read ------------------------------------------------
-
-    def scalars_for_fused_collectives(self) -> set[Operation]:
-        """Scalar arithmetic on arguments (an optimizer's bias corrections: 1 - beta1**step)
-        that only fused collectives read: each fused collective kernel computes it itself,
-        once per block, instead of a launch per op before the regions; a step that reads
-        such a value from memory after all gets it lowered just before (`value_buffer`).
-        Not for regions lowered across nodes (their kernels read inputs from memory)."""
-        if self.nodes:
-            return set()
-        block = self.program.func.body.block
-        scalar: list[Operation] = []
-        chosen: set[Operation] = set()
-        for op in block.ops:
-            if (
-                isinstance(op, coco.ElementwiseOp | coco.ConstantOp)
-                and not isinstance(op, coco.DropoutOp)
-                and all(tensor_type_of(r).get_shape() == () for r in op.results)
-                and all(
-                    not isinstance(v.owner, Operation) or v.owner in chosen for v in op.operands
-                )
-            ):
-                scalar.append(op)
-                chosen.add(op)
-
-        def top(op: Operation) -> Operation:
-            while op.parent_block() is not block:
-                parent = op.parent_op()
-                assert parent is not None
-                op = parent
-            return op
-
-        for op in reversed(scalar):
-            readers = [top(use.operation) for r in op.results for use in r.uses]
-            if not readers or not all(
-                r in chosen
-                or (isinstance(r, comm.FusedOp) and r.kind.data == comm.FusionKind.ALL_REDUCE)
-                for r in readers
-            ):
-                chosen.discard(op)
-        return chosen
-
-    def wire_casts(self) -> set[Operation]:
-        """Casts that widen exactly (bf16, f16 or fp8 to f32, ...) whose only readers are the
-        reduce_scatters of fused all_reduce regions (or the all_reduces of one-shot ones):
-        their peers pull the cast's narrow input
-        and widen it as they accumulate, so the wire carries the narrow type -- the sum is
-        the same, bit for bit, as a widening that changes no value. Not across nodes (those
-        kernels read inputs from memory)."""
-        if self.nodes:
-            return set()
-        chosen: set[Operation] = set()
-        for op in self.program.func.body.block.ops:
-            if not isinstance(op, coco.CastOp) or not exact_widening(
-                tensor_type_of(op.input).elt, tensor_type_of(op.result).elt
-            ):
-                continue
-            readers = [use.operation for use in op.result.uses]
-            if readers and all(
-                isinstance(parent := r.parent_op(), comm.FusedOp)
-                and parent.kind.data == comm.FusionKind.ALL_REDUCE
-                and (
-                    isinstance(r, comm.ReduceScatterOp)
-                    # the one-shot form's all_reduce reads its peers' inputs the same way
-                    or (isinstance(r, comm.AllReduceOp) and parent.is_one_shot)
-                )
-                for r in readers
-            ):
-                chosen.add(op)
-        return chosen
 
     def rematerialized(
         self, values: Sequence[SSAValue], computed: Collection[Operation] = ()
@@ -943,15 +876,6 @@ def step_buffers(step: Step) -> tuple[set[str], set[str]]:
             return set(), set()
 
 
-def default_ranks(program: Program) -> int:
-    """The rank count a plan is for when none is given: the grid's static size, or its fixed
-    axes' for a grid sized at launch."""
-    grid = program.grid
-    if not grid.is_static():
-        return int(np.prod([s for s in grid.shape if s > 0])) or 1
-    return int(np.prod(grid.shape))
-
-
 def _dead(op: Operation) -> bool:
     """A pure elementwise op or constant whose results nothing reads."""
     return isinstance(op, coco.ElementwiseOp | coco.ConstantOp) and all(
@@ -965,10 +889,13 @@ def lower(
     ranks: int | None = None,
     config: LaunchConfig | None = None,
     nodes: Sequence[int] = (),
+    in_place: bool = False,
 ) -> Plan:
     """The plan of `program` on `ranks` ranks (the grid's static size when omitted), whose
     rank r lives on node `nodes[r]` (runtime/symmetric.py `job_nodes`; () is one node):
-    fused collectives over groups that span nodes run hierarchically."""
+    fused collectives over groups that span nodes run hierarchically. The lowering's
+    decisions (decisions.py) are made on a copy of `program`, or on `program` itself where
+    `in_place` says it was made for this call alone."""
     grid = program.grid
     if ranks is None:
         ranks = default_ranks(program)
@@ -977,7 +904,15 @@ def lower(
     except ValueError as e:
         raise CocoError(f"@{program.name}: {e}") from None
     check_program_on_grid(program, grid_shape)
-    return Lowering(program, grid_shape, config or LaunchConfig(), nodes).run()
+    return Lowering(program, grid_shape, config or LaunchConfig(), nodes, in_place).run()
 
 
-__all__ = ["COMM_STREAM", "LaunchConfig", "Lowering", "RecordEvent", "WaitEvent", "lower"]
+__all__ = [
+    "COMM_STREAM",
+    "LaunchConfig",
+    "Lowering",
+    "RecordEvent",
+    "WaitEvent",
+    "default_ranks",
+    "lower",
+]

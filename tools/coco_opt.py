@@ -2,7 +2,8 @@
 targets registered. Errors end in one message and exit 1, never a Python traceback.
 
 `coco-opt --list-passes` lists every pass, one line each (its options, then the first
-sentence of its docstring): coconet's first, then xDSL's. `--help` lists coconet's.
+sentence of its docstring): coconet's first (the schedule passes, then the lowering's
+decisions), then xDSL's. `--help` lists coconet's.
 """
 
 from __future__ import annotations
@@ -34,7 +35,14 @@ from xdsl.utils.exceptions import (
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from coconet.dialects import get_all_dialects
-from coconet.schedule import get_all_passes
+from coconet.lowering import get_all_passes as lowering_passes
+from coconet.schedule import get_all_passes as schedule_passes
+
+
+def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
+    """coconet's passes as coco-opt registers and lists them: the schedule passes, then the
+    lowering's decisions (`coco-choose-topology`, `coco-defer`: lowering/decisions.py)."""
+    return {**schedule_passes(), **lowering_passes()}
 
 
 class CocoOptMain(xDSLOptMain):

@@ -384,7 +384,7 @@ def test_plot_is_a_png(tmp_path):
 
 
 def test_list_passes_puts_coconet_first_with_options_and_descriptions():
-    from coconet.schedule import get_all_passes
+    from coconet.tools.coco_opt import get_all_passes  # the schedule's, then the lowering's
 
     r = run_tool("coconet.tools.coco_opt", "--list-passes")
     assert r.returncode == 0, r.stderr
@@ -398,6 +398,7 @@ def test_list_passes_puts_coconet_first_with_options_and_descriptions():
         assert len(ln.split(None, 1)[1]) > 20, ln
     assert "coco-split-allreduce{ops=str,... dim=int(0)}" in r.stdout
     assert "coco-schedule{name=str}" in r.stdout  # the option as -p spells it
+    assert "coco-choose-topology{ranks=int ranks-per-node=int(0) nodes=int,...}" in r.stdout
     xdsl_at = next(i for i, ln in enumerate(lines) if ln.startswith("xDSL passes"))
     assert xdsl_at == len(coco) + 2
     xdsl = [ln.split()[0].split("{")[0] for ln in lines[xdsl_at + 1 :]]

@@ -181,7 +181,7 @@ def test_the_plan_is_one_kernel_reading_every_peer_s_whole_input():
 
 def test_peers_pull_the_narrow_type_of_an_exact_widening():
     """adam_fp8_wire casts its fp8 gradient to f32 before the all_reduce: the one-shot kernel
-    pulls the fp8 input and widens it as it accumulates (Lowering.wire_casts), no cast kernel."""
+    pulls the fp8 input and widens it as it accumulates (`coco-defer`'s wire cast), no cast kernel."""
     plan = lower(apply_schedule(example("adam_fp8_wire"), ONE_SHOT), 2)
     (launch,) = [s for s in plan.steps if isinstance(s, Launch)]
     tables = [a.buffer for a in launch.args if isinstance(a, PeerTable)]

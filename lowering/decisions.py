@@ -1,0 +1,454 @@
+"""The lowering's decisions as IR: the passes that run first in `lower()` and print in coco-opt.
+
+The plan builder (lower_to_plan.py and its region lowerings) reads what these passes write on
+the scheduled program instead of deciding inline, so `coco-opt -p` shows each decision and
+FileCheck tests it (test/filecheck/lowering/):
+
+* `coco-choose-topology` sets `comm.topology = #comm<topology flat|hierarchical>` on every
+  collective a fused kernel runs: the reduce_scatters and all_gathers of `comm.fused
+  all_reduce` (and `send`) regions, the all_reduce of a one-shot region, the send a send
+  region runs as one kernel (`send_kernel_of`), the all_to_alls of an all_to_all region.
+  Flat: every group of the collective lies within one node, so one kernel reaches its members
+  over symmetric memory. Hierarchical: some group spans nodes, which symmetric memory does not
+  reach: a two-shot all_reduce runs as node kernels around library collectives between nodes
+  (hierarchical.py), a one-shot all_reduce, a send or an all_to_all region op by op around
+  the library collective. What it depends on is the machine: the ranks and the node of each.
+* `coco-defer` sets `comm.deferral` on the ops the plan builder does not compute where they
+  stand. `#comm<deferral rematerialize>`: scalar arithmetic on arguments that only fused
+  all_reduce regions read (an optimizer's bias corrections), and inside a two-shot fused
+  all_reduce region without row reductions its scalar arithmetic (a trust ratio, a clipping
+  factor) and its slices of arguments: every kernel reading one computes it itself
+  (`PlanBuilder.rematerialized`), and a step reading it from memory gets it lowered just
+  before (`value_buffer`). `#comm<deferral wire>`: a cast that widens exactly and that only
+  the reduce_scatters of fused all_reduce regions (or a one-shot region's all_reduce) read:
+  the peers pull its narrow input and widen it as they accumulate. Nothing is deferred where
+  the plan spans several nodes (kernels across nodes read their inputs from memory).
+
+Both passes honour what they find: a topology already on a collective must be the one its
+groups and the node map give (`[topology-one-node]`: hierarchical where every group is one
+node's; `[topology-across-nodes]`: flat where a group spans nodes), and on no other op
+(`[topology-op]`); deferrals already in a function are the user's choice, each one on an op
+the pass could defer that way (`[deferral]`), and the pass adds none. `lower()` runs both on
+its own copy of the program (`decided`) with the plan's ranks and node map, so a program
+annotated for one machine and lowered for another is refused, not lowered wrong.
+
+The machine is given as options: `ranks=N` (default: the grid's own size, or its fixed axes'
+for a grid sized at launch), `ranks-per-node=K` (K consecutive ranks a node) or `nodes=0,0,1,1`
+(each rank's node); neither: one node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Block, BlockArgument, Operation
+from xdsl.passes import ModulePass
+from xdsl.utils.exceptions import PassFailedException
+
+from coconet.core import values as V
+from coconet.core.program import CocoError, Program
+from coconet.dialects import coco, comm
+from coconet.dialects.coco import exact_widening, tensor_type_of
+from coconet.dialects.comm import (
+    DEFERRAL_ATTR_NAME,
+    TOPOLOGY_ATTR_NAME,
+    Deferral,
+    DeferralAttr,
+    Topology,
+    TopologyAttr,
+    deferral_of,
+    topology_of,
+)
+from coconet.passes.common import Refusal, fail, op_name, readable_at
+
+# --------------------------------------------------------------------------------------------
+# The machine
+# --------------------------------------------------------------------------------------------
+
+
+def default_ranks(program: Program) -> int:
+    """The rank count a plan is for when none is given: the grid's static size, or its fixed
+    axes' for a grid sized at launch."""
+    grid = program.grid
+    if not grid.is_static():
+        return int(np.prod([s for s in grid.shape if s > 0])) or 1
+    return int(np.prod(grid.shape))
+
+
+def node_map(nodes: Sequence[int], size: int) -> tuple[int, ...]:
+    """The node of every rank of a plan for `size` ranks, () where one node holds them all."""
+    if nodes and len(nodes) != size:
+        raise CocoError(
+            f"[ranks-per-node] the node map names {len(nodes)} rank(s), the plan has {size}"
+        )
+    return tuple(int(n) for n in nodes) if len(set(nodes)) > 1 else ()
+
+
+@dataclass(frozen=True)
+class MachinePass(ModulePass):
+    """A pass deciding for a machine: options `ranks`, `ranks-per-node`, `nodes`."""
+
+    ranks: int | None = None
+    ranks_per_node: int = 0
+    nodes: tuple[int, ...] = ()
+
+    def decide(self, fn: func.FuncOp, grid_shape: tuple[int, ...], nodes: tuple[int, ...]) -> None:
+        raise NotImplementedError
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.ranks_per_node and self.nodes:
+            raise fail(
+                "machine",
+                "give the nodes as ranks-per-node or as a node map (nodes=...), not both",
+            )
+        for fn in op.ops:
+            if not isinstance(fn, func.FuncOp):
+                continue
+            program = Program(op, fn.sym_name.data)
+            ranks = self.ranks if self.ranks is not None else default_ranks(program)
+            nodes = self.nodes
+            try:
+                grid_shape = tuple(program.grid.bind(ranks))
+                if self.ranks_per_node:
+                    nodes = V.nodes_of(ranks, self.ranks_per_node)
+                self.decide(fn, grid_shape, node_map(nodes, int(np.prod(grid_shape))))
+            except ValueError as e:  # the grid does not take the ranks
+                raise fail("machine", f"@{fn.sym_name.data}: {e}", at=fn) from None
+            except CocoError as e:  # the node map: its own rule
+                raise Refusal(f"@{fn.sym_name.data}: {e}", fn) from None
+
+
+# --------------------------------------------------------------------------------------------
+# Topology
+# --------------------------------------------------------------------------------------------
+
+
+_KERNEL_OPS = (coco.ElementwiseOp, coco.ConstantOp, coco.SliceOp)
+
+
+def send_kernel_of(region: comm.FusedOp) -> comm.SendOp | None:
+    """The send a `comm.fused send` region runs as ONE kernel (fused_send.py): its one send,
+    of a value the region computes elementwise, received only by the region's results or
+    updates. None: the region lowers as a fused collective region (a library send)."""
+    body = [o for o in region.body.block.ops if not isinstance(o, comm.YieldOp)]
+    sends = [o for o in body if isinstance(o, comm.SendOp)]
+    compute = [o for o in body if not isinstance(o, comm.SendOp | coco.UpdateOp)]
+    if len(sends) != 1 or not all(isinstance(o, _KERNEL_OPS) for o in compute):
+        return None
+    send = sends[0]
+    if any(
+        u.operation is not region.yield_op and not isinstance(u.operation, coco.UpdateOp)
+        for u in send.result.uses
+    ):
+        return None
+    return send
+
+
+def kernel_collectives(region: comm.FusedOp) -> Sequence[comm.CollectiveOp]:
+    """The collectives of `region` a fused kernel runs, whose topology the plan builder
+    reads, in program order."""
+    body = [o for o in region.body.block.ops if not isinstance(o, comm.YieldOp)]
+    match region.kind.data:
+        case comm.FusionKind.ALL_REDUCE if region.is_one_shot:
+            return [o for o in body if isinstance(o, comm.AllReduceOp)][:1]
+        case comm.FusionKind.ALL_REDUCE:
+            return [o for o in body if isinstance(o, comm.ReduceScatterOp | comm.AllGatherOp)]
+        case comm.FusionKind.SEND:
+            send = send_kernel_of(region)
+            return [
+                o
+                for o in body
+                if isinstance(o, comm.ReduceScatterOp | comm.AllGatherOp)
+                or (isinstance(o, comm.SendOp) and o is send)
+            ]
+        case comm.FusionKind.ALL_TO_ALL:
+            return [o for o in body if isinstance(o, comm.AllToAllOp)]
+        case _:
+            return []
+
+
+def _crossing(
+    op: comm.CollectiveOp, grid_shape: tuple[int, ...], nodes: tuple[int, ...]
+) -> str | None:
+    """How `op` reaches across nodes (a group, a send's pair of ranks), None if it does not."""
+    if not nodes:
+        return None
+    if isinstance(op, comm.SendOp):
+        along, shift = op.along.value.data, op.shift.value.data
+        for r in range(len(nodes)):
+            to = V.send_partner(V.coords_of(r, grid_shape), grid_shape, along, shift)
+            if to is not None and nodes[r] != nodes[to]:
+                return f"rank {r} sends to rank {to} on another node"
+        return None
+    for group in V.groups_of(grid_shape, op.span()):
+        if V.spans_nodes(group, nodes):
+            return f"its group {group} spans nodes"
+    return None
+
+
+def choose_topology(fn: func.FuncOp, grid_shape: tuple[int, ...], nodes: tuple[int, ...]) -> None:
+    """Set (or check) the topology of every collective of `fn` that a fused kernel runs."""
+    chosen: set[Operation] = set()
+    for region in fn.walk():
+        if not isinstance(region, comm.FusedOp):
+            continue
+        for op in kernel_collectives(region):
+            chosen.add(op)
+            crossing = _crossing(op, grid_shape, nodes)
+            want = Topology.FLAT if crossing is None else Topology.HIERARCHICAL
+            given = topology_of(op)
+            if given is None:
+                op.attributes[TOPOLOGY_ATTR_NAME] = TopologyAttr(want)
+            elif given != want and crossing is None:
+                where = f"on nodes {list(nodes)}" if nodes else "on one node"
+                raise fail(
+                    "topology-one-node",
+                    f"{op_name(op)} asks for a hierarchical topology, but every group it "
+                    f"works in lies within one node (the plan's {int(np.prod(grid_shape))} "
+                    f"rank(s) {where}): there is nothing to run between nodes",
+                    at=op,
+                )
+            elif given != want:
+                raise fail(
+                    "topology-across-nodes",
+                    f"{op_name(op)} asks for a flat topology, but {crossing} "
+                    f"(node map {list(nodes)}): symmetric memory reaches only the ranks of "
+                    "one node",
+                    at=op,
+                )
+    for op in fn.walk():
+        if TOPOLOGY_ATTR_NAME in op.attributes and op not in chosen:
+            raise fail(
+                "topology-op",
+                f"{op_name(op)} has a topology, but only the collectives a fused kernel runs "
+                "choose one: the reduce_scatters and all_gathers of fused all_reduce and send "
+                "regions, the all_reduce of a one-shot region, the send a send region runs "
+                "as one kernel, the all_to_alls of an all_to_all region",
+                at=op,
+            )
+
+
+@dataclass(frozen=True)
+class ChooseTopologyPass(MachinePass):
+    """Choose how each collective a fused kernel runs reaches its group [topology-*]:
+    `comm.topology = #comm<topology flat>` where every group lies within one node (one
+    kernel over symmetric memory), `hierarchical` where a group spans nodes.
+
+    Options: `ranks` (default: the grid's size), `ranks-per-node` or `nodes` (the node of
+    each rank; neither: one node). A topology already written must be the one the machine
+    gives ([topology-one-node], [topology-across-nodes]) and sit on such a collective
+    ([topology-op])."""
+
+    name = "coco-choose-topology"
+
+    def decide(self, fn: func.FuncOp, grid_shape: tuple[int, ...], nodes: tuple[int, ...]) -> None:
+        choose_topology(fn, grid_shape, nodes)
+
+
+# --------------------------------------------------------------------------------------------
+# Deferral: scalars rematerialized in fused kernels, casts on the wire
+# --------------------------------------------------------------------------------------------
+
+
+def scalar_arithmetic(op: Operation) -> bool:
+    """An elementwise op or constant of scalars (no dropout: its mask is drawn once)."""
+    return (
+        isinstance(op, coco.ElementwiseOp | coco.ConstantOp)
+        and not isinstance(op, coco.DropoutOp)
+        and all(tensor_type_of(r).get_shape() == () for r in op.results)
+    )
+
+
+def _fused_all_reduce(op: Operation | None) -> bool:
+    return isinstance(op, comm.FusedOp) and op.kind.data == comm.FusionKind.ALL_REDUCE
+
+
+def _top_level_scalars(block: Block) -> set[Operation]:
+    """Scalar arithmetic on arguments (an optimizer's bias corrections: 1 - beta1**step)
+    that only fused collectives read: each fused collective kernel computes it itself, once
+    per block, instead of a launch per op before the regions."""
+    scalar: list[Operation] = []
+    chosen: set[Operation] = set()
+    for op in block.ops:
+        if scalar_arithmetic(op) and all(
+            not isinstance(v.owner, Operation) or v.owner in chosen for v in op.operands
+        ):
+            scalar.append(op)
+            chosen.add(op)
+
+    def top(op: Operation) -> Operation:
+        while op.parent_block() is not block:
+            parent = op.parent_op()
+            assert parent is not None
+            op = parent
+        return op
+
+    for op in reversed(scalar):
+        readers = [top(use.operation) for r in op.results for use in r.uses]
+        if not readers or not all(r in chosen or _fused_all_reduce(r) for r in readers):
+            chosen.discard(op)
+    return chosen
+
+
+def _wire_casts(block: Block) -> set[Operation]:
+    """Casts that widen exactly (bf16, f16 or fp8 to f32, ...) whose only readers are the
+    reduce_scatters of fused all_reduce regions (or the all_reduces of one-shot ones): their
+    peers pull the cast's narrow input and widen it as they accumulate, so the wire carries
+    the narrow type -- the sum is the same, bit for bit, as a widening that changes no value."""
+    chosen: set[Operation] = set()
+    for op in block.ops:
+        if not isinstance(op, coco.CastOp) or not exact_widening(
+            tensor_type_of(op.input).elt, tensor_type_of(op.result).elt
+        ):
+            continue
+        readers = [use.operation for use in op.result.uses]
+        if readers and all(
+            _fused_all_reduce(parent := r.parent_op())
+            and (
+                isinstance(r, comm.ReduceScatterOp)
+                # the one-shot form's all_reduce reads its peers' inputs the same way
+                or (
+                    isinstance(r, comm.AllReduceOp)
+                    and isinstance(parent, comm.FusedOp)
+                    and parent.is_one_shot
+                )
+            )
+            for r in readers
+        ):
+            chosen.add(op)
+    return chosen
+
+
+def two_shot_regions(fn: func.FuncOp) -> Iterable[comm.FusedOp]:
+    """The regions the plan builder lowers as two-shot fused collectives (fused_collective.py
+    `lower_fused_collective`): fused all_reduce regions but one-shot ones, and send regions
+    that are not one send kernel."""
+    for region in fn.walk():
+        if not isinstance(region, comm.FusedOp):
+            continue
+        kind = region.kind.data
+        if (kind == comm.FusionKind.ALL_REDUCE and not region.is_one_shot) or (
+            kind == comm.FusionKind.SEND and send_kernel_of(region) is None
+        ):
+            yield region
+
+
+def _region_deferrals(region: comm.FusedOp) -> set[Operation]:
+    """In a two-shot region: its scalar arithmetic (a trust ratio, a clipping factor from a
+    global norm: it belongs to no tensor's chain) and its slices of the function's arguments
+    (each kernel reading one reads the argument at this rank's piece, rather than one kernel
+    storing the slice for the next to read back), not where a reader runs after the
+    argument's update. None in a region with row reductions (row kernels read scalars from
+    memory)."""
+    body = [o for o in region.body.block.ops if not isinstance(o, comm.YieldOp)]
+    if any(isinstance(op, coco.ReduceDimsOp) for op in body):
+        return set()
+    return {
+        op
+        for op in body
+        if scalar_arithmetic(op)
+        or (
+            isinstance(op, coco.SliceOp)
+            and isinstance(op.input, BlockArgument)
+            and all(readable_at(op.input, use.operation) for use in op.result.uses)
+        )
+    }
+
+
+def deferrable(fn: func.FuncOp, nodes: tuple[int, ...]) -> dict[Operation, Deferral]:
+    """Every op of `fn` the plan builder may defer, and how."""
+    if nodes:
+        return {}
+    block = fn.body.block
+    out = {op: Deferral.REMATERIALIZE for op in _top_level_scalars(block)}
+    out |= {op: Deferral.WIRE for op in _wire_casts(block)}
+    for region in two_shot_regions(fn):
+        out |= {op: Deferral.REMATERIALIZE for op in _region_deferrals(region)}
+    return out
+
+
+def choose_deferrals(fn: func.FuncOp, nodes: tuple[int, ...]) -> None:
+    """Mark (or, where some are written, check) the ops of `fn` the plan builder defers."""
+    written = [op for op in fn.walk() if DEFERRAL_ATTR_NAME in op.attributes]
+    allowed = deferrable(fn, nodes)
+    if not written:
+        for op, how in allowed.items():
+            op.attributes[DEFERRAL_ATTR_NAME] = DeferralAttr(how)
+        return
+    for op in written:
+        how = deferral_of(op)
+        if allowed.get(op) == how:
+            continue
+        if nodes:
+            why = f"the plan spans nodes {list(nodes)}: kernels across nodes read it from memory"
+        elif how == Deferral.WIRE:
+            why = (
+                "only a cast that widens exactly and that only fused reduce_scatters (or a "
+                "one-shot region's all_reduce) read rides the wire"
+            )
+        else:
+            why = (
+                "only scalar arithmetic on arguments that only fused all_reduce regions read, "
+                "and a two-shot fused region's scalar arithmetic and slices of arguments "
+                "(without row reductions) are rematerialized"
+            )
+        raise fail("deferral", f"{op_name(op)} cannot be deferred as {how}: {why}", at=op)
+
+
+@dataclass(frozen=True)
+class DeferPass(MachinePass):
+    """Mark the ops the plan builder computes where they are read [deferral]:
+    `comm.deferral = #comm<deferral rematerialize>` on scalar arithmetic and argument slices
+    each fused collective kernel computes itself, `#comm<deferral wire>` on an exact widening
+    cast the peers apply as they accumulate.
+
+    Options: `ranks`, `ranks-per-node`, `nodes` (as coco-choose-topology's: nothing is
+    deferred on several nodes). Deferrals already written are kept, each one checked
+    ([deferral]), and none is added."""
+
+    name = "coco-defer"
+
+    def decide(self, fn: func.FuncOp, grid_shape: tuple[int, ...], nodes: tuple[int, ...]) -> None:
+        choose_deferrals(fn, nodes)
+
+
+# --------------------------------------------------------------------------------------------
+# What lower() runs
+# --------------------------------------------------------------------------------------------
+
+
+def _undecided(fn: func.FuncOp) -> bool:
+    """Whether `fn` holds anything to decide or check: a fused region, or a decision."""
+    return any(
+        isinstance(op, comm.FusedOp)
+        or TOPOLOGY_ATTR_NAME in op.attributes
+        or DEFERRAL_ATTR_NAME in op.attributes
+        for op in fn.walk()
+    )
+
+
+def decided(
+    program: Program,
+    grid_shape: tuple[int, ...],
+    nodes: tuple[int, ...],
+    in_place: bool = False,
+) -> Program:
+    """`program` with the lowering's decisions for the machine (`nodes`: node_map's) made
+    or checked: a copy where it holds any (`in_place`: `program` itself, made for this
+    lowering alone), `program` itself where there is nothing to decide. A refusal is a
+    CocoError."""
+    if not _undecided(program.func):
+        return program
+    if not in_place:
+        program = program.clone()
+    try:
+        choose_topology(program.func, grid_shape, nodes)
+        choose_deferrals(program.func, nodes)
+    except PassFailedException as e:
+        raise CocoError(f"@{program.name}: {e}") from None
+    return program
