@@ -7,10 +7,10 @@ lowering) assume the same, so a program breaking it must be refused here, with a
 rather than crash or hang there. Every violation raises a `VerifyException` whose message
 starts with the rule's name in brackets, as in layout_rules.py:
 
-* module-ops            a module holds only `func.func`s (no op outside a function), and the
-                        rewrite patterns and scripts xDSL's passes read from it (`pdl`,
-                        `pdl_interp`, `transform`: apply-pdl, transform-interpreter), which
-                        coconet's tools ignore.
+* module-ops            a module is one block holding only `func.func`s (no op outside a
+                        function), and the rewrite patterns and scripts xDSL's passes read
+                        from it (`pdl`, `pdl_interp`, `transform`: apply-pdl,
+                        transform-interpreter), which coconet's tools ignore.
 * function-declaration  every function has a body: a declaration has nothing to run.
 * function-blocks       a function body is one block (coco has no control flow).
 * nested-function       a `func.func` sits at module level, never inside a function.
@@ -108,6 +108,13 @@ def check_structure(module: ModuleOp) -> None:
             '(coco.schedule = "coco-reorder{ops=x}")',
         )
     _check_numerics(module, "builtin.module")
+    if len(module.body.blocks) != 1:
+        _refuse(
+            module,
+            "module-ops",
+            f"builtin.module holds {len(module.body.blocks)} blocks: a module is one block of "
+            "func.funcs",
+        )
     for op in module.ops:
         if not isinstance(op, func.FuncOp):
             if _op_name(op).split(".", 1)[0] in PATTERN_DIALECTS:

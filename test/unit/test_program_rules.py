@@ -219,6 +219,21 @@ func.func @f() -> !coco.tensor<f32> {
         parse_module(text)
 
 
+def test_a_module_of_two_blocks_is_one_message() -> None:
+    """The fuzzer's line swap put a block label inside a generic module: one diagnostic, not
+    xDSL's ValueError from `ModuleOp.ops`."""
+    text = """
+"builtin.module"() ({
+    "func.return"() : () -> ()
+  ^bb0(%x: !coco.tensor<8xf32>):
+  "func.func"() <{sym_name = "f", function_type = (!coco.tensor<8xf32>) -> ()}> ({
+  }) {coco.grid = #coco.grid<[2]>} : () -> ()
+}) : () -> ()
+"""
+    with pytest.raises(CocoError, match=r"\[module-ops\] builtin.module holds 2 blocks"):
+        parse_module(text)
+
+
 def test_foreign_op_built_in_python() -> None:
     program, f, _ = two_functions()
     f.body.block.insert_op_before(arith.ConstantOp(FloatAttr(1.0, f32)), f.body.block.first_op)
