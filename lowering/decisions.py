@@ -422,7 +422,7 @@ class DeferPass(MachinePass):
 # --------------------------------------------------------------------------------------------
 
 
-def _undecided(fn: func.FuncOp) -> bool:
+def _to_decide(fn: func.FuncOp) -> bool:
     """Whether `fn` holds anything to decide or check: a fused region, or a decision."""
     return any(
         isinstance(op, comm.FusedOp)
@@ -442,7 +442,7 @@ def decided(
     or checked: a copy where it holds any (`in_place`: `program` itself, made for this
     lowering alone), `program` itself where there is nothing to decide. A refusal is a
     CocoError."""
-    if not _undecided(program.func):
+    if not _to_decide(program.func):
         return program
     if not in_place:
         program = program.clone()

@@ -20,6 +20,11 @@ Top-level ops map to plan steps:
 
 Every rank-dependent number (slice offsets, dropout streams) is a `RankValue` table, so the
 plan and the CUDA text are the same for every rank.
+
+What depends on the machine or on where a value is computed is decided first, as IR
+(decisions.py: `coco-choose-topology` writes each fused collective's `comm.topology`,
+`coco-defer` each deferred op's `comm.deferral`), on a copy of the program; the builder reads
+those attributes.
 """
 
 from __future__ import annotations
