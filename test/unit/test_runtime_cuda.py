@@ -775,12 +775,13 @@ def test_cupy_device_runs_sgd_on_one_gpu():
 
 
 # ---------------------------------------------------------------------------------------------
-# Every example under every named schedule, ranks sharing ONE GPU (the double)
+# Examples under their named schedules, ranks sharing ONE GPU (the double)
 # ---------------------------------------------------------------------------------------------
 
 
 # Ranks sharing the GPU is what this matrix adds to the fake-GPU tests above: CI runs 2 of them
-# (every example and schedule once); the 1- and 4-rank cases under COCONET_FULL=1.
+# on a checkerboard of examples x schedules (below); every pair, and the 1- and 4-rank cases,
+# under COCONET_FULL=1.
 FULL_ONE_GPU = os.environ.get("COCONET_FULL") == "1"
 ONE_GPU_RANKS = (1, 2, 4) if FULL_ONE_GPU else (2,)
 
