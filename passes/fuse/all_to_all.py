@@ -28,13 +28,12 @@ from coconet.passes.common import (
 from coconet.passes.fuse.checks import exact_set
 from coconet.passes.fuse.region import (
     RULE,
-    Plan,
     absorb_feeders,
     absorb_updates,
+    chains_in_order,
     fuse,
     fuse_plans,
     in_order,
-    position,
 )
 from coconet.passes.fuse.spaces import op_space, space_of
 
@@ -68,20 +67,10 @@ class FuseAllToAllPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.ops:
             sites = find_named_ops(op, self.ops, f"{RULE}-block", "op")
-            plans: list[Plan] = []
-            if all(isinstance(s, comm.AllToAllOp) for _, s in sites):
-                # In program order, each chain without the ops an earlier one took (the
-                # computation between two exchanges is the first one's consumers).
-                taken: set[Operation] = set()
-                for fn, a2a in sorted(sites, key=lambda site: position(site[1])):
-                    assert isinstance(a2a, comm.AllToAllOp)  # checked just above
-                    block = body_block(fn)
-                    members = exchange_chain(block, a2a, taken)
-                    taken |= members
-                    plans.append((block, members, KIND))
-            else:
+            plans = chains_in_order(sites, comm.AllToAllOp, exchange_chain, KIND)
+            if plans is None:
                 block, members = exact_set(sites, _check_exchange, _check_exchange_sizes)
-                plans.append((block, members, KIND))
+                plans = [(block, members, KIND)]
             fuse_plans(plans)
             return
         for fn in functions(op):

@@ -19,11 +19,10 @@ from coconet.passes.fuse.checks import exact_set
 from coconet.passes.fuse.region import (
     ONE_SHOT,
     RULE,
-    Plan,
+    chains_in_order,
     fuse,
     fuse_plans,
     in_order,
-    position,
     shared,
 )
 from coconet.passes.fuse.spaces import (
@@ -44,20 +43,10 @@ def fuse_one_shot(module: ModuleOp, ops: tuple[str, ...]) -> None:
             fuse_greedy(body_block(fn))
         return
     sites = find_named_ops(module, ops, f"{RULE}-block", "op")
-    plans: list[Plan] = []
-    if all(isinstance(s, comm.AllReduceOp) for _, s in sites):
-        # In program order, each chain without the ops an earlier one took (a residual
-        # stream that every layer's chain reaches is the first one's).
-        taken: set[Operation] = set()
-        for fn, ar in sorted(sites, key=lambda site: position(site[1])):
-            assert isinstance(ar, comm.AllReduceOp)  # checked just above
-            block = body_block(fn)
-            members = one_shot_chain(block, ar, taken)
-            taken |= members
-            plans.append((block, members, ONE_SHOT))
-    else:
+    plans = chains_in_order(sites, comm.AllReduceOp, one_shot_chain, ONE_SHOT)
+    if plans is None:
         block, members = exact_set(sites, _check_one_shot_set)
-        plans.append((block, members, ONE_SHOT))
+        plans = [(block, members, ONE_SHOT)]
     fuse_plans(plans)
 
 

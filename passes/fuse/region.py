@@ -5,6 +5,10 @@ here, so all of them move ops and yield values the same way."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence, Set as AbstractSet
+from typing import TypeVar
+
+from xdsl.dialects import func
 from xdsl.ir import Attribute, Block, Operation, Region
 from xdsl.utils.exceptions import PassFailedException
 
@@ -12,6 +16,7 @@ from coconet.dialects import coco, comm
 from coconet.passes.common import (
     OrderInfo,
     ancestor_in,
+    body_block,
     check_groups_acyclic,
     fail,
     op_name,
@@ -137,6 +142,32 @@ def fuse(block: Block, members: set[Operation], kind: str) -> comm.RegionOp:
         members = absorb_whole_reductions(block, members)
     hoisted, order = plan_contiguous(block, members, f"{RULE}-cycle", "fusing " + describe(members))
     return wrap_in_region(block, hoisted, order, _make_fused(kind))
+
+
+_SiteOp = TypeVar("_SiteOp", bound=Operation)
+
+
+def chains_in_order(
+    sites: Sequence[tuple[func.FuncOp, Operation]],
+    site_type: type[_SiteOp],
+    chain: Callable[[Block, _SiteOp, AbstractSet[Operation]], set[Operation]],
+    kind: str,
+) -> list[Plan] | None:
+    """The plans of named sites that are all `site_type`: in program order, each site's
+    `chain` without the ops an earlier one took (what two sites both reach -- a residual
+    stream, the computation between two exchanges -- is the first one's). None where a named
+    op is of another type: the names are then a set to fuse as it is."""
+    typed = [(fn, s) for fn, s in sites if isinstance(s, site_type)]
+    if len(typed) != len(sites):
+        return None
+    plans: list[Plan] = []
+    taken: set[Operation] = set()
+    for fn, site in sorted(typed, key=lambda t: position(t[1])):
+        block = body_block(fn)
+        members = chain(block, site, taken)
+        taken |= members
+        plans.append((block, members, kind))
+    return plans
 
 
 def fuse_plans(plans: list[Plan]) -> None:
