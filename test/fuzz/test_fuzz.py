@@ -37,14 +37,16 @@ def _assert_clean(summary: dict) -> None:
 
 
 def test_ci_slice_finds_no_traceback_hang_or_silent_acceptance():
-    summary = run_fuzz(2000, seed=0, jobs=2, depth="quick")
+    # 1,000 inputs: each of the 468 seeds twice, each of the 32 mutation kinds at least 7
+    # times (seed 0); `make fuzz` and test_full_slice go deeper
+    summary = run_fuzz(1000, seed=0, jobs=2, depth="quick")
     print(format_summary(summary))
-    assert summary["inputs"] == 2000
+    assert summary["inputs"] == 1000
     _assert_clean(summary)
     o = summary["outcomes"]
     # The slice reaches every stage: programs accepted and run, others refused cleanly.
     assert summary["distinct_accepted_programs"] >= 100
-    assert o["rejected"] >= 1000
+    assert o["rejected"] >= 500
     # and its profile accounts for the stages every accepted program goes through
     assert {"load", "coco-opt", "lower", "sim", "schedules"} <= set(summary["stage_seconds"])
 

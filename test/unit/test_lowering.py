@@ -54,24 +54,26 @@ TOLERANCE = {"f16": 4e-3, "bf16": 3e-2, "f32": 2e-5, "f64": 1e-12}
 
 
 @functools.cache
-def final_pipelines() -> frozenset[str]:
-    """The pipelines users run: the program as written and its named schedules."""
+def offered(path: Path) -> dict[str, str]:
+    """The named schedules of an example (each listing costs ~0.2 s: listed once a process)."""
     from coconet.schedule import named_schedules
 
+    return named_schedules(coconet.load(path))
+
+
+@functools.cache
+def final_pipelines() -> frozenset[str]:
+    """The pipelines users run: the program as written and its named schedules."""
     found = {""}
     for path in EXAMPLES:
-        found |= set(named_schedules(coconet.load(path)).values())
+        found |= set(offered(path).values())
     return frozenset(found)
 
 
-def schedules_of(program: Program) -> dict[str, str]:
+def schedules_of(path: Path) -> dict[str, str]:
     found = dict(PIPELINES)
-    try:
-        from coconet.schedule import named_schedules
-    except ImportError:
-        return found
-    for name, pipeline in named_schedules(program).items():
-        if name == "fuse(ar-c)" and program.name not in ONE_SHOT_EXAMPLES:
+    for name, pipeline in offered(path).items():
+        if name == "fuse(ar-c)" and path.stem not in ONE_SHOT_EXAMPLES:
             continue  # the one-shot form: two examples here, the rest in test_one_shot.py
         found[f"named:{name}"] = pipeline
     return found
@@ -91,8 +93,7 @@ def scheduled(path: Path, pipeline: str) -> Program | None:
 
 def cases():
     for path in EXAMPLES:
-        program = coconet.load(path)
-        for name, pipeline in schedules_of(program).items():
+        for name, pipeline in schedules_of(path).items():
             yield pytest.param(path, pipeline, id=f"{path.stem}-{name}")
 
 
@@ -173,16 +174,33 @@ def _compiled(source: str, arch: str) -> int:
     return size
 
 
+@functools.cache
+def machine_code_pipelines() -> frozenset[tuple[Path, str]]:
+    """The (example, pipeline) pairs test_machine_code builds for sm_90 (a GPU build's text,
+    ptxas included) when nvdisasm is there to read them: every example's ar-c and fuse(rs-c-ag)."""
+    from coconet.lowering.machine_code import nvdisasm_path
+
+    if nvdisasm_path() is None:
+        return frozenset()
+    return frozenset(
+        (path, offered(path)[name])
+        for path in EXAMPLES
+        for name in ("ar-c", "fuse(rs-c-ag)")
+        if name in offered(path)
+    )
+
+
 def nvrtc_archs(path: Path, pipeline: str) -> tuple[str, ...]:
     """What the NVRTC matrix builds `path` under `pipeline` for. The pipelines users run, to
-    machine code for sm_90 and, on every other example, sm_80 (in turn: ptxas for sm_80 is
-    0.5 s a unit, and NVRTC's sm_80 front end still reads the rest as PTX); the others to PTX.
-    COCONET_FULL=1: every pipeline to machine code for both."""
+    machine code for sm_90 (unless test_machine_code does) and, on every other example, sm_80
+    (in turn: ptxas for sm_80 is 0.5 s a unit, and NVRTC's sm_80 front end still reads the
+    rest as PTX); the others to PTX. COCONET_FULL=1: every pipeline to machine code for both."""
     if FULL:
         return ("sm_80", "sm_90")
     if pipeline not in final_pipelines():
         return ("compute_90",)
-    return ("sm_80" if EXAMPLES.index(path) % 2 == 0 else "compute_80", "sm_90")
+    sm_80 = "sm_80" if EXAMPLES.index(path) % 2 == 0 else "compute_80"
+    return (sm_80,) if (path, pipeline) in machine_code_pipelines() else (sm_80, "sm_90")
 
 
 @pytest.mark.skipif(not nvrtc_available(), reason="the nvidia-cuda-nvrtc wheel is not installed")
