@@ -139,21 +139,26 @@ def declared_ranks_per_node() -> int | None:
     return value
 
 
+def declared_nodes(size: int) -> tuple[int, ...]:
+    """The node of every rank of a job of `size` ranks on one machine, or as
+    COCONET_RANKS_PER_NODE declares it: what `job_nodes` finds there, known before launch."""
+    per_node = declared_ranks_per_node()
+    nodes = V.nodes_of(size, per_node) if per_node is not None else ()
+    return nodes if len(set(nodes)) > 1 else ()
+
+
 def job_nodes(comm: Any, mpi: Any) -> tuple[int, ...]:
     """The node of every rank of the job (collective): the declared split, else the ranks that
     share memory (MPI's COMM_TYPE_SHARED), nodes numbered in the order of their first rank;
     () when one node holds every rank."""
-    size = comm.Get_size()
-    per_node = declared_ranks_per_node()
-    if per_node is not None:
-        nodes = V.nodes_of(size, per_node)
-    else:
-        node = comm.Split_type(mpi.COMM_TYPE_SHARED, key=comm.Get_rank())
-        leader = min(node.allgather(comm.Get_rank()))
-        node.Free()
-        leaders = comm.allgather(leader)
-        numbering = {lead: k for k, lead in enumerate(dict.fromkeys(leaders))}
-        nodes = tuple(numbering[lead] for lead in leaders)
+    if declared_ranks_per_node() is not None:
+        return declared_nodes(comm.Get_size())
+    node = comm.Split_type(mpi.COMM_TYPE_SHARED, key=comm.Get_rank())
+    leader = min(node.allgather(comm.Get_rank()))
+    node.Free()
+    leaders = comm.allgather(leader)
+    numbering = {lead: k for k, lead in enumerate(dict.fromkeys(leaders))}
+    nodes = tuple(numbering[lead] for lead in leaders)
     return nodes if len(set(nodes)) > 1 else ()
 
 

@@ -468,15 +468,17 @@ def prepared_job(
 ) -> dict:
     """The job description every rank runs, once everything checkable here is checked."""
     from coconet.compile import apply_schedule
-    from coconet.lowering.lower_to_plan import lower
     from coconet.runtime.sim import prepare_inputs
+    from coconet.runtime.symmetric import declared_nodes
+    from coconet.tools.rank_job import job_plan
 
     given = load_arrays(args.inputs) if args.inputs else None
-    for label, spec in schedules:
-        scheduled = apply_schedule(program, spec)
-        plan = lower(scheduled, args.ranks)
+    nodes = declared_nodes(args.ranks)  # one machine's: mpiexec's local launch
+    for _label, spec in schedules:
+        # lowered into the plan cache, where the ranks find it (rank_job.job_plan)
+        plan = job_plan(program, args.entry, spec, args.ranks, None, nodes, backend)
         if given is not None:
-            prepare_inputs(scheduled, given, plan.grid_shape, args.seed)
+            prepare_inputs(apply_schedule(program, spec), given, plan.grid_shape, args.seed)
     if args.output:
         try:
             Path(args.output).parent.mkdir(parents=True, exist_ok=True)
