@@ -19,8 +19,9 @@ lanes: the fused Adam kernel is ~1.7x faster with it on a 2-core EPYC (8.4M elem
 The optimization level is -O3; COCONET_HOST_OPT=0..3 sets another. It is a flag, so part of
 the cache key, and changes no value (the flags above fix the arithmetic at every level): the
 test suite builds its many one-use kernels at -O0, in under half the time (its small
-inputs run as fast), and keeps -O3, the level users run, for the named schedules of
-every example (test_lowering) and the checks of vectorized code.
+inputs run as fast), and keeps -O3, the level users run, for the named schedules of every
+other example (test_lowering; all of them under COCONET_FULL=1) and the checks of
+vectorized code.
 """
 
 from __future__ import annotations

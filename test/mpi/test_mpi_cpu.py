@@ -252,6 +252,9 @@ def test_second_run_compiles_nothing(tmp_path):
     assert "kernel cache: 1 compiled, 1 loaded from cache (2 rank(s))" in first.stdout
     assert "kernel cache: 0 compiled, 2 loaded from cache (2 rank(s))" in second.stdout
     assert list((tmp_path / "cache" / "host").glob("*/*.so"))
+    # the launcher lowered the schedule into the plan cache and every rank took it from there:
+    # one plan for both runs (a rank whose key differed would have lowered a second)
+    assert len(list((tmp_path / "cache" / "plans").glob("*/*.plan.pickle"))) == 1
 
 
 # ---------------------------------------------------------------------------------------------

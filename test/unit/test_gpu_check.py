@@ -38,8 +38,17 @@ def gpu_check() -> ModuleType:
 
 
 @functools.cache
+@functools.cache
 def matrix(ranks: tuple[int, ...] = (1, 2, 4)):
+    """The matrix (cases, skipped), enumerated once a process: it lists every example's named
+    schedules (seconds)."""
     return gpu_check().enumerate_matrix(EXAMPLES, ranks)
+
+
+@functools.cache
+def offered(path: Path) -> set[str]:
+    """The named schedules of an example, or the matrix's "as written" where none fits."""
+    return set(named_schedules(load(path))) or {gpu_check().AS_WRITTEN}
 
 
 def nvidia_smi_lists_gpu() -> bool:
@@ -143,9 +152,6 @@ def test_make_gpu_check_when_nvidia_smi_lists_nothing(tmp_path: Path):
 
 
 def test_matrix_covers_every_example_with_every_schedule_it_is_offered():
-    from coconet.core.program import load
-    from coconet.schedule import named_schedules
-
     cases, _ = matrix()
     examples = {p.name for p in EXAMPLES.glob("*.mlir")}
     assert len(examples) >= 9
@@ -154,8 +160,7 @@ def test_matrix_covers_every_example_with_every_schedule_it_is_offered():
     for name in examples:
         schedules = {c.schedule for c in cases if c.example.name == name}
         # as written where no named schedule fits (examples/fp8_allgather_matmul)
-        offered = set(named_schedules(load(EXAMPLES / name))) or {gpu_check().AS_WRITTEN}
-        assert schedules == offered, name
+        assert schedules == offered(EXAMPLES / name), name
         several += len(schedules) >= 3
     assert several >= 9  # (ZeRO-3's step is offered one schedule; the others several)
     assert len(set(cases)) == len(cases), "no case twice"
@@ -177,12 +182,8 @@ def test_matrix_includes_overlap_and_sliced_send_schedules():
 
 def test_matrix_schedules_are_named_schedules_of_their_program():
     cases, _ = matrix()
-    named = {
-        p: set(named_schedules(load(p))) or {gpu_check().AS_WRITTEN}
-        for p in {c.example for c in cases}
-    }
     for c in cases:
-        assert c.schedule in named[c.example], c
+        assert c.schedule in offered(c.example), c
 
 
 def test_matrix_only_legal_rank_counts_and_says_why_not():
@@ -197,7 +198,7 @@ def test_matrix_only_legal_rank_counts_and_says_why_not():
     # Every example x named schedule x rank count is either a case or explained.
     run = {(c.example, c.schedule, c.ranks) for c in cases}
     for path in EXAMPLES.glob("*.mlir"):
-        for name in named_schedules(load(path)):
+        for name in offered(path) - {gpu_check().AS_WRITTEN}:
             for n in (1, 2, 4):
                 if (path, name, n) in run:
                     continue
