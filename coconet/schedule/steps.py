@@ -119,6 +119,10 @@ class ScheduleSteps:
         self._throwaway = False
         # a disposable schedule's steps not verified yet (_verify_deferred)
         self._unverified: list[str] = []
+        # inside an _attempt of a disposable schedule: steps keep undo clones, and their
+        # verification still waits for _verify_deferred (half the verifications of a named
+        # schedule were of attempted steps)
+        self._defer_verify = False
 
     @classmethod
     def _working_on(cls, program: Program, disposable: bool) -> Self:
@@ -135,13 +139,14 @@ class ScheduleSteps:
     @contextlib.contextmanager
     def _attempt(self) -> Iterator[None]:
         """A step its caller goes on without when refused: undone then, even in a disposable
-        or throwaway schedule."""
-        kept = self._disposable, self._throwaway
+        or throwaway schedule (a disposable one still verifies it with its other steps)."""
+        kept = self._disposable, self._throwaway, self._defer_verify
+        self._defer_verify = self._defer_verify or self._disposable
         self._disposable = self._throwaway = False
         try:
             yield
         finally:
-            self._disposable, self._throwaway = kept
+            self._disposable, self._throwaway, self._defer_verify = kept
 
     # -- state -------------------------------------------------------------------------
 
@@ -176,6 +181,7 @@ class ScheduleSteps:
         other._disposable = False
         other._throwaway = throwaway
         other._unverified = []
+        other._defer_verify = False
         return other
 
     def __repr__(self) -> str:
@@ -214,7 +220,7 @@ class ScheduleSteps:
         except BaseException:
             self._restore(backup)  # a pass crashed: keep the schedule as it was, and say so
             raise
-        if self._disposable:
+        if self._disposable or self._defer_verify:
             self._unverified.append(spec)
         else:
             try:
