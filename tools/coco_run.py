@@ -475,10 +475,11 @@ def prepared_job(
     given = load_arrays(args.inputs) if args.inputs else None
     nodes = declared_nodes(args.ranks)  # one machine's: mpiexec's local launch
     for _label, spec in schedules:
+        scheduled = apply_schedule(program, spec) if given is not None else None
         # lowered into the plan cache, where the ranks find it (rank_job.job_plan)
-        plan = job_plan(program, args.entry, spec, args.ranks, None, nodes, backend)
-        if given is not None:
-            prepare_inputs(apply_schedule(program, spec), given, plan.grid_shape, args.seed)
+        plan = job_plan(program, args.entry, spec, args.ranks, None, nodes, backend, scheduled)
+        if scheduled is not None:
+            prepare_inputs(scheduled, given, plan.grid_shape, args.seed)
     if args.output:
         try:
             Path(args.output).parent.mkdir(parents=True, exist_ok=True)

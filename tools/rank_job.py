@@ -557,12 +557,14 @@ def job_plan(
     config: Any,
     nodes: Sequence[int],
     backend: str,
+    scheduled: Program | None = None,
 ) -> Any:
     """`program` under schedule `spec`, lowered for the job: from the plan cache, where the
     launcher put it before launch (coco-run's `prepared_job`), so no rank schedules and lowers
     it again (a job's ranks started 0.2 s a schedule apart each). The key is the program's
     printed text (numerics default included) under a target of coco-run's own: `compile()`'s
-    plans carry more (the written types) and never mix with these."""
+    plans carry more (the written types) and never mix with these. `scheduled`: the caller's
+    `apply_schedule(program, spec)`, lowered on a miss instead of scheduling again."""
     from coconet.compile import apply_schedule
     from coconet.lowering.lower_to_plan import lower
     from coconet.lowering.plan_cache import cached_plan, plan_key
@@ -571,7 +573,7 @@ def job_plan(
         program.print(), entry, spec or "", ranks, nodes, repr(config), f"coco-run:{backend}"
     )
     return cached_plan(
-        key, lambda: lower(apply_schedule(program, spec), ranks, config, nodes)
+        key, lambda: lower(scheduled or apply_schedule(program, spec), ranks, config, nodes)
     ).value
 
 
@@ -617,9 +619,12 @@ def run_program(
     for sched in job["schedules"]:
         label, spec = sched["label"], sched.get("spec")
         t0 = time.perf_counter()
-        plan = job_plan(program, entry.get("entry"), spec, size, config, nodes, backend_name)
         # the program the oracle runs, which only rank 0 does (the others never read it)
-        scheduled = apply_schedule(program, spec) if rank == 0 else program
+        oracle = apply_schedule(program, spec) if rank == 0 else None
+        plan = job_plan(
+            program, entry.get("entry"), spec, size, config, nodes, backend_name, oracle
+        )
+        scheduled = oracle or program
         plan.cuda_source = guard.corrupt_source(plan.cuda_source)
         t_lower = time.perf_counter() - t0
         backend = make_backend(

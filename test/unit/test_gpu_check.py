@@ -38,7 +38,6 @@ def gpu_check() -> ModuleType:
 
 
 @functools.cache
-@functools.cache
 def matrix(ranks: tuple[int, ...] = (1, 2, 4)):
     """The matrix (cases, skipped), enumerated once a process: it lists every example's named
     schedules (seconds)."""
