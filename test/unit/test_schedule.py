@@ -761,3 +761,22 @@ def test_a_pass_that_leaves_invalid_ir_is_reported_as_a_pass_bug():
     with pytest.raises(ScheduleError, match="coco-split-allreduce,test-mislabel-products") as late:
         d._verify_deferred()
     assert late.value.rule == VERIFY_RULE
+
+
+def test_an_attempted_step_is_verified_as_its_schedule_verifies_its_steps():
+    """Inside `_attempt` (a step a recipe goes on without when refused) a disposable schedule
+    still verifies the step with its other steps, at the end; a user's schedule verifies it
+    at once and undoes it."""
+    d = Schedule._working_on(sgd(), disposable=True)
+    d.apply("coco-split-allreduce")
+    with d._attempt():
+        d.apply(_MislabelProducts())
+    with pytest.raises(ScheduleError, match="coco-split-allreduce,test-mislabel-products") as late:
+        d._verify_deferred()
+    assert late.value.rule == VERIFY_RULE
+    s = Schedule(sgd())
+    before = s.ir()
+    with pytest.raises(ScheduleError, match="a pass bug") as refused, s._attempt():
+        s.apply(_MislabelProducts())
+    assert refused.value.rule == VERIFY_RULE
+    assert s.ir() == before
