@@ -35,7 +35,6 @@ from coconet.dialects.coco import TensorType, tensor_type_of
 from coconet.lowering.kernels.exchange import FusedAllToAllKernel, recv_fields, send_fields
 from coconet.lowering.kernels.spec import ElementwiseSpec, Store
 from coconet.lowering.plan import (
-    MAX_COLLECTIVE_BLOCKS,
     ArgTable,
     Buffer,
     Epoch,
@@ -44,7 +43,7 @@ from coconet.lowering.plan import (
     PeerTable,
     RankValue,
 )
-from coconet.lowering.plan_builder import PlanBuilder, needed_after
+from coconet.lowering.plan_builder import PlanBuilder, flags_buffer, needed_after
 from coconet.lowering.signature import ParamKind
 
 Box = tuple[slice, ...]
@@ -203,14 +202,7 @@ def emit_exchange_kernel(lw: PlanBuilder, a2a: comm.AllToAllOp, body: list[Opera
 
     staging = lw.new_buffer(f"{sent.name_hint or 'sent'}_staged", src, symmetric=True)
     group = lw.group_size(span)
-    flags = lw.new_buffer(
-        f"{kernel.name}_flags",
-        src,
-        kind="scratch",
-        symmetric=True,
-        elt="u32",
-        shape=(2 * group * MAX_COLLECTIVE_BLOCKS + group,),
-    )
+    flags = flags_buffer(lw, kernel.name, src, group)
     count = max(max(lw.piece_count(src, r), lw.piece_count(dst, r)) for r in range(lw.size))
     send_args = iter(lw.kernel_args(kernel.send_params, src, send_buffers))
     recv_args = iter(lw.kernel_args(kernel.recv_params, dst, recv_buffers))

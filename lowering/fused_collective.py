@@ -52,7 +52,7 @@ from coconet.lowering.plan import (
     PeerTable,
     RankValue,
 )
-from coconet.lowering.plan_builder import PlanBuilder, needed_after
+from coconet.lowering.plan_builder import PlanBuilder, flags_buffer, needed_after
 from coconet.lowering.row_collective import RowCollectiveKernel
 from coconet.lowering.signature import ParamKind, range_positions
 
@@ -532,15 +532,8 @@ def emit_collective_kernel(
             op.result.name_hint or "gathered", op.result.type, symmetric=True
         )
     group = lw.group_size(span)
-    # Flags: entry and done (nranks x grid each), then one per rank for reductions.
-    flags = lw.new_buffer(
-        f"{kernel.name}_flags",
-        iteration,
-        kind="scratch",
-        symmetric=True,
-        elt="u32",
-        shape=(2 * group * MAX_COLLECTIVE_BLOCKS + group,),
-    )
+    # Flags: entry and done (nranks x grid each), one per rank for reductions, the epoch.
+    flags = flags_buffer(lw, kernel.name, iteration, group)
     n_red = len(kernel.reductions)
     partials = counter = exchange = None  # a kernel finishing reductions has these
     if n_red:

@@ -27,7 +27,6 @@ from coconet.lowering.fused_collective import lower_fused_collective
 from coconet.lowering.kernels.elementwise import ElementwiseKernel
 from coconet.lowering.kernels.spec import Store
 from coconet.lowering.plan import (
-    MAX_COLLECTIVE_BLOCKS,
     PLAN_COLLECTIVE_BLOCKS,
     Epoch,
     KernelArg,
@@ -35,7 +34,7 @@ from coconet.lowering.plan import (
     PeerTable,
     RankValue,
 )
-from coconet.lowering.plan_builder import PlanBuilder
+from coconet.lowering.plan_builder import PlanBuilder, flags_buffer
 from coconet.lowering.signature import ParamKind, range_positions
 
 
@@ -98,14 +97,7 @@ def emit_send_kernel(
     receive = lw.new_buffer(received.name_hint or "received", received.type, symmetric=True)
     lw.buffers[received] = receive
     group = lw.grid_shape[along]
-    flags = lw.new_buffer(
-        f"{kernel.name}_flags",
-        iteration,
-        kind="scratch",
-        symmetric=True,
-        elt="u32",
-        shape=(2 * group * MAX_COLLECTIVE_BLOCKS + group,),
-    )
+    flags = flags_buffer(lw, kernel.name, iteration, group)
     me = tuple(lw.coords[r][along] for r in range(lw.size))
 
     def to(r: int) -> int:

@@ -43,7 +43,6 @@ from coconet.dialects import coco, comm
 from coconet.dialects.coco import TensorType, tensor_type_of
 from coconet.lowering.kernels.node import node_gather_kernel, node_reduce_kernel
 from coconet.lowering.plan import (
-    MAX_COLLECTIVE_BLOCKS,
     PLAN_COLLECTIVE_BLOCKS,
     ArgTable,
     Buffer,
@@ -54,7 +53,7 @@ from coconet.lowering.plan import (
     PeerTable,
     RankValue,
 )
-from coconet.lowering.plan_builder import PlanBuilder, needed_after
+from coconet.lowering.plan_builder import PlanBuilder, flags_buffer, needed_after
 
 
 def _count(shape: tuple[int, ...]) -> int:
@@ -139,14 +138,7 @@ def _node_launch(
     bases: ArgTable,
     layout: tuple[int, int, int],
 ) -> Launch:
-    flags = lw.new_buffer(
-        f"{kernel}_flags",
-        out.type,
-        kind="scratch",
-        symmetric=True,
-        elt="u32",
-        shape=(2 * parts.q * MAX_COLLECTIVE_BLOCKS + parts.q,),
-    )
+    flags = flags_buffer(lw, kernel, out.type, parts.q)
     count, run, stride = layout
     total = parts.n * count
     args: list[KernelArg] = [

@@ -437,28 +437,23 @@ class Lowering:
         return launches
 
     def table_launch(self, run: list[Launch]) -> Launch:
-        shared: frozenset[ParamKind] = frozenset()
         if run[0].kernel in self.collective_kernels:
             key, kernel = self.collective_kernels[run[0].kernel]
             if key not in self.collective_tables:
                 self.collective_tables[key] = self.fresh(f"{run[0].kernel}_table")
             name = self.collective_tables[key]
-            # Each tensor's flags serve only this launch (collective_table_launches), so
-            # its launch count is every tensor's: one epoch, and tables that never change.
-            shared = frozenset({ParamKind.EPOCH})
         else:
             name, kernel = f"{run[0].kernel}_table", self.batchable_kernels[run[0].kernel]
         if name not in self.kernel_names:
             self.kernel_names.add(name)
-            self.kernels.append(table_form(kernel, name, shared))
+            # Each tensor's blocks take their epochs from its own flags' counter (a ticket
+            # per tensor's grid), so every parameter is per tensor.
+            self.kernels.append(table_form(kernel, name))
         blocks = [0]
         for launch in run:
             blocks.append(blocks[-1] + launch.grid)
         args: list[KernelArg] = [
-            run[0].args[k]
-            if p.kind in shared
-            else ArgTable(tuple(launch.args[k] for launch in run))
-            for k, p in enumerate(kernel.params)
+            ArgTable(tuple(launch.args[k] for launch in run)) for k in range(len(kernel.params))
         ]
         args += [ArgTable(tuple(blocks)), len(run)]
         writes = tuple(w for launch in run for w in launch.writes)

@@ -30,6 +30,16 @@ COMM_STREAM = 1
 # Adam step at 2^24 ran at 0.9 TB/s against a 4.3 TB/s copy).
 PLAN_COLLECTIVE_BLOCKS = 64
 MAX_COLLECTIVE_BLOCKS = 2048
+# The u32 words at the end of a flag array that hold its site's epoch counter and ticket
+# (coco_device.h coco_epoch_next).
+EPOCH_WORDS = 2
+
+
+def flag_words(group: int) -> int:
+    """The u32 words of a fused collective's flag array for a group of `group` ranks: entry
+    and done flags (group x MAX_COLLECTIVE_BLOCKS each), one exchange flag per rank, and the
+    epoch counter pair."""
+    return 2 * group * MAX_COLLECTIVE_BLOCKS + group + EPOCH_WORDS
 
 
 def shrink_grids(grids: Sequence[int], most: int) -> list[int]:
@@ -118,8 +128,11 @@ class PeerTable:
 
 @dataclass(frozen=True)
 class Epoch:
-    """A counter the executor increments at every launch of the kernel at this site: the value
-    its cross-rank flags carry, so flags never need resetting."""
+    """The launch counter of the kernel at this site (the flag array named `site`): the
+    address of its last EPOCH_WORDS words, from which every launch takes its epoch on the
+    device (coco_epoch_next) -- the value its cross-rank flags carry, so flags never need
+    resetting, and a launch replayed from a CUDA graph with unchanged arguments still carries
+    a new one."""
 
     site: str
 

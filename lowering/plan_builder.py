@@ -20,7 +20,7 @@ from coconet.dialects import coco
 from coconet.dialects.coco import TensorType
 from coconet.lowering.kernel_ir import Kernel, KernelKey, Param
 from coconet.lowering.kernel_site import KernelSite, SiteKey
-from coconet.lowering.plan import Buffer, KernelArg, RankValue, Step
+from coconet.lowering.plan import Buffer, KernelArg, RankValue, Step, flag_words
 
 
 @dataclass(frozen=True)
@@ -141,3 +141,11 @@ def needed_after(
     reads it, or an update the kernel does not store itself (`stored`) copies it later (an
     optimizer's `m` updated after its norms, in a later segment)."""
     return any(use.operation not in inside and use.operation not in stored for use in v.uses)
+
+
+def flags_buffer(lw: PlanBuilder, hint: str, t: TensorType, group: int) -> Buffer:
+    """A fused collective's flag array for a group of `group` ranks (plan.flag_words): every
+    member's symmetric scratch, zeroed, which its kernel's `Epoch` counts launches in too."""
+    return lw.new_buffer(
+        f"{hint}_flags", t, kind="scratch", symmetric=True, elt="u32", shape=(flag_words(group),)
+    )

@@ -438,7 +438,7 @@ class _RowBuilder(ElementwiseBuilder):
         # Blocks take runs of whole rows; so does a pull of member q's uneven piece.
         self.align = Lit(str(self.count))
         stmts += [Decl(self.range, chunk), *self.hoisted]
-        stmts += [thread_zero(self.peer_sync(SyncStep.ENTRY)), SyncBlock()]
+        stmts += [*self.peers_entry(), SyncBlock()]
         begin, end = Field(self.range, "begin"), Field(self.range, "end")
         stmts.append(For(self.row_start, begin, end, tuple(per_row), step=Lit(str(self.count))))
         stmts += [SyncBlock(), thread_zero(self.peer_sync(SyncStep.DONE))]

@@ -29,6 +29,10 @@ unit-tested with a strict double that models CuPy 14's types and CUDA's stream s
 * Streams: every copy, memset, upload and launch runs on the compute (0) or communication (1)
   stream, never on CuPy's current (legacy) stream; CUDA events carry the plan's
   Record/WaitEvent; arrays adopted through DLPack are ordered against the compute stream.
+* Graphs: a plan whose steps are all kernel launches and events (a fused schedule on one
+  node) is captured once as a CUDA graph on the compute stream and replayed at every later
+  step (runtime/executor.py PlanRunner.run); its epochs advance on the device, so a replay's
+  frozen arguments are right. `COCONET_CUDA_GRAPHS=0` launches every step instead.
 """
 
 from __future__ import annotations
@@ -98,6 +102,7 @@ TRACE_LENGTH = 4096
 DLPACK_CPU, DLPACK_CUDA, DLPACK_CUDA_HOST, DLPACK_CUDA_MANAGED = 1, 2, 3, 13
 
 TRANSPORT_ENV = "COCONET_CUDA_TRANSPORT"
+GRAPHS_ENV = "COCONET_CUDA_GRAPHS"
 
 SCALAR_TYPES = {
     "ptr": np.uint64,
@@ -383,6 +388,20 @@ class Device(Protocol):
     def synchronize(self) -> None:
         """Wait for all work on the device, whatever stream it was issued on."""
 
+    def copy(self, dst: Any, src: Any, stream: Any) -> None:
+        """`dst` becomes `src`'s values (as many elements, `src` reshaped to `dst`'s shape): a
+        device-to-device copy on `stream`."""
+
+    def begin_capture(self, stream: Any) -> None:
+        """Record the work issued to `stream` (and to the streams that wait on its events)
+        into a graph from now on, instead of running it."""
+
+    def end_capture(self, stream: Any) -> Any:
+        """The graph recorded since `begin_capture(stream)`."""
+
+    def replay(self, graph: Any, stream: Any) -> None:
+        """Run `graph` on `stream`."""
+
     def nccl_unique_id(self) -> bytes: ...
 
     def nccl_comm(self, unique_id: bytes, size: int, rank: int) -> Any: ...
@@ -565,6 +584,19 @@ class CupyDevice:
     def synchronize(self) -> None:
         self.cp.cuda.runtime.deviceSynchronize()
 
+    def copy(self, dst, src, stream) -> None:
+        with stream:
+            self.cp.copyto(dst, src.reshape(dst.shape))
+
+    def begin_capture(self, stream) -> None:
+        stream.begin_capture()
+
+    def end_capture(self, stream):
+        return stream.end_capture()
+
+    def replay(self, graph, stream) -> None:
+        graph.launch(stream)
+
     def nccl_unique_id(self) -> bytes:
         return self.nccl_mod.get_unique_id()
 
@@ -617,10 +649,21 @@ def choose_transport(shared_gpu: bool) -> str:
     return asked
 
 
+def graphs_wanted() -> bool:
+    """Whether steps are replayed from CUDA graphs where the plan allows (COCONET_CUDA_GRAPHS:
+    1, the default, or 0)."""
+    asked = os.environ.get(GRAPHS_ENV, "1").strip().lower() or "1"
+    if asked not in ("0", "1"):
+        raise CocoError(f"{GRAPHS_ENV}={asked!r}: use 1 (replay steps from CUDA graphs) or 0")
+    return asked == "1"
+
+
 class CudaBackend:
     """One rank of the cuda backend (see the module docstring)."""
 
     name = "cuda"
+    # the plan's events that fork the side streams into a capture and join them back
+    _FORK, _JOIN = "coco_capture_fork", "coco_capture_join"
 
     def __init__(
         self, device: Device, comm: Any, *, exact_collectives: bool = False, mpi: Any = None
@@ -654,6 +697,8 @@ class CudaBackend:
         self.cached = 0
         # (what, stream, detail) of the last steps issued: stream order for tests and debugging.
         self.trace: deque[tuple[str, int, str]] = deque(maxlen=TRACE_LENGTH)
+        # steps replayed from CUDA graphs where the plan allows (PlanRunner.run)
+        self.graphs = graphs_wanted()
 
     # -- setup -------------------------------------------------------------------------------
 
@@ -1019,9 +1064,8 @@ class CudaBackend:
 
     def copy(self, step: Copy) -> None:
         self.trace.append(("copy", step.stream, step.dst.name))
-        with self.device.on(self._stream(step)):
-            dst = self.arrays[step.dst.name]
-            self.xp.copyto(dst, self.arrays[step.src.name].reshape(dst.shape))  # a coco.reshape
+        # a coco.reshape, or an update that peers' reads kept waiting
+        self.device.copy(self.arrays[step.dst.name], self.arrays[step.src.name], self._stream(step))
 
     def record_event(self, event: str, stream: int) -> None:
         self.trace.append(("record", stream, event))
@@ -1033,6 +1077,36 @@ class CudaBackend:
 
     def synchronize(self) -> None:
         self.device.synchronize()
+
+    # -- graphs --------------------------------------------------------------------------------
+
+    def _side_streams(self) -> list[Any]:
+        assert self.plan is not None
+        return [self.device.stream(i) for i in sorted({s.stream for s in self.plan.steps}) if i]
+
+    def begin_capture(self) -> None:
+        """Capture from now on, on the compute stream; the plan's other streams join the
+        capture by waiting on its start (CUDA's fork pattern)."""
+        compute = self._compute()
+        self.device.begin_capture(compute)
+        sides = self._side_streams()
+        if sides:
+            self.device.record(self._FORK, compute)
+            for side in sides:
+                self.device.wait(self._FORK, side)
+
+    def end_capture(self) -> Any:
+        """The graph of the steps issued since begin_capture: the side streams' work joined
+        back into the compute stream first, as a capture requires."""
+        compute = self._compute()
+        for i, side in enumerate(self._side_streams()):
+            self.device.record(f"{self._JOIN}{i}", side)
+            self.device.wait(f"{self._JOIN}{i}", compute)
+        return self.device.end_capture(compute)
+
+    def replay(self, graph: Any) -> None:
+        self.trace.append(("replay", COMPUTE_STREAM, ""))
+        self.device.replay(graph, self._compute())
 
     def barrier(self) -> None:
         self.device.synchronize()

@@ -5,10 +5,11 @@ rank's walk. It owns everything that does not depend on where memory lives or ho
 
 * resolving kernel arguments: `Buffer` -> the address of this rank's buffer, `PeerTable` -> the
   address of a device array holding the group members' addresses of a symmetric buffer (in
-  group order), `Epoch` -> the per-site launch counter (flags carry it, so they never reset),
+  group order), `Epoch` -> the address of the site's launch counter on the device (the end of
+  its flag array: kernels take their epochs from it, so a step's arguments never change),
   `RankValue` -> `table[rank]`, literals as they are;
 * typing them: the parameter types come from the kernel signatures the plan carries (the C
-  type of each parameter, from the lowering's kernel IR), so a `coco_u32 epoch` is passed as
+  type of each parameter, from the lowering's kernel IR), so a `coco_i32 me` is passed as
   4 bytes to CuPy as it is to ctypes;
 * the order of steps, streams (0 compute, 1 communication) and events;
 * checking the caller's inputs against the plan before anything is launched.
@@ -24,6 +25,7 @@ unit-tested: process groups, the regions of a piece that collectives exchange, t
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +38,7 @@ from coconet.core.program import CocoError, memory_for
 from coconet.dialects.coco import TensorType
 from coconet.lowering.plan import (
     COMPUTE_STREAM,
+    EPOCH_WORDS,
     ArgTable,
     Buffer,
     Collective,
@@ -383,8 +386,14 @@ class StepProgress:
         return str(self.what)
 
 
-# An epoch's place in a launch's resolved arguments, filled each step (PlanRunner.resolve).
-_EPOCH_SLOT = KernelArg("u32", 0)
+def graph_refusal(plan: Plan) -> str | None:
+    """Why `plan`'s steps cannot be captured as one CUDA graph and replayed (None: they can):
+    a graph holds its kernel launches, copies and events; library calls (NCCL collectives,
+    cuBLAS matmuls) run from the host every step."""
+    for i, step in enumerate(plan.steps):
+        if not isinstance(step, Launch | Copy | RecordEvent | WaitEvent):
+            return f"step {i} ({step}) is a library call, which graphs do not capture here"
+    return None
 
 
 class PlanRunner:
@@ -405,7 +414,7 @@ class PlanRunner:
         self.rank = rank
         self.backend = backend
         self.signatures = kernel_signatures(plan)
-        self.epochs: dict[str, int] = {}
+        self._site_buffers = {b.name: b for b in plan.buffers}
         self.peer_tables: dict[tuple[str, tuple[int, ...], str], int] = {}
         # ArgTable -> (the values it was built from, its device address); rebuilt when a
         # bound caller array moves a buffer.
@@ -415,8 +424,8 @@ class PlanRunner:
         # change a launch's arguments other than its epochs.
         self._placement = 0
         # each launch's resolved arguments, by id(launch): (the placement they were resolved
-        # at, the arguments, (position, epoch site, kind) of each epoch) (resolve)
-        self._resolved: dict[int, tuple[int, list[KernelArg], list[tuple[int, str, str]]]] = {}
+        # at, the arguments) (resolve)
+        self._resolved: dict[int, tuple[int, list[KernelArg]]] = {}
         self.progress = StepProgress()
         self.fault = fault
         self.steps_run = 0
@@ -425,13 +434,18 @@ class PlanRunner:
         self.tracer: StepTracer | None = None
         self._expected: dict[str, tuple[tuple[int, ...], np.dtype, TensorType]] | None = None
         # a backend that converts a launch's arguments once per placement (`pack`, the cpu
-        # backend's ctypes values) and launches them with only the epochs written in place
+        # backend's ctypes values) and launches them as they are from then on
         self._pack = getattr(backend, "pack", None)
-        # each launch's packed arguments, by id(launch): (placement, packed, epochs)
-        self._packed: dict[int, tuple[int, Any, list[tuple[int, str, str]]]] = {}
+        # each launch's packed arguments, by id(launch): (placement, packed)
+        self._packed: dict[int, tuple[int, Any]] = {}
         # packs made (tests count them: once per launch per placement)
         self.packs = 0
         self.inputs_set = 0  # set_inputs calls (coconet/compiled.py: what its inputs match)
+        # Steps replayed from a CUDA graph (a backend that captures, `graphs` on): why the
+        # plan cannot be (None: it can), the graph and the placement it was captured at.
+        self.graph_refusal = graph_refusal(plan) if getattr(backend, "graphs", False) else "off"
+        self._graph: tuple[int, Any] | None = None
+        self.captures = 0
 
     # -- setup -------------------------------------------------------------------------------
 
@@ -563,70 +577,43 @@ class PlanRunner:
     # -- execution ---------------------------------------------------------------------------
 
     def resolve(self, launch: Launch) -> list[KernelArg]:
-        """The launch's arguments for this step, its epochs advanced (one step each). Only the
-        epochs change from step to step; the rest (numbers, rank tables, peer tables,
-        buffers' addresses and the argument tables holding them) is resolved again only
-        after a buffer moved (`_placement`) -- a table launch takes 20-odd argument tables,
-        and resolving them every step cost ~100 us a step, most of a small optimizer step
-        on this host."""
-        args, epochs = self._fixed(launch)
-        if not epochs:
-            return args
-        args = list(args)
-        for i, kind, value in self._advance(epochs):
-            args[i] = KernelArg(kind, value)
-        return args
-
-    def _fixed(self, launch: Launch) -> tuple[list[KernelArg], list[tuple[int, str, str]]]:
-        """The launch's arguments at this placement, an epoch's place holding a stand-in, and
-        (position, epoch site, kind) of each epoch."""
+        """The launch's arguments. They do not change from step to step (epochs advance on
+        the device, coco_epoch_next): numbers, rank tables, peer tables, buffers' addresses
+        and the argument tables holding them are resolved again only after a buffer moved
+        (`_placement`) -- a table launch takes 20-odd argument tables, and resolving them
+        every step cost ~100 us a step, most of a small optimizer step on this host."""
         cached = self._resolved.get(id(launch))
         if cached is None or cached[0] != self._placement:
-            args: list[KernelArg] = []
-            epochs: list[tuple[int, str, str]] = []
             kinds = self.signatures[launch.kernel]
-            for i, (a, k) in enumerate(zip(launch.args, kinds, strict=True)):
-                if isinstance(a, Epoch):
-                    epochs.append((i, a.site, k))
-                    args.append(_EPOCH_SLOT)  # filled each step
-                else:
-                    args.append(self._argument(launch, a, k))
-            cached = self._resolved[id(launch)] = (self._placement, args, epochs)
-        return cached[1], cached[2]
-
-    def _advance(self, epochs: list[tuple[int, str, str]]) -> list[tuple[int, str, int]]:
-        """Each epoch site of a launch advanced one step: (position, kind, value) to pass."""
-        for _, site, _ in epochs:
-            self.epochs[site] = self.epochs.get(site, 0) + 1
-        return [
-            (
-                i,
-                kind,
-                self.epochs[site] & 0xFFFFFFFF if kind in ("u32", "i32") else self.epochs[site],
-            )
-            for i, site, kind in epochs
-        ]
+            args = [self._argument(launch, a, k) for a, k in zip(launch.args, kinds, strict=True)]
+            cached = self._resolved[id(launch)] = (self._placement, args)
+        return cached[1]
 
     def _launch_packed(self, launch: Launch) -> None:
-        """The launch through the backend's packed arguments: converted once per placement,
-        only the epochs written each step (no per-step conversion or allocation)."""
+        """The launch through the backend's packed arguments, converted once per placement
+        (no per-step conversion or allocation)."""
         cached = self._packed.get(id(launch))
         if cached is None or cached[0] != self._placement:
-            args, epochs = self._fixed(launch)
             assert self._pack is not None
-            cached = self._packed[id(launch)] = (self._placement, self._pack(launch, args), epochs)
+            cached = self._packed[id(launch)] = (
+                self._placement,
+                self._pack(launch, self.resolve(launch)),
+            )
             self.packs += 1
-        _, packed, epochs = cached
-        if epochs:
-            for i, _kind, value in self._advance(epochs):
-                packed.set(i, value)
-        self.backend.launch_packed(launch, packed)  # type: ignore[attr-defined]
+        self.backend.launch_packed(launch, cached[1])  # type: ignore[attr-defined]
+
+    def epoch_counter(self, site: str) -> int:
+        """The address of the epoch counter pair of the flag array `site` (its last words)."""
+        buf = self._site_buffers[site]
+        return self.backend.address(site) + 4 * (buf.count - EPOCH_WORDS)
 
     def _argument(self, launch: Launch, a: Any, kind: str) -> KernelArg:
         if isinstance(a, Buffer):
             arg = KernelArg("ptr", self.backend.address(a.name))
         elif isinstance(a, PeerTable):
             arg = KernelArg("ptr", self.peer_tables[(a.buffer.name, a.span, a.part)])
+        elif isinstance(a, Epoch):
+            arg = KernelArg("ptr", self.epoch_counter(a.site))
         elif isinstance(a, ArgTable):
             arg = KernelArg("ptr", self.arg_table(a))
         elif isinstance(a, RankValue):
@@ -654,6 +641,9 @@ class PlanRunner:
                 pointers = True
             elif isinstance(x, PeerTable):
                 values.append(self.peer_tables[(x.buffer.name, x.span, x.part)])
+                pointers = True
+            elif isinstance(x, Epoch):
+                values.append(self.epoch_counter(x.site))
                 pointers = True
             elif isinstance(x, ArgTable):
                 # A collective's per-member table (bases, counts), one per tensor.
@@ -708,11 +698,16 @@ class PlanRunner:
             self.execute = tracer.timed(self.execute)  # type: ignore[method-assign]
 
     def run(self) -> None:
-        """One execution of every step, and a wait for all of it."""
+        """One execution of every step, and a wait for all of it: from the second on, a
+        replay of the steps captured as a graph, where the backend and the plan allow."""
         if not self._ready:
             raise CocoError("PlanRunner.setup() must run before run()")
-        for i, step in enumerate(self.plan.steps):
-            self.execute(i, step)
+        traced = self.tracer is not None or self.fault is not None
+        if self.graph_refusal is None and self.steps_run and not traced:
+            self._replay()
+        else:
+            for i, step in enumerate(self.plan.steps):
+                self.execute(i, step)
         self.progress.enter(len(self.plan.steps), "synchronize")
         if self.tracer is None:
             self.backend.synchronize()
@@ -721,5 +716,30 @@ class PlanRunner:
         self.progress.enter(-1, "idle")
         self.steps_run += 1
 
+    def _replay(self) -> None:
+        """The steps from their graph, captured first (again after a buffer moved: the
+        arguments a graph holds are the addresses at its capture). Every argument is
+        resolved before the capture, which must not allocate or copy from the host."""
+        b: Any = self.backend
+        if self._graph is None or self._graph[0] != self._placement:
+            for step in self.plan.steps:
+                if isinstance(step, Launch):
+                    self.resolve(step)
+            self.progress.enter(0, "a CUDA graph capture")
+            b.begin_capture()
+            try:
+                for i, step in enumerate(self.plan.steps):
+                    self.execute(i, step)
+            except BaseException:
+                with contextlib.suppress(Exception):  # the stream usable again; the cause raised
+                    b.end_capture()
+                raise
+            graph = b.end_capture()
+            self._graph = (self._placement, graph)
+            self.captures += 1
+        self.progress.enter(0, "a CUDA graph replay")
+        b.replay(self._graph[1])
+
     def close(self) -> None:
+        self._graph = None
         self.backend.close()

@@ -622,8 +622,25 @@ COCO_HD void coco_wait_flag_geq(volatile coco_u32* flag, coco_u32 value) {
 // Only between same-index blocks of the members of a group, and only thread 0 of a block
 // calls these. `flags` holds the addresses of every member's flag array (a symmetric u32
 // buffer), in group order: entry flags, then done flags (nranks x grid each: flag p * grid + b
-// says member p's block b got there), then nranks exchange flags. Flags carry the launch's
+// says member p's block b got there), then nranks exchange flags, and at its end (at the
+// largest grid's offsets) the site's epoch counter (coco_epoch_next). Flags carry the launch's
 // epoch, so they never need resetting.
+
+// The epoch of this launch at its site, kept on the device in the counter pair `at` (the end
+// of the site's flag array: the last launch's epoch, then a ticket). Thread 0 of every block
+// reads it and takes a ticket; the block taking the last ticket (every block has read by then)
+// stores the new epoch and resets the ticket for the next launch, which the stream orders
+// after this one. A launch replayed from a CUDA graph, its arguments frozen at capture, thereby
+// still carries a new epoch every time.
+COCO_HD coco_u32 coco_epoch_next(coco_u32* at, coco_u32 grid) {
+  const coco_u32 epoch = coco_load_acquire_u32(at) + 1u;
+  coco_threadfence_system();  // the read above happens before this block's ticket
+  if (coco_atomic_add_u32(at + 1, 1u) == grid - 1u) {
+    at[1] = 0u;
+    coco_store_release_u32(at, epoch);
+  }
+  return epoch;
+}
 
 // Publish this rank's writes and `epoch` in flag offset + me * stride of every member, then
 // wait for every member's flag offset + p * stride in this rank's array.

@@ -238,15 +238,11 @@ def _to_c_argument(value: object, argtype: Any) -> object:
 @dataclass
 class PackedLaunch:
     """One launch's arguments converted to C values once (HostKernel.pack): calling it
-    launches with them, through an entry point without argtypes, so ctypes converts nothing;
-    `set` changes a scalar in place (an epoch: the only argument that changes per step)."""
+    launches with them, through an entry point without argtypes, so ctypes converts nothing
+    (a plan's arguments do not change from step to step: epochs advance on the device)."""
 
     function: Any
     values: list[Any]  # ctypes instances: grid, block, shared bytes, then the kernel's own
-
-    def set(self, index: int, value: int | float) -> None:
-        """The kernel's own argument `index` (after the launch parameters) becomes `value`."""
-        self.values[3 + index].value = value
 
     def __call__(self) -> None:
         self.function(*self.values)

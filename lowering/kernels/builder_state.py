@@ -28,7 +28,7 @@ from coconet.lowering.kernel_ir import (
     sum_of,
 )
 from coconet.lowering.kernels.spec import ElementwiseSpec, Operand
-from coconet.lowering.kernels.statements import scaled
+from coconet.lowering.kernels.statements import peers_entry, scaled
 from coconet.lowering.signature import I32, I64, RANGE, CType, ParamKind
 
 
@@ -95,7 +95,8 @@ class BuilderState:
     counter: Param
     exchange: Param
     flags: Param
-    epoch: Param
+    epoch_at: Param
+    epoch: Var
     me: Param
     nranks: Param
     align: Expr
@@ -186,6 +187,9 @@ class BuilderState:
             return o.base + self.i
         terms = [scaled(self.coords[g], s) for g, s in enumerate(o.strides) if s is not None]
         return sum_of([o.base, *terms])
+
+    def peers_entry(self) -> list[Stmt]:
+        return peers_entry(self.flags, self.me, self.nranks, self.epoch_at, self.epoch)
 
     def peer_sync(self, step: SyncStep) -> PeerSync:
         return PeerSync(step, self.flags, self.me, self.nranks, self.epoch, GRID_DIM, BLOCK_IDX)

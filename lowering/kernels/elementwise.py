@@ -72,7 +72,7 @@ class ElementwiseBuilder(ParamBuilder, BodyBuilder, PullBuilder, ReductionBuilde
         if k.is_collective:
             # Entry: every earlier write of each peer is complete before any peer's input
             # is read (coco_device.h).
-            stmts += [thread_zero(self.peer_sync(SyncStep.ENTRY)), SyncBlock()]
+            stmts += [*self.peers_entry(), SyncBlock()]
         element = (Decl(self.i, self.begin + self.j), *self.body)
         if k.reductions:
             stmts += self.reducing_loop(element, reduced, vector)

@@ -60,7 +60,7 @@ from coconet.lowering.kernels.builder_state import BuilderState
 from coconet.lowering.kernels.elements import C_COMPUTE, C_STORAGE, load_expr, store_expr
 from coconet.lowering.kernels.elementwise import ElementwiseBuilder
 from coconet.lowering.kernels.spec import ElementwiseSpec
-from coconet.lowering.kernels.statements import call, thread_zero, value_hint
+from coconet.lowering.kernels.statements import call, peers_entry, thread_zero, value_hint
 from coconet.lowering.signature import I32, I64, RANGE, U32, U64, ParamKind
 
 
@@ -132,11 +132,12 @@ class FusedAllToAllKernel:
         send_boxes = Param(ints, None, "send_boxes", ParamKind.SEND_BOXES)
         recv_boxes = Param(ints, None, "recv_boxes", ParamKind.RECV_BOXES)
         flags = Param(table, None, "flags", ParamKind.FLAGS)
-        epoch = Param(U32, None, "epoch", ParamKind.EPOCH)
+        epoch_at = Param(U32.ptr(restrict=True), None, "epoch_at", ParamKind.EPOCH)
+        epoch = Var(U32, None, "epoch")
         me = Param(I32, None, "me", ParamKind.ME)
         nranks = Param(I32, None, "nranks", ParamKind.NRANKS)
         params = [*self.send_params, *self.recv_params]
-        params += [staging, send_boxes, recv_boxes, flags, epoch, me, nranks, s.begin, s.end]
+        params += [staging, send_boxes, recv_boxes, flags, epoch_at, me, nranks, s.begin, s.end]
 
         def sync(step: SyncStep) -> Stmt:
             return thread_zero(PeerSync(step, flags, me, nranks, epoch, GRID_DIM, BLOCK_IDX))
@@ -147,7 +148,7 @@ class FusedAllToAllKernel:
         # boxes cut the work.
         stmts: list[Stmt] = [Unused((s.begin, s.end)), *s.hoisted, *r.hoisted]
         stmts.append(Decl(mine, peer(staging, me, storage)))
-        stmts += [sync(SyncStep.ENTRY), SyncBlock()]
+        stmts += [*peers_entry(flags, me, nranks, epoch_at, epoch), SyncBlock()]
 
         def send_row(at: Sequence[Var], k: Var) -> tuple[list[Stmt], tuple[Stmt, ...]]:
             staged = Assign(Index(mine, s.i), store_expr(elt, sent), comment="comm.all_to_all")

@@ -35,7 +35,7 @@ from coconet.lowering.kernel_ir import (
     peer,
 )
 from coconet.lowering.kernels.elements import C_STORAGE, accumulator, load_expr
-from coconet.lowering.kernels.statements import call, thread_zero
+from coconet.lowering.kernels.statements import call, peers_entry, thread_zero
 from coconet.lowering.signature import I32, I64, RANGE, U32, U64, ParamKind
 
 
@@ -51,7 +51,7 @@ def _node_kernel_params(kind: ParamKind, elt: str, table_hint: str) -> dict[str,
         "stride": Param(I64, None, "stride", kind=ParamKind.COUNT),
         "parts": Param(I32, None, "parts", kind=ParamKind.PARTS),
         "flags": Param(table, None, "flags", kind=ParamKind.FLAGS),
-        "epoch": Param(U32, None, "epoch", kind=ParamKind.EPOCH),
+        "epoch_at": Param(U32.ptr(restrict=True), None, "epoch_at", kind=ParamKind.EPOCH),
         "me": Param(I32, None, "me", kind=ParamKind.ME),
         "nranks": Param(I32, None, "nranks", kind=ParamKind.NRANKS),
         "begin": Param(I64, None, "begin", kind=ParamKind.BEGIN),
@@ -69,10 +69,11 @@ def _node_kernel(
     r_ = Var(RANGE, None, "r_")
     j, i = Var(I64, None, "j_"), Var(I64, None, "i")
     part, e, at = Var(I64, None, "part"), Var(I64, None, "e"), Var(I64, None, "at")
+    epoch = Var(U32, None, "epoch")
 
     def sync(step: SyncStep) -> Stmt:
         return thread_zero(
-            PeerSync(step, p["flags"], p["me"], p["nranks"], p["epoch"], GRID_DIM, BLOCK_IDX)
+            PeerSync(step, p["flags"], p["me"], p["nranks"], epoch, GRID_DIM, BLOCK_IDX)
         )
 
     element = (
@@ -86,7 +87,7 @@ def _node_kernel(
     chunk = call("coco_chunk", p["end"] - p["begin"], GRID_DIM, BLOCK_IDX, Lit("1"))
     body = (
         Decl(r_, chunk),
-        sync(SyncStep.ENTRY),
+        *peers_entry(p["flags"], p["me"], p["nranks"], p["epoch_at"], epoch),
         SyncBlock(),
         BlockStrideLoop(j, Field(r_, "begin"), Field(r_, "end"), element),
         SyncBlock(),

@@ -94,7 +94,8 @@ class ParamBuilder(BuilderState):
             self.exchange = self.param(table, None, "exchange", ParamKind.EXCHANGE)
         if k.is_collective:
             self.flags = self.param(table, None, "flags", ParamKind.FLAGS)
-            self.epoch = self.param(U32, None, "epoch", ParamKind.EPOCH)
+            self.epoch_at = self.param(U32.ptr(restrict=True), None, "epoch_at", ParamKind.EPOCH)
+            self.epoch = Var(U32, None, "epoch")
             self.me = self.param(I32, None, "me", ParamKind.ME)
             self.nranks = self.param(I32, None, "nranks", ParamKind.NRANKS)
         self.begin = self.param(I64, None, "begin", ParamKind.BEGIN)

@@ -7,14 +7,21 @@ from __future__ import annotations
 from xdsl.ir import SSAValue
 
 from coconet.lowering.kernel_ir import (
+    BLOCK_IDX,
+    GRID_DIM,
     THREAD_IDX,
+    Assign,
     Binary,
     Call,
+    Decl,
     Expr,
     ForThreads,
     If,
     Lit,
+    PeerSync,
     Stmt,
+    SyncStep,
+    Var,
     binary,
 )
 
@@ -31,6 +38,19 @@ def thread_zero(*body: Stmt, also: Expr | None = None) -> ForThreads:
     """A phase that thread 0 of the block runs alone (where `also` holds)."""
     cond = binary("==", THREAD_IDX, 0)
     return ForThreads((If(cond if also is None else Binary("&&", cond, also), body),))
+
+
+def peers_entry(flags: Expr, me: Expr, nranks: Expr, epoch_at: Expr, epoch: Var) -> list[Stmt]:
+    """The cross-rank protocol's entry: thread 0 takes this launch's epoch from its site's
+    counter on the device (`epoch_at`, coco_device.h coco_epoch_next) into `epoch`, which the
+    block's later protocol steps carry, and meets its peers' same block."""
+    return [
+        Decl(epoch, Lit("0u"), const=False),
+        thread_zero(
+            Assign(epoch, call("coco_epoch_next", epoch_at, GRID_DIM)),
+            PeerSync(SyncStep.ENTRY, flags, me, nranks, epoch, GRID_DIM, BLOCK_IDX),
+        ),
+    ]
 
 
 def without_zeros(x: Expr) -> Expr:

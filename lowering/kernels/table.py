@@ -25,13 +25,12 @@ from coconet.lowering.kernel_ir import (
 from coconet.lowering.signature import I32, I64, U32, U64, ParamKind
 
 
-def table_form(kernel: Kernel, name: str, shared: frozenset[ParamKind] = frozenset()) -> Kernel:
+def table_form(kernel: Kernel, name: str) -> Kernel:
     """The TABLE form of a kernel: one launch running the same computation over many tensors
     of different sizes (CoCoNet's scattered tensors: an optimizer step over every parameter
     tensor of a model) instead of one launch per tensor, with no flattening copy.
 
-    Every parameter but those of a `shared` kind (one value for every tensor: a fused
-    collective's epoch) becomes a per-tensor table (pointers travel as 64-bit addresses);
+    Every parameter becomes a per-tensor table (pointers travel as 64-bit addresses);
     `blocks` holds the prefix sums of the blocks each tensor gets, so block b serves tensor t
     with blocks[t] <= b < blocks[t + 1], as block b - blocks[t] of a grid of
     blocks[t + 1] - blocks[t]. The body is the single-tensor body, reading its block index
@@ -41,14 +40,11 @@ def table_form(kernel: Kernel, name: str, shared: frozenset[ParamKind] = frozens
     tables: list[Param] = []
     loads: list[Stmt] = []
     for p in kernel.params:
-        if p.kind in shared:
-            tables.append(p)
-            continue
         if p.ctype.pointer:
             tab_t = U64.ptr(const=True, restrict=True)
         else:
             # Integers travel as 64-bit entries (the executor's tables hold i64 or u64):
-            # a collective's epoch, rank and group size are read back as their own type.
+            # a collective's rank and group size are read back as their own type.
             tab_t = I64.ptr(const=True, restrict=True)
         tab = Param(
             tab_t,

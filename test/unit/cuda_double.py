@@ -17,6 +17,14 @@ real libraries are:
   to the stream of the enclosing `on(stream)`, or to CuPy's legacy default stream when there is
   none -- which is not ordered with the backend's non-blocking streams.
 
+* Graph capture as CUDA has it: work issued to a capturing stream (or to a stream that joined
+  the capture by waiting on an event recorded in it) is recorded, not run; a replay runs the
+  recorded launches and copies with the arguments they had at capture. Synchronizing, allocating,
+  copying to or from the host, NCCL calls and NumPy array work while capturing raise
+  `CaptureError` (a real capture would fail or record work the backend believes done), as
+  do a capture on the legacy stream, a side stream never joined back, and ending a capture
+  on another stream than the one that began it.
+
 Kernels run for real: the plan's CUDA source compiled by the host compiler (the cpu backend's
 device layer). Ranks are threads of one process over runtime/inprocess.py (the communicator
 the threaded executor uses too); `FakeWorld` adds what the GPU libraries share.
@@ -51,6 +59,38 @@ class Hazard(AssertionError):
 
 class NcclError(RuntimeError):
     pass
+
+
+class CaptureError(RuntimeError):
+    """What the CUDA runtime answers for work a stream capture does not allow."""
+
+
+@dataclass
+class Capture:
+    """A stream capture under way: the stream that began it, the streams that joined it,
+    the work recorded, and the side streams with work not yet joined back."""
+
+    origin: str
+    streams: set[str]
+    ops: list[tuple] = field(default_factory=list)
+    events: set[str] = field(default_factory=set)
+    # side stream -> launches recorded on it; event -> (side stream, its launches then)
+    work: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    joins: dict[str, tuple[str, int]] = field(default_factory=dict)
+    joined: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class FakeGraph:
+    """cupy.cuda.graph.Graph: the launches and copies of a capture, replayed with their
+    arguments."""
+
+    device: StrictDevice
+    ops: list[tuple]
+    replays: int = 0
+
+    def launch(self, stream=None):
+        self.device.replay(self, stream)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -332,6 +372,7 @@ class StrictDevice:
         self.opened: list[int] = []
         self.closed = False
         self.hazards: list[str] = []
+        self.capture: Capture | None = None
 
     # -- the stream model ----------------------------------------------------------------------
 
@@ -393,7 +434,20 @@ class StrictDevice:
             if a.symmetric:
                 continue  # peers' kernels write it; ordered by in-kernel flags, not streams
             if a.array.tobytes() != a.snapshot:
+                if self.capture is not None:
+                    # CUDA would have recorded the work into the graph, not run it
+                    raise CaptureError(f"array work on {a.name} while stream capture is on")
                 self._write(a, s, "array work")
+
+    def _not_capturing(self, what: str) -> None:
+        """Work a stream capture does not allow (cudaErrorStreamCaptureUnsupported), or that
+        would run at once where the capture records it: refused while one is on."""
+        self._settle()
+        if self.capture is not None:
+            raise CaptureError(f"{what} while stream {self.capture.origin} is capturing")
+
+    def _captured(self, s: str) -> Capture | None:
+        return self.capture if self.capture is not None and s in self.capture.streams else None
 
     def _enter(self, stream: FakeStream) -> None:
         self._settle()
@@ -454,11 +508,11 @@ class StrictDevice:
         return isinstance(value, FakeDeviceArray)
 
     def empty(self, shape, dtype):
-        self._settle()
+        self._not_capturing("an allocation")
         return self._alloc("scratch", np.empty(shape, dtype))
 
     def zeros(self, shape, dtype, stream):
-        self._settle()
+        self._not_capturing("an allocation")
         array = self._alloc("buffer", np.zeros(shape, dtype))
         self._write(self.find(array.ctypes.data), self._name(stream), "cudaMemsetAsync")
         return array
@@ -467,7 +521,7 @@ class StrictDevice:
         return array.ctypes.data
 
     def upload(self, host, stream):
-        self._settle()
+        self._not_capturing("a host-to-device copy")
         host = np.ascontiguousarray(host)
         bits = bits_dtype(host.dtype)  # bf16 and fp8 as their bit patterns, as CupyDevice does
         if bits is not None:
@@ -478,7 +532,7 @@ class StrictDevice:
         return array
 
     def copy_from_host(self, dst, host, stream):
-        self._settle()
+        self._not_capturing("a host-to-device copy")
         host = np.ascontiguousarray(host)
         bits = bits_dtype(host.dtype)  # bf16 and fp8 as their bit patterns, as CupyDevice does
         if bits is not None:
@@ -487,7 +541,7 @@ class StrictDevice:
         self._write(self.find(dst.ctypes.data), self._name(stream), "a host-to-device copy")
 
     def download(self, array, stream) -> np.ndarray:
-        self._settle()
+        self._not_capturing("a device-to-host copy")
         s = self._name(stream)
         self._read(self.find(array.ctypes.data), s, "a device-to-host copy")
         self._absorb_host(s)
@@ -522,7 +576,7 @@ class StrictDevice:
             clock[k] = max(clock[k], v)
 
     def alloc_ipc(self, shape, dtype, stream):
-        self._settle()
+        self._not_capturing("an allocation")
         array = self._alloc("symmetric", np.zeros(shape, dtype), symmetric=True)
         self._write(self.find(array.ctypes.data), self._name(stream), "cudaMemsetAsync")
         handle = os.urandom(64)  # cudaIpcMemHandle_t is 64 opaque bytes
@@ -578,6 +632,35 @@ class StrictDevice:
                 cooperative,
             )
         )
+        if not self._recorded(
+            s, ("launch", module, kernel, grid, block, tuple(args), shared_bytes)
+        ):
+            self._run(module, kernel, grid, block, args, shared_bytes, s)
+
+    def _recorded(self, s: str, op: tuple) -> bool:
+        """Whether `op`, issued on stream `s`, went into a capture (with its arguments as
+        they are now) instead of running."""
+        capture = self._captured(s)
+        if capture is None:
+            return False
+        capture.ops.append(op)
+        if s != capture.origin:
+            capture.work[s] += 1
+        return True
+
+    def copy(self, dst, src, stream) -> None:
+        self._settle()
+        s = self._name(stream)
+        self.calls.append(("copy", s))
+        if not self._recorded(s, ("copy", dst, src)):
+            self._copy(dst, src, s)
+
+    def _copy(self, dst, src, s: str) -> None:
+        self._read(self.find(src.ctypes.data), s, "a device-to-device copy")
+        np.copyto(dst, src.reshape(dst.shape))
+        self._write(self.find(dst.ctypes.data), s, "a device-to-device copy")
+
+    def _run(self, module, kernel, grid, block, args, shared_bytes, s: str) -> None:
         for a in args:
             if type(a) is np.uint64:
                 self._read(self.find(int(a)), s, f"kernel {kernel}")
@@ -586,6 +669,47 @@ class StrictDevice:
         for alloc in self.allocations:
             if not alloc.symmetric and alloc.array.tobytes() != alloc.snapshot:
                 self._write(alloc, s, f"kernel {kernel}")
+
+    # -- graphs (cupy.cuda.Stream.begin_capture / end_capture, Graph.launch) ---------------
+
+    def begin_capture(self, stream) -> None:
+        self._not_capturing("a second capture")
+        s = self._name(stream)
+        if s == LEGACY:
+            raise CaptureError("the legacy default stream cannot capture")
+        self.calls.append(("begin_capture", s))
+        self.capture = Capture(s, {s})
+
+    def end_capture(self, stream) -> FakeGraph:
+        self._settle()
+        s = self._name(stream)
+        capture = self.capture
+        if capture is None or capture.origin != s:
+            raise CaptureError(f"stream {s} is not the stream that began the capture")
+        self.capture = None
+        unjoined = [side for side, n in capture.work.items() if capture.joined.get(side, 0) != n]
+        if unjoined:
+            raise CaptureError(
+                f"cudaErrorStreamCaptureUnjoined: stream(s) {unjoined} forked from the capture "
+                "have work the capturing stream never waited for"
+            )
+        self.calls.append(("end_capture", s, len(capture.ops)))
+        return FakeGraph(self, capture.ops)
+
+    def replay(self, graph: FakeGraph, stream) -> None:
+        """The graph's work in capture order (an order its dependencies allow), on
+        `stream`, with the arguments they had at capture."""
+        self._not_capturing("a graph launch")
+        s = self._name(stream)
+        if graph.device is not self:
+            raise CaptureError("a graph of another device")
+        self.calls.append(("replay", s, len(graph.ops)))
+        graph.replays += 1
+        for kind, *op in graph.ops:
+            if kind == "launch":
+                self._run(*op, s)
+            else:
+                self._copy(*op, s)
 
     def stream(self, index: int):
         return self.streams[index]
@@ -598,6 +722,13 @@ class StrictDevice:
         self._settle()
         s = self._name(stream)
         self.calls.append(("record", event, s))
+        capture = self._captured(s)
+        if capture is not None:  # a node of the graph: what waits on it joins the capture
+            capture.events.add(event)
+            capture.joins[event] = (s, capture.work[s])
+            return
+        if self.capture is not None:
+            self.capture.events.discard(event)  # recorded again, outside the capture
         self._absorb_host(s)
         self.events[event] = dict(self.clock[s])
 
@@ -605,12 +736,23 @@ class StrictDevice:
         self._settle()
         s = self._name(stream)
         self.calls.append(("wait", event, s))
+        capture = self.capture
+        if capture is not None and event in capture.events:
+            capture.streams.add(s)
+            side, work = capture.joins[event]
+            if s == capture.origin and side != s:
+                capture.joined[side] = work
+            return
+        if capture is not None and s in capture.streams:
+            raise CaptureError(
+                f"stream {s} is capturing and waits on event {event}, recorded outside the capture"
+            )
         if event not in self.events:
             raise KeyError(f"event {event} waited on before it was recorded")
         self._merge(s, self.events[event])
 
     def synchronize(self) -> None:
-        self._settle()
+        self._not_capturing("cudaDeviceSynchronize")
         for clock in list(self.clock.values()):
             for k, v in clock.items():
                 self.host[k] = max(self.host[k], v)
@@ -624,7 +766,7 @@ class StrictDevice:
     def nccl(self, call: str, comm, stream, **kw) -> None:
         """What CupyDevice.nccl does (the same code): arrays become addresses, the stream
         its handle."""
-        self._settle()
+        self._not_capturing("an NCCL call (not modelled in a capture)")
         self.calls.append(("nccl", call, self._name(stream), kw.get("count"), kw.get("dtype")))
         call_nccl(comm, call, self.address, stream.ptr, **kw)
 

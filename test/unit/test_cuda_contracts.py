@@ -105,6 +105,10 @@ def test_the_cupy_calls_of_cupy_device_exist_with_these_parameters():
     assert _signature(cupy.ndarray.set.__doc__) == ["arr", "stream"]
     assert hasattr(cupy.cuda.Device, "pci_bus_id")
     assert "ptr" in dir(cupy.cuda.function.Function)
+    # CUDA graphs (CupyDevice.begin_capture / end_capture / replay)
+    assert _signature(cupy.cuda.Stream.begin_capture.__doc__) == ["mode"]
+    assert _signature(cupy.cuda.Stream.end_capture.__doc__) == []
+    assert _signature(cupy.cuda.graph.Graph.launch.__doc__) == ["stream"]
 
 
 def test_cupy_knows_bf16_as_ml_dtypes():

@@ -192,15 +192,25 @@ def test_fused_collective_gets_typed_args_peer_tables_and_epochs():
         if isinstance(s, Launch) and any(isinstance(a, PeerTable) for a in s.args)
     )
     calls = [c for c in backends[1].device.calls if c[0] == "launch" and c[1] == launch.kernel]
-    assert len(calls) == 3  # one per run()
-    types = calls[0][3]
-    for a, t in zip(launch.args, types):
-        if isinstance(a, Epoch):
-            assert t == "uint32"
-    epochs = [
-        c[4][next(i for i, a in enumerate(launch.args) if isinstance(a, Epoch))] for c in calls
+    # The first run() launches, the second captures a graph (its launch recorded, not run)
+    # and replays it, the third replays it.
+    assert len(calls) == 2
+    assert [c[0] for c in backends[1].device.calls if "capture" in c[0] or c[0] == "replay"] == [
+        "begin_capture",
+        "end_capture",
+        "replay",
+        "replay",
     ]
-    assert [int(e) for e in epochs] == [1, 2, 3]
+    types = calls[0][3]
+    at = next(i for i, a in enumerate(launch.args) if isinstance(a, Epoch))
+    assert types[at] == "uint64"  # the address of the site's counter on the device
+    # The same argument every step: the kernel advanced the counter on the device, once a
+    # run, replays included (the last epoch, then the ticket back at 0).
+    assert len({int(c[4][at]) for c in calls}) == 1
+    for b in backends:
+        alloc = b.device.find(int(b.address(launch.args[at].site)))
+        assert alloc is not None
+        assert list(alloc.array.reshape(-1).view(np.uint32)[-2:]) == [3, 0]
     # Peer tables hold the group members' addresses of the symmetric buffer, in group order.
     b1 = backends[1]
     for a in launch.args:

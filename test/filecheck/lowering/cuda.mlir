@@ -85,14 +85,18 @@ func.func @fused(%g: !coco.tensor<64xf32, local>) -> !coco.tensor<64xf32> {
 // CHECK-NEXT:      const coco_u64* __restrict__ ag_peers,
 // CHECK-NEXT:      const coco_i64* __restrict__ ag_bases,
 // CHECK-NEXT:      const coco_u64* __restrict__ flags,
-// CHECK-NEXT:      coco_u32 epoch,
+// CHECK-NEXT:      coco_u32* __restrict__ epoch_at,
 // CHECK-NEXT:      coco_i32 me,
 // CHECK-NEXT:      coco_i32 nranks,
 // CHECK:         const coco_i32 lanes_ = COCO_VEC_BYTES / 4;
 // CHECK-NEXT:    const coco_range r_ = coco_chunk(end - begin, coco_grid_dim(), coco_block_idx(), lanes_);
 // CHECK-NEXT:    float* const ag_mine = (float*)ag_peers[me];
 // CHECK-NEXT:    const coco_i32 group_ = coco_group(nranks);
+// The launch's epoch comes from its site's counter on the device (a graph replay's arguments
+// are those of its capture).
+// CHECK:         coco_u32 epoch = 0u;
 // CHECK:         if (coco_thread_idx() == 0) {
+// CHECK-NEXT:      epoch = coco_epoch_next(epoch_at, coco_grid_dim());
 // CHECK-NEXT:      coco_peers_entry(flags, me, nranks, epoch, coco_grid_dim(), coco_block_idx());
 // CHECK:         coco_sync_block();
 // CHECK-NEXT:    bool vec_ = coco_vec_aligned(ag_mine + (ag_base + begin));
