@@ -16,7 +16,9 @@ file (rewritten after each part, so a run cut short still leaves what it finishe
    generated all_reduce program (library `ar-c`, `rs-c-ag`; fused `fuse(rs-c-ag)`), f32 sizes
    1 MiB .. 1 GiB, timed with `coco-run --bench`;
 4. adam: one Adam step of examples/adam.py at 2^24 .. 2^28 parameters under `fuse(rs-c-ag)`
-   against torch.distributed + `torch.optim.Adam(fused=True)`, both in a one-process world.
+   against torch.distributed + `torch.optim.Adam(fused=True)`, both in a one-process world;
+5. graphs: the fused all_reduce steps at 4 KiB .. 1 MiB launched every step
+   (`COCONET_CUDA_GRAPHS=0`) and replayed from a CUDA graph, side by side.
 
 Exit status: 0 when every matrix case and every GPU test passed (or there is no GPU), 1 when
 one failed (or, with --require-gpu, there is no usable GPU), 2 for bad usage or a GPU without
@@ -51,7 +53,7 @@ REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
 DEFAULT_OUT = REPO / "gpu-check-results.md"
 DEFAULT_RANKS = (1, 2, 4)
-PARTS = ("matrix", "tests", "bandwidth", "adam")
+PARTS = ("matrix", "tests", "bandwidth", "adam", "graphs")
 TAIL_LINES = 15  # lines of a failure's output kept in the report
 
 MIB = 1 << 20
@@ -62,6 +64,9 @@ ADAM_LOG2N_QUICK = (24,)
 ADAM_SCHEDULE = "fuse(rs-c-ag)"
 ADAM_HYPER = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8}
 BACKEND = "cuda"  # what every coco-run here runs on (a smoke test of this script may use cpu)
+GRAPH_SIZES = (4 << 10, 64 << 10, MIB)
+GRAPH_SCHEDULES = ("fuse(ar-c)", "fuse(rs-c-ag)")
+GRAPHS_ENV = "COCONET_CUDA_GRAPHS"  # runtime/cuda.py's (not imported: the no-GPU path is light)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -468,6 +473,77 @@ def run_bandwidth(
             results.append(result)
             progress(f"  all_reduce {fmt_bytes(nbytes):>8} on {ranks} rank(s): " + _brief(result))
     return schedules, results
+
+
+@dataclass
+class GraphResult:
+    label: str  # a size
+    eager: dict[str, tuple[float, float]] = field(default_factory=dict)  # schedule: (med, min)
+    graph: dict[str, tuple[float, float]] = field(default_factory=dict)
+    error: str = ""
+
+
+def run_graphs(
+    sizes: Sequence[int], ranks: int, iters: int, timeout: float, progress: Callable[[str], None]
+) -> list[GraphResult]:
+    """Each size's fused all_reduce steps timed launched every step and replayed from a
+    CUDA graph: the same coco-run --bench twice, COCONET_CUDA_GRAPHS=0 then 1."""
+    results = []
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
+        for nbytes in sizes:
+            path = write_program(allreduce_program(nbytes // 4), Path(tmp), f"ar_{nbytes}")
+            result = GraphResult(fmt_bytes(nbytes))
+            for mode, times in (("0", result.eager), ("1", result.graph)):
+                cmd = bench_command(path, ranks, GRAPH_SCHEDULES, iters, timeout)
+                outcome = run_command(cmd, timeout, {**os.environ, GRAPHS_ENV: mode})
+                times.update(parse_bench_table(outcome.output))
+                if not outcome.ok or len(times) < len(GRAPH_SCHEDULES):
+                    result.error = outcome.tail(5)
+            results.append(result)
+            progress(f"  graphs {result.label:>8}: " + graph_brief(result))
+    return results
+
+
+def graph_brief(result: GraphResult) -> str:
+    cells = []
+    for s in GRAPH_SCHEDULES:
+        eager, graph = result.eager.get(s), result.graph.get(s)
+        if eager is None or graph is None:
+            cells.append(f"{s} failed")
+        else:
+            cells.append(f"{s} {eager[0] * 1e6:.0f} -> {graph[0] * 1e6:.0f} us")
+    return ", ".join(cells)
+
+
+def graphs_section(results: Sequence[GraphResult], ranks: int, iters: int) -> str:
+    lines = [
+        f"## CUDA graphs: a step launched or replayed, {ranks} rank(s)\n",
+        (
+            "The all_reduce program of the bandwidth part (`w = 0.5 * all_reduce(g)`, f32) at "
+            "small sizes, where the host's launches are most of a step. Each fused schedule "
+            f"under `coco-run --bench` (median of {iters} steps after 5 warm-up, slowest rank; "
+            "1 us resolution), once with `COCONET_CUDA_GRAPHS=0` (every kernel launched every "
+            "step) and once replayed from the graph captured at the second step."
+        ),
+        "",
+        "| size | schedule | launched | replayed | launched / replayed |",
+        "|---|---|---|---|---|",
+    ]
+    for r in results:
+        for s in GRAPH_SCHEDULES:
+            eager, graph = r.eager.get(s), r.graph.get(s)
+            if eager is None or graph is None:
+                lines.append(f"| {r.label} | `{s}` | failed | failed | - |")
+                continue
+            ratio = f"{eager[0] / graph[0]:.2f}x" if graph[0] > 0 else "-"
+            lines.append(
+                f"| {r.label} | `{s}` | {eager[0] * 1e6:.0f} us | {graph[0] * 1e6:.0f} us "
+                f"| {ratio} |"
+            )
+    for r in results:
+        if r.error:
+            lines.append(f"\n{r.label} failed:\n\n```\n{r.error}\n```")
+    return "\n".join(lines) + "\n"
 
 
 def _brief(result: BenchResult) -> str:
@@ -992,6 +1068,14 @@ def check(args: argparse.Namespace, argv: Sequence[str]) -> int:
         status |= any(r.checked is False for r in adam)
         torch_note = "" if all(_torch_times(r) for r in adam) else ", torch side incomplete"
         summary.append(f"adam: {len(adam) - bad}/{len(adam)} sizes measured{torch_note}")
+
+    if "graphs" in args.parts:
+        ranks = min(gpus, 2)
+        with _part(f"CUDA graphs on {ranks} rank(s)"):
+            graphs = run_graphs(GRAPH_SIZES, ranks, max(iters, 50), 3 * args.timeout, _progress)
+        report.set("graphs", graphs_section(graphs, ranks, max(iters, 50)))
+        bad = sum(bool(r.error) for r in graphs)
+        summary.append(f"graphs: {len(graphs) - bad}/{len(graphs)} sizes measured")
 
     verdict = "FAILED" if status else "ok"
     _progress(f"gpu-check: {verdict}: " + "; ".join(summary) + f". Report: {args.out}")

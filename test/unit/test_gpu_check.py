@@ -359,3 +359,27 @@ def test_gpu_setup_from_a_venvs_interpreter_reuses_that_venvs_packages(tmp_path:
         [str(python), "-c", probe], capture_output=True, text=True, check=True
     ).stdout
     assert where.startswith(sys.prefix), where  # the parent venv's numpy, not a new copy
+
+
+def test_graphs_part_times_both_modes_and_names_the_runtimes_variable(monkeypatch):
+    """The graphs part runs each size twice, COCONET_CUDA_GRAPHS=0 then 1 (the variable
+    runtime/cuda.py reads), and its section prices launched against replayed."""
+    from coconet.runtime.cuda import GRAPHS_ENV
+
+    gc = gpu_check()
+    assert gc.GRAPHS_ENV == GRAPHS_ENV
+    assert "graphs" in gc.PARTS
+    seen = []
+
+    def fake_run(cmd, timeout, env=None):
+        seen.append(env[GRAPHS_ENV])
+        ms = 0.050 if env[GRAPHS_ENV] == "0" else 0.020
+        rows = "".join(f"  {s}  {ms:.3f}ms  {ms:.3f}ms  x\n" for s in gc.GRAPH_SCHEDULES)
+        return gc.Outcome(0, 0.1, "bench @all_reduce\n  schedule median min\n" + rows)
+
+    monkeypatch.setattr(gc, "run_command", fake_run)
+    results = gc.run_graphs([4096], 1, 50, 60.0, lambda _line: None)
+    assert seen == ["0", "1"]
+    text = gc.graphs_section(results, 1, 50)
+    assert "| 4 KiB | `fuse(ar-c)` | 50 us | 20 us | 2.50x |" in text
+    assert "| 4 KiB | `fuse(rs-c-ag)` | 50 us | 20 us | 2.50x |" in text
