@@ -394,6 +394,30 @@ def all_to_all_round_trip(text, rng):
     return text[: m.end()] + block + rest, None
 
 
+# A reducing collective's line, and what it may state as its accumulation: the legal ones
+# (comm.ACC_TYPE_NAMES, as wide as the data or wider) and some that are not.
+_REDUCING = re.compile(r"= comm\.(?:all_reduce|reduce_scatter|reduce) [^\n]*")
+ACCUMULATIONS = ("f32", "f64", "bf16", "f16", "f8E4M3FN", "i32")
+
+
+def accumulation(text, rng):
+    """A reducing collective states an accumulation (`acc T`, before `over`, the attributes
+    and the signature): one its data widens to, which the sim, the library path and the
+    fused kernels must all honour, or one it does not (a `[<op>-acc]` refusal)."""
+    found = [
+        m
+        for m in _REDUCING.finditer(text)
+        if " acc " not in m.group(0) and not _in_comment(text, m.start())
+    ]
+    if not found:
+        return None
+    m = rng.choice(found)
+    line = m.group(0)
+    cut = min(i for i in (line.find(" over ["), line.find(" {"), line.find(" : ")) if i >= 0)
+    stated = f"{line[:cut]} acc {rng.choice(ACCUMULATIONS)}{line[cut:]}"
+    return text[: m.start()] + stated + text[m.end() :], None
+
+
 def truncate(text, rng):
     if len(text) < 2:
         return None
@@ -545,6 +569,7 @@ MUTATIONS: dict[str, Mutation] = {
         duplicate_line,
         swap_lines,
         all_to_all_round_trip,
+        accumulation,
     )
 }
 # Those that break a documented rule: applied last (see the module docstring).
@@ -572,6 +597,7 @@ WEIGHTS.update(
     shape_everywhere=4.0,
     element_type_everywhere=3.0,
     all_to_all_round_trip=2.0,
+    accumulation=2.0,
 )
 
 

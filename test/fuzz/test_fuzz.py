@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import sys
 from pathlib import Path
 
@@ -20,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fuzz_driver import format_summary, run_fuzz
 from fuzz_inputs import (
+    accumulation,
     RULE_MUTATIONS,
     all_to_all_round_trip,
     make_case,
@@ -37,7 +39,7 @@ def _assert_clean(summary: dict) -> None:
 
 
 def test_ci_slice_finds_no_traceback_hang_or_silent_acceptance():
-    # 1,000 inputs: each of the 468 seeds twice, each of the 32 mutation kinds at least 7
+    # 1,000 inputs: each of the 468 seeds twice, each of the 33 mutation kinds at least 7
     # times (seed 0); `make fuzz` and test_full_slice go deeper
     summary = run_fuzz(1000, seed=0, jobs=2, depth="quick")
     print(format_summary(summary))
@@ -270,6 +272,33 @@ def test_the_all_to_all_round_trip_keeps_the_program():
             assert np.array_equal(g, v, equal_nan=True), (s.name, k)
         tried += 1
     assert tried >= 5
+
+
+def test_the_accumulation_mutation_states_one_the_verifier_takes_or_names():
+    """The mutation that states an accumulation on a reducing collective gives a program that
+    verifies with it (printed back) where the type may accumulate its data, and otherwise a
+    refusal naming the [<op>-acc] rule: both kinds occur over the seeds."""
+    from coconet.core.program import CocoError, Program, parse_module
+    from coconet.dialects.comm import ACC_TYPE_NAMES
+
+    verified = refused = 0
+    for i, s in enumerate(verifying_seeds()):
+        made = accumulation(s.text, random.Random(i))
+        if made is None:
+            continue
+        stated = re.search(r" acc (\w+)", made[0])
+        assert stated, s.name
+        try:
+            printed = Program(parse_module(made[0])).module
+        except CocoError as e:
+            assert re.search(r"\[[\w.-]+-acc\]", str(e)), (s.name, str(e)[:300])
+            refused += 1
+            continue
+        assert stated.group(1) in ACC_TYPE_NAMES, s.name
+        assert f" acc {stated.group(1)}" in str(printed)
+        verified += 1
+    assert verified >= 5
+    assert refused >= 5
 
 
 def _fits(program, ranks: int) -> bool:
