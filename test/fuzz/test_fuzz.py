@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fuzz_driver import format_summary, run_fuzz
 from fuzz_inputs import (
-    accumulation,
     RULE_MUTATIONS,
+    accumulation,
     all_to_all_round_trip,
     make_case,
     seeds,

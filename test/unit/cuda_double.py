@@ -37,7 +37,9 @@ import ctypes
 import itertools
 import os
 import threading
+import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -45,8 +47,9 @@ import ml_dtypes
 import numpy as np
 
 from coconet.core.values import bits_dtype
-from coconet.runtime.cuda import as_bit_patterns, call_nccl, dlpack_placement
-from coconet.runtime.inprocess import InProcessWorld
+from coconet.runtime.cuda import CudaBackend, as_bit_patterns, call_nccl, dlpack_placement
+from coconet.runtime.executor import PlanRunner
+from coconet.runtime.inprocess import IN_PROCESS_MPI, InProcessComm, InProcessWorld
 from coconet.runtime.transport import NCCL_DTYPES
 from coconet.toolchain.host_compiler import compile_host
 
@@ -800,3 +803,60 @@ class StrictDevice:
     def close(self) -> None:
         self.synchronize()
         self.closed = True
+
+
+# ---------------------------------------------------------------------------------------------
+# Ranks as threads, each on its own strict GPU
+# ---------------------------------------------------------------------------------------------
+
+
+def on_fake_gpus(
+    plan: Any,
+    ranks: int,
+    body: Callable[[int, PlanRunner, CudaBackend], Any],
+    *,
+    gpus: int | None = None,
+    nodes: tuple[int, ...] = (),
+    device_options: dict | None = None,
+    backend_class: type[CudaBackend] = CudaBackend,
+    exact: bool = False,
+    close: bool = True,
+    timeout: float = 300,
+) -> list[Any]:
+    """`body(rank, runner, backend)` on `ranks` threads, each a runner set up on `plan` over a
+    CudaBackend on its own StrictDevice (`gpus` GPUs in all, shared round-robin as
+    CupyDevice.for_rank assigns them; rank r's GPU in machine `nodes[r]`): what each returned,
+    in rank order. A rank's failure is raised; a rank still running at `timeout` fails."""
+    gpus = ranks if gpus is None else gpus
+    world, cid = FakeWorld(), uuid.uuid4().hex
+    results: list[Any] = [None] * ranks
+    errors: list[BaseException] = []
+
+    def main(r: int) -> None:
+        try:
+            device = StrictDevice(
+                world,
+                bus=f"0000:{r % gpus + 1:02x}:00.0",
+                device_id=r % gpus,
+                node=nodes[r] if nodes else 0,
+                **(device_options or {}),
+            )
+            comm = InProcessComm(world, cid, list(range(ranks)), r)
+            backend = backend_class(device, comm, exact_collectives=exact, mpi=IN_PROCESS_MPI)
+            runner = PlanRunner(plan, r, backend)
+            runner.setup()
+            results[r] = body(r, runner, backend)
+            if close:
+                runner.close()
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=main, args=(r,), daemon=True) for r in range(ranks)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=timeout)
+    if errors:
+        raise errors[0]
+    assert not any(t.is_alive() for t in threads), f"a rank still ran after {timeout} s"
+    return results

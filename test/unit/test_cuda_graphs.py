@@ -10,17 +10,14 @@ double to what a real capture refuses.
 
 from __future__ import annotations
 
-import threading
 import time
-import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from conftest import FULL
-from cuda_double import CaptureError, FakeWorld, StrictDevice
+from cuda_double import CaptureError, FakeWorld, StrictDevice, on_fake_gpus
 
 import coconet
 from coconet.compile import apply_schedule
@@ -32,7 +29,6 @@ from coconet.runtime import sim
 from coconet.runtime.check import compare_outputs
 from coconet.runtime.cuda import GRAPHS_ENV, CudaBackend, graphs_wanted
 from coconet.runtime.executor import PlanRunner, graph_refusal
-from coconet.runtime.inprocess import IN_PROCESS_MPI as FakeMPI, InProcessComm as FakeComm
 from coconet.toolchain.nvrtc import nvrtc_available
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -40,38 +36,6 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 pytestmark = pytest.mark.skipif(
     not nvrtc_available(), reason="the cuda backend compiles with NVRTC"
 )
-
-Body = Callable[[int, PlanRunner, CudaBackend], Any]
-
-
-def on_fake_gpus(plan: Plan, ranks: int, body: Body, timeout: float = 300) -> list[Any]:
-    """`body(rank, runner, backend)` on `ranks` threads, each with its own StrictDevice and a
-    runner set up on `plan`; what each returns, in rank order."""
-    world, cid = FakeWorld(), uuid.uuid4().hex
-    results: list[Any] = [None] * ranks
-    errors: list[BaseException] = []
-
-    def main(r: int) -> None:
-        try:
-            device = StrictDevice(world, bus=f"0000:{r + 1:02x}:00.0", device_id=r)
-            comm = FakeComm(world, cid, list(range(ranks)), r)
-            backend = CudaBackend(device, comm, mpi=FakeMPI)
-            runner = PlanRunner(plan, r, backend)
-            runner.setup()
-            results[r] = body(r, runner, backend)
-            runner.close()
-        except BaseException as e:
-            errors.append(e)
-
-    threads = [threading.Thread(target=main, args=(r,), daemon=True) for r in range(ranks)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=timeout)
-    assert not any(t.is_alive() for t in threads), "a rank hung"
-    if errors:
-        raise errors[0]
-    return results
 
 
 def pieces_of(plan: Plan, inputs: dict[str, np.ndarray], r: int) -> dict[str, np.ndarray]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import threading
-import uuid
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -24,6 +23,7 @@ from cuda_double import (
     Hazard,
     NcclError,
     StrictDevice,
+    on_fake_gpus,
 )
 
 import coconet
@@ -77,59 +77,40 @@ def run_fake(
     share them round-robin when fewer, as CupyDevice.for_rank assigns them); rank r's GPU in
     machine `nodes[r]`, the plan lowered for `plan_nodes` (default: those nodes)."""
     plan = lower(program, ranks, None, nodes if plan_nodes is None else plan_nodes)
-    gpus = ranks if gpus is None else gpus
-    world = FakeWorld()
-    cid = uuid.uuid4().hex
-    results: list[Any] = [None] * ranks
     backends: list[CudaBackend] = [None] * ranks  # type: ignore[list-item]
-    errors: list[BaseException] = []
 
-    def rank_main(r: int) -> None:
-        try:
-            device = StrictDevice(
-                world,
-                bus=f"0000:{r % gpus + 1:02x}:00.0",
-                device_id=r % gpus,
-                node=nodes[r] if nodes else 0,
-                **(device_options or {}),
+    def body(r: int, runner: PlanRunner, backend: CudaBackend) -> dict[str, np.ndarray]:
+        backends[r] = backend
+        pieces = {
+            name: V.piece_of(
+                inputs[name], buf.type, V.coords_of(r, plan.grid_shape), plan.grid_shape
             )
-            backend = backend_class(
-                device,
-                FakeComm(world, cid, list(range(ranks)), r),
-                exact_collectives=exact,
-                mpi=FakeMPI,
-            )
-            backends[r] = backend
-            runner = PlanRunner(plan, r, backend)
-            runner.setup()
+            for name, buf in plan.arguments.items()
+        }
+        if on_device_inputs:
+            device: Any = backend.device
             pieces = {
-                name: V.piece_of(
-                    inputs[name], buf.type, V.coords_of(r, plan.grid_shape), plan.grid_shape
-                )
-                for name, buf in plan.arguments.items()
+                n: backend.coerce_input(n, device.user_array(np.asarray(v)), plan.arguments[n])
+                for n, v in pieces.items()
             }
-            if on_device_inputs:
-                pieces = {
-                    n: backend.coerce_input(n, device.user_array(np.asarray(v)), plan.arguments[n])
-                    for n, v in pieces.items()
-                }
-            runner.check_inputs(pieces, backend.shape_of, backend.dtype_of)
-            runner.set_inputs(pieces)
-            for _ in range(steps):
-                runner.run()
-            results[r] = {name: backend.read(buf) for name, buf in plan.outputs.items()}
-            if close:
-                runner.close()
-        except BaseException as e:
-            errors.append(e)
+        runner.check_inputs(pieces, backend.shape_of, backend.dtype_of)
+        runner.set_inputs(pieces)
+        for _ in range(steps):
+            runner.run()
+        return {name: backend.read(buf) for name, buf in plan.outputs.items()}
 
-    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(ranks)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    if errors:
-        raise errors[0]
+    results = on_fake_gpus(
+        plan,
+        ranks,
+        body,
+        gpus=gpus,
+        nodes=nodes,
+        device_options=device_options,
+        backend_class=backend_class,
+        exact=exact,
+        close=close,
+        timeout=120,
+    )
     return plan, results, backends
 
 
@@ -648,31 +629,11 @@ def _compiled_on_fake_gpus(program, plan, ranks: int, call) -> list[tuple[Any, s
     the runner bound) per rank; the first rank's failure is raised."""
     from coconet.compile import CompiledProgram
 
-    world, cid = FakeWorld(), uuid.uuid4().hex
-    out: list[tuple[Any, set[str]]] = [(None, set()) for _ in range(ranks)]
-    errors: list[BaseException] = []
+    def body(r: int, runner: PlanRunner, backend: CudaBackend) -> tuple[Any, set[str]]:
+        compiled = CompiledProgram(program, plan, runner, "cuda", backend.comm)
+        return call(r, backend.device, compiled), set(runner.bound)
 
-    def rank_main(r: int) -> None:
-        try:
-            device = StrictDevice(world, bus=f"0000:{r + 1:02x}:00.0", device_id=r)
-            comm = FakeComm(world, cid, list(range(ranks)), r)
-            runner = PlanRunner(plan, r, CudaBackend(device, comm, mpi=FakeMPI))
-            runner.setup()
-            compiled = CompiledProgram(program, plan, runner, "cuda", comm)
-            result = call(r, device, compiled)
-            out[r] = (result, set(runner.bound))
-            runner.close()
-        except BaseException as e:
-            errors.append(e)
-
-    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(ranks)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    if errors:
-        raise errors[0]
-    return out
+    return on_fake_gpus(plan, ranks, body, timeout=120)
 
 
 @pytest.mark.parametrize("schedule", ["ar-c", "fuse(rs-c-ag)"])
