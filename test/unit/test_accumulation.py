@@ -18,6 +18,7 @@ from coconet.lowering.lower_to_plan import lower
 from coconet.runtime.sim import prepare_inputs
 from coconet.runtime.threaded import ThreadedExecutor
 from coconet.schedule import apply_schedule
+from coconet.toolchain.nvrtc import nvrtc_available
 
 DTYPES = {"bf16": ml_dtypes.bfloat16, "f16": np.float16, "f8E4M3FN": ml_dtypes.float8_e4m3fn}
 ACC = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f16": np.float16}
@@ -112,6 +113,41 @@ def test_schedules_honour_the_accumulation_bit_for_bit(elt: str, acc: str) -> No
                     ranks,
                     k,
                 )
+
+
+@pytest.mark.skipif(not nvrtc_available(), reason="the cuda backend compiles with NVRTC")
+@pytest.mark.parametrize(("elt", "acc"), [("bf16", "bf16"), ("f16", "f32")])
+def test_the_cuda_backend_honours_the_accumulation_bit_for_bit(elt: str, acc: str) -> None:
+    """On the strict GPU double (3 ranks, one GPU each): the library path's reduce_scatter
+    through NCCL (rs-c-ag) and the fused kernel (fuse(rs-c-ag)) equal the sim's pieces."""
+    from cuda_double import on_fake_gpus
+
+    from coconet.core import values as V
+
+    p, ranks = adam(elt, acc), 3
+    inputs = prepare_inputs(p, None, (ranks,), seed=ranks)
+    want = coconet.run(p, inputs, ranks=ranks, inplace=False).outputs
+    for name in ("rs-c-ag", "fuse(rs-c-ag)"):
+        plan = lower(apply_schedule(p, name), ranks)
+
+        def body(r, runner, backend, plan=plan):
+            coords = V.coords_of(r, plan.grid_shape)
+            runner.set_inputs(
+                {
+                    n: V.piece_of(inputs[n], buf.type, coords, plan.grid_shape)
+                    for n, buf in plan.arguments.items()
+                }
+            )
+            runner.run()
+            return {n: backend.read(buf) for n, buf in plan.outputs.items()}
+
+        for r, got in enumerate(on_fake_gpus(plan, ranks, body)):
+            coords = V.coords_of(r, plan.grid_shape)
+            for k, buf in plan.outputs.items():
+                piece = V.piece_of(want[k], buf.type, coords, plan.grid_shape)
+                assert np.array_equal(
+                    np.asarray(got[k]).view(np.uint8), np.asarray(piece).view(np.uint8)
+                ), (name, r, k)
 
 
 def test_front_end_states_the_accumulation() -> None:
