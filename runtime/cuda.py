@@ -386,7 +386,12 @@ class Device(Protocol):
     def wait(self, event: str, stream: Any) -> None: ...
 
     def synchronize(self) -> None:
-        """Wait for all work on the device, whatever stream it was issued on."""
+        """Wait for all work on the device, whatever stream it was issued on (set-up and
+        teardown only: ranks sharing a GPU would wait for each other's kernels)."""
+
+    def sync_streams(self) -> None:
+        """Wait for the work issued on this rank's streams (the compute and communication
+        streams every step runs on), not for other work on the device."""
 
     def copy(self, dst: Any, src: Any, stream: Any) -> None:
         """`dst` becomes `src`'s values (as many elements, `src` reshaped to `dst`'s shape): a
@@ -583,6 +588,10 @@ class CupyDevice:
 
     def synchronize(self) -> None:
         self.cp.cuda.runtime.deviceSynchronize()
+
+    def sync_streams(self) -> None:
+        for stream in self.streams.values():
+            stream.synchronize()
 
     def copy(self, dst, src, stream) -> None:
         with stream:
@@ -967,7 +976,7 @@ class CudaBackend:
 
     def read(self, buf: Buffer) -> np.ndarray:
         """The buffer's content on the host (bf16 restored from its bit pattern)."""
-        self.device.synchronize()
+        self.device.sync_streams()
         host = self.device.download(self.arrays[buf.name], self._compute())
         dtype = self.host_dtypes[buf.name]
         return host.view(dtype) if host.dtype != dtype else host
@@ -991,16 +1000,16 @@ class CudaBackend:
             # e.g. a non-contiguous CuPy array: updated in place, as coco.update says
             with self.device.on(self._compute()):
                 self.xp.copyto(as_bit_patterns(target, self.xp), self.arrays[buf.name])
-            self.device.synchronize()
+            self.device.sync_streams()
             return caller
         return self.output(buf)
 
     def output(self, buf: Buffer) -> Any:
         """A device copy of an output buffer."""
-        self.device.synchronize()
+        self.device.sync_streams()
         with self.device.on(self._compute()):
             copy = self.arrays[buf.name].copy()
-        self.device.synchronize()  # the caller may use it on any stream
+        self.device.sync_streams()  # the caller may use it on any stream
         return copy
 
     # -- steps ---------------------------------------------------------------------------------
@@ -1076,7 +1085,9 @@ class CudaBackend:
         self.device.wait(event, self.device.stream(stream))
 
     def synchronize(self) -> None:
-        self.device.synchronize()
+        """The end of a step: this rank's streams, never the whole device (ranks sharing a
+        GPU would wait for each other's spinning kernels)."""
+        self.device.sync_streams()
 
     # -- graphs --------------------------------------------------------------------------------
 
@@ -1109,7 +1120,7 @@ class CudaBackend:
         self.device.replay(graph, self._compute())
 
     def barrier(self) -> None:
-        self.device.synchronize()
+        self.device.sync_streams()
         self.comm.Barrier()
 
     def close(self) -> None:
@@ -1178,7 +1189,7 @@ class CudaBackend:
         if not on_device:  # a NumPy array the caller passed: the gathered value copied back
             host = self.device.download(dst, stream)
             target[...] = host.view(target.dtype) if host.dtype != target.dtype else host
-        self.device.synchronize()
+        self.device.sync_streams()
 
     def collective(self, step: Collective) -> None:
         self.trace.append((step.op, step.stream, str(step.rows)))

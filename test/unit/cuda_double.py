@@ -754,8 +754,17 @@ class StrictDevice:
             raise KeyError(f"event {event} waited on before it was recorded")
         self._merge(s, self.events[event])
 
+    def sync_streams(self) -> None:
+        """The rank's streams (s0, s1) synchronized: work on the legacy stream is not."""
+        self._not_capturing("a stream synchronization")
+        self.calls.append(("sync_streams",))
+        for s in ("s0", "s1"):
+            for k, v in list(self.clock[s].items()):
+                self.host[k] = max(self.host[k], v)
+
     def synchronize(self) -> None:
         self._not_capturing("cudaDeviceSynchronize")
+        self.calls.append(("synchronize",))
         for clock in list(self.clock.values()):
             for k, v in clock.items():
                 self.host[k] = max(self.host[k], v)

@@ -312,3 +312,26 @@ def test_the_double_refuses_what_a_capture_does_not_allow():
     device.synchronize()
     assert list(b) == [3.0] * 4
     assert graph.replays == 1
+
+
+@pytest.mark.parametrize("spec", ["ar-c", "fuse(rs-c-ag)"])
+def test_a_step_waits_for_its_own_streams_never_the_whole_device(spec):
+    """After set-up, steps and the reads of their outputs synchronize this rank's streams
+    only (issue #24): a device-wide synchronization would make ranks sharing a GPU wait for
+    each other's spinning kernels."""
+    program = scheduled("adam", spec)
+    plan = lower(program, 2)
+    inputs = sim.prepare_inputs(program, None, (2,), seed=0)
+
+    def body(r: int, runner: PlanRunner, backend: CudaBackend):
+        device: Any = backend.device
+        runner.set_inputs(pieces_of(plan, inputs, r))
+        before = len(device.calls)
+        for _ in range(3):
+            runner.run()
+            outputs(plan, backend)
+        return [c[0] for c in device.calls[before:]]
+
+    for calls in on_fake_gpus(plan, 2, body):
+        assert "synchronize" not in calls
+        assert calls.count("sync_streams") >= 3
