@@ -272,8 +272,28 @@ def emit_segment(lw: PlanBuilder, ops: list[Operation], updates: list[coco.Updat
         mine = [u for u in rest if u.value.owner in chain]
         rest = [u for u in rest if u not in mine]
         _emit_chain(lw, chain, mine)
+    rest = _emit_scalar_updates(lw, rest)
     for u in rest:
         lw.lower_update(u)
+
+
+def _emit_scalar_updates(lw: PlanBuilder, updates: list[coco.UpdateOp]) -> list[coco.UpdateOp]:
+    """Updates of scalar state from deferred scalar arithmetic (a loss scale and its growth
+    counter, computed from the found-inf flag the segment's reductions finished): ONE kernel
+    of one element computes that arithmetic and stores every such update into its target,
+    not a launch per op and a copy per update. The other updates, returned."""
+    scalar = [
+        u
+        for u in updates
+        if tensor_type_of(u.target).get_shape() == ()
+        and u.value not in lw.buffers
+        and u.value.owner in lw.deferred
+    ]
+    ops = lw.rematerialized([u.value for u in scalar])
+    if not ops or any(tensor_type_of(r).get_shape() != () for op in ops for r in op.results):
+        return updates
+    lw.lower_elementwise(ops, "scalar_updates", stores=[], updates=scalar)
+    return [u for u in updates if u not in scalar]
 
 
 def _chains(ops: list[Operation]) -> list[list[Operation]]:

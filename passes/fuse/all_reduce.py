@@ -217,7 +217,8 @@ def _check_chain(members: set[Operation]) -> None:
 def _merge_coupled(chains: list[set[Operation]], block: Block) -> list[set[Operation]]:
     """Chains that meet, merged or kept apart so that each op is in one region:
     * chains of several reduce_scatters sharing scalar arithmetic only (a global norm over
-      several tensors, read back by each tensor's update: gradient clipping) are ONE region:
+      several tensors, read back by each tensor's update: gradient clipping; scalar state
+      updated from all of them: a loss scale from a found-inf flag) are ONE region:
       neither can be fused without the other;
     * chains meeting in a tensor op (a cross-entropy's loss reads the row sums of two
       all_reduces) whose reduce_scatters share one iteration space and axes are ONE region,
@@ -302,6 +303,8 @@ def _is_scalar(v: SSAValue) -> bool:
 
 
 def _scalar_only(op: Operation) -> bool:
+    if isinstance(op, coco.UpdateOp):  # scalar state updated from the chains (a loss scale)
+        return _is_scalar(op.target)
     return bool(op.results) and all(
         isinstance(r.type, TensorType) and r.type.get_shape() == () for r in op.results
     )

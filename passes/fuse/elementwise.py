@@ -30,7 +30,8 @@ class FuseElementwisePass(ModulePass):
 
     Greedy (no `ops`): every maximal connected set (grown in program order, an op joining
     only where it keeps the set acyclic and in one iteration space) of two or more ops with a
-    tensor result, plus the slices and constants only it reads. Targeted (`ops` names the
+    tensor result, or of scalar ops that update scalar state (a loss scale: one kernel of one
+    element), plus the slices and constants only it reads. Targeted (`ops` names the
     ops): exactly those. Updates storing a fused value join the region when that keeps it
     acyclic (the kernel writes the buffer). `coco-fuse{mode=elementwise}` is this pass.
 
@@ -71,7 +72,8 @@ def fuse_greedy(block: Block) -> None:
 def components(block: Block) -> list[set[Operation]]:
     """Every maximal connected set of elementwise ops, grown in program order (an op joins
     where it keeps the set acyclic and in one iteration space), of two or more ops with a
-    tensor result, with the slices, constants and updates that join it."""
+    tensor result or updating scalar state, with the slices, constants and updates that
+    join it."""
     info = OrderInfo(block)
     comps: list[set[Operation]] = []
     spaces: list[Space] = []
@@ -127,8 +129,13 @@ def components(block: Block) -> list[set[Operation]]:
             plans.append(GrowingPlan.of(info, u))
     result: list[set[Operation]] = []
     for c, sp in zip(comps, spaces, strict=True):
-        if len(c) < 2 or sp is None:
+        if len(c) < 2:
             continue
-        c = absorb_feeders(block, c)
-        result.append(absorb_updates(block, c, info))
+        c = absorb_updates(block, absorb_feeders(block, c), info)
+        # Scalar arithmetic alone stays out (kernels reading it compute it themselves:
+        # coco-defer), unless it updates scalar state (a loss scale), which some kernel must
+        # store: one kernel of one element then, not one launch per op.
+        if sp is None and not any(isinstance(m, coco.UpdateOp) for m in c):
+            continue
+        result.append(c)
     return result

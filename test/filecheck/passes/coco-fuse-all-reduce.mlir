@@ -203,3 +203,41 @@ func.func @long_rows(%lx: !coco.tensor<8x16384xf32, local>) -> !coco.tensor<8x16
 // SCRIPT-NEXT:      %ly_1 = comm.all_gather %lc
 // SCRIPT-NEXT:      comm.yield %ly_1
 }
+
+// -----
+
+// Two chains that meet only in scalar state they update together (a loss scale from a
+// found-inf flag over both tensors): ONE region, as chains sharing scalar arithmetic are
+// (they used to stay apart, and the shared update refused both: [fuse-chain]).
+// CHECK-LABEL: func.func @scalar_state
+// CHECK-NEXT:    comm.fused all_reduce {
+// CHECK-NEXT:      %ra = comm.reduce_scatter sum %a
+// CHECK:           %rb = comm.reduce_scatter sum %b
+// CHECK:           %found = coco.max %ma, %mb
+// CHECK-NEXT:      %s1 = coco.add %s, %found
+// CHECK-NEXT:      coco.update %s, %s1
+// CHECK-NEXT:      comm.yield
+// CHECK-NEXT:    }
+// CHECK-NEXT:    func.return
+func.func @scalar_state(%a: !coco.tensor<64xf32, local>, %b: !coco.tensor<32xf32, local>, %wa: !coco.tensor<64xf32>, %wb: !coco.tensor<32xf32>, %s: !coco.tensor<f32>) attributes {coco.grid = #coco.grid<[?]>} {
+  %ra = comm.reduce_scatter sum %a : !coco.tensor<64xf32, local> -> !coco.tensor<64xf32, sliced<0>>
+  %ma_p = coco.reduce max %ra : !coco.tensor<64xf32, sliced<0>> -> !coco.tensor<f32, local>
+  %ma = comm.all_reduce max %ma_p : !coco.tensor<f32, local> -> !coco.tensor<f32>
+  %wa_s = coco.slice %wa : !coco.tensor<64xf32> -> !coco.tensor<64xf32, sliced<0>>
+  %ua = coco.mul %ra, %s : !coco.tensor<64xf32, sliced<0>>, !coco.tensor<f32> -> !coco.tensor<64xf32, sliced<0>>
+  %wa1_s = coco.sub %wa_s, %ua : !coco.tensor<64xf32, sliced<0>>
+  %wa1 = comm.all_gather %wa1_s : !coco.tensor<64xf32, sliced<0>> -> !coco.tensor<64xf32>
+  coco.update %wa, %wa1 : !coco.tensor<64xf32>
+  %rb = comm.reduce_scatter sum %b : !coco.tensor<32xf32, local> -> !coco.tensor<32xf32, sliced<0>>
+  %mb_p = coco.reduce max %rb : !coco.tensor<32xf32, sliced<0>> -> !coco.tensor<f32, local>
+  %mb = comm.all_reduce max %mb_p : !coco.tensor<f32, local> -> !coco.tensor<f32>
+  %wb_s = coco.slice %wb : !coco.tensor<32xf32> -> !coco.tensor<32xf32, sliced<0>>
+  %ub = coco.mul %rb, %s : !coco.tensor<32xf32, sliced<0>>, !coco.tensor<f32> -> !coco.tensor<32xf32, sliced<0>>
+  %wb1_s = coco.sub %wb_s, %ub : !coco.tensor<32xf32, sliced<0>>
+  %wb1 = comm.all_gather %wb1_s : !coco.tensor<32xf32, sliced<0>> -> !coco.tensor<32xf32>
+  coco.update %wb, %wb1 : !coco.tensor<32xf32>
+  %found = coco.max %ma, %mb : !coco.tensor<f32>
+  %s1 = coco.add %s, %found : !coco.tensor<f32>
+  coco.update %s, %s1 : !coco.tensor<f32>
+  func.return
+}

@@ -118,3 +118,28 @@ func.func @sizes(%x: !coco.tensor<16x16xf32>, %bias: !coco.tensor<16xf32>) -> !c
   func.return %xb : !coco.tensor<16x16xf32>
 }
 }
+
+// -----
+
+// Scalar arithmetic alone stays out of regions (kernels reading it compute it themselves:
+// coco-defer), unless it updates scalar state (a loss scale, its growth counter): one kernel
+// of one element then, not a launch per op.
+// CHECK-LABEL: func.func @scalar_state
+// CHECK-NEXT:    %r = comm.all_reduce max %f
+// CHECK-NEXT:    %u = coco.mul %lr, %r
+// CHECK-NEXT:    comm.fused elementwise {
+// CHECK-NEXT:      %c = coco.constant 0.5
+// CHECK-NEXT:      %h = coco.mul %s, %c
+// CHECK-NEXT:      %s1 = coco.select %ok, %s, %h
+// CHECK-NEXT:      coco.update %s, %s1
+// CHECK-NEXT:      comm.yield
+// CHECK-NEXT:    }
+func.func @scalar_state(%f: !coco.tensor<f32, local>, %lr: !coco.tensor<f32>, %s: !coco.tensor<f32>, %ok: !coco.tensor<i1>) -> !coco.tensor<f32> attributes {coco.grid = #coco.grid<[?]>} {
+  %r = comm.all_reduce max %f : !coco.tensor<f32, local> -> !coco.tensor<f32>
+  %u = coco.mul %lr, %r : !coco.tensor<f32>
+  %c = coco.constant 0.5 : !coco.tensor<f32>
+  %h = coco.mul %s, %c : !coco.tensor<f32>
+  %s1 = coco.select %ok, %s, %h : !coco.tensor<i1>, !coco.tensor<f32>, !coco.tensor<f32> -> !coco.tensor<f32>
+  coco.update %s, %s1 : !coco.tensor<f32>
+  func.return %u : !coco.tensor<f32>
+}
