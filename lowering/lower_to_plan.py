@@ -61,7 +61,7 @@ from coconet.lowering.kernels.reductions import (
     reduction_kernels,
     row_reduction_kernel,
 )
-from coconet.lowering.kernels.spec import Store
+from coconet.lowering.kernels.spec import Store, iteration_values
 from coconet.lowering.kernels.table import table_form
 from coconet.lowering.overlap import lower_overlap
 from coconet.lowering.plan import (
@@ -576,7 +576,8 @@ class Lowering:
             stores = [r for op in ops for r in op.results]
         # A fused region may compute nothing (everything in it was erased, or it only
         # yields or updates values from outside): iterate over what it stores, if anything.
-        types = [tensor_type_of(r) for op in ops for r in op.results]
+        results = iteration_values([r for op in ops for r in op.results], ops)
+        types = [tensor_type_of(r) for r in results]
         types = types or [tensor_type_of(v) for v in stores] + [u.target.type for u in updates]
         if not types:
             return

@@ -15,8 +15,29 @@ from xdsl.ir import Operation, SSAValue
 
 from coconet.dialects import coco
 from coconet.dialects.coco import TensorType, tensor_type_of
+from coconet.dialects.layout_rules import block_sizes
 from coconet.lowering.kernel_ir import Expr, Lit, Param, Var
 from coconet.lowering.signature import I64, ParamKind
+
+
+def iteration_values(values: Sequence[SSAValue], ops: Sequence[Operation]) -> list[SSAValue]:
+    """Of the values a kernel computing `ops` iterates over (its ops' results, a fused
+    collective's slices), those whose types make its iteration type: all but a value that
+    `ops` read only as a ScaleOp's scale of a block shape (a slice or a dense constant joined
+    as a feeder), which does not broadcast against the iteration but is read through the
+    block index map like an operand in memory (`Operand.blocks`)."""
+    members = set(ops)
+
+    def block_scale_only(v: SSAValue) -> bool:
+        uses = [u for u in v.uses if u.operation in members]
+        return bool(uses) and all(
+            isinstance(op := u.operation, coco.ScaleOp)
+            and u.index == 1
+            and any(b > 1 for b in block_sizes(tensor_type_of(v), tensor_type_of(op.result)))
+            for u in uses
+        )
+
+    return [v for v in values if not block_scale_only(v)]
 
 
 @dataclass

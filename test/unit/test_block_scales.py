@@ -19,9 +19,10 @@ import pytest
 
 import coconet
 from coconet.core.program import CocoError, Program, parse_module
+from coconet.dialects import comm
 from coconet.lowering.lower_to_plan import lower
 from coconet.runtime.threaded import ThreadedExecutor
-from coconet.schedule import apply_schedule, launch_ranks, named_schedules
+from coconet.schedule import apply_pipeline, apply_schedule, launch_ranks, named_schedules
 from coconet.toolchain.nvrtc import compile_cuda, nvrtc_available
 
 FP8 = {"f8E4M3FN": ml_dtypes.float8_e4m3fn, "f8E5M2": ml_dtypes.float8_e5m2}
@@ -263,8 +264,42 @@ def _schedules_match_the_sim(scale_shape: str, ranks: tuple[int, ...]) -> None:
 
 def test_block_scales_under_the_named_schedules() -> None:
     """The fused epilogue (ONE kernel under fuse(rs-c-ag), the row form) and the split one
-    read a replicated 4 x 8 block scale at rows cut unevenly (16 over 3 ranks)."""
-    _schedules_match_the_sim("4x8", (3,))
+    read a replicated 4 x 8 block scale, and a 16 x 8 one sliced with the rows inside the
+    kernel, at rows cut unevenly (16 over 3 ranks); split, the quantize moves onto the slices,
+    so the all_gather still moves fp8."""
+    for shape in ("4x8", "16x8"):
+        _schedules_match_the_sim(shape, (3,))
+        split = apply_schedule(epilogue(shape), "rs-c-ag")
+        gathers = [op for op in split.func.walk() if isinstance(op, comm.AllGatherOp)]
+        assert "f8E4M3FN" in {op.result.type.elt for op in gathers}, split
+
+
+def test_a_dense_constant_block_scale_fused_into_its_kernel() -> None:
+    """A block scale written as a dense constant: `coco-fuse{mode=elementwise}` takes it into
+    the quantize's kernel (a feeder), which reads its values at each element's block."""
+    t = "!coco.tensor<8x16xf32, sliced<0>>"
+    q = "!coco.tensor<8x16xf8E4M3FN, sliced<0>>"
+    c = "!coco.tensor<2x4xf32>"
+    values = np.array([[0.5, 2.0, 3.0, 0.0], [-1.0, np.inf, 1 / 448, 1e-9]], np.float32)
+    program = Program(
+        parse_module(
+            f"func.func @dense(%x: {t}) -> {q} attributes {{coco.grid = #coco.grid<[?]>}} {{\n"
+            f"  %s = coco.constant dense<[[0.5, 2.0, 3.0, 0.0], [-1.0, 0x7F800000, "
+            f"{float(np.float32(1 / 448))!r}, 1.0e-09]]> : {c}\n"
+            f"  %y = coco.mul %x, %x : {t}\n"
+            f"  %q = coco.quantize %y, %s : {t}, {c} -> {q}\n"
+            f"  func.return %q : {q}\n}}\n"
+        )
+    )
+    fused = apply_pipeline(program, "coco-fuse{mode=elementwise}")
+    assert any(isinstance(op, comm.FusedOp) for op in fused.func.walk()), fused
+    x = np.random.default_rng(2).standard_normal((8, 16)).astype(np.float32) * 8
+    want_q, _ = reference(x * x, values, "f8E4M3FN")
+    for ranks in (1, 3):
+        for p in (program, fused):
+            got = ThreadedExecutor(lower(p, ranks)).run({"x": x})
+            same_bits(got["q"], want_q, f"q at {ranks} ranks")
+        same_bits(coconet.run(program, {"x": x}, ranks=ranks)["q"], want_q, "the sim's q")
 
 
 @pytest.mark.slow
