@@ -45,7 +45,7 @@ from coconet.core.path_tolerances import downstream, loosest, path_tolerances
 from coconet.core.program import CocoError, Program, argument_name
 from coconet.core.tolerances import EXACT, TOLERANCES, Tolerance
 from coconet.core.values import bits_dtype
-from coconet.dialects.coco import TensorType
+from coconet.dialects.coco import ScaleOp, TensorType
 
 # -- bit patterns, for the exact comparison ----------------------------------------------------
 
@@ -257,7 +257,7 @@ def _tensor_values(program: Program) -> Iterable[tuple[str, TensorType]]:
 
 def _cannot_take(program: Program, ranks: int) -> str | None:
     """Why `program` cannot run on `ranks` ranks, or None if it can."""
-    from coconet.dialects.layout_rules import check_bound_shapes
+    from coconet.dialects.layout_rules import check_block_cuts, check_bound_shapes
 
     try:
         grid_shape = program.grid.bind(ranks)
@@ -266,6 +266,10 @@ def _cannot_take(program: Program, ranks: int) -> str | None:
     try:
         for what, t in _tensor_values(program):
             check_bound_shapes(t, grid_shape, what)
+        for op in program.func.walk():
+            if isinstance(op, ScaleOp):  # a block scale cut on a `?` axis
+                s = op.scale.type
+                check_block_cuts(s, op.result.type, grid_shape, f"{op.name} by {s}")
     except DiagnosticException as e:
         return str(e)
     return None

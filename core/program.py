@@ -22,9 +22,13 @@ from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyExcepti
 from coconet.core.gc_pause import without_gc
 from coconet.core.target_names import name_module_targets
 from coconet.dialects import get_all_dialects
-from coconet.dialects.coco import GridAttr, TensorType, tensor_type_of
+from coconet.dialects.coco import GridAttr, ScaleOp, TensorType, tensor_type_of
 from coconet.dialects.comm import AllToAllOp, OverlapOp
-from coconet.dialects.layout_rules import check_all_to_all_blocks, check_bound_shapes
+from coconet.dialects.layout_rules import (
+    check_all_to_all_blocks,
+    check_block_cuts,
+    check_bound_shapes,
+)
 
 
 class CocoError(Exception):
@@ -273,7 +277,8 @@ def load(path: str | Path, entry: str | None = None) -> Program:
 def check_program_on_grid(program: Program, grid_shape: Sequence[int]) -> None:
     """Every rank holds at least one element of every sliced dim on the concrete grid
     ([empty-slice]); dims that do not divide are cut unevenly (core/values.py); an overlap's
-    chunks each get rows of every rank's piece ([overlap-chunks])."""
+    chunks each get rows of every rank's piece ([overlap-chunks]); a block scale sliced on
+    a `?` axis is cut on block boundaries ([quantize-block-slices])."""
     try:
         for a in program.arguments:
             check_bound_shapes(a.type, grid_shape, f"argument %{a.name}")
@@ -284,6 +289,9 @@ def check_program_on_grid(program: Program, grid_shape: Sequence[int]) -> None:
                 check_all_to_all_blocks(op.input.type, parts, "comm.all_to_all")
             if isinstance(op, OverlapOp):
                 op.check_rows_on_grid(grid_shape)
+            if isinstance(op, ScaleOp):
+                scale = op.scale.type
+                check_block_cuts(scale, op.result.type, grid_shape, f"{op.name} by {scale}")
             for i, res in enumerate(op.results):
                 if isinstance(res.type, TensorType):
                     what = f"%{res.name_hint}" if res.name_hint else f"result #{i} of {op.name}"

@@ -720,9 +720,12 @@ class CastOp(ElementwiseOp):
 
 
 class ScaleOp(ElementwiseOp):
-    """An elementwise op of a tensor and its scale, which broadcasts against it like any
-    elementwise operand: its shape states the granularity (a scalar per tensor, `[R, 1]` per
-    row, `[1, C]` per column, the tensor's own shape per element). Computes in f32, or in f64
+    """An elementwise op of a tensor and its scale, whose shape states the granularity: it
+    broadcasts against the tensor like any elementwise operand (a scalar per tensor, `[R, 1]`
+    per row, `[1, C]` per column, the tensor's own shape per element), or holds one value per
+    block (`[R / bR, C / bC]`: scale element (i // bR, j // bC) scales element (i, j); a scale
+    dim neither 1 nor the tensor's divides it, `[quantize-block]`, and is cut across ranks on
+    block boundaries or not at all, `[quantize-block-slices]`). Computes in f32, or in f64
     where any of its types is f64, and rounds once to the result's element type."""
 
     input = tensor_operand()
@@ -734,9 +737,7 @@ class ScaleOp(ElementwiseOp):
 
     def __init__(self, input: SSAValue, scale: SSAValue, result_type: Attribute):
         if not isinstance(result_type, TensorType):
-            inferred = layout_rules.infer_elementwise(
-                [input.type, scale.type], same_element_type=False
-            )
+            inferred = layout_rules.infer_scaled(input.type, scale.type, op_name=self.name)
             result_type = inferred.with_element_type(result_type)
         super().__init__(operands=[input, scale], result_types=[result_type])
 
@@ -747,10 +748,12 @@ class ScaleOp(ElementwiseOp):
         types = [tensor_type_of(self.input), tensor_type_of(self.scale)]
         res = tensor_type_of(self.result)
         self.check_element_types(types[0].elt, types[1].elt, res.elt)
-        inferred = layout_rules.infer_elementwise(
-            types,
-            same_element_type=False,
+        inferred = layout_rules.infer_scaled(
+            types[0],
+            types[1],
+            op_name=self.name,
             names=[layout_rules.value_name(self.input), layout_rules.value_name(self.scale)],
+            grid=layout_rules.grid_of(self),
         )
         self.expect_result(inferred.with_element_type(res.element_type))
 

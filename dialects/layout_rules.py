@@ -10,6 +10,14 @@ Rules (per grid axis; an axis a collective does not span keeps its layout):
                        non-replicated layouts are an error. A lower-rank operand broadcasts
                        over leading dims, so its `sliced<d>` means result dim d + (rank gap).
 * broadcast-shapes     operand shapes broadcast as in NumPy.
+* quantize-block       the scale of coco.quantize / dequantize (coco.ScaleOp) broadcasts as in
+                       NumPy or holds one value per block: a scale dim that is neither 1 nor
+                       the input's must divide the input's, into blocks of input dim / scale
+                       dim elements (scale element (i // bR, j // bC) scales element (i, j)).
+* quantize-block-slices a scale sliced along a block dim is cut by exactly the grid axes that
+                       cut the result's dim, into a number of parts that divides the scale dim
+                       (every rank's cut of the input then lands on a block boundary, uneven
+                       cuts included); `?` axes are checked at launch (check_block_cuts).
 * element-types        operands of one elementwise op share an element type (cast first).
 * matmul-layouts       R x R -> R; sliced(row or batch dim) x R -> same (a batched R right
                        operand takes the same batch slice: sliced(batch) x sliced(batch) ->
@@ -259,9 +267,15 @@ def infer_elementwise(
 
 
 def _infer_elementwise(
-    types: Sequence[Attribute], same_element_type: bool, names: Sequence[str]
+    types: Sequence[Attribute],
+    same_element_type: bool,
+    names: Sequence[str],
+    shown: Sequence[TensorType] = (),
 ) -> TensorType:
+    """`shown`: the operand types messages name, where `types` stand for them (a block
+    scale's expansion)."""
     tts = [_as_tensor(t, f"operand #{i}") for i, t in enumerate(types)]
+    shown = shown or tts
     shape = broadcast_shapes([t.get_shape() for t in tts])
     rank = len(shape)
     if same_element_type:
@@ -276,7 +290,7 @@ def _infer_elementwise(
 
     def describe() -> str:
         return "operands " + ", ".join(
-            f"{names[i] if i < len(names) else f'#{i}'} : {t}" for i, t in enumerate(tts)
+            f"{names[i] if i < len(names) else f'#{i}'} : {t}" for i, t in enumerate(shown)
         )
 
     grid_rank = max(len(t.layouts) for t in tts)
@@ -297,6 +311,105 @@ def _infer_elementwise(
             per_operand.append(lay)
         layouts.append(_combine_axis(per_operand, describe))
     return TensorType(shape, tts[0].element_type, layouts)
+
+
+# Scaled results by (input, scale) types: as _INFERRED_ELEMENTWISE. Bounded (remember).
+_INFERRED_SCALED: dict[tuple[Attribute, Attribute, GridAttr], TensorType] = {}
+
+
+def infer_scaled(
+    input: Attribute,
+    scale: Attribute,
+    *,
+    op_name: str = "coco.quantize",
+    names: Sequence[str] = (),
+    grid: GridAttr = DEFAULT_GRID,
+) -> TensorType:
+    """The result type of a coco.ScaleOp: the elementwise result of the input and its scale,
+    where a scale dim may also hold one value per block of the input's (`[quantize-block]`),
+    read as if each value were repeated over its block (`block_expanded`). Only ScaleOps read
+    a scale so; every other elementwise op broadcasts as in NumPy."""
+    key = (input, scale, grid)
+    got = _INFERRED_SCALED.get(key)
+    if got is None:
+        x, s = _as_tensor(input, "the input"), _as_tensor(scale, "the scale")
+        expanded = block_expanded(x, s, op_name, names)
+        got = _infer_elementwise([x, expanded], False, names, shown=[x, s])
+        check_block_cuts(s, got, grid.shape, f"{op_name} of {_named(names, 1)} : {s}")
+        got = remember(_INFERRED_SCALED, key, got)
+    return got
+
+
+def _named(names: Sequence[str], i: int) -> str:
+    return names[i] if i < len(names) else f"operand #{i}"
+
+
+def block_sizes(scale: TensorType, result: TensorType) -> tuple[int, ...]:
+    """Per dim of `scale` (read by a ScaleOp whose result has type `result`): how many
+    consecutive result elements along it one scale value covers -- 1 where the dims are
+    equal or the scale is broadcast (size 1) there, else the block size."""
+    gap = result.rank - scale.rank
+    rs, ss = result.get_shape(), scale.get_shape()
+    return tuple(
+        1 if ss[d] in (1, rs[d + gap]) else rs[d + gap] // ss[d] for d in range(scale.rank)
+    )
+
+
+def block_expanded(
+    x: TensorType, s: TensorType, op_name: str, names: Sequence[str] = ()
+) -> TensorType:
+    """`s` with every block dim widened to the input's: the type that broadcasts against `x`
+    as the block scale reads. A dim that is neither 1, the input's nor a divisor of it is
+    refused ([quantize-block])."""
+    shape = list(s.get_shape())
+    gap = x.rank - s.rank
+    for d, size in enumerate(shape):
+        n = x.get_shape()[d + gap] if d + gap >= 0 else 1
+        if size == 1 or n == 1 or size == n:
+            continue  # a NumPy broadcast
+        if n % size:
+            raise fail(
+                "quantize-block",
+                f"{op_name} of {_named(names, 0)} : {x} by {_named(names, 1)} : {s}: scale dim "
+                f"{d} of size {size} does not divide the input's {n} (a scale dim is 1, the "
+                "input's, or a divisor of it: one value per block of input / scale elements)",
+            )
+        shape[d] = n
+    return s.with_shape(shape)
+
+
+def check_block_cuts(
+    s: TensorType, result: TensorType, grid_shape: Sequence[int], what: str
+) -> None:
+    """A scale sliced along a block dim is cut as the result's dim is, on block boundaries:
+    by the same grid axes, into a number of parts that divides the scale dim. Then every
+    rank's piece of the result is its piece of the scale's blocks, as an uneven cut of a
+    block dim never is (with blocks of b > 1 elements, a cut of s blocks into p parts lands
+    on block boundaries only where p divides s). Axes sized at launch (`grid_shape` entries
+    < 0) are left to the launch's check (core/program.py check_program_on_grid)."""
+    gap = result.rank - s.rank
+    for d, block in enumerate(block_sizes(s, result)):
+        axes = s.slicing_axes(d)
+        if block == 1 or not axes:
+            continue
+        if axes != result.slicing_axes(d + gap):
+            raise fail(
+                "quantize-block-slices",
+                f"{what}: the scale's block dim {d} is cut by grid axes {list(axes)}, the "
+                f"result's dim {d + gap} by {list(result.slicing_axes(d + gap))}: a block "
+                "scale is replicated or cut by the same axes as the tensor it scales",
+            )
+        sizes = [grid_shape[a] if a < len(grid_shape) else -1 for a in axes]
+        if any(n < 0 for n in sizes):
+            continue
+        parts = math.prod(sizes)
+        if s.get_shape()[d] % parts:
+            raise fail(
+                "quantize-block-slices",
+                f"{what}: its {s.get_shape()[d]} blocks of {block} along dim {d} cannot be "
+                f"cut into {parts} parts on block boundaries (the parts must divide the scale "
+                "dim): replicate the scale, or use a rank count that divides it",
+            )
 
 
 def infer_unary(t: Attribute, float_only: bool, op_name: str) -> TensorType:

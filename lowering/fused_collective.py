@@ -41,7 +41,7 @@ from coconet.lowering.hierarchical import emit_hierarchical
 from coconet.lowering.kernel_ir import Param, structural_key
 from coconet.lowering.kernel_site import kernel_site, op_description
 from coconet.lowering.kernels.elementwise import ElementwiseKernel
-from coconet.lowering.kernels.spec import Store
+from coconet.lowering.kernels.spec import Store, iteration_values
 from coconet.lowering.plan import (
     MAX_COLLECTIVE_BLOCKS,
     PLAN_COLLECTIVE_BLOCKS,
@@ -474,6 +474,7 @@ def emit_collective_kernel(
     # The kernel iterates over this rank's slice: the type of the sliced values.
     sliced = [op.result for op in scatters] + [r for op in compute for r in op.results]
     sliced += [op.input for op in gathers]
+    sliced = iteration_values(sliced, compute)
     iteration = lw.iteration_type(
         [v.owner for v in sliced if isinstance(v.owner, Operation)],
         [tensor_type_of(v) for v in sliced],

@@ -61,7 +61,7 @@ from coconet.lowering.kernels.reductions import (
     reduction_kernels,
     row_reduction_kernel,
 )
-from coconet.lowering.kernels.spec import Store
+from coconet.lowering.kernels.spec import Store, iteration_values
 from coconet.lowering.kernels.table import table_form
 from coconet.lowering.overlap import lower_overlap
 from coconet.lowering.plan import (
@@ -571,7 +571,8 @@ class Lowering:
             stores = [r for op in ops for r in op.results]
         # A fused region may compute nothing (everything in it was erased, or it only
         # yields or updates values from outside): iterate over what it stores, if anything.
-        types = [tensor_type_of(r) for op in ops for r in op.results]
+        results = iteration_values([r for op in ops for r in op.results], ops)
+        types = [tensor_type_of(r) for r in results]
         types = types or [tensor_type_of(v) for v in stores] + [u.target.type for u in updates]
         if not types:
             return
@@ -672,6 +673,18 @@ class Lowering:
                             name=f"base_{v.name_hint or 'v'}",
                         )
                     )
+                case ParamKind.BLOCK_START:
+                    v, d = p.value, p.dim
+                    assert v is not None
+                    assert d is not None
+                    t = tensor_type_of(v)
+                    args.append(
+                        self.per_rank(
+                            f"bstart{d}",
+                            lambda r, t=t, d=d: self.block_start(t, it, d, r),
+                            (t, it, d),
+                        )
+                    )
                 case ParamKind.GSTART:
                     d = p.dim
                     assert d is not None
@@ -715,15 +728,24 @@ class Lowering:
                     pass
         return args
 
+    def block_start(self, t: TensorType, it: TensorType, d: int, rank: int) -> int:
+        """What a block scale `t` adds to the local coordinate along iteration dim d before
+        dividing it by the block (kernels/spec.py Operand.blocks): the global start of rank
+        `rank`'s iteration piece less block times that of its piece of `t`."""
+        od = d - (it.rank - t.rank)
+        block = it.get_shape()[d] // t.get_shape()[od]
+        return self.piece_ranges(it, rank)[d][0] - block * self.piece_ranges(t, rank)[od][0]
+
     def base_offset(self, t: TensorType, it: TensorType, rank: int) -> int:
-        """Offset into rank `rank`'s piece of `t` of the iteration piece's first element."""
+        """Offset into rank `rank`'s piece of `t` of the iteration piece's first element
+        (along a block scale's block dims, block_start)."""
         gap = it.rank - t.rank
         local = self.piece_shape(t, rank)
         t_ranges, it_ranges = self.piece_ranges(t, rank), self.piece_ranges(it, rank)
         t_shape, it_shape = t.get_shape(), it.get_shape()
         offset = 0
         for d in range(t.rank):
-            if t_shape[d] == 1 and it_shape[d + gap] != 1:
+            if t_shape[d] < it_shape[d + gap]:  # broadcast (1), or a block scale's block dim
                 continue
             start_it, start_t = it_ranges[d + gap][0], t_ranges[d][0]
             offset += (start_it - start_t) * math.prod(local[d + 1 :])

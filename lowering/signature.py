@@ -102,6 +102,9 @@ class ParamKind(StrEnum):
     DIM = "dim"  # the local size of iteration dims [dim, dim + span) (collapsed: their product)
     STRIDE = "stride"  # the local stride of `value` along iteration dim `dim`
     BASE = "base"  # where this rank's iteration piece starts in `value`'s piece
+    # a block scale's offset along iteration dim `dim`: the global start of this rank's
+    # iteration piece less block times that of `value`'s piece (kernels/spec.py Operand)
+    BLOCK_START = "block_start"
     # the global start of this rank's piece along iteration dims [dim, dim + span), counted
     # in elements of the collapsed dim (dims after `dim` in it are never sliced)
     GSTART = "gstart"

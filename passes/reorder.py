@@ -25,9 +25,11 @@ from coconet.dialects.coco import (
 )
 from coconet.dialects.coco_types import remember
 from coconet.dialects.layout_rules import (
+    grid_of,
     infer_dim_reduction,
     infer_elementwise,
     infer_reduction,
+    infer_scaled,
 )
 from coconet.passes.common import (
     ancestor_in,
@@ -370,7 +372,10 @@ class ReorderPass(ModulePass):
     def _infer(self, u: Operation, types: list[TensorType]) -> TensorType:
         old = tensor_type_of(u.results[0])
         try:
-            inferred = infer_elementwise(types, same_element_type=False)
+            if isinstance(u, coco.ScaleOp):  # its scale may hold one value per block
+                inferred = infer_scaled(types[0], types[1], op_name=u.name, grid=grid_of(u))
+            else:
+                inferred = infer_elementwise(types, same_element_type=False)
         except VerifyException as e:
             raise _Refusal(
                 f"{RULE}-layouts",

@@ -206,18 +206,32 @@ class Interpreter:
     ) -> np.ndarray:
         """Cut `piece` (held under layout `src`) down to what this rank holds under `dst`,
         aligning trailing dims as broadcasting does (a replicated operand of a sliced result
-        is sliced implicitly; a broadcast dim of size 1 is left alone)."""
+        is sliced implicitly; a broadcast dim of size 1 is left alone). A dim of `src` that
+        is neither 1 nor `dst`'s is a block scale's (coco.ScaleOp): its values are repeated
+        over their blocks, each element taking that of the block of its global coordinate."""
         coords = self.coords[rank]
         gap = dst.rank - src.rank
         index = []
+        blocks: list[tuple[int, np.ndarray]] = []
         for d in range(src.rank):
-            if src.get_shape()[d] == 1 and dst.get_shape()[d + gap] != 1:
+            size, whole = src.get_shape()[d], dst.get_shape()[d + gap]
+            if size == 1 and whole != 1:
                 index.append(slice(None))
                 continue
             s_start, _ = V.piece_range(src, d, coords, self.grid_shape)
             d_start, d_len = V.piece_range(dst, d + gap, coords, self.grid_shape)
+            if size != whole:
+                block = whole // size
+                at = np.arange(d_start, d_start + d_len) // block - s_start
+                assert d_len == 0 or 0 <= at[0] <= at[-1] < piece.shape[d], "a block cut"
+                blocks.append((d, at))
+                index.append(slice(None))
+                continue
             index.append(slice(d_start - s_start, d_start - s_start + d_len))
-        return piece[tuple(index)]
+        local = piece[tuple(index)]
+        for d, at in blocks:
+            local = np.take(local, at, axis=d)
+        return local
 
     def groups(self, span: Sequence[int]) -> list[list[int]]:
         return V.groups_of(self.grid_shape, span)

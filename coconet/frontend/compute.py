@@ -150,8 +150,10 @@ def Cast(dtype: Attribute | Value, x: Value | Attribute) -> Value:
 
 def Quantize(x: Value, scale: object, dtype: Attribute) -> Value:
     """`x / scale` rounded to the fp8 type `dtype`, saturating (coco.quantize). `scale` is a
-    tensor (a scalar per tensor, `[R, 1]` per row, ...) or a number; it is the value a code
-    of 1 stands for: `Quantize(w, amax / 448, F8E4M3FN)`."""
+    tensor (a scalar per tensor, `[R, 1]` per row, `[R / bR, C / bC]` per bR x bC block:
+    element (i, j) takes scale (i // bR, j // bC)) or a number; it is the value a code of 1
+    stands for: `Quantize(w, amax / 448, F8E4M3FN)`, or per 1 x 128 block of the rows
+    `Quantize(x, AMax(Abs(Reshape(x, [R, C // 128, 128])), dims=2) / 448, F8E4M3FN)`."""
     expr = f"Quantize({_token(x)}, {_token(scale)}, {elt_name(dtype)})"
     if not isinstance(x, Value):
         raise CocoError(f"{user_location()}: `{expr}` needs a tensor, got {x!r}")
@@ -160,7 +162,8 @@ def Quantize(x: Value, scale: object, dtype: Attribute) -> Value:
 
 
 def Dequantize(q: Value, scale: object, dtype: Attribute = F32) -> Value:
-    """The fp8 values of `q` times `scale`, in float type `dtype` (coco.dequantize)."""
+    """The fp8 values of `q` times `scale` (of any shape Quantize takes, blocks included), in
+    float type `dtype` (coco.dequantize)."""
     expr = f"Dequantize({_token(q)}, {_token(scale)}, {elt_name(dtype)})"
     if not isinstance(q, Value):
         raise CocoError(f"{user_location()}: `{expr}` needs a tensor, got {q!r}")

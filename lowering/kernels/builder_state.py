@@ -185,7 +185,16 @@ class BuilderState:
         assert o.base is not None
         if o.linear:
             return o.base + self.i
-        terms = [scaled(self.coords[g], s) for g, s in enumerate(o.strides) if s is not None]
+        terms: list[Expr] = []
+        for g, s in enumerate(o.strides):
+            if s is None:
+                continue
+            at: Expr = self.coords[g]
+            block = o.blocks[g] if o.blocks else None
+            if block is not None:  # a block scale: the block of the element's coordinate
+                size, offset = block
+                at = (at if offset is None else at + offset) / Lit(str(size))
+            terms.append(scaled(at, s))
         return sum_of([o.base, *terms])
 
     def peers_entry(self) -> list[Stmt]:
@@ -200,4 +209,6 @@ class BuilderState:
         nothing after it), which a vector never crosses (`vector_end`)."""
         if o.identity or o.linear:
             return True
+        if o.blocks and o.blocks[-1] is not None:
+            return False  # lanes share a block scale's value: not a vector of values
         return not o.scalar and o.strides[-1] is not None

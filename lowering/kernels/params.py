@@ -148,6 +148,7 @@ class ParamBuilder(BuilderState):
             if o.identity or o.scalar:
                 continue
             self.params += [s for s in o.strides if isinstance(s, Param)]
+            self.params += [b[1] for b in o.blocks if b is not None and isinstance(b[1], Param)]
             assert o.base is not None
             self.params.append(o.base)
         if self.need_global:

@@ -2,7 +2,8 @@
 iteration type, the values it reads from memory and those it stores, and a fused collective's
 peer reductions, gathers, full reductions and sends -- and the index maps by which it reads
 each operand: at the iteration's own index, at a base plus it (slices of dim 0), or through
-strides over collapsed dims (`dim_groups`). elementwise.py builds the kernel from it."""
+strides over collapsed dims (`dim_groups`), a block scale's block dims at the coordinate divided
+by the block. elementwise.py builds the kernel from it."""
 
 from __future__ import annotations
 
@@ -14,8 +15,29 @@ from xdsl.ir import Operation, SSAValue
 
 from coconet.dialects import coco
 from coconet.dialects.coco import TensorType, tensor_type_of
+from coconet.dialects.layout_rules import block_sizes
 from coconet.lowering.kernel_ir import Expr, Lit, Param, Var
 from coconet.lowering.signature import I64, ParamKind
+
+
+def iteration_values(values: Sequence[SSAValue], ops: Sequence[Operation]) -> list[SSAValue]:
+    """Of the values a kernel computing `ops` iterates over (its ops' results, a fused
+    collective's slices), those whose types make its iteration type: all but a value that
+    `ops` read only as a ScaleOp's scale of a block shape (a slice or a dense constant joined
+    as a feeder), which does not broadcast against the iteration but is read through the
+    block index map like an operand in memory (`Operand.blocks`)."""
+    members = set(ops)
+
+    def block_scale_only(v: SSAValue) -> bool:
+        uses = [u for u in v.uses if u.operation in members]
+        return bool(uses) and all(
+            isinstance(op := u.operation, coco.ScaleOp)
+            and u.index == 1
+            and any(b > 1 for b in block_sizes(tensor_type_of(v), tensor_type_of(op.result)))
+            for u in uses
+        )
+
+    return [v for v in values if not block_scale_only(v)]
 
 
 @dataclass
@@ -31,6 +53,10 @@ class Operand:
     # literal where the type fixes it (None: broadcast)
     strides: list[Expr | None] = field(default_factory=list)
     base: Param | None = None
+    # per collapsed iteration dim: where the operand holds one value per block of that many
+    # elements (a block scale, coco.ScaleOp), the block and the offset added to the
+    # coordinate before dividing by it (None: 0); None where it is read element by element
+    blocks: list[tuple[int, Expr | None] | None] = field(default_factory=list)
 
 
 @dataclass
@@ -117,6 +143,16 @@ class ElementwiseSpec:
         od = d - (it.rank - t.rank)
         return od < 0 or (t.get_shape()[od] == 1 and it.get_shape()[d] != 1)
 
+    @staticmethod
+    def block(t: TensorType, it: TensorType, d: int) -> int:
+        """How many consecutive elements of iteration dim d one element of `t` covers: 1
+        where `t` spans the dim or is broadcast along it, the block size where it is a block
+        scale's block dim (layout_rules.block_sizes: only a ScaleOp reads a value so)."""
+        od = d - (it.rank - t.rank)
+        if od < 0 or t.get_shape()[od] in (1, it.get_shape()[d]):
+            return 1
+        return it.get_shape()[d] // t.get_shape()[od]
+
     def mapped_types(self) -> list[TensorType]:
         """The types of every value the kernel reads or writes in memory at an element."""
         types = [tensor_type_of(v) for v in self.inputs] + [s.type for s in self.stores]
@@ -149,6 +185,8 @@ class ElementwiseSpec:
         )
 
         def agree(t: TensorType, a: int, b: int) -> bool:
+            if self.block(t, it, a) > 1 or self.block(t, it, b) > 1:
+                return False  # a block dim keeps its own coordinate, to divide it
             ba, bb = self.broadcast(t, it, a), self.broadcast(t, it, b)
             if ba or bb:
                 return ba and bb
@@ -184,7 +222,21 @@ class ElementwiseSpec:
             return Operand(v, param, identity=False, scalar=False, linear=True, base=base())
         gap = it.rank - t.rank
         strides: list[Expr | None] = []
+        blocks: list[tuple[int, Expr | None] | None] = []
         for _first, d in self.dim_groups():
+            block = self.block(t, it, d)
+            # A block dim's coordinate in `t` is (global coordinate) // block minus where the
+            # piece of `t` starts: the local coordinate plus a per-rank offset (the
+            # iteration's start less block times t's), then divided. The layout rules make
+            # a block dim cut by the iteration's axes cut on block boundaries (offset 0);
+            # a replicated one takes the iteration's global start.
+            offset: Expr | None = None
+            if block > 1 and t.slicing_axes(d - gap) != it.slicing_axes(d):
+                hint = f"{name}_bstart{d}" if name else None
+                offset = Param(
+                    I64, hint, f"{param.fallback}_b{d}", ParamKind.BLOCK_START, value=v, dim=d
+                )
+            blocks.append((block, offset) if block > 1 else None)
             if self.broadcast(t, it, d):
                 strides.append(None)
             elif self.literal_shapes and not any(
@@ -198,4 +250,6 @@ class ElementwiseSpec:
                 )
         if all(s is None for s in strides):
             return Operand(v, param, identity=False, scalar=True)
-        return Operand(v, param, identity=False, scalar=False, strides=strides, base=base())
+        return Operand(
+            v, param, identity=False, scalar=False, strides=strides, base=base(), blocks=blocks
+        )

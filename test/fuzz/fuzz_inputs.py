@@ -8,6 +8,8 @@ are the `-p` and `-t` options of the lit RUN lines. A case is a deterministic fu
 
 Mutations act on the text the way a user's mistakes (or a corrupted file) would: token
 deletion, duplication, swaps and splices; a sliced value re-cut by comm.all_to_all and back;
+the scale of a quantize / dequantize given a shape per block (dividing the input's dims, or
+not);
 element types, layouts, shapes (0, 2^31, 2^40, 2^63,
 2^64, `?`), grids, literals (NaN, inf, out-of-range), op names and SSA uses; unknown ops,
 misspelt attributes, declarations, nested functions, ops at module level; truncation and
@@ -418,6 +420,44 @@ def accumulation(text, rng):
     return text[: m.start()] + stated + text[m.end() :], None
 
 
+_TENSOR = r"!coco\.tensor<((?:\d+x)*)(\w+)((?:, (?:\[[^\]]*\]|\w+(?:<\d+>)?))?)>"
+# `coco.quantize %x, %s : T, S -> Q` (or dequantize): the scale's name, T's dims and layout,
+# the scale's type and element type
+_SCALED = re.compile(
+    r"coco\.(?:de)?quantize %[\w$.-]+, (%[\w$.-]+) : " + _TENSOR + r", (" + _TENSOR[:-1] + r">) ->"
+)
+
+
+def block_scale(text, rng):
+    """One coco.quantize or dequantize reads a new argument as its scale, of a shape per
+    block of its input: each dim 1, the input's, a divisor of it (a block), now and then one
+    that divides nothing ([quantize-block]); replicated or laid out as the input (cut on
+    block boundaries at some rank counts only: [quantize-block-slices] at launch)."""
+    matches = [m for m in _SCALED.finditer(text) if not _in_comment(text, m.start())]
+    header = list(re.finditer(r"func\.func @[\w$.-]+\(", text))
+    matches = [m for m in matches if any(h.end() < m.start() for h in header)]
+    if not matches:
+        return None
+    m = rng.choice(matches)
+    dims = [int(n) for n in m.group(2).split("x")[:-1]]
+    shape = []
+    for n in dims:
+        choices = [1, n, *(d for d in range(2, n) if n % d == 0)]
+        shape.append(rng.choice(choices) if rng.random() < 0.9 else n + 1)
+    layout = m.group(4) if rng.random() < 0.3 else ""
+    new = "!coco.tensor<" + "".join(f"{d}x" for d in shape) + m.group(7) + layout + ">"
+    k = 0
+    while f"%bscale{k}" in text:
+        k += 1
+    op = text[m.start() : m.end()]
+    op = op[: m.start(1) - m.start()] + f"%bscale{k}" + op[m.end(1) - m.start() :]
+    op = op[: op.rindex(m.group(5))] + new + op[op.rindex(m.group(5)) + len(m.group(5)) :]
+    at = [h for h in header if h.end() < m.start()][-1].end()
+    closes = text[at] == ")"
+    arg = f"%bscale{k}: {new}" + ("" if closes else ", ")
+    return text[:at] + arg + text[at : m.start()] + op + text[m.end() :], None
+
+
 def truncate(text, rng):
     if len(text) < 2:
         return None
@@ -570,6 +610,7 @@ MUTATIONS: dict[str, Mutation] = {
         swap_lines,
         all_to_all_round_trip,
         accumulation,
+        block_scale,
     )
 }
 # Those that break a documented rule: applied last (see the module docstring).
@@ -598,6 +639,7 @@ WEIGHTS.update(
     element_type_everywhere=3.0,
     all_to_all_round_trip=2.0,
     accumulation=2.0,
+    block_scale=2.0,
 )
 
 

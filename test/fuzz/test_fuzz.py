@@ -39,7 +39,7 @@ def _assert_clean(summary: dict) -> None:
 
 
 def test_ci_slice_finds_no_traceback_hang_or_silent_acceptance():
-    # 1,000 inputs: each of the 468 seeds twice, each of the 33 mutation kinds at least 7
+    # 1,000 inputs: each of the 468 seeds twice, each of the 34 mutation kinds at least 7
     # times (seed 0); `make fuzz` and test_full_slice go deeper
     summary = run_fuzz(1000, seed=0, jobs=2, depth="quick")
     print(format_summary(summary))

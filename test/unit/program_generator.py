@@ -12,7 +12,8 @@ gradients, sliced tensors, scalars) in f32/f16/bf16 (and a few i32); elementwise
 unary ops, constants, casts, compare/select, dropout, matmul, full and row reductions
 (`reduce_dims` over any run of dims, sliced ones too: their partials), all_reduce,
 reduce_scatter/all_gather pairs, slice, broadcast, send (on `[2, ?]`), all_to_all (a sliced
-value re-cut along another dim, or a local one's dim-0 blocks exchanged), a quarter of the
+value re-cut along another dim, or a local one's dim-0 blocks exchanged), quantize (by a scale
+per tensor, row, element or block) and dequantize, a quarter of the
 float sums stating an accumulation (`acc`: the element type or one it widens to); then updates of
 arguments (mostly replicated ones, as optimizers do) and returned values. Operands are drawn
 with a bias to recent values, so chains like `all_reduce -> elementwise with replicated state
@@ -583,17 +584,25 @@ class _Gen:
 
     def op_quantize(self) -> None:
         """coco.quantize by a scale per tensor (a constant, or the amax of the value), per
-        row (a keepdims amax) or of any value that broadcasts; often dequantized again."""
+        row (a keepdims amax), of any value that broadcasts, or per block: the amax of each
+        1 x b block of the rows (a reshape, then a max over its last dim), or an argument of
+        a block shape; often dequantized again."""
         a = self.pick(lambda v: v.type.elt in FLOATS)
         if a is None:
             return
-        how = self.draw(st.sampled_from(("constant", "amax", "rows", "value")))
+        how = self.draw(
+            st.sampled_from(("constant", "amax", "rows", "value", "blocks", "block", "block"))
+        )
         if how == "rows" and a.type.rank > 0:
             m = self.emit(lambda: coco.ReduceDimsOp("max", a, [a.type.rank - 1], keepdims=True))
         elif how == "amax":
             m = self.emit(lambda: coco.ReduceOp("max", a))
         elif how == "value":
             m = self.pick(lambda v: v.type.elt in FLOATS and _combines(a.type, v.type))
+        elif how == "blocks":
+            m = self.block_amax(a)
+        elif how == "block":
+            m = self.block_scale_arg(a.type)
         else:
             m = self.constant(a.type.elt)
         if m is None:
@@ -603,6 +612,51 @@ class _Gen:
         if q is not None and self.draw(st.booleans()):
             to = self.draw(st.sampled_from(FLOATS))
             self.emit(lambda: coco.DequantizeOp(q, m, ELEMENT_TYPES[to]))
+
+    def block_amax(self, a: SSAValue) -> SSAValue | None:
+        """The max of each 1 x b block along `a`'s last dim (b a proper divisor of it): a
+        reshape to [..., C / b, b] (refused where a grid axis cuts the last dim) and a
+        reduce_dims over the new last dim."""
+        t = tensor_type_of(a)
+        if t.rank == 0:
+            return None
+        c = t.get_shape()[-1]
+        divisors = [b for b in range(2, c) if c % b == 0]
+        if not divisors:
+            return None
+        b = self.draw(st.sampled_from(divisors))
+        shape = (*t.get_shape()[:-1], c // b, b)
+        r = self.emit(lambda: coco.ReshapeOp(a, t.with_shape(shape)))
+        if r is None:
+            return None
+        return self.emit(lambda: coco.ReduceDimsOp("max", r, [t.rank], keepdims=False))
+
+    def block_scale_arg(self, t: TensorType) -> SSAValue | None:
+        """An argument of a block shape of `t`: a proper divisor of `t`'s dim on one dim that
+        has one, each other dim 1, `t`'s or a proper divisor of it; replicated, or laid out as
+        `t` on an axis where its dim there has 4 blocks or more (so it is cut on block
+        boundaries at 1, 2 and 4 ranks; at 3, [quantize-block-slices] refuses where it is
+        not)."""
+        dims = t.get_shape()
+        blockable = [d for d, n in enumerate(dims) if any(n % b == 0 for b in range(2, n))]
+        if not blockable:
+            return None
+        blocked = self.draw(st.sampled_from(blockable))
+        shape = tuple(
+            self.draw(
+                st.sampled_from(
+                    [*([] if d == blocked else [1, n]), *(b for b in range(2, n) if n % b == 0)]
+                )
+            )
+            for d, n in enumerate(dims)
+        )
+        lays: list[LayoutAttr] = []
+        for x in range(self.grid_rank):
+            lay = t.layout_on(x)
+            keep = not isinstance(lay, SlicedAttr) or shape[lay.dim.data] >= 4
+            lays.append(lay if keep and self.draw(st.booleans()) else REPLICATED)
+        elt = self.draw(st.sampled_from(("f32", "bf16", t.elt if t.elt in FLOATS else "f32")))
+        return self.arg(self.tensor_type(shape, elt, lays), "bs")
 
     def op_all_reduce(self) -> None:
         if self.draw(st.integers(0, 3)):

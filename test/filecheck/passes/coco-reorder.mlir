@@ -370,3 +370,27 @@ func.func @argument(%w: !coco.tensor<8x8xf32>) -> !coco.tensor<8x8xf32> attribut
   func.return %e : !coco.tensor<8x8xf32>
 }
 }
+
+// -----
+
+// A quantize by a scale per 3 x 8 block moves onto the slices of uneven rows: the block
+// scale stays replicated (each rank reads the blocks of its rows' global coordinates), a
+// scale per row of 1 x 8 blocks is sliced with the rows, and the all_gathers move fp8.
+// CHECK-LABEL: func.func @block_scales
+// CHECK-NEXT:    %g1_rs = comm.reduce_scatter sum %g : !coco.tensor<18x32xf32, local> -> !coco.tensor<18x32xf32, sliced<0>>
+// CHECK-NEXT:    %q_s = coco.quantize %g1_rs, %b : !coco.tensor<18x32xf32, sliced<0>>, !coco.tensor<6x4xf32> -> !coco.tensor<18x32xf8E4M3FN, sliced<0>>
+// CHECK-NEXT:    %q = comm.all_gather %q_s : !coco.tensor<18x32xf8E4M3FN, sliced<0>> -> !coco.tensor<18x32xf8E4M3FN>
+// CHECK-NEXT:    %r_s = coco.slice %r : !coco.tensor<18x4xf32> -> !coco.tensor<18x4xf32, sliced<0>>
+// CHECK-NEXT:    %p_s = coco.quantize %g1_rs, %r_s : !coco.tensor<18x32xf32, sliced<0>>, !coco.tensor<18x4xf32, sliced<0>> -> !coco.tensor<18x32xf8E5M2, sliced<0>>
+// CHECK-NEXT:    %p = comm.all_gather %p_s : !coco.tensor<18x32xf8E5M2, sliced<0>> -> !coco.tensor<18x32xf8E5M2>
+// SCRIPT-LABEL: func.func @block_scales
+// SCRIPT:        %q_s = coco.quantize %g1_rs, %b
+module attributes {coco.schedule = "coco-reorder{ops=q,p}"} {
+func.func @block_scales(%g: !coco.tensor<18x32xf32, local>, %b: !coco.tensor<6x4xf32>, %r: !coco.tensor<18x4xf32>) -> (!coco.tensor<18x32xf8E4M3FN>, !coco.tensor<18x32xf8E5M2>) attributes {coco.grid = #coco.grid<[?]>} {
+  %g1_rs = comm.reduce_scatter sum %g : !coco.tensor<18x32xf32, local> -> !coco.tensor<18x32xf32, sliced<0>>
+  %g1 = comm.all_gather %g1_rs : !coco.tensor<18x32xf32, sliced<0>> -> !coco.tensor<18x32xf32>
+  %q = coco.quantize %g1, %b : !coco.tensor<18x32xf32>, !coco.tensor<6x4xf32> -> !coco.tensor<18x32xf8E4M3FN>
+  %p = coco.quantize %g1, %r : !coco.tensor<18x32xf32>, !coco.tensor<18x4xf32> -> !coco.tensor<18x32xf8E5M2>
+  func.return %q, %p : !coco.tensor<18x32xf8E4M3FN>, !coco.tensor<18x32xf8E5M2>
+}
+}

@@ -461,3 +461,25 @@ func.func @fp8(%x: !coco.tensor<8x16xf32, sliced<0>>, %s: !coco.tensor<f32>, %r:
 
 // GENERIC-LABEL: "func.func"() <{sym_name = "fp8"
 // GENERIC: "coco.quantize"(%x, %s) : (!coco.tensor<8x16xf32, sliced<0>>, !coco.tensor<f32>) -> !coco.tensor<8x16xf8E4M3FN, sliced<0>>
+
+// -----
+
+// Block scales of rows cut over 2 ranks: one value per 1 x 4 and per 4 x 1 block (replicated
+// scales, read at each element's global row), per 2 x 8 block (cut with the rows, on block
+// boundaries), and a 1-D one per 4 columns broadcast over the rows.
+func.func @block_scales(%x: !coco.tensor<8x16xf32, sliced<0>>, %c: !coco.tensor<8x4xf32>, %r: !coco.tensor<2x16xbf16>, %b: !coco.tensor<4x2xf32, sliced<0>>, %v: !coco.tensor<4xf16>) attributes {coco.grid = #coco.grid<[2]>} {
+  %0 = coco.quantize %x, %c : !coco.tensor<8x16xf32, sliced<0>>, !coco.tensor<8x4xf32> -> !coco.tensor<8x16xf8E4M3FN, sliced<0>>
+  %1 = coco.dequantize %0, %r : !coco.tensor<8x16xf8E4M3FN, sliced<0>>, !coco.tensor<2x16xbf16> -> !coco.tensor<8x16xbf16, sliced<0>>
+  %2 = coco.quantize %x, %b : !coco.tensor<8x16xf32, sliced<0>>, !coco.tensor<4x2xf32, sliced<0>> -> !coco.tensor<8x16xf8E5M2, sliced<0>>
+  %3 = coco.dequantize %2, %v : !coco.tensor<8x16xf8E5M2, sliced<0>>, !coco.tensor<4xf16> -> !coco.tensor<8x16xf32, sliced<0>>
+  func.return
+}
+
+// CHECK-LABEL: func.func @block_scales(
+// CHECK-NEXT:    %0 = coco.quantize %x, %c : !coco.tensor<8x16xf32, sliced<0>>, !coco.tensor<8x4xf32> -> !coco.tensor<8x16xf8E4M3FN, sliced<0>>{{$}}
+// CHECK-NEXT:    %1 = coco.dequantize %0, %r : !coco.tensor<8x16xf8E4M3FN, sliced<0>>, !coco.tensor<2x16xbf16> -> !coco.tensor<8x16xbf16, sliced<0>>{{$}}
+// CHECK-NEXT:    %2 = coco.quantize %x, %b : !coco.tensor<8x16xf32, sliced<0>>, !coco.tensor<4x2xf32, sliced<0>> -> !coco.tensor<8x16xf8E5M2, sliced<0>>{{$}}
+// CHECK-NEXT:    %3 = coco.dequantize %2, %v : !coco.tensor<8x16xf8E5M2, sliced<0>>, !coco.tensor<4xf16> -> !coco.tensor<8x16xf32, sliced<0>>{{$}}
+
+// GENERIC-LABEL: "func.func"() <{sym_name = "block_scales"
+// GENERIC: "coco.quantize"(%x, %b) : (!coco.tensor<8x16xf32, sliced<0>>, !coco.tensor<4x2xf32, sliced<0>>) -> !coco.tensor<8x16xf8E5M2, sliced<0>>

@@ -952,11 +952,54 @@ func.func @dequantize_a_wide_type(%x: !coco.tensor<8xf16>, %s: !coco.tensor<f32>
 
 // -----
 
-// a scale per block of the tensor is not a broadcast: refused by the elementwise rules
-func.func @block_scale(%x: !coco.tensor<8x16xf32>, %s: !coco.tensor<2x4xf32>) {
-  %0 = coco.quantize %x, %s : !coco.tensor<8x16xf32>, !coco.tensor<2x4xf32> -> !coco.tensor<8x16xf8E4M3FN>
+// a scale per block must divide the tensor into whole blocks
+func.func @block_scale_does_not_divide(%x: !coco.tensor<8x16xf32>, %s: !coco.tensor<3x4xf32>) {
+  %0 = coco.quantize %x, %s : !coco.tensor<8x16xf32>, !coco.tensor<3x4xf32> -> !coco.tensor<8x16xf8E4M3FN>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [quantize-block] coco.quantize of %x : !coco.tensor<8x16xf32> by %s : !coco.tensor<3x4xf32>: scale dim 0 of size 3 does not divide the input's 8
+
+// -----
+
+func.func @block_scale_larger_than_the_input(%q: !coco.tensor<8x16xf8E4M3FN>, %s: !coco.tensor<8x32xf32>) {
+  %0 = coco.dequantize %q, %s : !coco.tensor<8x16xf8E4M3FN>, !coco.tensor<8x32xf32> -> !coco.tensor<8x16xf32>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [quantize-block] coco.dequantize of %q : !coco.tensor<8x16xf8E4M3FN> by %s : !coco.tensor<8x32xf32>: scale dim 1 of size 32 does not divide the input's 16
+
+// -----
+
+// only quantize and dequantize read a scale per block: other elementwise ops broadcast
+func.func @block_operand_of_a_mul(%x: !coco.tensor<8x16xf32>, %s: !coco.tensor<2x4xf32>) {
+  %0 = coco.mul %x, %s : !coco.tensor<8x16xf32>, !coco.tensor<2x4xf32> -> !coco.tensor<8x16xf32>
   func.return
 }
 
 // CHECK-LABEL: // {{-----}}
 // CHECK: [broadcast-shapes] operand shapes [8, 16], [2, 4] do not broadcast
+
+// -----
+
+// 3 blocks of 4 rows cannot be cut into 2 parts on block boundaries (rows 0..5, 6..11)
+func.func @block_scale_cut_inside_a_block(%x: !coco.tensor<12x16xf32, sliced<0>>, %s: !coco.tensor<3x4xf32, sliced<0>>) attributes {coco.grid = #coco.grid<[2]>} {
+  %0 = coco.quantize %x, %s : !coco.tensor<12x16xf32, sliced<0>>, !coco.tensor<3x4xf32, sliced<0>> -> !coco.tensor<12x16xf8E4M3FN, sliced<0>>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [quantize-block-slices] coco.quantize of %s : !coco.tensor<3x4xf32, sliced<0>>: its 3 blocks of 4 along dim 0 cannot be cut into 2 parts on block boundaries
+
+// -----
+
+// the tensor's rows are cut by both axes, its block scale's by axis 0 alone
+func.func @block_scale_cut_by_other_axes(%x: !coco.tensor<16x16xf32, [sliced<0>, sliced<0>]>, %s: !coco.tensor<4x4xf32, [sliced<0>, replicated]>) attributes {coco.grid = #coco.grid<[2, 2]>} {
+  %0 = coco.quantize %x, %s : !coco.tensor<16x16xf32, [sliced<0>, sliced<0>]>, !coco.tensor<4x4xf32, [sliced<0>, replicated]> -> !coco.tensor<16x16xf8E5M2, [sliced<0>, sliced<0>]>
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [quantize-block-slices] coco.quantize of %s : !coco.tensor<4x4xf32, [sliced<0>, replicated]>: the scale's block dim 0 is cut by grid axes [0], the result's dim 0 by [0, 1]: a block scale is replicated or cut by the same axes as the tensor it scales
