@@ -19,6 +19,12 @@ C chunks of rows on two streams. Two forms (passes/overlap.py makes both):
   and gathered while chunk c is sent. Across nodes the send is the computation kernel and a
   library send on the communication stream, chunked the same way.
 
+* all_to_all forms (expert parallelism): chunk k is a block of one dim of the exchanged
+  tensor that every rank holds whole; the producer form multiplies chunk k+1 while chunk k
+  is exchanged, the other form multiplies chunk k while chunk k+1 is exchanged
+  (`_lower_exchange_form`). These cut no rows of a piece: the rest of this note is the other
+  forms'.
+
 Rows. Each form chunks a *piece*: the part of a *whole* tensor that one rank's collective
 handles (the reduce_scatter's or the fused kernel's slice, the all_gather's input), by its rows
 (the flattened leading dims), into C runs of consecutive rows. The whole tensor (the matmul's

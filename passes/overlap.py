@@ -111,6 +111,21 @@ class OverlapPass(ModulePass):
       slice goes only to the next stage's all_gather. The four run chunk by chunk: chunk k is
       sent while chunk k+1 is reduce-scattered, and gathered while chunk k+1 is sent.
 
+    * all_to_all forms (expert parallelism): a matmul whose result only an all_to_all reads
+      (`ol(mm,a2a)`: MoE's dispatch buffers, the expert output), chunk c exchanged while
+      chunk c+1 multiplies; an all_to_all whose result only a matmul's left operand reads
+      (`ol(a2a,mm)`: the experts' input), chunk c multiplied while chunk c+1 is exchanged;
+      either through a `coco.reshape` that keeps the last dim (the rows stay the rows).
+      Chunking rule: the chunks are equal runs of one dim d of the exchanged tensor, the
+      outermost that `chunks` divides among `comm.a2a_chunk_dims`: a row dim (not the last)
+      that no grid axis slices before or after the all_to_all (so it neither splits nor
+      gathers it, and every rank holds it whole: the same range on every rank, however the
+      other dims are cut), not dim 0 of the dispatch form. Chunk k is then the all_to_all of
+      that block and the matmul of its rows, independent of the other chunks' rows (the
+      matmul broadcasts neither operand over its batch dims). The region records d
+      (`comm.overlap chunks N dim d`). A named all_to_all pairs with the matmul reading it
+      first, a named matmul with the collective reading it first.
+
     Chunks follow the rows (flattened leading dims) of each rank's piece of the collective,
     whichever tensor dim its layout slices. Ops between the pair move above the region, or
     below it if they depend on the first op's chain.
@@ -136,6 +151,12 @@ class OverlapPass(ModulePass):
     * [overlap-cycle]     no op between them depends on the first and feeds the second.
     * [overlap-send]      (`send=true`) the matmul's reduce_scatter feeds only a fused send
                           region of one send, whose result only an all_gather reads.
+    * all_to_all forms: [overlap-consumer] / [overlap-producer] the exchanged value goes only
+      to the all_to_all (the matmul's left operand), through the reshape if any;
+      [overlap-rows] the matmul broadcasts no operand over its batch dims, and the reshape
+      keeps the last dim; [overlap-layout] the all_to_all has a dim to chunk;
+      [overlap-chunks] `chunks` divides one (each rank holds it whole, so at launch its
+      piece has `chunks` of it: `OverlapOp.check_rows_on_grid` checks it all the same).
     """
 
     name = "coco-overlap"
