@@ -32,6 +32,7 @@ Layout rules (per spanned axis; other axes keep their layout):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from enum import auto
 
@@ -681,6 +682,21 @@ class AllToAllOp(GroupCollectiveOp):
         return SlicedAttr(dim)
 
 
+def a2a_chunk_dims(op: AllToAllOp) -> tuple[int, ...]:
+    """The dims an overlap may cut `op`'s exchange along, chunk by chunk: row dims (all but
+    the last) that no grid axis slices before or after it -- so the all_to_all neither splits
+    nor gathers them and every rank holds them whole, each chunk the same range on every rank
+    -- and, in the dispatch form (local tensors), not dim 0, whose blocks go to the members.
+    Each chunk's exchange is then the all_to_all of that range (lowering/overlap.py)."""
+    t_in, t_out = tensor_type_of(op.input), tensor_type_of(op.result)
+    dispatch = any(t_in.layouts.data[a] == LOCAL for a in op.span() if a < len(t_in.layouts))
+    return tuple(
+        d
+        for d in range(t_in.rank - 1)
+        if not t_in.slicing_axes(d) and not t_out.slicing_axes(d) and not (dispatch and d == 0)
+    )
+
+
 COLLECTIVE_OPS = (
     AllReduceOp,
     ReduceScatterOp,
@@ -995,19 +1011,33 @@ def linked_groups(
 class OverlapOp(RegionOp):
     """`comm.overlap chunks 4 -> T { ... }`: a producer (matmul) and the collective (or fused
     collective) consuming it, or an all_gather and the matmul reading it, run as a pipeline
-    of `chunks` pieces so communication of one chunk hides behind computation of the next."""
+    of `chunks` pieces so communication of one chunk hides behind computation of the next.
+
+    `comm.overlap chunks 3 dim 2`: the all_to_all forms (a matmul and the all_to_all reading
+    it; an all_to_all and the matmul reading it, through a reshape or not) chunk the
+    all_to_all's tensor along `dim`, one of `a2a_chunk_dims` (passes/overlap.py)."""
 
     name = "comm.overlap"
     chunks = prop_def(IntegerAttr[I64])
+    dim = opt_prop_def(IntegerAttr[I64])
 
-    assembly_format = f"`chunks` $chunks {REGION_TAIL}"
+    assembly_format = f"`chunks` $chunks (`dim` $dim^)? {REGION_TAIL}"
 
-    def __init__(self, chunks: int, body: Region, result_types: Sequence[Attribute]):
-        super().__init__(
-            regions=[body],
-            result_types=[list(result_types)],
-            properties={"chunks": IntegerAttr(chunks, i64)},
-        )
+    def __init__(
+        self,
+        chunks: int,
+        body: Region,
+        result_types: Sequence[Attribute],
+        dim: int | None = None,
+    ):
+        props: dict[str, Attribute] = {"chunks": IntegerAttr(chunks, i64)}
+        if dim is not None:
+            props["dim"] = IntegerAttr(dim, i64)
+        super().__init__(regions=[body], result_types=[list(result_types)], properties=props)
+
+    @property
+    def all_to_all(self) -> AllToAllOp | None:
+        return next((o for o in self.body.block.ops if isinstance(o, AllToAllOp)), None)
 
     def verify_layouts(self) -> None:
         super().verify_layouts()
@@ -1017,7 +1047,7 @@ class OverlapOp(RegionOp):
             )
         # One producer (a matmul) and the collectives consuming it: what the lowering chunks.
         # (A region that dead-code elimination emptied is harmless and stays legal.)
-        from coconet.dialects.coco import MatmulOp
+        from coconet.dialects.coco import MatmulOp, ReshapeOp
 
         body = [op for op in self.body.block.ops if not isinstance(op, YieldOp)]
         producers = [op for op in body if isinstance(op, MatmulOp)]
@@ -1028,6 +1058,7 @@ class OverlapOp(RegionOp):
             )
         if not producers:
             return
+        self._verify_all_to_all(producers[0])
         # A fused consumer reads the matmul inside its body: count the top-level op around
         # each use.
         consumers: list[Operation] = []
@@ -1039,19 +1070,51 @@ class OverlapOp(RegionOp):
                 consumers.append(user)
         if not consumers:
             gather = producers[0].lhs.owner
-            if not (isinstance(gather, AllGatherOp) and gather.parent_block() is self.body.block):
+            if isinstance(gather, ReshapeOp):
+                gather = gather.input.owner
+            if not (
+                isinstance(gather, AllGatherOp | AllToAllOp)
+                and gather.parent_block() is self.body.block
+            ):
                 raise _fail(
                     "overlap-consumer",
                     "the matmul of an overlap region must feed a collective inside it, or "
-                    "read an all_gather made inside it",
+                    "read an all_gather or an all_to_all (or its reshape) made inside it",
                 )
             return
-        strangers = [op for op in consumers if not isinstance(op, CollectiveOp | FusedOp)]
+        # (the all_to_all forms may reach their all_to_all through a reshape)
+        via = ReshapeOp if self.all_to_all is not None else CollectiveOp
+        strangers = [op for op in consumers if not isinstance(op, CollectiveOp | FusedOp | via)]
         if strangers:
             raise _fail(
                 "overlap-consumer",
                 "the matmul of an overlap region must feed a collective or a fused collective "
                 "inside it, got " + ", ".join(op.name for op in strangers),
+            )
+
+    def _verify_all_to_all(self, mm: Operation) -> None:
+        """[overlap-dim]: an all_to_all form names its chunked dim, one the all_to_all can be
+        cut along (`a2a_chunk_dims`); other forms name none."""
+        a2a = self.all_to_all
+        if a2a is None:
+            if self.dim is not None:
+                raise _fail(
+                    "overlap-dim",
+                    "`dim` names the chunked dim of an all_to_all; this overlap holds none",
+                )
+            return
+        if self.dim is None:
+            raise _fail(
+                "overlap-dim", "an overlap of an all_to_all names the dim it chunks (`dim d`)"
+            )
+        d = self.dim.value.data
+        legal = a2a_chunk_dims(a2a)
+        if d not in legal:
+            raise _fail(
+                "overlap-dim",
+                f"{a2a.name} of {a2a.input.type} cannot be chunked along dim {d}: chunks cut a "
+                "row dim that no grid axis slices before or after it (not dim 0 of the dispatch "
+                f"form); legal here: {list(legal) or 'none'}",
             )
 
     def check_rows_on_grid(self, grid_shape: Sequence[int]) -> None:
@@ -1064,6 +1127,21 @@ class OverlapOp(RegionOp):
 
         producer = next((op for op in self.body.block.ops if isinstance(op, MatmulOp)), None)
         if producer is None:
+            return
+        a2a = self.all_to_all
+        if a2a is not None and self.dim is not None:
+            # The all_to_all forms cut one dim: its extent in the smallest piece on each side.
+            d, chunks = self.dim.value.data, self.chunks.value.data
+            for t in (tensor_type_of(a2a.input), tensor_type_of(a2a.result)):
+                parts = math.prod(grid_shape[a] for a in t.slicing_axes(d))
+                if t.get_shape()[d] // parts < chunks:
+                    raise _fail(
+                        "overlap-chunks",
+                        f"{chunks} chunks need at least {chunks} of dim {d} in each rank's "
+                        f"piece of the exchanged value {t}, which has "
+                        f"{t.get_shape()[d] // parts} on a grid of {list(grid_shape)} ranks: "
+                        "choose fewer chunks",
+                    )
             return
         piece: TensorType | None = None
         for op in self.walk():

@@ -19,6 +19,12 @@ C chunks of rows on two streams. Two forms (passes/overlap.py makes both):
   and gathered while chunk c is sent. Across nodes the send is the computation kernel and a
   library send on the communication stream, chunked the same way.
 
+* all_to_all forms (expert parallelism): chunk k is a block of one dim of the exchanged
+  tensor that every rank holds whole; the producer form multiplies chunk k+1 while chunk k
+  is exchanged, the other form multiplies chunk k while chunk k+1 is exchanged
+  (`_lower_exchange_form`). These cut no rows of a piece: the rest of this note is the other
+  forms'.
+
 Rows. Each form chunks a *piece*: the part of a *whole* tensor that one rank's collective
 handles (the reduce_scatter's or the fused kernel's slice, the all_gather's input), by its rows
 (the flattened leading dims), into C runs of consecutive rows. The whole tensor (the matmul's
@@ -155,7 +161,9 @@ def lower_overlap(lw: PlanBuilder, region: comm.OverlapOp) -> None:
     else:
         mm = matmuls[0]
         gather = mm.lhs.owner
-        if isinstance(gather, comm.AllGatherOp) and gather in body:
+        if region.all_to_all is not None:
+            _lower_exchange_form(lw, region, region.all_to_all, mm, body)
+        elif isinstance(gather, comm.AllGatherOp) and gather in body:
             _lower_gather_form(lw, region, gather, mm, body)
         elif any(isinstance(o, comm.FusedOp) and o.kind.data == comm.FusionKind.SEND for o in body):
             _lower_boundary_form(lw, region, mm, body)
@@ -377,6 +385,83 @@ def _lower_gather_form(
         lw.stream = COMPUTE_STREAM
         lw.emit(WaitEvent(f"{whole.name}_chunk{c}"))
         lw.emit(Matmul(whole, b_buf, c_buf, rows=_chunk_rows(members, lo, hi)))
+
+
+def _lower_exchange_form(
+    lw: PlanBuilder,
+    region: comm.OverlapOp,
+    a2a: comm.AllToAllOp,
+    mm: coco.MatmulOp,
+    body: list[Operation],
+) -> None:
+    """The all_to_all forms: chunk k is the sub-block [b_k, e_k) of dim `region.dim` of the
+    exchanged tensor, a dim the all_to_all neither splits nor gathers and every rank holds
+    whole, so each chunk is the all_to_all of that block (a Collective with `block`: its
+    strided boxes packed and unpacked) and the matmul of the same rows (a Matmul with
+    `block`, found on each rank's own piece, uneven cuts of other dims included). A reshape
+    between the pair keeps the last dim, so it moves no row: the matmul reads (writes) the
+    exchanged buffer directly and the reshape runs nowhere."""
+    chunks = region.chunks.value.data
+    if region.dim is None:
+        raise _refuse("overlap-dim", "an overlap of an all_to_all names the dim it chunks")
+    dim = region.dim.value.data
+    producer = a2a.input.owner is mm or any(
+        isinstance(o, coco.ReshapeOp) and o.input is mm.result for o in body
+    )
+    if producer:
+        lw.buffer_for(a2a.input)  # what the chunks of the matmul write
+    exchanged = _lowered_aside(lw, [a2a])
+    step = exchanged[0] if len(exchanged) == 1 else None
+    if not isinstance(step, Collective) or step.op != "all_to_all":
+        shown = "; ".join(str(s) for s in exchanged[:3])
+        raise _refuse(
+            "overlap-producer", f"the all_to_all lowers to `{shown}`, not one library all_to_all"
+        )
+    b_buf = lw.value_buffer(mm.rhs)
+    if producer:
+        a_buf, c_buf, cut = lw.value_buffer(mm.lhs), step.src, "c"
+    else:
+        a_buf, c_buf, cut = step.dst, lw.buffer_for(mm.result), "a"
+    for r in range(lw.size):
+        a_rows, c_rows = (_rows(x.shape_at(r)) for x in (a_buf, c_buf))
+        if a_rows != c_rows:
+            raise _refuse(
+                "overlap-rows",
+                f"rank {r}'s piece of %{a_buf.name} has {a_rows} rows and its piece of "
+                f"%{c_buf.name} {c_rows}: a chunk of the matmul's rows must be the same rows "
+                "of both",
+            )
+    bounds = chunk_bounds(step.src.shape[dim], chunks, f"dim {dim} of %{step.src.name}")
+    event = (step.src if producer else step.dst).name
+
+    def exchange(c: int) -> None:
+        lw.stream = COMM_STREAM
+        lw.emit(dataclasses.replace(step, block=(dim, *bounds[c])))
+
+    def multiply(c: int) -> None:
+        lw.stream = COMPUTE_STREAM
+        lw.emit(Matmul(a_buf, b_buf, c_buf, block=(dim, *bounds[c]), block_of=cut))
+
+    if producer:  # chunk c is exchanged while chunk c+1 multiplies
+        for c in range(len(bounds)):
+            multiply(c)
+            lw.emit(RecordEvent(f"{event}_chunk{c}"))
+            lw.stream = COMM_STREAM
+            lw.emit(WaitEvent(f"{event}_chunk{c}"))
+            exchange(c)
+        lw.emit(RecordEvent(f"{event}_done"))
+        lw.stream = COMPUTE_STREAM
+        lw.emit(WaitEvent(f"{event}_done"))
+        return
+    # chunk c multiplies while chunk c+1 is exchanged
+    for c in range(len(bounds) + 1):
+        if c < len(bounds):
+            exchange(c)
+            lw.emit(RecordEvent(f"{event}_chunk{c}"))
+        if c >= 1:
+            lw.stream = COMPUTE_STREAM
+            lw.emit(WaitEvent(f"{event}_chunk{c - 1}"))
+            multiply(c - 1)
 
 
 def _chunk_of(step: Step, lo: int, hi: int) -> Step:

@@ -222,6 +222,10 @@ class Collective(Step):
     # The reduction's stated accumulation (comm.accumulation): combined here in rank order,
     # each step rounded to it, never by the library (runtime/collectives.py).
     acc: str | None = None
+    # (dim, begin, end): one chunk of an overlapped all_to_all, the range [begin, end) of dim
+    # `dim` of both buffers -- a dim the all_to_all neither splits nor gathers and every rank
+    # holds whole (comm.a2a_chunk_dims), so the chunk is the all_to_all of that sub-block.
+    block: tuple[int, int, int] | None = None
 
     @property
     def row_buffer(self) -> Buffer:
@@ -245,23 +249,58 @@ class Collective(Step):
             parts.append(f"acc {self.acc}")
         if self.rows is not None:
             parts.append(f"rows [{self.rows[0]}, {self.rows[1]})")
+        if self.block is not None:
+            parts.append(f"dim {self.block[0]} [{self.block[1]}, {self.block[2]})")
         return " ".join(parts)
+
+    @property
+    def fraction(self) -> float:
+        """The part of its buffers a chunked step moves (1 when whole)."""
+        if self.rows is not None:
+            buf = self.row_buffer
+            rows = max(1, buf.count // max(1, buf.shape[-1] if buf.shape else 1))
+            return (self.rows[1] - self.rows[0]) / rows
+        if self.block is not None:
+            d, lo, hi = self.block
+            return (hi - lo) / max(1, self.src.shape[d])
+        return 1.0
 
 
 @dataclass
 class Matmul(Step):
     """c = a @ b on this rank's pieces (batched over leading dims), computing in f32 for
-    f16/bf16 (cuBLAS with fp32 accumulation / NumPy BLAS). `rows` restricts it to a range of
-    a's rows (flattened leading dims) for overlapped chunks."""
+    f16/bf16 (cuBLAS with fp32 accumulation / NumPy BLAS). An overlapped chunk computes some
+    rows of c (flattened leading dims) from the same rows of a: `rows`, ranges of them, or
+    `block` = (dim, begin, end), the rows whose index along that dim of `block_of` ("a" or
+    "c") lies in [begin, end) -- found on each rank's own piece, which an uneven cut of
+    another dim shapes differently. a (or c) may then be the buffer of a reshape of the
+    operand (result) that keeps its last dim: the same rows. A batched b is not broadcast
+    over c's batch dims: each of its matrices multiplies one run of c's rows."""
 
     a: Buffer
     b: Buffer
     c: Buffer
     rows: tuple[tuple[int, int], ...] | None = None
+    block: tuple[int, int, int] | None = None
+    block_of: str = "c"
 
     def text(self) -> str:
         rows = " rows " + " ".join(f"[{lo}, {hi})" for lo, hi in self.rows) if self.rows else ""
+        if self.block is not None:
+            d, lo, hi = self.block
+            rows += f" dim {d} [{lo}, {hi}) of %{getattr(self, self.block_of).name}"
         return f"matmul %{self.a.name}, %{self.b.name} -> %{self.c.name}{rows}"
+
+    @property
+    def fraction(self) -> float:
+        """The part of c's rows a chunked step computes (1 when whole)."""
+        if self.rows:
+            k = self.a.shape[-1] if self.a.shape else 1
+            return sum(hi - lo for lo, hi in self.rows) / max(1, self.a.count // max(1, k))
+        if self.block is not None:
+            d, lo, hi = self.block
+            return (hi - lo) / max(1, getattr(self, self.block_of).shape[d])
+        return 1.0
 
 
 @dataclass

@@ -52,10 +52,22 @@ class _Site:
     # The pipeline-boundary form's tail: the fused send of the reduce_scatter's slice and the
     # next stage's all_gather of what it receives, chunked with the pair.
     tail: tuple[Operation, ...] = ()
+    # The all_to_all forms: a reshape between the pair (keeping the last dim), and the dim of
+    # the all_to_all's tensor the chunks cut (chosen by _check_exchange).
+    via: coco.ReshapeOp | None = None
+    dim: int | None = None
 
     @property
     def gathers(self) -> bool:
-        return isinstance(self.first, comm.AllGatherOp)
+        return isinstance(self.first, comm.AllGatherOp | comm.AllToAllOp)
+
+    @property
+    def exchange(self) -> comm.AllToAllOp | None:
+        """The all_to_all of an all_to_all form."""
+        for op in (self.first, self.second):
+            if isinstance(op, comm.AllToAllOp):
+                return op
+        return None
 
     @property
     def matmul(self) -> coco.MatmulOp:
@@ -99,6 +111,21 @@ class OverlapPass(ModulePass):
       slice goes only to the next stage's all_gather. The four run chunk by chunk: chunk k is
       sent while chunk k+1 is reduce-scattered, and gathered while chunk k+1 is sent.
 
+    * all_to_all forms (expert parallelism): a matmul whose result only an all_to_all reads
+      (`ol(mm,a2a)`: MoE's dispatch buffers, the expert output), chunk c exchanged while
+      chunk c+1 multiplies; an all_to_all whose result only a matmul's left operand reads
+      (`ol(a2a,mm)`: the experts' input), chunk c multiplied while chunk c+1 is exchanged;
+      either through a `coco.reshape` that keeps the last dim (the rows stay the rows).
+      Chunking rule: the chunks are equal runs of one dim d of the exchanged tensor, the
+      outermost that `chunks` divides among `comm.a2a_chunk_dims`: a row dim (not the last)
+      that no grid axis slices before or after the all_to_all (so it neither splits nor
+      gathers it, and every rank holds it whole: the same range on every rank, however the
+      other dims are cut), not dim 0 of the dispatch form. Chunk k is then the all_to_all of
+      that block and the matmul of its rows, independent of the other chunks' rows (the
+      matmul broadcasts neither operand over its batch dims). The region records d
+      (`comm.overlap chunks N dim d`). A named all_to_all pairs with the matmul reading it
+      first, a named matmul with the collective reading it first.
+
     Chunks follow the rows (flattened leading dims) of each rank's piece of the collective,
     whichever tensor dim its layout slices. Ops between the pair move above the region, or
     below it if they depend on the first op's chain.
@@ -124,6 +151,12 @@ class OverlapPass(ModulePass):
     * [overlap-cycle]     no op between them depends on the first and feeds the second.
     * [overlap-send]      (`send=true`) the matmul's reduce_scatter feeds only a fused send
                           region of one send, whose result only an all_gather reads.
+    * all_to_all forms: [overlap-consumer] / [overlap-producer] the exchanged value goes only
+      to the all_to_all (the matmul's left operand), through the reshape if any;
+      [overlap-rows] the matmul broadcasts no operand over its batch dims, and the reshape
+      keeps the last dim; [overlap-layout] the all_to_all has a dim to chunk;
+      [overlap-chunks] `chunks` divides one (each rank holds it whole, so at launch its
+      piece has `chunks` of it: `OverlapOp.check_rows_on_grid` checks it all the same).
     """
 
     name = "coco-overlap"
@@ -168,7 +201,7 @@ class OverlapPass(ModulePass):
                 forms = (
                     (self._producer_site,)
                     if self.send
-                    else (self._producer_site, self._gather_site)
+                    else (self._producer_site, self._gather_site, self._exchange_site)
                 )
                 for form in forms:
                     try:
@@ -198,6 +231,10 @@ class OverlapPass(ModulePass):
             gather = named.lhs.owner
             if isinstance(gather, comm.AllGatherOp) and gather.parent_block() is block:
                 return self._gather_site(fn, named)
+            if isinstance(gather, coco.ReshapeOp):
+                gather = gather.input.owner
+            if isinstance(gather, comm.AllToAllOp) and gather.parent_block() is block:
+                return self._exchange_site(fn, named)
             if site is not None:
                 return site  # _check refuses its consumer
             assert refusal is not None
@@ -215,6 +252,8 @@ class OverlapPass(ModulePass):
                     "nothing else) nor gathers a matmul's result",
                     at=named,
                 )
+        if isinstance(named, comm.AllToAllOp):
+            return self._named_exchange(fn, named)
         if not _is_collective_consumer(named):
             raise fail(
                 f"{RULE}-producer",
@@ -251,6 +290,12 @@ class OverlapPass(ModulePass):
             )
         (consumer,) = users
         assert consumer is not None
+        if isinstance(consumer, coco.ReshapeOp):
+            # the all_to_all form through a reshape (MoE's expert output regrouped)
+            readers = {ancestor_in(block, u.operation) for u in consumer.result.uses}
+            a2a = next(iter(readers)) if len(readers) == 1 else None
+            if isinstance(a2a, comm.AllToAllOp):
+                return _Site(fn, mm, a2a, via=consumer)
         return _Site(fn, mm, consumer)
 
     def _gather_site(self, fn: func.FuncOp, mm: coco.MatmulOp) -> _Site:
@@ -272,10 +317,73 @@ class OverlapPass(ModulePass):
             )
         return _Site(fn, gather, mm)
 
+    def _exchange_site(self, fn: func.FuncOp, mm: coco.MatmulOp) -> _Site:
+        """The all_to_all whose result (or its reshape) only `mm`'s left operand reads."""
+        block = body_block(fn)
+        src, via = mm.lhs.owner, None
+        if isinstance(src, coco.ReshapeOp) and src.parent_block() is block:
+            via, src = src, src.input.owner
+        if not isinstance(src, comm.AllToAllOp) or src.parent_block() is not block:
+            raise fail(
+                f"{RULE}-producer",
+                f"the left operand of {op_name(mm)} is not an all_to_all (or a reshape of one) "
+                "in the function body",
+                at=mm,
+            )
+        reader = via if via is not None else mm
+        others = [u.operation for u in src.result.uses if u.operation is not reader]
+        if via is not None:
+            others += [u.operation for u in via.result.uses if u.operation is not mm]
+        others += [u.operation for u in mm.lhs.uses if u.operation is mm and u.index != 0]
+        if others:
+            raise fail(
+                f"{RULE}-producer",
+                f"{op_name(src)} is also read by {op_name(others[0])}: overlap exchanges a "
+                "value only the matmul's left operand reads",
+                at=src,
+            )
+        return _Site(fn, src, mm, via=via)
+
+    def _named_exchange(self, fn: func.FuncOp, a2a: comm.AllToAllOp) -> _Site:
+        """A named all_to_all: with the matmul reading it (through a reshape or not), else
+        with the matmul whose result it exchanges (a named matmul pairs the other way first:
+        naming one or the other picks the form where a matmul sits on both sides)."""
+        block = body_block(fn)
+        for use in a2a.result.uses:
+            reader = use.operation
+            if isinstance(reader, coco.ReshapeOp):
+                reader = next((u.operation for u in reader.result.uses), None)
+            if isinstance(reader, coco.MatmulOp) and reader.parent_block() is block:
+                lhs = reader.lhs.owner
+                if lhs is a2a or (isinstance(lhs, coco.ReshapeOp) and lhs.input is a2a.result):
+                    return self._exchange_site(fn, reader)  # (refusing what else reads it)
+        src = a2a.input.owner
+        if isinstance(src, coco.ReshapeOp) and src.parent_block() is block:
+            src = src.input.owner
+        if isinstance(src, coco.MatmulOp) and src.parent_block() is block:
+            site = self._producer_site(fn, src)
+            if site.second is a2a:
+                return site
+        raise fail(
+            f"{RULE}-producer",
+            f"{op_name(a2a)} neither exchanges a matmul's result (that nothing else reads) nor "
+            "feeds the left operand of one matmul (and nothing else), through a reshape or not",
+            at=a2a,
+        )
+
     # -- legality ------------------------------------------------------------------------
 
     def _check(self, site: _Site) -> None:
         block = body_block(site.fn)
+        if site.exchange is not None:
+            self._check_exchange(site)
+            plan_contiguous(
+                block,
+                self._members(site),
+                f"{RULE}-cycle",
+                f"overlapping {op_name(site.first)} with {op_name(site.second)}",
+            )
+            return
         if site.gathers:
             chunked = site.first.results[0]
             _whole(chunked.type, f"the gathered value {op_name(site.first)}", site.first)
@@ -298,6 +406,61 @@ class OverlapPass(ModulePass):
             f"{RULE}-cycle",
             f"overlapping {op_name(site.first)} with {op_name(site.second)}",
         )
+
+    def _check_exchange(self, site: _Site) -> None:
+        """The all_to_all forms' legality; chooses the chunked dim (see the class doc)."""
+        a2a, mm, via = site.exchange, site.matmul, site.via
+        assert a2a is not None
+        block = body_block(site.fn)
+        if site.first is mm:
+            reader = via if via is not None else a2a
+            others = [u for u in mm.result.uses if ancestor_in(block, u.operation) is not reader]
+            if via is not None:
+                others += [u for u in via.result.uses if u.operation is not a2a]
+            if others:
+                raise fail(
+                    f"{RULE}-consumer",
+                    f"{op_name(mm)} is also read by {op_name(others[0].operation)}: the "
+                    "matmul's result may only go to the overlapped all_to_all",
+                    at=mm,
+                )
+        lhs, rhs, res = (tensor_type_of(v) for v in (mm.lhs, mm.rhs, mm.result))
+        if lhs.get_shape()[:-1] != res.get_shape()[:-1] or (
+            rhs.rank > 2 and rhs.get_shape()[:-2] != res.get_shape()[:-2]
+        ):
+            raise fail(
+                f"{RULE}-rows",
+                f"{op_name(mm)} broadcasts an operand over its batch dims ({lhs} @ {rhs}): a "
+                "chunk of its result's rows must be the same rows of its left operand, each "
+                "multiplied by its own matrix of the right one",
+                at=mm,
+            )
+        if via is not None and via.input.type.get_shape()[-1] != via.result.type.get_shape()[-1]:
+            raise fail(
+                f"{RULE}-rows",
+                f"{op_name(via)} regroups the last dim ({via.input.type} -> "
+                f"{via.result.type}): the matmul's rows must stay the exchanged tensor's rows",
+                at=via,
+            )
+        legal = comm.a2a_chunk_dims(a2a)
+        if not legal:
+            raise fail(
+                f"{RULE}-layout",
+                f"{op_name(a2a)} ({a2a.input.type} -> {a2a.result.type}) has no dim to chunk: "
+                "every dim but the last is split or gathered by it or sliced on a grid axis "
+                "(or is dim 0 of the dispatch form)",
+                at=a2a,
+            )
+        shape = tensor_type_of(a2a.input).get_shape()
+        fits = [d for d in legal if shape[d] % self.chunks == 0]
+        if not fits:
+            raise fail(
+                f"{RULE}-chunks",
+                f"{self.chunks} chunks divide none of the dims {op_name(a2a)} can be chunked "
+                f"along ({', '.join(f'dim {d}: {shape[d]}' for d in legal)})",
+                at=a2a,
+            )
+        site.dim = fits[0]
 
     def _check_consumer(self, block: Block, mm: coco.MatmulOp, consumer: Operation) -> None:
         if not _is_collective_consumer(consumer):
@@ -398,12 +561,19 @@ class OverlapPass(ModulePass):
         )
         return _Site(site.fn, site.first, site.second, (sender, gather))
 
+    @staticmethod
+    def _members(site: _Site) -> set[Operation]:
+        members = {site.first, site.second, *site.tail}
+        if site.via is not None:
+            members.add(site.via)
+        return members
+
     def _rewrite(self, site: _Site) -> None:
         block: Block = body_block(site.fn)
-        members = {site.first, site.second, *site.tail}
+        members = self._members(site)
         hoisted, order = plan_contiguous(block, members, f"{RULE}-cycle", "")
 
         def make(body: Region, types: list[Attribute]) -> comm.RegionOp:
-            return comm.OverlapOp(self.chunks, body, types)
+            return comm.OverlapOp(self.chunks, body, types, dim=site.dim)
 
         wrap_in_region(block, hoisted, order, make)

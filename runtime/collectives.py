@@ -439,9 +439,17 @@ def _all_to_all(ctx, step, t, group, src, dst, src_dt, dst_dt) -> CollectiveOps:
         raise CocoError("[all-to-all-rows] an all_to_all runs on whole buffers only")
     n = len(group)
     src_t, dst_t = step.src.type, step.dst.type
+    if step.block is not None:
+        # One chunk of an overlap: the all_to_all of the sub-block [b, e) of dim d, a dim it
+        # neither splits nor gathers (whole in both buffers), so every region below is the
+        # same box cut to that range (packed and unpacked through strided copies).
+        d, lo, hi = step.block
+        cut = (slice(None),) * d + (slice(lo, hi),)
+        src, dst = src[cut], dst[cut]
     if set(step.axes) <= set(src_t.local_axes()):
         in_place = step.src.name == step.dst.name
-        out = ctx.empty(tuple(dst.shape), dst.dtype) if in_place else dst
+        contiguous = step.block is None and not in_place
+        out = dst if contiguous else ctx.empty(tuple(dst.shape), dst.dtype)
         yield t.all_to_all(_contiguous(ctx, src).reshape(n, -1), out.reshape(n, -1))
         if out is not dst:
             dst[...] = out
@@ -450,6 +458,10 @@ def _all_to_all(ctx, step, t, group, src, dst, src_dt, dst_dt) -> CollectiveOps:
     peers = [V.coords_of(m, ctx.grid_shape) for m in group]
     sends = [V.shared_region(src_t, me, dst_t, c, ctx.grid_shape)[0] for c in peers]
     recvs = [V.shared_region(src_t, c, dst_t, me, ctx.grid_shape)[1] for c in peers]
+    if step.block is not None:
+        d, lo, hi = step.block
+        sends = [_within(r, d, hi - lo) for r in sends]
+        recvs = [_within(r, d, hi - lo) for r in recvs]
     send_counts = [_count(r) for r in sends]
     recv_counts = [_count(r) for r in recvs]
     packed = ctx.empty((sum(send_counts),), src.dtype)
@@ -463,6 +475,11 @@ def _all_to_all(ctx, step, t, group, src, dst, src_dt, dst_dt) -> CollectiveOps:
     for region, count in zip(recvs, recv_counts):
         dst[region] = received[offset : offset + count].reshape(dst[region].shape)
         offset += count
+
+
+def _within(region: tuple[slice, ...], d: int, extent: int) -> tuple[slice, ...]:
+    """`region` (whole along dim d) on a sub-block holding `extent` of dim d."""
+    return region[:d] + (slice(0, extent),) + region[d + 1 :]
 
 
 _COLLECTIVES = {

@@ -44,7 +44,13 @@ from coconet.core import values as V
 from coconet.core.program import CocoError
 from coconet.lowering.plan import COMM_STREAM, Buffer, Collective, Copy, Launch, Matmul, Plan
 from coconet.runtime.collectives import CollectiveContext, CollectiveOps, collective_ops
-from coconet.runtime.executor import KernelArg, buffer_dtype, check_plan_size, groups_of
+from coconet.runtime.executor import (
+    KernelArg,
+    buffer_dtype,
+    check_plan_size,
+    groups_of,
+    matmul_segments,
+)
 from coconet.runtime.symmetric import MpiWindows, PosixSegments, node_communicator
 from coconet.runtime.transport import MpiTransport
 from coconet.toolchain.host_compiler import (
@@ -83,18 +89,23 @@ def apply_rank_env_defaults(env: dict[str, str] | None = None) -> dict[str, str]
     return target  # type: ignore[return-value]
 
 
-def host_matmul(a: np.ndarray, b: np.ndarray, c: np.ndarray, t, rows) -> None:
-    """c = a @ b computing in the result's compute dtype (f32 for f16/bf16), as the sim;
-    `rows`: ranges of a's flattened leading dims (overlap chunks)."""
-    cdt = V.compute_dtype(t)
-    if rows is None:
+def host_matmul(a: np.ndarray, b: np.ndarray, c: np.ndarray, step: Matmul) -> None:
+    """c = a @ b computing in the result's compute dtype (f32 for f16/bf16), as the sim; an
+    overlap chunk computes its rows only (lowering/plan.py `Matmul`)."""
+    cdt = V.compute_dtype(step.c.type)
+    if step.rows is None and step.block is None:
         c[...] = np.matmul(a.astype(cdt, copy=False), b.astype(cdt, copy=False)).astype(c.dtype)
         return
     a2 = a.reshape(-1, a.shape[-1])
     c2 = c.reshape(-1, c.shape[-1])
     bc = b.astype(cdt, copy=False)
-    for lo, hi in rows:
-        c2[lo:hi] = np.matmul(a2[lo:hi].astype(cdt, copy=False), bc).astype(c.dtype)
+    b3 = bc.reshape(-1, *b.shape[-2:]) if b.ndim > 2 else bc
+    cut = a if step.block_of == "a" else c
+    for lo, hi, m in matmul_segments(
+        step.rows, step.block, cut.shape, tuple(b.shape), tuple(c.shape)
+    ):
+        bm = b3 if m is None else b3[m]
+        c2[lo:hi] = np.matmul(a2[lo:hi].astype(cdt, copy=False), bm).astype(c.dtype)
 
 
 # PyTorch's types that NumPy lacks (DLPack does not carry them): viewed through their bits.
@@ -217,6 +228,9 @@ class Pending:
         if not mine & {other.src.name, other.dst.name}:
             return False
         a, b = self.step.rows, other.rows
+        x, y = self.step.block, other.block
+        if x is not None and y is not None and x[0] == y[0]:  # all_to_all chunks of one dim
+            return x[1] < y[2] and y[1] < x[2]
         return a is None or b is None or (a[0] < b[1] and b[0] < a[1])
 
 
@@ -495,7 +509,7 @@ class CpuBackend:
         if step.stream == COMM_STREAM:
             self.drain()
         a, b, c = self.arrays[step.a.name], self.arrays[step.b.name], self.arrays[step.c.name]
-        host_matmul(a, b, c, step.c.type, step.rows)
+        host_matmul(a, b, c, step)
         self.poll()
 
     def copy(self, step: Copy) -> None:

@@ -64,7 +64,13 @@ from coconet.lowering.plan import (
 )
 from coconet.lowering.signature import KernelParam, range_positions
 from coconet.runtime.collectives import CollectiveContext, collective_ops, narrow, widen
-from coconet.runtime.executor import KernelArg, buffer_dtype, check_plan_size, groups_of
+from coconet.runtime.executor import (
+    KernelArg,
+    buffer_dtype,
+    check_plan_size,
+    groups_of,
+    matmul_segments,
+)
 from coconet.runtime.symmetric import node_communicator
 from coconet.runtime.torch_comm import mpi_module_for
 from coconet.runtime.transport import (
@@ -1063,13 +1069,18 @@ class CudaBackend:
                 return widen(xp, x, t).astype(cdt) if V.bits_dtype(t) else x.astype(cdt)
 
             bc = value(b, tb)
-            if step.rows is None:
+            if step.rows is None and step.block is None:
                 c[...] = narrow(xp, xp.matmul(value(a, ta), bc), tc, c.dtype)
                 return
             a2 = a.reshape(-1, a.shape[-1])
             c2 = c.reshape(-1, c.shape[-1])
-            for lo, hi in step.rows:
-                c2[lo:hi] = narrow(xp, xp.matmul(value(a2[lo:hi], ta), bc), tc, c.dtype)
+            b3 = bc.reshape(-1, *b.shape[-2:]) if b.ndim > 2 else bc
+            cut = a if step.block_of == "a" else c
+            for lo, hi, m in matmul_segments(
+                step.rows, step.block, tuple(cut.shape), tuple(b.shape), tuple(c.shape)
+            ):
+                bm = b3 if m is None else b3[m]
+                c2[lo:hi] = narrow(xp, xp.matmul(value(a2[lo:hi], ta), bm), tc, c.dtype)
 
     def copy(self, step: Copy) -> None:
         self.trace.append(("copy", step.stream, step.dst.name))

@@ -26,6 +26,7 @@ unit-tested: process groups, the regions of a piece that collectives exchange, t
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -183,6 +184,47 @@ SCRATCH_DTYPES = {
 }
 
 
+@functools.lru_cache(maxsize=1024)
+def matmul_segments(
+    rows: tuple[tuple[int, int], ...] | None,
+    block: tuple[int, int, int] | None,
+    block_shape: tuple[int, ...],
+    b_shape: tuple[int, ...],
+    c_shape: tuple[int, ...],
+) -> tuple[tuple[int, int, int | None], ...]:
+    """The runs [lo, hi) of rows of a and c (flattened leading dims) a chunked matmul computes
+    on this rank, each with the matrix of b it multiplies (None: b is one matrix) -- see
+    lowering/plan.py `Matmul`. `block_shape`: this rank's shape of the buffer `block` cuts.
+    Cached: every call of a compiled program asks again."""
+    if block is not None:
+        d, lo, hi = block
+        index = np.arange(int(np.prod(block_shape[:-1], dtype=np.int64)), dtype=np.int64)
+        picked = index.reshape(block_shape[:-1])[(slice(None),) * d + (slice(lo, hi),)]
+        flat = np.sort(picked.reshape(-1))
+        breaks = np.flatnonzero(np.diff(flat) != 1) + 1
+        starts, ends = np.concatenate(([0], breaks)), np.concatenate((breaks, [flat.size]))
+        runs = [(int(flat[a]), int(flat[e - 1]) + 1) for a, e in zip(starts, ends) if e > a]
+    else:
+        runs = list(rows or ())
+    matrices = int(np.prod(b_shape[:-2], dtype=np.int64)) if len(b_shape) > 2 else 1
+    if matrices <= 1:
+        return tuple((lo, hi, None) for lo, hi in runs)
+    total = int(np.prod(c_shape[:-1], dtype=np.int64))
+    if total % matrices:
+        raise CocoError(
+            f"[overlap-rows] a chunked matmul of {total} rows cannot multiply {matrices} "
+            "matrices of b, one run of rows each"
+        )
+    per = total // matrices
+    out: list[tuple[int, int, int | None]] = []
+    for lo, hi in runs:
+        while lo < hi:
+            end = min(hi, (lo // per + 1) * per)
+            out.append((lo, end, lo // per))
+            lo = end
+    return tuple(out)
+
+
 def check_plan_size(plan: Plan, size: int) -> None:
     """A backend runs the plan of its job's size only."""
     if plan.size != size:
@@ -209,10 +251,8 @@ def buffer_nbytes(buf: Buffer) -> int:
 
 
 def _rows_fraction(step: Collective | Launch, count: int) -> float:
-    if isinstance(step, Collective) and step.rows is not None:
-        buf = step.row_buffer
-        rows = max(1, buf.count // max(1, buf.shape[-1] if buf.shape else 1))
-        return (step.rows[1] - step.rows[0]) / rows
+    if isinstance(step, Collective):
+        return step.fraction
     if isinstance(step, Launch) and step.range_positions and step.iteration_shape:
         b, e = step.range_positions
         n = int(np.prod(step.iteration_shape, dtype=np.int64))

@@ -20,8 +20,10 @@ from coconet.schedule.recipes import (
     recipe_fuse_rs_c,
     recipe_fuse_rs_c_ag,
     recipe_fuse_sliced_send,
+    recipe_ol_a2a_mm,
     recipe_ol_ag_mm,
     recipe_ol_ag_mm_ol_mm_rs,
+    recipe_ol_mm_a2a,
     recipe_ol_mm_fuse_rs_c_ag,
     recipe_ol_mm_rs,
     recipe_ol_rs_fuse_sliced_send,
@@ -176,6 +178,28 @@ NAMED_SCHEDULES: dict[str, NamedSchedule] = {
             lambda i: bool(i.all_to_alls),
             recipe_fuse_a2a,
             ("fuse-all-to-all",),
+        ),
+        NamedSchedule(
+            "ol(mm,a2a)",
+            "expert parallelism: GEMM + AllToAll (not in CoCoNet; Tutel's pipelining)",
+            "each matmul pipelined with the all_to_all of its result (through a reshape or "
+            "not) in 4, 3 or 2 chunks of a dim the all_to_all neither splits nor gathers: "
+            "chunk k is exchanged while chunk k+1 multiplies",
+            "a matmul whose only reader is an all_to_all (MoE dispatch buffers, expert output)",
+            lambda i: bool(i.exchanged_matmuls),
+            recipe_ol_mm_a2a,
+            ("ol-mm-all-to-all",),
+        ),
+        NamedSchedule(
+            "ol(a2a,mm)",
+            "expert parallelism: AllToAll + GEMM (not in CoCoNet; Tutel's pipelining)",
+            "each all_to_all pipelined with the matmul reading it (through a reshape or not) "
+            "in 4, 3 or 2 chunks of a dim the all_to_all neither splits nor gathers: chunk k "
+            "multiplies while chunk k+1 is exchanged",
+            "an all_to_all that only a matmul's left operand reads (the experts' input)",
+            lambda i: bool(i.exchanges_into_matmuls),
+            recipe_ol_a2a_mm,
+            ("ol-all-to-all-mm",),
         ),
     ]
 }

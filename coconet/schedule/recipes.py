@@ -165,6 +165,38 @@ def recipe_ol_mm_rs(s: ScheduleSteps, info: Structure) -> None:
     _overlap_each(s, info.scattered_matmuls)
 
 
+def _overlap_exchanges(s: ScheduleSteps, ops: list) -> None:
+    """Overlap each named op with its all_to_all partner, in 4 chunks where they divide the
+    chunked dim, else 3, else 2 (a MoE capacity of 3 slots): a step per op, each the first
+    count its pass accepts; none accepted, the 4-chunk refusal."""
+    names = Structure.names(ops)
+    if names is None:
+        raise schedule_error("schedule-target", "overlap: the ops to overlap have no SSA names")
+    for n in dict.fromkeys(names):
+        refusal: ScheduleError | None = None
+        for chunks in (4, 3, 2):
+            try:
+                with s._attempt():
+                    s.overlap(n, chunks=chunks)
+                refusal = None
+                break
+            except ScheduleError as e:
+                if e.rule == VERIFY_RULE:
+                    raise
+                refusal = refusal or e
+        if refusal is not None:
+            raise refusal
+
+
+def recipe_ol_mm_a2a(s: ScheduleSteps, info: Structure) -> None:
+    _overlap_exchanges(s, info.exchanged_matmuls)
+
+
+def recipe_ol_a2a_mm(s: ScheduleSteps, info: Structure) -> None:
+    # named by the all_to_all: a named matmul pairs with the collective reading it first
+    _overlap_exchanges(s, info.exchanges_into_matmuls)
+
+
 def recipe_ol_ag_mm_ol_mm_rs(s: ScheduleSteps, info: Structure) -> None:
     recipe_ol_ag_mm(s, info)
     recipe_ol_mm_rs(s, info)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from xdsl.ir import BlockArgument, SSAValue
+from xdsl.ir import BlockArgument, Operation, SSAValue
 
 from coconet.core.program import Program
 from coconet.dialects import coco, comm
@@ -68,6 +68,11 @@ def auto_split_dim(ar: comm.AllReduceOp) -> int:
     return max(roomy, key=lambda d: (_v2(shape[d]), -d))
 
 
+def _only_reader(v: SSAValue) -> Operation | None:
+    users = {u.operation for u in v.uses}
+    return next(iter(users)) if len(users) == 1 else None
+
+
 class Structure:
     """The shape of a program that decides which schedules fit it."""
 
@@ -115,6 +120,24 @@ class Structure:
         # all_to_alls (MoE dispatch and combine, Ulysses' re-cuts): each can run as one kernel
         # with the elementwise computation of its input and of its result
         self.all_to_alls = [op for op in ops if isinstance(op, comm.AllToAllOp)]
+        # expert parallelism's overlaps: matmuls whose only reader is an all_to_all, through a
+        # reshape or not (the dispatch buffers, the expert output), and all_to_alls that only
+        # a matmul's left operand reads, through a reshape or not (the expert FFN's input)
+        self.exchanged_matmuls = []
+        self.exchanges_into_matmuls = []
+        for op in ops:
+            if isinstance(op, coco.MatmulOp):
+                reader = _only_reader(op.result)
+                if isinstance(reader, coco.ReshapeOp):
+                    reader = _only_reader(reader.result)
+                if isinstance(reader, comm.AllToAllOp):
+                    self.exchanged_matmuls.append(op)
+            elif isinstance(op, comm.AllToAllOp):
+                value, reader = op.result, _only_reader(op.result)
+                if isinstance(reader, coco.ReshapeOp):
+                    value, reader = reader.result, _only_reader(reader.result)
+                if isinstance(reader, coco.MatmulOp) and reader.lhs is value:
+                    self.exchanges_into_matmuls.append(op)
         # ZeRO-3 / FSDP: reduce_scatters in a program that updates sliced arguments (the
         # parameters and state each rank keeps only a slice of)
         sliced_updates = any(

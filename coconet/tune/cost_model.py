@@ -471,6 +471,8 @@ def _collective_cost(
         cols = step.src.shape[-1] if step.src.shape else 1
         rows = max(1, step.src.count // max(1, cols))
         frac = (step.rows[1] - step.rows[0]) / rows
+    elif step.block is not None:
+        frac = step.fraction
     n_src = buffer_nbytes(step.src) * frac
     n_dst = buffer_nbytes(step.dst) * frac
     if step.op == "send":
@@ -526,9 +528,7 @@ def _matmul_cost(step: Matmul, profile: MachineProfile) -> tuple[float, float, f
     k = a[-1] if a else 1
     n = b[-1] if b else 1
     rows = step.a.count // max(1, k)
-    frac = 1.0
-    if step.rows:
-        frac = sum(hi - lo for lo, hi in step.rows) / max(1, rows)
+    frac = step.fraction
     flops = 2.0 * rows * frac * k * n
     nbytes = frac * (buffer_nbytes(step.a) + buffer_nbytes(step.c)) + buffer_nbytes(step.b)
     t_compute = flops / profile.matmul_rate(step.a.type.elt)

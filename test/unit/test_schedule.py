@@ -605,6 +605,8 @@ def test_named_schedule_table():
             *SEQUENCE_PARALLEL,
             *PIPELINE[len(MODEL_PARALLEL) :],
             "fuse(a2a)",  # MoE dispatch / combine, Ulysses
+            "ol(mm,a2a)",  # expert parallelism: the dispatch buffers, the expert output
+            "ol(a2a,mm)",  # the expert FFN's input
         ]
     )
     for name, ns in NAMED_SCHEDULES.items():

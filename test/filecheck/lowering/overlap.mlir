@@ -53,3 +53,43 @@ func.func @gather(%x: !coco.tensor<2x8x16xf32, sliced<1>>, %w: !coco.tensor<16x8
   }
   func.return %h : !coco.tensor<2x8x8xf32, sliced<2>>
 }
+
+// -----
+
+// The all_to_all forms: each chunk is the all_to_all of a block of dim 2 (C), which it
+// neither splits nor gathers, and the matmul of the same rows -- found on each rank's own
+// piece (`dim 2 [b, e) of %buffer`). The expert input's reshape keeps the last dim: the
+// expert matmul reads the exchanged buffer, chunk c while chunk c+1 is exchanged.
+// CHECK-LABEL: plan @experts on grid [2]
+// CHECK:         matmul %d, %t -> %buf dim 2 [0, 2) of %buf
+// CHECK-NEXT:    record buf_chunk0
+// CHECK-NEXT:    [stream 1] wait buf_chunk0
+// CHECK-NEXT:    [stream 1] all_to_all %buf -> %ein over [0] dim 2 [0, 2)
+// CHECK-NEXT:    matmul %d, %t -> %buf dim 2 [2, 4) of %buf
+// CHECK-NEXT:    record buf_chunk1
+// CHECK-NEXT:    [stream 1] wait buf_chunk1
+// CHECK-NEXT:    [stream 1] all_to_all %buf -> %ein over [0] dim 2 [2, 4)
+// CHECK-NEXT:    [stream 1] record buf_done
+// CHECK-NEXT:    wait buf_done
+// CHECK-NEXT:    [stream 1] all_to_all %buf2 -> %ein2 over [0] dim 2 [0, 2)
+// CHECK-NEXT:    [stream 1] record ein2_chunk0
+// CHECK-NEXT:    [stream 1] all_to_all %buf2 -> %ein2 over [0] dim 2 [2, 4)
+// CHECK-NEXT:    [stream 1] record ein2_chunk1
+// CHECK-NEXT:    wait ein2_chunk0
+// CHECK-NEXT:    matmul %ein2, %w1 -> %up dim 2 [0, 2) of %ein2
+// CHECK-NEXT:    wait ein2_chunk1
+// CHECK-NEXT:    matmul %ein2, %w1 -> %up dim 2 [2, 4) of %ein2
+func.func @experts(%d: !coco.tensor<4x4x4x8xf32, sliced<1>>, %t: !coco.tensor<4x4x8x8xf32, sliced<1>>, %buf2: !coco.tensor<4x4x4x8xf32, sliced<1>>, %w1: !coco.tensor<4x8x8xf32, sliced<0>>) -> (!coco.tensor<4x4x4x8xf32, sliced<0>>, !coco.tensor<4x16x8xf32, sliced<0>>) attributes {coco.grid = #coco.grid<[?]>} {
+  %ein = comm.overlap chunks 2 dim 2 -> !coco.tensor<4x4x4x8xf32, sliced<0>> {
+    %buf = coco.matmul %d, %t : !coco.tensor<4x4x4x8xf32, sliced<1>>, !coco.tensor<4x4x8x8xf32, sliced<1>> -> !coco.tensor<4x4x4x8xf32, sliced<1>>
+    %ein_1 = comm.all_to_all %buf : !coco.tensor<4x4x4x8xf32, sliced<1>> -> !coco.tensor<4x4x4x8xf32, sliced<0>>
+    comm.yield %ein_1 : !coco.tensor<4x4x4x8xf32, sliced<0>>
+  }
+  %up = comm.overlap chunks 2 dim 2 -> !coco.tensor<4x16x8xf32, sliced<0>> {
+    %ein2 = comm.all_to_all %buf2 : !coco.tensor<4x4x4x8xf32, sliced<1>> -> !coco.tensor<4x4x4x8xf32, sliced<0>>
+    %r = coco.reshape %ein2 : !coco.tensor<4x4x4x8xf32, sliced<0>> -> !coco.tensor<4x16x8xf32, sliced<0>>
+    %up_1 = coco.matmul %r, %w1 : !coco.tensor<4x16x8xf32, sliced<0>>, !coco.tensor<4x8x8xf32, sliced<0>> -> !coco.tensor<4x16x8xf32, sliced<0>>
+    comm.yield %up_1 : !coco.tensor<4x16x8xf32, sliced<0>>
+  }
+  func.return %ein, %up : !coco.tensor<4x4x4x8xf32, sliced<0>>, !coco.tensor<4x16x8xf32, sliced<0>>
+}

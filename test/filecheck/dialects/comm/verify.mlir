@@ -535,6 +535,35 @@ func.func @negative_chunks() {
 
 // -----
 
+// overlap-dim: an all_to_all form names a dim the all_to_all can be cut along
+func.func @a2a_dim(%a: !coco.tensor<4x4x8xf32, sliced<1>>, %w: !coco.tensor<8x8xf32>) {
+  %m = comm.overlap chunks 2 dim 1 -> !coco.tensor<4x4x8xf32, sliced<0>> {
+    %x = comm.all_to_all %a : !coco.tensor<4x4x8xf32, sliced<1>> -> !coco.tensor<4x4x8xf32, sliced<0>>
+    %m1 = coco.matmul %x, %w : !coco.tensor<4x4x8xf32, sliced<0>>, !coco.tensor<8x8xf32> -> !coco.tensor<4x4x8xf32, sliced<0>>
+    comm.yield %m1 : !coco.tensor<4x4x8xf32, sliced<0>>
+  }
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [overlap-dim] comm.all_to_all of !coco.tensor<4x4x8xf32, sliced<1>> cannot be chunked along dim 1: chunks cut a row dim that no grid axis slices before or after it (not dim 0 of the dispatch form); legal here: none
+
+// -----
+
+func.func @a2a_no_dim(%a: !coco.tensor<4x4x8xf32, sliced<1>>, %w: !coco.tensor<8x8xf32>) {
+  %m = comm.overlap chunks 2 -> !coco.tensor<4x4x8xf32, sliced<0>> {
+    %x = comm.all_to_all %a : !coco.tensor<4x4x8xf32, sliced<1>> -> !coco.tensor<4x4x8xf32, sliced<0>>
+    %m1 = coco.matmul %x, %w : !coco.tensor<4x4x8xf32, sliced<0>>, !coco.tensor<8x8xf32> -> !coco.tensor<4x4x8xf32, sliced<0>>
+    comm.yield %m1 : !coco.tensor<4x4x8xf32, sliced<0>>
+  }
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [overlap-dim] an overlap of an all_to_all names the dim it chunks (`dim d`)
+
+// -----
+
 // ops inside regions are verified too
 func.func @nested(%a: !coco.tensor<8xf32, sliced<0>>) {
   %0 = comm.overlap chunks 2 -> !coco.tensor<8xf32> {
