@@ -62,9 +62,9 @@ def program(module_policy: str | None = None, op_policy: str | None = None) -> P
 def inputs() -> dict[str, np.ndarray]:
     rng = np.random.default_rng(7)
     return {
-        # not below -4: exact gelu's f64 formula cancels in 1 + tanh there, and glibc's and
-        # NumPy's f64 tanh, an ulp apart, then round to different f32 results
-        "x": rng.uniform(-4, 8, 4096).astype(np.float32),
+        # gelu's far negative side too, where its tanh form cancelled (1 + tanh(u)): the
+        # kernels and the sim compute x / (1 + exp(-2u)), bit-identical there as well
+        "x": rng.uniform(-16, 8, 4096).astype(np.float32),
         "y": rng.uniform(0.01, 30, 4096).astype(np.float32),
     }
 
@@ -87,7 +87,7 @@ def exact_f64(name: str, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         "l": np.log(yd),
         "t": np.tanh(xd),
         "s": 1 / (1 + np.exp(-xd)),
-        "g": 0.5 * xd * (1 + np.tanh(0.7978845608028654 * (xd + 0.044715 * xd**3))),
+        "g": xd / (1 + np.exp(-2 * 0.7978845608028654 * (xd + 0.044715 * xd**3))),
         "p": np.power(yd, xd),
         # rsqrt is not transcendental: exact is 1/sqrt in f32, each operation rounded
         "r": np.float32(1) / np.sqrt(y),
