@@ -604,6 +604,8 @@ class CupyDevice:
             self.cp.copyto(dst, src.reshape(dst.shape))
 
     def begin_capture(self, stream) -> None:
+        # CuPy's default mode is relaxed: another thread's allocation (PyTorch's backward,
+        # while coconet.torch's worker thread captures a bucket) does not break the capture
         stream.begin_capture()
 
     def end_capture(self, stream):
