@@ -13,7 +13,9 @@ unary ops, constants, casts, compare/select, dropout, matmul, full and row reduc
 (`reduce_dims` over any run of dims, sliced ones too: their partials), all_reduce,
 reduce_scatter/all_gather pairs, slice, broadcast, send (on `[2, ?]`), all_to_all (a sliced
 value re-cut along another dim, or a local one's dim-0 blocks exchanged), quantize (by a scale
-per tensor, row, element or block) and dequantize, a quarter of the
+per tensor, row, element or block) and dequantize, expert-parallel exchanges (a matmul feeding
+an all_to_all or an all_to_all feeding a matmul's left operand, through a reshape or not: what
+the all_to_all overlaps chunk), a quarter of the
 float sums stating an accumulation (`acc`: the element type or one it widens to); then updates of
 arguments (mostly replicated ones, as optimizers do) and returned values. Operands are drawn
 with a bias to recent values, so chains like `all_reduce -> elementwise with replicated state
