@@ -18,8 +18,14 @@ from coconet.schedule.named import (
     structure_refusal,
     try_named,
 )
+from coconet.schedule.recipes import EXCHANGE_CHUNKS
 from coconet.schedule.steps import ScheduleSteps, as_program
-from coconet.schedule.structure import Structure, auto_split_dim
+from coconet.schedule.structure import (
+    Structure,
+    auto_split_dim,
+    exchange_feeds_matmul,
+    feeds_exchange,
+)
 from coconet.schedule.targets import top_level_named
 
 # The rank counts a schedule is offered for when its caller names none: those of these at
@@ -259,7 +265,9 @@ def enumerate_scheduled_programs(
        with or without `elementwise` after it);
     6. overlap: for each matmul feeding a collective, none or an overlap with each of `chunks`
        (and, where a fused send exists, the pipeline-boundary form through the send and the
-       next stage's all_gather, `overlap(mm,chunks=N,send)`).
+       next stage's all_gather, `overlap(mm,chunks=N,send)`); the all_to_all forms (a matmul
+       whose only reader is an all_to_all, an all_to_all only a matmul's left operand reads,
+       through a reshape or not) with each of `chunks` and of the recipes' EXCHANGE_CHUNKS.
     With more than `max_independent` all_reduce names, steps 1-2 choose for all of them at
     once (no split; split all on their auto dims; split and reorder all), as CoCoNet's
     autotuner does: the per-collective product would grow as 3^n.
@@ -408,8 +416,15 @@ def enumerate_scheduled_programs(
         # matmuls next to a collective: feeding one, or reading an all_gather (the pass
         # refuses the pairs it cannot pipeline, and refused steps are dropped)
         feeding = []
+        # the all_to_all forms' ops (through a reshape or not), named as their recipes name
+        # them: tried at the chunk counts those choose too (MoE's capacity of 3 slots)
+        exchanges = Structure.unique_names(
+            op for op in block.ops if feeds_exchange(op) or exchange_feeds_matmul(op)
+        )
         for op in block.ops:
-            if isinstance(op, coco.MatmulOp) and op.result.name_hint:
+            if exchange_feeds_matmul(op):
+                feeding.append(op)
+            elif isinstance(op, coco.MatmulOp) and op.result.name_hint:
                 users = {block.find_ancestor_op_in_block(u.operation) for u in op.result.uses}
                 if len(users) == 1:
                     (u,) = users
@@ -418,7 +433,7 @@ def enumerate_scheduled_programs(
                     ):
                         feeding.append(op)
                         continue
-                if isinstance(op.lhs.owner, comm.AllGatherOp):
+                if isinstance(op.lhs.owner, comm.AllGatherOp) or feeds_exchange(op):
                     feeding.append(op)
         mms = Structure.unique_names(feeding)
         # the pipeline-boundary form (through a fused send and the next stage's all_gather)
@@ -426,13 +441,15 @@ def enumerate_scheduled_programs(
         forms = [False]
         if any(isinstance(o, comm.FusedOp) and o.kind.data == "send" for o in block.ops):
             forms.append(True)
+        exchange_chunks = tuple(dict.fromkeys((*chunks, *EXCHANGE_CHUNKS)))
 
         def rec(n: _Node, i: int) -> Iterator[_Node]:
             if i == len(mms):
                 yield n
                 return
             yield from rec(n, i + 1)
-            for c in chunks:
+            counts = exchange_chunks if mms[i] in exchanges else chunks
+            for c in counts:
                 for send in forms:
                     nxt = _step(
                         n,

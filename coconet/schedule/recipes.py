@@ -165,16 +165,20 @@ def recipe_ol_mm_rs(s: ScheduleSteps, info: Structure) -> None:
     _overlap_each(s, info.scattered_matmuls)
 
 
+# The all_to_all forms' chunk counts, preferred first: 4 where they divide the chunked dim,
+# else 3 (a MoE capacity of 3 slots), else 2.
+EXCHANGE_CHUNKS = (4, 3, 2)
+
+
 def _overlap_exchanges(s: ScheduleSteps, ops: list) -> None:
-    """Overlap each named op with its all_to_all partner, in 4 chunks where they divide the
-    chunked dim, else 3, else 2 (a MoE capacity of 3 slots): a step per op, each the first
-    count its pass accepts; none accepted, the 4-chunk refusal."""
+    """Overlap each named op with its all_to_all partner in the first of EXCHANGE_CHUNKS
+    its pass accepts: a step per op; none accepted, the 4-chunk refusal."""
     names = Structure.names(ops)
     if names is None:
         raise schedule_error("schedule-target", "overlap: the ops to overlap have no SSA names")
     for n in dict.fromkeys(names):
         refusal: ScheduleError | None = None
-        for chunks in (4, 3, 2):
+        for chunks in EXCHANGE_CHUNKS:
             try:
                 with s._attempt():
                     s.overlap(n, chunks=chunks)

@@ -73,6 +73,27 @@ def _only_reader(v: SSAValue) -> Operation | None:
     return next(iter(users)) if len(users) == 1 else None
 
 
+def feeds_exchange(op: Operation) -> bool:
+    """A matmul whose only reader is an all_to_all, through a reshape or not (`ol(mm,a2a)`)."""
+    if not isinstance(op, coco.MatmulOp):
+        return False
+    reader = _only_reader(op.result)
+    if isinstance(reader, coco.ReshapeOp):
+        reader = _only_reader(reader.result)
+    return isinstance(reader, comm.AllToAllOp)
+
+
+def exchange_feeds_matmul(op: Operation) -> bool:
+    """An all_to_all only a matmul's left operand reads, through a reshape or not
+    (`ol(a2a,mm)`)."""
+    if not isinstance(op, comm.AllToAllOp):
+        return False
+    value, reader = op.result, _only_reader(op.result)
+    if isinstance(reader, coco.ReshapeOp):
+        value, reader = reader.result, _only_reader(reader.result)
+    return isinstance(reader, coco.MatmulOp) and reader.lhs is value
+
+
 class Structure:
     """The shape of a program that decides which schedules fit it."""
 
@@ -123,21 +144,8 @@ class Structure:
         # expert parallelism's overlaps: matmuls whose only reader is an all_to_all, through a
         # reshape or not (the dispatch buffers, the expert output), and all_to_alls that only
         # a matmul's left operand reads, through a reshape or not (the expert FFN's input)
-        self.exchanged_matmuls = []
-        self.exchanges_into_matmuls = []
-        for op in ops:
-            if isinstance(op, coco.MatmulOp):
-                reader = _only_reader(op.result)
-                if isinstance(reader, coco.ReshapeOp):
-                    reader = _only_reader(reader.result)
-                if isinstance(reader, comm.AllToAllOp):
-                    self.exchanged_matmuls.append(op)
-            elif isinstance(op, comm.AllToAllOp):
-                value, reader = op.result, _only_reader(op.result)
-                if isinstance(reader, coco.ReshapeOp):
-                    value, reader = reader.result, _only_reader(reader.result)
-                if isinstance(reader, coco.MatmulOp) and reader.lhs is value:
-                    self.exchanges_into_matmuls.append(op)
+        self.exchanged_matmuls = [op for op in ops if feeds_exchange(op)]
+        self.exchanges_into_matmuls = [op for op in ops if exchange_feeds_matmul(op)]
         # ZeRO-3 / FSDP: reduce_scatters in a program that updates sliced arguments (the
         # parameters and state each rank keeps only a slice of)
         sliced_updates = any(

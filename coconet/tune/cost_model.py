@@ -16,6 +16,9 @@ The model walks the plan as the executors do and prices each step from the plan 
   and reduce ceil(log2 p) alpha + n / beta, send alpha + n / beta, plus a per-call overhead;
 * a matmul is a roofline with the machine's matmul FLOP/s for its element type, plus its fixed
   cost per step (a launch, or what the profile measured for that element type);
+* an overlap's chunk (a range of rows, or a block of one dim: the all_to_all forms) moves or
+  computes its share of the step's bytes and flops but pays the whole per-call overhead and
+  latency, so many tiny chunks cost more than they hide;
 * the two streams (compute, communication) run side by side and meet at events, so work that
   overlaps costs the max of its parts, not their sum. On a host (the cpu backend) one thread
   runs every kernel, matmul and copy, whatever its stream; only library collectives progress

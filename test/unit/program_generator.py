@@ -13,7 +13,9 @@ unary ops, constants, casts, compare/select, dropout, matmul, full and row reduc
 (`reduce_dims` over any run of dims, sliced ones too: their partials), all_reduce,
 reduce_scatter/all_gather pairs, slice, broadcast, send (on `[2, ?]`), all_to_all (a sliced
 value re-cut along another dim, or a local one's dim-0 blocks exchanged), quantize (by a scale
-per tensor, row, element or block) and dequantize, a quarter of the
+per tensor, row, element or block) and dequantize, expert-parallel exchanges (a matmul feeding
+an all_to_all or an all_to_all feeding a matmul's left operand, through a reshape or not: what
+the all_to_all overlaps chunk), a quarter of the
 float sums stating an accumulation (`acc`: the element type or one it widens to); then updates of
 arguments (mostly replicated ones, as optimizers do) and returned values. Operands are drawn
 with a bias to recent values, so chains like `all_reduce -> elementwise with replicated state
@@ -105,7 +107,15 @@ OP_KINDS = (
     "quantize",
 )
 
-MOTIFS = ("optimizer", "sliced_optimizer", "megatron", "boundary", "regather", "all_to_all")
+MOTIFS = (
+    "optimizer",
+    "sliced_optimizer",
+    "megatron",
+    "boundary",
+    "regather",
+    "all_to_all",
+    "expert_exchange",
+)
 
 GRIDS: tuple[tuple[int, ...], ...] = ((DYNAMIC,), (DYNAMIC,), (2, DYNAMIC))
 
@@ -500,6 +510,79 @@ class _Gen:
             z = self.collective(comm.AllToAllOp, z, axes=axes, dim=a)
         if z is not None and self.draw(st.booleans()):
             self.wanted_returns.append(z)
+
+    def motif_expert_exchange(self) -> None:
+        """Expert parallelism around an all_to_all: a matmul whose result only the exchange
+        reads (MoE's dispatch buffers; the expert output [E, G*C, N] through a reshape), an
+        exchange only a matmul's left operand reads (the experts' input, maybe through a
+        reshape to [E, G*C, K]), or both in a row: what `ol(mm,a2a)` / `ol(a2a,mm)` pipeline.
+        Experts E and token groups G are cut, unevenly at 2-4 ranks; the capacity C (2, 3, 4
+        or 6 slots) is cut by no axis, the dim the forms chunk. Or a local dispatch buffer
+        [8, C, K] whose dim-0 blocks are exchanged (its chunks cut C, never dim 0)."""
+        e, g = self.draw(st.sampled_from(((5, 7), (4, 6), (8, 4))))
+        c = self.draw(st.sampled_from((3, 4, 2, 6)))
+        k, n = self.draw(st.sampled_from(((4, 8), (8, 4), (6, 6))))
+        elt = self.draw(st.sampled_from(("f32", "f32", "f16", "bf16")))
+        form = self.draw(st.sampled_from(("mm_a2a", "a2a_mm", "both")))
+        axis = self.grid_rank - 1
+        axes = None if self.grid_rank == 1 else [axis]
+
+        def on_axis(lay: LayoutAttr) -> list[LayoutAttr]:
+            lays: list[LayoutAttr] = [REPLICATED] * self.grid_rank
+            lays[axis] = lay
+            return lays
+
+        dispatch = self.draw(st.integers(0, 3)) == 0
+        # where the exchanged tensor is reshaped to [E, G*C, .] (sliced on experts): on the
+        # matmul's side of the exchange, before (mm -> reshape -> a2a) or after it
+        via = not dispatch and self.draw(st.booleans())
+        if dispatch:
+            src, dim, shape = LOCAL, 0, (8, c, k)
+        elif via:  # experts' side sliced<0>, groups' side sliced<1>
+            src, dim, shape = (
+                (SlicedAttr(0), 1, (e, g, c, k))
+                if form == "mm_a2a"
+                else (SlicedAttr(1), 0, (e, g, c, k))
+            )
+        else:
+            src, dim = self.draw(st.sampled_from(((SlicedAttr(1), 0), (SlicedAttr(0), 1))))
+            shape = (e, g, c, k)
+
+        def matmul(lhs: SSAValue) -> SSAValue | None:
+            t = tensor_type_of(lhs)
+            kk = t.get_shape()[-1]
+            if t.rank == 3 and not dispatch and self.draw(st.booleans()):
+                w_t = self.tensor_type((e, kk, n), elt, on_axis(SlicedAttr(0)))  # per expert
+            else:
+                w_t = self.tensor_type((kk, n), elt, [REPLICATED] * self.grid_rank)
+            w = self.arg(w_t, "w")
+            return self.emit(lambda: coco.MatmulOp(lhs, w))
+
+        def reshaped(v: SSAValue, to: tuple[int, ...]) -> SSAValue | None:
+            t = tensor_type_of(v)
+            return self.emit(lambda: coco.ReshapeOp(v, t.with_shape(to)))
+
+        flat = (e, g * c)
+        x: SSAValue | None
+        if form == "a2a_mm":
+            x = self.arg(self.tensor_type(shape, elt, on_axis(src)), "x")
+        elif (
+            via and form == "mm_a2a"
+        ):  # the expert output [E, G*C, N] regrouped to [E, G, C, N] for the exchange
+            h = self.arg(self.tensor_type((*flat, k), elt, on_axis(SlicedAttr(0))), "x")
+            out = matmul(h)
+            x = reshaped(out, (e, g, c, n)) if out is not None else None
+        else:
+            x = matmul(self.arg(self.tensor_type(shape, elt, on_axis(src)), "x"))
+        if x is None:
+            return
+        y = self.collective(comm.AllToAllOp, x, axes=axes, dim=dim)
+        if y is not None and form != "mm_a2a":
+            if via:
+                y = reshaped(y, (*flat, tensor_type_of(y).get_shape()[-1]))
+            y = matmul(y) if y is not None else None
+        if y is not None:
+            self.wanted_returns.append(y)
 
     def motif_megatron(self) -> None:
         """A tensor-parallel layer: local = matmul(x sliced on K, W sliced on K);

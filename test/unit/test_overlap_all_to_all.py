@@ -14,11 +14,12 @@ from test_runtime_cuda import run_fake
 
 import coconet
 from coconet.core.program import Program, parse_module
+from coconet.equivalence import check_equivalence
 from coconet.lowering.lower_to_plan import lower
 from coconet.lowering.plan import COMM_STREAM, Collective, Matmul
 from coconet.runtime import sim
 from coconet.runtime.threaded import ThreadedExecutor
-from coconet.schedule import apply_schedule, named_schedules
+from coconet.schedule import apply_schedule, enumerate_scheduled_programs, named_schedules
 
 # E=5 experts and G=7 token groups: uneven at 2, 3 and 4 ranks; C=4 slots (4 chunks).
 EXPERTS = """
@@ -115,3 +116,22 @@ def test_the_plan_exchanges_chunks_between_events() -> None:
     assert "matmul %d, %t -> %buf dim 2 [1, 2) of %buf" in text
     chunked = [s for s in plan.steps if isinstance(s, Matmul) and s.block is not None]
     assert len(chunked) == 8
+
+
+def test_the_enumerator_lists_the_moe_layers_overlaps_each_equal_to_the_oracle() -> None:
+    """The autotuner's space holds examples/moe_layer.mlir's all_to_all overlaps: the
+    dispatch buffers' matmul, or the experts' input (read through a reshape), and the expert
+    output (through its reshape), each in 3 chunks (C = 3 slots: 2 and 4 divide none of its
+    dims); every one computes what the program as written does."""
+    p = coconet.load(EXAMPLES / "moe_layer.mlir")
+    listed = {n: q for n, _, q in enumerate_scheduled_programs(p) if "overlap(" in n}
+    assert {
+        "overlap(buffers,chunks=3)",
+        "overlap(expert_in,chunks=3)",
+        "overlap(down,chunks=3)",
+        "overlap(expert_in,chunks=3)+overlap(down,chunks=3)",
+    } <= set(listed), sorted(listed)
+    for name, q in listed.items():
+        report = check_equivalence(p, q, ranks=(1, 3), seeds=(0,))
+        assert report.ok, f"{name}: {report}"
+        assert report.checked, f"{name}: {report}"

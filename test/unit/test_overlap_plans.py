@@ -5,7 +5,8 @@ Producer form (matmul -> collective): chunk k's matmul on the compute stream, th
 recorded there, waited on the communication stream, and chunk k's collective steps issued on
 the communication stream -- all before chunk k+1's matmul. Gather form (all_gather -> matmul):
 chunk k+1's gather is issued on the communication stream before chunk k's matmul, which waits
-on the compute stream for the event recorded after chunk k's gather.
+on the compute stream for the event recorded after chunk k's gather. All_to_all forms
+(`ol(mm,a2a)`, `ol(a2a,mm)`): the same order, per block of the chunked dim.
 
 What each chunk's collective reads (or each matmul chunk needs) is computed here
 independently of the lowering: a tensor of row numbers is cut into every rank's piece by the
@@ -223,6 +224,58 @@ def check_gather_form(plan: Plan) -> list[int]:
     return found
 
 
+def check_exchange_form(plan: Plan) -> list[int]:
+    """Checks every all_to_all-form pipeline of `plan` (`ol(mm,a2a)`, `ol(a2a,mm)`); returns
+    their chunk counts. Chunk k is a block of one dim, the same for the exchange (on the
+    communication stream) and the matmul (on the compute stream) and the blocks cover the dim
+    in order; the second of each pair waits for the event recorded after the first; and the
+    exchange of chunk k is issued before the matmul of chunk k+1 (`ol(mm,a2a)`), the exchange
+    of chunk k+1 before the matmul of chunk k (`ol(a2a,mm)`)."""
+    steps = plan.steps
+    found = []
+    exchanged = {
+        s.dst.name: s
+        for s in steps
+        if isinstance(s, Collective) and s.op == "all_to_all" and s.block
+    }
+    for dst, a2a in sorted(exchanged.items()):
+        xs = [i for i, s in enumerate(steps) if isinstance(s, Collective) and s.dst.name == dst]
+        into = [  # the matmul reads what the exchange delivers, or writes what it sends
+            i
+            for i, s in enumerate(steps)
+            if isinstance(s, Matmul)
+            and s.block is not None
+            and getattr(s, s.block_of).name in (dst, a2a.src.name)
+        ]
+        assert len(xs) == len(into), (len(xs), len(into))
+        gathers = steps[into[0]].block_of == "a"
+        firsts, seconds = (xs, into) if gathers else (into, xs)
+        chunks = len(xs)
+        found.append(chunks)
+        d, lo, _ = steps[xs[0]].block
+        assert lo == 0
+        for k in range(chunks):
+            x, mm = steps[xs[k]], steps[into[k]]
+            assert x.stream == COMM_STREAM
+            assert mm.stream == COMPUTE_STREAM
+            assert x.block == mm.block, f"chunk {k}: {x.block} exchanged, {mm.block} multiplied"
+            assert x.block[0] == d
+            if k:
+                assert x.block[1] == steps[xs[k - 1]].block[2], f"chunk {k} is not the next block"
+            rec, wait = steps[firsts[k] + 1], steps[seconds[k] - 1]
+            assert isinstance(rec, RecordEvent)
+            assert isinstance(wait, WaitEvent)
+            assert wait.event == rec.event, f"chunk {k}'s second step does not wait for its first"
+            if k + 1 < chunks:
+                if gathers:
+                    assert xs[k + 1] < into[k], f"chunk {k + 1} exchanged after chunk {k}'s matmul"
+                else:
+                    assert xs[k] < into[k + 1], f"chunk {k} exchanged after chunk {k + 1}'s matmul"
+        last = steps[xs[-1]]
+        assert last.block[2] == last.src.shape[d], f"the chunks of %{dst} miss a block"
+    return found
+
+
 def launch_rows(step: Launch) -> tuple[int, int]:
     """The rows [lo, hi) of its iteration a chunked launch covers."""
     assert step.range_positions, f"an unchunked launch in the pipeline: {step}"
@@ -359,7 +412,7 @@ def test_every_listed_overlap_schedule_pipelines(name: str) -> None:
                 assert "[empty-slice]" in str(e), f"{sched} at {ranks} ranks: {e}"
                 continue
             lowered += 1
-            found = check_producer_form(plan) + check_gather_form(plan)
+            found = check_producer_form(plan) + check_gather_form(plan) + check_exchange_form(plan)
             assert sorted(found) == sorted(regions), f"{sched} at {ranks} ranks: {found} chunks"
             boundary = boundary_chunks(p)
             assert check_boundary_form(plan) == boundary, f"{sched} at {ranks} ranks"
