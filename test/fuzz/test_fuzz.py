@@ -248,7 +248,7 @@ def test_an_offered_schedule_that_fails_to_lower_is_a_traceback(tmp_path, monkey
 def test_the_all_to_all_round_trip_keeps_the_program():
     """The mutation that puts comm.all_to_alls into programs (so every stage meets them)
     yields a program equal to its seed, where it lands outside a fused region."""
-    from coconet.core.program import Program, parse_module
+    from coconet.core.program import CocoError, Program, parse_module
     from coconet.runtime import sim
 
     tried = 0
@@ -256,7 +256,13 @@ def test_the_all_to_all_round_trip_keeps_the_program():
         made = all_to_all_round_trip(s.text, random.Random(0))
         if made is None:
             continue
-        before, after = Program(parse_module(s.text)), Program(parse_module(made[0]))
+        before = Program(parse_module(s.text))
+        try:
+            after = Program(parse_module(made[0]))
+        except CocoError as e:
+            # landed inside a region that may not hold it (an overlap names its one exchange)
+            assert re.search(r"\[[\w.-]+\]", str(e)), str(e)[:300]
+            continue
         count = [
             sum(op.name == "comm.all_to_all" for op in p.module.walk()) for p in (before, after)
         ]

@@ -313,8 +313,11 @@ def test_equivalence_checker_runs_programs_with_all_to_all():
     assert "all-to-all-local" in str(report)
 
 
-def test_overlap_refuses_an_all_to_all_with_its_rule():
-    with pytest.raises(CocoError, match=r"\[overlap-consumer\].*comm.all_to_all"):
+def test_overlap_refuses_an_all_to_all_it_cannot_chunk_with_its_rule():
+    """A dispatch-form exchange of [8, 6] has no dim to chunk (dim 0 holds the blocks, the
+    last is the matmul's): refused naming the rule (test_overlap_all_to_all.py: the forms
+    that chunk)."""
+    with pytest.raises(CocoError, match=r"\[overlap-layout\].*comm.all_to_all.*no dim to chunk"):
         apply_pipeline(scheduled_program("moe"), "coco-overlap{ops=h}")
 
 
