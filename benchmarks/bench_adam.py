@@ -11,7 +11,7 @@ convention: the buffers the schedule holds, sliced m and v under rs-c-ag), calls
 step once (the check against the sim oracle is `coco-run --check`; this is timing only), then
 times warm steps on its resident buffers (`compiled.step()`): barrier, step, the slowest
 rank's time; the median over the timed steps. Bytes/rank is what each rank sends per step,
-from the plan (runtime/executor.py plan_traffic). A script that prints a table, not a test.
+from the plan (lowering/traffic.py plan_traffic). A script that prints a table, not a test.
 benchmarks/bench_suite.py runs the same schedules beside mpi4py + NumPy and torch.distributed +
 torch.optim.Adam, and the machine's memory floor.
 """

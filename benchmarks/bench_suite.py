@@ -1028,7 +1028,7 @@ def fp8_inputs(plan, rank: int) -> dict[str, object]:
 
 def fp8_worker(comm, args: argparse.Namespace) -> None:
     """The fp8 table: every (example, schedule, form) row, in rounds, with its bytes per rank
-    (the plan's traffic, runtime/executor.py plan_traffic: what the rank sends per step, as
+    (the plan's traffic, lowering/traffic.py plan_traffic: what the rank sends per step, as
     coco-run --bench counts it) and both ratios against the f32 form under the same schedule."""
     from coconet.compile import compile as coco_compile
 

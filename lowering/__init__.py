@@ -43,4 +43,14 @@ def get_all_targets() -> dict[str, Callable[[], type[Target]]]:
 
         return SassReportTarget
 
-    return {"cuda": get_cuda, "plan": get_plan, "sass-report": get_sass_report}
+    def get_traffic() -> type[Target]:
+        from coconet.lowering.targets import TrafficTarget
+
+        return TrafficTarget
+
+    return {
+        "cuda": get_cuda,
+        "plan": get_plan,
+        "sass-report": get_sass_report,
+        "traffic": get_traffic,
+    }

@@ -1,6 +1,8 @@
-"""`coco-opt -t cuda`, `coco-opt -t plan` and `coco-opt -t sass-report`: print the CUDA
-translation unit, the execution plan, or the machine-code report (lowering/machine_code.py:
-registers, spills, loads first) of every function of a module (after the pass pipeline)."""
+"""`coco-opt -t cuda`, `coco-opt -t plan`, `coco-opt -t sass-report` and `coco-opt -t traffic`:
+print the CUDA translation unit, the execution plan, the machine-code report
+(lowering/machine_code.py: registers, spills, loads first) or the traffic report
+(lowering/traffic.py: bytes per step against the program's floor) of every function of a
+module (after the pass pipeline)."""
 
 from __future__ import annotations
 
@@ -102,3 +104,26 @@ class SassReportTarget(Target):
             except (MachineCodeError, NvrtcError) as e:
                 raise CocoError(f"sass-report: {e}") from None
             output.write(format_report(title, reports))
+
+
+@dataclass(frozen=True)
+class TrafficTarget(PlanTarget):
+    """Each function's plan on `ranks` ranks as the bytes rank `rank` reads and writes per
+    step, own memory and peers', against the floor the scheduled function sets
+    (lowering/traffic.py): the last line is `total: T bytes/rank, floor: F bytes/rank (T/F =
+    R)`."""
+
+    name = "traffic"
+    # the plan's options, and the rank reported
+    rank: int = 0
+
+    def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
+        from coconet.core.program import CocoError
+        from coconet.lowering.traffic import format_report
+
+        plans = _plans(module, self.ranks, self.block, self.max_blocks, self.ranks_per_node)
+        for plan in plans:
+            if not 0 <= self.rank < plan.size:
+                raise CocoError(f"traffic: rank {self.rank} of a plan on {plan.size} rank(s)")
+            f = Program(module, plan.program).func
+            output.write(format_report(plan, f, self.rank))

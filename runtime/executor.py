@@ -20,7 +20,9 @@ kernels, MPI-3 shared-memory windows) and `cuda` (runtime/cuda.py: CuPy, NCCL, C
 The `sim` backend is the oracle (runtime/sim.py) and interprets the IR, not plans.
 
 Helpers here are pure functions of the plan and the grid, shared by both backends and
-unit-tested: process groups, the regions of a piece that collectives exchange, traffic.
+unit-tested: process groups, the regions of a piece that collectives exchange. The plan's
+traffic (`plan_traffic`) and its buffers' bytes come from lowering/traffic.py, a function of
+the plan alone.
 """
 
 from __future__ import annotations
@@ -53,9 +55,13 @@ from coconet.lowering.plan import (
     RecordEvent,
     Step,
     WaitEvent,
-    reads_whole,
 )
 from coconet.lowering.signature import ABI_KINDS
+from coconet.lowering.traffic import (
+    buffer_dtype,
+    plan_group,
+    plan_traffic,
+)
 
 if TYPE_CHECKING:
     from coconet.runtime.trace import StepTracer
@@ -109,13 +115,6 @@ class KernelArg:
 
 groups_of = V.groups_of
 group_of = V.group_of
-
-
-def plan_group(plan: Plan, span: tuple[int, ...], part: str, rank: int) -> list[int]:
-    """`rank`'s group over grid axes `span`, or its part within or across nodes (a
-    hierarchical collective's steps), in group order."""
-    group = group_of(plan.grid_shape, span, rank)
-    return V.group_part(group, plan.nodes, part, rank) if part != "all" else group
 
 
 def member_region(
@@ -174,14 +173,8 @@ def consecutive_blocks(regions: Sequence[tuple[slice, ...]], shape: Sequence[int
 
 
 # ---------------------------------------------------------------------------------------------
-# Buffers
+# Matmul chunks
 # ---------------------------------------------------------------------------------------------
-
-SCRATCH_DTYPES = {
-    "i64": np.dtype(np.int64),
-    "f64": np.dtype(np.float64),
-    "u32": np.dtype(np.uint32),
-}
 
 
 @functools.lru_cache(maxsize=1024)
@@ -232,75 +225,6 @@ def check_plan_size(plan: Plan, size: int) -> None:
             f"the plan of @{plan.program} is for {plan.size} rank(s), but this job has "
             f"{size} process(es)"
         )
-
-
-def buffer_dtype(buf: Buffer) -> np.dtype:
-    """Host dtype of a buffer: its tensor's element type, or a scratch element type."""
-    if buf.elt in SCRATCH_DTYPES:
-        return SCRATCH_DTYPES[buf.elt]
-    return V.numpy_dtype(buf.type)
-
-
-def buffer_nbytes(buf: Buffer) -> int:
-    return buf.count * buffer_dtype(buf).itemsize
-
-
-# ---------------------------------------------------------------------------------------------
-# Traffic (for --bench tables)
-# ---------------------------------------------------------------------------------------------
-
-
-def _rows_fraction(step: Collective | Launch, count: int) -> float:
-    if isinstance(step, Collective):
-        return step.fraction
-    if isinstance(step, Launch) and step.range_positions and step.iteration_shape:
-        b, e = step.range_positions
-        n = int(np.prod(step.iteration_shape, dtype=np.int64))
-        lo, hi = step.args[b], step.args[e]
-        if isinstance(lo, int) and isinstance(hi, int) and n:
-            return (hi - lo) / n
-    return 1.0
-
-
-def plan_traffic(plan: Plan, rank: int = 0) -> int:
-    """Bytes this rank sends to other ranks in one step of the plan, counted as bandwidth-
-    optimal algorithms move them: all_reduce 2(p-1)/p n (ring), reduce_scatter (p-1)/p of its
-    input, all_gather (p-1)/p of its result, all_to_all (p-1)/p of its input, broadcast and
-    reduce n, send n; a fused collective kernel (p-1)/p of every symmetric buffer it reaches
-    through a peer table except its flags (it reads peers' slices of its reduce_scatter input
-    and pushes its gathered slice to every peer) -- (p-1) times the whole buffer where its
-    iteration is not sliced over the table's axes (the one-shot fused all_reduce: every peer
-    reads this rank's whole input). Chunked steps count their rows."""
-    total = 0.0
-    for step in plan.steps:
-        if isinstance(step, Collective):
-            if step.op == "send":
-                c = list(V.coords_of(rank, plan.grid_shape))
-                c[step.along] += step.shift  # type: ignore[index,operator]
-                if 0 <= c[step.along] < plan.grid_shape[step.along]:  # type: ignore[index]
-                    total += buffer_nbytes(step.src) * _rows_fraction(step, step.src.count)
-                continue
-            p = len(plan_group(plan, step.axes, step.part, rank))
-            if p <= 1:
-                continue
-            n_src, n_dst = buffer_nbytes(step.src), buffer_nbytes(step.dst)
-            frac = _rows_fraction(step, step.src.count)
-            total += frac * {
-                "all_reduce": 2 * (p - 1) / p * n_src,
-                "reduce_scatter": (p - 1) / p * n_src,
-                "all_gather": (p - 1) / p * n_dst,
-                "all_to_all": (p - 1) / p * n_src,
-                "broadcast": n_src,
-                "reduce": n_src,
-            }.get(step.op, 0.0)
-        elif isinstance(step, Launch):
-            frac = _rows_fraction(step, 0)
-            for a in step.args:
-                if isinstance(a, PeerTable) and a.buffer.kind != "scratch":
-                    p = len(plan_group(plan, a.span, a.part, rank))
-                    share = (p - 1) if reads_whole(step, a) else (p - 1) / p
-                    total += frac * share * buffer_nbytes(a.buffer)
-    return round(total)
 
 
 # ---------------------------------------------------------------------------------------------

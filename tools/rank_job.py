@@ -167,7 +167,7 @@ ALGBW_CONVENTION = (
 )
 BUSBW_CONVENTION = (
     "busbw = bytes/rank / time; bytes/rank = what each rank sends per step in the scheduled plan "
-    "(runtime/executor.py plan_traffic): nccl-tests' busbw for one collective, algbw x 2(n-1)/n "
+    "(lowering/traffic.py plan_traffic): nccl-tests' busbw for one collective, algbw x 2(n-1)/n "
     "for all_reduce, x (n-1)/n for reduce_scatter, all_gather and all_to_all, x 1 for broadcast "
     "and reduce"
 )
@@ -256,10 +256,11 @@ def plan_size(plan, rank: int = 0) -> int:
     """The bytes of the plan's library collectives in nccl-tests' size convention: an
     all_reduce's (or broadcast's, reduce's, send's) buffer, a reduce_scatter's (or
     all_to_all's) input, an all_gather's output; chunked steps count their rows. With
-    runtime/executor.py plan_traffic (the same steps times their bus factors), busbw / algbw
+    lowering/traffic.py plan_traffic (the same steps times their bus factors), busbw / algbw
     is the collective's factor."""
     from coconet.lowering.plan import Collective
-    from coconet.runtime.executor import _rows_fraction, buffer_nbytes, group_of
+    from coconet.lowering.traffic import buffer_nbytes, rows_fraction
+    from coconet.runtime.executor import group_of
 
     total = 0.0
     for step in plan.steps:
@@ -277,7 +278,7 @@ def plan_size(plan, rank: int = 0) -> int:
         elif len(group_of(plan.grid_shape, step.axes, rank)) <= 1:
             continue
         nbytes = buffer_nbytes(step.dst if step.op == "all_gather" else step.src)
-        total += nbytes * _rows_fraction(step, step.src.count)
+        total += nbytes * rows_fraction(step)
     return round(total)
 
 

@@ -24,7 +24,7 @@ The model walks the plan as the executors do and prices each step from the plan 
   runs every kernel, matmul and copy, whatever its stream; only library collectives progress
   on their own (non-blocking MPI).
 
-Bytes come from the plan's buffers and the kernels' signatures (runtime/executor.py
+Bytes come from the plan's buffers and the kernels' signatures (lowering/traffic.py
 `buffer_nbytes`; a parameter's bytes are at most its buffer's and at most the launch's
 iteration elements); a kernel's flops are estimated as one operation per input per iterated
 element (the plan carries no kernel bodies; elementwise kernels are memory bound anyway);
@@ -60,7 +60,7 @@ from coconet.lowering.plan import (
     reads_whole,
 )
 from coconet.lowering.signature import ParamKind
-from coconet.runtime.executor import buffer_nbytes
+from coconet.lowering.traffic import buffer_nbytes
 
 __all__ = [
     "PUBLISHED_PROFILES",

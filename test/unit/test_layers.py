@@ -21,8 +21,8 @@ Layers, bottom to top (a module may import any module of its own layer or of a l
     tools         coconet.tools                         console scripts and their rank workers
 
 The runtime reads the lowering through its plan only: of the lowering's modules it imports
-just the plan and its kernels' signatures (RUNTIME_SEES), and those two import no other
-lowering module, so the runtime never reaches into the compiler.
+just the plan, its kernels' signatures and the plan's traffic (RUNTIME_SEES), and those import
+no other lowering module, so the runtime never reaches into the compiler.
 
 Every import counts: module level, inside functions (the lazy imports that used to hide
 cycles), under `TYPE_CHECKING`, and dynamic ones with a constant name (`__import__("x.y")`,
@@ -53,8 +53,11 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 ]
 
 
-# The lowering modules the runtime may import: the plan and its kernels' signatures.
-RUNTIME_SEES = frozenset({"coconet.lowering.plan", "coconet.lowering.signature"})
+# The lowering modules the runtime may import: the plan, its kernels' signatures, and the
+# plan's traffic (a function of the plan alone).
+RUNTIME_SEES = frozenset(
+    {"coconet.lowering.plan", "coconet.lowering.signature", "coconet.lowering.traffic"}
+)
 
 
 def layer_of(module: str) -> int:
