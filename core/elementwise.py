@@ -74,16 +74,19 @@ def _relu(x: np.ndarray) -> np.ndarray:
 
 
 def _gelu(x: np.ndarray) -> np.ndarray:
-    """tanh approximation: 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), computed
-    as x / (1 + exp(-2u)) -- the same function, without 1 + tanh(u)'s cancellation for
-    negative x (below -4 the tanh form's result was mostly the last bits of tanh, which
-    libm and NumPy round differently); coco_device.h computes it alike."""
+    """tanh approximation: 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3). Below
+    x = -3, 1 + tanh(u) cancels (at x = -10 the result was mostly tanh's last bits, which
+    libm and NumPy round differently): there it is computed as x / (1 + exp(-2u)), the same
+    function without the cancellation; coco_device.h computes it alike."""
     c = x.dtype.type(0.7978845608028654)
     k = x.dtype.type(0.044715)
+    half = x.dtype.type(0.5)
     one = x.dtype.type(1.0)
-    minus_two = x.dtype.type(-2.0)
-    with np.errstate(over="ignore"):  # exp overflows to inf where the result is -0.0
-        return x / (one + np.exp(minus_two * (c * (x + k * x * x * x))))
+    u = c * (x + k * x * x * x)
+    with np.errstate(over="ignore", invalid="ignore"):  # each form where the other is taken
+        far = x / (one + np.exp(x.dtype.type(-2.0) * u))
+        near = half * x * (one + np.tanh(u))
+    return np.where(x >= x.dtype.type(-3.0), near, far)
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:

@@ -962,16 +962,16 @@ COCO_HD float coco_tanh(float x) { return tanhf(x); }
 COCO_HD double coco_tanh(double x) { return tanh(x); }
 COCO_HD float coco_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 COCO_HD double coco_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
-// GELU, tanh approximation: 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), computed
-// as x / (1 + exp(-2u)): the same function without 1 + tanh(u)'s cancellation for negative x
-// (the sim computes it alike: core/elementwise.py).
+// GELU, tanh approximation: 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3). Below
+// x = -3, 1 + tanh(u) cancels: there it is x / (1 + exp(-2u)), the same function without the
+// cancellation (the sim computes it alike: core/elementwise.py).
 COCO_HD float coco_gelu(float x) {
-  float inner = 0.7978845608028654f * (x + 0.044715f * x * x * x);
-  return x / (1.0f + expf(-2.0f * inner));
+  float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+  return x >= -3.0f ? 0.5f * x * (1.0f + tanhf(u)) : x / (1.0f + expf(-2.0f * u));
 }
 COCO_HD double coco_gelu(double x) {
-  double inner = 0.7978845608028654 * (x + 0.044715 * x * x * x);
-  return x / (1.0 + exp(-2.0 * inner));
+  double u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+  return x >= -3.0 ? 0.5 * x * (1.0 + tanh(u)) : x / (1.0 + exp(-2.0 * u));
 }
 
 // ---- the `fast` numerics policy (docs/architecture.md §3.4.2) ----
@@ -991,8 +991,8 @@ COCO_HD float coco_fast_tanh(float x) { return tanhf(x); }
 COCO_HD float coco_fast_pow(float a, float b) { return powf(a, b); }
 COCO_HD float coco_fast_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 COCO_HD float coco_fast_gelu(float x) {
-  float inner = 0.7978845608028654f * (x + 0.044715f * x * x * x);
-  return x / (1.0f + expf(-2.0f * inner));
+  float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+  return x >= -3.0f ? 0.5f * x * (1.0f + tanhf(u)) : x / (1.0f + expf(-2.0f * u));
 }
 #ifdef COCO_TARGET_CUDA
 COCO_HD float coco_fast_rsqrt(float x) { return rsqrtf(x); }

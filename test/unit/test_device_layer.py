@@ -676,7 +676,7 @@ def test_fp8_conversions_exhaustive(lib: HostLibrary, name: str, dtype: object) 
 
 
 def _gelu_reference(x: np.ndarray) -> np.ndarray:
-    # the tanh form, 0.5 x (1 + tanh(u)): the kernels' x / (1 + exp(-2u)) is the same function
+    # the tanh form (the kernels take x / (1 + exp(-2u)), the same function, below -3)
     return 0.5 * x * (1.0 + np.tanh(0.7978845608028654 * (x + 0.044715 * x**3)))
 
 
