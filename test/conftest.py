@@ -32,6 +32,20 @@ os.environ.setdefault("COCONET_HOST_OPT", "0")
 
 FULL = os.environ.get("COCONET_FULL") == "1"
 
+# Examples whose whole schedule space the generic example sweeps (every enumerated schedule
+# equivalent, every listed schedule lowering, every overlap listed) take under COCONET_FULL=1
+# only: tens of seconds each, and a test of their own runs every schedule the enumerator
+# offers against NumPy (test_loss_scaling.py).
+HEAVY_EXAMPLES = frozenset({"adam_loss_scaling"})
+
+
+def example_params(names):
+    """`names` as pytest parameters, the heavy examples marked slow."""
+    return [
+        pytest.param(n, marks=pytest.mark.slow) if getattr(n, "stem", n) in HEAVY_EXAMPLES else n
+        for n in names
+    ]
+
 
 @pytest.fixture
 def product_host_build(monkeypatch: pytest.MonkeyPatch) -> None:

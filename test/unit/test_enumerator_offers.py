@@ -11,6 +11,7 @@ from contextlib import redirect_stdout
 from pathlib import Path
 
 import pytest
+from conftest import FULL, example_params
 from hypothesis import HealthCheck, given, settings
 from program_generator import GeneratedProgram, programs
 
@@ -198,12 +199,12 @@ def test_named_schedules_dropped_for_a_rank_count_say_so():
         named_schedules(program, ranks=0)
 
 
-@pytest.mark.parametrize("path", FRONTEND_EXAMPLES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", example_params(FRONTEND_EXAMPLES), ids=lambda p: p.stem)
 def test_example_schedules_lower_where_listed(path: Path):
     assert_listed_schedules_lower(load(path), ranks=(1, 2, 4))
 
 
-@settings(max_examples=20, **SETTINGS)
+@settings(max_examples=20 if FULL else 12, **SETTINGS)
 @given(programs(max_ops=8))
 def test_random_program_schedules_lower_where_listed(gen: GeneratedProgram):
     # an overlap's chunks need rows in every rank's piece: checked at launch, so a 4x8

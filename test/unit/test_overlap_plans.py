@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import example_params
 
 import coconet
 from coconet.core import values as V
@@ -397,7 +398,7 @@ def boundary_chunks(p: Program) -> list[int]:
     ]
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", example_params(NAMES))
 def test_every_listed_overlap_schedule_pipelines(name: str) -> None:
     space = overlap_space(name)
     if name.startswith(("model_parallel", "pipeline", "sequence_parallel")):
@@ -579,7 +580,7 @@ def _fused_cases(name: str, every: int) -> None:
                 raise AssertionError(f"{sched} at {ranks} ranks: {e}") from None
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", example_params(NAMES))
 def test_listed_fused_schedules_fuse(name: str) -> None:
     """The issue's "Done when" for fusion: a listed fused schedule runs its fused collectives
     and sends as kernels, never as library calls (a sample here, every one at 2 and 4 ranks

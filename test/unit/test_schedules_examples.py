@@ -30,6 +30,7 @@ import runpy
 from pathlib import Path
 
 import pytest
+from conftest import example_params
 
 import coconet
 from coconet.core.program import Program
@@ -124,7 +125,7 @@ def check_space(
     return failures, notes
 
 
-@pytest.mark.parametrize("example", NAMES)
+@pytest.mark.parametrize("example", example_params(NAMES))
 def test_every_enumerated_schedule_is_equivalent(example):
     p = program(example)
     schedules = space(example)
@@ -141,7 +142,7 @@ def test_every_enumerated_schedule_is_equivalent(example):
         assert "reorder(" in name, name
 
 
-@pytest.mark.parametrize("example", NAMES)
+@pytest.mark.parametrize("example", example_params(NAMES))
 def test_named_schedules_are_in_the_space_and_never_narrow(example):
     p = program(example)
     irs = {scheduled.print(): name for name, _, scheduled in space(example)}
