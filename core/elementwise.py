@@ -86,7 +86,8 @@ def _gelu(x: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore"):  # each form where the other is taken
         far = x / (one + np.exp(x.dtype.type(-2.0) * u))
         near = half * x * (one + np.tanh(u))
-    return np.where(x >= x.dtype.type(-3.0), near, far)
+    result: np.ndarray = np.where(x >= x.dtype.type(-3.0), near, far)
+    return result
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
