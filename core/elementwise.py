@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -86,8 +87,7 @@ def _gelu(x: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore"):  # each form where the other is taken
         far = x / (one + np.exp(x.dtype.type(-2.0) * u))
         near = half * x * (one + np.tanh(u))
-    result: np.ndarray = np.where(x >= x.dtype.type(-3.0), near, far)
-    return result
+    return cast(np.ndarray, np.where(x >= x.dtype.type(-3.0), near, far))
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
