@@ -37,7 +37,7 @@ from coconet.dialects import coco, comm
 from coconet.equivalence import check_equivalence
 
 FULL = os.environ.get("COCONET_FULL") == "1"
-CASES = 4000 if FULL else 400
+CASES = 4000 if FULL else 250
 RANKS = (1, 2, 4)
 # One input seed per case in CI: the check is bit-exact, so a second seed of the same program
 # finds little that another program would not; the time goes to more programs instead.
