@@ -29,8 +29,8 @@ unit-tested with a strict double that models CuPy 14's types and CUDA's stream s
 * Streams: every copy, memset, upload and launch runs on the compute (0) or communication (1)
   stream, never on CuPy's current (legacy) stream; CUDA events carry the plan's
   Record/WaitEvent; arrays adopted through DLPack are ordered against the compute stream.
-* Graphs: a plan whose steps are all kernel launches and events (a fused schedule on one
-  node) is captured once as a CUDA graph on the compute stream and replayed at every later
+* Graphs: a plan whose steps are all kernel launches, copies and events (a fused schedule on
+  one node) is captured once as a CUDA graph on the compute stream and replayed at every later
   step (runtime/executor.py PlanRunner.run); its epochs advance on the device, so a replay's
   frozen arguments are right. `COCONET_CUDA_GRAPHS=0` launches every step instead.
 """

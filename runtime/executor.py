@@ -385,7 +385,7 @@ class PlanRunner:
         self.arg_tables: dict[int, tuple[tuple[int, ...], int]] = {}
         # Where the buffers are: bumped whenever an argument buffer moves (set_inputs binding
         # a caller's array at another address; setup allocating), the only events that
-        # change a launch's arguments other than its epochs.
+        # change a launch's arguments (epochs advance on the device).
         self._placement = 0
         # each launch's resolved arguments, by id(launch): (the placement they were resolved
         # at, the arguments) (resolve)
