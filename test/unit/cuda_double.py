@@ -76,8 +76,8 @@ class Capture:
     origin: str
     streams: set[str]
     ops: list[tuple] = field(default_factory=list)
-    events: set[str] = field(default_factory=set)
-    # side stream -> launches recorded on it; event -> (side stream, its launches then)
+    # side stream -> launches recorded on it; event recorded in the capture -> (its stream,
+    # that stream's launches then)
     work: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     joins: dict[str, tuple[str, int]] = field(default_factory=dict)
     joined: dict[str, int] = field(default_factory=dict)
@@ -727,11 +727,10 @@ class StrictDevice:
         self.calls.append(("record", event, s))
         capture = self._captured(s)
         if capture is not None:  # a node of the graph: what waits on it joins the capture
-            capture.events.add(event)
             capture.joins[event] = (s, capture.work[s])
             return
         if self.capture is not None:
-            self.capture.events.discard(event)  # recorded again, outside the capture
+            self.capture.joins.pop(event, None)  # recorded again, outside the capture
         self._absorb_host(s)
         self.events[event] = dict(self.clock[s])
 
@@ -740,7 +739,7 @@ class StrictDevice:
         s = self._name(stream)
         self.calls.append(("wait", event, s))
         capture = self.capture
-        if capture is not None and event in capture.events:
+        if capture is not None and event in capture.joins:
             capture.streams.add(s)
             side, work = capture.joins[event]
             if s == capture.origin and side != s:
