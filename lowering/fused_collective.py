@@ -397,6 +397,7 @@ def _collective_kernel(
     gathers: list[comm.AllGatherOp],
     reductions: Sequence[Operation],
     rows: bool,
+    single: bool,
 ) -> tuple[str, Sequence[Param]]:
     """The name of `kernel` built (or of an earlier site's kernel of the same computation:
     kernel_site.py, a deep model's layers) and its parameters pointed at this site's values."""
@@ -408,7 +409,7 @@ def _collective_kernel(
         extras += [(op_description(op), op.results) for op in reductions]
         extras += [("gather_target", [v, t]) for v, t in kernel.gather_targets.items()]
         extras += [(("reduction", kind), [v, out]) for v, kind, out in kernel.reductions]
-        extras.append((("flags", kernel.uneven, kernel.literal_shapes), []))
+        extras.append((("flags", kernel.uneven, kernel.literal_shapes, single), []))
         site = kernel_site(kernel.ops, kernel.iteration, kernel.inputs, kernel.stores, extras)
     built = lw.built_kernels.get(site.key) if site is not None else None
     if site is not None and built is not None:
@@ -481,6 +482,12 @@ def emit_collective_kernel(
     )
 
     rows = any(isinstance(op, coco.ReduceDimsOp) for op in compute)
+    # A group of one member (one rank, or a grid axis of size 1): every collective is the
+    # identity on the rank's piece, so the kernel reads the reduce_scatter's input from the
+    # rank's own memory and stores the gathered value where it is wanted -- no symmetric
+    # buffer (an argument bound without a copy), no staging store, handshake or pull. The
+    # row form keeps its collective machinery.
+    single = lw.group_size(span) == 1 and not rows
     # Scalar arithmetic on arguments that only fused collectives read: computed here.
     remat = (
         []
@@ -489,14 +496,29 @@ def emit_collective_kernel(
     )
     inside = {r for op in [*members, *remat] for r in op.results}
     inputs: list[SSAValue] = []
-    for op in remat + compute + gathers:
-        for v in op.operands:
-            if v not in inside and v not in inputs:
-                inputs.append(v)
+    sources = [wire_source(lw, op.input) for op in scatters] if single else []
+    for v in [v for op in remat + compute + gathers for v in op.operands] + sources:
+        if v not in inside and v not in inputs:
+            inputs.append(v)
+    targets: dict[SSAValue, coco.UpdateOp] = {}
+    for u in assembled:
+        # A target peers read (a reduce_scatter input of this kernel) cannot take pulls.
+        if u.value not in targets and not any(
+            wire_source(lw, s.input) is u.target for s in scatters
+        ):
+            targets[u.value] = u
     # Values the rest of the program needs (gathered ones are pushed in place instead).
     stores = _stored(lw, [*compute, *scatters], members, updates)
-    store_specs = [Store(v, tensor_type_of(v)) for v in stores]
-    store_specs += [Store(u.value, u.target.type, u.target) for u in updates]
+    if single:
+        # the gathered values: stored into the targets they update, or as results
+        stores += [op.result for op in gathers if op.result not in targets]
+        updates = [*updates, *targets.values()]
+    # (a gathered value over one member is laid out as its input: stored as the iteration is)
+    laid_out: dict[SSAValue, TensorType] = (
+        {op.result: tensor_type_of(op.input) for op in gathers} if single else {}
+    )
+    store_specs = [Store(v, laid_out.get(v, tensor_type_of(v))) for v in stores]
+    store_specs += [Store(u.value, laid_out.get(u.value, u.target.type), u.target) for u in updates]
     store_buffers = [lw.buffer_for(v) for v in stores] + [
         lw.value_buffer(u.target) for u in updates
     ]
@@ -519,17 +541,18 @@ def emit_collective_kernel(
             store_specs,
         )
     for op in scatters:
-        kernel.peer_reductions[op.result] = (wire_source(lw, op.input), op.kind.data)
+        if single:
+            kernel.aliases[op.result] = wire_source(lw, op.input)
+        else:
+            kernel.peer_reductions[op.result] = (wire_source(lw, op.input), op.kind.data)
     for op in gathers:
-        kernel.all_gathers.append((op.input, op.result))
-    targets: dict[SSAValue, coco.UpdateOp] = {}
-    for u in assembled:
-        # A target peers read (a reduce_scatter input of this kernel) cannot take pulls.
-        if u.value not in targets and not any(
-            wire_source(lw, s.input) is u.target for s in scatters
-        ):
-            kernel.gather_targets[u.value] = u.target
-            targets[u.value] = u
+        if single:
+            kernel.aliases[op.result] = op.input
+        else:
+            kernel.all_gathers.append((op.input, op.result))
+    if not single:
+        for value, u in targets.items():
+            kernel.gather_targets[value] = u.target
     finishers = {r.operands[0]: r for r in reductions if isinstance(r, comm.AllReduceOp)}
     for op in reductions:
         if isinstance(op, coco.ReduceOp):
@@ -542,19 +565,20 @@ def emit_collective_kernel(
     )
     # Tensors of different shapes share one text (one table launch): extents as arguments.
     kernel.literal_shapes = not (lw.several_fused_collectives and not rows)
-    name, params = _collective_kernel(lw, kernel, scatters, gathers, reductions, rows)
+    name, params = _collective_kernel(lw, kernel, scatters, gathers, reductions, rows, single)
 
     # Symmetric memory: reduce_scatter inputs and gathered results (peers read them); an
     # argument becomes symmetric too, the executor placing the caller's data.
-    for op in scatters:
-        lw.make_symmetric(wire_source(lw, op.input))
-    for op in gathers:
-        lw.buffers[op.result] = lw.new_buffer(
-            op.result.name_hint or "gathered", op.result.type, symmetric=True
-        )
+    if not single:
+        for op in scatters:
+            lw.make_symmetric(wire_source(lw, op.input))
+        for op in gathers:
+            lw.buffers[op.result] = lw.new_buffer(
+                op.result.name_hint or "gathered", op.result.type, symmetric=True
+            )
     group = lw.group_size(span)
     # Flags: entry and done (nranks x grid each), one per rank for reductions, the epoch.
-    flags = flags_buffer(lw, kernel.name, iteration, group)
+    flags = flags_buffer(lw, kernel.name, iteration, group) if kernel.is_collective else None
     n_red = len(kernel.reductions)
     partials = counter = exchange = None  # a kernel finishing reductions has these
     if n_red:
@@ -581,7 +605,9 @@ def emit_collective_kernel(
     count = 1
     for d in iteration.local_shape(lw.grid_shape):
         count *= d
-    grid = min(lw.config.grid_for(count), PLAN_COLLECTIVE_BLOCKS)
+    grid = lw.config.grid_for(count)
+    if kernel.is_collective:
+        grid = min(grid, PLAN_COLLECTIVE_BLOCKS)  # resident at once
     block = lw.config.block
     if rows:
         # a block per run of whole rows; no more threads than the rows' lanes
@@ -617,8 +643,10 @@ def emit_collective_kernel(
                 assert p.value is not None
                 args.append(PeerTable(lw.value_buffer(p.value), span))
             case ParamKind.FLAGS:
+                assert flags is not None
                 args.append(PeerTable(flags, span))
             case ParamKind.EPOCH:
+                assert flags is not None
                 args.append(Epoch(flags.name))  # one flag array, one launch counter
             case ParamKind.ME:
                 args.append(RankValue("me", tuple(lw.group_index(r, span) for r in range(lw.size))))
@@ -650,7 +678,7 @@ def emit_collective_kernel(
             case _:
                 args.append(next(generic))
 
-    assembled_in = tuple(lw.value_buffer(u.target).name for u in targets.values())
+    assembled_in = tuple(lw.value_buffer(t).name for t in kernel.gather_targets.values())
     lw.emit(
         Launch(
             name,

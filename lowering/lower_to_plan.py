@@ -424,6 +424,9 @@ class Lowering:
         take several launches."""
 
         sites = [a.site for s in run for a in s.args if isinstance(a, Epoch)]
+        if not sites:
+            # kernels of groups of one member: no flags, no peers, no residency to keep
+            return [self.table_launch(run)]
         if len(sites) != len(run) or any(self.epoch_uses[site] != 1 for site in sites):
             # A kernel launched more than once on its flags (overlap chunks) keeps its own
             # launch count: not folded.

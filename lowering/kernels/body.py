@@ -63,6 +63,8 @@ class BodyBuilder(BuilderState):
             return self.local[v]
         if v in self.peer_operands:
             return self.reduce_from_peers(v)
+        if v in self.k.aliases:
+            return self.alias(v)
         o = self.operands[v]
         var = Var(C_COMPUTE[tensor_type_of(v).elt], v.name_hint, f"x{len(self.local)}")
         decl = Decl(var, load_expr(tensor_type_of(v).elt, Index(o.param, self.index_of(o))))
@@ -80,6 +82,23 @@ class BodyBuilder(BuilderState):
                     target=var,
                 )
         self.local[v] = var
+        return var
+
+    def alias(self, res: SSAValue) -> Var:
+        """A collective over a group of one member: its input's element, rounded to the
+        result's type as the reduction over that one member rounds (reduce_from_peers)."""
+        src = self.k.aliases[res]
+        x = self.ref(src)
+        elt, src_elt = tensor_type_of(res).elt, tensor_type_of(src).elt
+        if elt == src_elt:
+            self.local[res] = x
+            return x
+        owner = res.owner
+        acc_elt = comm.accumulation(owner) if isinstance(owner, comm.CollectiveOp) else None
+        var = Var(C_COMPUTE[elt], res.name_hint, f"x{len(self.local)}")
+        rounded = load_expr(elt, store_from_double(elt, Cast(accumulator(src_elt, acc_elt), x)))
+        self.body.append(Decl(var, rounded, comment=getattr(owner, "name", "")))
+        self.local[res] = var
         return var
 
     def reduce_from_peers(self, res: SSAValue) -> Var:

@@ -47,7 +47,10 @@ class ElementwiseBuilder(ParamBuilder, BodyBuilder, PullBuilder, ReductionBuilde
         # Vectors: a collective kernel's peer accesses, and a kernel reading through
         # coordinates (hoisted out of the lanes: vector_body), when its accesses are
         # contiguous within a vector.
-        vector = (k.is_collective or bool(self.coords)) and self.contiguous_peers()
+        # (a kernel whose collectives have one member keeps the vector form of their kernel)
+        vector = (k.is_collective or bool(k.aliases) or bool(self.coords)) and (
+            self.contiguous_peers()
+        )
         vector = vector and bool(self.vector_elements(all_accesses=True))
         pull_vector = bool(self.gathers) and all(self.contiguous(g.operand) for g in self.gathers)
         stmts: list[Stmt] = []

@@ -108,6 +108,12 @@ class ElementwiseSpec:
         # A send fused into the kernel (fused_send.py): (value sent, the value received); each
         # rank stores its element straight into its receiver's symmetric receive buffer.
         self.sends: list[tuple[SSAValue, SSAValue]] = []
+        # A collective over a group of one member (a grid axis of size 1) is the identity on
+        # the rank's piece: its result is its input's element, converted to the result's type
+        # as the reduction would round it (result -> input). Such a kernel reads the input
+        # from the rank's own memory and stores the result where it is wanted: no symmetric
+        # buffer, staging copy or pull.
+        self.aliases: dict[SSAValue, SSAValue] = {}
         # Uneven slices: group members iterate over different counts, so the pull takes
         # member q's count (a table) to find the chunk q's same-index block wrote.
         self.uneven = False
@@ -119,7 +125,8 @@ class ElementwiseSpec:
 
     @property
     def is_collective(self) -> bool:
-        return bool(self.peer_reductions or self.all_gathers or self.sends)
+        # (a reduction finished in the kernel exchanges its partials through the group's flags)
+        return bool(self.peer_reductions or self.all_gathers or self.sends or self.reductions)
 
     # An operand coincides with the iteration when it has the same shape and every dim is cut
     # by the same grid axes: then rank r's piece of both covers the same global elements.

@@ -1,4 +1,4 @@
-// RUN: coco-opt %s --split-input-file -t cuda | filecheck %s
+// RUN: coco-opt %s --split-input-file -t 'cuda{ranks=2}' | filecheck %s
 
 // Elementwise kernels round every op to its element type (f16 through f32), read a
 // replicated operand of a sliced result at this rank's offset, and draw dropout masks from

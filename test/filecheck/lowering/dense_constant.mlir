@@ -1,4 +1,4 @@
-// RUN: coco-opt %s -p 'coco-split-allreduce,coco-reorder,coco-as-slice,coco-fuse' -t cuda | filecheck %s
+// RUN: coco-opt %s -p 'coco-split-allreduce,coco-reorder,coco-as-slice,coco-fuse' -t 'cuda{ranks=2}' | filecheck %s
 
 // A dense constant's values are a static array in the kernel that computes it, rounded to
 // the element type (0.1 in f32; inf as 1/0), and a slice of it (the reorder's, for this

@@ -3,8 +3,9 @@
 
 // The traffic report (lowering/traffic.py): what each rank reads and writes per plan step,
 // own memory and peers', against the floor the scheduled program sets. SGD and Adam under
-// fuse(rs-c-ag) (examples/sgd.mlir, adam.mlir): the one fused kernel moves the floor plus
-// one slice of w, stored twice (the symmetric staging buffer peers pull, then w) -- 4n/p.
+// fuse(rs-c-ag) (examples/sgd.mlir, adam.mlir): on several ranks the one fused kernel moves
+// the floor plus one slice of w, stored twice (the symmetric staging buffer peers pull, then
+// w) -- 4n/p; on one rank its collectives are identities and it moves the floor.
 
 builtin.module attributes {coco.schedule = "fuse(rs-c-ag)"} {
   func.func @sgd(
@@ -19,14 +20,14 @@ builtin.module attributes {coco.schedule = "fuse(rs-c-ag)"} {
     func.return
   }
 }
-// n = 4096 f32: F = 12n + 4 at every p; T = F + 4n/p (the staging write).
+// n = 4096 f32: F = 12n + 4 at every p; T = F + 4n/p (the staging write) for p > 1, F at 1.
 // ONE-LABEL: traffic @sgd on 1 rank(s), rank 0
-// ONE-NEXT:    launch k_fused_all_reduce: own 32772r 32768w, peers 0r 0w
+// ONE-NEXT:    launch k_fused_all_reduce: own 32772r 16384w, peers 0r 0w
 // ONE-NEXT:    floor read %g: 16384
 // ONE-NEXT:    floor read %w (its slice): 16384
 // ONE-NEXT:    floor read %lr: 4
 // ONE-NEXT:    floor write %w: 16384
-// ONE-NEXT:  total: 65540 bytes/rank, floor: 49156 bytes/rank (T/F = 1.333)
+// ONE-NEXT:  total: 49156 bytes/rank, floor: 49156 bytes/rank (T/F = 1.000)
 // TWO-LABEL: traffic @sgd on 2 rank(s), rank 0
 // TWO-NEXT:    launch k_fused_all_reduce: own 16388r 24576w, peers 16384r 0w
 // TWO-NEXT:    floor read %g: 16384
@@ -80,9 +81,9 @@ builtin.module attributes {coco.schedule = "fuse(rs-c-ag)"} {
 }
 // F = 4 (3n + 4n/p) + 20 (28 bytes per parameter at 1 rank); T = F + 4n/p (32 at 1 rank).
 // ONE-LABEL: traffic @adam on 1 rank(s), rank 0
-// ONE-NEXT:    launch k_fused_all_reduce: own 65556r 65536w, peers 0r 0w
+// ONE-NEXT:    launch k_fused_all_reduce: own 65556r 49152w, peers 0r 0w
 // ONE:         floor write %w: 16384
-// ONE-NEXT:  total: 131092 bytes/rank, floor: 114708 bytes/rank (T/F = 1.143)
+// ONE-NEXT:  total: 114708 bytes/rank, floor: 114708 bytes/rank (T/F = 1.000)
 // TWO-LABEL: traffic @adam on 2 rank(s), rank 0
 // TWO-NEXT:    launch k_fused_all_reduce: own 32788r 40960w, peers 16384r 0w
 // TWO-NEXT:    floor read %g: 16384
