@@ -39,16 +39,16 @@ def _assert_clean(summary: dict) -> None:
 
 
 def test_ci_slice_finds_no_traceback_hang_or_silent_acceptance():
-    # 1,000 inputs: each of the 468 seeds twice, each of the 34 mutation kinds at least 7
-    # times (seed 0); `make fuzz` and test_full_slice go deeper
-    summary = run_fuzz(1000, seed=0, jobs=2, depth="quick")
+    # 600 inputs (seed 0): about 340 of the corpus's ~490 seeds, each mutation kind at least
+    # 8 times; `make fuzz` and test_full_slice go deeper
+    summary = run_fuzz(600, seed=0, jobs=2, depth="quick")
     print(format_summary(summary))
-    assert summary["inputs"] == 1000
+    assert summary["inputs"] == 600
     _assert_clean(summary)
     o = summary["outcomes"]
     # The slice reaches every stage: programs accepted and run, others refused cleanly.
-    assert summary["distinct_accepted_programs"] >= 100
-    assert o["rejected"] >= 500
+    assert summary["distinct_accepted_programs"] >= 80
+    assert o["rejected"] >= 300
     # and its profile accounts for the stages every accepted program goes through
     assert {"load", "coco-opt", "lower", "sim", "schedules"} <= set(summary["stage_seconds"])
 

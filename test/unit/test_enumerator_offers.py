@@ -204,7 +204,7 @@ def test_example_schedules_lower_where_listed(path: Path):
     assert_listed_schedules_lower(load(path), ranks=(1, 2, 4))
 
 
-@settings(max_examples=20 if FULL else 8, **SETTINGS)
+@settings(max_examples=20 if FULL else 4, **SETTINGS)
 @given(programs(max_ops=8))
 def test_random_program_schedules_lower_where_listed(gen: GeneratedProgram):
     # an overlap's chunks need rows in every rank's piece: checked at launch, so a 4x8
