@@ -399,6 +399,28 @@ class CompiledProgram:
                         f"'{other}': pass separate arrays"
                     )
 
+    def input_buffer(self, name: str) -> Any:
+        """This rank's piece of argument `name` in the memory the plan reads it from, as an
+        array of the backend's kind (NumPy; CuPy on the cuda backend, bf16 as its uint16 bit
+        pattern). An argument a fused kernel's peers read (a reduce_scatter's input, such as
+        a gradient) lives in symmetric memory, so each call copies the caller's value into
+        it; a caller that writes its values into this array instead and passes the array
+        itself saves that copy (`runner.copies_in` counts the copies made). The array stays
+        valid until close()."""
+        buf = self.plan.arguments.get(name)
+        if buf is None:
+            raise CocoError(
+                f"input_buffer('{name}'): @{self.plan.program} has no argument '{name}' "
+                f"(its arguments: {', '.join(self.plan.arguments)})"
+            )
+        if name in self.resliced:
+            raise CocoError(
+                f"input_buffer('{name}'): the schedule reslices '{name}', so a call takes the "
+                "value as written, not this rank's piece: pass arrays, or compile with "
+                "pieces=True"
+            )
+        return self.runner.backend.array(name)
+
     def step(self) -> None:
         """Run the plan once on the data already in its buffers (benchmarks: no copies).
         Under the default convention the caller's whole arrays of the state a schedule

@@ -457,6 +457,15 @@ def format_report(plan: Plan, f: func.FuncOp, rank: int = 0) -> str:
         )
     for what, nbytes in floor_items(f, plan.grid_shape, rank):
         lines.append(f"  floor {what}: {nbytes}")
+    for name, buf in plan.arguments.items():
+        if buf.symmetric:
+            # Not a plan step: the runtime's placement of the caller's value (executor.py
+            # set_inputs), which a caller writing into the buffer itself skips.
+            n = buf.count_at(rank) * itemsize(buf)
+            lines.append(
+                f"  copy into symmetric %{name} per call: own {n}r {n}w (not in the total: "
+                f"none where the caller writes into CompiledProgram.input_buffer('{name}'))"
+            )
     t, fl = plan_total(plan, rank), floor_total(f, plan.grid_shape, rank)
     ratio = f"{t / fl:.3f}" if fl else "inf"
     lines.append(f"total: {t} bytes/rank, floor: {fl} bytes/rank (T/F = {ratio})")

@@ -395,6 +395,16 @@ class CpuBackend:
     def write(self, buf: Buffer, value: Any) -> None:
         self.arrays[buf.name][...] = np.asarray(value)
 
+    def holds(self, buf: Buffer, value: Any) -> bool:
+        own = self.own[buf.name]
+        return (
+            isinstance(value, np.ndarray)
+            and value.shape == own.shape
+            and value.dtype == own.dtype
+            and bool(own.size)
+            and value.ctypes.data == own.ctypes.data
+        )
+
     def read(self, buf: Buffer) -> np.ndarray:
         return self.arrays[buf.name].copy()
 

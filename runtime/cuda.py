@@ -982,6 +982,20 @@ class CudaBackend:
                 self.xp.copyto(target, value.reshape(target.shape))
         self._inputs_ready()
 
+    def holds(self, buf: Buffer, value: Any) -> bool:
+        own = self.own[buf.name]
+        return (
+            self.device.is_device_array(value)
+            and tuple(value.shape) == tuple(own.shape)
+            and np.dtype(value.dtype) == np.dtype(own.dtype)
+            and bool(own.size)
+            and self.device.address(value) == self.device.address(own)
+        )
+
+    def array(self, name: str) -> Any:
+        """This rank's buffer `name` (a CuPy array; bf16 as its uint16 bit pattern)."""
+        return self.own[name]
+
     def read(self, buf: Buffer) -> np.ndarray:
         """The buffer's content on the host (bf16 restored from its bit pattern)."""
         self.device.sync_streams()

@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -273,6 +274,15 @@ class Backend(Protocol):
     def write(self, buf: Buffer, value: Any) -> None:
         """Copy the caller's piece into the buffer."""
 
+    def holds(self, buf: Buffer, value: Any) -> bool:
+        """Whether `value` is this rank's buffer itself (the array `array(buf.name)` gave the
+        caller, who wrote into it): nothing to copy."""
+        ...
+
+    def array(self, name: str) -> Any:
+        """This rank's buffer `name` as an array of the backend's kind (NumPy, CuPy)."""
+        ...
+
     def read(self, buf: Buffer) -> Any:
         """A copy of the buffer's content (for outputs)."""
         ...
@@ -405,6 +415,9 @@ class PlanRunner:
         # packs made (tests count them: once per launch per placement)
         self.packs = 0
         self.inputs_set = 0  # set_inputs calls (coconet/compiled.py: what its inputs match)
+        # caller values copied into argument buffers, by name (a symmetric one always is,
+        # unless the caller wrote into the buffer itself: CompiledProgram.input_buffer)
+        self.copies_in: Counter[str] = Counter()
         # Steps replayed from a CUDA graph (a backend that captures, `graphs` on): why the
         # plan cannot be (None: it can), the graph and the placement it was captured at.
         self.graph_refusal = graph_refusal(plan) if getattr(backend, "graphs", False) else "off"
@@ -530,8 +543,11 @@ class PlanRunner:
             if zero_copy and not buf.symmetric and self.backend.bind(buf, value):
                 self.bound.add(name)
                 moved = moved or was.get(name) != self.backend.address(name)
+            elif self.backend.holds(buf, value):
+                moved = moved or name in was  # already there: the caller wrote into it
             else:
                 self.backend.write(buf, value)
+                self.copies_in[name] += 1
                 moved = moved or name in was
         # The same caller arrays again (a training loop's parameters): nothing moved, and the
         # launches keep the arguments they resolved.

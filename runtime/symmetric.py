@@ -99,12 +99,24 @@ class PosixSegments:
     def close(self) -> None:
         """After a node barrier: every peer is done with this rank's segments."""
         for peer in self.attached:
-            peer.close()
+            _close(peer)
         for segment in self.own:
             _CREATED_HERE.discard(segment.name)
-            segment.close()
+            _close(segment)
         self.attached.clear()
         self.own.clear()
+
+
+# Segments a caller still holds arrays of (CompiledProgram.input_buffer) at close: unmapped
+# when the process ends. Their names are unlinked already, so nothing stays in /dev/shm.
+_STILL_MAPPED: list[shared_memory.SharedMemory] = []
+
+
+def _close(segment: shared_memory.SharedMemory) -> None:
+    try:
+        segment.close()
+    except BufferError:  # exported: a caller's array still views it
+        _STILL_MAPPED.append(segment)
 
 
 def _untrack(segment: shared_memory.SharedMemory) -> None:

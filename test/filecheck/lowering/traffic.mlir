@@ -35,6 +35,9 @@ builtin.module attributes {coco.schedule = "fuse(rs-c-ag)"} {
 // TWO-NEXT:    floor read %lr: 4
 // TWO-NEXT:    floor write %w: 16384
 // TWO-NEXT:    floor receive all_gather %w1: 8192
+// The gradient, which peers read, is copied into symmetric memory by each call unless the
+// caller writes it there itself: a line of its own, outside the total.
+// TWO-NEXT:    copy into symmetric %g per call: own 16384r 16384w (not in the total: none where the caller writes into CompiledProgram.input_buffer('g'))
 // TWO-NEXT:  total: 57348 bytes/rank, floor: 49156 bytes/rank (T/F = 1.167)
 
 // -----
@@ -94,4 +97,5 @@ builtin.module attributes {coco.schedule = "fuse(rs-c-ag)"} {
 // TWO-NEXT:    floor write %v: 8192
 // TWO-NEXT:    floor write %w: 16384
 // TWO-NEXT:    floor receive all_gather %w1: 8192
+// TWO-NEXT:    copy into symmetric %g per call: own 16384r 16384w
 // TWO-NEXT:  total: 90132 bytes/rank, floor: 81940 bytes/rank (T/F = 1.100)
