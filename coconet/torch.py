@@ -34,7 +34,9 @@ flat buffer. ONE program updates every segment (one per bucket with `overlap=Tru
 `betas`, `eps`, `momentum`) are scalar arguments read at every step, so schedulers and hand
 edits of `param_groups[i]["lr"]` take effect without recompiling, and `fuse(rs-c-ag)` fuses
 the collectives of every segment. The program reads and writes those buffers in place -- no
-copy of the user's tensors per step. Code that replaces `p.grad` (e.g. `zero_grad(set_to_none=
+copy of the user's tensors per step: where a fused kernel's peers read the gradients from
+symmetric memory, the gradient buffer IS that memory (the step's `input_buffer`; on the cpu
+backend -- the cuda backend still copies the gradient in). Code that replaces `p.grad` (e.g. `zero_grad(set_to_none=
 True)` from the module) still works: `step()` copies such gradients into the buffer first.
 Gradients are averaged over the ranks, as DDP does. Parameters with `requires_grad=False` at
 construction are left out of the buffers (never updated; one that later has a gradient is
@@ -318,6 +320,8 @@ class _Segment:
     # overlap with clipping: the gradients summed over the ranks (replicated), which backward's
     # bucket programs write and step()'s program reads
     reduced: torch.Tensor | None = None
+    # whether flat_grad is a view of the common step's symmetric gradient buffer
+    adopted: bool = False
 
 
 class _Marks:
@@ -912,8 +916,53 @@ class CoconetOptimizer(torch.optim.Optimizer):
         keys = tuple(self.group_key(g) for g in self.param_groups)
         return (masked, clip, keys, bucket, form)
 
+    def _adopt_gradient_buffers(self, compiled: Any) -> None:
+        """Backward accumulates each segment's gradient straight into the buffer the common
+        step reads it from where that is symmetric memory (a fused kernel's peers read the
+        gradient there): the step then copies no gradient in (CompiledProgram.input_buffer;
+        the gradients stay views, now of that buffer). The cpu backend: on a GPU a tensor
+        over the program's IPC memory would outlive it unseen -- left for the cuda backend."""
+        if self.backend != "cpu":
+            return
+        for i, s in enumerate(self.segments):
+            name = f"g{i}"
+            buf = compiled.plan.arguments.get(name)
+            if buf is None or not buf.symmetric or s.adopted:
+                continue
+            array = compiled.input_buffer(name)
+            if s.dtype == torch.bfloat16:
+                t = torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+            else:
+                t = torch.from_numpy(array)
+            self._regrad(s, t)
+            s.adopted = True
+            self._inputs[name] = _handed_over(t)
+
+    def _release_gradient_buffers(self) -> None:
+        """Gradients back into memory of their own, before the programs owning the buffers
+        they were views of close."""
+        for i, s in enumerate(self.segments):
+            if s.adopted:
+                self._regrad(s, torch.empty_like(s.flat_grad))
+                s.adopted = False
+                self._inputs[f"g{i}"] = _handed_over(s.flat_grad)
+
+    def _regrad(self, s: _Segment, flat: torch.Tensor) -> None:
+        """`flat` becomes segment `s`'s gradient buffer (its values copied in), its
+        parameters' gradients views of it."""
+        with torch.no_grad():
+            flat.copy_(s.flat_grad)
+        for p, o, slot in zip(s.params, s.offsets, s.slots, strict=True):
+            old = self._grad_views[slot]
+            view = flat[o : o + p.numel()].view_as(p)
+            self._grad_views[slot] = view
+            if p.grad is old:
+                p.grad = view
+        s.flat_grad = flat
+
     def _recompile(self) -> None:
         """Drops every compiled variant (the segments changed) and compiles the common one."""
+        self._release_gradient_buffers()
         for compiled in self._programs.values():
             compiled.close()
         self._programs = {}
@@ -974,6 +1023,8 @@ class CoconetOptimizer(torch.optim.Optimizer):
             # the state lives as each rank's piece (ZeRO's sliced m and v), bound zero-copy
             pieces=True,
         )
+        if form == "step" and bucket is None and not masked:
+            self._adopt_gradient_buffers(compiled)
         if self._concrete == "auto" and form == "step":
             # every variant after the first takes its schedule: one layout of the state
             name = (compiled.autotune or {}).get("name", "as-written")

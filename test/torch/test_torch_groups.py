@@ -399,7 +399,8 @@ def test_two_ranks_skip_clip_groups_and_warnings(tmp_path):
     """torchrun on 2 ranks (two_ranks_script.py): parameters used on one rank only or on
     none, under every schedule, for SGD, Adam, AdamW and LAMB; clipping the averaged
     gradients of two groups; a state_dict of two groups' sliced state into torch.optim.AdamW
-    and back; the warnings for local clipping and for DDP's own reduction."""
+    and back; the warnings for local clipping and for DDP's own reduction; gradients written
+    by backward into the fused step's symmetric buffers (no copy), also after a new group."""
     proc = torchrun_two(
         str(Path(__file__).with_name("two_ranks_script.py")), str(tmp_path), timeout=900
     )
@@ -414,6 +415,8 @@ def test_two_ranks_skip_clip_groups_and_warnings(tmp_path):
         assert r["clip_warnings"] == 1, rank  # once, for two calls
         assert r["ddp_warnings"] == 1, rank
         assert r["hook_warnings"] == 0, rank
+        assert r["grad_copies"] == [0, 0], rank  # backward wrote them where peers read
+        assert r["adopted"] == [True, True, True], rank
     assert results[0]["params_sum"] == results[1]["params_sum"]  # the replicas agree
 
 

@@ -104,6 +104,31 @@ def main(out: Path) -> None:
     train_skipping(ours, coco_opt, 3, rank=rank, world=world, start=3, seed=5)
     errors["state_dict from torch"] = max_rel(ref, ours)
 
+    # The fused step's gradient is read by peers from symmetric memory: backward writes it
+    # there (the gradients are views of that buffer), so no step copies a gradient in; a new
+    # param group moves them to the new program's buffers.
+    def core(m: SkipNet) -> list[torch.nn.Parameter]:
+        return [*m.a.parameters(), *m.b.parameters()]
+
+    ref, mine = SkipNet(), SkipNet()
+    ref_opt = torch.optim.Adam(core(ref), lr=0.01)
+    opt = ct.Adam(core(mine), lr=0.01, schedule="fuse(rs-c-ag)")
+    train_skipping(ref, ref_opt, 2, world=world)
+    train_skipping(mine, opt, 2, rank=rank, world=world)
+    grad_copies = [
+        sum(n for k, n in opt.compiled.runner.copies_in.items() if k[0] == "g" and k[1:].isdigit())
+    ]
+    adopted = [s.adopted for s in opt.segments]
+    for m, o in ((ref, ref_opt), (mine, opt)):
+        o.add_param_group({"params": list(m.sometimes.parameters()), "lr": 0.03})
+    train_skipping(ref, ref_opt, 4, world=world, start=2)
+    train_skipping(mine, opt, 4, rank=rank, world=world, start=2)
+    errors["gradients in symmetric memory, add_param_group"] = max_rel(ref, mine)
+    grad_copies.append(
+        sum(n for k, n in opt.compiled.runner.copies_in.items() if k[0] == "g" and k[1:].isdigit())
+    )
+    adopted += [s.adopted for s in opt.segments]
+
     # torch.nn.utils.clip_grad_norm_ on an optimizer's parameters: a warning, once.
     model = SkipNet()
     opt = ct.AdamW(model.parameters())  # (kept: a collected optimizer owns nothing)
@@ -141,6 +166,8 @@ def main(out: Path) -> None:
         "ddp_warnings": ddp_warnings(False),
         "hook_warnings": ddp_warnings(True),
         "params_sum": params_sum,
+        "grad_copies": grad_copies,
+        "adopted": adopted,
     }
     (out / f"rank{rank}.json").write_text(json.dumps(result))
     dist.barrier()
