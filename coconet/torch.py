@@ -36,11 +36,12 @@ edits of `param_groups[i]["lr"]` take effect without recompiling, and `fuse(rs-c
 the collectives of every segment. The program reads and writes those buffers in place -- no
 copy of the user's tensors per step: where a fused kernel's peers read the gradients from
 symmetric memory, the gradient buffer IS that memory (the step's `input_buffer`; on the cpu
-backend -- the cuda backend still copies the gradient in). Code that replaces `p.grad` (e.g. `zero_grad(set_to_none=
-True)` from the module) still works: `step()` copies such gradients into the buffer first.
-Gradients are averaged over the ranks, as DDP does. Parameters with `requires_grad=False` at
-construction are left out of the buffers (never updated; one that later has a gradient is
-refused at `step()`); `add_param_group` adds segments and compiles the program again once.
+backend -- the cuda backend still copies the gradient in). Code that replaces `p.grad` (e.g.
+`zero_grad(set_to_none=True)` from the module) still works: `step()` copies such gradients
+into the buffer first. Gradients are averaged over the ranks, as DDP does. Parameters with
+`requires_grad=False` at construction are left out of the buffers (never updated; one that
+later has a gradient is refused at `step()`); `add_param_group` adds segments and compiles the
+program again once.
 
 Parameters without a gradient. As torch.optim does, a parameter that received no gradient is
 left untouched by `step()` (no weight decay, no moment update, its `step` count not advanced).
