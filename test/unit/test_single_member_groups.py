@@ -38,6 +38,7 @@ from coconet.lowering.traffic import floor_total, plan_total
 from coconet.runtime import sim
 from coconet.runtime.threaded import ThreadedExecutor
 from coconet.schedule import apply_schedule
+from coconet.toolchain.nvrtc import compile_cuda, nvrtc_available
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -155,3 +156,22 @@ def test_many_tensors_over_a_group_of_one(dt, grid, dp, ranks):
     _peer_free(plan)
     launches = [s for s in plan.steps if isinstance(s, Launch)]
     assert len(launches) == 1, [s.kernel for s in launches]
+
+
+@pytest.mark.skipif(not nvrtc_available(), reason="the nvidia-cuda-nvrtc wheel is not installed")
+def test_plain_kernels_of_one_member_compile_with_nvrtc():
+    """The text at one rank differs from the collective one (every other test compiles the
+    largest rank count's): its vector loops without peers compile for sm_80 and sm_90 without
+    a warning."""
+    sources = []
+    for example, schedule in [
+        ("adam_bf16_grads", "fuse(rs-c-ag)"),
+        ("lamb", "fuse(rs-c-ag)"),
+        ("adam", "fuse(ar-c)"),
+    ]:
+        plan = lower(apply_schedule(_example(example), schedule), 1)
+        assert plan.peers_max() <= 1  # (LAMB's norms exchange partials in a group of one)
+        sources.append(plan.device_source())
+    for source in sources:
+        for arch in ("sm_80", "sm_90"):
+            assert compile_cuda(source, arch, warnings_as_errors=True).binary
