@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import HEAVY_EXAMPLES
 
 import coconet
 from coconet.core.program import Program
@@ -98,6 +99,10 @@ def cases():
         for name, pipeline in schedules_of(path).items():
             pass_pipeline = name in PIPELINES and name != "unscheduled"
             in_turn = (i + list(PIPELINES).index(name)) % 2 == 0 if pass_pipeline else True
+            # a heavy example (conftest): its fused schedule here, every offered schedule
+            # against NumPy in its own test file
+            if path.stem in HEAVY_EXAMPLES:
+                in_turn = name == "named:fuse(rs-c-ag)"
             marks = () if in_turn else pytest.mark.slow
             yield pytest.param(path, pipeline, id=f"{path.stem}-{name}", marks=marks)
 
@@ -201,10 +206,11 @@ def nvrtc_archs(path: Path, pipeline: str) -> tuple[str, ...]:
     """What the NVRTC matrix builds `path` under `pipeline` for. The pipelines users run, to
     machine code for sm_90 (unless test_machine_code does) and, on every other example, sm_80
     (in turn: ptxas for sm_80 is 0.5 s a unit, and NVRTC's sm_80 front end still reads the
-    rest as PTX); the others to PTX. COCONET_FULL=1: every pipeline to machine code for both."""
+    rest as PTX); the others, and programs as written, to PTX. COCONET_FULL=1: every pipeline to machine code for both."""
     if FULL:
         return ("sm_80", "sm_90")
-    if pipeline not in final_pipelines():
+    if pipeline not in final_pipelines() or not pipeline:
+        # (a program as written: one small kernel an op, each a kernel of the fused ones' kinds)
         return ("compute_90",)
     sm_80 = "sm_80" if EXAMPLES.index(path) % 2 == 0 else "compute_80"
     return (sm_80,) if (path, pipeline) in machine_code_pipelines() else (sm_80, "sm_90")
