@@ -16,6 +16,7 @@ __all__ = [
     "DEFAULT_STEP_TIMEOUT",
     "STEP_TIMEOUT_ENV",
     "env_choice",
+    "env_count",
     "env_seconds",
     "step_timeout",
 ]
@@ -57,6 +58,21 @@ def env_choice(name: str, choices: tuple[str, ...], default: str) -> str:
     if raw not in choices:
         raise CocoError(f"{name}={raw!r}: expected one of {', '.join(choices)}")
     return raw
+
+
+def env_count(name: str) -> int | None:
+    """A positive integer from `name`: unset or empty gives None (the caller's default);
+    anything else is refused with what it takes."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise CocoError(f"{name}={raw!r}: expected a positive integer")
+    return value
 
 
 def step_timeout(given: float | None = None) -> float | None:

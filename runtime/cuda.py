@@ -47,6 +47,7 @@ from typing import Any, Protocol, cast
 import numpy as np
 
 from coconet.core import values as V
+from coconet.core.env import env_count
 from coconet.core.program import CocoError
 from coconet.lowering.plan import (
     COMM_STREAM,
@@ -179,6 +180,20 @@ def needs_coresidency(step: Launch) -> bool:
 # Elements a block of a grown fused collective grid covers at least: a block also pays its
 # flag handshakes with its peers, which tiny ranges would not amortise.
 GROWN_BLOCK_ELEMENTS = 4096
+
+
+# The most blocks a fused collective launch takes per rank (default: what the GPU holds at
+# once, shared by the ranks on it; half of that for one overlapped with matmuls).
+COLLECTIVE_BLOCKS_ENV = "COCONET_CUDA_COLLECTIVE_BLOCKS"
+
+
+def overlaps_matmuls(plan: Plan) -> bool:
+    """Whether a fused collective runs on the communication stream of a plan that computes
+    matmuls (an overlap region: the GEMM of one chunk beside the collective of another)."""
+    return any(isinstance(s, Matmul) for s in plan.steps) and any(
+        isinstance(s, Launch) and s.stream == COMM_STREAM and needs_coresidency(s)
+        for s in plan.steps
+    )
 
 
 def grown_grid(step: Launch, params: Sequence[KernelParam]) -> int:
@@ -764,14 +779,21 @@ class CudaBackend:
         signatures = self.plan.signatures
         fused = [s for s in launches if needs_coresidency(s)]
         asked = {id(s): grown_grid(s, signatures[s.kernel]) for s in fused}
+        cap = env_count(COLLECTIVE_BLOCKS_ENV)
+        # A collective overlapped with matmuls (on the communication stream beside them)
+        # takes half of what it could hold, leaving SMs to the GEMM it hides behind.
+        share = 2 if overlaps_matmuls(self.plan) else 1
         wanted: dict[str, int] = {}
         for step in fused:
             fits = self.device.max_coresident_blocks(
                 self.module, step.kernel, step.block, step.shared_bytes
             )
-            wanted[step.kernel] = min(
-                wanted.get(step.kernel, asked[id(step)]), fits // self.ranks_on_my_gpu
-            )
+            mine = fits // self.ranks_on_my_gpu
+            if step.stream == COMM_STREAM:
+                mine = max(1, mine // share) if mine else 0
+            if cap is not None:
+                mine = min(mine, cap)
+            wanted[step.kernel] = min(wanted.get(step.kernel, asked[id(step)]), mine)
         limits = {
             name: min(w[name] for w in self.comm.allgather(wanted)) for name in sorted(wanted)
         }

@@ -472,6 +472,66 @@ def test_a_large_fused_kernel_grows_its_grid_to_what_the_gpu_holds(coresident, g
         assert launch[5] == grid
 
 
+def test_collective_blocks_are_capped_by_the_variable(monkeypatch):
+    """COCONET_CUDA_COLLECTIVE_BLOCKS bounds a fused collective's grid (the 2^19 elements a
+    rank that would take 128 blocks take 16), and it still matches the oracle; a bad value is
+    one clear error."""
+    import runpy
+
+    from coconet.runtime.cuda import COLLECTIVE_BLOCKS_ENV
+
+    program = apply_schedule(
+        runpy.run_path(str(EXAMPLES / "adam.py"))["build"](1 << 20), "fuse(rs-c-ag)"
+    )
+    inputs = sim.prepare_inputs(program, None, (2,), seed=0)
+    want = sim.run(program, {k: v.copy() for k, v in inputs.items()}, ranks=2, inplace=False)
+    monkeypatch.setenv(COLLECTIVE_BLOCKS_ENV, "16")
+    _plan, got, backends = run_fake(program, 2, inputs, device_options={"coresident_blocks": 1000})
+    assert compare_outputs(got, want.per_rank).ok
+    for b in backends:
+        assert [c[5] for c in b.device.calls if c[0] == "launch"] == [16]
+    for bad in ("0", "-3", "many"):
+        monkeypatch.setenv(COLLECTIVE_BLOCKS_ENV, bad)
+        with pytest.raises(CocoError, match=f"{COLLECTIVE_BLOCKS_ENV}=.*positive integer"):
+            run_fake(program, 2, inputs)
+
+
+def test_a_collective_overlapped_with_matmuls_leaves_half_the_gpu_to_them():
+    """ol(mm,fuse(rs-c-ag)): the chunks' fused kernels run on the communication stream beside
+    the matmuls, with half the blocks the GPU would hold for them (8 of 16 here); the same
+    kernel alone takes them all."""
+    import runpy
+
+    from coconet.frontend import F32
+    from coconet.runtime.cuda import overlaps_matmuls
+
+    # 4 x 128 rows of 256: 2^17 elements, a block per 4096 of a rank's slice (16) asked for
+    build = runpy.run_path(str(EXAMPLES / "model_parallel_mlp.py"))["build"]
+    program = build(F32, batch=4, seq=128, hidden=256)
+    inputs = sim.prepare_inputs(program, None, (2,), seed=0)
+    want = sim.run(program, {k: v.copy() for k, v in inputs.items()}, ranks=2, inplace=False)
+    grids = {}
+    for schedule in ("ol(mm,fuse(rs-c-ag))", "fuse(rs-c-ag)"):
+        scheduled = apply_schedule(program, schedule)
+        plan, got, backends = run_fake(
+            scheduled, 2, inputs, device_options={"coresident_blocks": 16}
+        )
+        assert compare_outputs(got, want.per_rank).ok, schedule
+        fused = {
+            s.kernel
+            for s in plan.steps
+            if isinstance(s, Launch) and s.args and any(isinstance(a, PeerTable) for a in s.args)
+        }
+        grids[schedule] = (
+            overlaps_matmuls(plan),
+            {c[5] for b in backends for c in b.device.calls if c[0] == "launch" and c[1] in fused},
+        )
+    assert grids["ol(mm,fuse(rs-c-ag))"][0]
+    assert not grids["fuse(rs-c-ag)"][0]
+    assert max(grids["ol(mm,fuse(rs-c-ag))"][1]) <= 8
+    assert max(grids["fuse(rs-c-ag)"][1]) > 8
+
+
 def test_a_fused_kernel_finishing_norms_grows_its_grid_too():
     """LAMB's first fused kernel finishes ||w|| and ||r|| (a partial per block, the last
     block's ticket): the plan gives it no range_positions, as it may not be cut into chunks,
