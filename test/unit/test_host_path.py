@@ -6,22 +6,19 @@ what the program says. (No timings here: benchmarks/bench_latency.py reports the
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from compiled_ranks import compiled_on_threads
 
 import coconet
 from coconet.compiled import CompiledProgram, _identity
 from coconet.core.program import CocoError
 from coconet.lowering.lower_to_plan import lower
 from coconet.lowering.plan import Launch
-from coconet.runtime.cpu import CpuBackend
-from coconet.runtime.executor import PlanRunner
-from coconet.runtime.inprocess import IN_PROCESS_MPI, InProcessWorld
 from coconet.schedule import apply_schedule
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -54,32 +51,15 @@ class CountingComm:
 def on_two_ranks(schedule: str, body: Callable[[int, CompiledProgram, CountingComm], Any]):
     """`body(rank, compiled, comm)` on 2 threads, each a rank of SGD under `schedule`."""
     plan = lower(apply_schedule(coconet.load(EXAMPLES / "sgd.mlir"), schedule), 2)
-    world = InProcessWorld(2)
-    results: list[Any] = [None, None]
-    errors: list[BaseException] = []
+    comms: dict[int, CountingComm] = {}
 
-    def rank_main(rank: int) -> None:
-        comm = world.comm(rank)
-        runner = PlanRunner(plan, rank, CpuBackend(comm, mpi=IN_PROCESS_MPI))
-        try:
-            runner.setup()
-            counting = CountingComm(comm)
-            compiled = CompiledProgram(plan.program, plan, runner, "cpu", counting)
-            results[rank] = body(rank, compiled, counting)
-        except BaseException as e:
-            errors.append(e)
-            world.fail(f"rank {rank}: {e}")  # the other rank stops waiting
-        finally:
-            runner.close()
+    def counted(comm: Any) -> CountingComm:
+        comms[comm.Get_rank()] = CountingComm(comm)
+        return comms[comm.Get_rank()]
 
-    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    if errors:
-        raise errors[0]
-    return results
+    return compiled_on_threads(
+        plan.program, plan, lambda r, c: body(r, c, comms[r]), comm=counted, timeout=60
+    )
 
 
 @pytest.mark.parametrize("schedule", ["ar-c", "fuse(rs-c-ag)"])

@@ -6,12 +6,12 @@ are bit for bit those of the copying calls, on the cpu backend and on the strict
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from compiled_ranks import compiled_on_threads
 from cuda_double import on_fake_gpus
 
 import coconet
@@ -20,9 +20,7 @@ from coconet.core import values as V
 from coconet.core.program import CocoError
 from coconet.lowering.lower_to_plan import lower
 from coconet.runtime import sim
-from coconet.runtime.cpu import CpuBackend
 from coconet.runtime.executor import PlanRunner
-from coconet.runtime.inprocess import IN_PROCESS_MPI, InProcessWorld
 from coconet.schedule import apply_schedule
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -48,31 +46,7 @@ def _steps(program) -> list[dict[str, np.ndarray]]:
 def _on_threads(body) -> list[Any]:
     _, scheduled = _adam()
     plan = lower(scheduled, RANKS)
-    world = InProcessWorld(RANKS)
-    results: list[Any] = [None] * RANKS
-    errors: list[BaseException] = []
-
-    def main(rank: int) -> None:
-        comm = world.comm(rank)
-        runner = PlanRunner(plan, rank, CpuBackend(comm, mpi=IN_PROCESS_MPI))
-        try:
-            runner.setup()
-            compiled = CompiledProgram(scheduled, plan, runner, "cpu", comm, pieces=True)
-            results[rank] = body(rank, compiled, plan)
-        except BaseException as e:
-            errors.append(e)
-            world.fail(f"rank {rank}: {e}")
-        finally:
-            runner.close()
-
-    threads = [threading.Thread(target=main, args=(r,)) for r in range(RANKS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    if errors:
-        raise errors[0]
-    return results
+    return compiled_on_threads(scheduled, plan, lambda r, c: body(r, c, plan), pieces=True)
 
 
 def test_a_gradient_written_into_the_symmetric_buffer_is_not_copied():

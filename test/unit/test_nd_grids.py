@@ -12,11 +12,11 @@ cut): rs-c-ag is then not offered, with the rule saying why."""
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import numpy as np
 import pytest
+from compiled_ranks import compiled_on_threads
 
 from coconet import frontend
 from coconet.compiled import CompiledProgram
@@ -39,9 +39,6 @@ from coconet.frontend import (
 from coconet.lowering.lower_to_plan import lower
 from coconet.lowering.plan import Launch
 from coconet.runtime import sim
-from coconet.runtime.cpu import CpuBackend
-from coconet.runtime.executor import PlanRunner
-from coconet.runtime.inprocess import IN_PROCESS_MPI, InProcessWorld
 from coconet.runtime.threaded import ThreadedExecutor
 from coconet.schedule import apply_schedule, named_schedules
 
@@ -191,36 +188,17 @@ def test_the_caller_passes_and_gets_back_the_state_as_written():
     args = {a.name: a.type for a in program.arguments}
     plan.written_types = written_changes(plan, args, {})
     assert set(plan.written_types) == {"m", "v"}
-    world = InProcessWorld(6)
-    results: list[Any] = [None] * 6
-    errors: list[BaseException] = []
 
-    def rank_main(rank: int) -> None:
-        comm = world.comm(rank)
-        runner = PlanRunner(plan, rank, CpuBackend(comm, mpi=IN_PROCESS_MPI))
-        try:
-            runner.setup()
-            compiled = CompiledProgram(program, plan, runner, "cpu", comm)
-            coords = V.coords_of(rank, plan.grid_shape)
-            mine = {
-                n: np.array(V.piece_of(want.inputs[n], t, coords, plan.grid_shape))
-                for n, t in args.items()
-            }
-            compiled(**mine)
-            results[rank] = (coords, mine)
-        except BaseException as e:
-            errors.append(e)
-            world.fail(f"rank {rank}: {e}")
-        finally:
-            runner.close()
+    def body(rank: int, compiled: CompiledProgram) -> tuple:
+        coords = V.coords_of(rank, plan.grid_shape)
+        mine = {
+            n: np.array(V.piece_of(want.inputs[n], t, coords, plan.grid_shape))
+            for n, t in args.items()
+        }
+        compiled(**mine)
+        return coords, mine
 
-    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    if errors:
-        raise errors[0]
+    results = compiled_on_threads(program, plan, body, timeout=60)
     for coords, mine in results:
         for n in ("w", "m", "v"):
             expected = V.piece_of(want.outputs[n], args[n], coords, plan.grid_shape)
