@@ -344,6 +344,7 @@ class CompiledProgram:
         wholes: dict[str, Any] = {}
         fresh: list[str] = []
         taken: dict[str, tuple[Any, Any, Any, Any]] = {}
+        again: list[Any] = []  # the same objects as at the last call
         for name, buf in self._arguments:
             value = inputs[name]
             key = _identity(value)
@@ -353,6 +354,7 @@ class CompiledProgram:
                 pieces[name] = prev[2]
                 if prev[3] is not None:
                     wholes[name] = prev[3]
+                again.append(value)
                 continue
             r = self.resliced.get(name)
             if r is not None and not hasattr(value, "shape"):
@@ -369,6 +371,9 @@ class CompiledProgram:
             pieces[name] = piece
             fresh.append(name)
             taken[name] = (value, key, piece, whole)
+        if again:
+            # (a device value written since, e.g. by a backward pass, on another stream)
+            backend.order_inputs(again)
         if fresh:
             self.runner.check_inputs(pieces, backend.shape_of, backend.dtype_of, only=fresh)
             # a Python number became a new array: it shares memory with nothing

@@ -395,6 +395,9 @@ class CpuBackend:
     def write(self, buf: Buffer, value: Any) -> None:
         self.arrays[buf.name][...] = np.asarray(value)
 
+    def order_inputs(self, values: Sequence[Any]) -> None:
+        """Host memory: the caller's writes are done when it calls."""
+
     def holds(self, buf: Buffer, value: Any) -> bool:
         own = self.own[buf.name]
         return (

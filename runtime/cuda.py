@@ -371,6 +371,11 @@ class Device(Protocol):
         for values it cannot take."""
         ...
 
+    def order_after(self, value: Any, stream: Any) -> None:
+        """`stream`'s later work after the caller's pending work on a device value adopted
+        before (its producer's current stream), as its adoption ordered it."""
+        ...
+
     def alloc_ipc(self, shape: tuple[int, ...], dtype: np.dtype, stream: Any) -> tuple[Any, bytes]:
         """A zeroed array in its own allocation, and the IPC handle of that allocation."""
         ...
@@ -549,6 +554,15 @@ class CupyDevice:
         except (BufferError, TypeError, RuntimeError, ValueError) as e:
             raise CocoError(f"cannot use the tensor as device memory: {e}") from None
         return as_bit_patterns(array, cp)
+
+    def order_after(self, value, stream):
+        cp = self.cp
+        if isinstance(value, cp.ndarray):
+            stream.wait_event(cp.cuda.get_current_stream().record())
+        elif dlpack_placement(value, self.device_id()) == "device":
+            # The DLPack exchange's own ordering: the producer makes `stream` wait for its
+            # pending work (PyTorch's current stream); the capsule itself is not used.
+            value.__dlpack__(stream=stream.ptr)
 
     def alloc_ipc(self, shape, dtype, stream):
         rt = self.cp.cuda.runtime
@@ -976,6 +990,19 @@ class CudaBackend:
             and np.dtype(value.dtype) == device_dtype(buffer_dtype(buf))
             and bool(value.flags.c_contiguous)
         )
+
+    def order_inputs(self, values: Sequence[Any]) -> None:
+        """Device values the caller passed again (a compiled program's fast path, which does
+        not adopt them anew): the compute stream waits for the caller's work on them since
+        (a backward pass writing the gradient), as their first adoption ordered it. One wait
+        per kind of value: a producer's current stream is the same for all its arrays."""
+        stream, seen = self._compute(), set()
+        for value in values:
+            if type(value) not in seen and not isinstance(value, np.ndarray):
+                seen.add(type(value))
+                self.device.order_after(value, stream)
+        if seen:
+            self._inputs_ready()
 
     def _inputs_ready(self) -> None:
         """Inputs are placed on the compute stream: the communication stream waits for them."""

@@ -274,6 +274,10 @@ class Backend(Protocol):
     def write(self, buf: Buffer, value: Any) -> None:
         """Copy the caller's piece into the buffer."""
 
+    def order_inputs(self, values: Sequence[Any]) -> None:
+        """The caller's values passed again unchanged (not coerced anew): the backend's
+        later work waits for what the caller did to them since (a device's streams)."""
+
     def holds(self, buf: Buffer, value: Any) -> bool:
         """Whether `value` is this rank's buffer itself (the array `array(buf.name)` gave the
         caller, who wrote into it): nothing to copy."""

@@ -335,6 +335,17 @@ class FakeTensor:
     def __dlpack_device__(self):
         return (self.device_type, self.device_index)
 
+    # torch.Tensor's identity (compile()'s fast path reuses a tensor passed again by these)
+    def data_ptr(self) -> int:
+        return int(self.data.ctypes.data)
+
+    def stride(self) -> tuple[int, ...]:
+        return tuple(st // self.data.itemsize for st in self.data.strides)
+
+    @property
+    def device(self) -> str:  # (torch.device; its string form)
+        return f"cuda:{self.device_index}" if self.device_type == 2 else "cpu"
+
     def __dlpack__(self, stream=None):
         raise AssertionError("StrictDevice.adopt models from_dlpack itself")
 
@@ -572,6 +583,27 @@ class StrictDevice:
         # pending work before `stream`.
         self._merge(s, dict(self.clock[value.producer]))
         return as_bit_patterns(value.data, np)
+
+    def order_after(self, value, stream):
+        s = self._name(stream)
+        if isinstance(value, FakeDeviceArray):
+            alloc = self.find(value.ctypes.data)
+            producer = alloc.last_write[0] if alloc and alloc.last_write else LEGACY
+            self._merge(s, dict(self.clock[producer]))
+        elif isinstance(value, FakeTensor):
+            if dlpack_placement(value, self.id) == "device":
+                self._merge(s, dict(self.clock[value.producer]))
+        else:
+            raise TypeError(f"order_after: not a device value: {type(value).__name__}")
+
+    def produce(self, array: FakeDeviceArray, host: np.ndarray, *, producer: str = "torch"):
+        """The caller writes `host` into its device array on its own stream (a backward
+        pass), not yet ordered before anything of the backend's."""
+        array[...] = host
+        alloc = self.find(array.ctypes.data)
+        assert alloc is not None
+        alloc.last_write = self._tick(producer)
+        alloc.snapshot = alloc.array.tobytes()
 
     def _merge(self, s: str, other: dict[str, int]) -> None:
         clock = self.clock[s]

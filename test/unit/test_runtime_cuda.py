@@ -735,6 +735,45 @@ def test_dlpack_tensors_are_updated_in_their_own_memory(schedule):
             assert result[name] is tensors[r][name], name
 
 
+@pytest.mark.parametrize("schedule", ["ar-c", "fuse(rs-c-ag)"])
+def test_tensors_passed_again_are_ordered_after_their_producer(schedule):
+    """compile()'s fast path takes a tensor passed again without adopting it anew; what a
+    backward pass wrote into it since, on PyTorch's stream, must still come first (one wait a
+    call): without it the strict double reports the step's read of the gradient (the library
+    all_reduce's, or the copy into symmetric memory) as a stream hazard -- on a GPU the step
+    could read a half-written gradient. Three steps, a new gradient each, as the sim."""
+    program = apply_schedule(coconet.load(EXAMPLES / "sgd.mlir"), schedule)
+    ranks = 2
+    plan = lower(program, ranks)
+    steps = [sim.prepare_inputs(program, None, plan.grid_shape, seed=s) for s in range(3)]
+    w = steps[0]["w"]
+    want = []
+    for inputs in steps:
+        out = sim.run(program, {**inputs, "w": w.copy()}, ranks=ranks, inplace=False)
+        w = out.outputs["w"]
+        want.append(w)
+
+    def call(r: int, device: Any, compiled: Any) -> list[np.ndarray]:
+        coords = V.coords_of(r, plan.grid_shape)
+
+        def piece(inputs: dict[str, np.ndarray], name: str) -> np.ndarray:
+            t = plan.arguments[name].type
+            return np.asarray(V.piece_of(inputs[name], t, coords, plan.grid_shape))
+
+        g, w = (FakeTensor(device.user_array(piece(steps[0], n)), device_index=r) for n in "gw")
+        got = []
+        for i, inputs in enumerate(steps):
+            if i:  # the next backward pass, on PyTorch's stream
+                device.produce(g.data, piece(inputs, "g"))
+            compiled(g=g, w=w, lr=float(inputs["lr"]))
+            got.append(np.array(w.data))
+        return got
+
+    for got, _bound in _compiled_on_fake_gpus(program, plan, ranks, call):
+        for step, (a, b) in enumerate(zip(got, want, strict=True)):
+            np.testing.assert_array_equal(a, b, err_msg=f"step {step}")
+
+
 def test_the_default_convention_gathers_sliced_state_on_the_device():
     """compile()'s default calling convention on fake GPUs: m and v, replicated as written and
     sliced by fuse(rs-c-ag), are passed whole (m a DLPack tensor on the GPU, v a NumPy array)
