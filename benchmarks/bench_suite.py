@@ -1197,11 +1197,28 @@ def report(
         "bandwidth measured just before it"
     )
     if fused and opt.example == "adam":
+        t, f = fused_traffic(opt, size, n)
         print(
-            "  fuse(rs-c-ag) moves 8N + 28N/P bytes per rank by design (22N at P = 2): its "
-            "all_gather pulls the peers' pieces into the caller's w, "
-            f"{(8 + 28 / size) / (8 + 20 / size):.2f}x the floor's bytes"
+            f"  fuse(rs-c-ag)'s plan moves {t / n:.1f}N bytes per rank, {t / f:.2f}x the "
+            f"program's floor of {f / n:.1f}N (lowering/traffic.py; on several ranks its "
+            "all_gather stores the updated slice twice)"
         )
+
+
+def fused_traffic(opt: Optimizer, size: int, n: int) -> tuple[int, int]:
+    """T and F of the fused schedule's plan on rank 0 (lowering/traffic.py), from the plan
+    itself: the bytes its steps move and the floor its program sets."""
+    import runpy
+    from pathlib import Path
+
+    from coconet.lowering.lower_to_plan import lower
+    from coconet.lowering.traffic import floor_total, plan_total
+    from coconet.schedule import apply_schedule
+
+    example = Path(__file__).resolve().parents[1] / "examples" / f"{opt.example}.py"
+    program = apply_schedule(runpy.run_path(str(example))["build"](n), "fuse(rs-c-ag)")
+    plan = lower(program, size)
+    return plan_total(plan, 0), floor_total(program.func, plan.grid_shape, 0)
 
 
 def main() -> None:
