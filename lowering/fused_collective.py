@@ -573,8 +573,12 @@ def emit_collective_kernel(
         for op in scatters:
             lw.make_symmetric(wire_source(lw, op.input))
         for op in gathers:
+            # assembled in an argument: only a staging copy of this rank's piece
+            staging = op.result in kernel.gather_targets
             lw.buffers[op.result] = lw.new_buffer(
-                op.result.name_hint or "gathered", op.result.type, symmetric=True
+                op.result.name_hint or "gathered",
+                tensor_type_of(op.input) if staging else op.result.type,
+                symmetric=True,
             )
     group = lw.group_size(span)
     # Flags: entry and done (nranks x grid each), one per rank for reductions, the epoch.

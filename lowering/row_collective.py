@@ -256,7 +256,7 @@ class _RowBuilder(ElementwiseBuilder):
             t = tensor_type_of(g.operand.value)
             if self.kind.get(g.value) == ELEMENT and t.elt == tensor_type_of(g.value).elt:
                 mine = peer(g.operand.param, self.me, C_STORAGE[t.elt])
-                copies.setdefault(g.value, Index(mine, self.index_of(g.operand)))
+                copies.setdefault(g.value, Index(mine, g.staged(self.i, self.index_of(g.operand))))
         return copies
 
     def overwrites(self, target: SSAValue | None) -> bool:
@@ -470,7 +470,9 @@ class _RowBuilder(ElementwiseBuilder):
             own = self.level.get(g.value, 0) == p
             if own:
                 mine = peer(o.param, self.me, C_STORAGE[elt])
-                writes.append((Index(mine, index), g.value, elt, "comm.all_gather"))
+                writes.append(
+                    (Index(mine, g.staged(self.i, index)), g.value, elt, "comm.all_gather")
+                )
             if g.dest is not None:
                 target = self.k.gather_targets.get(o.value)
                 if last if self.overwrites(target) else own:

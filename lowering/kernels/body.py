@@ -258,9 +258,10 @@ class BodyBuilder(BuilderState):
             mine = Var(C_STORAGE[t.elt].ptr(), f"{name}_mine", "mine_")
             self.hoisted.append(Decl(mine, peer(o.param, self.me, C_STORAGE[t.elt])))
             g.mine = mine
-            own = Assign(Index(mine, index), value, comment="comm.all_gather")
+            at = g.staged(self.i, index)
+            own = Assign(Index(mine, at), value, comment="comm.all_gather")
             self.body.append(own)
-            self.vec_stores[id(own)] = VecAccess(mine, index, t.elt, name, value=value)
+            self.vec_stores[id(own)] = VecAccess(mine, at, t.elt, name, value=value)
             if g.dest is not None:
                 store = Assign(Index(g.dest, index), value)
                 self.body.append(store)

@@ -35,9 +35,12 @@ from coconet.lowering.signature import I32, I64, RANGE, CType, ParamKind
 @dataclass
 class Gather:
     """An all_gather inside a fused collective kernel: `value` (this rank's piece) is stored
-    in this rank's symmetric gathered buffer (`operand` maps the element there), and every
-    peer's piece is pulled from its buffer into `dest` (the updated argument) or, without
-    one, into this rank's gathered buffer. `bases[q]`: where member q's piece starts."""
+    in this rank's symmetric gathered buffer, and every peer's piece is pulled from its buffer
+    into `dest` (the updated argument) or, without one, into this rank's gathered buffer
+    (`operand` maps the element there: the whole gathered value, each piece at its place).
+    With a `dest` the symmetric buffer is only a staging copy of the rank's own piece, sized
+    to it: the element at its index within the piece (`staged`). `bases[q]`: where member
+    q's piece starts in the gathered value."""
 
     value: SSAValue
     operand: Operand
@@ -45,6 +48,12 @@ class Gather:
     dest: Param | None = None
     # this rank's gathered buffer, found once per block (where the kernel declares it)
     mine: Var | None = None
+
+    def staged(self, element: Expr, gathered: Expr) -> Expr:
+        """Where `element` of a piece sits in a gathered buffer: at its index within the
+        piece in a staging buffer (with a `dest`), else at `gathered`, its place in the
+        whole value."""
+        return element if self.dest is not None else gathered
 
 
 @dataclass

@@ -73,6 +73,11 @@ class PullBuilder(VectorBuilder):
             )
             return self.at_element(index, element, coords)
 
+        def src_at(g: Gather, element: Expr, coords: Sequence[Expr] = ()) -> Expr:
+            """Where member q's element is read: its index within q's piece in q's staging
+            buffer, or its place in q's gathered buffer."""
+            return g.staged(element, at(g, element, coords))
+
         # Member q's extents of the collapsed dims (uneven slices: its own).
         sizes = {id(self.dims[g]): Index(p, q) for g, p in self.peer_dims.items()}
         extents = [sizes.get(id(x), x) if x is not None else None for x in self.dims]
@@ -83,7 +88,9 @@ class PullBuilder(VectorBuilder):
         j = Var(I64, None, "j_")
         # Strided pieces: the element's coordinates as in the element body.
         i = self.i
-        copies = [Assign(Index(dst(g), at(g, i)), Index(src(g), at(g, i))) for g in self.gathers]
+        copies = [
+            Assign(Index(dst(g), at(g, i)), Index(src(g), src_at(g, i))) for g in self.gathers
+        ]
         element = (Decl(i, self.begin + j), *coordinates(i, self.coords), *copies)
         if not vector:
             per_peer: list[Stmt] = [*head, BlockStrideLoop(j, begin, end, element)]
@@ -91,7 +98,7 @@ class PullBuilder(VectorBuilder):
             ok, qend = Var(BOOL, None, "qvec_"), Var(I64, None, "qend_")
             checks: list[Expr] = []
             for g in self.gathers:
-                checks.append(call("coco_vec_aligned", src(g) + self.at_start(at(g, self.i))))
+                checks.append(call("coco_vec_aligned", src(g) + self.at_start(src_at(g, self.i))))
                 checks.append(call("coco_vec_aligned", dst(g) + self.at_start(at(g, self.i))))
             checks += self.vector_coords(extents)
             v, i0 = Var(I64, None, "v_"), Var(I64, None, "i0_")
@@ -101,7 +108,7 @@ class PullBuilder(VectorBuilder):
                 storage = C_STORAGE[tensor_type_of(g.operand.value).elt]
                 x, y, k = Var(storage, None, "x_"), Var(storage, None, "y_"), Var(I32, None, "k_")
                 vec_body += [
-                    VecIn(x, self.lanes, src(g) + at(g, i0, vc)),
+                    VecIn(x, self.lanes, src(g) + src_at(g, i0, vc)),
                     VecOut(y, self.lanes, dst(g) + at(g, i0, vc)),
                     LaneLoop(k, self.lanes, (Assign(Index(y, k), Index(x, k)),)),
                     VecStore(y, dst(g) + at(g, i0, vc)),

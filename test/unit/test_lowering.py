@@ -354,7 +354,8 @@ def test_fused_kernels_run_as_a_gpu_build_of_their_plan():
 
 def test_fused_adam_assembles_the_gathered_weights_in_the_argument():
     """The all_gather pulls every peer's piece straight into the updated argument: one launch,
-    no copy after it, and each rank reads the peers' pieces at their offsets."""
+    no copy after it, and each rank reads the peers' pieces at their offsets, from staging
+    buffers sized to a piece (not the whole gathered value on every rank)."""
     from coconet.lowering.plan import ArgTable, Copy, Launch
 
     plan = lower(_fused_adam(4096), 4)
@@ -366,6 +367,11 @@ def test_fused_adam_assembles_the_gathered_weights_in_the_argument():
     source = plan.cuda_source
     assert "coco_peers_done" in source
     assert "w_out[w1_bases[q_] + i]" in source
+    # the symmetric buffer the peers pull from stages this rank's piece only (1024 of 4096),
+    # the element at its index within the piece
+    (staging,) = [b for b in plan.buffers if b.symmetric and b.kind == "temp"]
+    assert staging.count == 1024
+    assert "w1_mine[i] = w1_s;  // comm.all_gather" in source
     # loads first: every peer's piece of the gradient (the farthest), then the other inputs,
     # then the fence that keeps the math behind all of them (coco_loads_issued), then the math
     peers = "COCO_PEERS_VEC_IN(float, g1_rs_peers_v, lanes_, g_peers, g_base + i0_, 0, group_, me)"

@@ -26,8 +26,8 @@ func.func @sgd(%g: !coco.tensor<1024xf32, local>, %w: !coco.tensor<1024xf32>, %l
 
 // A fused all_reduce: one kernel reads the reduce_scatter input from its peers (symmetric),
 // updates the sliced state in place, publishes its piece of the gathered weights in its own
-// symmetric buffer and pulls the peers' pieces (at the offsets of the table) straight into the
-// updated argument: no copy after the kernel.
+// symmetric buffer (a staging copy sized to the piece) and pulls the peers' pieces (at the
+// offsets of the table) straight into the updated argument: no copy after the kernel.
 func.func @fused(%g: !coco.tensor<64xf16, local>, %w: !coco.tensor<64xf32>, %m: !coco.tensor<64xf32, sliced<0>>) {
   %r = comm.fused all_reduce -> !coco.tensor<64xf32> {
     %rs = comm.reduce_scatter sum %g : !coco.tensor<64xf16, local> -> !coco.tensor<64xf16, sliced<0>>
@@ -46,7 +46,7 @@ func.func @fused(%g: !coco.tensor<64xf16, local>, %w: !coco.tensor<64xf32>, %m: 
 // CHECK-NEXT:    buffer %g : 64 f16 arg symmetric
 // CHECK-NEXT:    buffer %w : 64 f32 arg
 // CHECK-NEXT:    buffer %m : 16 f32 arg
-// CHECK-NEXT:    buffer %w2 : 64 f32 temp symmetric
+// CHECK-NEXT:    buffer %w2 : 16 f32 temp symmetric
 // CHECK-NEXT:    buffer %k_fused_all_reduce_flags : {{[0-9]+}} u32 scratch symmetric
 // CHECK-NEXT:    launch k_fused_all_reduce<<<1, 256, 0>>>({{.*}}peers(%g), peers(%w2), [0, 16, 32, 48], %w, peers(%k_fused_all_reduce_flags), epoch(k_fused_all_reduce_flags), me[rank], 4,
 // CHECK-NEXT:    output m = %m

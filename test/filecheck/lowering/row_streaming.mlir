@@ -220,11 +220,13 @@ func.func @update_in_place(%x: !coco.tensor<8x16384xf32, local>, %res: !coco.ten
 // The first pass computes only what it reduces and writes (%u is left to the second).
 // CHECK:         const float res = res_in[res_base + i];
 // CHECK-NOT:     coco.add %u
-// CHECK:         ((float*)h_peers[me])[h_base + i] = t;  // comm.all_gather
+// %h is assembled in %res: its symmetric buffer stages this rank's piece only, the element at
+// its index within the piece.
+// CHECK:         ((float*)h_peers[me])[i] = t;  // comm.all_gather
 // CHECK-NOT:     res_out
 // CHECK:         r_val[0] = r;
 // CHECK:         const float res = res_in[res_base + i];
 // CHECK:         const float u = rs + res_s;  // coco.add %u
-// CHECK:         const float t = ((float*)h_peers[me])[h_base + i];  // re-read, not kept
+// CHECK:         const float t = ((float*)h_peers[me])[i];  // re-read, not kept
 // CHECK-NEXT:    res_out[h_base + i] = t;
 // CHECK-NEXT:    ((float*)y_peers[me])[y_base + i] = y_s;  // comm.all_gather
