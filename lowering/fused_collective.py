@@ -553,6 +553,13 @@ def emit_collective_kernel(
     if not single:
         for value, u in targets.items():
             kernel.gather_targets[value] = u.target
+        # a staging buffer of the rank's piece where the piece is the iteration's (its
+        # elements are then the kernel's own, at their index i)
+        kernel.staged = {
+            op.result
+            for op in gathers
+            if op.result in targets and kernel.coincides(tensor_type_of(op.input), iteration)
+        }
     finishers = {r.operands[0]: r for r in reductions if isinstance(r, comm.AllReduceOp)}
     for op in reductions:
         if isinstance(op, coco.ReduceOp):
@@ -574,7 +581,7 @@ def emit_collective_kernel(
             lw.make_symmetric(wire_source(lw, op.input))
         for op in gathers:
             # assembled in an argument: only a staging copy of this rank's piece
-            staging = op.result in kernel.gather_targets
+            staging = op.result in kernel.staged
             lw.buffers[op.result] = lw.new_buffer(
                 op.result.name_hint or "gathered",
                 tensor_type_of(op.input) if staging else op.result.type,

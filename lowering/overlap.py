@@ -240,7 +240,7 @@ def _lower_producer_form(
         lw.stream = COMM_STREAM
         lw.emit(WaitEvent(f"{c_buf.name}_chunk{c}"))
         for step in chunked:
-            lw.emit(_chunk_of(step, lo, hi))
+            lw.emit(_chunk_of(lw, step, lo, hi))
     lw.emit(RecordEvent(f"{c_buf.name}_done"))
     lw.stream = COMPUTE_STREAM
     lw.emit(WaitEvent(f"{c_buf.name}_done"))
@@ -307,7 +307,7 @@ def _lower_boundary_form(
         lw.stream = COMPUTE_STREAM
         lw.emit(WaitEvent(f"{scattered}_chunk{k}"))
         for step in kernels:
-            lw.emit(_chunk_of(step, lo, hi))
+            lw.emit(_chunk_of(lw, step, lo, hi))
         lw.emit(RecordEvent(f"{pushed}_chunk{k}"))
 
     def gather_chunk(k: int) -> None:
@@ -317,8 +317,8 @@ def _lower_boundary_form(
         lw.stream = COMM_STREAM
         lw.emit(WaitEvent(f"{pushed}_chunk{k}"))
         for step in library:
-            lw.emit(_chunk_of(step, lo, hi))
-        lw.emit(_chunk_of(gather, lo, hi))
+            lw.emit(_chunk_of(lw, step, lo, hi))
+        lw.emit(_chunk_of(lw, gather, lo, hi))
         # An event after the gather keeps it issued before the next chunk's matmul: events
         # bound the launch batching's reordering (PlanBuilder.batch_launches).
         lw.emit(RecordEvent(f"{pushed}_gathered{k}"))
@@ -338,7 +338,7 @@ def _lower_boundary_form(
         if c < len(bounds):
             lw.stream = COMM_STREAM
             lw.emit(WaitEvent(f"{c_buf.name}_chunk{c}"))
-            lw.emit(_chunk_of(scatter, *bounds[c]))
+            lw.emit(_chunk_of(lw, scatter, *bounds[c]))
             lw.emit(RecordEvent(f"{scattered}_chunk{c}"))
         if c >= 1:
             gather_chunk(c - 1)
@@ -464,12 +464,24 @@ def _lower_exchange_form(
             multiply(c - 1)
 
 
-def _chunk_of(step: Step, lo: int, hi: int) -> Step:
+def _chunk_of(lw: PlanBuilder, step: Step, lo: int, hi: int) -> Step:
     if isinstance(step, Collective):
         return dataclasses.replace(step, rows=(lo, hi))
     assert isinstance(step, Launch)
     assert step.iteration_shape
     assert step.range_positions
+    if step.iteration_type is not None:
+        shapes = {lw.piece_shape(step.iteration_type, r) for r in range(lw.size)}
+        if len(shapes) > 1:
+            # Rows [lo, hi) are other element ranges on ranks whose pieces differ, and a fused
+            # kernel pulls a peer's chunk at this rank's range: the largest piece's would run
+            # past a smaller one.
+            raise _refuse(
+                "overlap-layout",
+                f"`{step.kernel}` iterates over pieces of {step.iteration_type} that differ "
+                f"between ranks on {lw.size} ranks ({', '.join(map(str, sorted(shapes)))}): "
+                "its chunks need even pieces",
+            )
     row_len = step.iteration_shape[-1]
     args = list(step.args)
     b, e = step.range_positions

@@ -201,6 +201,15 @@ class _RowBuilder(ElementwiseBuilder):
             if kind == SCALAR and inner and any(self.kind[v] != SCALAR for v in inner):
                 raise CocoError(f"[lower-fused-rows] {op.name} reduces without a reduction op")
             self.level[res], self.kind[res] = level, kind
+        for v, _gathered in self.k.all_gathers:
+            if self.kind.get(v) != ELEMENT:
+                # the pull moves whole pieces of the iteration: a row value (one per row) has
+                # no such piece
+                raise CocoError(
+                    f"[lower-fused-rows] the all_gather of %{v.name_hint or 'a row value'} "
+                    f"({tensor_type_of(v)}) in a fused row kernel gathers one value per row, "
+                    f"not the rows' elements; gather it outside the fused region"
+                )
 
     # -- values --------------------------------------------------------------------------
 

@@ -38,9 +38,9 @@ class Gather:
     in this rank's symmetric gathered buffer, and every peer's piece is pulled from its buffer
     into `dest` (the updated argument) or, without one, into this rank's gathered buffer
     (`operand` maps the element there: the whole gathered value, each piece at its place).
-    With a `dest` the symmetric buffer is only a staging copy of the rank's own piece, sized
-    to it: the element at its index within the piece (`staged`). `bases[q]`: where member
-    q's piece starts in the gathered value."""
+    With a `dest` (and the piece the iteration's) the symmetric buffer is only a staging copy
+    of the rank's own piece, sized to it: the element at its index within the piece
+    (`staged`). `bases[q]`: where member q's piece starts in the gathered value."""
 
     value: SSAValue
     operand: Operand
@@ -48,12 +48,13 @@ class Gather:
     dest: Param | None = None
     # this rank's gathered buffer, found once per block (where the kernel declares it)
     mine: Var | None = None
+    # the buffer stages this rank's piece only (ElementwiseSpec.staged)
+    piece_only: bool = False
 
     def staged(self, element: Expr, gathered: Expr) -> Expr:
         """Where `element` of a piece sits in a gathered buffer: at its index within the
-        piece in a staging buffer (with a `dest`), else at `gathered`, its place in the
-        whole value."""
-        return element if self.dest is not None else gathered
+        piece in a staging buffer, else at `gathered`, its place in the whole value."""
+        return element if self.piece_only else gathered
 
 
 @dataclass

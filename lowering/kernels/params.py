@@ -68,7 +68,9 @@ class ParamBuilder(BuilderState):
                     ParamKind.GATHER_OUT,
                     value=target,
                 )
-            self.gathers.append(Gather(v, operand, bases, dest))
+            piece_only = gathered in k.staged
+            assert not piece_only or dest is not None, "a staging buffer needs a destination"
+            self.gathers.append(Gather(v, operand, bases, dest, piece_only=piece_only))
         for n, (_v, received) in enumerate(k.sends):
             hint = value_hint(received, "_peers")
             received_peers = self.param(

@@ -102,6 +102,9 @@ class ElementwiseSpec:
         # Gathered results assembled directly in the argument they update (gathered result ->
         # the update's target), instead of in the gathered buffer and copied after.
         self.gather_targets: dict[SSAValue, SSAValue] = {}
+        # Gathered results whose symmetric buffer stages only this rank's piece (assembled in
+        # an argument, their input's piece the iteration's): each element at its index `i`.
+        self.staged: set[SSAValue] = set()
         # Full reductions finished inside the kernel and all-reduced across the group
         # (LAMB's norms): (reduced value, kind, the all_reduce's result).
         self.reductions: list[tuple[SSAValue, str, SSAValue]] = []

@@ -28,7 +28,7 @@ from conftest import example_params
 
 import coconet
 from coconet.core import values as V
-from coconet.core.program import CocoError, Program
+from coconet.core.program import CocoError, Program, parse_module
 from coconet.dialects import comm
 from coconet.dialects.coco import TensorType
 from coconet.lowering.lower_to_plan import lower
@@ -44,6 +44,8 @@ from coconet.lowering.plan import (
     RecordEvent,
     WaitEvent,
 )
+from coconet.runtime import sim
+from coconet.runtime.threaded import ThreadedExecutor
 from coconet.schedule import apply_pipeline, apply_schedule, enumerate_scheduled_programs
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -601,3 +603,34 @@ def test_listed_fused_schedules_fuse(name: str) -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_every_listed_fused_schedule_fuses(name: str) -> None:
     _fused_cases(name, 1)
+
+
+UNEVEN_COLUMNS = """
+func.func @mlp(%x: !coco.tensor<4x8xf32, sliced<1>>, %wt: !coco.tensor<8x8xf32, sliced<0>>,
+               %b: !coco.tensor<8xf32>, %w0: !coco.tensor<4x8xf32>)
+    attributes {coco.grid = #coco.grid<[?]>} {
+  %h = coco.matmul %x, %wt : !coco.tensor<4x8xf32, sliced<1>>, !coco.tensor<8x8xf32, sliced<0>> -> !coco.tensor<4x8xf32, local>
+  %s = comm.all_reduce sum %h : !coco.tensor<4x8xf32, local> -> !coco.tensor<4x8xf32>
+  %y = coco.add %s, %b : !coco.tensor<4x8xf32>, !coco.tensor<8xf32> -> !coco.tensor<4x8xf32>
+  coco.update %w0, %y : !coco.tensor<4x8xf32>
+  func.return
+}
+"""
+
+
+def test_an_overlapped_fused_kernel_over_uneven_columns_is_refused():
+    """ol(mm,fuse(rs-c-ag)) splitting the columns (8 over 3 ranks: 3, 3, 2): a chunk of rows is
+    another element range on the rank with 2 columns, and the fused kernel pulls a peer's
+    chunk at its own range -- the random-program sweep (COCONET_FULL=1) found it overrunning
+    the smaller piece's heap buffer and computing wrong values there. Refused with the
+    rule; at 2 and 4 ranks (even pieces) it runs as the sim computes."""
+    program = apply_schedule(Program(parse_module(UNEVEN_COLUMNS)), "ol(mm,fuse(rs-c-ag))")
+    with pytest.raises(CocoError, match=r"\[overlap-layout\] .*differ between ranks on 3 ranks"):
+        lower(program, 3)
+    for ranks in (2, 4):
+        plan = lower(program, ranks)
+        inputs = sim.prepare_inputs(program, None, plan.grid_shape, seed=ranks)
+        want = sim.run(program, {k: v.copy() for k, v in inputs.items()}, ranks=ranks)
+        got = ThreadedExecutor(plan).run(inputs)
+        # (the matmul sums in another order than NumPy: f32 tolerance)
+        np.testing.assert_allclose(got["w0"], want.outputs["w0"], rtol=2e-5, atol=2e-5)
