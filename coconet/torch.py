@@ -941,12 +941,11 @@ class CoconetOptimizer(torch.optim.Optimizer):
 
     def _release_gradient_buffers(self) -> None:
         """Gradients back into memory of their own, before the programs owning the buffers
-        they were views of close."""
-        for i, s in enumerate(self.segments):
+        they were views of close (_recompile then hands the programs the new ones)."""
+        for s in self.segments:
             if s.adopted:
                 self._regrad(s, torch.empty_like(s.flat_grad))
                 s.adopted = False
-                self._inputs[f"g{i}"] = _handed_over(s.flat_grad)
 
     def _regrad(self, s: _Segment, flat: torch.Tensor) -> None:
         """`flat` becomes segment `s`'s gradient buffer (its values copied in), its

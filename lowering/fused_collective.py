@@ -487,7 +487,8 @@ def emit_collective_kernel(
     # rank's own memory and stores the gathered value where it is wanted -- no symmetric
     # buffer (an argument bound without a copy), no staging store, handshake or pull. The
     # row form keeps its collective machinery.
-    single = lw.group_size(span) == 1 and not rows
+    group = lw.group_size(span)
+    single = group == 1 and not rows
     # Scalar arithmetic on arguments that only fused collectives read: computed here.
     remat = (
         []
@@ -587,7 +588,6 @@ def emit_collective_kernel(
                 tensor_type_of(op.input) if staging else op.result.type,
                 symmetric=True,
             )
-    group = lw.group_size(span)
     # Flags: entry and done (nranks x grid each), one per rank for reductions, the epoch.
     flags = flags_buffer(lw, kernel.name, iteration, group) if kernel.is_collective else None
     n_red = len(kernel.reductions)

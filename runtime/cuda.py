@@ -371,9 +371,10 @@ class Device(Protocol):
         for values it cannot take."""
         ...
 
-    def order_after(self, value: Any, stream: Any) -> None:
-        """`stream`'s later work after the caller's pending work on a device value adopted
-        before (its producer's current stream), as its adoption ordered it."""
+    def order_after(self, value: Any, stream: Any) -> bool:
+        """`stream`'s later work after the caller's pending work on a device value (its
+        producer's current stream), as adopting it orders it; False for host memory, which
+        has nothing to order."""
         ...
 
     def alloc_ipc(self, shape: tuple[int, ...], dtype: np.dtype, stream: Any) -> tuple[Any, bytes]:
@@ -541,8 +542,7 @@ class CupyDevice:
                     f"the CuPy array is on GPU {value.device.id}, but this rank runs on GPU "
                     f"{self.device_id()}"
                 )
-            # The caller's work on its current stream comes first.
-            stream.wait_event(cp.cuda.get_current_stream().record())
+            self.order_after(value, stream)  # the caller's work on its current stream first
             return as_bit_patterns(value, cp)
         if dlpack_placement(value, self.device_id()) != "device":
             return None
@@ -559,10 +559,13 @@ class CupyDevice:
         cp = self.cp
         if isinstance(value, cp.ndarray):
             stream.wait_event(cp.cuda.get_current_stream().record())
-        elif dlpack_placement(value, self.device_id()) == "device":
+            return True
+        if dlpack_placement(value, self.device_id()) == "device":
             # The DLPack exchange's own ordering: the producer makes `stream` wait for its
             # pending work (PyTorch's current stream); the capsule itself is not used.
             value.__dlpack__(stream=stream.ptr)
+            return True
+        return False
 
     def alloc_ipc(self, shape, dtype, stream):
         rt = self.cp.cuda.runtime
@@ -995,13 +998,13 @@ class CudaBackend:
         """Device values the caller passed again (a compiled program's fast path, which does
         not adopt them anew): the compute stream waits for the caller's work on them since
         (a backward pass writing the gradient), as their first adoption ordered it. One wait
-        per kind of value: a producer's current stream is the same for all its arrays."""
-        stream, seen = self._compute(), set()
+        per kind of device value: a producer's current stream is the same for all its arrays
+        (a host value of that kind -- a CPU tensor -- orders nothing and counts for none)."""
+        stream, ordered = self._compute(), set()
         for value in values:
-            if type(value) not in seen and not isinstance(value, np.ndarray):
-                seen.add(type(value))
-                self.device.order_after(value, stream)
-        if seen:
+            if type(value) not in ordered and self.device.order_after(value, stream):
+                ordered.add(type(value))
+        if ordered:
             self._inputs_ready()
 
     def _inputs_ready(self) -> None:

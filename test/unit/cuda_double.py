@@ -571,30 +571,27 @@ class StrictDevice:
         return array
 
     def adopt(self, value, stream):
-        s = self._name(stream)
         if isinstance(value, FakeDeviceArray):  # a CuPy array: ordered after its stream
-            alloc = self.find(value.ctypes.data)
-            producer = alloc.last_write[0] if alloc and alloc.last_write else LEGACY
-            self._merge(s, dict(self.clock[producer]))
+            self.order_after(value, stream)
             return as_bit_patterns(value, np)
         if dlpack_placement(value, self.id) != "device":
             return None
         # cupy.from_dlpack under `with stream`: __dlpack__(stream=...) orders the producer's
         # pending work before `stream`.
-        self._merge(s, dict(self.clock[value.producer]))
+        self.order_after(value, stream)
         return as_bit_patterns(value.data, np)
 
-    def order_after(self, value, stream):
+    def order_after(self, value, stream) -> bool:
         s = self._name(stream)
         if isinstance(value, FakeDeviceArray):
             alloc = self.find(value.ctypes.data)
             producer = alloc.last_write[0] if alloc and alloc.last_write else LEGACY
             self._merge(s, dict(self.clock[producer]))
-        elif isinstance(value, FakeTensor):
-            if dlpack_placement(value, self.id) == "device":
-                self._merge(s, dict(self.clock[value.producer]))
-        else:
-            raise TypeError(f"order_after: not a device value: {type(value).__name__}")
+            return True
+        if dlpack_placement(value, self.id) == "device":
+            self._merge(s, dict(self.clock[value.producer]))
+            return True
+        return False  # host memory (NumPy, a CPU tensor): nothing to order
 
     def produce(self, array: FakeDeviceArray, host: np.ndarray, *, producer: str = "torch"):
         """The caller writes `host` into its device array on its own stream (a backward

@@ -683,6 +683,23 @@ def test_a_tensor_that_requires_grad_is_refused_with_one_clear_message():
         backend.coerce_input("g", g, plan.arguments["g"])
 
 
+def test_a_host_tensor_passed_again_does_not_stand_in_for_a_device_one():
+    """order_inputs waits once per kind of DEVICE value: a CPU tensor of the same kind ahead
+    of the CUDA one (in argument order) orders nothing, so the CUDA tensor's pending write
+    must still be ordered before the compute stream."""
+    world = FakeWorld()
+    device = StrictDevice(world)
+    backend = CudaBackend(device, FakeComm(world, "c", [0], 0), mpi=FakeMPI)
+    host = FakeTensor(device.user_array(np.zeros(4, np.float32)), device_type=1)
+    grad = FakeTensor(device.user_array(np.zeros(4, np.float32)))
+    device.produce(grad.data, np.ones(4, np.float32))  # the backward pass, not yet ordered
+    written = device.find(grad.data.ctypes.data).last_write
+    compute = device.stream(0).name
+    assert not device._ordered(compute, written)
+    backend.order_inputs([host, grad])
+    assert device._ordered(compute, written)
+
+
 def _compiled_on_fake_gpus(program, plan, ranks: int, call) -> list[tuple[Any, set[str]]]:
     """`call(r, device, compiled)` on each of `ranks` threads, each rank a CompiledProgram of
     `plan` on its own strict fake GPU (compile()'s call path): (what it returned, the names
