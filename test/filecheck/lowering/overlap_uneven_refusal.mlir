@@ -18,5 +18,5 @@ builtin.module attributes {coco.schedule = "ol(mm,fuse(rs-c-ag))"} {
 
 // CHECK: coco-opt: error: [overlap-layout] `k_fused_all_reduce` iterates over pieces of !coco.tensor<4x8xf32, sliced<1>> that differ between ranks on 3 ranks ((4, 2), (4, 3)): its chunks need even pieces
 // EVEN-LABEL: plan @mlp on grid [4]
-// EVEN-NEXT:    matmul %x, %wt -> %h rows [0, 1)
+// EVEN:         matmul %x, %wt -> %h rows [0, 1)
 // EVEN:         [stream 1] launch k_fused_all_reduce<<<
