@@ -312,7 +312,9 @@ class CompiledProgram:
                 self._gather(r.gather, wholes[name])
                 out[name] = r.returned(inputs[name], wholes[name])
             elif arg is buf:
-                out[name] = backend.write_back(buf, inputs[name], bound=name in self.runner.bound)
+                # bound, or the caller's value is the buffer itself (input_buffer)
+                held = name in self.runner.bound or backend.holds(buf, inputs[name])
+                out[name] = backend.write_back(buf, inputs[name], bound=held)
             else:
                 out[name] = backend.output(buf)
         return out

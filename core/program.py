@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import math
 import runpy
-from collections.abc import Generator, Hashable, Mapping, Sequence
+from collections.abc import Collection, Generator, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -81,6 +81,8 @@ class Argument:
     name: str
     type: TensorType
     value: BlockArgument
+    # `{coco.symmetric}`: the caller keeps it in symmetric memory (compiled.input_buffer)
+    symmetric: bool = False
 
 
 @dataclass
@@ -90,6 +92,33 @@ class Output:
     name: str
     type: TensorType
     updated_argument: str | None = None
+
+
+def symmetric_arguments(fn: func.FuncOp) -> set[int]:
+    """The indices of `fn`'s arguments marked `{coco.symmetric}`."""
+    from coconet.dialects.coco import SYMMETRIC_ARG_ATTR
+
+    dicts = fn.arg_attrs.data if fn.arg_attrs is not None else ()
+    return {i for i, d in enumerate(dicts) if SYMMETRIC_ARG_ATTR in d.data}
+
+
+def mark_symmetric(fn: func.FuncOp, indices: Collection[int]) -> None:
+    """Mark `fn`'s arguments at `indices` `{coco.symmetric}` (others keep their attributes)."""
+    from coconet.dialects.coco import SYMMETRIC_ARG_ATTR
+
+    if not indices:
+        return
+    n = len(fn.body.block.args)
+    old = list(fn.arg_attrs.data) if fn.arg_attrs is not None else []
+    old += [builtin.DictionaryAttr({})] * (n - len(old))
+    fn.arg_attrs = builtin.ArrayAttr(
+        [
+            builtin.DictionaryAttr({**d.data, SYMMETRIC_ARG_ATTR: builtin.UnitAttr()})
+            if i in indices
+            else d
+            for i, d in enumerate(old)
+        ]
+    )
 
 
 class Program:
@@ -125,13 +154,14 @@ class Program:
     @property
     def arguments(self) -> list[Argument]:
         args: list[Argument] = []
+        symmetric = symmetric_arguments(self.func)
         for i, a in enumerate(self.func.body.block.args):
             if not isinstance(a.type, TensorType):
                 raise CocoError(
                     f"@{self.name}: argument #{i} has type {a.type}; program arguments must be "
                     "!coco.tensor values"
                 )
-            args.append(Argument(a.name_hint or f"arg{i}", a.type, a))
+            args.append(Argument(a.name_hint or f"arg{i}", a.type, a, i in symmetric))
         return args
 
     @property

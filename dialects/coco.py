@@ -97,6 +97,7 @@ from coconet.dialects.coco_types import (
     NUMERICS_ATTR_NAME as NUMERICS_ATTR_NAME,
     REPLICATED as REPLICATED,
     SCHEDULE_ATTR_NAME as SCHEDULE_ATTR_NAME,
+    SYMMETRIC_ARG_ATTR as SYMMETRIC_ARG_ATTR,
     GridAttr as GridAttr,
     LayoutAttr as LayoutAttr,
     LocalAttr as LocalAttr,

@@ -358,6 +358,9 @@ SCHEDULE_ATTR_NAME = "coco.schedule"
 # The numerics policy of a module's or function's transcendental ops that carry none of their
 # own (`#coco<numerics fast>`; coco.py `numerics_of`).
 NUMERICS_ATTR_NAME = "coco.numerics"
+# A function argument the caller keeps in symmetric memory (`{coco.symmetric}`): peers of a
+# fused collective reach it there, so an all_gather assembled in it needs no staging copy.
+SYMMETRIC_ARG_ATTR = "coco.symmetric"
 
 
 # --------------------------------------------------------------------------------------------

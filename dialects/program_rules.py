@@ -22,8 +22,10 @@ starts with the rule's name in brackets, as in layout_rules.py:
                         the lowering's decisions (lowering/decisions.py): `comm.topology`
                         (a `#comm<topology ...>`) on a collective, `comm.deferral` (a
                         `#comm<deferral ...>`) on an elementwise op, constant or slice;
-                        any other (a misspelt `coco.gird`) would be silently ignored
-                        otherwise.
+                        `coco.symmetric` on a function argument; any other (a misspelt
+                        `coco.gird`) would be silently ignored otherwise.
+* symmetric-argument    `coco.symmetric` is a unit attribute on a tensor argument (not a
+                        scalar): the caller keeps that argument in symmetric memory.
 * dominance             a value is used only after its definition, by ops its block encloses:
                         no use before the def, no op using its own result, no value of another
                         function or of a region's inside used outside it.
@@ -38,7 +40,7 @@ import difflib
 from typing import NoReturn
 
 from xdsl.dialects import func
-from xdsl.dialects.builtin import DictionaryAttr, ModuleOp, StringAttr, UnregisteredOp
+from xdsl.dialects.builtin import DictionaryAttr, ModuleOp, StringAttr, UnitAttr, UnregisteredOp
 from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
@@ -46,11 +48,13 @@ from coconet.dialects.coco import (
     GRID_ATTR_NAME,
     NUMERICS_ATTR_NAME,
     SCHEDULE_ATTR_NAME,
+    SYMMETRIC_ARG_ATTR,
     CocoOp,
     ConstantOp,
     ElementwiseOp,
     NumericsAttr,
     SliceOp,
+    TensorType,
 )
 from coconet.dialects.comm import (
     DEFERRAL_ATTR_NAME,
@@ -264,14 +268,35 @@ def _check_attributes(op: Operation, owner: str, known: frozenset[str]) -> None:
 
 
 def _check_argument_attributes(fn: func.FuncOp) -> None:
-    """Argument and result attributes: coconet reads none in its namespaces."""
+    """Argument and result attributes: coconet reads `coco.symmetric` (a unit attribute) on
+    a tensor argument, and nothing else in its namespaces."""
     for what, dicts in (("argument", fn.arg_attrs), ("result", fn.res_attrs)):
+        known: frozenset[str] = frozenset({SYMMETRIC_ARG_ATTR} if what == "argument" else ())
         for i, attrs in enumerate(dicts.data if dicts is not None else ()):
             assert isinstance(attrs, DictionaryAttr)
-            for name in attrs.data:
-                if name.startswith(COCONET_NAMESPACES):
-                    owner = f"{what} #{i} of @{fn.sym_name.data}"
-                    _refuse(fn, "unknown-attribute", _unknown_attribute(owner, name, frozenset()))
+            owner = f"{what} #{i} of @{fn.sym_name.data}"
+            for name, value in attrs.data.items():
+                if name.startswith(COCONET_NAMESPACES) and name not in known:
+                    _refuse(fn, "unknown-attribute", _unknown_attribute(owner, name, known))
+                if name == SYMMETRIC_ARG_ATTR:
+                    _check_symmetric(fn, i, owner, value)
+
+
+def _check_symmetric(fn: func.FuncOp, i: int, owner: str, value: Attribute) -> None:
+    if not isinstance(value, UnitAttr):
+        _refuse(
+            fn,
+            "symmetric-argument",
+            f"{owner} has '{SYMMETRIC_ARG_ATTR}' = {value}: it is a unit attribute "
+            f"(write {{{SYMMETRIC_ARG_ATTR}}})",
+        )
+    t = fn.body.block.args[i].type if i < len(fn.body.block.args) else None
+    if isinstance(t, TensorType) and not t.get_shape():
+        _refuse(
+            fn,
+            "symmetric-argument",
+            f"{owner} is a scalar: '{SYMMETRIC_ARG_ATTR}' places a tensor in symmetric memory",
+        )
 
 
 def _unknown_attribute(owner: str, name: str, known: frozenset[str]) -> str:

@@ -561,6 +561,17 @@ def emit_collective_kernel(
             for op in gathers
             if op.result in targets and kernel.coincides(tensor_type_of(op.input), iteration)
         }
+        # Assembled in an argument the caller keeps in symmetric memory: the peers pull
+        # each owner's piece from the argument itself -- one store per element, the floor
+        # (the vector form; the row form stores its targets in a later phase).
+        kernel.in_place = {
+            op.result
+            for op in gathers
+            if not rows
+            and op.result in targets
+            and lw.value_buffer(targets[op.result].target).symmetric
+        }
+        kernel.staged -= kernel.in_place
     finishers = {r.operands[0]: r for r in reductions if isinstance(r, comm.AllReduceOp)}
     for op in reductions:
         if isinstance(op, coco.ReduceOp):
@@ -581,6 +592,9 @@ def emit_collective_kernel(
         for op in scatters:
             lw.make_symmetric(wire_source(lw, op.input))
         for op in gathers:
+            if op.result in kernel.in_place:
+                lw.buffers[op.result] = lw.value_buffer(targets[op.result].target)
+                continue
             # assembled in an argument: only a staging copy of this rank's piece
             staging = op.result in kernel.staged
             lw.buffers[op.result] = lw.new_buffer(

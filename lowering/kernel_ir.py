@@ -454,6 +454,7 @@ class SyncStep(Enum):
 
     ENTRY = "coco_peers_entry"
     DONE = "coco_peers_done"
+    EXIT = "coco_peers_exit"
     EXCHANGE = "coco_peers_exchange"
 
 

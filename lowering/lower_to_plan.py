@@ -282,6 +282,7 @@ class Lowering:
         arguments: dict[str, Buffer] = {}
         for arg in self.program.arguments:
             buf = self.new_buffer(arg.name, arg.type, kind="arg")
+            buf.symmetric = arg.symmetric  # the caller keeps it there (input_buffer)
             self.buffers[arg.value] = buf
             arguments[arg.name] = buf
         outputs: dict[str, Buffer] = {}

@@ -36,10 +36,10 @@ EPOCH_WORDS = 2
 
 
 def flag_words(group: int) -> int:
-    """The u32 words of a fused collective's flag array for a group of `group` ranks: entry
-    and done flags (group x MAX_COLLECTIVE_BLOCKS each), one exchange flag per rank, and the
-    epoch counter pair."""
-    return 2 * group * MAX_COLLECTIVE_BLOCKS + group + EPOCH_WORDS
+    """The u32 words of a fused collective's flag array for a group of `group` ranks: entry,
+    done and exit flags (group x MAX_COLLECTIVE_BLOCKS each), one exchange flag per rank, and
+    the epoch counter pair."""
+    return 3 * group * MAX_COLLECTIVE_BLOCKS + group + EPOCH_WORDS
 
 
 def shrink_grids(grids: Sequence[int], most: int) -> list[int]:

@@ -253,6 +253,14 @@ def launch_bytes(plan: Plan, step: Launch, rank: int) -> Moved:
     sends = send_to is None or (_rank_int(send_to, rank) or 0) >= 0
     # without a GATHER_OUT the gathered value is assembled in the symmetric buffer itself
     in_place = ParamKind.GATHER_OUT not in kinds
+    # assembled in a symmetric argument: the peers pull from the destination itself
+    assembled_in = {
+        t.name
+        for p, a in zip(params, step.args, strict=False)
+        if p.kind == ParamKind.GATHER_OUT
+        for t in _tensors(a)
+        if isinstance(t, Buffer)
+    }
     n_launch = launch_elements(step)
     frac = rows_fraction(step)
     m = Moved()
@@ -282,7 +290,8 @@ def launch_bytes(plan: Plan, step: Launch, rank: int) -> Moved:
                     m.read += n * size
                     m.peer_read += (p - 1) * n * size
             elif kind == ParamKind.PEERS_OUT:
-                m.write += (p if in_place else 1) * n * size
+                if buf.name not in assembled_in:  # (else the GATHER_OUT's writes)
+                    m.write += (p if in_place else 1) * n * size
                 m.peer_read += (p - 1) * n * size
             elif kind == ParamKind.SEND_PEERS:
                 m.peer_write += n * size if sends and p > 1 else 0
@@ -471,8 +480,10 @@ def format_report(plan: Plan, f: func.FuncOp, rank: int = 0) -> str:
             # Not a plan step: the runtime's placement of the caller's value (executor.py
             # set_inputs), which a caller writing into the buffer itself skips.
             n = buf.count_at(rank) * itemsize(buf)
+            # an updated argument is copied back into the caller's array too
+            way, k = ("into and out of", 2 * n) if plan.outputs.get(name) is buf else ("into", n)
             lines.append(
-                f"  copy into symmetric %{name} per call: own {n}r {n}w (not in the total: "
+                f"  copy {way} symmetric %{name} per call: own {k}r {k}w (not in the total: "
                 f"none where the caller writes into CompiledProgram.input_buffer('{name}'))"
             )
     t, fl = plan_total(plan, rank), floor_total(f, plan.grid_shape, rank)

@@ -622,8 +622,9 @@ COCO_HD void coco_wait_flag_geq(volatile coco_u32* flag, coco_u32 value) {
 // Only between same-index blocks of the members of a group, and only thread 0 of a block
 // calls these. `flags` holds the addresses of every member's flag array (a symmetric u32
 // buffer), in group order: entry flags, then done flags (nranks x grid each: flag p * grid + b
-// says member p's block b got there), then nranks exchange flags, and at its end (at the
-// largest grid's offsets) the site's epoch counter (coco_epoch_next). Flags carry the launch's
+// says member p's block b got there), then nranks exchange flags, then exit flags (nranks x
+// grid), and at its end (at the largest grid's offsets) the site's epoch counter
+// (coco_epoch_next). Flags carry the launch's
 // epoch, so they never need resetting.
 
 // The epoch of this launch at its site, kept on the device in the counter pair `at` (the end
@@ -687,6 +688,16 @@ COCO_HD void coco_peers_done(const coco_u64* flags, coco_i32 me, coco_i32 nranks
                              coco_u32 epoch, coco_u32 grid, coco_u32 block) {
   coco_peers_signal_wait(flags, (coco_u64)nranks * grid + block, grid, me, nranks, epoch);
   coco_threadfence_system();
+}
+
+// Exit (a gathered value assembled in place, in a symmetric argument the caller owns): the
+// block announces it has pulled its chunk of every peer's piece and waits for its peers' same
+// block. No peer then still reads this rank's piece when the launch ends, so the caller may
+// write the argument between launches (the entry flags guard only the next launch's writes).
+COCO_HD void coco_peers_exit(const coco_u64* flags, coco_i32 me, coco_i32 nranks,
+                             coco_u32 epoch, coco_u32 grid, coco_u32 block) {
+  coco_peers_signal_wait(flags, 2 * (coco_u64)nranks * grid + nranks + block, grid, me, nranks,
+                         epoch);
 }
 
 // Exchange: the last block of each rank (coco_block_is_last) announces the partials it wrote

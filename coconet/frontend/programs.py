@@ -13,7 +13,7 @@ from xdsl.ir import Attribute
 from xdsl.utils.exceptions import DiagnosticException, VerifyException
 
 from coconet.core.gc_pause import gc_paused
-from coconet.core.program import CocoError, Program
+from coconet.core.program import CocoError, Program, mark_symmetric
 from coconet.core.target_names import name_schedule_targets
 from coconet.dialects.coco import (
     DYNAMIC,
@@ -36,15 +36,24 @@ def Tensor(
     shape: Sequence[int] | int,
     layout: LayoutAttr | Sequence[LayoutAttr] = REPLICATED,
     name: str | None = None,
+    *,
+    symmetric: bool = False,
 ) -> Value:
     """Declare a program argument: `Tensor(F16, [B, S, H], Sliced(2), "x")`.
 
     Inside a @program body it becomes the next argument at once; as a parameter's annotation
-    or default it is a declaration that each build turns into an argument."""
+    or default it is a declaration that each build turns into an argument. `symmetric=True`
+    marks it `{coco.symmetric}`: the caller keeps it in symmetric memory (writing into
+    `compiled.input_buffer(name)`), so a fused all_gather assembles in it with no staging
+    copy."""
     elt_name(dtype)
     if name is not None:
         check_name(name, "a tensor")
-    spec = TensorSpec(dtype, as_shape(shape), as_layouts(layout), name)
+    spec = TensorSpec(dtype, as_shape(shape), as_layouts(layout), name, bool(symmetric))
+    if spec.symmetric and not spec.shape:
+        raise CocoError(
+            "Tensor(..., symmetric=True) of shape []: only a tensor lives in symmetric memory"
+        )
     tensor_type(spec)  # reject e.g. sliced<3> of a rank-2 tensor where it is written
     stack = _stack()
     if stack:
@@ -131,7 +140,11 @@ def _parameter_specs(fn: Callable[..., Any], fname: str, where: str) -> list[Ten
                 )
             spec = decl._spec
             assert spec is not None
-            specs.append(TensorSpec(spec.dtype, spec.shape, spec.layouts, spec.name or param.name))
+            specs.append(
+                TensorSpec(
+                    spec.dtype, spec.shape, spec.layouts, spec.name or param.name, spec.symmetric
+                )
+            )
     finally:
         stack[:] = saved
     return specs
@@ -169,6 +182,7 @@ def build_program(
         finally:
             stack.pop()
         builder.func.update_function_type()
+        mark_symmetric(builder.func, builder.symmetric)
         try:
             # Every op verified as it was inserted (`_Builder.insert`; nothing changes an op
             # after): what is left is the module, the function against its return, and the

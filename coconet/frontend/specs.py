@@ -24,6 +24,7 @@ class TensorSpec:
     shape: tuple[int, ...]
     layouts: tuple[LayoutAttr, ...]
     name: str | None
+    symmetric: bool = False  # `{coco.symmetric}`: the caller keeps it in symmetric memory
 
 
 def as_layouts(layout: object) -> tuple[LayoutAttr, ...]:

@@ -197,6 +197,7 @@ class _Builder:
         self.code = code  # the program function's code: its frame bounds the name scan
         self.updated: dict[SSAValue, str] = {}  # target -> where it was updated
         self.arg_names: dict[str, str] = {}  # name -> where declared
+        self.symmetric: set[int] = set()  # arguments declared symmetric=True
         self.constants: dict[tuple[str, Attribute], Value] = {}  # literal constants
         self.unnamed: dict[int, Value] = {}  # id -> an op result no variable has named yet
 
@@ -209,6 +210,8 @@ class _Builder:
         except VerifyException as e:
             raise CocoError(f"{where}: " + _layout_hint(str(e), self.grid)) from None
         arg = self.block.insert_arg(t, len(self.block.args))
+        if spec.symmetric:
+            self.symmetric.add(arg.index)
         if spec.name is not None:
             self.name_argument(arg, spec.name, where)
         return self.track(Value(arg, self))

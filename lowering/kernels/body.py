@@ -255,15 +255,18 @@ class BodyBuilder(BuilderState):
             # This rank's own gathered buffer, found once per block (a table lookup left in
             # the vector loop would be a load between its math and its stores).
             name = o.value.name_hint or o.param.fallback
-            mine = Var(C_STORAGE[t.elt].ptr(), f"{name}_mine", "mine_")
-            self.hoisted.append(Decl(mine, peer(o.param, self.me, C_STORAGE[t.elt])))
-            g.mine = mine
-            at = g.staged(self.i, index)
-            own = Assign(Index(mine, at), value, comment="comm.all_gather")
-            self.body.append(own)
-            self.vec_stores[id(own)] = VecAccess(mine, at, t.elt, name, value=value)
+            if not g.in_place:
+                mine = Var(C_STORAGE[t.elt].ptr(), f"{name}_mine", "mine_")
+                self.hoisted.append(Decl(mine, peer(o.param, self.me, C_STORAGE[t.elt])))
+                g.mine = mine
+                at = g.staged(self.i, index)
+                own = Assign(Index(mine, at), value, comment="comm.all_gather")
+                self.body.append(own)
+                self.vec_stores[id(own)] = VecAccess(mine, at, t.elt, name, value=value)
             if g.dest is not None:
-                store = Assign(Index(g.dest, index), value)
+                # (in place: the argument peers pull from, so the gather's one store)
+                comment = "comm.all_gather, in place" if g.in_place else ""
+                store = Assign(Index(g.dest, index), value, comment=comment)
                 self.body.append(store)
                 dest = g.dest.hint or g.dest.fallback
                 self.vec_stores[id(store)] = VecAccess(g.dest, index, t.elt, dest, value=value)

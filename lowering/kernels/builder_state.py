@@ -50,6 +50,9 @@ class Gather:
     mine: Var | None = None
     # the buffer stages this rank's piece only (ElementwiseSpec.staged)
     piece_only: bool = False
+    # the buffer is `dest` itself, a symmetric argument (ElementwiseSpec.in_place): the
+    # store into `dest` is the rank's only one
+    in_place: bool = False
 
     def staged(self, element: Expr, gathered: Expr) -> Expr:
         """Where `element` of a piece sits in a gathered buffer: at its index within the

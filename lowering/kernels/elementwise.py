@@ -90,6 +90,10 @@ class ElementwiseBuilder(ParamBuilder, BodyBuilder, PullBuilder, ReductionBuilde
             stmts += [SyncBlock(), thread_zero(self.peer_sync(SyncStep.DONE))]
         if self.gathers:
             stmts += [SyncBlock(), *self.pull(pull_vector)]
+        if any(g.in_place for g in self.gathers):
+            # Exit: the peers have pulled this rank's piece from the argument, which the
+            # caller may write once the launch ends.
+            stmts += [SyncBlock(), thread_zero(self.peer_sync(SyncStep.EXIT))]
         if k.reductions:
             stmts += self.finish_reductions()
         return Kernel(k.name, tuple(self.params), tuple(stmts))

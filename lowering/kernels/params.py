@@ -69,8 +69,11 @@ class ParamBuilder(BuilderState):
                     value=target,
                 )
             piece_only = gathered in k.staged
-            assert not piece_only or dest is not None, "a staging buffer needs a destination"
-            self.gathers.append(Gather(v, operand, bases, dest, piece_only=piece_only))
+            in_place = gathered in k.in_place
+            assert dest is not None or not (piece_only or in_place), "no destination"
+            self.gathers.append(
+                Gather(v, operand, bases, dest, piece_only=piece_only, in_place=in_place)
+            )
         for n, (_v, received) in enumerate(k.sends):
             hint = value_hint(received, "_peers")
             received_peers = self.param(

@@ -105,6 +105,9 @@ class ElementwiseSpec:
         # Gathered results whose symmetric buffer stages only this rank's piece (assembled in
         # an argument, their input's piece the iteration's): each element at its index `i`.
         self.staged: set[SSAValue] = set()
+        # Gathered results assembled in a symmetric argument (`{coco.symmetric}`): this rank
+        # stores its piece there only, and peers pull it from there -- no staging copy.
+        self.in_place: set[SSAValue] = set()
         # Full reductions finished inside the kernel and all-reduced across the group
         # (LAMB's norms): (reduced value, kind, the all_reduce's result).
         self.reductions: list[tuple[SSAValue, str, SSAValue]] = []

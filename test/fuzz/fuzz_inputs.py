@@ -458,6 +458,27 @@ def block_scale(text, rng):
     return text[:at] + arg + text[at : m.start()] + op + text[m.end() :], None
 
 
+# An argument in a func.func's signature: `%name: !coco.tensor<...>` not yet attributed.
+_ARGUMENT = re.compile(r"(%[\w$.-]+: " + _TENSOR + r")(?! \{)")
+
+
+def symmetric_argument(text, rng):
+    """An argument is marked `{coco.symmetric}` (now and then a scalar, or with a value: a
+    `[symmetric-argument]` refusal): a fused all_gather assembled in it then pulls from it,
+    with no staging copy, which the sim's values must survive."""
+    header = [m.end() for m in re.finditer(r"func\.func @[\w$.-]+\(", text)]
+    found = [
+        m
+        for m in _ARGUMENT.finditer(text)
+        if any(h <= m.start() for h in header) and not _in_comment(text, m.start())
+    ]
+    if not found:
+        return None
+    m = rng.choice(found)
+    attr = "{coco.symmetric}" if rng.random() < 0.9 else "{coco.symmetric = 1 : i64}"
+    return text[: m.end()] + " " + attr + text[m.end() :], None
+
+
 def truncate(text, rng):
     if len(text) < 2:
         return None
@@ -611,6 +632,7 @@ MUTATIONS: dict[str, Mutation] = {
         all_to_all_round_trip,
         accumulation,
         block_scale,
+        symmetric_argument,
     )
 }
 # Those that break a documented rule: applied last (see the module docstring).
@@ -640,6 +662,7 @@ WEIGHTS.update(
     all_to_all_round_trip=2.0,
     accumulation=2.0,
     block_scale=2.0,
+    symmetric_argument=2.0,
 )
 
 

@@ -52,7 +52,7 @@ from xdsl.printer import Printer
 from xdsl.rewriter import InsertPoint
 from xdsl.utils.exceptions import DiagnosticException
 
-from coconet.core.program import Program
+from coconet.core.program import Program, mark_symmetric
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import (
     DYNAMIC,
@@ -1025,6 +1025,11 @@ def programs(
     fn.function_type = FunctionType.from_lists(
         [a.type for a in block.args], [v.type for v in returns]
     )
+    # Some tensor arguments kept in symmetric memory by the caller (`{coco.symmetric}`): a
+    # fused all_gather assembled in one pulls from it, no staging copy.
+    tensors = [a.index for a in block.args if a.type.rank]
+    if tensors:
+        mark_symmetric(fn, draw(st.sets(st.sampled_from(tensors))))
     module = ModuleOp([fn])
     module.verify()  # a generator bug (or a dialect bug) if this fails: let it raise
     return GeneratedProgram(module, grid)

@@ -5,7 +5,8 @@
 // own memory and peers', against the floor the scheduled program sets. SGD and Adam under
 // fuse(rs-c-ag) (examples/sgd.mlir, adam.mlir): on several ranks the one fused kernel moves
 // the floor plus one slice of w, stored twice (the symmetric staging buffer peers pull, then
-// w) -- 4n/p; on one rank its collectives are identities and it moves the floor.
+// w) -- 4n/p; on one rank its collectives are identities and it moves the floor. With w kept
+// in symmetric memory by the caller (`{coco.symmetric}`), peers pull from w itself: the floor.
 
 builtin.module attributes {coco.schedule = "fuse(rs-c-ag)"} {
   func.func @sgd(
@@ -99,3 +100,30 @@ builtin.module attributes {coco.schedule = "fuse(rs-c-ag)"} {
 // TWO-NEXT:    floor receive all_gather %w1: 8192
 // TWO-NEXT:    copy into symmetric %g per call: own 16384r 16384w
 // TWO-NEXT:  total: 90132 bytes/rank, floor: 81940 bytes/rank (T/F = 1.100)
+
+// -----
+
+builtin.module attributes {coco.schedule = "fuse(rs-c-ag)"} {
+  func.func @sgd_in_place(
+      %g: !coco.tensor<4096xf32, local>,
+      %w: !coco.tensor<4096xf32> {coco.symmetric},
+      %lr: !coco.tensor<f32>
+  ) attributes {coco.grid = #coco.grid<[?]>} {
+    %g1 = comm.all_reduce sum %g : !coco.tensor<4096xf32, local> -> !coco.tensor<4096xf32>
+    %0 = coco.mul %lr, %g1 : !coco.tensor<f32>, !coco.tensor<4096xf32> -> !coco.tensor<4096xf32>
+    %w1 = coco.sub %w, %0 : !coco.tensor<4096xf32>
+    coco.update %w, %w1 : !coco.tensor<4096xf32>
+    func.return
+  }
+}
+// One store of each updated element, into w, which peers pull from: T = F at every p. A caller
+// passing its own array instead of input_buffer('w') pays a copy in and one out.
+// ONE-LABEL: traffic @sgd_in_place on 1 rank(s), rank 0
+// ONE-NEXT:    launch k_fused_all_reduce: own 32772r 16384w, peers 0r 0w
+// ONE:         copy into and out of symmetric %w per call: own 32768r 32768w
+// ONE-NEXT:  total: 49156 bytes/rank, floor: 49156 bytes/rank (T/F = 1.000)
+// TWO-LABEL: traffic @sgd_in_place on 2 rank(s), rank 0
+// TWO-NEXT:    launch k_fused_all_reduce: own 16388r 16384w, peers 16384r 0w
+// TWO:         copy into symmetric %g per call: own 16384r 16384w
+// TWO-NEXT:    copy into and out of symmetric %w per call: own 32768r 32768w
+// TWO-NEXT:  total: 49156 bytes/rank, floor: 49156 bytes/rank (T/F = 1.000)

@@ -143,7 +143,35 @@ func.func @argument_attribute(%a: !coco.tensor<8xf32> {coco.layout = 1 : i64}) {
 }
 
 // CHECK-LABEL: // {{-----}}
-// CHECK: [unknown-attribute] argument #0 of @argument_attribute has attribute 'coco.layout', which coconet does not know
+// CHECK: [unknown-attribute] argument #0 of @argument_attribute has attribute 'coco.layout', which coconet does not know (known: 'coco.symmetric')
+
+// -----
+
+// symmetric-argument: a unit attribute, on a tensor.
+func.func @symmetric_with_a_value(%a: !coco.tensor<8xf32> {coco.symmetric = 1 : i64}) {
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [symmetric-argument] argument #0 of @symmetric_with_a_value has 'coco.symmetric' = 1 : i64: it is a unit attribute (write {coco.symmetric})
+
+// -----
+
+func.func @symmetric_scalar(%a: !coco.tensor<8xf32>, %s: !coco.tensor<f32> {coco.symmetric}) {
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [symmetric-argument] argument #1 of @symmetric_scalar is a scalar: 'coco.symmetric' places a tensor in symmetric memory
+
+// -----
+
+func.func @symmetric_misspelt(%a: !coco.tensor<8xf32> {coco.symetric}) {
+  func.return
+}
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [unknown-attribute] argument #0 of @symmetric_misspelt has attribute 'coco.symetric', which coconet does not know (did you mean 'coco.symmetric'?)
 
 // -----
 
