@@ -13,7 +13,8 @@ rank's, after a barrier; the median over the timed steps):
   benchmarks/bench_adam.py does): ar-c (all_reduce, then the update as fused elementwise
   kernels), rs-c-ag (reduce_scatter, sliced update with sliced m and v, all_gather),
   fuse(rs-c-ag) (one fused reduce-scatter + update + all-gather kernel; LAMB's norms are
-  all-reduced inside it).
+  all-reduced inside it), and fuse(rs-c-ag) with w marked `{coco.symmetric}` (the caller
+  keeps w in symmetric memory: the all_gather assembles it in place, no staging copy).
 * `mpi4py + NumPy`: `comm.Allreduce(g, g1)` then the update in NumPy ufuncs, in place where
   NumPy allows (what a user of mpi4py would write).
 * `torch gloo + Adam(foreach)`: `dist.all_reduce(p.grad)` over a gloo process group, then
@@ -274,11 +275,28 @@ def coconet_steps(
     example = Path(__file__).resolve().parents[1] / "examples" / f"{opt.example}.py"
     program = runpy.run_path(str(example))["build"](n)
     out = []
-    for name in schedules:
-        compiled = coco_compile(program, schedule=name, backend="cpu", pieces=True)
+    variants = [(name, program, "") for name in schedules]
+    if FUSED in schedules:
+        # w kept in symmetric memory: the fused all_gather assembles it in place
+        variants.append((FUSED, symmetric_w(program), SYMMETRIC_W))
+    for name, prog, suffix in variants:
+        compiled = coco_compile(prog, schedule=name, backend="cpu", pieces=True)
         compiled(**optimizer_inputs(compiled.plan, comm.Get_rank(), n, opt.scalars))  # binds
-        out.append((f"coconet {name}", compiled.step, compiled))
+        out.append((f"coconet {name}{suffix}", compiled.step, compiled))
     return out
+
+
+FUSED = "fuse(rs-c-ag)"
+SYMMETRIC_W = ", w symmetric"
+
+
+def symmetric_w(program):
+    """`program` with its argument w marked `{coco.symmetric}` (the caller keeps it there)."""
+    from coconet.core.program import mark_symmetric
+
+    marked = program.clone()
+    mark_symmetric(marked.func, [a.value.index for a in marked.arguments if a.name == "w"])
+    return marked
 
 
 def numpy_step(comm, opt: Optimizer, n: int) -> Step:
@@ -1197,17 +1215,22 @@ def report(
         "bandwidth measured just before it"
     )
     if fused and opt.example == "adam":
-        t, f = fused_traffic(opt, size, n)
-        print(
-            f"  fuse(rs-c-ag)'s plan moves {t / n:.1f}N bytes per rank, {t / f:.2f}x the "
-            f"program's floor of {f / n:.1f}N (lowering/traffic.py; on several ranks its "
-            "all_gather stores the updated slice twice)"
-        )
+        for marked, why in (
+            (False, "on several ranks its all_gather stores the updated slice twice"),
+            (True, "w symmetric: assembled in place, each element stored once"),
+        ):
+            t, f = fused_traffic(opt, size, n, marked)
+            print(
+                f"  fuse(rs-c-ag){SYMMETRIC_W if marked else ''}'s plan moves {t / n:.1f}N "
+                f"bytes per rank, {t / f:.2f}x the program's floor of {f / n:.1f}N "
+                f"(lowering/traffic.py; {why})"
+            )
 
 
-def fused_traffic(opt: Optimizer, size: int, n: int) -> tuple[int, int]:
+def fused_traffic(opt: Optimizer, size: int, n: int, marked: bool) -> tuple[int, int]:
     """T and F of the fused schedule's plan on rank 0 (lowering/traffic.py), from the plan
-    itself: the bytes its steps move and the floor its program sets."""
+    itself: the bytes its steps move and the floor its program sets; `marked`: w kept in
+    symmetric memory."""
     import runpy
     from pathlib import Path
 
@@ -1216,7 +1239,8 @@ def fused_traffic(opt: Optimizer, size: int, n: int) -> tuple[int, int]:
     from coconet.schedule import apply_schedule
 
     example = Path(__file__).resolve().parents[1] / "examples" / f"{opt.example}.py"
-    program = apply_schedule(runpy.run_path(str(example))["build"](n), "fuse(rs-c-ag)")
+    program = runpy.run_path(str(example))["build"](n)
+    program = apply_schedule(symmetric_w(program) if marked else program, FUSED)
     plan = lower(program, size)
     return plan_total(plan, 0), floor_total(program.func, plan.grid_shape, 0)
 

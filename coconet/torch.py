@@ -323,6 +323,8 @@ class _Segment:
     reduced: torch.Tensor | None = None
     # whether flat_grad is a view of the common step's symmetric gradient buffer
     adopted: bool = False
+    # whether flat_param is a view of the common step's symmetric parameter buffer
+    params_adopted: bool = False
 
 
 class _Marks:
@@ -917,35 +919,52 @@ class CoconetOptimizer(torch.optim.Optimizer):
         keys = tuple(self.group_key(g) for g in self.param_groups)
         return (masked, clip, keys, bucket, form)
 
-    def _adopt_gradient_buffers(self, compiled: Any) -> None:
+    def _adopt_buffers(self, compiled: Any) -> None:
         """Backward accumulates each segment's gradient straight into the buffer the common
         step reads it from where that is symmetric memory (a fused kernel's peers read the
-        gradient there): the step then copies no gradient in (CompiledProgram.input_buffer;
-        the gradients stay views, now of that buffer). The cpu backend: on a GPU a tensor
-        over the program's IPC memory would outlive it unseen -- left for the cuda backend."""
+        gradient there), and the parameters live in the step's symmetric parameter buffer
+        (`{coco.symmetric}`: the fused all_gather assembles them there, pulled by the peers
+        from it): the step then copies neither in nor out (CompiledProgram.input_buffer; the
+        gradients and parameters stay views, now of those buffers). The cpu backend: on a
+        GPU a tensor over the program's IPC memory would outlive it unseen -- left for the
+        cuda backend."""
         if self.backend != "cpu":
             return
         for i, s in enumerate(self.segments):
-            name = f"g{i}"
-            buf = compiled.plan.arguments.get(name)
-            if buf is None or not buf.symmetric or s.adopted:
-                continue
-            array = compiled.input_buffer(name)
-            if s.dtype == torch.bfloat16:
-                t = torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
-            else:
-                t = torch.from_numpy(array)
-            self._regrad(s, t)
-            s.adopted = True
-            self._inputs[name] = _handed_over(t)
+            s.adopted = s.adopted or self._adopt(compiled, f"g{i}", s, self._regrad)
+            s.params_adopted = s.params_adopted or self._adopt(compiled, f"w{i}", s, self._reparam)
 
-    def _release_gradient_buffers(self) -> None:
-        """Gradients back into memory of their own, before the programs owning the buffers
-        they were views of close (_recompile then hands the programs the new ones)."""
+    def _adopt(
+        self,
+        compiled: Any,
+        name: str,
+        s: _Segment,
+        rebind: Callable[[_Segment, torch.Tensor], None],
+    ) -> bool:
+        """Argument `name` of segment `s` into `compiled`'s symmetric buffer, if it has one."""
+        buf = compiled.plan.arguments.get(name)
+        if buf is None or not buf.symmetric:
+            return False
+        array = compiled.input_buffer(name)
+        if s.dtype == torch.bfloat16:
+            t = torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+        else:
+            t = torch.from_numpy(array)
+        rebind(s, t)
+        self._inputs[name] = _handed_over(t)
+        return True
+
+    def _release_buffers(self) -> None:
+        """Gradients and parameters back into memory of their own, before the programs
+        owning the buffers they were views of close (_recompile then hands the programs the
+        new ones)."""
         for s in self.segments:
             if s.adopted:
                 self._regrad(s, torch.empty_like(s.flat_grad))
                 s.adopted = False
+            if s.params_adopted:
+                self._reparam(s, torch.empty_like(s.flat_param))
+                s.params_adopted = False
 
     def _regrad(self, s: _Segment, flat: torch.Tensor) -> None:
         """`flat` becomes segment `s`'s gradient buffer (its values copied in), its
@@ -960,9 +979,19 @@ class CoconetOptimizer(torch.optim.Optimizer):
                 p.grad = view
         s.flat_grad = flat
 
+    def _reparam(self, s: _Segment, flat: torch.Tensor) -> None:
+        """`flat` becomes segment `s`'s parameter buffer (its values copied in), its
+        parameters views of it (`.data`: the Parameter objects, which the model and the
+        optimizer's groups hold, stay)."""
+        with torch.no_grad():
+            flat.copy_(s.flat_param)
+            for p, o in zip(s.params, s.offsets, strict=True):
+                p.data = flat[o : o + p.numel()].view_as(p)
+        s.flat_param = flat
+
     def _recompile(self) -> None:
         """Drops every compiled variant (the segments changed) and compiles the common one."""
-        self._release_gradient_buffers()
+        self._release_buffers()
         for compiled in self._programs.values():
             compiled.close()
         self._programs = {}
@@ -1005,7 +1034,12 @@ class CoconetOptimizer(torch.optim.Optimizer):
         else:
             reduced = form == "reduced"
             sliced = reduced and self._sliced_step
-            program = self.build_program(masked, clip, keys, list(chosen), reduced, sliced)
+            # the common step owns the parameters' memory (_adopt_buffers): symmetric, where
+            # the fused all_gather assembles them with no staging copy
+            owns = form == "step" and bucket is None and not masked and self.backend == "cpu"
+            program = self.build_program(
+                masked, clip, keys, list(chosen), reduced, sliced, symmetric_params=owns
+            )
         compiled = coconet.compile(
             program,
             # Overlap with clipping: a bucket's all_reduce under the schedule (the fused forms
@@ -1024,7 +1058,7 @@ class CoconetOptimizer(torch.optim.Optimizer):
             pieces=True,
         )
         if form == "step" and bucket is None and not masked:
-            self._adopt_gradient_buffers(compiled)
+            self._adopt_buffers(compiled)
         if self._concrete == "auto" and form == "step":
             # every variant after the first takes its schedule: one layout of the state
             name = (compiled.autotune or {}).get("name", "as-written")
@@ -1080,6 +1114,7 @@ class CoconetOptimizer(torch.optim.Optimizer):
         chosen: list[int] | None = None,
         reduced: bool = False,
         sliced: bool = False,
+        symmetric_params: bool = False,
     ) -> Any:
         """The step over the segments `chosen` (None: every one; the arguments keep each
         segment's index in the optimizer): per segment the sum of the local gradients over the
@@ -1090,7 +1125,8 @@ class CoconetOptimizer(torch.optim.Optimizer):
         `sliced` (with `reduced`; not LAMB): written as rs-c-ag schedules the step, each rank
         computing its slice of every segment (its state sliced: ZeRO-1) and the norm from the
         slices' partial sums, then all-gathering the parameters -- so that it rounds as the
-        step without overlap under rs-c-ag and fuse(rs-c-ag) does."""
+        step without overlap under rs-c-ag and fuse(rs-c-ag) does. `symmetric_params`: the
+        parameters are `{coco.symmetric}` (kept in the program's symmetric memory)."""
         from coconet import frontend
         from coconet.frontend import (
             BF16,
@@ -1126,7 +1162,8 @@ class CoconetOptimizer(torch.optim.Optimizer):
                 if reduced
                 else (f"g{i}", Tensor(elt, [n], Local))
             )
-            params += [grad, (f"w{i}", Tensor(elt, [n], Replicated))]
+            w = Tensor(elt, [n], Replicated, symmetric=symmetric_params)
+            params += [grad, (f"w{i}", w)]
             params += [(f"{name}{i}", Tensor(F32, [n], state_layout)) for name in self.state_names]
             if masked:
                 keep = Scalar(F32) if self.per_tensor else Tensor(F32, [n], Replicated)

@@ -416,7 +416,9 @@ def test_two_ranks_skip_clip_groups_and_warnings(tmp_path):
         assert r["ddp_warnings"] == 1, rank
         assert r["hook_warnings"] == 0, rank
         assert r["grad_copies"] == [0, 0], rank  # backward wrote them where peers read
-        assert r["adopted"] == [True, True, True], rank
+        assert r["param_copies"] == [0, 0], rank  # the parameters live where peers pull
+        assert r["adopted"] == [[True, True]] * 3, rank
+        assert r["in_place"], rank
     assert results[0]["params_sum"] == results[1]["params_sum"]  # the replicas agree
 
 

@@ -105,29 +105,37 @@ def main(out: Path) -> None:
     errors["state_dict from torch"] = max_rel(ref, ours)
 
     # The fused step's gradient is read by peers from symmetric memory: backward writes it
-    # there (the gradients are views of that buffer), so no step copies a gradient in; a new
-    # param group moves them to the new program's buffers.
+    # there (the gradients are views of that buffer), so no step copies a gradient in; the
+    # parameters live in the step's symmetric memory too (the fused all_gather assembles
+    # them there), so none is copied in or out; a new param group moves both to the new
+    # program's buffers.
     def core(m: SkipNet) -> list[torch.nn.Parameter]:
         return [*m.a.parameters(), *m.b.parameters()]
+
+    def copies(o: ct.CoconetOptimizer, kind: str) -> int:
+        counted = o.compiled.runner.copies_in.items()
+        return sum(n for k, n in counted if k[0] == kind and k[1:].isdigit())
 
     ref, mine = SkipNet(), SkipNet()
     ref_opt = torch.optim.Adam(core(ref), lr=0.01)
     opt = ct.Adam(core(mine), lr=0.01, schedule="fuse(rs-c-ag)")
     train_skipping(ref, ref_opt, 2, world=world)
     train_skipping(mine, opt, 2, rank=rank, world=world)
-    grad_copies = [
-        sum(n for k, n in opt.compiled.runner.copies_in.items() if k[0] == "g" and k[1:].isdigit())
-    ]
-    adopted = [s.adopted for s in opt.segments]
+    grad_copies, param_copies = [copies(opt, "g")], [copies(opt, "w")]
+    adopted = [(s.adopted, s.params_adopted) for s in opt.segments]
     for m, o in ((ref, ref_opt), (mine, opt)):
         o.add_param_group({"params": list(m.sometimes.parameters()), "lr": 0.03})
     train_skipping(ref, ref_opt, 4, world=world, start=2)
     train_skipping(mine, opt, 4, rank=rank, world=world, start=2)
-    errors["gradients in symmetric memory, add_param_group"] = max_rel(ref, mine)
-    grad_copies.append(
-        sum(n for k, n in opt.compiled.runner.copies_in.items() if k[0] == "g" and k[1:].isdigit())
+    errors["gradients and parameters in symmetric memory, add_param_group"] = max_rel(ref, mine)
+    grad_copies.append(copies(opt, "g"))
+    param_copies.append(copies(opt, "w"))
+    adopted += [(s.adopted, s.params_adopted) for s in opt.segments]
+    # (no staging buffer: the only symmetric buffers are arguments and flags)
+    plan = opt.compiled.plan
+    in_place = all(plan.arguments[f"w{i}"].symmetric for i in range(len(opt.segments))) and all(
+        b.kind == "arg" or b.name.endswith("_flags") for b in plan.buffers if b.symmetric
     )
-    adopted += [s.adopted for s in opt.segments]
 
     # torch.nn.utils.clip_grad_norm_ on an optimizer's parameters: a warning, once.
     model = SkipNet()
@@ -167,7 +175,9 @@ def main(out: Path) -> None:
         "hook_warnings": ddp_warnings(True),
         "params_sum": params_sum,
         "grad_copies": grad_copies,
+        "param_copies": param_copies,
         "adopted": adopted,
+        "in_place": in_place,
     }
     (out / f"rank{rank}.json").write_text(json.dumps(result))
     dist.barrier()
