@@ -923,6 +923,13 @@ class FusedOp(RegionOp):
                 "fuse-one-shot",
                 "a one-shot fused all_reduce reduces a tensor, not a scalar",
             )
+        source = reduces[0].input.owner
+        if isinstance(source, Operation) and source.parent_block() is self.body.block:
+            raise _fail(
+                "fuse-one-shot",
+                "a one-shot fused all_reduce reads its all_reduce's input from memory (every "
+                "peer reads it whole): the input is computed before the region, not in it",
+            )
         members = (
             ElementwiseOp | ConstantOp | SliceOp | ReduceDimsOp | UpdateOp | AllReduceOp | YieldOp
         )

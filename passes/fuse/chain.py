@@ -154,12 +154,15 @@ def _chain_step(
     return None
 
 
-def pull_feeders(block: Block, members: set[Operation], space: Space) -> set[Operation]:
+def pull_feeders(
+    block: Block, members: set[Operation], space: Space, read_before: Operation | None = None
+) -> set[Operation]:
     """Add the ops that only feed the chain (slices, constants, elementwise ops in its
     space), to a fixpoint: a candidate is an operand's producer, looked at again each time
-    one of its users joins (no rescan of the block)."""
+    one of its users joins (no rescan of the block). Not what feeds `read_before` (a one-shot
+    all_reduce, whose input peers read from memory: computed before the region)."""
     members = set(members)
-    work = [v.owner for m in members for o in m.walk() for v in o.operands]
+    work = [v.owner for m in members if m is not read_before for o in m.walk() for v in o.operands]
     while work:
         p = work.pop()
         if not isinstance(p, Operation) or p in members or p.parent_block() is not block:

@@ -102,7 +102,7 @@ def one_shot_chain(
                 watch(v)
         u = u.next_op
     check_rows(members, space)
-    members = pull_feeders(block, members, space)
+    members = pull_feeders(block, members, space, read_before=ar)
     for m in in_order(members & set(taken)):
         raise shared(m)
     return members
@@ -140,6 +140,14 @@ def _check_one_shot_set(members: set[Operation]) -> None:
         )
     ar = reduces[0]
     _refuse_scalar(ar)
+    source = ar.input.owner
+    if source in members:
+        raise fail(
+            f"{RULE}-one-shot",
+            f"{op_name(source)} computes the input of {op_name(ar)}, which peers read from "
+            "memory: it is computed before a one-shot fused all_reduce, not in it",
+            at=source,
+        )
     space = space_of(ar.result)
     rows = row_space(space)
     for m in in_order(members - {ar}):

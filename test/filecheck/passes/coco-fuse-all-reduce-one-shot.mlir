@@ -184,6 +184,51 @@ func.func @verify_reduce(%x: !coco.tensor<16xf32, local>) -> !coco.tensor<f32> a
 
 // -----
 
+// What computes the all_reduce's input stays before the region: every peer reads that input
+// whole from memory, so it is stored before the kernel starts (the greedy form used to pull
+// %d in, which no kernel can compute -- a lowering that failed internally).
+// CHECK-LABEL: func.func @input_computed
+// CHECK-NEXT:    %d = coco.sub %w, %x
+// CHECK-NEXT:    %y = comm.fused all_reduce one_shot -> !coco.tensor<16xf32> {
+// CHECK-NEXT:      %t = comm.all_reduce sum %d
+// CHECK-NEXT:      %y_1 = coco.mul %t, %t
+module attributes {coco.schedule = "coco-fuse-all-reduce{form=one_shot}"} {
+func.func @input_computed(%x: !coco.tensor<16xf32>, %w: !coco.tensor<16xf32>) -> !coco.tensor<16xf32> attributes {coco.grid = #coco.grid<[?]>} {
+  %d = coco.sub %w, %x : !coco.tensor<16xf32>
+  %t = comm.all_reduce sum %d : !coco.tensor<16xf32> -> !coco.tensor<16xf32>
+  %y = coco.mul %t, %t : !coco.tensor<16xf32>
+  func.return %y : !coco.tensor<16xf32>
+}
+}
+
+// -----
+
+module attributes {coco.schedule = "coco-fuse-all-reduce{ops=d,t,y form=one_shot}"} {
+func.func @input_computed_in_set(%x: !coco.tensor<16xf32>, %w: !coco.tensor<16xf32>) -> !coco.tensor<16xf32> attributes {coco.grid = #coco.grid<[?]>} {
+  // CHECK: coco-fuse-all-reduce-one-shot.mlir:[[# @LINE + 1]]:3: [fuse-one-shot] %d (coco.sub) computes the input of %t (comm.all_reduce), which peers read from memory: it is computed before a one-shot fused all_reduce, not in it
+  %d = coco.sub %w, %x : !coco.tensor<16xf32>
+  %t = comm.all_reduce sum %d : !coco.tensor<16xf32> -> !coco.tensor<16xf32>
+  %y = coco.mul %t, %t : !coco.tensor<16xf32>
+  func.return %y : !coco.tensor<16xf32>
+}
+}
+
+// -----
+
+module attributes {coco.schedule = "coco-fuse-all-reduce{form=one_shot}"} {
+func.func @verify_input_inside(%x: !coco.tensor<16xf32>, %w: !coco.tensor<16xf32>) -> !coco.tensor<16xf32> attributes {coco.grid = #coco.grid<[?]>} {
+  %y = comm.fused all_reduce one_shot -> !coco.tensor<16xf32> {
+    %d = coco.sub %w, %x : !coco.tensor<16xf32>
+    %t = comm.all_reduce sum %d : !coco.tensor<16xf32> -> !coco.tensor<16xf32>
+    comm.yield %t : !coco.tensor<16xf32>
+  }
+  func.return %y : !coco.tensor<16xf32>
+}
+}
+// CHECK: [fuse-one-shot] a one-shot fused all_reduce reads its all_reduce's input from memory (every peer reads it whole): the input is computed before the region, not in it
+
+// -----
+
 // coco-overlap pipelines the two-shot form's reduce_scatter by chunks of rows; the one-shot
 // kernel reduces the whole tensor in one step.
 module attributes {coco.schedule = "coco-fuse-all-reduce{form=one_shot},coco-overlap{ops=mm}"} {
