@@ -15,8 +15,9 @@ what a library collective receives):
   rank's slice into its own symmetric buffer and reads the p - 1 peers' slices from theirs
   (writing them there too where the launch has no GATHER_OUT: the value is the buffer; and
   writing nothing of its own where its buffer is the GATHER_OUT's, a `{coco.symmetric}`
-  argument assembled in place); GATHER_OUT writes the p gathered slices (at most its piece); SEND_PEERS writes the slice
-  into the receiver's buffer (a peer's memory) where the rank sends; RED_OUT, PARTIALS and
+  argument assembled in place); GATHER_OUT writes the p gathered slices (at most its
+  piece); SEND_PEERS writes the slice into the receiver's buffer (a peer's memory) where the
+  rank sends; RED_OUT, PARTIALS and
   COUNTER write their (small) scratch once, EXCHANGE reads every member's share of its
   partials (p - 1 from peers) after writing its own. Flags and epochs (the handshake, a few
   words per block) and integer tables (bases, counts, boxes) are synchronization and metadata,

@@ -154,6 +154,24 @@ def test_many_tensors_in_one_table_launch(dt, ranks):
     _assembled_in_place(plan, {"w0", "w1", "w2"})
 
 
+@pytest.mark.parametrize("dt", [F32, BF16], ids=["f32", "bf16"])
+def test_marked_and_unmarked_tensors_of_one_optimizer(dt):
+    """Only w1 marked: its kernel text differs (no staging store, an exit step), so it runs
+    apart from the table launch of the other two, which keep their staging buffers; the
+    sim's values at even and uneven cuts."""
+    program = _adamw_many(dt)
+    program.func.arg_attrs = None  # (the front end marked every w)
+    mark_symmetric(program.func, [a.value.index for a in program.arguments if a.name == "w1"])
+    for ranks in (2, 3):
+        plan = _runs_as_the_sim_computes(program, ranks)
+        assert len([s for s in plan.steps if isinstance(s, Launch)]) == 2
+        symmetric = {b.name for b in plan.buffers if b.symmetric}
+        assert "w1" in symmetric
+        assert not {"w0", "w2"} & symmetric
+        staging = [n for n in symmetric if n not in plan.arguments and "_flags" not in n]
+        assert len(staging) == 2, symmetric  # w0's and w2's
+
+
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_a_caller_writing_into_the_buffers_is_copied_neither_way(ranks):
     """The weights and the gradient written into `input_buffer` and passed back: no copy in
