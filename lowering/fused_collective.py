@@ -485,10 +485,10 @@ def emit_collective_kernel(
     # A group of one member (one rank, or a grid axis of size 1): every collective is the
     # identity on the rank's piece, so the kernel reads the reduce_scatter's input from the
     # rank's own memory and stores the gathered value where it is wanted -- no symmetric
-    # buffer (an argument bound without a copy), no staging store, handshake or pull. The
-    # row form keeps its collective machinery.
+    # buffer (an argument bound without a copy), no staging store, handshake or pull; the
+    # row form too (RMSNorm at one rank: a plain row kernel).
     group = lw.group_size(span)
-    single = group == 1 and not rows
+    single = group == 1
     # Scalar arithmetic on arguments that only fused collectives read: computed here.
     remat = (
         []

@@ -37,6 +37,8 @@ sum is the oracle's (runtime/sim.py `reduce_rows`), so the kernel is bit-exact.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from xdsl.ir import Operation, SSAValue
 
 from coconet.core.program import CocoError
@@ -178,6 +180,7 @@ class _RowBuilder(ElementwiseBuilder):
             self.level[res], self.kind[res] = 0, ELEMENT
         for op in self.k.ops:
             res = op.results[0]
+            self.classify_aliases(op.operands)
             inner = [v for v in op.operands if v in self.level]
             if isinstance(op, coco.ReduceDimsOp):
                 src = op.input
@@ -201,6 +204,7 @@ class _RowBuilder(ElementwiseBuilder):
             if kind == SCALAR and inner and any(self.kind[v] != SCALAR for v in inner):
                 raise CocoError(f"[lower-fused-rows] {op.name} reduces without a reduction op")
             self.level[res], self.kind[res] = level, kind
+        self.classify_aliases(list(self.k.aliases))
         for v, _gathered in self.k.all_gathers:
             if self.kind.get(v) != ELEMENT:
                 # the pull moves whole pieces of the iteration: a row value (one per row) has
@@ -210,6 +214,15 @@ class _RowBuilder(ElementwiseBuilder):
                     f"({tensor_type_of(v)}) in a fused row kernel gathers one value per row, "
                     f"not the rows' elements; gather it outside the fused region"
                 )
+
+    def classify_aliases(self, values: Sequence[SSAValue]) -> None:
+        """A collective over a group of one member (`aliases`) is its input's value: the
+        input's phase and kind (an argument's: element values of phase 0)."""
+        for v in values:
+            src = self.k.aliases.get(v)
+            if src is not None and v not in self.level:
+                self.level[v] = self.level.get(src, 0)
+                self.kind[v] = self.kind.get(src, ELEMENT)
 
     # -- values --------------------------------------------------------------------------
 
@@ -242,7 +255,7 @@ class _RowBuilder(ElementwiseBuilder):
             self.body.append(Decl(var, load_expr(elt, copy), comment="re-read, not kept"))
             self.local[v] = var
             return var
-        if v in self.k.peer_reductions:
+        if v in self.k.peer_reductions or v in self.k.aliases:
             return super().ref(v)
         assert isinstance(v.owner, Operation)
         return self.compute(v.owner)
@@ -447,10 +460,12 @@ class _RowBuilder(ElementwiseBuilder):
         # Blocks take runs of whole rows; so does a pull of member q's uneven piece.
         self.align = Lit(str(self.count))
         stmts += [Decl(self.range, chunk), *self.hoisted]
-        stmts += [*self.peers_entry(), SyncBlock()]
+        if k.is_collective:  # (over a group of one member: a plain kernel)
+            stmts += [*self.peers_entry(), SyncBlock()]
         begin, end = Field(self.range, "begin"), Field(self.range, "end")
         stmts.append(For(self.row_start, begin, end, tuple(per_row), step=Lit(str(self.count))))
-        stmts += [SyncBlock(), thread_zero(self.peer_sync(SyncStep.DONE))]
+        if k.is_collective:
+            stmts += [SyncBlock(), thread_zero(self.peer_sync(SyncStep.DONE))]
         if self.gathers:
             stmts += [SyncBlock(), *self.pull(pull_vector)]
         return Kernel(k.name, tuple(self.params), tuple(stmts))
@@ -512,6 +527,8 @@ class _RowBuilder(ElementwiseBuilder):
             needed.add(v)
             if isinstance(v.owner, Operation) and v.owner in ops:
                 work += v.owner.operands
+            elif v in self.k.aliases:  # (over one member: its input's element)
+                work.append(self.k.aliases[v])
         return needed
 
     def finish_rows(

@@ -66,8 +66,7 @@ def _runs_as_the_sim_computes(program: Program, schedule: str, ranks: int) -> Pl
 
 
 def _peer_free(plan: Plan) -> None:
-    """No symmetric buffer, no launch reaching peers (the row form keeps its collective
-    machinery: it is not among the programs asserted here)."""
+    """No symmetric buffer, no launch reaching peers."""
     assert not [b.name for b in plan.buffers if b.symmetric]
     for step in plan.steps:
         if isinstance(step, Launch):
@@ -94,11 +93,24 @@ def test_fused_optimizers_on_one_rank_are_plain_kernels_at_the_floor(example, sc
         ("adam_clip_global_norm", "fuse(rs-c-ag)"),  # a global norm couples every chain
         ("adam_loss_scaling", "fuse(rs-c-ag)"),  # f16 gradients, scalar state updated
         ("zero3_adamw", "fuse(rs-c)"),  # no all_gather: the result stays sliced
-        ("softmax_rows", "fuse(rs-c-ag)"),  # the row form keeps its machinery
     ],
 )
 def test_other_fused_regions_on_one_rank(example, schedule):
     _runs_as_the_sim_computes(_example(example), schedule, 1)
+
+
+@pytest.mark.parametrize(
+    "example",
+    ["allreduce_rmsnorm", "allreduce_rmsnorm_fp8", "megatron_sp_layernorm", "softmax_rows"],
+)
+@pytest.mark.parametrize("schedule", ["fuse(rs-c-ag)", "fuse(ar-c)"])
+def test_row_kernels_on_one_rank_are_plain(example, schedule):
+    """The row form (AR + residual + RMSNorm or LayerNorm, softmax rows) over one member: a
+    plain row kernel reading its input where it lies, bit for bit the sim's -- no symmetric
+    copy of the input each call, no flags or handshake."""
+    plan = _runs_as_the_sim_computes(_example(example), schedule, 1)
+    _peer_free(plan)
+    assert any("rows" in s.kernel for s in plan.steps if isinstance(s, Launch)), plan
 
 
 def test_a_size_one_axis_of_a_2d_grid():

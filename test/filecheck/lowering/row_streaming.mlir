@@ -1,4 +1,13 @@
-// RUN: coco-opt %s --split-input-file -p 'coco-fuse{mode=all_reduce}' -t cuda | filecheck %s
+// RUN: coco-opt %s --split-input-file -p 'coco-fuse{mode=all_reduce}' -t 'cuda{ranks=2}' | filecheck %s
+// RUN: coco-opt %s --split-input-file -p 'coco-fuse{mode=all_reduce}' -t 'cuda{ranks=1}' | filecheck %s --check-prefix=ONE
+
+// On one rank the collectives are identities: a plain row kernel reads x where it lies (no
+// peer table, no flags), in the same phases.
+// ONE-NOT:   coco_peers_
+// ONE-LABEL: COCO_KERNEL(k_fused_all_reduce_rows,
+// ONE:         const float* __restrict__ x_in,
+// ONE:         const float x = x_in[x_base + i];
+// ONE-NEXT:    const float h_s = x + res_s;  // coco.add %h_s
 
 // The row form of a fused collective kernel keeps the element values a later phase reads in
 // shared memory when they fit (lowering/row_collective.py, SHARED_ROW_BYTES = 40 KiB) and
