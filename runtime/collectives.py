@@ -244,6 +244,20 @@ def _all_reduce(ctx, step, t, group, src, dst, src_dt, dst_dt) -> CollectiveOps:
     dst[...] = combine(ctx.xp, step.kind, gathered, src_dt, dst_dt, dst.dtype, step.acc)
 
 
+def blocking_call(
+    ctx: CollectiveContext, step: Collective, src: Any, dst: Any, src_dt: np.dtype, dst_dt: np.dtype
+) -> Callable[[], None] | None:
+    """`step` on these whole buffers as one blocking library call, where it is one (an
+    all_reduce the library may reduce, as `_all_reduce` decides): bound once, made at every
+    blocking step instead of walking the collective's requests; None otherwise."""
+    if step.op != "all_reduce" or step.rows is not None:
+        return None
+    t = ctx.transport(step.axes, step.part)
+    if not (_library(ctx, t, src_dt, step.kind, step) and src.dtype == dst.dtype):
+        return None
+    return t.all_reduce_call(src, dst, step.kind)
+
+
 def _regions(
     ctx: CollectiveContext, step: Collective, outer: Any, inner: Any, group: list[int], shape: Any
 ) -> tuple[list[tuple[slice, ...]], bool]:

@@ -43,7 +43,12 @@ import numpy as np
 from coconet.core import values as V
 from coconet.core.program import CocoError
 from coconet.lowering.plan import COMM_STREAM, Buffer, Collective, Copy, Launch, Matmul, Plan
-from coconet.runtime.collectives import CollectiveContext, CollectiveOps, collective_ops
+from coconet.runtime.collectives import (
+    CollectiveContext,
+    CollectiveOps,
+    blocking_call,
+    collective_ops,
+)
 from coconet.runtime.executor import (
     KernelArg,
     buffer_dtype,
@@ -276,6 +281,9 @@ class CpuBackend:
         self.ctx: CollectiveContext | None = None
         # each collective step's (source, destination) dtypes, by id(step)
         self.dtypes: dict[int, tuple[Collective, np.dtype, np.dtype]] = {}
+        # each blocking collective step's one library call (or None), by id(step), with the
+        # arrays it was bound to
+        self.calls: dict[int, tuple[Collective, np.ndarray, np.ndarray, Any]] = {}
         self.library = None
         self.kernels: dict[str, Any] = {}
         self.pending: list[Pending] = []
@@ -517,6 +525,7 @@ class CpuBackend:
         self.MPI = self._mpi_module if clock is None else _ClockedMPI(self._mpi_module, clock)
         self.transports.clear()  # remade over timed communicators (or plain ones again)
         self.ctx = None
+        self.calls.clear()  # (bound to the old communicators)
 
     def matmul(self, step: Matmul) -> None:
         if step.stream == COMM_STREAM:
@@ -533,6 +542,13 @@ class CpuBackend:
         self.poll()
 
     def collective(self, step: Collective) -> None:
+        if step.stream != COMM_STREAM or not self.nonblocking:
+            call = self._blocking_call(step)
+            if call is not None:  # one library call, bound once: the microsecond regime
+                if step.stream == COMM_STREAM:
+                    self.drain()
+                call()
+                return
         ops = self.collective_ops(step)
         if step.stream == COMM_STREAM and self.nonblocking:
             for p in list(self.pending):
@@ -594,6 +610,7 @@ class CpuBackend:
                 c.Free()
         self.comms.clear()
         self.transports.clear()
+        self.calls.clear()
         self.ctx = None
         if self.node is not None:
             self.node.Free()
@@ -632,13 +649,17 @@ class CpuBackend:
             )
         return self.ctx
 
+    def _dtypes(self, step: Collective) -> tuple[Collective, np.dtype, np.dtype]:
+        known = self.dtypes.get(id(step))
+        if known is None or known[0] is not step:  # (the step itself: an id outlives it)
+            known = self.dtypes[id(step)] = (step, buffer_dtype(step.src), buffer_dtype(step.dst))
+        return known
+
     def collective_ops(
         self, step: Collective, src: np.ndarray | None = None, dst: np.ndarray | None = None
     ) -> CollectiveOps:
         """`step` on its buffers, or on the arrays given in their place."""
-        known = self.dtypes.get(id(step))
-        if known is None or known[0] is not step:  # (the step itself: an id outlives it)
-            known = self.dtypes[id(step)] = (step, buffer_dtype(step.src), buffer_dtype(step.dst))
+        known = self._dtypes(step)
         return collective_ops(
             self._context(),
             step,
@@ -647,6 +668,17 @@ class CpuBackend:
             known[1],
             known[2],
         )
+
+    def _blocking_call(self, step: Collective) -> Any:
+        """`step` as one bound library call (collectives.py `blocking_call`), made again only
+        when its buffers moved (bound to other arrays)."""
+        src, dst = self.arrays[step.src.name], self.arrays[step.dst.name]
+        hit = self.calls.get(id(step))
+        if hit is None or hit[0] is not step or hit[1] is not src or hit[2] is not dst:
+            known = self._dtypes(step)
+            call = blocking_call(self._context(), step, src, dst, known[1], known[2])
+            hit = self.calls[id(step)] = (step, src, dst, call)
+        return hit[3]
 
     def gather_into(self, step: Collective, target: np.ndarray) -> None:
         """Run the all_gather `step` now, after the plan, from its source buffer into

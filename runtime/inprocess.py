@@ -197,6 +197,9 @@ class InProcessComm:
 
         return self._collective(src, finish)
 
+    def Allreduce(self, src: np.ndarray, dst: np.ndarray, op: str) -> None:
+        self.Iallreduce(src, dst, op).Wait()
+
     def Ireduce_scatter_block(self, packed, dst, op) -> InProcessRequest:
         me = self.Get_rank()
 

@@ -288,6 +288,9 @@ class TorchComm:
             np.copyto(dst, src)
         return _Work(self._async(self.dist.all_reduce, _tensor(dst), op=_reduce_op(op)))
 
+    def Allreduce(self, src: np.ndarray, dst: np.ndarray, op: str) -> None:
+        self.Iallreduce(src, dst, op).Wait()
+
     def Ireduce_scatter_block(self, packed: np.ndarray, dst: np.ndarray, op: str) -> _Work:
         # gloo has no reduce_scatter: reduce everything, keep this rank's block
         total = np.array(packed, copy=True)

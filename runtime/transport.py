@@ -20,6 +20,8 @@ for the rest, and for everything when the user asked for exact collectives.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
@@ -89,6 +91,12 @@ class Transport(Protocol):
         ...
 
     def all_reduce(self, src: Any, dst: Any, kind: str, dtype: np.dtype) -> Request: ...
+
+    def all_reduce_call(self, src: Any, dst: Any, kind: str) -> Callable[[], None] | None:
+        """The all_reduce of `src` into `dst` as one blocking call, bound once and made every
+        step (the microsecond regime: no request to build, test and wait on); None where the
+        library has no blocking form."""
+        ...
 
     def reduce_scatter(self, packed: Any, dst: Any, kind: str, dtype: np.dtype) -> Request:
         """`packed` is (size, n): row m is member m's block; `dst` gets n reduced elements."""
@@ -181,6 +189,9 @@ class MpiTransport:
 
     def all_reduce(self, src, dst, kind, dtype) -> Request:
         return [self.comm.Iallreduce(src, dst, self._op(kind))]
+
+    def all_reduce_call(self, src, dst, kind) -> Callable[[], None]:
+        return functools.partial(self.comm.Allreduce, src, dst, self._op(kind))
 
     def reduce_scatter(self, packed, dst, kind, dtype) -> Request:
         return [self.comm.Ireduce_scatter_block(packed, dst, self._op(kind))]
@@ -277,6 +288,9 @@ class NcclTransport:
 
     def all_reduce(self, src, dst, kind, dtype) -> Request:
         return self._reduction("all_reduce", src, dst, kind, dtype, count_of(src))
+
+    def all_reduce_call(self, src, dst, kind) -> None:
+        return None  # (enqueued on a stream: no blocking form)
 
     def reduce_scatter(self, packed, dst, kind, dtype) -> Request:
         return self._reduction("reduce_scatter", packed, dst, kind, dtype, count_of(dst))
@@ -400,6 +414,9 @@ class HostStagedTransport:
 
     def all_reduce(self, src, dst, kind, dtype) -> Request:
         return self._in_out(src, dst, lambda s, d: self.mpi.all_reduce(s, d, kind, dtype))
+
+    def all_reduce_call(self, src, dst, kind) -> None:
+        return None  # (enqueued on a stream: no blocking form)
 
     def reduce_scatter(self, packed, dst, kind, dtype) -> Request:
         return self._in_out(packed, dst, lambda s, d: self.mpi.reduce_scatter(s, d, kind, dtype))

@@ -23,17 +23,21 @@ def compiled_on_threads(
     comm: Callable[[Any], Any] = lambda c: c,
     pieces: bool = False,
     timeout: float = 120,
+    backend_comm: Callable[[Any], Any] = lambda c: c,
+    exact: bool = False,
 ) -> list[Any]:
     """`body(rank, compiled)` on `plan.size` threads, each rank's program compiled from
-    `plan` (its communicator wrapped by `comm`): what each returned, in rank order. A rank's
-    failure stops the others' waits and is raised."""
+    `plan` (its communicator wrapped by `comm`, its backend's by `backend_comm`; `exact`:
+    exact_collectives): what each returned, in rank order. A rank's failure stops the
+    others' waits and is raised."""
     world = InProcessWorld(plan.size)
     results: list[Any] = [None] * plan.size
     errors: list[BaseException] = []
 
     def rank_main(rank: int) -> None:
         inner = world.comm(rank)
-        runner = PlanRunner(plan, rank, CpuBackend(inner, mpi=IN_PROCESS_MPI))
+        backend = CpuBackend(backend_comm(inner), exact_collectives=exact, mpi=IN_PROCESS_MPI)
+        runner = PlanRunner(plan, rank, backend)
         try:
             runner.setup()
             compiled = CompiledProgram(program, plan, runner, "cpu", comm(inner), pieces=pieces)

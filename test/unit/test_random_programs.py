@@ -11,7 +11,8 @@ from the IR before it; a crash, a refusal without a rule, IR that no longer veri
 output that differs fails the case, printing the program, the pipeline and the report.
 
 CI runs 400 derandomized pipeline cases (reproducible) plus 40 per pass alone;
-`COCONET_FULL=1` runs ten times as many, with two input seeds each.
+`COCONET_FULL=1` runs ten times as many, with two input seeds each; `COCONET_SEARCH=1` new
+cases every run instead of the same ones.
 """
 
 from __future__ import annotations
@@ -44,12 +45,15 @@ RANKS = (1, 2, 4)
 SEEDS = (0, 1) if FULL else (0,)
 RULE = re.compile(r"\[[a-z0-9][a-z0-9-]*\]")
 
+# COCONET_SEARCH=1: new cases every run (a search for bugs, each failure printed with the
+# blob that reproduces it), instead of CI's reproducible ones.
+SEARCH = os.environ.get("COCONET_SEARCH") == "1"
 SETTINGS = {
     "deadline": None,
-    "derandomize": True,  # CI is reproducible: the same cases every run
+    "derandomize": not SEARCH,  # CI is reproducible: the same cases every run
     "database": None,
     "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
-    "print_blob": False,
+    "print_blob": SEARCH,
 }
 
 
