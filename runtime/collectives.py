@@ -250,7 +250,7 @@ def blocking_call(
     """`step` on these whole buffers as one blocking library call, where it is one (an
     all_reduce the library may reduce, as `_all_reduce` decides): bound once, made at every
     blocking step instead of walking the collective's requests; None otherwise."""
-    if step.op != "all_reduce" or step.rows is not None:
+    if step.op != "all_reduce" or step.rows is not None or step.kind is None:
         return None
     t = ctx.transport(step.axes, step.part)
     if not (_library(ctx, t, src_dt, step.kind, step) and src.dtype == dst.dtype):

@@ -141,7 +141,7 @@ def _check_one_shot_set(members: set[Operation]) -> None:
     ar = reduces[0]
     _refuse_scalar(ar)
     source = ar.input.owner
-    if source in members:
+    if isinstance(source, Operation) and source in members:
         raise fail(
             f"{RULE}-one-shot",
             f"{op_name(source)} computes the input of {op_name(ar)}, which peers read from "
