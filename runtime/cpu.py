@@ -172,14 +172,17 @@ class LibraryClock:
 
 class _ClockedComm:
     """A communicator whose calls are timed by a LibraryClock (its non-blocking buffer
-    collectives and point-to-point calls)."""
+    collectives and point-to-point calls, and the blocking collectives a step makes)."""
+
+    TIMED_BLOCKING = frozenset({"Allreduce"})  # (collectives.blocking_call)
 
     def __init__(self, comm: Any, clock: LibraryClock):
         self._comm, self._clock = comm, clock
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._comm, name)
-        return self._clock.timed(attr) if name[:1] == "I" and callable(attr) else attr
+        timed = name[:1] == "I" or name in self.TIMED_BLOCKING
+        return self._clock.timed(attr) if timed and callable(attr) else attr
 
 
 class _ClockedMPI:
