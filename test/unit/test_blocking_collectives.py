@@ -6,6 +6,7 @@ buffers move. Checked on threaded ranks through a communicator that counts the c
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -15,6 +16,7 @@ from compiled_ranks import compiled_on_threads
 from coconet.compiled import CompiledProgram
 from coconet.core.program import Program, parse_module
 from coconet.lowering.lower_to_plan import lower
+from coconet.runtime.cpu import LibraryClock
 from coconet.schedule import apply_schedule
 
 PROGRAM = """
@@ -94,3 +96,39 @@ def test_an_exact_reduction_keeps_the_rank_order_path():
 def _counted(counts: list[dict[str, int]]) -> Any:
     """Wraps rank r's communicator to count into counts[r]."""
     return lambda comm: Counting(comm, counts[comm.Get_rank()])
+
+
+class Slow(Counting):
+    """Each Allreduce takes at least 20 ms."""
+
+    def __getattr__(self, name: str) -> Any:
+        attr = super().__getattr__(name)
+        if name != "Allreduce":
+            return attr
+
+        def slow(*args: Any, **kw: Any) -> Any:
+            time.sleep(0.02)
+            return attr(*args, **kw)
+
+        return slow
+
+
+def test_the_library_clock_counts_the_bound_call():
+    """bench_latency's host overhead is a step's time less the library's: the bound blocking
+    call is library time (it was counted as host work, the whole collective at 4 MiB)."""
+    plan = lower(apply_schedule(Program(parse_module(PROGRAM.format(n=5, elt="f32"))), "ar-c"), 2)
+    counts: list[dict[str, int]] = [{}, {}]
+
+    def body(rank: int, compiled: CompiledProgram) -> float:
+        clock = LibraryClock()
+        compiled.runner.backend.clock_library(clock)
+        compiled.runner.set_inputs({"x": np.ones(5, np.float32)})
+        for _ in range(3):
+            compiled.runner.run()
+        return clock.seconds
+
+    seconds = compiled_on_threads(
+        plan, plan, body, backend_comm=lambda c: Slow(c, counts[c.Get_rank()])
+    )
+    assert counts == [{"Allreduce": 3}, {"Allreduce": 3}]
+    assert all(s >= 0.06 for s in seconds), seconds
