@@ -8,6 +8,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from coconet.compiled import CompiledProgram
 from coconet.lowering.plan import Plan
 from coconet.runtime.cpu import CpuBackend
@@ -56,3 +58,27 @@ def compiled_on_threads(
     if errors:
         raise errors[0]
     return results
+
+
+def same_bits(got: Any, want: Any, what: str) -> None:
+    """`got` is `want` bit for bit."""
+    np.testing.assert_array_equal(
+        np.atleast_1d(got).view(np.uint8), np.atleast_1d(want).view(np.uint8), err_msg=what
+    )
+
+
+def runs_as_the_sim_computes(program: Any, schedule: str, ranks: int) -> Plan:
+    """`schedule` of `program` on the cpu backend's kernels (threaded ranks), bit for bit what
+    the sim computes of the program as written; returns the plan."""
+    from coconet.lowering.lower_to_plan import lower
+    from coconet.runtime import sim
+    from coconet.runtime.threaded import ThreadedExecutor
+    from coconet.schedule import apply_schedule
+
+    scheduled = apply_schedule(program, schedule)
+    want = sim.run(program, ranks=ranks, seed=ranks)
+    plan = lower(scheduled, ranks)
+    got = ThreadedExecutor(plan).run(want.inputs)
+    for name, value in want.outputs.items():
+        same_bits(got[name], value, f"{name} under {schedule} at {ranks} rank(s)")
+    return plan

@@ -14,8 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
+from compiled_ranks import runs_as_the_sim_computes
 
 import coconet
 from coconet import frontend
@@ -35,8 +35,6 @@ from coconet.frontend import (
 from coconet.lowering.lower_to_plan import lower
 from coconet.lowering.plan import Launch, PeerTable, Plan
 from coconet.lowering.traffic import floor_total, plan_total
-from coconet.runtime import sim
-from coconet.runtime.threaded import ThreadedExecutor
 from coconet.schedule import apply_schedule
 from coconet.toolchain.nvrtc import compile_cuda, nvrtc_available
 
@@ -47,22 +45,8 @@ def _example(name: str) -> Program:
     return coconet.load(str(EXAMPLES / f"{name}.mlir"))
 
 
-def _same(got: Any, want: Any, what: str) -> None:
-    np.testing.assert_array_equal(
-        np.atleast_1d(got).view(np.uint8), np.atleast_1d(want).view(np.uint8), err_msg=what
-    )
-
-
 def _runs_as_the_sim_computes(program: Program, schedule: str, ranks: int) -> Plan:
-    """`schedule` of `program` on the cpu backend's kernels (threaded ranks), bit for bit what
-    the sim computes of the program as written; returns the plan."""
-    scheduled = apply_schedule(program, schedule)
-    want = sim.run(program, ranks=ranks, seed=ranks)
-    plan = lower(scheduled, ranks)
-    got = ThreadedExecutor(plan).run(want.inputs)
-    for name, value in want.outputs.items():
-        _same(got[name], value, f"{name} under {schedule} at {ranks} rank(s)")
-    return plan
+    return runs_as_the_sim_computes(program, schedule, ranks)
 
 
 def _peer_free(plan: Plan) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from compiled_ranks import compiled_on_threads
+from compiled_ranks import compiled_on_threads, runs_as_the_sim_computes, same_bits
 from cuda_double import on_fake_gpus
 
 import coconet
@@ -56,20 +56,8 @@ def _example(name: str, names: Any = None) -> Program:
     return _marked(coconet.load(str(EXAMPLES / f"{name}.mlir")), names)
 
 
-def _same(got: Any, want: Any, what: str) -> None:
-    np.testing.assert_array_equal(
-        np.atleast_1d(got).view(np.uint8), np.atleast_1d(want).view(np.uint8), err_msg=what
-    )
-
-
 def _runs_as_the_sim_computes(program: Program, ranks: int) -> Plan:
-    scheduled = apply_schedule(program, SCHEDULE)
-    want = sim.run(program, ranks=ranks, seed=ranks)
-    plan = lower(scheduled, ranks)
-    got = ThreadedExecutor(plan).run(want.inputs)
-    for name, value in want.outputs.items():
-        _same(got[name], value, f"{name} at {ranks} rank(s)")
-    return plan
+    return runs_as_the_sim_computes(program, SCHEDULE, ranks)
 
 
 def _assembled_in_place(plan: Plan, targets: set[str]) -> None:
@@ -217,7 +205,7 @@ def test_a_caller_writing_into_the_buffers_is_copied_neither_way(ranks):
         assert n_own == {"w": 0, "g": 0}
         for a, b in zip(copied, own, strict=True):
             for name in a:
-                _same(a[name], b[name], name)
+                same_bits(a[name], b[name], name)
 
 
 def test_the_gpu_double_runs_the_in_place_gather():
@@ -240,7 +228,7 @@ def test_the_gpu_double_runs_the_in_place_gather():
         return backend.read(plan.arguments["w"])
 
     for w in on_fake_gpus(plan, 2, body):
-        _same(w, want["w"], "w")
+        same_bits(w, want["w"], "w")
 
 
 _ADAM_HEAD = """
