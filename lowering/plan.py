@@ -404,6 +404,14 @@ def _integers(arg: KernelArg) -> list[int]:
     return []
 
 
+def staged_piece(table: PeerTable) -> bool:
+    """Whether the table's symmetric buffer holds only this rank's piece of a value its group
+    cuts (an all_gather's staging buffer): every peer then reads all of it."""
+    t = table.buffer.type
+    cut = {axis for d in range(t.rank) for axis in t.slicing_axes(d)}
+    return bool(table.span) and set(table.span) <= cut
+
+
 def reads_whole(step: Launch, table: PeerTable) -> bool:
     """Whether each peer of a launch reads all of the table's buffer: the launch iterates over
     a type replicated on every axis of the table (the one-shot fused all_reduce: every rank

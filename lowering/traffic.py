@@ -79,6 +79,7 @@ from coconet.lowering.plan import (
     RankValue,
     Step,
     reads_whole,
+    staged_piece,
 )
 from coconet.lowering.signature import ParamKind
 
@@ -193,18 +194,10 @@ def plan_traffic(plan: Plan, rank: int = 0) -> int:
             for a in step.args:
                 if isinstance(a, PeerTable) and a.buffer.kind != "scratch":
                     p = len(plan_group(plan, a.span, a.part, rank))
-                    whole = reads_whole(step, a) or _staged_piece(a)
+                    whole = reads_whole(step, a) or staged_piece(a)
                     share = (p - 1) if whole else (p - 1) / p
                     total += frac * share * buffer_nbytes(a.buffer)
     return round(total)
-
-
-def _staged_piece(table: PeerTable) -> bool:
-    """Whether the symmetric buffer holds only this rank's piece of a value its group cuts (an
-    all_gather's staging buffer): every peer then reads all of it."""
-    t = table.buffer.type
-    cut = {axis for d in range(t.rank) for axis in t.slicing_axes(d)}
-    return bool(table.span) and set(table.span) <= cut
 
 
 # ---------------------------------------------------------------------------------------------

@@ -58,6 +58,7 @@ from coconet.lowering.plan import (
     Step,
     WaitEvent,
     reads_whole,
+    staged_piece,
 )
 from coconet.lowering.signature import ParamKind
 from coconet.lowering.traffic import buffer_nbytes
@@ -393,6 +394,13 @@ def kernel_traffic(plan: Plan, step: Launch, group_size: int) -> tuple[float, fl
     local = peer = 0.0
     inputs = 0
     syncs = 0
+    # gathered values assembled in place, in a symmetric argument (the GATHER_OUT's own
+    # buffer): no staging store, one more handshake (the exit after the pull)
+    assembled_in = {
+        a.name
+        for param, a in zip(params, step.args, strict=False)
+        if param.kind == ParamKind.GATHER_OUT and isinstance(a, Buffer)
+    }
     for param, arg in zip(params, step.args, strict=False):
         buffers: list[Buffer] = []
         if isinstance(arg, Buffer):
@@ -417,9 +425,13 @@ def kernel_traffic(plan: Plan, step: Launch, group_size: int) -> tuple[float, fl
             read_whole = isinstance(arg, PeerTable) and reads_whole(step, arg)
             for b in buffers:
                 nbytes = buffer_nbytes(b) * frac
-                if read_whole:
+                if read_whole or (isinstance(arg, PeerTable) and staged_piece(arg)):
+                    # (a staging buffer of this rank's piece: every peer reads all of it)
                     peer += nbytes * (group_size - 1)
                     local += nbytes
+                elif b.name in assembled_in:
+                    peer += nbytes * (group_size - 1) / group_size
+                    syncs += 1
                 else:
                     peer += nbytes * (group_size - 1) / group_size
                     local += nbytes / group_size

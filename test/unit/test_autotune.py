@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from xdsl.dialects.builtin import Float32Type
 
-from coconet.core.program import CocoError, Program, load, parse_module
+from coconet.core.program import CocoError, Program, load, mark_symmetric, parse_module
 from coconet.dialects.coco import TensorType
 from coconet.lowering.lower_to_plan import lower
 from coconet.lowering.plan import (
@@ -189,6 +189,17 @@ def test_kernel_bytes_come_from_the_plan():
     (cost,) = [c for c in predict(fused, slow_peers).steps if c.text.startswith("launch")]
     assert cost.bound == "peers"
     assert cost.seconds == pytest.approx(slow_peers.launch_overhead + peer / 1e3)
+
+    # w kept in symmetric memory: the gather assembles in place -- the staging store's
+    # n/p local bytes gone, the same n/p read from the peer, one handshake more (the exit)
+    marked = program.clone()
+    mark_symmetric(marked.func, [a.value.index for a in marked.arguments if a.name == "w"])
+    in_place = lower(apply_schedule(marked, "fuse(rs-c-ag)"), 2)
+    (kernel,) = [s for s in in_place.steps if isinstance(s, Launch)]
+    local_ip, peer_ip, _flops, syncs_ip = kernel_traffic(in_place, kernel, 2)
+    assert local_ip == local - 4096 * 4 / 2
+    assert peer_ip == peer
+    assert syncs_ip == syncs + 1
 
 
 def test_matmul_is_a_roofline():
