@@ -73,25 +73,34 @@ def _adamw(n: int = 4096):
     return adamw
 
 
-def _fused(name: str):
+def _fused(name: str, symmetric_w: bool = False):
     import coconet
+    from coconet.core.program import mark_symmetric
     from coconet.schedule import apply_schedule
 
     program = _adamw() if name == "adamw" else coconet.load(EXAMPLES / f"{name}.mlir")
+    if symmetric_w:  # the weights assembled in place (no staging store, an exit step)
+        mark_symmetric(program.func, [a.value.index for a in program.arguments if a.name == "w"])
     return apply_schedule(program, "fuse(rs-c-ag)")
 
 
 @needs_tools
-@pytest.mark.parametrize("ranks", [1, 4, 8])
+@pytest.mark.parametrize(
+    ("ranks", "symmetric_w"),
+    # (on one rank the kernel is a plain one either way)
+    [(1, False), (4, False), (8, False), (4, True), (8, True)],
+    ids=["1", "4", "8", "4-in-place", "8-in-place"],
+)
 @pytest.mark.parametrize("name", ["adam", "adamw", "sgd", "lamb"])
-def test_fused_optimizer_kernels_issue_all_loads_first_and_spill_nothing(name, ranks):
+def test_fused_optimizer_kernels_issue_all_loads_first_and_spill_nothing(name, ranks, symmetric_w):
     """Every kernel of the fused optimizer (LAMB: both), built for its plan on 1, 4 and 8
-    ranks: no spills, no stack, and in every vector loop every global load issued before the
-    first computation on loaded data -- in particular before the first division or square
-    root, whose slow paths are calls that ptxas schedules no load across."""
+    ranks, its weights staged or assembled in place: no spills, no stack, and in every
+    vector loop every global load issued before the first computation on loaded data -- in
+    particular before the first division or square root, whose slow paths are calls that
+    ptxas schedules no load across."""
     from coconet.lowering.lower_to_plan import lower
 
-    plan = lower(_fused(name), ranks)
+    plan = lower(_fused(name, symmetric_w), ranks)
     reports = kernel_reports(plan.device_source(), "sm_90")
     assert {r.name for r in reports} == set(plan.kernels())
     for r in reports:
