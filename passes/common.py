@@ -14,7 +14,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import Float32Type, ModuleOp
 from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.pattern_rewriter import PatternRewriter
 from xdsl.rewriter import InsertPoint
@@ -182,12 +182,34 @@ def find_named_args(
 # `comm.collective_result_type`, through the ops' constructors (`grid_rank=` the function's).
 
 
+# Element types whose partial sums are carried in f32: rounding each rank's partial to the
+# narrow type moved the total by an ulp of it where the program rounds its sum once (a
+# schedule's f16 norm off by one f16 ulp, amplified by the ops after it).
+NARROW_FLOATS = frozenset({"f16", "bf16", "f8E4M3FN", "f8E5M2"})
+
+
+def widens(r: coco.ReduceOp) -> bool:
+    """Whether `r`'s partials are carried in f32 (a sum, norm or product of a narrow float:
+    max and min are exact in any type)."""
+    return (
+        r.kind.data != coco.ReductionKind.MAX
+        and r.kind.data != coco.ReductionKind.MIN
+        and (coco.tensor_type_of(r.input).elt in NARROW_FLOATS)
+    )
+
+
 def partial_reduction(r: coco.ReduceOp, piece: SSAValue) -> tuple[list[Operation], coco.ReduceOp]:
     """The ops computing this rank's partial of reduction `r` from its `piece` of the input
-    (the square first for a norm, then the reduction: a sum of squares for a norm), and the
-    last of them, whose result is the partial. `combine_partials` all-reduces it."""
+    (widened to f32 first where `widens`, the square for a norm, then the reduction: a sum of
+    squares for a norm), and the last of them, whose result is the partial.
+    `combine_partials` all-reduces it, `finish_partials` gives the reduction's value."""
     norm = r.kind.data == coco.ReductionKind.NORM
     ops: list[Operation] = []
+    if widens(r):
+        wide = coco.CastOp(piece, Float32Type())
+        set_name(wide.result, derived_name(r.result, "wide"))
+        ops.append(wide)
+        piece = wide.result
     if norm:
         sq = coco.MulOp(piece, piece)
         set_name(sq.result, derived_name(r.result, "sq"))
@@ -208,6 +230,25 @@ def combine_partials(
     if norm:
         set_name(total.result, derived_name(r.result, "sumsq"))
     return total
+
+
+def finish_partials(r: coco.ReduceOp, total: SSAValue) -> list[Operation]:
+    """The ops after `combine_partials` giving `r`'s value from the total (the square root
+    of a norm's sum of squares; the cast back to `r`'s type of a widened partial), the last
+    of them holding it; none where the total is the value."""
+    ops: list[Operation] = []
+    wide = widens(r)
+    if r.kind.data == coco.ReductionKind.NORM:
+        ops.append(coco.SqrtOp(total))
+        total = ops[-1].results[0]
+        if wide:
+            set_name(total, derived_name(r.result, "root"))
+    elif wide:
+        set_name(total, derived_name(r.result, "total"))
+    if wide:
+        ops.append(coco.CastOp(total, coco.tensor_type_of(r.result).element_type))
+        set_name(ops[-1].results[0], r.result.name_hint)
+    return ops
 
 
 def axes_prop(op: comm.GroupCollectiveOp) -> tuple[int, ...] | None:

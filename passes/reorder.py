@@ -38,6 +38,7 @@ from coconet.passes.common import (
     derived_name,
     fail,
     find_named_ops,
+    finish_partials,
     functions,
     grid_rank,
     name_of,
@@ -705,11 +706,8 @@ class ReorderPass(ModulePass):
         ]
         ar_axes = None if (axes == list(range(rank)) and plan.ag.axes is None) else axes
         ar = combine_partials(r, part.result, ar_axes, rank)
-        new_ops.append(ar)
-        final = ar.result
-        if r.kind.data == coco.ReductionKind.NORM:
-            root = coco.SqrtOp(ar.result)
-            new_ops.append(root)
-            final = root.result
+        finish = finish_partials(r, ar.result)
+        new_ops += [ar, *finish]
+        final = new_ops[-1].results[0]
         # the final value takes the reduction's name: readers and output names stay
         rewriter.replace(r, new_ops, [final])

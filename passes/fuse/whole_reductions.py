@@ -15,6 +15,7 @@ from coconet.passes.common import (
     ancestor_in,
     combine_partials,
     derived_name,
+    finish_partials,
     grid_rank,
     partial_reduction,
     set_name,
@@ -117,7 +118,6 @@ def _reduce_on_slice(
     of the tensor where `members` hold one) and an all_reduce
     over `rs`'s axes; a norm's square root goes just before its first reader, so that the
     kernel reading the partial's all_reduce is not cut before the chain's other work."""
-    kind = r.kind.data
     rank = grid_rank(function_of(block))
     new_ops: list[Operation] = []
     # The chain's own slice of the tensor, if it has one, moves up to serve both.
@@ -142,17 +142,19 @@ def _reduce_on_slice(
         block.insert_op_after(op, at)
         at = op
     final = total.result
-    if kind == coco.ReductionKind.NORM:
-        root = coco.SqrtOp(total.result)
+    finish = finish_partials(r, total.result)
+    if finish:
+        # (the square root and the cast back go right before the first reader)
         readers = [ancestor_in(block, use.operation) for use in r.result.uses]
         first: Operation | None = None
         for op in readers:
             if op is not None and (first is None or precedes_in_block(op, first)):
                 first = op
         assert first is not None
-        block.insert_op_before(root, first)
-        new_ops.append(root)
-        final = root.result
+        for op in finish:
+            block.insert_op_before(op, first)
+        new_ops += finish
+        final = finish[-1].results[0]
     set_name(final, r.result.name_hint)
     r.result.replace_all_uses_with(final)
     block.erase_op(r)

@@ -80,6 +80,34 @@ func.func @norms(%x: !coco.tensor<32x4xf32, sliced<1>>) -> !coco.tensor<32x4xf32
   func.return %z : !coco.tensor<32x4xf32>
 }
 
+// The same in f16: a sum's and a norm's partials are carried in f32 (an exact widening),
+// all-reduced in f32 and cast back once -- rounding each rank's partial to f16 moved the total
+// by an f16 ulp where the program rounds its sum once. max stays in f16 (exact in any type).
+// CHECK-LABEL: func.func @narrow_norms
+// CHECK-NEXT:    %y_s = coco.mul %x, %x : !coco.tensor<32x4xf16, sliced<1>>
+// CHECK-NEXT:    %n_wide = coco.cast %y_s : !coco.tensor<32x4xf16, sliced<1>> -> !coco.tensor<32x4xf32, sliced<1>>
+// CHECK-NEXT:    %n_sq = coco.mul %n_wide, %n_wide : !coco.tensor<32x4xf32, sliced<1>>
+// CHECK-NEXT:    %n_part = coco.reduce sum %n_sq : !coco.tensor<32x4xf32, sliced<1>> -> !coco.tensor<f32, local>
+// CHECK-NEXT:    %n_sumsq = comm.all_reduce sum %n_part : !coco.tensor<f32, local> -> !coco.tensor<f32>
+// CHECK-NEXT:    %n_root = coco.sqrt %n_sumsq : !coco.tensor<f32>
+// CHECK-NEXT:    %n = coco.cast %n_root : !coco.tensor<f32> -> !coco.tensor<f16>
+// CHECK-NEXT:    %s_wide = coco.cast %y_s : !coco.tensor<32x4xf16, sliced<1>> -> !coco.tensor<32x4xf32, sliced<1>>
+// CHECK-NEXT:    %s_part = coco.reduce sum %s_wide : !coco.tensor<32x4xf32, sliced<1>> -> !coco.tensor<f32, local>
+// CHECK-NEXT:    %s_total = comm.all_reduce sum %s_part : !coco.tensor<f32, local> -> !coco.tensor<f32>
+// CHECK-NEXT:    %s = coco.cast %s_total : !coco.tensor<f32> -> !coco.tensor<f16>
+// CHECK-NEXT:    %top_part = coco.reduce max %y_s : !coco.tensor<32x4xf16, sliced<1>> -> !coco.tensor<f16, local>
+func.func @narrow_norms(%x: !coco.tensor<32x4xf16, sliced<1>>) -> !coco.tensor<32x4xf16> attributes {coco.grid = #coco.grid<[?]>} {
+  %xg = comm.all_gather %x : !coco.tensor<32x4xf16, sliced<1>> -> !coco.tensor<32x4xf16>
+  %y = coco.mul %xg, %xg : !coco.tensor<32x4xf16>
+  %n = coco.reduce norm %y : !coco.tensor<32x4xf16> -> !coco.tensor<f16>
+  %s = coco.reduce sum %y : !coco.tensor<32x4xf16> -> !coco.tensor<f16>
+  %top = coco.reduce max %y : !coco.tensor<32x4xf16> -> !coco.tensor<f16>
+  %t = coco.div %n, %top : !coco.tensor<f16>
+  %u = coco.add %t, %s : !coco.tensor<f16>
+  %z = coco.mul %u, %y : !coco.tensor<f16>, !coco.tensor<32x4xf16> -> !coco.tensor<32x4xf16>
+  func.return %z : !coco.tensor<32x4xf16>
+}
+
 // Model-parallel tail on a [?] grid, sliced on dim 2: the bias [32] is sliced on its dim 0,
 // the residual on dim 2; dropout moves (its mask is keyed on global indices).
 // CHECK-LABEL: func.func @mp
