@@ -149,3 +149,61 @@ print("ran")
     assert r.stdout.strip() == "ran"
     assert "Traceback" not in r.stderr, r.stderr
     assert "KeyError" not in r.stderr, r.stderr
+
+
+# The random-program search (COCONET_SEARCH=1) found these two: an f16 sum of squares split
+# into partials rounded each rank's partial to f16 (an ulp off the program's single rounding,
+# beyond tolerance after the log), and the one-shot fusion pulled the ops computing its
+# all_reduce's input into its region (an internal lowering error).
+NARROW_PARTIALS = """
+func.func @random(%g1: !coco.tensor<16xf16, local>, %w2: !coco.tensor<16xf16>, %lr3: !coco.tensor<f16>) {
+  %v1 = comm.reduce_scatter sum %g1 : !coco.tensor<16xf16, local> -> !coco.tensor<16xf16, sliced<0>>
+  %v2 = comm.all_gather %v1 : !coco.tensor<16xf16, sliced<0>> -> !coco.tensor<16xf16>
+  %v3 = coco.mul %v2, %v2 : !coco.tensor<16xf16>
+  %v4 = coco.reduce sum %v3 : !coco.tensor<16xf16> -> !coco.tensor<f16>
+  %v5 = coco.sqrt %v4 : !coco.tensor<f16>
+  %v6 = coco.constant 1.0 : !coco.tensor<f16>
+  %v7 = coco.add %v5, %v6 : !coco.tensor<f16>
+  %v8 = coco.div %v2, %v7 : !coco.tensor<16xf16>, !coco.tensor<f16> -> !coco.tensor<16xf16>
+  %v9 = coco.mul %lr3, %v8 : !coco.tensor<f16>, !coco.tensor<16xf16> -> !coco.tensor<16xf16>
+  %v10 = coco.sub %w2, %v9 : !coco.tensor<16xf16>
+  %v11 = coco.neg %v10 : !coco.tensor<16xf16>
+  %v12 = coco.abs %v11 : !coco.tensor<16xf16>
+  %v13 = coco.log %v12 : !coco.tensor<16xf16>
+  %v14 = comm.reduce sum %v13 root 0 acc f16 : !coco.tensor<16xf16> -> !coco.tensor<16xf16, local>
+  %v15 = comm.all_reduce sum %v14 acc f16 : !coco.tensor<16xf16, local> -> !coco.tensor<16xf16>
+  coco.update %g1, %v14 : !coco.tensor<16xf16, local>
+  coco.update %w2, %v15 : !coco.tensor<16xf16>
+  coco.update %lr3, %v7 : !coco.tensor<f16>
+  func.return
+}
+"""
+
+ONE_SHOT_INPUT = """
+func.func @f(%g: !coco.tensor<16xf32, local>, %w: !coco.tensor<16xf32>, %lr: !coco.tensor<f32>) -> !coco.tensor<16xf32> {
+  %s = comm.reduce_scatter sum %g : !coco.tensor<16xf32, local> -> !coco.tensor<16xf32, sliced<0>>
+  %a = comm.all_gather %s : !coco.tensor<16xf32, sliced<0>> -> !coco.tensor<16xf32>
+  %m = coco.mul %lr, %a : !coco.tensor<f32>, !coco.tensor<16xf32> -> !coco.tensor<16xf32>
+  %d = coco.sub %w, %m : !coco.tensor<16xf32>
+  %t = comm.all_reduce sum %d : !coco.tensor<16xf32> -> !coco.tensor<16xf32>
+  %y = coco.mul %t, %t : !coco.tensor<16xf32>
+  func.return %y : !coco.tensor<16xf32>
+}
+"""
+
+
+def test_narrow_partials_and_one_shot_inputs_keep_the_programs_meaning():
+    from coconet.equivalence import check_equivalence
+    from coconet.schedule import apply_schedule
+    from coconet.schedule.api import apply_pipeline
+
+    narrow = Program(parse_module(NARROW_PARTIALS))
+    after = apply_pipeline(narrow, "coco-reorder")
+    report = check_equivalence(narrow, after, ranks=(1, 2, 4), seeds=(0,))
+    assert report.ok, str(report)
+    one_shot = Program(parse_module(ONE_SHOT_INPUT))
+    for ranks in (1, 2, 3):
+        want = sim.run(one_shot, ranks=ranks, seed=ranks)
+        plan = lower(apply_schedule(one_shot, "fuse(ar-c)"), ranks)
+        got = ThreadedExecutor(plan).run(want.inputs)
+        np.testing.assert_array_equal(got["y"], want.outputs["y"])
