@@ -989,9 +989,12 @@ def programs(
     max_ops: int = 10,
     grids: Sequence[tuple[int, ...]] = GRIDS,
     motif: str | None = None,
+    symmetric: bool = True,
 ) -> GeneratedProgram:
     """A random valid single-function program (see the module docstring); `motif` (a motif or
-    an op kind) first, where given (a test of what one motif or op does)."""
+    an op kind) first, where given (a test of what one motif or op does); `symmetric`: some
+    tensor arguments marked `{coco.symmetric}` (tests of what marking leaves alone -- the
+    schedules offered -- draw programs without it)."""
     grid = draw(st.sampled_from(tuple(grids)))
     g = _Gen(draw, grid)
     n_args = draw(st.integers(1, 4))
@@ -1028,7 +1031,7 @@ def programs(
     # Some tensor arguments kept in symmetric memory by the caller (`{coco.symmetric}`): a
     # fused all_gather assembled in one pulls from it, no staging copy.
     tensors = [a.index for a in block.args if a.type.rank]
-    if tensors:
+    if symmetric and tensors:
         mark_symmetric(fn, draw(st.sets(st.sampled_from(tensors))))
     module = ModuleOp([fn])
     module.verify()  # a generator bug (or a dialect bug) if this fails: let it raise
