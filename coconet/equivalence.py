@@ -42,7 +42,7 @@ from xdsl.ir import Operation
 from xdsl.utils.exceptions import DiagnosticException
 
 from coconet.core.path_tolerances import downstream, loosest, path_tolerances
-from coconet.core.program import CocoError, Program, argument_name
+from coconet.core.program import CocoError, Program, argument_name, check_program_on_grid
 from coconet.core.tolerances import EXACT, TOLERANCES, Tolerance
 from coconet.core.values import bits_dtype
 from coconet.dialects.coco import ScaleOp, TensorType
@@ -271,6 +271,10 @@ def _cannot_take(program: Program, ranks: int) -> str | None:
                 s = op.scale.type
                 check_block_cuts(s, op.result.type, grid_shape, f"{op.name} by {s}")
     except DiagnosticException as e:
+        return str(e)
+    try:  # what a launch checks too (an overlap's chunks need rows in every rank's piece)
+        check_program_on_grid(program, grid_shape)
+    except CocoError as e:
         return str(e)
     return None
 

@@ -321,6 +321,28 @@ func.func @p(%x: !coco.tensor<8xf32, [local, local]>) -> !coco.tensor<8xf32, [lo
     assert {n for n, _ in report.checked} == {2, 4}
 
 
+def test_an_overlap_with_too_few_rows_narrows() -> None:
+    """An overlap needs `chunks` rows in every rank's piece, which a launch checks
+    ([overlap-chunks]): a rank count that leaves fewer is a narrowing, listed, not a failure
+    (the random-pipeline search reported it as a changed meaning)."""
+    before = """
+func.func @f(%x: !coco.tensor<4x8xf32, [replicated, sliced<1>]>, %w: !coco.tensor<8x4xf32, [replicated, sliced<0>]>) -> !coco.tensor<4x4xf32> attributes {coco.grid = #coco.grid<[2, ?]>} {
+  %m = coco.matmul %x, %w : !coco.tensor<4x8xf32, [replicated, sliced<1>]>, !coco.tensor<8x4xf32, [replicated, sliced<0>]> -> !coco.tensor<4x4xf32, [replicated, local]>
+  %s = comm.all_reduce sum %m over [1] : !coco.tensor<4x4xf32, [replicated, local]> -> !coco.tensor<4x4xf32>
+  func.return %s : !coco.tensor<4x4xf32>
+}
+"""
+    from coconet.schedule.api import apply_pipeline
+
+    written = prog(before)
+    after = apply_pipeline(written, "coco-split-allreduce,coco-overlap{chunks=4}")
+    report = check_equivalence(written, after, ranks=(2, 4))
+    assert report.ok, str(report)
+    assert [(s.ranks, s.program) for s in report.narrowed] == [(4, "after")]
+    assert "[overlap-chunks]" in report.narrowed[0].reason
+    assert {n for n, _ in report.checked} == {2}
+
+
 def test_uneven_slices_are_checked_and_empty_ones_narrow() -> None:
     # 3 elements over 4 ranks: a rank would hold nothing
     before = """
