@@ -313,7 +313,7 @@ class CompiledProgram:
                 out[name] = r.returned(inputs[name], wholes[name])
             elif arg is buf:
                 # bound, or the caller's value is the buffer itself (input_buffer)
-                held = name in self.runner.bound or backend.holds(buf, inputs[name])
+                held = name in self.runner.bound or name in self.runner.held
                 out[name] = backend.write_back(buf, inputs[name], bound=held)
             else:
                 out[name] = backend.output(buf)

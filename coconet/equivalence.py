@@ -41,7 +41,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation
 from xdsl.utils.exceptions import DiagnosticException
 
-from coconet.core.path_tolerances import downstream, loosest, path_tolerances
+from coconet.core.path_tolerances import downstream, loosest, path_tolerances, tightest
 from coconet.core.program import CocoError, Program, argument_name, check_program_on_grid
 from coconet.core.tolerances import EXACT, TOLERANCES, Tolerance
 from coconet.core.values import bits_dtype
@@ -434,10 +434,9 @@ def check_equivalence(
     paths_after = path_tolerances(after, tols) if not exact else {}
 
     def tolerant(before_key: str, out: _Output) -> Tolerance:
-        found = [
-            t for t in (paths_before.get(before_key), paths_after.get(out.key)) if t is not None
-        ]
-        tol = min(found, key=lambda t: (t.rtol, t.atol)) if found else loosest(tols, [out.type.elt])
+        tol = tightest((paths_before.get(before_key), paths_after.get(out.key)))
+        if tol is None:
+            tol = loosest(tols, [out.type.elt])
         if out.key in loosened:  # a fast op on the path: at least f32's
             return max(tol, loosest(tols, loosened[out.key]), key=lambda t: (t.rtol, t.atol))
         return tol

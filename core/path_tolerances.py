@@ -62,6 +62,13 @@ def loosest(tols: Mapping[str, Tolerance], elts: Iterable[str]) -> Tolerance:
     return max(found, key=lambda t: (t.rtol, t.atol), default=EXACT)
 
 
+def tightest(found: Iterable[Tolerance | None]) -> Tolerance | None:
+    """The narrowest of the tolerances found (None where none is): two programs' paths to
+    one output, compared within what both allow."""
+    given = [t for t in found if t is not None]
+    return min(given, key=lambda t: (t.rtol, t.atol)) if given else None
+
+
 def reorderable(op: Operation) -> bool:
     """Whether a backend may combine `op`'s terms in another order than the sim: a sum or
     product collective with the default accumulation, a full sum, norm or product, a matmul.

@@ -554,13 +554,6 @@ def emit_collective_kernel(
     if not single:
         for value, u in targets.items():
             kernel.gather_targets[value] = u.target
-        # a staging buffer of the rank's piece where the piece is the iteration's (its
-        # elements are then the kernel's own, at their index i)
-        kernel.staged = {
-            op.result
-            for op in gathers
-            if op.result in targets and kernel.coincides(tensor_type_of(op.input), iteration)
-        }
         # Assembled in an argument the caller keeps in symmetric memory: the peers pull
         # each owner's piece from the argument itself -- one store per element, the floor
         # (the vector form; the row form stores its targets in a later phase).
@@ -571,7 +564,15 @@ def emit_collective_kernel(
             and op.result in targets
             and lw.value_buffer(targets[op.result].target).symmetric
         }
-        kernel.staged -= kernel.in_place
+        # Else a staging buffer of the rank's piece where the piece is the iteration's (its
+        # elements are then the kernel's own, at their index i).
+        kernel.staged = {
+            op.result
+            for op in gathers
+            if op.result in targets
+            and op.result not in kernel.in_place
+            and kernel.coincides(tensor_type_of(op.input), iteration)
+        }
     finishers = {r.operands[0]: r for r in reductions if isinstance(r, comm.AllReduceOp)}
     for op in reductions:
         if isinstance(op, coco.ReduceOp):

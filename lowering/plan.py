@@ -412,6 +412,18 @@ def staged_piece(table: PeerTable) -> bool:
     return bool(table.span) and set(table.span) <= cut
 
 
+def gather_destinations(plan: Plan, step: Launch) -> set[str]:
+    """The buffers a launch's fused all_gathers assemble their values in (its GATHER_OUT
+    arguments, a table launch's every tensor's): where one is also a peer table's buffer (a
+    `{coco.symmetric}` argument), the peers pull from the destination itself."""
+    names: set[str] = set()
+    for param, arg in zip(plan.signatures.get(step.kernel, ()), step.args, strict=False):
+        if param.kind == ParamKind.GATHER_OUT:
+            items = arg.items if isinstance(arg, ArgTable) else (arg,)
+            names.update(a.name for a in items if isinstance(a, Buffer))
+    return names
+
+
 def reads_whole(step: Launch, table: PeerTable) -> bool:
     """Whether each peer of a launch reads all of the table's buffer: the launch iterates over
     a type replicated on every axis of the table (the one-shot fused all_reduce: every rank

@@ -78,6 +78,7 @@ from coconet.lowering.plan import (
     Plan,
     RankValue,
     Step,
+    gather_destinations,
     reads_whole,
     staged_piece,
 )
@@ -249,13 +250,7 @@ def launch_bytes(plan: Plan, step: Launch, rank: int) -> Moved:
     # without a GATHER_OUT the gathered value is assembled in the symmetric buffer itself
     in_place = ParamKind.GATHER_OUT not in kinds
     # assembled in a symmetric argument: the peers pull from the destination itself
-    assembled_in = {
-        t.name
-        for p, a in zip(params, step.args, strict=False)
-        if p.kind == ParamKind.GATHER_OUT
-        for t in _tensors(a)
-        if isinstance(t, Buffer)
-    }
+    assembled_in = gather_destinations(plan, step)
     n_launch = launch_elements(step)
     frac = rows_fraction(step)
     m = Moved()

@@ -408,6 +408,9 @@ class PlanRunner:
         self.fault = fault
         self.steps_run = 0
         self.bound: set[str] = set()
+        # arguments whose value the caller passed is the buffer itself (input_buffer): at the
+        # last set_inputs, neither copied nor bound
+        self.held: set[str] = set()
         self._ready = False
         self.tracer: StepTracer | None = None
         self._expected: dict[str, tuple[tuple[int, ...], np.dtype, TensorType]] | None = None
@@ -540,6 +543,7 @@ class PlanRunner:
             self.backend.unbind(names[name])
             self.bound.discard(name)
         moved = False
+        self.held.clear()
         for name, buf in names.items():
             if name in self.bound:
                 continue  # kept: not fresh
@@ -548,6 +552,7 @@ class PlanRunner:
                 self.bound.add(name)
                 moved = moved or was.get(name) != self.backend.address(name)
             elif self.backend.holds(buf, value):
+                self.held.add(name)
                 moved = moved or name in was  # already there: the caller wrote into it
             else:
                 self.backend.write(buf, value)

@@ -57,6 +57,7 @@ from coconet.lowering.plan import (
     RecordEvent,
     Step,
     WaitEvent,
+    gather_destinations,
     reads_whole,
     staged_piece,
 )
@@ -396,11 +397,7 @@ def kernel_traffic(plan: Plan, step: Launch, group_size: int) -> tuple[float, fl
     syncs = 0
     # gathered values assembled in place, in a symmetric argument (the GATHER_OUT's own
     # buffer): no staging store, one more handshake (the exit after the pull)
-    assembled_in = {
-        a.name
-        for param, a in zip(params, step.args, strict=False)
-        if param.kind == ParamKind.GATHER_OUT and isinstance(a, Buffer)
-    }
+    assembled_in = gather_destinations(plan, step)
     for param, arg in zip(params, step.args, strict=False):
         buffers: list[Buffer] = []
         if isinstance(arg, Buffer):

@@ -289,15 +289,13 @@ def _path_tolerances(written: Program, scheduled: Program) -> dict:
     a schedule reassociates is rounded by every element type on its way to the output (an f32
     output of an f16 sum a schedule splits into partials carries f16's rounding); an output
     no reorderable reduction feeds keeps its element type's."""
-    from coconet.core.path_tolerances import path_tolerances
+    from coconet.core.path_tolerances import path_tolerances, tightest
     from coconet.core.tolerances import TOLERANCES
 
     before, after = path_tolerances(written, TOLERANCES), path_tolerances(scheduled, TOLERANCES)
-    out = {}
-    for key in before.keys() | after.keys():
-        found = [t for t in (before.get(key), after.get(key)) if t is not None]
-        out[key] = min(found, key=lambda t: (t.rtol, t.atol))
-    return out
+    return {
+        key: tightest((before.get(key), after.get(key))) for key in before.keys() | after.keys()
+    }
 
 
 def test_random_programs_run_on_the_cpu_backend_as_the_sim_computes() -> None:
