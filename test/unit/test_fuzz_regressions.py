@@ -156,7 +156,7 @@ print("ran")
 # beyond tolerance after the log), and the one-shot fusion pulled the ops computing its
 # all_reduce's input into its region (an internal lowering error).
 NARROW_PARTIALS = """
-func.func @random(%g1: !coco.tensor<16xf16, local>, %w2: !coco.tensor<16xf16>, %lr3: !coco.tensor<f16>) {
+func.func @random(%g0: !coco.tensor<6xf32, local>, %g1: !coco.tensor<16xf16, local>, %w2: !coco.tensor<16xf16>, %lr3: !coco.tensor<f16>) {
   %v1 = comm.reduce_scatter sum %g1 : !coco.tensor<16xf16, local> -> !coco.tensor<16xf16, sliced<0>>
   %v2 = comm.all_gather %v1 : !coco.tensor<16xf16, sliced<0>> -> !coco.tensor<16xf16>
   %v3 = coco.mul %v2, %v2 : !coco.tensor<16xf16>
@@ -190,6 +190,25 @@ func.func @f(%g: !coco.tensor<16xf32, local>, %w: !coco.tensor<16xf32>, %lr: !co
   func.return %y : !coco.tensor<16xf32>
 }
 """
+
+
+@pytest.mark.parametrize("elt", ["f16", "bf16"])
+def test_narrow_partials_keep_the_programs_meaning_at_uneven_cuts(elt):
+    """The family: f16 and bf16, 16 elements over 2, 3, 4 and 7 ranks (uneven at 3 and 7)."""
+    from coconet.equivalence import check_equivalence
+    from coconet.schedule.api import apply_pipeline
+
+    narrow = Program(
+        parse_module(
+            NARROW_PARTIALS.replace("xf16", f"x{elt}")
+            .replace("<f16>", f"<{elt}>")
+            .replace("acc f16", f"acc {elt}")
+        )
+    )
+    after = apply_pipeline(narrow, "coco-reorder")
+    assert any(op.name == "coco.cast" for op in after.func.walk())  # the widened partials
+    report = check_equivalence(narrow, after, ranks=(2, 3, 4, 7), seeds=(0, 1))
+    assert report.ok, str(report)
 
 
 def test_narrow_partials_and_one_shot_inputs_keep_the_programs_meaning():
