@@ -47,6 +47,18 @@ class CollectiveContext:
     # what a step computes of the plan alone, by id(step) (`_regions`): a context lives as
     # long as its backend's plan, whose steps it is keyed by
     memo: dict[Any, Any] = field(default_factory=dict)
+    # the backend's compiled `combine` (host_combine.HostCombine): None where it does not
+    # cover the types, then `combine` in the array module
+    combiner: Callable[..., Any] | None = None
+
+    def combine(
+        self, kind: str, pieces: Any, src: np.dtype, dst: np.dtype, storage: np.dtype, acc: Any
+    ) -> Any:
+        if self.combiner is not None:
+            out = self.combiner(kind, pieces, src, dst, storage, acc)
+            if out is not None:
+                return out
+        return combine(self.xp, kind, pieces, src, dst, storage, acc)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -241,7 +253,7 @@ def _all_reduce(ctx, step, t, group, src, dst, src_dt, dst_dt) -> CollectiveOps:
         return
     gathered = ctx.empty((len(group), *src.shape), src.dtype)
     yield t.all_gather(_contiguous(ctx, src), gathered)
-    dst[...] = combine(ctx.xp, step.kind, gathered, src_dt, dst_dt, dst.dtype, step.acc)
+    dst[...] = ctx.combine(step.kind, gathered, src_dt, dst_dt, dst.dtype, step.acc)
 
 
 def blocking_call(
@@ -311,9 +323,7 @@ def _reduce_scatter(ctx, step, t, group, src, dst, src_dt, dst_dt) -> Collective
             return
         received = ctx.empty(tuple(packed.shape), packed.dtype)
         yield t.all_to_all(packed, received)
-        combined = combine(
-            ctx.xp, step.kind, received[:, :mine], src_dt, dst_dt, dst.dtype, step.acc
-        )
+        combined = ctx.combine(step.kind, received[:, :mine], src_dt, dst_dt, dst.dtype, step.acc)
         dst[...] = combined.reshape(dst.shape)
         return
     if step.rows is not None:  # one chunk: every member's rows [b, e) of its part
@@ -337,7 +347,7 @@ def _reduce_scatter(ctx, step, t, group, src, dst, src_dt, dst_dt) -> Collective
         return
     received = ctx.empty(tuple(packed.shape), packed.dtype)
     yield t.all_to_all(_contiguous(ctx, packed), received)
-    combined = combine(ctx.xp, step.kind, received, src_dt, dst_dt, dst.dtype, step.acc)
+    combined = ctx.combine(step.kind, received, src_dt, dst_dt, dst.dtype, step.acc)
     dst[...] = combined.reshape(dst.shape)
 
 
@@ -409,7 +419,7 @@ def _reduce(ctx, step, t, group, src, dst, src_dt, dst_dt) -> CollectiveOps:
         gathered = ctx.empty((len(group), *piece.shape), piece.dtype) if me == root else None
         yield t.gather(piece, gathered, root)
         if me == root:
-            dst[...] = combine(ctx.xp, step.kind, gathered, src_dt, dst_dt, dst.dtype, step.acc)
+            dst[...] = ctx.combine(step.kind, gathered, src_dt, dst_dt, dst.dtype, step.acc)
     if me != root and not in_place:
         dst[...] = src  # the sim: ranks other than the root keep their input
 

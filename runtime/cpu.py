@@ -11,9 +11,9 @@
   axes, keyed by rank, so communicator rank order is the sim's group order).
   Exactness against the sim oracle (which accumulates in f64 in rank order and rounds once):
   - all_gather, broadcast and send move bytes: always bit-exact;
-  - f16, bf16, i1, and max/min of floats are reduced by exchanging the pieces (Allgather /
-    Alltoall / Gather) and combining them locally in rank order in f64, rounded once, as the
-    sim does: bit-exact;
+  - f16, bf16, fp8, i1, and max/min of floats are reduced by exchanging the pieces
+    (Allgather / Alltoall / Gather) and combining them locally in rank order in f64, rounded
+    once, as the sim does (floats in compiled host code: runtime/host_combine.py): bit-exact;
   - sum/prod of f32/f64 use MPI's reductions (MPI_Allreduce, MPI_Reduce_scatter_block,
     MPI_Reduce) in the data's own precision and MPI's order: equal to the oracle within the
     per-dtype tolerance (coconet.core.tolerances.TOLERANCES), usually bit-exact on 2 ranks;
@@ -56,6 +56,7 @@ from coconet.runtime.executor import (
     groups_of,
     matmul_segments,
 )
+from coconet.runtime.host_combine import HostCombine
 from coconet.runtime.symmetric import MpiWindows, PosixSegments, node_communicator
 from coconet.runtime.transport import MpiTransport
 from coconet.toolchain.host_compiler import (
@@ -649,6 +650,7 @@ class CpuBackend:
                 world=self._world,
                 empty=lambda shape, dtype: np.empty(shape, dtype),
                 nodes=self.plan.nodes if self.plan else (),
+                combiner=HostCombine(),
             )
         return self.ctx
 
