@@ -251,9 +251,55 @@ def _all_reduce(ctx, step, t, group, src, dst, src_dt, dst_dt) -> CollectiveOps:
     if _library(ctx, t, src_dt, step.kind, step) and src.dtype == dst.dtype:
         yield t.all_reduce(src, dst, step.kind, src_dt)
         return
-    gathered = ctx.empty((len(group), *src.shape), src.dtype)
+    members = len(group)
+    if members > 1 and src.nbytes >= EXACT_TWO_STEP_BYTES:
+        yield from _exact_two_step(ctx, step, t, members, src, dst, src_dt, dst_dt)
+        return
+    gathered = _scratch(ctx, step, "gathered", (members, *src.shape), src.dtype)
     yield t.all_gather(_contiguous(ctx, src), gathered)
     dst[...] = ctx.combine(step.kind, gathered, src_dt, dst_dt, dst.dtype, step.acc)
+
+
+# From this size an all_reduce the library cannot reduce takes two steps: every rank gathering
+# every member's whole tensor combines all of it, members times the elements the two-step
+# form combines and (members - 1) / members of the tensor more on the wire per rank; below,
+# one collective is one latency.
+EXACT_TWO_STEP_BYTES = 64 << 10
+
+
+def _exact_two_step(ctx, step, t, members, src, dst, src_dt, dst_dt) -> CollectiveOps:
+    """An exact all_reduce as a reduce_scatter then an all_gather (what NCCL's ring does):
+    member m combines block m of every member's tensor in rank order -- the same members in
+    the same order per element, so the same bits -- and the combined blocks are gathered.
+    Its scratch is the step's own, kept between calls (`_scratch`)."""
+    n = src.size
+    width = -(-n // members)
+    packed = _scratch(ctx, step, "packed", (members, width), src.dtype)
+    flat = _bits(packed.reshape(-1))
+    flat[:n] = _bits(src).reshape(-1)
+    flat[n:] = 0
+    received = _scratch(ctx, step, "received", (members, width), src.dtype)
+    yield t.all_to_all(packed, received)
+    mine = ctx.combine(step.kind, received, src_dt, dst_dt, dst.dtype, step.acc)
+    gathered = _scratch(ctx, step, "gathered", (members, width), dst.dtype)
+    yield t.all_gather(_contiguous(ctx, mine), gathered)
+    _bits(dst)[...] = _bits(gathered).reshape(-1)[:n].reshape(dst.shape)
+
+
+def _scratch(ctx: CollectiveContext, step: Collective, role: str, shape, dtype) -> Any:
+    """A scratch array of `step`'s, allocated at its first call and reused after: a fresh
+    array of megabytes is fresh pages, faulted in on every call."""
+    key = (id(step), role, tuple(shape), np.dtype(dtype))
+    hit = ctx.memo.get(key)
+    if hit is None or hit[0] is not step:  # (the step itself: an id outlives its object)
+        hit = ctx.memo[key] = (step, ctx.empty(tuple(shape), dtype))
+    return hit[1]
+
+
+def _bits(a: Any) -> Any:
+    """`a` viewed as unsigned integers of its width: copies move bytes (a copy of ml_dtypes'
+    bf16 or fp8 goes element by element through the type's own copy function)."""
+    return a.view(f"u{a.dtype.itemsize}") if a.dtype.itemsize in (1, 2, 4, 8) else a
 
 
 def blocking_call(

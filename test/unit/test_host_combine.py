@@ -13,7 +13,8 @@ from compiled_ranks import runs_as_the_sim_computes
 import coconet.runtime.cpu as cpu
 from coconet import frontend
 from coconet.core import values as V
-from coconet.frontend import BF16, F32, AllReduce, Local, ReduceScatter, Tensor
+from coconet.frontend import BF16, F16, F32, AllReduce, Local, ReduceScatter, Tensor
+from coconet.runtime import collectives
 from coconet.runtime.collectives import CollectiveContext, combine
 from coconet.runtime.host_combine import HostCombine
 
@@ -145,3 +146,31 @@ def test_the_cpu_backend_combines_with_it(monkeypatch: pytest.MonkeyPatch, ranks
     monkeypatch.setattr(cpu, "HostCombine", Counting)
     runs_as_the_sim_computes(bf16_collectives, "ar-c", ranks)
     assert set(calls) == {("max", None), ("sum", None), ("sum", "f32")}
+
+
+@pytest.mark.parametrize(
+    ("ranks", "elt", "kind"), [(2, BF16, "+"), (3, F16, "max"), (7, BF16, "+")]
+)
+def test_large_exact_all_reduce_takes_two_steps(
+    monkeypatch: pytest.MonkeyPatch, ranks: int, elt, kind: str
+) -> None:
+    """From EXACT_TWO_STEP_BYTES an exact all_reduce is a reduce_scatter of blocks (padded:
+    the size divides by no rank count here) then an all_gather, each member combining its
+    block: the sim's bits, the two-step path taken."""
+    taken: list[int] = []
+    two_step = collectives._exact_two_step
+
+    def counted(ctx, step, t, members, *args):
+        taken.append(members)
+        yield from two_step(ctx, step, t, members, *args)
+
+    monkeypatch.setattr(collectives, "_exact_two_step", counted)
+    rows, cols = 97, 701
+    assert rows * cols * 2 >= collectives.EXACT_TWO_STEP_BYTES
+
+    @frontend.program(grid=[None])
+    def large_all_reduce(x: Tensor(elt, [rows, cols], Local)):
+        return AllReduce(kind, x)
+
+    runs_as_the_sim_computes(large_all_reduce, "ar-c", ranks)
+    assert taken == [ranks] * ranks
