@@ -730,7 +730,8 @@ class FusionKindAttr(EnumAttribute[FusionKind], SpacedOpaqueSyntaxAttribute):
 
 # --------------------------------------------------------------------------------------------
 # Lowering decisions: discardable attributes the lowering's first passes set (lowering/
-# decisions.py: `coco-choose-topology`, `coco-defer`) and the plan builder reads
+# decisions.py: `coco-choose-topology`, `coco-defer`; segments.py: `coco-segment`) and the
+# plan builder reads
 # --------------------------------------------------------------------------------------------
 
 
@@ -764,12 +765,21 @@ class DeferralAttr(EnumAttribute[Deferral], SpacedOpaqueSyntaxAttribute):
 # The keys of the discardable attributes holding those decisions.
 TOPOLOGY_ATTR_NAME = "comm.topology"
 DEFERRAL_ATTR_NAME = "comm.deferral"
+# the segment (an i64) of an op of a two-shot fused region, and their count on the region
+SEGMENT_ATTR_NAME = "comm.segment"
+SEGMENTS_ATTR_NAME = "comm.segments"
 
 
 def topology_of(op: Operation) -> Topology | None:
     """The topology chosen for a fused kernel's collective (its `comm.topology`), if any."""
     attr = op.attributes.get(TOPOLOGY_ATTR_NAME)
     return attr.data if isinstance(attr, TopologyAttr) else None
+
+
+def segment_of(op: Operation) -> int | None:
+    """The segment of its fused region that runs `op` (its `comm.segment`), if any."""
+    attr = op.attributes.get(SEGMENT_ATTR_NAME)
+    return attr.value.data if isinstance(attr, IntegerAttr) else None
 
 
 def deferral_of(op: Operation) -> Deferral | None:
@@ -1201,6 +1211,8 @@ Comm = Dialect(
 
 __all__ = [
     "DEFERRAL_ATTR_NAME",
+    "SEGMENTS_ATTR_NAME",
+    "SEGMENT_ATTR_NAME",
     "TOPOLOGY_ATTR_NAME",
     "AllGatherOp",
     "AllReduceOp",
@@ -1228,5 +1240,6 @@ __all__ = [
     "check_acc",
     "collective_result_type",
     "deferral_of",
+    "segment_of",
     "topology_of",
 ]

@@ -21,7 +21,9 @@ starts with the rule's name in brackets, as in layout_rules.py:
                         module, `coco.numerics` (a `#coco<numerics ...>`), on either, and
                         the lowering's decisions (lowering/decisions.py): `comm.topology`
                         (a `#comm<topology ...>`) on a collective, `comm.deferral` (a
-                        `#comm<deferral ...>`) on an elementwise op, constant or slice;
+                        `#comm<deferral ...>`) on an elementwise op, constant or slice,
+                        `comm.segment` (an integer) on an op and `comm.segments` (an
+                        integer) on a `comm.fused` region (lowering/segments.py);
                         `coco.symmetric` on a function argument; any other (a misspelt
                         `coco.gird`) would be silently ignored otherwise.
 * symmetric-argument    `coco.symmetric` is a unit attribute on a tensor argument (not a
@@ -40,7 +42,14 @@ import difflib
 from typing import NoReturn
 
 from xdsl.dialects import func
-from xdsl.dialects.builtin import DictionaryAttr, ModuleOp, StringAttr, UnitAttr, UnregisteredOp
+from xdsl.dialects.builtin import (
+    DictionaryAttr,
+    IntegerAttr,
+    ModuleOp,
+    StringAttr,
+    UnitAttr,
+    UnregisteredOp,
+)
 from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
@@ -58,9 +67,12 @@ from coconet.dialects.coco import (
 )
 from coconet.dialects.comm import (
     DEFERRAL_ATTR_NAME,
+    SEGMENT_ATTR_NAME,
+    SEGMENTS_ATTR_NAME,
     TOPOLOGY_ATTR_NAME,
     CollectiveOp,
     DeferralAttr,
+    FusedOp,
     TopologyAttr,
     YieldOp,
 )
@@ -84,6 +96,8 @@ DECISION_ATTRIBUTES: tuple[tuple[tuple[type[Operation], ...], str, type[Attribut
         DeferralAttr,
         "#comm<deferral rematerialize> or #comm<deferral wire>",
     ),
+    ((CocoOp,), SEGMENT_ATTR_NAME, IntegerAttr, "an integer: the segment of its region"),
+    ((FusedOp,), SEGMENTS_ATTR_NAME, IntegerAttr, "an integer: how many segments it has"),
 )
 COCONET_NAMESPACES = ("coco.", "comm.")
 # Dialects whose ops may sit beside the functions: rewrites for xDSL passes, not program.

@@ -24,7 +24,12 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return DeferPass
 
-    return {"coco-choose-topology": choose_topology, "coco-defer": defer}
+    def segment() -> type[ModulePass]:
+        from coconet.lowering.segments import SegmentPass
+
+        return SegmentPass
+
+    return {"coco-choose-topology": choose_topology, "coco-defer": defer, "coco-segment": segment}
 
 
 def get_all_targets() -> dict[str, Callable[[], type[Target]]]:

@@ -24,6 +24,9 @@ FileCheck tests it (test/filecheck/lowering/):
   the peers pull its narrow input and widen it as they accumulate. Nothing is deferred where
   the plan spans several nodes (kernels across nodes read their inputs from memory).
 
+`decided()` runs both, then `coco-segment` (segments.py: where each two-shot fused region is
+cut into kernels, `comm.segment`).
+
 Both passes honour what they find: a topology already on a collective must be the one its
 groups and the node map give (`[topology-one-node]`: hierarchical where every group is one
 node's; `[topology-across-nodes]`: flat where a group spans nodes), and on no other op
@@ -39,7 +42,7 @@ for a grid sized at launch), `ranks-per-node=K` (K consecutive ranks a node) or 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,6 +59,8 @@ from coconet.dialects import coco, comm
 from coconet.dialects.coco import exact_widening, tensor_type_of
 from coconet.dialects.comm import (
     DEFERRAL_ATTR_NAME,
+    SEGMENT_ATTR_NAME,
+    SEGMENTS_ATTR_NAME,
     TOPOLOGY_ATTR_NAME,
     Deferral,
     DeferralAttr,
@@ -63,6 +68,12 @@ from coconet.dialects.comm import (
     TopologyAttr,
     deferral_of,
     topology_of,
+)
+from coconet.lowering.segments import (
+    choose_segments,
+    scalar_arithmetic,
+    send_kernel_of,
+    two_shot_regions,
 )
 from coconet.passes.common import Refusal, fail, op_name, readable_at
 
@@ -126,27 +137,6 @@ class MachinePass(ModulePass):
 # --------------------------------------------------------------------------------------------
 # Topology
 # --------------------------------------------------------------------------------------------
-
-
-_KERNEL_OPS = (coco.ElementwiseOp, coco.ConstantOp, coco.SliceOp)
-
-
-def send_kernel_of(region: comm.FusedOp) -> comm.SendOp | None:
-    """The send a `comm.fused send` region runs as ONE kernel (fused_send.py): its one send,
-    of a value the region computes elementwise, received only by the region's results or
-    updates. None: the region lowers as a fused collective region (a library send)."""
-    body = [o for o in region.body.block.ops if not isinstance(o, comm.YieldOp)]
-    sends = [o for o in body if isinstance(o, comm.SendOp)]
-    compute = [o for o in body if not isinstance(o, comm.SendOp | coco.UpdateOp)]
-    if len(sends) != 1 or not all(isinstance(o, _KERNEL_OPS) for o in compute):
-        return None
-    send = sends[0]
-    if any(
-        u.operation is not region.yield_op and not isinstance(u.operation, coco.UpdateOp)
-        for u in send.result.uses
-    ):
-        return None
-    return send
 
 
 def kernel_collectives(region: comm.FusedOp) -> Sequence[comm.CollectiveOp]:
@@ -255,15 +245,6 @@ class ChooseTopologyPass(MachinePass):
 # --------------------------------------------------------------------------------------------
 
 
-def scalar_arithmetic(op: Operation) -> bool:
-    """An elementwise op or constant of scalars (no dropout: its mask is drawn once)."""
-    return (
-        isinstance(op, coco.ElementwiseOp | coco.ConstantOp)
-        and not isinstance(op, coco.DropoutOp)
-        and all(tensor_type_of(r).get_shape() == () for r in op.results)
-    )
-
-
 def _fused_all_reduce(op: Operation | None) -> bool:
     return isinstance(op, comm.FusedOp) and op.kind.data == comm.FusionKind.ALL_REDUCE
 
@@ -322,20 +303,6 @@ def _wire_casts(block: Block) -> set[Operation]:
         ):
             chosen.add(op)
     return chosen
-
-
-def two_shot_regions(fn: func.FuncOp) -> Iterable[comm.FusedOp]:
-    """The regions the plan builder lowers as two-shot fused collectives (fused_collective.py
-    `lower_fused_collective`): fused all_reduce regions but one-shot ones, and send regions
-    that are not one send kernel."""
-    for region in fn.walk():
-        if not isinstance(region, comm.FusedOp):
-            continue
-        kind = region.kind.data
-        if (kind == comm.FusionKind.ALL_REDUCE and not region.is_one_shot) or (
-            kind == comm.FusionKind.SEND and send_kernel_of(region) is None
-        ):
-            yield region
 
 
 def _region_deferrals(region: comm.FusedOp) -> set[Operation]:
@@ -428,6 +395,8 @@ def _to_decide(fn: func.FuncOp) -> bool:
         isinstance(op, comm.FusedOp)
         or TOPOLOGY_ATTR_NAME in op.attributes
         or DEFERRAL_ATTR_NAME in op.attributes
+        or SEGMENT_ATTR_NAME in op.attributes
+        or SEGMENTS_ATTR_NAME in op.attributes
         for op in fn.walk()
     )
 
@@ -449,6 +418,7 @@ def decided(
     try:
         choose_topology(program.func, grid_shape, nodes)
         choose_deferrals(program.func, nodes)
+        choose_segments(program.func)
     except PassFailedException as e:
         raise CocoError(f"@{program.name}: {e}") from None
     return program

@@ -20,13 +20,13 @@ kernel: its row form (row_collective.py) gives each block whole rows, in phases.
 
 A region whose computation needs a full reduction (LAMB's norms) cannot finish in one kernel:
 blocks of one rank never wait for each other (the device layer's rule), so the region is cut
-into segments at each op that is not elementwise; each segment is one (collective) kernel,
-the cutting op runs as it would unfused, and values crossing segments go through memory.
+into segments (`coco-segment`, segments.py, decides where); each segment is one (collective)
+kernel per tensor chain, an op it cannot hold runs as it would unfused, and values crossing
+segments go through memory.
 """
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections.abc import Sequence
 
@@ -36,7 +36,6 @@ from coconet.core import values as V
 from coconet.core.program import CocoError
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import TensorType, tensor_type_of
-from coconet.lowering.decisions import scalar_arithmetic
 from coconet.lowering.hierarchical import emit_hierarchical
 from coconet.lowering.kernel_ir import Param, structural_key
 from coconet.lowering.kernel_site import kernel_site, op_description
@@ -54,19 +53,8 @@ from coconet.lowering.plan import (
 )
 from coconet.lowering.plan_builder import PlanBuilder, flags_buffer, needed_after
 from coconet.lowering.row_collective import RowCollectiveKernel
+from coconet.lowering.segments import pieces
 from coconet.lowering.signature import ParamKind, range_positions
-
-
-def _in_kernel(op: Operation) -> bool:
-    return isinstance(
-        op,
-        coco.ElementwiseOp
-        | coco.ConstantOp
-        | coco.SliceOp
-        | coco.ReduceDimsOp  # row reductions: the row form of the kernel (row_collective.py)
-        | comm.ReduceScatterOp
-        | comm.AllGatherOp,
-    )
 
 
 def lower_one_shot(lw: PlanBuilder, region: comm.FusedOp) -> None:
@@ -114,97 +102,21 @@ def lower_fused_collective(lw: PlanBuilder, region: comm.FusedOp) -> None:
     if region.is_one_shot:
         lower_one_shot(lw, region)
         return
-    body = [o for o in region.body.block.ops if not isinstance(o, comm.YieldOp)]
-    # Scalar arithmetic (a trust ratio, a clipping factor from a global norm) belongs to no
-    # tensor's chain: where `coco-defer` marked it (decisions.py: not with row reductions,
-    # not across nodes), every kernel reading it computes it (PlanBuilder.rematerialized),
-    # and a step reading it from memory gets it lowered on demand. The slices of arguments
-    # it marked move no data either: each kernel reading one reads the argument at this
-    # rank's piece (LAMB's %w_s, read before and after its norms: 8 bytes more per element
-    # of the slice otherwise).
-    scalars = {op for op in body if op in lw.deferred and scalar_arithmetic(op)}
-    body = _updates_where_computed(body, lw.deferred)
-    segment: list[Operation] = []
-    updates: list[coco.UpdateOp] = []
-    absorbed: set[Operation] = set()
-    # Results of the reductions this segment's kernel finishes (at its end), and scalars
-    # computed from them: an op reading one starts the next segment; until then, the kernel
-    # takes more work and reductions.
-    finished: set[SSAValue] = set()
-    for op in body:
-        if op in absorbed:
-            continue
-        if op in scalars:
-            if any(v in finished for v in op.operands):
-                finished.update(op.results)
-            continue
-        if isinstance(op, coco.UpdateOp):
-            updates.append(op)  # stores: they never cut a segment
-            continue
-        if any(v in finished for v in op.operands):
-            emit_segment(lw, segment, updates)
-            segment, updates, finished = [], [], set()
-        if _in_kernel(op):
-            segment.append(op)
-            continue
-        finisher = _in_kernel_reduction(op, segment)
-        if finisher is not None:
-            # The reduction and the all_reduce of its partials finish in this segment's kernel.
-            segment += [op, finisher]
-            absorbed.add(finisher)
-            finished.add(finisher.result)
-            continue
-        emit_segment(lw, segment, updates)
-        segment, updates, finished = [], [], set()
-        lw.lower_op(op)
-    emit_segment(lw, segment, updates)
+    # Where the region is cut into kernels is `coco-segment`'s decision (segments.py): each
+    # segment's kernels, and between them the ops running on their own, as unfused. Scalar
+    # arithmetic `coco-defer` marked (a trust ratio, a clipping factor from a global norm)
+    # is in no segment: every kernel reading it computes it (PlanBuilder.rematerialized), and
+    # a step reading it from memory gets it lowered on demand. The slices of arguments it
+    # marked move no data either: each kernel reading one reads the argument at this rank's
+    # piece (LAMB's %w_s, read before and after its norms: 8 bytes more per element of the
+    # slice otherwise).
+    for piece in pieces(region):
+        if isinstance(piece, Operation):
+            lw.lower_op(piece)
+        else:
+            emit_segment(lw, *piece)
     for res, v in zip(region.res, region.yield_op.values):
         lw.buffers[res] = lw.value_buffer(v)
-
-
-def _updates_where_computed(body: list[Operation], deferred: set[Operation]) -> list[Operation]:
-    """`body` with each update moved up to just after the op computing its value, where no
-    op in between reads the target (itself or through a deferred op, which runs where its
-    readers run): the segment computing the value then stores it in the target, instead of
-    storing it for a later segment to copy (LAMB written with `m` and `v` updated after its
-    norms: two passes over each less). One pass over the body: a region holding a model's
-    every tensor (LAMB's segments) has hundreds of updates."""
-    at = {op: i for i, op in enumerate(body)}
-    through: dict[Operation, set[SSAValue]] = {}  # what a deferred op reads, transitively
-    readers: dict[SSAValue, list[int]] = {}  # positions reading each value, ascending
-    for i, op in enumerate(body):
-        for v in _read_values(op, deferred, through):
-            readers.setdefault(v, []).append(i)
-    key = {op: (i, 0, 0) for i, op in enumerate(body)}
-    for u in body:
-        if not isinstance(u, coco.UpdateOp):
-            continue
-        producer = u.value.owner
-        if not isinstance(producer, Operation) or producer not in at or producer in deferred:
-            continue
-        start, end = at[producer], at[u]
-        positions = readers.get(u.target, [])
-        k = bisect.bisect_right(positions, start)
-        if k < len(positions) and positions[k] < end:
-            continue  # read in between: it stays where it is
-        key[u] = (start, 1, end)  # right after its value, in program order among such
-    return sorted(body, key=key.__getitem__)
-
-
-def _read_values(
-    op: Operation, deferred: set[Operation], through: dict[Operation, set[SSAValue]]
-) -> set[SSAValue]:
-    """The values `op` reads: its operands, and what the deferred ops producing them read
-    (computed where read), memoized in `through`."""
-    out: set[SSAValue] = set()
-    for w in op.operands:
-        out.add(w)
-        owner = w.owner
-        if isinstance(owner, Operation) and owner in deferred:
-            if owner not in through:
-                through[owner] = _read_values(owner, deferred, through)
-            out |= through[owner]
-    return out
 
 
 def wire_source(lw: PlanBuilder, v: SSAValue) -> SSAValue:
@@ -223,26 +135,6 @@ def _hierarchical(collectives: Sequence[comm.CollectiveOp]) -> bool:
     chosen = {comm.topology_of(op) for op in collectives}
     assert None not in chosen, "the lowering's decisions were not made (decisions.decided)"
     return comm.Topology.HIERARCHICAL in chosen
-
-
-def _in_kernel_reduction(op: Operation, segment: list[Operation]) -> comm.AllReduceOp | None:
-    """The all_reduce that finishes `op`, if `op` is a full reduction of a value of this
-    collective segment whose partials only that all_reduce reads (LAMB's sliced norms)."""
-    if not isinstance(op, coco.ReduceOp) or op.kind.data == coco.ReductionKind.NORM:
-        return None
-    scatters = [s for s in segment if isinstance(s, comm.ReduceScatterOp)]
-    produced = {r for s in segment for r in s.results}
-    uses = list(op.result.uses)
-    if not scatters or op.input not in produced or len(uses) != 1:
-        return None
-    user = uses[0].operation
-    if not isinstance(user, comm.AllReduceOp) or user.kind.data != op.kind.data:
-        return None
-    if user.acc is not None:
-        return None  # its stated accumulation: the library step honours it (lower_collective)
-    if user.span() != scatters[0].span():
-        return None
-    return user
 
 
 def _stored(

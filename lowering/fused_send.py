@@ -22,7 +22,6 @@ from xdsl.ir import Operation, SSAValue
 from coconet.core import values as V
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import tensor_type_of
-from coconet.lowering.decisions import send_kernel_of
 from coconet.lowering.fused_collective import lower_fused_collective
 from coconet.lowering.kernels.elementwise import ElementwiseKernel
 from coconet.lowering.kernels.spec import Store
@@ -35,6 +34,7 @@ from coconet.lowering.plan import (
     RankValue,
 )
 from coconet.lowering.plan_builder import PlanBuilder, flags_buffer
+from coconet.lowering.segments import send_kernel_of
 from coconet.lowering.signature import ParamKind, range_positions
 
 

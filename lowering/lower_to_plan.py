@@ -23,8 +23,9 @@ plan and the CUDA text are the same for every rank.
 
 What depends on the machine or on where a value is computed is decided first, as IR
 (decisions.py: `coco-choose-topology` writes each fused collective's `comm.topology`,
-`coco-defer` each deferred op's `comm.deferral`), on a copy of the program; the builder reads
-those attributes.
+`coco-defer` each deferred op's `comm.deferral`; segments.py: `coco-segment` each op's
+`comm.segment` in a fused region cut into kernels), on a copy of the program; the builder
+reads those attributes.
 """
 
 from __future__ import annotations
@@ -109,7 +110,10 @@ class Lowering:
         # The node of every rank (core/values.py); () when one node holds them all.
         self.nodes = node_map(nodes, self.size)
         # The program with the lowering's decisions made for this machine (decisions.py:
-        # topologies, deferrals), which the builder reads; a copy unless `in_place`.
+        # topologies, deferrals; segments.py: segments), which the builder reads; a copy
+        # unless `in_place`.
+        # (the outputs in the program's order: coco-segment moves updates up in the copy)
+        self.outputs = program.outputs
         program = decided(program, self.grid_shape, self.nodes, in_place)
         self.program = program
         self.coords = [V.coords_of(r, self.grid_shape) for r in range(self.size)]
@@ -298,10 +302,10 @@ class Lowering:
                     outputs[v.name_hint or f"result{i}"] = self.value_buffer(v)
                 continue
             self.lower_op(op)
-        for out in self.program.outputs:
+        for out in self.outputs:
             if out.updated_argument:
                 outputs[out.name] = arguments[out.name]
-        outputs = {k: outputs[k] for k in [o.name for o in self.program.outputs]}
+        outputs = {k: outputs[k] for k in [o.name for o in self.outputs]}
         self.steps = self.batch_launches(self.steps)
         return Plan(
             self.program.name,

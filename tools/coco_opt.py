@@ -41,7 +41,8 @@ from coconet.schedule import get_all_passes as schedule_passes
 
 def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
     """coconet's passes as coco-opt registers and lists them: the schedule passes, then the
-    lowering's decisions (`coco-choose-topology`, `coco-defer`: lowering/decisions.py)."""
+    lowering's decisions (`coco-choose-topology`, `coco-defer`: lowering/decisions.py;
+    `coco-segment`: lowering/segments.py)."""
     return {**schedule_passes(), **lowering_passes()}
 
 

@@ -479,6 +479,41 @@ def symmetric_argument(text, rng):
     return text[: m.end()] + " " + attr + text[m.end() :], None
 
 
+# An op's line up to its signature (`%x = coco.add %a, %b` or `coco.update %w, %w1`) with no
+# attribute dictionary yet, and a fused region's head.
+_OP_HEAD = re.compile(r"(?:%[\w$.-]+ = )?(?:coco|comm)\.\w+ [^\n{:]*?(?= : )")
+_FUSED_HEAD = re.compile(r"comm\.fused \w+(?: one_shot)?(?= (?:->|\{))")
+
+
+def segment_mark(text, rng):
+    """A lowering decision written by hand: `{comm.segment = K}` on an op (inside a fused
+    region or not), or `comm.segments = K` on a fused region, now and then not an integer
+    (an `[unknown-attribute]` refusal). The lowering must honour it where coco-segment would
+    have written it, or refuse it naming [segment] or [segment-op]."""
+    value = f"{rng.randrange(3)} : i64" if rng.random() < 0.85 else '"first"'
+    if rng.random() < 0.25:
+        found = [m for m in _FUSED_HEAD.finditer(text) if not _in_comment(text, m.start())]
+        if found:
+            m = rng.choice(found)
+            head = f"{m.group(0)} attributes {{comm.segments = {value}}}"
+            return text[: m.start()] + head + text[m.end() :], None
+    found = [
+        m
+        for m in _OP_HEAD.finditer(text)
+        if not _in_comment(text, m.start())
+        and not m.group(0).startswith(("comm.fused", "comm.yield"))
+    ]
+    # mostly an op of a fused region, where the lowering reads segments
+    regions = [(h.end(), text.find("comm.yield", h.end())) for h in _FUSED_HEAD.finditer(text)]
+    inside = [m for m in found if any(a < m.start() < b for a, b in regions)]
+    if inside and rng.random() < 0.7:
+        found = inside
+    if not found:
+        return None
+    m = rng.choice(found)
+    return text[: m.end()] + f" {{comm.segment = {value}}}" + text[m.end() :], None
+
+
 def truncate(text, rng):
     if len(text) < 2:
         return None
@@ -633,6 +668,7 @@ MUTATIONS: dict[str, Mutation] = {
         accumulation,
         block_scale,
         symmetric_argument,
+        segment_mark,
     )
 }
 # Those that break a documented rule: applied last (see the module docstring).
@@ -663,6 +699,7 @@ WEIGHTS.update(
     accumulation=2.0,
     block_scale=2.0,
     symmetric_argument=2.0,
+    segment_mark=2.0,
 )
 
 

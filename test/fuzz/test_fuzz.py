@@ -26,6 +26,7 @@ from fuzz_inputs import (
     all_to_all_round_trip,
     make_case,
     seeds,
+    segment_mark,
     verifying_seeds,
 )
 from fuzz_oracle import Oracle, _spread
@@ -224,6 +225,7 @@ def test_an_offered_schedule_that_fails_to_lower_is_a_traceback(tmp_path, monkey
     from fuzz_inputs import Case
 
     import coconet.lowering.fused_collective as fused
+    import coconet.lowering.segments as segments
 
     path = Path(__file__).resolve().parents[1] / "unit/programs/late_updates.mlir"
     text = path.read_text()
@@ -235,7 +237,7 @@ def test_an_offered_schedule_that_fails_to_lower_is_a_traceback(tmp_path, monkey
     def ignoring_updates(v, inside, stored):  # the lowering before the fix
         return any(u.operation not in inside and u.operation.name != "coco.update" for u in v.uses)
 
-    monkeypatch.setattr(fused, "_updates_where_computed", lambda body, deferred: body)
+    monkeypatch.setattr(segments, "updates_where_computed", lambda body, deferred: body)
     monkeypatch.setattr(fused, "needed_after", ignoring_updates)
     result = Oracle(tmp_path, schedule_limit=None).run(case)
     assert result["outcome"] == "traceback", result
@@ -305,6 +307,41 @@ def test_the_accumulation_mutation_states_one_the_verifier_takes_or_names():
         verified += 1
     assert verified >= 5
     assert refused >= 5
+
+
+def test_the_segment_mutation_is_honoured_or_refused_by_its_rule():
+    """A `comm.segment` / `comm.segments` written by hand (the segment mutation) is refused
+    by the program rules where it is no integer ([unknown-attribute]), and otherwise lowered
+    where it is coco-segment's own or refused naming [segment] or [segment-op] -- never a
+    traceback: each kind occurs over the seeds."""
+    from coconet.core.program import CocoError, Program, parse_module
+    from coconet.lowering.lower_to_plan import lower
+
+    kinds: dict[str, int] = {}
+    for i, s in enumerate(verifying_seeds()):
+        made = segment_mark(s.text, random.Random(i))
+        if made is None:
+            continue
+        assert "comm.segment" in made[0], s.name
+        try:
+            module = parse_module(made[0])
+        except CocoError as e:
+            rule = re.search(r"\[([\w.-]+)\]", str(e))
+            key = rule.group(1) if rule else "parse"
+            kinds[key] = kinds.get(key, 0) + 1
+            continue
+        fn = next(op.sym_name.data for op in module.ops if hasattr(op, "sym_name"))
+        try:
+            lower(Program(module, fn), 4)
+            kinds["lowered"] = kinds.get("lowered", 0) + 1
+        except CocoError as e:
+            rule = re.search(r"\[([\w.-]+)\]", str(e))
+            key = rule.group(1) if rule else "other"
+            kinds[key] = kinds.get(key, 0) + 1
+    assert kinds.get("lowered", 0) >= 3
+    assert kinds.get("segment", 0) >= 3
+    assert kinds.get("segment-op", 0) >= 3
+    assert kinds.get("unknown-attribute", 0) >= 3
 
 
 def _fits(program, ranks: int) -> bool:

@@ -1,6 +1,6 @@
-"""The lowering's decisions as IR (lowering/decisions.py, issue #27 item 1): `coco-choose-topology`
-and `coco-defer` write on the scheduled program what the plan builder used to decide inline,
-and the builder reads it.
+"""The lowering's decisions as IR (lowering/decisions.py, lowering/segments.py, issue #27 item 1):
+`coco-choose-topology`, `coco-defer` and `coco-segment` write on the scheduled program what the
+plan builder used to decide inline, and the builder reads it.
 
 Checked here: the plan of a program the passes annotated (as `coco-opt -p` prints it) is the
 plan of the program as scheduled, for every example and named schedule, on one node and on
@@ -8,8 +8,8 @@ several; `lower()` leaves its caller's program untouched (it decides on a copy) 
 the program is its own (`in_place`); annotations written for another machine, or that the
 builder could not honour, are refused with their rule; a hand-written choice the rules allow
 (a subset of the deferrals) is honoured and computes what the oracle does. The FileCheck
-tests (test/filecheck/lowering/coco-choose-topology*.mlir, coco-defer*.mlir) show each
-decision printed."""
+tests (test/filecheck/lowering/coco-choose-topology*.mlir, coco-defer*.mlir,
+coco-segment*.mlir) show each decision printed."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from xdsl.dialects.builtin import IntegerAttr, i64
 
 import coconet
 from coconet.compile import apply_schedule
@@ -33,6 +34,7 @@ from coconet.lowering.decisions import (
 )
 from coconet.lowering.lower_to_plan import lower
 from coconet.lowering.plan import Launch
+from coconet.lowering.segments import SegmentPass, choose_segments
 from coconet.runtime import sim
 from coconet.runtime.threaded import ThreadedExecutor
 from coconet.schedule import named_schedules
@@ -49,7 +51,12 @@ def decisions(p: Program) -> dict[str, str]:
     op name and position)."""
     out: dict[str, str] = {}
     for i, op in enumerate(p.func.walk()):
-        for key in (comm.TOPOLOGY_ATTR_NAME, comm.DEFERRAL_ATTR_NAME):
+        for key in (
+            comm.TOPOLOGY_ATTR_NAME,
+            comm.DEFERRAL_ATTR_NAME,
+            comm.SEGMENT_ATTR_NAME,
+            comm.SEGMENTS_ATTR_NAME,
+        ):
             if key in op.attributes:
                 hint = op.results[0].name_hint if op.results else None
                 out[f"{f'%{hint}' if hint else f'{op.name}#{i}'} {key}"] = str(op.attributes[key])
@@ -62,6 +69,7 @@ def annotated(p: Program, ranks: int, per_node: int) -> Program:
     options = {"ranks": ranks, "ranks_per_node": per_node}
     for cls in (ChooseTopologyPass, DeferPass):
         cls(**options).apply(make_context(), q.module)
+    SegmentPass().apply(make_context(), q.module)
     return q
 
 
@@ -162,7 +170,29 @@ def test_the_passes_honour_their_own_annotations():
     twice = once.clone()
     choose_topology(twice.func, (4,), (0, 0, 1, 1))
     choose_deferrals(twice.func, (0, 0, 1, 1))
+    choose_segments(twice.func)
     assert str(twice) == str(once)
     assert decisions(once)
     assert all("hierarchical" in v for k, v in decisions(once).items() if "topology" in k)
     assert not any("deferral" in k for k in decisions(once))  # nothing deferred on 2 nodes
+
+
+def test_lamb_runs_two_segments_around_its_norms():
+    """LAMB under fuse(rs-c-ag): segment 0 holds the update of m and v and the sliced norms,
+    whose all_reduces its kernel finishes; the trust ratio (rematerialized, in no segment)
+    starts segment 1, which updates and gathers w. Written by hand otherwise, the cuts are
+    refused, not lowered."""
+    scheduled = apply_schedule(coconet.load(EXAMPLES / "lamb.mlir"), "fuse(rs-c-ag)")
+    once = annotated(scheduled, 4, 0)
+    made = decisions(once)
+    assert made["comm.fused#1 comm.segments"] == "2 : i64"
+    assert made["%w_norm_sumsq comm.segment"] == made["%r_norm_sumsq comm.segment"] == "0 : i64"
+    assert made["%w1 comm.segment"] == "1 : i64"
+    assert not any(k.startswith("%trust comm.segment") for k in made)
+    bad = once.clone()
+    (w1,) = [op for op in bad.func.walk() if op.results and op.results[0].name_hint == "w1"]
+    w1.attributes[comm.SEGMENT_ATTR_NAME] = IntegerAttr(0, i64)
+    with pytest.raises(
+        CocoError, match=r"@lamb: \[segment\] %w1 \(comm.all_gather\) has segment 0"
+    ):
+        lower(bad, 4)
