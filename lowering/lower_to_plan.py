@@ -25,12 +25,12 @@ What depends on the machine or on where a value is computed is decided first, as
 (decisions.py: `coco-choose-topology` writes each fused collective's `comm.topology`,
 `coco-defer` each deferred op's `comm.deferral`; segments.py: `coco-segment` each op's
 `comm.segment` in a fused region cut into kernels), on a copy of the program; the builder
-reads those attributes.
+reads those attributes. Its last step folds launches of one kernel text into table launches
+(batching.py), a step over the plan alone (LaunchConfig.batch=False: the plan before it).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable, Collection, Hashable, Sequence
 from typing import ClassVar, Literal, SupportsInt
@@ -48,6 +48,7 @@ from coconet.dialects import coco, comm
 from coconet.dialects.coco import TensorType, tensor_type_of
 from coconet.dialects.comm import deferral_of
 from coconet.dialects.layout_rules import infer_elementwise
+from coconet.lowering.batching import TableBatcher
 from coconet.lowering.cuda_printer import kernel_signature, print_unit
 from coconet.lowering.decisions import decided, default_ranks, node_map
 from coconet.lowering.fused_all_to_all import lower_fused_all_to_all
@@ -63,36 +64,27 @@ from coconet.lowering.kernels.reductions import (
     row_reduction_kernel,
 )
 from coconet.lowering.kernels.spec import Store, iteration_values
-from coconet.lowering.kernels.table import table_form
 from coconet.lowering.overlap import lower_overlap
 from coconet.lowering.plan import (
     COMM_STREAM,
     COMPUTE_STREAM,
-    PLAN_COLLECTIVE_BLOCKS,
-    ArgTable,
     Buffer,
     Collective,
     Copy,
-    Epoch,
     KernelArg,
     Launch,
     Matmul,
-    PeerTable,
     Plan,
     RankValue,
     RecordEvent,
     Step,
     WaitEvent,
-    shrink_grids,
 )
 from coconet.lowering.plan_builder import LaunchConfig
 from coconet.lowering.signature import ParamKind, range_positions
 
 
 class Lowering:
-    # Buffers and edges the stream schedulers looked at, over all lowerings (a test checks
-    # it grows linearly with the program).
-    dependence_checks: ClassVar[int] = 0
     # Whether elementwise sites of one computation share one build (kernel_site.py); a test
     # lowers without it to check the plans are the same.
     memoize_kernels: ClassVar[bool] = True
@@ -141,7 +133,6 @@ class Lowering:
         # names and comments: launches of kernels of one text (the same region over tensors
         # of other sizes and names) fold into one launch of its table form.
         self.collective_kernels: dict[str, tuple[KernelKey, Kernel]] = {}
-        self.collective_tables: dict[KernelKey, str] = {}
         # Fused collectives over several tensors (regions, or the coupled chains of one).
         self.several_fused_collectives = (
             sum(
@@ -306,7 +297,14 @@ class Lowering:
             if out.updated_argument:
                 outputs[out.name] = arguments[out.name]
         outputs = {k: outputs[k] for k in [o.name for o in self.outputs]}
-        self.steps = self.batch_launches(self.steps)
+        if self.config.batch:
+            self.steps = TableBatcher(
+                self.batchable_kernels,
+                self.collective_kernels,
+                self.fresh,
+                self.kernels,
+                self.kernel_names,
+            ).batch(self.steps)
         return Plan(
             self.program.name,
             self.grid_shape,
@@ -320,154 +318,6 @@ class Lowering:
         )
 
     # -- scattered tensors -----------------------------------------------------------------
-
-    def batch_launches(self, steps: list[Step]) -> list[Step]:
-        """Fold launches of one elementwise kernel (the same computation on tensors of other
-        sizes, e.g. an optimizer over every parameter tensor) into ONE launch of the kernel's
-        table form.
-
-        Steps are list-scheduled on their buffer dependencies: every ready step that cannot be
-        batched goes first (in program order), so that collectives and reductions unlock the
-        launches waiting for them; when only batchable launches are ready, the largest group
-        of one kernel goes out as one launch. Events are barriers: streams keep their order."""
-        out: list[Step] = []
-        segment: list[Step] = []
-        self.epoch_uses: dict[str, int] = {}
-        for step in steps:
-            for site in [a.site for a in getattr(step, "args", ()) if isinstance(a, Epoch)]:
-                self.epoch_uses[site] = self.epoch_uses.get(site, 0) + 1
-        for step in steps:
-            if isinstance(step, RecordEvent | WaitEvent):
-                out += self.schedule_segment(segment)
-                out.append(step)
-                segment = []
-            else:
-                segment.append(step)
-        return out + self.schedule_segment(segment)
-
-    def schedule_segment(self, steps: list[Step]) -> list[Step]:
-        n = len(steps)
-        # Edges to the last writer of each buffer a step touches and, for a write, to the
-        # readers since that write: the same order as an edge to every earlier conflicting
-        # step (those are reached through these), found in one pass instead of all pairs.
-        succs: list[list[int]] = [[] for _ in range(n)]
-        waiting = [0] * n
-        last_writer: dict[str, int] = {}
-        readers: dict[str, list[int]] = {}
-        for j, step in enumerate(steps):
-            reads_j, writes_j = step_buffers(step)
-            preds: set[int] = set()
-            for b in reads_j | writes_j:
-                if (w := last_writer.get(b)) is not None:
-                    preds.add(w)
-            for b in writes_j:
-                preds.update(readers.pop(b, ()))
-                last_writer[b] = j
-            for b in reads_j:
-                readers.setdefault(b, []).append(j)
-            for i in preds:
-                succs[i].append(j)
-            waiting[j] = len(preds)
-            Lowering.dependence_checks += len(reads_j) + len(writes_j) + len(preds)
-        # Ready steps: plain ones, and batchable ones grouped by (kernel, stream), each kept
-        # in step order; every round takes all ready plain steps, else the largest group.
-        plain: list[int] = []
-        groups: dict[tuple[KernelKey | str, int], list[int]] = {}
-
-        def make_ready(j: int) -> None:
-            step = steps[j]
-            if isinstance(step, Launch) and self.batchable(step):
-                groups.setdefault((self.table_key(step), step.stream), []).append(j)
-            else:
-                plain.append(j)
-
-        for j in range(n):
-            if not waiting[j]:
-                make_ready(j)
-        out: list[Step] = []
-        while plain or groups:
-            if plain:
-                taken = sorted(plain)
-                plain.clear()
-                out += [steps[j] for j in taken]
-            else:
-                key = max(groups, key=lambda k: (len(groups[k]), -min(groups[k])))
-                taken = sorted(groups.pop(key))
-                run = [step for j in taken if isinstance(step := steps[j], Launch)]
-                if len(run) == 1:
-                    out.append(run[0])
-                elif run[0].kernel in self.collective_kernels:
-                    out += self.collective_table_launches(run)
-                else:
-                    out.append(self.table_launch(run))
-            for i in taken:
-                for j in succs[i]:
-                    waiting[j] -= 1
-                    if not waiting[j]:
-                        make_ready(j)
-        return out
-
-    def batchable(self, step: Step) -> bool:
-        return isinstance(step, Launch) and (
-            step.kernel in self.batchable_kernels or step.kernel in self.collective_kernels
-        )
-
-    def table_key(self, step: Launch) -> KernelKey | str:
-        if step.kernel in self.collective_kernels:
-            return self.collective_kernels[step.kernel][0]
-        return step.kernel
-
-    def collective_table_launches(self, run: list[Launch]) -> list[Launch]:
-        """Fused collective kernels of one text over many tensors (one fused region per
-        tensor: an optimizer over a model's parameter tensors) as ONE launch of the table
-        form: block b serves one tensor's block, and meets the same block of the same tensor
-        on every peer, through that tensor's own flags (the protocol is per tensor).
-
-        All blocks of a collective launch must be resident at once, so a table holds at most
-        PLAN_COLLECTIVE_BLOCKS blocks: each tensor's grid shrinks in proportion (at least one
-        block each; a kernel covers its slice at any grid), and more tensors than blocks
-        take several launches."""
-
-        sites = [a.site for s in run for a in s.args if isinstance(a, Epoch)]
-        if not sites:
-            # kernels of groups of one member: no flags, no peers, no residency to keep
-            return [self.table_launch(run)]
-        if len(sites) != len(run) or any(self.epoch_uses[site] != 1 for site in sites):
-            # A kernel launched more than once on its flags (overlap chunks) keeps its own
-            # launch count: not folded.
-            return run
-        launches: list[Launch] = []
-        for start in range(0, len(run), PLAN_COLLECTIVE_BLOCKS):
-            part = run[start : start + PLAN_COLLECTIVE_BLOCKS]
-            grids = shrink_grids([s.grid for s in part], PLAN_COLLECTIVE_BLOCKS)
-            resized = [dataclasses.replace(s, grid=g) for s, g in zip(part, grids)]
-            launches.append(self.table_launch(resized) if len(resized) > 1 else resized[0])
-        return launches
-
-    def table_launch(self, run: list[Launch]) -> Launch:
-        if run[0].kernel in self.collective_kernels:
-            key, kernel = self.collective_kernels[run[0].kernel]
-            if key not in self.collective_tables:
-                self.collective_tables[key] = self.fresh(f"{run[0].kernel}_table")
-            name = self.collective_tables[key]
-        else:
-            name, kernel = f"{run[0].kernel}_table", self.batchable_kernels[run[0].kernel]
-        if name not in self.kernel_names:
-            self.kernel_names.add(name)
-            # Each tensor's blocks take their epochs from its own flags' counter (a ticket
-            # per tensor's grid), so every parameter is per tensor.
-            self.kernels.append(table_form(kernel, name))
-        blocks = [0]
-        for launch in run:
-            blocks.append(blocks[-1] + launch.grid)
-        args: list[KernelArg] = [
-            ArgTable(tuple(launch.args[k] for launch in run)) for k in range(len(kernel.params))
-        ]
-        args += [ArgTable(tuple(blocks)), len(run)]
-        writes = tuple(w for launch in run for w in launch.writes)
-        step = Launch(name, blocks[-1], run[0].block, args, run[0].shared_bytes, writes)
-        step.stream = run[0].stream
-        return step
 
     def value_buffer(self, v: SSAValue) -> Buffer:
         if v not in self.buffers and isinstance(v.owner, Operation) and v.owner in self.deferred:
@@ -882,28 +732,6 @@ class Lowering:
             step.along = op.along.value.data
             step.shift = op.shift.value.data
         self.emit(step)
-
-
-def step_buffers(step: Step) -> tuple[set[str], set[str]]:
-    """Names of the buffers a step reads and writes (symmetric peers count as both)."""
-    match step:
-        case Launch():
-            reads = {a.name for a in step.args if isinstance(a, Buffer)}
-            peers: set[str] = set()
-            for a in step.args:
-                if isinstance(a, PeerTable):
-                    peers.add(a.buffer.name)
-                elif isinstance(a, ArgTable):
-                    reads |= {x.name for x in a.items if isinstance(x, Buffer)}
-                    peers |= {x.buffer.name for x in a.items if isinstance(x, PeerTable)}
-            writes = set(step.writes) | peers
-            return reads - writes, writes
-        case Collective() | Copy():
-            return {step.src.name}, {step.dst.name}
-        case Matmul():
-            return {step.a.name, step.b.name}, {step.c.name}
-        case _:
-            return set(), set()
 
 
 def _dead(op: Operation) -> bool:

@@ -320,7 +320,7 @@ def _lower_boundary_form(
             lw.emit(_chunk_of(lw, step, lo, hi))
         lw.emit(_chunk_of(lw, gather, lo, hi))
         # An event after the gather keeps it issued before the next chunk's matmul: events
-        # bound the launch batching's reordering (PlanBuilder.batch_launches).
+        # bound the launch batching's reordering (batching.py).
         lw.emit(RecordEvent(f"{pushed}_gathered{k}"))
 
     # Issue order per step c: matmul c; send c-1 (compute stream); reduce_scatter c and the

@@ -30,6 +30,9 @@ class LaunchConfig:
     block: int = 256
     max_blocks: int = 1024
     elements_per_thread: int = 4
+    # Fold launches of one kernel text into table launches (batching.py); off: the plan
+    # before that step (coco-opt -t 'plan{batch=false}'), every launch its own.
+    batch: bool = True
 
     def __post_init__(self) -> None:
         # 1024 threads per block is CUDA's limit on every architecture coconet targets.

@@ -18,12 +18,17 @@ from coconet.core.program import Program
 
 
 def _plans(
-    module: ModuleOp, ranks: int | None, block: int, max_blocks: int, ranks_per_node: int = 0
+    module: ModuleOp,
+    ranks: int | None,
+    block: int,
+    max_blocks: int,
+    ranks_per_node: int = 0,
+    batch: bool = True,
 ):
     from coconet.core.values import nodes_of
     from coconet.lowering.lower_to_plan import LaunchConfig, default_ranks, lower
 
-    config = LaunchConfig(block=block, max_blocks=max_blocks)
+    config = LaunchConfig(block=block, max_blocks=max_blocks, batch=batch)
     for f in module.ops:
         if isinstance(f, func.FuncOp):
             program = Program(module, f.sym_name.data)
@@ -57,7 +62,8 @@ class CudaTarget(Target):
 @dataclass(frozen=True)
 class PlanTarget(Target):
     """The execution plan of each function on `ranks` ranks (default: the grid's own size,
-    or 1 for a grid sized at launch)."""
+    or 1 for a grid sized at launch); `batch=false`: before table batching (batching.py),
+    every launch its own."""
 
     name = "plan"
     ranks: int | None = None
@@ -66,9 +72,12 @@ class PlanTarget(Target):
     # Consecutive ranks per node (0: one node): fused collectives spanning nodes lower
     # hierarchically, as under COCONET_RANKS_PER_NODE at run time.
     ranks_per_node: int = 0
+    batch: bool = True
 
     def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
-        plans = _plans(module, self.ranks, self.block, self.max_blocks, self.ranks_per_node)
+        plans = _plans(
+            module, self.ranks, self.block, self.max_blocks, self.ranks_per_node, self.batch
+        )
         for plan in plans:
             output.write(plan.format())
 

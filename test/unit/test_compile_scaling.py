@@ -23,11 +23,12 @@ import coconet
 from coconet.compile import apply_schedule
 from coconet.core.program import Program, parse_module
 from coconet.equivalence import check_equivalence
+from coconet.lowering.batching import TableBatcher
 from coconet.lowering.cuda_printer import CudaPrinter
 from coconet.lowering.kernel_ir import Kernel
 from coconet.lowering.kernels.elementwise import ElementwiseKernel
 from coconet.lowering.kernels.vectors import CONJUNCTION_TERMS
-from coconet.lowering.lower_to_plan import Lowering, lower
+from coconet.lowering.lower_to_plan import lower
 from coconet.lowering.plan import Launch
 from coconet.lowering.signature import ParamKind
 from coconet.passes.common import OrderInfo, check_groups_acyclic
@@ -103,9 +104,9 @@ def test_the_fused_stack_holds_one_fused_all_reduce_per_layer():
 
 def _dependence_checks(layers: int, pipeline: str) -> int:
     program = apply_schedule(Program(parse_module(_stack_text(layers))), pipeline)
-    Lowering.dependence_checks = 0
+    TableBatcher.dependence_checks = 0
     lower(program, 2)
-    return Lowering.dependence_checks
+    return TableBatcher.dependence_checks
 
 
 def test_the_stream_schedule_looks_at_each_step_a_bounded_number_of_times():

@@ -100,6 +100,23 @@ def test_table_of_fused_collectives_matches_the_oracle(ranks: int, config: Launc
         np.testing.assert_allclose(got[name], value, rtol=2e-5, atol=1e-6, err_msg=name)
 
 
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_the_plan_before_batching_runs_the_same(ranks: int):
+    """Table batching is a step over the plan alone (batching.py): without it every tensor's
+    segment kernels are launches of their own, fourteen where the batched plan has two,
+    and the plan computes the same bits."""
+    program, batched = fused(ranks)
+    _, unbatched = fused(ranks, LaunchConfig(batch=False))
+    # each tensor's region in program order: its two segments' kernels
+    two = [s.kernel.removesuffix("_table") for s in launches(batched)]
+    assert [s.kernel for s in launches(unbatched)] == two * len(SIZES), unbatched.format()
+    inputs = prepare_inputs(program, None, batched.grid_shape, seed=5)
+    want = ThreadedExecutor(batched).run({k: v.copy() for k, v in inputs.items()})
+    got = ThreadedExecutor(unbatched).run({k: v.copy() for k, v in inputs.items()})
+    for name, value in want.items():
+        np.testing.assert_array_equal(got[name], value, err_msg=name)
+
+
 def test_table_grids_shrink_to_stay_resident():
     assert shrink_grids([3, 5], 64) == [3, 5]
     shrunk = shrink_grids([64, 1, 64, 64, 1, 64, 64], 64)
