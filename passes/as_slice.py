@@ -22,6 +22,7 @@ from coconet.passes.common import (
     functions,
     name_of,
     op_name,
+    readable_at,
 )
 
 RULE = "as-slice"
@@ -59,7 +60,7 @@ class AsSlicePass(ModulePass):
                          the update (it would then read the overwritten buffer).
     * [as-slice-layout]  all those slices produce the same type.
     * [as-slice-update]  the update (if any) stores `comm.all_gather %s` with `%s` of exactly
-                         the slices' type.
+                         the slices' type, `%s` not an argument whose own update runs before.
     """
 
     name = "coco-as-slice"
@@ -67,26 +68,35 @@ class AsSlicePass(ModulePass):
     ops: tuple[str, ...] = ()
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        # Each argument is planned on the IR the earlier rewrites left: folding one
+        # argument's slices can leave another's update storing an all_gather of the first
+        # argument itself, read after the first argument's update ([as-slice-update]).
+        done: list[_Plan] = []
         if self.ops:
-            plans = [self._plan(fn, a) for fn, a in find_named_args(op, self.ops, f"{RULE}-arg")]
-            refused = [p for p in plans if not isinstance(p, _Plan)]
+            named = find_named_args(op, self.ops, f"{RULE}-arg")
+            refused = [
+                p for p in (self._plan(fn, a) for fn, a in named) if not isinstance(p, _Plan)
+            ]
             if refused:
                 raise refused[0]
+            for fn, a in named:
+                p = self._plan(fn, a)
+                if not isinstance(p, _Plan):
+                    raise p
+                self._rewrite(p)
+                done.append(p)
         else:
-            plans: list[_Plan | Exception] = []
             for fn in functions(op):
-                for a in body_block(fn).args:
+                for a in list(body_block(fn).args):
                     if any(_in_fused_region(use.operation) for use in a.uses):
                         continue
                     p = self._plan(fn, a)
                     if isinstance(p, _Plan) and p.update is not None:
-                        plans.append(p)
-        for p in plans:
-            assert isinstance(p, _Plan)
-            self._rewrite(p)
+                        self._rewrite(p)
+                        done.append(p)
         # each function's signature once, after all its arguments (once per argument cost
         # the signature's length each: quadratic in a deep optimizer's state)
-        for fn in dict.fromkeys(p.fn for p in plans if isinstance(p, _Plan)):
+        for fn in dict.fromkeys(p.fn for p in done):
             fn.properties["function_type"] = FunctionType.from_lists(
                 [a.type for a in fn.args], fn.function_type.outputs.data
             )
@@ -141,6 +151,14 @@ class AsSlicePass(ModulePass):
                     f"{RULE}-update",
                     f"the update of {name_of(arg)} stores {what}, not an all_gather of a value "
                     f"of type {sliced}",
+                    at=update,
+                )
+            if not readable_at(owner.input, update):
+                return fail(
+                    f"{RULE}-update",
+                    f"the update of {name_of(arg)} stores the all_gather of "
+                    f"{name_of(owner.input)}, an argument its own update overwrote before: "
+                    "stored sliced, the update would read the overwritten buffer",
                     at=update,
                 )
             gather = owner

@@ -226,3 +226,35 @@ def test_narrow_partials_and_one_shot_inputs_keep_the_programs_meaning():
         plan = lower(apply_schedule(one_shot, "fuse(ar-c)"), ranks)
         got = ThreadedExecutor(plan).run(want.inputs)
         np.testing.assert_array_equal(got["y"], want.outputs["y"])
+
+
+# Found by COCONET_SEARCH: %w6's update stores the all_gather of %w5's slice, read after
+# %w5's update. Sliced, %w5's slices fold to %w5 itself, so %w6's update read %w5 after
+# %w5's update -- IR that no longer verified ([update-last-use]). Each argument is now planned
+# on the IR the earlier rewrites left, and that update is refused ([as-slice-update]): greedy,
+# %w6 stays replicated; named, the pass names the rule.
+SHARED_GATHER = """
+func.func @shared(%w5: !coco.tensor<16xf32>, %w6: !coco.tensor<16xf32>) attributes {coco.grid = #coco.grid<[?]>} {
+  %v3 = coco.slice %w5 : !coco.tensor<16xf32> -> !coco.tensor<16xf32, sliced<0>>
+  %v4 = comm.all_gather %v3 : !coco.tensor<16xf32, sliced<0>> -> !coco.tensor<16xf32>
+  %v9 = coco.slice %w6 : !coco.tensor<16xf32> -> !coco.tensor<16xf32, sliced<0>>
+  %v10 = comm.all_gather %v9 : !coco.tensor<16xf32, sliced<0>> -> !coco.tensor<16xf32>
+  coco.update %w5, %v4 : !coco.tensor<16xf32>
+  coco.update %w6, %v4 : !coco.tensor<16xf32>
+  func.return
+}
+"""
+
+
+def test_as_slice_never_reads_an_argument_after_its_update():
+    from coconet.equivalence import check_equivalence
+    from coconet.schedule.api import apply_pipeline
+
+    program = Program(parse_module(SHARED_GATHER))
+    after = apply_pipeline(program, "coco-as-slice")  # verifies the result
+    types = [str(a.type) for a in after.func.args]
+    assert types == ["!coco.tensor<16xf32, sliced<0>>", "!coco.tensor<16xf32>"]
+    report = check_equivalence(program, after, ranks=(1, 2, 4), seeds=(0,))
+    assert report.ok, report
+    with pytest.raises(CocoError, match=r"\[as-slice-update\] the update of %w6 stores"):
+        apply_pipeline(program, "coco-as-slice{ops=w5,w6}")
