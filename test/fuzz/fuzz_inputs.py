@@ -20,6 +20,7 @@ mutation can undo them, and accepting such a program is a silent acceptance.
 
 from __future__ import annotations
 
+import math
 import random
 import re
 from collections.abc import Callable
@@ -428,6 +429,15 @@ _SCALED = re.compile(
 )
 
 
+def _divisors(n: int) -> list[int]:
+    """The divisors of `n` between 1 and `n`, found up to its square root (a mutated shape
+    may hold a dim of 10^12: a scan to `n` hung the fuzzer's driver), none past 2^40."""
+    if n > 1 << 40:
+        return []
+    small = [d for d in range(2, math.isqrt(n) + 1) if n % d == 0]
+    return sorted({*small, *(n // d for d in small)})
+
+
 def block_scale(text, rng):
     """One coco.quantize or dequantize reads a new argument as its scale, of a shape per
     block of its input: each dim 1, the input's, a divisor of it (a block), now and then one
@@ -442,7 +452,7 @@ def block_scale(text, rng):
     dims = [int(n) for n in m.group(2).split("x")[:-1]]
     shape = []
     for n in dims:
-        choices = [1, n, *(d for d in range(2, n) if n % d == 0)]
+        choices = [1, n, *_divisors(n)]
         shape.append(rng.choice(choices) if rng.random() < 0.9 else n + 1)
     layout = m.group(4) if rng.random() < 0.3 else ""
     new = "!coco.tensor<" + "".join(f"{d}x" for d in shape) + m.group(7) + layout + ">"

@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fuzz_driver import format_summary, run_fuzz
 from fuzz_inputs import (
     RULE_MUTATIONS,
+    _divisors,
     accumulation,
     all_to_all_round_trip,
     make_case,
@@ -342,6 +343,17 @@ def test_the_segment_mutation_is_honoured_or_refused_by_its_rule():
     assert kinds.get("segment", 0) >= 3
     assert kinds.get("segment-op", 0) >= 3
     assert kinds.get("unknown-attribute", 0) >= 3
+
+
+def test_a_block_scale_of_a_huge_dim_is_drawn_at_once():
+    """The block-scale mutation's divisors of a dim, as a scan to the dim found them, found
+    up to its square root (a literal mutation makes dims of 10^12, whose scan hung the
+    driver's case generation), none past 2^40."""
+    for n in range(1, 300):
+        assert _divisors(n) == [d for d in range(2, n) if n % d == 0], n
+    assert _divisors(10**12)[:3] == [2, 4, 5]
+    assert _divisors(10**12)[-1] == 5 * 10**11
+    assert _divisors(10**18) == []
 
 
 def _fits(program, ranks: int) -> bool:
