@@ -29,7 +29,7 @@ e5m2 to inf), `coco.quantize` saturates instead.
 
 from __future__ import annotations
 
-from collections.abc import Sequence, Set as AbstractSet
+from collections.abc import Callable, Sequence, Set as AbstractSet
 from enum import auto
 from typing import ClassVar, TypeVar, cast
 
@@ -49,6 +49,7 @@ from xdsl.dialects.builtin import (
 from xdsl.dialects.utils.enum_attribute import EnumAttribute
 from xdsl.ir import (
     Attribute,
+    BlockArgument,
     Dialect,
     Operation,
     SpacedOpaqueSyntaxAttribute,
@@ -75,8 +76,16 @@ from xdsl.irdl.declarative_assembly_format import (
     irdl_custom_directive,
 )
 from xdsl.parser import Parser
+from xdsl.pattern_rewriter import PatternRewriter, RewritePattern
 from xdsl.printer import Printer
-from xdsl.traits import EffectInstance, MemoryEffect, MemoryEffectKind, Pure
+from xdsl.traits import (
+    EffectInstance,
+    HasCanonicalizationPatternsTrait,
+    MemoryEffect,
+    MemoryEffectKind,
+    Pure,
+)
+from xdsl.transforms.dead_code_elimination import is_trivially_dead
 from xdsl.utils.exceptions import VerifyException
 from xdsl.utils.str_enum import StrEnum
 
@@ -1104,6 +1113,15 @@ class ReshapeOp(CocoOp):
         layout_rules.check_reshape(self, self.input.type, self.result.type)
 
 
+class SliceCanonicalization(HasCanonicalizationPatternsTrait):
+    """A slice that moves no data folds (`FoldRoundTrip`): xDSL's `canonicalize` applies it,
+    coco-canonicalize too."""
+
+    @classmethod
+    def get_canonicalization_patterns(cls) -> tuple[RewritePattern, ...]:
+        return (FoldRoundTrip(),)
+
+
 @irdl_op_definition
 class SliceOp(CocoOp):
     """`coco.slice %x : replicated -> sliced<d>`: this rank's part, no communication.
@@ -1115,7 +1133,7 @@ class SliceOp(CocoOp):
     name = "coco.slice"
     input = tensor_operand()
     result = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), SliceCanonicalization())
 
     assembly_format = f"$input attr-dict {SIGNATURE}"
 
@@ -1153,6 +1171,71 @@ BINARY_OPS: tuple[type[BinaryOp], ...] = (AddOp, SubOp, MulOp, DivOp, MaxOp, Min
 UNARY_OPS: tuple[type[UnaryOp], ...] = (
     NegOp, AbsOp, SqrtOp, RsqrtOp, ExpOp, LogOp, TanhOp, ReluOp, GeluOp, SigmoidOp,
 )  # fmt: skip
+
+# --------------------------------------------------------------------------------------------
+# Folds the ops publish (their canonicalization traits; comm.py has the collectives')
+# --------------------------------------------------------------------------------------------
+
+
+def readable_at(v: SSAValue, user: Operation) -> bool:
+    """Whether `user` may read `v`: not when `v` is an argument `user` would read after the
+    argument's `coco.update` (the buffer is overwritten then; see update-last-use)."""
+    if not isinstance(v, BlockArgument):
+        return True
+    return not any(
+        isinstance(use.operation, UpdateOp)
+        and use.index == 0
+        and layout_rules.runs_after(user, use.operation)
+        for use in v.uses
+    )
+
+
+def slice_round_trip(op: SliceOp) -> SSAValue | None:
+    """The value a slice that moves no data equals: its input where it cuts nothing, `y` for
+    `coco.slice (comm.all_gather %y)` of `y`'s type (the all_gather by name: comm.py imports
+    this module)."""
+    if op.input.type == op.result.type:
+        return op.input
+    src = op.input.owner
+    if isinstance(src, Operation) and src.name == "comm.all_gather":
+        y = src.operands[0]
+        if y.type == op.result.type:
+            return y
+    return None
+
+
+# The round trips of the collectives (comm.py), by op name: so this module's pattern folds
+# all of them without importing comm.
+ROUND_TRIPS: dict[str, Callable[[Operation], SSAValue | None]] = {
+    "coco.slice": lambda op: slice_round_trip(op) if isinstance(op, SliceOp) else None
+}
+
+
+def round_trip(op: Operation) -> SSAValue | None:
+    """The value `op` equals if it is a layout round trip that moves no data (ROUND_TRIPS)
+    and every reader of it may read that value where it stands (not an argument after its
+    update)."""
+    fold = ROUND_TRIPS.get(op.name)
+    value = fold(op) if fold is not None else None
+    if value is None or not all(readable_at(value, u.operation) for u in op.results[0].uses):
+        return None
+    return value
+
+
+class FoldRoundTrip(RewritePattern):
+    """Replace a slice, all_gather or all_to_all that moves no data by the value it equals
+    (`round_trip`), and erase its producer once nothing reads it."""
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        value = round_trip(op)
+        if value is None:
+            return
+        producer = op.operands[0].owner
+        # `replace` names an unnamed `value` after the folded op, keeping the program's names
+        rewriter.replace(op, [], [value])
+        if isinstance(producer, Operation) and is_trivially_dead(producer):
+            rewriter.erase(producer)
+
 
 Coco = Dialect(
     "coco",

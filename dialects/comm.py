@@ -51,7 +51,15 @@ from xdsl.irdl import (
     var_operand_def,
     var_result_def,
 )
-from xdsl.traits import HasParent, IsTerminator, Pure, RecursiveMemoryEffect
+from xdsl.pattern_rewriter import PatternRewriter, RewritePattern
+from xdsl.rewriter import InsertPoint
+from xdsl.traits import (
+    HasCanonicalizationPatternsTrait,
+    HasParent,
+    IsTerminator,
+    Pure,
+    RecursiveMemoryEffect,
+)
 from xdsl.utils.exceptions import VerifyException
 from xdsl.utils.str_enum import StrEnum
 
@@ -59,10 +67,14 @@ from coconet.dialects.coco import (
     DYNAMIC,
     LOCAL,
     REPLICATED,
+    ROUND_TRIPS,
     SIGNATURE,
+    CastOp,
     CocoOp,
+    FoldRoundTrip,
     LayoutAttr,
     SlicedAttr,
+    SliceOp,
     TensorType,
     enum_member,
     layout_str,
@@ -434,11 +446,29 @@ class ReduceScatterOp(GroupCollectiveOp):
         return SlicedAttr(dim)
 
 
+class GatherCanonicalization(HasCanonicalizationPatternsTrait):
+    """`comm.all_gather (coco.slice %x)` of `%x`'s type folds to `%x` (FoldRoundTrip)."""
+
+    @classmethod
+    def get_canonicalization_patterns(cls) -> tuple[RewritePattern, ...]:
+        return (FoldRoundTrip(),)
+
+
+class AllToAllCanonicalization(HasCanonicalizationPatternsTrait):
+    """An all_to_all undoing another folds (FoldRoundTrip); one a narrowing cast alone reads
+    moves after the cast (NarrowBeforeAllToAll)."""
+
+    @classmethod
+    def get_canonicalization_patterns(cls) -> tuple[RewritePattern, ...]:
+        return (FoldRoundTrip(), NarrowBeforeAllToAll())
+
+
 @irdl_op_definition
 class AllGatherOp(GroupCollectiveOp):
     """`comm.all_gather %s : sliced<d> -> replicated`."""
 
     name = "comm.all_gather"
+    traits = traits_def(Pure(), GatherCanonicalization())
 
     assembly_format = f"$input (`over` $axes^)? attr-dict {SIGNATURE}"
 
@@ -633,6 +663,7 @@ class AllToAllOp(GroupCollectiveOp):
     The result type says which dim each spanned axis re-cuts (no property repeats it)."""
 
     name = "comm.all_to_all"
+    traits = traits_def(Pure(), AllToAllCanonicalization())
 
     assembly_format = f"$input (`over` $axes^)? attr-dict {SIGNATURE}"
 
@@ -1201,6 +1232,62 @@ class YieldOp(IRDLOperation):
 
     def __init__(self, values: Sequence[SSAValue] = ()):
         super().__init__(operands=[list(values)])
+
+
+# --------------------------------------------------------------------------------------------
+# Folds the collectives publish (GatherCanonicalization, AllToAllCanonicalization)
+# --------------------------------------------------------------------------------------------
+
+
+def _gather_round_trip(op: Operation) -> SSAValue | None:
+    """`comm.all_gather (coco.slice %x)` of `%x`'s (replicated) type -> `%x`."""
+    src = op.operands[0].owner
+    if isinstance(op, AllGatherOp) and isinstance(src, SliceOp):
+        if src.input.type == op.result.type:
+            return src.input
+    return None
+
+
+def _all_to_all_round_trip(op: Operation) -> SSAValue | None:
+    """`comm.all_to_all (comm.all_to_all %x)` back to `%x`'s type over the same axes -> `%x`:
+    the re-cut undone (the dispatch form is its own inverse)."""
+    src = op.operands[0].owner
+    if isinstance(op, AllToAllOp) and isinstance(src, AllToAllOp):
+        if src.input.type == op.result.type and src.span() == op.span():
+            return src.input
+    return None
+
+
+ROUND_TRIPS["comm.all_gather"] = _gather_round_trip
+ROUND_TRIPS["comm.all_to_all"] = _all_to_all_round_trip
+
+
+def _bits(t: Attribute) -> int:
+    bits = getattr(t, "bitwidth", None)
+    return bits if isinstance(bits, int) else 0
+
+
+class NarrowBeforeAllToAll(RewritePattern):
+    """`coco.cast (comm.all_to_all %x)` to a narrower element type, the cast its only reader
+    -> `comm.all_to_all (coco.cast %x)`: moving data changes no value, so casting first gives
+    the same values and moves fewer bytes (bf16 or f16 before dispatch)."""
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, AllToAllOp):
+            return
+        uses = list(op.result.uses)
+        if len(uses) != 1 or not isinstance(cast := uses[0].operation, CastOp):
+            return
+        src, dst = op.input.type, cast.result.type
+        if not _bits(dst.element_type) < _bits(src.element_type):
+            return
+        narrowed = CastOp(op.input, src.with_element_type(dst.element_type))
+        moved = AllToAllOp.build(
+            operands=[narrowed.result], result_types=[dst], properties=dict(op.properties)
+        )
+        rewriter.insert(narrowed, InsertPoint.before(op))
+        rewriter.replace(cast, [moved])
+        rewriter.erase(op)
 
 
 Comm = Dialect(

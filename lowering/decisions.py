@@ -56,7 +56,7 @@ from xdsl.utils.exceptions import PassFailedException
 from coconet.core import values as V
 from coconet.core.program import CocoError, Program
 from coconet.dialects import coco, comm
-from coconet.dialects.coco import exact_widening, tensor_type_of
+from coconet.dialects.coco import exact_widening, readable_at, tensor_type_of
 from coconet.dialects.comm import (
     DEFERRAL_ATTR_NAME,
     SEGMENT_ATTR_NAME,
@@ -75,7 +75,7 @@ from coconet.lowering.segments import (
     send_kernel_of,
     two_shot_regions,
 )
-from coconet.passes.common import Refusal, fail, op_name, readable_at
+from coconet.passes.common import Refusal, fail, op_name
 
 # --------------------------------------------------------------------------------------------
 # The machine

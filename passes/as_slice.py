@@ -13,7 +13,7 @@ from xdsl.pattern_rewriter import PatternRewriter
 from xdsl.rewriter import InsertPoint
 
 from coconet.dialects import coco, comm
-from coconet.dialects.coco import TensorType
+from coconet.dialects.coco import TensorType, readable_at
 from coconet.dialects.layout_rules import runs_after
 from coconet.passes.common import (
     body_block,
@@ -22,7 +22,6 @@ from coconet.passes.common import (
     functions,
     name_of,
     op_name,
-    readable_at,
 )
 
 RULE = "as-slice"

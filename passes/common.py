@@ -22,7 +22,7 @@ from xdsl.transforms.dead_code_elimination import result_only_effects
 from xdsl.utils.exceptions import PassFailedException
 
 from coconet.dialects import coco, comm
-from coconet.dialects.layout_rules import grid_of, runs_after, value_name
+from coconet.dialects.layout_rules import grid_of, value_name
 
 # --------------------------------------------------------------------------------------------
 # Errors and names
@@ -557,16 +557,3 @@ def check_groups_acyclic(
             else:
                 state[n] = done
                 stack.pop()
-
-
-def readable_at(v: SSAValue, user: Operation) -> bool:
-    """Whether `user` may read `v`: not when `v` is an argument `user` would read after the
-    argument's `coco.update` (the buffer is overwritten then; see update-last-use)."""
-    if not isinstance(v, BlockArgument):
-        return True
-    return not any(
-        isinstance(use.operation, coco.UpdateOp)
-        and use.index == 0
-        and runs_after(user, use.operation)
-        for use in v.uses
-    )

@@ -21,6 +21,7 @@ from coconet.dialects.coco import (
     ReplicatedAttr,
     SlicedAttr,
     TensorType,
+    readable_at,
     tensor_type_of,
 )
 from coconet.dialects.coco_types import remember
@@ -44,7 +45,6 @@ from coconet.passes.common import (
     name_of,
     op_name,
     partial_reduction,
-    readable_at,
     replace_operand,
     set_name,
 )

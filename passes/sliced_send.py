@@ -18,6 +18,7 @@ from xdsl.pattern_rewriter import (
 from xdsl.utils.exceptions import PassFailedException, VerifyException
 
 from coconet.dialects import comm
+from coconet.dialects.coco import readable_at
 from coconet.dialects.layout_rules import grid_of
 from coconet.passes.common import (
     Refusal,
@@ -27,7 +28,6 @@ from coconet.passes.common import (
     find_named_ops,
     name_of,
     op_name,
-    readable_at,
     remark_skipped,
     remarks_wanted,
     set_name,

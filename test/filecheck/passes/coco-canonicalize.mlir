@@ -1,7 +1,9 @@
 // RUN: coco-opt %s --split-input-file -p coco-canonicalize | filecheck %s
+// RUN: coco-opt %s --split-input-file -p canonicalize | filecheck %s
 // RUN: coco-opt %s --split-input-file -p coco-schedule --verify-diagnostics | filecheck %s --check-prefix=SCRIPT
 
-// Greedy mode (the CHECK lines) runs on every chunk. The SCRIPT run applies each chunk's own
+// Greedy mode (the CHECK lines) runs on every chunk; so does xDSL's own `canonicalize`, which
+// applies the same folds because the ops publish them (their canonicalization traits). The SCRIPT run applies each chunk's own
 // `coco.schedule` (coco-schedule without a name) and prints each refusal at the op it is
 // about: `FILE:LINE:COL: [rule] message`.
 
