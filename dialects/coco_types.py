@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from xdsl.dialects.builtin import (
     ArrayAttr,
@@ -183,6 +183,21 @@ V = TypeVar("V")
 MEMO_LIMIT = 4096
 
 
+# The dialects' compile-time memos, in one registry (each module's by name): MEMOS lists
+# them, clear_memos() empties them all (a long-lived process done with its programs).
+MEMOS: dict[str, dict[Any, Any]] = {}
+
+
+def memo(name: str) -> dict[Any, Any]:
+    """The dialects' memo `name`, registered in MEMOS (fill it through `remember`)."""
+    return MEMOS.setdefault(name, {})
+
+
+def clear_memos() -> None:
+    for m in MEMOS.values():
+        m.clear()
+
+
 def remember(memo: dict[K, V], key: K, value: V) -> V:
     """Store `value` under `key` in a bounded memo (emptied when full); returns `value`."""
     if len(memo) >= MEMO_LIMIT:
@@ -193,15 +208,17 @@ def remember(memo: dict[K, V], key: K, value: V) -> V:
 
 # Parsed tensor type bodies by their text (TensorType.parse_parameters): the text between
 # `<` and its `>` determines the parameters.
-_PARSED_BODIES: dict[str, tuple[Attribute, ...]] = {}
+_PARSED_BODIES: dict[str, tuple[Attribute, ...]] = memo("parsed tensor type bodies")
 # Tensor types built by TensorType.new, by their parameters.
-_BUILT_TYPES: dict[tuple[Attribute, ...], TensorType] = {}
+_BUILT_TYPES: dict[tuple[Attribute, ...], TensorType] = memo("built tensor types")
 # Tensor types derived from others (TensorType.with_layouts, ...): passes re-type thousands
 # of values of a deep program with a handful of distinct types.
-_DERIVED_TYPES: dict[tuple[Attribute, Attribute, tuple[Attribute, ...]], TensorType] = {}
+_DERIVED_TYPES: dict[tuple[Attribute, Attribute, tuple[Attribute, ...]], TensorType] = memo(
+    "derived tensor types"
+)
 # Tensor types' hashes by id(type), with the type itself (alive while remembered, so its id is
 # not reused; TensorType.__hash__).
-_HASHES: dict[int, tuple[TensorType, int]] = {}
+_HASHES: dict[int, tuple[TensorType, int]] = memo("tensor type hashes")
 # What a tensor type's body may hold (dims, element type, layouts, one level of `<...>`), up
 # to its closing `>`; a body with anything else (a string, a nested dialect attribute) does
 # not match and is parsed as it is, never looked up.

@@ -86,6 +86,7 @@ from coconet.dialects.coco_types import (
     element_type_of_name,
     exact_widening,
     is_float_name,
+    memo,
     remember,
 )
 from coconet.dialects.layout_rules import check_all_to_all, check_innermost_slicing, grid_of
@@ -167,7 +168,7 @@ def collective_result_type(
 # Results by (collective, input type, span, grid rank, dim): the verifier of every collective
 # infers its result, and a program's collectives take a few types. Successes only. Bounded
 # (remember).
-_INFERRED_COLLECTIVES: dict[tuple[object, ...], TensorType] = {}
+_INFERRED_COLLECTIVES: dict[tuple[object, ...], TensorType] = memo("inferred collectives")
 
 
 def _span(input_type: Attribute, axes: Sequence[int] | None, grid_rank: int) -> tuple[int, ...]:

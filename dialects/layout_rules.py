@@ -72,6 +72,7 @@ from coconet.dialects.coco_types import (
     TensorType,
     is_float_type,
     layout_str,
+    memo,
     remember,
 )
 
@@ -164,7 +165,7 @@ def check_signatures(module: Operation) -> None:
 
 # (type, grid) pairs that passed check_type_fits_grid: whether a type fits a grid depends on
 # nothing else, and a program's ops name a few types thousands of times. Bounded (remember).
-_FITTING: dict[tuple[TensorType, GridAttr], bool] = {}
+_FITTING: dict[tuple[TensorType, GridAttr], bool] = memo("types fitting grids")
 
 
 def check_types_fit_grid(op: Operation) -> None:
@@ -250,7 +251,9 @@ def _combine_axis(layouts: Sequence[LayoutAttr], describe: Callable[[], str]) ->
 # elementwise op's verification infers its result, and a program's ops combine a few types
 # again and again. Only successes are kept (names matter to the messages only). Bounded
 # (remember).
-_INFERRED_ELEMENTWISE: dict[tuple[tuple[Attribute, ...], bool], TensorType] = {}
+_INFERRED_ELEMENTWISE: dict[tuple[tuple[Attribute, ...], bool], TensorType] = memo(
+    "inferred elementwise results"
+)
 
 
 def infer_elementwise(
@@ -314,7 +317,9 @@ def _infer_elementwise(
 
 
 # Scaled results by (input, scale) types: as _INFERRED_ELEMENTWISE. Bounded (remember).
-_INFERRED_SCALED: dict[tuple[Attribute, Attribute, GridAttr], TensorType] = {}
+_INFERRED_SCALED: dict[tuple[Attribute, Attribute, GridAttr], TensorType] = memo(
+    "inferred scaled results"
+)
 
 
 def infer_scaled(
@@ -460,7 +465,7 @@ def infer_matmul(lhs: Attribute, rhs: Attribute) -> TensorType:
     return got
 
 
-_INFERRED_MATMULS: dict[tuple[Attribute, Attribute], TensorType] = {}
+_INFERRED_MATMULS: dict[tuple[Attribute, Attribute], TensorType] = memo("inferred matmuls")
 
 
 def _infer_matmul(lhs: Attribute, rhs: Attribute) -> TensorType:

@@ -297,6 +297,24 @@ def _parse_types(text: str) -> list[Attribute]:
     return types
 
 
+def test_the_dialects_memos_are_one_registry_and_clear_together() -> None:
+    """Every compile-time memo of the dialects is registered (coco_types.MEMOS): after a
+    program verifies they hold entries; clear_memos() empties them all, and the program
+    parses and verifies the same again."""
+    from pathlib import Path
+
+    from coconet.core.program import parse_module
+    from coconet.dialects import coco_types
+
+    text = (Path(__file__).resolve().parents[2] / "examples/lamb.mlir").read_text()
+    first = str(parse_module(text))
+    assert len(coco_types.MEMOS) == 9
+    assert any(coco_types.MEMOS.values())
+    coco_types.clear_memos()
+    assert not any(coco_types.MEMOS.values())
+    assert str(parse_module(text)) == first
+
+
 def test_a_tensor_type_spelled_again_parses_from_its_first_parse() -> None:
     from coconet.dialects import coco_types
 
