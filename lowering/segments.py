@@ -157,6 +157,11 @@ class Segments:
     order: list[Operation]
     segment: dict[Operation, int]
 
+    @property
+    def count(self) -> int:
+        """How many segments the region has (numbered from 0 without gaps)."""
+        return len(set(self.segment.values()))
+
 
 def plan_segments(region: comm.FusedOp) -> Segments:
     """Cut `region` (a two-shot region) into segments: the module docstring's rules."""
@@ -281,9 +286,8 @@ def _check_written(region: comm.FusedOp, want: Segments) -> None:
                 at=op,
             )
     count = region.attributes.get(SEGMENTS_ATTR_NAME)
-    n = len(set(want.segment.values()))
-    if not isinstance(count, IntegerAttr) or count.value.data != n:
-        raise fail("segment", f"the region has {n} segment(s), it says {count}", at=region)
+    if not isinstance(count, IntegerAttr) or count.value.data != want.count:
+        raise fail("segment", f"the region has {want.count} segment(s), it says {count}", at=region)
 
 
 def choose_segments(fn: func.FuncOp) -> None:
@@ -316,7 +320,7 @@ def choose_segments(fn: func.FuncOp) -> None:
             block.insert_op_before(op, region.yield_op)
         for op, k in want.segment.items():
             op.attributes[SEGMENT_ATTR_NAME] = IntegerAttr(k, i64)
-        region.attributes[SEGMENTS_ATTR_NAME] = IntegerAttr(len(set(want.segment.values())), i64)
+        region.attributes[SEGMENTS_ATTR_NAME] = IntegerAttr(want.count, i64)
 
 
 @dataclass(frozen=True)

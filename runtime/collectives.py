@@ -44,8 +44,9 @@ class CollectiveContext:
     world: Callable[[], Transport]  # every rank, in rank order (for send)
     empty: Callable[[tuple[int, ...], np.dtype], Any]  # a scratch array like the buffers
     nodes: tuple[int, ...] = ()  # the node of every rank (the plan's)
-    # what a step computes of the plan alone, by id(step) (`_regions`): a context lives as
-    # long as its backend's plan, whose steps it is keyed by
+    # what a step computes of the plan alone or keeps between calls, by id(step)
+    # (`_per_step`: its regions, its scratch): a context lives as long as its backend's
+    # plan, whose steps it is keyed by
     memo: dict[Any, Any] = field(default_factory=dict)
     # the backend's compiled `combine` (host_combine.HostCombine): None where it does not
     # cover the types, then `combine` in the array module
@@ -286,14 +287,21 @@ def _exact_two_step(ctx, step, t, members, src, dst, src_dt, dst_dt) -> Collecti
     _bits(dst)[...] = _bits(gathered).reshape(-1)[:n].reshape(dst.shape)
 
 
+def _per_step(ctx: CollectiveContext, step: Collective, key: tuple[Any, ...], make) -> Any:
+    """`make()` for `step` and `key`, made at the step's first call and kept (`ctx.memo`: a
+    context lives as long as its backend's plan)."""
+    full = (id(step), *key)
+    hit = ctx.memo.get(full)
+    if hit is None or hit[0] is not step:  # (the step itself: an id outlives its object)
+        hit = ctx.memo[full] = (step, make())
+    return hit[1]
+
+
 def _scratch(ctx: CollectiveContext, step: Collective, role: str, shape, dtype) -> Any:
     """A scratch array of `step`'s, allocated at its first call and reused after: a fresh
     array of megabytes is fresh pages, faulted in on every call."""
-    key = (id(step), role, tuple(shape), np.dtype(dtype))
-    hit = ctx.memo.get(key)
-    if hit is None or hit[0] is not step:  # (the step itself: an id outlives its object)
-        hit = ctx.memo[key] = (step, ctx.empty(tuple(shape), dtype))
-    return hit[1]
+    shape = tuple(shape)
+    return _per_step(ctx, step, (role, shape, np.dtype(dtype)), lambda: ctx.empty(shape, dtype))
 
 
 def _bits(a: Any) -> Any:
@@ -323,12 +331,12 @@ def _regions(
     within this rank's under `outer`) and whether they tile an array of `shape` as
     consecutive blocks: computed once per step and shape (`ctx.memo`), as every call of a
     compiled program would compute them again."""
-    key = (id(step), tuple(shape))
-    hit = ctx.memo.get(key)
-    if hit is None or hit[0] is not step:  # (the step itself: an id outlives its object)
+
+    def make() -> tuple[list[tuple[slice, ...]], bool]:
         regions = [member_region(outer, ctx.rank, inner, m, ctx.grid_shape) for m in group]
-        hit = ctx.memo[key] = (step, regions, consecutive_blocks(regions, shape))
-    return hit[1], hit[2]
+        return regions, consecutive_blocks(regions, shape)
+
+    return _per_step(ctx, step, ("regions", tuple(shape)), make)
 
 
 def _count(region: tuple[slice, ...]) -> int:

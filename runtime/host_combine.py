@@ -49,10 +49,10 @@ _ENTRY = "coco_combine_pieces"
 _BLOCK_ELEMENTS = 1 << 16
 
 
-def _source(name: str, src: str, dst: str, op: str, acc: str) -> str:
+def _source(src: str, dst: str, op: str, acc: str) -> str:
     """One unit per combination (~0.4 s at -O3; the sixteen of a type pair in one unit took
     6 s): a program combines few."""
-    return f'#include "coco_combine.h"\nCOCO_COMBINE({name}, {src}, {dst}, {op}, {acc})\n'
+    return f'#include "coco_combine.h"\nCOCO_COMBINE({_ENTRY}, {src}, {dst}, {op}, {acc})\n'
 
 
 class HostCombine:
@@ -66,7 +66,7 @@ class HostCombine:
         key = (src, dst, op, acc)
         k = self.kernels.get(key)
         if k is None:
-            library = compile_host(_source(_ENTRY, src, dst, op, acc))
+            library = compile_host(_source(src, dst, op, acc))
             argtypes = (ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int, ctypes.c_longlong)
             k = self.kernels[key] = library.kernel(_ENTRY, *argtypes, ctypes.c_void_p)
         return k
@@ -96,11 +96,13 @@ class HostCombine:
         ):
             return None
         members = pieces.shape[0]
+        if members < 1:
+            return None
         rows = pieces.reshape(members, -1) if pieces.flags.c_contiguous else None
         if rows is None:
             # a view of the first elements of each row (an uneven reduce_scatter's block)
             rows = pieces if pieces.ndim == 2 and pieces.strides[1] == pieces.itemsize else None
-        if rows is None or members < 1:
+        if rows is None:
             return None
         n = rows.shape[1]
         out = np.empty(pieces.shape[1:], dtype=storage)

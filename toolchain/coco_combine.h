@@ -16,14 +16,15 @@
 
 namespace coco_combine {
 
-COCO_HD double widen(float x) { return (double)x; }
+// Every element type widens exactly through the device layer's coco_to_f32.
+template <typename T>
+COCO_HD double widen(T x) {
+  return (double)coco_to_f32(x);
+}
 COCO_HD double widen(double x) { return x; }
-COCO_HD double widen(coco_f16 x) { return (double)coco_to_f32(x); }
-COCO_HD double widen(coco_bf16 x) { return (double)coco_to_f32(x); }
-COCO_HD double widen(coco_f8e4m3 x) { return (double)coco_to_f32(x); }
-COCO_HD double widen(coco_f8e5m2 x) { return (double)coco_to_f32(x); }
 
-// x rounded to odd in f32: truncated toward zero, the last bit set where inexact.
+// x rounded to odd in f32: truncated toward zero, the last bit set where inexact (NaN too,
+// as coconet.core.values.odd_f32_bits does it; the kernels' coco_f64_to_f32_odd keeps NaN).
 COCO_HD float odd_f32(double x) {
   const float f = (float)x;
   const double back = (double)f;
@@ -33,8 +34,12 @@ COCO_HD float odd_f32(double x) {
   return coco_u32_as_float(inexact ? (bits | 1u) : bits);
 }
 
+// A double rounded once to T: through odd in f32, then the device layer's coco_from_f32<T>
+// (f16, bf16, fp8); f32 and f64 directly.
 template <typename T>
-struct narrow;
+struct narrow {
+  static COCO_HD T cvt(double x) { return coco_from_f32<T>(odd_f32(x)); }
+};
 template <>
 struct narrow<double> {
   static COCO_HD double cvt(double x) { return x; }
@@ -42,38 +47,6 @@ struct narrow<double> {
 template <>
 struct narrow<float> {
   static COCO_HD float cvt(double x) { return (float)x; }
-};
-template <>
-struct narrow<coco_f16> {
-  static COCO_HD coco_f16 cvt(double x) {
-    coco_f16 h;
-    h.bits = coco_f32_to_f16_bits(odd_f32(x));
-    return h;
-  }
-};
-template <>
-struct narrow<coco_bf16> {
-  static COCO_HD coco_bf16 cvt(double x) {
-    coco_bf16 b;
-    b.bits = coco_f32_to_bf16_bits(odd_f32(x));
-    return b;
-  }
-};
-template <>
-struct narrow<coco_f8e4m3> {
-  static COCO_HD coco_f8e4m3 cvt(double x) {
-    coco_f8e4m3 q;
-    q.bits = coco_f32_to_f8e4m3_bits(odd_f32(x));
-    return q;
-  }
-};
-template <>
-struct narrow<coco_f8e5m2> {
-  static COCO_HD coco_f8e5m2 cvt(double x) {
-    coco_f8e5m2 q;
-    q.bits = coco_f32_to_f8e5m2_bits(odd_f32(x));
-    return q;
-  }
 };
 
 // A partial rounded to the stated accumulation type A (double: none stated).
