@@ -228,20 +228,20 @@ _BODY = re.compile(r"([0-9A-Za-z_?\[\], ]*(?:<[0-9A-Za-z_?\[\], ]*>[0-9A-Za-z_?\
 def _body_text(parser: AttrParser) -> str | None:
     """The text of the `<...>` body the parser stands at (without the brackets), or None
     where it is not at a `<` or the body holds what a tensor type does not."""
-    # xDSL 0.74's parser state (lexer, current token) is not public API; the same moves are
-    # what its own parser makes for an unregistered dialect's body.
-    token = parser._current_token  # pyright: ignore[reportPrivateUsage]
-    if token.text != "<":
+    content = parser.lexer.input.content
+    if content[parser.pos] != "<":
         return None
-    match = _BODY.match(parser.lexer.input.content, token.span.end)
+    match = _BODY.match(content, parser.pos + 1)
     return match.group(1) if match is not None else None
 
 
 def _skip_body(parser: AttrParser, length: int) -> None:
-    """Move the parser past the `<`, a body of `length` characters and its `>`."""
-    lexer = parser.lexer
-    lexer.pos = parser._current_token.span.end + length + 1  # pyright: ignore[reportPrivateUsage]
-    parser._parser_state.current_token = lexer.lex()  # pyright: ignore[reportPrivateUsage]
+    """Move the parser past the `<`, a body of `length` characters and its `>`.
+
+    Public API only: the lexer runs one token ahead of the parser, so moving it past the `>`
+    and then consuming the `<` makes the token after the `>` the current one."""
+    parser.lexer.pos = parser.pos + length + 2
+    parser.parse_punctuation("<")
 
 
 def _parse_layout(parser: AttrParser) -> LayoutAttr:
