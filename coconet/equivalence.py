@@ -46,6 +46,7 @@ from coconet.core.program import CocoError, Program, argument_name, check_progra
 from coconet.core.tolerances import EXACT, TOLERANCES, Tolerance
 from coconet.core.values import bits_dtype
 from coconet.dialects.coco import ScaleOp, TensorType
+from coconet.dialects.reduction import Reduction
 
 # -- bit patterns, for the exact comparison ----------------------------------------------------
 
@@ -307,7 +308,7 @@ def _partial_reductions(program: Program) -> list[Operation]:
         op
         for op in program.func.walk()
         if isinstance(op, ReduceOp)
-        and op.kind.data in ("sum", "norm")
+        and op.kind.data in (Reduction.SUM, Reduction.NORM)
         and any(isinstance(lay, SlicedAttr) for lay in op.input.type.layouts)
     ]
 

@@ -23,6 +23,7 @@ from xdsl.ir import Operation, SSAValue
 from coconet.core.program import Program, argument_name, output_name
 from coconet.core.tolerances import EXACT, Tolerance
 from coconet.dialects import coco, comm
+from coconet.dialects.reduction import Reduction
 
 
 def downstream(program: Program, roots: Sequence[Operation]) -> dict[str, set[str]]:
@@ -76,9 +77,9 @@ def reorderable(op: Operation) -> bool:
     order.)"""
     if isinstance(op, comm.CollectiveOp):
         kind = op.combining_kind()
-        return kind in ("sum", "prod") and comm.accumulation(op) is None
+        return kind in (Reduction.SUM, Reduction.PROD) and comm.accumulation(op) is None
     if isinstance(op, coco.ReduceOp):
-        return op.kind.data in ("sum", "norm", "prod")
+        return op.kind.data in (Reduction.SUM, Reduction.NORM, Reduction.PROD)
     return isinstance(op, coco.MatmulOp)
 
 

@@ -120,6 +120,7 @@ from coconet.dialects.coco_types import (
     layout_str as layout_str,
     normalize_layouts as normalize_layouts,
 )
+from coconet.dialects.reduction import DIMS, FULL, Reduction, ReductionsOf, reduction
 
 _EnumT = TypeVar("_EnumT", bound=StrEnum)
 
@@ -955,18 +956,12 @@ class MatmulOp(CocoOp):
         self.expect_result(layout_rules.infer_matmul(self.lhs.type, self.rhs.type))
 
 
-class ReductionKind(StrEnum):
-    SUM = auto()
-    MAX = auto()
-    MIN = auto()
-    NORM = auto()
-
-
 @irdl_attr_definition
-class ReductionKindAttr(EnumAttribute[ReductionKind], SpacedOpaqueSyntaxAttribute):
+class ReductionKindAttr(ReductionsOf, EnumAttribute[Reduction], SpacedOpaqueSyntaxAttribute):
     """The reduction of a `coco.reduce` (`#coco<reduction_kind sum>` in generic form)."""
 
     name = "coco.reduction_kind"
+    kinds = FULL
 
 
 @irdl_op_definition
@@ -986,10 +981,8 @@ class ReduceOp(CocoOp):
 
     assembly_format = f"$kind $input attr-dict {SIGNATURE}"
 
-    def __init__(
-        self, kind: str | ReductionKind, input: SSAValue, result_type: Attribute | None = None
-    ):
-        kind = enum_member(ReductionKind, kind, "reduction")
+    def __init__(self, kind: str, input: SSAValue, result_type: Attribute | None = None):
+        kind = reduction(kind, FULL, "reduction")
         if result_type is None:
             result_type = layout_rules.infer_reduction(kind, input.type)
         super().__init__(
@@ -1002,18 +995,12 @@ class ReduceOp(CocoOp):
         self.expect_result(layout_rules.infer_reduction(self.kind.data, self.input.type))
 
 
-class DimReductionKind(StrEnum):
-    SUM = auto()
-    MAX = auto()
-    MIN = auto()
-    MEAN = auto()
-
-
 @irdl_attr_definition
-class DimReductionKindAttr(EnumAttribute[DimReductionKind], SpacedOpaqueSyntaxAttribute):
+class DimReductionKindAttr(ReductionsOf, EnumAttribute[Reduction], SpacedOpaqueSyntaxAttribute):
     """The reduction of a `coco.reduce_dims` (`#coco<dim_reduction_kind mean>` generic)."""
 
     name = "coco.dim_reduction_kind"
+    kinds = DIMS
 
 
 # Row reductions accumulate each result element in this many lanes: lane l takes the reduced
@@ -1052,13 +1039,13 @@ class ReduceDimsOp(CocoOp):
 
     def __init__(
         self,
-        kind: str | DimReductionKind,
+        kind: str,
         input: SSAValue,
         dims: Sequence[int],
         keepdims: bool = False,
         result_type: Attribute | None = None,
     ):
-        kind = enum_member(DimReductionKind, kind, "reduction")
+        kind = reduction(kind, DIMS, "reduction")
         if result_type is None:
             result_type = layout_rules.infer_dim_reduction(kind, input.type, dims, keepdims)
         properties: dict[str, Attribute] = {

@@ -90,21 +90,16 @@ from coconet.dialects.coco_types import (
     remember,
 )
 from coconet.dialects.layout_rules import check_all_to_all, check_innermost_slicing, grid_of
-
-
-class CollectiveKind(StrEnum):
-    SUM = auto()
-    PROD = auto()
-    MAX = auto()
-    MIN = auto()
+from coconet.dialects.reduction import COLLECTIVE, Reduction, ReductionsOf, reduction
 
 
 @irdl_attr_definition
-class CollectiveKindAttr(EnumAttribute[CollectiveKind], SpacedOpaqueSyntaxAttribute):
+class CollectiveKindAttr(ReductionsOf, EnumAttribute[Reduction], SpacedOpaqueSyntaxAttribute):
     """How a collective combines the ranks' values (`#comm<collective_kind sum>` in generic
     form)."""
 
     name = "comm.collective_kind"
+    kinds = COLLECTIVE
 
 
 def _fail(rule: str, message: str) -> VerifyException:
@@ -201,7 +196,7 @@ class CollectiveOp(CocoOp):
         """Refuse a span the grid does not have."""
         raise NotImplementedError
 
-    def combining_kind(self) -> CollectiveKind | None:
+    def combining_kind(self) -> Reduction | None:
         """How the ranks' values combine (`sum`, ...); None for a collective that only moves
         data."""
         return None
@@ -287,8 +282,8 @@ def _check_root(op: BroadcastOp | ReduceOp) -> None:
             )
 
 
-def _kind_attr(kind: str | CollectiveKind) -> CollectiveKindAttr:
-    return CollectiveKindAttr(enum_member(CollectiveKind, kind, "reduction kind"))
+def _kind_attr(kind: str) -> CollectiveKindAttr:
+    return CollectiveKindAttr(reduction(kind, COLLECTIVE, "reduction kind"))
 
 
 # The accumulation types a reduction may state: what the kernels accumulate in (float registers,
@@ -357,13 +352,13 @@ class AllReduceOp(GroupCollectiveOp):
 
     assembly_format = f"$kind $input {ACC} (`over` $axes^)? attr-dict {SIGNATURE}"
 
-    def combining_kind(self) -> CollectiveKind | None:
+    def combining_kind(self) -> Reduction | None:
         return self.kind.data
 
     def __init__(
         self,
         input: SSAValue,
-        kind: str | CollectiveKind = "sum",
+        kind: str = Reduction.SUM,
         axes: Sequence[int] | None = None,
         *,
         grid_rank: int = 1,
@@ -401,13 +396,13 @@ class ReduceScatterOp(GroupCollectiveOp):
 
     assembly_format = f"$kind $input (`dim` $dim^)? {ACC} (`over` $axes^)? attr-dict {SIGNATURE}"
 
-    def combining_kind(self) -> CollectiveKind | None:
+    def combining_kind(self) -> Reduction | None:
         return self.kind.data
 
     def __init__(
         self,
         input: SSAValue,
-        kind: str | CollectiveKind = "sum",
+        kind: str = Reduction.SUM,
         dim: int = 0,
         axes: Sequence[int] | None = None,
         *,
@@ -551,7 +546,7 @@ class ReduceOp(GroupCollectiveOp):
 
     assembly_format = f"$kind $input `root` $root {ACC} (`over` $axes^)? attr-dict {SIGNATURE}"
 
-    def combining_kind(self) -> CollectiveKind | None:
+    def combining_kind(self) -> Reduction | None:
         return self.kind.data
 
     def root_rank(self) -> int | None:
@@ -560,7 +555,7 @@ class ReduceOp(GroupCollectiveOp):
     def __init__(
         self,
         input: SSAValue,
-        kind: str | CollectiveKind = "sum",
+        kind: str = Reduction.SUM,
         root: int = 0,
         axes: Sequence[int] | None = None,
         *,
@@ -1306,7 +1301,6 @@ __all__ = [
     "AllReduceOp",
     "AllToAllOp",
     "BroadcastOp",
-    "CollectiveKind",
     "CollectiveKindAttr",
     "CollectiveOp",
     "Comm",

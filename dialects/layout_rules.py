@@ -75,6 +75,7 @@ from coconet.dialects.coco_types import (
     memo,
     remember,
 )
+from coconet.dialects.reduction import Reduction
 
 
 def fail(rule: str, message: str) -> VerifyException:
@@ -531,12 +532,12 @@ def _infer_matmul(lhs: Attribute, rhs: Attribute) -> TensorType:
 
 def infer_reduction(kind: str, t: Attribute) -> TensorType:
     tt = _as_tensor(t, "the operand")
-    if kind == "norm" and not is_float_type(tt.element_type):
+    if kind == Reduction.NORM and not is_float_type(tt.element_type):
         raise fail("element-types", f"norm needs a floating-point tensor, got {tt.elt}")
     layouts: list[LayoutAttr] = []
     for axis, lay in enumerate(tt.layouts):
         if isinstance(lay, SlicedAttr):
-            if kind == "norm":
+            if kind == Reduction.NORM:
                 raise fail(
                     "norm-of-slice",
                     f"the norm of a tensor sliced on grid axis {axis} ({tt}) would be a partial "
@@ -569,7 +570,7 @@ def infer_dim_reduction(
             f"non-empty increasing run of consecutive dims of a rank-{tt.rank} tensor",
         )
     check_not_boolean(tt, "coco.reduce_dims")
-    if kind == "mean" and not is_float_type(tt.element_type):
+    if kind == Reduction.MEAN and not is_float_type(tt.element_type):
         raise fail("element-types", f"a mean needs a floating-point tensor, got {tt.elt}")
     shape = tt.get_shape()
     if keepdims:
@@ -585,7 +586,7 @@ def infer_dim_reduction(
         if d not in dims:
             layouts.append(SlicedAttr(d if keepdims else d - sum(1 for r in dims if r < d)))
             continue
-        if kind == "mean":
+        if kind == Reduction.MEAN:
             raise fail(
                 "reduce-dims-layouts",
                 f"the mean of {name} : {tt} over dims {list(dims)} reduces dim {d}, which grid "

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from xdsl.utils.base_printer import BasePrinter
 
+from coconet.dialects.reduction import Reduction
 from coconet.lowering.kernel_ir import (
     Assign,
     Binary,
@@ -48,7 +49,6 @@ from coconet.lowering.kernel_ir import (
     PeerSlots,
     PeerSync,
     PeerVecIn,
-    ReduceKind,
     RowLanes,
     Select,
     SendPush,
@@ -568,9 +568,9 @@ class CudaPrinter(BasePrinter):
 
 def combine_expr(e: Combine) -> Expr:
     match e.kind:
-        case ReduceKind.SUM | ReduceKind.NORM:
+        case Reduction.SUM | Reduction.NORM:
             return Binary("+", e.lhs, e.rhs)
-        case ReduceKind.PROD:
+        case Reduction.PROD:
             return Binary("*", e.lhs, e.rhs)
         case _:
             return Call(f"coco_{e.kind.value}", (e.lhs, e.rhs))  # overloaded per accumulator type
@@ -578,19 +578,19 @@ def combine_expr(e: Combine) -> Expr:
 
 def identity_expr(e: Identity) -> Expr:
     match e.kind:
-        case ReduceKind.SUM | ReduceKind.NORM:
+        case Reduction.SUM | Reduction.NORM:
             return Lit("0")
-        case ReduceKind.PROD:
+        case Reduction.PROD:
             return Lit("1")
         case _:
             pass  # max and min start from the extremes
     if e.acc == I64:
         largest: Expr = Lit("9223372036854775807LL")
-        if e.kind == ReduceKind.MAX:
+        if e.kind == Reduction.MAX:
             return Binary("-", Lit("-9223372036854775807LL"), Lit("1"))
         return largest
     infinity = Binary("/", Lit("1.0"), Lit("0.0"))
-    return Unary("-", infinity) if e.kind == ReduceKind.MAX else infinity
+    return Unary("-", infinity) if e.kind == Reduction.MAX else infinity
 
 
 # ---------------------------------------------------------------------------------------------

@@ -24,8 +24,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from xdsl.utils.str_enum import StrEnum
-
+from coconet.dialects.reduction import Reduction
 from coconet.lowering.signature import (
     CType,
     ParamKind,
@@ -203,20 +202,12 @@ THREAD_IDX = Call("coco_thread_idx")
 VECTOR_THREADS = Call("coco_vector_threads")
 
 
-class ReduceKind(StrEnum):
-    SUM = "sum"
-    PROD = "prod"
-    MAX = "max"
-    MIN = "min"
-    NORM = "norm"  # a sum (of squares: the terms are squared where they are read)
-
-
 @dataclass(frozen=True)
 class Combine(Expr):
     """One step of a reduction in accumulator type `acc` (double, or coco_i64 for integers):
     `lhs (+) rhs`, with NumPy's max/min (a NaN wins) for floats."""
 
-    kind: ReduceKind
+    kind: Reduction
     acc: CType
     lhs: Expr
     rhs: Expr
@@ -226,7 +217,7 @@ class Combine(Expr):
 class Identity(Expr):
     """The initial value of a reduction of kind `kind` in accumulator type `acc`."""
 
-    kind: ReduceKind
+    kind: Reduction
     acc: CType
 
 

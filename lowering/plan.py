@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from coconet.dialects.coco import ReplicatedAttr, TensorType
+from coconet.dialects.reduction import Reduction
 from coconet.lowering.signature import KernelParam, ParamKind
 
 COMPUTE_STREAM = 0
@@ -206,7 +207,7 @@ class Collective(Step):
     op: str
     src: Buffer
     dst: Buffer
-    kind: str | None = None
+    kind: Reduction | None = None
     axes: tuple[int, ...] = ()
     root: int | None = None
     along: int | None = None

@@ -44,6 +44,7 @@ from xdsl.ir import Operation, SSAValue
 from coconet.core.program import CocoError
 from coconet.dialects import coco
 from coconet.dialects.coco import TensorType, tensor_type_of
+from coconet.dialects.reduction import Reduction
 from coconet.lowering.kernel_ir import (
     BLOCK_IDX,
     GRID_DIM,
@@ -61,7 +62,6 @@ from coconet.lowering.kernel_ir import (
     Index,
     Kernel,
     Lit,
-    ReduceKind,
     RowLanes,
     SharedArray,
     Stmt,
@@ -407,11 +407,7 @@ class _RowBuilder(ElementwiseBuilder):
                 if self.level[r.input] != p:
                     continue
                 acc_t = accumulator(r.input.type.elt)
-                rkind = (
-                    ReduceKind.SUM
-                    if r.kind.data == coco.DimReductionKind.MEAN
-                    else ReduceKind(r.kind.data)
-                )
+                rkind = Reduction.SUM if r.kind.data == Reduction.MEAN else r.kind.data
                 acc = Var(acc_t, None, f"acc{len(accs)}_")
                 accs[r] = acc
                 before.append(Decl(acc, Identity(rkind, acc_t), const=False))
@@ -544,15 +540,11 @@ class _RowBuilder(ElementwiseBuilder):
             if self.level[r.input] != p:
                 continue
             acc_t = accumulator(r.input.type.elt)
-            rkind = (
-                ReduceKind.SUM
-                if r.kind.data == coco.DimReductionKind.MEAN
-                else ReduceKind(r.kind.data)
-            )
+            rkind = Reduction.SUM if r.kind.data == Reduction.MEAN else r.kind.data
             total = Var(acc_t, None, f"total{len(out)}_")
             elt = r.result.type.elt
             value: Expr = total
-            if r.kind.data == coco.DimReductionKind.MEAN:
+            if r.kind.data == Reduction.MEAN:
                 value = Binary("/", total, Cast(acc_t, Lit(str(self.count))))
             out += [
                 Decl(total, Identity(rkind, acc_t), const=False),

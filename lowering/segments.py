@@ -45,6 +45,7 @@ from coconet.dialects.comm import (
     deferral_of,
     segment_of,
 )
+from coconet.dialects.reduction import Reduction
 from coconet.passes.common import fail, op_name
 
 # --------------------------------------------------------------------------------------------
@@ -133,7 +134,7 @@ def in_kernel(op: Operation) -> bool:
 def in_kernel_reduction(op: Operation, segment: list[Operation]) -> comm.AllReduceOp | None:
     """The all_reduce that finishes `op`, if `op` is a full reduction of a value of this
     collective segment whose partials only that all_reduce reads (LAMB's sliced norms)."""
-    if not isinstance(op, coco.ReduceOp) or op.kind.data == coco.ReductionKind.NORM:
+    if not isinstance(op, coco.ReduceOp) or op.kind.data == Reduction.NORM:
         return None
     scatters = [s for s in segment if isinstance(s, comm.ReduceScatterOp)]
     produced = {r for s in segment for r in s.results}

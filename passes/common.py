@@ -23,6 +23,7 @@ from xdsl.utils.exceptions import PassFailedException
 
 from coconet.dialects import coco, comm
 from coconet.dialects.layout_rules import grid_of, value_name
+from coconet.dialects.reduction import Reduction
 
 # --------------------------------------------------------------------------------------------
 # Errors and names
@@ -192,8 +193,8 @@ def widens(r: coco.ReduceOp) -> bool:
     """Whether `r`'s partials are carried in f32 (a sum, norm or product of a narrow float:
     max and min are exact in any type)."""
     return (
-        r.kind.data != coco.ReductionKind.MAX
-        and r.kind.data != coco.ReductionKind.MIN
+        r.kind.data != Reduction.MAX
+        and r.kind.data != Reduction.MIN
         and (coco.tensor_type_of(r.input).elt in NARROW_FLOATS)
     )
 
@@ -203,7 +204,7 @@ def partial_reduction(r: coco.ReduceOp, piece: SSAValue) -> tuple[list[Operation
     (widened to f32 first where `widens`, the square for a norm, then the reduction: a sum of
     squares for a norm), and the last of them, whose result is the partial.
     `combine_partials` all-reduces it, `finish_partials` gives the reduction's value."""
-    norm = r.kind.data == coco.ReductionKind.NORM
+    norm = r.kind.data == Reduction.NORM
     ops: list[Operation] = []
     if widens(r):
         wide = coco.CastOp(piece, Float32Type())
@@ -215,7 +216,7 @@ def partial_reduction(r: coco.ReduceOp, piece: SSAValue) -> tuple[list[Operation
         set_name(sq.result, derived_name(r.result, "sq"))
         ops.append(sq)
         piece = sq.result
-    part = coco.ReduceOp("sum" if norm else r.kind.data, piece)
+    part = coco.ReduceOp(Reduction.SUM if norm else r.kind.data, piece)
     set_name(part.result, derived_name(r.result, "part"))
     return [*ops, part], part
 
@@ -225,8 +226,8 @@ def combine_partials(
 ) -> comm.AllReduceOp:
     """The all_reduce over `axes` of `partial_reduction`'s partials: the reduction's value, or
     a norm's sum of squares (named `<r>_sumsq`; its square root is the caller's to place)."""
-    norm = r.kind.data == coco.ReductionKind.NORM
-    total = comm.AllReduceOp(part, "sum" if norm else r.kind.data, axes, grid_rank=rank)
+    norm = r.kind.data == Reduction.NORM
+    total = comm.AllReduceOp(part, Reduction.SUM if norm else r.kind.data, axes, grid_rank=rank)
     if norm:
         set_name(total.result, derived_name(r.result, "sumsq"))
     return total
@@ -238,7 +239,7 @@ def finish_partials(r: coco.ReduceOp, total: SSAValue) -> list[Operation]:
     of them holding it; none where the total is the value."""
     ops: list[Operation] = []
     wide = widens(r)
-    if r.kind.data == coco.ReductionKind.NORM:
+    if r.kind.data == Reduction.NORM:
         ops.append(coco.SqrtOp(total))
         total = ops[-1].results[0]
         if wide:

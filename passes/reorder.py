@@ -32,6 +32,7 @@ from coconet.dialects.layout_rules import (
     infer_reduction,
     infer_scaled,
 )
+from coconet.dialects.reduction import FULL, Reduction
 from coconet.passes.common import (
     ancestor_in,
     body_block,
@@ -50,7 +51,6 @@ from coconet.passes.common import (
 )
 
 RULE = "reorder"
-REDUCTION_KINDS = ("sum", "max", "min", "norm")
 
 
 class _BlockOrder:
@@ -396,7 +396,7 @@ class ReorderPass(ModulePass):
             )
 
     def _plan_reduction(self, plan: _Plan, r: coco.ReduceOp) -> None:
-        if r.kind.data not in REDUCTION_KINDS:
+        if r.kind.data not in FULL:
             raise _Refusal(
                 f"{RULE}-elementwise", f"{op_name(r)}: unknown reduction '{r.kind.data}'", r
             )
@@ -404,7 +404,7 @@ class ReorderPass(ModulePass):
         x = plan.planned[r.input]
         if x == r.input.type:
             return  # the input's layout does not change: the reduction stays as it is
-        kind = "sum" if r.kind.data == coco.ReductionKind.NORM else r.kind.data
+        kind = Reduction.SUM if r.kind.data == Reduction.NORM else r.kind.data
         try:
             part = infer_reduction(kind, x)
         except VerifyException as e:

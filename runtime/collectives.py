@@ -24,6 +24,7 @@ import numpy as np
 
 from coconet.core import values as V
 from coconet.core.program import CocoError
+from coconet.dialects.reduction import Reduction
 from coconet.lowering.plan import Collective
 from coconet.runtime.executor import consecutive_blocks, group_of, member_region
 from coconet.runtime.transport import Request, Transport, is_bf16
@@ -53,7 +54,13 @@ class CollectiveContext:
     combiner: Callable[..., Any] | None = None
 
     def combine(
-        self, kind: str, pieces: Any, src: np.dtype, dst: np.dtype, storage: np.dtype, acc: Any
+        self,
+        kind: Reduction,
+        pieces: Any,
+        src: np.dtype,
+        dst: np.dtype,
+        storage: np.dtype,
+        acc: Any,
     ) -> Any:
         if self.combiner is not None:
             out = self.combiner(kind, pieces, src, dst, storage, acc)
@@ -154,7 +161,7 @@ def round_to_acc(xp: Any, x: Any, acc: str | None) -> Any:
 
 def combine(
     xp: Any,
-    kind: str,
+    kind: Reduction,
     pieces: Any,
     src: np.dtype,
     dst: np.dtype,
@@ -167,11 +174,11 @@ def combine(
     acc = round_to_acc(xp, widen(xp, pieces[0], src), acc_elt)
     for p in list(pieces)[1:]:
         x = widen(xp, p, src)
-        if kind == "sum":
+        if kind == Reduction.SUM:
             acc = acc | x if src == np.bool_ else acc + x
-        elif kind == "prod":
+        elif kind == Reduction.PROD:
             acc = acc & x if src == np.bool_ else acc * x
-        elif kind == "max":
+        elif kind == Reduction.MAX:
             acc = xp.maximum(acc, x)
         else:
             acc = xp.minimum(acc, x)
@@ -236,7 +243,7 @@ def _region_rows(
 
 
 def _library(
-    ctx: CollectiveContext, t: Transport, dtype: np.dtype, kind: str, step: Collective
+    ctx: CollectiveContext, t: Transport, dtype: np.dtype, kind: Reduction, step: Collective
 ) -> bool:
     # A stated accumulation rounds every step in rank order: no library promises that.
     if step.acc is not None or not t.reduces(dtype, kind):

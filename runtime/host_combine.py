@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from coconet.dialects.reduction import Reduction
 from coconet.toolchain.host_compiler import HostKernel, compile_host
 
 # The C type of each element type the unit combines, by NumPy dtype name (bf16 and fp8 also
@@ -33,7 +34,7 @@ _C_TYPES = {
     "float8_e4m3fn": "coco_f8e4m3",
     "float8_e5m2": "coco_f8e5m2",
 }
-_OPS = {"sum": "Sum", "prod": "Prod", "max": "Max", "min": "Min"}
+_OPS = {Reduction.SUM: "Sum", Reduction.PROD: "Prod", Reduction.MAX: "Max", Reduction.MIN: "Min"}
 # a stated accumulation (comm.accumulation), None: none stated (f64 throughout)
 _ACC_TYPES = {
     None: "double",
@@ -73,7 +74,7 @@ class HostCombine:
 
     def __call__(
         self,
-        kind: str,
+        kind: Reduction,
         pieces: Any,
         src: np.dtype,
         dst: np.dtype,

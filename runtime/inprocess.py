@@ -20,11 +20,17 @@ from typing import Any
 import numpy as np
 
 from coconet.core.program import CocoError
+from coconet.dialects.reduction import Reduction
 
 # How long a rank waits for its peers at one rendezvous before the job counts as hung.
 RENDEZVOUS_TIMEOUT_S = 120.0
 
-_REDUCE = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
+_REDUCE = {
+    Reduction.SUM: np.add,
+    Reduction.PROD: np.multiply,
+    Reduction.MAX: np.maximum,
+    Reduction.MIN: np.minimum,
+}
 
 
 class PeerFailed(CocoError):
@@ -109,7 +115,7 @@ class _Request:
 class InProcessMPI:
     """What the runtime uses of the `mpi4py.MPI` module, for ranks that are threads."""
 
-    SUM, PROD, MAX, MIN = "sum", "prod", "max", "min"
+    SUM, PROD, MAX, MIN = Reduction.SUM, Reduction.PROD, Reduction.MAX, Reduction.MIN
     COMM_TYPE_SHARED = "shared"
     Request = _Request
 
@@ -151,13 +157,16 @@ class InProcessComm:
         everything = self.allgather(value)
         return everything if self.Get_rank() == root else None
 
-    def allreduce(self, value: Any, op: str = "sum") -> Any:
+    def allreduce(self, value: Any, op: Reduction = Reduction.SUM) -> Any:
         values = self.allgather(value)
         out = values[0]
         for v in values[1:]:
-            out = {"sum": lambda a, b: a + b, "prod": lambda a, b: a * b, "max": max, "min": min}[
-                op
-            ](out, v)
+            out = {
+                Reduction.SUM: lambda a, b: a + b,
+                Reduction.PROD: lambda a, b: a * b,
+                Reduction.MAX: max,
+                Reduction.MIN: min,
+            }[op](out, v)
         return out
 
     def Barrier(self) -> None:
@@ -188,7 +197,7 @@ class InProcessComm:
         payload = None if send is None else np.array(send, copy=True)
         return InProcessRequest(lambda: finish(self.world.exchange(key, me, n, payload)))
 
-    def Iallreduce(self, src: np.ndarray, dst: np.ndarray, op: str) -> InProcessRequest:
+    def Iallreduce(self, src: np.ndarray, dst: np.ndarray, op: Reduction) -> InProcessRequest:
         def finish(parts):
             acc = parts[0]
             for p in parts[1:]:
@@ -197,7 +206,7 @@ class InProcessComm:
 
         return self._collective(src, finish)
 
-    def Allreduce(self, src: np.ndarray, dst: np.ndarray, op: str) -> None:
+    def Allreduce(self, src: np.ndarray, dst: np.ndarray, op: Reduction) -> None:
         self.Iallreduce(src, dst, op).Wait()
 
     def Ireduce_scatter_block(self, packed, dst, op) -> InProcessRequest:

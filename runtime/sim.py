@@ -32,6 +32,7 @@ from coconet.core.program import (
 )
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import TensorType, is_float_type
+from coconet.dialects.reduction import Reduction
 
 Pieces = list[np.ndarray]
 
@@ -112,7 +113,7 @@ def arguments_kept_positive(program: Program) -> set[str]:
                 break
             if isinstance(op, coco.MulOp) and len(derived) == 2:
                 continue  # a square: non-negative whatever the argument's sign
-            if isinstance(op, coco.ReduceOp) and op.kind.data == "norm":
+            if isinstance(op, coco.ReduceOp) and op.kind.data == Reduction.NORM:
                 continue  # non-negative whatever the argument's sign
             reached.update(op.results)
     return positive
@@ -391,11 +392,11 @@ def run_reduce(it: Interpreter, op: coco.ReduceOp) -> list[Pieces]:
     out = []
     for piece in it.get(op.input):
         x = piece.astype(_accumulate_dtype(op.input.type))
-        if kind == "sum":
+        if kind == Reduction.SUM:
             v = x.sum()
-        elif kind == "max":
+        elif kind == Reduction.MAX:
             v = x.max()
-        elif kind == "min":
+        elif kind == Reduction.MIN:
             v = x.min()
         else:
             v = np.sqrt((x * x).sum())
@@ -404,7 +405,7 @@ def run_reduce(it: Interpreter, op: coco.ReduceOp) -> list[Pieces]:
 
 
 def reduce_rows(
-    x: np.ndarray, kind: str, dims: Sequence[int], keepdims: bool, acc_dtype: np.dtype
+    x: np.ndarray, kind: Reduction, dims: Sequence[int], keepdims: bool, acc_dtype: np.dtype
 ) -> np.ndarray:
     """`x` reduced over the consecutive `dims` in the fixed order of `coco.ReduceDimsOp`: each
     result element accumulates in `ROW_LANES` lanes (lane l takes the reduced elements l,
@@ -416,8 +417,9 @@ def reduce_rows(
     inner = int(np.prod(shape[dims[-1] + 1 :], dtype=np.int64))
     rows = x.astype(acc_dtype).reshape(outer, count, inner)
     lanes = coco.ROW_LANES
-    if kind in ("max", "min"):
-        combine = np.maximum if kind == "max" else np.minimum  # a NaN wins, as in the kernels
+    if kind in (Reduction.MAX, Reduction.MIN):
+        # a NaN wins, as in the kernels
+        combine = np.maximum if kind == Reduction.MAX else np.minimum
         total = combine.reduce(rows, axis=1)
     else:
         acc = np.zeros((outer, lanes, inner), dtype=acc_dtype)
@@ -427,7 +429,7 @@ def reduce_rows(
         total = np.zeros((outer, inner), dtype=acc_dtype)
         for lane in range(lanes):
             total += acc[:, lane]
-        if kind == "mean":
+        if kind == Reduction.MEAN:
             total = total / acc_dtype.type(count)
     kept = [1 if d in dims else n for d, n in enumerate(shape)]
     if not keepdims:
@@ -478,7 +480,7 @@ def run_update(it: Interpreter, op: coco.UpdateOp) -> list[Pieces]:
 
 
 def _combine(
-    kind: str, pieces: Sequence[np.ndarray], t: TensorType, acc_elt: str | None = None
+    kind: Reduction, pieces: Sequence[np.ndarray], t: TensorType, acc_elt: str | None = None
 ) -> np.ndarray:
     """The rank-order combination of `pieces`, unrounded (f64, int64, bool) -- or, where the
     collective states an accumulation `acc_elt`, each partial rounded to it (once, from the
@@ -491,11 +493,11 @@ def _combine(
     acc = rounded(pieces[0].astype(acc_dt))
     for p in pieces[1:]:
         x = p.astype(acc_dt)
-        if kind == "sum":
+        if kind == Reduction.SUM:
             acc = acc | x if acc_dt == np.bool_ else acc + x
-        elif kind == "prod":
+        elif kind == Reduction.PROD:
             acc = acc & x if acc_dt == np.bool_ else acc * x
-        elif kind == "max":
+        elif kind == Reduction.MAX:
             acc = np.maximum(acc, x)
         else:
             acc = np.minimum(acc, x)
@@ -510,7 +512,7 @@ def _combine(
 def all_reduce(
     it: Interpreter,
     pieces: Pieces,
-    kind: str,
+    kind: Reduction,
     src: TensorType,
     dst: TensorType,
     span,
@@ -527,7 +529,7 @@ def all_reduce(
 def reduce_scatter(
     it: Interpreter,
     pieces: Pieces,
-    kind: str,
+    kind: Reduction,
     src: TensorType,
     dst: TensorType,
     span,
@@ -577,7 +579,7 @@ def broadcast(it: Interpreter, pieces: Pieces, root: int, span) -> Pieces:
 def reduce(
     it: Interpreter,
     pieces: Pieces,
-    kind: str,
+    kind: Reduction,
     root: int,
     src: TensorType,
     dst: TensorType,

@@ -27,6 +27,7 @@ import numpy as np
 
 from coconet.core import env
 from coconet.core.program import CocoError
+from coconet.dialects.reduction import Reduction
 
 # torchrun's environment (torch.distributed.run): every process gets these.
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -71,7 +72,7 @@ def torchrun_world() -> tuple[int, int] | None:
 class _Ops:
     """The reduction ops of `TORCH_MPI`, as torch names them."""
 
-    SUM, PROD, MAX, MIN = "sum", "prod", "max", "min"
+    SUM, PROD, MAX, MIN = Reduction.SUM, Reduction.PROD, Reduction.MAX, Reduction.MIN
 
 
 class _Work:
@@ -122,25 +123,25 @@ def _tensor(a: np.ndarray) -> Any:
     return torch.from_numpy(a)
 
 
-def _reduce_op(op: str) -> Any:
+def _reduce_op(op: Reduction) -> Any:
     import torch.distributed as dist
 
     return {
-        "sum": dist.ReduceOp.SUM,
-        "prod": dist.ReduceOp.PRODUCT,
-        "max": dist.ReduceOp.MAX,
-        "min": dist.ReduceOp.MIN,
+        Reduction.SUM: dist.ReduceOp.SUM,
+        Reduction.PROD: dist.ReduceOp.PRODUCT,
+        Reduction.MAX: dist.ReduceOp.MAX,
+        Reduction.MIN: dist.ReduceOp.MIN,
     }[op]
 
 
-def _combine(op: str, values: list[Any]) -> Any:
+def _combine(op: Reduction, values: list[Any]) -> Any:
     out = values[0]
     for v in values[1:]:
         out = {
-            "sum": lambda a, b: a + b,
-            "prod": lambda a, b: a * b,
-            "max": max,
-            "min": min,
+            Reduction.SUM: lambda a, b: a + b,
+            Reduction.PROD: lambda a, b: a * b,
+            Reduction.MAX: max,
+            Reduction.MIN: min,
         }[op](out, v)
     return out
 
@@ -232,7 +233,7 @@ class TorchComm:
         everything = self.allgather(value)
         return everything if self.Get_rank() == root else None
 
-    def allreduce(self, value: Any, op: str = "sum") -> Any:
+    def allreduce(self, value: Any, op: Reduction = Reduction.SUM) -> Any:
         return _combine(op, self.allgather(value))
 
     def Barrier(self) -> None:
@@ -283,15 +284,15 @@ class TorchComm:
     def _async(self, call: Any, *args: Any, **kw: Any) -> _Work:
         return call(*args, group=self.group, async_op=True, **kw)
 
-    def Iallreduce(self, src: np.ndarray, dst: np.ndarray, op: str) -> _Work:
+    def Iallreduce(self, src: np.ndarray, dst: np.ndarray, op: Reduction) -> _Work:
         if dst is not src:
             np.copyto(dst, src)
         return _Work(self._async(self.dist.all_reduce, _tensor(dst), op=_reduce_op(op)))
 
-    def Allreduce(self, src: np.ndarray, dst: np.ndarray, op: str) -> None:
+    def Allreduce(self, src: np.ndarray, dst: np.ndarray, op: Reduction) -> None:
         self.Iallreduce(src, dst, op).Wait()
 
-    def Ireduce_scatter_block(self, packed: np.ndarray, dst: np.ndarray, op: str) -> _Work:
+    def Ireduce_scatter_block(self, packed: np.ndarray, dst: np.ndarray, op: Reduction) -> _Work:
         # gloo has no reduce_scatter: reduce everything, keep this rank's block
         total = np.array(packed, copy=True)
         work = self._async(self.dist.all_reduce, _tensor(total), op=_reduce_op(op))
@@ -323,7 +324,9 @@ class TorchComm:
     def Ibcast(self, buf: np.ndarray, root: int = 0) -> _Work:
         return _Work(self._async(self.dist.broadcast, _tensor(buf), src=self._global(root)))
 
-    def Ireduce(self, src: np.ndarray, dst: np.ndarray | None, op: str, root: int = 0) -> _Work:
+    def Ireduce(
+        self, src: np.ndarray, dst: np.ndarray | None, op: Reduction, root: int = 0
+    ) -> _Work:
         scratch = np.array(src, copy=True)  # torch reduces in place
         work = self._async(
             self.dist.reduce, _tensor(scratch), dst=self._global(root), op=_reduce_op(op)

@@ -28,6 +28,7 @@ import numpy as np
 
 from coconet.core.program import CocoError
 from coconet.core.values import NUMPY_DTYPES
+from coconet.dialects.reduction import Reduction
 
 # What a transport call returns: MPI requests to wait on (a list), or None when the call is
 # already ordered (a stream) or complete.
@@ -46,7 +47,7 @@ NCCL_DTYPES = {
     "float64": 8,
     "bfloat16": 9,
 }
-NCCL_OPS = {"sum": 0, "prod": 1, "max": 2, "min": 3}
+NCCL_OPS = {Reduction.SUM: 0, Reduction.PROD: 1, Reduction.MAX: 2, Reduction.MIN: 3}
 
 
 def is_bf16(dtype: np.dtype) -> bool:
@@ -65,9 +66,11 @@ def nccl_dtype(dtype: np.dtype) -> int:
     return NCCL_DTYPES[dtype.name]
 
 
-def nccl_op(kind: str, dtype: np.dtype) -> int:
+def nccl_op(kind: Reduction, dtype: np.dtype) -> int:
     if np.dtype(dtype) == np.bool_:  # i1: sum is or, prod is and (the sim's semantics) on 0/1
-        return NCCL_OPS[{"sum": "max", "prod": "min"}.get(kind, kind)]
+        return NCCL_OPS[
+            {Reduction.SUM: Reduction.MAX, Reduction.PROD: Reduction.MIN}.get(kind, kind)
+        ]
     return NCCL_OPS[kind]
 
 
@@ -86,19 +89,19 @@ class Transport(Protocol):
 
     def rank(self) -> int: ...
 
-    def reduces(self, dtype: np.dtype, kind: str) -> bool:
+    def reduces(self, dtype: np.dtype, kind: Reduction) -> bool:
         """Whether the library itself may combine elements of `dtype` with `kind`."""
         ...
 
-    def all_reduce(self, src: Any, dst: Any, kind: str, dtype: np.dtype) -> Request: ...
+    def all_reduce(self, src: Any, dst: Any, kind: Reduction, dtype: np.dtype) -> Request: ...
 
-    def all_reduce_call(self, src: Any, dst: Any, kind: str) -> Callable[[], None] | None:
+    def all_reduce_call(self, src: Any, dst: Any, kind: Reduction) -> Callable[[], None] | None:
         """The all_reduce of `src` into `dst` as one blocking call, bound once and made every
         step (the microsecond regime: no request to build, test and wait on); None where the
         library has no blocking form."""
         ...
 
-    def reduce_scatter(self, packed: Any, dst: Any, kind: str, dtype: np.dtype) -> Request:
+    def reduce_scatter(self, packed: Any, dst: Any, kind: Reduction, dtype: np.dtype) -> Request:
         """`packed` is (size, n): row m is member m's block; `dst` gets n reduced elements."""
         ...
 
@@ -120,7 +123,9 @@ class Transport(Protocol):
 
     def broadcast(self, buf: Any, root: int) -> Request: ...
 
-    def reduce(self, src: Any, dst: Any | None, kind: str, dtype: np.dtype, root: int) -> Request:
+    def reduce(
+        self, src: Any, dst: Any | None, kind: Reduction, dtype: np.dtype, root: int
+    ) -> Request:
         """`dst` is read only on the root (None elsewhere)."""
         ...
 
@@ -166,7 +171,7 @@ class MpiTransport:
     def rank(self) -> int:
         return self.comm.Get_rank()
 
-    def reduces(self, dtype: np.dtype, kind: str) -> bool:
+    def reduces(self, dtype: np.dtype, kind: Reduction) -> bool:
         # MPI reduces in the data's precision in its own order: integers are exact whatever the
         # order; f32/f64 sums and products are within tolerance. f16/bf16 have no MPI type,
         # i1's or/and are the sim's, and max/min of floats must propagate NaN as the sim does.
@@ -176,15 +181,21 @@ class MpiTransport:
         if known is None:
             dtype = np.dtype(dtype)
             known = dtype in (np.dtype(np.int32), np.dtype(np.int64)) or (
-                dtype in (np.dtype(np.float32), np.dtype(np.float64)) and kind in ("sum", "prod")
+                dtype in (np.dtype(np.float32), np.dtype(np.float64))
+                and kind in (Reduction.SUM, Reduction.PROD)
             )
             self._reduces[key] = known
         return known
 
-    def _op(self, kind: str) -> Any:
+    def _op(self, kind: Reduction) -> Any:
         if self._ops is None:
             MPI = self.MPI
-            self._ops = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
+            self._ops = {
+                Reduction.SUM: MPI.SUM,
+                Reduction.PROD: MPI.PROD,
+                Reduction.MAX: MPI.MAX,
+                Reduction.MIN: MPI.MIN,
+            }
         return self._ops[kind]
 
     def all_reduce(self, src, dst, kind, dtype) -> Request:
@@ -267,7 +278,7 @@ class NcclTransport:
     def rank(self) -> int:
         return self._rank
 
-    def reduces(self, dtype: np.dtype, kind: str) -> bool:
+    def reduces(self, dtype: np.dtype, kind: Reduction) -> bool:
         dtype = np.dtype(dtype)
         return is_bf16(dtype) or dtype == np.bool_ or dtype.name in NCCL_DTYPES
 
@@ -390,7 +401,7 @@ class HostStagedTransport:
     def rank(self) -> int:
         return self.mpi.rank()
 
-    def reduces(self, dtype: np.dtype, kind: str) -> bool:
+    def reduces(self, dtype: np.dtype, kind: Reduction) -> bool:
         return self.mpi.reduces(dtype, kind)
 
     def _host(self, array: Any | None) -> np.ndarray | None:

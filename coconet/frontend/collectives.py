@@ -15,20 +15,22 @@ from xdsl.utils.exceptions import VerifyException
 
 from coconet.core.program import CocoError
 from coconet.dialects import comm, layout_rules
+from coconet.dialects.reduction import Reduction
 from coconet.frontend import dtypes
 from coconet.frontend.compute import _axes
 from coconet.frontend.naming import user_location
 from coconet.frontend.values import Value, _build_error, _current, _finish, _lift, _token
 
 _REDUCTIONS = {
-    "+": "sum", "sum": "sum", "summation": "sum", "add": "sum",
-    "*": "prod", "prod": "prod", "multiplication": "prod", "mul": "prod",
-    "max": "max", "maximum": "max",
-    "min": "min", "minimum": "min",
+    "+": Reduction.SUM, "sum": Reduction.SUM, "summation": Reduction.SUM, "add": Reduction.SUM,
+    "*": Reduction.PROD, "prod": Reduction.PROD, "multiplication": Reduction.PROD,
+    "mul": Reduction.PROD,
+    "max": Reduction.MAX, "maximum": Reduction.MAX,
+    "min": Reduction.MIN, "minimum": Reduction.MIN,
 }  # fmt: skip
 
 
-def _reduction_kind(op: object) -> str:
+def _reduction_kind(op: object) -> Reduction:
     key = op.lower() if isinstance(op, str) else op
     if not isinstance(key, str) or key not in _REDUCTIONS:
         raise CocoError(
@@ -38,7 +40,7 @@ def _reduction_kind(op: object) -> str:
     return _REDUCTIONS[key]
 
 
-def _op_and_tensor(name: str, op: object, x: object) -> tuple[str, Value]:
+def _op_and_tensor(name: str, op: object, x: object) -> tuple[Reduction, Value]:
     if isinstance(op, Value) and x is None:
         op, x = "+", op
     if not isinstance(x, Value):
@@ -98,13 +100,17 @@ def _collective(
 
 
 def _collective_props(
-    kind: str | None = None, over: object = None, root: int | None = None, *, acc: object = None
+    kind: Reduction | None = None,
+    over: object = None,
+    root: int | None = None,
+    *,
+    acc: object = None,
 ) -> dict[str, Attribute]:
     props: dict[str, Attribute] = {}
     if acc is not None:
         props["acc"] = dtypes.element_type_of(acc)
     if kind is not None:
-        props["kind"] = comm.CollectiveKindAttr(comm.CollectiveKind(kind))
+        props["kind"] = comm.CollectiveKindAttr(kind)
     if root is not None:
         if isinstance(root, bool) or not isinstance(root, int):
             raise CocoError(f"{user_location()}: the root is a rank index (an int), got {root!r}")

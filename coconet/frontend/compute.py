@@ -18,6 +18,7 @@ from coconet.dialects.coco import (
     is_float_type,
     layout_str,
 )
+from coconet.dialects.reduction import Reduction
 from coconet.frontend.dtypes import (
     BF16,
     F8E4M3FN,
@@ -260,7 +261,7 @@ def Dropout(x: Value, p: float, seed: int = 0) -> Value:
     return _emit(expr, [a], make)
 
 
-def _reduction(kind: str, fname: str, x: Value) -> Value:
+def _reduction(kind: Reduction, fname: str, x: Value) -> Value:
     expr = f"{fname}({_token(x)})"
     if not isinstance(x, Value):
         raise CocoError(f"{user_location()}: `{expr}` needs a tensor, got {x!r}")
@@ -270,20 +271,20 @@ def _reduction(kind: str, fname: str, x: Value) -> Value:
 
 def Norm(x: Value) -> Value:
     """The L2 norm of a whole tensor, a scalar (of a replicated or local tensor)."""
-    return _reduction("norm", "Norm", x)
+    return _reduction(Reduction.NORM, "Norm", x)
 
 
 def ReduceSum(x: Value) -> Value:
     """The sum of all elements; of a sliced tensor, this rank's partial sum (local)."""
-    return _reduction("sum", "ReduceSum", x)
+    return _reduction(Reduction.SUM, "ReduceSum", x)
 
 
 def ReduceMax(x: Value) -> Value:
-    return _reduction("max", "ReduceMax", x)
+    return _reduction(Reduction.MAX, "ReduceMax", x)
 
 
 def ReduceMin(x: Value) -> Value:
-    return _reduction("min", "ReduceMin", x)
+    return _reduction(Reduction.MIN, "ReduceMin", x)
 
 
 def _dims(x: Value, dims: int | Sequence[int], expr: str) -> list[int]:
@@ -300,7 +301,7 @@ def _dims(x: Value, dims: int | Sequence[int], expr: str) -> list[int]:
 
 
 def _reduce_dims(
-    kind: str, fname: str, x: Value, dims: int | Sequence[int], keepdims: bool
+    kind: Reduction, fname: str, x: Value, dims: int | Sequence[int], keepdims: bool
 ) -> Value:
     expr = f"{fname}({_token(x)}, {dims!r}" + (", keepdims=True)" if keepdims else ")")
     if not isinstance(x, Value):
@@ -319,22 +320,22 @@ def Sum(x: Value, dims: int | Sequence[int] = -1, keepdims: bool = False) -> Val
     """The sum over `dims` (a run of consecutive dims; the last by default). With
     `keepdims` the reduced dims stay as size 1, so the result broadcasts back against `x`.
     Over a dim `x` is sliced on, this rank's partial sums (local), for an AllReduce."""
-    return _reduce_dims("sum", "Sum", x, dims, keepdims)
+    return _reduce_dims(Reduction.SUM, "Sum", x, dims, keepdims)
 
 
 def Mean(x: Value, dims: int | Sequence[int] = -1, keepdims: bool = False) -> Value:
     """The mean over `dims` (not over a dim `x` is sliced on: a partial mean does not
     combine; use Sum, AllReduce and divide)."""
-    return _reduce_dims("mean", "Mean", x, dims, keepdims)
+    return _reduce_dims(Reduction.MEAN, "Mean", x, dims, keepdims)
 
 
 def AMax(x: Value, dims: int | Sequence[int] = -1, keepdims: bool = False) -> Value:
     """The maximum over `dims` (NumPy's amax; `Max(a, b)` is the elementwise maximum)."""
-    return _reduce_dims("max", "AMax", x, dims, keepdims)
+    return _reduce_dims(Reduction.MAX, "AMax", x, dims, keepdims)
 
 
 def AMin(x: Value, dims: int | Sequence[int] = -1, keepdims: bool = False) -> Value:
-    return _reduce_dims("min", "AMin", x, dims, keepdims)
+    return _reduce_dims(Reduction.MIN, "AMin", x, dims, keepdims)
 
 
 def Reshape(x: Value, shape: Sequence[int]) -> Value:

@@ -10,6 +10,7 @@ from xdsl.ir import Operation, SSAValue
 from coconet.core.elementwise import COMPARISONS
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import tensor_type_of
+from coconet.dialects.reduction import Reduction
 from coconet.lowering.kernel_ir import (
     Assign,
     Binary,
@@ -21,7 +22,6 @@ from coconet.lowering.kernel_ir import (
     If,
     Index,
     Lit,
-    ReduceKind,
     Select,
     SendPush,
     Var,
@@ -120,12 +120,12 @@ class BodyBuilder(BuilderState):
             element = Index(peer(o.param, rank, C_STORAGE[elt], const=True), self.index_of(o))
             return Cast(acc_t, load_expr(elt, element))
 
-        step = accumulate_step(acc_elt, Combine(ReduceKind(kind), acc_t, acc, item(p)))
+        step = accumulate_step(acc_elt, Combine(Reduction(kind), acc_t, acc, item(p)))
         combine = Assign(acc, step)
         first = Decl(acc, item(Lit("0")), const=False)
         rest = For(p, Lit("1"), self.nranks, (combine,))
         self.body += [first, rest]
-        self.peer_reads[id(first)] = PeerReduction(acc, ReduceKind(kind), o, elt, rest, acc_elt)
+        self.peer_reads[id(first)] = PeerReduction(acc, Reduction(kind), o, elt, rest, acc_elt)
         var = Var(C_COMPUTE[tensor_type_of(res).elt], res.name_hint, fallback)
         # (a float accumulator widens exactly to the double this rounds from)
         rounded = load_expr(

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from xdsl.ir import SSAValue
 
 from coconet.dialects import coco
+from coconet.dialects.reduction import Reduction
 from coconet.lowering.kernel_ir import (
     BLOCK_IDX,
     GRID_DIM,
@@ -20,7 +21,6 @@ from coconet.lowering.kernel_ir import (
     Lit,
     Param,
     PeerSync,
-    ReduceKind,
     Stmt,
     SyncStep,
     Unused,
@@ -80,7 +80,7 @@ class PeerReduction:
     that declare its accumulator and combine the peers, and what the vector loop needs)."""
 
     acc: Var
-    kind: ReduceKind
+    kind: Reduction
     operand: Operand
     elt: str
     combine: Stmt

@@ -13,6 +13,7 @@ own rank has not started."""
 from __future__ import annotations
 
 from coconet.dialects.coco import tensor_type_of
+from coconet.dialects.reduction import Reduction
 from coconet.lowering.kernel_ir import (
     BLOCK_DIM,
     BLOCK_IDX,
@@ -30,7 +31,6 @@ from coconet.lowering.kernel_ir import (
     Identity,
     Index,
     Lit,
-    ReduceKind,
     SharedArray,
     SharedDyn,
     Stmt,
@@ -49,10 +49,10 @@ from coconet.lowering.signature import BOOL, F64, I32, U32, CType
 class ReductionBuilder(VectorBuilder):
     """Full reductions inside the kernel, all-reduced across the group."""
 
-    def kinds(self) -> list[tuple[ReduceKind, CType]]:
+    def kinds(self) -> list[tuple[Reduction, CType]]:
         """Each reduction's kind and accumulator type."""
         return [
-            (ReduceKind(kind), accumulator(tensor_type_of(v).elt))
+            (Reduction(kind), accumulator(tensor_type_of(v).elt))
             for v, kind, _ in self.k.reductions
         ]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from coconet.dialects.reduction import Reduction
 from coconet.lowering.kernel_ir import (
     BLOCK_IDX,
     GRID_DIM,
@@ -26,7 +27,6 @@ from coconet.lowering.kernel_ir import (
     Lit,
     Param,
     PeerSync,
-    ReduceKind,
     Stmt,
     SyncBlock,
     SyncStep,
@@ -97,7 +97,7 @@ def _node_kernel(
     return Kernel(name, tuple(p.values()), body)
 
 
-def node_reduce_kernel(name: str, elt: str, kind: str) -> Kernel:
+def node_reduce_kernel(name: str, elt: str, kind: Reduction) -> Kernel:
     """The intra-node reduce_scatter of a hierarchical fused collective: out[part, e] = the
     node's members' inputs at bases[part] + e, combined in member order in double (long long)
     -- the node's partial of the piece of this rank's member `part` across nodes, kept in
@@ -105,7 +105,7 @@ def node_reduce_kernel(name: str, elt: str, kind: str) -> Kernel:
     acc_t, storage = accumulator(elt), C_STORAGE[elt]
     p = _node_kernel_params(ParamKind.PEERS_IN, elt, "x_peers")
     p["out"] = Param(acc_t.ptr(restrict=True), None, "out", kind=ParamKind.OUT)
-    rkind = ReduceKind(kind)
+    rkind = Reduction(kind)
 
     def loop(i: Var, part: Var, e: Var) -> list[Stmt]:
         acc, q = Var(acc_t, None, "acc"), Var(I32, None, "q_")

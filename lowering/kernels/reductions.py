@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from coconet.dialects import coco
+from coconet.dialects.reduction import Reduction
 from coconet.lowering.kernel_ir import (
     BLOCK_DIM,
     BLOCK_IDX,
@@ -32,7 +33,6 @@ from coconet.lowering.kernel_ir import (
     Lit,
     LocalArray,
     Param,
-    ReduceKind,
     RowLanes,
     Select,
     SharedArray,
@@ -57,7 +57,7 @@ from coconet.lowering.signature import BOOL, I32, I64, RANGE, U32, CType, ParamK
 
 def lane_partials(
     accs: Sequence[Var],
-    kinds: Sequence[tuple[ReduceKind, CType]],
+    kinds: Sequence[tuple[Reduction, CType]],
     lanes: Expr,
     first: Expr,
     vectors_end: Expr,
@@ -108,11 +108,11 @@ def lane_partials(
     return If(has_vectors, tuple(stmts))
 
 
-def reduction_kernels(name: str, kind: str, elt: str) -> tuple[Kernel, Kernel]:
+def reduction_kernels(name: str, kind: Reduction, elt: str) -> tuple[Kernel, Kernel]:
     """Two kernels for a full reduction: per-block partials (double / long long, in a fixed
     order) and a one-block finish that combines them in block order and rounds once."""
     acc = accumulator(elt)
-    rkind = ReduceKind(kind)
+    rkind = Reduction(kind)
     storage = C_STORAGE[elt]
 
     x = Param(storage.ptr(const=True, restrict=True), None, "x", kind=ParamKind.IN)
@@ -123,7 +123,7 @@ def reduction_kernels(name: str, kind: str, elt: str) -> tuple[Kernel, Kernel]:
 
     def term(value: Expr) -> Expr:
         load = Cast(acc, load_expr(elt, value))
-        return load * load if rkind == ReduceKind.NORM else load
+        return load * load if rkind == Reduction.NORM else load
 
     # Whole vectors first, as fused kernels take them (lane_partials), then the elements after
     # the last vector. One element per thread at a time, in one dependent chain, ran at a
@@ -185,7 +185,7 @@ def reduction_kernels(name: str, kind: str, elt: str) -> tuple[Kernel, Kernel]:
     count = Param(I64, None, "count", kind=ParamKind.COUNT)
     out = Param(storage.ptr(restrict=True), None, "out", kind=ParamKind.OUT)
     total, b = Var(acc, None, "total"), Var(I64, None, "b")
-    value = call("sqrt", total) if rkind == ReduceKind.NORM else total
+    value = call("sqrt", total) if rkind == Reduction.NORM else total
     finish = Kernel(
         f"{name}_finish",
         (partials_in, count, out),
@@ -206,10 +206,10 @@ def reduction_kernels(name: str, kind: str, elt: str) -> tuple[Kernel, Kernel]:
     return partial, finish
 
 
-def _row_kind(kind: str, elt: str) -> tuple[bool, ReduceKind, CType]:
+def _row_kind(kind: Reduction, elt: str) -> tuple[bool, Reduction, CType]:
     """(whether it is a mean, the combining kind -- a mean sums --, the accumulator type)."""
-    mean = kind == "mean"
-    return mean, ReduceKind.SUM if mean else ReduceKind(kind), accumulator(elt)
+    mean = kind == Reduction.MEAN
+    return mean, Reduction.SUM if mean else Reduction(kind), accumulator(elt)
 
 
 def _row_params(elt: str) -> tuple[Param, Param, Param, Param, Param]:
@@ -224,7 +224,7 @@ def _row_params(elt: str) -> tuple[Param, Param, Param, Param, Param]:
     )
 
 
-def row_reduction_kernel(name: str, kind: str, elt: str) -> Kernel:
+def row_reduction_kernel(name: str, kind: Reduction, elt: str) -> Kernel:
     """A reduction over a run of consecutive dims, viewed as [outer, count, inner] (row r of
     the result is element (r / inner, :, r % inner)): one block per row (a block-stride loop
     over rows), `ROW_LANES` lanes shared by the block's threads, each lane accumulating its
@@ -289,7 +289,7 @@ def column_form(rows: int, count: int, inner: int) -> bool:
     return count <= 4 * coco.ROW_LANES or (inner > 1 and rows >= count)
 
 
-def column_reduction_kernel(name: str, kind: str, elt: str) -> Kernel:
+def column_reduction_kernel(name: str, kind: Reduction, elt: str) -> Kernel:
     """The row reduction of `row_reduction_kernel` (same parameters, same bits) with a thread
     per row instead of a block: for short rows (a block's lanes mostly idle, its barriers per
     row dominating) and strided ones (inner > 1: the threads of a warp read neighbouring

@@ -10,6 +10,7 @@ from xdsl.ir import Block, Operation, SSAValue
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import ReplicatedAttr, TensorType
 from coconet.dialects.layout_rules import precedes_in_block
+from coconet.dialects.reduction import Reduction
 from coconet.passes.common import (
     OrderInfo,
     ancestor_in,
@@ -58,7 +59,7 @@ def absorb_whole_reductions(block: Block, members: set[Operation]) -> set[Operat
     info = OrderInfo.spanning(block, {rs, *candidates, *inputs})
     members = set(members)
     for r in sorted(candidates, key=info.index.__getitem__):
-        if r.kind.data not in ("sum", "max", "min", "norm"):
+        if r.kind.data not in (Reduction.SUM, Reduction.MAX, Reduction.MIN, Reduction.NORM):
             continue
         # Its slice is taken right after the reduce_scatter: the tensor must exist there.
         owner = r.input.owner

@@ -69,6 +69,7 @@ from coconet.dialects.coco import (
 )
 from coconet.dialects.coco_types import element_type_of_name, exact_widening
 from coconet.dialects.comm import ACC_TYPE_NAMES
+from coconet.dialects.reduction import Reduction
 
 ELEMENT_TYPES: dict[str, Attribute] = {
     "f32": f32,
@@ -252,7 +253,7 @@ class _Gen:
         assert self.builder is not None
         props: dict[str, Attribute] = {}
         if kind is not None:
-            props["kind"] = comm.CollectiveKindAttr(comm.CollectiveKind(kind))
+            props["kind"] = comm.CollectiveKindAttr(Reduction(kind))
         if cls is comm.ReduceScatterOp:
             props["dim"] = IntegerAttr(dim, i64)
         if axes is not None:

@@ -64,6 +64,7 @@ from coconet.dialects.comm import (
     SendOp,
     YieldOp,
 )
+from coconet.dialects.reduction import Reduction, ReductionsOf
 
 S0, S1, S2 = SlicedAttr(0), SlicedAttr(1), SlicedAttr(2)
 
@@ -1070,3 +1071,76 @@ def test_tensor_types_hash_by_value_however_built():
         hash(TensorType([n + 1], builtin.f32))
     assert hash(built) == h
     assert hash(TensorType([8, 4], builtin.f32, [SlicedAttr(0)])) == h
+
+
+# --------------------------------------------------------------------------------------------
+# One reduction vocabulary
+# --------------------------------------------------------------------------------------------
+
+_REDUCING_OPS = [
+    # (attribute, the op's text with {kind} in it, operand type)
+    (
+        coco.ReductionKindAttr,
+        "%0 = coco.reduce {kind} %a : !coco.tensor<4x8xf32> -> !coco.tensor<f32>",
+    ),
+    (
+        coco.DimReductionKindAttr,
+        "%0 = coco.reduce_dims {kind} %a dims [1] : !coco.tensor<4x8xf32> -> !coco.tensor<4xf32>",
+    ),
+    (
+        comm.CollectiveKindAttr,
+        "%0 = comm.all_reduce {kind} %a : !coco.tensor<4x8xf32, local> -> !coco.tensor<4x8xf32>",
+    ),
+]
+
+
+@pytest.mark.parametrize(("attr", "text"), _REDUCING_OPS)
+@pytest.mark.parametrize("kind", list(Reduction))
+def test_each_op_takes_its_subset_of_the_one_reduction_vocabulary(
+    attr: type[ReductionsOf], text: str, kind: Reduction
+) -> None:
+    """Every reducing op names its reduction with the one `Reduction`: a member of its
+    subset parses (its attribute holding that very member) and builds; any other member of
+    the vocabulary is refused by the parser (naming the subset, marking the word) and by the
+    attribute's verifier where built in Python."""
+    from coconet.core.program import CocoError, parse_module
+
+    ty = text.split(" : ")[1].split(" -> ")[0]
+    program = f"func.func @f(%a: {ty}) {{\n  {text.format(kind=kind)}\n  func.return\n}}\n"
+    if kind in attr.kinds:
+        op = next(o for o in parse_module(program).walk() if "kind" in o.properties)
+        assert op.properties["kind"] == attr(kind)
+        assert op.properties["kind"].data is kind
+        return
+    with pytest.raises(CocoError) as info:
+        parse_module(program)
+    message = str(info.value)
+    assert "Expected " + ", ".join(f"`{k}`" for k in attr.kinds[:-1]) in message
+    assert "^" * len(kind) + "\n" in message or "^" * len(kind) + " " in message + " "
+    with pytest.raises(
+        VerifyException, match=rf"\[reduction-kind\] {attr.name} takes .*not {kind}"
+    ):
+        attr(kind)
+
+
+def test_the_runtime_and_the_kernels_speak_the_dialects_reductions() -> None:
+    """The transports' operator tables are keyed by exactly the collectives' reductions, and a
+    lowered plan's collective carries the dialect's member itself (no string in between)."""
+    from coconet.dialects.reduction import COLLECTIVE
+    from coconet.runtime import host_combine, inprocess, transport
+
+    for table in (transport.NCCL_OPS, host_combine._OPS, inprocess._REDUCE):
+        assert set(table) == set(COLLECTIVE)
+        assert all(type(k) is Reduction for k in table)
+    assert {inprocess.InProcessMPI.SUM, inprocess.InProcessMPI.MAX} <= set(COLLECTIVE)
+    from coconet.core.program import Program, parse_module
+    from coconet.lowering.lower_to_plan import lower
+    from coconet.lowering.plan import Collective
+
+    module = parse_module(
+        "func.func @f(%a: !coco.tensor<8xf32, local>) -> !coco.tensor<8xf32> {\n"
+        "  %0 = comm.all_reduce max %a : !coco.tensor<8xf32, local> -> !coco.tensor<8xf32>\n"
+        "  func.return %0 : !coco.tensor<8xf32>\n}\n"
+    )
+    (step,) = [s for s in lower(Program(module), 2).steps if isinstance(s, Collective)]
+    assert step.kind is Reduction.MAX

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import coconet
+from coconet.dialects.reduction import Reduction
 from coconet.lowering.cuda_printer import CudaPrinter, c_identifier, print_kernel
 from coconet.lowering.kernel_ir import (
     BLOCK_IDX,
@@ -29,7 +30,6 @@ from coconet.lowering.kernel_ir import (
     Kernel,
     Lit,
     Param,
-    ReduceKind,
     Select,
     Unary,
     Var,
@@ -73,11 +73,11 @@ def test_expressions_get_the_parentheses_c_needs():
         (binary("==", binary("<", a, b), c), "(a < b) == c"),
         (Binary("||", Binary("&&", a, b), c), "(a && b) || c"),
         (Binary("&&", Binary("&&", a, b), c), "a && b && c"),
-        (Combine(ReduceKind.MAX, F64, a, b), "coco_max(a, b)"),
-        (Combine(ReduceKind.MIN, I64, a, b), "coco_min(a, b)"),
-        (Identity(ReduceKind.MAX, F64), "-(1.0 / 0.0)"),
-        (Identity(ReduceKind.MAX, I64), "-9223372036854775807LL - 1"),
-        (a * Identity(ReduceKind.MIN, F64), "a * (1.0 / 0.0)"),
+        (Combine(Reduction.MAX, F64, a, b), "coco_max(a, b)"),
+        (Combine(Reduction.MIN, I64, a, b), "coco_min(a, b)"),
+        (Identity(Reduction.MAX, F64), "-(1.0 / 0.0)"),
+        (Identity(Reduction.MAX, I64), "-9223372036854775807LL - 1"),
+        (a * Identity(Reduction.MIN, F64), "a * (1.0 / 0.0)"),
     ]
     for expr, text in cases:
         assert p.expr(expr) == text
