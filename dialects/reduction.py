@@ -58,7 +58,7 @@ class ReductionsOf:
             *first, last = (f"`{k}`" for k in cls.kinds)
             # mark the word alone (the parser already stands at the next token)
             quoted = parser.lexer.input.content[at] == '"'
-            end = at + len(value) + 2 * quoted if value is not None else None
+            end = at + len(value) + 2 * quoted if value is not None else at + 1
             parser.raise_error(f"Expected {', '.join(first)}, or {last}.", at, end)
         return Reduction(value)
 

@@ -12,7 +12,9 @@ fails marks the world failed, and every rank waiting on it raises instead of han
 
 from __future__ import annotations
 
+import functools
 import itertools
+import operator
 import threading
 from collections import defaultdict
 from typing import Any
@@ -24,6 +26,20 @@ from coconet.dialects.reduction import Reduction
 
 # How long a rank waits for its peers at one rendezvous before the job counts as hung.
 RENDEZVOUS_TIMEOUT_S = 120.0
+
+# Python objects (mpi4py's lowercase allreduce): folded in rank order.
+_FOLD = {
+    Reduction.SUM: operator.add,
+    Reduction.PROD: operator.mul,
+    Reduction.MAX: max,
+    Reduction.MIN: min,
+}
+
+
+def fold(op: Reduction, values: list[Any]) -> Any:
+    """The ranks' `values` (Python objects, in rank order) combined by `op`."""
+    return functools.reduce(_FOLD[op], values)
+
 
 _REDUCE = {
     Reduction.SUM: np.add,
@@ -158,16 +174,7 @@ class InProcessComm:
         return everything if self.Get_rank() == root else None
 
     def allreduce(self, value: Any, op: Reduction = Reduction.SUM) -> Any:
-        values = self.allgather(value)
-        out = values[0]
-        for v in values[1:]:
-            out = {
-                Reduction.SUM: lambda a, b: a + b,
-                Reduction.PROD: lambda a, b: a * b,
-                Reduction.MAX: max,
-                Reduction.MIN: min,
-            }[op](out, v)
-        return out
+        return fold(op, self.allgather(value))
 
     def Barrier(self) -> None:
         self.allgather(None)

@@ -28,6 +28,7 @@ import numpy as np
 from coconet.core import env
 from coconet.core.program import CocoError
 from coconet.dialects.reduction import Reduction
+from coconet.runtime.inprocess import fold
 
 # torchrun's environment (torch.distributed.run): every process gets these.
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -134,18 +135,6 @@ def _reduce_op(op: Reduction) -> Any:
     }[op]
 
 
-def _combine(op: Reduction, values: list[Any]) -> Any:
-    out = values[0]
-    for v in values[1:]:
-        out = {
-            Reduction.SUM: lambda a, b: a + b,
-            Reduction.PROD: lambda a, b: a * b,
-            Reduction.MAX: max,
-            Reduction.MIN: min,
-        }[op](out, v)
-    return out
-
-
 class TorchComm:
     """mpi4py's `Comm`, as far as coconet uses it, over a torch.distributed process group.
     `members` are the group's global ranks in group-rank order (None: the whole world)."""
@@ -234,7 +223,7 @@ class TorchComm:
         return everything if self.Get_rank() == root else None
 
     def allreduce(self, value: Any, op: Reduction = Reduction.SUM) -> Any:
-        return _combine(op, self.allgather(value))
+        return fold(op, self.allgather(value))
 
     def Barrier(self) -> None:
         self.dist.barrier(group=self.group)
