@@ -64,6 +64,13 @@ def parse_module(text: str, source: str = "<input>") -> ModuleOp:
     except OverflowError as e:
         # xDSL builds a float attribute of a literal its type cannot hold by packing it.
         raise CocoError(f"{source}: a literal does not fit its type: {e}") from None
+    except ValueError as e:
+        # xDSL's dense literals check each integer against its type with a ValueError
+        # (`Integer value 2 is out of range for type i1`); one raised in coconet's own code
+        # while parsing is a defect and stays a traceback.
+        if not _raised_in_xdsl(e):
+            raise
+        raise CocoError(f"{source}: a literal does not fit its type: {e}") from None
     except DiagnosticException as e:
         # Types and attributes verify as they are built, i.e. while parsing (`[grid-size]`).
         raise CocoError(f"{source}: invalid program: {e}") from None
@@ -74,6 +81,16 @@ def parse_module(text: str, source: str = "<input>") -> ModuleOp:
     except DiagnosticException as e:
         raise CocoError(f"{source}: invalid program: {e}") from None
     return module
+
+
+def _raised_in_xdsl(e: BaseException) -> bool:
+    """Whether `e` was raised inside the xdsl package (its innermost frame)."""
+    tb = e.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb.tb_frame.f_globals.get("__name__", "").startswith("xdsl.")
 
 
 @dataclass

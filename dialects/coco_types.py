@@ -229,7 +229,7 @@ def _body_text(parser: AttrParser) -> str | None:
     """The text of the `<...>` body the parser stands at (without the brackets), or None
     where it is not at a `<` or the body holds what a tensor type does not."""
     content = parser.lexer.input.content
-    if content[parser.pos] != "<":
+    if not content.startswith("<", parser.pos):  # (at the end of the text, no token)
         return None
     match = _BODY.match(content, parser.pos + 1)
     return match.group(1) if match is not None else None

@@ -421,6 +421,27 @@ def accumulation(text, rng):
     return text[: m.start()] + stated + text[m.end() :], None
 
 
+# The word that says how an op reduces (coco.reduce, coco.reduce_dims, a reducing collective).
+_REDUCTION_WORD = re.compile(
+    r"= (?:coco\.reduce(?:_dims)?|comm\.(?:all_reduce|reduce_scatter|reduce)) (\w+) "
+)
+# The one reduction vocabulary (dialects/reduction.py), spelled out so the fuzzer does not
+# import the code under test.
+REDUCTIONS = ("sum", "prod", "max", "min", "norm", "mean")
+
+
+def reduction_kind(text, rng):
+    """A reducing op names another member of the reduction vocabulary: one of its op's subset
+    changes what the program computes (every schedule must still agree with the sim), any
+    other must be refused where it is parsed, naming the op's subset."""
+    found = [m for m in _REDUCTION_WORD.finditer(text) if not _in_comment(text, m.start())]
+    if not found:
+        return None
+    m = rng.choice(found)
+    other = rng.choice([k for k in REDUCTIONS if k != m.group(1)])
+    return text[: m.start(1)] + other + text[m.end(1) :], None
+
+
 _TENSOR = r"!coco\.tensor<((?:\d+x)*)(\w+)((?:, (?:\[[^\]]*\]|\w+(?:<\d+>)?))?)>"
 # `coco.quantize %x, %s : T, S -> Q` (or dequantize): the scale's name, T's dims and layout,
 # the scale's type and element type
@@ -679,6 +700,7 @@ MUTATIONS: dict[str, Mutation] = {
         block_scale,
         symmetric_argument,
         segment_mark,
+        reduction_kind,
     )
 }
 # Those that break a documented rule: applied last (see the module docstring).
@@ -710,6 +732,7 @@ WEIGHTS.update(
     block_scale=2.0,
     symmetric_argument=2.0,
     segment_mark=2.0,
+    reduction_kind=2.0,
 )
 
 

@@ -26,6 +26,7 @@ from fuzz_inputs import (
     accumulation,
     all_to_all_round_trip,
     make_case,
+    reduction_kind,
     seeds,
     segment_mark,
     verifying_seeds,
@@ -362,3 +363,25 @@ def _fits(program, ranks: int) -> bool:
     except ValueError:
         return False
     return True
+
+
+def test_the_reduction_mutation_gives_programs_that_verify_and_ones_refused_by_subset():
+    """The mutation that names another reduction gives, over the seeds, programs that verify
+    with the new word (an op's own subset) and parse errors that list the op's subset where
+    the word is another op's (a norm on a collective, a mean on coco.reduce)."""
+    from coconet.core.program import CocoError, Program, parse_module
+
+    verified = refused = 0
+    for i, s in enumerate(verifying_seeds()):
+        made = reduction_kind(s.text, random.Random(i))
+        if made is None:
+            continue
+        try:
+            Program(parse_module(made[0]))
+        except CocoError as e:
+            if "Expected `sum`" in str(e):
+                refused += 1
+            continue
+        verified += 1
+    assert verified >= 5
+    assert refused >= 5

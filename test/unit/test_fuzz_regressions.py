@@ -44,6 +44,25 @@ def test_a_literal_its_type_cannot_hold_is_a_clean_error():
         parse_module(text, "overflow.mlir")
 
 
+def test_a_dense_integer_its_builtin_type_cannot_hold_is_a_clean_error():
+    """xDSL raises a ValueError for a dense integer out of its builtin element type's range
+    (generic form, `tensor<2xi1>`): a parse error, not a traceback."""
+    text = (
+        "func.func @f() {\n"
+        '  %0 = "coco.constant"() <{value = dense<[1, 2]> : tensor<2xi1>}> '
+        ": () -> !coco.tensor<2xf32>\n  func.return\n}\n"
+    )
+    with pytest.raises(CocoError, match=r"d\.mlir: a literal does not fit its type: .* i1"):
+        parse_module(text, "d.mlir")
+
+
+def test_a_program_cut_off_after_a_tensor_type_name_is_a_clean_error():
+    """Text ending right after `!coco.tensor` (no `<`): the type parser's memo looked past
+    the end of the text."""
+    with pytest.raises(CocoError, match=r"(?s)t\.mlir: cannot parse the program:.*'<' expected"):
+        parse_module("func.func @f(%a: !coco.tensor", "t.mlir")
+
+
 @pytest.mark.parametrize("field", ["block", "max_blocks", "elements_per_thread"])
 @pytest.mark.parametrize("value", [0, -1])
 def test_launch_config_out_of_range_is_refused(field, value):
