@@ -81,7 +81,9 @@ def odd_f32_bits(xp: Any, x: Any) -> Any:
     away = xp.abs(back) > xp.abs(x)
     bits = f.view(xp.uint32)
     one = xp.uint32(1)
-    bits = xp.where(inexact & away, bits - one, bits)
+    # Rounded away from x: one ulp back toward it. Never 0 there (|f| > |x|), so the
+    # subtraction never wraps, also for a NumPy scalar, whose wrap would warn.
+    bits = bits - (inexact & away).astype(xp.uint32)
     return xp.where(inexact, bits | one, bits)
 
 

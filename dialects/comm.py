@@ -852,6 +852,14 @@ class RegionOp(CocoOp):
             )
 
 
+class FusedCanonicalization(HasCanonicalizationPatternsTrait):
+    """A fused region whose collective is gone dissolves (DissolveSpentRegion)."""
+
+    @classmethod
+    def get_canonicalization_patterns(cls) -> tuple[RewritePattern, ...]:
+        return (DissolveSpentRegion(),)
+
+
 @irdl_op_definition
 class FusedOp(RegionOp):
     """`%w = comm.fused all_reduce -> T { ... comm.yield %w2 : T }`: ops that run as one kernel.
@@ -872,6 +880,7 @@ class FusedOp(RegionOp):
     name = "comm.fused"
     kind = prop_def(FusionKindAttr)
     one_shot = opt_prop_def(UnitAttr)
+    traits = traits_def(RecursiveMemoryEffect(), FusedCanonicalization())
 
     assembly_format = f"$kind (`one_shot` $one_shot^)? {REGION_TAIL}"
 
@@ -1286,6 +1295,28 @@ class NarrowBeforeAllToAll(RewritePattern):
         rewriter.erase(op)
 
 
+class DissolveSpentRegion(RewritePattern):
+    """A fused region that no longer holds a collective (its all_to_all or reduce_scatter was
+    dead and removed, by DCE or a fold) computes only its other ops: they move out in front
+    of it and its results become what it yielded. Without this, such a region would no
+    longer verify ([fuse-one-collective]). Elementwise regions hold no collective by design
+    and stay."""
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, FusedOp) or op.kind.data == FusionKind.ELEMENTWISE:
+            return
+        if any(isinstance(inner, CollectiveOp) for inner in op.body.walk()):
+            return
+        term = op.yield_op
+        yielded = list(term.values)
+        for inner in list(op.body.block.ops):
+            if inner is term:
+                break
+            inner.detach()
+            rewriter.insert(inner, InsertPoint.before(op))
+        rewriter.replace(op, [], yielded)
+
+
 Comm = Dialect(
     "comm",
     [*COLLECTIVE_OPS, FusedOp, OverlapOp, YieldOp],
@@ -1306,6 +1337,7 @@ __all__ = [
     "Comm",
     "Deferral",
     "DeferralAttr",
+    "DissolveSpentRegion",
     "FusedOp",
     "FusionKind",
     "FusionKindAttr",

@@ -17,7 +17,7 @@ from xdsl.pattern_rewriter import (
 )
 
 from coconet.dialects.coco import FoldRoundTrip, round_trip
-from coconet.dialects.comm import NarrowBeforeAllToAll
+from coconet.dialects.comm import DissolveSpentRegion, NarrowBeforeAllToAll
 from coconet.passes.common import fail, find_named_ops, functions, op_name
 
 RULE = "canonicalize"
@@ -31,7 +31,8 @@ class CanonicalizePass(ModulePass):
     * `comm.all_gather (coco.slice %x)` of `%x`'s (replicated) type  -> `%x`
     * `comm.all_to_all (comm.all_to_all %x)` of `%x`'s type, over the same axes -> `%x`
     and moves a narrowing cast that alone reads an all_to_all before it (fewer bytes moved,
-    the same values).
+    the same values), and dissolves a fused region whose collective is gone (dead, removed):
+    its other ops move out in front of it.
     A fold's producer is erased once nothing reads it. Ops inside regions fold too. A fold to
     a function argument is skipped where a reader runs after the argument's update (it would
     read the overwritten buffer).
@@ -47,7 +48,9 @@ class CanonicalizePass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         pattern = FoldRoundTrip()
         if not self.ops:
-            both = GreedyRewritePatternApplier([pattern, NarrowBeforeAllToAll()])
+            both = GreedyRewritePatternApplier(
+                [pattern, NarrowBeforeAllToAll(), DissolveSpentRegion()]
+            )
             for fn in functions(op):
                 PatternRewriteWalker(both).rewrite_region(fn.body)
             return

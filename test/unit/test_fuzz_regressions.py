@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -277,3 +278,25 @@ def test_as_slice_never_reads_an_argument_after_its_update():
     assert report.ok, report
     with pytest.raises(CocoError, match=r"\[as-slice-update\] the update of %w6 stores"):
         apply_pipeline(program, "coco-as-slice{ops=w5,w6}")
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_a_scalar_all_reduce_accumulating_in_bf16_runs_like_the_sim(ranks):
+    """The random-program search (COCONET_SEARCH): an all_reduce of one scalar per rank with
+    `acc bf16` combined its pieces as NumPy scalars, and rounding to odd computed a zero
+    scalar's bits minus 1 (a wrap NumPy warns about): a RuntimeWarning on the cpu backend."""
+    text = """
+func.func @f(%x: !coco.tensor<8xf32, sliced<0>>, %t: !coco.tensor<bf16>)
+    attributes {coco.grid = #coco.grid<[?]>} {
+  %s = coco.reduce sum %x : !coco.tensor<8xf32, sliced<0>> -> !coco.tensor<f32, local>
+  %c = coco.cast %s : !coco.tensor<f32, local> -> !coco.tensor<bf16, local>
+  %r = comm.all_reduce sum %c acc bf16 : !coco.tensor<bf16, local> -> !coco.tensor<bf16>
+  coco.update %t, %r : !coco.tensor<bf16>
+  func.return
+}
+"""
+    program = Program(parse_module(text))
+    inputs = {"x": np.zeros(8, np.float32), "t": np.ones((), ml_dtypes.bfloat16)}
+    want = sim.run(program, {k: v.copy() for k, v in inputs.items()}, ranks=ranks)
+    got = ThreadedExecutor(lower(program, ranks)).run({k: v.copy() for k, v in inputs.items()})
+    assert got["t"].tobytes() == want.outputs["t"].tobytes()

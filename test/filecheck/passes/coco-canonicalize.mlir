@@ -93,3 +93,23 @@ func.func @keep(%x: !coco.tensor<16xf32>) -> !coco.tensor<16xf32, sliced<0>> att
   func.return %keep : !coco.tensor<16xf32, sliced<0>>
 }
 }
+
+// -----
+
+// A fused all_to_all whose all_to_all is dead (nothing reads the exchange) loses it to DCE;
+// the region, holding no collective, dissolves: its other ops move out in front of it.
+module attributes {coco.schedule = "coco-canonicalize"} {
+// CHECK-LABEL: func.func @spent
+// CHECK-NEXT:    %p = coco.neg %x : !coco.tensor<4x8xf32, sliced<0>>
+// CHECK-NEXT:    %q = coco.add %p, %p : !coco.tensor<4x8xf32, sliced<0>>
+// CHECK-NEXT:    func.return %q : !coco.tensor<4x8xf32, sliced<0>>
+func.func @spent(%x: !coco.tensor<4x8xf32, sliced<0>>) -> !coco.tensor<4x8xf32, sliced<0>> attributes {coco.grid = #coco.grid<[?]>} {
+  %r = comm.fused all_to_all -> !coco.tensor<4x8xf32, sliced<0>> {
+    %p = coco.neg %x : !coco.tensor<4x8xf32, sliced<0>>
+    %h = comm.all_to_all %p : !coco.tensor<4x8xf32, sliced<0>> -> !coco.tensor<4x8xf32, sliced<1>>
+    comm.yield %p : !coco.tensor<4x8xf32, sliced<0>>
+  }
+  %q = coco.add %r, %r : !coco.tensor<4x8xf32, sliced<0>>
+  func.return %q : !coco.tensor<4x8xf32, sliced<0>>
+}
+}
