@@ -795,6 +795,7 @@ DEFERRAL_ATTR_NAME = "comm.deferral"
 # the segment (an i64) of an op of a two-shot fused region, and their count on the region
 SEGMENT_ATTR_NAME = "comm.segment"
 SEGMENTS_ATTR_NAME = "comm.segments"
+CHAIN_ATTR_NAME = "comm.chain"
 
 
 def topology_of(op: Operation) -> Topology | None:
@@ -806,6 +807,13 @@ def topology_of(op: Operation) -> Topology | None:
 def segment_of(op: Operation) -> int | None:
     """The segment of its fused region that runs `op` (its `comm.segment`), if any."""
     attr = op.attributes.get(SEGMENT_ATTR_NAME)
+    return attr.value.data if isinstance(attr, IntegerAttr) else None
+
+
+def chain_of(op: Operation) -> int | None:
+    """The tensor chain of its segment `op` is in (its `comm.chain`), where the segment
+    holds several (one kernel each); None where it holds one."""
+    attr = op.attributes.get(CHAIN_ATTR_NAME)
     return attr.value.data if isinstance(attr, IntegerAttr) else None
 
 
@@ -1324,6 +1332,7 @@ Comm = Dialect(
 )
 
 __all__ = [
+    "CHAIN_ATTR_NAME",
     "DEFERRAL_ATTR_NAME",
     "SEGMENTS_ATTR_NAME",
     "SEGMENT_ATTR_NAME",
@@ -1351,6 +1360,7 @@ __all__ = [
     "TopologyAttr",
     "YieldOp",
     "accumulation",
+    "chain_of",
     "check_acc",
     "collective_result_type",
     "deferral_of",

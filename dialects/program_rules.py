@@ -22,8 +22,9 @@ starts with the rule's name in brackets, as in layout_rules.py:
                         the lowering's decisions (lowering/decisions.py): `comm.topology`
                         (a `#comm<topology ...>`) on a collective, `comm.deferral` (a
                         `#comm<deferral ...>`) on an elementwise op, constant or slice,
-                        `comm.segment` (an integer) on an op and `comm.segments` (an
-                        integer) on a `comm.fused` region (lowering/segments.py);
+                        `comm.segment` and `comm.chain` (integers) on an op and
+                        `comm.segments` (an integer) on a `comm.fused` region
+                        (lowering/segments.py);
                         `coco.symmetric` on a function argument; any other (a misspelt
                         `coco.gird`) would be silently ignored otherwise.
 * symmetric-argument    `coco.symmetric` is a unit attribute on a tensor argument (not a
@@ -66,6 +67,7 @@ from coconet.dialects.coco import (
     TensorType,
 )
 from coconet.dialects.comm import (
+    CHAIN_ATTR_NAME,
     DEFERRAL_ATTR_NAME,
     SEGMENT_ATTR_NAME,
     SEGMENTS_ATTR_NAME,
@@ -97,6 +99,7 @@ DECISION_ATTRIBUTES: tuple[tuple[tuple[type[Operation], ...], str, type[Attribut
         "#comm<deferral rematerialize> or #comm<deferral wire>",
     ),
     ((CocoOp,), SEGMENT_ATTR_NAME, IntegerAttr, "an integer: the segment of its region"),
+    ((CocoOp,), CHAIN_ATTR_NAME, IntegerAttr, "an integer: the tensor chain of its segment"),
     ((FusedOp,), SEGMENTS_ATTR_NAME, IntegerAttr, "an integer: how many segments it has"),
 )
 COCONET_NAMESPACES = ("coco.", "comm.")

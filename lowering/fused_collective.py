@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.ir import Operation, SSAValue
 
 from coconet.core import values as V
 from coconet.core.program import CocoError
@@ -158,7 +158,11 @@ def emit_segment(lw: PlanBuilder, ops: list[Operation], updates: list[coco.Updat
     """The segment's kernels: one per tensor chain it holds (a region coupling several
     reduce_scatter chains through scalars -- a global norm -- holds one chain per tensor,
     whose kernels then run as one table launch), then the updates no kernel stores."""
-    chains = _joined_reductions(_chains(ops), ops)
+    # The tensor chains coco-segment marked (comm.chain; none where the segment holds one).
+    by_chain: dict[int, list[Operation]] = {}
+    for op in ops:
+        by_chain.setdefault(comm.chain_of(op) or 0, []).append(op)
+    chains = [by_chain[k] for k in sorted(by_chain)]
     rest = list(updates)
     for chain in chains:
         mine = [u for u in rest if u.value.owner in chain]
@@ -186,63 +190,6 @@ def _emit_scalar_updates(lw: PlanBuilder, updates: list[coco.UpdateOp]) -> list[
         return updates
     lw.lower_elementwise(ops, "scalar_updates", stores=[], updates=scalar)
     return [u for u in updates if u not in scalar]
-
-
-def _chains(ops: list[Operation]) -> list[list[Operation]]:
-    """`ops` grouped by the tensors they compute: two ops are in one chain when one reads the
-    other's result (scalar arithmetic is in none, and so couples none). In program order."""
-    parent: dict[Operation, Operation] = {op: op for op in ops}
-
-    def root(op: Operation) -> Operation:
-        while parent[op] is not op:
-            parent[op] = parent[parent[op]]
-            op = parent[op]
-        return op
-
-    for op in ops:
-        for v in op.operands:
-            if v.owner in parent:
-                parent[root(op)] = root(v.owner)  # type: ignore[index]
-    groups: dict[Operation, list[Operation]] = {}
-    for op in ops:
-        groups.setdefault(root(op), []).append(op)
-    return list(groups.values())
-
-
-def _joined_reductions(
-    chains: list[list[Operation]], ops: list[Operation]
-) -> list[list[Operation]]:
-    """A chain with no collective of its own that finishes a reduction (the norm of a weight
-    slice, which nothing else in the segment reads) joins the chain whose collective kernel
-    iterates over the same slice, and finishes its reduction with that kernel's; without
-    such a chain it is lowered op by op (_emit_chain)."""
-
-    def slice_type(chain: list[Operation]) -> Attribute | None:
-        for op in chain:
-            if isinstance(op, comm.ReduceScatterOp):
-                return op.result.type
-            if isinstance(op, comm.AllGatherOp):
-                return op.input.type
-        return None
-
-    spaces = [slice_type(chain) for chain in chains]
-    hosts = [(t, chain) for t, chain in zip(spaces, chains) if t is not None]
-    out: list[list[Operation]] = []
-    joined: set[int] = set()
-    for t, chain in zip(spaces, chains):
-        if t is None:
-            reduced = {op.input.type for op in chain if isinstance(op, coco.ReduceOp)}
-            host = next((h for ht, h in hosts if ht in reduced), None)
-            if host is not None:
-                host += chain
-                joined.add(id(host))
-                continue
-        out.append(chain)
-    order = {op: i for i, op in enumerate(ops)}
-    for chain in out:
-        if id(chain) in joined:
-            chain.sort(key=order.__getitem__)
-    return out
 
 
 def _emit_chain(lw: PlanBuilder, ops: list[Operation], updates: list[coco.UpdateOp]) -> None:

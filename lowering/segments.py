@@ -19,11 +19,15 @@ builder (fused_collective.py `lower_fused_collective`) lowers what it reads:
   segment to copy (LAMB written with `m` and `v` updated after its norms: two passes over
   each less).
 * `comm.segments = N` on the region: how many segments it has.
+* `comm.chain = j` on the ops of a segment that holds several tensor chains (a global norm
+  coupling several tensors' chains through scalars): the j-th kernel of the segment, one per
+  chain, which the plan builder runs as one table launch. None on a segment of one chain.
 
 Scalar arithmetic `coco-defer` marked for rematerialization belongs to no segment (each
 kernel reading it computes it). The pass runs after `coco-defer` (it reads `comm.deferral`)
-and takes no options. Segments already written must be the pass's own, in its order
-([segment]), and sit in two-shot regions ([segment-op]); a region holding them is kept.
+and takes no options. Segments and chains already written must be the pass's own, in its
+order ([segment]), and sit in two-shot regions ([segment-op]); a region holding them is kept
+(its chains are written where none are).
 """
 
 from __future__ import annotations
@@ -35,13 +39,15 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from coconet.dialects import coco, comm
 from coconet.dialects.comm import (
+    CHAIN_ATTR_NAME,
     SEGMENT_ATTR_NAME,
     SEGMENTS_ATTR_NAME,
+    chain_of,
     deferral_of,
     segment_of,
 )
@@ -253,6 +259,77 @@ def _read_values(
 
 
 # --------------------------------------------------------------------------------------------
+# A segment's tensor chains
+# --------------------------------------------------------------------------------------------
+
+
+def tensor_chains(ops: list[Operation]) -> list[list[Operation]]:
+    """The kernels of a segment (its ops as `pieces` gives them): one per tensor chain, two
+    ops in one chain when one reads the other's result (scalar arithmetic links none), a
+    reduction nothing else reads joining the chain that iterates over its slice. In program
+    order. A region coupling several reduce_scatter chains through scalars (a global norm)
+    holds one chain per tensor, whose kernels then run as one table launch."""
+    return _joined_reductions(_linked(ops), ops)
+
+
+def _linked(ops: list[Operation]) -> list[list[Operation]]:
+    """`ops` grouped by the tensors they compute: two ops are in one chain when one reads the
+    other's result (scalar arithmetic is in none, and so couples none). In program order."""
+    parent: dict[Operation, Operation] = {op: op for op in ops}
+
+    def root(op: Operation) -> Operation:
+        while parent[op] is not op:
+            parent[op] = parent[parent[op]]
+            op = parent[op]
+        return op
+
+    for op in ops:
+        for v in op.operands:
+            if v.owner in parent:
+                parent[root(op)] = root(v.owner)  # type: ignore[index]
+    groups: dict[Operation, list[Operation]] = {}
+    for op in ops:
+        groups.setdefault(root(op), []).append(op)
+    return list(groups.values())
+
+
+def _joined_reductions(
+    chains: list[list[Operation]], ops: list[Operation]
+) -> list[list[Operation]]:
+    """A chain with no collective of its own that finishes a reduction (the norm of a weight
+    slice, which nothing else in the segment reads) joins the chain whose collective kernel
+    iterates over the same slice, and finishes its reduction with that kernel's; without
+    such a chain it is lowered op by op (fused_collective.py _emit_chain)."""
+
+    def slice_type(chain: list[Operation]) -> Attribute | None:
+        for op in chain:
+            if isinstance(op, comm.ReduceScatterOp):
+                return op.result.type
+            if isinstance(op, comm.AllGatherOp):
+                return op.input.type
+        return None
+
+    spaces = [slice_type(chain) for chain in chains]
+    hosts = [(t, chain) for t, chain in zip(spaces, chains) if t is not None]
+    out: list[list[Operation]] = []
+    joined: set[int] = set()
+    for t, chain in zip(spaces, chains):
+        if t is None:
+            reduced = {op.input.type for op in chain if isinstance(op, coco.ReduceOp)}
+            host = next((h for ht, h in hosts if ht in reduced), None)
+            if host is not None:
+                host += chain
+                joined.add(id(host))
+                continue
+        out.append(chain)
+    order = {op: i for i, op in enumerate(ops)}
+    for chain in out:
+        if id(chain) in joined:
+            chain.sort(key=order.__getitem__)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
 # The pass
 # --------------------------------------------------------------------------------------------
 
@@ -296,12 +373,15 @@ def choose_segments(fn: func.FuncOp) -> None:
     regions = list(two_shot_regions(fn))
     inside = {op for r in regions for op in _body(r)}
     for op in fn.walk():
-        if SEGMENT_ATTR_NAME in op.attributes and op not in inside:
+        if (SEGMENT_ATTR_NAME in op.attributes or CHAIN_ATTR_NAME in op.attributes) and (
+            op not in inside
+        ):
             raise fail(
                 "segment-op",
-                f"{op_name(op)} has a segment, but only the ops of two-shot fused regions "
-                "(fused all_reduce regions but one-shot ones, send regions that do not run "
-                "as one send kernel) run in segments",
+                f"{op_name(op)} has a {'segment' if segment_of(op) is not None else 'chain'}"
+                ", but only the ops of two-shot fused regions (fused all_reduce regions but "
+                "one-shot ones, send regions that do not run as one send kernel) run in "
+                "segments",
                 at=op,
             )
         if SEGMENTS_ATTR_NAME in op.attributes and op not in regions:
@@ -314,14 +394,39 @@ def choose_segments(fn: func.FuncOp) -> None:
         want = plan_segments(region)
         if _written(region):
             _check_written(region, want)
-            continue
-        block = region.body.block
-        for op in want.order:  # the updates moved up; every other op keeps its place
-            op.detach()
-            block.insert_op_before(op, region.yield_op)
-        for op, k in want.segment.items():
-            op.attributes[SEGMENT_ATTR_NAME] = IntegerAttr(k, i64)
-        region.attributes[SEGMENTS_ATTR_NAME] = IntegerAttr(want.count, i64)
+        else:
+            block = region.body.block
+            for op in want.order:  # the updates moved up; every other op keeps its place
+                op.detach()
+                block.insert_op_before(op, region.yield_op)
+            for op, k in want.segment.items():
+                op.attributes[SEGMENT_ATTR_NAME] = IntegerAttr(k, i64)
+            region.attributes[SEGMENTS_ATTR_NAME] = IntegerAttr(want.count, i64)
+        _mark_chains(region)
+
+
+def _mark_chains(region: comm.FusedOp) -> None:
+    """`comm.chain = j` on the ops of each segment holding several tensor chains (none where
+    it holds one); where any is written, every op's must be the pass's ([segment])."""
+    want: dict[Operation, int] = {}
+    for piece in pieces(region):
+        if isinstance(piece, tuple) and len(chains := tensor_chains(piece[0])) > 1:
+            want |= {op: j for j, chain in enumerate(chains) for op in chain}
+    body = _body(region)
+    if not any(CHAIN_ATTR_NAME in op.attributes for op in body):
+        for op, j in want.items():
+            op.attributes[CHAIN_ATTR_NAME] = IntegerAttr(j, i64)
+        return
+    for op in body:
+        if chain_of(op) != want.get(op):
+            expected = want.get(op)
+            wanted = "none (its segment holds one chain)" if expected is None else expected
+            raise fail(
+                "segment",
+                f"{op_name(op)} has chain {chain_of(op)}, its segment's tensor chains give "
+                f"it {wanted}",
+                at=op,
+            )
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 // Segments written by hand must be the pass's own: on ops of two-shot fused regions only
 // ([segment-op]), each op in the segment the cuts give it, the updates where the pass
-// moves them ([segment]), and an integer ([unknown-attribute]).
+// moves them, each op in its segment's tensor chain ([segment]), and an integer
+// ([unknown-attribute]).
 
 // An op outside any fused region runs on its own: it has no segment.
 // CHECK: coco-segment-invalid.mlir:[[# @LINE + 2]]:3: [segment-op] %r (comm.all_reduce) has a segment, but only the ops of two-shot fused regions (fused all_reduce regions but one-shot ones, send regions that do not run as one send kernel) run in segments
@@ -61,5 +62,30 @@ func.func @one_shot(%g: !coco.tensor<64xf32, local>) -> !coco.tensor<64xf32> att
 // CHECK: [unknown-attribute] comm.all_reduce has 'comm.segment' = "first": it is an integer: the segment of its region
 func.func @not_an_integer(%g: !coco.tensor<64xf32, local>) -> !coco.tensor<64xf32> attributes {coco.grid = #coco.grid<[?]>} {
   %r = comm.all_reduce sum %g {comm.segment = "first"} : !coco.tensor<64xf32, local> -> !coco.tensor<64xf32>
+  func.return %r : !coco.tensor<64xf32>
+}
+
+// -----
+
+// A segment with one tensor chain marks none; chains written by hand must be the pass's.
+// CHECK: coco-segment-invalid.mlir:[[# @LINE + 3]]:5: [segment] %rs (comm.reduce_scatter) has chain 1, its segment's tensor chains give it none (its segment holds one chain)
+func.func @one_chain(%g: !coco.tensor<64xf32, local>, %w: !coco.tensor<64xf32>) attributes {coco.grid = #coco.grid<[?]>} {
+  comm.fused all_reduce {
+    %rs = comm.reduce_scatter sum %g {comm.chain = 1 : i64} : !coco.tensor<64xf32, local> -> !coco.tensor<64xf32, sliced<0>>
+    %ws = coco.slice %w : !coco.tensor<64xf32> -> !coco.tensor<64xf32, sliced<0>>
+    %w1s = coco.sub %ws, %rs : !coco.tensor<64xf32, sliced<0>>
+    %w1 = comm.all_gather %w1s : !coco.tensor<64xf32, sliced<0>> -> !coco.tensor<64xf32>
+    coco.update %w, %w1 : !coco.tensor<64xf32>
+    comm.yield
+  }
+  func.return
+}
+
+// -----
+
+// A chain outside any fused region: [segment-op], as a segment there.
+// CHECK: coco-segment-invalid.mlir:[[# @LINE + 2]]:3: [segment-op] %r (comm.all_reduce) has a chain, but only the ops of two-shot fused regions
+func.func @chain_outside(%g: !coco.tensor<64xf32, local>) -> !coco.tensor<64xf32> attributes {coco.grid = #coco.grid<[?]>} {
+  %r = comm.all_reduce sum %g {comm.chain = 0 : i64} : !coco.tensor<64xf32, local> -> !coco.tensor<64xf32>
   func.return %r : !coco.tensor<64xf32>
 }

@@ -81,3 +81,46 @@ func.func @stated(%g: !coco.tensor<64xf32, local>, %w: !coco.tensor<64xf32>, %m:
   }
   func.return
 }
+
+// Two tensors coupled through a global norm: each segment holds one kernel per tensor
+// chain, `comm.chain = j` on its ops (the scalars in between are in none; the updates
+// follow their values), and the plan runs each segment's two kernels as one table launch.
+// CHECK-LABEL: func.func @two_tensors
+// CHECK:         %a0_rs = comm.reduce_scatter sum %g0 {comm.segment = 0 : i64, comm.chain = 0 : i64}
+// CHECK-NEXT:    %a1_rs = comm.reduce_scatter sum %g1 {comm.segment = 0 : i64, comm.chain = 1 : i64}
+// CHECK:         %s1 = comm.all_reduce sum %s1_part {comm.segment = 0 : i64, comm.chain = 1 : i64}
+// CHECK-NEXT:    %s = coco.add %s0, %s1 {comm.deferral = #comm<deferral rematerialize>}
+// CHECK-NEXT:    %n = coco.sqrt %s {comm.deferral = #comm<deferral rematerialize>}
+// CHECK-NEXT:    %u0_s = coco.mul %a0_rs, %n {comm.segment = 1 : i64, comm.chain = 0 : i64}
+// CHECK:         %x0 = comm.all_gather %x0_s {comm.segment = 1 : i64, comm.chain = 0 : i64}
+// CHECK-NEXT:    coco.update %w0, %x0 {comm.segment = 1 : i64}
+// CHECK-NEXT:    %u1_s = coco.mul %a1_rs, %n {comm.segment = 1 : i64, comm.chain = 1 : i64}
+// PLAN-LABEL:  plan @two_tensors on grid [4]
+// PLAN:          launch k_fused_all_reduce_table<<<{{.*}}>>>([%a0_rs, %a1_rs], [peers(%g0), peers(%g1)],
+// PLAN-NEXT:     launch k_fused_all_reduce_2_table<<<{{.*}}>>>([%s0, %s0], [%s1, %s1], [%a0_rs, %a1_rs],
+func.func @two_tensors(%g0: !coco.tensor<16xf32, local>, %g1: !coco.tensor<8xf32, local>, %w0: !coco.tensor<16xf32>, %w1: !coco.tensor<8xf32>) attributes {coco.grid = #coco.grid<[?]>} {
+  comm.fused all_reduce {
+    %a0_rs = comm.reduce_scatter sum %g0 : !coco.tensor<16xf32, local> -> !coco.tensor<16xf32, sliced<0>>
+    %a1_rs = comm.reduce_scatter sum %g1 : !coco.tensor<8xf32, local> -> !coco.tensor<8xf32, sliced<0>>
+    %q0_s = coco.mul %a0_rs, %a0_rs : !coco.tensor<16xf32, sliced<0>>
+    %s0_part = coco.reduce sum %q0_s : !coco.tensor<16xf32, sliced<0>> -> !coco.tensor<f32, local>
+    %s0 = comm.all_reduce sum %s0_part : !coco.tensor<f32, local> -> !coco.tensor<f32>
+    %q1_s = coco.mul %a1_rs, %a1_rs : !coco.tensor<8xf32, sliced<0>>
+    %s1_part = coco.reduce sum %q1_s : !coco.tensor<8xf32, sliced<0>> -> !coco.tensor<f32, local>
+    %s1 = comm.all_reduce sum %s1_part : !coco.tensor<f32, local> -> !coco.tensor<f32>
+    %s = coco.add %s0, %s1 : !coco.tensor<f32>
+    %n = coco.sqrt %s : !coco.tensor<f32>
+    %u0_s = coco.mul %a0_rs, %n : !coco.tensor<16xf32, sliced<0>>, !coco.tensor<f32> -> !coco.tensor<16xf32, sliced<0>>
+    %w0_s = coco.slice %w0 : !coco.tensor<16xf32> -> !coco.tensor<16xf32, sliced<0>>
+    %x0_s = coco.sub %w0_s, %u0_s : !coco.tensor<16xf32, sliced<0>>
+    %x0 = comm.all_gather %x0_s : !coco.tensor<16xf32, sliced<0>> -> !coco.tensor<16xf32>
+    %u1_s = coco.mul %a1_rs, %n : !coco.tensor<8xf32, sliced<0>>, !coco.tensor<f32> -> !coco.tensor<8xf32, sliced<0>>
+    %w1_s = coco.slice %w1 : !coco.tensor<8xf32> -> !coco.tensor<8xf32, sliced<0>>
+    %x1_s = coco.sub %w1_s, %u1_s : !coco.tensor<8xf32, sliced<0>>
+    %x1 = comm.all_gather %x1_s : !coco.tensor<8xf32, sliced<0>> -> !coco.tensor<8xf32>
+    coco.update %w0, %x0 : !coco.tensor<16xf32>
+    coco.update %w1, %x1 : !coco.tensor<8xf32>
+    comm.yield
+  }
+  func.return
+}
