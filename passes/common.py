@@ -18,6 +18,7 @@ from xdsl.dialects.builtin import Float32Type, ModuleOp
 from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.pattern_rewriter import PatternRewriter
 from xdsl.rewriter import InsertPoint
+from xdsl.traits import IsTerminator
 from xdsl.transforms.dead_code_elimination import result_only_effects
 from xdsl.utils.exceptions import PassFailedException
 
@@ -309,6 +310,26 @@ def read_arguments(op: Operation) -> set[SSAValue]:
                 continue
             reads.add(v)
     return reads
+
+
+def reaches_effect(op: Operation) -> bool:
+    """Whether a result of `op` is used, directly or through the ops computing from it, by
+    an op with side effects (an update), a terminator (a return, a region's yield) or an op
+    of another dialect: whether `op` is live. Follows the uses forward: linear in what
+    `op` reaches."""
+    seen: set[Operation] = {op}
+    todo = [op]
+    while todo:
+        for r in todo.pop().results:
+            for use in r.uses:
+                user = use.operation
+                if user in seen:
+                    continue
+                if user.has_trait(IsTerminator) or has_side_effects(user):
+                    return True
+                seen.add(user)
+                todo.append(user)
+    return False
 
 
 def has_side_effects(op: Operation) -> bool:

@@ -11,6 +11,7 @@ from xdsl.ir import BlockArgument, Operation, SSAValue
 from coconet.core.program import Program
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import ReplicatedAttr, TensorType
+from coconet.passes.common import reaches_effect
 
 # A dynamic (`?`) process-grid axis is sized at launch: a split then slices the lowest tensor
 # dim that divides by this many ranks (a node of 8 GPUs), so the schedule runs on 1, 2, 4 and 8
@@ -140,7 +141,10 @@ class Structure:
                 derived.update(op.results)
         # all_to_alls (MoE dispatch and combine, Ulysses' re-cuts): each can run as one kernel
         # with the elementwise computation of its input and of its result
-        self.all_to_alls = [op for op in ops if isinstance(op, comm.AllToAllOp)]
+        # (a dead one, whose result reaches nothing, is dce's: coco-fuse refuses it)
+        self.all_to_alls = [
+            op for op in ops if isinstance(op, comm.AllToAllOp) and reaches_effect(op)
+        ]
         # expert parallelism's overlaps: matmuls whose only reader is an all_to_all, through a
         # reshape or not (the dispatch buffers, the expert output), and all_to_alls that only
         # a matmul's left operand reads, through a reshape or not (the expert FFN's input)

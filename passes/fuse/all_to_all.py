@@ -57,6 +57,9 @@ class FuseAllToAllPass(ModulePass):
                          ops.
     * [fuse-sizes]       the ops before the exchange run in the input's iteration space,
                          those after it in the result's; scalars fit either.
+    * [fuse-dead]        the all_to_all's result reaches an update or a return (a dead
+                         exchange is dce's to remove, and would leave its region without
+                         it).
     * [fuse-connected], [fuse-cycle], [fuse-block] as for coco-fuse-elementwise.
     """
 

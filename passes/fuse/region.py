@@ -21,6 +21,7 @@ from coconet.passes.common import (
     fail,
     op_name,
     plan_contiguous,
+    reaches_effect,
     wrap_in_region,
 )
 from coconet.passes.fuse.whole_reductions import absorb_whole_reductions
@@ -131,11 +132,30 @@ def describe(members: set[Operation]) -> str:
     return "{" + ", ".join(sorted(names)[:6]) + (", ...}" if len(names) > 6 else "}")
 
 
+def check_live(members: set[Operation], kind: str) -> None:
+    """Refuse [fuse-dead] an all_to_all fusion whose exchange computes what nothing uses:
+    dead-code elimination would remove it from the region and leave the region without the
+    collective it is built around, kept alive by a producer's update. (A fused all_reduce
+    holds no such producer: its chain starts at the reduce_scatter, and the ops feeding it
+    join only where they feed nothing else.)"""
+    collectives = [m for m in members if isinstance(m, comm.CollectiveOp)]
+    if kind != "all_to_all" or not collectives or any(map(reaches_effect, collectives)):
+        return
+    first = in_order(set(collectives))[0]
+    raise fail(
+        f"{RULE}-dead",
+        f"the result of {op_name(first)} reaches no update and no return: there is nothing "
+        "to fuse (dead-code elimination removes it)",
+        at=first,
+    )
+
+
 def fuse(block: Block, members: set[Operation], kind: str) -> comm.RegionOp:
     """Wrap `members` into one `comm.fused KIND` region: the ops between them move above it
     if they do not depend on it, below if they do."""
     if any(m.parent_block() is not block for m in members):
         raise fail(f"{RULE}-block", "a fused set lies partly inside another region")
+    check_live(members, kind)
     if kind == "all_reduce":
         # done here, as the region is built, so that every two-shot chain (greedy or named)
         # finishes the whole tensors' reductions it reads in its own kernel
@@ -172,7 +192,8 @@ def chains_in_order(
 
 def fuse_plans(plans: list[Plan]) -> None:
     """Fuse each planned set, after checking every region before building any."""
-    for block, members, _ in plans:
+    for block, members, kind in plans:
+        check_live(members, kind)
         plan_contiguous(block, members, f"{RULE}-cycle", "fusing " + describe(members))
     if len(plans) > 1:
         _check_disjoint(plans)

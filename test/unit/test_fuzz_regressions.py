@@ -12,6 +12,7 @@ import pytest
 
 import coconet
 from coconet.core.program import CocoError, Program, parse_module
+from coconet.dialects import comm
 from coconet.lowering.lower_to_plan import LaunchConfig, lower
 from coconet.runtime import sim
 from coconet.runtime.threaded import ThreadedExecutor
@@ -300,3 +301,37 @@ func.func @f(%x: !coco.tensor<8xf32, sliced<0>>, %t: !coco.tensor<bf16>)
     want = sim.run(program, {k: v.copy() for k, v in inputs.items()}, ranks=ranks)
     got = ThreadedExecutor(lower(program, ranks)).run({k: v.copy() for k, v in inputs.items()})
     assert got["t"].tobytes() == want.outputs["t"].tobytes()
+
+
+DEAD_EXCHANGE = """
+func.func @f(%x: !coco.tensor<8x4xf32, local>, %s: !coco.tensor<f32>)
+    attributes {coco.grid = #coco.grid<[?]>} {
+  %p = coco.mul %x, %s : !coco.tensor<8x4xf32, local>, !coco.tensor<f32> -> !coco.tensor<8x4xf32, local>
+  %e = comm.all_to_all %p : !coco.tensor<8x4xf32, local>
+  %q = coco.mul %e, %e : !coco.tensor<8x4xf32, local>
+  coco.update %x, %p : !coco.tensor<8x4xf32, local>
+  func.return
+}
+"""
+
+
+@pytest.mark.parametrize("cleanup", ["coco-dce", "coco-canonicalize", "dce", "canonicalize"])
+def test_fusing_around_a_dead_exchange_leaves_ir_every_cleanup_keeps_valid(cleanup):
+    """The random-pipeline search: coco-fuse put a dead all_to_all (its result reaching
+    nothing) in a region with its producer, which an update kept alive; coco-dce or
+    canonicalize then removed the exchange and the region no longer verified
+    ([fuse-one-collective]). A dead exchange is not fused now ([fuse-dead] where named), and
+    a region whose collective is gone dissolves under canonicalize (DissolveSpentRegion)."""
+    from coconet.schedule import apply_pipeline
+
+    program = Program(parse_module(DEAD_EXCHANGE))
+    fused = apply_pipeline(program, "coco-fuse")
+    assert not any(isinstance(op, comm.FusedOp) and op.kind.data == "all_to_all"
+                   for op in fused.func.walk())  # fmt: skip
+    cleaned = apply_pipeline(fused, cleanup)
+    for ranks in (1, 2, 4):
+        want = sim.run(program, ranks=ranks, seed=5)
+        got = sim.run(cleaned, want.inputs, ranks=ranks)
+        assert np.array_equal(got.outputs["x"], want.outputs["x"])
+    with pytest.raises(CocoError, match=r"\[fuse-dead\] the result of %e \(comm.all_to_all\)"):
+        apply_pipeline(program, "coco-fuse{mode=all_to_all ops=e}")

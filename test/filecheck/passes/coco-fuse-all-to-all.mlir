@@ -194,3 +194,21 @@ func.func @cycle(%a: !coco.tensor<8x4xf32, local>) -> !coco.tensor<8x4xf32, loca
 
 // EXACT-LABEL: // {{-----}}
 // EXACT: [fuse-cycle] fusing {%xa (coco.mul), %xb (coco.mul), %xc (comm.all_to_all)} would form a cycle: %n (coco.reduce) depends on the set and %xb (coco.mul) in the set depends on it
+
+// -----
+
+// An exchange whose result reaches nothing (no update, no return) is dead: nothing to fuse,
+// and a region around it would lose it to dead-code elimination while %xa's update kept
+// the region. Greedy fusion and the named schedule (which fuses %live) leave it as it is;
+// named, it is refused.
+func.func @dead_exchange(%a: !coco.tensor<8x4xf32, local>, %b: !coco.tensor<8x4xf32, local>) -> !coco.tensor<8x4xf32, local> attributes {coco.grid = #coco.grid<[?]>} {
+  %xa = coco.mul %a, %a : !coco.tensor<8x4xf32, local>
+  %xb = comm.all_to_all %xa : !coco.tensor<8x4xf32, local>
+  %xc = coco.mul %xb, %xb : !coco.tensor<8x4xf32, local>
+  coco.update %a, %xa : !coco.tensor<8x4xf32, local>
+  %live = comm.all_to_all %b : !coco.tensor<8x4xf32, local>
+  func.return %live : !coco.tensor<8x4xf32, local>
+}
+
+// EXACT-LABEL: // {{-----}}
+// EXACT: coco-fuse-all-to-all.mlir:[[# @LINE - 8]]:3: [fuse-dead] the result of %xb (comm.all_to_all) reaches no update and no return: there is nothing to fuse (dead-code elimination removes it)
