@@ -796,6 +796,7 @@ DEFERRAL_ATTR_NAME = "comm.deferral"
 SEGMENT_ATTR_NAME = "comm.segment"
 SEGMENTS_ATTR_NAME = "comm.segments"
 CHAIN_ATTR_NAME = "comm.chain"
+TABLE_READY_ATTR_NAME = "comm.table_ready"
 
 
 def topology_of(op: Operation) -> Topology | None:
@@ -1336,6 +1337,7 @@ __all__ = [
     "DEFERRAL_ATTR_NAME",
     "SEGMENTS_ATTR_NAME",
     "SEGMENT_ATTR_NAME",
+    "TABLE_READY_ATTR_NAME",
     "TOPOLOGY_ATTR_NAME",
     "AllGatherOp",
     "AllReduceOp",

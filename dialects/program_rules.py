@@ -23,8 +23,9 @@ starts with the rule's name in brackets, as in layout_rules.py:
                         (a `#comm<topology ...>`) on a collective, `comm.deferral` (a
                         `#comm<deferral ...>`) on an elementwise op, constant or slice,
                         `comm.segment` and `comm.chain` (integers) on an op and
-                        `comm.segments` (an integer) on a `comm.fused` region
-                        (lowering/segments.py);
+                        `comm.segments` (an integer) and `comm.table_ready` (a unit
+                        attribute) on a `comm.fused` region (lowering/segments.py,
+                        decisions.py);
                         `coco.symmetric` on a function argument; any other (a misspelt
                         `coco.gird`) would be silently ignored otherwise.
 * symmetric-argument    `coco.symmetric` is a unit attribute on a tensor argument (not a
@@ -71,6 +72,7 @@ from coconet.dialects.comm import (
     DEFERRAL_ATTR_NAME,
     SEGMENT_ATTR_NAME,
     SEGMENTS_ATTR_NAME,
+    TABLE_READY_ATTR_NAME,
     TOPOLOGY_ATTR_NAME,
     CollectiveOp,
     DeferralAttr,
@@ -101,6 +103,12 @@ DECISION_ATTRIBUTES: tuple[tuple[tuple[type[Operation], ...], str, type[Attribut
     ((CocoOp,), SEGMENT_ATTR_NAME, IntegerAttr, "an integer: the segment of its region"),
     ((CocoOp,), CHAIN_ATTR_NAME, IntegerAttr, "an integer: the tensor chain of its segment"),
     ((FusedOp,), SEGMENTS_ATTR_NAME, IntegerAttr, "an integer: how many segments it has"),
+    (
+        (FusedOp,),
+        TABLE_READY_ATTR_NAME,
+        UnitAttr,
+        "a unit attribute: its kernels are built to run as table launches",
+    ),
 )
 COCONET_NAMESPACES = ("coco.", "comm.")
 # Dialects whose ops may sit beside the functions: rewrites for xDSL passes, not program.

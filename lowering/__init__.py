@@ -29,7 +29,17 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return SegmentPass
 
-    return {"coco-choose-topology": choose_topology, "coco-defer": defer, "coco-segment": segment}
+    def table_form() -> type[ModulePass]:
+        from coconet.lowering.decisions import TableFormPass
+
+        return TableFormPass
+
+    return {
+        "coco-choose-topology": choose_topology,
+        "coco-defer": defer,
+        "coco-segment": segment,
+        "coco-table-form": table_form,
+    }
 
 
 def get_all_targets() -> dict[str, Callable[[], type[Target]]]:

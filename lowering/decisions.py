@@ -25,7 +25,10 @@ FileCheck tests it (test/filecheck/lowering/):
   the plan spans several nodes (kernels across nodes read their inputs from memory).
 
 `decided()` runs both, then `coco-segment` (segments.py: where each two-shot fused region is
-cut into kernels, `comm.segment`).
+cut into kernels, `comm.segment`), then `coco-table-form`: `comm.table_ready` on every fused
+all_reduce region where the function's regions hold several reduce_scatters (an optimizer
+over many tensors), whose kernels then take extents and counts as arguments so that kernels
+of one text fold into one table launch (batching.py); extents are literals otherwise.
 
 Both passes honour what they find: a topology already on a collective must be the one its
 groups and the node map give (`[topology-one-node]`: hierarchical where every group is one
@@ -48,7 +51,7 @@ from dataclasses import dataclass
 import numpy as np
 from xdsl.context import Context
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import ModuleOp, UnitAttr
 from xdsl.ir import Block, BlockArgument, Operation
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import PassFailedException
@@ -61,6 +64,7 @@ from coconet.dialects.comm import (
     DEFERRAL_ATTR_NAME,
     SEGMENT_ATTR_NAME,
     SEGMENTS_ATTR_NAME,
+    TABLE_READY_ATTR_NAME,
     TOPOLOGY_ATTR_NAME,
     Deferral,
     DeferralAttr,
@@ -389,6 +393,69 @@ class DeferPass(MachinePass):
 # --------------------------------------------------------------------------------------------
 
 
+def several_fused_collectives(fn: func.FuncOp) -> bool:
+    """Whether `fn`'s fused all_reduce regions hold more than one reduce_scatter between them
+    (one per parameter tensor, or the coupled chains of one region)."""
+    scatters = (
+        inner
+        for op in fn.body.block.ops
+        if isinstance(op, comm.FusedOp) and op.kind.data == comm.FusionKind.ALL_REDUCE
+        for inner in op.body.walk()
+        if isinstance(inner, comm.ReduceScatterOp)
+    )
+    return next(scatters, None) is not None and next(scatters, None) is not None
+
+
+def choose_table_form(fn: func.FuncOp) -> None:
+    """`comm.table_ready` on every fused all_reduce region of `fn` (one-shot and nested ones
+    included) where its regions hold several reduce_scatters: their kernels take extents and
+    each member's count as arguments, so the kernels of one text (one region over tensors of
+    other sizes) fold into one table launch (batching.py); none otherwise (extents as
+    literals). Marks already written must be the pass's on every such region
+    ([table-ready]), and sit on fused all_reduce regions only."""
+    regions = [
+        op
+        for op in fn.walk()
+        if isinstance(op, comm.FusedOp) and op.kind.data == comm.FusionKind.ALL_REDUCE
+    ]
+    for op in fn.walk():
+        if TABLE_READY_ATTR_NAME in op.attributes and op not in regions:
+            raise fail(
+                "table-ready",
+                f"{op_name(op)} is marked table-ready, but only fused all_reduce regions "
+                "build their kernels for table launches",
+                at=op,
+            )
+    want = several_fused_collectives(fn)
+    if not any(TABLE_READY_ATTR_NAME in r.attributes for r in regions):
+        if want:
+            for r in regions:
+                r.attributes[TABLE_READY_ATTR_NAME] = UnitAttr()
+        return
+    for r in regions:
+        if (TABLE_READY_ATTR_NAME in r.attributes) != want:
+            why = (
+                "the function's fused regions hold several reduce_scatters: every region is"
+                if want
+                else "the function's fused regions hold one reduce_scatter: none is"
+            )
+            raise fail("table-ready", f"{why} table-ready, this one is not so marked", at=r)
+
+
+@dataclass(frozen=True)
+class TableFormPass(ModulePass):
+    """Mark the fused all_reduce regions whose kernels are built for table launches
+    ([table-ready]): every one, where the function's regions hold several reduce_scatters
+    (an optimizer over many tensors); none otherwise. Takes no options."""
+
+    name = "coco-table-form"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for fn in op.ops:
+            if isinstance(fn, func.FuncOp):
+                choose_table_form(fn)
+
+
 def _to_decide(fn: func.FuncOp) -> bool:
     """Whether `fn` holds anything to decide or check: a fused region, or a decision."""
     return any(
@@ -397,6 +464,7 @@ def _to_decide(fn: func.FuncOp) -> bool:
         or DEFERRAL_ATTR_NAME in op.attributes
         or SEGMENT_ATTR_NAME in op.attributes
         or SEGMENTS_ATTR_NAME in op.attributes
+        or TABLE_READY_ATTR_NAME in op.attributes
         for op in fn.walk()
     )
 
@@ -419,6 +487,7 @@ def decided(
         choose_topology(program.func, grid_shape, nodes)
         choose_deferrals(program.func, nodes)
         choose_segments(program.func)
+        choose_table_form(program.func)
     except PassFailedException as e:
         raise CocoError(f"@{program.name}: {e}") from None
     return program

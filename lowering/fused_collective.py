@@ -275,6 +275,12 @@ def _assembled_in_target(u: coco.UpdateOp, gathers: list[comm.AllGatherOp]) -> b
     return any(u.value is op.result for op in gathers) and u.value.type == u.target.type
 
 
+def _table_ready(members: set[Operation]) -> bool:
+    """Whether the fused region holding `members` is marked `comm.table_ready`."""
+    region = next(iter(members)).parent_op()
+    return region is not None and comm.TABLE_READY_ATTR_NAME in region.attributes
+
+
 def emit_collective_kernel(
     lw: PlanBuilder,
     members: set[Operation],
@@ -416,14 +422,14 @@ def emit_collective_kernel(
     for op in reductions:
         if isinstance(op, coco.ReduceOp):
             kernel.reductions.append((op.input, op.kind.data, finishers[op.result].result))
-    # Uneven slices take each member's count from a table. A program with several fused
-    # regions (one per parameter tensor) takes them even where its slices are even, so that
-    # every tensor's kernel is one text and the regions run as one table launch.
-    kernel.uneven = V.is_uneven(iteration, lw.grid_shape) or (
-        lw.several_fused_collectives and not rows  # row kernels do not run as tables
-    )
+    # Uneven slices take each member's count from a table. A region coco-table-form marked
+    # (decisions.py: the program's regions hold several reduce_scatters, one per parameter
+    # tensor) takes them even where its slices are even, so that every tensor's kernel is
+    # one text and the regions run as one table launch; row kernels do not run as tables.
+    table_ready = _table_ready(members) and not rows
+    kernel.uneven = V.is_uneven(iteration, lw.grid_shape) or table_ready
     # Tensors of different shapes share one text (one table launch): extents as arguments.
-    kernel.literal_shapes = not (lw.several_fused_collectives and not rows)
+    kernel.literal_shapes = not table_ready
     name, params = _collective_kernel(lw, kernel, scatters, gathers, reductions, rows, single)
 
     # Symmetric memory: reduce_scatter inputs and gathered results (peers read them); an

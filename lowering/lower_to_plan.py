@@ -133,16 +133,6 @@ class Lowering:
         # names and comments: launches of kernels of one text (the same region over tensors
         # of other sizes and names) fold into one launch of its table form.
         self.collective_kernels: dict[str, tuple[KernelKey, Kernel]] = {}
-        # Fused collectives over several tensors (regions, or the coupled chains of one).
-        self.several_fused_collectives = (
-            sum(
-                isinstance(inner, comm.ReduceScatterOp)
-                for op in program.func.body.block.ops
-                if isinstance(op, comm.FusedOp) and op.kind.data == comm.FusionKind.ALL_REDUCE
-                for inner in op.body.walk()
-            )
-            > 1
-        )
         self.names: set[str] = set()
         self.next_suffix: dict[str, int] = {}
         self.updated: dict[str, Buffer] = {}

@@ -67,7 +67,6 @@ class PlanBuilder(Protocol):
     # collective kernels that run in table form (by name: their text key and kernel)
     deferred: set[Operation]
     collective_kernels: dict[str, tuple[KernelKey, Kernel]]
-    several_fused_collectives: bool
     # kernels built so far by what they compute (kernel_site.py): kernel, its site, its name
     memoize_kernels: ClassVar[bool]
     built_kernels: dict[SiteKey, tuple[Kernel, KernelSite, str]]

@@ -1,6 +1,6 @@
 """The lowering's decisions as IR (lowering/decisions.py, lowering/segments.py, issue #27 item 1):
-`coco-choose-topology`, `coco-defer` and `coco-segment` write on the scheduled program what the
-plan builder used to decide inline, and the builder reads it.
+`coco-choose-topology`, `coco-defer`, `coco-segment` and `coco-table-form` write on the scheduled
+program what the plan builder used to decide inline, and the builder reads it.
 
 Checked here: the plan of a program the passes annotated (as `coco-opt -p` prints it) is the
 plan of the program as scheduled, for every example and named schedule, on one node and on
@@ -9,7 +9,7 @@ the program is its own (`in_place`); annotations written for another machine, or
 builder could not honour, are refused with their rule; a hand-written choice the rules allow
 (a subset of the deferrals) is honoured and computes what the oracle does. The FileCheck
 tests (test/filecheck/lowering/coco-choose-topology*.mlir, coco-defer*.mlir,
-coco-segment*.mlir) show each decision printed."""
+coco-segment*.mlir, coco-table-form*.mlir) show each decision printed."""
 
 from __future__ import annotations
 
@@ -28,7 +28,9 @@ from coconet.dialects import comm
 from coconet.lowering.decisions import (
     ChooseTopologyPass,
     DeferPass,
+    TableFormPass,
     choose_deferrals,
+    choose_table_form,
     choose_topology,
     decided,
 )
@@ -43,7 +45,16 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 # (example, ranks, ranks per node: 0 for one node)
 MACHINES = [(1, 0), (4, 0), (4, 2), (4, 1), (8, 4)]
-NAMES = ["adam", "lamb", "adam_bf16_grads", "pipeline_boundary", "ulysses_attention", "sgd"]
+NAMES = [
+    "adam",
+    "lamb",
+    "adam_bf16_grads",
+    "pipeline_boundary",
+    "ulysses_attention",
+    "sgd",
+    "adam_clip_global_norm",
+    "lamb_scattered",
+]
 
 
 def decisions(p: Program) -> dict[str, str]:
@@ -56,6 +67,8 @@ def decisions(p: Program) -> dict[str, str]:
             comm.DEFERRAL_ATTR_NAME,
             comm.SEGMENT_ATTR_NAME,
             comm.SEGMENTS_ATTR_NAME,
+            comm.CHAIN_ATTR_NAME,
+            comm.TABLE_READY_ATTR_NAME,
         ):
             if key in op.attributes:
                 hint = op.results[0].name_hint if op.results else None
@@ -70,6 +83,7 @@ def annotated(p: Program, ranks: int, per_node: int) -> Program:
     for cls in (ChooseTopologyPass, DeferPass):
         cls(**options).apply(make_context(), q.module)
     SegmentPass().apply(make_context(), q.module)
+    TableFormPass().apply(make_context(), q.module)
     return q
 
 
@@ -171,6 +185,7 @@ def test_the_passes_honour_their_own_annotations():
     choose_topology(twice.func, (4,), (0, 0, 1, 1))
     choose_deferrals(twice.func, (0, 0, 1, 1))
     choose_segments(twice.func)
+    choose_table_form(twice.func)
     assert str(twice) == str(once)
     assert decisions(once)
     assert all("hierarchical" in v for k, v in decisions(once).items() if "topology" in k)
