@@ -315,7 +315,9 @@ def _check_symmetric(fn: func.FuncOp, i: int, owner: str, value: Attribute) -> N
             f"{owner} has '{SYMMETRIC_ARG_ATTR}' = {value}: it is a unit attribute "
             f"(write {{{SYMMETRIC_ARG_ATTR}}})",
         )
-    t = fn.body.block.args[i].type if i < len(fn.body.block.args) else None
+    # (the signature's type: the body may be missing or hold several blocks, refused later)
+    inputs = fn.function_type.inputs.data
+    t = inputs[i] if i < len(inputs) else None
     if isinstance(t, TensorType) and not t.get_shape():
         _refuse(
             fn,

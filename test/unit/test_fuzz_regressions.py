@@ -335,3 +335,25 @@ def test_fusing_around_a_dead_exchange_leaves_ir_every_cleanup_keeps_valid(clean
         assert np.array_equal(got.outputs["x"], want.outputs["x"])
     with pytest.raises(CocoError, match=r"\[fuse-dead\] the result of %e \(comm.all_to_all\)"):
         apply_pipeline(program, "coco-fuse{mode=all_to_all ops=e}")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "func.func @two_blocks(%a: !coco.tensor<8xf32> {coco.symmetric}) {\n"
+            "  func.return\n^bb1:\n  func.return\n}\n",
+            r"\[function-blocks\] @two_blocks has 2 blocks",
+        ),
+        (
+            "func.func private @d(%a: !coco.tensor<f32> {coco.symmetric})\n",
+            r"\[symmetric-argument\] argument #0 of @d is a scalar",
+        ),
+    ],
+)
+def test_a_symmetric_argument_of_a_function_without_one_body_block_is_a_clean_error(text, message):
+    """Fuzz seed 44 case 771: `{coco.symmetric}` on an argument of a function with two
+    blocks (or none) read the argument's type from the body's one block: xDSL's ValueError
+    at load, not the rule's message."""
+    with pytest.raises(CocoError, match=message):
+        parse_module(text)
