@@ -1305,25 +1305,35 @@ class NarrowBeforeAllToAll(RewritePattern):
 
 
 class DissolveSpentRegion(RewritePattern):
-    """A fused region that no longer holds a collective (its all_to_all or reduce_scatter was
-    dead and removed, by DCE or a fold) computes only its other ops: they move out in front
-    of it and its results become what it yielded. Without this, such a region would no
-    longer verify ([fuse-one-collective]). Elementwise regions hold no collective by design
-    and stay."""
+    """A schedule region with nothing left to group dissolves: its ops move out in front of
+    it and its results become what it yielded. Spent are a region holding nothing but its
+    yield (it forwards outer values) and a fused region that no longer holds a collective
+    (its all_to_all or reduce_scatter was dead and removed, by DCE or a fold), which would
+    not verify ([fuse-one-collective]); an elementwise region holding ops stays. A yielded
+    value computed inside takes the region's result name; an outer one keeps its own."""
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
-        if not isinstance(op, FusedOp) or op.kind.data == FusionKind.ELEMENTWISE:
-            return
-        if any(isinstance(inner, CollectiveOp) for inner in op.body.walk()):
+        if not isinstance(op, RegionOp):
             return
         term = op.yield_op
-        yielded = list(term.values)
+        if term is not op.body.block.first_op and (
+            not isinstance(op, FusedOp)
+            or op.kind.data == FusionKind.ELEMENTWISE
+            or any(isinstance(inner, CollectiveOp) for inner in op.body.walk())
+        ):
+            return
         for inner in list(op.body.block.ops):
             if inner is term:
                 break
             inner.detach()
             rewriter.insert(inner, InsertPoint.before(op))
-        rewriter.replace(op, [], yielded)
+            for r in inner.results:
+                if r.name_hint is None and r in term.values:
+                    r.name_hint = op.results[list(term.values).index(r)].name_hint
+        # Not `rewriter.replace`: it would hand the region's names to unnamed outer values.
+        for r, v in zip(op.results, term.values, strict=True):
+            rewriter.replace_all_uses_with(r, v)
+        rewriter.erase(op)
 
 
 Comm = Dialect(

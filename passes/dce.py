@@ -6,7 +6,8 @@ regions have their bodies' effects (`RecursiveMemoryEffect`), every other coco/c
 xDSL's own `dce` and `canonicalize` already erase what nobody reads. This pass is kept for
 what they do not do with coco's schedule regions, whose results a region op hands out for its
 body: drop the results nobody reads (so the ops computing them die inside the region), and
-replace a region left with nothing but its yield by the values it forwards. It also keeps the
+dissolve a region left with nothing to group (`comm.DissolveSpentRegion`: nothing but its
+yield, or a fused region whose collective died). It also keeps the
 targeted form (`ops=...`), which refuses [dce-live] to erase a live op.
 """
 
@@ -29,6 +30,7 @@ from xdsl.rewriter import Rewriter
 from xdsl.transforms.dead_code_elimination import is_trivially_dead
 
 from coconet.dialects import comm
+from coconet.dialects.comm import DissolveSpentRegion
 from coconet.passes.common import fail, find_named_ops, has_side_effects, op_name
 
 RULE = "dce"
@@ -57,19 +59,6 @@ class PruneRegionResults(RewritePattern):
         for i, r in zip(keep, new.results, strict=True):
             new_results[i] = r
         rewriter.replace(op, new, new_results)
-
-
-class InlineForwardingRegion(RewritePattern):
-    """A schedule region holding nothing but its yield forwards outer values: use them."""
-
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: comm.RegionOp, rewriter: PatternRewriter) -> None:
-        if len(op.body.block.ops) != 1:
-            return
-        # Not `rewriter.replace`: it would hand the region's names to unnamed outer values.
-        for r, v in zip(op.results, op.yield_op.values, strict=True):
-            rewriter.replace_all_uses_with(r, v)
-        rewriter.erase(op)
 
 
 @dataclass(frozen=True)
@@ -104,7 +93,7 @@ class DeadCodeEliminationPass(ModulePass):
         # repeats until nothing changes, so pruning a region's results kills what fed them.
         PatternRewriteWalker(
             GreedyRewritePatternApplier(
-                [PruneRegionResults(), InlineForwardingRegion()], dce_enabled=True
+                [PruneRegionResults(), DissolveSpentRegion()], dce_enabled=True
             ),
             walk_reverse=True,
         ).rewrite_module(op)

@@ -50,6 +50,27 @@ func.func @f(%a: !coco.tensor<64xf32>, %w: !coco.tensor<64xf32>, %u: !coco.tenso
 
 // -----
 
+// A fused all_to_all whose exchange nothing reads loses it; the region, holding no collective,
+// dissolves (comm.DissolveSpentRegion): its ops move out, the unnamed value it yielded takes
+// the region's result name.
+module attributes {coco.schedule = "coco-dce"} {
+// CHECK-LABEL: func.func @spent
+// CHECK-NEXT:    %r = coco.neg %x : !coco.tensor<4x8xf32, sliced<0>>
+// CHECK-NEXT:    coco.update %x, %r
+// CHECK-NEXT:    func.return %r
+func.func @spent(%x: !coco.tensor<4x8xf32, sliced<0>>) -> !coco.tensor<4x8xf32, sliced<0>> attributes {coco.grid = #coco.grid<[?]>} {
+  %r = comm.fused all_to_all -> !coco.tensor<4x8xf32, sliced<0>> {
+    %0 = coco.neg %x : !coco.tensor<4x8xf32, sliced<0>>
+    %h = comm.all_to_all %0 : !coco.tensor<4x8xf32, sliced<0>> -> !coco.tensor<4x8xf32, sliced<1>>
+    coco.update %x, %0 : !coco.tensor<4x8xf32, sliced<0>>
+    comm.yield %0 : !coco.tensor<4x8xf32, sliced<0>>
+  }
+  func.return %r : !coco.tensor<4x8xf32, sliced<0>>
+}
+}
+
+// -----
+
 // Named, a live op is refused: one still read ...
 module attributes {coco.schedule = "coco-dce{ops=x}"} {
 func.func @live(%a: !coco.tensor<64xf32>) -> !coco.tensor<64xf32> attributes {coco.grid = #coco.grid<[?]>} {
