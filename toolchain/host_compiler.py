@@ -357,6 +357,23 @@ def _load(path: Path) -> ctypes.CDLL:
     return ctypes.CDLL(pinned(path), mode=ctypes.RTLD_LOCAL)
 
 
+def _serial_openmp_after_fork() -> None:
+    """In a child forked after host kernels ran: libgomp keeps, for each thread that started a
+    parallel region, a pool of worker threads, and `fork` copies the pool's bookkeeping but
+    not its threads, so the forking thread's next region would wait forever for them (a
+    forked fuzz worker, a DataLoader worker, a user's multiprocessing pool). That thread's
+    regions run on one thread instead (omp_set_num_threads sets the calling thread's
+    count); threads the child starts build pools of their own and keep every core."""
+    try:
+        gomp = ctypes.CDLL("libgomp.so.1", mode=os.RTLD_NOLOAD)
+    except OSError:
+        return  # libgomp not loaded: no pool to lose
+    gomp.omp_set_num_threads(1)
+
+
+os.register_at_fork(after_in_child=_serial_openmp_after_fork)
+
+
 def compile_host(
     source: str, *, openmp: bool = True, warnings_as_errors: bool = False
 ) -> HostLibrary:

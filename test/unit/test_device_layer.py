@@ -9,6 +9,10 @@ definition, (d) the on-disk kernel cache.
 from __future__ import annotations
 
 import ctypes
+import os
+import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -829,6 +833,51 @@ def test_block_level_misuse_is_rejected_by_the_host_build() -> None:
         )
         with pytest.raises(HostCompileError, match="must be at block level|coco_t_"):
             compile_host(source)
+
+
+FORKED_AFTER_A_PARALLEL_REGION = """
+import ctypes, os, sys
+import numpy as np
+from coconet.toolchain.host_compiler import compile_host
+
+kernel = compile_host(sys.argv[1]).kernel("k", ctypes.c_void_p)
+x = np.zeros(8 * 4, np.int32)
+kernel(8, 4, x)  # on the main thread, with two OpenMP threads: it now has a pool
+pid = os.fork()
+if pid == 0:
+    y = np.zeros(8 * 4, np.int32)
+    kernel(8, 4, y)  # the thread that forked, in the child
+    os._exit(0 if (y == 1).all() else 3)
+status = os.waitpid(pid, 0)[1]
+print("parent", int((x == 1).all()), "child", os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_a_child_forked_after_host_kernels_ran_runs_them() -> None:
+    """libgomp's thread pool does not survive fork: a child whose forking thread had started
+    parallel regions waited forever in its next one (the fuzzer's forked workers did, after
+    a test in the same process ran kernels). The forking thread runs its regions serially."""
+    source = translation_unit(
+        "COCO_KERNEL(k, int* p) { COCO_KERNEL_BODY_BEGIN COCO_FOR_THREADS {"
+        " p[coco_block_idx() * coco_block_dim() + coco_thread_idx()] = 1; }"
+        " COCO_KERNEL_BODY_END }"
+    )
+    compile_host(source)  # built here: the script then loads it from the cache
+    proc = subprocess.Popen(
+        [sys.executable, "-c", FORKED_AFTER_A_PARALLEL_REGION, source],
+        env={**os.environ, "OMP_NUM_THREADS": "2"},
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail("the forked child waited forever in its first parallel region")
+    assert proc.returncode == 0
+    assert out.split() == ["parent", "1", "child", "0"]
 
 
 # ----------------------------------------------------------------------------------------------
