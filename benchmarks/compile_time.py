@@ -23,8 +23,12 @@ cache directory, with the compiler digest recomputed as a new process would.
 -> +residual: `shared` (every layer's matmul reads one sliced input: after the reorder each
 layer's chain runs on along the sliced residual stream), `own` (every layer reads an input of
 its own), `wide` (independent layers, each returning its own output) and `chain` (one
-all_reduce, then the layers' elementwise ops as one long chain). A pass that looks at the
-whole function per layer shows here as time per op growing with the layers.
+all_reduce, then the layers' elementwise ops as one long chain); and `clip` (f32), where a
+layer is a parameter tensor of an optimizer step with global-norm gradient clipping
+(all_reduce of its gradient, sum of squares, then Adam with the gradient scaled by
+min(1, max_norm / ||g||)): every tensor's chain is coupled to every other through the norm.
+A pass that looks at the whole function per layer shows here as time per op growing with
+the layers.
 """
 
 from __future__ import annotations
@@ -79,9 +83,56 @@ def stack_text(layers: int, h: int = H, b: int = B, s: int = S) -> str:
     return "\n".join(lines) + "\n"
 
 
-SHAPES = ("shared", "own", "wide", "chain")
+SHAPES = ("shared", "own", "wide", "chain", "clip")
 
 SHAPE_PIPELINE = "coco-split-allreduce,coco-reorder,coco-fuse{mode=all_reduce}"
+
+
+def clip_text(tensors: int, n: int) -> str:
+    """Global-norm clipping, then Adam, over `tensors` parameter tensors of n, n+1, ...
+    elements (f32; adam_clip_global_norm's step, grown)."""
+    sc = "!coco.tensor<f32>"
+    args = [f"%{a}: {sc}" for a in ("lr", "beta1", "beta2", "eps", "max_norm")]
+    lines = [f"  %one = coco.constant 1.0 : {sc}", f"  %tiny = coco.constant 1.0e-06 : {sc}"]
+    for i in range(tensors):
+        t, tl = f"!coco.tensor<{n + i}xf32>", f"!coco.tensor<{n + i}xf32, local>"
+        args += [f"%g{i}: {tl}", f"%w{i}: {t}", f"%m{i}: {t}", f"%v{i}: {t}"]
+        lines += [
+            f"  %gsum{i} = comm.all_reduce sum %g{i} : {tl} -> {t}",
+            f"  %gsq{i} = coco.mul %gsum{i}, %gsum{i} : {t}",
+            f"  %sumsq{i} = coco.reduce sum %gsq{i} : {t} -> {sc}",
+        ]
+        if i:
+            lines.append(f"  %squares{i} = coco.add %squares{i - 1}, %sumsq{i} : {sc}")
+        else:
+            lines.append(f"  %squares0 = coco.add %sumsq0, %tiny : {sc}")
+    last = f"%squares{tensors - 1}"
+    lines += [
+        f"  %norm = coco.sqrt {last} : {sc}",
+        f"  %ratio = coco.div %max_norm, %norm : {sc}",
+        f"  %clip = coco.min %one, %ratio : {sc}",
+    ]
+    for i in range(tensors):
+        t = f"!coco.tensor<{n + i}xf32>"
+        st = f"{sc}, {t} -> {t}"
+        lines += [
+            f"  %gc{i} = coco.mul %clip, %gsum{i} : {st}",
+            f"  %bm{i} = coco.mul %beta1, %m{i} : {st}",
+            f"  %m_new{i} = coco.add %bm{i}, %gc{i} : {t}",
+            f"  %bv{i} = coco.mul %beta2, %v{i} : {st}",
+            f"  %gg{i} = coco.mul %gc{i}, %gc{i} : {t}",
+            f"  %v_new{i} = coco.add %bv{i}, %gg{i} : {t}",
+            f"  %rt{i} = coco.sqrt %v_new{i} : {t}",
+            f"  %den{i} = coco.add %rt{i}, %eps : {t}, {sc} -> {t}",
+            f"  %q{i} = coco.div %m_new{i}, %den{i} : {t}",
+            f"  %step{i} = coco.mul %lr, %q{i} : {st}",
+            f"  %w_new{i} = coco.sub %w{i}, %step{i} : {t}",
+            f"  coco.update %m{i}, %m_new{i} : {t}",
+            f"  coco.update %v{i}, %v_new{i} : {t}",
+            f"  coco.update %w{i}, %w_new{i} : {t}",
+        ]
+    head = f"func.func @clip({', '.join(args)}) attributes {{coco.grid = #coco.grid<[?]>}} {{"
+    return "\n".join([head, *lines, "  func.return", "}"]) + "\n"
 
 
 def shape_text(shape: str, layers: int, h: int = H, b: int = B, s: int = S) -> str:
@@ -90,6 +141,8 @@ def shape_text(shape: str, layers: int, h: int = H, b: int = B, s: int = S) -> s
     matmul and all_reduce, then each layer's +bias, dropout, gelu, +residual)."""
     if shape not in SHAPES:
         raise ValueError(f"unknown shape {shape!r}: one of {', '.join(SHAPES)}")
+    if shape == "clip":
+        return clip_text(layers, b * s * h)
     t = f"!coco.tensor<{b}x{s}x{h}xf16>"
     ts = f"!coco.tensor<{b}x{s}x{h}xf16, sliced<2>>"
     tl = f"!coco.tensor<{b}x{s}x{h}xf16, local>"

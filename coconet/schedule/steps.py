@@ -269,13 +269,17 @@ class ScheduleSteps:
 
     def handle(self, target: Target) -> Handle:
         """A handle to a named value of the program (checks that it exists)."""
-        name = target_name(target, "handle")
-        v = top_level_named(self._program.func, name)
-        if v is None:
-            raise schedule_error(
-                "schedule-target", f"no value named %{name} in @{self._program.name}"
-            )
-        return self._handle(v)
+        return self._handles((target_name(target, "handle"),))[0]
+
+    def _handles(self, names: Sequence[str]) -> list[Handle]:
+        """Handles to named values, found in one scan of the program (not one a name)."""
+        found = values_named(self._program.func, names)
+        for name in names:
+            if name not in found:
+                raise schedule_error(
+                    "schedule-target", f"no value named %{name} in @{self._program.name}"
+                )
+        return [self._handle(found[name]) for name in names]
 
     def _names(self, targets: Sequence[Any], method: str) -> tuple[str, ...]:
         return tuple(target_name(t, method) for t in flatten_targets(targets))
@@ -370,7 +374,7 @@ class ScheduleSteps:
         self._run(make_pass("coco-as-slice", ops=names))
         fn = self._program.func
         if names:
-            return [self.handle(n) for n in names]
+            return self._handles(names)
         return [
             self._handle(a) for a in fn.body.block.args if a.name_hint and _sliced_somewhere(a.type)
         ]

@@ -5,7 +5,7 @@ with `form=one_shot`, an all_reduce as written and the computation on its result
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -18,6 +18,7 @@ from xdsl.utils.exceptions import PassFailedException
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import TensorType
 from coconet.passes.common import (
+    OrderInfo,
     body_block,
     fail,
     find_named_ops,
@@ -25,7 +26,7 @@ from coconet.passes.common import (
     op_name,
     plan_contiguous,
 )
-from coconet.passes.fuse.chain import reduce_scatter_chain
+from coconet.passes.fuse.chain import close_cycles, reduce_scatter_chain
 from coconet.passes.fuse.checks import check_sizes, exact_set
 from coconet.passes.fuse.one_shot import fuse_one_shot
 from coconet.passes.fuse.region import ONE_SHOT, RULE, Plan, fuse, fuse_plans, in_order
@@ -124,9 +125,10 @@ def fuse_greedy(block: Block) -> None:
                 continue
         return
     chains: list[set[Operation]] = []
+    info = OrderInfo(block)  # every chain grows on the block as it is
     for rs in scatters:
         try:
-            chains.append(reduce_scatter_chain(block, rs))
+            chains.append(reduce_scatter_chain(block, rs, info=info, close=False))
         except PassFailedException:
             continue
     plans = _merge_coupled(chains, block)
@@ -140,6 +142,8 @@ def fuse_greedy(block: Block) -> None:
                 later = set[Operation]().union(*plans[n + 1 :]) & members
                 if later and (members := _without(members, later)) is None:
                     continue
+            else:
+                members = close_cycles(block, members, _what(members, info.index))
             fuse(block, members, KIND)
         except PassFailedException:
             continue
@@ -163,19 +167,32 @@ def _named_chains(sites: Sequence[tuple[func.FuncOp, Operation]]) -> list[Plan]:
     # ops the chains so far hold. Sharing one refuses the set, so a chain stops there
     # (growing each of a residual stream's chains to its end first was quadratic).
     claimed: dict[Block, dict[Operation, None] | None] = {}
+    orders: dict[Block, OrderInfo] = {}  # the blocks stay as they are until fuse_plans
     for fn, rs in sites:
         assert isinstance(rs, comm.ReduceScatterOp)  # checked by the caller
         block = body_block(fn)
         if block not in claimed:
             claimed[block] = None if _computes_scalars_of_tensors(block) else {}
+            orders[block] = OrderInfo(block)
         held = claimed[block]
-        chain = reduce_scatter_chain(block, rs, held)
+        chain = reduce_scatter_chain(block, rs, held, orders[block], close=False)
         if held is not None:
             held.update(dict.fromkeys(chain))
         chains.setdefault(block, []).append(chain)
     for block, found in chains.items():
-        plans += [(block, members, KIND) for members in _merge_coupled(found, block)]
+        info = orders[block]
+        plans += [
+            (block, close_cycles(block, members, _what(members, info.index), info), KIND)
+            for members in _merge_coupled(found, block)
+        ]
     return plans
+
+
+def _what(members: set[Operation], position: Mapping[Operation, int]) -> str:
+    """What a refusal of fusing chains says it was doing: the chain of their first
+    reduce_scatter (`position`: where each reduce_scatter stands)."""
+    scatters = [m for m in members if isinstance(m, comm.ReduceScatterOp)]
+    return f"fusing the chain of {op_name(min(scatters, key=position.__getitem__))}"
 
 
 def _check_chain(members: set[Operation]) -> None:

@@ -5,6 +5,8 @@ two-shot or the one-shot form's (the ops feeding only it, the rows of a row kern
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Sequence
 from typing import ClassVar
 
 from xdsl.ir import Block, Operation, SSAValue
@@ -30,14 +32,52 @@ class ChainScans:
     visits: ClassVar[int] = 0
 
 
+class Frontier:
+    """The ops a chain scan visits, in program order after `start`. Without the block's
+    order: every op, one after the other. With it (`info`, one for all the chains grown on
+    an unchanged block): only the ops `add`ed, the ones that can change the chain (readers
+    of its values), so a chain coupled to every other through a global norm costs the ops
+    that read it, not the distance to its last one (a walk each: quadratic in the tensors
+    of a clipped optimizer step)."""
+
+    def __init__(self, start: Operation, info: OrderInfo | None):
+        self.info = info
+        self.walk: Operation | None = start.next_op
+        self.heap: list[int] = []
+        self.queued: dict[Operation, None] = {}
+        self.by_index: dict[int, Operation] = {}
+
+    def add(self, op: Operation) -> None:
+        if self.info is None or op in self.queued:
+            return
+        self.queued[op] = None
+        i = self.info.index[op]
+        self.by_index[i] = op
+        heapq.heappush(self.heap, i)
+
+    def pop(self) -> Operation | None:
+        if self.info is None:
+            op, self.walk = self.walk, self.walk.next_op if self.walk is not None else None
+            return op
+        if not self.heap:
+            return None
+        return self.by_index.pop(heapq.heappop(self.heap))
+
+
 def reduce_scatter_chain(
     block: Block,
     rs: comm.ReduceScatterOp,
     held: dict[Operation, None] | None = None,
+    info: OrderInfo | None = None,
+    close: bool = True,
 ) -> set[Operation]:
-    """The maximal fused all_reduce around `rs` (before the cycle check). `held`: ops of
-    other chains fused with this one, which cannot couple with it: the chain is refused
-    at the first it would take ([fuse-chain], as the check of disjoint chains refuses)."""
+    """The maximal fused all_reduce around `rs`. `held`: ops of other chains fused with
+    this one, which cannot couple with it: the chain is refused at the first it would take
+    ([fuse-chain], as the check of disjoint chains refuses). `info`: the order of `block`,
+    where several chains are grown on it unchanged (Frontier). `close=False`: without the
+    scalar arithmetic that closes a cycle (`close_cycles`), for chains that are merged
+    first and closed together (a chain coupled to all others spans them all: closing each
+    cost the whole program)."""
     if rs.parent_block() is not block:
         raise fail(f"{RULE}-block", f"{op_name(rs)} is not in a function body", at=rs)
     space = space_of(rs.result)
@@ -45,6 +85,7 @@ def reduce_scatter_chain(
     members: set[Operation] = {rs}
     chain: set[SSAValue] = {rs.result}
     gathered: set[SSAValue] = set()
+    frontier = Frontier(rs, info)
     # Only ops of the block that read a chain value (or update with a gathered one) can
     # join, so the scan follows those uses and stops after the last one: it costs the
     # chain's extent, not the rest of the function (linear over every reduce_scatter).
@@ -57,6 +98,7 @@ def reduce_scatter_chain(
                 not updates_only or isinstance(user, coco.UpdateOp)
             ):
                 pending.add(user)
+                frontier.add(user)
 
     # Ops outside the chain computed from its gathered values (the next layer's matmul
     # on this layer's output, a norm of gathered rows): an op reading one of them cannot
@@ -68,9 +110,17 @@ def reduce_scatter_chain(
         ops = u.walk() if u.regions else (u,)
         return any(v in gathered or v.owner in after_gather for o in ops for v in o.operands)
 
+    def readers_wait(values: Sequence[SSAValue]) -> None:
+        # what reads a gathered value or an op after the gather waits: the frontier
+        # visits it (a walk visits everything anyway)
+        if info is not None:
+            for v in values:
+                for use in v.uses:
+                    if (top := ancestor_in(block, use.operation)) is not None:
+                        frontier.add(top)
+
     watch(rs.result)
-    u = rs.next_op
-    while pending and u is not None:
+    while pending and (u := frontier.pop()) is not None:
         ChainScans.visits += 1
         waits = waits_for_gather(u)
         joined = None
@@ -85,9 +135,10 @@ def reduce_scatter_chain(
             members.add(u)
             for v in joined:
                 watch(v, updates_only=v in gathered)
+            readers_wait([v for v in joined if v in gathered])
         elif waits:
             after_gather.add(u)
-        u = u.next_op
+            readers_wait(u.results)
     if not any(isinstance(m, comm.AllGatherOp) for m in members) and not stays_sliced(members):
         raise fail(
             f"{RULE}-chain",
@@ -102,14 +153,20 @@ def reduce_scatter_chain(
         for m in members:
             if m in held:
                 raise shared(m)
-    # scalar arithmetic between chain values (e.g. a trust ratio of two norms) that the
-    # chain both feeds and reads belongs in the chain too
-    info = OrderInfo.spanning(block, members)
+    return close_cycles(block, members, f"fusing the chain of {op_name(rs)}") if close else members
+
+
+def close_cycles(
+    block: Block, members: set[Operation], what: str, info: OrderInfo | None = None
+) -> set[Operation]:
+    """`members` with the scalar arithmetic between them that they both feed and read (a
+    trust ratio of two norms), which belongs in the fused region too; refused
+    [fuse-cycle] where another op closes a cycle."""
+    if info is None:
+        info = OrderInfo.spanning(block, members)
     while True:
         try:
-            plan_contiguous(
-                block, members, f"{RULE}-cycle", f"fusing the chain of {op_name(rs)}", info
-            )
+            plan_contiguous(block, members, f"{RULE}-cycle", what, info)
             return members
         except PassFailedException:
             bridge = _bridges(info, members)

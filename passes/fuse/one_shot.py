@@ -7,14 +7,22 @@ of small tensors, where latency wins)."""
 from __future__ import annotations
 
 from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
 
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.utils.exceptions import PassFailedException
 
 from coconet.dialects import coco, comm
-from coconet.passes.common import body_block, fail, find_named_ops, functions, op_name
-from coconet.passes.fuse.chain import ChainScans, check_rows, pull_feeders
+from coconet.passes.common import (
+    OrderInfo,
+    body_block,
+    fail,
+    find_named_ops,
+    functions,
+    op_name,
+)
+from coconet.passes.fuse.chain import ChainScans, Frontier, check_rows, pull_feeders
 from coconet.passes.fuse.checks import exact_set
 from coconet.passes.fuse.region import (
     ONE_SHOT,
@@ -43,7 +51,14 @@ def fuse_one_shot(module: ModuleOp, ops: tuple[str, ...]) -> None:
             fuse_greedy(body_block(fn))
         return
     sites = find_named_ops(module, ops, f"{RULE}-block", "op")
-    plans = chains_in_order(sites, comm.AllReduceOp, one_shot_chain, ONE_SHOT)
+    orders: dict[Block, BlockOrder] = {}  # the blocks stay as they are until fuse_plans
+
+    def chain(block: Block, ar: comm.AllReduceOp, taken: AbstractSet[Operation]) -> set[Operation]:
+        if block not in orders:
+            orders[block] = BlockOrder.of(block)
+        return one_shot_chain(block, ar, taken, orders[block])
+
+    plans = chains_in_order(sites, comm.AllReduceOp, chain, ONE_SHOT)
     if plans is None:
         block, members = exact_set(sites, _check_one_shot_set)
         plans = [(block, members, ONE_SHOT)]
@@ -61,11 +76,45 @@ def fuse_greedy(block: Block) -> None:
             continue
 
 
+@dataclass
+class BlockOrder:
+    """What the one-shot chains grown on one unchanged block share: its order, and for each
+    top-level value the tensor all_reduces it is computed from (a bit each), so that a
+    chain finds the values computed from it outside it without following their uses (a
+    global norm computed from every chain and read by every update: following them cost
+    each chain the whole program)."""
+
+    info: OrderInfo
+    bit: dict[Operation, int]
+    computed_from: dict[SSAValue, int]
+
+    @classmethod
+    def of(cls, block: Block) -> BlockOrder:
+        info = OrderInfo(block)
+        bit: dict[Operation, int] = {}
+        computed_from: dict[SSAValue, int] = {}
+        for op in info.ops:
+            bits = 0
+            for o in op.walk() if op.regions else (op,):
+                for v in o.operands:
+                    bits |= computed_from.get(v, 0)
+            if isinstance(op, comm.AllReduceOp) and not _scalar(op):
+                bit[op] = 1 << len(bit)
+                bits |= bit[op]
+            for r in op.results:
+                computed_from[r] = bits
+        return cls(info, bit, computed_from)
+
+
 def one_shot_chain(
-    block: Block, ar: comm.AllReduceOp, taken: AbstractSet[Operation] = frozenset()
+    block: Block,
+    ar: comm.AllReduceOp,
+    taken: AbstractSet[Operation] = frozenset(),
+    order: BlockOrder | None = None,
 ) -> set[Operation]:
     """The maximal one-shot fused all_reduce around `ar` (before the cycle check), without
-    the ops in `taken` (an earlier chain's)."""
+    the ops in `taken` (an earlier chain's). `order`: the block's, where several chains are
+    grown on it unchanged (chain.Frontier)."""
     if ar in taken:
         raise shared(ar)
     if ar.parent_block() is not block:
@@ -75,32 +124,41 @@ def one_shot_chain(
     members: set[Operation] = {ar}
     chain: set[SSAValue] = {ar.result}
     # Values computed from the chain by ops that did not join (a full norm): an op
-    # reading one waits for the region, so it cannot join it.
+    # reading one waits for the region, so it cannot join it. Every op computed from the
+    # chain that is not in it is such an op: with the block's order, the bits say which.
     outside: set[SSAValue] = set()
     pending: set[Operation] = set()
+    frontier = Frontier(ar, order.info if order is not None else None)
+
+    def reads_outside(read: list[SSAValue]) -> bool:
+        if order is None:
+            return any(v in outside for v in read)
+        mine = order.bit[ar]
+        return any(v not in chain and order.computed_from.get(v, 0) & mine for v in read)
 
     def watch(v: SSAValue) -> None:
-        pending.update(u.operation for u in v.uses if u.operation.parent_block() is block)
+        for use in v.uses:
+            if use.operation.parent_block() is block:
+                pending.add(use.operation)
+                frontier.add(use.operation)
 
     watch(ar.result)
-    u = ar.next_op
-    while pending and u is not None:
+    while pending and (u := frontier.pop()) is not None:
         ChainScans.visits += 1
-        read = {v for o in (u.walk() if u.regions else (u,)) for v in o.operands}
+        read = [v for o in (u.walk() if u.regions else (u,)) for v in o.operands]
         joined = None
         if u in pending:
             pending.discard(u)
-            if not read & outside and u not in taken:
+            if not reads_outside(read) and u not in taken:
                 joined = _one_shot_step(u, ar, space, chain)
         if joined is not None:
             members.add(u)
             for v in joined:
                 watch(v)
-        elif read & (chain | outside):
+        elif order is None and any(v in chain or v in outside for v in read):
             outside.update(u.results)
             for v in u.results:
                 watch(v)
-        u = u.next_op
     check_rows(members, space)
     members = pull_feeders(block, members, space, read_before=ar)
     for m in in_order(members & set(taken)):
