@@ -19,9 +19,12 @@ FileCheck tests it (test/filecheck/lowering/):
   all_reduce region without row reductions its scalar arithmetic (a trust ratio, a clipping
   factor) and its slices of arguments: every kernel reading one computes it itself
   (`PlanBuilder.rematerialized`), and a step reading it from memory gets it lowered just
-  before (`value_buffer`). `#comm<deferral wire>`: a cast that widens exactly and that only
-  the reduce_scatters of fused all_reduce regions (or a one-shot region's all_reduce) read:
-  the peers pull its narrow input and widen it as they accumulate. Nothing is deferred where
+  before (`value_buffer`); scalars that several kernels of one table launch read and that
+  read many values (a global norm over many tensors' partials) are computed once, by a
+  kernel before the launch (fused_collective.py `SHARED_SCALAR_INPUTS`).
+  `#comm<deferral wire>`: a cast that widens exactly and that only the reduce_scatters of
+  fused all_reduce regions (or a one-shot region's all_reduce) read: the peers pull its
+  narrow input and widen it as they accumulate. Nothing is deferred where
   the plan spans several nodes (kernels across nodes read their inputs from memory).
 
 `decided()` runs both, then `coco-segment` (segments.py: where each two-shot fused region is

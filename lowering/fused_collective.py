@@ -157,20 +157,56 @@ def _stored(
 def emit_segment(lw: PlanBuilder, ops: list[Operation], updates: list[coco.UpdateOp]) -> None:
     """The segment's kernels: one per tensor chain it holds (a region coupling several
     reduce_scatter chains through scalars -- a global norm -- holds one chain per tensor,
-    whose kernels then run as one table launch), then the updates no kernel stores."""
+    whose kernels then run as one table launch; a norm over many tensors computed once
+    before them), then the updates no kernel stores."""
     # The tensor chains coco-segment marked (comm.chain; none where the segment holds one).
     by_chain: dict[int, list[Operation]] = {}
     for op in ops:
         by_chain.setdefault(comm.chain_of(op) or 0, []).append(op)
     chains = [by_chain[k] for k in sorted(by_chain)]
-    rest = list(updates)
-    for chain in chains:
-        mine = [u for u in rest if u.value.owner in chain]
-        rest = [u for u in rest if u not in mine]
-        _emit_chain(lw, chain, mine)
+    _compute_shared_scalars(lw, chains)
+    chain_index = {op: k for k, chain in enumerate(chains) for op in chain}
+    mine: list[list[coco.UpdateOp]] = [[] for _ in chains]
+    rest: list[coco.UpdateOp] = []
+    for u in updates:
+        k = chain_index.get(u.value.owner)  # type: ignore[arg-type]
+        (rest if k is None else mine[k]).append(u)
+    for chain, stored in zip(chains, mine, strict=True):
+        _emit_chain(lw, chain, stored)
     rest = _emit_scalar_updates(lw, rest)
     for u in rest:
         lw.lower_update(u)
+
+
+# Deferred scalar arithmetic that several kernels of one table launch read and that reads
+# more values than this from memory (a global norm over many tensors reads every tensor's
+# partial sum) is computed once, by one kernel before the launch, instead of by each kernel:
+# otherwise each of N kernels takes the N partials, a table of N^2 arguments.
+SHARED_SCALAR_INPUTS = 16
+
+
+def _compute_shared_scalars(lw: PlanBuilder, chains: list[list[Operation]]) -> None:
+    """One kernel of one element computing the deferred scalars that several of the
+    segment's chains would each compute, where they read more than SHARED_SCALAR_INPUTS
+    values; the chains' kernels then read its results from memory."""
+    if len(chains) < 2:
+        return
+    seen: dict[Operation, int] = {}
+    for chain in chains:
+        read = [v for op in chain for o in op.walk() for v in o.operands]
+        for op in lw.rematerialized(read, set(chain)):
+            seen[op] = seen.get(op, 0) + 1
+    shared = {
+        op
+        for op, count in seen.items()
+        if count > 1 and all(tensor_type_of(r).get_shape() == () for r in op.results)
+    }
+    inputs = {v for op in shared for v in op.operands if v.owner not in shared}
+    if len(inputs) <= SHARED_SCALAR_INPUTS:
+        return
+    ops = lw.rematerialized([r for op in shared for r in op.results])
+    stores = [r for op in ops for r in op.results if any(u.operation not in shared for u in r.uses)]
+    lw.lower_elementwise(ops, "shared_scalars", stores=stores)
 
 
 def _emit_scalar_updates(lw: PlanBuilder, updates: list[coco.UpdateOp]) -> list[coco.UpdateOp]:

@@ -4,6 +4,8 @@ second space of its own)."""
 
 from __future__ import annotations
 
+import functools
+
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from coconet.dialects import coco
@@ -15,7 +17,12 @@ Space = tuple[tuple[int, ...], tuple[Attribute, ...]] | None
 def space_of(v: SSAValue) -> Space:
     """The iteration space a value occupies in a kernel: its shape and layouts (element type
     aside); None for a scalar, which fits any space."""
-    t = v.type
+    return _space_of_type(v.type)
+
+
+@functools.lru_cache(maxsize=4096)
+def _space_of_type(t: Attribute) -> Space:
+    # by type (attributes are immutable): a chain scan asks it for every op it looks at
     if not isinstance(t, TensorType) or t.rank == 0:
         return None
     return (t.get_shape(), tuple(t.layouts.data))

@@ -11,6 +11,7 @@ at 1, 2 and 4 ranks and matches an independent NumPy reference."""
 from __future__ import annotations
 
 import functools
+import runpy
 from pathlib import Path
 
 import numpy as np
@@ -40,14 +41,15 @@ def schedules() -> list[tuple[str, Program]]:
     return [(name, p) for name, _pipe, p in enumerate_scheduled_programs(program())]
 
 
-def clipped_adam(inputs: dict[str, np.ndarray], ranks: int) -> dict[str, np.ndarray]:
+def clipped_adam(
+    inputs: dict[str, np.ndarray], ranks: int, tensors: int = len(SIZES)
+) -> dict[str, np.ndarray]:
     """NumPy, one f32 op at a time in the program's order; sums of squares in f64."""
     lr, beta1, beta2, eps, step, max_norm = (
         ref.f32(inputs[k]) for k in ("lr", "beta1", "beta2", "eps", "step", "max_norm")
     )
     grads = [
-        ref.all_reduce_sum([inputs[f"g{i}"][r] for r in range(ranks)], F32)
-        for i in range(len(SIZES))
+        ref.all_reduce_sum([inputs[f"g{i}"][r] for r in range(ranks)], F32) for i in range(tensors)
     ]
     squares = None
     for g in grads:
@@ -115,6 +117,35 @@ def test_fused_schedule_is_offered_and_runs_as_two_table_launches():
         assert len(launches) == 2, plan.format()
         assert all(st.kernel.endswith("_table") for st in launches), plan.format()
         assert not [st for st in plan.steps if isinstance(st, Collective)], plan.format()
+
+
+# More tensors than the lowering lets each kernel recompute the norm from (SHARED_SCALAR_INPUTS)
+MANY = tuple(40 + 7 * i for i in range(20))
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_a_norm_over_many_tensors_is_computed_once_per_step(ranks: int):
+    """Each tensor's kernel computed the clipping factor itself from every tensor's partial
+    sum: N kernels taking N partials each, a launch table of N^2 arguments (4.8 s to lower
+    200 tensors). Past SHARED_SCALAR_INPUTS values, one kernel of one element computes it
+    between the two table launches, and each tensor's kernel reads the factor."""
+    build = runpy.run_path(str(EXAMPLES / "adam_clip_global_norm.py"))["build"]
+    s = Schedule(build(MANY))
+    s.named("fuse(rs-c-ag)")
+    plan = lower(s.program, ranks)
+    launches = [st for st in plan.steps if isinstance(st, Launch)]
+    assert [st.kernel.split("_")[-1] for st in launches] == ["table", "scalars", "table"], (
+        plan.format()
+    )
+    partials = {f"%sumsq{i}" for i in range(len(MANY))}
+    text = plan.format().splitlines()
+    (shared,) = [line for line in text if "k_shared_scalars" in line]
+    assert all(f"{name}," in shared or f"{name}]" in shared for name in partials), shared
+    (update,) = [line for line in text if "launch" in line][2:]
+    assert not any(name in update for name in partials), update
+    inputs = inputs_for(s.program, ranks, seed=5)
+    want = clipped_adam(inputs, ranks, tensors=len(MANY))
+    assert_close(ThreadedExecutor(plan).run(inputs), want, f"on cpu kernels at {ranks} ranks")
 
 
 def test_enumerator_offers_fused_coupled_schedules():
