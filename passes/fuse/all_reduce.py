@@ -243,7 +243,9 @@ def _merge_coupled(chains: list[set[Operation]], block: Block) -> list[set[Opera
     * otherwise the earlier chain leaves the shared ops (and what it computes from them) to
       the later one, whose reduce_scatter they wait for anyway, if it keeps an all_gather.
     Chains that still share an op stay apart (the disjointness check refuses them, naming
-    the op)."""
+    the op). Chains of one iteration space and span that meet in tensor ops are merged
+    first (`_merge_alike`), so the outcome does not hang on the order of the tensors."""
+    chains = _merge_alike(chains, block)
     merged: list[set[Operation] | None] = []  # None: merged into a later one
     # The merged chains holding each op (an index into `merged`): the chains a new one
     # meets, found without intersecting it with every chain so far.
@@ -269,6 +271,39 @@ def _merge_coupled(chains: list[set[Operation]], block: Block) -> list[set[Opera
         for op in chain:
             holders.setdefault(op, []).append(index)
     return [m for m in merged if m is not None]
+
+
+def _merge_alike(chains: list[set[Operation]], block: Block) -> list[set[Operation]]:
+    """Chains whose reduce_scatters share one iteration space and span, merged where they
+    meet in a tensor op and make one kernel; the others as they are, in order. Same-shaped
+    tensors under one global norm meet so: each one's chain takes the others' updates,
+    which read the norm. Merged in program order, the chain of a tensor of another shape
+    between them (a bias between two weights) had already joined the first through the
+    norm, and the union of the three was then not one kernel: fuse(rs-c-ag) was refused
+    for the usual interleaving of weights and biases."""
+    merged: list[set[Operation] | None] = []
+    holders: dict[Operation, list[int]] = {}  # tensor ops of each merged chain
+    for chain in chains:
+        key = _scatter_key(chain)
+        met = sorted({i for op in chain for i in holders.get(op, ()) if merged[i] is not None})
+        for i in met:
+            other = merged[i]
+            assert other is not None
+            if key is not None and _scatter_key(other) == key and _one_kernel(block, other, chain):
+                merged[i] = None
+                chain = chain | other
+        index = len(merged)
+        merged.append(chain)
+        for op in chain:
+            if not _scalar_only(op):
+                holders.setdefault(op, []).append(index)
+    return [m for m in merged if m is not None]
+
+
+def _scatter_key(chain: set[Operation]) -> tuple[object, ...] | None:
+    """The iteration space and span all the chain's reduce_scatters share, if they do."""
+    keys = {(space_of(m.result), m.span()) for m in chain if isinstance(m, comm.ReduceScatterOp)}
+    return next(iter(keys)) if len(keys) == 1 else None
 
 
 def _one_kernel(block: Block, a: set[Operation], b: set[Operation]) -> bool:

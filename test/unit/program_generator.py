@@ -110,6 +110,7 @@ OP_KINDS = (
 
 MOTIFS = (
     "optimizer",
+    "clipped_optimizer",
     "sliced_optimizer",
     "megatron",
     "boundary",
@@ -421,6 +422,48 @@ class _Gen:
         w1 = self.emit(lambda: coco.SubOp(w, d)) if d is not None else None
         if w1 is not None:
             self.intended[w] = w1
+
+    def motif_clipped_optimizer(self) -> None:
+        """Global-norm clipping over several tensors (torch's clip_grad_norm_ before a step):
+        g1_i = all_reduce(g_i); clip = 1 / (sqrt(sum_i ||g1_i||^2) + 1); w_i -= lr clip g1_i.
+        Every tensor's chain is coupled to the others through the norm: what coco-fuse merges
+        into one region and the lowering runs as table launches; past 16 tensors the norm is
+        computed once, before the launch that reads it."""
+        count = self.draw(st.sampled_from((2, 3, 5, 17, 20)))
+        elt = "f32"
+        lays, axes = self.span_axes()
+        grads: list[SSAValue] = []
+        total: SSAValue | None = None
+        for i in range(count):
+            shape = self.draw(st.sampled_from(((16,), (8,), (8, 4), (8 + i,))))
+            g = self.arg(self.tensor_type(shape, elt, lays), "g")
+            g1 = self.collective(comm.AllReduceOp, g, "sum", axes)
+            sq = self.emit(lambda g1=g1: coco.MulOp(g1, g1)) if g1 is not None else None
+            part = self.emit(lambda sq=sq: coco.ReduceOp("sum", sq)) if sq is not None else None
+            if g1 is None or part is None:
+                return
+            grads.append(g1)
+            if total is None:
+                total = part
+            else:
+                total = self.emit(lambda a=total, b=part: coco.AddOp(a, b))
+                if total is None:
+                    return
+        root = self.emit(lambda: coco.SqrtOp(total))
+        one = self.constant(elt)
+        den = self.emit(lambda: coco.AddOp(root, one)) if root and one else None
+        if den is None:
+            return
+        lr = self.constant(elt)
+        for g1 in grads:
+            w = self.arg(g1.type, "w")
+            if w in self.intended:
+                continue
+            scaled = self.emit(lambda g1=g1: coco.DivOp(g1, den))
+            d = self.emit(lambda scaled=scaled: coco.MulOp(lr, scaled)) if scaled else None
+            w1 = self.emit(lambda w=w, d=d: coco.SubOp(w, d)) if d is not None else None
+            if w1 is not None:
+                self.intended[w] = w1
 
     def motif_sliced_optimizer(self) -> None:
         """The optimizer after split + reorder: rs = reduce_scatter(g); w1 = slice(w) - lr rs;

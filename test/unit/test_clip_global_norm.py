@@ -148,6 +148,26 @@ def test_a_norm_over_many_tensors_is_computed_once_per_step(ranks: int):
     assert_close(ThreadedExecutor(plan).run(inputs), want, f"on cpu kernels at {ranks} ranks")
 
 
+@pytest.mark.parametrize("sizes", [(1000, 33, 1000), (8, 16, 8, 16), (17, 17, 19, 17, 19)])
+def test_interleaved_shapes_fuse_as_one_region(sizes: tuple[int, ...]):
+    """Weights and biases interleaved (tensors of one shape with another between them): the
+    chains of one shape meet in each other's updates, which read the norm. Merged in program
+    order, the union with the tensor between them was not one kernel and fuse(rs-c-ag) was
+    refused (not even offered); now one region, as for sizes in any other order."""
+    build = runpy.run_path(str(EXAMPLES / "adam_clip_global_norm.py"))["build"]
+    p = Schedule(build(sizes)).program
+    assert "fuse(rs-c-ag)" in named_schedules(p)
+    s = Schedule(p)
+    s.named("fuse(rs-c-ag)")
+    regions = [op for op in s.program.func.body.block.ops if op.name == "comm.fused"]
+    assert len(regions) == 1
+    for ranks in (2, 3):
+        inputs = inputs_for(p, ranks, seed=ranks)
+        want = clipped_adam(inputs, ranks, tensors=len(sizes))
+        got = ThreadedExecutor(lower(s.program, ranks)).run(inputs)
+        assert_close(got, want, f"{sizes} on cpu kernels at {ranks} ranks")
+
+
 def test_enumerator_offers_fused_coupled_schedules():
     names = [n for n, _ in schedules()]
     assert any("fuse(all_reduce)" in n for n in names), names

@@ -388,3 +388,38 @@ def test_generated_expert_exchanges_are_overlapped_and_run_as_the_sim_computes()
     print("\nall_to_all overlaps run:", dict(stats))
     assert stats["ol(mm,a2a)"] > 0, stats
     assert stats["ol(a2a,mm)"] > 0, stats
+
+
+CLIPPED_CASES = 6 if not FULL else 60
+
+
+def test_generated_clipped_optimizers_fuse_as_one_region_and_run_as_the_sim_computes() -> None:
+    """Random global-norm clipping over 2-20 tensors of mixed shapes (the generator's
+    `clipped_optimizer`, beside other ops): under fuse(rs-c-ag) the chains the norm couples
+    merge, and past 16 tensors the lowering computes the norm once before the launch that
+    reads it; each runs on the cpu backend as the sim computes the program as written (1-D
+    grids at 2 and 3 ranks: every odd size cut unevenly)."""
+    from coconet.lowering.lower_to_plan import lower
+    from coconet.lowering.plan import Launch
+    from coconet.schedule import apply_schedule, named_schedules
+
+    stats: Counter = Counter()
+
+    @settings(max_examples=CLIPPED_CASES, **SETTINGS)
+    @given(gp=programs(max_ops=2, motif="clipped_optimizer"))
+    def case(gp: GeneratedProgram) -> None:
+        if "fuse(rs-c-ag)" not in named_schedules(gp.program):
+            return
+        scheduled = apply_schedule(gp.program, "fuse(rs-c-ag)")
+        for ranks in (2, 3) if len(gp.grid) == 1 else (2, 4):
+            if not _runs_as_the_sim_computes(gp, scheduled, ranks, "fuse(rs-c-ag)"):
+                continue
+            stats["fused"] += 1
+            steps = lower(scheduled, ranks).steps
+            kernels = [s.kernel for s in steps if isinstance(s, Launch)]
+            stats["norm computed once"] += any("shared_scalars" in k for k in kernels)
+
+    case()
+    print("\nclipped optimizers run:", dict(stats))
+    assert stats["fused"] > 0, stats
+    assert stats["norm computed once"] > 0, stats

@@ -241,3 +241,61 @@ func.func @scalar_state(%a: !coco.tensor<64xf32, local>, %b: !coco.tensor<32xf32
   coco.update %s, %s1 : !coco.tensor<f32>
   func.return
 }
+
+// -----
+
+// Global-norm clipping over tensors of 8, 4 and 8 elements (a weight, a bias, a weight): each
+// tensor's chain takes the norm's scalar arithmetic, and the two 8-element chains each other's
+// update computation (it reads the norm, in their space). The two of one space merge first,
+// then the 4-element one joins through the scalars: one region with all three reduce_scatters.
+// (Merged in program order, the first two were joined through the scalars before the third
+// came, whose union with them was not one kernel: %a2_rs stayed outside, read from memory,
+// and fuse(rs-c-ag) was refused where the chains are named.)
+// CHECK-LABEL: func.func @clip_interleaved
+// CHECK-NEXT:    comm.fused all_reduce {
+// CHECK-NEXT:      %a0_rs = comm.reduce_scatter sum %g0
+// CHECK-NEXT:      %a1_rs = comm.reduce_scatter sum %g1
+// CHECK-NEXT:      %a2_rs = comm.reduce_scatter sum %g2
+// CHECK:           %c = coco.div %lr, %norm
+// CHECK:           coco.update %w0, %u0
+// CHECK-NEXT:      coco.update %w1, %u1
+// CHECK-NEXT:      coco.update %w2, %u2
+// CHECK-NEXT:      comm.yield
+// CHECK-NEXT:    }
+// CHECK-NEXT:    func.return
+module attributes {coco.schedule = "coco-fuse-all-reduce{ops=a0_rs,a1_rs,a2_rs}"} {
+func.func @clip_interleaved(%g0: !coco.tensor<8xf32, local>, %g1: !coco.tensor<4xf32, local>, %g2: !coco.tensor<8xf32, local>, %w0: !coco.tensor<8xf32>, %w1: !coco.tensor<4xf32>, %w2: !coco.tensor<8xf32>, %lr: !coco.tensor<f32>) attributes {coco.grid = #coco.grid<[?]>} {
+  %a0_rs = comm.reduce_scatter sum %g0 : !coco.tensor<8xf32, local> -> !coco.tensor<8xf32, sliced<0>>
+  %a1_rs = comm.reduce_scatter sum %g1 : !coco.tensor<4xf32, local> -> !coco.tensor<4xf32, sliced<0>>
+  %a2_rs = comm.reduce_scatter sum %g2 : !coco.tensor<8xf32, local> -> !coco.tensor<8xf32, sliced<0>>
+  %q0_s = coco.mul %a0_rs, %a0_rs : !coco.tensor<8xf32, sliced<0>>
+  %n0_part = coco.reduce sum %q0_s : !coco.tensor<8xf32, sliced<0>> -> !coco.tensor<f32, local>
+  %n0 = comm.all_reduce sum %n0_part : !coco.tensor<f32, local> -> !coco.tensor<f32>
+  %q1_s = coco.mul %a1_rs, %a1_rs : !coco.tensor<4xf32, sliced<0>>
+  %n1_part = coco.reduce sum %q1_s : !coco.tensor<4xf32, sliced<0>> -> !coco.tensor<f32, local>
+  %n1 = comm.all_reduce sum %n1_part : !coco.tensor<f32, local> -> !coco.tensor<f32>
+  %q2_s = coco.mul %a2_rs, %a2_rs : !coco.tensor<8xf32, sliced<0>>
+  %n2_part = coco.reduce sum %q2_s : !coco.tensor<8xf32, sliced<0>> -> !coco.tensor<f32, local>
+  %n2 = comm.all_reduce sum %n2_part : !coco.tensor<f32, local> -> !coco.tensor<f32>
+  %n01 = coco.add %n0, %n1 : !coco.tensor<f32>
+  %n = coco.add %n01, %n2 : !coco.tensor<f32>
+  %norm = coco.sqrt %n : !coco.tensor<f32>
+  %c = coco.div %lr, %norm : !coco.tensor<f32>
+  %d0_s = coco.mul %c, %a0_rs : !coco.tensor<f32>, !coco.tensor<8xf32, sliced<0>> -> !coco.tensor<8xf32, sliced<0>>
+  %w0_s = coco.slice %w0 : !coco.tensor<8xf32> -> !coco.tensor<8xf32, sliced<0>>
+  %u0_s = coco.sub %w0_s, %d0_s : !coco.tensor<8xf32, sliced<0>>
+  %u0 = comm.all_gather %u0_s : !coco.tensor<8xf32, sliced<0>> -> !coco.tensor<8xf32>
+  %d1_s = coco.mul %c, %a1_rs : !coco.tensor<f32>, !coco.tensor<4xf32, sliced<0>> -> !coco.tensor<4xf32, sliced<0>>
+  %w1_s = coco.slice %w1 : !coco.tensor<4xf32> -> !coco.tensor<4xf32, sliced<0>>
+  %u1_s = coco.sub %w1_s, %d1_s : !coco.tensor<4xf32, sliced<0>>
+  %u1 = comm.all_gather %u1_s : !coco.tensor<4xf32, sliced<0>> -> !coco.tensor<4xf32>
+  %d2_s = coco.mul %c, %a2_rs : !coco.tensor<f32>, !coco.tensor<8xf32, sliced<0>> -> !coco.tensor<8xf32, sliced<0>>
+  %w2_s = coco.slice %w2 : !coco.tensor<8xf32> -> !coco.tensor<8xf32, sliced<0>>
+  %u2_s = coco.sub %w2_s, %d2_s : !coco.tensor<8xf32, sliced<0>>
+  %u2 = comm.all_gather %u2_s : !coco.tensor<8xf32, sliced<0>> -> !coco.tensor<8xf32>
+  coco.update %w0, %u0 : !coco.tensor<8xf32>
+  coco.update %w1, %u1 : !coco.tensor<4xf32>
+  coco.update %w2, %u2 : !coco.tensor<8xf32>
+  func.return
+}
+}
