@@ -187,26 +187,36 @@ SHARED_SCALAR_INPUTS = 16
 
 def _compute_shared_scalars(lw: PlanBuilder, chains: list[list[Operation]]) -> None:
     """One kernel of one element computing the deferred scalars that several of the
-    segment's chains would each compute, where they read more than SHARED_SCALAR_INPUTS
-    values; the chains' kernels then read its results from memory."""
+    segment's chains read (and what they are computed from), where those read more than
+    SHARED_SCALAR_INPUTS values; the chains' kernels then read its results from memory."""
     if len(chains) < 2:
         return
-    seen: dict[Operation, int] = {}
+    readers: dict[SSAValue, int] = {}  # deferred values read, by how many chains
     for chain in chains:
-        read = [v for op in chain for o in op.walk() for v in o.operands]
-        for op in lw.rematerialized(read, set(chain)):
-            seen[op] = seen.get(op, 0) + 1
-    shared = {
-        op
-        for op, count in seen.items()
-        if count > 1 and all(tensor_type_of(r).get_shape() == () for r in op.results)
-    }
+        mine = set(chain)
+        read = {
+            v
+            for op in chain
+            for o in op.walk()
+            for v in o.operands
+            if v.owner in lw.deferred and v.owner not in mine and v not in lw.buffers
+        }
+        for v in read:
+            readers[v] = readers.get(v, 0) + 1
+    # scalars only: a slice of an argument is each kernel's own piece
+    ops = lw.rematerialized([v for v, n in readers.items() if n > 1 and _scalar(v)])
+    shared = set(ops)
+    if not all(_scalar(r) for op in ops for r in op.results):
+        return  # (scalar arithmetic reads scalars: not expected)
     inputs = {v for op in shared for v in op.operands if v.owner not in shared}
     if len(inputs) <= SHARED_SCALAR_INPUTS:
         return
-    ops = lw.rematerialized([r for op in shared for r in op.results])
     stores = [r for op in ops for r in op.results if any(u.operation not in shared for u in r.uses)]
     lw.lower_elementwise(ops, "shared_scalars", stores=stores)
+
+
+def _scalar(v: SSAValue) -> bool:
+    return tensor_type_of(v).get_shape() == ()
 
 
 def _emit_scalar_updates(lw: PlanBuilder, updates: list[coco.UpdateOp]) -> list[coco.UpdateOp]:
