@@ -5,7 +5,7 @@ with `form=one_shot`, an all_reduce as written and the computation on its result
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -245,32 +245,17 @@ def _merge_coupled(chains: list[set[Operation]], block: Block) -> list[set[Opera
     Chains that still share an op stay apart (the disjointness check refuses them, naming
     the op). Chains of one iteration space and span that meet in tensor ops are merged
     first (`_merge_alike`), so the outcome does not hang on the order of the tensors."""
-    chains = _merge_alike(chains, block)
-    merged: list[set[Operation] | None] = []  # None: merged into a later one
-    # The merged chains holding each op (an index into `merged`): the chains a new one
-    # meets, found without intersecting it with every chain so far.
-    holders: dict[Operation, list[int]] = {}
-    for chain in chains:
-        chain = set(chain)
-        met = sorted({i for op in chain for i in holders.get(op, ()) if merged[i] is not None})
-        for i in met:
-            other = merged[i]
-            assert other is not None
-            common = other & chain
-            if not common:
-                continue  # trimmed off it by an earlier meeting
-            if all(_scalar_only(op) for op in common) or _one_kernel(block, other, chain):
-                merged[i] = None
-                chain |= other
-                continue
-            kept = _without(other, common)
-            if kept is not None:
-                merged[i] = kept
-        index = len(merged)
-        merged.append(chain)
-        for op in chain:
-            holders.setdefault(op, []).append(index)
-    return [m for m in merged if m is not None]
+
+    def meet(other: set[Operation], chain: set[Operation]) -> Meeting:
+        common = other & chain
+        if not common:
+            return other, chain  # trimmed off it by an earlier meeting
+        if all(_scalar_only(op) for op in common) or _one_kernel(block, other, chain):
+            return None, chain | other
+        kept = _without(other, common)
+        return (other if kept is None else kept), chain
+
+    return _merged_in_order(_merge_alike(chains, block), meet)
 
 
 def _merge_alike(chains: list[set[Operation]], block: Block) -> list[set[Operation]]:
@@ -281,22 +266,41 @@ def _merge_alike(chains: list[set[Operation]], block: Block) -> list[set[Operati
     between them (a bias between two weights) had already joined the first through the
     norm, and the union of the three was then not one kernel: fuse(rs-c-ag) was refused
     for the usual interleaving of weights and biases."""
-    merged: list[set[Operation] | None] = []
-    holders: dict[Operation, list[int]] = {}  # tensor ops of each merged chain
-    for chain in chains:
+
+    def meet(other: set[Operation], chain: set[Operation]) -> Meeting:
         key = _scatter_key(chain)
+        if key is not None and _scatter_key(other) == key and _one_kernel(block, other, chain):
+            return None, chain | other
+        return other, chain
+
+    return _merged_in_order(chains, meet, lambda op: not _scalar_only(op))
+
+
+# What a meeting of an earlier (merged) chain and a new one leaves: the earlier one (None:
+# merged into the new one) and the new one.
+Meeting = tuple[set[Operation] | None, set[Operation]]
+
+
+def _merged_in_order(
+    chains: list[set[Operation]],
+    meet: Callable[[set[Operation], set[Operation]], Meeting],
+    shares: Callable[[Operation], bool] = lambda op: True,
+) -> list[set[Operation]]:
+    """Each chain in order meets the earlier ones it shares an op with (those ops for which
+    `shares` holds), found through an index of the ops each holds rather than by
+    intersecting it with every earlier chain; `meet` says what each meeting leaves."""
+    merged: list[set[Operation] | None] = []
+    holders: dict[Operation, list[int]] = {}
+    for chain in chains:
         met = sorted({i for op in chain for i in holders.get(op, ()) if merged[i] is not None})
         for i in met:
             other = merged[i]
             assert other is not None
-            if key is not None and _scatter_key(other) == key and _one_kernel(block, other, chain):
-                merged[i] = None
-                chain = chain | other
-        index = len(merged)
-        merged.append(chain)
+            merged[i], chain = meet(other, chain)
         for op in chain:
-            if not _scalar_only(op):
-                holders.setdefault(op, []).append(index)
+            if shares(op):
+                holders.setdefault(op, []).append(len(merged))
+        merged.append(chain)
     return [m for m in merged if m is not None]
 
 
