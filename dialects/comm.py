@@ -1322,14 +1322,16 @@ class DissolveSpentRegion(RewritePattern):
             or any(isinstance(inner, CollectiveOp) for inner in op.body.walk())
         ):
             return
+        # each yielded value's first result (a value may be yielded twice)
+        result_of = {v: r for v, r in reversed(list(zip(term.values, op.results, strict=True)))}
         for inner in list(op.body.block.ops):
             if inner is term:
                 break
             inner.detach()
             rewriter.insert(inner, InsertPoint.before(op))
             for r in inner.results:
-                if r.name_hint is None and r in term.values:
-                    r.name_hint = op.results[list(term.values).index(r)].name_hint
+                if r.name_hint is None and r in result_of:
+                    r.name_hint = result_of[r].name_hint
         # Not `rewriter.replace`: it would hand the region's names to unnamed outer values.
         for r, v in zip(op.results, term.values, strict=True):
             rewriter.replace_all_uses_with(r, v)

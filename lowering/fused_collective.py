@@ -203,11 +203,10 @@ def _compute_shared_scalars(lw: PlanBuilder, chains: list[list[Operation]]) -> N
         }
         for v in read:
             readers[v] = readers.get(v, 0) + 1
-    # scalars only: a slice of an argument is each kernel's own piece
+    # Scalars only (a slice of an argument is each kernel's own piece); what computes them
+    # is scalar arithmetic, which reads scalars only (segments.scalar_arithmetic).
     ops = lw.rematerialized([v for v, n in readers.items() if n > 1 and _scalar(v)])
     shared = set(ops)
-    if not all(_scalar(r) for op in ops for r in op.results):
-        return  # (scalar arithmetic reads scalars: not expected)
     inputs = {v for op in shared for v in op.operands if v.owner not in shared}
     if len(inputs) <= SHARED_SCALAR_INPUTS:
         return

@@ -43,25 +43,21 @@ class Frontier:
     def __init__(self, start: Operation, info: OrderInfo | None):
         self.info = info
         self.walk: Operation | None = start.next_op
-        self.heap: list[int] = []
-        self.queued: dict[Operation, None] = {}
-        self.by_index: dict[int, Operation] = {}
+        # (position, op): positions are distinct, so ops are never compared
+        self.heap: list[tuple[int, Operation]] = []
+        self.queued: set[Operation] = set()
 
     def add(self, op: Operation) -> None:
         if self.info is None or op in self.queued:
             return
-        self.queued[op] = None
-        i = self.info.index[op]
-        self.by_index[i] = op
-        heapq.heappush(self.heap, i)
+        self.queued.add(op)
+        heapq.heappush(self.heap, (self.info.index[op], op))
 
     def pop(self) -> Operation | None:
         if self.info is None:
             op, self.walk = self.walk, self.walk.next_op if self.walk is not None else None
             return op
-        if not self.heap:
-            return None
-        return self.by_index.pop(heapq.heappop(self.heap))
+        return heapq.heappop(self.heap)[1] if self.heap else None
 
 
 def reduce_scatter_chain(
