@@ -25,6 +25,7 @@ from coconet.lowering.plan import Collective, Launch
 from coconet.runtime.sim import prepare_inputs
 from coconet.runtime.threaded import ThreadedExecutor
 from coconet.schedule import Schedule, enumerate_scheduled_programs, named_schedules
+from coconet.toolchain.nvrtc import compile_all_archs, nvrtc_available
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SIZES = (1000, 33, 4097)
@@ -146,6 +147,19 @@ def test_a_norm_over_many_tensors_is_computed_once_per_step(ranks: int):
     inputs = inputs_for(s.program, ranks, seed=5)
     want = clipped_adam(inputs, ranks, tensors=len(MANY))
     assert_close(ThreadedExecutor(plan).run(inputs), want, f"on cpu kernels at {ranks} ranks")
+
+
+@pytest.mark.skipif(not nvrtc_available(), reason="the nvidia-cuda-nvrtc wheel is not installed")
+def test_a_norm_over_many_tensors_compiles_with_nvrtc():
+    """The once-computed norm is a kernel of its own: the unit holding it compiles for the
+    GPUs CI checks, without warnings."""
+    build = runpy.run_path(str(EXAMPLES / "adam_clip_global_norm.py"))["build"]
+    s = Schedule(build(MANY))
+    s.named("fuse(rs-c-ag)")
+    source = lower(s.program, 2).cuda_source
+    assert "k_shared_scalars" in source
+    for compiled in compile_all_archs(source, warnings_as_errors=True).values():
+        assert compiled.binary
 
 
 @pytest.mark.parametrize("sizes", [(1000, 33, 1000), (8, 16, 8, 16), (17, 17, 19, 17, 19)])
