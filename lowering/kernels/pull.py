@@ -26,11 +26,12 @@ from coconet.lowering.kernel_ir import (
     VecOut,
     VecStore,
     all_of,
+    binary,
     peer,
     rewrite,
 )
 from coconet.lowering.kernels.builder_state import Gather
-from coconet.lowering.kernels.elements import C_STORAGE
+from coconet.lowering.kernels.elements import C_STORAGE, NARROW_FLOATS
 from coconet.lowering.kernels.statements import call
 from coconet.lowering.kernels.vectors import VectorBuilder
 from coconet.lowering.signature import BOOL, I32, I64, RANGE
@@ -101,16 +102,23 @@ class PullBuilder(VectorBuilder):
                 checks.append(call("coco_vec_aligned", src(g) + self.at_start(src_at(g, self.i))))
                 checks.append(call("coco_vec_aligned", dst(g) + self.at_start(at(g, self.i))))
             checks += self.vector_coords(extents)
+            # the vectors count from the chunk's start: a block's chunk of whole rows (a row
+            # kernel's) need not start at a whole vector
+            checks.append(binary("==", begin % self.lanes, 0))
             v, i0 = Var(I64, None, "v_"), Var(I64, None, "i0_")
             vc = [Var(I64, None, f"v{c.fallback}_") for c in self.coords]
             vec_body: list[Stmt] = [Decl(i0, self.begin + v * self.lanes), *coordinates(i0, vc)]
             for g in self.gathers:
                 storage = C_STORAGE[tensor_type_of(g.operand.value).elt]
                 x, y, k = Var(storage, None, "x_"), Var(storage, None, "y_"), Var(I32, None, "k_")
+                lane_x, lane_y = Index(x, k), Index(y, k)
+                if tensor_type_of(g.operand.value).elt in NARROW_FLOATS:
+                    # the bits of the storage struct: g++ vectorizes no struct copy
+                    lane_x, lane_y = Field(lane_x, "bits"), Field(lane_y, "bits")
                 vec_body += [
                     VecIn(x, self.lanes, src(g) + src_at(g, i0, vc)),
                     VecOut(y, self.lanes, dst(g) + at(g, i0, vc)),
-                    LaneLoop(k, self.lanes, (Assign(Index(y, k), Index(x, k)),)),
+                    LaneLoop(k, self.lanes, (Assign(lane_y, lane_x),)),
                     VecStore(y, dst(g) + at(g, i0, vc)),
                 ]
             tail = element

@@ -110,6 +110,7 @@ OP_KINDS = (
 
 MOTIFS = (
     "optimizer",
+    "norm_rows",
     "clipped_optimizer",
     "sliced_optimizer",
     "megatron",
@@ -650,6 +651,41 @@ class _Gen:
         if h is not None:
             r = self.arg(self.tensor_type((m, n), elt, []), "r")
             self.emit(lambda: coco.AddOp(h, r))
+
+    def motif_norm_rows(self) -> None:
+        """A row-parallel layer's epilogue at a real row length: all_reduce of local [R, H]
+        partials, + a residual, then an RMSNorm (mean of squares) or a softmax over each row:
+        what `fuse(rs-c-ag)` makes one row kernel. H is drawn so that a block's chunk of whole
+        rows need not start at a whole vector of the kernels (a pull once copied from the
+        vector before the chunk and left its end out)."""
+        elt = self.draw(st.sampled_from(("f32", "f32", "bf16", "f16")))
+        rows = self.draw(st.sampled_from((8, 12)))  # (split along the rows: row kernels)
+        hidden = self.draw(st.sampled_from((300, 500, 1003, 1024)))
+        lays, axes = self.span_axes()
+        x = self.arg(self.tensor_type((rows, hidden), elt, lays), "x")
+        h = self.collective(comm.AllReduceOp, x, "sum", axes)
+        if h is None:
+            return
+        if self.draw(st.booleans()):
+            r = self.arg(self.tensor_type((rows, hidden), elt, [REPLICATED] * self.grid_rank), "r")
+            h = self.emit(lambda: coco.AddOp(h, r)) or h
+        if self.draw(st.booleans()):
+            sq = self.emit(lambda: coco.MulOp(h, h))
+            ms = sq and self.emit(lambda: coco.ReduceDimsOp("mean", sq, [1], True))
+            d = ms and self.emit(lambda: coco.AddOp(ms, self.constant(elt)))
+            a = d and self.emit(lambda: coco.AbsOp(d))  # a negative eps: NaNs hide differences
+            rs = a and self.emit(lambda: coco.RsqrtOp(a))
+            y = rs and self.emit(lambda: coco.MulOp(h, rs))
+            if y is not None:
+                self.wanted_returns.append(y)
+            return
+        m = self.emit(lambda: coco.ReduceDimsOp("max", h, [1], True))
+        d = m and self.emit(lambda: coco.SubOp(h, m))
+        e = d and self.emit(lambda: coco.ExpOp(d))
+        s = e and self.emit(lambda: coco.ReduceDimsOp("sum", e, [1], True))
+        y = e and s and self.emit(lambda: coco.DivOp(e, s))
+        if y is not None:
+            self.wanted_returns.append(y)
 
     def motif_boundary(self) -> None:
         """A pipeline-stage boundary on [2, ?]: all_gather within the stage, then send to

@@ -391,6 +391,35 @@ def test_generated_expert_exchanges_are_overlapped_and_run_as_the_sim_computes()
 
 
 CLIPPED_CASES = 6 if not FULL else 60
+NORM_ROWS_CASES = 6 if not FULL else 60
+
+
+def test_generated_norm_rows_fuse_into_row_kernels_and_run_as_the_sim_computes() -> None:
+    """Random all_reduce + residual + RMSNorm / softmax blocks at row lengths of 300-1024
+    (the generator's `norm_rows`, beside other ops: rows a block's chunk need not start at a
+    whole vector of): under fuse(rs-c-ag) they become row kernels and run on the cpu backend
+    as the sim computes (1-D grids at 2 and 3 ranks, [2, ?] at 2 and 4)."""
+    from coconet.lowering.lower_to_plan import lower
+    from coconet.lowering.plan import Launch
+    from coconet.schedule import apply_schedule, named_schedules
+
+    stats: Counter = Counter()
+
+    @settings(max_examples=NORM_ROWS_CASES, **SETTINGS)
+    @given(gp=programs(max_ops=2, motif="norm_rows"))
+    def case(gp: GeneratedProgram) -> None:
+        if "fuse(rs-c-ag)" not in named_schedules(gp.program):
+            return
+        scheduled = apply_schedule(gp.program, "fuse(rs-c-ag)")
+        for ranks in (2, 3) if len(gp.grid) == 1 else (2, 4):
+            if not _runs_as_the_sim_computes(gp, scheduled, ranks, "fuse(rs-c-ag)"):
+                continue
+            kernels = [s.kernel for s in lower(scheduled, ranks).steps if isinstance(s, Launch)]
+            stats["row kernels"] += any("rows" in k for k in kernels)
+
+    case()
+    print("\nnorm rows run:", dict(stats))
+    assert stats["row kernels"] > 0, stats
 
 
 def test_generated_clipped_optimizers_fuse_as_one_region_and_run_as_the_sim_computes() -> None:
