@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from xdsl.utils.base_printer import BasePrinter
 
 from coconet.dialects.reduction import Reduction
+from coconet.lowering.host_lanes import host_row_lanes
 from coconet.lowering.kernel_ir import (
     Assign,
     Binary,
@@ -344,7 +345,8 @@ class CudaPrinter(BasePrinter):
 
     @print_stmt.register
     def _(self, stmt: Unused) -> None:
-        self.print_string("\n" + " ".join(f"(void){self.names[v]};" for v in stmt.vars))
+        if stmt.vars:
+            self.print_string("\n" + " ".join(f"(void){self.names[v]};" for v in stmt.vars))
 
     @print_stmt.register
     def _(self, stmt: If) -> None:
@@ -385,6 +387,15 @@ class CudaPrinter(BasePrinter):
 
     @print_stmt.register
     def _(self, stmt: RowLanes) -> None:
+        # the host walks the row a run of lanes at a time (host_lanes.py): same bits, vectorized
+        self.print_string("\n#ifdef COCO_TARGET_CUDA")
+        self.device_row_lanes(stmt)
+        self.print_string("\n#else\n{")
+        with self.indented(), self.scope():
+            self.print_block(host_row_lanes(stmt))
+        self.print_string("\n}\n#endif")
+
+    def device_row_lanes(self, stmt: RowLanes) -> None:
         count = self.expr(stmt.count)
         with self.braces("COCO_FOR_THREADS"), self.scope():
             lane = self.declare(stmt.lane)
