@@ -57,6 +57,7 @@ from coconet.lowering.fused_send import lower_fused_send
 from coconet.lowering.kernel_ir import Kernel, KernelKey, Param, structural_key
 from coconet.lowering.kernel_site import KernelSite, SiteKey, kernel_site
 from coconet.lowering.kernels.elementwise import ElementwiseKernel
+from coconet.lowering.kernels.encodings import share_encodings
 from coconet.lowering.kernels.reductions import (
     column_form,
     column_reduction_kernel,
@@ -253,7 +254,7 @@ class Lowering:
             return self.kernel_keys[key]
         if kernel.name not in self.kernel_names:
             self.kernel_names.add(kernel.name)
-            self.kernels.append(kernel)
+            self.kernels.append(share_encodings(kernel))
             self.kernel_keys[key] = kernel.name
         return kernel.name
 

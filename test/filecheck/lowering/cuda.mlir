@@ -30,8 +30,8 @@ func.func @chain(%x: !coco.tensor<256xf16, sliced<0>>, %r: !coco.tensor<256xf16>
 // CHECK:           const float x = coco_to_f32(x_in[i]);
 // CHECK:           const float r = coco_to_f32(r_in[r_base + i]);
 // CHECK:           const float y = coco_round_f16(x + r);  // coco.add %y
-// CHECK:           const float d = coco_round_f16(coco_dropout_keep(d_seed, gidx_, d_stream, 4194304u) ? y * 0x1.5555560000000p+0f : 0.0f);  // coco.dropout %d
-// CHECK:           d_out[i] = coco_f16_from_f32(d);
+// CHECK:           const coco_f16 d_q = coco_f16_from_f32(coco_dropout_keep(d_seed, gidx_, d_stream, 4194304u) ? y * 0x1.5555560000000p+0f : 0.0f);  // coco.dropout %d
+// CHECK:           d_out[i] = d_q;
 // CHECK:         COCO_KERNEL_BODY_END
 
 // -----

@@ -117,7 +117,7 @@ func.func @layernorm_streamed(%x: !coco.tensor<8x16384xbf16, local>, %res: !coco
 // CHECK-NEXT:  COCO_SHARED(double, mean_lanes, 32);
 // CHECK-NEXT:  COCO_SHARED(double, var_lanes, 32);
 // CHECK-NOT:   COCO_SHARED
-// CHECK:         ((coco_bf16*)h_peers[me])[h_base + i] = coco_bf16_from_f32(h_s);  // comm.all_gather
+// CHECK:         ((coco_bf16*)h_peers[me])[h_base + i] = h_s_q;  // comm.all_gather
 // CHECK:         mean_val[0] = mean;
 // CHECK:         const float h_s = coco_to_f32(((coco_bf16*)h_peers[me])[h_base + i]);  // re-read, not kept
 // CHECK-NEXT:    const float mean = mean_val[0];
@@ -128,7 +128,7 @@ func.func @layernorm_streamed(%x: !coco.tensor<8x16384xbf16, local>, %res: !coco
 // CHECK-NEXT:    const float mean = mean_val[0];
 // CHECK-NEXT:    const float c = coco_round_bf16(h_s - mean);  // coco.sub %c
 // CHECK-NEXT:    const float r = r_val[0];
-// CHECK-NEXT:    const float n_s = coco_round_bf16(c * r);  // coco.mul %n_s
+// CHECK-NEXT:    const coco_bf16 n_s_q = coco_bf16_from_f32(c * r);  // coco.mul %n_s
 
 // -----
 

@@ -36,8 +36,8 @@
 // CUDA-NEXT:      const coco_i64 i = at0_ + k_;
 // CUDA-NEXT:      const float x = x_in[i];
 // CUDA-NEXT:      const float u = x * s;  // coco.mul %u
-// CUDA-NEXT:      const float c = coco_round_bf16((float)u);  // coco.cast %c
-// CUDA-NEXT:      c_mine[i] = coco_bf16_from_f32(c);  // comm.all_to_all
+// CUDA-NEXT:      const coco_bf16 c_q = coco_bf16_from_f32((float)u);  // coco.cast %c
+// CUDA-NEXT:      c_mine[i] = c_q;  // comm.all_to_all
 // CUDA:         coco_peers_done(
 // CUDA:         const coco_i64* const box_ = recv_boxes + q_ * 6;
 // CUDA:         const coco_bf16* const c_from = (const coco_bf16*)c_peers[q_];
