@@ -431,6 +431,7 @@ def emit_collective_kernel(
             inputs,
             store_specs,
         )
+    kernel.group = group
     for op in scatters:
         if single:
             kernel.aliases[op.result] = wire_source(lw, op.input)

@@ -44,6 +44,7 @@ from coconet.lowering.kernels.elements import (
     int_literal,
     is_float,
     load_expr,
+    peer_accumulator,
     round_expr,
     round_from_double,
     scaled,
@@ -111,7 +112,7 @@ class BodyBuilder(BuilderState):
         # A stated accumulation: float registers, each step rounded to it (the first peer's
         # value needs none: the verifier's [*-acc] makes the element type widen into it).
         acc_elt = comm.accumulation(owner) if isinstance(owner, Operation) else None
-        acc_t = accumulator(elt, acc_elt)
+        acc_t = peer_accumulator(elt, acc_elt, Reduction(kind), self.k.group)
         fallback = f"x{len(self.local)}"
         acc = Var(acc_t, value_hint(res, "_acc"), f"{fallback}_acc")
         p = Var(I32, None, "p_")

@@ -16,6 +16,7 @@ from coconet.core.elementwise import ELEMENTWISE
 from coconet.core.values import NUMPY_DTYPES
 from coconet.dialects import coco
 from coconet.dialects.coco import is_float_name, tensor_type_of
+from coconet.dialects.reduction import Reduction
 from coconet.lowering.kernel_ir import Binary, Cast, Expr, Lit, Unary, Var, binary
 from coconet.lowering.kernels.statements import call
 from coconet.lowering.signature import BOOL, F32, F64, I32, I64, CType
@@ -185,6 +186,25 @@ def accumulator(elt: str, acc: str | None = None) -> CType:
     if acc is not None:
         return F64 if acc == "f64" else F32
     return F64 if is_float(elt) else I64
+
+
+# A sum of e4m3 codes (multiples of 2^-9 of magnitude at most 448) is exact in float while
+# every partial sum stays below 2^24 units of 2^-9: up to 73 terms.
+EXACT_E4M3_TERMS = 64
+
+
+def peer_accumulator(elt: str, acc: str | None, kind: Reduction, group: int) -> CType:
+    """The accumulator of a reduction over a group's values: a float where it gives the bits
+    the default double would (the oracle's exact sum rounded once): the max or min of floats,
+    and sums of e4m3 codes over at most EXACT_E4M3_TERMS members. A float tile is half a
+    double's and needs no widening: an fp8 gradient's fused step is compute-bound on the host
+    otherwise."""
+    if acc is None and group > 0 and (elt in NARROW_FLOATS or elt == "f32"):
+        if kind in (Reduction.MAX, Reduction.MIN):
+            return F32
+        if kind == Reduction.SUM and elt == "f8E4M3FN" and group <= EXACT_E4M3_TERMS:
+            return F32
+    return accumulator(elt, acc)
 
 
 def accumulate_step(acc: str | None, value: Expr) -> Expr:

@@ -123,6 +123,9 @@ class ElementwiseSpec:
         # Uneven slices: group members iterate over different counts, so the pull takes
         # member q's count (a table) to find the chunk q's same-index block wrote.
         self.uneven = False
+        # The members its peer reductions combine (fused collectives): a sum of few enough fp8
+        # codes is exact in float (elements.py `peer_accumulator`).
+        self.group = 0
         # Extents and strides the types fix are literals in the text (div/mod by a literal is a
         # multiply and a shift); off where kernels over different shapes must print alike
         # (one table launch over many tensors: fused_collective.py).

@@ -463,3 +463,34 @@ def test_a_reassociated_fp8_sum_is_compared_within_fp8_tolerance():
     report = check_equivalence(program, reordered, ranks=(2, 4), seeds=(0, 1, 2))
     assert report.ok, str(report)
     assert report.reassociated, str(report)
+
+
+def test_peer_sums_accumulate_in_float_only_where_float_is_exact() -> None:
+    """A fused kernel sums a group's e4m3 codes in float up to EXACT_E4M3_TERMS members, and
+    takes the max or min of any float in float: the bits the oracle's double gives. The premise
+    checked on the worst codes (the largest, the smallest subnormal, mixed signs): every
+    partial float sum of 64 of them equals the double one; past 73 terms a float sum rounds."""
+    from coconet.dialects.reduction import Reduction
+    from coconet.lowering.kernels.elements import EXACT_E4M3_TERMS, peer_accumulator
+    from coconet.lowering.signature import F32, F64
+
+    assert peer_accumulator("f8E4M3FN", None, Reduction.SUM, EXACT_E4M3_TERMS) == F32
+    assert peer_accumulator("f8E4M3FN", None, Reduction.SUM, EXACT_E4M3_TERMS + 1) == F64
+    assert peer_accumulator("f8E5M2", None, Reduction.SUM, 2) == F64  # 2^-16 .. 57344: no
+    assert peer_accumulator("bf16", None, Reduction.SUM, 2) == F64
+    for elt in ("f32", "bf16", "f16", "f8E5M2"):
+        assert peer_accumulator(elt, None, Reduction.MAX, 1000) == F32
+    assert peer_accumulator("f64", None, Reduction.MAX, 2) == F64
+
+    codes = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float64)
+    finite = codes[np.isfinite(codes)]
+    rng = np.random.default_rng(0)
+    worst = [448.0, -448.0, 2.0**-9, -(2.0**-9), 0.875 * 2**-6]
+    for _ in range(200):
+        terms = rng.choice(np.concatenate([finite, worst * 20]), EXACT_E4M3_TERMS)
+        if rng.random() < 0.5:
+            terms[: EXACT_E4M3_TERMS // 2] = 448.0  # the largest partial sums
+        single = np.cumsum(terms.astype(np.float32), dtype=np.float32)
+        assert np.array_equal(single.astype(np.float64), np.cumsum(terms))
+    many = np.array([448.0] * 74 + [2.0**-9])
+    assert np.float32(many.astype(np.float32).sum(dtype=np.float32)) != many.sum()
