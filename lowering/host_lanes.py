@@ -77,12 +77,14 @@ def host_row_lanes(phase: RowLanes) -> tuple[Stmt, ...]:
         # what a later piece reads is declared again there; a tile's declaration becomes a
         # store to its lane's entry
         again = [d for v, d in recomputed.items() if uses(stmts, v) and d not in stmts]
-        stores = tuple(
-            Assign(s.var, s.init) if isinstance(s, Decl) and s.var in tiles else s
-            for s in (*again, *stmts)
-            if not (isinstance(s, Decl) and s.var in tiles and s.init is None)
-        )
-        return rewrite(stores, fn)
+        stores: list[Stmt] = []
+        for s in (*again, *stmts):
+            if isinstance(s, Decl) and s.var in tiles:
+                if s.init is not None:
+                    stores.append(Assign(s.var, s.init))
+            else:
+                stores.append(s)
+        return rewrite(tuple(stores), fn)
 
     def over_lanes(piece: tuple[Stmt, ...]) -> Stmt:
         if len(piece) == 1 and isinstance(piece[0], For):

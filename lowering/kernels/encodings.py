@@ -16,8 +16,9 @@ The decoding is left out where nothing else reads the value.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import fields, replace
-from typing import Any
+from typing import Any, cast
 
 from coconet.lowering.kernel_ir import Call, Decl, Kernel, Stmt, Var, rewrite
 from coconet.lowering.kernels.elements import C_STORAGE, NARROW_FLOATS
@@ -82,11 +83,17 @@ def share_encodings(kernel: Kernel) -> Kernel:
     rewrite(body, reads)
     # a value only ever stored needs no decoding (an unread variable warns)
     unread = {v for v in codes if v not in read}
-    body = _expand(body, lambda s: () if s.var in unread else None)
+
+    def drop_unread(s: Decl) -> tuple[Stmt, ...] | None:
+        return () if s.var in unread else None
+
+    body = _expand(body, drop_unread)
     return replace(kernel, body=body)
 
 
-def _expand(stmts: tuple[Stmt, ...], split: Any) -> tuple[Stmt, ...]:
+def _expand(
+    stmts: tuple[Stmt, ...], split: Callable[[Decl], tuple[Stmt, ...] | None]
+) -> tuple[Stmt, ...]:
     """`stmts` with every declaration (at any depth) that `split` returns statements for
     replaced by them."""
     out: list[Stmt] = []
@@ -95,11 +102,13 @@ def _expand(stmts: tuple[Stmt, ...], split: Any) -> tuple[Stmt, ...]:
             parts = split(s)
             out += parts if parts is not None else (s,)
             continue
-        changes = {
-            f.name: _expand(value, split)
-            for f in fields(s)  # type: ignore[arg-type]
-            if isinstance(value := getattr(s, f.name), tuple)
-            and all(isinstance(x, Stmt) for x in value)
-        }
+        changes: dict[str, tuple[Stmt, ...]] = {}
+        for f in fields(s):  # type: ignore[arg-type]
+            value: object = getattr(s, f.name)
+            if not isinstance(value, tuple):
+                continue
+            items = cast("tuple[object, ...]", value)
+            if all(isinstance(x, Stmt) for x in items):
+                changes[f.name] = _expand(cast("tuple[Stmt, ...]", items), split)
         out.append(replace(s, **changes) if changes else s)  # type: ignore[type-var]
     return tuple(out)
