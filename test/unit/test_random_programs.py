@@ -394,61 +394,57 @@ CLIPPED_CASES = 6 if not FULL else 60
 NORM_ROWS_CASES = 6 if not FULL else 60
 
 
-def test_generated_norm_rows_fuse_into_row_kernels_and_run_as_the_sim_computes() -> None:
-    """Random all_reduce + residual + RMSNorm / softmax blocks at row lengths of 300-1024
-    (the generator's `norm_rows`, beside other ops: rows a block's chunk need not start at a
-    whole vector of): under fuse(rs-c-ag) they become row kernels and run on the cpu backend
-    as the sim computes (1-D grids at 2 and 3 ranks, [2, ?] at 2 and 4)."""
+def _fused_kernels(motif: str, cases: int) -> list[list[str]]:
+    """For `cases` random programs of the generator's `motif` offered fuse(rs-c-ag): the
+    kernels each launches under it at each rank count where it runs on the cpu backend as
+    the sim computes the program as written (1-D grids at 2 and 3 ranks: every odd size cut
+    unevenly; [2, ?] at 2 and 4)."""
     from coconet.lowering.lower_to_plan import lower
     from coconet.lowering.plan import Launch
     from coconet.schedule import apply_schedule, named_schedules
 
-    stats: Counter = Counter()
+    runs: list[list[str]] = []
 
-    @settings(max_examples=NORM_ROWS_CASES, **SETTINGS)
-    @given(gp=programs(max_ops=2, motif="norm_rows"))
+    @settings(max_examples=cases, **SETTINGS)
+    @given(gp=programs(max_ops=2, motif=motif))
     def case(gp: GeneratedProgram) -> None:
         if "fuse(rs-c-ag)" not in named_schedules(gp.program):
             return
         scheduled = apply_schedule(gp.program, "fuse(rs-c-ag)")
         for ranks in (2, 3) if len(gp.grid) == 1 else (2, 4):
-            if not _runs_as_the_sim_computes(gp, scheduled, ranks, "fuse(rs-c-ag)"):
-                continue
-            kernels = [s.kernel for s in lower(scheduled, ranks).steps if isinstance(s, Launch)]
-            stats["row kernels"] += any("rows" in k for k in kernels)
+            if _runs_as_the_sim_computes(gp, scheduled, ranks, "fuse(rs-c-ag)"):
+                steps = lower(scheduled, ranks).steps
+                runs.append([s.kernel for s in steps if isinstance(s, Launch)])
 
     case()
-    print("\nnorm rows run:", dict(stats))
-    assert stats["row kernels"] > 0, stats
+    return runs
+
+
+def test_generated_norm_rows_fuse_into_row_kernels_and_run_as_the_sim_computes() -> None:
+    """Random all_reduce + residual + RMSNorm / softmax blocks at row lengths of 300-1024
+    (the generator's `norm_rows`, beside other ops: rows a block's chunk need not start at a
+    whole vector of): under fuse(rs-c-ag) they become row kernels and run on the cpu backend
+    as the sim computes."""
+    runs = _fused_kernels("norm_rows", NORM_ROWS_CASES)
+    rows = sum(any("rows" in k for k in kernels) for kernels in runs)
+    print("\nnorm rows run:", len(runs), "with row kernels:", rows)
+    assert rows > 0, runs
 
 
 def test_generated_clipped_optimizers_fuse_as_one_region_and_run_as_the_sim_computes() -> None:
     """Random global-norm clipping over 2-20 tensors of mixed shapes (the generator's
     `clipped_optimizer`, beside other ops): under fuse(rs-c-ag) the chains the norm couples
     merge, and past 16 tensors the lowering computes the norm once before the launch that
-    reads it; each runs on the cpu backend as the sim computes the program as written (1-D
-    grids at 2 and 3 ranks: every odd size cut unevenly)."""
-    from coconet.lowering.lower_to_plan import lower
-    from coconet.lowering.plan import Launch
-    from coconet.schedule import apply_schedule, named_schedules
-
-    stats: Counter = Counter()
-
-    @settings(max_examples=CLIPPED_CASES, **SETTINGS)
-    @given(gp=programs(max_ops=2, motif="clipped_optimizer"))
-    def case(gp: GeneratedProgram) -> None:
-        if "fuse(rs-c-ag)" not in named_schedules(gp.program):
-            return
-        scheduled = apply_schedule(gp.program, "fuse(rs-c-ag)")
-        for ranks in (2, 3) if len(gp.grid) == 1 else (2, 4):
-            if not _runs_as_the_sim_computes(gp, scheduled, ranks, "fuse(rs-c-ag)"):
-                continue
-            stats["fused"] += 1
-            steps = lower(scheduled, ranks).steps
-            kernels = [s.kernel for s in steps if isinstance(s, Launch)]
-            stats["norm computed once"] += any("shared_scalars" in k for k in kernels)
-
-    case()
+    reads it; each runs on the cpu backend as the sim computes the program as written."""
+    runs = _fused_kernels("clipped_optimizer", CLIPPED_CASES)
+    stats = Counter(
+        {
+            "fused": len(runs),
+            "norm computed once": sum(
+                any("shared_scalars" in k for k in kernels) for kernels in runs
+            ),
+        }
+    )
     print("\nclipped optimizers run:", dict(stats))
     assert stats["fused"] > 0, stats
     assert stats["norm computed once"] > 0, stats
