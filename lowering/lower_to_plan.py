@@ -56,6 +56,7 @@ from coconet.lowering.fused_collective import lower_fused_collective
 from coconet.lowering.fused_send import lower_fused_send
 from coconet.lowering.kernel_ir import Kernel, KernelKey, Param, structural_key
 from coconet.lowering.kernel_site import KernelSite, SiteKey, kernel_site
+from coconet.lowering.kernels.elements import reduce_accumulator
 from coconet.lowering.kernels.elementwise import ElementwiseKernel
 from coconet.lowering.kernels.encodings import share_encodings
 from coconet.lowering.kernels.reductions import (
@@ -82,7 +83,7 @@ from coconet.lowering.plan import (
     WaitEvent,
 )
 from coconet.lowering.plan_builder import LaunchConfig
-from coconet.lowering.signature import ParamKind, range_positions
+from coconet.lowering.signature import F32, F64, ParamKind, range_positions
 
 
 class Lowering:
@@ -637,7 +638,7 @@ class Lowering:
         x = self.value_buffer(op.input)
         grid = self.config.grid_for(x.count)  # the largest piece's
         n = self.per_rank("count", x.count_at)
-        acc = "f64" if coco.is_float_name(elt) else "i64"
+        acc = {F32: "f32", F64: "f64"}.get(reduce_accumulator(elt, kind), "i64")
         partials = self.new_buffer(
             f"{op.result.name_hint or 'r'}_partials",
             op.result.type,
@@ -646,7 +647,7 @@ class Lowering:
             shape=(grid,),
         )
         out = self.buffer_for(op.result)
-        acc_bytes = 8
+        acc_bytes = 4 if acc == "f32" else 8
         self.emit(
             Launch(
                 f"{name}_partial",

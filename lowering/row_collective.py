@@ -76,8 +76,8 @@ from coconet.lowering.kernel_ir import (
 from coconet.lowering.kernels.elements import (
     C_COMPUTE,
     C_STORAGE,
-    accumulator,
     load_expr,
+    reduce_accumulator,
     store_expr,
     store_from_double,
 )
@@ -377,8 +377,7 @@ class _RowBuilder(ElementwiseBuilder):
                 res, C_COMPUTE[tensor_type_of(res).elt], 1, "val"
             )
         partials = {
-            r: self.shared_array(r.result, accumulator(r.input.type.elt), lanes, "lanes")
-            for r in reductions
+            r: self.shared_array(r.result, self.accumulator(r), lanes, "lanes") for r in reductions
         }
         # scalars (constants, scalar arithmetic) once per block
         self.body = []
@@ -406,7 +405,7 @@ class _RowBuilder(ElementwiseBuilder):
             for r in reductions:
                 if self.level[r.input] != p:
                     continue
-                acc_t = accumulator(r.input.type.elt)
+                acc_t = self.accumulator(r)
                 rkind = Reduction.SUM if r.kind.data == Reduction.MEAN else r.kind.data
                 acc = Var(acc_t, None, f"acc{len(accs)}_")
                 accs[r] = acc
@@ -465,6 +464,12 @@ class _RowBuilder(ElementwiseBuilder):
         if self.gathers:
             stmts += [SyncBlock(), *self.pull(pull_vector)]
         return Kernel(k.name, tuple(self.params), tuple(stmts))
+
+    @staticmethod
+    def accumulator(r: coco.ReduceDimsOp) -> CType:
+        """A row reduction's accumulator (a mean sums)."""
+        kind = Reduction.SUM if r.kind.data == Reduction.MEAN else Reduction(r.kind.data)
+        return reduce_accumulator(r.input.type.elt, kind)
 
     def phase_writes(self, p: int) -> list[tuple[Expr, SSAValue, str, str]]:
         """Phase p's element stores and pushes (place, value, element type, comment): each
@@ -539,7 +544,7 @@ class _RowBuilder(ElementwiseBuilder):
         for r in reductions:
             if self.level[r.input] != p:
                 continue
-            acc_t = accumulator(r.input.type.elt)
+            acc_t = self.accumulator(r)
             rkind = Reduction.SUM if r.kind.data == Reduction.MEAN else r.kind.data
             total = Var(acc_t, None, f"total{len(out)}_")
             elt = r.result.type.elt

@@ -188,6 +188,15 @@ def accumulator(elt: str, acc: str | None = None) -> CType:
     return F64 if is_float(elt) else I64
 
 
+def reduce_accumulator(elt: str, kind: Reduction) -> CType:
+    """The accumulator of a reduction over elements: the max or min of floats narrower than
+    double in float (the bits a double gives, at twice the vector width: the amax of fp8
+    scaling, a softmax's row max), sums and the rest as `accumulator` says."""
+    if kind in (Reduction.MAX, Reduction.MIN) and (elt in NARROW_FLOATS or elt == "f32"):
+        return F32
+    return accumulator(elt)
+
+
 # A sum of e4m3 codes (multiples of 2^-9 of magnitude at most 448) is exact in float while
 # every partial sum stays below 2^24 units of 2^-9: up to 73 terms.
 EXACT_E4M3_TERMS = 64
@@ -199,11 +208,10 @@ def peer_accumulator(elt: str, acc: str | None, kind: Reduction, group: int) -> 
     and sums of e4m3 codes over at most EXACT_E4M3_TERMS members. A float tile is half a
     double's and needs no widening: an fp8 gradient's fused step is compute-bound on the host
     otherwise."""
-    if acc is None and group > 0 and (elt in NARROW_FLOATS or elt == "f32"):
-        if kind in (Reduction.MAX, Reduction.MIN):
-            return F32
+    if acc is None and group > 0:
         if kind == Reduction.SUM and elt == "f8E4M3FN" and group <= EXACT_E4M3_TERMS:
             return F32
+        return reduce_accumulator(elt, kind)
     return accumulator(elt, acc)
 
 

@@ -47,8 +47,8 @@ from coconet.lowering.kernel_ir import (
 from coconet.lowering.kernels.elements import (
     C_STORAGE,
     STORAGE_BYTES,
-    accumulator,
     load_expr,
+    reduce_accumulator,
     store_from_double,
 )
 from coconet.lowering.kernels.statements import call, thread_zero
@@ -111,8 +111,8 @@ def lane_partials(
 def reduction_kernels(name: str, kind: Reduction, elt: str) -> tuple[Kernel, Kernel]:
     """Two kernels for a full reduction: per-block partials (double / long long, in a fixed
     order) and a one-block finish that combines them in block order and rounds once."""
-    acc = accumulator(elt)
     rkind = Reduction(kind)
+    acc = reduce_accumulator(elt, rkind)
     storage = C_STORAGE[elt]
 
     x = Param(storage.ptr(const=True, restrict=True), None, "x", kind=ParamKind.IN)
@@ -209,7 +209,8 @@ def reduction_kernels(name: str, kind: Reduction, elt: str) -> tuple[Kernel, Ker
 def _row_kind(kind: Reduction, elt: str) -> tuple[bool, Reduction, CType]:
     """(whether it is a mean, the combining kind -- a mean sums --, the accumulator type)."""
     mean = kind == Reduction.MEAN
-    return mean, Reduction.SUM if mean else Reduction(kind), accumulator(elt)
+    rkind = Reduction.SUM if mean else Reduction(kind)
+    return mean, rkind, reduce_accumulator(elt, rkind)
 
 
 def _row_params(elt: str) -> tuple[Param, Param, Param, Param, Param]:

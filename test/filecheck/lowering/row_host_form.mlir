@@ -22,11 +22,11 @@ func.func @softmax_rows(%x: !coco.tensor<8x500xf32, local>) -> !coco.tensor<8x50
 // CHECK-NEXT:    #ifdef COCO_TARGET_CUDA
 // CHECK-NEXT:    COCO_FOR_THREADS {
 // CHECK-NEXT:      for (coco_i64 lane_ = (coco_i64)coco_thread_idx(); lane_ < 32; lane_ += (coco_i64)coco_block_dim()) {
-// CHECK-NEXT:        double acc0_ = -(1.0 / 0.0);
+// CHECK-NEXT:        float acc0_ = -(1.0 / 0.0);
 // CHECK-NEXT:        for (coco_i64 e_ = lane_; e_ < 500; e_ += 32) {
 // CHECK:         #else
 // CHECK-NEXT:    {
-// CHECK-NEXT:      double acc0_t[32];
+// CHECK-NEXT:      float acc0_t[32];
 // CHECK-NEXT:      double scores_acc_t[32];
 // CHECK-NEXT:      COCO_FOR_LANES(k_, 32) {
 // CHECK-NEXT:        acc0_t[k_] = -(1.0 / 0.0);
@@ -45,7 +45,7 @@ func.func @softmax_rows(%x: !coco.tensor<8x500xf32, local>) -> !coco.tensor<8x50
 // CHECK-NEXT:        }
 // CHECK-NEXT:        COCO_FOR_LANES(k_, width_) {
 // CHECK-NEXT:          const float scores = (float)scores_acc_t[k_];  // comm.reduce_scatter
-// CHECK-NEXT:          acc0_t[k_] = coco_max(acc0_t[k_], (double)scores);
+// CHECK-NEXT:          acc0_t[k_] = coco_max(acc0_t[k_], (float)scores);
 // CHECK-NEXT:          scores_row[run_ + (coco_i64)k_] = scores;
 // CHECK-NEXT:        }
 // CHECK-NEXT:      }

@@ -149,10 +149,10 @@ func.func @softmax_streamed(%x: !coco.tensor<8x16384xf32, local>) -> !coco.tenso
 // CHECK:       COCO_KERNEL_BODY_BEGIN
 // CHECK-NEXT:  COCO_SHARED(float, max_val, 1);
 // CHECK-NEXT:  COCO_SHARED(float, sum_val, 1);
-// CHECK-NEXT:  COCO_SHARED(double, max_lanes, 32);
+// CHECK-NEXT:  COCO_SHARED(float, max_lanes, 32);
 // CHECK-NEXT:  COCO_SHARED(double, sum_lanes, 32);
 // CHECK-NOT:   COCO_SHARED
-// CHECK:         acc0_ = coco_max(acc0_, (double)rs);
+// CHECK:         acc0_ = coco_max(acc0_, (float)rs);
 // CHECK:         max_val[0] = max;
 // CHECK:         double rs_acc = (double)((const float*)x_peers[0])[x_base + i];
 // CHECK:         const float rs = (float)rs_acc;  // comm.reduce_scatter
