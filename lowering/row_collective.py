@@ -44,7 +44,6 @@ from xdsl.ir import Operation, SSAValue
 from coconet.core.program import CocoError
 from coconet.dialects import coco
 from coconet.dialects.coco import TensorType, tensor_type_of
-from coconet.dialects.reduction import Reduction
 from coconet.lowering.kernel_ir import (
     BLOCK_IDX,
     GRID_DIM,
@@ -77,11 +76,11 @@ from coconet.lowering.kernels.elements import (
     C_COMPUTE,
     C_STORAGE,
     load_expr,
-    reduce_accumulator,
     store_expr,
     store_from_double,
 )
 from coconet.lowering.kernels.elementwise import ElementwiseBuilder, ElementwiseKernel
+from coconet.lowering.kernels.reductions import row_kind
 from coconet.lowering.kernels.statements import thread_zero
 from coconet.lowering.signature import I64, CType
 
@@ -377,7 +376,10 @@ class _RowBuilder(ElementwiseBuilder):
                 res, C_COMPUTE[tensor_type_of(res).elt], 1, "val"
             )
         partials = {
-            r: self.shared_array(r.result, self.accumulator(r), lanes, "lanes") for r in reductions
+            r: self.shared_array(
+                r.result, row_kind(r.kind.data, r.input.type.elt)[2], lanes, "lanes"
+            )
+            for r in reductions
         }
         # scalars (constants, scalar arithmetic) once per block
         self.body = []
@@ -405,8 +407,7 @@ class _RowBuilder(ElementwiseBuilder):
             for r in reductions:
                 if self.level[r.input] != p:
                     continue
-                acc_t = self.accumulator(r)
-                rkind = Reduction.SUM if r.kind.data == Reduction.MEAN else r.kind.data
+                _, rkind, acc_t = row_kind(r.kind.data, r.input.type.elt)
                 acc = Var(acc_t, None, f"acc{len(accs)}_")
                 accs[r] = acc
                 before.append(Decl(acc, Identity(rkind, acc_t), const=False))
@@ -464,12 +465,6 @@ class _RowBuilder(ElementwiseBuilder):
         if self.gathers:
             stmts += [SyncBlock(), *self.pull(pull_vector)]
         return Kernel(k.name, tuple(self.params), tuple(stmts))
-
-    @staticmethod
-    def accumulator(r: coco.ReduceDimsOp) -> CType:
-        """A row reduction's accumulator (a mean sums)."""
-        kind = Reduction.SUM if r.kind.data == Reduction.MEAN else Reduction(r.kind.data)
-        return reduce_accumulator(r.input.type.elt, kind)
 
     def phase_writes(self, p: int) -> list[tuple[Expr, SSAValue, str, str]]:
         """Phase p's element stores and pushes (place, value, element type, comment): each
@@ -544,12 +539,11 @@ class _RowBuilder(ElementwiseBuilder):
         for r in reductions:
             if self.level[r.input] != p:
                 continue
-            acc_t = self.accumulator(r)
-            rkind = Reduction.SUM if r.kind.data == Reduction.MEAN else r.kind.data
+            mean, rkind, acc_t = row_kind(r.kind.data, r.input.type.elt)
             total = Var(acc_t, None, f"total{len(out)}_")
             elt = r.result.type.elt
             value: Expr = total
-            if r.kind.data == Reduction.MEAN:
+            if mean:
                 value = Binary("/", total, Cast(acc_t, Lit(str(self.count))))
             out += [
                 Decl(total, Identity(rkind, acc_t), const=False),

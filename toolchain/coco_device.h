@@ -819,13 +819,11 @@ COCO_HD coco_u8 coco_f32_to_f8e4m3_bits(float f) {
 COCO_HD coco_u8 coco_f32_to_f8e5m2_bits(float f) {
   return coco_f32_to_f8_bits(f, 2u, 15u, 0x38800000u, 128.0f, 0x7Cu, 0x7Eu);
 }
-// The magnitude's bits placed in a float's with the exponent rebiased one too high give twice
-// a normal code's value, and 2^-6 (1 + m/8) (below 2^-5) for a subnormal code 0.m, from which
-// subtracting 2^-6 leaves its value m 2^-9; NaN (S.1111.111) is the one code at 960. Every
-// step is exact, no float is ever subnormal (a subnormal operand costs a microcode assist on
-// x86), and the tests are on the float, so a host vectorizes all of it in 32-bit lanes (tests
-// on the byte were done on bytes, and each mask widened twice): 2.2x the select between an
-// integer form and a converted one.
+// As coco_ieee_narrow_to_f32 (above): twice a normal code's value, and 2^-6 (1 + m/8) (below
+// 2^-5) for a subnormal code 0.m, less 2^-6; e4m3fn has no infinities, and NaN (S.1111.111)
+// is the one code at 960. ~1.6x the select between an integer form and a converted one in a
+// fused kernel's peer sum on the host (tests on the byte were done on bytes, each mask widened
+// twice).
 COCO_HD float coco_f8e4m3_bits_to_f32(coco_u8 b) {
   const float twice = coco_u32_as_float((((coco_u32)b & 0x7Fu) << 20) + (121u << 23));
   const float value = twice < 0.03125f ? twice - 0.015625f : twice * 0.5f;

@@ -109,8 +109,9 @@ def lane_partials(
 
 
 def reduction_kernels(name: str, kind: Reduction, elt: str) -> tuple[Kernel, Kernel]:
-    """Two kernels for a full reduction: per-block partials (double / long long, in a fixed
-    order) and a one-block finish that combines them in block order and rounds once."""
+    """Two kernels for a full reduction: per-block partials (in `reduce_accumulator`'s type:
+    double, long long, float for a max or min; in a fixed order) and a one-block finish that
+    combines them in block order and rounds once."""
     rkind = Reduction(kind)
     acc = reduce_accumulator(elt, rkind)
     storage = C_STORAGE[elt]
@@ -206,7 +207,7 @@ def reduction_kernels(name: str, kind: Reduction, elt: str) -> tuple[Kernel, Ker
     return partial, finish
 
 
-def _row_kind(kind: Reduction, elt: str) -> tuple[bool, Reduction, CType]:
+def row_kind(kind: Reduction, elt: str) -> tuple[bool, Reduction, CType]:
     """(whether it is a mean, the combining kind -- a mean sums --, the accumulator type)."""
     mean = kind == Reduction.MEAN
     rkind = Reduction.SUM if mean else Reduction(kind)
@@ -232,7 +233,7 @@ def row_reduction_kernel(name: str, kind: Reduction, elt: str) -> Kernel:
     elements in order in double (long long), lane partials in shared memory combined in lane
     order by thread 0 and rounded once. This is the fixed order of the oracle
     (runtime/sim.py `reduce_rows`), so results are bit-identical for any block size."""
-    mean, rkind, acc = _row_kind(kind, elt)
+    mean, rkind, acc = row_kind(kind, elt)
     lanes = coco.ROW_LANES
     x, out, rows, count, inner = _row_params(elt)
 
@@ -299,7 +300,7 @@ def column_reduction_kernel(name: str, kind: Reduction, elt: str) -> Kernel:
     total as it finishes: the block form's order exactly. Lanes with no element are skipped:
     they would combine the identity, which changes no total (a sum of +0.0-started lanes is
     never -0.0)."""
-    mean, rkind, acc = _row_kind(kind, elt)
+    mean, rkind, acc = row_kind(kind, elt)
     lanes = coco.ROW_LANES
     x, out, rows, count, inner = _row_params(elt)
 
