@@ -26,7 +26,8 @@ its own), `wide` (independent layers, each returning its own output) and `chain`
 all_reduce, then the layers' elementwise ops as one long chain); and `clip` (f32), where a
 layer is a parameter tensor of an optimizer step with global-norm gradient clipping
 (all_reduce of its gradient, sum of squares, then Adam with the gradient scaled by
-min(1, max_norm / ||g||)): every tensor's chain is coupled to every other through the norm.
+min(1, max_norm / ||g||)): every tensor's chain is coupled to every other through the norm;
+`clip4`, the same over tensors of four shapes in turn, as a model's layers repeat theirs.
 A pass that looks at the whole function per layer shows here as time per op growing with
 the layers.
 """
@@ -83,19 +84,22 @@ def stack_text(layers: int, h: int = H, b: int = B, s: int = S) -> str:
     return "\n".join(lines) + "\n"
 
 
-SHAPES = ("shared", "own", "wide", "chain", "clip")
+SHAPES = ("shared", "own", "wide", "chain", "clip", "clip4")
 
 SHAPE_PIPELINE = "coco-split-allreduce,coco-reorder,coco-fuse{mode=all_reduce}"
 
 
-def clip_text(tensors: int, n: int) -> str:
+def clip_text(tensors: int, n: int, kinds: int | None = None) -> str:
     """Global-norm clipping, then Adam, over `tensors` parameter tensors of n, n+1, ...
-    elements (f32; adam_clip_global_norm's step, grown)."""
+    elements (f32; adam_clip_global_norm's step, grown); with `kinds`, of n, ..., n+kinds-1
+    elements in turn (a model's layers: each shape recurs, and same-shaped tensors' chains
+    meet in each other's updates)."""
     sc = "!coco.tensor<f32>"
     args = [f"%{a}: {sc}" for a in ("lr", "beta1", "beta2", "eps", "max_norm")]
     lines = [f"  %one = coco.constant 1.0 : {sc}", f"  %tiny = coco.constant 1.0e-06 : {sc}"]
+    size = [n + (i if kinds is None else i % kinds) for i in range(tensors)]
     for i in range(tensors):
-        t, tl = f"!coco.tensor<{n + i}xf32>", f"!coco.tensor<{n + i}xf32, local>"
+        t, tl = f"!coco.tensor<{size[i]}xf32>", f"!coco.tensor<{size[i]}xf32, local>"
         args += [f"%g{i}: {tl}", f"%w{i}: {t}", f"%m{i}: {t}", f"%v{i}: {t}"]
         lines += [
             f"  %gsum{i} = comm.all_reduce sum %g{i} : {tl} -> {t}",
@@ -113,7 +117,7 @@ def clip_text(tensors: int, n: int) -> str:
         f"  %clip = coco.min %one, %ratio : {sc}",
     ]
     for i in range(tensors):
-        t = f"!coco.tensor<{n + i}xf32>"
+        t = f"!coco.tensor<{size[i]}xf32>"
         st = f"{sc}, {t} -> {t}"
         lines += [
             f"  %gc{i} = coco.mul %clip, %gsum{i} : {st}",
@@ -143,6 +147,8 @@ def shape_text(shape: str, layers: int, h: int = H, b: int = B, s: int = S) -> s
         raise ValueError(f"unknown shape {shape!r}: one of {', '.join(SHAPES)}")
     if shape == "clip":
         return clip_text(layers, b * s * h)
+    if shape == "clip4":
+        return clip_text(layers, b * s * h, kinds=4)
     t = f"!coco.tensor<{b}x{s}x{h}xf16>"
     ts = f"!coco.tensor<{b}x{s}x{h}xf16, sliced<2>>"
     tl = f"!coco.tensor<{b}x{s}x{h}xf16, local>"

@@ -1026,19 +1026,21 @@ class FusedOp(RegionOp):
         ops = [op for op in self.body.block.ops if not isinstance(op, YieldOp)]
         chains = linked_groups(ops, lambda v: tensor_type_of(v).get_shape() != ())
         coupled = linked_groups(ops, lambda v: True)
-        for chain in chains:
-            held = [s for s in scatters if s in chain]
-            slices = {
-                (tensor_type_of(s.result).get_shape(), tensor_type_of(s.result).layouts, s.span())
-                for s in held
-            }
-            if len(slices) > 1:
+        slices: dict[int, set[object]] = {}
+        chain_of = {op: i for i, group in enumerate(chains) for op in group}
+        for s in scatters:
+            t = tensor_type_of(s.result)
+            slices.setdefault(chain_of[s], set()).add((t.get_shape(), t.layouts, s.span()))
+        for i, held in slices.items():
+            if len(held) > 1:
                 raise _fail(
                     "fuse-one-collective",
                     f"the reduce_scatters of one tensor chain of a fused all_reduce share one "
-                    f"slice and grid axes, this one holds {len(held)} that differ",
+                    f"slice and grid axes, this one holds "
+                    f"{sum(chain_of[s] == i for s in scatters)} that differ",
                 )
-        if not any(all(s in group for s in scatters) for group in coupled):
+        group_of = {op: i for i, group in enumerate(coupled) for op in group}
+        if len({group_of[s] for s in scatters}) > 1:
             raise _fail(
                 "fuse-one-collective",
                 f"a fused all_reduce holds one reduce_scatter per tensor chain, and chains "
@@ -1055,7 +1057,7 @@ def linked_groups(
 
     def root(op: Operation) -> Operation:
         while parent[op] is not op:
-            op = parent[op]
+            parent[op] = op = parent[parent[op]]  # path halving: near-constant depth
         return op
 
     for op in ops:

@@ -137,22 +137,23 @@ def in_kernel(op: Operation) -> bool:
     )
 
 
-def in_kernel_reduction(op: Operation, segment: list[Operation]) -> comm.AllReduceOp | None:
+def in_kernel_reduction(
+    op: Operation, scatter: comm.ReduceScatterOp | None, produced: set[SSAValue]
+) -> comm.AllReduceOp | None:
     """The all_reduce that finishes `op`, if `op` is a full reduction of a value of this
-    collective segment whose partials only that all_reduce reads (LAMB's sliced norms)."""
+    collective segment (its first reduce_scatter `scatter`, the values its ops `produced`)
+    whose partials only that all_reduce reads (LAMB's sliced norms)."""
     if not isinstance(op, coco.ReduceOp) or op.kind.data == Reduction.NORM:
         return None
-    scatters = [s for s in segment if isinstance(s, comm.ReduceScatterOp)]
-    produced = {r for s in segment for r in s.results}
     uses = list(op.result.uses)
-    if not scatters or op.input not in produced or len(uses) != 1:
+    if scatter is None or op.input not in produced or len(uses) != 1:
         return None
     user = uses[0].operation
     if not isinstance(user, comm.AllReduceOp) or user.kind.data != op.kind.data:
         return None
     if user.acc is not None:
         return None  # its stated accumulation: the library step honours it (lower_collective)
-    if user.span() != scatters[0].span():
+    if user.span() != scatter.span():
         return None
     return user
 
@@ -177,7 +178,9 @@ def plan_segments(region: comm.FusedOp) -> Segments:
     scalars = _rematerialized_scalars(body)
     order = updates_where_computed(body, deferred)
     index = 0
-    current: list[Operation] = []
+    # the current segment's first reduce_scatter and the values its ops compute
+    scatter: comm.ReduceScatterOp | None = None
+    produced: set[SSAValue] = set()
     segment: dict[Operation, int] = {}
     absorbed: set[Operation] = set()
     # Results of the reductions this segment's kernel finishes (at its end), and scalars
@@ -195,20 +198,23 @@ def plan_segments(region: comm.FusedOp) -> Segments:
             segment[op] = index  # stores: they never cut a segment
             continue
         if any(v in finished for v in op.operands):
-            index, current, finished = index + 1, [], set[SSAValue]()
+            index, scatter, produced, finished = index + 1, None, set[SSAValue](), set[SSAValue]()
         if in_kernel(op):
             segment[op] = index
-            current.append(op)
+            produced.update(op.results)
+            if scatter is None and isinstance(op, comm.ReduceScatterOp):
+                scatter = op
             continue
-        finisher = in_kernel_reduction(op, current)
+        finisher = in_kernel_reduction(op, scatter, produced)
         if finisher is not None:
             # The reduction and the all_reduce of its partials finish in this segment's kernel.
             segment[op] = segment[finisher] = index
-            current += [op, finisher]
+            produced.update((*op.results, *finisher.results))
             absorbed.add(finisher)
             finished.add(finisher.result)
             continue
-        index, current, finished = index + 1, [], set[SSAValue]()  # `op` runs on its own
+        # `op` runs on its own
+        index, scatter, produced, finished = index + 1, None, set[SSAValue](), set[SSAValue]()
     # segments numbered from 0 without gaps (a cut right before an op running on its own, or
     # two such ops in a row, leave an index with nothing in it)
     dense = {k: n for n, k in enumerate(sorted(set(segment.values())))}
@@ -221,10 +227,13 @@ def updates_where_computed(body: list[Operation], deferred: set[Operation]) -> l
     readers run). One pass over the body: a region holding a model's every tensor (LAMB's
     segments) has hundreds of updates."""
     at = {op: i for i, op in enumerate(body)}
-    through: dict[Operation, set[SSAValue]] = {}  # what a deferred op reads, transitively
-    readers: dict[SSAValue, list[int]] = {}  # positions reading each value, ascending
+    targets: set[SSAValue] = {u.target for u in body if isinstance(u, coco.UpdateOp)}
+    # the targets a deferred op reads, transitively (only targets: a global norm's every
+    # reader reads the norm's whole running sum through it, which is no target)
+    through: dict[Operation, set[SSAValue]] = {}
+    readers: dict[SSAValue, list[int]] = {}  # positions reading each target, ascending
     for i, op in enumerate(body):
-        for v in _read_values(op, deferred, through):
+        for v in _read_targets(op, targets, deferred, through):
             readers.setdefault(v, []).append(i)
     key = {op: (i, 0, 0) for i, op in enumerate(body)}
     for u in body:
@@ -242,18 +251,22 @@ def updates_where_computed(body: list[Operation], deferred: set[Operation]) -> l
     return sorted(body, key=key.__getitem__)
 
 
-def _read_values(
-    op: Operation, deferred: set[Operation], through: dict[Operation, set[SSAValue]]
+def _read_targets(
+    op: Operation,
+    targets: set[SSAValue],
+    deferred: set[Operation],
+    through: dict[Operation, set[SSAValue]],
 ) -> set[SSAValue]:
-    """The values `op` reads: its operands, and what the deferred ops producing them read
-    (computed where read), memoized in `through`."""
+    """The `targets` `op` reads: among its operands, and what the deferred ops producing
+    them read (computed where read), memoized in `through`."""
     out: set[SSAValue] = set()
     for w in op.operands:
-        out.add(w)
+        if w in targets:
+            out.add(w)
         owner = w.owner
         if isinstance(owner, Operation) and owner in deferred:
             if owner not in through:
-                through[owner] = _read_values(owner, deferred, through)
+                through[owner] = _read_targets(owner, targets, deferred, through)
             out |= through[owner]
     return out
 

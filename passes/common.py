@@ -357,14 +357,27 @@ class OrderInfo:
 
     visits = 0
 
-    def __init__(self, block: Block, ops: list[Operation] | None = None):
+    def __init__(
+        self,
+        block: Block,
+        ops: list[Operation] | None = None,
+        facts: dict[Operation, Facts] | None = None,
+    ):
         self.ops = list(block.ops) if ops is None else ops
         self.index = {op: i for i, op in enumerate(self.ops)}
         OrderInfo.visits += len(self.ops)
-        self._facts: dict[Operation, Facts] = {}
+        # `facts`: shared by the orders a pass builds as it rewrites the block, where it
+        # drops what a rewrite changes (wrap_in_region): a region op's facts walk its body,
+        # and a fused region sits in the span of each later set around it
+        self._facts = {} if facts is None else facts
 
     @classmethod
-    def spanning(cls, block: Block, members: Iterable[Operation]) -> OrderInfo:
+    def spanning(
+        cls,
+        block: Block,
+        members: Iterable[Operation],
+        facts: dict[Operation, Facts] | None = None,
+    ) -> OrderInfo:
         """The ops of `block` from the first of `members` to the last (top-level ops of
         `block`), found by walking both ways from one member until all are seen."""
         wanted = set(members)
@@ -389,7 +402,7 @@ class OrderInfo:
         ops = [*reversed(before), start, *after]
         first = next(i for i, op in enumerate(ops) if op in wanted)
         last = max(i for i, op in enumerate(ops) if op in wanted)
-        return cls(block, ops[first : last + 1])
+        return cls(block, ops[first : last + 1], facts)
 
     def facts(self, op: Operation) -> Facts:
         """(defs, uses, reads, writes) of a top-level op."""
@@ -461,6 +474,7 @@ def plan_contiguous(
     rule: str,
     what: str,
     info: OrderInfo | None = None,
+    facts: dict[Operation, Facts] | None = None,
 ) -> tuple[list[Operation], list[Operation]]:
     """Make `members` (top-level ops of `block`) contiguous: returns (hoisted, members in
     order). Ops between the members that depend on none of them are hoisted above; the rest
@@ -469,7 +483,7 @@ def plan_contiguous(
     followed through the values and arguments each op defines and reads: see
     `OrderInfo.reached`), not in their pairs."""
     if info is None or any(m not in info.index for m in members):
-        info = OrderInfo.spanning(block, members)
+        info = OrderInfo.spanning(block, members, facts)
     order = sorted(members, key=info.index.__getitem__)
     span = info.ops[info.index[order[0]] : info.index[order[-1]] + 1]
     sunk = info.reached(members, span)
@@ -507,9 +521,12 @@ def wrap_in_region(
     hoisted: Sequence[Operation],
     members: Sequence[Operation],
     make: Callable[[Region, list[Attribute]], comm.RegionOp],
+    facts: dict[Operation, Facts] | None = None,
 ) -> comm.RegionOp:
     """Move `hoisted` above the first member, then the members (in order) into a new region op
-    built by `make(body, result_types)`, yielding the member results used outside."""
+    built by `make(body, result_types)`, yielding the member results used outside. `facts`
+    (OrderInfo's, kept across a pass): the entries of the ops now reading the region's
+    results are dropped."""
     anchor = members[0]
     rewriter = PatternRewriter(anchor)
     for h in hoisted:  # xDSL moves an op by detaching and inserting it
@@ -530,6 +547,9 @@ def wrap_in_region(
         rewriter.replace_uses_with_if(
             v, r, lambda use: ancestor_in(block, use.operation) is not region_op
         )
+        if facts is not None:
+            for use in r.uses:
+                facts.pop(ancestor_in(block, use.operation), None)  # type: ignore[arg-type]
     return region_op
 
 

@@ -24,9 +24,13 @@ from coconet.passes.common import (
     find_named_ops,
     functions,
     op_name,
-    plan_contiguous,
 )
-from coconet.passes.fuse.chain import close_cycles, reduce_scatter_chain
+from coconet.passes.fuse.chain import (
+    CoupledScalars,
+    close_cycles,
+    computes_scalars,
+    reduce_scatter_chain,
+)
 from coconet.passes.fuse.checks import check_sizes, exact_set
 from coconet.passes.fuse.one_shot import fuse_one_shot
 from coconet.passes.fuse.region import ONE_SHOT, RULE, Plan, fuse, fuse_plans, in_order
@@ -126,12 +130,13 @@ def fuse_greedy(block: Block) -> None:
         return
     chains: list[set[Operation]] = []
     info = OrderInfo(block)  # every chain grows on the block as it is
+    coupled = CoupledScalars()
     for rs in scatters:
         try:
-            chains.append(reduce_scatter_chain(block, rs, info=info, close=False))
+            chains.append(reduce_scatter_chain(block, rs, info=info, close=False, coupled=coupled))
         except PassFailedException:
             continue
-    plans = _merge_coupled(chains, block)
+    plans = _merge_coupled(chains, block, info)
     for n, members in enumerate(plans):
         scatters = [m for m in members if isinstance(m, comm.ReduceScatterOp)]
         try:
@@ -168,14 +173,23 @@ def _named_chains(sites: Sequence[tuple[func.FuncOp, Operation]]) -> list[Plan]:
     # (growing each of a residual stream's chains to its end first was quadratic).
     claimed: dict[Block, dict[Operation, None] | None] = {}
     orders: dict[Block, OrderInfo] = {}  # the blocks stay as they are until fuse_plans
+    coupled: dict[Block, CoupledScalars] = {}
     for fn, rs in sites:
         assert isinstance(rs, comm.ReduceScatterOp)  # checked by the caller
         block = body_block(fn)
         if block not in claimed:
             claimed[block] = None if _computes_scalars_of_tensors(block) else {}
             orders[block] = OrderInfo(block)
+            coupled[block] = CoupledScalars()
         held = claimed[block]
-        chain = reduce_scatter_chain(block, rs, held, orders[block], close=False)
+        chain = reduce_scatter_chain(
+            block,
+            rs,
+            held,
+            orders[block],
+            close=False,
+            coupled=coupled[block] if held is None else None,
+        )
         if held is not None:
             held.update(dict.fromkeys(chain))
         chains.setdefault(block, []).append(chain)
@@ -183,7 +197,7 @@ def _named_chains(sites: Sequence[tuple[func.FuncOp, Operation]]) -> list[Plan]:
         info = orders[block]
         plans += [
             (block, close_cycles(block, members, _what(members, info.index), info), KIND)
-            for members in _merge_coupled(found, block)
+            for members in _merge_coupled(found, block, info)
         ]
     return plans
 
@@ -231,7 +245,9 @@ def _check_chain(members: set[Operation]) -> None:
             )
 
 
-def _merge_coupled(chains: list[set[Operation]], block: Block) -> list[set[Operation]]:
+def _merge_coupled(
+    chains: list[set[Operation]], block: Block, info: OrderInfo
+) -> list[set[Operation]]:
     """Chains that meet, merged or kept apart so that each op is in one region:
     * chains of several reduce_scatters sharing scalar arithmetic only (a global norm over
       several tensors, read back by each tensor's update: gradient clipping; scalar state
@@ -250,30 +266,75 @@ def _merge_coupled(chains: list[set[Operation]], block: Block) -> list[set[Opera
         common = other & chain
         if not common:
             return other, chain  # trimmed off it by an earlier meeting
-        if all(_scalar_only(op) for op in common) or _one_kernel(block, other, chain):
-            return None, chain | other
+        if all(_scalar_only(op) for op in common):
+            return None, _union(other, chain)
+        if (joined := _one_kernel(block, other, chain, info)) is not None:
+            return None, joined
         kept = _without(other, common)
         return (other if kept is None else kept), chain
 
-    return _merged_in_order(_merge_alike(chains, block), meet)
+    return _merged_in_order(_merge_alike(chains, block, info), meet)
 
 
-def _merge_alike(chains: list[set[Operation]], block: Block) -> list[set[Operation]]:
+def _merge_alike(
+    chains: list[set[Operation]], block: Block, info: OrderInfo
+) -> list[set[Operation]]:
     """Chains whose reduce_scatters share one iteration space and span, merged where they
     meet in a tensor op and make one kernel; the others as they are, in order. Same-shaped
     tensors under one global norm meet so: each one's chain takes the others' updates,
     which read the norm. Merged in program order, the chain of a tensor of another shape
     between them (a bias between two weights) had already joined the first through the
     norm, and the union of the three was then not one kernel: fuse(rs-c-ag) was refused
-    for the usual interleaving of weights and biases."""
+    for the usual interleaving of weights and biases.
 
-    def meet(other: set[Operation], chain: set[Operation]) -> Meeting:
-        key = _scatter_key(chain)
-        if key is not None and _scatter_key(other) == key and _one_kernel(block, other, chain):
-            return None, chain | other
-        return other, chain
+    The chains of one space that meet, transitively, are tried as one union first, its
+    cycle check run once (a model's same-shaped tensors all meet: checking the growing
+    union at each meeting was quadratic); where that union is not one kernel, they are
+    merged one meeting at a time, in order, as far as each union is. A merged set stands
+    where its last chain stood."""
+    keys = [_scatter_key(c) for c in chains]
+    parent = list(range(len(chains)))
 
-    return _merged_in_order(chains, meet, lambda op: not _scalar_only(op))
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = i = parent[parent[i]]
+        return i
+
+    first_holder: dict[tuple[Operation, object], int] = {}
+    for i, chain in enumerate(chains):
+        if keys[i] is None:
+            continue
+        for op in chain:
+            if not _scalar_only(op):
+                j = first_holder.setdefault((op, keys[i]), i)
+                parent[find(i)] = find(j)
+    components: dict[int, list[int]] = {}
+    for i in range(len(chains)):
+        components.setdefault(find(i), []).append(i)
+    placed: list[tuple[int, set[Operation]]] = []
+    for members in components.values():
+        if len(members) == 1:
+            placed.append((members[0], chains[members[0]]))
+            continue
+        union = set[Operation]().union(*(chains[i] for i in members))
+        try:
+            placed.append((members[-1], close_cycles(block, union, "", info)))
+            continue
+        except PassFailedException:
+            pass
+        position = {s: i for i in members for s in chains[i] if isinstance(s, comm.ReduceScatterOp)}
+
+        def meet(other: set[Operation], chain: set[Operation]) -> Meeting:
+            if (joined := _one_kernel(block, other, chain, info)) is not None:
+                return None, joined
+            return other, chain
+
+        for merged in _merged_in_order(
+            [chains[i] for i in members], meet, lambda op: not _scalar_only(op)
+        ):
+            last = max(position[s] for s in merged if isinstance(s, comm.ReduceScatterOp))
+            placed.append((last, merged))
+    return [chain for _, chain in sorted(placed, key=lambda p: p[0])]
 
 
 # What a meeting of an earlier (merged) chain and a new one leaves: the earlier one (None:
@@ -287,21 +348,44 @@ def _merged_in_order(
     shares: Callable[[Operation], bool] = lambda op: True,
 ) -> list[set[Operation]]:
     """Each chain in order meets the earlier ones it shares an op with (those ops for which
-    `shares` holds), found through an index of the ops each holds rather than by
-    intersecting it with every earlier chain; `meet` says what each meeting leaves."""
+    `shares` holds), found through an index of the ops each chain held when it came, read
+    through the merges since (`into`: where a merged chain went); `meet` says what each
+    meeting leaves. A merge registers no op again: a chain meeting a union of many costs
+    its own ops, not the union's (each tensor of a global norm meets the union of all the
+    earlier ones)."""
     merged: list[set[Operation] | None] = []
+    into: list[int] = []  # index -> the index it was merged into (itself while it stands)
     holders: dict[Operation, list[int]] = {}
+
+    def current(i: int) -> int:
+        while into[i] != i:
+            into[i] = i = into[into[i]]
+        return i
+
     for chain in chains:
-        met = sorted({i for op in chain for i in holders.get(op, ()) if merged[i] is not None})
+        here = len(merged)
+        own = [op for op in chain if shares(op)]  # a merge may grow `chain` in place
+        met = sorted({current(i) for op in own for i in holders.get(op, ())})
         for i in met:
             other = merged[i]
-            assert other is not None
+            if other is None:
+                continue
             merged[i], chain = meet(other, chain)
-        for op in chain:
-            if shares(op):
-                holders.setdefault(op, []).append(len(merged))
+            if merged[i] is None:
+                into[i] = here
+        for op in own:
+            holders.setdefault(op, []).append(here)
         merged.append(chain)
+        into.append(here)
     return [m for m in merged if m is not None]
+
+
+def _union(a: set[Operation], b: set[Operation]) -> set[Operation]:
+    """`a | b`, built in the larger of the two (the union of many chains grows one at a
+    time: copying it at each merge was quadratic)."""
+    small, large = (a, b) if len(a) <= len(b) else (b, a)
+    large |= small
+    return large
 
 
 def _scatter_key(chain: set[Operation]) -> tuple[object, ...] | None:
@@ -310,17 +394,20 @@ def _scatter_key(chain: set[Operation]) -> tuple[object, ...] | None:
     return next(iter(keys)) if len(keys) == 1 else None
 
 
-def _one_kernel(block: Block, a: set[Operation], b: set[Operation]) -> bool:
-    """Whether two chains meeting in a tensor op can be one fused kernel: every
-    reduce_scatter of both has one result space and one span, and their union is acyclic."""
-    scatters = [m for m in a | b if isinstance(m, comm.ReduceScatterOp)]
-    if len({(space_of(s.result), s.span()) for s in scatters}) != 1:
-        return False
+def _one_kernel(
+    block: Block, a: set[Operation], b: set[Operation], info: OrderInfo
+) -> set[Operation] | None:
+    """Two chains meeting in a tensor op as one fused kernel, if they can be: every
+    reduce_scatter of both has one result space and one span, and their union is acyclic
+    once it holds the scalar arithmetic between them (`close_cycles`: a global norm's
+    running sum, which only the first chain to reach it holds); None otherwise."""
+    key = _scatter_key(a)
+    if key is None or _scatter_key(b) != key:
+        return None
     try:
-        plan_contiguous(block, a | b, f"{RULE}-cycle", "")
+        return close_cycles(block, a | b, "", info)
     except PassFailedException:
-        return False
-    return True
+        return None
 
 
 def _without(chain: set[Operation], common: set[Operation]) -> set[Operation] | None:
@@ -361,6 +448,4 @@ def _is_scalar(v: SSAValue) -> bool:
 def _scalar_only(op: Operation) -> bool:
     if isinstance(op, coco.UpdateOp):  # scalar state updated from the chains (a loss scale)
         return _is_scalar(op.target)
-    return bool(op.results) and all(
-        isinstance(r.type, TensorType) and r.type.get_shape() == () for r in op.results
-    )
+    return computes_scalars(op)

@@ -6,13 +6,14 @@ two-shot or the one-shot form's (the ops feeding only it, the rows of a row kern
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Sequence, Set as AbstractSet
 from typing import ClassVar
 
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.utils.exceptions import PassFailedException
 
 from coconet.dialects import coco, comm
+from coconet.dialects.coco import TensorType
 from coconet.passes.common import OrderInfo, ancestor_in, fail, op_name, plan_contiguous
 from coconet.passes.fuse.region import RULE, shared
 from coconet.passes.fuse.spaces import (
@@ -60,12 +61,117 @@ class Frontier:
         return heapq.heappop(self.heap)[1] if self.heap else None
 
 
+def computes_scalars(op: Operation) -> bool:
+    """Whether every result of `op` (one at least) is a scalar: arithmetic that any
+    iteration space fits, shared by chains coupled through it (a global norm)."""
+    return bool(op.results) and all(
+        isinstance(r.type, TensorType) and r.type.rank == 0 for r in op.results
+    )
+
+
+class CoupledScalars:
+    """The scalar arithmetic of the chains grown together on one unchanged block, each
+    followed once. The first chain to join a scalar op follows its readers; a later chain
+    that would join it takes it as a boundary (the two are then coupled: they share a
+    scalar op, so `_merge_coupled` makes them one region) and does not follow it again.
+    Grown apart, chain i of a global norm over N tensors joined the norm's running sum
+    from its own partial on and looked at every reader of the clipping factor: O(N) each,
+    quadratic in the tensors.
+
+    What following a scalar finds that fits another chain's space (a tensor op reading
+    only the norm and values of no chain, such as `clip * w`) is kept for it: the tensor
+    readers of a coupled group's scalars that no chain joined, by their space (`spill`),
+    which the first chain of that space in the group examines as if it had followed the
+    scalars itself. Those a chain joined (`joined`) are looked at again only by a chain
+    that re-replicates nothing of its own (its gradient feeds only the norm): grown apart,
+    it took the all_gathers of the same-shaped tensors through the norm, and still does.
+    Chains are numbered as they are grown and grouped (union-find) as they commit; a
+    refused chain commits nothing. Outcomes are those of growing the chains apart (the
+    plans of every example, benchmark shape and 210 generated programs under every offered
+    schedule are unchanged); the cost is each chain's own ops."""
+
+    def __init__(self) -> None:
+        self.follower: dict[Operation, int] = {}  # scalar op -> the chain that followed it
+        self.parent: list[int] = []
+        self.spill: dict[int, dict[Space | str, dict[Operation, None]]] = {}
+        self.joined: dict[int, dict[Space | str, dict[Operation, None]]] = {}
+
+    def new_chain(self) -> int:
+        self.parent.append(len(self.parent))
+        return len(self.parent) - 1
+
+    def group(self, chain: int) -> int:
+        while self.parent[chain] != chain:
+            self.parent[chain] = chain = self.parent[self.parent[chain]]
+        return chain
+
+    def group_of(self, op: Operation) -> int | None:
+        """The group of the chain that followed `op`, if one did."""
+        follower = self.follower.get(op)
+        return None if follower is None else self.group(follower)
+
+    def readers(self, group: int, space: Space, joined_too: bool) -> list[Operation]:
+        """The tensor readers of `group`'s scalars in `space` that no chain joined, and with
+        `joined_too` those that one did."""
+        found = list(self.spill.get(group, {}).get(space, ()))
+        if joined_too:
+            found += self.joined.get(group, {}).get(space, ())
+        return found
+
+    def commit(
+        self,
+        chain: int,
+        block: Block,
+        followed: Sequence[Operation],
+        met: set[int],
+        members: set[Operation],
+    ) -> None:
+        """Chain `chain` is grown (`members`): it followed `followed` and met the groups
+        `met` at their scalars. What it joined is no longer spilled."""
+        for other in met:
+            self._union(chain, other)
+        group = self.group(chain)
+        spill = self.spill.setdefault(group, {})
+        joined = self.joined.setdefault(group, {})
+        for op in members:
+            space = op_space(op)
+            if op in spill.get(space, {}):
+                del spill[space][op]
+                joined.setdefault(space, {})[op] = None
+        for op in followed:
+            self.follower[op] = chain
+            for r in op.results:
+                for use in r.uses:
+                    reader = ancestor_in(block, use.operation)
+                    space = op_space(reader) if reader is not None else None
+                    if reader is not None and space is not None:
+                        index = joined if reader in members else spill
+                        index.setdefault(space, {})[reader] = None
+
+    def _union(self, a: int, b: int) -> None:
+        a, b = self.group(a), self.group(b)
+        if a == b:
+            return
+        small, large = sorted((a, b), key=self._size)
+        self.parent[small] = large
+        for index in (self.spill, self.joined):
+            into = index.setdefault(large, {})
+            for space, readers in index.pop(small, {}).items():
+                into.setdefault(space, {}).update(readers)
+
+    def _size(self, group: int) -> int:
+        return sum(
+            len(r) for index in (self.spill, self.joined) for r in index.get(group, {}).values()
+        )
+
+
 def reduce_scatter_chain(
     block: Block,
     rs: comm.ReduceScatterOp,
     held: dict[Operation, None] | None = None,
     info: OrderInfo | None = None,
     close: bool = True,
+    coupled: CoupledScalars | None = None,
 ) -> set[Operation]:
     """The maximal fused all_reduce around `rs`. `held`: ops of other chains fused with
     this one, which cannot couple with it: the chain is refused at the first it would take
@@ -73,9 +179,15 @@ def reduce_scatter_chain(
     where several chains are grown on it unchanged (Frontier). `close=False`: without the
     scalar arithmetic that closes a cycle (`close_cycles`), for chains that are merged
     first and closed together (a chain coupled to all others spans them all: closing each
-    cost the whole program)."""
+    cost the whole program). `coupled` (with `info`): the scalar arithmetic the chains
+    grown so far followed, which this one joins without following it again."""
     if rs.parent_block() is not block:
         raise fail(f"{RULE}-block", f"{op_name(rs)} is not in a function body", at=rs)
+    assert coupled is None or info is not None, "coupled chains grow on an ordered block"
+    me = coupled.new_chain() if coupled is not None else -1
+    followed: list[Operation] = []  # scalar ops this chain is the first to follow
+    met: set[int] = set()  # groups of chains whose scalars it joined
+    boundary: set[Operation] = set()  # those scalars
     space = space_of(rs.result)
     span = set(rs.span())
     members: set[Operation] = {rs}
@@ -115,26 +227,59 @@ def reduce_scatter_chain(
                     if (top := ancestor_in(block, use.operation)) is not None:
                         frontier.add(top)
 
+    def examine(readers: Sequence[Operation], group: int) -> None:
+        # readers of a group's scalars: those scalars are this chain's values too
+        assert coupled is not None
+        for r in readers:
+            chain.update(
+                v
+                for o in r.walk()
+                for v in o.operands
+                if coupled.group_of(v.owner) == group  # type: ignore[arg-type]
+            )
+            pending.add(r)
+            frontier.add(r)
+
+    def scan() -> None:
+        while pending and (u := frontier.pop()) is not None:
+            ChainScans.visits += 1
+            waits = waits_for_gather(u)
+            joined = None
+            if u in pending:
+                pending.discard(u)
+                # (an update joins with a gathered value: the kernel writes it)
+                if not waits or isinstance(u, coco.UpdateOp):
+                    joined = _chain_step(u, space, span, chain, gathered)
+            if joined is not None:
+                if held is not None and u in held:
+                    raise shared(u)
+                members.add(u)
+                if coupled is not None and computes_scalars(u):
+                    group = coupled.group_of(u)
+                    if group is None:
+                        followed.append(u)
+                    else:
+                        boundary.add(u)
+                        if group not in met:
+                            met.add(group)
+                            examine(_readers(coupled, group, space, info, rs, False), group)
+                        continue  # followed already
+                for v in joined:
+                    watch(v, updates_only=v in gathered)
+                readers_wait([v for v in joined if v in gathered])
+            elif waits:
+                after_gather.add(u)
+                readers_wait(u.results)
+
     watch(rs.result)
-    while pending and (u := frontier.pop()) is not None:
-        ChainScans.visits += 1
-        waits = waits_for_gather(u)
-        joined = None
-        if u in pending:
-            pending.discard(u)
-            # (an update joins with a gathered value: the kernel writes it)
-            if not waits or isinstance(u, coco.UpdateOp):
-                joined = _chain_step(u, space, span, chain, gathered)
-        if joined is not None:
-            if held is not None and u in held:
-                raise shared(u)
-            members.add(u)
-            for v in joined:
-                watch(v, updates_only=v in gathered)
-            readers_wait([v for v in joined if v in gathered])
-        elif waits:
-            after_gather.add(u)
-            readers_wait(u.results)
+    scan()
+    if coupled is not None and met and not any(isinstance(m, comm.AllGatherOp) for m in members):
+        # Grown apart, a chain whose own values re-replicate nothing (its gradient only
+        # feeds the norm) took the norm's readers in its space that other chains joined,
+        # and their all_gathers with them: it looks at those too.
+        for group in list(met):
+            examine(_readers(coupled, group, space, info, rs, True), group)
+        scan()
     if not any(isinstance(m, comm.AllGatherOp) for m in members) and not stays_sliced(members):
         raise fail(
             f"{RULE}-chain",
@@ -144,12 +289,33 @@ def reduce_scatter_chain(
             at=rs,
         )
     check_rows(members, space)
-    members = pull_feeders(block, members, space)
+    members = pull_feeders(block, members, space, boundary=boundary)
     if held is not None:
         for m in members:
             if m in held:
                 raise shared(m)
+    if coupled is not None:
+        coupled.commit(me, block, followed, met, members)
     return close_cycles(block, members, f"fusing the chain of {op_name(rs)}") if close else members
+
+
+def _readers(
+    coupled: CoupledScalars,
+    group: int,
+    space: Space,
+    info: OrderInfo | None,
+    rs: comm.ReduceScatterOp,
+    joined_too: bool,
+) -> list[Operation]:
+    """The readers of `group`'s scalars that no chain joined (`joined_too`: or that a chain
+    joined) and that may join a chain of `space` (its elementwise ops or its rows), after
+    its reduce_scatter."""
+    assert info is not None
+    start = info.index[rs]
+    found = coupled.readers(group, space, joined_too)
+    if (rows := row_space(space)) is not None:
+        found += coupled.readers(group, rows, joined_too)
+    return [r for r in found if info.index[r] > start]
 
 
 def close_cycles(
@@ -208,14 +374,20 @@ def _chain_step(
 
 
 def pull_feeders(
-    block: Block, members: set[Operation], space: Space, read_before: Operation | None = None
+    block: Block,
+    members: set[Operation],
+    space: Space,
+    read_before: Operation | None = None,
+    boundary: AbstractSet[Operation] = frozenset(),
 ) -> set[Operation]:
     """Add the ops that only feed the chain (slices, constants, elementwise ops in its
     space), to a fixpoint: a candidate is an operand's producer, looked at again each time
     one of its users joins (no rescan of the block). Not what feeds `read_before` (a one-shot
-    all_reduce, whose input peers read from memory: computed before the region)."""
+    all_reduce, whose input peers read from memory: computed before the region), nor what
+    feeds the `boundary` (scalar ops another chain followed: what feeds them is its)."""
     members = set(members)
-    work = [v.owner for m in members if m is not read_before for o in m.walk() for v in o.operands]
+    sources = [m for m in members if m is not read_before and m not in boundary]
+    work = [v.owner for m in sources for o in m.walk() for v in o.operands]
     while work:
         p = work.pop()
         if not isinstance(p, Operation) or p in members or p.parent_block() is not block:
@@ -225,8 +397,11 @@ def pull_feeders(
         # slices and splat constants move no data, so any shape may join
         if isinstance(p, coco.ElementwiseOp) and meet(space, op_space(p)) != space:
             continue
-        users = {ancestor_in(block, use.operation) for r in p.results for use in r.uses}
-        if users and users <= members:
+        # stops at the first reader outside (a norm read by every tensor's update is looked
+        # at by every chain: reading all its readers each time was quadratic)
+        users = (ancestor_in(block, use.operation) for r in p.results for use in r.uses)
+        first = next(users, None)
+        if first is not None and first in members and all(u in members for u in users):
             members.add(p)
             work.extend(v.owner for o in p.walk() for v in o.operands)
     return members

@@ -12,7 +12,7 @@ from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import PassFailedException
 
 from coconet.dialects import coco
-from coconet.passes.common import OrderInfo, body_block, find_named_ops, functions
+from coconet.passes.common import Facts, OrderInfo, body_block, find_named_ops, functions
 from coconet.passes.fuse.checks import check_elementwise, check_sizes, exact_set
 from coconet.passes.fuse.growing_plan import GrowingPlan
 from coconet.passes.fuse.region import RULE, absorb_feeders, absorb_updates, fuse, fuse_plans
@@ -62,19 +62,20 @@ class FuseElementwisePass(ModulePass):
 
 def fuse_greedy(block: Block) -> None:
     """Fuse every elementwise component of `block` that the rules admit."""
-    for members in components(block):
+    facts: dict[Operation, Facts] = {}
+    for members in components(block, facts):
         try:
-            fuse(block, members, KIND)
+            fuse(block, members, KIND, facts)
         except PassFailedException:
             continue
 
 
-def components(block: Block) -> list[set[Operation]]:
+def components(block: Block, facts: dict[Operation, Facts] | None = None) -> list[set[Operation]]:
     """Every maximal connected set of elementwise ops, grown in program order (an op joins
     where it keeps the set acyclic and in one iteration space), of two or more ops with a
     tensor result or updating scalar state, with the slices, constants and updates that
     join it."""
-    info = OrderInfo(block)
+    info = OrderInfo(block, facts=facts)
     comps: list[set[Operation]] = []
     spaces: list[Space] = []
     # each component's contiguity plan, kept as it grows (None once merged away)

@@ -14,6 +14,7 @@ from xdsl.utils.exceptions import PassFailedException
 
 from coconet.dialects import coco, comm
 from coconet.passes.common import (
+    Facts,
     OrderInfo,
     ancestor_in,
     body_block,
@@ -78,7 +79,9 @@ def _make_fused(kind: str):
 
 def absorb_updates(block: Block, members: set[Operation], info: OrderInfo) -> set[Operation]:
     """Add the updates that store a member's result, each only if that keeps the set acyclic
-    (found through the members' uses: no scan of the block)."""
+    (found through the members' uses: no scan of the block). All at once where that is
+    acyclic (one check of the span: a component holding many tensors' steps stores many,
+    and a check per update was quadratic), else one at a time, in order."""
     updates = {
         use.operation
         for m in members
@@ -93,6 +96,11 @@ def absorb_updates(block: Block, members: set[Operation], info: OrderInfo) -> se
         return members
     if any(u not in info.index for u in updates) or any(m not in info.index for m in members):
         info = OrderInfo.spanning(block, members | updates)
+    try:
+        plan_contiguous(block, members | updates, RULE, "", info)
+        return members | updates
+    except PassFailedException:
+        pass
     for op in sorted(updates, key=info.index.__getitem__):
         try:
             plan_contiguous(block, members | {op}, RULE, "", info)
@@ -150,9 +158,12 @@ def check_live(members: set[Operation], kind: str) -> None:
     )
 
 
-def fuse(block: Block, members: set[Operation], kind: str) -> comm.RegionOp:
+def fuse(
+    block: Block, members: set[Operation], kind: str, facts: dict[Operation, Facts] | None = None
+) -> comm.RegionOp:
     """Wrap `members` into one `comm.fused KIND` region: the ops between them move above it
-    if they do not depend on it, below if they do."""
+    if they do not depend on it, below if they do. `facts`: OrderInfo's, shared by the
+    fusions of one pass over `block`."""
     if any(m.parent_block() is not block for m in members):
         raise fail(f"{RULE}-block", "a fused set lies partly inside another region")
     check_live(members, kind)
@@ -160,8 +171,10 @@ def fuse(block: Block, members: set[Operation], kind: str) -> comm.RegionOp:
         # done here, as the region is built, so that every two-shot chain (greedy or named)
         # finishes the whole tensors' reductions it reads in its own kernel
         members = absorb_whole_reductions(block, members)
-    hoisted, order = plan_contiguous(block, members, f"{RULE}-cycle", "fusing " + describe(members))
-    return wrap_in_region(block, hoisted, order, _make_fused(kind))
+    hoisted, order = plan_contiguous(
+        block, members, f"{RULE}-cycle", "fusing " + describe(members), facts=facts
+    )
+    return wrap_in_region(block, hoisted, order, _make_fused(kind), facts)
 
 
 _SiteOp = TypeVar("_SiteOp", bound=Operation)

@@ -353,8 +353,9 @@ def test_the_region_cycle_check_walks_chains_deeper_than_the_recursion_limit():
 
 # The other program shapes of the benchmark (benchmarks/compile_time.py shape_text), through
 # the pipeline that audit timed and the named schedules (`clip`: an optimizer step over many
-# tensors coupled by a global-norm clip, whose fusions went x4.4 in calls for 3x the tensors).
-SHAPES = ("shared", "own", "wide", "chain", "clip")
+# tensors coupled by a global-norm clip, whose fusions went x4.4 in calls for 3x the tensors;
+# `clip4`: the same over tensors of four recurring shapes, x5.1).
+SHAPES = ("shared", "own", "wide", "chain", "clip", "clip4")
 SHAPE_PIPELINE = "coco-split-allreduce,coco-reorder,coco-fuse{mode=all_reduce}"
 SHAPE_SCHEDULES = (SHAPE_PIPELINE, "ar-c", "rs-c-ag", "fuse(rs-c-ag)", "ol(mm,fuse(rs-c-ag))")
 
@@ -428,6 +429,31 @@ def test_one_shot_chains_coupled_by_a_global_norm_look_at_their_own_ops():
         assert fused.count("comm.fused all_reduce one_shot") == tensors
         visits.append(ChainScans.visits)
     assert visits[1] <= 3 * visits[0], visits
+
+
+@pytest.mark.parametrize("shape", ["clip", "clip4"])
+def test_two_shot_chains_coupled_by_a_global_norm_cost_their_own_ops(shape: str):
+    """fuse(rs-c-ag) of a clipped optimizer step over 24 and 72 tensors: three times the
+    tensors, at most about three times the work. Grown apart, each tensor's chain joined the
+    norm's running sum from its own partial on and looked at every reader of the clipping
+    factor, and the chains of same-shaped tensors were merged one at a time, the growing
+    union's cycle check run at each (calls x3.9 for `clip`, x6.8 for `clip4`, from 24 to 72
+    tensors; chain scan visits x7.0 and x8.7). Now the first chain to reach a scalar op
+    follows it and the others stop there (passes/fuse/chain.py CoupledScalars), and chains
+    of one space that meet are checked as one union."""
+    calls, visits = [], []
+    for tensors in (24, 72):
+        program = _shape_program(shape, tensors)
+        ChainScans.visits = 0
+        fused: list[str] = []
+        calls.append(
+            _calls(lambda: fused.append(str(apply_schedule(program, "fuse(rs-c-ag)").module)))
+        )
+        visits.append(ChainScans.visits)
+        assert fused[0].count("comm.fused all_reduce") == 1  # one region: every tensor
+        assert fused[0].count("comm.reduce_scatter") == tensors
+    assert calls[1] <= 3.5 * calls[0], calls
+    assert visits[1] <= 3.5 * visits[0], visits
 
 
 def test_the_shared_input_stack_s_fusions():
