@@ -281,6 +281,11 @@ def ancestor_in(block: Block, op: Operation) -> Operation | None:
     return block.find_ancestor_op_in_block(op)
 
 
+def is_terminator(op: Operation) -> bool:
+    """Whether `op` ends its block (a return, a region's yield)."""
+    return op.has_trait(IsTerminator)
+
+
 def used_values(op: Operation) -> set[SSAValue]:
     """Values `op` or ops nested in it read, excluding values defined inside it."""
     inner: set[SSAValue] = set()

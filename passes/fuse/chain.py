@@ -14,7 +14,14 @@ from xdsl.utils.exceptions import PassFailedException
 
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import TensorType
-from coconet.passes.common import OrderInfo, ancestor_in, fail, op_name, plan_contiguous
+from coconet.passes.common import (
+    OrderInfo,
+    ancestor_in,
+    fail,
+    is_terminator,
+    op_name,
+    plan_contiguous,
+)
 from coconet.passes.fuse.region import RULE, shared
 from coconet.passes.fuse.spaces import (
     Space,
@@ -202,8 +209,10 @@ def reduce_scatter_chain(
     def watch(v: SSAValue, updates_only: bool = False) -> None:
         for use in v.uses:
             user = use.operation
-            if user.parent_block() is block and (
-                not updates_only or isinstance(user, coco.UpdateOp)
+            if (
+                user.parent_block() is block
+                and not is_terminator(user)  # joins no chain (one_shot.py's watch)
+                and (not updates_only or isinstance(user, coco.UpdateOp))
             ):
                 pending.add(user)
                 frontier.add(user)

@@ -61,9 +61,19 @@ class FuseElementwisePass(ModulePass):
 
 
 def fuse_greedy(block: Block) -> None:
-    """Fuse every elementwise component of `block` that the rules admit."""
+    """Fuse every elementwise component of `block` that the rules admit, the shortest spans
+    first. A component spanning many others (a global norm's, holding every same-shaped
+    tensor's step) splits each of them when it is fused (what does not depend on it moves
+    above, what does below); fused after them, it holds them as one op each, where fused
+    before them each one's span ran over everything moved above it (quadratic)."""
     facts: dict[Operation, Facts] = {}
-    for members in components(block, facts):
+    index = {op: i for i, op in enumerate(block.ops)}
+
+    def span(members: set[Operation]) -> int:
+        at = [index[m] for m in members]
+        return max(at) - min(at)
+
+    for members in sorted(components(block, facts), key=span):
         try:
             fuse(block, members, KIND, facts)
         except PassFailedException:

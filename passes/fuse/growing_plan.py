@@ -18,9 +18,16 @@ class GrowingPlan:
     classifies only the ops since `scanned`, so a component costs its extent once, not once
     per member (a long elementwise chain made `ar-c` quadratic). The decisions are
     `plan_contiguous`'s: an op sinks when a member or sunk op before it precedes it, and a
-    member that a sunk op before it precedes closes a cycle."""
+    member that a sunk op before it precedes closes a cycle.
 
-    __slots__ = ("defined", "first", "read", "scanned", "sunk_defs", "sunk_reads")
+    A `log` of what each classified position added lets the plan be rolled back to an
+    earlier position: where a component it joins starts before the last op it looked at
+    (`v_new = bv + gg`, with `bv` computed between `gg` and its reader), the union is
+    planned from there on top of the rolled-back state, not again from the first member (a
+    global norm's component holds every same-shaped tensor's step: planning it again from
+    the norm at each tensor was quadratic)."""
+
+    __slots__ = ("defined", "first", "log", "read", "scanned", "sunk_defs", "sunk_reads")
 
     def __init__(self, first: int):
         self.first = first
@@ -29,6 +36,8 @@ class GrowingPlan:
         self.read: set[SSAValue] = set()
         self.sunk_defs: set[SSAValue] = set()
         self.sunk_reads: set[SSAValue] = set()
+        # (position, sunk, defs, reads it added, sunk reads it added), in position order
+        self.log: list[tuple[int, bool, set[SSAValue], list[SSAValue], list[SSAValue]]] = []
 
     @classmethod
     def of(cls, info: OrderInfo, u: Operation) -> GrowingPlan:
@@ -49,36 +58,52 @@ class GrowingPlan:
     ) -> GrowingPlan | None:
         """The plan of the components `parts` and the op `u` (after all of them) as one, or
         None if that set would close a cycle. The plan of the component that starts first
-        is kept as the union's up to where the next one starts, when it has looked no
-        further (it is extended there: its own plan up to that point whatever the answer);
-        the rest is classified again."""
-        found = [plans[i] for i in parts]
-        assert all(p is not None for p in found)
-        ordered = sorted((p for p in found if p is not None), key=lambda p: p.first)
-        head = ordered[0]
+        is kept as the union's up to where the next one starts: extended there when it has
+        looked no further, rolled back there when it has (and planned again as its own past
+        it, if the union closes a cycle); the rest is classified again."""
+        found = [(plans[i], i) for i in parts]
+        ordered = sorted(((p, i) for p, i in found if p is not None), key=lambda t: t[0].first)
+        assert len(ordered) == len(parts)
+        head, head_index = ordered[0]
         end = info.index[u]
-        rest = ordered[1].first if len(ordered) > 1 else end
-        if head.scanned < rest:
-            head._scan(info, head, head.scanned + 1, rest - 1, lambda x: False)
-            head.scanned = rest - 1
-            base, start = head, rest
-        else:  # the components interleave: plan the union from its first op
-            base, start = cls(head.first), head.first
+        rest = ordered[1][0].first if len(ordered) > 1 else end
+        looked = head.scanned
+        if looked < rest:
+            head._scan(info, head, looked + 1, rest - 1, lambda x: False)
+        else:
+            head._roll_back(rest)
+        head.scanned = rest - 1
         wanted = set(parts)
         delta = cls(head.first)
-        if not delta._scan(
-            info, base, start, end, lambda x: x is u or comp_of.get(x, -1) in wanted
-        ):
-            return None
-        if base is head:
-            head.defined |= delta.defined
-            head.read |= delta.read
-            head.sunk_defs |= delta.sunk_defs
-            head.sunk_reads |= delta.sunk_reads
+        if delta._scan(info, head, rest, end, lambda x: x is u or comp_of.get(x, -1) in wanted):
+            head._absorb(delta)
             head.scanned = end
             return head
-        delta.scanned = end
-        return delta
+        if looked >= rest:  # head's own plan again, as far as it had looked
+            head._scan(info, head, rest, looked, lambda x: comp_of.get(x, -1) == head_index)
+            head.scanned = looked
+        return None
+
+    def _roll_back(self, position: int) -> None:
+        """The state before `position`: what the positions from it on added, removed."""
+        while self.log and self.log[-1][0] >= position:
+            _, sunk, defs, reads, sunk_reads = self.log.pop()
+            self.defined -= defs
+            self.read.difference_update(reads)
+            if sunk:
+                self.sunk_defs -= defs
+                self.sunk_reads.difference_update(sunk_reads)
+
+    def _absorb(self, later: GrowingPlan) -> None:
+        """`later` (a plan of the positions right after this one's, on top of it) added."""
+        for entry in later.log:
+            _, sunk, defs, reads, sunk_reads = entry
+            self.log.append(entry)
+            self.defined |= defs
+            self.read.update(reads)
+            if sunk:
+                self.sunk_defs |= defs
+                self.sunk_reads.update(sunk_reads)
 
     def _scan(
         self,
@@ -91,7 +116,8 @@ class GrowingPlan:
         """Classify the ops at positions start..stop into this plan, on top of `base`'s (the
         same plan, or the one before `start`); False at a member that a sunk op precedes."""
         layers = (self,) if base is self else (base, self)
-        for x in info.ops[start : stop + 1]:
+        for position in range(start, stop + 1):
+            x = info.ops[position]
             defs, uses, reads, writes = info.facts(x)
             if is_member(x):
                 if any(
@@ -99,11 +125,20 @@ class GrowingPlan:
                     for p in layers
                 ):
                     return False
+                sunk = False
             elif all(p.defined.isdisjoint(uses) and p.read.isdisjoint(writes) for p in layers):
                 continue  # hoisted
             else:
-                self.sunk_defs |= defs
-                self.sunk_reads |= reads
+                sunk = True
+            # what this position adds that the plan (with its base) did not hold before
+            new_reads = [a for a in reads if all(a not in p.read for p in layers)]
+            new_sunk = (
+                [a for a in reads if all(a not in p.sunk_reads for p in layers)] if sunk else []
+            )
+            self.log.append((position, sunk, defs, new_reads, new_sunk))
             self.defined |= defs
-            self.read |= reads
+            self.read.update(new_reads)
+            if sunk:
+                self.sunk_defs |= defs
+                self.sunk_reads.update(new_sunk)
         return True

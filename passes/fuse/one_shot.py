@@ -20,6 +20,7 @@ from coconet.passes.common import (
     fail,
     find_named_ops,
     functions,
+    is_terminator,
     op_name,
 )
 from coconet.passes.fuse.chain import ChainScans, Frontier, check_rows, pull_feeders
@@ -138,7 +139,9 @@ def one_shot_chain(
 
     def watch(v: SSAValue) -> None:
         for use in v.uses:
-            if use.operation.parent_block() is block:
+            # (never a terminator: it joins no chain, and a return of every layer's
+            # output, read whole by each layer's chain, was quadratic)
+            if use.operation.parent_block() is block and not is_terminator(use.operation):
                 pending.add(use.operation)
                 frontier.add(use.operation)
 

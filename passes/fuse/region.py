@@ -195,7 +195,13 @@ def chains_in_order(
         return None
     plans: list[Plan] = []
     taken: set[Operation] = set()
-    for fn, site in sorted(typed, key=lambda t: position(t[1])):
+    # each site's place, from one index per block (a lookup per site walked its block)
+    where: dict[Operation, tuple[int, int]] = {}
+    for fn, site in typed:
+        if site not in where:
+            fn_at = position(fn)[1]
+            where.update({op: (fn_at, i) for i, op in enumerate(body_block(fn).ops)})
+    for fn, site in sorted(typed, key=lambda t: where[t[1]]):
         block = body_block(fn)
         members = chain(block, site, taken)
         taken |= members
