@@ -92,9 +92,12 @@ def round_f64(x: np.ndarray, elt: str) -> np.ndarray:
     f32, but ml_dtypes converts f64 to bf16 and fp8 through f32 (rounding twice): round to odd
     in f32 first, which makes the second rounding exact."""
     x = np.asarray(x)
-    if elt not in BITS_DTYPES or x.dtype != np.float64:
-        return x.astype(NUMPY_DTYPES[elt])
-    return odd_f32_bits(np, x).view(np.float32).astype(NUMPY_DTYPES[elt])
+    # A value beyond the type's range rounds to inf (NaN for e4m3fn, as ml_dtypes does):
+    # IEEE's result, which NumPy computes but warns about (a product of f16 row sums).
+    with np.errstate(over="ignore"):
+        if elt not in BITS_DTYPES or x.dtype != np.float64:
+            return x.astype(NUMPY_DTYPES[elt])
+        return odd_f32_bits(np, x).view(np.float32).astype(NUMPY_DTYPES[elt])
 
 
 def coords_of(rank: int, grid_shape: Sequence[int]) -> tuple[int, ...]:

@@ -12,6 +12,7 @@ import pytest
 
 import coconet
 from coconet.core.program import CocoError, Program, parse_module
+from coconet.core.values import NUMPY_DTYPES
 from coconet.dialects import comm
 from coconet.lowering.lower_to_plan import LaunchConfig, lower
 from coconet.runtime import sim
@@ -301,6 +302,36 @@ func.func @f(%x: !coco.tensor<8xf32, sliced<0>>, %t: !coco.tensor<bf16>)
     want = sim.run(program, {k: v.copy() for k, v in inputs.items()}, ranks=ranks)
     got = ThreadedExecutor(lower(program, ranks)).run({k: v.copy() for k, v in inputs.items()})
     assert got["t"].tobytes() == want.outputs["t"].tobytes()
+
+
+@pytest.mark.parametrize("elt", ["f16", "bf16", "f8E4M3FN", "f8E5M2"])
+@pytest.mark.parametrize("kind", ["prod", "sum"])
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_an_all_reduce_beyond_its_type_s_range_rounds_to_inf_as_the_cpu_kernels_do(
+    elt, kind, ranks
+):
+    """The random-program search (COCONET_SEARCH, the `norm_rows` motif): a product over the
+    ranks of f16 row sums of exp (~4e8) rounded to f16 in the sim, where NumPy's cast to f16
+    warns on overflow (a RuntimeWarning out of the sim). The result is IEEE's, inf (NaN for
+    e4m3fn, as ml_dtypes rounds), bit for bit what the cpu kernels compute, with no warning."""
+    npt = NUMPY_DTYPES[elt]
+    text = f"""
+func.func @f(%x: !coco.tensor<4x{elt}, local>, %t: !coco.tensor<4x{elt}>)
+    attributes {{coco.grid = #coco.grid<[?]>}} {{
+  %r = comm.all_reduce {kind} %x : !coco.tensor<4x{elt}, local> -> !coco.tensor<4x{elt}>
+  coco.update %t, %r : !coco.tensor<4x{elt}>
+  func.return
+}}
+"""
+    program = Program(parse_module(text))
+    big = float(ml_dtypes.finfo(npt).max)
+    row = np.array([big, -big, big / 2, 1], np.float64).astype(npt)
+    inputs = {"x": np.tile(row, (ranks, 1)), "t": np.zeros(4, npt)}
+    want = sim.run(program, {k: v.copy() for k, v in inputs.items()}, ranks=ranks)
+    got = ThreadedExecutor(lower(program, ranks)).run({k: v.copy() for k, v in inputs.items()})
+    assert got["t"].tobytes() == want.outputs["t"].tobytes()
+    overflowed = want.outputs["t"].astype(np.float64)[:2]
+    assert (np.isinf(overflowed) | np.isnan(overflowed)).all(), want.outputs["t"]
 
 
 DEAD_EXCHANGE = """
