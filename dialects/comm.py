@@ -1026,18 +1026,20 @@ class FusedOp(RegionOp):
         ops = [op for op in self.body.block.ops if not isinstance(op, YieldOp)]
         chains = linked_groups(ops, lambda v: tensor_type_of(v).get_shape() != ())
         coupled = linked_groups(ops, lambda v: True)
-        slices: dict[int, set[object]] = {}
         chain_of = {op: i for i, group in enumerate(chains) for op in group}
+        held: dict[int, list[ReduceScatterOp]] = {}  # the reduce_scatters of each chain
         for s in scatters:
-            t = tensor_type_of(s.result)
-            slices.setdefault(chain_of[s], set()).add((t.get_shape(), t.layouts, s.span()))
-        for i, held in slices.items():
-            if len(held) > 1:
+            held.setdefault(chain_of[s], []).append(s)
+        for group in held.values():
+            slices = {
+                (tensor_type_of(s.result).get_shape(), tensor_type_of(s.result).layouts, s.span())
+                for s in group
+            }
+            if len(slices) > 1:
                 raise _fail(
                     "fuse-one-collective",
                     f"the reduce_scatters of one tensor chain of a fused all_reduce share one "
-                    f"slice and grid axes, this one holds "
-                    f"{sum(chain_of[s] == i for s in scatters)} that differ",
+                    f"slice and grid axes, this one holds {len(group)} that differ",
                 )
         group_of = {op: i for i, group in enumerate(coupled) for op in group}
         if len({group_of[s] for s in scatters}) > 1:

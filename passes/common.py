@@ -281,6 +281,14 @@ def ancestor_in(block: Block, op: Operation) -> Operation | None:
     return block.find_ancestor_op_in_block(op)
 
 
+def find_root(parent: list[int], i: int) -> int:
+    """The root of `i` in a union-find forest over indices (`parent[r] == r` at a root),
+    halving the path on the way (near-constant depth)."""
+    while parent[i] != i:
+        parent[i] = i = parent[parent[i]]
+    return i
+
+
 def is_terminator(op: Operation) -> bool:
     """Whether `op` ends its block (a return, a region's yield)."""
     return op.has_trait(IsTerminator)

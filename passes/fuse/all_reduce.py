@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Block, Operation, SSAValue
+from xdsl.ir import Block, Operation
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import PassFailedException
 
@@ -22,6 +22,7 @@ from coconet.passes.common import (
     body_block,
     fail,
     find_named_ops,
+    find_root,
     functions,
     op_name,
 )
@@ -29,6 +30,7 @@ from coconet.passes.fuse.chain import (
     CoupledScalars,
     close_cycles,
     computes_scalars,
+    is_scalar,
     reduce_scatter_chain,
 )
 from coconet.passes.fuse.checks import check_sizes, exact_set
@@ -294,12 +296,6 @@ def _merge_alike(
     where its last chain stood."""
     keys = [_scatter_key(c) for c in chains]
     parent = list(range(len(chains)))
-
-    def find(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = i = parent[parent[i]]
-        return i
-
     first_holder: dict[tuple[Operation, object], int] = {}
     for i, chain in enumerate(chains):
         if keys[i] is None:
@@ -307,10 +303,10 @@ def _merge_alike(
         for op in chain:
             if not _scalar_only(op):
                 j = first_holder.setdefault((op, keys[i]), i)
-                parent[find(i)] = find(j)
+                parent[find_root(parent, i)] = find_root(parent, j)
     components: dict[int, list[int]] = {}
     for i in range(len(chains)):
-        components.setdefault(find(i), []).append(i)
+        components.setdefault(find_root(parent, i), []).append(i)
     placed: list[tuple[int, set[Operation]]] = []
     for members in components.values():
         if len(members) == 1:
@@ -356,16 +352,10 @@ def _merged_in_order(
     merged: list[set[Operation] | None] = []
     into: list[int] = []  # index -> the index it was merged into (itself while it stands)
     holders: dict[Operation, list[int]] = {}
-
-    def current(i: int) -> int:
-        while into[i] != i:
-            into[i] = i = into[into[i]]
-        return i
-
     for chain in chains:
         here = len(merged)
         own = [op for op in chain if shares(op)]  # a merge may grow `chain` in place
-        met = sorted({current(i) for op in own for i in holders.get(op, ())})
+        met = sorted({find_root(into, i) for op in own for i in holders.get(op, ())})
         for i in met:
             other = merged[i]
             if other is None:
@@ -432,7 +422,7 @@ def _computes_scalars_of_tensors(block: Block) -> bool:
     tensor op too, and `_merge_coupled` merges none of them."""
     for top in block.ops:
         for op in top.walk():
-            if not any(_is_scalar(r) for r in op.results):
+            if not any(is_scalar(r) for r in op.results):
                 continue
             if op.regions or any(
                 isinstance(v.type, TensorType) and v.type.rank > 0 for v in op.operands
@@ -441,11 +431,7 @@ def _computes_scalars_of_tensors(block: Block) -> bool:
     return False
 
 
-def _is_scalar(v: SSAValue) -> bool:
-    return isinstance(v.type, TensorType) and v.type.get_shape() == ()
-
-
 def _scalar_only(op: Operation) -> bool:
     if isinstance(op, coco.UpdateOp):  # scalar state updated from the chains (a loss scale)
-        return _is_scalar(op.target)
+        return is_scalar(op.target)
     return computes_scalars(op)

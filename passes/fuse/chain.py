@@ -18,6 +18,7 @@ from coconet.passes.common import (
     OrderInfo,
     ancestor_in,
     fail,
+    find_root,
     is_terminator,
     op_name,
     plan_contiguous,
@@ -68,12 +69,14 @@ class Frontier:
         return heapq.heappop(self.heap)[1] if self.heap else None
 
 
+def is_scalar(v: SSAValue) -> bool:
+    return isinstance(v.type, TensorType) and v.type.rank == 0
+
+
 def computes_scalars(op: Operation) -> bool:
     """Whether every result of `op` (one at least) is a scalar: arithmetic that any
     iteration space fits, shared by chains coupled through it (a global norm)."""
-    return bool(op.results) and all(
-        isinstance(r.type, TensorType) and r.type.rank == 0 for r in op.results
-    )
+    return bool(op.results) and all(map(is_scalar, op.results))
 
 
 class CoupledScalars:
@@ -108,9 +111,7 @@ class CoupledScalars:
         return len(self.parent) - 1
 
     def group(self, chain: int) -> int:
-        while self.parent[chain] != chain:
-            self.parent[chain] = chain = self.parent[self.parent[chain]]
-        return chain
+        return find_root(self.parent, chain)
 
     def group_of(self, op: Operation) -> int | None:
         """The group of the chain that followed `op`, if one did."""
