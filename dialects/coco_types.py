@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from xdsl.dialects.builtin import (
     ArrayAttr,
@@ -147,30 +147,66 @@ class LocalAttr(LayoutAttr):
 
 @irdl_attr_definition
 class SlicedAttr(LayoutAttr):
-    """Equal contiguous parts along tensor dim `dim`; rank i along the axis holds part i."""
+    """Contiguous parts along tensor dim `dim`; rank i along the axis holds part i.
+
+    A dim several grid axes cut is cut in mixed radix: by the outermost cutting axis first,
+    each of its parts then by the next. By default the cutting axes nest in grid order
+    (outer axis outermost); `level` (`sliced<0, level 1>`) states another nesting: the
+    axis's place among the axes cutting the dim, 0 outermost. Megatron's flat gradient
+    buffer, sliced on tp and then reduce-scattered over an outer dp axis, is
+    `[sliced<0, level 1>, sliced<0, level 0>]`: each tp piece cut over dp. The level is
+    written (and stored) only where the nesting is not grid order, so one nesting has one
+    spelling (`normalize_layouts`); -1 means "in grid order"."""
 
     name = "coco.sliced"
     dim: IntAttr
+    level: IntAttr
 
-    def __init__(self, dim: int | IntAttr):
-        super().__init__(IntAttr(dim) if isinstance(dim, int) else dim)
+    def __init__(self, dim: int | IntAttr, level: int | IntAttr = -1):
+        super().__init__(
+            IntAttr(dim) if isinstance(dim, int) else dim,
+            IntAttr(level) if isinstance(level, int) else level,
+        )
+
+    @property
+    def nested(self) -> bool:
+        """Whether this axis states its level (its dim's cuts nest other than grid order)."""
+        return self.level.data >= 0
+
+    def with_dim(self, dim: int) -> SlicedAttr:
+        """The same cut of another dim (an op that moves dims keeps how they nest)."""
+        return SlicedAttr(dim, self.level)
 
     @classmethod
     def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
         with parser.in_angle_brackets():
-            return (IntAttr(parser.parse_integer(allow_boolean=False, allow_negative=False)),)
+            dim = IntAttr(parser.parse_integer(allow_boolean=False, allow_negative=False))
+            level = -1
+            if parser.parse_optional_punctuation(","):
+                parser.parse_keyword("level")
+                level = parser.parse_integer(allow_boolean=False, allow_negative=False)
+            return (dim, IntAttr(level))
 
     def print_parameters(self, printer: Printer) -> None:
-        with printer.in_angle_brackets():
-            printer.print_int(self.dim.data)
+        printer.print_string("<" + layout_str(self)[len("sliced<") :])
 
 
 REPLICATED = ReplicatedAttr()
 LOCAL = LocalAttr()
 
 
+def same_cut(a: LayoutAttr, b: LayoutAttr) -> bool:
+    """Whether two layouts of one grid axis cut alike, however the dim's cuts nest (the
+    nesting is a property of the dim: `check_innermost_slicing` compares it)."""
+    if isinstance(a, SlicedAttr) and isinstance(b, SlicedAttr):
+        return a.dim == b.dim
+    return a == b
+
+
 def layout_str(layout: LayoutAttr) -> str:
     if isinstance(layout, SlicedAttr):
+        if layout.nested:
+            return f"sliced<{layout.dim.data}, level {layout.level.data}>"
         return f"sliced<{layout.dim.data}>"
     return "local" if isinstance(layout, LocalAttr) else "replicated"
 
@@ -251,15 +287,54 @@ def _parse_layout(parser: AttrParser) -> LayoutAttr:
         return LOCAL
     if parser.parse_optional_keyword("sliced"):
         return SlicedAttr.new(SlicedAttr.parse_parameters(parser))
-    parser.raise_error("expected a layout: replicated, local or sliced<DIM>")
+    parser.raise_error("expected a layout: replicated, local, sliced<DIM> or sliced<DIM, level L>")
 
 
 def normalize_layouts(layouts: Sequence[LayoutAttr]) -> tuple[LayoutAttr, ...]:
-    """Replicated on every axis is written as no layout at all: one spelling per meaning."""
+    """One spelling per meaning: replicated on every axis is written as no layout at all;
+    the levels of a dim's cuts are renumbered 0, 1, ... in their order, and dropped where
+    that order is grid order (or one axis cuts the dim). A dim whose axes state levels on
+    some axes only is left as it is, for the verifier to refuse (`[sliced-level]`)."""
     layouts = tuple(layouts)
     if all(isinstance(lay, ReplicatedAttr) for lay in layouts):
         return ()
-    return layouts
+    if not any(isinstance(lay, SlicedAttr) and lay.nested for lay in layouts):
+        return layouts
+    out = list(layouts)
+    for d in {lay.dim.data for lay in layouts if isinstance(lay, SlicedAttr) and lay.nested}:
+        axes = [
+            a for a, lay in enumerate(layouts) if isinstance(lay, SlicedAttr) and lay.dim.data == d
+        ]
+        levels = [cast(SlicedAttr, layouts[a]).level.data for a in axes]
+        if min(levels) < 0:
+            continue
+        order = sorted(axes, key=lambda a: cast(SlicedAttr, layouts[a]).level.data)
+        in_grid_order = order == axes
+        for place, a in enumerate(order):
+            out[a] = SlicedAttr(d) if in_grid_order else SlicedAttr(d, place)
+    return tuple(out)
+
+
+def nest_layouts(before: TensorType, layouts: Sequence[LayoutAttr]) -> list[LayoutAttr]:
+    """`layouts` (a new layout per grid axis of a value of type `before`) with the cuts they
+    add nested inside the cuts `before` already has: what a collective or slice that cuts a
+    rank's piece further does. A dim's existing cuts keep their order, outermost; the axes
+    newly cutting it follow, in grid order. Only the dims whose cutting axes change are
+    renumbered; the rest keep what they state."""
+    out = list(layouts)
+    for d in {lay.dim.data for lay in layouts if isinstance(lay, SlicedAttr)}:
+        kept = [a for a in before.slicing_axes(d) if _cuts(out, a, d)]
+        added = [a for a in range(len(out)) if _cuts(out, a, d) and a not in kept]
+        if not added and len(kept) == len(before.slicing_axes(d)):
+            continue
+        for place, a in enumerate(kept + added):
+            out[a] = SlicedAttr(d, place)
+    return out
+
+
+def _cuts(layouts: Sequence[LayoutAttr], axis: int, dim: int) -> bool:
+    lay = layouts[axis] if axis < len(layouts) else REPLICATED
+    return isinstance(lay, SlicedAttr) and lay.dim.data == dim
 
 
 # --------------------------------------------------------------------------------------------
@@ -448,12 +523,18 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
         return tuple(a for a, lay in enumerate(self.layouts) if isinstance(lay, LocalAttr))
 
     def slicing_axes(self, dim: int) -> tuple[int, ...]:
-        """The grid axes (outermost first) that cut tensor dim `dim`."""
-        return tuple(
+        """The grid axes that cut tensor dim `dim`, outermost cut first (grid order unless
+        their layouts state levels: `SlicedAttr`)."""
+        axes = tuple(
             a
             for a, lay in enumerate(self.layouts)
             if isinstance(lay, SlicedAttr) and lay.dim.data == dim
         )
+        if len(axes) > 1 and cast(SlicedAttr, self.layouts.data[axes[0]]).nested:
+            return tuple(
+                sorted(axes, key=lambda a: cast(SlicedAttr, self.layouts.data[a]).level.data)
+            )
+        return axes
 
     def local_shape(self, grid_shape: Sequence[int]) -> tuple[int, ...]:
         """The shape of the largest part one rank holds on a grid of the given (bound) sizes:
@@ -529,10 +610,12 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
             parser.raise_error(
                 "coco tensors have static shapes: '?' is not allowed here", shape_pos
             )
+        # Only the all-replicated spelling is rewritten: levels stay as written, for the
+        # verifier to refuse a spelling that is not the one of its nesting.
         return (
             ArrayAttr(IntAttr(d) for d in dims),
             elt,
-            ArrayAttr(normalize_layouts(layouts)),
+            ArrayAttr(() if all(isinstance(x, ReplicatedAttr) for x in layouts) else layouts),
         )
 
     def print_parameters(self, printer: Printer) -> None:
@@ -565,6 +648,34 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
                 raise VerifyException(
                     f"[sliced-dim-in-range] sliced<{lay.dim.data}> names a dim that a "
                     f"rank-{self.rank} tensor of shape {list(self.get_shape())} does not have"
+                )
+        self._verify_levels()
+
+    def _verify_levels(self) -> None:
+        """The levels of a dim's cuts, where stated, number every cutting axis 0, 1, ... and
+        differ from grid order (else they are not written: one spelling per nesting)."""
+        nested = {
+            lay.dim.data for lay in self.layouts if isinstance(lay, SlicedAttr) and lay.nested
+        }
+        for d in sorted(nested):
+            axes = [
+                a
+                for a, lay in enumerate(self.layouts)
+                if isinstance(lay, SlicedAttr) and lay.dim.data == d
+            ]
+            levels = [cast(SlicedAttr, self.layouts.data[a]).level.data for a in axes]
+            if sorted(levels) != list(range(len(axes))):
+                raise VerifyException(
+                    f"[sliced-level] dim {d} of a tensor of shape {list(self.get_shape())} is "
+                    f"cut by grid axes {axes} with levels {['-' if x < 0 else x for x in levels]}"
+                    f": every axis cutting a dim states its level, numbered 0 (outermost) to "
+                    f"{len(axes) - 1}, or none does (grid order)"
+                )
+            if levels == sorted(levels):
+                raise VerifyException(
+                    f"[sliced-level] dim {d} of a tensor of shape {list(self.get_shape())} is "
+                    f"cut by grid axes {axes} in grid order: write it without levels "
+                    f"(sliced<{d}>)"
                 )
 
 

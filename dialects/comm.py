@@ -87,6 +87,7 @@ from coconet.dialects.coco_types import (
     exact_widening,
     is_float_name,
     memo,
+    nest_layouts,
     remember,
 )
 from coconet.dialects.layout_rules import check_all_to_all, check_innermost_slicing, grid_of
@@ -148,7 +149,8 @@ def collective_result_type(
             if a in span:
                 lay = op_type.axis_rule(a, lay, input_type=input_type, what=what, dim=dim)
             out.append(lay)
-        return out
+        # A collective cuts each rank's piece: the cuts it adds nest inside those there.
+        return nest_layouts(input_type, out)
 
     try:
         got = input_type.with_layouts(layouts(""))
@@ -232,11 +234,10 @@ class CollectiveOp(CocoOp):
         inferred = self.infer()
         self.expect_result(inferred)
         check_acc(self, tensor_type_of(self.input).elt)
-        # Gathering or scattering a dim that several axes cut must act on the innermost ones.
+        # Gathering a dim that several axes cut must act on the innermost ones (a scatter's
+        # inferred cuts nest innermost).
         if isinstance(self, AllGatherOp):
             check_innermost_slicing(self, self.input.type, self.span())
-        elif isinstance(self, ReduceScatterOp):
-            check_innermost_slicing(self, inferred, self.span())
 
 
 class GroupCollectiveOp(CollectiveOp):

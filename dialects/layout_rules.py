@@ -53,6 +53,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from itertools import pairwise
+from typing import cast
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import IntegerType, i1
@@ -74,6 +75,7 @@ from coconet.dialects.coco_types import (
     layout_str,
     memo,
     remember,
+    same_cut,
 )
 from coconet.dialects.reduction import Reduction
 
@@ -314,7 +316,39 @@ def _infer_elementwise(
                 lay = SlicedAttr(d + gap)
             per_operand.append(lay)
         layouts.append(_combine_axis(per_operand, describe))
-    return TensorType(shape, tts[0].element_type, layouts)
+    return TensorType(shape, tts[0].element_type, _nest_like_operands(tts, layouts, describe))
+
+
+def _nest_like_operands(
+    tts: Sequence[TensorType], layouts: list[LayoutAttr], describe: Callable[[], str]
+) -> list[LayoutAttr]:
+    """The result's per-axis `layouts` with each dim's cuts nested as its operands nest
+    them. A rank computes its piece of the result from its pieces of the operands, so each
+    operand's piece must hold the result's: some operand cuts the dim by all the axes the
+    result cuts it by, and every operand's cuts of it are the outermost of that one's, in
+    the same order (a tp piece holds its dp sub-pieces; a dp piece of the whole does not)."""
+    rank = max(t.rank for t in tts)
+    for d in {lay.dim.data for lay in layouts if isinstance(lay, SlicedAttr)}:
+        result_axes = {a for a, lay in enumerate(layouts) if _cuts_dim(lay, d)}
+        orders = [t.slicing_axes(d - (rank - t.rank)) for t in tts if d >= rank - t.rank]
+        full = max(orders, key=len)
+        if set(full) != result_axes or any(o != full[: len(o)] for o in orders):
+            raise fail(
+                "elementwise-layouts",
+                f"{describe()}: the operands cut dim {d} by grid axes "
+                + " and ".join(str(list(o)) for o in orders if o)
+                + " (outermost first), so no rank's piece of one holds its piece of the other: "
+                "an operand cut by fewer axes must be cut by the outermost of the other's, in "
+                "the same order (slice or gather one operand first)",
+            )
+        if len(full) > 1 and list(full) != sorted(full):
+            for place, a in enumerate(full):
+                layouts[a] = SlicedAttr(d, place)
+    return layouts
+
+
+def _cuts_dim(lay: LayoutAttr, d: int) -> bool:
+    return isinstance(lay, SlicedAttr) and lay.dim.data == d
 
 
 # Scaled results by (input, scale) types: as _INFERRED_ELEMENTWISE. Bounded (remember).
@@ -510,11 +544,11 @@ def _infer_matmul(lhs: Attribute, rhs: Attribute) -> TensorType:
                 "unbatched right operand",
             )
         elif batch and sa is not None and sb == sa and b.rank > 2:
-            out = SlicedAttr(sa)  # the same batch slice of A and of B
+            out = la  # the same batch slice of A and of B
         elif sa is not None and sa != a_k and rb:
-            out = SlicedAttr(sa)  # rows or batch of A: same dim of the result
+            out = la  # rows or batch of A: same dim of the result
         elif ra and sb == b_n:
-            out = SlicedAttr(rank - 1)
+            out = cast(SlicedAttr, lb).with_dim(rank - 1)
         elif sa == a_k and sb == b_k:
             out = LOCAL  # each rank multiplies its K-slices: partial sums
         elif (isinstance(la, LocalAttr) or isinstance(lb, LocalAttr)) and sa is None and sb is None:
@@ -584,7 +618,7 @@ def infer_dim_reduction(
             continue
         d = lay.dim.data
         if d not in dims:
-            layouts.append(SlicedAttr(d if keepdims else d - sum(1 for r in dims if r < d)))
+            layouts.append(lay.with_dim(d if keepdims else d - sum(1 for r in dims if r < d)))
             continue
         if kind == Reduction.MEAN:
             raise fail(
@@ -652,14 +686,14 @@ def check_all_to_all(
     for axis in range(max(grid.rank, len(src.layouts), len(dst.layouts))):
         ls, ld = src.layout_on(axis), dst.layout_on(axis)
         if axis not in span:
-            if ls != ld:
+            if not same_cut(ls, ld):
                 raise fail(
                     "all-to-all-layouts",
                     f"comm.all_to_all of {name} : {src} to {dst} changes grid axis {axis} "
                     f"({layout_str(ls)} -> {layout_str(ld)}), which it does not span",
                 )
             continue
-        if isinstance(ls, SlicedAttr) and isinstance(ld, SlicedAttr) and ls != ld:
+        if isinstance(ls, SlicedAttr) and isinstance(ld, SlicedAttr) and ls.dim != ld.dim:
             forms.add("sliced")
         elif isinstance(ls, LocalAttr) and isinstance(ld, LocalAttr):
             forms.add("local")
@@ -691,8 +725,8 @@ def check_all_to_all(
             check_all_to_all_blocks(src, parts, f"comm.all_to_all of {name}")
     # A dim several axes cut: the spanned ones must be the innermost, before and after, so
     # that the group holds the same part of the tensor before and after.
-    check_innermost_slicing(op, src, span)
-    check_innermost_slicing(op, dst, span)
+    check_innermost_slicing(op, src, span, dst)
+    check_innermost_slicing(op, dst, span, src)
     return dst
 
 
@@ -711,20 +745,46 @@ def check_all_to_all_blocks(t: TensorType, parts: int, what: str) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def check_innermost_slicing(op: Operation, sliced: TensorType, axes: Sequence[int]) -> None:
-    """A dim cut by several grid axes is cut in mixed radix, outermost axis first; a gather,
-    scatter or slice that changes some of those axes keeps every piece one contiguous run
-    only if they are the innermost ones."""
+def check_innermost_slicing(
+    op: Operation,
+    sliced: TensorType,
+    axes: Sequence[int],
+    other: TensorType | None = None,
+) -> None:
+    """A dim cut by several grid axes is cut in mixed radix, outermost cut first
+    (`SlicedAttr`); a gather, scatter, slice or re-cut that changes some of those axes keeps
+    every piece one contiguous run only if they are the innermost ones. `other`, the type on
+    the other side of the op, must nest the cuts the op keeps in the same order."""
     for d in range(sliced.rank):
         cutting = sliced.slicing_axes(d)
         changed = [a for a in cutting if a in axes]
         if changed and tuple(changed) != cutting[len(cutting) - len(changed) :]:
+            kept = [a for a in cutting if a not in axes]
+            hint = (
+                "; to cut each piece of the others further, state the nesting: "
+                + ", ".join(
+                    f"axis {a}: sliced<{d}, level {place}>"
+                    for place, a in enumerate(kept + changed)
+                )
+                if other is not None
+                else ""
+            )
             raise fail(
                 "mixed-radix-order",
                 f"{op.name} changes the slicing of dim {d} of {sliced} along grid axes "
                 f"{changed}, but that dim is cut by axes {list(cutting)} (outermost first): "
-                "only the innermost cutting axes can be gathered, scattered or sliced",
+                "only the innermost cutting axes can be gathered, scattered or sliced" + hint,
             )
+        if other is not None:
+            kept_here = [a for a in cutting if a not in axes]
+            kept_there = [a for a in other.slicing_axes(d) if a not in axes]
+            if kept_here != kept_there:
+                raise fail(
+                    "mixed-radix-order",
+                    f"{op.name} keeps grid axes {kept_here} cutting dim {d}, but {sliced} "
+                    f"nests them as {kept_here} and {other} as {kept_there} (outermost "
+                    "first): an op that does not span an axis keeps how it cuts",
+                )
 
 
 def check_slice(op: Operation, src: TensorType, dst: TensorType) -> None:
@@ -732,7 +792,7 @@ def check_slice(op: Operation, src: TensorType, dst: TensorType) -> None:
         raise fail("slice-type", f"coco.slice keeps shape and element type: {src} -> {dst}")
     for axis in range(max(len(src.layouts), len(dst.layouts))):
         ls, ld = src.layout_on(axis), dst.layout_on(axis)
-        if ls == ld:
+        if same_cut(ls, ld):
             continue
         if isinstance(ls, ReplicatedAttr) and isinstance(ld, SlicedAttr):
             continue
@@ -744,9 +804,9 @@ def check_slice(op: Operation, src: TensorType, dst: TensorType) -> None:
     changed = [
         a
         for a in range(max(len(src.layouts), len(dst.layouts)))
-        if src.layout_on(a) != dst.layout_on(a)
+        if not same_cut(src.layout_on(a), dst.layout_on(a))
     ]
-    check_innermost_slicing(op, dst, changed)
+    check_innermost_slicing(op, dst, changed, src)
 
 
 def runs_after(user: Operation, op: Operation) -> bool:

@@ -24,7 +24,7 @@ from coconet.dialects.coco import (
     readable_at,
     tensor_type_of,
 )
-from coconet.dialects.coco_types import remember
+from coconet.dialects.coco_types import nest_layouts, remember, same_cut
 from coconet.dialects.layout_rules import (
     grid_of,
     infer_dim_reduction,
@@ -150,7 +150,8 @@ def _sliced_like(vt: TensorType, result: TensorType, span: tuple[int, ...]) -> T
         d = r.dim.data - gap
         if d >= 0 and vt.get_shape()[d] == result.get_shape()[r.dim.data]:
             lays[a] = SlicedAttr(d)
-    return vt.with_layouts(lays)
+    # A slice cuts each rank's piece: its cuts nest inside the operand's.
+    return vt.with_layouts(nest_layouts(vt, lays))
 
 
 def _gather_axes(new: TensorType, old: TensorType, span: tuple[int, ...]) -> list[int] | None:
@@ -159,7 +160,7 @@ def _gather_axes(new: TensorType, old: TensorType, span: tuple[int, ...]) -> lis
     axes: list[int] = []
     for a in range(_layouts_len(new, old, span=span)):
         ln, lo = new.layout_on(a), old.layout_on(a)
-        if ln == lo:
+        if same_cut(ln, lo):
             continue
         if a in span and isinstance(ln, SlicedAttr) and isinstance(lo, ReplicatedAttr):
             axes.append(a)

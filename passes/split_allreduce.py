@@ -44,21 +44,6 @@ def split_refusal(ar: comm.AllReduceOp, dim: int) -> PassFailedException | None:
         )
     grid = grid_of(ar)
     span = ar.span()
-    inner = [a for a in t.slicing_axes(dim) if a > min(span)]
-    if inner:
-        return fail(
-            f"{RULE}-dim",
-            f"{op_name(ar)}: dim {dim} of {t} is already sliced by grid axis "
-            f"{inner[0]}, inner to the all_reduce's axes {list(span)}: a reduce_scatter "
-            "cannot slice it further (each rank's part would lie on another rank); "
-            + (
-                "pick another dim"
-                if t.rank > 1
-                else "a flat buffer has no other dim (the mixed-radix cut of each inner "
-                "piece over the outer axis is not supported)"
-            ),
-            at=ar,
-        )
     rs_type = comm.collective_result_type(comm.ReduceScatterOp, t, span, grid.rank, dim=dim)
     try:
         check_type_fits_grid(rs_type, grid, f"the reduce_scatter of {op_name(ar)}")

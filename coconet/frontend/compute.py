@@ -18,6 +18,7 @@ from coconet.dialects.coco import (
     is_float_type,
     layout_str,
 )
+from coconet.dialects.coco_types import nest_layouts
 from coconet.dialects.reduction import Reduction
 from coconet.frontend.dtypes import (
     BF16,
@@ -409,7 +410,8 @@ def Slice(x: Value, dim: int = 0, over: int | Sequence[int] | None = None) -> Va
         raise _build_error(expr, [a], "[slice-layouts] no grid axis is replicated: nothing to cut")
 
     def make() -> Operation:
-        return coco.SliceOp(a.ssa, a.type.with_layouts(layouts))
+        # A slice cuts each rank's piece: its cuts nest inside those `x` has.
+        return coco.SliceOp(a.ssa, a.type.with_layouts(nest_layouts(a.type, layouts)))
 
     return _emit(expr, [a], make)
 

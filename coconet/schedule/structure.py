@@ -36,15 +36,16 @@ def _parts(t: TensorType, dim: int, span: Iterable[int], grid_shape: tuple[int, 
 
 def auto_split_dim(ar: comm.AllReduceOp) -> int:
     """The tensor dim a split of `ar` slices, among the dims the split accepts
-    (`split_refusal`: not cut by a grid axis inner to the all_reduce's, holding a rank's
-    element on every static axis). Dims no grid axis slices yet come first; failing those, a
-    dim an outer axis already cuts (the split nests inside it). Among them: the lowest dim
-    that divides into its pieces (the group's ranks times those of the axes already cutting
-    it, an axis sized at launch counted as PREFERRED_GROUP ranks: a node of 8 GPUs, so the
-    schedule runs on 1, 2, 4 and 8 ranks); failing that, on a group sized at launch the dim
-    with the largest power-of-two factor among those holding an element per piece (lowest
-    first), on a static group the lowest, cut unevenly. With no legal dim, the lowest dim no
-    axis slices (or 0): the pass then refuses it with its rule."""
+    (`split_refusal`: holding a rank's element on every static axis). Dims no grid axis
+    slices yet come first; failing those, a dim only outer axes already cut (the split nests
+    inside them in grid order); failing those, a dim an inner axis cuts (the split cuts each
+    of its pieces: `sliced<d, level L>`). Among them: the lowest dim that divides into its
+    pieces (the group's ranks times those of the axes already cutting it, an axis sized at
+    launch counted as PREFERRED_GROUP ranks: a node of 8 GPUs, so the schedule runs on 1, 2,
+    4 and 8 ranks); failing that, on a group sized at launch the dim with the largest
+    power-of-two factor among those holding an element per piece (lowest first), on a static
+    group the lowest, cut unevenly. With no legal dim, the lowest dim no axis slices (or 0):
+    the pass then refuses it with its rule."""
     from coconet.dialects.layout_rules import grid_of
     from coconet.passes.split_allreduce import split_refusal
 
@@ -56,9 +57,12 @@ def auto_split_dim(ar: comm.AllReduceOp) -> int:
     fresh = [d for d in range(len(shape)) if not t.slicing_axes(d)]
     if not legal:
         return fresh[0] if fresh else 0
-    dims = [d for d in legal if d in fresh] or legal
     grid = grid_of(ar)
     span = ar.span()
+    # A dim only outer axes cut nests the split in grid order; one an inner axis cuts takes
+    # a stated nesting (`sliced<d, level L>`), which Megatron's flat buffer needs.
+    outer = [d for d in legal if d not in fresh and max(t.slicing_axes(d)) < min(span)]
+    dims = [d for d in legal if d in fresh] or outer or legal
     parts = {d: _parts(t, d, span, grid.shape) for d in dims}
     for d in dims:
         if shape[d] % parts[d] == 0:

@@ -9,6 +9,7 @@ from xdsl.ir import Block, Operation, SSAValue
 
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import ReplicatedAttr, TensorType
+from coconet.dialects.coco_types import same_cut
 from coconet.dialects.layout_rules import precedes_in_block
 from coconet.dialects.reduction import Reduction
 from coconet.passes.common import (
@@ -75,7 +76,7 @@ def absorb_whole_reductions(block: Block, members: set[Operation]) -> set[Operat
             continue
         # The whole tensor on every group member, laid out as the slice off the group's axes.
         if not all(
-            x.layout_on(a) == (ReplicatedAttr() if a in span else sliced.layout_on(a))
+            same_cut(x.layout_on(a), ReplicatedAttr() if a in span else sliced.layout_on(a))
             for a in range(rank)
         ):
             continue

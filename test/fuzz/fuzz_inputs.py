@@ -253,11 +253,20 @@ LAYOUTS = (
     "local, local",
     "replicated, sliced<0>",
     "sliced<0>, sliced<0>",
+    # nested cuts (levels): valid, partial, duplicate, out of range, grid order, odd spelling
+    "sliced<0, level 1>, sliced<0, level 0>",
+    "sliced<0, level 1>, sliced<0>",
+    "sliced<0, level 0>, sliced<0, level 0>",
+    "sliced<0, level 5>, sliced<0, level 0>",
+    "sliced<0, level 0>, sliced<0, level 1>",
+    "sliced<1, level 1>",
+    "sliced<0, level -1>",
+    "sliced<0, 1>",
 )
 
 
 def layout(text, rng):
-    m = _pick_match(r"\b(local|replicated|sliced<-?\d+>)", text, rng)
+    m = _pick_match(r"\b(local|replicated|sliced<-?\d+(?:, level -?\d+)?>)", text, rng)
     if m is None:
         m = _pick_match(r"(?<=[x<])(f32|f16|bf16|i32|i1)(?=>)", text, rng)
         if m is None:

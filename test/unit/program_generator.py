@@ -8,14 +8,16 @@ rank counts 1, 2 and 4 all fit (a `[2, ?]` grid skips 1 rank); some (5, 6, 7) do
 2 or 4, so slices are cut unevenly, as `np.array_split` cuts them.
 
 What a program holds, at random: arguments of random legal layouts (replicated state, local
-gradients, sliced tensors, scalars) in f32/f16/bf16 (and a few i32); elementwise binary and
+gradients, sliced tensors -- on `[2, ?]` a dim both axes cut, in grid order or with the inner
+axis's cut outermost (`sliced<d, level L>`) -- scalars) in f32/f16/bf16 (and a few i32); elementwise binary and
 unary ops, constants, casts, compare/select, dropout, matmul, full and row reductions
 (`reduce_dims` over any run of dims, sliced ones too: their partials), all_reduce,
 reduce_scatter/all_gather pairs, slice, broadcast, send (on `[2, ?]`), all_to_all (a sliced
 value re-cut along another dim, or a local one's dim-0 blocks exchanged), quantize (by a scale
 per tensor, row, element or block) and dequantize, expert-parallel exchanges (a matmul feeding
 an all_to_all or an all_to_all feeding a matmul's left operand, through a reshape or not: what
-the all_to_all overlaps chunk), a quarter of the
+the all_to_all overlaps chunk), Megatron's flat buffers (sliced on the inner axis, reduced
+over the outer one: split, a mixed-radix cut), a quarter of the
 float sums stating an accumulation (`acc`: the element type or one it widens to); then updates of
 arguments (mostly replicated ones, as optimizers do) and returned values. Operands are drawn
 with a bias to recent values, so chains like `all_reduce -> elementwise with replicated state
@@ -114,6 +116,7 @@ MOTIFS = (
     "clipped_optimizer",
     "sliced_optimizer",
     "megatron",
+    "flat_buffer",
     "boundary",
     "regather",
     "all_to_all",
@@ -198,7 +201,10 @@ class _Gen:
         else:
             lays = [self.layout_for_axis(shape) for _ in range(self.grid_rank)]
         if self.grid_rank == 2 and lays[0] == lays[1] and isinstance(lays[0], SlicedAttr):
-            lays[0] = REPLICATED  # no dim cut by two axes (see _multi_sliced)
+            # a dim both axes cut: in grid order or with the inner axis's cut outermost
+            d = lays[0].dim.data
+            if self.draw(st.booleans()):
+                lays = [SlicedAttr(d, 1), SlicedAttr(d, 0)]
         return self.tensor_type(shape, elt, lays)
 
     # -- emitting ops --------------------------------------------------------------------
@@ -219,9 +225,6 @@ class _Gen:
 
     def _insert(self, op: Operation) -> SSAValue | None:
         assert self.builder is not None
-        if any(_multi_sliced(r.type) for r in op.results):
-            op.erase()
-            return None
         self.builder.insert(op)
         try:
             op.verify()
@@ -628,6 +631,39 @@ class _Gen:
             y = matmul(y) if y is not None else None
         if y is not None:
             self.wanted_returns.append(y)
+
+    def motif_flat_buffer(self) -> None:
+        """Megatron's distributed optimizer over its flat buffers on a [dp, tp] grid: the
+        gradient buffer sliced on tp (the inner axis) and all-reduced over dp, the parameters
+        and state sliced on tp; an Adam-like step. Split, each tp piece is reduce-scattered
+        over dp (a dim cut by both axes, tp's cut outermost: `sliced<0, level L>`)."""
+        if self.grid_rank != 2:
+            return self.motif_optimizer()
+        n = self.draw(st.sampled_from((16, 12, 13, 7)))
+        elt = self.float_elt()
+        tp: list[LayoutAttr] = [REPLICATED, SlicedAttr(0)]
+        g = self.arg(self.tensor_type((n,), elt, [LOCAL, SlicedAttr(0)]), "g")
+        if self.draw(st.integers(0, 2)) == 0:
+            rs = self.collective(comm.ReduceScatterOp, g, "sum", [0], dim=0)
+            g1 = self.collective(comm.AllGatherOp, rs, axes=[0]) if rs is not None else None
+        else:
+            g1 = self.collective(comm.AllReduceOp, g, "sum", [0])
+        if g1 is None:
+            return
+        w = self.arg(self.tensor_type((n,), elt, tp), "w")
+        m = self.arg(self.tensor_type((n,), elt, tp), "m")
+        b, c = self.constant(elt), self.constant(elt)
+        bm = self.emit(lambda: coco.MulOp(b, m))
+        cg = self.emit(lambda: coco.MulOp(c, g1))
+        m1 = self.emit(lambda: coco.AddOp(bm, cg)) if bm and cg else None
+        if m1 is None:
+            return
+        self.intended[m] = m1
+        lr = self.constant(elt)
+        d = self.emit(lambda: coco.MulOp(lr, m1))
+        w1 = self.emit(lambda: coco.SubOp(w, d)) if d is not None else None
+        if w1 is not None:
+            self.intended[w] = w1
 
     def motif_megatron(self) -> None:
         """A tensor-parallel layer: local = matmul(x sliced on K, W sliced on K);
@@ -1044,13 +1080,6 @@ class _Gen:
         if not staged and not returns:
             returns.append(cands[0] if cands else args[0])
         return returns
-
-
-def _multi_sliced(t: Attribute) -> bool:
-    """A dim cut by two grid axes (mixed radix). Left out: the dialect accepts collectives and
-    slices over the outer of two such axes, but their results are not a gather/scatter of
-    the group's pieces, and the sim crashes or computes garbage on them (reported)."""
-    return isinstance(t, TensorType) and any(len(t.slicing_axes(d)) > 1 for d in range(t.rank))
 
 
 def _combines(a: TensorType, b: TensorType) -> bool:

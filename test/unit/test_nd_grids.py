@@ -7,8 +7,8 @@ already cuts it or where it is too small for the group), detect the optimizer st
 whatever its layout on the other axes and keep it sliced (`coco-as-slice`), and every offered
 schedule runs on the cpu backend's kernels (threaded ranks) bit for bit as the sim runs the
 program as written, over f32 and bf16, even and uneven cuts, 2-D and 3-D grids. A flat
-buffer sliced on an inner axis cannot be reduce-scattered over an outer one (the mixed-radix
-cut): rs-c-ag is then not offered, with the rule saying why."""
+buffer sliced on an inner axis (Megatron's) is reduce-scattered over the outer one inside
+each inner piece: a mixed-radix cut whose nesting the types state (`sliced<0, level L>`)."""
 
 from __future__ import annotations
 
@@ -22,9 +22,10 @@ from coconet import frontend
 from coconet.compiled import CompiledProgram
 from coconet.convention import written_changes
 from coconet.core import values as V
-from coconet.core.program import Program
+from coconet.core.program import Program, parse_module
 from coconet.dialects import comm
 from coconet.dialects.coco import TensorType
+from coconet.dialects.coco_types import same_cut
 from coconet.frontend import (
     BF16,
     F32,
@@ -83,6 +84,14 @@ CASES = [
     ("ppxdpxtp-8", [2, 2, 2], [6, 8], [L, R, Sliced(1)], 1, 8, 0),
     # a flat buffer cut by an OUTER axis: the reduce_scatter over the inner one nests in it
     ("flat-outer-cut", [2, 2], [10], [Sliced(0), R], 1, 4, 0),
+    # Megatron's flat buffer: cut by tp, INNER to dp; each tp piece is reduce-scattered over
+    # dp (`[sliced<0, level 1>, sliced<0, level 0>]`), evenly and not, on 2-D and 3-D grids
+    ("flat-inner-cut", [2, 2], [12], [R, Sliced(0)], 0, 4, 0),
+    ("flat-inner-cut-uneven", [2, 3], [13], [R, Sliced(0)], 0, 6, 0),
+    ("flat-inner-cut-3dp", [3, 2], [11], [R, Sliced(0)], 0, 6, 0),
+    ("ppxdpxtp-flat", [2, 2, 2], [18], [L, R, Sliced(0)], 1, 8, 0),
+    # a dim tp cuts, the other too small for the dp group: the split nests in tp's cut
+    ("dpxtp-nested-dim0", [2, 2], [8, 1], [R, Sliced(0)], 0, 4, 0),
 ]
 
 
@@ -116,7 +125,17 @@ def _run_against_the_sim(program: Program, scheduled: Program, ranks: int, cpu: 
 # cut otherwise (uneven, the dim after a too small one, tp outer, 8 ranks on [2, 2, 2], a flat
 # buffer nested in an outer cut); the sim runs every schedule of every case.
 CPU_ALL = {("dpxtp-tp-cuts-dim0", "bf16")}
-CPU_FUSED = {"dpxtp-uneven", "dpxtp-dim0-too-small", "tpxdp", "ppxdpxtp-8", "flat-outer-cut"}
+CPU_FUSED = {
+    "dpxtp-uneven",
+    "dpxtp-dim0-too-small",
+    "tpxdp",
+    "ppxdpxtp-8",
+    "flat-outer-cut",
+    "flat-inner-cut",
+    "flat-inner-cut-uneven",
+    "flat-inner-cut-3dp",
+    "ppxdpxtp-flat",
+}
 
 
 @pytest.mark.parametrize("dt", [F32, BF16], ids=["f32", "bf16"])
@@ -141,7 +160,9 @@ def test_every_offered_schedule_slices_the_state_and_matches_the_sim(
                 t = a.type
                 assert isinstance(t, TensorType)
                 want = [Sliced(dim) if ax == dp else lay for ax, lay in enumerate(layouts)]
-                assert t.layout_list(len(grid)) == want, t
+                assert all(map(same_cut, t.layout_list(len(grid)), want)), t
+                # the dp cut nests inside the others of the dim (each rank's piece cut further)
+                assert t.slicing_axes(dim)[-1] == dp, t
     if dt == F32:
         fused = lower(apply_schedule(program, "fuse(rs-c-ag)"), ranks)
         assert [type(s) for s in fused.steps] == [Launch], fused.format()
@@ -162,20 +183,25 @@ def test_a_dynamic_axis_splits_a_dim_with_an_element_for_each_of_its_ranks():
     _run_against_the_sim(program, apply_schedule(program, "fuse(rs-c-ag)"), 4, cpu=False)
 
 
-def test_a_flat_buffer_cut_by_an_inner_axis_is_not_split_over_an_outer_one():
-    """The mixed-radix cut (each tp piece of a flat buffer reduce-scattered over dp) has no
-    layout: the split schedules are not offered, the rule says why, and the others still
-    compute the program."""
+def test_a_flat_buffer_cut_by_an_inner_axis_is_split_inside_each_of_its_pieces():
+    """Megatron's flat gradient buffer (dp outer, tp inner, the buffer sliced on tp): the
+    split reduce-scatters each tp piece over dp, a mixed-radix cut with tp outermost that the
+    types state (`sliced<0, level L>`); the printed program replays in coco-opt, the fused
+    schedule is one launch, and every rank holds the pieces the nesting says."""
     program = adam([2, 2], [12], [R, Sliced(0)], 0)
     offers = named_schedules(program, explain=True, ranks=4)
-    for name in ("rs-c-ag", "fuse(rs-c-ag)"):
-        assert name not in offers.offered
-        why = offers.dropped[name]
-        assert "[split-allreduce-dim]" in why, why
-        assert "mixed-radix" in why, why
-    assert {"ar-c", "fuse(ar-c)"} <= set(offers.offered)
-    for name in ("ar-c", "fuse(ar-c)"):
-        _run_against_the_sim(program, apply_schedule(program, name), 4, cpu=name == "ar-c")
+    assert {"rs-c-ag", "fuse(rs-c-ag)"} <= set(offers.offered), offers.dropped
+    scheduled = apply_schedule(program, "fuse(rs-c-ag)")
+    text = scheduled.print()
+    nested = "!coco.tensor<12xf32, [sliced<0, level 1>, sliced<0, level 0>]>"
+    assert f"%m: {nested}" in text, text
+    assert Program(parse_module(text)).print() == text
+    m = next(a for a in scheduled.func.body.block.args if a.name_hint == "m")
+    # rank (dp, tp) holds elements 6 tp + 3 dp .. +3: tp's piece, then dp's part of it
+    for rank in range(4):
+        coords = V.coords_of(rank, (2, 2))
+        assert V.piece_range(m.type, 0, coords, (2, 2)) == (6 * coords[1] + 3 * coords[0], 3)
+    assert [type(s) for s in lower(scheduled, 4).steps] == [Launch]
 
 
 def test_the_caller_passes_and_gets_back_the_state_as_written():

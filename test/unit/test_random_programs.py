@@ -35,6 +35,7 @@ from xdsl.utils.exceptions import DiagnosticException
 
 from coconet.core.program import CocoError, Program, make_context, parse_module
 from coconet.dialects import coco, comm
+from coconet.dialects.coco_types import DYNAMIC
 from coconet.equivalence import check_equivalence
 
 FULL = os.environ.get("COCONET_FULL") == "1"
@@ -448,3 +449,32 @@ def test_generated_clipped_optimizers_fuse_as_one_region_and_run_as_the_sim_comp
     print("\nclipped optimizers run:", dict(stats))
     assert stats["fused"] > 0, stats
     assert stats["norm computed once"] > 0, stats
+
+
+FLAT_CASES = 6 if not FULL else 60
+
+
+def test_generated_flat_buffers_split_inside_their_pieces_and_run_as_the_sim_computes() -> None:
+    """Random Megatron-style optimizers over flat buffers sliced on the inner axis of a
+    [2, ?] grid and reduced over the outer one (the generator's `flat_buffer`, beside other
+    ops, in f32/f16/bf16/fp8, sizes even and not): every offered schedule runs on the cpu
+    backend at 2 and 4 ranks as the sim computes the program as written, and the split ones
+    cut each inner piece over the outer axis (a dim both axes cut, the inner axis's cut
+    outermost)."""
+    from coconet.schedule import apply_schedule, named_schedules
+
+    stats: Counter = Counter()
+
+    @settings(max_examples=FLAT_CASES, **SETTINGS)
+    @given(gp=programs(max_ops=2, motif="flat_buffer", grids=((2, DYNAMIC),)))
+    def case(gp: GeneratedProgram) -> None:
+        for name in named_schedules(gp.program):
+            scheduled = gp.program if name == "as-written" else apply_schedule(gp.program, name)
+            for ranks in (2, 4):
+                stats[name] += _runs_as_the_sim_computes(gp, scheduled, ranks, name)
+            stats["nested"] += "level 1" in scheduled.print()
+
+    case()
+    print("\nflat buffers run:", dict(stats))
+    assert stats["fuse(rs-c-ag)"] > 0, stats
+    assert stats["nested"] > 0, stats

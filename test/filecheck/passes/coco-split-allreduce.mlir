@@ -38,12 +38,14 @@ func.func @sgd(%g: !coco.tensor<64x8xf32, local>, %w: !coco.tensor<64x8xf32>, %l
 // On a [2, 2] grid an all_reduce over axis 1 splits over axis 1 (%y: dim 0 of size 6 on 2
 // ranks, 3 each). %u's dim 0 is already sliced by axis 0: 3 rows cannot be cut into 2 x 2
 // parts (uneven cuts are fine, empty ones are not), so greedy mode leaves it and a targeted
-// request is refused (EMPTY).
+// request is refused (EMPTY). %z's dim 0 is cut by axis 1, inner to the all_reduce's axis 0:
+// the reduce_scatter cuts each rank's piece further, axis 1's cut outermost (levels).
 // CHECK-LABEL: func.func @grid2
 // CHECK-NEXT:    %y_rs = comm.reduce_scatter sum %x over [1] : !coco.tensor<6x4xf32, [local, local]> -> !coco.tensor<6x4xf32, [local, sliced<0>]>
 // CHECK-NEXT:    %y = comm.all_gather %y_rs over [1] : !coco.tensor<6x4xf32, [local, sliced<0>]> -> !coco.tensor<6x4xf32, [local, replicated]>
 // CHECK-NEXT:    %u = comm.all_reduce max %v over [1]
-// CHECK-NEXT:    %z = comm.all_reduce sum %zz over [0]
+// CHECK-NEXT:    %z_rs = comm.reduce_scatter sum %zz over [0] : !coco.tensor<8x4xf32, [local, sliced<0>]> -> !coco.tensor<8x4xf32, [sliced<0, level 1>, sliced<0, level 0>]>
+// CHECK-NEXT:    %z = comm.all_gather %z_rs over [0] : !coco.tensor<8x4xf32, [sliced<0, level 1>, sliced<0, level 0>]> -> !coco.tensor<8x4xf32, [replicated, sliced<0>]>
 func.func @grid2(%x: !coco.tensor<6x4xf32, [local, local]>, %v: !coco.tensor<3x4xf32, [sliced<0>, local]>, %zz: !coco.tensor<8x4xf32, [local, sliced<0>]>) -> (!coco.tensor<6x4xf32, [local, replicated]>, !coco.tensor<3x4xf32, [sliced<0>, replicated]>, !coco.tensor<8x4xf32, [replicated, sliced<0>]>) attributes {coco.grid = #coco.grid<[2, 2]>} {
   %y = comm.all_reduce sum %x over [1] : !coco.tensor<6x4xf32, [local, local]> -> !coco.tensor<6x4xf32, [local, replicated]>
   %u = comm.all_reduce max %v over [1] : !coco.tensor<3x4xf32, [sliced<0>, local]> -> !coco.tensor<3x4xf32, [sliced<0>, replicated]>
@@ -88,11 +90,13 @@ func.func @empty(%v: !coco.tensor<3x4xf32, [sliced<0>, local]>) -> !coco.tensor<
 
 // -----
 
-// Dim 0 of %zz is cut by axis 1, inner to the all_reduce's axis 0: no reduce_scatter over
-// axis 0 can cut it further (greedy mode leaves it, as %z of @grid2; dim=1 would split).
+// Dim 0 of %zz is cut by axis 1, inner to the all_reduce's axis 0 (Megatron's flat buffer
+// sliced on tp, reduced over dp): the split nests its cut inside each tp piece.
 module attributes {coco.schedule = "coco-split-allreduce{ops=z}"} {
+// SCRIPT-LABEL: func.func @nested
+// SCRIPT-NEXT:    %z_rs = comm.reduce_scatter sum %zz over [0] : !coco.tensor<8x4xf32, [local, sliced<0>]> -> !coco.tensor<8x4xf32, [sliced<0, level 1>, sliced<0, level 0>]>
+// SCRIPT-NEXT:    %z = comm.all_gather %z_rs over [0]
 func.func @nested(%zz: !coco.tensor<8x4xf32, [local, sliced<0>]>) -> !coco.tensor<8x4xf32, [replicated, sliced<0>]> attributes {coco.grid = #coco.grid<[2, 2]>} {
-  // SCRIPT: coco-split-allreduce.mlir:[[# @LINE + 1]]:3: [split-allreduce-dim] %z (comm.all_reduce): dim 0 of !coco.tensor<8x4xf32, [local, sliced<0>]> is already sliced by grid axis 1, inner to the all_reduce's axes [0]: a reduce_scatter cannot slice it further (each rank's part would lie on another rank); pick another dim
   %z = comm.all_reduce sum %zz over [0] : !coco.tensor<8x4xf32, [local, sliced<0>]> -> !coco.tensor<8x4xf32, [replicated, sliced<0>]>
   func.return %z : !coco.tensor<8x4xf32, [replicated, sliced<0>]>
 }

@@ -10,7 +10,7 @@ func.func @bogus_layout(%a: !coco.tensor<8xf32, bogus>) {
 // CHECK: {{.*}}parse_errors.mlir:6:49
 // CHECK-NEXT: func.func @bogus_layout(%a: !coco.tensor<8xf32, bogus>) {
 // CHECK-NEXT: ^^^^^
-// CHECK-NEXT: expected a layout: replicated, local or sliced<DIM>
+// CHECK-NEXT: expected a layout: replicated, local, sliced<DIM> or sliced<DIM, level L>
 
 // -----
 
@@ -176,3 +176,14 @@ func.func @dense_constant_truncation() {
 // CHECK-NEXT: %0 = coco.constant dense<[1, 2.5]> : !coco.tensor<2xi32>
 // CHECK-NEXT: ^
 // CHECK-NEXT: coco.constant of element type i32 needs an integer literal, got 2.5
+
+// -----
+
+func.func @bad_level(%a: !coco.tensor<8xf32, [sliced<0, lvl 1>, sliced<0>]>) {
+  func.return
+}
+
+// CHECK: {{.*}}parse_errors.mlir:[[# @LINE - 4]]:57
+// CHECK-NEXT: func.func @bad_level(%a: !coco.tensor<8xf32, [sliced<0, lvl 1>, sliced<0>]>) {
+// CHECK-NEXT: ^^^
+// CHECK-NEXT: Expected 'level'

@@ -810,7 +810,7 @@ func.func @boolean_arithmetic(%a: !coco.tensor<8xi1>, %b: !coco.tensor<8xi1>) {
 // -----
 
 // CHECK-LABEL: // {{-----}}
-// CHECK: [mixed-radix-order] coco.slice changes the slicing of dim 0
+// CHECK: [mixed-radix-order] coco.slice changes the slicing of dim 0 of !coco.tensor<8xf32, [sliced<0>, sliced<0>]> along grid axes [0], but that dim is cut by axes [0, 1] (outermost first): only the innermost cutting axes can be gathered, scattered or sliced; to cut each piece of the others further, state the nesting: axis 1: sliced<0, level 0>, axis 0: sliced<0, level 1>
 func.func @slice_outer_axis(%x: !coco.tensor<8xf32, [replicated, sliced<0>]>) attributes {coco.grid = #coco.grid<[2, 2]>} {
   %y = coco.slice %x : !coco.tensor<8xf32, [replicated, sliced<0>]> -> !coco.tensor<8xf32, [sliced<0>, sliced<0>]>
   func.return
@@ -1003,3 +1003,50 @@ func.func @block_scale_cut_by_other_axes(%x: !coco.tensor<16x16xf32, [sliced<0>,
 
 // CHECK-LABEL: // {{-----}}
 // CHECK: [quantize-block-slices] coco.quantize of %s : !coco.tensor<4x4xf32, [sliced<0>, replicated]>: the scale's block dim 0 is cut by grid axes [0], the result's dim 0 by [0, 1]: a block scale is replicated or cut by the same axes as the tensor it scales
+
+// -----
+
+// Levels (`sliced<DIM, level L>`) number every axis cutting a dim, 0 outermost, and are
+// written only for a nesting other than grid order.
+// CHECK-LABEL: // {{-----}}
+// CHECK: [sliced-level] dim 0 of a tensor of shape [8] is cut by grid axes [0, 1] with levels [1, '-']: every axis cutting a dim states its level, numbered 0 (outermost) to 1, or none does (grid order)
+func.func @partial_levels(%x: !coco.tensor<8xf32, [sliced<0, level 1>, sliced<0>]>) attributes {coco.grid = #coco.grid<[2, 2]>} {
+  func.return
+}
+
+// -----
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [sliced-level] dim 0 of a tensor of shape [8] is cut by grid axes [0, 1] with levels [1, 1]
+func.func @duplicate_levels(%x: !coco.tensor<8xf32, [sliced<0, level 1>, sliced<0, level 1>]>) attributes {coco.grid = #coco.grid<[2, 2]>} {
+  func.return
+}
+
+// -----
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [sliced-level] dim 0 of a tensor of shape [8] is cut by grid axes [0, 1] in grid order: write it without levels (sliced<0>)
+func.func @grid_order_levels(%x: !coco.tensor<8xf32, [sliced<0, level 0>, sliced<0, level 1>]>) attributes {coco.grid = #coco.grid<[2, 2]>} {
+  func.return
+}
+
+// -----
+
+// A tp piece of the whole (%a) does not hold the dp-then-tp piece of %b: no rank could
+// compute its part of the sum from its parts of the operands.
+// CHECK-LABEL: // {{-----}}
+// CHECK: [elementwise-layouts] operands %a : !coco.tensor<8xf32, [replicated, sliced<0>]>, %b : !coco.tensor<8xf32, [sliced<0>, sliced<0>]>: the operands cut dim 0 by grid axes [1] and [0, 1] (outermost first), so no rank's piece of one holds its piece of the other
+func.func @pieces_not_nested(%a: !coco.tensor<8xf32, [replicated, sliced<0>]>, %b: !coco.tensor<8xf32, [sliced<0>, sliced<0>]>) attributes {coco.grid = #coco.grid<[2, 2]>} {
+  %c = coco.add %a, %b : !coco.tensor<8xf32, [replicated, sliced<0>]>, !coco.tensor<8xf32, [sliced<0>, sliced<0>]> -> !coco.tensor<8xf32, [sliced<0>, sliced<0>]>
+  func.return
+}
+
+// -----
+
+// A slice cuts each piece further: the cuts it keeps nest as before.
+// CHECK-LABEL: // {{-----}}
+// CHECK: [mixed-radix-order] coco.slice keeps grid axes [1, 0] cutting dim 0, but !coco.tensor<8xf32, [sliced<0, level 1>, sliced<0, level 0>, sliced<0, level 2>]> nests them as [1, 0] and !coco.tensor<8xf32, [sliced<0>, sliced<0>, replicated]> as [0, 1] (outermost first)
+func.func @slice_reorders_kept_cuts(%x: !coco.tensor<8xf32, [sliced<0>, sliced<0>, replicated]>) attributes {coco.grid = #coco.grid<[2, 2, 2]>} {
+  %y = coco.slice %x : !coco.tensor<8xf32, [sliced<0>, sliced<0>, replicated]> -> !coco.tensor<8xf32, [sliced<0, level 1>, sliced<0, level 0>, sliced<0, level 2>]>
+  func.return
+}
