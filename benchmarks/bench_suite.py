@@ -37,6 +37,14 @@ over the floor time at the bandwidth measured just before it.
 The rows run in rounds (each row's warm-up and timed steps, every row in turn, then the next
 round), so a change in the load of a shared machine falls on every row alike.
 
+The ZeRO-3 / FSDP table (`--tables zero3`, issue #25): examples/zero3_adamw.py, AdamW with
+weights and moments sliced over the ranks (each rank updates its slice only, no all_gather):
+`coconet as written` (the library reduce_scatter, then the update kernel) and `coconet
+fuse(rs-c)` (one fused reduce-scatter + update kernel) beside `mpi4py Reduce_scatter + NumPy`
+and `torch gloo reduce_scatter + AdamW(foreach)` on the shard (FSDP2's step: the gradient
+reduce-scattered to each rank's shard, torch.optim.AdamW over the sharded parameter). Floor:
+every rank's gradient read once (4N) and the slices of w, m, v read and written (24N/P).
+
 The overlap table (`--tables overlap`, printed after the optimizer tables by default): what
 pipelining a GEMM with the collective next to it buys on the cpu backend, per program, each
 overlap schedule beside the same schedule without overlap (f32, sizes by `--overlap-size`):
@@ -123,6 +131,18 @@ def adam_update(p: dict, g1, w, m, v) -> None:
     np.subtract(w, p["lr"] * (m / (1 - p["beta1"] ** p["step"])) / denom, out=w)
 
 
+def adamw_update(p: dict, g1, w, m, v) -> None:
+    """AdamW in NumPy (examples/zero3_adamw.py's update, on this rank's slices)."""
+    import numpy as np
+
+    moments_update(p, g1, m, v)
+    r = np.sqrt(v / (1 - p["beta2"] ** p["step"]))
+    r += p["eps"]
+    np.divide(m / (1 - p["beta1"] ** p["step"]), r, out=r)
+    r += p["weight_decay"] * w
+    np.subtract(w, p["lr"] * r, out=w)
+
+
 def lamb_update(p: dict, g1, w, m, v) -> None:
     """LAMB in NumPy (examples/lamb.py's update): Adam's direction plus weight decay, scaled
     by the trust ratio ||w|| / ||r||."""
@@ -173,6 +193,10 @@ class Optimizer:
     torch_label: str
     floor: tuple[int, int]
     floor_why: str
+    # ZeRO-3: w, m and v sliced over the ranks, the gradient reduce-scattered to the slices;
+    # its own schedules (as written: "")
+    sliced: bool = False
+    schedules: tuple[str, ...] | None = None
 
     def floor_bytes(self, n: int, size: int) -> int:
         a, b = self.floor
@@ -198,6 +222,18 @@ OPTIMIZERS = {
         (8, 32),
         "8N + 32N/P bytes per rank: Adam's, and a second pass over the slice's m, v and w "
         "once the norms are known",
+    ),
+    "zero3": Optimizer(
+        "ZeRO-3 / FSDP AdamW (w, m, v sliced)",
+        "zero3_adamw",
+        LAMB,
+        adamw_update,
+        "torch gloo reduce_scatter + AdamW(foreach)",
+        (4, 24),
+        "4N + 24N/P bytes per rank: every rank's gradient slice read once, the slices of w, "
+        "m and v read and written",
+        sliced=True,
+        schedules=("", "fuse(rs-c)"),
     ),
 }
 
@@ -280,9 +316,9 @@ def coconet_steps(
         # w kept in symmetric memory: the fused all_gather assembles it in place
         variants.append((FUSED, symmetric_w(program), SYMMETRIC_W))
     for name, prog, suffix in variants:
-        compiled = coco_compile(prog, schedule=name, backend="cpu", pieces=True)
+        compiled = coco_compile(prog, schedule=name or None, backend="cpu", pieces=True)
         compiled(**optimizer_inputs(compiled.plan, comm.Get_rank(), n, opt.scalars))  # binds
-        out.append((f"coconet {name}{suffix}", compiled.step, compiled))
+        out.append((f"coconet {name or 'as written'}{suffix}", compiled.step, compiled))
     return out
 
 
@@ -305,14 +341,18 @@ def numpy_step(comm, opt: Optimizer, n: int) -> Step:
     from mpi4py import MPI
 
     g = np.random.default_rng(100 + comm.Get_rank()).standard_normal(n, dtype=np.float32)
-    w = np.random.default_rng(1).random(n, dtype=np.float32)
-    m = np.zeros(n, np.float32)
-    v = np.zeros(n, np.float32)
-    g1 = np.empty_like(g)
+    k = n // comm.Get_size() if opt.sliced else n  # ZeRO-3: this rank's slice
+    w = np.random.default_rng(1).random(k, dtype=np.float32)
+    m = np.zeros(k, np.float32)
+    v = np.zeros(k, np.float32)
+    g1 = np.empty(k, np.float32)
     p = {k: np.float32(x) for k, x in opt.scalars.items()}
 
     def step() -> None:
-        comm.Allreduce(g, g1, op=MPI.SUM)
+        if opt.sliced:
+            comm.Reduce_scatter_block(g, g1, op=MPI.SUM)
+        else:
+            comm.Allreduce(g, g1, op=MPI.SUM)
         opt.numpy_update(p, g1, w, m, v)
 
     return step
@@ -326,21 +366,32 @@ def torch_step(comm, opt: Optimizer, n: int) -> tuple[Step, Step] | None:
     import torch
     import torch.distributed as dist
 
-    p = torch.nn.Parameter(torch.rand(n, generator=torch.Generator().manual_seed(1)))
+    shard = n // comm.Get_size() if opt.sliced else n  # FSDP2: this rank's shard
+    p = torch.nn.Parameter(torch.rand(shard, generator=torch.Generator().manual_seed(1)))
     grad = torch.randn(n, generator=torch.Generator().manual_seed(100 + comm.Get_rank()))
-    p.grad = grad.clone()
+    full = grad.clone()
+    p.grad = torch.empty(shard) if opt.sliced else full
     k = opt.scalars
     betas = (k["beta1"], k["beta2"])
     if opt.example == "lamb":
         optim = torch_lamb([p], k["lr"], betas, k["eps"], k["weight_decay"], k["step"])
+    elif opt.sliced:
+        optim = torch.optim.AdamW(
+            [p], lr=k["lr"], betas=betas, eps=k["eps"], weight_decay=k["weight_decay"],
+            foreach=True,
+        )  # fmt: skip
     else:
         optim = torch.optim.Adam([p], lr=k["lr"], betas=betas, eps=k["eps"], foreach=True)
+    scatter = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
 
     def step() -> None:
-        dist.all_reduce(p.grad)
+        if opt.sliced:
+            scatter(p.grad, full)
+        else:
+            dist.all_reduce(p.grad)
         optim.step()
 
-    return step, lambda: p.grad.copy_(grad)
+    return step, lambda: full.copy_(grad)
 
 
 # (program, [(label, schedule: a named schedule or a pipeline)]): the first row is the base.
@@ -1122,7 +1173,7 @@ def worker(args: argparse.Namespace) -> None:
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
-    for table in ("adam", "lamb"):
+    for table in OPTIMIZERS:
         if table in args.tables:
             optimizer_worker(comm, OPTIMIZERS[table], args)
     for block in MP_BLOCKS:
@@ -1141,7 +1192,8 @@ def optimizer_worker(comm, opt: Optimizer, args: argparse.Namespace) -> None:
     size = comm.Get_size()
     n = 1 << args.log2n
     triad = stream_triad(comm, max(n, 1 << 25))
-    compiled = coconet_steps(comm, opt, n, args.schedules)
+    schedules = list(opt.schedules) if opt.schedules is not None else args.schedules
+    compiled = coconet_steps(comm, opt, n, schedules)
     rows: list[tuple[str, Step, Step | None]] = [(label, s, None) for label, s, _ in compiled]
     rows.append(("mpi4py + NumPy", numpy_step(comm, opt, n), None))
     with_torch = torch_step(comm, opt, n)
@@ -1196,11 +1248,12 @@ def report(
         f"{bandwidth / 1e9:.1f}; floor = {floor_bytes / 2**20:.0f} MiB ({opt.floor_why}) at "
         f"{bandwidth / 1e9:.1f} GB/s = {floor * 1e3:.2f} ms"
     )
-    fused = times.get("coconet fuse(rs-c-ag)")
+    best = opt.schedules[-1] if opt.schedules else FUSED  # the fused schedule the table is about
+    fused = times.get(f"coconet {best}")
     width = max(len(label) for label in times) + 2
     head = f"  {'':<{width}}{'median':>10}{'min':>10}{'x floor':>9}"
     if fused:
-        head += f"{'fuse(rs-c-ag) is':>27}"
+        head += f"{best + ' is':>27}"
     print(head)
     for label, ts in times.items():
         med = statistics.median(ts)
@@ -1258,8 +1311,8 @@ def main() -> None:
     p.add_argument(
         "--tables",
         nargs="+",
-        choices=("adam", "lamb", "mp", "ln", "overlap", "moe", "ulysses", "fp8"),
-        default=["adam", "lamb", "mp", "ln", "overlap", "moe", "ulysses", "fp8"],
+        choices=("adam", "lamb", "zero3", "mp", "ln", "overlap", "moe", "ulysses", "fp8"),
+        default=["adam", "lamb", "zero3", "mp", "ln", "overlap", "moe", "ulysses", "fp8"],
         help="which tables to measure and print (default all)",
     )
     p.add_argument(

@@ -293,8 +293,10 @@ def _parse_layout(parser: AttrParser) -> LayoutAttr:
 def normalize_layouts(layouts: Sequence[LayoutAttr]) -> tuple[LayoutAttr, ...]:
     """One spelling per meaning: replicated on every axis is written as no layout at all;
     the levels of a dim's cuts are renumbered 0, 1, ... in their order, and dropped where
-    that order is grid order (or one axis cuts the dim). A dim whose axes state levels on
-    some axes only is left as it is, for the verifier to refuse (`[sliced-level]`)."""
+    that order is grid order (or one axis cuts the dim). Built types only (the parser keeps
+    what a program writes, for the verifier to refuse a spelling that is not canonical): an
+    axis cutting a dim without a level where others state theirs nests innermost, as a cut
+    added to a piece does (`nest_layouts`)."""
     layouts = tuple(layouts)
     if all(isinstance(lay, ReplicatedAttr) for lay in layouts):
         return ()
@@ -302,13 +304,12 @@ def normalize_layouts(layouts: Sequence[LayoutAttr]) -> tuple[LayoutAttr, ...]:
         return layouts
     out = list(layouts)
     for d in {lay.dim.data for lay in layouts if isinstance(lay, SlicedAttr) and lay.nested}:
-        axes = [
-            a for a, lay in enumerate(layouts) if isinstance(lay, SlicedAttr) and lay.dim.data == d
-        ]
-        levels = [cast(SlicedAttr, layouts[a]).level.data for a in axes]
-        if min(levels) < 0:
-            continue
-        order = sorted(axes, key=lambda a: cast(SlicedAttr, layouts[a]).level.data)
+        axes = [a for a in range(len(out)) if _cuts(layouts, a, d)]
+        stated = sorted(
+            (a for a in axes if cast(SlicedAttr, layouts[a]).nested),
+            key=lambda a: cast(SlicedAttr, layouts[a]).level.data,
+        )
+        order = stated + [a for a in axes if a not in stated]
         in_grid_order = order == axes
         for place, a in enumerate(order):
             out[a] = SlicedAttr(d) if in_grid_order else SlicedAttr(d, place)

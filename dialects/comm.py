@@ -89,6 +89,7 @@ from coconet.dialects.coco_types import (
     memo,
     nest_layouts,
     remember,
+    same_cut,
 )
 from coconet.dialects.layout_rules import check_all_to_all, check_innermost_slicing, grid_of
 from coconet.dialects.reduction import COLLECTIVE, Reduction, ReductionsOf, reduction
@@ -343,6 +344,15 @@ def check_acc(op: Operation, elt: str) -> None:
         )
 
 
+class AllReduceCanonicalization(HasCanonicalizationPatternsTrait):
+    """An all_reduce whose only reader keeps a slice of it becomes a reduce_scatter
+    (ScatterForSlicedAllReduce)."""
+
+    @classmethod
+    def get_canonicalization_patterns(cls) -> tuple[RewritePattern, ...]:
+        return (ScatterForSlicedAllReduce(),)
+
+
 @irdl_op_definition
 class AllReduceOp(GroupCollectiveOp):
     """`comm.all_reduce sum %g : !coco.tensor<Nxf32, local> -> !coco.tensor<Nxf32>`."""
@@ -350,6 +360,7 @@ class AllReduceOp(GroupCollectiveOp):
     name = "comm.all_reduce"
     kind = prop_def(CollectiveKindAttr)
     acc = opt_prop_def(Attribute)
+    traits = traits_def(Pure(), AllReduceCanonicalization())
 
     assembly_format = f"$kind $input {ACC} (`over` $axes^)? attr-dict {SIGNATURE}"
 
@@ -1185,10 +1196,10 @@ class OverlapOp(RegionOp):
             )
 
     def check_rows_on_grid(self, grid_shape: Sequence[int]) -> None:
-        """At launch ([overlap-chunks]): every rank's piece of the chunked value -- what one
-        rank's collective handles: a reduce_scatter's result, an all_gather's input, or the
-        whole matmul result an all_reduce reads -- has at least `chunks` rows (the product of
-        its dims but the last), the smallest piece of an uneven cut too; the lowering
+        """At launch: every rank's piece of the chunked value -- what one rank's collective
+        handles: a reduce_scatter's result, an all_gather's input, or the whole matmul result
+        an all_reduce reads -- has one size on every rank ([overlap-layout]) and at least
+        `chunks` rows (the product of its dims but the last; [overlap-chunks]); the lowering
         (lowering/overlap.py `chunk_bounds`) cuts those rows into the chunks."""
         from coconet.dialects.coco import MatmulOp
 
@@ -1223,6 +1234,16 @@ class OverlapOp(RegionOp):
         if piece is None or piece.rank < 2:
             return
         shape = piece.get_shape()
+        for d in range(piece.rank):
+            parts = math.prod(grid_shape[a] for a in piece.slicing_axes(d))
+            if shape[d] % parts:
+                # each chunk is the same rows of every member's piece (lowering/overlap.py)
+                raise _fail(
+                    "overlap-layout",
+                    f"the pieces of the overlapped value {piece} differ in size on a grid of "
+                    f"{list(grid_shape)} ranks (dim {d} of {shape[d]} in {parts} parts): "
+                    "overlap chunks pieces of one size",
+                )
         rows = 1
         for d in range(piece.rank - 1):
             parts = 1
@@ -1284,6 +1305,50 @@ ROUND_TRIPS["comm.all_to_all"] = _all_to_all_round_trip
 def _bits(t: Attribute) -> int:
     bits = getattr(t, "bitwidth", None)
     return bits if isinstance(bits, int) else 0
+
+
+def scatter_for_sliced_all_reduce(op: AllReduceOp) -> tuple[SliceOp, int] | None:
+    """(the slice, the dim) where `op`'s only reader is a `coco.slice` that cuts exactly the
+    all_reduce's axes, each along one dim, as a reduce_scatter of `op`'s input along that dim
+    would (ZeRO-3 written naively: reduce everything, keep a slice); else None."""
+    uses = list(op.result.uses)
+    if len(uses) != 1 or not isinstance(cut := uses[0].operation, SliceOp):
+        return None
+    src, dst = tensor_type_of(op.result), tensor_type_of(cut.result)
+    span = op.span()
+    grid_rank = grid_of(op).rank
+    changed = [a for a in range(grid_rank) if not same_cut(src.layout_on(a), dst.layout_on(a))]
+    dims = {lay.dim.data for a in changed if isinstance(lay := dst.layout_on(a), SlicedAttr)}
+    if sorted(changed) != sorted(span) or len(dims) != 1:
+        return None
+    (dim,) = dims
+    try:
+        scattered = collective_result_type(
+            ReduceScatterOp, tensor_type_of(op.input), span, grid_rank, dim=dim
+        )
+    except VerifyException:
+        return None
+    return (cut, dim) if scattered == dst else None
+
+
+class ScatterForSlicedAllReduce(RewritePattern):
+    """`coco.slice (comm.all_reduce K %x)`, the slice the all_reduce's only reader and cutting
+    its axes along one dim -> `comm.reduce_scatter K %x dim D` (same axes, same `acc`): each
+    rank reduces only the part it keeps, the same values, (p - 1) / p of the all_reduce's
+    bytes. The reduce_scatter stands where the all_reduce did and takes the slice's name."""
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, AllReduceOp) or (found := scatter_for_sliced_all_reduce(op)) is None:
+            return
+        cut, dim = found
+        props = dict(op.properties) | {"dim": IntegerAttr(dim, i64)}
+        scatter = ReduceScatterOp.build(
+            operands=[op.input], result_types=[cut.result.type], properties=props
+        )
+        scatter.result.name_hint = cut.result.name_hint or op.result.name_hint
+        rewriter.insert(scatter, InsertPoint.before(op))
+        rewriter.replace(cut, [], [scatter.result])
+        rewriter.erase(op)
 
 
 class NarrowBeforeAllToAll(RewritePattern):

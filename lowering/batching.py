@@ -16,6 +16,7 @@ plan` after (test/filecheck/lowering/batching.mlir).
 from __future__ import annotations
 
 import dataclasses
+import heapq
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -119,8 +120,11 @@ class TableBatcher:
             waiting[j] = len(preds)
             TableBatcher.dependence_checks += len(reads_j) + len(writes_j) + len(preds)
         # Ready steps: plain ones, and batchable ones grouped by (kernel, stream), each kept
-        # in step order; every round takes all ready plain steps, else the largest group.
-        plain: list[int] = []
+        # in step order; every round takes the first ready plain step, else the largest
+        # group. Plain steps keep their order wherever their dependences allow (a GEMM the
+        # program runs before an overlap stays before its first chunk, whose event the
+        # communication stream waits for).
+        plain: list[int] = []  # a heap
         groups: dict[tuple[KernelKey | str, int], list[int]] = {}
 
         def make_ready(j: int) -> None:
@@ -128,7 +132,7 @@ class TableBatcher:
             if isinstance(step, Launch) and self.batchable_launch(step):
                 groups.setdefault((self.table_key(step), step.stream), []).append(j)
             else:
-                plain.append(j)
+                heapq.heappush(plain, j)
 
         for j in range(n):
             if not waiting[j]:
@@ -136,9 +140,8 @@ class TableBatcher:
         out: list[Step] = []
         while plain or groups:
             if plain:
-                taken = sorted(plain)
-                plain.clear()
-                out += [steps[j] for j in taken]
+                taken = [heapq.heappop(plain)]
+                out.append(steps[taken[0]])
             else:
                 key = max(groups, key=lambda k: (len(groups[k]), -min(groups[k])))
                 taken = sorted(groups.pop(key))

@@ -1,5 +1,6 @@
 """`coco-canonicalize`: fold slice/all_gather and all_to_all round trips; cast before an
-all_to_all where that moves fewer bytes. The patterns are the ops' own (their
+all_to_all where that moves fewer bytes; reduce-scatter what an all_reduce's only reader
+slices. The patterns are the ops' own (their
 canonicalization traits, dialects/coco.py and comm.py), so xDSL's `canonicalize` applies them
 too; this pass applies only them, and can target ops by name."""
 
@@ -17,7 +18,13 @@ from xdsl.pattern_rewriter import (
 )
 
 from coconet.dialects.coco import FoldRoundTrip, round_trip
-from coconet.dialects.comm import DissolveSpentRegion, NarrowBeforeAllToAll
+from coconet.dialects.comm import (
+    AllReduceOp,
+    DissolveSpentRegion,
+    NarrowBeforeAllToAll,
+    ScatterForSlicedAllReduce,
+    scatter_for_sliced_all_reduce,
+)
 from coconet.passes.common import fail, find_named_ops, functions, op_name
 
 RULE = "canonicalize"
@@ -30,6 +37,8 @@ class CanonicalizePass(ModulePass):
     * `coco.slice (comm.all_gather %y)` of `%y`'s type               -> `%y`
     * `comm.all_gather (coco.slice %x)` of `%x`'s (replicated) type  -> `%x`
     * `comm.all_to_all (comm.all_to_all %x)` of `%x`'s type, over the same axes -> `%x`
+    * `coco.slice (comm.all_reduce K %x)`, the all_reduce's only reader, cutting its axes
+      as a reduce_scatter would                                       -> `comm.reduce_scatter K %x`
     and moves a narrowing cast that alone reads an all_to_all before it (fewer bytes moved,
     the same values), and dissolves a fused region whose collective is gone (dead, removed):
     its other ops move out in front of it.
@@ -49,18 +58,28 @@ class CanonicalizePass(ModulePass):
         pattern = FoldRoundTrip()
         if not self.ops:
             both = GreedyRewritePatternApplier(
-                [pattern, NarrowBeforeAllToAll(), DissolveSpentRegion()]
+                [
+                    pattern,
+                    NarrowBeforeAllToAll(),
+                    ScatterForSlicedAllReduce(),
+                    DissolveSpentRegion(),
+                ]
             )
             for fn in functions(op):
                 PatternRewriteWalker(both).rewrite_region(fn.body)
             return
         sites = [s for _, s in find_named_ops(op, self.ops, f"{RULE}-fold", "op")]
+        scatter = ScatterForSlicedAllReduce()
         for s in sites:
-            if round_trip(s) is None:
+            sliced = isinstance(s, AllReduceOp) and scatter_for_sliced_all_reduce(s) is not None
+            if not sliced and round_trip(s) is None:
                 raise fail(
                     f"{RULE}-fold",
-                    f"{op_name(s)} is not a foldable slice/all_gather or all_to_all round trip",
+                    f"{op_name(s)} is not a foldable slice/all_gather or all_to_all round trip, "
+                    "nor an all_reduce whose only reader slices it as a reduce_scatter would",
                     at=s,
                 )
         for s in sites:
-            pattern.match_and_rewrite(s, PatternRewriter(s))
+            (scatter if isinstance(s, AllReduceOp) else pattern).match_and_rewrite(
+                s, PatternRewriter(s)
+            )

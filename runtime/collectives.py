@@ -126,9 +126,12 @@ def fp8_bits(xp: Any, x: Any, logical: np.dtype) -> Any:
     sign = (bits >> u32(24)) & u32(0x80)
     ax = bits & u32(0x7FFFFFFF)
     shift = u32(23 - man)
-    normal = ((ax + u32((1 << (22 - man)) - 1) + ((ax >> shift) & u32(1))) >> shift) - u32(
-        (127 - bias) << man
-    )
+    # Below the smallest normal this wraps around (the subnormal path is taken there): NumPy
+    # warns of that on a 0-d array (a scalar all_reduce), never on a larger one.
+    with np.errstate(over="ignore"):
+        normal = ((ax + u32((1 << (22 - man)) - 1) + ((ax >> shift) & u32(1))) >> shift) - u32(
+            (127 - bias) << man
+        )
     add = xp.float32(sub_add)
     subnormal = (ax.view(xp.float32) + add).view(u32) - add.view(u32)
     mag = xp.where(ax < u32(min_normal), subnormal, normal)

@@ -11,7 +11,14 @@ from coconet.schedule.steps import ScheduleSteps
 from coconet.schedule.structure import Structure
 
 
+def _scatter_sliced(s: ScheduleSteps, info: Structure) -> None:
+    """Reduce-scatter what an all_reduce's only reader slices (ZeRO-3 written naively)."""
+    if info.sliced_all_reduces:
+        s.canonicalize(*(info.names(info.sliced_all_reduces) or ()))
+
+
 def _split_reorder(s: ScheduleSteps, info: Structure) -> None:
+    _scatter_sliced(s, info)
     names = info.names(info.all_reduces)
     if names is None:
         s.split(dim="auto")
@@ -119,6 +126,7 @@ def recipe_fuse_ar_c(s: ScheduleSteps, info: Structure) -> None:
 def recipe_fuse_rs_c(s: ScheduleSteps, info: Structure) -> None:
     """ZeRO-3 / FSDP: each reduce_scatter with the sliced update it feeds as one fused
     collective kernel (no all_gather: parameters and state stay sliced)."""
+    _scatter_sliced(s, info)
     _fuse_all_reduce(s)
 
 

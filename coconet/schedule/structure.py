@@ -106,12 +106,20 @@ class Structure:
         fn = program.func
         block = fn.body.block
         ops = list(block.ops)
+        # ZeRO-3 written naively: all_reduces whose only reader keeps a slice, which the
+        # schedules that scatter reduce-scatter first (coco-canonicalize)
+        self.sliced_all_reduces = [
+            op
+            for op in ops
+            if isinstance(op, comm.AllReduceOp) and comm.scatter_for_sliced_all_reduce(op)
+        ]
         self.all_reduces = [
             op
             for op in ops
             if isinstance(op, comm.AllReduceOp)
             and isinstance(op.input.type, TensorType)
             and op.input.type.rank > 0
+            and op not in self.sliced_all_reduces
         ]
         # matmuls whose only reader is an all_reduce (Megatron's row-parallel layer)
         self.matmuls = []
@@ -163,7 +171,9 @@ class Structure:
             for op in ops
         )
         self.sliced_scatters = (
-            [op for op in ops if isinstance(op, comm.ReduceScatterOp)] if sliced_updates else []
+            [op for op in ops if isinstance(op, comm.ReduceScatterOp)] + self.sliced_all_reduces
+            if sliced_updates
+            else []
         )
         # optimizer state: arguments whose new value (the one their update stores) the
         # program also reads (m, v of Adam feed the weight update; the weights do not),

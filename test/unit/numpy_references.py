@@ -183,6 +183,17 @@ def zero3_adamw(inputs: Inputs, ranks: int) -> dict[str, np.ndarray]:
     return {"w": w1, "m": m1, "v": v1}
 
 
+def fsdp_step(inputs: Inputs, ranks: int) -> dict[str, np.ndarray]:
+    """One FSDP linear layer's step: each rank's y = x_r W (W whole: the shards side by
+    side), its weight gradient xt_r dy_r, summed over the ranks as an all_reduce sums
+    (zero3_adamw's reduce_scatter), then AdamW on the whole arrays. Dyadic operands keep the
+    GEMMs exact in any order."""
+    x, xt, dy, w = inputs["x"], inputs["xt"], inputs["dy"], inputs["w"]
+    y = np.stack([np.matmul(x[r], w, dtype=F32) for r in range(ranks)])
+    dw = np.stack([np.matmul(xt[r], dy[r], dtype=F32) for r in range(ranks)])
+    return {"y": y} | zero3_adamw(inputs | {"g": dw}, ranks)
+
+
 def lamb(inputs: Inputs, ranks: int) -> dict[str, np.ndarray]:
     g, w, m, v = inputs["g"], inputs["w"], inputs["m"], inputs["v"]
     lr, beta1, beta2, eps, wd, step = _scalars(
@@ -486,6 +497,7 @@ REFERENCES: dict[str, Callable[[Inputs, int], dict[str, np.ndarray]]] = {
     "adam_bf16_grads": adam,
     "lamb": lamb,
     "zero3_adamw": zero3_adamw,
+    "fsdp_step": fsdp_step,
     "model_parallel_attention": model_parallel_attention,
     "model_parallel_mlp": model_parallel_mlp,
     "pipeline_boundary": pipeline_boundary,

@@ -470,13 +470,27 @@ class _Gen:
                 self.intended[w] = w1
 
     def motif_sliced_optimizer(self) -> None:
-        """The optimizer after split + reorder: rs = reduce_scatter(g); w1 = slice(w) - lr rs;
-        update w with all_gather(w1). What as-slice and fuse (RS + C + AG) rewrite."""
+        """The optimizer after split + reorder: rs = reduce_scatter(g) (or, written naively,
+        slice(all_reduce(g))); w1 = slice(w) - lr rs; update w with all_gather(w1). What
+        canonicalize, as-slice and fuse (RS + C + AG) rewrite."""
         shape = self.draw(st.sampled_from(((16,), (8,), (8, 4))))
         elt = self.float_elt()
         lays, axes = self.span_axes()
         g = self.arg(self.tensor_type(shape, elt, lays), "g")
-        rs = self.collective(comm.ReduceScatterOp, g, "sum", axes, dim=0)
+        if self.draw(st.integers(0, 2)) == 0:
+            # ZeRO-3 written naively: the whole sum, then this rank's slice of it (what
+            # canonicalization turns into the reduce_scatter)
+            span = tuple(axes) if axes is not None else tuple(range(self.grid_rank))
+            try:
+                rs_t = comm.collective_result_type(
+                    comm.ReduceScatterOp, g.type, span, self.grid_rank, dim=0
+                )
+            except DiagnosticException:
+                return
+            whole = self.collective(comm.AllReduceOp, g, "sum", axes)
+            rs = self.emit(lambda: coco.SliceOp(whole, rs_t)) if whole is not None else None
+        else:
+            rs = self.collective(comm.ReduceScatterOp, g, "sum", axes, dim=0)
         if rs is None:
             return
         w = self.arg(self.tensor_type(shape, elt, [REPLICATED] * self.grid_rank), "w")

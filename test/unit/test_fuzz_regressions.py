@@ -334,6 +334,34 @@ func.func @f(%x: !coco.tensor<4x{elt}, local>, %t: !coco.tensor<4x{elt}>)
     assert (np.isinf(overflowed) | np.isnan(overflowed)).all(), want.outputs["t"]
 
 
+@pytest.mark.parametrize("elt", ["f8E4M3FN", "f8E5M2"])
+@pytest.mark.parametrize("kind", ["prod", "sum", "max"])
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_a_scalar_fp8_all_reduce_rounds_its_small_results_without_a_warning(elt, kind, ranks):
+    """The random-program search (COCONET_SEARCH, an optimizer in e5m2): an all_reduce prod of
+    a 0-d fp8 scale (0.001) rounded through the library path's fp8 encoding, whose normal
+    path wraps below the smallest normal (the subnormal path is taken there) -- which NumPy
+    warns of on a 0-d array only (a RuntimeWarning out of the cpu backend). Tiny, subnormal,
+    normal and huge values: bit for bit what the sim rounds, no warning."""
+    npt = NUMPY_DTYPES[elt]
+    text = f"""
+func.func @f(%x: !coco.tensor<{elt}, local>, %t: !coco.tensor<{elt}>)
+    attributes {{coco.grid = #coco.grid<[?]>}} {{
+  %r = comm.all_reduce {kind} %x : !coco.tensor<{elt}, local> -> !coco.tensor<{elt}>
+  coco.update %t, %r : !coco.tensor<{elt}>
+  func.return
+}}
+"""
+    program = Program(parse_module(text))
+    tiny = float(ml_dtypes.finfo(npt).smallest_subnormal)
+    for value in (0.001, tiny, 3 * tiny, 0.75, 300.0):
+        inputs = {"x": np.full(ranks, value, np.float64).astype(npt), "t": np.zeros((), npt)}
+        want = sim.run(program, {k: v.copy() for k, v in inputs.items()}, ranks=ranks)
+        plan = lower(program, ranks)
+        got = ThreadedExecutor(plan).run({k: v.copy() for k, v in inputs.items()})
+        assert got["t"].tobytes() == want.outputs["t"].tobytes(), value
+
+
 DEAD_EXCHANGE = """
 func.func @f(%x: !coco.tensor<8x4xf32, local>, %s: !coco.tensor<f32>)
     attributes {coco.grid = #coco.grid<[?]>} {

@@ -113,3 +113,44 @@ func.func @spent(%x: !coco.tensor<4x8xf32, sliced<0>>) -> !coco.tensor<4x8xf32, 
   func.return %q : !coco.tensor<4x8xf32, sliced<0>>
 }
 }
+
+// -----
+
+// ZeRO-3 written naively: an all_reduce whose only reader keeps this rank's slice becomes a
+// reduce_scatter (same kind, axes, acc; the slice's name), unevenly cut, on a [2, ?] grid over
+// both axes, and over axis 0 where axis 1 already cuts the dim (dp's cut nests inside tp's).
+// %kept is also read whole: it stays.
+module attributes {coco.schedule = "coco-canonicalize{ops=g1,h1}"} {
+// CHECK-LABEL: func.func @zero3_naive
+// CHECK-NEXT:    %gs = comm.reduce_scatter sum %g acc f32 : !coco.tensor<13xbf16, [local, local]> -> !coco.tensor<13xbf16, [sliced<0>, sliced<0>]>
+// CHECK-NEXT:    %hs = comm.reduce_scatter max %h over [0] : !coco.tensor<8x6xf32, [local, sliced<0>]> -> !coco.tensor<8x6xf32, [sliced<0, level 1>, sliced<0, level 0>]>
+// CHECK-NEXT:    %kept = comm.all_reduce sum %k
+// CHECK-NEXT:    %ks = coco.slice %kept
+// SCRIPT-LABEL: func.func @zero3_naive
+// SCRIPT-NEXT:    %gs = comm.reduce_scatter sum %g acc f32
+// SCRIPT-NEXT:    %hs = comm.reduce_scatter max %h over [0]
+func.func @zero3_naive(%g: !coco.tensor<13xbf16, [local, local]>, %h: !coco.tensor<8x6xf32, [local, sliced<0>]>, %k: !coco.tensor<8xf32, [local, local]>) -> (!coco.tensor<13xbf16, [sliced<0>, sliced<0>]>, !coco.tensor<8x6xf32, [sliced<0, level 1>, sliced<0, level 0>]>, !coco.tensor<8xf32, [replicated, sliced<0>]>, !coco.tensor<8xf32, [replicated, replicated]>) attributes {coco.grid = #coco.grid<[2, ?]>} {
+  %g1 = comm.all_reduce sum %g acc f32 : !coco.tensor<13xbf16, [local, local]> -> !coco.tensor<13xbf16, [replicated, replicated]>
+  %gs = coco.slice %g1 : !coco.tensor<13xbf16, [replicated, replicated]> -> !coco.tensor<13xbf16, [sliced<0>, sliced<0>]>
+  %h1 = comm.all_reduce max %h over [0] : !coco.tensor<8x6xf32, [local, sliced<0>]> -> !coco.tensor<8x6xf32, [replicated, sliced<0>]>
+  %hs = coco.slice %h1 : !coco.tensor<8x6xf32, [replicated, sliced<0>]> -> !coco.tensor<8x6xf32, [sliced<0, level 1>, sliced<0, level 0>]>
+  %kept = comm.all_reduce sum %k : !coco.tensor<8xf32, [local, local]> -> !coco.tensor<8xf32, [replicated, replicated]>
+  %ks = coco.slice %kept : !coco.tensor<8xf32, [replicated, replicated]> -> !coco.tensor<8xf32, [replicated, sliced<0>]>
+  func.return %gs, %hs, %ks, %kept : !coco.tensor<13xbf16, [sliced<0>, sliced<0>]>, !coco.tensor<8x6xf32, [sliced<0, level 1>, sliced<0, level 0>]>, !coco.tensor<8xf32, [replicated, sliced<0>]>, !coco.tensor<8xf32, [replicated, replicated]>
+}
+}
+
+// -----
+
+// A slice that cuts an axis the all_reduce does not span (or not all it spans) is no
+// reduce_scatter: named, the all_reduce is refused.
+module attributes {coco.schedule = "coco-canonicalize{ops=p1}"} {
+// CHECK-LABEL: func.func @partial_span
+// CHECK-NEXT:    %p1 = comm.all_reduce sum %p
+func.func @partial_span(%p: !coco.tensor<8xf32, [local, local]>) -> !coco.tensor<8xf32, [replicated, sliced<0>]> attributes {coco.grid = #coco.grid<[2, 2]>} {
+  // SCRIPT: coco-canonicalize.mlir:[[# @LINE + 1]]:3: [canonicalize-fold] %p1 (comm.all_reduce) is not a foldable slice/all_gather or all_to_all round trip, nor an all_reduce whose only reader slices it as a reduce_scatter would
+  %p1 = comm.all_reduce sum %p : !coco.tensor<8xf32, [local, local]> -> !coco.tensor<8xf32, [replicated, replicated]>
+  %ps = coco.slice %p1 : !coco.tensor<8xf32, [replicated, replicated]> -> !coco.tensor<8xf32, [replicated, sliced<0>]>
+  func.return %ps : !coco.tensor<8xf32, [replicated, sliced<0>]>
+}
+}
