@@ -183,6 +183,22 @@ def zero3_adamw(inputs: Inputs, ranks: int) -> dict[str, np.ndarray]:
     return {"w": w1, "m": m1, "v": v1}
 
 
+def adamw_state(rng: np.random.Generator, shape: tuple[int, ...]) -> dict[str, np.ndarray]:
+    """The moments and scalars of an AdamW step (zero3_adamw's arguments but w and g): m, v
+    of `shape` and the hyperparameters at step 3."""
+    f32 = np.float32
+    return {
+        "m": (0.1 * rng.standard_normal(shape)).astype(f32),
+        "v": (0.01 * rng.random(shape)).astype(f32),
+        "lr": np.asarray(1e-3, f32),
+        "beta1": np.asarray(0.9, f32),
+        "beta2": np.asarray(0.999, f32),
+        "eps": np.asarray(1e-6, f32),
+        "weight_decay": np.asarray(0.01, f32),
+        "step": np.asarray(3.0, f32),
+    }
+
+
 def fsdp_step(inputs: Inputs, ranks: int) -> dict[str, np.ndarray]:
     """One FSDP linear layer's step: each rank's y = x_r W (W whole: the shards side by
     side), its weight gradient xt_r dy_r, summed over the ranks as an all_reduce sums

@@ -35,15 +35,7 @@ def _inputs(ranks: int, seed: int) -> dict[str, np.ndarray]:
         "xt": np.ascontiguousarray(np.swapaxes(x, 1, 2)),
         "dy": dyadic(rng, (ranks, B, N), f32),
         "w": dyadic(rng, (K, N), f32),
-        "m": (0.1 * rng.standard_normal((K, N))).astype(f32),
-        "v": (0.01 * rng.random((K, N))).astype(f32),
-        "lr": np.asarray(1e-3, f32),
-        "beta1": np.asarray(0.9, f32),
-        "beta2": np.asarray(0.999, f32),
-        "eps": np.asarray(1e-6, f32),
-        "weight_decay": np.asarray(0.01, f32),
-        "step": np.asarray(3.0, f32),
-    }
+    } | ref.adamw_state(rng, (K, N))
 
 
 def _equal(got: dict[str, np.ndarray], want: dict[str, np.ndarray], what: str) -> None:

@@ -34,15 +34,7 @@ def _inputs(n: int, dp: int, seed: int = 0) -> dict[str, np.ndarray]:
     return {
         "g": rng.standard_normal((dp, n)).astype(f32),
         "w": rng.standard_normal(n).astype(f32),
-        "m": (0.1 * rng.standard_normal(n)).astype(f32),
-        "v": (0.01 * rng.random(n)).astype(f32),
-        "lr": np.asarray(1e-3, f32),
-        "beta1": np.asarray(0.9, f32),
-        "beta2": np.asarray(0.999, f32),
-        "eps": np.asarray(1e-6, f32),
-        "weight_decay": np.asarray(0.01, f32),
-        "step": np.asarray(3.0, f32),
-    }
+    } | ref.adamw_state(rng, (n,))
 
 
 def _equal(got: dict[str, np.ndarray], want: dict[str, np.ndarray], what: str) -> None:

@@ -89,6 +89,9 @@ EXCESS = {
     ("lamb", "fuse(ar-c)"): 1.734,
     ("lamb_scattered", "fuse(rs-c-ag)"): 3.400,
     ("lamb_scattered", "fuse(ar-c)"): 1.603,
+    # the forward's gathered weight and the gradient's GEMM output are whole temporaries
+    # beside the fused reduce-scatter + AdamW (which alone is 1.000: zero3_adamw)
+    ("fsdp_step", "fuse(rs-c)"): 2.059,
     # on [?, 2] at 2 ranks each dp group has one member: the fused step is a plain kernel
     ("megatron_dist_optimizer", "fuse(rs-c-ag)"): 1.000,
     ("megatron_dist_optimizer", "fuse(ar-c)"): 1.000,
