@@ -27,6 +27,7 @@ import numpy as np
 from coconet.core import values as V
 from coconet.core.program import CocoError
 from coconet.dialects.coco import ReplicatedAttr, SlicedAttr, TensorType
+from coconet.dialects.coco_types import same_cut
 from coconet.lowering.plan import Buffer, Collective, Plan
 
 
@@ -99,8 +100,8 @@ def _sliced_axes(
     for a, (w, s) in enumerate(
         zip(written.layout_list(grid_rank), stored.layout_list(grid_rank), strict=True)
     ):
-        if w == s:
-            continue
+        if same_cut(w, s):
+            continue  # (a cut the schedule nests another inside: the same on this axis)
         if isinstance(w, ReplicatedAttr) and isinstance(s, SlicedAttr):
             axes.append(a)
         else:

@@ -204,11 +204,13 @@ def test_a_flat_buffer_cut_by_an_inner_axis_is_split_inside_each_of_its_pieces()
     assert [type(s) for s in lower(scheduled, 4).steps] == [Launch]
 
 
-def test_the_caller_passes_and_gets_back_the_state_as_written():
+@pytest.mark.parametrize("shape", [[7, 5], [13]], ids=["split-dim1", "flat-nested"])
+def test_the_caller_passes_and_gets_back_the_state_as_written(shape):
     """Under the default calling convention each rank passes m and v as the program as
     written declares them (sliced on tp only) and gets back the whole updated value: the
-    runtime gathers the dp slices back into the caller's arrays, on a [2, 3] grid, unevenly."""
-    program = adam([2, 3], [7, 5], [R, Sliced(0)], 0)
+    runtime gathers the dp slices back into the caller's arrays, on a [2, 3] grid, unevenly;
+    a flat buffer's state too, cut inside each tp piece (`sliced<0, level L>`)."""
+    program = adam([2, 3], shape, [R, Sliced(0)], 0)
     want = sim.run(program, ranks=6, seed=3)
     plan = lower(apply_schedule(program, "fuse(rs-c-ag)"), 6)
     args = {a.name: a.type for a in program.arguments}
