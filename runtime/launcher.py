@@ -152,6 +152,12 @@ class Monitor(threading.Thread):
         self.server.listen(64)
         self.server.setblocking(False)
         self.deaths: list[tuple[int, int]] = []  # (rank, pid) in the order they were seen
+        # When the first death and the first reported failure were seen (select rounds): a
+        # peer whose MPI call fails because a rank was killed reports an error of its own,
+        # after the death -- the death is the cause then (`death_came_first`).
+        self.rounds = 0
+        self.death_rounds: list[int] = []
+        self.first_failing: int | None = None
         self.stopping = threading.Event()
 
     def run(self) -> None:
@@ -162,6 +168,7 @@ class Monitor(threading.Thread):
         sel.register(self.server, selectors.EVENT_READ, None)
         state: dict[Any, dict[str, Any]] = {}
         while not self.stopping.is_set():
+            self.rounds += 1
             for key, _ in sel.select(timeout=0.05):
                 if key.data is None:
                     try:
@@ -188,13 +195,25 @@ class Monitor(threading.Thread):
                             st["rank"], st["pid"] = int(words[1]), int(words[2])
                         elif words:
                             st["said"] = words[0]
+                            if words[0] == "failing" and self.first_failing is None:
+                                self.first_failing = self.rounds
                     continue
                 sel.unregister(conn)
                 conn.close()
                 if st["said"] is None and st["rank"] is not None:
                     self.deaths.append((st["rank"], st["pid"]))
+                    self.death_rounds.append(self.rounds)
         sel.close()
         self.server.close()
+
+    def death_came_first(self) -> bool:
+        """Whether a rank vanished before (or as) any rank reported a failure: the same round
+        counts as first, since a rank reporting an error sleeps half a second before it
+        aborts the job (failures.py `fail`), so the deaths its abort causes come rounds
+        later."""
+        if not self.deaths:
+            return False
+        return self.first_failing is None or self.death_rounds[0] <= self.first_failing
 
     def stop(self) -> None:
         time.sleep(0.1)  # let the last closes arrive
@@ -347,7 +366,13 @@ def launch(
         if proc.returncode == 0:
             return LaunchResult(0, None, stderr, elapsed, exits)
         message = diagnose(
-            status, ranks, proc.returncode, "".join(noise) + stderr, monitor.deaths, exits
+            status,
+            ranks,
+            proc.returncode,
+            "".join(noise) + stderr,
+            monitor.deaths,
+            exits,
+            death_first=monitor.death_came_first(),
         )
         return LaunchResult(proc.returncode or 1, message, stderr, elapsed, exits)
 
@@ -439,15 +464,21 @@ def diagnose(
     output: str,
     deaths: list[tuple[int, int]] | None = None,
     exits: dict[int, RankExit] | None = None,
+    *,
+    death_first: bool = False,
 ) -> str:
-    errors = _read_reports(status, "error")
+    """The job's failure in one line: a rank's own report (an error, a failed check, a
+    watchdog's), else the first rank that vanished, else mpiexec's banner. `death_first`: a
+    rank vanished before any reported a failure, so the reports are its peers' reactions
+    (an MPI call failing on the dead rank) and the death is what the line names."""
+    errors = [] if death_first and deaths else _read_reports(status, "error")
     if errors:
         first = errors[0]
         return f"rank {first['rank']}: {first['message']}"
-    checks = _read_reports(status, "check")
+    checks = [] if death_first and deaths else _read_reports(status, "check")
     if checks:
         return f"check failed: {checks[0]['message']}"
-    watchdogs = _read_reports(status, "watchdog")
+    watchdogs = [] if death_first and deaths else _read_reports(status, "watchdog")
     if watchdogs:
         w = min(
             watchdogs,

@@ -561,7 +561,59 @@ def test_diagnosis_names_the_failing_rank(tmp_path):
     assert diagnose(tmp_path, 2, 1, "") == "rank 1: no progress"
     (tmp_path / "rank0.error").write_text(json.dumps({"rank": 0, "message": "boom", "time": 5}))
     assert diagnose(tmp_path, 2, 1, "") == "rank 0: boom"
+    # A rank killed before any rank reported a failure: the peers' reports (an MPI call
+    # failing on the dead rank) are reactions, the death is the cause.
+    assert diagnose(tmp_path, 2, 1, "", [(1, 101)]) == "rank 0: boom"
+    assert diagnose(tmp_path, 2, 1, "", [(1, 101)], death_first=True).startswith(
+        "rank 1 (pid 101) exited with status 1"
+    )
     assert "status 3" in diagnose(tmp_path / "nothing", 2, 3, "")
+
+
+def test_the_monitor_orders_a_death_before_the_failures_it_causes(tmp_path):
+    """The monitor's order of events, over real sockets: a rank whose connection closes
+    without a word (killed) before a peer says `failing` came first; a rank that says
+    `failing` before another vanishes (its abort kills the rest) did not. Each event is sent
+    once the monitor has seen the one before (no timing)."""
+    import socket
+    import time
+
+    from coconet.runtime.launcher import Monitor
+
+    def until(seen) -> None:
+        deadline = time.monotonic() + 30
+        while not seen():
+            assert time.monotonic() < deadline, "the monitor saw nothing in 30 s"
+            time.sleep(0.01)
+
+    def run(events) -> Monitor:
+        monitor = Monitor(tmp_path / f"m{len(list(tmp_path.iterdir()))}")
+        monitor.start()
+        conns = {}
+        for rank in (0, 1):
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.connect(str(monitor.path))
+            c.sendall(f"hello {rank} {100 + rank}\n".encode())
+            conns[rank] = c
+        for what, rank in events:
+            if what == "die":
+                conns[rank].close()
+                until(lambda: monitor.deaths)
+            else:
+                conns[rank].sendall(b"failing\n")
+                until(lambda: monitor.first_failing is not None)
+        for c in conns.values():
+            c.close()
+        monitor.stop()
+        monitor.join(timeout=5)
+        return monitor
+
+    killed_first = run([("die", 1), ("fail", 0)])
+    assert killed_first.deaths[0] == (1, 101)
+    assert killed_first.death_came_first()
+    failed_first = run([("fail", 0), ("die", 1)])
+    assert failed_first.deaths[0] == (1, 101)
+    assert not failed_first.death_came_first()
 
 
 def test_fault_specs():
