@@ -544,6 +544,13 @@ def _infer_matmul(lhs: Attribute, rhs: Attribute) -> TensorType:
                 "unbatched right operand",
             )
         elif batch and sa is not None and sb == sa and b.rank > 2:
+            if la != lb:  # (the same dim, nested otherwise among its cuts: other batches)
+                raise fail(
+                    "matmul-layouts",
+                    f"the operands slice batch dim {sa} on grid axis {axis} as "
+                    f"{layout_str(la)} and {layout_str(lb)} ({a} x {b}): the batch's cuts "
+                    "nest alike in both operands, or each rank multiplies other batches",
+                )
             out = la  # the same batch slice of A and of B
         elif sa is not None and sa != a_k and rb:
             out = la  # rows or batch of A: same dim of the result

@@ -1050,3 +1050,13 @@ func.func @slice_reorders_kept_cuts(%x: !coco.tensor<8xf32, [sliced<0>, sliced<0
   %y = coco.slice %x : !coco.tensor<8xf32, [sliced<0>, sliced<0>, replicated]> -> !coco.tensor<8xf32, [sliced<0, level 1>, sliced<0, level 0>, sliced<0, level 2>]>
   func.return
 }
+
+// -----
+
+// A batch both operands slice by two axes, nested otherwise in each: other batches.
+// CHECK-LABEL: // {{-----}}
+// CHECK: [matmul-layouts] the operands slice batch dim 0 on grid axis 0 as sliced<0, level 1> and sliced<0>
+func.func @batch_nested_apart(%a: !coco.tensor<8x4x4xf32, [sliced<0, level 1>, sliced<0, level 0>]>, %b: !coco.tensor<8x4x4xf32, [sliced<0>, sliced<0>]>) attributes {coco.grid = #coco.grid<[2, 2]>} {
+  %c = coco.matmul %a, %b : !coco.tensor<8x4x4xf32, [sliced<0, level 1>, sliced<0, level 0>]>, !coco.tensor<8x4x4xf32, [sliced<0>, sliced<0>]> -> !coco.tensor<8x4x4xf32, [sliced<0, level 1>, sliced<0, level 0>]>
+  func.return
+}
