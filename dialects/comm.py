@@ -961,6 +961,27 @@ class FusedOp(RegionOp):
                 )
             if len(scatters) > 1:
                 self._check_coupled_chains(scatters)
+            self._check_gathered_readers(collectives)
+
+    def _check_gathered_readers(self, collectives: Sequence[CollectiveOp]) -> None:
+        """[fuse-gather-readers]: the kernel computes on slices; what an all_gather gathers
+        is whole once the kernel ends, so inside the region only updates and the yield read
+        it (the fuzzer: an op reading it made the lowering fail with a KeyError)."""
+        from coconet.dialects.coco import UpdateOp
+
+        for gather in collectives:
+            if not isinstance(gather, AllGatherOp):
+                continue
+            for use in gather.result.uses:
+                reader = use.operation
+                if reader.parent_op() is self and not isinstance(reader, UpdateOp | YieldOp):
+                    raise _fail(
+                        "fuse-gather-readers",
+                        f"{reader.name} reads {_describe(gather.result)}, the all_gather of a "
+                        "fused all_reduce, inside the region: the kernel computes on slices "
+                        "and the gathered value is whole only once it ends; read it after "
+                        "the region (yield it) or compute on the slice before the all_gather",
+                    )
 
     def _check_one_shot(self, collectives: Sequence[CollectiveOp]) -> None:
         """One tensor all_reduce and the computation on its whole result: what one kernel

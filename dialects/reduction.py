@@ -57,8 +57,10 @@ class ReductionsOf:
         if value not in cls.kinds:
             *first, last = (f"`{k}`" for k in cls.kinds)
             # mark the word alone (the parser already stands at the next token)
-            quoted = parser.lexer.input.content[at] == '"'
+            content = parser.lexer.input.content
+            quoted = content.startswith('"', at)  # (at the end of a truncated text: no word)
             end = at + len(value) + 2 * quoted if value is not None else at + 1
+            end = min(end, len(content))
             parser.raise_error(f"Expected {', '.join(first)}, or {last}.", at, end)
         return Reduction(value)
 

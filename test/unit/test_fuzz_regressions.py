@@ -66,6 +66,18 @@ def test_a_program_cut_off_after_a_tensor_type_name_is_a_clean_error():
         parse_module("func.func @f(%a: !coco.tensor", "t.mlir")
 
 
+@pytest.mark.parametrize("op", ["comm.all_reduce", "comm.reduce_scatter", "coco.reduce"])
+def test_a_program_cut_off_before_a_reduction_kind_is_a_clean_error(op):
+    """Text ending right after `comm.all_reduce ` (the fuzzer: a truncated file): the kind's
+    parser read the character at the end of the text to mark the word."""
+    text = (
+        "func.func @f(%a: !coco.tensor<8xf32, local>) attributes {coco.grid = "
+        f"#coco.grid<[?]>}} {{\n  %t = {op} "
+    )
+    with pytest.raises(CocoError, match=r"(?s)t\.mlir: cannot parse the program:.*Expected `"):
+        parse_module(text, "t.mlir")
+
+
 @pytest.mark.parametrize("field", ["block", "max_blocks", "elements_per_thread"])
 @pytest.mark.parametrize("value", [0, -1])
 def test_launch_config_out_of_range_is_refused(field, value):

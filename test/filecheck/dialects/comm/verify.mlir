@@ -621,3 +621,20 @@ func.func @overlap_feeding_computation(%a: !coco.tensor<8x8xf32>, %b: !coco.tens
 
 // CHECK-LABEL: // {{-----}}
 // CHECK: [overlap-consumer] the matmul of an overlap region must feed a collective or a fused collective inside it, got coco.add
+
+// -----
+
+// Inside a fused all_reduce only updates and the yield read what an all_gather gathers (the
+// fuzzer: a dead mul of it made the lowering fail with a KeyError).
+// CHECK-LABEL: // {{-----}}
+// CHECK: [fuse-gather-readers] coco.mul reads %a1 : !coco.tensor<96xf32>, the all_gather of a fused all_reduce, inside the region
+func.func @reads_the_gathered(%g1: !coco.tensor<96xf32, local>, %w1: !coco.tensor<96xf32>, %lr: !coco.tensor<f32>) attributes {coco.grid = #coco.grid<[?]>} {
+  comm.fused all_reduce {
+    %rs1 = comm.reduce_scatter sum %g1 : !coco.tensor<96xf32, local> -> !coco.tensor<96xf32, sliced<0>>
+    %u1 = coco.mul %lr, %rs1 : !coco.tensor<f32>, !coco.tensor<96xf32, sliced<0>> -> !coco.tensor<96xf32, sliced<0>>
+    %a1 = comm.all_gather %u1 : !coco.tensor<96xf32, sliced<0>> -> !coco.tensor<96xf32>
+    %d = coco.mul %w1, %a1 : !coco.tensor<96xf32>
+    comm.yield
+  }
+  func.return
+}
