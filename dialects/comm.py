@@ -1255,22 +1255,17 @@ class OverlapOp(RegionOp):
         if piece is None or piece.rank < 2:
             return
         shape = piece.get_shape()
+        parts = [math.prod(grid_shape[a] for a in piece.slicing_axes(d)) for d in range(piece.rank)]
         for d in range(piece.rank):
-            parts = math.prod(grid_shape[a] for a in piece.slicing_axes(d))
-            if shape[d] % parts:
+            if shape[d] % parts[d]:
                 # each chunk is the same rows of every member's piece (lowering/overlap.py)
                 raise _fail(
                     "overlap-layout",
                     f"the pieces of the overlapped value {piece} differ in size on a grid of "
-                    f"{list(grid_shape)} ranks (dim {d} of {shape[d]} in {parts} parts): "
+                    f"{list(grid_shape)} ranks (dim {d} of {shape[d]} in {parts[d]} parts): "
                     "overlap chunks pieces of one size",
                 )
-        rows = 1
-        for d in range(piece.rank - 1):
-            parts = 1
-            for a in piece.slicing_axes(d):
-                parts *= grid_shape[a]
-            rows *= shape[d] // parts  # the smallest piece of an uneven cut
+        rows = math.prod(shape[d] // parts[d] for d in range(piece.rank - 1))
         chunks = self.chunks.value.data
         if rows < chunks:
             raise _fail(

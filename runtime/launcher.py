@@ -156,7 +156,7 @@ class Monitor(threading.Thread):
         # peer whose MPI call fails because a rank was killed reports an error of its own,
         # after the death -- the death is the cause then (`death_came_first`).
         self.rounds = 0
-        self.death_rounds: list[int] = []
+        self.first_death: int | None = None
         self.first_failing: int | None = None
         self.stopping = threading.Event()
 
@@ -202,7 +202,8 @@ class Monitor(threading.Thread):
                 conn.close()
                 if st["said"] is None and st["rank"] is not None:
                     self.deaths.append((st["rank"], st["pid"]))
-                    self.death_rounds.append(self.rounds)
+                    if self.first_death is None:
+                        self.first_death = self.rounds
         sel.close()
         self.server.close()
 
@@ -211,9 +212,9 @@ class Monitor(threading.Thread):
         counts as first, since a rank reporting an error sleeps half a second before it
         aborts the job (failures.py `fail`), so the deaths its abort causes come rounds
         later."""
-        if not self.deaths:
+        if self.first_death is None:
             return False
-        return self.first_failing is None or self.death_rounds[0] <= self.first_failing
+        return self.first_failing is None or self.first_death <= self.first_failing
 
     def stop(self) -> None:
         time.sleep(0.1)  # let the last closes arrive
@@ -457,6 +458,28 @@ def _crash_location(status: Path, rank: int) -> str:
     return f" ({text[0]}{'; ' + frames[0] if frames else ''})"
 
 
+def _reported_failure(status: Path) -> str | None:
+    """The failure a rank reported itself, in one line: an error, else a failed check, else
+    the watchdog report of the earliest step (None: no rank reported one)."""
+    errors = _read_reports(status, "error")
+    if errors:
+        first = errors[0]
+        return f"rank {first['rank']}: {first['message']}"
+    checks = _read_reports(status, "check")
+    if checks:
+        return f"check failed: {checks[0]['message']}"
+    watchdogs = _read_reports(status, "watchdog")
+    if watchdogs:
+        w = min(
+            watchdogs,
+            key=lambda r: (r.get("step") if r.get("step") is not None else 1 << 30, r["time"]),
+        )
+        if w.get("culprit") is not None:  # the message names the rank it is about
+            return w["message"]
+        return f"rank {w['rank']}: {w['message']}"
+    return None
+
+
 def diagnose(
     status: Path,
     ranks: int,
@@ -471,22 +494,8 @@ def diagnose(
     watchdog's), else the first rank that vanished, else mpiexec's banner. `death_first`: a
     rank vanished before any reported a failure, so the reports are its peers' reactions
     (an MPI call failing on the dead rank) and the death is what the line names."""
-    errors = [] if death_first and deaths else _read_reports(status, "error")
-    if errors:
-        first = errors[0]
-        return f"rank {first['rank']}: {first['message']}"
-    checks = [] if death_first and deaths else _read_reports(status, "check")
-    if checks:
-        return f"check failed: {checks[0]['message']}"
-    watchdogs = [] if death_first and deaths else _read_reports(status, "watchdog")
-    if watchdogs:
-        w = min(
-            watchdogs,
-            key=lambda r: (r.get("step") if r.get("step") is not None else 1 << 30, r["time"]),
-        )
-        if w.get("culprit") is not None:  # the message names the rank it is about
-            return w["message"]
-        return f"rank {w['rank']}: {w['message']}"
+    if not (death_first and deaths) and (reported := _reported_failure(status)) is not None:
+        return reported
     pids = _pids(status)
     m = re.search(r"PID (\d+) RUNNING AT .*?EXIT CODE: (\d+)", output, re.DOTALL)
     sig = re.search(r"EXIT STRING: ([^\n]*?) \(signal (\d+)\)", output)

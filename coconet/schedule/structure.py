@@ -113,13 +113,14 @@ class Structure:
             for op in ops
             if isinstance(op, comm.AllReduceOp) and comm.scatter_for_sliced_all_reduce(op)
         ]
+        scattered = set(self.sliced_all_reduces)
         self.all_reduces = [
             op
             for op in ops
             if isinstance(op, comm.AllReduceOp)
             and isinstance(op.input.type, TensorType)
             and op.input.type.rank > 0
-            and op not in self.sliced_all_reduces
+            and op not in scattered
         ]
         # matmuls whose only reader is an all_reduce (Megatron's row-parallel layer)
         self.matmuls = []
