@@ -84,6 +84,7 @@ from coconet.lowering.plan import (
 )
 from coconet.lowering.plan_builder import LaunchConfig
 from coconet.lowering.signature import F32, F64, ParamKind, range_positions
+from coconet.lowering.traffic import pointer_width_errors
 
 
 class Lowering:
@@ -297,7 +298,7 @@ class Lowering:
                 self.kernels,
                 self.kernel_names,
             ).batch(self.steps)
-        return Plan(
+        plan = Plan(
             self.program.name,
             self.grid_shape,
             self.all_buffers,
@@ -308,6 +309,11 @@ class Lowering:
             {k.name: kernel_signature(k) for k in self.kernels},
             self.nodes,
         )
+        # A kernel given a buffer of narrower elements than it accesses runs past it: never
+        # run such a plan (a lowering bug, reported as one).
+        if errors := pointer_width_errors(plan):
+            raise CocoError(f"internal: the plan's buffers do not fit its kernels: {errors[0]}")
+        return plan
 
     # -- scattered tensors -----------------------------------------------------------------
 

@@ -33,6 +33,22 @@ SCALAR_ABI: dict[str, str | None] = {
     "coco_range": None,
 }
 
+# Bytes of a value of each C type of the device layer (coco_range: two 64-bit bounds).
+CTYPE_BYTES: dict[str, int] = {
+    "bool": 1,
+    "coco_i32": 4,
+    "coco_u32": 4,
+    "coco_i64": 8,
+    "coco_u64": 8,
+    "float": 4,
+    "double": 8,
+    "coco_f16": 2,
+    "coco_bf16": 2,
+    "coco_f8e4m3": 1,
+    "coco_f8e5m2": 1,
+    "coco_range": 16,
+}
+
 # Every parameter kind the runtime passes: a pointer, or a scalar of one of these C types.
 ABI_KINDS = ("ptr", "bool", "i32", "u32", "i64", "u64", "f32", "f64")
 

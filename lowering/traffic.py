@@ -82,21 +82,45 @@ from coconet.lowering.plan import (
     reads_whole,
     staged_piece,
 )
-from coconet.lowering.signature import ParamKind
+from coconet.lowering.signature import CTYPE_BYTES, ParamKind
 
-# Element types of scratch buffers (`Buffer.elt`).
+# Element types of scratch buffers (`Buffer.elt`): the accumulators kernels keep there.
 SCRATCH_DTYPES = {
     "i64": np.dtype(np.int64),
     "f64": np.dtype(np.float64),
+    "f32": np.dtype(np.float32),
     "u32": np.dtype(np.uint32),
 }
 
 
 def buffer_dtype(buf: Buffer) -> np.dtype:
-    """Host dtype of a buffer: its tensor's element type, or a scratch element type."""
-    if buf.elt in SCRATCH_DTYPES:
+    """Host dtype of a buffer: its tensor's element type, or its scratch element type (an
+    unknown one is a lowering bug: never the tensor's type in its place, which would allocate
+    a narrower buffer than the kernel writes)."""
+    if buf.elt:
         return SCRATCH_DTYPES[buf.elt]
     return V.numpy_dtype(buf.type)
+
+
+def pointer_width_errors(plan: Plan) -> list[str]:
+    """Each launch argument whose buffer holds elements of another width than its kernel's
+    pointer parameter reads or writes (a scratch buffer allocated in the tensor's type where
+    the kernel keeps f32 partials): the kernel would run past the allocation. Empty for a
+    sound plan."""
+    errors: list[str] = []
+    for step in plan.steps:
+        if not isinstance(step, Launch):
+            continue
+        for param, arg in zip(plan.signatures.get(step.kernel, ()), step.args, strict=False):
+            # (peer tables and a table form's tables are arrays of pointers: the signature
+            # types the array, not what it points to)
+            if param.ctype.pointer and not param.table and isinstance(arg, Buffer):
+                if itemsize(arg) != CTYPE_BYTES[param.ctype.name]:
+                    errors.append(
+                        f"{step.kernel}: parameter {param.name} ({param.ctype.name}*) is "
+                        f"given %{arg.name} of {itemsize(arg)}-byte elements"
+                    )
+    return errors
 
 
 def itemsize(buf: Buffer) -> int:

@@ -128,3 +128,65 @@ def test_every_fused_schedule_within_its_measured_excess():
             assert f <= t, (example, schedule)  # the floor is a lower bound
             assert t / f <= EXCESS[example, schedule] + 5e-4, (example, schedule, t / f)
     assert seen == set(EXCESS)
+
+
+REDUCE = """
+builtin.module {
+  func.func @r(%x: !coco.tensor<100000xELT, local>) -> !coco.tensor<ELT, local> attributes {coco.grid = #coco.grid<[?]>} {
+    %r = coco.reduce KIND %x : !coco.tensor<100000xELT, local> -> !coco.tensor<ELT, local>
+    func.return %r : !coco.tensor<ELT, local>
+  }
+}
+"""
+
+
+@pytest.mark.parametrize(
+    ("elt", "kind"),
+    [
+        (elt, kind)
+        for elt in ("f64", "f32", "f16", "bf16", "f8E4M3FN", "f8E5M2", "i32")
+        for kind in ("sum", "max", "min", "norm")
+        if not (elt == "i32" and kind == "norm")  # (a norm needs floats)
+    ],
+)
+def test_reduction_partials_are_allocated_as_wide_as_the_kernel_writes_them(elt, kind):
+    """A full reduction's per-block partials are kept in its accumulator (f32 for the max of
+    bf16, f64 or f32 for sums): the scratch buffer holds elements of that width, never the
+    tensor's (a bf16 max's partials once got 2-byte elements the kernel wrote 4 into, past
+    the allocation) -- and every kernel pointer of the plan is given a buffer of its width."""
+    from coconet.core.program import Program, parse_module
+    from coconet.lowering.kernels.elements import reduce_accumulator
+    from coconet.lowering.signature import CTYPE_BYTES
+    from coconet.lowering.traffic import itemsize, pointer_width_errors
+
+    program = Program(parse_module(REDUCE.replace("ELT", elt).replace("KIND", kind)))
+    for ranks in (1, 3):
+        plan = lower(program, ranks)
+        assert pointer_width_errors(plan) == []
+        (partials,) = [b for b in plan.buffers if b.name.endswith("_partials")]
+        want = CTYPE_BYTES[reduce_accumulator(elt, kind).name]  # type: ignore[arg-type]
+        assert itemsize(partials) == want, (partials.describe(), want)
+
+
+def test_a_buffer_narrower_than_its_kernel_pointer_is_reported():
+    import dataclasses
+
+    from coconet.core.program import Program, parse_module
+    from coconet.lowering.plan import Launch
+    from coconet.lowering.traffic import pointer_width_errors
+
+    program = Program(parse_module(REDUCE.replace("ELT", "bf16").replace("KIND", "max")))
+    plan = lower(program, 2)
+    (partials,) = [b for b in plan.buffers if b.name.endswith("_partials")]
+    narrow = dataclasses.replace(partials, elt="")  # the tensor's bf16, where floats are kept
+    plan.steps = [
+        dataclasses.replace(s, args=[narrow if a is partials else a for a in s.args])
+        if isinstance(s, Launch)
+        else s
+        for s in plan.steps
+    ]
+    errors = pointer_width_errors(plan)
+    assert {e.split(":")[0] for e in errors} == {
+        s.kernel for s in plan.steps if isinstance(s, Launch)
+    }  # (the partials' writer and reader)
+    assert all("r_partials of 2-byte elements" in e for e in errors)
