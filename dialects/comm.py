@@ -1168,17 +1168,19 @@ class OverlapOp(RegionOp):
             if user is not None and user not in consumers and not isinstance(user, YieldOp):
                 consumers.append(user)
         if not consumers:
-            gather = producers[0].lhs.owner
-            if isinstance(gather, ReshapeOp):
-                gather = gather.input.owner
+            mm = producers[0]
+            lhs = mm.lhs.owner
+            if isinstance(lhs, ReshapeOp):
+                lhs = lhs.input.owner
+            rhs = mm.rhs.owner  # (the gathered weight: one matrix, passes/overlap.py)
             if not (
-                isinstance(gather, AllGatherOp | AllToAllOp)
-                and gather.parent_block() is self.body.block
-            ):
+                isinstance(lhs, AllGatherOp | AllToAllOp) and lhs.parent_block() is self.body.block
+            ) and not (isinstance(rhs, AllGatherOp) and rhs.parent_block() is self.body.block):
                 raise _fail(
                     "overlap-consumer",
                     "the matmul of an overlap region must feed a collective inside it, or "
-                    "read an all_gather or an all_to_all (or its reshape) made inside it",
+                    "read an all_gather (either operand) or an all_to_all (or its reshape) "
+                    "made inside it",
                 )
             return
         # (the all_to_all forms may reach their all_to_all through a reshape)
@@ -1246,7 +1248,7 @@ class OverlapOp(RegionOp):
         for op in self.walk():
             if isinstance(op, ReduceScatterOp) and op.input == producer.result:
                 piece = op.result.type
-            elif isinstance(op, AllGatherOp) and op.result == producer.lhs:
+            elif isinstance(op, AllGatherOp) and op.result in (producer.lhs, producer.rhs):
                 piece = op.input.type
             elif isinstance(op, AllReduceOp) and op.input == producer.result:
                 piece = op.result.type

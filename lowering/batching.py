@@ -58,7 +58,9 @@ def step_buffers(step: Step) -> tuple[set[str], set[str]]:
         case Collective() | Copy():
             return {step.src.name}, {step.dst.name}
         case Matmul():
-            return {step.a.name, step.b.name}, {step.c.name}
+            into = step.acc if step.acc is not None else step.c
+            summed: set[str] = {into.name} if step.accumulate else set()
+            return {step.a.name, step.b.name} | summed, {step.c.name, into.name}
         case _:
             return set(), set()
 

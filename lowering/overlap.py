@@ -41,6 +41,7 @@ unpipelined.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -160,7 +161,9 @@ def lower_overlap(lw: PlanBuilder, region: comm.OverlapOp) -> None:
             lw.lower_op(op)
     else:
         mm = matmuls[0]
-        gather = mm.lhs.owner
+        gather = next(
+            (v.owner for v in (mm.lhs, mm.rhs) if isinstance(v.owner, comm.AllGatherOp)), None
+        )
         if region.all_to_all is not None:
             _lower_exchange_form(lw, region, region.all_to_all, mm, body)
         elif isinstance(gather, comm.AllGatherOp) and gather in body:
@@ -371,7 +374,12 @@ def _lower_gather_form(
     whole = step.dst
     members = piece_rows(lw.grid_shape, whole.type, step.src.type)
     bounds = chunk_bounds(len(members[0]), chunks, f"%{step.src.name}")
-    b_buf, c_buf = lw.value_buffer(mm.rhs), lw.buffer_for(mm.result)
+    c_buf = lw.buffer_for(mm.result)
+    multiply = (
+        _row_chunks(whole, lw.value_buffer(mm.rhs), c_buf)
+        if mm.lhs is gather.result
+        else _reduction_chunks(lw, lw.value_buffer(mm.lhs), whole, c_buf, len(bounds))
+    )
 
     def gather_chunk(c: int) -> None:
         lw.stream = COMM_STREAM
@@ -384,7 +392,35 @@ def _lower_gather_form(
             gather_chunk(c + 1)  # in flight while chunk c multiplies
         lw.stream = COMPUTE_STREAM
         lw.emit(WaitEvent(f"{whole.name}_chunk{c}"))
-        lw.emit(Matmul(whole, b_buf, c_buf, rows=_chunk_rows(members, lo, hi)))
+        lw.emit(multiply(c, _chunk_rows(members, lo, hi)))
+
+
+def _row_chunks(a: Buffer, b: Buffer, c: Buffer) -> Callable[[int, Ranges], Matmul]:
+    """The gathered left operand's chunks: rows of a, the same rows of c."""
+    return lambda _c, rows: Matmul(a, b, c, rows=rows)
+
+
+def _reduction_chunks(
+    lw: PlanBuilder, a: Buffer, b: Buffer, c: Buffer, chunks: int
+) -> Callable[[int, Ranges], Matmul]:
+    """The gathered right operand's chunks (FSDP's parameter all_gather): rows of b, one
+    matrix, are a run of the reduction dim; each chunk multiplies them by the same columns
+    of a and sums into c -- in an accumulator of c's compute type where c is narrower, which
+    the last chunk rounds into c, once."""
+    if b.type.rank != 2:
+        raise _refuse(
+            "overlap-rows",
+            f"the gathered right operand %{b.name} ({b.type}) is not one matrix: a chunk of "
+            "its rows must be a run of the reduction dim",
+        )
+    compute = V.compute_dtype(c.type)
+    acc = None
+    if compute.kind == "f" and compute != V.numpy_dtype(c.type):
+        elt = {4: "f32", 8: "f64"}[compute.itemsize]
+        acc = lw.new_buffer(f"{c.name}_acc", c.type, kind="scratch", elt=elt)
+    return lambda k, rows: Matmul(
+        a, b, c, k_rows=rows, accumulate=k > 0, acc=acc, final=k == chunks - 1
+    )
 
 
 def _lower_exchange_form(

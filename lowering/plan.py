@@ -284,17 +284,36 @@ class Matmul(Step):
     rows: tuple[tuple[int, int], ...] | None = None
     block: tuple[int, int, int] | None = None
     block_of: str = "c"
+    # A chunk of the reduction dim (the gather form on the right operand: FSDP's parameter
+    # all_gather): the rows of b (one matrix) and the same columns of a it multiplies, as
+    # ranges; the chunk writes its product into c (`accumulate` false: the first chunk) or
+    # adds it. Where c is narrower than its compute type (f16, bf16, fp8) the chunks sum in
+    # `acc` (that compute type, c's shape), which the `final` chunk rounds into c: one
+    # rounding, as the whole product's.
+    k_rows: tuple[tuple[int, int], ...] | None = None
+    accumulate: bool = False
+    acc: Buffer | None = None
+    final: bool = False
 
     def text(self) -> str:
         rows = " rows " + " ".join(f"[{lo}, {hi})" for lo, hi in self.rows) if self.rows else ""
         if self.block is not None:
             d, lo, hi = self.block
             rows += f" dim {d} [{lo}, {hi}) of %{getattr(self, self.block_of).name}"
+        if self.k_rows is not None:
+            rows += " k " + " ".join(f"[{lo}, {hi})" for lo, hi in self.k_rows)
+            rows += " accumulate" if self.accumulate else ""
+            if self.acc is not None:
+                rows += f" in %{self.acc.name}" + (" final" if self.final else "")
         return f"matmul %{self.a.name}, %{self.b.name} -> %{self.c.name}{rows}"
 
     @property
     def fraction(self) -> float:
-        """The part of c's rows a chunked step computes (1 when whole)."""
+        """The part of c's rows a chunked step computes (1 when whole); of the reduction dim,
+        for a chunk of it."""
+        if self.k_rows is not None:
+            k = self.b.shape[0] if self.b.shape else 1
+            return sum(hi - lo for lo, hi in self.k_rows) / max(1, k)
         if self.rows:
             k = self.a.shape[-1] if self.a.shape else 1
             return sum(hi - lo for lo, hi in self.rows) / max(1, self.a.count // max(1, k))

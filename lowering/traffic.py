@@ -341,6 +341,18 @@ def step_bytes(plan: Plan, step: Step, rank: int) -> Moved:
     if isinstance(step, Matmul):
         frac = step.fraction
         a, b, c = step.a, step.b, step.c
+        if step.k_rows is not None:
+            # a run of the reduction dim: its columns of a and rows of b; the sum read back
+            # where the chunk adds to it, and the accumulator rounded into c by the last
+            into = c if step.acc is None else step.acc
+            whole = into.count_at(rank) * itemsize(into)
+            rounds = step.acc is not None and step.final
+            return Moved(
+                read=frac * (a.count_at(rank) * itemsize(a) + b.count_at(rank) * itemsize(b))
+                + (whole if step.accumulate else 0)
+                + (whole if rounds else 0),
+                write=whole + (c.count_at(rank) * itemsize(c) if rounds else 0),
+            )
         return Moved(
             read=frac * a.count_at(rank) * itemsize(a) + b.count_at(rank) * itemsize(b),
             write=frac * c.count_at(rank) * itemsize(c),

@@ -103,7 +103,9 @@ class OverlapPass(ModulePass):
       in one kernel); chunk c's collective runs while chunk c+1 multiplies.
     * gather form (async tensor parallelism: all_gather + column-parallel GEMM): an all_gather
       whose result only the matmul reads, as its left operand; chunk c multiplies while chunk
-      c+1 is gathered.
+      c+1 is gathered. Or as its right operand, one matrix (FSDP / ZeRO-3's parameter
+      all_gather feeding the layer's GEMM): a chunk of its rows is a run of the reduction
+      dim, multiplied by the same columns of the left operand and summed into the result.
 
     * pipeline-boundary form (`send=true`; CoCoNet's overlap of reduce_scatter, send and
       all_gather at a pipeline-stage boundary): a producer-form pair whose reduce_scatter's
@@ -136,7 +138,9 @@ class OverlapPass(ModulePass):
 
     Legality (refusals name the rule; greedy mode skips what they refuse):
     * [overlap-producer]  the pair holds a `coco.matmul` in a function body; a named
-                          all_gather feeds a matmul's left operand and nothing else.
+                          all_gather feeds one operand of a matmul and nothing else (the
+                          left one where both are gathered and the matmul is named).
+    * [overlap-rows]      a gathered right operand is one matrix (rank 2).
     * [overlap-consumer]  every use of the matmul's result lies in one op, an all_reduce, a
                           reduce_scatter of it, or a fused all_reduce whose ops all run in its
                           one kernel and that reads the matmul by a reduce_scatter (what can
@@ -229,7 +233,10 @@ class OverlapPass(ModulePass):
             if site is not None and _is_collective_consumer(site.second):
                 return site
             gather = named.lhs.owner
-            if isinstance(gather, comm.AllGatherOp) and gather.parent_block() is block:
+            if any(
+                isinstance(v.owner, comm.AllGatherOp) and v.owner.parent_block() is block
+                for v in (named.lhs, named.rhs)
+            ):
                 return self._gather_site(fn, named)
             if isinstance(gather, coco.ReshapeOp):
                 gather = gather.input.owner
@@ -242,14 +249,14 @@ class OverlapPass(ModulePass):
         if isinstance(named, comm.AllGatherOp):
             readers = {ancestor_in(block, u.operation) for u in named.result.uses}
             mms = [r for r in readers if isinstance(r, coco.MatmulOp)]
-            if len(readers) == 1 and mms and mms[0].lhs is named.result:
+            if len(readers) == 1 and mms and named.result in (mms[0].lhs, mms[0].rhs):
                 return self._gather_site(fn, mms[0])
             producers = [v.owner for v in named.operands if isinstance(v.owner, coco.MatmulOp)]
             if not producers:
                 raise fail(
                     f"{RULE}-producer",
-                    f"{op_name(named)} neither feeds the left operand of one matmul (and "
-                    "nothing else) nor gathers a matmul's result",
+                    f"{op_name(named)} neither feeds an operand of one matmul (and nothing "
+                    "else) nor gathers a matmul's result",
                     at=named,
                 )
         if isinstance(named, comm.AllToAllOp):
@@ -299,20 +306,33 @@ class OverlapPass(ModulePass):
         return _Site(fn, mm, consumer)
 
     def _gather_site(self, fn: func.FuncOp, mm: coco.MatmulOp) -> _Site:
+        """The all_gather feeding `mm`'s left operand, else its right one (the weight)."""
         block = body_block(fn)
-        gather = mm.lhs.owner
-        if not isinstance(gather, comm.AllGatherOp) or gather.parent_block() is not block:
+        for index, operand in enumerate((mm.lhs, mm.rhs)):
+            gather = operand.owner
+            if isinstance(gather, comm.AllGatherOp) and gather.parent_block() is block:
+                break
+        else:
             raise fail(
                 f"{RULE}-producer",
-                f"the left operand of {op_name(mm)} is not an all_gather in the function body",
+                f"neither operand of {op_name(mm)} is an all_gather in the function body",
                 at=mm,
             )
-        others = [u for u in gather.result.uses if u.operation is not mm or u.index != 0]
+        side = ("left", "right")[index]
+        others = [u for u in gather.result.uses if u.operation is not mm or u.index != index]
         if others:
             raise fail(
                 f"{RULE}-producer",
                 f"{op_name(gather)} is also read by {op_name(others[0].operation)}: overlap "
-                "gathers a value only the matmul's left operand reads",
+                f"gathers a value only the matmul's {side} operand reads",
+                at=gather,
+            )
+        if index == 1 and tensor_type_of(gather.result).rank != 2:
+            raise fail(
+                f"{RULE}-rows",
+                f"{op_name(gather)} gathers a batch of matrices ({gather.result.type}) for "
+                f"the right operand of {op_name(mm)}: overlap chunks the rows of one matrix, "
+                "a run of the reduction dim",
                 at=gather,
             )
         return _Site(fn, gather, mm)

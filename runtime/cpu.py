@@ -51,9 +51,11 @@ from coconet.runtime.collectives import (
 )
 from coconet.runtime.executor import (
     KernelArg,
+    accumulate_chunk,
     buffer_dtype,
     check_plan_size,
     groups_of,
+    k_columns,
     matmul_segments,
 )
 from coconet.runtime.host_combine import HostCombine
@@ -95,10 +97,21 @@ def apply_rank_env_defaults(env: dict[str, str] | None = None) -> dict[str, str]
     return target  # type: ignore[return-value]
 
 
-def host_matmul(a: np.ndarray, b: np.ndarray, c: np.ndarray, step: Matmul) -> None:
+def host_matmul(
+    a: np.ndarray, b: np.ndarray, c: np.ndarray, step: Matmul, acc: np.ndarray | None = None
+) -> None:
     """c = a @ b computing in the result's compute dtype (f32 for f16/bf16), as the sim; an
-    overlap chunk computes its rows only (lowering/plan.py `Matmul`)."""
+    overlap chunk computes its rows only, or its part of the reduction dim into c or `acc`
+    (lowering/plan.py `Matmul`)."""
     cdt = V.compute_dtype(step.c.type)
+    if step.k_rows is not None:
+        cols = k_columns(step.k_rows)
+        part = np.matmul(a[..., cols].astype(cdt, copy=False), b[cols].astype(cdt, copy=False))
+        into = c if acc is None else acc
+        accumulate_chunk(into, part, step)
+        if acc is not None and step.final:
+            c[...] = acc.astype(c.dtype)
+        return
     if step.rows is None and step.block is None:
         c[...] = np.matmul(a.astype(cdt, copy=False), b.astype(cdt, copy=False)).astype(c.dtype)
         return
@@ -535,7 +548,7 @@ class CpuBackend:
         if step.stream == COMM_STREAM:
             self.drain()
         a, b, c = self.arrays[step.a.name], self.arrays[step.b.name], self.arrays[step.c.name]
-        host_matmul(a, b, c, step)
+        host_matmul(a, b, c, step, None if step.acc is None else self.arrays[step.acc.name])
         self.poll()
 
     def copy(self, step: Copy) -> None:

@@ -67,9 +67,11 @@ from coconet.lowering.signature import KernelParam, range_positions
 from coconet.runtime.collectives import CollectiveContext, collective_ops, narrow, widen
 from coconet.runtime.executor import (
     KernelArg,
+    accumulate_chunk,
     buffer_dtype,
     check_plan_size,
     groups_of,
+    k_columns,
     matmul_segments,
 )
 from coconet.runtime.symmetric import node_communicator
@@ -1136,6 +1138,16 @@ class CudaBackend:
                 # f16/bf16 compute in f32 (the sim's compute dtype), decoded from storage
                 return widen(xp, x, t).astype(cdt) if V.bits_dtype(t) else x.astype(cdt)
 
+            if step.k_rows is not None:
+                cols = k_columns(step.k_rows)
+                if not isinstance(cols, slice):
+                    cols = xp.asarray(cols)
+                part = xp.matmul(value(a[..., cols], ta), value(b[cols], tb))
+                into = c if step.acc is None else self.arrays[step.acc.name]
+                accumulate_chunk(into, part, step)
+                if step.acc is not None and step.final:
+                    c[...] = narrow(xp, into, tc, c.dtype)
+                return
             bc = value(b, tb)
             if step.rows is None and step.block is None:
                 c[...] = narrow(xp, xp.matmul(value(a, ta), bc), tc, c.dtype)

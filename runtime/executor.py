@@ -219,6 +219,24 @@ def matmul_segments(
     return tuple(out)
 
 
+@functools.cache
+def k_columns(k_rows: tuple[tuple[int, int], ...]) -> slice | np.ndarray:
+    """The rows of b (columns of a) a chunk of a matmul's reduction dim multiplies
+    (lowering/plan.py `Matmul.k_rows`): a slice for one range, else their indices."""
+    if len(k_rows) == 1:
+        return slice(*k_rows[0])
+    return np.concatenate([np.arange(lo, hi, dtype=np.int64) for lo, hi in k_rows])
+
+
+def accumulate_chunk(into: Any, part: Any, step: Matmul) -> None:
+    """A reduction-dim chunk's product `part` written into (the first chunk) or added to
+    `into` (c, or the step's accumulator)."""
+    if step.accumulate:
+        into += part.astype(into.dtype, copy=False)
+    else:
+        into[...] = part
+
+
 def check_plan_size(plan: Plan, size: int) -> None:
     """A backend runs the plan of its job's size only."""
     if plan.size != size:

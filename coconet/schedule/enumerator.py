@@ -263,7 +263,8 @@ def enumerate_scheduled_programs(
     5. fusion: none, or greedy `all_reduce`, `send` and `elementwise` fusion in each
        combination (in that order), or the one-shot fused all_reduce (`fuse(one_shot)`,
        with or without `elementwise` after it);
-    6. overlap: for each matmul feeding a collective, none or an overlap with each of `chunks`
+    6. overlap: for each matmul feeding a collective or reading an all_gather (as either
+       operand), none or an overlap with each of `chunks`
        (and, where a fused send exists, the pipeline-boundary form through the send and the
        next stage's all_gather, `overlap(mm,chunks=N,send)`); the all_to_all forms (a matmul
        whose only reader is an all_to_all, an all_to_all only a matmul's left operand reads,
@@ -433,7 +434,8 @@ def enumerate_scheduled_programs(
                     ):
                         feeding.append(op)
                         continue
-                if isinstance(op.lhs.owner, comm.AllGatherOp) or feeds_exchange(op):
+                gathered = any(isinstance(v.owner, comm.AllGatherOp) for v in (op.lhs, op.rhs))
+                if gathered or feeds_exchange(op):
                     feeding.append(op)
         mms = Structure.unique_names(feeding)
         # the pipeline-boundary form (through a fused send and the next stage's all_gather)

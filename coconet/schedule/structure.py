@@ -10,7 +10,7 @@ from xdsl.ir import BlockArgument, Operation, SSAValue
 
 from coconet.core.program import Program
 from coconet.dialects import coco, comm
-from coconet.dialects.coco import ReplicatedAttr, TensorType
+from coconet.dialects.coco import ReplicatedAttr, TensorType, tensor_type_of
 from coconet.passes.common import reaches_effect
 
 # A dynamic (`?`) process-grid axis is sized at launch: a split then slices the lowest tensor
@@ -137,8 +137,13 @@ class Structure:
         for op in ops:
             if not isinstance(op, coco.MatmulOp):
                 continue
-            g = op.lhs.owner
-            if isinstance(g, comm.AllGatherOp) and {u.operation for u in g.result.uses} == {op}:
+            # an all_gather only this matmul reads: its rows (left) or its weight (right)
+            if any(
+                isinstance(v.owner, comm.AllGatherOp)
+                and {u.operation for u in v.uses} == {op}
+                and (v is op.lhs or tensor_type_of(v).rank == 2)
+                for v in (op.lhs, op.rhs)
+            ):
                 self.gathered_matmuls.append(op)
             users = {u.operation for u in op.result.uses}
             if len(users) == 1 and isinstance(next(iter(users)), comm.ReduceScatterOp):

@@ -543,6 +543,11 @@ def _matmul_cost(step: Matmul, profile: MachineProfile) -> tuple[float, float, f
     frac = step.fraction
     flops = 2.0 * rows * frac * k * n
     nbytes = frac * (buffer_nbytes(step.a) + buffer_nbytes(step.c)) + buffer_nbytes(step.b)
+    if step.k_rows is not None:  # a run of the reduction dim: all of c, read back to add
+        into = step.c if step.acc is None else step.acc
+        nbytes = frac * (buffer_nbytes(step.a) + buffer_nbytes(step.b)) + buffer_nbytes(into) * (
+            2 if step.accumulate else 1
+        )
     t_compute = flops / profile.matmul_rate(step.a.type.elt)
     t_memory = nbytes / profile.memory_bandwidth
     bound = "compute" if t_compute >= t_memory else "memory"

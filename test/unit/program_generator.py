@@ -16,7 +16,9 @@ reduce_scatter/all_gather pairs, slice, broadcast, send (on `[2, ?]`), all_to_al
 value re-cut along another dim, or a local one's dim-0 blocks exchanged), quantize (by a scale
 per tensor, row, element or block) and dequantize, expert-parallel exchanges (a matmul feeding
 an all_to_all or an all_to_all feeding a matmul's left operand, through a reshape or not: what
-the all_to_all overlaps chunk), Megatron's flat buffers (sliced on the inner axis, reduced
+the all_to_all overlaps chunk), FSDP's forward GEMM (a sharded weight, cast or not,
+all-gathered for the matmul's right operand: what `ol(ag,mm)` chunks along the reduction
+dim), Megatron's flat buffers (sliced on the inner axis, reduced
 over the outer one: split, a mixed-radix cut), a quarter of the
 float sums stating an accumulation (`acc`: the element type or one it widens to); then updates of
 arguments (mostly replicated ones, as optimizers do) and returned values. Operands are drawn
@@ -116,6 +118,7 @@ MOTIFS = (
     "clipped_optimizer",
     "sliced_optimizer",
     "megatron",
+    "fsdp_layer",
     "flat_buffer",
     "boundary",
     "regather",
@@ -701,6 +704,31 @@ class _Gen:
         if h is not None:
             r = self.arg(self.tensor_type((m, n), elt, []), "r")
             self.emit(lambda: coco.AddOp(h, r))
+
+    def motif_fsdp_layer(self) -> None:
+        """FSDP's forward GEMM: a weight sharded by rows or columns on the last axis (a bf16
+        copy of an f32 master, cast before the gather, now and then), all-gathered, and only
+        the matmul's right operand reads it: what `ol(ag,mm)` chunks along the reduction dim.
+        The left operand: each rank's own batch, or one batched over a leading dim."""
+        elt = self.float_elt()
+        k = self.draw(st.sampled_from((8, 12, 16)))
+        n = self.draw(st.sampled_from((4, 8)))
+        lays: list[LayoutAttr] = [REPLICATED] * self.grid_rank
+        lays[-1] = self.draw(st.sampled_from((SlicedAttr(0), SlicedAttr(1))))
+        master = "f32" if elt != "f32" and self.draw(st.booleans()) else elt
+        w: SSAValue | None = self.arg(self.tensor_type((k, n), master, lays), "w")
+        if master != elt:
+            w = self.emit(lambda: coco.CastOp(w, ELEMENT_TYPES[elt]))
+        wg = w and self.collective(comm.AllGatherOp, w, axes=[self.grid_rank - 1])
+        if wg is None:
+            return
+        shape = self.draw(st.sampled_from(((4, k), (2, 4, k))))
+        x = self.arg(
+            self.tensor_type(shape, elt, [LOCAL] + [REPLICATED] * (self.grid_rank - 1)), "x"
+        )
+        y = self.emit(lambda: coco.MatmulOp(x, wg))
+        if y is not None:
+            self.wanted_returns.append(y)
 
     def motif_norm_rows(self) -> None:
         """A row-parallel layer's epilogue at a real row length: all_reduce of local [R, H]

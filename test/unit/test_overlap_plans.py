@@ -183,8 +183,15 @@ def _gathered(steps, mm: Matmul) -> bool:
     )
 
 
+def _reads_gathered(m, g: str) -> bool:
+    """A matmul chunk reading the gathered %g: as its rows (left) or its reduction dim."""
+    return isinstance(m, Matmul) and (m.a.name == g or (m.b.name == g and m.k_rows is not None))
+
+
 def check_gather_form(plan: Plan) -> list[int]:
-    """Checks every gather-form pipeline of `plan`; returns their chunk counts."""
+    """Checks every gather-form pipeline of `plan` (the gathered value the left operand, or
+    the right one: chunks of the reduction dim summed into the result); returns their chunk
+    counts."""
     steps = plan.steps
     found = []
     # chunked all_gathers feeding a matmul (a pipeline boundary's gathers: check_boundary_form)
@@ -194,12 +201,19 @@ def check_gather_form(plan: Plan) -> list[int]:
         if isinstance(s, Collective)
         and s.op == "all_gather"
         and s.rows
-        and any(isinstance(m, Matmul) and m.a.name == s.dst.name for m in steps)
+        and any(_reads_gathered(m, s.dst.name) for m in steps)
     }
     for g in sorted(names):
         gathers = [i for i, s in enumerate(steps) if isinstance(s, Collective) and s.dst.name == g]
-        mms = [i for i, s in enumerate(steps) if isinstance(s, Matmul) and s.a.name == g]
+        mms = [i for i, s in enumerate(steps) if _reads_gathered(s, g)]
         assert len(gathers) == len(mms), (len(gathers), len(mms))
+        reduction = steps[mms[0]].b.name == g
+        if reduction:  # the first chunk writes the sum, the others add; the last rounds it
+            assert [steps[i].accumulate for i in mms] == [False] + [True] * (len(mms) - 1)
+            accs = {steps[i].acc for i in mms}
+            assert len(accs) == 1, accs
+            if steps[mms[0]].acc is not None:
+                assert [steps[i].final for i in mms] == [False] * (len(mms) - 1) + [True]
         chunks = len(mms)
         found.append(chunks)
         step = steps[gathers[0]]
@@ -220,11 +234,12 @@ def check_gather_form(plan: Plan) -> list[int]:
                 assert gathers[k + 1] < mi, f"chunk {k + 1} is gathered after chunk {k}'s matmul"
             lo, hi = gs.rows
             have |= touched(ids_type, gs.src.type, plan.grid_shape, lo, hi)
-            assert rows_of(mm.rows) <= have, f"matmul chunk {k} reads rows not gathered yet"
+            read = mm.k_rows if reduction else mm.rows
+            assert rows_of(read) <= have, f"matmul chunk {k} reads rows not gathered yet"
         whole = int(np.prod(step.dst.shape[:-1]))
-        assert have == set(range(whole)) == rows_of(r for i in mms for r in steps[i].rows), (
-            f"the chunks of %{g} miss rows"
-        )
+        read = [r for i in mms for r in (steps[i].k_rows if reduction else steps[i].rows)]
+        assert have == set(range(whole)) == rows_of(read), f"the chunks of %{g} miss rows"
+        assert sum(hi - lo for lo, hi in read) == whole, f"the chunks of %{g} share rows"
     return found
 
 
@@ -315,14 +330,16 @@ def check_boundary_form(plan: Plan) -> list[int]:
                 return g in s.writes
             return isinstance(s, Collective) and s.op == "send" and s.dst.name == g
 
-        push = [i for i, s in enumerate(steps) if pushes(s)]
-        if not push:
-            continue  # an all_gather fed by no send: the gather form's (check_gather_form)
         ags = [
             i
             for i, s in enumerate(steps)
             if isinstance(s, Collective) and s.op == "all_gather" and s.src.name == g
         ]
+        # (what writes g after its gathers -- FSDP's update of the gathered weight -- sends
+        # nothing to them)
+        push = [i for i, s in enumerate(steps) if pushes(s) and i < ags[-1]]
+        if not push:
+            continue  # an all_gather fed by no send: the gather form's (check_gather_form)
         computes = [i for i in push if isinstance(steps[i], Launch)]
         if not computes:  # across nodes: the computation kernel before the library send
             computes = [

@@ -56,6 +56,31 @@ func.func @gather(%x: !coco.tensor<2x8x16xf32, sliced<1>>, %w: !coco.tensor<16x8
 
 // -----
 
+// The gather form on the right operand (FSDP's parameter all_gather): chunk k of each rank's
+// rows of the weight is a run of the reduction dim; its matmul multiplies those rows by the
+// same columns of x and sums into y. A bf16 y sums in an f32 accumulator the last chunk
+// rounds into y, once.
+// CHECK-LABEL: plan @fsdp on grid [2]
+// CHECK:         buffer %y_acc : 16x32 f32 scratch
+// CHECK:         [stream 1] all_gather %w -> %wg over [0] rows [0, 16)
+// CHECK-NEXT:    [stream 1] record wg_chunk0
+// CHECK-NEXT:    [stream 1] all_gather %w -> %wg over [0] rows [16, 32)
+// CHECK-NEXT:    [stream 1] record wg_chunk1
+// CHECK-NEXT:    wait wg_chunk0
+// CHECK-NEXT:    matmul %x, %wg -> %y k [0, 16) [32, 48) in %y_acc
+// CHECK-NEXT:    wait wg_chunk1
+// CHECK-NEXT:    matmul %x, %wg -> %y k [16, 32) [48, 64) accumulate in %y_acc final
+func.func @fsdp(%x: !coco.tensor<16x64xbf16, local>, %w: !coco.tensor<64x32xbf16, sliced<0>>) -> !coco.tensor<16x32xbf16, local> attributes {coco.grid = #coco.grid<[?]>} {
+  %y = comm.overlap chunks 2 -> !coco.tensor<16x32xbf16, local> {
+    %wg = comm.all_gather %w : !coco.tensor<64x32xbf16, sliced<0>> -> !coco.tensor<64x32xbf16>
+    %y_1 = coco.matmul %x, %wg : !coco.tensor<16x64xbf16, local>, !coco.tensor<64x32xbf16> -> !coco.tensor<16x32xbf16, local>
+    comm.yield %y_1 : !coco.tensor<16x32xbf16, local>
+  }
+  func.return %y : !coco.tensor<16x32xbf16, local>
+}
+
+// -----
+
 // The all_to_all forms: each chunk is the all_to_all of a block of dim 2 (C), which it
 // neither splits nor gathers, and the matmul of the same rows -- found on each rank's own
 // piece (`dim 2 [b, e) of %buffer`). The expert input's reshape keeps the last dim: the

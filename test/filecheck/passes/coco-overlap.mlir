@@ -159,3 +159,48 @@ func.func @zero(%a: !coco.tensor<6x4xf32, local>, %b: !coco.tensor<4x4xf32>) -> 
   func.return %s2 : !coco.tensor<6x4xf32>
 }
 }
+
+// -----
+
+// FSDP's parameter all_gather: the gathered weight, one matrix, is the matmul's right operand
+// and nothing else reads it -- the gather form on the reduction dim.
+// CHECK-LABEL: func.func @fsdp_weight
+// CHECK:         %y = comm.overlap chunks 4 -> !coco.tensor<16x32xf32, local> {
+// CHECK-NEXT:      %wg = comm.all_gather %w
+// CHECK-NEXT:      %y_1 = coco.matmul %x, %wg
+// CHECK-NEXT:      comm.yield %y_1
+func.func @fsdp_weight(%x: !coco.tensor<16x64xf32, local>, %w: !coco.tensor<64x32xf32, sliced<0>>) -> !coco.tensor<16x32xf32, local> attributes {coco.grid = #coco.grid<[?]>} {
+  %wg = comm.all_gather %w : !coco.tensor<64x32xf32, sliced<0>> -> !coco.tensor<64x32xf32>
+  %y = coco.matmul %x, %wg : !coco.tensor<16x64xf32, local>, !coco.tensor<64x32xf32> -> !coco.tensor<16x32xf32, local>
+  func.return %y : !coco.tensor<16x32xf32, local>
+}
+
+// -----
+
+// A gathered weight something else reads too is no pipeline (greedy mode leaves it).
+// CHECK-LABEL: func.func @weight_read_twice
+// CHECK-NOT:     comm.overlap
+module attributes {coco.schedule = "coco-overlap{ops=y2}"} {
+func.func @weight_read_twice(%x: !coco.tensor<16x64xf32, local>, %w: !coco.tensor<64x32xf32, sliced<0>>) -> (!coco.tensor<16x32xf32, local>, !coco.tensor<64x32xf32>) attributes {coco.grid = #coco.grid<[?]>} {
+  // SCRIPT: coco-overlap.mlir:[[# @LINE + 1]]:3: [overlap-producer] %wg2 (comm.all_gather) is also read by %n2 (coco.neg): overlap gathers a value only the matmul's right operand reads
+  %wg2 = comm.all_gather %w : !coco.tensor<64x32xf32, sliced<0>> -> !coco.tensor<64x32xf32>
+  %y2 = coco.matmul %x, %wg2 : !coco.tensor<16x64xf32, local>, !coco.tensor<64x32xf32> -> !coco.tensor<16x32xf32, local>
+  %n2 = coco.neg %wg2 : !coco.tensor<64x32xf32>
+  func.return %y2, %n2 : !coco.tensor<16x32xf32, local>, !coco.tensor<64x32xf32>
+}
+}
+
+// -----
+
+// A gathered batch of matrices as the right operand: a chunk of its rows is no run of one
+// reduction dim.
+// CHECK-LABEL: func.func @batched_weights
+// CHECK-NOT:     comm.overlap
+module attributes {coco.schedule = "coco-overlap{ops=y3}"} {
+func.func @batched_weights(%x: !coco.tensor<2x8x64xf32, local>, %w: !coco.tensor<2x64x32xf32, sliced<1>>) -> !coco.tensor<2x8x32xf32, local> attributes {coco.grid = #coco.grid<[?]>} {
+  // SCRIPT: coco-overlap.mlir:[[# @LINE + 1]]:3: [overlap-rows] %wg3 (comm.all_gather) gathers a batch of matrices (!coco.tensor<2x64x32xf32>) for the right operand of %y3 (coco.matmul): overlap chunks the rows of one matrix, a run of the reduction dim
+  %wg3 = comm.all_gather %w : !coco.tensor<2x64x32xf32, sliced<1>> -> !coco.tensor<2x64x32xf32>
+  %y3 = coco.matmul %x, %wg3 : !coco.tensor<2x8x64xf32, local>, !coco.tensor<2x64x32xf32> -> !coco.tensor<2x8x32xf32, local>
+  func.return %y3 : !coco.tensor<2x8x32xf32, local>
+}
+}
