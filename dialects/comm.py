@@ -757,6 +757,7 @@ class FusionKind(StrEnum):
     ALL_REDUCE = auto()  # reduce_scatter + sliced computation + all_gather: one collective
     SEND = auto()  # computation + send: one fused transfer
     ALL_TO_ALL = auto()  # producers + all_to_all + consumers: one kernel over symmetric memory
+    ALL_GATHER = auto()  # producers + all_gather + consumers: the same exchange kernel
 
 
 @irdl_attr_definition
@@ -950,7 +951,9 @@ class FusedOp(RegionOp):
                         f"updates, but this one holds {op.name}",
                     )
         if self.kind.data == FusionKind.ALL_TO_ALL:
-            self._check_all_to_all(collectives)
+            self._check_exchange(collectives, AllToAllOp)
+        if self.kind.data == FusionKind.ALL_GATHER:
+            self._check_exchange(collectives, AllGatherOp)
         if self.kind.data == FusionKind.ALL_REDUCE:
             scatters = [op for op in collectives if isinstance(op, ReduceScatterOp)]
             if not scatters:
@@ -1029,24 +1032,27 @@ class FusedOp(RegionOp):
                     f"constants, slices, row reductions and updates, but this one holds {op.name}",
                 )
 
-    def _check_all_to_all(self, collectives: Sequence[CollectiveOp]) -> None:
-        """One all_to_all and the elementwise computation around it (constants, slices and
-        updates too): what one kernel computes before and after the exchange."""
+    def _check_exchange(
+        self, collectives: Sequence[CollectiveOp], cls: type[AllToAllOp | AllGatherOp]
+    ) -> None:
+        """One all_to_all (all_gather) and the elementwise computation around it (constants,
+        slices and updates too): what one kernel computes before and after the exchange."""
         from coconet.dialects.coco import ConstantOp, ElementwiseOp, SliceOp, UpdateOp
 
-        exchanges = [op for op in collectives if isinstance(op, AllToAllOp)]
+        kind = self.kind.data.value
+        exchanges = [op for op in collectives if isinstance(op, cls)]
         if len(exchanges) != 1 or len(collectives) != 1:
             raise _fail(
                 "fuse-one-collective",
-                f"a fused all_to_all holds exactly one comm.all_to_all and no other "
+                f"a fused {kind} holds exactly one {cls.name} and no other "
                 f"collective, this one holds {', '.join(op.name for op in collectives) or 'none'}",
             )
-        members = ElementwiseOp | ConstantOp | SliceOp | UpdateOp | AllToAllOp | YieldOp
+        members = ElementwiseOp | ConstantOp | SliceOp | UpdateOp | cls | YieldOp
         for op in self.body.block.ops:
             if not isinstance(op, members):
                 raise _fail(
                     "fuse-one-collective",
-                    f"a fused all_to_all holds its all_to_all, elementwise ops, constants, "
+                    f"a fused {kind} holds its {kind}, elementwise ops, constants, "
                     f"slices and updates, but this one holds {op.name}",
                 )
 

@@ -5,10 +5,11 @@
 //   amax = all_reduce max(max |w|);  scale = amax / 448;  wq = sat(w / scale) in e4m3
 // then gathered in fp8 (1 byte an element on the wire), dequantized and multiplied with the
 // replicated activations: y = x @ (wq * scale).
-// Schedules: as written only (ar-c's pipeline coco-fuse{mode=elementwise} folds the scale into
-// the quantize kernel). No named schedule fits: the split and fused ones need an all_reduce of
-// a tensor (this one's is a scalar); ol(ag,mm) needs the all_gather as the matmul's left
-// operand, here the gathered, dequantized weight is the right one.
+// Schedules: as written (ar-c's pipeline coco-fuse{mode=elementwise} folds the scale into the
+// quantize kernel) and fuse(ag): quantize, the fp8 exchange and dequantize as one kernel. The
+// split and fused all_reduce ones need an all_reduce of a tensor (this one's is a scalar);
+// ol(ag,mm) needs the matmul to read the all_gather itself, here it reads the dequantized
+// weight.
 
 func.func @fp8_allgather_matmul(
     %w: !coco.tensor<64x32xf32, sliced<0>>,

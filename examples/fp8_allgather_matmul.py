@@ -5,14 +5,15 @@ the all_reduced max of |w|, scale = amax / 448, the largest e4m3 value), gathere
 byte an element on the wire instead of 4), dequantized and multiplied with the replicated
 activations. Same IR as fp8_allgather_matmul.mlir.
 
-Schedules: as written only (abs, the partial max, an all_reduce max of one scalar, the scale
+Schedules: as written (abs, the partial max, an all_reduce max of one scalar, the scale
 and quantize kernels, a library all_gather of the fp8 slices, dequantize, the GEMM; ar-c's
-pipeline `coco-fuse{mode=elementwise}` folds the scale into the quantize kernel). No named
-schedule fits: the split and fused ones need an all_reduce of a tensor (this one's is a
-scalar), and `ol(ag,mm)` needs a matmul whose left operand is the all_gather, where here the
-gathered (then dequantized) weight is the right operand. `build(F32)` and `build(BF16)`
-give the same GEMM with the weight gathered in f32 or cast to bf16 (the benchmark's
-baselines).
+pipeline `coco-fuse{mode=elementwise}` folds the scale into the quantize kernel) and
+`fuse(ag)`: the quantize (on each rank's slice, staged once), the fp8 exchange and the
+dequantize (on each pulled element) as one kernel. The split and fused all_reduce schedules
+need an all_reduce of a tensor (this one's is a scalar), and `ol(ag,mm)` needs a matmul
+reading the all_gather itself, where here it reads the dequantized weight. `build(F32)` and
+`build(BF16)` give the same GEMM with the weight gathered in f32 or cast to bf16 (the
+benchmark's baselines).
 """
 
 from coconet import frontend

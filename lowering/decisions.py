@@ -165,6 +165,8 @@ def kernel_collectives(region: comm.FusedOp) -> Sequence[comm.CollectiveOp]:
             ]
         case comm.FusionKind.ALL_TO_ALL:
             return [o for o in body if isinstance(o, comm.AllToAllOp)]
+        case comm.FusionKind.ALL_GATHER:
+            return [o for o in body if isinstance(o, comm.AllGatherOp)]
         case _:
             return []
 

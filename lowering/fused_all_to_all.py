@@ -49,9 +49,15 @@ from coconet.lowering.signature import ParamKind
 Box = tuple[slice, ...]
 
 
+Exchange = comm.AllToAllOp | comm.AllGatherOp
+
+
 def lower_fused_all_to_all(lw: PlanBuilder, region: comm.FusedOp) -> None:
+    """A `comm.fused all_to_all` or `comm.fused all_gather` region: an all_gather is the
+    exchange whose receiver's box of each sender is the sender's whole piece (every member
+    gets all of it), which the sender stages once."""
     body = [o for o in region.body.block.ops if not isinstance(o, comm.YieldOp)]
-    exchanges = [o for o in body if isinstance(o, comm.AllToAllOp)]
+    exchanges = [o for o in body if isinstance(o, Exchange)]
     if len(exchanges) != 1 or not _in_one_kernel(lw, exchanges[0], body):
         _lower_unfused(lw, region, body)
         return
@@ -60,14 +66,14 @@ def lower_fused_all_to_all(lw: PlanBuilder, region: comm.FusedOp) -> None:
         lw.buffers[res] = lw.value_buffer(v)
 
 
-def _in_one_kernel(lw: PlanBuilder, a2a: comm.AllToAllOp, body: list[Operation]) -> bool:
+def _in_one_kernel(lw: PlanBuilder, a2a: Exchange, body: list[Operation]) -> bool:
     """Whether the region runs as one kernel: its group within one node, its ops elementwise
     (the receiver's side reading of the sender's ops only constants, slices and scalars,
     none of them a dropout: those it computes again)."""
     if comm.topology_of(a2a) != comm.Topology.FLAT:  # decisions.py: its group spans nodes
         return False
     kernel_ops = coco.ElementwiseOp | coco.ConstantOp | coco.SliceOp
-    if not all(isinstance(o, kernel_ops | coco.UpdateOp | comm.AllToAllOp) for o in body):
+    if not all(isinstance(o, kernel_ops | coco.UpdateOp | Exchange) for o in body):
         return False
     before, after = _sides(a2a, body)
     again = [o for o in after if o in before]
@@ -82,12 +88,12 @@ def _scalar(op: Operation) -> bool:
     return all(tensor_type_of(r).get_shape() == () for r in op.results)
 
 
-def _sides(a2a: comm.AllToAllOp, body: list[Operation]) -> tuple[list[Operation], list[Operation]]:
+def _sides(a2a: Exchange, body: list[Operation]) -> tuple[list[Operation], list[Operation]]:
     """The ops of the sender's side and of the receiver's, in program order: the receiver
     computes the ops reading the exchange's result (transitively) and what they read of the
     other ops; the sender what the exchange, the updates and the rest of the program read
     of the other ops. An op both read (a constant, a slice) is computed on both sides."""
-    compute = [o for o in body if not isinstance(o, coco.UpdateOp | comm.AllToAllOp)]
+    compute = [o for o in body if not isinstance(o, coco.UpdateOp | Exchange)]
     reached: set[SSAValue] = {a2a.result}
     downstream: set[Operation] = set()
     for o in compute:
@@ -138,7 +144,7 @@ def _inputs(ops: Sequence[Operation], also: Sequence[SSAValue] = ()) -> list[SSA
     return out
 
 
-def emit_exchange_kernel(lw: PlanBuilder, a2a: comm.AllToAllOp, body: list[Operation]) -> None:
+def emit_exchange_kernel(lw: PlanBuilder, a2a: Exchange, body: list[Operation]) -> None:
     sent, received = a2a.input, a2a.result
     src: TensorType = sent.type
     dst: TensorType = received.type
@@ -196,7 +202,9 @@ def emit_exchange_kernel(lw: PlanBuilder, a2a: comm.AllToAllOp, body: list[Opera
 
     send, send_buffers = spec("send", before, src, send_inputs, send_values, send_updates)
     recv, recv_buffers = spec("recv", after, dst, recv_inputs, recv_values, recv_updates)
-    kernel = FusedAllToAllKernel(lw.fresh("k_fused_all_to_all"), send, recv, sent, received)
+    gather = isinstance(a2a, comm.AllGatherOp)
+    kind = "all_gather" if gather else "all_to_all"
+    kernel = FusedAllToAllKernel(lw.fresh(f"k_fused_{kind}"), send, recv, sent, received, a2a.name)
     built = kernel.build()
     name = lw.add_kernel(built)
 
@@ -219,9 +227,9 @@ def emit_exchange_kernel(lw: PlanBuilder, a2a: comm.AllToAllOp, body: list[Opera
                 case ParamKind.PEERS_IN:
                     args.append(PeerTable(staging, span))
                 case ParamKind.SEND_BOXES:
-                    args.append(box_table(lw, src, dst, span, sending=True))
+                    args.append(box_table(lw, src, dst, span, sending=True, gather=gather))
                 case ParamKind.RECV_BOXES:
-                    args.append(box_table(lw, src, dst, span, sending=False))
+                    args.append(box_table(lw, src, dst, span, sending=False, gather=gather))
                 case ParamKind.FLAGS:
                     args.append(PeerTable(flags, span))
                 case ParamKind.EPOCH:
@@ -304,10 +312,16 @@ def box_entry(
     rank: int,
     member: int,
     sending: bool,
+    gather: bool = False,
 ) -> list[int]:
-    """Rank `rank`'s table entry for group member `member` (kernels/exchange.py's layout)."""
+    """Rank `rank`'s table entry for group member `member` (kernels/exchange.py's layout).
+    An all_gather's sender stages its piece once, as its own box (its receivers' boxes of
+    it are the whole piece too: the same elements, cut into the same chunks); its boxes for
+    the other members are empty."""
     sender, receiver = (rank, member) if sending else (member, rank)
     have, want = exchange_box(lw, src, dst, span, sender, receiver)
+    if gather and sending and member != rank:
+        have = tuple(slice(0, 0) for _ in have)
     extents = [s.stop - s.start for s in have]
     count = math.prod(extents)
     inner = max(1, extents[-1]) if count else 1
@@ -319,7 +333,12 @@ def box_entry(
 
 
 def box_table(
-    lw: PlanBuilder, src: TensorType, dst: TensorType, span: tuple[int, ...], sending: bool
+    lw: PlanBuilder,
+    src: TensorType,
+    dst: TensorType,
+    span: tuple[int, ...],
+    sending: bool,
+    gather: bool = False,
 ) -> ArgTable:
     """Every rank's box per member of its group, in group order, flattened (one table per
     field and member, shared by the sites of an all_to_all of the same types)."""
@@ -330,7 +349,7 @@ def box_table(
     def entry(r: int, m: int) -> list[int]:
         if r not in entries:
             members = V.group_of(lw.grid_shape, span, r)
-            entries[r] = [box_entry(lw, src, dst, span, r, x, sending) for x in members]
+            entries[r] = [box_entry(lw, src, dst, span, r, x, sending, gather) for x in members]
         return entries[r][m]
 
     label = "send_box" if sending else "recv_box"
@@ -341,7 +360,7 @@ def box_table(
                 lw.rank_table(
                     f"{label}{m}_{f}",
                     lambda r, m=m, f=f: entry(r, m)[f],
-                    (src, dst, span, sending),
+                    (src, dst, span, sending, gather),
                 )
             )
     return ArgTable(tuple(items))

@@ -363,7 +363,10 @@ class Lowering:
                 self.lower_fused_elementwise(op)
             case comm.FusedOp() if op.kind.data == comm.FusionKind.SEND:
                 lower_fused_send(self, op)
-            case comm.FusedOp() if op.kind.data == comm.FusionKind.ALL_TO_ALL:
+            case comm.FusedOp() if op.kind.data in (
+                comm.FusionKind.ALL_TO_ALL,
+                comm.FusionKind.ALL_GATHER,
+            ):
                 lower_fused_all_to_all(self, op)
             case comm.FusedOp():
                 lower_fused_collective(self, op)

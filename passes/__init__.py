@@ -54,6 +54,11 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return FuseAllToAllPass
 
+    def fuse_all_gather() -> type[ModulePass]:
+        from coconet.passes.fuse.all_to_all import FuseAllGatherPass
+
+        return FuseAllGatherPass
+
     def overlap() -> type[ModulePass]:
         from coconet.passes.overlap import OverlapPass
 
@@ -79,6 +84,7 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "coco-fuse-all-reduce": fuse_all_reduce,
         "coco-fuse-send": fuse_send,
         "coco-fuse-all-to-all": fuse_all_to_all,
+        "coco-fuse-all-gather": fuse_all_gather,
         "coco-overlap": overlap,
         "coco-sliced-send": sliced_send,
         "coco-canonicalize": canonicalize,

@@ -16,6 +16,7 @@ from coconet.schedule.errors import VERIFY_RULE, ScheduleError, schedule_error
 from coconet.schedule.recipes import (
     recipe_ar_c,
     recipe_fuse_a2a,
+    recipe_fuse_ag,
     recipe_fuse_ar_c,
     recipe_fuse_rs_c,
     recipe_fuse_rs_c_ag,
@@ -178,6 +179,17 @@ NAMED_SCHEDULES: dict[str, NamedSchedule] = {
             lambda i: bool(i.all_to_alls),
             recipe_fuse_a2a,
             ("fuse-all-to-all",),
+        ),
+        NamedSchedule(
+            "fuse(ag)",
+            "FSDP's cast fused into the parameter all_gather (not in CoCoNet)",
+            "each all_gather with the elementwise computation of its input (on the sender's "
+            "piece, staged once: a cast of the master shard to bf16) and of its result as one "
+            "kernel over symmetric memory",
+            "an all_gather of a value computed elementwise, or read by elementwise ops",
+            lambda i: bool(i.computed_gathers),
+            recipe_fuse_ag,
+            ("fuse-all-gather",),
         ),
         NamedSchedule(
             "ol(mm,a2a)",

@@ -138,6 +138,12 @@ def recipe_fuse_a2a(s: ScheduleSteps, info: Structure) -> None:
     s.fuse(*(names or ()), mode="all_to_all")
 
 
+def recipe_fuse_ag(s: ScheduleSteps, info: Structure) -> None:
+    """Each all_gather with the elementwise computation of its input (on the sender's piece:
+    the cast of an f32 master shard to bf16) and of its result as one exchange kernel."""
+    s.fuse(*(info.names(info.computed_gathers) or ()), mode="all_gather")
+
+
 def recipe_rs_c_ag(s: ScheduleSteps, info: Structure) -> None:
     _split_reorder(s, info)
     _slice_state(s, info)

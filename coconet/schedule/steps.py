@@ -384,7 +384,9 @@ class ScheduleSteps:
         kernel; `mode="all_reduce"` fuses a reduce_scatter's chain (name the reduce_scatter,
         or the exact set) into one FusedAllReduce; `mode="send"` fuses computation into a
         send; `mode="all_to_all"` an all_to_all with the computation of its input and of
-        its result (name the all_to_all, or the exact set); `auto` picks by the targets. No
+        its result (name the all_to_all, or the exact set), `mode="all_gather"` an
+        all_gather so (FSDP's cast of the master shard fused into the parameter gather);
+        `auto` picks by the targets. No
         targets: greedy. `form="one_shot"` (with `mode="all_reduce"`): an all_reduce as
         written and the computation on its whole result, one kernel in which each rank
         reduces every peer's whole input (name the all_reduce, or the exact set). Returns the

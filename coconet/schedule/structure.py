@@ -163,6 +163,18 @@ class Structure:
         self.all_to_alls = [
             op for op in ops if isinstance(op, comm.AllToAllOp) and reaches_effect(op)
         ]
+        # all_gathers with elementwise computation of their input (FSDP's cast of the master
+        # shard to bf16) or of their result: each can run as one exchange kernel with it
+        self.computed_gathers = [
+            op
+            for op in ops
+            if isinstance(op, comm.AllGatherOp)
+            and reaches_effect(op)
+            and (
+                isinstance(op.input.owner, coco.ElementwiseOp)
+                or any(isinstance(u.operation, coco.ElementwiseOp) for u in op.result.uses)
+            )
+        ]
         # expert parallelism's overlaps: matmuls whose only reader is an all_to_all, through a
         # reshape or not (the dispatch buffers, the expert output), and all_to_alls that only
         # a matmul's left operand reads, through a reshape or not (the expert FFN's input)

@@ -28,6 +28,7 @@ contiguous loop. Per member the kernel reads the box from a table (`SEND_BOXES` 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from xdsl.ir import SSAValue
 
@@ -57,7 +58,13 @@ from coconet.lowering.kernel_ir import (
     sum_of,
 )
 from coconet.lowering.kernels.builder_state import BuilderState
-from coconet.lowering.kernels.elements import C_COMPUTE, C_STORAGE, load_expr, store_expr
+from coconet.lowering.kernels.elements import (
+    C_COMPUTE,
+    C_STORAGE,
+    NARROW_FLOATS,
+    load_expr,
+    store_expr,
+)
 from coconet.lowering.kernels.elementwise import ElementwiseBuilder
 from coconet.lowering.kernels.spec import ElementwiseSpec
 from coconet.lowering.kernels.statements import call, peers_entry, thread_zero, value_hint
@@ -90,8 +97,10 @@ class FusedAllToAllKernel:
         recv: ElementwiseSpec,
         sent: SSAValue,
         received: SSAValue,
+        exchange: str = "comm.all_to_all",
     ):
         self.name = name
+        self.exchange = exchange  # the op exchanged (comm.all_to_all, comm.all_gather)
         self.send = send
         self.recv = recv
         self.sent = sent
@@ -110,7 +119,15 @@ class FusedAllToAllKernel:
         s.build_indices()
         s.build_ops()
         s.build_stores()
-        sent = s.ref(self.sent)
+        # The exchanged value as the sender's side has it: an input of the kernel no op of
+        # that side computes is staged as a copy of its bits (NaN payloads kept), else the
+        # computed value in its storage type.
+        operand = s.operands.get(self.sent)
+        raw = operand is not None and not operand.scalar and self.sent not in s.local
+        if operand is not None and raw:
+            staged_value: Expr = Index(operand.param, s.index_of(operand))
+        else:
+            staged_value = store_expr(elt, s.ref(self.sent))
 
         # The receiver's side: the pulled element is a value of its body.
         r = ElementwiseBuilder(self.recv)
@@ -151,7 +168,9 @@ class FusedAllToAllKernel:
         stmts += [*peers_entry(flags, me, nranks, epoch_at, epoch), SyncBlock()]
 
         def send_row(at: Sequence[Var], k: Var) -> tuple[list[Stmt], tuple[Stmt, ...]]:
-            staged = Assign(Index(mine, s.i), store_expr(elt, sent), comment="comm.all_to_all")
+            staged = Assign(Index(mine, s.i), staged_value, comment=self.exchange)
+            if raw:
+                staged = _copied(staged, staged_value, elt, self.exchange)
             row, element = along_row(s, at[0], k)
             return row, (*element, staged)
 
@@ -162,10 +181,25 @@ class FusedAllToAllKernel:
 
         source = Var(storage.ptr(const=True), f"{name}_from", "from_")
 
+        # A store of the pulled element itself, in its own type, copies the peer's bits (no
+        # round trip through the compute type: NaN payloads kept, no conversions on the
+        # receiver's side of a bare all_gather); the element is only converted where an op
+        # reads it.
+        converted = store_expr(elt, pulled)
+        read = any(self.received in op.operands for op in self.recv.ops)
+
         def recv_row(at: Sequence[Var], k: Var) -> tuple[list[Stmt], tuple[Stmt, ...]]:
             element = Index(source, at[0] + k)
-            pulled_decl = Decl(pulled, load_expr(elt, element), comment="comm.all_to_all")
             row, body = along_row(r, at[1], k)
+            body = tuple(
+                _copied(st, element, elt, self.exchange)
+                if isinstance(st, Assign) and st.value == converted
+                else st
+                for st in body
+            )
+            if not read:
+                return row, body
+            pulled_decl = Decl(pulled, load_expr(elt, element), comment=self.exchange)
             return row, (pulled_decl, *body)
 
         def recv_head(q: Var) -> list[Stmt]:
@@ -175,6 +209,15 @@ class FusedAllToAllKernel:
             walk_boxes(recv_boxes, recv_fields(rank), rank, 2, me, nranks, recv_head, recv_row)
         )
         return Kernel(self.name, tuple(params), tuple(stmts))
+
+
+def _copied(store: Assign, element: Expr, elt: str, comment: str) -> Assign:
+    """`store` of the pulled `element` as a copy of its bits: a narrow float's through its
+    `bits` member (a struct assignment is one aggregate copy, which g++ does not
+    vectorize)."""
+    if elt in NARROW_FLOATS:
+        return Assign(Field(store.target, "bits"), Field(element, "bits"), comment=comment)
+    return replace(store, value=element, comment=comment)
 
 
 def along_row(b: ElementwiseBuilder, start: Var, k: Var) -> tuple[list[Stmt], tuple[Stmt, ...]]:

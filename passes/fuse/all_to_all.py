@@ -1,12 +1,14 @@
-"""`coco-fuse-all-to-all`: a `comm.all_to_all` with the elementwise computation of its input
-and of its result -> one `comm.fused all_to_all` region, one kernel: the sender computes its
-piece into symmetric memory, the receiver pulls its part from each peer and computes on it
-(lowering/fused_all_to_all.py)."""
+"""`coco-fuse-all-to-all` and `coco-fuse-all-gather`: a `comm.all_to_all` (`comm.all_gather`)
+with the elementwise computation of its input and of its result -> one `comm.fused all_to_all`
+(`all_gather`) region, one kernel: the sender computes its piece into symmetric memory, the
+receiver pulls its part from each peer (an all_gather's: the peer's whole piece) and computes
+on it (lowering/fused_all_to_all.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence, Set as AbstractSet
 from dataclasses import dataclass
+from typing import ClassVar
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
@@ -37,7 +39,7 @@ from coconet.passes.fuse.region import (
 )
 from coconet.passes.fuse.spaces import op_space, space_of
 
-KIND = "all_to_all"
+Exchange = comm.AllToAllOp | comm.AllGatherOp
 
 
 @dataclass(frozen=True)
@@ -67,49 +69,73 @@ class FuseAllToAllPass(ModulePass):
 
     ops: tuple[str, ...] = ()
 
+    # the exchange this pass fuses, and its region's kind
+    exchange: ClassVar[type[Exchange]] = comm.AllToAllOp
+    kind: ClassVar[str] = "all_to_all"
+    # greedy mode leaves an exchange with no computation to fuse to its library collective
+    alone: ClassVar[bool] = True
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.ops:
             sites = find_named_ops(op, self.ops, f"{RULE}-block", "op")
-            plans = chains_in_order(sites, comm.AllToAllOp, exchange_chain, KIND)
+            plans = chains_in_order(sites, self.exchange, exchange_chain, self.kind)
             if plans is None:
-                block, members = exact_set(sites, _check_exchange, _check_exchange_sizes)
-                plans = [(block, members, KIND)]
+                block, members = exact_set(sites, self._check_exchange, _check_exchange_sizes)
+                plans = [(block, members, self.kind)]
             fuse_plans(plans)
             return
         for fn in functions(op):
-            fuse_greedy(body_block(fn))
+            self.fuse_greedy(body_block(fn))
 
+    def fuse_greedy(self, block: Block) -> None:
+        """Fuse every exchange of `block` with the computation the rules admit."""
+        for x in [o for o in block.ops if isinstance(o, self.exchange)]:
+            try:
+                members = exchange_chain(block, x)
+                if self.alone or any(isinstance(m, coco.ElementwiseOp) for m in members):
+                    fuse(block, members, self.kind)
+            except PassFailedException:
+                continue
 
-def fuse_greedy(block: Block) -> None:
-    """Fuse every all_to_all of `block` with the computation the rules admit."""
-    for a2a in [o for o in block.ops if isinstance(o, comm.AllToAllOp)]:
-        try:
-            fuse(block, exchange_chain(block, a2a), KIND)
-        except PassFailedException:
-            continue
-
-
-def _check_exchange(members: set[Operation]) -> None:
-    exchanges = [m for m in members if isinstance(m, comm.AllToAllOp)]
-    if len(exchanges) != 1:
-        raise fail(
-            f"{RULE}-chain",
-            f"a fused all_to_all holds exactly one comm.all_to_all; the named ops hold "
-            f"{len(exchanges)}",
-        )
-    for m in in_order(members - set(exchanges)):
-        if not isinstance(m, coco.ElementwiseOp):
+    def _check_exchange(self, members: set[Operation]) -> None:
+        kind, exchanges = self.kind, [m for m in members if isinstance(m, Exchange)]
+        if len(exchanges) != 1 or not isinstance(exchanges[0], self.exchange):
             raise fail(
                 f"{RULE}-chain",
-                f"{op_name(m)} cannot be part of a fused all_to_all (its all_to_all and "
-                "elementwise computation of its input and result only)",
+                f"a fused {kind} holds exactly one {self.exchange.name} and no other exchange; "
+                f"the named ops hold {', '.join(op_name(x) for x in exchanges) or 'none'}",
             )
+        for m in in_order(members - set(exchanges)):
+            if not isinstance(m, coco.ElementwiseOp):
+                raise fail(
+                    f"{RULE}-chain",
+                    f"{op_name(m)} cannot be part of a fused {kind} (its {kind} and "
+                    "elementwise computation of its input and result only)",
+                )
+
+
+@dataclass(frozen=True)
+class FuseAllGatherPass(FuseAllToAllPass):
+    """Group a `comm.all_gather` and the elementwise computation of its input (FSDP's cast of
+    the f32 master shard to bf16) and of its result into one `comm.fused all_gather` region:
+    one kernel computes this rank's piece into symmetric memory once and pulls every
+    member's whole piece. The regions, their rules ([fuse-chain], [fuse-sizes], [fuse-dead],
+    [fuse-connected], [fuse-cycle], [fuse-block]) and its targeted mode are
+    coco-fuse-all-to-all's, for an all_gather; greedy mode fuses every all_gather (outside
+    other regions) that has computation to fuse -- a bare one stays the library's.
+    `coco-fuse{mode=all_gather}` is this pass."""
+
+    name = "coco-fuse-all-gather"
+
+    exchange: ClassVar[type[Exchange]] = comm.AllGatherOp
+    kind: ClassVar[str] = "all_gather"
+    alone: ClassVar[bool] = False
 
 
 def _check_exchange_sizes(members: set[Operation]) -> None:
-    """Ops computed from the all_to_all's result run on the receiver's piece (the
-    result's space), the others on the sender's (the input's); scalars fit either."""
-    a2a = next(m for m in members if isinstance(m, comm.AllToAllOp))
+    """Ops computed from the exchange's result run on the receiver's piece (the result's
+    space), the others on the sender's (the input's); scalars fit either."""
+    a2a = next(m for m in members if isinstance(m, Exchange))
     after = _downstream(a2a, members)
     for m in in_order(members - {a2a}):
         s = op_space(m)
@@ -124,7 +150,7 @@ def _check_exchange_sizes(members: set[Operation]) -> None:
 
 
 def exchange_chain(
-    block: Block, a2a: comm.AllToAllOp, taken: AbstractSet[Operation] = frozenset()
+    block: Block, a2a: Exchange, taken: AbstractSet[Operation] = frozenset()
 ) -> set[Operation]:
     """`a2a` with the elementwise computation of its input (producers) and of its
     result (consumers), plus the slices, constants and updates only they need: the
@@ -150,7 +176,7 @@ def exchange_chain(
     return absorb_updates(block, {a2a}, OrderInfo.spanning(block, {a2a}))
 
 
-def _downstream(a2a: comm.AllToAllOp, members: set[Operation]) -> set[Operation]:
+def _downstream(a2a: Exchange, members: set[Operation]) -> set[Operation]:
     """The members computed (transitively) from the all_to_all's result."""
     reached: set[SSAValue] = {a2a.result}
     out: set[Operation] = set()
@@ -162,7 +188,7 @@ def _downstream(a2a: comm.AllToAllOp, members: set[Operation]) -> set[Operation]
 
 
 def _exchange_producers(
-    block: Block, a2a: comm.AllToAllOp, taken: AbstractSet[Operation]
+    block: Block, a2a: Exchange, taken: AbstractSet[Operation]
 ) -> set[Operation]:
     """The elementwise ops computing the all_to_all's input in its iteration space (shape and
     layouts; the element type may differ: a cast to bf16 before dispatch), walking back from
@@ -186,7 +212,7 @@ def _exchange_producers(
 
 
 def _exchange_consumers(
-    block: Block, a2a: comm.AllToAllOp, taken: AbstractSet[Operation]
+    block: Block, a2a: Exchange, taken: AbstractSet[Operation]
 ) -> set[Operation]:
     """The elementwise ops in the all_to_all result's iteration space computed from it, in
     program order: an op joins when it reads the result or a joined op's, and nothing

@@ -147,7 +147,8 @@ def check_live(members: set[Operation], kind: str) -> None:
     holds no such producer: its chain starts at the reduce_scatter, and the ops feeding it
     join only where they feed nothing else.)"""
     collectives = [m for m in members if isinstance(m, comm.CollectiveOp)]
-    if kind != "all_to_all" or not collectives or any(map(reaches_effect, collectives)):
+    exchanges = ("all_to_all", "all_gather")
+    if kind not in exchanges or not collectives or any(map(reaches_effect, collectives)):
         return
     first = in_order(set(collectives))[0]
     raise fail(

@@ -1,9 +1,9 @@
 """The fp8 examples (examples/fp8_allgather_matmul, allreduce_rmsnorm_fp8, adam_fp8_wire; issue
 #31 item 6) against independent NumPy / ml_dtypes references written here: every schedule the
-enumerator offers each (as written, and every named schedule that fits; the FSDP gather, which
-no named schedule fits, with the autotuner's `coco-fuse{mode=elementwise}`), at 1, 2 and 4
-ranks, in the sim and on the cpu kernels (in-process ranks), and the cuda unit of the fused
-form compiled by NVRTC.
+enumerator offers each (as written, and every named schedule that fits; the FSDP gather's
+`fuse(ag)` -- quantize, fp8 all_gather and dequantize as one exchange kernel -- and the
+autotuner's `coco-fuse{mode=elementwise}`), at 1, 2 and 4 ranks, in the sim and on the cpu
+kernels (in-process ranks), and the cuda unit of the fused forms compiled by NVRTC.
 
 Comparisons are exact (bit for bit) except where a GEMM's accumulation order is free:
 
@@ -30,6 +30,7 @@ import pytest
 import coconet
 from coconet.core.program import Program
 from coconet.lowering.lower_to_plan import lower
+from coconet.lowering.plan import Collective, Launch
 from coconet.runtime.threaded import ThreadedExecutor
 from coconet.schedule import apply_pipeline, apply_schedule, named_schedules, why_not_offered
 from coconet.toolchain.nvrtc import compile_cuda, nvrtc_available
@@ -42,10 +43,10 @@ E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)
 E4M3_MAX = np.float32(ml_dtypes.finfo(ml_dtypes.float8_e4m3fn).max)  # 448
 F32, F64, BF16 = np.dtype(np.float32), np.dtype(np.float64), np.dtype(ml_dtypes.bfloat16)
 
-# What the enumerator offers each example: named schedules, and for the FSDP gather (no named
-# schedule fits it) the autotuner's one pipeline beside "as written".
+# What the enumerator offers each example: named schedules, and for the FSDP gather (only
+# fuse(ag) fits it) the autotuner's elementwise pipeline beside "as written".
 NAMED = {
-    "fp8_allgather_matmul": [],
+    "fp8_allgather_matmul": ["fuse(ag)"],
     "allreduce_rmsnorm_fp8": ["ar-c", "rs-c-ag", "fuse(rs-c-ag)", "fuse(ar-c)"],
     "adam_fp8_wire": ["ar-c", "rs-c-ag", "fuse(rs-c-ag)", "fuse(ar-c)"],
 }
@@ -188,13 +189,23 @@ def test_the_enumerator_offers_the_stated_schedules(name: str) -> None:
     assert list(named_schedules(load(name))) == NAMED[name]
 
 
-def test_no_named_schedule_fits_the_fsdp_gather() -> None:
+def test_only_the_fused_gather_fits_the_fsdp_gather() -> None:
     """Its only all_reduce is of a scalar (the amax); the GEMM reads the dequantized weight,
-    as its right operand, where ol(ag,mm) needs the all_gather itself on the left."""
+    where ol(ag,mm) needs the all_gather itself as an operand. fuse(ag) makes the quantize
+    (sender's side), the fp8 exchange and the dequantize (receiver's side) one kernel: 1
+    byte an element crosses, and neither the codes nor the dequantized weight's pieces go
+    through memory between them."""
     p = load("fp8_allgather_matmul")
     for name in ("ar-c", "rs-c-ag", "fuse(rs-c-ag)"):
         assert "needs an all_reduce" in (why_not_offered(p, name) or "")
     assert "a matmul reading an all_gather" in (why_not_offered(p, "ol(ag,mm)") or "")
+    plan = lower(apply_schedule(p, "fuse(ag)"), 4)
+    launches = [s.kernel for s in plan.steps if isinstance(s, Launch)]
+    fused = [k for k in launches if k.startswith("k_fused_all_gather")]
+    assert len(fused) == 1, launches
+    assert not any(isinstance(s, Collective) and s.op == "all_gather" for s in plan.steps)
+    (staged,) = [b for b in plan.buffers if b.symmetric and b.name.endswith("_staged")]
+    assert staged.type.elt == "f8E4M3FN"  # what crosses: the codes
 
 
 # --------------------------------------------------------------------------------------------
@@ -291,13 +302,16 @@ def test_the_cuda_units_compile_with_nvrtc() -> None:
     sm_90 without a warning; the gather's also for sm_89, the first with fp8 instructions."""
     units = {
         "fp8_allgather_matmul": lower(scheduled("fp8_allgather_matmul", None), 2).cuda_source,
+        "fp8_allgather_matmul fused": lower(
+            scheduled("fp8_allgather_matmul", "fuse(ag)"), 4
+        ).cuda_source,
         "allreduce_rmsnorm_fp8": lower(
             scheduled("allreduce_rmsnorm_fp8", "fuse(rs-c-ag)"), 4
         ).cuda_source,
         "adam_fp8_wire": lower(scheduled("adam_fp8_wire", "fuse(rs-c-ag)"), 4).cuda_source,
     }
     for name, source in units.items():
-        for arch in ("sm_89", "sm_90") if name == "fp8_allgather_matmul" else ("sm_90",):
+        for arch in ("sm_89", "sm_90") if name.startswith("fp8_allgather") else ("sm_90",):
             assert compile_cuda(source, arch, warnings_as_errors=True).binary, (name, arch)
 
 

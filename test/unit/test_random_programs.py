@@ -398,7 +398,8 @@ def test_generated_fsdp_layers_overlap_the_weight_gather_and_run_as_the_sim_comp
     """FSDP's forward GEMM drawn at random (a weight sharded by rows or columns, f32 or a
     bf16/f16 copy of an f32 master, a batched left operand or not, 1-D and [2, ?] grids, row
     counts 4 chunks do not always divide): `ol(ag,mm)` is offered, chunks the gather along
-    the reduction dim, and runs on the cpu backend as the sim computes the program."""
+    the reduction dim, and `fuse(ag)` (the cast and the gather as one kernel, uneven cuts
+    included), and each runs on the cpu backend as the sim computes the program."""
     from coconet.schedule import apply_schedule, named_schedules
 
     stats: Counter = Counter()
@@ -406,14 +407,17 @@ def test_generated_fsdp_layers_overlap_the_weight_gather_and_run_as_the_sim_comp
     @settings(max_examples=FSDP_CASES, **SETTINGS)
     @given(gp=programs(max_ops=2, motif="fsdp_layer"))
     def case(gp: GeneratedProgram) -> None:
-        if "ol(ag,mm)" in named_schedules(gp.program):
-            scheduled = apply_schedule(gp.program, "ol(ag,mm)")
-            for ranks in (2, 3) if len(gp.grid) == 1 else (2, 4):
-                stats["ol(ag,mm)"] += _runs_as_the_sim_computes(gp, scheduled, ranks, "ol(ag,mm)")
+        offered = named_schedules(gp.program)
+        for name in ("ol(ag,mm)", "fuse(ag)"):
+            if name in offered:
+                scheduled = apply_schedule(gp.program, name)
+                for ranks in (2, 3) if len(gp.grid) == 1 else (2, 4):
+                    stats[name] += _runs_as_the_sim_computes(gp, scheduled, ranks, name)
 
     case()
-    print("\nweight-gather overlaps run:", dict(stats))
+    print("\nweight-gather overlaps and fused casts run:", dict(stats))
     assert stats["ol(ag,mm)"] > 0, stats
+    assert stats["fuse(ag)"] > 0, stats
 
 
 CLIPPED_CASES = 6 if not FULL else 60

@@ -144,7 +144,7 @@ func.func @two_exchanges(%x: !coco.tensor<8x6xf32, sliced<0>>) -> !coco.tensor<8
 }
 
 // EXACT-LABEL: // {{-----}}
-// EXACT: [fuse-chain] a fused all_to_all holds exactly one comm.all_to_all; the named ops hold 2
+// EXACT: [fuse-chain] a fused all_to_all holds exactly one comm.all_to_all and no other exchange; the named ops hold %xa (comm.all_to_all), %xc (comm.all_to_all)
 
 // -----
 
