@@ -410,7 +410,28 @@ OVERLAP_ROWS = [
         "model_parallel_mlp",
         [("ar-c", "ar-c"), ("ol(mm,ar)+c", "coco-overlap{ops=layer},coco-fuse{mode=elementwise}")],
     ),
+    # FSDP's layer step: the weight's all_gather pipelined with the forward GEMM (chunks of
+    # the reduction dim), the gradient GEMM with its reduce_scatter, both
+    (
+        "fsdp_step",
+        [
+            ("as written", ""),
+            ("ol(ag,mm)", "ol(ag,mm)"),
+            ("ol(mm,rs)", "ol(mm,rs)"),
+            ("ol(ag,mm)+ol(mm,rs)", "ol(ag,mm)+ol(mm,rs)"),
+        ],
+    ),
 ]
+
+
+def overlap_program(name: str, build: Callable, batch: int, seq: int, hidden: int):
+    """`name`'s program at the table's sizes: the MLPs' [batch, seq, hidden]; FSDP's layer
+    with batch x seq tokens, the weight [4 hidden, hidden] (an MLP's output projection)."""
+    from coconet.frontend import F32
+
+    if name == "fsdp_step":
+        return build(b=batch * seq, k=4 * hidden, n=hidden)
+    return build(F32, batch=batch, seq=seq, hidden=hidden)
 
 
 def overlap_steps(comm, sizes: tuple[int, int, int]) -> list[tuple[str, list]]:
@@ -421,26 +442,35 @@ def overlap_steps(comm, sizes: tuple[int, int, int]) -> list[tuple[str, list]]:
     import numpy as np
 
     from coconet.compile import compile as coco_compile
-    from coconet.frontend import F32
+    from coconet.dialects.coco import LocalAttr
 
     batch, seq, hidden = sizes
     examples = Path(__file__).resolve().parents[1] / "examples"
     out = []
     for name, rows in OVERLAP_ROWS:
         build = runpy.run_path(str(examples / f"{name}.py"))["build"]
-        program = build(F32, batch=batch, seq=seq, hidden=hidden)
+        program = overlap_program(name, build, batch, seq, hidden)
         steps = []
         for label, schedule in rows:
             spec = label if schedule is None else schedule
             compiled = coco_compile(program, schedule=spec or None, backend="cpu", pieces=True)
-            rng = np.random.default_rng(10 + comm.Get_rank())
-            inputs = {
-                arg: rng.standard_normal(buf.shape, dtype=np.float32)
-                for arg, buf in compiled.plan.arguments.items()
-            }
+            # Local arguments differ between ranks; the others are one value everywhere (a
+            # replicated one must be: the first call checks).
+            inputs = {}
+            for i, (arg, buf) in enumerate(compiled.plan.arguments.items()):
+                local = any(isinstance(lay, LocalAttr) for lay in buf.type.layouts.data)
+                rng = np.random.default_rng([10, i, comm.Get_rank() if local else 0])
+                inputs[arg] = rng.standard_normal(buf.shape, dtype=np.float32)
+            # (FSDP's AdamW: its hyperparameters, a non-negative second moment)
+            for arg, buf in compiled.plan.arguments.items():
+                if buf.shape == ():
+                    inputs[arg] = np.asarray(ADAM.get(arg, 0.01), np.float32)
+                elif arg == "v":
+                    inputs[arg] = np.abs(inputs[arg]) * 0.01
             compiled(**inputs)  # binds the arrays
             steps.append((label, compiled.step, compiled))
-        out.append((f"{name} [{batch}, {seq}, {hidden}] f32", steps))
+        shape = f"[{batch * seq}, {4 * hidden}] x [{4 * hidden}, {hidden}]"
+        out.append((f"{name} {shape if name == 'fsdp_step' else [batch, seq, hidden]} f32", steps))
     return out
 
 
@@ -1064,7 +1094,7 @@ def fp8_programs(log2n: int) -> list[tuple[str, list[str | None], list[tuple[str
         ),
         (
             f"fp8_allgather_matmul: [16, {k}] x all_gather([{k}, 2048] f32 slices), gathered as",
-            [None],
+            [None, "fuse(ag)"],
             [
                 ("f32", gather(F32, 16, k, 2048)),
                 ("bf16 (cast)", gather(BF16, 16, k, 2048)),
@@ -1100,6 +1130,7 @@ def fp8_worker(comm, args: argparse.Namespace) -> None:
     (the plan's traffic, lowering/traffic.py plan_traffic: what the rank sends per step, as
     coco-run --bench counts it) and both ratios against the f32 form under the same schedule."""
     from coconet.compile import compile as coco_compile
+    from coconet.schedule.errors import ScheduleError
 
     tables = []
     for title, schedules, forms in fp8_programs(args.log2n):
@@ -1107,7 +1138,11 @@ def fp8_worker(comm, args: argparse.Namespace) -> None:
         for schedule in schedules:
             rows = []
             for form, program in forms:
-                c = coco_compile(program, schedule=schedule, backend="cpu", pieces=True)
+                try:
+                    c = coco_compile(program, schedule=schedule, backend="cpu", pieces=True)
+                except ScheduleError:  # nothing to fuse in this form (the f32 gather)
+                    c = coco_compile(program, schedule=None, backend="cpu", pieces=True)
+                    form = f"{form} (as written)"
                 c(**fp8_inputs(c.plan, comm.Get_rank()))  # binds the arrays
                 rows.append((form, c.step, c))
             groups.append((schedule or "as written", rows))

@@ -55,8 +55,8 @@ from coconet.runtime.executor import (
     buffer_dtype,
     check_plan_size,
     groups_of,
-    k_columns,
     matmul_segments,
+    reduction_runs,
 )
 from coconet.runtime.host_combine import HostCombine
 from coconet.runtime.symmetric import MpiWindows, PosixSegments, node_communicator
@@ -105,10 +105,13 @@ def host_matmul(
     (lowering/plan.py `Matmul`)."""
     cdt = V.compute_dtype(step.c.type)
     if step.k_rows is not None:
-        cols = k_columns(step.k_rows)
-        part = np.matmul(a[..., cols].astype(cdt, copy=False), b[cols].astype(cdt, copy=False))
         into = c if acc is None else acc
-        accumulate_chunk(into, part, step)
+        for run, add in reduction_runs(step):
+            x, y = a[..., run].astype(cdt, copy=False), b[run].astype(cdt, copy=False)
+            if not add and into.dtype == cdt:
+                np.matmul(x, y, out=into)  # (no temporary: the first run writes the sum)
+            else:
+                accumulate_chunk(into, np.matmul(x, y), add)
         if acc is not None and step.final:
             c[...] = acc.astype(c.dtype)
         return

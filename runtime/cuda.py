@@ -71,8 +71,8 @@ from coconet.runtime.executor import (
     buffer_dtype,
     check_plan_size,
     groups_of,
-    k_columns,
     matmul_segments,
+    reduction_runs,
 )
 from coconet.runtime.symmetric import node_communicator
 from coconet.runtime.torch_comm import mpi_module_for
@@ -1139,12 +1139,10 @@ class CudaBackend:
                 return widen(xp, x, t).astype(cdt) if V.bits_dtype(t) else x.astype(cdt)
 
             if step.k_rows is not None:
-                cols = k_columns(step.k_rows)
-                if not isinstance(cols, slice):
-                    cols = xp.asarray(cols)
-                part = xp.matmul(value(a[..., cols], ta), value(b[cols], tb))
                 into = c if step.acc is None else self.arrays[step.acc.name]
-                accumulate_chunk(into, part, step)
+                for run, add in reduction_runs(step):
+                    part = xp.matmul(value(a[..., run], ta), value(b[run], tb))
+                    accumulate_chunk(into, part, add)
                 if step.acc is not None and step.final:
                     c[...] = narrow(xp, into, tc, c.dtype)
                 return

@@ -31,7 +31,7 @@ import contextlib
 import functools
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -219,19 +219,20 @@ def matmul_segments(
     return tuple(out)
 
 
-@functools.cache
-def k_columns(k_rows: tuple[tuple[int, int], ...]) -> slice | np.ndarray:
-    """The rows of b (columns of a) a chunk of a matmul's reduction dim multiplies
-    (lowering/plan.py `Matmul.k_rows`): a slice for one range, else their indices."""
-    if len(k_rows) == 1:
-        return slice(*k_rows[0])
-    return np.concatenate([np.arange(lo, hi, dtype=np.int64) for lo, hi in k_rows])
+def reduction_runs(step: Matmul) -> Iterator[tuple[slice, bool]]:
+    """Each run of the reduction dim a chunk multiplies (lowering/plan.py `Matmul.k_rows`), as
+    a slice of b's rows (a's columns: a view, no copy), and whether its product adds to the
+    sum (every run but the first chunk's first). One GEMM a run: a gathered chunk holds one
+    run per member's piece."""
+    assert step.k_rows is not None
+    for n, (lo, hi) in enumerate(step.k_rows):
+        yield slice(lo, hi), step.accumulate or n > 0
 
 
-def accumulate_chunk(into: Any, part: Any, step: Matmul) -> None:
-    """A reduction-dim chunk's product `part` written into (the first chunk) or added to
-    `into` (c, or the step's accumulator)."""
-    if step.accumulate:
+def accumulate_chunk(into: Any, part: Any, add: bool) -> None:
+    """A run's product `part` written into (`add` false) or added to `into` (c, or the step's
+    accumulator)."""
+    if add:
         into += part.astype(into.dtype, copy=False)
     else:
         into[...] = part
