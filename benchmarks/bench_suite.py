@@ -1094,7 +1094,7 @@ def fp8_programs(log2n: int) -> list[tuple[str, list[str | None], list[tuple[str
         ),
         (
             f"fp8_allgather_matmul: [16, {k}] x all_gather([{k}, 2048] f32 slices), gathered as",
-            [None, "fuse(ag)"],
+            [None, "fuse(ag)", "ol(fuse(ag),mm)"],
             [
                 ("f32", gather(F32, 16, k, 2048)),
                 ("bf16 (cast)", gather(BF16, 16, k, 2048)),

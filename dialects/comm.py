@@ -1179,9 +1179,16 @@ class OverlapOp(RegionOp):
             if isinstance(lhs, ReshapeOp):
                 lhs = lhs.input.owner
             rhs = mm.rhs.owner  # (the gathered weight: one matrix, passes/overlap.py)
-            if not (
-                isinstance(lhs, AllGatherOp | AllToAllOp) and lhs.parent_block() is self.body.block
-            ) and not (isinstance(rhs, AllGatherOp) and rhs.parent_block() is self.body.block):
+
+            def gathered(op: object, exchanges: tuple[type, ...]) -> bool:
+                fused = isinstance(op, FusedOp) and op.kind.data == FusionKind.ALL_GATHER
+                return (
+                    (isinstance(op, exchanges) or fused)
+                    and isinstance(op, Operation)
+                    and op.parent_block() is self.body.block
+                )
+
+            if not gathered(lhs, (AllGatherOp, AllToAllOp)) and not gathered(rhs, (AllGatherOp,)):
                 raise _fail(
                     "overlap-consumer",
                     "the matmul of an overlap region must feed a collective inside it, or "
@@ -1251,10 +1258,14 @@ class OverlapOp(RegionOp):
                     )
             return
         piece: TensorType | None = None
+        operands = {producer.lhs, producer.rhs}
+        for op in self.body.block.ops:  # (a fused all_gather's result is its gather's)
+            if isinstance(op, FusedOp) and op.kind.data == FusionKind.ALL_GATHER:
+                operands |= {v for v, r in zip(op.yield_op.values, op.res) if r in operands}
         for op in self.walk():
             if isinstance(op, ReduceScatterOp) and op.input == producer.result:
                 piece = op.result.type
-            elif isinstance(op, AllGatherOp) and op.result in (producer.lhs, producer.rhs):
+            elif isinstance(op, AllGatherOp) and op.result in operands:
                 piece = op.input.type
             elif isinstance(op, AllReduceOp) and op.input == producer.result:
                 piece = op.result.type

@@ -25,7 +25,7 @@ producers' kernel, the library all_to_all, the consumers' kernel).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from xdsl.ir import Operation, SSAValue
 
@@ -58,7 +58,7 @@ def lower_fused_all_to_all(lw: PlanBuilder, region: comm.FusedOp) -> None:
     gets all of it), which the sender stages once."""
     body = [o for o in region.body.block.ops if not isinstance(o, comm.YieldOp)]
     exchanges = [o for o in body if isinstance(o, Exchange)]
-    if len(exchanges) != 1 or not _in_one_kernel(lw, exchanges[0], body):
+    if len(exchanges) != 1 or not in_one_kernel(lw, exchanges[0], body):
         _lower_unfused(lw, region, body)
         return
     emit_exchange_kernel(lw, exchanges[0], body)
@@ -66,7 +66,7 @@ def lower_fused_all_to_all(lw: PlanBuilder, region: comm.FusedOp) -> None:
         lw.buffers[res] = lw.value_buffer(v)
 
 
-def _in_one_kernel(lw: PlanBuilder, a2a: Exchange, body: list[Operation]) -> bool:
+def in_one_kernel(lw: PlanBuilder, a2a: Exchange, body: list[Operation]) -> bool:
     """Whether the region runs as one kernel: its group within one node, its ops elementwise
     (the receiver's side reading of the sender's ops only constants, slices and scalars,
     none of them a dropout: those it computes again)."""
@@ -145,6 +145,23 @@ def _inputs(ops: Sequence[Operation], also: Sequence[SSAValue] = ()) -> list[SSA
 
 
 def emit_exchange_kernel(lw: PlanBuilder, a2a: Exchange, body: list[Operation]) -> None:
+    launch, later = exchange_launcher(lw, a2a, body)
+    launch(None)
+    for u in later:
+        lw.lower_update(u)
+
+
+Rows = tuple[int, int]
+
+
+def exchange_launcher(
+    lw: PlanBuilder, a2a: Exchange, body: list[Operation]
+) -> tuple[Callable[[Rows | None], None], list[coco.UpdateOp]]:
+    """The exchange kernel of `body` built, and a function emitting a launch of it: over
+    the whole exchange (None), or over rows [lo, hi) (dim 0) of every sender's piece -- a
+    chunk of an overlapped fused all_gather (lowering/overlap.py): the boxes cut to those
+    rows, the same elements on both sides. With the updates the kernel does not store
+    (copies after it)."""
     sent, received = a2a.input, a2a.result
     src: TensorType = sent.type
     dst: TensorType = received.type
@@ -212,58 +229,65 @@ def emit_exchange_kernel(lw: PlanBuilder, a2a: Exchange, body: list[Operation]) 
     group = lw.group_size(span)
     flags = flags_buffer(lw, kernel.name, src, group)
     count = max(max(lw.piece_count(src, r), lw.piece_count(dst, r)) for r in range(lw.size))
-    send_args = iter(lw.kernel_args(kernel.send_params, src, send_buffers))
-    recv_args = iter(lw.kernel_args(kernel.recv_params, dst, recv_buffers))
+    send_args = list(lw.kernel_args(kernel.send_params, src, send_buffers))
+    recv_args = list(lw.kernel_args(kernel.recv_params, dst, recv_buffers))
     send_ids = {id(p) for p in kernel.send_params}
     recv_ids = {id(p) for p in kernel.recv_params}
-    args: list[KernelArg] = []
-    for p in built.params:
-        if id(p) in send_ids:
-            args.append(next(send_args))
-        elif id(p) in recv_ids:
-            args.append(next(recv_args))
-        else:
-            match p.kind:
-                case ParamKind.PEERS_IN:
-                    args.append(PeerTable(staging, span))
-                case ParamKind.SEND_BOXES:
-                    args.append(box_table(lw, src, dst, span, sending=True, gather=gather))
-                case ParamKind.RECV_BOXES:
-                    args.append(box_table(lw, src, dst, span, sending=False, gather=gather))
-                case ParamKind.FLAGS:
-                    args.append(PeerTable(flags, span))
-                case ParamKind.EPOCH:
-                    args.append(Epoch(flags.name))
-                case ParamKind.ME:
-                    me = tuple(lw.group_index(r, span) for r in range(lw.size))
-                    args.append(RankValue("me", me))
-                case ParamKind.NRANKS:
-                    args.append(group)
-                case ParamKind.BEGIN:
-                    args.append(0)
-                case ParamKind.END:
-                    args.append(count)
-                case _:
-                    raise AssertionError(f"a fused all_to_all has no {p.kind} parameter")
     writes = [b.name for b in send_buffers + recv_buffers] + [staging.name]
-    lw.emit(
-        Launch(
-            name,
-            # One block: the host runs a rank's blocks one after another, and each block's
-            # handshake with its peers' costs a scheduling delay where ranks share cores (64
-            # blocks at 4 ranks on 2 cores: 80 ms a step); a GPU grows the grid by the kernel's
-            # [begin, end) (runtime/cuda.py grown_grid), to what it holds at once.
-            1,
-            lw.config.block,
-            args,
-            writes=tuple(writes),
-            iteration_shape=dst.local_shape(lw.grid_shape),
-            iteration_type=dst,
+
+    def launch(rows: Rows | None) -> None:
+        lw.emit(
+            Launch(
+                name,
+                # One block: the host runs a rank's blocks one after another, and each block's
+                # handshake with its peers' costs a scheduling delay where ranks share cores
+                # (64 blocks at 4 ranks on 2 cores: 80 ms a step); a GPU grows the grid by the
+                # kernel's [begin, end) (runtime/cuda.py grown_grid), to what it holds at once.
+                1,
+                lw.config.block,
+                arguments(rows),
+                writes=tuple(writes),
+                iteration_shape=dst.local_shape(lw.grid_shape),
+                iteration_type=dst,
+            )
         )
-    )
-    for u in updates:
-        if u not in stored_updates:
-            lw.lower_update(u)
+
+    def arguments(rows: Rows | None) -> list[KernelArg]:
+        sends, recvs = iter(send_args), iter(recv_args)
+        args: list[KernelArg] = []
+        for p in built.params:
+            if id(p) in send_ids:
+                args.append(next(sends))
+            elif id(p) in recv_ids:
+                args.append(next(recvs))
+            else:
+                args.append(exchange_arg(p.kind, rows))
+        return args
+
+    def exchange_arg(kind: ParamKind, rows: Rows | None) -> KernelArg:
+        match kind:
+            case ParamKind.PEERS_IN:
+                return PeerTable(staging, span)
+            case ParamKind.SEND_BOXES:
+                return box_table(lw, src, dst, span, sending=True, gather=gather, rows=rows)
+            case ParamKind.RECV_BOXES:
+                return box_table(lw, src, dst, span, sending=False, gather=gather, rows=rows)
+            case ParamKind.FLAGS:
+                return PeerTable(flags, span)
+            case ParamKind.EPOCH:
+                return Epoch(flags.name)
+            case ParamKind.ME:
+                return RankValue("me", tuple(lw.group_index(r, span) for r in range(lw.size)))
+            case ParamKind.NRANKS:
+                return group
+            case ParamKind.BEGIN:
+                return 0
+            case ParamKind.END:
+                return count
+            case _:
+                raise AssertionError(f"a fused {a2a.name} has no {kind} parameter")
+
+    return launch, [u for u in updates if u not in stored_updates]
 
 
 # --------------------------------------------------------------------------------------------
@@ -313,6 +337,7 @@ def box_entry(
     member: int,
     sending: bool,
     gather: bool = False,
+    rows: Rows | None = None,
 ) -> list[int]:
     """Rank `rank`'s table entry for group member `member` (kernels/exchange.py's layout).
     An all_gather's sender stages its piece once, as its own box (its receivers' boxes of
@@ -322,6 +347,12 @@ def box_entry(
     have, want = exchange_box(lw, src, dst, span, sender, receiver)
     if gather and sending and member != rank:
         have = tuple(slice(0, 0) for _ in have)
+    if rows is not None:  # only rows [lo, hi) of the sender's piece: the box's part there
+        lo = max(have[0].start, rows[0])
+        hi = max(lo, min(have[0].stop, rows[1]))
+        at = want[0].start + lo - have[0].start
+        have = (slice(lo, hi), *have[1:])
+        want = (slice(at, at + hi - lo), *want[1:])
     extents = [s.stop - s.start for s in have]
     count = math.prod(extents)
     inner = max(1, extents[-1]) if count else 1
@@ -339,6 +370,7 @@ def box_table(
     span: tuple[int, ...],
     sending: bool,
     gather: bool = False,
+    rows: Rows | None = None,
 ) -> ArgTable:
     """Every rank's box per member of its group, in group order, flattened (one table per
     field and member, shared by the sites of an all_to_all of the same types)."""
@@ -349,10 +381,14 @@ def box_table(
     def entry(r: int, m: int) -> list[int]:
         if r not in entries:
             members = V.group_of(lw.grid_shape, span, r)
-            entries[r] = [box_entry(lw, src, dst, span, r, x, sending, gather) for x in members]
+            entries[r] = [
+                box_entry(lw, src, dst, span, r, x, sending, gather, rows) for x in members
+            ]
         return entries[r][m]
 
     label = "send_box" if sending else "recv_box"
+    if rows is not None:
+        label += f"_r{rows[0]}to{rows[1]}_"
     items: list[KernelArg] = []
     for m in range(group):
         for f in range(fields):
@@ -360,7 +396,7 @@ def box_table(
                 lw.rank_table(
                     f"{label}{m}_{f}",
                     lambda r, m=m, f=f: entry(r, m)[f],
-                    (src, dst, span, sending, gather),
+                    (src, dst, span, sending, gather, rows),
                 )
             )
     return ArgTable(tuple(items))

@@ -49,7 +49,8 @@ import numpy as np
 from coconet.core import values as V
 from coconet.core.program import CocoError
 from coconet.dialects import coco, comm
-from coconet.dialects.coco import SlicedAttr, TensorType
+from coconet.dialects.coco import SlicedAttr, TensorType, tensor_type_of
+from coconet.lowering.fused_all_to_all import exchange_launcher, in_one_kernel
 from coconet.lowering.plan import (
     COMM_STREAM,
     COMPUTE_STREAM,
@@ -164,10 +165,21 @@ def lower_overlap(lw: PlanBuilder, region: comm.OverlapOp) -> None:
         gather = next(
             (v.owner for v in (mm.lhs, mm.rhs) if isinstance(v.owner, comm.AllGatherOp)), None
         )
+        fused = next(
+            (
+                v.owner
+                for v in (mm.lhs, mm.rhs)
+                if isinstance(v.owner, comm.FusedOp)
+                and v.owner.kind.data == comm.FusionKind.ALL_GATHER
+            ),
+            None,
+        )
         if region.all_to_all is not None:
             _lower_exchange_form(lw, region, region.all_to_all, mm, body)
         elif isinstance(gather, comm.AllGatherOp) and gather in body:
             _lower_gather_form(lw, region, gather, mm, body)
+        elif isinstance(fused, comm.FusedOp) and fused in body:
+            _lower_fused_gather_form(lw, region, fused, mm, body)
         elif any(isinstance(o, comm.FusedOp) and o.kind.data == comm.FusionKind.SEND for o in body):
             _lower_boundary_form(lw, region, mm, body)
         else:
@@ -384,6 +396,69 @@ def _lower_gather_form(
     def gather_chunk(c: int) -> None:
         lw.stream = COMM_STREAM
         lw.emit(dataclasses.replace(step, rows=bounds[c]))
+        lw.emit(RecordEvent(f"{whole.name}_chunk{c}"))
+
+    gather_chunk(0)
+    for c, (lo, hi) in enumerate(bounds):
+        if c + 1 < len(bounds):
+            gather_chunk(c + 1)  # in flight while chunk c multiplies
+        lw.stream = COMPUTE_STREAM
+        lw.emit(WaitEvent(f"{whole.name}_chunk{c}"))
+        lw.emit(multiply(c, _chunk_rows(members, lo, hi)))
+
+
+def _lower_fused_gather_form(
+    lw: PlanBuilder,
+    region: comm.OverlapOp,
+    fused: comm.FusedOp,
+    mm: coco.MatmulOp,
+    body: list[Operation],
+) -> None:
+    """The gather form whose gather is a fused all_gather (fuse(ag): the cast of the master
+    shard in the exchange kernel): chunk c is the exchange kernel on rows [lo, hi) of every
+    member's piece of a matrix (its boxes cut to them; dim 0 of the piece is its rows), on
+    the communication stream, while the compute stream multiplies chunk c-1."""
+    chunks = region.chunks.value.data
+    for op in body:
+        if op is not fused and op is not mm:
+            raise _refuse(
+                "overlap-producer",
+                f"an overlap of a fused all_gather with a matmul holds only those two, not "
+                f"{op.name}",
+            )
+    inner = [o for o in fused.body.block.ops if not isinstance(o, comm.YieldOp)]
+    (gather,) = [o for o in inner if isinstance(o, comm.AllGatherOp)]
+    whole_t, piece_t = tensor_type_of(gather.result), tensor_type_of(gather.input)
+    if whole_t.rank != 2 or not in_one_kernel(lw, gather, inner):
+        raise _refuse(
+            "overlap-producer",
+            f"the fused all_gather of {whole_t} does not run as one kernel of a matrix's rows "
+            "here (its group spans nodes, or the value is not a matrix): it cannot be chunked",
+        )
+    launch, later = exchange_launcher(lw, gather, inner)
+    if later:
+        raise _refuse(
+            "overlap-producer",
+            "the fused all_gather stores an update after its kernel: it cannot be chunked",
+        )
+    for res, v in zip(fused.res, fused.yield_op.values):
+        lw.buffers[res] = lw.value_buffer(v)
+    # what the matmul reads: the gathered value, or what the kernel computes from it (a
+    # dequantized weight: the same rows, in the result's space)
+    left = mm.lhs in fused.res
+    whole = lw.value_buffer(mm.lhs if left else mm.rhs)
+    members = piece_rows(lw.grid_shape, whole_t, piece_t)
+    bounds = chunk_bounds(len(members[0]), chunks, f"%{gather.input.name_hint or 'piece'}")
+    c_buf = lw.buffer_for(mm.result)
+    multiply = (
+        _row_chunks(whole, lw.value_buffer(mm.rhs), c_buf)
+        if left
+        else _reduction_chunks(lw, lw.value_buffer(mm.lhs), whole, c_buf, len(bounds))
+    )
+
+    def gather_chunk(c: int) -> None:
+        lw.stream = COMM_STREAM
+        launch(bounds[c])
         lw.emit(RecordEvent(f"{whole.name}_chunk{c}"))
 
     gather_chunk(0)

@@ -59,7 +59,9 @@ class _Site:
 
     @property
     def gathers(self) -> bool:
-        return isinstance(self.first, comm.AllGatherOp | comm.AllToAllOp)
+        return isinstance(self.first, comm.AllGatherOp | comm.AllToAllOp) or _fused_gather(
+            self.first
+        )
 
     @property
     def exchange(self) -> comm.AllToAllOp | None:
@@ -74,6 +76,11 @@ class _Site:
         mm = self.second if self.gathers else self.first
         assert isinstance(mm, coco.MatmulOp)
         return mm
+
+
+def _fused_gather(op: object) -> bool:
+    """A `comm.fused all_gather` region (fuse(ag)): one exchange kernel, chunked by rows."""
+    return isinstance(op, comm.FusedOp) and op.kind.data == comm.FusionKind.ALL_GATHER
 
 
 def _is_collective_consumer(op: Operation) -> bool:
@@ -106,6 +113,8 @@ class OverlapPass(ModulePass):
       c+1 is gathered. Or as its right operand, one matrix (FSDP / ZeRO-3's parameter
       all_gather feeding the layer's GEMM): a chunk of its rows is a run of the reduction
       dim, multiplied by the same columns of the left operand and summed into the result.
+      The gather may be a `comm.fused all_gather` region (fuse(ag): the cast of the master
+      shard in its kernel) of a matrix: each chunk is its kernel on those rows.
 
     * pipeline-boundary form (`send=true`; CoCoNet's overlap of reduce_scatter, send and
       all_gather at a pipeline-stage boundary): a producer-form pair whose reduce_scatter's
@@ -234,7 +243,8 @@ class OverlapPass(ModulePass):
                 return site
             gather = named.lhs.owner
             if any(
-                isinstance(v.owner, comm.AllGatherOp) and v.owner.parent_block() is block
+                (isinstance(v.owner, comm.AllGatherOp) or _fused_gather(v.owner))
+                and v.owner.parent_block() is block
                 for v in (named.lhs, named.rhs)
             ):
                 return self._gather_site(fn, named)
@@ -246,11 +256,18 @@ class OverlapPass(ModulePass):
                 return site  # _check refuses its consumer
             assert refusal is not None
             raise refusal
-        if isinstance(named, comm.AllGatherOp):
-            readers = {ancestor_in(block, u.operation) for u in named.result.uses}
+        if isinstance(named, comm.AllGatherOp) or _fused_gather(named):
+            result = named.results[0]
+            readers = {ancestor_in(block, u.operation) for u in result.uses}
             mms = [r for r in readers if isinstance(r, coco.MatmulOp)]
-            if len(readers) == 1 and mms and named.result in (mms[0].lhs, mms[0].rhs):
+            if len(readers) == 1 and mms and result in (mms[0].lhs, mms[0].rhs):
                 return self._gather_site(fn, mms[0])
+            if _fused_gather(named):
+                raise fail(
+                    f"{RULE}-producer",
+                    f"{op_name(named)} does not feed an operand of one matmul (and nothing else)",
+                    at=named,
+                )
             producers = [v.owner for v in named.operands if isinstance(v.owner, coco.MatmulOp)]
             if not producers:
                 raise fail(
@@ -306,11 +323,14 @@ class OverlapPass(ModulePass):
         return _Site(fn, mm, consumer)
 
     def _gather_site(self, fn: func.FuncOp, mm: coco.MatmulOp) -> _Site:
-        """The all_gather feeding `mm`'s left operand, else its right one (the weight)."""
+        """The all_gather (or fused all_gather region) feeding `mm`'s left operand, else its
+        right one (the weight)."""
         block = body_block(fn)
         for index, operand in enumerate((mm.lhs, mm.rhs)):
             gather = operand.owner
-            if isinstance(gather, comm.AllGatherOp) and gather.parent_block() is block:
+            if (
+                isinstance(gather, comm.AllGatherOp) or _fused_gather(gather)
+            ) and gather.parent_block() is block:
                 break
         else:
             raise fail(
@@ -319,7 +339,9 @@ class OverlapPass(ModulePass):
                 at=mm,
             )
         side = ("left", "right")[index]
-        others = [u for u in gather.result.uses if u.operation is not mm or u.index != index]
+        assert isinstance(gather, Operation)
+        gathered = operand
+        others = [u for u in gathered.uses if u.operation is not mm or u.index != index]
         if others:
             raise fail(
                 f"{RULE}-producer",
@@ -327,12 +349,19 @@ class OverlapPass(ModulePass):
                 f"gathers a value only the matmul's {side} operand reads",
                 at=gather,
             )
-        if index == 1 and tensor_type_of(gather.result).rank != 2:
+        if index == 1 and tensor_type_of(gathered).rank != 2:
             raise fail(
                 f"{RULE}-rows",
-                f"{op_name(gather)} gathers a batch of matrices ({gather.result.type}) for "
+                f"{op_name(gather)} gathers a batch of matrices ({gathered.type}) for "
                 f"the right operand of {op_name(mm)}: overlap chunks the rows of one matrix, "
                 "a run of the reduction dim",
+                at=gather,
+            )
+        if _fused_gather(gather) and tensor_type_of(gathered).rank != 2:
+            raise fail(
+                f"{RULE}-rows",
+                f"{op_name(gather)} is a fused all_gather of {gathered.type}: its chunks are "
+                "boxes of rows of a matrix (rank 2), which this value is not",
                 at=gather,
             )
         return _Site(fn, gather, mm)

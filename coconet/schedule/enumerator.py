@@ -437,7 +437,11 @@ def enumerate_scheduled_programs(
                     ):
                         feeding.append(op)
                         continue
-                gathered = any(isinstance(v.owner, comm.AllGatherOp) for v in (op.lhs, op.rhs))
+                gathered = any(
+                    isinstance(v.owner, comm.AllGatherOp)
+                    or (isinstance(v.owner, comm.FusedOp) and v.owner.kind.data == "all_gather")
+                    for v in (op.lhs, op.rhs)
+                )
                 if gathered or feeds_exchange(op):
                     feeding.append(op)
         mms = Structure.unique_names(feeding)

@@ -24,6 +24,7 @@ from coconet.schedule.recipes import (
     recipe_ol_a2a_mm,
     recipe_ol_ag_mm,
     recipe_ol_ag_mm_ol_mm_rs,
+    recipe_ol_fuse_ag_mm,
     recipe_ol_mm_a2a,
     recipe_ol_mm_fuse_rs_c_ag,
     recipe_ol_mm_rs,
@@ -190,6 +191,17 @@ NAMED_SCHEDULES: dict[str, NamedSchedule] = {
             lambda i: bool(i.computed_gathers),
             recipe_fuse_ag,
             ("fuse-all-gather",),
+        ),
+        NamedSchedule(
+            "ol(fuse(ag),mm)",
+            "FSDP: the fused parameter gather pipelined with its GEMM (not in CoCoNet)",
+            "fuse(ag), and each matmul reading a fused all_gather's result pipelined with it "
+            "(4 chunks of the matrix's rows): chunk k is cast (or quantized) and gathered "
+            "while chunk k-1 multiplies",
+            "an all_gather of a matrix computed elementwise whose result a matmul reads",
+            lambda i: bool(i.computed_gathers) and i.has_matmul,
+            recipe_ol_fuse_ag_mm,
+            ("ol-fuse-all-gather-mm",),
         ),
         NamedSchedule(
             "ol(mm,a2a)",

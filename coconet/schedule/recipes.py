@@ -4,7 +4,7 @@ where the recipe can go on without it (slicing the optimizer state)."""
 
 from __future__ import annotations
 
-from coconet.dialects import comm
+from coconet.dialects import coco, comm
 from coconet.schedule.errors import VERIFY_RULE, ScheduleError, schedule_error
 from coconet.schedule.pipeline import make_pass
 from coconet.schedule.steps import ScheduleSteps
@@ -142,6 +142,27 @@ def recipe_fuse_ag(s: ScheduleSteps, info: Structure) -> None:
     """Each all_gather with the elementwise computation of its input (on the sender's piece:
     the cast of an f32 master shard to bf16) and of its result as one exchange kernel."""
     s.fuse(*(info.names(info.computed_gathers) or ()), mode="all_gather")
+
+
+def recipe_ol_fuse_ag_mm(s: ScheduleSteps, info: Structure) -> None:
+    """fuse(ag), then each matmul reading a fused all_gather's result (the bf16 weight, an fp8
+    weight dequantized in the kernel) pipelined with it: the kernel's chunks of rows gathered
+    while the matmul multiplies the ones already there."""
+    recipe_fuse_ag(s, info)
+    fused = [
+        op
+        for op in s.program.func.body.block.ops
+        if isinstance(op, coco.MatmulOp)
+        and any(
+            isinstance(v.owner, comm.FusedOp) and v.owner.kind.data == comm.FusionKind.ALL_GATHER
+            for v in (op.lhs, op.rhs)
+        )
+    ]
+    if not fused:
+        raise schedule_error(
+            "schedule-target", "ol(fuse(ag),mm): no matmul reads a fused all_gather's result"
+        )
+    _overlap_each(s, fused)
 
 
 def recipe_rs_c_ag(s: ScheduleSteps, info: Structure) -> None:

@@ -122,6 +122,7 @@ class Structure:
             and op.input.type.rank > 0
             and op not in scattered
         ]
+        self.has_matmul = any(isinstance(op, coco.MatmulOp) for op in ops)
         # matmuls whose only reader is an all_reduce (Megatron's row-parallel layer)
         self.matmuls = []
         for op in ops:

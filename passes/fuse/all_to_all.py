@@ -98,7 +98,7 @@ class FuseAllToAllPass(ModulePass):
                 continue
 
     def _check_exchange(self, members: set[Operation]) -> None:
-        kind, exchanges = self.kind, [m for m in members if isinstance(m, Exchange)]
+        kind, exchanges = self.kind, [m for m in in_order(members) if isinstance(m, Exchange)]
         if len(exchanges) != 1 or not isinstance(exchanges[0], self.exchange):
             raise fail(
                 f"{RULE}-chain",

@@ -44,9 +44,10 @@ E4M3_MAX = np.float32(ml_dtypes.finfo(ml_dtypes.float8_e4m3fn).max)  # 448
 F32, F64, BF16 = np.dtype(np.float32), np.dtype(np.float64), np.dtype(ml_dtypes.bfloat16)
 
 # What the enumerator offers each example: named schedules, and for the FSDP gather (only
-# fuse(ag) fits it) the autotuner's elementwise pipeline beside "as written".
+# fuse(ag) and its overlap with the GEMM fit it) the autotuner's elementwise pipeline beside
+# "as written".
 NAMED = {
-    "fp8_allgather_matmul": ["fuse(ag)"],
+    "fp8_allgather_matmul": ["fuse(ag)", "ol(fuse(ag),mm)"],
     "allreduce_rmsnorm_fp8": ["ar-c", "rs-c-ag", "fuse(rs-c-ag)", "fuse(ar-c)"],
     "adam_fp8_wire": ["ar-c", "rs-c-ag", "fuse(rs-c-ag)", "fuse(ar-c)"],
 }
@@ -261,7 +262,8 @@ def test_fsdp_gather_on_general_values(ranks: int) -> None:
         cpu = ThreadedExecutor(lower(p, ranks)).run(inputs)["y"]
         for got in (sim, cpu):
             assert (np.abs(got.astype(F64) - exact) <= bound).all(), schedule
-        np.testing.assert_array_equal(sim, cpu)  # one GEMM order on both
+        if not (schedule or "").startswith("ol("):  # (an overlap sums chunks of K apart)
+            np.testing.assert_array_equal(sim, cpu)  # one GEMM order on both
 
 
 # --------------------------------------------------------------------------------------------

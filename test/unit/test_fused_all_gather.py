@@ -129,3 +129,76 @@ def test_the_receivers_copy_vectorizes_on_the_host(tmp_path: Path) -> None:
     (copy,) = lines_with(source, "wg_out[i].bits = ")
     loop = max(n for n in lines_with(source, "COCO_BLOCK_STRIDE_LOOP(") if n < copy)
     assert loop in vectorized_lines(source, tmp_path), source
+
+
+FSDP_FORWARD = """
+builtin.module {
+  func.func @fwd(%x: !coco.tensor<XSHAPExELT, local>, %w: !coco.tensor<64x32xf32, WLAYOUT>) -> !coco.tensor<YSHAPExELT, local> attributes {coco.grid = #coco.grid<[?]>} {
+    %wb = coco.cast %w : !coco.tensor<64x32xf32, WLAYOUT> -> !coco.tensor<64x32xELT, WLAYOUT>
+    %wg = comm.all_gather %wb : !coco.tensor<64x32xELT, WLAYOUT> -> !coco.tensor<64x32xELT>
+    %y = coco.matmul MATMUL
+    func.return %y : !coco.tensor<YSHAPExELT, local>
+  }
+}
+"""
+# the gathered weight as the right operand (x [16, 64] @ W) or the left one (W [64, 32] @ v)
+OPERANDS = {
+    "right": (
+        "16x64",
+        "16x32",
+        "%x, %wg : !coco.tensor<16x64xELT, local>, !coco.tensor<64x32xELT> -> !coco.tensor<16x32xELT, local>",
+    ),
+    "left": (
+        "32x8",
+        "64x8",
+        "%wg, %x : !coco.tensor<64x32xELT>, !coco.tensor<32x8xELT, local> -> !coco.tensor<64x8xELT, local>",
+    ),
+}
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("wlayout", ["sliced<0>", "sliced<1>"])
+@pytest.mark.parametrize("elt", ["f32", "bf16", "f16"])
+def test_the_fused_gather_pipelines_with_its_matmul(elt, wlayout, side):
+    """ol(fuse(ag),mm): chunk c of the cast weight's rows is cast and gathered by the exchange
+    kernel (its boxes cut to those rows of every member's piece) on the communication stream
+    while the matmul multiplies chunk c-1; bit for bit against the sim (dyadic values sum
+    exactly in any order) at 2 and 4 ranks, 2 and 4 chunks, on cpu threads and fake GPUs."""
+    from test_examples import dyadic
+
+    from coconet.core import values as V
+    from coconet.lowering.plan import COMM_STREAM, Matmul
+    from coconet.schedule import apply_pipeline
+
+    xshape, yshape, matmul = OPERANDS[side]
+    text = (
+        FSDP_FORWARD.replace("MATMUL", matmul)
+        .replace("XSHAPE", xshape)
+        .replace("YSHAPE", yshape)
+        .replace("WLAYOUT", wlayout)
+        .replace("ELT", elt)
+    )
+    program = Program(parse_module(text))
+    assert "ol(fuse(ag),mm)" in named_schedules(program, ranks=4)
+    rng = np.random.default_rng(5)
+    for ranks in (2, 4):
+        xs = [int(d) for d in xshape.split("x")]
+        inputs = {
+            "x": dyadic(rng, [ranks, *xs], V.NUMPY_DTYPES[elt]),
+            "w": dyadic(rng, (64, 32), np.float32),
+        }
+        want = sim.run(program, {k: v.copy() for k, v in inputs.items()}, ranks, inplace=False)
+        for chunks in (2, 4):
+            pipeline = f"coco-fuse{{mode=all_gather}},coco-overlap{{chunks={chunks} ops=y}}"
+            scheduled = apply_pipeline(program, pipeline)
+            plan = lower(scheduled, ranks)
+            kernels = [s for s in plan.steps if isinstance(s, Launch)]
+            assert len(kernels) == chunks, plan.format()
+            assert all(s.stream == COMM_STREAM for s in kernels)
+            assert len([s for s in plan.steps if isinstance(s, Matmul)]) == chunks
+            got = ThreadedExecutor(plan).run({k: v.copy() for k, v in inputs.items()})
+            _same_bits(got, want.outputs, f"{elt} {side} {chunks} chunks at {ranks} ranks")
+            _plan, per_rank, _ = run_fake(
+                scheduled, ranks, {k: v.copy() for k, v in inputs.items()}
+            )
+            assert compare_outputs(per_rank, want.per_rank).bit_exact, (elt, side, ranks)

@@ -243,6 +243,48 @@ def check_gather_form(plan: Plan) -> list[int]:
     return found
 
 
+def check_fused_gather_form(plan: Plan) -> list[int]:
+    """Checks every pipeline of a fused all_gather (ol(fuse(ag),mm)): chunk k's exchange
+    kernel on the communication stream, then its event; chunk k+1's kernel issued before
+    chunk k's matmul, which waits for chunk k's event; the matmuls' rows (or runs of the
+    reduction dim) cover the gathered matrix once. Returns their chunk counts."""
+    steps = plan.steps
+    found = []
+    kernels = [
+        i
+        for i, s in enumerate(steps)
+        if isinstance(s, Launch) and s.kernel.startswith("k_fused_all_gather")
+    ]
+    by_buffer: dict[str, list[int]] = {}
+    for i in kernels:
+        for w in steps[i].writes:
+            if any(isinstance(m, Matmul) and w in (m.a.name, m.b.name) for m in steps):
+                by_buffer.setdefault(w, []).append(i)
+    for g, launches in sorted(by_buffer.items()):
+        if len(launches) == 1 and steps[launches[0]].stream != COMM_STREAM:
+            continue  # fuse(ag) alone: one kernel, no pipeline
+        mms = [
+            i for i, s in enumerate(steps) if isinstance(s, Matmul) and g in (s.a.name, s.b.name)
+        ]
+        assert len(launches) == len(mms), (g, len(launches), len(mms))
+        found.append(len(mms))
+        read: list[tuple[int, int]] = []
+        for k, (li, mi) in enumerate(zip(launches, mms)):
+            assert steps[li].stream == COMM_STREAM
+            rec, wait = steps[li + 1], steps[mi - 1]
+            assert isinstance(rec, RecordEvent)
+            assert isinstance(wait, WaitEvent)
+            assert wait.event == rec.event, f"chunk {k}'s matmul waits for {wait.event}"
+            if k + 1 < len(mms):
+                assert launches[k + 1] < mi, f"chunk {k + 1} is gathered after chunk {k}'s matmul"
+            mm = steps[mi]
+            read += list(mm.k_rows if mm.k_rows is not None else mm.rows)
+        whole = next(b for b in plan.buffers if b.name == g)
+        assert sorted(read) == sorted(set(read)), f"the chunks of %{g} share rows"
+        assert rows_of(read) == set(range(whole.shape[0])), f"the chunks of %{g} miss rows"
+    return found
+
+
 def check_exchange_form(plan: Plan) -> list[int]:
     """Checks every all_to_all-form pipeline of `plan` (`ol(mm,a2a)`, `ol(a2a,mm)`); returns
     their chunk counts. Chunk k is a block of one dim, the same for the exchange (on the
@@ -433,7 +475,12 @@ def test_every_listed_overlap_schedule_pipelines(name: str) -> None:
                 assert "[empty-slice]" in str(e), f"{sched} at {ranks} ranks: {e}"
                 continue
             lowered += 1
-            found = check_producer_form(plan) + check_gather_form(plan) + check_exchange_form(plan)
+            found = (
+                check_producer_form(plan)
+                + check_gather_form(plan)
+                + check_fused_gather_form(plan)
+                + check_exchange_form(plan)
+            )
             assert sorted(found) == sorted(regions), f"{sched} at {ranks} ranks: {found} chunks"
             boundary = boundary_chunks(p)
             assert check_boundary_form(plan) == boundary, f"{sched} at {ranks} ranks"

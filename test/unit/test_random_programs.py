@@ -408,7 +408,7 @@ def test_generated_fsdp_layers_overlap_the_weight_gather_and_run_as_the_sim_comp
     @given(gp=programs(max_ops=2, motif="fsdp_layer"))
     def case(gp: GeneratedProgram) -> None:
         offered = named_schedules(gp.program)
-        for name in ("ol(ag,mm)", "fuse(ag)"):
+        for name in ("ol(ag,mm)", "fuse(ag)", "ol(fuse(ag),mm)"):
             if name in offered:
                 scheduled = apply_schedule(gp.program, name)
                 for ranks in (2, 3) if len(gp.grid) == 1 else (2, 4):
@@ -418,6 +418,7 @@ def test_generated_fsdp_layers_overlap_the_weight_gather_and_run_as_the_sim_comp
     print("\nweight-gather overlaps and fused casts run:", dict(stats))
     assert stats["ol(ag,mm)"] > 0, stats
     assert stats["fuse(ag)"] > 0, stats
+    assert stats["ol(fuse(ag),mm)"] > 0, stats
 
 
 CLIPPED_CASES = 6 if not FULL else 60

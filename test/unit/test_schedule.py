@@ -606,6 +606,7 @@ def test_named_schedule_table():
             *PIPELINE[len(MODEL_PARALLEL) :],
             "fuse(a2a)",  # MoE dispatch / combine, Ulysses
             "fuse(ag)",  # FSDP's cast (or fp8 quantize) fused into the parameter all_gather
+            "ol(fuse(ag),mm)",  # ... and pipelined with the GEMM reading it
             "ol(mm,a2a)",  # expert parallelism: the dispatch buffers, the expert output
             "ol(a2a,mm)",  # the expert FFN's input
         ]

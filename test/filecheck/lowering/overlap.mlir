@@ -81,6 +81,33 @@ func.func @fsdp(%x: !coco.tensor<16x64xbf16, local>, %w: !coco.tensor<64x32xbf16
 
 // -----
 
+// A fused all_gather (fuse(ag): the cast of the f32 master shard in the exchange kernel) in the
+// gather form: chunk k is the kernel on rows [16k, 16k + 16) of every member's piece (its box
+// tables cut to them), on the communication stream, while chunk k-1 multiplies.
+// CHECK-LABEL: plan @fused_fsdp on grid [2]
+// CHECK:         [stream 1] launch k_fused_all_gather<<<1, 256, 0>>>(%w, %wg, peers(%wb_staged), [send_box_r0to16_0_0[rank],
+// CHECK-NEXT:    [stream 1] record wg_chunk0
+// CHECK-NEXT:    [stream 1] launch k_fused_all_gather<<<1, 256, 0>>>(%w, %wg, peers(%wb_staged), [send_box_r16to32_0_0[rank],
+// CHECK-NEXT:    [stream 1] record wg_chunk1
+// CHECK-NEXT:    wait wg_chunk0
+// CHECK-NEXT:    matmul %x, %wg -> %y k [0, 16) [32, 48) in %y_acc
+// CHECK-NEXT:    wait wg_chunk1
+// CHECK-NEXT:    matmul %x, %wg -> %y k [16, 32) [48, 64) accumulate in %y_acc final
+func.func @fused_fsdp(%x: !coco.tensor<16x64xbf16, local>, %w: !coco.tensor<64x32xf32, sliced<0>>) -> !coco.tensor<16x32xbf16, local> attributes {coco.grid = #coco.grid<[?]>} {
+  %y = comm.overlap chunks 2 -> !coco.tensor<16x32xbf16, local> {
+    %wg = comm.fused all_gather -> !coco.tensor<64x32xbf16> {
+      %wb = coco.cast %w : !coco.tensor<64x32xf32, sliced<0>> -> !coco.tensor<64x32xbf16, sliced<0>>
+      %wg_1 = comm.all_gather %wb : !coco.tensor<64x32xbf16, sliced<0>> -> !coco.tensor<64x32xbf16>
+      comm.yield %wg_1 : !coco.tensor<64x32xbf16>
+    }
+    %y_1 = coco.matmul %x, %wg : !coco.tensor<16x64xbf16, local>, !coco.tensor<64x32xbf16> -> !coco.tensor<16x32xbf16, local>
+    comm.yield %y_1 : !coco.tensor<16x32xbf16, local>
+  }
+  func.return %y : !coco.tensor<16x32xbf16, local>
+}
+
+// -----
+
 // The all_to_all forms: each chunk is the all_to_all of a block of dim 2 (C), which it
 // neither splits nor gathers, and the matmul of the same rows -- found on each rank's own
 // piece (`dim 2 [b, e) of %buffer`). The expert input's reshape keeps the last dim: the

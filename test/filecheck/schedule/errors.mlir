@@ -20,7 +20,7 @@ func.func @sgd3(%g: !coco.tensor<2xf32, local>, %w: !coco.tensor<2xf32>, %lr: !c
 // -----
 
 // No name and no schedule of the module's own.
-// CHECK: {{^}}[schedule-unknown] coco-schedule needs a schedule name (name=...), one of ar-c, rs-c-ag, fuse(rs-c-ag), fuse(ar-c), fuse(rs-c), ol(mm,fuse(rs-c-ag)), ol(ag,mm), ol(mm,rs), ol(ag,mm)+ol(mm,rs), sliced-send, fuse(sliced-send), ol(mm,rs)+fuse(sliced-send), ol(mm,rs,fuse(sliced-send),ag), fuse(a2a), fuse(ag), ol(mm,a2a), ol(a2a,mm), or a module holding its own (coco.schedule = "PIPELINE")
+// CHECK: {{^}}[schedule-unknown] coco-schedule needs a schedule name (name=...), one of ar-c, rs-c-ag, fuse(rs-c-ag), fuse(ar-c), fuse(rs-c), ol(mm,fuse(rs-c-ag)), ol(ag,mm), ol(mm,rs), ol(ag,mm)+ol(mm,rs), sliced-send, fuse(sliced-send), ol(mm,rs)+fuse(sliced-send), ol(mm,rs,fuse(sliced-send),ag), fuse(a2a), fuse(ag), ol(fuse(ag),mm), ol(mm,a2a), ol(a2a,mm), or a module holding its own (coco.schedule = "PIPELINE")
 func.func @sgd3(%g: !coco.tensor<2xf32, local>, %w: !coco.tensor<2xf32>, %lr: !coco.tensor<f32>)
     attributes {coco.grid = #coco.grid<[3]>} {
   %g1 = comm.all_reduce sum %g : !coco.tensor<2xf32, local> -> !coco.tensor<2xf32>
