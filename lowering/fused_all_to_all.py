@@ -44,7 +44,7 @@ from coconet.lowering.plan import (
     RankValue,
 )
 from coconet.lowering.plan_builder import PlanBuilder, flags_buffer, needed_after
-from coconet.lowering.signature import ParamKind
+from coconet.lowering.signature import ParamKind, range_positions
 
 Box = tuple[slice, ...]
 
@@ -235,6 +235,11 @@ def exchange_launcher(
     recv_ids = {id(p) for p in kernel.recv_params}
     writes = [b.name for b in send_buffers + recv_buffers] + [staging.name]
 
+    # a chunk's [begin, end): its part of the elements, which sizes a GPU's grid and tells
+    # the traffic report and the cost model what the chunk moves
+    piece_rows = max(lw.piece_shape(src, r)[0] if src.rank else 1 for r in range(lw.size))
+    ranged = range_positions(built.params)
+
     def launch(rows: Rows | None) -> None:
         lw.emit(
             Launch(
@@ -249,6 +254,7 @@ def exchange_launcher(
                 writes=tuple(writes),
                 iteration_shape=dst.local_shape(lw.grid_shape),
                 iteration_type=dst,
+                range_positions=None if rows is None else ranged,
             )
         )
 
@@ -283,7 +289,7 @@ def exchange_launcher(
             case ParamKind.BEGIN:
                 return 0
             case ParamKind.END:
-                return count
+                return count if rows is None else count * (rows[1] - rows[0]) // piece_rows
             case _:
                 raise AssertionError(f"a fused {a2a.name} has no {kind} parameter")
 
