@@ -392,10 +392,31 @@ def _lower_gather_form(
         if mm.lhs is gather.result
         else _reduction_chunks(lw, lw.value_buffer(mm.lhs), whole, c_buf, len(bounds))
     )
+    _pipeline_gathers(
+        lw,
+        whole,
+        members,
+        bounds,
+        lambda rows: lw.emit(dataclasses.replace(step, rows=rows)),
+        multiply,
+    )
+
+
+def _pipeline_gathers(
+    lw: PlanBuilder,
+    whole: Buffer,
+    members: list[np.ndarray],
+    bounds: list[tuple[int, int]],
+    gather: Callable[[tuple[int, int]], None],
+    multiply: Callable[[int, Ranges], Matmul],
+) -> None:
+    """The gather forms' pipeline: chunk c+1 gathered (`gather` of its rows of every piece,
+    on the communication stream, then its event) before chunk c multiplies (the compute
+    stream waiting for chunk c's event)."""
 
     def gather_chunk(c: int) -> None:
         lw.stream = COMM_STREAM
-        lw.emit(dataclasses.replace(step, rows=bounds[c]))
+        gather(bounds[c])
         lw.emit(RecordEvent(f"{whole.name}_chunk{c}"))
 
     gather_chunk(0)
@@ -455,19 +476,7 @@ def _lower_fused_gather_form(
         if left
         else _reduction_chunks(lw, lw.value_buffer(mm.lhs), whole, c_buf, len(bounds))
     )
-
-    def gather_chunk(c: int) -> None:
-        lw.stream = COMM_STREAM
-        launch(bounds[c])
-        lw.emit(RecordEvent(f"{whole.name}_chunk{c}"))
-
-    gather_chunk(0)
-    for c, (lo, hi) in enumerate(bounds):
-        if c + 1 < len(bounds):
-            gather_chunk(c + 1)  # in flight while chunk c multiplies
-        lw.stream = COMPUTE_STREAM
-        lw.emit(WaitEvent(f"{whole.name}_chunk{c}"))
-        lw.emit(multiply(c, _chunk_rows(members, lo, hi)))
+    _pipeline_gathers(lw, whole, members, bounds, launch, multiply)
 
 
 def _row_chunks(a: Buffer, b: Buffer, c: Buffer) -> Callable[[int, Ranges], Matmul]:
