@@ -1,6 +1,8 @@
-"""Lowering of `comm.fused all_to_all`: the elementwise producers of an all_to_all's input, the
-exchange and the elementwise consumers of its result in ONE kernel over symmetric memory
-(lowering/kernels/exchange.py).
+"""Lowering of `comm.fused all_to_all` and `comm.fused all_gather`: the elementwise producers
+of the exchange's input, the exchange and the elementwise consumers of its result in ONE kernel
+over symmetric memory (lowering/kernels/exchange.py). An all_gather is the exchange in which
+every receiver's box of a sender is the sender's whole piece, staged once; an overlapped
+fused all_gather launches the kernel per chunk of rows (`exchange_launcher`).
 
 Each rank's kernel computes the producers on its input piece and writes the all_to_all's
 input into its own symmetric staging buffer (the sender's side), meets its peers (the flag
