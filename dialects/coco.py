@@ -1166,14 +1166,22 @@ UNARY_OPS: tuple[type[UnaryOp], ...] = (
 
 def readable_at(v: SSAValue, user: Operation) -> bool:
     """Whether `user` may read `v`: not when `v` is an argument `user` would read after the
-    argument's `coco.update` (the buffer is overwritten then; see update-last-use)."""
+    argument's `coco.update` (the buffer is overwritten then; see update-last-use). A region's
+    terminator (`comm.yield`, by name: comm.py imports this module) hands what it reads to
+    the region's results: their readers must be able to read `v` too (a fold inside a fused
+    region whose result is returned after the argument's update, from a region of its own)."""
     if not isinstance(v, BlockArgument):
         return True
-    return not any(
+    if any(
         isinstance(use.operation, UpdateOp)
         and use.index == 0
         and layout_rules.runs_after(user, use.operation)
         for use in v.uses
+    ):
+        return False
+    region_op = user.parent_op() if user.name == "comm.yield" else None
+    return region_op is None or all(
+        readable_at(v, use.operation) for r in region_op.results for use in r.uses
     )
 
 

@@ -154,3 +154,31 @@ func.func @partial_span(%p: !coco.tensor<8xf32, [local, local]>) -> !coco.tensor
   func.return %ps : !coco.tensor<8xf32, [replicated, sliced<0>]>
 }
 }
+
+// -----
+
+// all_gather(slice(w)) is w only where every reader may read w: the fused region yields the
+// gather to a return that runs after w's update (in another region), so the gather stays (it
+// was folded, and the return read w after its update: IR the verifier refused). Found by the
+// random pipelines after coco-fuse-all-gather.
+// CHECK-LABEL: func.func @yielded_after_update
+// CHECK:         %v2 = comm.fused all_gather
+// CHECK-NEXT:      %v2_1 = comm.all_gather %v1
+// CHECK-NEXT:      comm.yield %v2_1
+// CHECK:         func.return %v2
+func.func @yielded_after_update(%w3: !coco.tensor<4x8xf16>, %w4: !coco.tensor<4x8xf32>) -> !coco.tensor<4x8xf32> attributes {coco.grid = #coco.grid<[?]>} {
+  %v1 = coco.slice %w4 : !coco.tensor<4x8xf32> -> !coco.tensor<4x8xf32, sliced<0>>
+  %v2 = comm.fused all_gather -> !coco.tensor<4x8xf32> {
+    %v2_1 = comm.all_gather %v1 : !coco.tensor<4x8xf32, sliced<0>> -> !coco.tensor<4x8xf32>
+    comm.yield %v2_1 : !coco.tensor<4x8xf32>
+  }
+  comm.fused all_gather {
+    %v5 = coco.cast %v1 : !coco.tensor<4x8xf32, sliced<0>> -> !coco.tensor<4x8xf16, sliced<0>>
+    %v6 = comm.all_gather %v5 : !coco.tensor<4x8xf16, sliced<0>> -> !coco.tensor<4x8xf16>
+    %v7 = coco.cast %v6 : !coco.tensor<4x8xf16> -> !coco.tensor<4x8xf32>
+    coco.update %w3, %v6 : !coco.tensor<4x8xf16>
+    coco.update %w4, %v7 : !coco.tensor<4x8xf32>
+    comm.yield
+  }
+  func.return %v2 : !coco.tensor<4x8xf32>
+}
