@@ -8,6 +8,8 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, overload
 
+from xdsl.ir import Block, SSAValue
+
 from coconet.core.program import CocoError, Program, check_program_on_grid
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import TensorType
@@ -155,6 +157,30 @@ def why_not_offered(program: Any, name: str, *, ranks: Ranks = None) -> str | No
         return why if isinstance(why, str) else None
     # a structure refusal names the schedules offered instead
     return named_schedules(p, explain=True, ranks=ranks).dropped.get(canonical)
+
+
+def parameter_gathers(block: Block) -> list[comm.AllGatherOp]:
+    """The all_gathers a fused all_gather choice is for: with elementwise computation of their
+    input or result, their input not computed (through elementwise ops) from a
+    reduce_scatter -- the gathers of a split all_reduce's chain are fuse(rs-c-ag)'s, whose one
+    kernel holds them, and trying them as well grew the space by a fifth."""
+    scattered: set[SSAValue] = set()
+    found: list[comm.AllGatherOp] = []
+    for op in block.ops:
+        if isinstance(op, comm.ReduceScatterOp):
+            scattered.add(op.result)
+        elif isinstance(op, coco.ElementwiseOp) and any(v in scattered for v in op.operands):
+            scattered.update(op.results)
+        elif (
+            isinstance(op, comm.AllGatherOp)
+            and op.input not in scattered
+            and (
+                isinstance(op.input.owner, coco.ElementwiseOp)
+                or any(isinstance(u.operation, coco.ElementwiseOp) for u in op.result.uses)
+            )
+        ):
+            found.append(op)
+    return found
 
 
 FUSE_CHOICES: tuple[tuple[str, ...], ...] = (
@@ -405,7 +431,10 @@ def enumerate_scheduled_programs(
 
     def fusions(node: _Node) -> Iterator[_Node]:
         yield node
+        gathers = parameter_gathers(node.s.program.func.body.block)
         for choice in FUSE_CHOICES:
+            if "all_gather" in choice and not gathers:
+                continue
             cur: _Node | None = node
             for kind in choice:
                 assert cur is not None
