@@ -1112,6 +1112,12 @@ def linked_groups(
     return list(groups.values())
 
 
+def is_fused_all_gather(op: object) -> bool:
+    """A `comm.fused all_gather` region (fuse(ag)): its all_gather and the computation around
+    it as one exchange kernel, which an overlap chunks by rows like an all_gather."""
+    return isinstance(op, FusedOp) and op.kind.data == FusionKind.ALL_GATHER
+
+
 @irdl_op_definition
 class OverlapOp(RegionOp):
     """`comm.overlap chunks 4 -> T { ... }`: a producer (matmul) and the collective (or fused
@@ -1181,9 +1187,8 @@ class OverlapOp(RegionOp):
             rhs = mm.rhs.owner  # (the gathered weight: one matrix, passes/overlap.py)
 
             def gathered(op: object, exchanges: tuple[type, ...]) -> bool:
-                fused = isinstance(op, FusedOp) and op.kind.data == FusionKind.ALL_GATHER
                 return (
-                    (isinstance(op, exchanges) or fused)
+                    (isinstance(op, exchanges) or is_fused_all_gather(op))
                     and isinstance(op, Operation)
                     and op.parent_block() is self.body.block
                 )
@@ -1260,7 +1265,7 @@ class OverlapOp(RegionOp):
         piece: TensorType | None = None
         operands = {producer.lhs, producer.rhs}
         for op in self.body.block.ops:  # (a fused all_gather's result is its gather's)
-            if isinstance(op, FusedOp) and op.kind.data == FusionKind.ALL_GATHER:
+            if isinstance(op, FusedOp) and is_fused_all_gather(op):
                 operands |= {v for v, r in zip(op.yield_op.values, op.res) if r in operands}
         for op in self.walk():
             if isinstance(op, ReduceScatterOp) and op.input == producer.result:
@@ -1483,6 +1488,7 @@ __all__ = [
     "check_acc",
     "collective_result_type",
     "deferral_of",
+    "is_fused_all_gather",
     "segment_of",
     "topology_of",
 ]

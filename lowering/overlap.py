@@ -165,15 +165,7 @@ def lower_overlap(lw: PlanBuilder, region: comm.OverlapOp) -> None:
         gather = next(
             (v.owner for v in (mm.lhs, mm.rhs) if isinstance(v.owner, comm.AllGatherOp)), None
         )
-        fused = next(
-            (
-                v.owner
-                for v in (mm.lhs, mm.rhs)
-                if isinstance(v.owner, comm.FusedOp)
-                and v.owner.kind.data == comm.FusionKind.ALL_GATHER
-            ),
-            None,
-        )
+        fused = next((v.owner for v in (mm.lhs, mm.rhs) if comm.is_fused_all_gather(v.owner)), None)
         if region.all_to_all is not None:
             _lower_exchange_form(lw, region, region.all_to_all, mm, body)
         elif isinstance(gather, comm.AllGatherOp) and gather in body:
@@ -386,12 +378,7 @@ def _lower_gather_form(
     whole = step.dst
     members = piece_rows(lw.grid_shape, whole.type, step.src.type)
     bounds = chunk_bounds(len(members[0]), chunks, f"%{step.src.name}")
-    c_buf = lw.buffer_for(mm.result)
-    multiply = (
-        _row_chunks(whole, lw.value_buffer(mm.rhs), c_buf)
-        if mm.lhs is gather.result
-        else _reduction_chunks(lw, lw.value_buffer(mm.lhs), whole, c_buf, len(bounds))
-    )
+    multiply = _gathered_chunks(lw, mm, whole, mm.lhs is gather.result, len(bounds))
     _pipeline_gathers(
         lw,
         whole,
@@ -470,18 +457,21 @@ def _lower_fused_gather_form(
     whole = lw.value_buffer(mm.lhs if left else mm.rhs)
     members = piece_rows(lw.grid_shape, whole_t, piece_t)
     bounds = chunk_bounds(len(members[0]), chunks, f"%{gather.input.name_hint or 'piece'}")
-    c_buf = lw.buffer_for(mm.result)
-    multiply = (
-        _row_chunks(whole, lw.value_buffer(mm.rhs), c_buf)
-        if left
-        else _reduction_chunks(lw, lw.value_buffer(mm.lhs), whole, c_buf, len(bounds))
-    )
+    multiply = _gathered_chunks(lw, mm, whole, left, len(bounds))
     _pipeline_gathers(lw, whole, members, bounds, launch, multiply)
 
 
-def _row_chunks(a: Buffer, b: Buffer, c: Buffer) -> Callable[[int, Ranges], Matmul]:
-    """The gathered left operand's chunks: rows of a, the same rows of c."""
-    return lambda _c, rows: Matmul(a, b, c, rows=rows)
+def _gathered_chunks(
+    lw: PlanBuilder, mm: coco.MatmulOp, whole: Buffer, left: bool, chunks: int
+) -> Callable[[int, Ranges], Matmul]:
+    """The matmul's chunk k over the rows of the gathered `whole` it reads: as its left
+    operand, those rows of it and of the result; as its right one, a run of the reduction
+    dim (`_reduction_chunks`)."""
+    c = lw.buffer_for(mm.result)
+    if left:
+        b = lw.value_buffer(mm.rhs)
+        return lambda _k, rows: Matmul(whole, b, c, rows=rows)
+    return _reduction_chunks(lw, lw.value_buffer(mm.lhs), whole, c, chunks)
 
 
 def _reduction_chunks(

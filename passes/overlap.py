@@ -59,9 +59,9 @@ class _Site:
 
     @property
     def gathers(self) -> bool:
-        return isinstance(self.first, comm.AllGatherOp | comm.AllToAllOp) or _fused_gather(
-            self.first
-        )
+        return isinstance(
+            self.first, comm.AllGatherOp | comm.AllToAllOp
+        ) or comm.is_fused_all_gather(self.first)
 
     @property
     def exchange(self) -> comm.AllToAllOp | None:
@@ -76,11 +76,6 @@ class _Site:
         mm = self.second if self.gathers else self.first
         assert isinstance(mm, coco.MatmulOp)
         return mm
-
-
-def _fused_gather(op: object) -> bool:
-    """A `comm.fused all_gather` region (fuse(ag)): one exchange kernel, chunked by rows."""
-    return isinstance(op, comm.FusedOp) and op.kind.data == comm.FusionKind.ALL_GATHER
 
 
 def _is_collective_consumer(op: Operation) -> bool:
@@ -243,7 +238,7 @@ class OverlapPass(ModulePass):
                 return site
             gather = named.lhs.owner
             if any(
-                (isinstance(v.owner, comm.AllGatherOp) or _fused_gather(v.owner))
+                (isinstance(v.owner, comm.AllGatherOp) or comm.is_fused_all_gather(v.owner))
                 and v.owner.parent_block() is block
                 for v in (named.lhs, named.rhs)
             ):
@@ -256,13 +251,13 @@ class OverlapPass(ModulePass):
                 return site  # _check refuses its consumer
             assert refusal is not None
             raise refusal
-        if isinstance(named, comm.AllGatherOp) or _fused_gather(named):
+        if isinstance(named, comm.AllGatherOp) or comm.is_fused_all_gather(named):
             result = named.results[0]
             readers = {ancestor_in(block, u.operation) for u in result.uses}
             mms = [r for r in readers if isinstance(r, coco.MatmulOp)]
             if len(readers) == 1 and mms and result in (mms[0].lhs, mms[0].rhs):
                 return self._gather_site(fn, mms[0])
-            if _fused_gather(named):
+            if comm.is_fused_all_gather(named):
                 raise fail(
                     f"{RULE}-producer",
                     f"{op_name(named)} does not feed an operand of one matmul (and nothing else)",
@@ -329,7 +324,7 @@ class OverlapPass(ModulePass):
         for index, operand in enumerate((mm.lhs, mm.rhs)):
             gather = operand.owner
             if (
-                isinstance(gather, comm.AllGatherOp) or _fused_gather(gather)
+                isinstance(gather, comm.AllGatherOp) or comm.is_fused_all_gather(gather)
             ) and gather.parent_block() is block:
                 break
         else:
@@ -357,7 +352,7 @@ class OverlapPass(ModulePass):
                 "a run of the reduction dim",
                 at=gather,
             )
-        if _fused_gather(gather) and tensor_type_of(gathered).rank != 2:
+        if comm.is_fused_all_gather(gather) and tensor_type_of(gathered).rank != 2:
             raise fail(
                 f"{RULE}-rows",
                 f"{op_name(gather)} is a fused all_gather of {gathered.type}: its chunks are "

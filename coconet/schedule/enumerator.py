@@ -25,6 +25,7 @@ from coconet.schedule.steps import ScheduleSteps, as_program
 from coconet.schedule.structure import (
     Structure,
     auto_split_dim,
+    computed_gather,
     exchange_feeds_matmul,
     feeds_exchange,
 )
@@ -171,14 +172,7 @@ def parameter_gathers(block: Block) -> list[comm.AllGatherOp]:
             scattered.add(op.result)
         elif isinstance(op, coco.ElementwiseOp) and any(v in scattered for v in op.operands):
             scattered.update(op.results)
-        elif (
-            isinstance(op, comm.AllGatherOp)
-            and op.input not in scattered
-            and (
-                isinstance(op.input.owner, coco.ElementwiseOp)
-                or any(isinstance(u.operation, coco.ElementwiseOp) for u in op.result.uses)
-            )
-        ):
+        elif isinstance(op, comm.AllGatherOp) and computed_gather(op) and op.input not in scattered:
             found.append(op)
     return found
 
@@ -467,8 +461,7 @@ def enumerate_scheduled_programs(
                         feeding.append(op)
                         continue
                 gathered = any(
-                    isinstance(v.owner, comm.AllGatherOp)
-                    or (isinstance(v.owner, comm.FusedOp) and v.owner.kind.data == "all_gather")
+                    isinstance(v.owner, comm.AllGatherOp) or comm.is_fused_all_gather(v.owner)
                     for v in (op.lhs, op.rhs)
                 )
                 if gathered or feeds_exchange(op):

@@ -153,10 +153,7 @@ def recipe_ol_fuse_ag_mm(s: ScheduleSteps, info: Structure) -> None:
         op
         for op in s.program.func.body.block.ops
         if isinstance(op, coco.MatmulOp)
-        and any(
-            isinstance(v.owner, comm.FusedOp) and v.owner.kind.data == comm.FusionKind.ALL_GATHER
-            for v in (op.lhs, op.rhs)
-        )
+        and any(comm.is_fused_all_gather(v.owner) for v in (op.lhs, op.rhs))
     ]
     if not fused:
         raise schedule_error(

@@ -78,6 +78,15 @@ def _only_reader(v: SSAValue) -> Operation | None:
     return next(iter(users)) if len(users) == 1 else None
 
 
+def computed_gather(op: Operation) -> bool:
+    """An all_gather with elementwise computation of its input (FSDP's cast of the master
+    shard to bf16) or of its result: what `fuse(ag)` makes one exchange kernel with it."""
+    return isinstance(op, comm.AllGatherOp) and (
+        isinstance(op.input.owner, coco.ElementwiseOp)
+        or any(isinstance(u.operation, coco.ElementwiseOp) for u in op.result.uses)
+    )
+
+
 def feeds_exchange(op: Operation) -> bool:
     """A matmul whose only reader is an all_to_all, through a reshape or not (`ol(mm,a2a)`)."""
     if not isinstance(op, coco.MatmulOp):
@@ -166,16 +175,7 @@ class Structure:
         ]
         # all_gathers with elementwise computation of their input (FSDP's cast of the master
         # shard to bf16) or of their result: each can run as one exchange kernel with it
-        self.computed_gathers = [
-            op
-            for op in ops
-            if isinstance(op, comm.AllGatherOp)
-            and reaches_effect(op)
-            and (
-                isinstance(op.input.owner, coco.ElementwiseOp)
-                or any(isinstance(u.operation, coco.ElementwiseOp) for u in op.result.uses)
-            )
-        ]
+        self.computed_gathers = [op for op in ops if computed_gather(op) and reaches_effect(op)]
         # expert parallelism's overlaps: matmuls whose only reader is an all_to_all, through a
         # reshape or not (the dispatch buffers, the expert output), and all_to_alls that only
         # a matmul's left operand reads, through a reshape or not (the expert FFN's input)

@@ -365,30 +365,39 @@ def test_every_offered_schedule_of_random_programs_runs_on_the_cpu_backend() -> 
 EXCHANGE_CASES = 10 if not FULL else 100
 
 
-def test_generated_expert_exchanges_are_overlapped_and_run_as_the_sim_computes() -> None:
-    """Random expert-parallel programs (the generator's `expert_exchange`: a matmul feeding
-    an all_to_all, an all_to_all feeding a matmul's left operand, through a reshape or not,
-    uneven experts and groups, 2-6 capacity slots, dispatch buffers): a fixed batch is offered
-    both all_to_all overlap forms, and each runs on the cpu backend as the sim computes the
-    program as written (2 ranks, and 3: every cut uneven)."""
+def _offered_schedules_run(motif: str, names: tuple[str, ...], cases: int) -> Counter:
+    """For `cases` random programs of the generator's `motif`: each of `names` the program is
+    offered, run on the cpu backend as the sim computes the program as written (1-D grids at
+    2 ranks and 3, every odd size cut unevenly; [2, ?] at 2 and 4). How often each ran; each
+    must have run at least once (the generator makes what the test is for)."""
     from coconet.schedule import apply_schedule, named_schedules
 
     stats: Counter = Counter()
 
-    @settings(max_examples=EXCHANGE_CASES, **SETTINGS)
-    @given(gp=programs(max_ops=2, motif="expert_exchange"))
+    @settings(max_examples=cases, **SETTINGS)
+    @given(gp=programs(max_ops=2, motif=motif))
     def case(gp: GeneratedProgram) -> None:
         offered = named_schedules(gp.program)
-        for name in ("ol(mm,a2a)", "ol(a2a,mm)"):
+        for name in names:
             if name in offered:
                 scheduled = apply_schedule(gp.program, name)
                 for ranks in (2, 3) if len(gp.grid) == 1 else (2, 4):
                     stats[name] += _runs_as_the_sim_computes(gp, scheduled, ranks, name)
 
     case()
-    print("\nall_to_all overlaps run:", dict(stats))
-    assert stats["ol(mm,a2a)"] > 0, stats
-    assert stats["ol(a2a,mm)"] > 0, stats
+    print(f"\n{motif} schedules run:", dict(stats))
+    for name in names:
+        assert stats[name] > 0, stats
+    return stats
+
+
+def test_generated_expert_exchanges_are_overlapped_and_run_as_the_sim_computes() -> None:
+    """Random expert-parallel programs (the generator's `expert_exchange`: a matmul feeding
+    an all_to_all, an all_to_all feeding a matmul's left operand, through a reshape or not,
+    uneven experts and groups, 2-6 capacity slots, dispatch buffers): a fixed batch is offered
+    both all_to_all overlap forms, and each runs on the cpu backend as the sim computes the
+    program as written (2 ranks, and 3: every cut uneven)."""
+    _offered_schedules_run("expert_exchange", ("ol(mm,a2a)", "ol(a2a,mm)"), EXCHANGE_CASES)
 
 
 FSDP_CASES = 10 if not FULL else 100
@@ -399,26 +408,9 @@ def test_generated_fsdp_layers_overlap_the_weight_gather_and_run_as_the_sim_comp
     bf16/f16 copy of an f32 master, a batched left operand or not, 1-D and [2, ?] grids, row
     counts 4 chunks do not always divide): `ol(ag,mm)` is offered, chunks the gather along
     the reduction dim, and `fuse(ag)` (the cast and the gather as one kernel, uneven cuts
-    included), and each runs on the cpu backend as the sim computes the program."""
-    from coconet.schedule import apply_schedule, named_schedules
-
-    stats: Counter = Counter()
-
-    @settings(max_examples=FSDP_CASES, **SETTINGS)
-    @given(gp=programs(max_ops=2, motif="fsdp_layer"))
-    def case(gp: GeneratedProgram) -> None:
-        offered = named_schedules(gp.program)
-        for name in ("ol(ag,mm)", "fuse(ag)", "ol(fuse(ag),mm)"):
-            if name in offered:
-                scheduled = apply_schedule(gp.program, name)
-                for ranks in (2, 3) if len(gp.grid) == 1 else (2, 4):
-                    stats[name] += _runs_as_the_sim_computes(gp, scheduled, ranks, name)
-
-    case()
-    print("\nweight-gather overlaps and fused casts run:", dict(stats))
-    assert stats["ol(ag,mm)"] > 0, stats
-    assert stats["fuse(ag)"] > 0, stats
-    assert stats["ol(fuse(ag),mm)"] > 0, stats
+    included) and `ol(fuse(ag),mm)`, and each runs on the cpu backend as the sim computes the
+    program."""
+    _offered_schedules_run("fsdp_layer", ("ol(ag,mm)", "fuse(ag)", "ol(fuse(ag),mm)"), FSDP_CASES)
 
 
 CLIPPED_CASES = 6 if not FULL else 60
