@@ -758,6 +758,7 @@ class FusionKind(StrEnum):
     SEND = auto()  # computation + send: one fused transfer
     ALL_TO_ALL = auto()  # producers + all_to_all + consumers: one kernel over symmetric memory
     ALL_GATHER = auto()  # producers + all_gather + consumers: the same exchange kernel
+    REDUCTION = auto()  # full reductions + their inputs' computation + partials' all_reduces
 
 
 @irdl_attr_definition
@@ -890,7 +891,10 @@ class FusedOp(RegionOp):
     re-replicate results (CoCoNet's FusedAllReduce, two-shot) -- or several such chains, one
     per tensor, that scalars couple (a global norm each tensor's update reads); `all_to_all`
     holds one all_to_all, the elementwise computation of its input (on the sender's piece) and
-    of its result (on the receiver's); `elementwise` holds computation only.
+    of its result (on the receiver's); `elementwise` holds computation only; `reduction`
+    holds full reductions of one iteration space, the elementwise computation of their
+    inputs and the all_reduces combining their partials (an fp8 scale's amax, a clipping's
+    global norm): one kernel, the partials exchanged through symmetric memory.
 
     `comm.fused all_reduce one_shot` is the one-shot form: one tensor `comm.all_reduce` and
     the computation on its whole result (elementwise ops, constants, row reductions over the
@@ -954,6 +958,8 @@ class FusedOp(RegionOp):
             self._check_exchange(collectives, AllToAllOp)
         if self.kind.data == FusionKind.ALL_GATHER:
             self._check_exchange(collectives, AllGatherOp)
+        if self.kind.data == FusionKind.REDUCTION:
+            self._check_reduction(collectives)
         if self.kind.data == FusionKind.ALL_REDUCE:
             scatters = [op for op in collectives if isinstance(op, ReduceScatterOp)]
             if not scatters:
@@ -1030,6 +1036,81 @@ class FusedOp(RegionOp):
                     "fuse-one-shot",
                     "a one-shot fused all_reduce holds its all_reduce, elementwise ops, "
                     f"constants, slices, row reductions and updates, but this one holds {op.name}",
+                )
+
+    def _check_reduction(self, collectives: Sequence[CollectiveOp]) -> None:
+        """Full reductions over one iteration space, the elementwise computation of their
+        inputs, and all_reduces of their partials: what one kernel computes, each element's
+        values first, the reductions' totals last (lowering/fused_collective.py
+        `lower_fused_reduction`)."""
+        from coconet.dialects.coco import (
+            ConstantOp,
+            ElementwiseOp,
+            ReduceOp as FullReduceOp,
+            SliceOp,
+        )
+
+        members = ElementwiseOp | ConstantOp | SliceOp | FullReduceOp | AllReduceOp | YieldOp
+        for op in self.body.block.ops:
+            if not isinstance(op, members):
+                raise _fail(
+                    "fuse-reduction",
+                    "a fused reduction holds full reductions, the all_reduces of their "
+                    "partials, elementwise ops, constants and slices, but this one holds "
+                    f"{op.name}",
+                )
+        reduces = [op for op in self.body.block.ops if isinstance(op, FullReduceOp)]
+        if not reduces:
+            raise _fail("fuse-reduction", "a fused reduction holds at least one coco.reduce")
+        spaces = {(r.input.type.get_shape(), r.input.type.layouts) for r in reduces}
+        if len(spaces) > 1:
+            raise _fail(
+                "fuse-reduction",
+                "the reductions of a fused reduction reduce tensors of one shape and layout "
+                f"(one iteration space), got {', '.join(_describe(r.input) for r in reduces)}",
+            )
+        finished: dict[SSAValue, FullReduceOp] = {SSAValue.get(r.result): r for r in reduces}
+        for c in collectives:
+            r = finished.get(c.input) if isinstance(c, AllReduceOp) else None
+            if r is None or not isinstance(c, AllReduceOp) or c.kind.data != r.kind.data:
+                raise _fail(
+                    "fuse-reduction",
+                    f"{c.name} in a fused reduction combines the partial of one of its "
+                    "coco.reduce ops, of the same kind",
+                )
+        if collectives and len(collectives) != len(reduces):
+            raise _fail(
+                "fuse-reduction",
+                "the reductions of a fused reduction are all all_reduced, or none is: one "
+                "kernel finishes them across one group or on each rank",
+            )
+        if len({c.span() for c in collectives}) > 1:
+            raise _fail(
+                "fuse-reduction",
+                "the all_reduces of a fused reduction span the same grid axes",
+            )
+        totals = {r.result for r in reduces} | {c.results[0] for c in collectives}
+        for op in self.body.block.ops:
+            if isinstance(op, FullReduceOp | AllReduceOp | YieldOp):
+                continue
+            read = [v for v in op.operands if v in totals]
+            if read:
+                raise _fail(
+                    "fuse-reduction",
+                    f"{op.name} reads {_describe(read[0])}, a reduction's total, inside the "
+                    "fused reduction: the kernel finishes its reductions last; read it after "
+                    "the region",
+                )
+        for r in reduces:
+            partial = r.result
+            if any(c.operands[0] is partial for c in collectives) and any(
+                u.operation.parent_op() is self and isinstance(u.operation, YieldOp)
+                for u in partial.uses
+            ):
+                raise _fail(
+                    "fuse-reduction",
+                    f"the partial {_describe(partial)} is all_reduced in the fused reduction: "
+                    "the kernel keeps no rank's own partial to yield",
                 )
 
     def _check_exchange(

@@ -167,6 +167,8 @@ def kernel_collectives(region: comm.FusedOp) -> Sequence[comm.CollectiveOp]:
             return [o for o in body if isinstance(o, comm.AllToAllOp)]
         case comm.FusionKind.ALL_GATHER:
             return [o for o in body if isinstance(o, comm.AllGatherOp)]
+        case comm.FusionKind.REDUCTION:
+            return [o for o in body if isinstance(o, comm.AllReduceOp)]
         case _:
             return []
 

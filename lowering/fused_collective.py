@@ -36,6 +36,7 @@ from coconet.core import values as V
 from coconet.core.program import CocoError
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import TensorType, tensor_type_of
+from coconet.dialects.coco_types import is_float_name
 from coconet.lowering.hierarchical import emit_hierarchical
 from coconet.lowering.kernel_ir import Param, structural_key
 from coconet.lowering.kernel_site import kernel_site, op_description
@@ -94,6 +95,34 @@ def lower_one_shot(lw: PlanBuilder, region: comm.FusedOp) -> None:
         for u in updates:
             if u not in direct:
                 lw.lower_update(u)
+    for res, v in zip(region.res, region.yield_op.values):
+        lw.buffers[res] = lw.value_buffer(v)
+
+
+def lower_fused_reduction(lw: PlanBuilder, region: comm.FusedOp) -> None:
+    """A `comm.fused reduction`: one kernel computing its elementwise ops at every element,
+    storing what is read after it, and finishing its reductions (across the all_reduces'
+    group through symmetric memory, as a fused all_reduce finishes LAMB's norms). Op by op
+    where the group spans nodes (the library all_reduce after a kernel of the computation)
+    or a reduction is not of floats (the exchange is in double)."""
+    body = [o for o in region.body.block.ops if not isinstance(o, comm.YieldOp)]
+    reductions = [o for o in body if isinstance(o, coco.ReduceOp | comm.AllReduceOp)]
+    compute = [o for o in body if o not in reductions]
+    finishers = [o for o in reductions if isinstance(o, comm.AllReduceOp)]
+    floats = all(
+        is_float_name(tensor_type_of(o.input).elt)
+        for o in reductions
+        if isinstance(o, coco.ReduceOp)
+    )
+    if floats and not (finishers and _hierarchical(finishers)):
+        emit_collective_kernel(lw, set(body), [], [], compute, [], reductions)
+    else:
+        if compute:
+            alone = set(compute)
+            remat = lw.rematerialized([v for op in compute for v in op.operands], alone)
+            lw.lower_elementwise(remat + compute, "fused", stores=_stored(lw, compute, alone, []))
+        for op in reductions:
+            lw.lower_op(op)
     for res, v in zip(region.res, region.yield_op.values):
         lw.buffers[res] = lw.value_buffer(v)
 
@@ -340,14 +369,17 @@ def emit_collective_kernel(
     it assembles in the target. `scatters` are the reductions whose peers' inputs the kernel
     reads: reduce_scatters, or the one-shot form's all_reduce (its result is the whole
     tensor, which the kernel then iterates over: lower_one_shot)."""
-    spans = {op.span() for op in [*scatters, *gathers]}
+    finishers = {r.operands[0]: r for r in reductions if isinstance(r, comm.AllReduceOp)}
+    # A fused reduction's kernel (no scatter or gather): its all_reduces' group, or none.
+    collectives = [*scatters, *gathers] or list(finishers.values())
+    spans = {op.span() for op in collectives} if collectives else {()}
     if len(spans) != 1:
         raise CocoError(
             "[lower-fused-collective] the collectives of one fused region must span the same "
             f"grid axes, got {sorted(spans)}"
         )
     span = spans.pop()
-    if _hierarchical([*scatters, *gathers]):
+    if collectives and _hierarchical(collectives):
         rss = [op for op in scatters if isinstance(op, comm.ReduceScatterOp)]
         assert len(rss) == len(scatters), "a one-shot form across nodes lowers op by op"
         stated = [op for op in rss if op.acc is not None]
@@ -365,6 +397,7 @@ def emit_collective_kernel(
     # The kernel iterates over this rank's slice: the type of the sliced values.
     sliced = [op.result for op in scatters] + [r for op in compute for r in op.results]
     sliced += [op.input for op in gathers]
+    sliced += [op.input for op in reductions if isinstance(op, coco.ReduceOp)]
     sliced = iteration_values(sliced, compute)
     iteration = lw.iteration_type(
         [v.owner for v in sliced if isinstance(v.owner, Operation)],
@@ -388,7 +421,8 @@ def emit_collective_kernel(
     inside = {r for op in [*members, *remat] for r in op.results}
     inputs: list[SSAValue] = []
     sources = [wire_source(lw, op.input) for op in scatters] if single else []
-    for v in [v for op in remat + compute + gathers for v in op.operands] + sources:
+    reduced = [op.input for op in reductions if isinstance(op, coco.ReduceOp)]
+    for v in [v for op in remat + compute + gathers for v in op.operands] + sources + reduced:
         if v not in inside and v not in inputs:
             inputs.append(v)
     targets: dict[SSAValue, coco.UpdateOp] = {}
@@ -418,6 +452,8 @@ def emit_collective_kernel(
         "k_one_shot_all_reduce"
         if any(isinstance(op, comm.AllReduceOp) for op in scatters)
         else "k_fused_all_reduce"
+        if scatters or gathers
+        else "k_fused_reduction"
     )
     if rows:
         kernel = RowCollectiveKernel(
@@ -464,10 +500,12 @@ def emit_collective_kernel(
             and op.result not in kernel.in_place
             and kernel.coincides(tensor_type_of(op.input), iteration)
         }
-    finishers = {r.operands[0]: r for r in reductions if isinstance(r, comm.AllReduceOp)}
     for op in reductions:
         if isinstance(op, coco.ReduceOp):
-            kernel.reductions.append((op.input, op.kind.data, finishers[op.result].result))
+            # finished across the group by its all_reduce, or (a fused reduction without
+            # one) on the rank itself: a group of one
+            out = finishers[op.result].result if op.result in finishers else op.result
+            kernel.reductions.append((op.input, op.kind.data, out))
     # Uneven slices take each member's count from a table. A region coco-table-form marked
     # (decisions.py: the program's regions hold several reduce_scatters, one per parameter
     # tensor) takes them even where its slices are even, so that every tensor's kernel is

@@ -52,7 +52,7 @@ from coconet.lowering.batching import TableBatcher
 from coconet.lowering.cuda_printer import kernel_signature, print_unit
 from coconet.lowering.decisions import decided, default_ranks, node_map
 from coconet.lowering.fused_all_to_all import lower_fused_all_to_all
-from coconet.lowering.fused_collective import lower_fused_collective
+from coconet.lowering.fused_collective import lower_fused_collective, lower_fused_reduction
 from coconet.lowering.fused_send import lower_fused_send
 from coconet.lowering.kernel_ir import Kernel, KernelKey, Param, structural_key
 from coconet.lowering.kernel_site import KernelSite, SiteKey, kernel_site
@@ -363,6 +363,8 @@ class Lowering:
                 self.lower_fused_elementwise(op)
             case comm.FusedOp() if op.kind.data == comm.FusionKind.SEND:
                 lower_fused_send(self, op)
+            case comm.FusedOp() if op.kind.data == comm.FusionKind.REDUCTION:
+                lower_fused_reduction(self, op)
             case comm.FusedOp() if op.kind.data in (
                 comm.FusionKind.ALL_TO_ALL,
                 comm.FusionKind.ALL_GATHER,

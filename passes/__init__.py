@@ -59,6 +59,11 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return FuseAllGatherPass
 
+    def fuse_reduction() -> type[ModulePass]:
+        from coconet.passes.fuse.reduction import FuseReductionPass
+
+        return FuseReductionPass
+
     def overlap() -> type[ModulePass]:
         from coconet.passes.overlap import OverlapPass
 
@@ -85,6 +90,7 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "coco-fuse-send": fuse_send,
         "coco-fuse-all-to-all": fuse_all_to_all,
         "coco-fuse-all-gather": fuse_all_gather,
+        "coco-fuse-reduction": fuse_reduction,
         "coco-overlap": overlap,
         "coco-sliced-send": sliced_send,
         "coco-canonicalize": canonicalize,

@@ -56,6 +56,15 @@ class ReductionBuilder(VectorBuilder):
             for v, kind, _ in self.k.reductions
         ]
 
+    def terms(self, values: list[Var]) -> list[Expr]:
+        """What each element adds to each reduction, in its accumulator type: its value, or
+        for a norm (a fused reduction's kernel finishes one on the rank) its square."""
+        out: list[Expr] = []
+        for v, (kind, acc) in zip(values, self.kinds()):
+            value = Cast(acc, v)
+            out.append(value * value if kind == Reduction.NORM else value)
+        return out
+
     def reducing_loop(
         self, element: tuple[Stmt, ...], values: list[Var], vector: bool
     ) -> list[Stmt]:
@@ -63,8 +72,8 @@ class ReductionBuilder(VectorBuilder):
         red = Var(F64.ptr(), None, "red_")
         accs = [Var(acc, None, f"acc{n}_") for n, (_, acc) in enumerate(self.kinds())]
         accumulate = tuple(
-            Assign(a, Combine(kind, acc, a, Cast(acc, value)))
-            for a, (kind, acc), value in zip(accs, self.kinds(), values)
+            Assign(a, Combine(kind, acc, a, term))
+            for a, (kind, acc), term in zip(accs, self.kinds(), self.terms(values))
         )
         r = self.range
         begin: Expr = Field(r, "begin")
@@ -124,7 +133,7 @@ class ReductionBuilder(VectorBuilder):
                 first,
                 vend / L,
                 self.vector_body,
-                lambda k: [Cast(acc, v) for v, (_, acc) in zip(values, kinds)],
+                lambda k: self.terms(values),
             )
         ]
 
@@ -135,10 +144,12 @@ class ReductionBuilder(VectorBuilder):
             step = Assign(
                 rank, Combine(kind, F64, rank, Index(self.partials, row_element(n, GRID_DIM, b)))
             )
-            # The unfused reduce rounds this rank's partial to the element type.
+            # The unfused reduce rounds this rank's partial to the element type (a norm's
+            # square root first).
+            value = call("sqrt", rank) if kind == Reduction.NORM else rank
             partial = Cast(
                 F64,
-                load_expr(tensor_type_of(v).elt, store_from_double(tensor_type_of(v).elt, rank)),
+                load_expr(tensor_type_of(v).elt, store_from_double(tensor_type_of(v).elt, value)),
             )
             p = Var(I32, None, "p_")
             slot = Index(peer(self.exchange, p, F64), row_element(n, self.nranks, self.me))

@@ -8,6 +8,9 @@ collective) each. One pass a mode, `coco-fuse` the pipeline of them all:
                      all_reduce as written, one_shot.py)
     send.py          coco-fuse-send: the computation feeding a send, and the send
     all_to_all.py    coco-fuse-all-to-all: an all_to_all and the computation on either side
+                     (coco-fuse-all-gather: an all_gather and its computation)
+    reduction.py     coco-fuse-reduction: a full reduction, its input's computation and the
+                     all_reduce of its partial
 
 and what they share, bottom to top: `spaces` (iteration spaces), `whole_reductions` (full
 reductions moved onto a fused all_reduce's slice), `region` (what joins a set, building the

@@ -16,10 +16,11 @@ from coconet.passes.common import fail, find_named_ops
 from coconet.passes.fuse.all_reduce import FORMS, FuseAllReducePass
 from coconet.passes.fuse.all_to_all import FuseAllGatherPass, FuseAllToAllPass
 from coconet.passes.fuse.elementwise import FuseElementwisePass
+from coconet.passes.fuse.reduction import FuseReductionPass
 from coconet.passes.fuse.region import ONE_SHOT, RULE
 from coconet.passes.fuse.send import FuseSendPass
 
-MODES = ("auto", "elementwise", "all_reduce", "send", "all_to_all", "all_gather")
+MODES = ("auto", "elementwise", "all_reduce", "send", "all_to_all", "all_gather", "reduction")
 
 
 @dataclass(frozen=True)
@@ -31,16 +32,17 @@ class FusePass(ModulePass):
     * `auto` (default): `coco-fuse-all-reduce`, `coco-fuse-send`, `coco-fuse-all-to-all`,
       then `coco-fuse-elementwise` on the rest, each greedy. Targeted (`ops`): a fused
       all_reduce where a reduce_scatter is named, else an elementwise kernel.
-    * `elementwise`, `all_reduce`, `send`, `all_to_all`, `all_gather`: that mode's pass,
-      with `ops` (and,
+    * `elementwise`, `all_reduce`, `send`, `all_to_all`, `all_gather`, `reduction`: that
+      mode's pass, with `ops` (and,
       for all_reduce, `form`): `coco-fuse{mode=all_reduce form=one_shot}` is
       `coco-fuse-all-reduce{form=one_shot}`. Each pass's docstring says what its regions hold
       and the rules that refuse them.
 
     Legality (besides the passes' own):
     * [fuse-mode] `mode` is one of auto, elementwise, all_reduce, send, all_to_all,
-      all_gather. (`auto` leaves all_gathers outside fused all_reduces to the library:
-      `all_gather` fuses those with computation around them.)
+      all_gather, reduction. (`auto` leaves all_gathers outside fused all_reduces to the
+      library: `all_gather` fuses those with computation around them; and full reductions
+      outside fused collectives to their own kernels: `reduction` fuses their computation.)
     * [fuse-form] `form` is two_shot or one_shot; one_shot goes with mode=all_reduce.
     """
 
@@ -80,4 +82,6 @@ class FusePass(ModulePass):
             return [FuseAllGatherPass(ops=self.ops)]
         if mode == "elementwise":
             return [FuseElementwisePass(ops=self.ops)]
+        if mode == "reduction":
+            return [FuseReductionPass(ops=self.ops)]
         return [FuseAllReducePass(), FuseSendPass(), FuseAllToAllPass(), FuseElementwisePass()]

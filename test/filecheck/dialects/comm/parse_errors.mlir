@@ -67,7 +67,7 @@ func.func @fusion_kind(%a: !coco.tensor<8xf32>) {
 // CHECK-NEXT: {{.*}}parse_errors.mlir:60:14
 // CHECK-NEXT: comm.fused magic {
 // CHECK-NEXT: ^^^^^
-// CHECK-NEXT: Expected `elementwise`, `all_reduce`, `send`, `all_to_all`, or `all_gather`.
+// CHECK-NEXT: Expected `elementwise`, `all_reduce`, `send`, `all_to_all`, `all_gather`, or `reduction`.
 
 // -----
 

@@ -638,3 +638,72 @@ func.func @reads_the_gathered(%g1: !coco.tensor<96xf32, local>, %w1: !coco.tenso
   }
   func.return
 }
+
+// -----
+
+// A fused reduction: full reductions, the all_reduces of their partials, elementwise ops.
+// CHECK-LABEL: // {{-----}}
+// CHECK: [fuse-reduction] a fused reduction holds full reductions, the all_reduces of their partials, elementwise ops, constants and slices, but this one holds coco.matmul
+func.func @reduction_holds_matmul(%a: !coco.tensor<8x8xf32>) attributes {coco.grid = #coco.grid<[?]>} {
+  %t = comm.fused reduction -> !coco.tensor<f32> {
+    %m = coco.matmul %a, %a : !coco.tensor<8x8xf32>
+    %s = coco.reduce sum %m : !coco.tensor<8x8xf32> -> !coco.tensor<f32>
+    comm.yield %s : !coco.tensor<f32>
+  }
+  func.return
+}
+
+// -----
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [fuse-reduction] comm.all_reduce in a fused reduction combines the partial of one of its coco.reduce ops, of the same kind
+func.func @reduction_other_kind(%a: !coco.tensor<8xf32, sliced<0>>) attributes {coco.grid = #coco.grid<[?]>} {
+  %t = comm.fused reduction -> !coco.tensor<f32> {
+    %n = coco.neg %a : !coco.tensor<8xf32, sliced<0>>
+    %p = coco.reduce max %n : !coco.tensor<8xf32, sliced<0>> -> !coco.tensor<f32, local>
+    %s = comm.all_reduce sum %p : !coco.tensor<f32, local> -> !coco.tensor<f32>
+    comm.yield %s : !coco.tensor<f32>
+  }
+  func.return
+}
+
+// -----
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [fuse-reduction] coco.mul reads %s : !coco.tensor<f32>, a reduction's total, inside the fused reduction: the kernel finishes its reductions last; read it after the region
+func.func @reduction_total_read(%a: !coco.tensor<8xf32>) attributes {coco.grid = #coco.grid<[?]>} {
+  %t = comm.fused reduction -> !coco.tensor<8xf32> {
+    %n = coco.neg %a : !coco.tensor<8xf32>
+    %s = coco.reduce sum %n : !coco.tensor<8xf32> -> !coco.tensor<f32>
+    %m = coco.mul %a, %s : !coco.tensor<8xf32>, !coco.tensor<f32> -> !coco.tensor<8xf32>
+    comm.yield %m : !coco.tensor<8xf32>
+  }
+  func.return
+}
+
+// -----
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [fuse-reduction] the reductions of a fused reduction reduce tensors of one shape and layout (one iteration space), got %a : !coco.tensor<8xf32>, %b : !coco.tensor<4xf32>
+func.func @reduction_two_spaces(%a: !coco.tensor<8xf32>, %b: !coco.tensor<4xf32>) attributes {coco.grid = #coco.grid<[?]>} {
+  %t, %u = comm.fused reduction -> !coco.tensor<f32>, !coco.tensor<f32> {
+    %s = coco.reduce sum %a : !coco.tensor<8xf32> -> !coco.tensor<f32>
+    %r = coco.reduce sum %b : !coco.tensor<4xf32> -> !coco.tensor<f32>
+    comm.yield %s, %r : !coco.tensor<f32>, !coco.tensor<f32>
+  }
+  func.return
+}
+
+// -----
+
+// CHECK-LABEL: // {{-----}}
+// CHECK: [fuse-reduction] the reductions of a fused reduction are all all_reduced, or none is
+func.func @reduction_some_finished(%a: !coco.tensor<8xf32, sliced<0>>) attributes {coco.grid = #coco.grid<[?]>} {
+  %t, %u = comm.fused reduction -> !coco.tensor<f32>, !coco.tensor<f32, local> {
+    %p = coco.reduce max %a : !coco.tensor<8xf32, sliced<0>> -> !coco.tensor<f32, local>
+    %s = comm.all_reduce max %p : !coco.tensor<f32, local> -> !coco.tensor<f32>
+    %q = coco.reduce sum %a : !coco.tensor<8xf32, sliced<0>> -> !coco.tensor<f32, local>
+    comm.yield %s, %q : !coco.tensor<f32>, !coco.tensor<f32, local>
+  }
+  func.return
+}
