@@ -31,6 +31,7 @@ import coconet
 from coconet.core.program import Program
 from coconet.lowering.lower_to_plan import lower
 from coconet.lowering.plan import Collective, Launch
+from coconet.runtime import sim
 from coconet.runtime.threaded import ThreadedExecutor
 from coconet.schedule import apply_pipeline, apply_schedule, named_schedules, why_not_offered
 from coconet.toolchain.nvrtc import compile_cuda, nvrtc_available
@@ -364,6 +365,26 @@ def test_the_fp8_gradient_widens_in_vectors_on_the_host(tmp_path: Path) -> None:
     slots = lines_with(source, "COCO_FOR_PEER_SLOTS(")
     assert len(slots) == 2, source
     assert {line + 1 for line in slots} <= vectorized_lines(source, tmp_path)
+
+
+@pytest.mark.usefixtures("product_host_build")
+def test_a_kernel_storing_a_scalar_it_computes_vectorizes_on_the_host(tmp_path: Path) -> None:
+    """ar-c's quantize kernel also computes the scale (amax / 448) and stores it for the
+    dequantize: thread 0 of block 0 stores it once, outside the element loops, whose lanes
+    loop the host compiler vectorizes. Stored by the element at coordinate 0 inside the
+    lanes loop, the guarded store kept g++ from vectorizing it: the quantize of 2M elements
+    took 13.6 ms where the same kernel without the scale took 3.5."""
+    source = lower(scheduled("fp8_allgather_matmul", "coco-fuse{mode=elementwise}"), 2).cuda_source
+    kernel = source[source.index("COCO_KERNEL(k_fused") :]
+    start = source.count("\n", 0, source.index("COCO_KERNEL(k_fused"))
+    first = kernel.index("COCO_FOR_LANES(k_, lanes_)")
+    line = start + kernel.count("\n", 0, first) + 1
+    assert "scale_out[0] = scale;" in kernel[: kernel.index("COCO_BLOCK_STRIDE_LOOP")]
+    assert line in vectorized_lines(source, tmp_path)
+    plan = lower(scheduled("fp8_allgather_matmul", "coco-fuse{mode=elementwise}"), 3)
+    inputs = sim.run(load("fp8_allgather_matmul"), ranks=3, seed=5, inplace=False)
+    got = ThreadedExecutor(plan).run(inputs.inputs)
+    np.testing.assert_array_equal(got["y"], inputs.outputs["y"])
 
 
 @pytest.mark.parametrize("ranks", [10, 17])
