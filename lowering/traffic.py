@@ -17,8 +17,8 @@ what a library collective receives):
   writing nothing of its own where its buffer is the GATHER_OUT's, a `{coco.symmetric}`
   argument assembled in place); GATHER_OUT writes the p gathered slices (at most its
   piece); SEND_PEERS writes the slice into the receiver's buffer (a peer's memory) where the
-  rank sends; RED_OUT, PARTIALS and
-  COUNTER write their (small) scratch once, EXCHANGE reads every member's share of its
+  rank sends; RED_OUT and COUNTER write their (small) scratch once, PARTIALS a partial per
+  block of each reduction, EXCHANGE reads every member's share of its
   partials (p - 1 from peers) after writing its own. Flags and epochs (the handshake, a few
   words per block) and integer tables (bases, counts, boxes) are synchronization and metadata,
   not data, and are not counted;
@@ -67,6 +67,7 @@ from coconet.core import values as V
 from coconet.dialects import coco, comm
 from coconet.dialects.coco import TensorType
 from coconet.lowering.plan import (
+    MAX_COLLECTIVE_BLOCKS,
     ArgTable,
     Buffer,
     Collective,
@@ -313,7 +314,12 @@ def launch_bytes(plan: Plan, step: Launch, rank: int) -> Moved:
                 m.write += piece * size / p
                 m.read += piece * size / p
                 m.peer_read += (p - 1) * piece * size / p
-            elif kind in (ParamKind.RED_OUT, ParamKind.PARTIALS, ParamKind.COUNTER):
+            elif kind == ParamKind.PARTIALS:
+                # a partial per block of each reduction: the buffer has room for
+                # MAX_COLLECTIVE_BLOCKS blocks of each (a fused kernel's), or the grid's
+                reductions = -(-piece // MAX_COLLECTIVE_BLOCKS)
+                m.write += min(piece, reductions * step.grid) * size
+            elif kind in (ParamKind.RED_OUT, ParamKind.COUNTER):
                 m.write += piece * size
     return m
 

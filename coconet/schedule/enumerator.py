@@ -193,6 +193,8 @@ FUSE_CHOICES: tuple[tuple[str, ...], ...] = (
     ("all_reduce", "all_gather", "elementwise"),
     ("one_shot",),
     ("one_shot", "elementwise"),
+    ("reduction", "elementwise"),
+    ("all_gather", "reduction"),
 )
 
 
@@ -283,9 +285,10 @@ def enumerate_scheduled_programs(
        `max_as_slice_subsets` candidates: none, the optimizer state (see named schedules), or
        all of them);
     4. sliced-send: for each send of an all_gather, the sliced send or not;
-    5. fusion: none, or greedy `all_reduce`, `send`, `all_to_all`, `all_gather` and
-       `elementwise` fusion in the combinations of FUSE_CHOICES (in that order), or the
-       one-shot fused all_reduce (`fuse(one_shot)`, with or without `elementwise` after it);
+    5. fusion: none, or greedy `all_reduce`, `send`, `all_to_all`, `all_gather`,
+       `reduction` and `elementwise` fusion in the combinations of FUSE_CHOICES (in that
+       order), or the one-shot fused all_reduce (`fuse(one_shot)`, with or without
+       `elementwise` after it);
     6. overlap: for each matmul feeding a collective or reading an all_gather (as either
        operand), none or an overlap with each of `chunks`
        (and, where a fused send exists, the pipeline-boundary form through the send and the

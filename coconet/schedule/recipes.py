@@ -5,6 +5,7 @@ where the recipe can go on without it (slicing the optimizer state)."""
 from __future__ import annotations
 
 from coconet.dialects import coco, comm
+from coconet.passes.fuse.reduction import fusable_reductions
 from coconet.schedule.errors import VERIFY_RULE, ScheduleError, schedule_error
 from coconet.schedule.pipeline import make_pass
 from coconet.schedule.steps import ScheduleSteps
@@ -110,8 +111,23 @@ def _sent_slices(s: ScheduleSteps) -> tuple[str, ...] | None:
     return Structure.names(sends)
 
 
-def recipe_ar_c(s: ScheduleSteps, info: Structure) -> None:
+def _fuse_rest(s: ScheduleSteps) -> None:
+    """What no collective's kernel holds: the full reductions with their computation and the
+    all_reduces of their partials (an fp8 scale's amax, a clipping's norm), then elementwise
+    kernels over the rest."""
+    _fuse_reductions(s)
     s.fuse(mode="elementwise")
+
+
+def _fuse_reductions(s: ScheduleSteps) -> None:
+    """coco-fuse{mode=reduction}, where the program has a full reduction with computation or
+    an all_reduce to fuse (a step only then: other programs' pipelines keep their text)."""
+    if fusable_reductions(s.program.func.body.block):
+        s.fuse(mode="reduction")
+
+
+def recipe_ar_c(s: ScheduleSteps, info: Structure) -> None:
+    _fuse_rest(s)
 
 
 def recipe_fuse_ar_c(s: ScheduleSteps, info: Structure) -> None:
@@ -120,28 +136,34 @@ def recipe_fuse_ar_c(s: ScheduleSteps, info: Structure) -> None:
     handshake, no all_gather), then the rest of the computation fused as ar-c fuses it."""
     names = info.names(info.all_reduces)
     s.fuse(*(names or ()), mode="all_reduce", form="one_shot")
-    s.fuse(mode="elementwise")
+    _fuse_rest(s)
 
 
 def recipe_fuse_rs_c(s: ScheduleSteps, info: Structure) -> None:
     """ZeRO-3 / FSDP: each reduce_scatter with the sliced update it feeds as one fused
-    collective kernel (no all_gather: parameters and state stay sliced)."""
+    collective kernel (no all_gather: parameters and state stay sliced); the full reductions
+    no chain holds with their computation."""
     _scatter_sliced(s, info)
     _fuse_all_reduce(s)
+    _fuse_reductions(s)
 
 
 def recipe_fuse_a2a(s: ScheduleSteps, info: Structure) -> None:
     """Each all_to_all with the elementwise computation of its input (on the sender's
     piece: a scale, a cast to bf16 before dispatch) and of its result (on the receiver's: a
-    weighted combine, a residual add) as one kernel over symmetric memory."""
+    weighted combine, a residual add) as one kernel over symmetric memory; full reductions
+    with their computation (a router's statistics)."""
     names = info.names(info.all_to_alls)
     s.fuse(*(names or ()), mode="all_to_all")
+    _fuse_reductions(s)
 
 
 def recipe_fuse_ag(s: ScheduleSteps, info: Structure) -> None:
     """Each all_gather with the elementwise computation of its input (on the sender's piece:
-    the cast of an f32 master shard to bf16) and of its result as one exchange kernel."""
+    the cast of an f32 master shard to bf16) and of its result as one exchange kernel; full
+    reductions with their computation and all_reduce (an fp8 scale's amax: one kernel)."""
     s.fuse(*(info.names(info.computed_gathers) or ()), mode="all_gather")
+    _fuse_reductions(s)
 
 
 def recipe_ol_fuse_ag_mm(s: ScheduleSteps, info: Structure) -> None:
@@ -165,7 +187,7 @@ def recipe_ol_fuse_ag_mm(s: ScheduleSteps, info: Structure) -> None:
 def recipe_rs_c_ag(s: ScheduleSteps, info: Structure) -> None:
     _split_reorder(s, info)
     _slice_state(s, info)
-    s.fuse(mode="elementwise")
+    _fuse_rest(s)
 
 
 def recipe_fuse_rs_c_ag(s: ScheduleSteps, info: Structure) -> None:
@@ -174,7 +196,7 @@ def recipe_fuse_rs_c_ag(s: ScheduleSteps, info: Structure) -> None:
     _fuse_all_reduce(s)
     # What no chain holds (a vocab-parallel softmax's exp(x - max) between its all_reduces)
     # is fused as ar-c fuses it, not left one kernel an op.
-    s.fuse(mode="elementwise")
+    _fuse_rest(s)
 
 
 def recipe_ol_mm_fuse_rs_c_ag(s: ScheduleSteps, info: Structure) -> None:
@@ -242,7 +264,7 @@ def recipe_sliced_send(s: ScheduleSteps, info: Structure) -> None:
     _split_reorder(s, info)
     _slice_state(s, info)
     _sliced_send(s, info)
-    s.fuse(mode="elementwise")
+    _fuse_rest(s)
 
 
 def recipe_fuse_sliced_send(s: ScheduleSteps, info: Structure) -> None:

@@ -77,6 +77,12 @@ def fuse_greedy(block: Block) -> None:
             continue
 
 
+def fusable_reductions(block: Block) -> bool:
+    """Whether the greedy pass has a reduction of `block` to fuse (the schedule recipes add
+    the step only then, so other programs' pipelines keep their text)."""
+    return bool(_greedy_chains(block))
+
+
 def _greedy_chains(block: Block) -> list[set[Operation]]:
     chains: list[set[Operation]] = []
     for r in [o for o in block.ops if isinstance(o, coco.ReduceOp)]:

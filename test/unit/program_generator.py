@@ -949,7 +949,12 @@ class _Gen:
         if a is None:
             return
         kind = self.draw(st.sampled_from(("sum", "max", "min", "norm")))
-        self.emit(lambda: coco.ReduceOp(kind, a))
+        r = self.emit(lambda: coco.ReduceOp(kind, a))
+        if r is not None and r.type.local_axes() and kind != "norm" and self.draw(st.booleans()):
+            # a slice's partial, combined as an fp8 scale's amax or a global norm's sum is
+            # (what coco-fuse{mode=reduction} finishes in its kernel)
+            axes = list(r.type.local_axes()) if self.grid_rank > 1 else None
+            self.collective(comm.AllReduceOp, r, kind=kind, axes=axes)
 
     def op_reduce_dims(self) -> None:
         a = self.pick(lambda v: v.type.elt != "i1" and v.type.rank > 0)

@@ -63,7 +63,8 @@ def test_kernels_at_the_floor(example, schedule, p):
     assert t == f
 
 
-# T/F on 2 ranks, as measured: a kernel moving more bytes fails the bound. Where above 1:
+# T/F on 2 ranks, as measured: a kernel moving more bytes fails the bound (a kernel's block
+# partials count the grid's blocks, not the buffer's room for MAX_COLLECTIVE_BLOCKS). Where above 1:
 # the staging write of a gathered update (sgd, adam*, lamb*), one-shot all_reduces reading
 # every peer's whole input (fuse(ar-c)), stored intermediates and library steps beside the
 # kernels (norms, scalars, matmul operands, a2a dispatch buffers: moe_layer stores and
@@ -73,25 +74,25 @@ EXCESS = {
     ("adam", "fuse(ar-c)"): 1.067,
     ("adam_bf16_grads", "fuse(rs-c-ag)"): 1.111,
     ("adam_bf16_grads", "fuse(ar-c)"): 1.037,
-    ("adam_clip_global_norm", "fuse(rs-c-ag)"): 1.880,
+    ("adam_clip_global_norm", "fuse(rs-c-ag)"): 1.303,
     ("adam_clip_global_norm", "fuse(ar-c)"): 1.468,
     ("adam_f16_grads", "fuse(rs-c-ag)"): 1.111,
     ("adam_f16_grads", "fuse(ar-c)"): 1.037,
     ("adam_fp8_wire", "fuse(rs-c-ag)"): 1.118,
     ("adam_fp8_wire", "fuse(ar-c)"): 1.000,
-    ("adam_loss_scaling", "fuse(rs-c-ag)"): 1.784,
-    ("adam_loss_scaling", "fuse(ar-c)"): 3.308,
+    ("adam_loss_scaling", "fuse(rs-c-ag)"): 1.491,
+    ("adam_loss_scaling", "fuse(ar-c)"): 3.307,
     ("allreduce_rmsnorm", "fuse(rs-c-ag)"): 1.000,
     ("allreduce_rmsnorm", "fuse(ar-c)"): 1.110,
     ("allreduce_rmsnorm_fp8", "fuse(rs-c-ag)"): 1.000,
     ("allreduce_rmsnorm_fp8", "fuse(ar-c)"): 1.123,
-    ("lamb", "fuse(rs-c-ag)"): 1.801,
+    ("lamb", "fuse(rs-c-ag)"): 1.401,
     ("lamb", "fuse(ar-c)"): 1.734,
-    ("lamb_scattered", "fuse(rs-c-ag)"): 3.400,
+    ("lamb_scattered", "fuse(rs-c-ag)"): 1.508,
     ("lamb_scattered", "fuse(ar-c)"): 1.603,
-    # the amax's abs and partials, and the dequantized weight the GEMM reads (8 KiB written
+    # the amax's kernel reading w, and the dequantized weight the GEMM reads (8 KiB written
     # whole by the fused gather, read by the matmul) beside the fp8 exchange
-    ("fp8_allgather_matmul", "fuse(ag)"): 3.640,
+    ("fp8_allgather_matmul", "fuse(ag)"): 2.914,
     # the forward's gathered weight and the gradient's GEMM output are whole temporaries
     # beside the fused reduce-scatter + AdamW (which alone is 1.000: zero3_adamw)
     ("fsdp_step", "fuse(rs-c)"): 2.059,
@@ -113,7 +114,7 @@ EXCESS = {
     ("softmax_rows", "fuse(rs-c-ag)"): 1.465,
     ("softmax_rows", "fuse(ar-c)"): 1.581,
     ("ulysses_attention", "fuse(a2a)"): 4.362,
-    ("vocab_parallel_cross_entropy", "fuse(rs-c-ag)"): 4.513,
+    ("vocab_parallel_cross_entropy", "fuse(rs-c-ag)"): 4.004,
     ("zero3_adamw", "fuse(rs-c)"): 1.000,
 }
 
