@@ -21,6 +21,7 @@ the rank that failed and why:
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -480,6 +481,20 @@ def _reported_failure(status: Path) -> str | None:
     return None
 
 
+def _first_death(deaths: list[tuple[int, int]], exits: dict[int, RankExit]) -> tuple[int, int]:
+    """The rank that vanished first: by the time its supervisor recorded its end, else in the
+    order the sockets closed. Ranks ending within one poll of the sockets are seen in
+    descriptor order, so under load a rank hydra killed after the victim (rank 0, a few ms
+    later) was named in its place."""
+
+    def when(item: tuple[int, tuple[int, int]]) -> tuple[float, int]:
+        seen, (rank, pid) = item
+        own = exits.get(rank)
+        return (own.time if own is not None and own.pid == pid else math.inf, seen)
+
+    return min(enumerate(deaths), key=when)[1]
+
+
 def diagnose(
     status: Path,
     ranks: int,
@@ -502,7 +517,7 @@ def diagnose(
     if deaths:
         # The first rank to vanish. hydra's banner names the first exit IT noticed, which can
         # be a rank it killed itself afterwards: trust its signal only for the same pid.
-        rank, pid = deaths[0]
+        rank, pid = _first_death(deaths, exits or {})
         who = f"rank {rank} (pid {pid})"
         stopped = "; the other ranks were stopped"
         own = (exits or {}).get(rank)

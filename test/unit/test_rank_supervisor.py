@@ -122,3 +122,19 @@ def test_the_launcher_reads_the_records_and_names_the_killed_rank(tmp_path):
     assert diagnose(tmp_path, 2, 1, "", [(1, 101)], exits).startswith(
         "rank 1 (pid 101) exited with status 1 without reporting an error"
     )
+
+
+def test_the_rank_that_ended_first_is_named_not_the_first_socket_closed(tmp_path):
+    """A victim SIGKILLed and the peers hydra killed a few ms later end within one poll of
+    the ranks' sockets, which then close in descriptor order (rank 0 first): the line names
+    the rank whose supervisor recorded the earliest end (a CI run under load named rank 0)."""
+    for rank, t in ((0, 10.0020), (1, 10.0130), (2, 10.0170), (3, 10.0001)):
+        record = {"rank": rank, "pid": 100 + rank, "signal": 9, "time": t}
+        (tmp_path / f"rank{rank}.exit").write_text(json.dumps(record))
+    exits = read_rank_exits(tmp_path, 4)
+    deaths = [(0, 100), (1, 101), (2, 102), (3, 103)]  # the order the sockets closed
+    message = diagnose(tmp_path, 4, 9, "", deaths, exits)
+    assert message.startswith("rank 3 (pid 103) was killed by SIGKILL (Killed)"), message
+    # without a record (or for another pid) the order seen stands
+    del exits[3]
+    assert diagnose(tmp_path, 4, 9, "", deaths, exits).startswith("rank 0 (pid 100)")
