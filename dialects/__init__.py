@@ -5,6 +5,10 @@ from collections.abc import Callable
 
 from xdsl.ir import Dialect
 
+from coconet.dialects import xdsl_lexer
+
+xdsl_lexer.install()
+
 
 def get_all_dialects() -> dict[str, Callable[[], Dialect]]:
     def get_coco() -> Dialect:

@@ -33,7 +33,7 @@ Layout rules (per spanned axis; other axes keep their layout):
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from enum import auto
 
 from xdsl.dialects.builtin import I64, DenseArrayBase, IntegerAttr, UnitAttr, i64
@@ -1281,8 +1281,24 @@ class OverlapOp(RegionOp):
                     "read an all_gather (either operand) or an all_to_all (or its reshape) "
                     "made inside it",
                 )
+            if self.all_to_all is not None:
+                made = {mm, lhs, rhs, mm.lhs.owner}
+                self._check_only(body, made, "the matmul and the all_to_all making its operand")
             return
         # (the all_to_all forms may reach their all_to_all through a reshape)
+        reshaped = [op for op in consumers if isinstance(op, ReshapeOp)]
+        through = [
+            use.operation
+            for r in reshaped
+            for use in r.result.uses
+            if use.operation.parent_block() is self.body.block
+        ]
+        if self.all_to_all is not None:  # (a pipeline boundary's chain goes further)
+            self._check_only(
+                body,
+                {producers[0], *consumers, *through},
+                "the matmul and the all_to_all consuming it",
+            )
         via = ReshapeOp if self.all_to_all is not None else CollectiveOp
         strangers = [op for op in consumers if not isinstance(op, CollectiveOp | FusedOp | via)]
         if strangers:
@@ -1290,6 +1306,19 @@ class OverlapOp(RegionOp):
                 "overlap-consumer",
                 "the matmul of an overlap region must feed a collective or a fused collective "
                 "inside it, got " + ", ".join(op.name for op in strangers),
+            )
+
+    def _check_only(self, body: Sequence[Operation], allowed: Container[object], what: str) -> None:
+        """[overlap-consumer]: an all_to_all form holds `what` and nothing else, which the
+        lowering would not chunk (the fuzzer: an all_to_all round trip after an expert matmul that
+        already reads an all_to_all made the lowering fail with no buffer for its result)."""
+        strangers = [op for op in body if op not in allowed]
+        if strangers:
+            raise _fail(
+                "overlap-consumer",
+                f"an overlap region holds {what}, but this one also holds "
+                + ", ".join(op.name for op in strangers)
+                + ": compute it after the region",
             )
 
     def _verify_all_to_all(self, mm: Operation) -> None:

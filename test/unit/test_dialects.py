@@ -218,6 +218,38 @@ def test_coco_opt_registers_the_dialects() -> None:
     assert main.ctx.get_optional_op("comm.all_reduce") is not None
 
 
+@pytest.mark.parametrize("tail", ["", "\n", "\\n still inside"])
+def test_an_unterminated_string_is_refused_at_once(tail: str, tmp_path) -> None:
+    """A string literal with no closing quote (a truncated file) is a parse error naming
+    the literal, at once: xDSL 0.74's lexer backtracked exponentially on it (`coco-opt` spun
+    for minutes on a 32-character one; dialects/xdsl_lexer.py), and every parser of
+    coconet's IR -- coco-opt's and `parse_module`'s -- gets the fix with the dialects. (In
+    child processes, so that a regression fails on their timeout instead of hanging.)"""
+    import subprocess
+    import sys
+
+    text = 'module attributes {coco.schedule = "coco-fuse-all-reduce{ops=t,s form=one_sh' + tail
+    path = tmp_path / "cut.mlir"
+    path.write_text(text)
+    parse = (
+        "import sys\n"
+        "from coconet.core.program import CocoError, parse_module\n"
+        "try:\n"
+        "    parse_module(open(sys.argv[1]).read())\n"
+        "except CocoError as e:\n"
+        "    print(e, file=sys.stderr)\n"
+        "    sys.exit(1)\n"
+    )
+    for cmd in (
+        [sys.executable, "-m", "coconet.tools.coco_opt", str(path)],
+        [sys.executable, "-c", parse, str(path)],
+    ):
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 1, done.stderr
+        assert "End of file reached before closing string literal" in done.stderr
+        assert "Traceback" not in done.stderr
+
+
 # --------------------------------------------------------------------------------------------
 # Types and attributes
 # --------------------------------------------------------------------------------------------

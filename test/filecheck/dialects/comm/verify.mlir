@@ -707,3 +707,20 @@ func.func @reduction_some_finished(%a: !coco.tensor<8xf32, sliced<0>>) attribute
   }
   func.return
 }
+
+// -----
+
+// An all_to_all overlap holds the matmul and the all_to_all it pipelines with, nothing more
+// (the fuzzer: a round trip after the expert matmul left the lowering without its buffer).
+// CHECK-LABEL: // {{-----}}
+// CHECK: [overlap-consumer] an overlap region holds the matmul and the all_to_all consuming it, but this one also holds comm.all_to_all, comm.all_to_all: compute it after the region
+func.func @overlap_a2a_round_trip(%up: !coco.tensor<4x16x8xf32, sliced<0>>, %w1: !coco.tensor<4x8x8xf32, sliced<0>>) attributes {coco.grid = #coco.grid<[?]>} {
+  %o = comm.overlap chunks 2 dim 1 -> !coco.tensor<4x16x8xf32, sliced<2>> {
+    %m = coco.matmul %up, %w1 : !coco.tensor<4x16x8xf32, sliced<0>>, !coco.tensor<4x8x8xf32, sliced<0>> -> !coco.tensor<4x16x8xf32, sliced<0>>
+    %fwd = comm.all_to_all %m : !coco.tensor<4x16x8xf32, sliced<0>> -> !coco.tensor<4x16x8xf32, sliced<2>>
+    %back = comm.all_to_all %fwd : !coco.tensor<4x16x8xf32, sliced<2>> -> !coco.tensor<4x16x8xf32, sliced<0>>
+    %again = comm.all_to_all %back : !coco.tensor<4x16x8xf32, sliced<0>> -> !coco.tensor<4x16x8xf32, sliced<2>>
+    comm.yield %again : !coco.tensor<4x16x8xf32, sliced<2>>
+  }
+  func.return
+}
