@@ -161,3 +161,20 @@ def test_an_fp8_amax_reads_the_master_slice_once():
         want = sim.run(program, ranks=ranks, seed=ranks, inplace=False)
         got = ThreadedExecutor(plan).run(want.inputs)
         np.testing.assert_array_equal(got["y"], want.outputs["y"])
+
+
+def test_across_nodes_the_kernel_computes_and_the_library_all_reduces():
+    """A group spanning nodes has no symmetric memory to exchange the partials in: the fused
+    reduction lowers op by op -- one kernel of the computation, the reduction's kernels and
+    the library all_reduce -- and computes what the sim does."""
+    from coconet.core import values as V
+
+    program = _global("f32", "max", PLACES[0])
+    fused = apply_pipeline(program, "coco-fuse{mode=reduction}")
+    plan = lower(fused, 4, None, V.nodes_of(4, 2))
+    assert [s.op for s in plan.steps if isinstance(s, Collective)] == ["all_reduce"]
+    kernels = [s.kernel for s in plan.steps if isinstance(s, Launch)]
+    assert not any(k.startswith("k_fused_reduction") for k in kernels), kernels
+    want = sim.run(program, ranks=4, seed=4, inplace=False)
+    got = ThreadedExecutor(plan).run(want.inputs)
+    np.testing.assert_array_equal(got["t"], want.outputs["t"])
