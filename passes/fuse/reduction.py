@@ -19,7 +19,14 @@ from coconet.dialects import coco, comm
 from coconet.dialects.coco_types import is_float_name
 from coconet.passes.common import body_block, fail, find_named_ops, functions, op_name
 from coconet.passes.fuse.checks import exact_set
-from coconet.passes.fuse.region import RULE, absorb_feeders, chains_in_order, fuse, fuse_plans
+from coconet.passes.fuse.region import (
+    RULE,
+    absorb_feeders,
+    chains_in_order,
+    feeding_computation,
+    fuse,
+    fuse_plans,
+)
 from coconet.passes.fuse.spaces import meet, op_space, space_of
 
 KIND = "reduction"
@@ -153,22 +160,7 @@ def reduction_chain(
     if r.parent_block() is not block:
         raise fail(f"{RULE}-block", f"{op_name(r)} is not in a function body", at=r)
     _check_reduced(r)
-    space = space_of(r.input)
-    members: set[Operation] = {r}
-    work: list[Operation] = [r]
-    while work:
-        op = work.pop()
-        for v in op.operands:
-            p = v.owner
-            if (
-                isinstance(p, coco.ElementwiseOp)
-                and p.parent_block() is block
-                and p not in members
-                and p not in taken
-                and meet(space, op_space(p)) == space
-            ):
-                members.add(p)
-                work.append(p)
+    members: set[Operation] = {r} | feeding_computation(block, r, space_of(r.input), taken)
     finisher = finisher_of(r)
     if finisher is not None and finisher.parent_block() is block:
         members.add(finisher)

@@ -25,6 +25,7 @@ from coconet.passes.common import (
     reaches_effect,
     wrap_in_region,
 )
+from coconet.passes.fuse.spaces import Space, meet, op_space
 from coconet.passes.fuse.whole_reductions import absorb_whole_reductions
 
 RULE = "fuse"
@@ -132,6 +133,30 @@ def absorb_feeders(block: Block, members: set[Operation]) -> set[Operation]:
                 if users and users <= members:
                     members.add(op)
                     work.append(op)
+    return members
+
+
+def feeding_computation(
+    block: Block, root: Operation, space: Space, taken: AbstractSet[Operation] = frozenset()
+) -> set[Operation]:
+    """The elementwise ops of `block` in iteration space `space` that feed `root` (walking
+    back over its operands, then theirs), none of `taken`: what a fused send, reduction or
+    exchange computes before its own op."""
+    members: set[Operation] = set()
+    work = [root]
+    while work:
+        op = work.pop()
+        for v in op.operands:
+            p = v.owner
+            if (
+                isinstance(p, coco.ElementwiseOp)
+                and p.parent_block() is block
+                and p not in members
+                and p not in taken
+                and meet(space, op_space(p)) == space
+            ):
+                members.add(p)
+                work.append(p)
     return members
 
 

@@ -21,8 +21,15 @@ from coconet.passes.common import (
     plan_contiguous,
 )
 from coconet.passes.fuse.checks import check_elementwise, check_sizes, exact_set
-from coconet.passes.fuse.region import RULE, Plan, absorb_feeders, fuse, fuse_plans
-from coconet.passes.fuse.spaces import meet, op_space, space_of
+from coconet.passes.fuse.region import (
+    RULE,
+    Plan,
+    absorb_feeders,
+    feeding_computation,
+    fuse,
+    fuse_plans,
+)
+from coconet.passes.fuse.spaces import space_of
 
 KIND = "send"
 
@@ -101,20 +108,7 @@ def send_chain(block: Block, send: comm.SendOp) -> set[Operation]:
             "no computation to fuse into the send",
             at=send,
         )
-    members: set[Operation] = {producer}
-    work = [producer]
-    while work:
-        op = work.pop()
-        for v in op.operands:
-            p = v.owner
-            if (
-                isinstance(p, coco.ElementwiseOp)
-                and p.parent_block() is block
-                and p not in members
-                and meet(space, op_space(p)) == space
-            ):
-                members.add(p)
-                work.append(p)
+    members = {producer} | feeding_computation(block, producer, space)
     members = absorb_feeders(block, members | {send})
     plan_contiguous(block, members, f"{RULE}-cycle", f"fusing the computation of {op_name(send)}")
     return members
