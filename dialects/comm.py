@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Container, Sequence
 from enum import auto
+from typing import TypeGuard
 
 from xdsl.dialects.builtin import I64, DenseArrayBase, IntegerAttr, UnitAttr, i64
 from xdsl.dialects.utils.enum_attribute import EnumAttribute
@@ -1042,71 +1043,14 @@ class FusedOp(RegionOp):
         """Full reductions over one iteration space, the elementwise computation of their
         inputs, and all_reduces of their partials: what one kernel computes, each element's
         values first, the reductions' totals last (lowering/fused_collective.py
-        `lower_fused_reduction`)."""
-        from coconet.dialects.coco import (
-            ConstantOp,
-            ElementwiseOp,
-            ReduceOp as FullReduceOp,
-            SliceOp,
-        )
-
-        members = ElementwiseOp | ConstantOp | SliceOp | FullReduceOp | AllReduceOp | YieldOp
-        for op in self.body.block.ops:
-            if not isinstance(op, members):
-                raise _fail(
-                    "fuse-reduction",
-                    "a fused reduction holds full reductions, the all_reduces of their "
-                    "partials, elementwise ops, constants and slices, but this one holds "
-                    f"{op.name}",
-                )
-        reduces = [op for op in self.body.block.ops if isinstance(op, FullReduceOp)]
-        if not reduces:
-            raise _fail("fuse-reduction", "a fused reduction holds at least one coco.reduce")
-        spaces = {(r.input.type.get_shape(), r.input.type.layouts) for r in reduces}
-        if len(spaces) > 1:
-            raise _fail(
-                "fuse-reduction",
-                "the reductions of a fused reduction reduce tensors of one shape and layout "
-                f"(one iteration space), got {', '.join(_describe(r.input) for r in reduces)}",
-            )
-        finished: dict[SSAValue, FullReduceOp] = {SSAValue.get(r.result): r for r in reduces}
+        `lower_fused_reduction`); and no partial both all_reduced and yielded."""
+        body = [op for op in self.body.block.ops if not isinstance(op, YieldOp)]
+        problem = fused_reduction_problem(body)
+        if problem is not None:
+            raise _fail("fuse-reduction", problem[0])
         for c in collectives:
-            r = finished.get(c.input) if isinstance(c, AllReduceOp) else None
-            if r is None or not isinstance(c, AllReduceOp) or c.kind.data != r.kind.data:
-                raise _fail(
-                    "fuse-reduction",
-                    f"{c.name} in a fused reduction combines the partial of one of its "
-                    "coco.reduce ops, of the same kind",
-                )
-        if collectives and len(collectives) != len(reduces):
-            raise _fail(
-                "fuse-reduction",
-                "the reductions of a fused reduction are all all_reduced, or none is: one "
-                "kernel finishes them across one group or on each rank",
-            )
-        if len({c.span() for c in collectives}) > 1:
-            raise _fail(
-                "fuse-reduction",
-                "the all_reduces of a fused reduction span the same grid axes",
-            )
-        totals = {r.result for r in reduces} | {c.results[0] for c in collectives}
-        for op in self.body.block.ops:
-            if isinstance(op, FullReduceOp | AllReduceOp | YieldOp):
-                continue
-            read = [v for v in op.operands if v in totals]
-            if read:
-                raise _fail(
-                    "fuse-reduction",
-                    f"{op.name} reads {_describe(read[0])}, a reduction's total, inside the "
-                    "fused reduction: the kernel finishes its reductions last; read it after "
-                    "the region",
-                )
-        for r in reduces:
-            partial = r.result
-            if any(c.operands[0] is partial for c in collectives) and any(
-                u.operation.parent_op() is self and isinstance(u.operation, YieldOp)
-                for u in partial.uses
-            ):
+            partial = c.operands[0]
+            if any(isinstance(u.operation, YieldOp) for u in partial.uses):
                 raise _fail(
                     "fuse-reduction",
                     f"the partial {_describe(partial)} is all_reduced in the fused reduction: "
@@ -1193,7 +1137,67 @@ def linked_groups(
     return list(groups.values())
 
 
-def is_fused_all_gather(op: object) -> bool:
+def fused_reduction_problem(ops: Sequence[Operation]) -> tuple[str, Operation | None] | None:
+    """What keeps `ops` from being one `comm.fused reduction` (its body, or the set
+    coco-fuse-reduction would fuse): a message and the op it is about, or None. One kernel
+    computes the elementwise ops at every element and finishes the reductions last, so the set
+    holds full reductions of one iteration space, elementwise ops, constants, slices and
+    all_reduces each combining one reduction's partial in its kind -- every reduction so, or
+    none, over one group -- and nothing in it reads a reduction's total."""
+    from coconet.dialects.coco import ConstantOp, ElementwiseOp, ReduceOp as FullReduceOp, SliceOp
+
+    members = ElementwiseOp | ConstantOp | SliceOp | FullReduceOp | AllReduceOp
+    for op in ops:
+        if not isinstance(op, members):
+            return (
+                "a fused reduction holds full reductions, the all_reduces of their partials, "
+                f"elementwise ops, constants and slices, but this one holds {op.name}",
+                op,
+            )
+    reduces = [op for op in ops if isinstance(op, FullReduceOp)]
+    if not reduces:
+        return "a fused reduction holds at least one coco.reduce", None
+    if len({(r.input.type.get_shape(), r.input.type.layouts) for r in reduces}) > 1:
+        return (
+            "the reductions of a fused reduction reduce tensors of one shape and layout "
+            f"(one iteration space), got {', '.join(_describe(r.input) for r in reduces)}",
+            reduces[-1],
+        )
+    finished: dict[SSAValue, FullReduceOp] = {SSAValue.get(r.result): r for r in reduces}
+    finishers = [op for op in ops if isinstance(op, AllReduceOp)]
+    for c in finishers:
+        r = finished.get(c.input)
+        if r is None or c.kind.data != r.kind.data:
+            return (
+                f"{c.name} in a fused reduction combines the partial of one of its coco.reduce "
+                "ops, of the same kind",
+                c,
+            )
+    if finishers and len(finishers) != len(reduces):
+        return (
+            "the reductions of a fused reduction are all all_reduced, or none is: one kernel "
+            "finishes them across one group or on each rank",
+            reduces[0],
+        )
+    if len({c.span() for c in finishers}) > 1:
+        return "the all_reduces of a fused reduction span the same grid axes", finishers[-1]
+    totals = {r.result for r in reduces} | {c.result for c in finishers}
+    for op in ops:
+        read = (
+            []
+            if isinstance(op, FullReduceOp | AllReduceOp)
+            else [v for v in op.operands if v in totals]
+        )
+        if read:
+            return (
+                f"{op.name} reads {_describe(read[0])}, a reduction's total, inside the fused "
+                "reduction: the kernel finishes its reductions last; read it after the region",
+                op,
+            )
+    return None
+
+
+def is_fused_all_gather(op: object) -> TypeGuard[FusedOp]:
     """A `comm.fused all_gather` region (fuse(ag)): its all_gather and the computation around
     it as one exchange kernel, which an overlap chunks by rows like an all_gather."""
     return isinstance(op, FusedOp) and op.kind.data == FusionKind.ALL_GATHER
@@ -1285,15 +1289,15 @@ class OverlapOp(RegionOp):
                 made = {mm, lhs, rhs, mm.lhs.owner}
                 self._check_only(body, made, "the matmul and the all_to_all making its operand")
             return
-        # (the all_to_all forms may reach their all_to_all through a reshape)
-        reshaped = [op for op in consumers if isinstance(op, ReshapeOp)]
-        through = [
-            use.operation
-            for r in reshaped
-            for use in r.result.uses
-            if use.operation.parent_block() is self.body.block
-        ]
         if self.all_to_all is not None:  # (a pipeline boundary's chain goes further)
+            # (reached through a reshape or not)
+            through = [
+                use.operation
+                for r in consumers
+                if isinstance(r, ReshapeOp)
+                for use in r.result.uses
+                if use.operation.parent_block() is self.body.block
+            ]
             self._check_only(
                 body,
                 {producers[0], *consumers, *through},
@@ -1375,7 +1379,7 @@ class OverlapOp(RegionOp):
         piece: TensorType | None = None
         operands = {producer.lhs, producer.rhs}
         for op in self.body.block.ops:  # (a fused all_gather's result is its gather's)
-            if isinstance(op, FusedOp) and is_fused_all_gather(op):
+            if is_fused_all_gather(op):
                 operands |= {v for v, r in zip(op.yield_op.values, op.res) if r in operands}
         for op in self.walk():
             if isinstance(op, ReduceScatterOp) and op.input == producer.result:
@@ -1598,6 +1602,7 @@ __all__ = [
     "check_acc",
     "collective_result_type",
     "deferral_of",
+    "fused_reduction_problem",
     "is_fused_all_gather",
     "segment_of",
     "topology_of",

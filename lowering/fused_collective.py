@@ -117,12 +117,7 @@ def lower_fused_reduction(lw: PlanBuilder, region: comm.FusedOp) -> None:
     if floats and not (finishers and _hierarchical(finishers)):
         emit_collective_kernel(lw, set(body), [], [], compute, [], reductions)
     else:
-        if compute:
-            alone = set(compute)
-            remat = lw.rematerialized([v for op in compute for v in op.operands], alone)
-            lw.lower_elementwise(remat + compute, "fused", stores=_stored(lw, compute, alone, []))
-        for op in reductions:
-            lw.lower_op(op)
+        _emit_chain(lw, body, [])  # (no scatter or gather: a kernel, then op by op)
     for res, v in zip(region.res, region.yield_op.values):
         lw.buffers[res] = lw.value_buffer(v)
 
@@ -396,8 +391,8 @@ def emit_collective_kernel(
 
     # The kernel iterates over this rank's slice: the type of the sliced values.
     sliced = [op.result for op in scatters] + [r for op in compute for r in op.results]
-    sliced += [op.input for op in gathers]
-    sliced += [op.input for op in reductions if isinstance(op, coco.ReduceOp)]
+    reduced = [op.input for op in reductions if isinstance(op, coco.ReduceOp)]
+    sliced += [op.input for op in gathers] + reduced
     sliced = iteration_values(sliced, compute)
     iteration = lw.iteration_type(
         [v.owner for v in sliced if isinstance(v.owner, Operation)],
@@ -421,7 +416,6 @@ def emit_collective_kernel(
     inside = {r for op in [*members, *remat] for r in op.results}
     inputs: list[SSAValue] = []
     sources = [wire_source(lw, op.input) for op in scatters] if single else []
-    reduced = [op.input for op in reductions if isinstance(op, coco.ReduceOp)]
     for v in [v for op in remat + compute + gathers for v in op.operands] + sources + reduced:
         if v not in inside and v not in inputs:
             inputs.append(v)

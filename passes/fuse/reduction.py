@@ -26,6 +26,7 @@ from coconet.passes.fuse.region import (
     feeding_computation,
     fuse,
     fuse_plans,
+    in_order,
 )
 from coconet.passes.fuse.spaces import meet, op_space, space_of
 
@@ -198,65 +199,35 @@ def _check_reduced(r: coco.ReduceOp) -> None:
 
 
 def check_reduction_set(members: set[Operation]) -> None:
-    """What the region's verifier checks, as a refusal of the set before it is built."""
-    reduces = [m for m in members if isinstance(m, coco.ReduceOp)]
-    if not reduces:
-        raise fail(f"{RULE}-reduction", "a fused reduction holds at least one coco.reduce")
-    for r in reduces:
-        _check_reduced(r)
-    if len({space_of(r.input) for r in reduces}) > 1:
-        raise fail(
-            f"{RULE}-reduction",
-            "the reductions of a fused reduction reduce tensors of one iteration space",
-            at=reduces[-1],
-        )
+    """The region verifier's rules (`comm.fused_reduction_problem`), as a refusal of the set
+    before it is built; and what the pass adds: float reductions of tensors, all_reduces that
+    are their partials' only readers with no stated acc, computation in the reductions'
+    space."""
+    ops = in_order(members)
+    for r in ops:
+        if isinstance(r, coco.ReduceOp):
+            _check_reduced(r)
+    problem = comm.fused_reduction_problem(ops)
+    if problem is not None:
+        message, at = problem
+        raise fail(f"{RULE}-reduction", message, at=at)
+    reduces = [m for m in ops if isinstance(m, coco.ReduceOp)]
     space = space_of(reduces[0].input)
-    partials: dict[SSAValue, coco.ReduceOp] = {r.result: r for r in reduces}
-    finishers = [m for m in members if isinstance(m, comm.AllReduceOp)]
-    for m in members:
+    for m in ops:
         if isinstance(m, comm.AllReduceOp):
-            r = partials.get(m.input)
-            if r is None or finisher_of(r) is not m:
+            r = m.input.owner
+            if not isinstance(r, coco.ReduceOp) or finisher_of(r) is not m:
                 raise fail(
                     f"{RULE}-reduction",
-                    f"{op_name(m)} does not combine the partial of a reduction of the set "
-                    "(its only reader, of the same kind, no stated acc)",
+                    f"{op_name(m)} is not the only reader of the partial it combines, or "
+                    "states its accumulation (the kernel combines partials in double and "
+                    "rounds once)",
                     at=m,
                 )
-        elif isinstance(m, coco.ElementwiseOp):
-            if meet(space, op_space(m)) != space:
-                raise fail(
-                    f"{RULE}-sizes",
-                    f"{op_name(m)} computes over a different iteration space than the "
-                    "reductions (one kernel runs one space)",
-                    at=m,
-                )
-        elif not isinstance(m, coco.ReduceOp | coco.ConstantOp | coco.SliceOp):
+        elif isinstance(m, coco.ElementwiseOp) and meet(space, op_space(m)) != space:
             raise fail(
-                f"{RULE}-reduction",
-                f"{op_name(m)} cannot join a fused reduction: it holds full reductions, the "
-                "all_reduces of their partials and elementwise ops, constants and slices",
-                at=m,
-            )
-    if finishers and len(finishers) != len(reduces):
-        raise fail(
-            f"{RULE}-reduction",
-            "the reductions of a fused reduction are all all_reduced, or none is",
-            at=reduces[0],
-        )
-    if len({f.span() for f in finishers}) > 1:
-        raise fail(
-            f"{RULE}-reduction",
-            "the all_reduces of a fused reduction span the same grid axes",
-            at=finishers[-1],
-        )
-    totals = {r.result for r in reduces} | {f.result for f in finishers}
-    for m in members:
-        if not isinstance(m, coco.ReduceOp | comm.AllReduceOp) and any(
-            v in totals for v in m.operands
-        ):
-            raise fail(
-                f"{RULE}-reduction",
-                f"{op_name(m)} reads a reduction's total: the kernel finishes its reductions last",
+                f"{RULE}-sizes",
+                f"{op_name(m)} computes over a different iteration space than the "
+                "reductions (one kernel runs one space)",
                 at=m,
             )
