@@ -15,11 +15,13 @@ Every MPI rank of a coconet job (a `coco-run` worker, or a user script that call
   `step_timeout` seconds (a peer stuck or dead in a way MPI cannot see);
 * `COCONET_FAULT` injects failures for the tests of all this, and only where a test enables the
   hook explicitly (`COCONET_FAULT_INJECTION=1`: a production job never honours it):
-  `RANK:KIND[:STEP[:CALL]]` with KIND raise | kill | segv | exit | hang | compile | corrupt |
-  absent, at plan step STEP (default 0) of the CALL-th run (default 1) on rank RANK (`compile`:
-  that rank's kernels do not compile; `corrupt`: coco-run's worker perturbs that rank's first
-  output so that --check must fail; `absent`: the rank stops before its CALL-th run and never
-  arrives at the waits for every rank that come next).
+  `RANK:KIND[:STEP[:CALL]]` with KIND raise | kill | segv | exit | fork-exit | hang | compile |
+  corrupt | absent, at plan step STEP (default 0) of the CALL-th run (default 1) on rank RANK
+  (`compile`: that rank's kernels do not compile; `corrupt`: coco-run's worker perturbs that
+  rank's first output so that --check must fail; `absent`: the rank stops before its CALL-th
+  run and never arrives at the waits for every rank that come next; `fork-exit`: the rank
+  forks a child that lives on holding every descriptor it inherited -- as a forked data-loader
+  worker does -- and exits with status 3, so mpiexec never sees the rank's sockets close).
 
 A wait for every rank outside any plan step (coco-run's barriers and reductions around runs,
 `FailureGuard.waiting`) is watched as a plan step is: when it lasts `step_timeout`, the waiting
@@ -46,9 +48,20 @@ from coconet.core.program import CocoError
 
 FAULT_ENV = "COCONET_FAULT"
 FAULT_INJECTION_ENV = "COCONET_FAULT_INJECTION"  # "1": tests enable the hook
+FORKED_CHILD_LIFE = 120.0  # seconds the `fork-exit` fault's child outlives its rank
 STATUS_DIR_ENV = "COCONET_STATUS_DIR"
 MONITOR_ENV = "COCONET_MONITOR"
-FAULT_KINDS = ("raise", "kill", "segv", "exit", "hang", "compile", "corrupt", "absent")
+FAULT_KINDS = (
+    "raise",
+    "kill",
+    "segv",
+    "exit",
+    "fork-exit",
+    "hang",
+    "compile",
+    "corrupt",
+    "absent",
+)
 
 
 class InjectedFault(RuntimeError):
@@ -270,6 +283,12 @@ class FailureGuard:
         if kind == "segv":
             os.kill(os.getpid(), signal.SIGSEGV)
         if kind == "exit":
+            os._exit(3)
+        if kind == "fork-exit":
+            if os.fork() == 0:
+                time.sleep(FORKED_CHILD_LIFE)
+                os._exit(0)
+            time.sleep(0.5)  # as a rank does some work after starting its workers
             os._exit(3)
         if kind == "hang":
             while True:

@@ -16,6 +16,12 @@ the rank that failed and why:
    signal comes from its supervisor's record (else mpiexec's report), and the rank's
    faulthandler file shows where a crash happened;
 5. the whole job ran past `timeout` seconds: every process of the job is killed.
+
+mpiexec ends a job when a rank's PMI socket and output pipes close, which a process the rank
+forked (a data-loader worker) keeps open for as long as it lives: the launcher does not rely
+on it. Once any rank has failed (its connection closed without a goodbye, it reported a
+failure, or its supervisor recorded a failed end), the job has `FAILURE_GRACE` seconds to end;
+then the launcher kills every rank's process group itself (hydra's own unit) and mpiexec.
 """
 
 from __future__ import annotations
@@ -47,6 +53,9 @@ JANITOR = Path(__file__).with_name("job_janitor.py")
 # How long after mpiexec has exited the launcher waits for the supervisors' records (a
 # supervisor outlives hydra's kill of its rank by the moment it takes to reap and write).
 EXIT_RECORD_WAIT = 3.0
+# How long a job may take to end after one of its ranks failed before the launcher stops it
+# (hydra's own clean-up takes well under a second; a reporting rank waits 0.5 s to abort).
+FAILURE_GRACE = 5.0
 
 _NOISE = re.compile(
     r"^(=+|=\s.*|\s*BAD TERMINATION.*|.*RUNNING AT .*|\s*EXIT CODE:.*|.*CLEANING UP REMAINING.*|"
@@ -65,6 +74,7 @@ class RankExit:
     code: int | None  # its exit status, when it exited
     signal: int | None  # the signal that killed it, when one did
     time: float  # when (time.time())
+    group: int | None = None  # its process group (its supervisor's hydra started)
 
     def describe(self) -> str:
         if self.signal is not None:
@@ -208,6 +218,10 @@ class Monitor(threading.Thread):
         sel.close()
         self.server.close()
 
+    def failure_seen(self) -> bool:
+        """Whether a rank has vanished or reported a failure."""
+        return bool(self.deaths) or self.first_failing is not None
+
     def death_came_first(self) -> bool:
         """Whether a rank vanished before (or as) any rank reported a failure: the same round
         counts as first, since a rank reporting an error sleeps half a second before it
@@ -344,10 +358,7 @@ def launch(
                 for sig in (signal.SIGTERM, signal.SIGHUP)
             }
         try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _kill_group(proc)
+            timed_out = not _wait_for_job(proc, monitor, status, ranks, timeout)
         except KeyboardInterrupt:
             _kill_group(proc)
             raise
@@ -372,11 +383,72 @@ def launch(
             ranks,
             proc.returncode,
             "".join(noise) + stderr,
-            monitor.deaths,
+            _deaths(monitor.deaths, exits),
             exits,
             death_first=monitor.death_came_first(),
         )
         return LaunchResult(proc.returncode or 1, message, stderr, elapsed, exits)
+
+
+def _wait_for_job(
+    proc: subprocess.Popen, monitor: Monitor, status: Path, ranks: int, timeout: float | None
+) -> bool:
+    """Wait for mpiexec; False when the job ran past `timeout` (then it is killed). A job
+    still running `FAILURE_GRACE` seconds after a rank failed is stopped (module docstring)."""
+    deadline = math.inf if timeout is None else time.monotonic() + timeout
+    failed_at: float | None = None
+    while True:
+        try:
+            proc.wait(timeout=max(0.0, min(0.2, deadline - time.monotonic())))
+            return True
+        except subprocess.TimeoutExpired:
+            pass
+        now = time.monotonic()
+        if now >= deadline:
+            _kill_group(proc)
+            return False
+        if failed_at is None:
+            if monitor.failure_seen() or any(e.failed for e in read_rank_exits(status, 0).values()):
+                failed_at = now
+        elif now - failed_at > FAILURE_GRACE:
+            _stop_ranks(status)
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc)
+            return True
+
+
+def _stop_ranks(status: Path) -> None:
+    """SIGKILL the process group of every rank (with whatever the rank forked): a live rank's
+    from its pid, an ended one's from its supervisor's record. A live rank's pid cannot have
+    been reused (its supervisor has not reaped it); an ended rank's group is killed only while
+    a process of the job still holds its number."""
+    groups: set[int] = set()
+    for rank_exit in read_rank_exits(status, 0).values():
+        if rank_exit.group is not None:
+            groups.add(rank_exit.group)
+    ended = {e.pid for e in read_rank_exits(status, 0).values()}
+    for pid in _pids(status):
+        if pid not in ended:
+            try:
+                groups.add(os.getpgid(pid))
+            except OSError:
+                continue
+    own = os.getpgrp()
+    for group in groups - {own, 0, 1}:
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except OSError:
+            continue
+
+
+def _deaths(seen: list[tuple[int, int]], exits: dict[int, RankExit]) -> list[tuple[int, int]]:
+    """The ranks that vanished: those the monitor saw go without a goodbye, then the ranks
+    whose supervisors recorded a failed end the monitor did not see (a child the rank forked
+    still held its connection), by the time they ended."""
+    more = sorted((e for e in exits.values() if e.failed), key=lambda e: e.time)
+    return seen + [(e.rank, e.pid) for e in more if (e.rank, e.pid) not in seen]
 
 
 def read_rank_exits(status: Path, ranks: int, wait: float = 0.0) -> dict[int, RankExit]:
@@ -390,7 +462,12 @@ def read_rank_exits(status: Path, ranks: int, wait: float = 0.0) -> dict[int, Ra
             try:
                 d = json.loads(f.read_text())
                 exits[int(d["rank"])] = RankExit(
-                    int(d["rank"]), int(d["pid"]), d.get("code"), d.get("signal"), d["time"]
+                    int(d["rank"]),
+                    int(d["pid"]),
+                    d.get("code"),
+                    d.get("signal"),
+                    d["time"],
+                    d.get("group"),
                 )
             except (OSError, ValueError, KeyError, TypeError):
                 continue

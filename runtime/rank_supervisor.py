@@ -13,9 +13,10 @@ this script, three processes deep:
 
 R is in G with P, so hydra's group kill ends R (and P) exactly as it ends an unsupervised rank.
 S is outside G: it survives that kill, reaps R and writes `rank<N>.exit` to the launcher's
-status directory (`{"rank", "pid", "code" | "signal", "time"}`), then ends the way R ended. P
-waits for S and ends the same way again (the exit code, or the same signal sent to itself), so
-hydra sees what it would have seen from R: a rank killed by a signal still makes it end the job.
+status directory (`{"rank", "pid", "group", "code" | "signal", "time"}`), then ends the way R
+ended. P waits for S and ends the same way again (the exit code, or the same signal sent to
+itself), so hydra sees what it would have seen from R: a rank killed by a signal still makes
+it end the job.
 
 Signals sent to P alone are passed on to R. The script uses only the standard library and runs
 by path with `-S` (no site-packages): it starts in a few milliseconds per rank.
@@ -33,12 +34,14 @@ STATUS_DIR_ENV = "COCONET_STATUS_DIR"  # as runtime/failures.py (imported from n
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1)
 
 
-def record_exit(status_dir: str | None, rank: str | None, pid: int, wait_status: int) -> None:
+def record_exit(
+    status_dir: str | None, rank: str | None, pid: int, wait_status: int, group: int
+) -> None:
     """Write the rank's end to `<status_dir>/rank<rank>.exit` (atomically); a status directory
     that is gone (the front end was killed and cleaned up) is no error."""
     if not status_dir or rank is None:
         return
-    entry: dict[str, object] = {"rank": int(rank), "pid": pid, "time": time.time()}
+    entry: dict[str, object] = {"rank": int(rank), "pid": pid, "group": group, "time": time.time()}
     if os.WIFSIGNALED(wait_status):
         entry["signal"] = os.WTERMSIG(wait_status)
     else:
@@ -94,7 +97,9 @@ def main(argv: list[str]) -> None:
         os.write(rank_pid_w, str(rank).encode())
         os.close(rank_pid_w)
         wait_status = _wait(rank)
-        record_exit(os.environ.get(STATUS_DIR_ENV), os.environ.get("PMI_RANK"), rank, wait_status)
+        record_exit(
+            os.environ.get(STATUS_DIR_ENV), os.environ.get("PMI_RANK"), rank, wait_status, group
+        )
         end_like(wait_status)
     # P: pass signals sent to it alone on to the rank; then end as S (and so R) ended.
     os.close(rank_pid_w)

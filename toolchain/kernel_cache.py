@@ -42,6 +42,7 @@ import shutil
 import stat
 import tempfile
 import threading
+import time
 import warnings
 from collections.abc import Callable, Generator
 from contextlib import contextmanager
@@ -61,6 +62,9 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+# Seconds a builder waits for another process building the same key before building it too
+# (an NVRTC unit of many kernels compiles in well under a minute).
+LOCK_WAIT = 300.0
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: a FIFO at an entry's name must not hang the open
@@ -574,7 +578,9 @@ def _unlink_quietly(directory: int, name: str) -> None:
 def _locked(shard: int, name: str) -> Generator[None, None, None]:
     """Serialize builders of one key across processes and threads (MPI ranks compile the same
     kernels at the same moment). Correctness does not depend on it, only wasted compiler time,
-    so a lock that cannot be taken (read-only cache, a symlink at its name) is skipped."""
+    so a lock that cannot be taken (read-only cache, a symlink at its name) is skipped, and
+    one held for `LOCK_WAIT` seconds (a builder stopped, or stuck in its compiler) is given
+    up on: nothing waits forever."""
     try:
         fd = os.open(
             name + ".lock",
@@ -588,7 +594,15 @@ def _locked(shard: int, name: str) -> Generator[None, None, None]:
         yield
         return
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        deadline = time.monotonic() + LOCK_WAIT
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(0.02)
         yield
     finally:
         os.close(fd)  # releases the lock

@@ -11,7 +11,10 @@ until all are gone:
 * `exception` -- the rank raises in plan step 1 of its third run (`COCONET_FAULT=R:raise:1:3`);
 * `compile`   -- the rank's kernels do not compile (`R:compile`);
 * `absent`    -- the rank stops before its third run and never arrives at the barrier that
-  starts the next bench iteration (`R:absent:0:3`, with `--step-timeout 3`).
+  starts the next bench iteration (`R:absent:0:3`, with `--step-timeout 3`);
+* `fork-exit` -- the rank forks a child that lives on with the rank's descriptors (a forked
+  data-loader worker) and exits with status 3 in plan step 1 of its third run
+  (`R:fork-exit:1:3`): mpiexec never sees the rank's sockets close, the launcher must act.
 
 Measured: the front end's exit status and its first stderr line (what the user sees), when each
 rank process went away, the time from the fault (the SIGKILL; else the first rank gone) until
@@ -36,7 +39,7 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[2]
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
-FAULTS = ("sigkill", "exception", "compile", "absent")
+FAULTS = ("sigkill", "exception", "compile", "absent", "fork-exit")
 BENCH = ("--bench", "--warmup", "0", "--iters", "1000000", "-q")
 
 
@@ -148,6 +151,8 @@ def run_fault(kind: str, ranks: int, timeout: float = 120.0) -> FaultRun:
         env["COCONET_FAULT"] = f"{victim}:raise:1:3"
     elif kind == "compile":
         env["COCONET_FAULT"] = f"{victim}:compile"
+    elif kind == "fork-exit":
+        env["COCONET_FAULT"] = f"{victim}:fork-exit:1:3"
     elif kind == "absent":
         env["COCONET_FAULT"] = f"{victim}:absent:0:3"
         args += ("--step-timeout", "3")
@@ -206,7 +211,7 @@ def _follow(run: FaultRun, args: tuple[str, ...], env: dict[str, str], err, time
             for pid, p in seen.items():
                 if pid != front.pid and pid not in run.rank_pids.values():
                     rank = _rank_of(p)
-                    if rank is not None:
+                    if rank is not None and rank not in run.rank_pids:  # not a child it forked
                         run.rank_pids[rank] = pid
             for rank, pid in run.rank_pids.items():
                 if rank not in run.gone_at and not _alive(seen[pid]):

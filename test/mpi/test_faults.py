@@ -1,6 +1,7 @@
 """Faults on real `coco-run` jobs (fault_harness.py): a rank SIGKILLed in the middle of a
 `--bench` loop, a rank raising, a rank whose kernels do not compile, a rank that never arrives
-at the next barrier -- each on 2 and 4 ranks. Every case must end every process of the job
+at the next barrier, a rank exiting while a child it forked holds its sockets -- each on 2 and
+4 ranks. Every case must end every process of the job
 (mpiexec, hydra's proxy, every rank, the front end) within 10 s of the fault, the front end
 with status 1 and one `coco-run: error:` line naming the failing rank, no traceback, and no
 process left behind; and every rank's own end, as its supervisor recorded it, is a failure (a
@@ -23,6 +24,7 @@ EXPECT = {
     "exception": "rank {R}: InjectedFault: injected fault at step 1",
     "compile": "rank {R}: compiling the kernels of @sgd failed",
     "absent": "rank {R} never arrived at the start of bench iteration 1",
+    "fork-exit": "rank {R} (pid",
 }
 
 
@@ -54,6 +56,9 @@ def test_a_fault_on_one_rank_ends_every_process_promptly(kind, ranks):
     assert {r: e["pid"] for r, e in run.rank_exits.items()} == run.rank_pids, report
     assert run.fault_to_last_rank_exit is not None, report
     assert run.fault_to_last_rank_exit < 10.0, report
+    if kind == "fork-exit":
+        assert "exited with status 3 without reporting an error" in run.message, report
+        assert run.rank_end(ranks - 1) == "exit 3", report
     if kind == "sigkill":
         assert "SIGKILL" in run.message, report
         assert run.rank_end(ranks - 1) == "SIGKILL", report

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from mpi_env import MPI_MARKS, MPIEXEC
+from mpi_env import MPI_MARKS, MPIEXEC, run_job
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.mlir"))
@@ -45,11 +45,8 @@ FALLBACK_PIPELINES = [
 def coco_run(
     *args: str, env: dict[str, str] | None = None, timeout: float = 180
 ) -> subprocess.CompletedProcess:
-    return subprocess.run(
+    return run_job(
         [sys.executable, "-m", "coconet.tools.coco_run", *args],
-        capture_output=True,
-        check=False,
-        text=True,
         timeout=timeout,
         cwd=ROOT,
         env={**os.environ, **(env or {})},

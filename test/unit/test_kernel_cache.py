@@ -107,6 +107,26 @@ def test_a_symlink_planted_as_the_lock_is_not_followed(tmp_path):
     assert victim.read_text() == "keep me"
 
 
+def test_a_lock_held_by_a_stuck_builder_is_given_up_on(monkeypatch):
+    """A builder that stopped while holding the key's lock (SIGSTOP, a hung compiler) does not
+    make every later build wait forever: after LOCK_WAIT this one builds the key itself."""
+    import fcntl
+
+    monkeypatch.setattr(kernel_cache, "LOCK_WAIT", 0.3)
+    source = SOURCE + "// stuck builder\n"
+    lock = Path(str(host_cache_path(source)) + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    holder = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX)  # another open file description: as another process
+        lib = compile_host(source)
+    finally:
+        os.close(holder)
+    assert not lib.cache_hit
+    assert _works(lib)
+    assert compile_host(source).cache_hit  # and it was published
+
+
 def test_a_cache_that_cannot_be_written_builds_privately(monkeypatch, private_cache):
     def refuse(shard, name, source):
         raise PermissionError(13, "Permission denied", name)

@@ -55,6 +55,9 @@ def test_an_exit_status_is_recorded_and_passed_on(tmp_path):
     assert record["rank"] == 3
     assert record["code"] == 3
     assert "signal" not in record
+    # the group hydra kills (the supervisor's session): the launcher's to kill if hydra
+    # does not end the job (a child the rank forked holds its sockets open)
+    assert record["group"] == proc.pid
 
 
 def test_a_clean_exit_is_recorded_as_status_0(tmp_path):
