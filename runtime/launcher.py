@@ -163,6 +163,7 @@ class Monitor(threading.Thread):
         self.server.listen(64)
         self.server.setblocking(False)
         self.deaths: list[tuple[int, int]] = []  # (rank, pid) in the order they were seen
+        self.spoke: set[int] = set()  # the ranks that said goodbye or reported a failure
         # When the first death and the first reported failure were seen (select rounds): a
         # peer whose MPI call fails because a rank was killed reports an error of its own,
         # after the death -- the death is the cause then (`death_came_first`).
@@ -206,6 +207,8 @@ class Monitor(threading.Thread):
                             st["rank"], st["pid"] = int(words[1]), int(words[2])
                         elif words:
                             st["said"] = words[0]
+                            if st["rank"] is not None:
+                                self.spoke.add(st["rank"])
                             if words[0] == "failing" and self.first_failing is None:
                                 self.first_failing = self.rounds
                     continue
@@ -383,7 +386,7 @@ def launch(
             ranks,
             proc.returncode,
             "".join(noise) + stderr,
-            _deaths(monitor.deaths, exits),
+            _deaths(monitor.deaths, exits, monitor.spoke),
             exits,
             death_first=monitor.death_came_first(),
         )
@@ -443,12 +446,15 @@ def _stop_ranks(status: Path) -> None:
             continue
 
 
-def _deaths(seen: list[tuple[int, int]], exits: dict[int, RankExit]) -> list[tuple[int, int]]:
+def _deaths(
+    seen: list[tuple[int, int]], exits: dict[int, RankExit], spoke: set[int]
+) -> list[tuple[int, int]]:
     """The ranks that vanished: those the monitor saw go without a goodbye, then the ranks
-    whose supervisors recorded a failed end the monitor did not see (a child the rank forked
-    still held its connection), by the time they ended."""
+    that never spoke to it whose supervisors recorded a failed end the monitor did not see (a
+    child the rank forked still held its connection), by the time they ended."""
     more = sorted((e for e in exits.values() if e.failed), key=lambda e: e.time)
-    return seen + [(e.rank, e.pid) for e in more if (e.rank, e.pid) not in seen]
+    unseen = [e for e in more if (e.rank, e.pid) not in seen and e.rank not in spoke]
+    return seen + [(e.rank, e.pid) for e in unseen]
 
 
 def read_rank_exits(status: Path, ranks: int, wait: float = 0.0) -> dict[int, RankExit]:
@@ -539,7 +545,11 @@ def _crash_location(status: Path, rank: int) -> str:
 def _reported_failure(status: Path) -> str | None:
     """The failure a rank reported itself, in one line: an error, else a failed check, else
     the watchdog report of the earliest step (None: no rank reported one)."""
-    errors = _read_reports(status, "error")
+    # a rank's own error, or the environment it refused (a bad COCONET_FAULT), earliest first
+    errors = sorted(
+        _read_reports(status, "error") + _read_reports(status, "environment"),
+        key=lambda r: (r.get("time", 0), r.get("rank", 0)),
+    )
     if errors:
         first = errors[0]
         return f"rank {first['rank']}: {first['message']}"
