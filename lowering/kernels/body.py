@@ -148,7 +148,14 @@ class BodyBuilder(BuilderState):
         res = op.results[0]
         elt = tensor_type_of(res).elt
         expr = self.expression(op, args)
-        rounded = round_from_double(elt, expr) if in_double(op) else round_expr(elt, expr)
+        if isinstance(op, coco.SliceOp):
+            # A re-indexing: the operand (of the same type) is on the type's grid already,
+            # and the sim copies its bits (rounding again would quiet a signaling NaN).
+            rounded = expr
+        elif in_double(op):
+            rounded = round_from_double(elt, expr)
+        else:
+            rounded = round_expr(elt, expr)
         var = Var(C_COMPUTE[elt], res.name_hint, fallback or f"t{len(self.local)}")
         comment = op.name + (f" %{res.name_hint}" if res.name_hint else "")
         decl = Decl(var, rounded, comment=comment)

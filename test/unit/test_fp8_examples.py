@@ -353,6 +353,19 @@ def test_the_epilogue_s_last_phase_vectorizes_on_the_host(tmp_path: Path) -> Non
     assert line in vectorized_lines(source, tmp_path)
 
 
+def test_a_slice_is_not_rounded_again() -> None:
+    """A `coco.slice` re-indexes a value already on its type's grid (loaded from bf16 storage,
+    or computed and rounded): the kernel declares it as that value, where it encoded and
+    decoded the bf16 residual of the fused epilogue once more per element (and would have
+    quieted a signaling NaN the sim copies bit for bit)."""
+    source = lower(scheduled("allreduce_rmsnorm_fp8", "fuse(rs-c-ag)"), 2).cuda_source
+    slices = [ln for ln in source.splitlines() if "// coco.slice" in ln]
+    assert slices, source
+    for line in slices:
+        init = line.split("=", 1)[1].split(";", 1)[0].strip()
+        assert init.isidentifier(), line
+
+
 @pytest.mark.usefixtures("product_host_build")
 def test_the_fp8_gradient_widens_in_vectors_on_the_host(tmp_path: Path) -> None:
     """The fused Adam's reduce_scatter combines each further peer's fp8 vector in a lanes loop
