@@ -1,7 +1,8 @@
 """Full reductions finished inside a fused collective kernel and all-reduced across its group
 (LAMB's norms).
 
-Each thread accumulates its elements in double (in a fixed order), the block combines its
+Each thread accumulates its elements in double (in a fixed order; a max or min of floats in
+float, which gives the same bits at twice the vector width), the block combines its
 threads in order into partials[block]; the LAST block of the rank to finish (an atomic
 ticket: no block ever waits for another block of its rank) combines the blocks in order,
 rounds the rank's partial to the element type as the unfused reduce does, and exchanges it
@@ -39,7 +40,7 @@ from coconet.lowering.kernel_ir import (
     Var,
     peer,
 )
-from coconet.lowering.kernels.elements import accumulator, load_expr, store_from_double
+from coconet.lowering.kernels.elements import load_expr, reduce_accumulator, store_from_double
 from coconet.lowering.kernels.reductions import lane_partials
 from coconet.lowering.kernels.statements import call, row_element, thread_zero
 from coconet.lowering.kernels.vectors import VectorBuilder
@@ -52,7 +53,7 @@ class ReductionBuilder(VectorBuilder):
     def kinds(self) -> list[tuple[Reduction, CType]]:
         """Each reduction's kind and accumulator type."""
         return [
-            (Reduction(kind), accumulator(tensor_type_of(v).elt))
+            (Reduction(kind), reduce_accumulator(tensor_type_of(v).elt, Reduction(kind)))
             for v, kind, _ in self.k.reductions
         ]
 
