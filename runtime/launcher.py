@@ -361,7 +361,7 @@ def launch(
                 for sig in (signal.SIGTERM, signal.SIGHUP)
             }
         try:
-            timed_out = not _wait_for_job(proc, monitor, status, ranks, timeout)
+            timed_out = not _wait_for_job(proc, monitor, status, timeout)
         except KeyboardInterrupt:
             _kill_group(proc)
             raise
@@ -394,7 +394,7 @@ def launch(
 
 
 def _wait_for_job(
-    proc: subprocess.Popen, monitor: Monitor, status: Path, ranks: int, timeout: float | None
+    proc: subprocess.Popen, monitor: Monitor, status: Path, timeout: float | None
 ) -> bool:
     """Wait for mpiexec; False when the job ran past `timeout` (then it is killed). A job
     still running `FAILURE_GRACE` seconds after a rank failed is stopped (module docstring)."""
@@ -425,13 +425,11 @@ def _wait_for_job(
 def _stop_ranks(status: Path) -> None:
     """SIGKILL the process group of every rank (with whatever the rank forked): a live rank's
     from its pid, an ended one's from its supervisor's record. A live rank's pid cannot have
-    been reused (its supervisor has not reaped it); an ended rank's group is killed only while
-    a process of the job still holds its number."""
-    groups: set[int] = set()
-    for rank_exit in read_rank_exits(status, 0).values():
-        if rank_exit.group is not None:
-            groups.add(rank_exit.group)
-    ended = {e.pid for e in read_rank_exits(status, 0).values()}
+    been reused (its supervisor has not reaped it); an ended rank's group number is seconds
+    old (Linux hands out pids in sequence)."""
+    exits = read_rank_exits(status, 0).values()
+    groups = {e.group for e in exits if e.group is not None}
+    ended = {e.pid for e in exits}
     for pid in _pids(status):
         if pid not in ended:
             try:
