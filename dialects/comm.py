@@ -1181,6 +1181,12 @@ def fused_reduction_problem(ops: Sequence[Operation]) -> tuple[str, Operation | 
         )
     if len({c.span() for c in finishers}) > 1:
         return "the all_reduces of a fused reduction span the same grid axes", finishers[-1]
+    finisher_of = {c.input: c for c in finishers}
+    for r in reduces:
+        total = finisher_of[r.result].result if r.result in finisher_of else r.result
+        if not total.uses:
+            # dead code elimination would remove it, and could leave no reduction here
+            return f"{_describe(total)}, a reduction's total, is read by nothing", r
     totals = {r.result for r in reduces} | {c.result for c in finishers}
     for op in ops:
         read = (

@@ -96,9 +96,11 @@ def _greedy_chains(block: Block) -> list[set[Operation]]:
     for r in [o for o in block.ops if isinstance(o, coco.ReduceOp)]:
         try:
             chain = reduction_chain(block, r, frozenset())
+            if len(chain) > 1:  # (a reduction of memory, read by no all_reduce: its own kernel)
+                check_reduction_set(chain)  # what the rules refuse, greedy mode skips
         except PassFailedException:
             continue
-        if len(chain) > 1:  # a reduction of memory, read by no all_reduce: its own kernel
+        if len(chain) > 1:
             chains.append(chain)
     return chains
 

@@ -127,3 +127,18 @@ func.func @ints(%i: !coco.tensor<64xi32>) -> !coco.tensor<i32> attributes {coco.
   %amax = coco.reduce max %sq : !coco.tensor<64xi32> -> !coco.tensor<i32>
   func.return %amax : !coco.tensor<i32>
 }
+
+// -----
+
+// A reduction whose total nothing reads is not fused: dead code elimination (cse) would
+// remove it from the region and leave no reduction there. Named, it is refused.
+// CHECK-LABEL: func.func @dead
+// CHECK-NOT:     comm.fused
+// CHECK:         func.return %d
+// NAMED-LABEL: // {{-----}}
+// NAMED: [fuse-reduction] %amax : !coco.tensor<f32>, a reduction's total, is read by nothing
+func.func @dead(%w: !coco.tensor<64xf32>) -> !coco.tensor<64xf32> attributes {coco.grid = #coco.grid<[?]>} {
+  %d = coco.neg %w : !coco.tensor<64xf32>
+  %amax = coco.reduce max %d : !coco.tensor<64xf32> -> !coco.tensor<f32>
+  func.return %d : !coco.tensor<64xf32>
+}

@@ -683,6 +683,21 @@ func.func @reduction_total_read(%a: !coco.tensor<8xf32>) attributes {coco.grid =
 
 // -----
 
+// A reduction whose total nothing reads: dead code elimination would remove it and leave the
+// region without a reduction.
+// CHECK-LABEL: // {{-----}}
+// CHECK: [fuse-reduction] %dead : !coco.tensor<f32>, a reduction's total, is read by nothing
+func.func @reduction_total_unread(%a: !coco.tensor<8xf32>) attributes {coco.grid = #coco.grid<[?]>} {
+  %t = comm.fused reduction -> !coco.tensor<8xf32> {
+    %n = coco.neg %a : !coco.tensor<8xf32>
+    %dead = coco.reduce sum %n : !coco.tensor<8xf32> -> !coco.tensor<f32>
+    comm.yield %n : !coco.tensor<8xf32>
+  }
+  func.return
+}
+
+// -----
+
 // CHECK-LABEL: // {{-----}}
 // CHECK: [fuse-reduction] the reductions of a fused reduction reduce tensors of one shape and layout (one iteration space), got %a : !coco.tensor<8xf32>, %b : !coco.tensor<4xf32>
 func.func @reduction_two_spaces(%a: !coco.tensor<8xf32>, %b: !coco.tensor<4xf32>) attributes {coco.grid = #coco.grid<[?]>} {
