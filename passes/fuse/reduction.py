@@ -94,13 +94,14 @@ def fusable_reductions(block: Block) -> bool:
 def _greedy_chains(block: Block) -> list[set[Operation]]:
     chains: list[set[Operation]] = []
     for r in [o for o in block.ops if isinstance(o, coco.ReduceOp)]:
+        finisher = finisher_of(r)
+        if not (finisher.result if finisher is not None else r.result).uses:
+            continue  # a total nobody reads: cse would leave the region without its reduce
         try:
             chain = reduction_chain(block, r, frozenset())
-            if len(chain) > 1:  # (a reduction of memory, read by no all_reduce: its own kernel)
-                check_reduction_set(chain)  # what the rules refuse, greedy mode skips
         except PassFailedException:
             continue
-        if len(chain) > 1:
+        if len(chain) > 1:  # a reduction of memory, read by no all_reduce: its own kernel
             chains.append(chain)
     return chains
 
