@@ -74,7 +74,7 @@ class RankExit:
     code: int | None  # its exit status, when it exited
     signal: int | None  # the signal that killed it, when one did
     time: float  # when (time.time())
-    group: int | None = None  # its process group (its supervisor's hydra started)
+    group: int | None = None  # its process group: the one hydra started its supervisor in
 
     def describe(self) -> str:
         if self.signal is not None:
