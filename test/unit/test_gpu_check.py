@@ -334,6 +334,9 @@ def test_run_command_kills_the_whole_process_group_at_the_limit():
     assert "killed after 1 s" in outcome.tail()
 
 
+# slow (COCONET_FULL=1): pip's install into the new venv is ~45 s of CPU, a twentieth of the
+# suite's on two cores; `make gpu-check` runs this setup first on every GPU machine.
+@pytest.mark.slow
 @pytest.mark.skipif(
     shutil.which("make") is None or sys.prefix == sys.base_prefix,
     reason="needs make, and this interpreter must be a venv's",

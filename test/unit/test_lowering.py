@@ -163,6 +163,8 @@ def test_host_execution_matches_oracle(
                 if "empty-slice" in str(e):
                     continue
                 raise
+            if _ran_before(path, plan, ranks, config):
+                continue
             inputs = prepare_inputs(program, None, plan.grid_shape, seed=ranks)
             want = coconet.run(program, inputs, ranks=ranks, inplace=False).outputs
             got = ThreadedExecutor(plan).run(inputs)
@@ -184,6 +186,23 @@ def _compiled(source: str, arch: str) -> int:
     marker.parent.mkdir(parents=True, exist_ok=True)
     marker.write_text(str(size))
     return size
+
+
+def _ran_before(path: Path, plan, ranks: int, config: LaunchConfig) -> bool:
+    """Whether another pipeline of this example lowered to the same plan and kernels (a
+    seventh of the matrix: split + reorder + as-slice is rs-c-ag, ...): executing it again
+    computes the same arrays from the same inputs, so each one runs once per suite run
+    (a marker in the suite's cache directory, as `_compiled`). That the pipelines are
+    equivalent is test_schedules_examples' concern."""
+    parts = [path.stem, ranks, repr(config), plan.format(), plan.cuda_source]
+    parts.append(os.environ.get("COCONET_HOST_OPT", ""))
+    key = hashlib.sha256(repr(parts).encode()).hexdigest()
+    marker = Path(os.environ["COCONET_CACHE_DIR"]) / "test-host-executed" / key
+    if marker.exists():
+        return True
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.touch()
+    return False
 
 
 @functools.cache
