@@ -173,34 +173,36 @@ def test_host_execution_matches_oracle(
             )
 
 
-def _compiled(source: str, arch: str) -> int:
-    """NVRTC compiles `source` for `arch` without a warning. Many pipelines lower an example to
-    the same text: each text compiles once per suite run, whichever xdist worker gets it first
-    (a marker in the suite's cache directory, keyed by everything NVRTC reads)."""
-    parts = [arch, source, *sorted(device_headers().items()), str(nvrtc_version())]
+def _suite_marker(kind: str, parts: list) -> Path:
+    """A file in the suite's cache directory named by everything a result depends on: work
+    that many pipelines repeat (they lower an example to the same text) is done once per
+    suite run, by whichever xdist worker gets it first."""
     key = hashlib.sha256(repr(parts).encode()).hexdigest()
-    marker = Path(os.environ["COCONET_CACHE_DIR"]) / "test-nvrtc-compiled" / key
+    marker = Path(os.environ["COCONET_CACHE_DIR"]) / kind / key
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    return marker
+
+
+def _compiled(source: str, arch: str) -> int:
+    """NVRTC compiles `source` for `arch` without a warning, once per text and suite run."""
+    parts = [arch, source, *sorted(device_headers().items()), str(nvrtc_version())]
+    marker = _suite_marker("test-nvrtc-compiled", parts)
     if marker.exists():
         return int(marker.read_text())
     size = len(compile_cuda(source, arch, warnings_as_errors=True).binary)
-    marker.parent.mkdir(parents=True, exist_ok=True)
     marker.write_text(str(size))
     return size
 
 
 def _ran_before(path: Path, plan, ranks: int, config: LaunchConfig) -> bool:
     """Whether another pipeline of this example lowered to the same plan and kernels (a
-    seventh of the matrix: split + reorder + as-slice is rs-c-ag, ...): executing it again
-    computes the same arrays from the same inputs, so each one runs once per suite run
-    (a marker in the suite's cache directory, as `_compiled`). That the pipelines are
-    equivalent is test_schedules_examples' concern."""
+    seventh of CI's matrix: split + reorder + as-slice is rs-c-ag, ...): running it again
+    computes the same arrays from the same inputs. That the pipelines are equivalent is
+    test_schedules_examples' concern."""
     parts = [path.stem, ranks, repr(config), plan.format(), plan.cuda_source]
-    parts.append(os.environ.get("COCONET_HOST_OPT", ""))
-    key = hashlib.sha256(repr(parts).encode()).hexdigest()
-    marker = Path(os.environ["COCONET_CACHE_DIR"]) / "test-host-executed" / key
+    marker = _suite_marker("test-host-executed", [*parts, os.environ.get("COCONET_HOST_OPT")])
     if marker.exists():
         return True
-    marker.parent.mkdir(parents=True, exist_ok=True)
     marker.touch()
     return False
 
